@@ -1,0 +1,27 @@
+//! The Xet formats: pure functions from bytes to bytes.
+//!
+//! Nothing in this layer does I/O, reads a clock or draws random numbers: timestamps and nonces
+//! are parameters. That keeps every function deterministic, testable against fixed vectors and
+//! safe to fuzz. Everything that parses input reads it through [`cursor::Cursor`], which checks
+//! each length and offset before it slices.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`hash`] | typed hashes, their string form, and every hash function (spec §1) |
+//! | [`chunking`] | gearhash content-defined chunking, streaming and parallel (spec §2) |
+//! | [`xorb`] | chunk headers, compression, the xorb builder, footers and the validating reader (spec §3) |
+//! | [`shard`] | the shard reader and writer (spec §4) |
+//! | [`pointer`] | Git LFS pointer files |
+//! | [`cursor`] | the bounds-checked byte reader the parsers share |
+
+pub mod chunking;
+pub mod cursor;
+pub mod hash;
+pub mod pointer;
+pub mod shard;
+pub mod xorb;
+
+pub use hash::{
+    ChunkHash, ChunkRef, FileHash, HashParseError, HmacKey, LfsOid, ShardHash, VerificationHash,
+    XorbHash,
+};

@@ -1,0 +1,9 @@
+//! git-xet: a Git LFS custom transfer agent and a self-hostable server for the Xet protocol.
+//!
+//! Layers point one way: [`format`] (pure bytes in, bytes out) → `store` (where bytes live) →
+//! [`pipeline`] (upload, download and hashing orchestration) → `lfs`, `git`, `server` → [`cli`]
+//! (the only place that knows about argv and exit codes).
+
+pub mod cli;
+pub mod format;
+pub mod pipeline;

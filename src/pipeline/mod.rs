@@ -1,0 +1,1 @@
+//! Orchestration of hashing, uploads and downloads over the format layer.
