@@ -1,1 +1,64 @@
-//! The command line.
+//! The command line: argument parsing, output and exit codes.
+//!
+//! This is the only module that knows about argv, stdout formatting and process exit codes. Each
+//! subcommand lives in its own file with its clap `Args` struct and a `run` function.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod hash;
+mod inspect;
+
+/// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
+pub(crate) type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "git-xet",
+    version,
+    about = "Chunk-deduplicated Git LFS transfers over the Xet protocol",
+    long_about = "git-xet makes `git push` and `git pull` of large files move only the bytes that \
+changed. It is a Git LFS custom transfer agent speaking the Xet protocol (content-defined chunks, \
+xorbs and shards, byte-compatible with Hugging Face's hf-xet), plus tools to inspect Xet objects.\n\n\
+Run `git-xet <command> --help` for the details of a command."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the Xet file hash of each file, as the reference client computes it.
+    Hash(hash::HashArgs),
+    /// Print a readable dump of a xorb or a shard, validating every field.
+    Inspect(inspect::InspectArgs),
+}
+
+/// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Hash(args) => hash::run(args),
+        Command::Inspect(args) => inspect::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("git-xet: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
