@@ -68,14 +68,14 @@ fn decode_hex32(s: &str) -> Result<[u8; 32], HashParseError> {
         return Err(HashParseError::Length(s.chars().count()));
     }
     let mut out = [0u8; 32];
-    for i in 0..32 {
-        let digit = |pos: usize| {
-            hex_val(b[pos]).ok_or_else(|| HashParseError::Digit {
-                ch: s[pos..].chars().next().unwrap_or('?'),
-                pos,
-            })
-        };
-        out[i] = (digit(2 * i)? << 4) | digit(2 * i + 1)?;
+    let digit = |pos: usize| {
+        hex_val(b[pos]).ok_or_else(|| HashParseError::Digit {
+            ch: s.get(pos..).and_then(|t| t.chars().next()).unwrap_or('?'),
+            pos,
+        })
+    };
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = (digit(2 * i)? << 4) | digit(2 * i + 1)?;
     }
     Ok(out)
 }
