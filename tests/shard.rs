@@ -313,6 +313,33 @@ fn unknown_file_flags_are_kept() {
     assert_eq!(parsed.to_bytes().unwrap(), b);
 }
 
+#[test]
+fn duplicate_files_are_read_but_not_written() {
+    // Two empty files with different hashes, then the second renamed to the first.
+    let mut shard = Shard::new();
+    shard
+        .files
+        .push(FileInfo::new(FileHash::from_bytes([1; 32]), vec![]));
+    shard
+        .files
+        .push(FileInfo::new(FileHash::from_bytes([2; 32]), vec![]));
+    let mut bytes = shard.to_upload_bytes().unwrap();
+    bytes.copy_within(48..80, 96);
+    let parsed = ParsedShard::parse(&bytes).unwrap();
+    assert_eq!(parsed.shard.files.len(), 2);
+    assert_eq!(parsed.shard.files[0], parsed.shard.files[1]);
+    assert_eq!(
+        parsed.to_bytes(),
+        Err(ShardError::DuplicateFile(FileHash::from_bytes([1; 32])))
+    );
+    // Lookups return the first one; the server check names the first unverified file.
+    assert!(parsed.shard.file(&FileHash::from_bytes([1; 32])).is_some());
+    assert!(matches!(
+        parsed.shard.check_all_files_verified(),
+        Err(ShardError::MissingVerification { index: 0, .. })
+    ));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The reference client's shards (hf-xet 1.8.0, local://), committed under tests/fixtures.
 

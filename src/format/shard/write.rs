@@ -333,7 +333,7 @@ impl Shard {
         Ok(out)
     }
 
-    /// The complete form with all lookup tables, and its [`ShardHash`] (the local file name).
+    /// The complete form and its [`ShardHash`] (which names the local file, §4.10).
     pub fn to_complete_bytes_and_hash(
         &self,
         tables: LookupTables,
