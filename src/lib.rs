@@ -1,6 +1,6 @@
 //! git-xet: a Git LFS custom transfer agent and a self-hostable server for the Xet protocol.
 //!
-//! Layers point one way: [`format`] (pure bytes in, bytes out) → `store` (where bytes live) →
+//! Layers point one way: [`format`](mod@format) (pure bytes in, bytes out) → `store` (where bytes live) →
 //! [`pipeline`] (upload, download and hashing orchestration) → `lfs`, `git`, `server` → [`cli`]
 //! (the only place that knows about argv and exit codes).
 

@@ -11,7 +11,7 @@
 //! | [`chunking`] | gearhash content-defined chunking, streaming and parallel (spec §2) |
 //! | [`xorb`] | chunk headers, compression, the xorb builder, footers and the validating reader (spec §3) |
 //! | [`shard`] | the shard reader and writer (spec §4) |
-//! | [`pointer`] | Git LFS pointer files |
+//! | [`pointer`](mod@pointer) | Git LFS pointer files |
 //! | [`cursor`] | the bounds-checked byte reader the parsers share |
 
 pub mod chunking;
