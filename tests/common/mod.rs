@@ -1,0 +1,80 @@
+//! Shared helpers for integration tests: the golden fixtures written by the reference client, and
+//! finding the reference client itself for oracle tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// `tests/fixtures/reference`.
+pub fn fixture_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference")
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Manifest {
+    pub hf_xet_version: String,
+    pub sessions: Vec<Session>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Session {
+    pub name: String,
+    pub files: Vec<FixtureFile>,
+    pub xorbs: Vec<String>,
+    pub shards: Vec<String>,
+    pub cache_shards: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FixtureFile {
+    pub name: String,
+    pub size: u64,
+    pub xet_hash: String,
+    pub sha256: String,
+}
+
+impl FixtureFile {
+    pub fn content(&self) -> Vec<u8> {
+        read(&format!("inputs/{}", self.name))
+    }
+}
+
+/// The manifest written by `tests/fixtures/make_fixtures.py`.
+pub fn manifest() -> Manifest {
+    let text = std::fs::read_to_string(fixture_root().join("manifest.json"))
+        .expect("tests/fixtures/reference/manifest.json is committed");
+    serde_json::from_str(&text).expect("manifest.json parses")
+}
+
+/// Reads a fixture by its path relative to the fixture root (as the manifest lists them).
+pub fn read(rel: &str) -> Vec<u8> {
+    std::fs::read(fixture_root().join(rel)).unwrap_or_else(|e| panic!("fixture {rel}: {e}"))
+}
+
+/// The Python interpreter of a venv with `hf_xet` installed: `$GIT_XET_HF_PYTHON`, then
+/// `.venv/bin/python` in the crate root. `None` (with a note on stderr) when missing, except
+/// under `CI=true`, where a missing reference client fails the test.
+pub fn reference_python() -> Option<PathBuf> {
+    let candidates = std::env::var_os("GIT_XET_HF_PYTHON")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")]);
+    for python in candidates {
+        let ok = std::process::Command::new(&python)
+            .args(["-c", "import hf_xet"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if ok {
+            return Some(python);
+        }
+    }
+    let msg = "the reference client is missing: run `python3 -m venv .venv && \
+               .venv/bin/pip install hf-xet==1.8.0`, or set GIT_XET_HF_PYTHON";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg} (CI=true: tests that need it fail instead of skipping)");
+    }
+    eprintln!("skipping: {msg}");
+    None
+}
