@@ -5,10 +5,11 @@
 //!
 //! - [`chunk_boundaries`]: the canonical loop of §2.2 with the skip-ahead of §2.3. Short and
 //!   obviously right; it is the reference the other two are tested against.
-//! - [`Chunker`]: a streaming chunker fed blocks of any size. It finds *candidates* (positions
-//!   where the gear hash of the 64-byte window ending there has its top 16 bits zero) with several
-//!   interleaved hash lanes, optionally on every rayon thread, then applies the minimum/maximum
-//!   size rules in a cheap sequential walk over the candidates.
+//! - [`Chunker`]: a streaming chunker fed blocks of any size. It is built from two halves that
+//!   pipelines can also use on their own: a [`CandidateScanner`] finds *candidates* (positions
+//!   where the gear hash of the 64-byte window ending there has its top 16 bits zero) with
+//!   several interleaved hash lanes, optionally on every rayon thread; a [`BoundaryWalk`] applies
+//!   the minimum/maximum size rules in a cheap sequential walk over the candidates.
 //! - [`chunk_boundaries_parallel`]: a one-shot [`Chunker`] using every rayon thread.
 //!
 //! Why candidates are enough: the canonical loop resets its hash at each boundary, but it only
@@ -120,7 +121,8 @@ const UNROLL: usize = 8;
 /// Below this many bytes per lane the kernel runs a single lane (warming up a lane costs 63
 /// byte updates).
 const MIN_LANE_LEN: usize = 4096;
-/// Default length of the pieces a parallel [`Chunker`] hands to each rayon task.
+/// Default length of the pieces a parallel [`Chunker`] or [`CandidateScanner`] hands to each
+/// rayon task.
 pub const DEFAULT_SEGMENT_LEN: usize = 1 << 20;
 
 /// One gear-hash update: `h = (h << 1) + TABLE[byte]`, wrapping.
@@ -177,44 +179,162 @@ pub fn chunk_boundaries_parallel(data: &[u8]) -> Vec<usize> {
     ends.into_iter().map(|e| e as usize).collect()
 }
 
-/// A streaming chunker: feed it consecutive blocks of any size with [`Chunker::update`], then
-/// call [`Chunker::finish`]. The boundaries are exactly those of [`chunk_boundaries`] over the
-/// concatenated input, whatever the block sizes and whether or not the scan is parallel.
+/// Finds boundary candidates: the positions where the gear hash of the 64-byte window ending
+/// there allows a cut. Candidates do not depend on where chunks start, so any part of a stream
+/// can be scanned on its own (given the 63 bytes before it) and the results concatenated.
 ///
-/// Boundaries are reported as absolute end offsets from the start of the stream. A chunk is
-/// reported as soon as its end is certain, so at most [`MAX_CHUNK_SIZE`] − 1 bytes are ever
-/// pending.
+/// Candidates are reported as end offsets: a candidate at byte `i` is reported as `i + 1`, the
+/// end of the chunk a cut there would close. Candidates within the first 63 bytes of a stream
+/// are reported from the shorter window; no chunk can be cut there anyway.
 #[derive(Debug, Clone)]
-pub struct Chunker {
-    /// The gear hash over everything fed so far, never reset: from 64 bytes on, it is the window
-    /// hash of the last 64 bytes.
+pub struct CandidateScanner {
+    /// The gear hash over everything scanned so far, never reset: from 64 bytes on, it is the
+    /// window hash of the last 64 bytes.
     hash: u64,
-    /// Bytes fed so far.
-    fed: u64,
-    /// Start of the chunk in progress.
-    chunk_start: u64,
+    /// Stream offset of the next byte.
+    pos: u64,
     /// `Some(len)`: split each block into rayon tasks of at least `len` bytes.
     segment_len: Option<usize>,
-    /// Candidate end offsets of the current block (kept to reuse the allocation).
-    candidates: Vec<u64>,
 }
 
-impl Default for Chunker {
+impl Default for CandidateScanner {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Chunker {
-    /// A chunker that scans on the calling thread.
+impl CandidateScanner {
+    /// A scanner at the start of a stream, scanning on the calling thread.
     pub fn new() -> Self {
         Self {
             hash: 0,
-            fed: 0,
-            chunk_start: 0,
+            pos: 0,
             segment_len: None,
-            candidates: Vec::new(),
         }
+    }
+
+    /// A scanner that continues a stream at `offset`, given `preceding`, the bytes just before
+    /// `offset` (only the last 63 matter). `None` if fewer than `min(offset, 63)` are given, since
+    /// the first candidates could then be wrong.
+    pub fn resume(offset: u64, preceding: &[u8]) -> Option<Self> {
+        let needed = offset.min(WINDOW as u64 - 1) as usize;
+        if preceding.len() < needed {
+            return None;
+        }
+        Some(Self {
+            hash: warm_up(preceding, preceding.len()),
+            pos: offset,
+            segment_len: None,
+        })
+    }
+
+    /// Splits each scanned block into rayon tasks of at least `segment_len` bytes (raised to
+    /// [`WINDOW`] if smaller); blocks shorter than two segments are scanned on the calling thread.
+    pub fn with_segment_len(mut self, segment_len: usize) -> Self {
+        self.segment_len = Some(segment_len.max(WINDOW));
+        self
+    }
+
+    /// Stream offset of the next byte to scan.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Scans the next block, appending its candidates to `candidates` in increasing order.
+    pub fn scan(&mut self, block: &[u8], candidates: &mut Vec<u64>) {
+        self.hash = scan_block(block, self.hash, self.pos, self.segment_len, candidates);
+        self.pos += block.len() as u64;
+    }
+}
+
+/// The sequential half of chunking: walks over candidates in stream order and applies the
+/// minimum and maximum chunk sizes, which yields the chunk boundaries. Cheap: its work is
+/// proportional to the number of candidates and chunks, not bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoundaryWalk {
+    /// Start of the chunk in progress.
+    chunk_start: u64,
+    /// How far the stream is known (the `upto` of the last [`BoundaryWalk::advance`]).
+    end: u64,
+}
+
+impl Default for BoundaryWalk {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BoundaryWalk {
+    /// A walk at the start of a stream.
+    pub fn new() -> Self {
+        Self::starting_at(0)
+    }
+
+    /// A walk that assumes a chunk starts at `offset`. A pipeline can use this to guess the
+    /// boundaries of a later part of a stream before the earlier parts are known; the guess
+    /// matches the true boundaries from the first boundary both walks share.
+    pub fn starting_at(offset: u64) -> Self {
+        Self {
+            chunk_start: offset,
+            end: offset,
+        }
+    }
+
+    /// Start offset of the chunk in progress.
+    pub fn chunk_start(&self) -> u64 {
+        self.chunk_start
+    }
+
+    /// Takes the candidates found up to stream offset `upto` (increasing, all after the
+    /// candidates of earlier calls) and appends to `ends` every chunk end they determine. The
+    /// chunk in progress is cut at the maximum size as far as `upto` allows.
+    pub fn advance(&mut self, candidates: &[u64], upto: u64, ends: &mut Vec<u64>) {
+        let mut start = self.chunk_start;
+        for &c in candidates {
+            while c.saturating_sub(start) > MAX_LEN {
+                start += MAX_LEN;
+                ends.push(start);
+            }
+            if c.saturating_sub(start) >= MIN_LEN {
+                start = c;
+                ends.push(c);
+            }
+        }
+        let upto = upto.max(self.end);
+        while upto.saturating_sub(start) >= MAX_LEN {
+            start += MAX_LEN;
+            ends.push(start);
+        }
+        self.chunk_start = start;
+        self.end = upto;
+    }
+
+    /// Ends the stream at the last `upto`: the end of the final chunk, if any bytes are pending.
+    pub fn finish(self) -> Option<u64> {
+        (self.end > self.chunk_start).then_some(self.end)
+    }
+}
+
+/// A streaming chunker: feed it consecutive blocks of any size with [`Chunker::update`], then
+/// call [`Chunker::finish`]. The boundaries are exactly those of [`chunk_boundaries`] over the
+/// concatenated input, whatever the block sizes and whether or not the scan is parallel. It is a
+/// [`CandidateScanner`] followed by a [`BoundaryWalk`].
+///
+/// Boundaries are reported as absolute end offsets from the start of the stream. A chunk is
+/// reported as soon as its end is certain, so at most [`MAX_CHUNK_SIZE`] − 1 bytes are ever
+/// pending.
+#[derive(Debug, Clone, Default)]
+pub struct Chunker {
+    scanner: CandidateScanner,
+    walk: BoundaryWalk,
+    /// Candidates of the current block (kept to reuse the allocation).
+    candidates: Vec<u64>,
+}
+
+impl Chunker {
+    /// A chunker that scans on the calling thread.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// A chunker that splits each block into pieces of about [`DEFAULT_SEGMENT_LEN`] bytes and
@@ -227,57 +347,33 @@ impl Chunker {
     /// [`WINDOW`] if smaller). Small values are useful only to test the splitting.
     pub fn parallel_with_segment_len(segment_len: usize) -> Self {
         Self {
-            segment_len: Some(segment_len.max(WINDOW)),
-            ..Self::new()
+            scanner: CandidateScanner::new().with_segment_len(segment_len),
+            ..Self::default()
         }
     }
 
     /// Bytes fed so far.
     pub fn position(&self) -> u64 {
-        self.fed
+        self.scanner.position()
     }
 
     /// Start offset of the chunk in progress: every byte before it belongs to a reported chunk.
     pub fn chunk_start(&self) -> u64 {
-        self.chunk_start
+        self.walk.chunk_start()
     }
 
     /// Feeds the next block and appends to `ends` the end offset of every chunk that this block
     /// completes, in increasing order.
     pub fn update(&mut self, block: &[u8], ends: &mut Vec<u64>) {
-        let base = self.fed;
-        let mut candidates = std::mem::take(&mut self.candidates);
-        candidates.clear();
-        self.hash = scan_block(block, self.hash, base, self.segment_len, &mut candidates);
-        self.fed = base + block.len() as u64;
-        self.walk(&candidates, ends);
-        self.candidates = candidates;
+        self.candidates.clear();
+        self.scanner.scan(block, &mut self.candidates);
+        self.walk
+            .advance(&self.candidates, self.scanner.position(), ends);
     }
 
     /// Ends the stream: the end offset of the last chunk, if any bytes are pending.
     pub fn finish(self) -> Option<u64> {
-        (self.fed > self.chunk_start).then_some(self.fed)
-    }
-
-    /// Applies the size rules to the candidates of the block just scanned (in increasing order,
-    /// all greater than `chunk_start`), then cuts at the maximum size as far as the data goes.
-    fn walk(&mut self, candidates: &[u64], ends: &mut Vec<u64>) {
-        let mut start = self.chunk_start;
-        for &c in candidates {
-            while c.saturating_sub(start) > MAX_LEN {
-                start += MAX_LEN;
-                ends.push(start);
-            }
-            if c.saturating_sub(start) >= MIN_LEN {
-                start = c;
-                ends.push(c);
-            }
-        }
-        while self.fed.saturating_sub(start) >= MAX_LEN {
-            start += MAX_LEN;
-            ends.push(start);
-        }
-        self.chunk_start = start;
+        self.walk.finish()
     }
 }
 
@@ -491,6 +587,44 @@ mod tests {
         ends.extend(c.finish());
         let ends: Vec<usize> = ends.into_iter().map(|e| e as usize).collect();
         assert_eq!(ends, expected);
+    }
+
+    #[test]
+    fn resumed_scanners_see_the_same_candidates() {
+        let data = pseudo_random(600_000, 2);
+        let mut all = Vec::new();
+        CandidateScanner::new().scan(&data, &mut all);
+        assert!(all.len() > 3);
+        for at in [0usize, 1, 62, 63, 64, 1000, 299_999] {
+            let mut resumed = CandidateScanner::resume(at as u64, &data[..at]).unwrap();
+            let mut tail = Vec::new();
+            resumed.scan(&data[at..], &mut tail);
+            let expected: Vec<u64> = all.iter().copied().filter(|&e| e > at as u64).collect();
+            assert_eq!(tail, expected, "resumed at {at}");
+            assert_eq!(resumed.position(), data.len() as u64);
+        }
+        // Too short a window is refused rather than giving wrong candidates.
+        assert!(CandidateScanner::resume(100, &data[..50]).is_none());
+        assert!(CandidateScanner::resume(10, &data[..10]).is_some());
+    }
+
+    #[test]
+    fn a_walk_started_anywhere_joins_the_true_one() {
+        let data = pseudo_random(900_000, 4);
+        let mut candidates = Vec::new();
+        CandidateScanner::new().scan(&data, &mut candidates);
+        let truth: Vec<u64> = chunk_boundaries(&data).iter().map(|&e| e as u64).collect();
+        let mut walk = BoundaryWalk::starting_at(100_000);
+        let mut guessed = Vec::new();
+        walk.advance(&candidates, data.len() as u64, &mut guessed);
+        guessed.extend(walk.finish());
+        let first_shared = guessed.iter().position(|e| truth.contains(e)).unwrap();
+        let joined = guessed[first_shared];
+        let from = truth.iter().position(|&e| e == joined).unwrap();
+        assert_eq!(guessed[first_shared..], truth[from..]);
+        // The walk never cuts before its start, and an empty walk ends nothing.
+        assert!(guessed[0] > 100_000);
+        assert_eq!(BoundaryWalk::new().finish(), None);
     }
 
     #[test]
