@@ -1,35 +1,58 @@
 //! Hashing whole files: chunk boundaries, chunk hashes and the Xet file hash, as fast as the
 //! machine allows.
 //!
-//! This module owns the hashing pipeline. Input is cut into blocks of [`BLOCK_LEN`] bytes that
-//! flow through three overlapping stages, each running on the rayon pool:
+//! This module owns the hashing pipeline. Chunking has a sequential dependency (each boundary
+//! depends on the previous one) that would force data to be read twice, once to find boundaries
+//! and once to hash chunks. Instead, each block of input is split into segments that rayon tasks
+//! process independently and in one pass while the bytes are in cache:
 //!
-//! 1. *fetch* block `t + 2` (read it from the reader, or fault in its pages of the memory map),
-//! 2. *scan* block `t + 1` for chunk boundaries (a parallel [`Chunker`]),
-//! 3. *hash* the chunks that end in block `t` (BLAKE3 per chunk, in parallel) and feed block `t`
-//!    to the optional SHA-256.
+//! 1. *Segment tasks* (parallel): scan the segment for boundary candidates, *guess* its chunks by
+//!    walking the candidates as if a chunk started at the segment start, and hash the guessed
+//!    chunks piece by piece, right after scanning them.
+//! 2. *Stitch* (sequential, cheap): walk all candidates from the true state of the previous
+//!    block to get the true boundaries. A guessed chain joins the true one at the first boundary
+//!    they share, usually the first or second of the segment, so nearly every true chunk is a
+//!    guessed chunk whose hash is already known.
+//! 3. *Fill in* (parallel): hash the few true chunks that were not guessed: the ones straddling
+//!    segments (and blocks, through a small carry buffer) and those before a guessed chain joined.
+//!    This runs alongside the segment tasks of the next block.
 //!
-//! Memory stays bounded by three blocks plus one chunk: a chunk that straddles blocks is copied
-//! into a small carry buffer. Files are memory-mapped when possible (the fastest path on a
-//! page-cached file) and read with large reads otherwise.
+//! On data without candidates (long constant runs) guessed chains never join the true one and
+//! those chunks are hashed twice; the result is the same, only slower.
+//!
+//! Files are memory-mapped when possible, window by window (the fastest path measured on a
+//! page-cached file: about 1.8 GB/s against 1.4 GB/s with reads on two cores); other inputs are
+//! read in blocks of [`BLOCK_LEN`] bytes while earlier blocks are hashed, so memory stays at three
+//! blocks plus one chunk.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use sha2::Digest as _;
 
-use crate::format::chunking::Chunker;
+use crate::format::chunking::{BoundaryWalk, CandidateScanner, WINDOW};
 use crate::format::hash::file_hash;
 use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid};
 
-/// Bytes per pipeline block. Two blocks are live in the scan and hash stages at once, so this
-/// keeps them in a typical L3 cache while giving each stage enough work to split.
-pub const BLOCK_LEN: usize = 8 << 20;
+/// Bytes per block when reading from a stream: at most three blocks are in memory at once (one
+/// being read, one scanned, one finishing its hashes).
+pub const BLOCK_LEN: usize = 16 << 20;
 
-/// Bytes per parallel scanning task inside a block.
-const SEGMENT_LEN: usize = 256 << 10;
+/// Bytes per window of a memory-mapped file. Each window is mapped on its own and unmapped as
+/// soon as it is hashed, so that unmapping (costly for a large file) overlaps the hashing of the
+/// next window instead of following the whole file.
+const MAP_WINDOW_LEN: usize = 64 << 20;
+
+/// Bytes per segment task: large enough that the few chunks hashed in the fill-in stage are a
+/// small share, small enough to balance the load across threads.
+const SEGMENT_LEN: usize = 2 << 20;
+
+/// A segment task scans this many bytes, then hashes the chunks they complete while the bytes
+/// are still in the core's L2 cache.
+const PIECE_LEN: usize = 256 << 10;
 
 /// The result of hashing one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +88,12 @@ pub enum HasherError {
     },
     #[error("read failed at offset {offset}: {source}")]
     Stream { offset: u64, source: io::Error },
+    #[error("cannot map {} at offset {offset}: {source}", path.display())]
+    Map {
+        path: PathBuf,
+        offset: u64,
+        source: io::Error,
+    },
 }
 
 impl HasherError {
@@ -97,15 +126,61 @@ pub fn hash_file_with(path: &Path, options: HashOptions) -> Result<HashedFile, H
     // Only regular, non-empty files are mapped: pipes, devices and files whose size the kernel
     // reports as 0 (procfs) are read instead.
     if meta.is_file() && meta.len() > 0 {
-        // SAFETY: the map is read-only and private to this call. Another process truncating or
-        // rewriting the file while we hash it would change what we read (or raise SIGBUS on
-        // truncation); every mmap-based tool shares this caveat, and the speed gain on large
-        // files is the reason to accept it. The read fallback below is used if mapping fails.
-        if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
-            return Ok(hash_mapped(&map, options));
+        // A file that cannot be mapped at all (some file systems refuse) is read instead.
+        if let Ok(first) = map_window(&file, 0, meta.len()) {
+            return hash_mapped(&file, meta.len(), first, options).map_err(|(offset, source)| {
+                HasherError::Map {
+                    path: path.to_path_buf(),
+                    offset,
+                    source,
+                }
+            });
         }
     }
     hash_reader_with(file, options).map_err(|e| e.with_path(path))
+}
+
+/// Maps `[offset, offset + MAP_WINDOW_LEN)` of the file (less at its end).
+fn map_window(file: &File, offset: u64, file_len: u64) -> io::Result<memmap2::Mmap> {
+    let len = file_len.saturating_sub(offset).min(MAP_WINDOW_LEN as u64) as usize;
+    // SAFETY: the map is read-only and private to this module. Another process truncating or
+    // rewriting the file while we hash it would change what we read (or raise SIGBUS on
+    // truncation); every mmap-based tool shares this caveat, and the speed on large files is
+    // the reason to accept it.
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(offset)
+            .len(len)
+            .map(file)?
+    };
+    // Advisory only: it makes the kernel read ahead if the file is not cached.
+    let _ = map.advise(memmap2::Advice::Sequential);
+    Ok(map)
+}
+
+/// Hashes a file window by window, starting with the already mapped `first`. Each window is
+/// mapped separately so that finished windows are unmapped while later ones are hashed, instead
+/// of the whole file at the end. Errors carry the offset of the window that could not be mapped.
+fn hash_mapped(
+    file: &File,
+    file_len: u64,
+    first: memmap2::Mmap,
+    options: HashOptions,
+) -> Result<HashedFile, (u64, io::Error)> {
+    let mut first = Some(first);
+    let mut offset = 0u64;
+    let fetch = || {
+        if offset >= file_len {
+            return Ok(None);
+        }
+        let window = match first.take() {
+            Some(window) => window,
+            None => map_window(file, offset, file_len).map_err(|e| (offset, e))?,
+        };
+        offset += window.len() as u64;
+        Ok(Some(window))
+    };
+    run_blocks(fetch, SEGMENT_LEN, options)
 }
 
 /// Hashes everything `reader` yields, reading [`BLOCK_LEN`] bytes at a time.
@@ -115,112 +190,79 @@ pub fn hash_reader(reader: impl Read) -> Result<HashedFile, HasherError> {
 
 /// Hashes in-memory bytes.
 pub fn hash_bytes(data: &[u8], options: HashOptions) -> HashedFile {
-    hash_slices(data, BLOCK_LEN, options)
+    hash_slices(data, MAP_WINDOW_LEN, SEGMENT_LEN, options)
 }
 
-/// [`hash_bytes`] with a chosen block length (at least 1).
-fn hash_slices(data: &[u8], block_len: usize, options: HashOptions) -> HashedFile {
-    let blocks: Vec<&[u8]> = data.chunks(block_len.max(1)).collect();
-    hash_blocks(&blocks, |_| {}, options)
-}
-
-/// Hashes a memory-mapped file, faulting in the pages of each block while the previous one is
-/// scanned, so that page faults overlap the hashing instead of stalling the scan.
-fn hash_mapped(map: &memmap2::Mmap, options: HashOptions) -> HashedFile {
-    let blocks: Vec<&[u8]> = map.chunks(BLOCK_LEN).collect();
-    let prefault = |t: usize| {
-        if let Some(block) = blocks.get(t) {
-            // Advisory only: where the kernel lacks MADV_POPULATE_READ the scan faults pages in.
-            let _ = map.advise_range(memmap2::Advice::PopulateRead, t * BLOCK_LEN, block.len());
-        }
-    };
-    hash_blocks(&blocks, prefault, options)
-}
-
-/// The pipeline over blocks that are all in memory: fetch (`prefault`) block `t + 1`, scan block
-/// `t` and hash block `t - 1` at the same time.
-fn hash_blocks(
-    blocks: &[&[u8]],
-    prefault: impl Fn(usize) + Sync,
+/// [`hash_bytes`] with chosen block and segment lengths.
+fn hash_slices(
+    data: &[u8],
+    block_len: usize,
+    segment_len: usize,
     options: HashOptions,
 ) -> HashedFile {
-    // Run the loop on a pool thread: joins issued from outside the pool are much slower.
-    rayon::scope(|_| {
-        let mut chunker = Chunker::parallel_with_segment_len(SEGMENT_LEN);
-        let mut collector = Collector::new(options);
-        let mut scanned: Option<Scanned<&[u8]>> = None;
-        prefault(0);
-        for (t, &block) in blocks.iter().enumerate() {
-            let ((), (next, ())) = rayon::join(
-                || prefault(t + 1),
-                || {
-                    rayon::join(
-                        || scan(&mut chunker, block),
-                        || collector.hash(scanned.as_ref()),
-                    )
-                },
-            );
-            scanned = Some(next);
-        }
-        collector.hash(scanned.as_ref());
-        collector.finish(chunker)
-    })
+    let mut blocks = data.chunks(block_len.max(1));
+    let fetch = || Ok::<_, std::convert::Infallible>(blocks.next());
+    match run_blocks(fetch, segment_len, options) {
+        Ok(hashed) => hashed,
+        Err(never) => match never {},
+    }
 }
 
-/// Hashes everything `reader` yields, computing what `options` asks for as well. Reading the
-/// next block overlaps the scanning and hashing of the previous ones; memory stays at three
-/// blocks of [`BLOCK_LEN`] bytes.
+/// Hashes everything `reader` yields, computing what `options` asks for as well. The next block
+/// is read while the current one is hashed; memory stays at three blocks of [`BLOCK_LEN`] bytes.
 pub fn hash_reader_with(
     reader: impl Read,
     options: HashOptions,
 ) -> Result<HashedFile, HasherError> {
-    read_blocks(reader, BLOCK_LEN, options)
+    read_blocks(reader, BLOCK_LEN, SEGMENT_LEN, options)
 }
 
-/// [`hash_reader_with`] with a chosen block length (at least 1).
+/// [`hash_reader_with`] with chosen block and segment lengths.
 fn read_blocks(
     mut reader: impl Read,
     block_len: usize,
+    segment_len: usize,
     options: HashOptions,
 ) -> Result<HashedFile, HasherError> {
     let block_len = block_len.max(1);
-    let mut chunker = Chunker::parallel_with_segment_len(SEGMENT_LEN);
-    let mut collector = Collector::new(options);
     let mut offset = 0u64;
-    // Buffers move down one stage per round: read into `spare`, scan `next`, hash `scanned`.
-    let mut next = Vec::new();
-    fill(&mut reader, &mut next, block_len, &mut offset)?;
-    let mut scanned: Option<Scanned<Vec<u8>>> = None;
-    let mut spare = Vec::new();
-    while !next.is_empty() {
-        let mut result = None;
-        let read = rayon::in_place_scope(|s| {
-            let (chunker, collector, block, to_hash, result) = (
-                &mut chunker,
-                &mut collector,
-                &next,
-                scanned.as_ref(),
-                &mut result,
-            );
-            s.spawn(move |_| {
-                let (next, ()) = rayon::join(|| scan(chunker, block), || collector.hash(to_hash));
-                *result = Some((next.base, next.ends));
-            });
-            // The calling thread reads while the pool scans and hashes.
-            fill(&mut reader, &mut spare, block_len, &mut offset)
-        });
-        read?;
-        let (base, ends) = result.unwrap_or_default();
-        let hashed = scanned.replace(Scanned {
-            base,
-            data: std::mem::take(&mut next),
-            ends,
-        });
-        next = std::mem::take(&mut spare);
-        spare = hashed.map(|h| h.data).unwrap_or_default();
+    let spare = Arc::new(Mutex::new(Vec::new()));
+    let fetch = || {
+        // Reuse the buffer of a finished block: fresh memory would be faulted in and zeroed.
+        let recycled = spare.lock().ok().and_then(|mut s| s.pop());
+        let mut buf = recycled.unwrap_or_default();
+        fill(&mut reader, &mut buf, block_len, &mut offset)?;
+        Ok(if buf.is_empty() {
+            None
+        } else {
+            Some(Recycled {
+                buf,
+                spare: Arc::clone(&spare),
+            })
+        })
+    };
+    run_blocks(fetch, segment_len, options)
+}
+
+/// A block buffer that goes back to `spare` when dropped.
+struct Recycled {
+    buf: Vec<u8>,
+    spare: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl std::ops::Deref for Recycled {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
     }
-    collector.hash(scanned.as_ref());
-    Ok(collector.finish(chunker))
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        if let Ok(mut spare) = self.spare.lock() {
+            spare.push(std::mem::take(&mut self.buf));
+        }
+    }
 }
 
 /// Replaces the contents of `buf` with up to `block_len` bytes from `reader` (fewer only at the
@@ -242,122 +284,280 @@ fn fill(
     })
 }
 
-/// A block whose chunk boundaries are known and whose chunks are not hashed yet.
-struct Scanned<B> {
-    /// Stream offset of the block's first byte.
-    base: u64,
-    data: B,
-    /// End offsets of the chunks that end inside this block.
-    ends: Vec<u64>,
-}
-
-/// Finds the boundaries in the next block.
-fn scan<B: AsRef<[u8]> + Copy>(chunker: &mut Chunker, block: B) -> Scanned<B> {
-    let base = chunker.position();
-    let mut ends = Vec::new();
-    chunker.update(block.as_ref(), &mut ends);
-    Scanned {
-        base,
-        data: block,
-        ends,
+/// The pipeline. `fetch` yields the blocks of the stream in order (`None` at the end); it runs
+/// on the calling thread while the pool hashes, so it may block on I/O. Block `k` is scanned by
+/// segment tasks while the chunks of block `k - 1` left to the fill-in stage are hashed; a
+/// block is dropped (unmapped, freed) on a pool thread once its chunks are hashed.
+fn run_blocks<B, E>(
+    mut fetch: impl FnMut() -> Result<Option<B>, E>,
+    segment_len: usize,
+    options: HashOptions,
+) -> Result<HashedFile, E>
+where
+    B: std::ops::Deref<Target = [u8]> + Send + Sync,
+{
+    let mut state = Stitch::new(segment_len);
+    let mut chunks: Vec<ChunkRef> = Vec::new();
+    let mut sha256 = options.sha256.then(sha2::Sha256::new);
+    let mut pending: Option<(B, FillIn)> = None;
+    let mut next = fetch()?;
+    while let Some(block) = next.take() {
+        let base = state.pos;
+        let mut segments = Vec::new();
+        let fetched = rayon::in_place_scope(|s| {
+            let (sha256, chunks, pending, segments, state) = (
+                &mut sha256,
+                &mut chunks,
+                &mut pending,
+                &mut segments,
+                &state,
+            );
+            let block = &block;
+            s.spawn(move |_| {
+                rayon::join(
+                    || {
+                        let ((), found) = rayon::join(
+                            || {
+                                if let Some(sha) = sha256 {
+                                    sha.update(&block[..]);
+                                }
+                            },
+                            || {
+                                scan_segments(
+                                    block,
+                                    base,
+                                    state.segment_len,
+                                    &state.tail,
+                                    state.walk,
+                                )
+                            },
+                        );
+                        *segments = found;
+                    },
+                    || {
+                        if let Some((done, fill)) = pending.take() {
+                            fill.run(&done, chunks);
+                        }
+                    },
+                );
+            });
+            // The calling thread fetches the next block meanwhile.
+            fetch()
+        });
+        let fill = state.stitch(&block, base, &segments);
+        pending = Some((block, fill));
+        next = fetched?;
     }
+    if let Some((done, fill)) = pending.take() {
+        fill.run(&done, &mut chunks);
+    }
+    if state.walk.finish().is_some() {
+        chunks.push(ChunkRef::new(
+            ChunkHash::of(&state.carry),
+            state.carry.len() as u64,
+        ));
+    }
+    Ok(HashedFile {
+        size: state.pos,
+        file_hash: file_hash(&chunks),
+        chunks,
+        sha256: sha256.map(|sha| LfsOid::from_digest(sha.finalize().into())),
+    })
 }
 
-/// The hash stage: collects chunk hashes in order, and the SHA-256 if asked for.
-struct Collector {
-    /// Bytes of the chunk in progress that precede the block being hashed.
+/// The sequential state between blocks: the true boundaries and the bytes the next block needs.
+struct Stitch {
+    segment_len: usize,
+    /// The true chunk boundaries so far.
+    walk: BoundaryWalk,
+    /// Bytes processed so far.
+    pos: u64,
+    /// The last bytes processed (up to `WINDOW - 1`): the window before the next block.
+    tail: Vec<u8>,
+    /// The bytes of the chunk in progress, from `walk.chunk_start()` to `pos`.
     carry: Vec<u8>,
-    /// Stream offset where the chunk in progress starts.
-    hashed_to: u64,
-    chunks: Vec<ChunkRef>,
-    sha256: Option<sha2::Sha256>,
 }
 
-impl Collector {
-    fn new(options: HashOptions) -> Self {
+/// What a segment task found.
+struct SegmentResult {
+    /// Stream offset of the segment's end.
+    end: u64,
+    /// Boundary candidates (end offsets), increasing.
+    candidates: Vec<u64>,
+    /// Guessed chunks that lie inside the segment, with their start offsets, increasing.
+    guessed: Vec<(u64, ChunkRef)>,
+}
+
+/// The chunks that end in one block, in order: hashed by a segment task, or still to hash.
+struct FillIn {
+    /// Stream offset of the block.
+    base: u64,
+    /// Per chunk: its hash, or its `(start, end)` offsets.
+    found: Vec<Result<ChunkRef, (u64, u64)>>,
+    /// The bytes of the first chunk, if it began in an earlier block.
+    straddler: Option<Vec<u8>>,
+}
+
+impl Stitch {
+    fn new(segment_len: usize) -> Self {
         Self {
+            segment_len: segment_len.max(WINDOW),
+            walk: BoundaryWalk::new(),
+            pos: 0,
+            tail: Vec::new(),
             carry: Vec::new(),
-            hashed_to: 0,
-            chunks: Vec::new(),
-            sha256: options.sha256.then(sha2::Sha256::new),
         }
     }
 
-    /// Hashes the chunks that end in `block` (blocks must come in stream order).
-    fn hash<B: AsRef<[u8]> + Sync>(&mut self, block: Option<&Scanned<B>>) {
-        let Some(block) = block else { return };
-        let data = block.data.as_ref();
-        let Self {
-            carry,
-            hashed_to,
-            chunks,
-            sha256,
-        } = self;
-        rayon::join(
-            || {
-                if let Some(sha) = sha256 {
-                    sha.update(data);
-                }
-            },
-            || hash_chunks(block.base, data, &block.ends, carry, hashed_to, chunks),
+    /// Finds the true boundaries in `block` (at stream offset `base`) from the segments'
+    /// candidates and matches them with the guessed chunks; moves on to the next block.
+    fn stitch(&mut self, block: &[u8], base: u64, segments: &[SegmentResult]) -> FillIn {
+        let mut ends = Vec::new();
+        for segment in segments {
+            self.walk
+                .advance(&segment.candidates, segment.end, &mut ends);
+        }
+        let mut guessed = segments.iter().flat_map(|s| s.guessed.iter()).peekable();
+        let mut found = Vec::with_capacity(ends.len());
+        // The chunk in progress starts before `base` by the length of `carry`.
+        let mut start = base - self.carry.len() as u64;
+        for &end in &ends {
+            while guessed.next_if(|(s, _)| *s < start).is_some() {}
+            // Chains that share a boundary agree from there on, so a guessed chunk with the
+            // right start is the true chunk; the end is compared only as a safeguard.
+            let hit = guessed
+                .next_if(|(s, c)| *s == start && s + c.len == end)
+                .map(|(_, c)| *c);
+            found.push(hit.ok_or((start, end)));
+            start = end;
+        }
+        let local = |offset: u64| (offset - base) as usize;
+        let mut straddler = None;
+        if let Some(&first) = ends.first() {
+            if !self.carry.is_empty() {
+                self.carry.extend_from_slice(&block[..local(first)]);
+                straddler = Some(std::mem::take(&mut self.carry));
+            }
+        }
+        // Keep the chunk in progress and the window for the next block.
+        let chunk_start = self.walk.chunk_start();
+        if chunk_start >= base {
+            self.carry.clear();
+            self.carry.extend_from_slice(&block[local(chunk_start)..]);
+        } else {
+            self.carry.extend_from_slice(block);
+        }
+        let keep = (WINDOW - 1).min(block.len());
+        self.tail.extend_from_slice(&block[block.len() - keep..]);
+        let excess = self.tail.len().saturating_sub(WINDOW - 1);
+        self.tail.drain(..excess);
+        self.pos = base + block.len() as u64;
+        FillIn {
+            base,
+            found,
+            straddler,
+        }
+    }
+}
+
+impl FillIn {
+    /// Hashes the chunks no segment task guessed and appends all of them to `chunks` in order.
+    fn run(self, block: &[u8], chunks: &mut Vec<ChunkRef>) {
+        let base = self.base;
+        let straddler = self.straddler.as_deref().unwrap_or(&[]);
+        let missing: Vec<(u64, u64)> = self.found.iter().filter_map(|f| f.err()).collect();
+        let mut computed = Vec::with_capacity(missing.len());
+        missing
+            .into_par_iter()
+            .map(|(start, end)| {
+                let bytes = if start < base {
+                    straddler
+                } else {
+                    &block[(start - base) as usize..(end - base) as usize]
+                };
+                ChunkRef::new(ChunkHash::of(bytes), end - start)
+            })
+            .collect_into_vec(&mut computed);
+        let mut computed = computed.into_iter();
+        chunks.extend(
+            self.found
+                .into_iter()
+                .filter_map(|f| f.ok().or_else(|| computed.next())),
         );
     }
-
-    /// Hashes the last chunk (whatever is pending) and computes the file hash.
-    fn finish(mut self, chunker: Chunker) -> HashedFile {
-        let size = chunker.position();
-        if chunker.finish().is_some() {
-            self.chunks.push(ChunkRef::new(
-                ChunkHash::of(&self.carry),
-                self.carry.len() as u64,
-            ));
-        }
-        HashedFile {
-            size,
-            file_hash: file_hash(&self.chunks),
-            chunks: self.chunks,
-            sha256: self
-                .sha256
-                .map(|sha| LfsOid::from_digest(sha.finalize().into())),
-        }
-    }
 }
 
-/// Hashes the chunks ending at `ends` (inside `data`, which starts at stream offset `base`).
-/// The first may have begun in earlier blocks: its earlier bytes are in `carry`. Afterwards
-/// `carry` holds the bytes of the chunk still in progress and `hashed_to` its start.
-fn hash_chunks(
+/// Runs the segment tasks over `block` (at stream offset `base`; `tail` holds the bytes just
+/// before it, `walk` the true boundary state at its start).
+fn scan_segments(
+    block: &[u8],
     base: u64,
-    data: &[u8],
-    ends: &[u64],
-    carry: &mut Vec<u8>,
-    hashed_to: &mut u64,
-    chunks: &mut Vec<ChunkRef>,
-) {
-    // Offsets inside `data`; every end lies in (base, base + data.len()] and the chunk in
-    // progress never starts after `base`.
-    let local = |offset: u64| (offset - base) as usize;
-    let mut inner = ends;
-    if let Some((&first, rest)) = ends.split_first() {
-        if *hashed_to < base {
-            carry.extend_from_slice(&data[..local(first)]);
-            chunks.push(ChunkRef::new(ChunkHash::of(carry), carry.len() as u64));
-            carry.clear();
-            *hashed_to = first;
-            inner = rest;
+    segment_len: usize,
+    tail: &[u8],
+    walk: BoundaryWalk,
+) -> Vec<SegmentResult> {
+    let count = (block.len() / segment_len).max(1);
+    let seg = block.len() / count;
+    (0..count)
+        .into_par_iter()
+        .map(|k| {
+            let start = k * seg;
+            let end = if k + 1 == count {
+                block.len()
+            } else {
+                start + seg
+            };
+            // Segments after the first start at least `WINDOW` bytes into the block, so the
+            // window before them is in the block; `tail` holds the one before the block.
+            let (preceding, guess) = if k == 0 {
+                (tail, walk)
+            } else {
+                let a = base + start as u64;
+                (
+                    &block[start - (WINDOW - 1)..start],
+                    BoundaryWalk::starting_at(a),
+                )
+            };
+            segment_task(block, base, start, end, preceding, guess)
+        })
+        .collect()
+}
+
+/// One segment task: `block[start..end]`, scanned and hashed piece by piece.
+fn segment_task(
+    block: &[u8],
+    base: u64,
+    start: usize,
+    end: usize,
+    preceding: &[u8],
+    mut walk: BoundaryWalk,
+) -> SegmentResult {
+    let seg_base = base + start as u64;
+    let mut scanner = CandidateScanner::resume(seg_base, preceding)
+        .expect("the window before a segment is always available");
+    let mut candidates = Vec::new();
+    let mut guessed = Vec::new();
+    let mut ends = Vec::new();
+    for piece in block[start..end].chunks(PIECE_LEN) {
+        let from = candidates.len();
+        scanner.scan(piece, &mut candidates);
+        let mut chunk_start = walk.chunk_start();
+        ends.clear();
+        walk.advance(&candidates[from..], scanner.position(), &mut ends);
+        for &chunk_end in &ends {
+            // Chunks that began before the segment are left to the stitch.
+            if chunk_start >= seg_base {
+                let bytes = &block[(chunk_start - base) as usize..(chunk_end - base) as usize];
+                let chunk = ChunkRef::new(ChunkHash::of(bytes), chunk_end - chunk_start);
+                guessed.push((chunk_start, chunk));
+            }
+            chunk_start = chunk_end;
         }
     }
-    let start = *hashed_to;
-    chunks.par_extend(inner.par_iter().enumerate().map(|(k, &end)| {
-        let begin = if k == 0 { start } else { inner[k - 1] };
-        ChunkRef::new(ChunkHash::of(&data[local(begin)..local(end)]), end - begin)
-    }));
-    if let Some(&last) = ends.last() {
-        *hashed_to = last;
-        carry.clear();
-        carry.extend_from_slice(&data[local(last)..]);
-    } else {
-        carry.extend_from_slice(data);
+    SegmentResult {
+        end: base + end as u64,
+        candidates,
+        guessed,
     }
 }
 
@@ -396,34 +596,67 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_block_length_gives_the_reference_result() {
-        // Random data with a long constant stretch (maximum-size cuts across many blocks).
+    /// Random data with a long constant stretch (maximum-size cuts, where guessed chains never
+    /// join the true one) and a short repeating pattern.
+    fn mixed_input() -> Vec<u8> {
         let mut data = pseudo_random(400_000, 3);
         data.extend(std::iter::repeat(7u8).take(300_000));
         data.extend(pseudo_random(150_000, 4));
+        data.extend([1u8, 2, 3].iter().cycle().take(100_000));
+        data.extend(pseudo_random(50_000, 5));
+        data
+    }
+
+    #[test]
+    fn every_block_and_segment_length_gives_the_reference_result() {
+        let data = mixed_input();
         let expected = reference(&data);
         assert!(expected.chunks.len() > 5);
-        for block_len in [4099, 65_536, 131_072, 200_003, data.len(), usize::MAX] {
-            assert_eq!(
-                hash_slices(&data, block_len, HashOptions::default()),
-                expected,
-                "slices, block {block_len}"
-            );
-            let read = read_blocks(&data[..], block_len.min(1 << 20), HashOptions::default());
+        for block_len in [4099, 65_536, 200_003, data.len(), usize::MAX] {
+            for segment_len in [64, 1000, 30_000, 131_072, 1 << 20] {
+                let what = format!("block {block_len}, segment {segment_len}");
+                let got = hash_slices(&data, block_len, segment_len, HashOptions::default());
+                assert_eq!(got, expected, "slices, {what}");
+            }
+        }
+        for (block_len, segment_len) in [(4099, 1000), (200_003, 30_000), (1 << 20, 1 << 20)] {
+            let read = read_blocks(&data[..], block_len, segment_len, HashOptions::default());
             assert_eq!(read.unwrap(), expected, "reader, block {block_len}");
         }
-        // Tiny blocks: a chunk is assembled from many carried pieces.
-        let small = &data[..20_000];
-        for block_len in [1, 37] {
-            assert_eq!(
-                hash_slices(small, block_len, HashOptions::default()),
-                reference(small)
-            );
-        }
-        // Each reader round costs a thread hand-off, so keep this one short.
-        let read = read_blocks(&small[..3000], 7, HashOptions::default());
+        // Small blocks: chunks are assembled from many carried pieces. Each block costs a thread
+        // hand-off, so the inputs stay short.
+        let cut_inside = &data[400_000 - 20_000..400_000 + 140_000];
+        let got = hash_slices(cut_inside, 997, 64, HashOptions::default());
+        assert_eq!(got, reference(cut_inside));
+        assert!(got.chunks.len() >= 2);
+        let small = &data[..5000];
+        assert_eq!(
+            hash_slices(small, 1, 64, HashOptions::default()),
+            reference(small)
+        );
+        let read = read_blocks(&small[..3000], 7, 64, HashOptions::default());
         assert_eq!(read.unwrap(), reference(&small[..3000]));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 16, ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        #[test]
+        fn any_layout_gives_the_reference_result(
+            seed in 0u64..1000,
+            random_len in 0usize..300_000,
+            constant_len in 0usize..300_000,
+            block_len in 1000usize..400_000,
+            segment_len in 64usize..200_000,
+        ) {
+            let mut data = pseudo_random(random_len, seed);
+            data.extend(std::iter::repeat(0u8).take(constant_len));
+            data.extend(pseudo_random(random_len / 2, seed + 1));
+            let got = hash_slices(&data, block_len, segment_len, HashOptions::default());
+            proptest::prop_assert_eq!(got, reference(&data));
+        }
     }
 
     #[test]
@@ -444,7 +677,7 @@ mod tests {
     #[test]
     fn sha256_is_computed_on_request() {
         let data = pseudo_random(300_000, 5);
-        let with = read_blocks(&data[..], 70_000, HashOptions { sha256: true }).unwrap();
+        let with = read_blocks(&data[..], 70_000, 10_000, HashOptions { sha256: true }).unwrap();
         assert_eq!(with.sha256, Some(LfsOid::of(&data)));
         assert_eq!(with.file_hash, reference(&data).file_hash);
         assert_eq!(hash_bytes(&data, HashOptions::default()).sha256, None);
@@ -472,7 +705,8 @@ mod tests {
     #[test]
     fn read_errors_report_the_offset() {
         for (ok, block_len) in [(0, 100), (2500, 1000), (2500, 100_000)] {
-            let err = read_blocks(Failing { ok }, block_len, HashOptions::default()).unwrap_err();
+            let err =
+                read_blocks(Failing { ok }, block_len, 1000, HashOptions::default()).unwrap_err();
             match &err {
                 HasherError::Stream { offset, .. } => assert_eq!(*offset, ok as u64),
                 other => panic!("unexpected {other:?}"),
