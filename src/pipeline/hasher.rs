@@ -533,6 +533,8 @@ fn segment_task(
     mut walk: BoundaryWalk,
 ) -> SegmentResult {
     let seg_base = base + start as u64;
+    // `preceding` is the stream's last 63 bytes before the segment (all of them near its start):
+    // `Stitch::tail` keeps them across blocks and later segments start 63+ bytes into the block.
     let mut scanner = CandidateScanner::resume(seg_base, preceding)
         .expect("the window before a segment is always available");
     let mut candidates = Vec::new();
