@@ -1,1 +1,2 @@
 //! Orchestration of hashing, uploads and downloads over the format layer.
+pub mod hasher;
