@@ -2,6 +2,9 @@
 //! test-vectors.md §5 (SplitMix64 seed 0, constant 0x3B, the 128 hitting-data cases, streaming in
 //! pieces), and properties tying the streaming and parallel chunkers to the canonical loop.
 
+mod common;
+
+use common::splitmix64;
 use git_xet::format::chunking::{
     chunk_boundaries, chunk_boundaries_parallel, Chunker, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
@@ -9,22 +12,6 @@ use git_xet::format::hash::{file_hash, xorb_hash};
 use git_xet::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
 use git_xet::pipeline::hasher::{hash_bytes, HashOptions};
 use proptest::prelude::*;
-
-/// The SplitMix64 byte generator of test-vectors.md §5.1.
-fn splitmix64(seed: u64, n: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
 
 const SEED0_BOUNDARIES: [usize; 19] = [
     84493, 134421, 144853, 243318, 271793, 336457, 467529, 494581, 582000, 596735, 616815, 653164,

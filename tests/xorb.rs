@@ -2,6 +2,9 @@
 //! (golden fixtures), round-trip properties for every compression policy, limits, and
 //! never-panic checks on truncated and bit-flipped input.
 
+mod common;
+
+use common::splitmix64;
 use git_xet::format::hash::{xorb_hash, ChunkHash, ChunkRef, XorbHash};
 use git_xet::format::xorb::bg4::{bg4_recommended, group_sizes, regroup, split};
 use git_xet::format::xorb::compress::lz4_compress;
@@ -18,22 +21,6 @@ fn unhex(s: &str) -> Vec<u8> {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// SplitMix64 (test-vectors.md §5.1).
-fn splitmix(seed: u64, n: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 fn f32_bytes(n: usize, scale: f32) -> Vec<u8> {
@@ -117,7 +104,7 @@ fn vectors_6_4_bg4_predictor() {
     assert_eq!(floats.len(), 16384);
     assert!(bg4_recommended(&floats));
     assert_eq!(choose_scheme(&floats), CompressionScheme::Bg4Lz4);
-    let random = splitmix(0, 111_112);
+    let random = splitmix64(0, 111_112);
     assert_eq!((random[0], random[127], random[111_111]), (175, 132, 118));
     assert!(!bg4_recommended(&random[..65536]));
     assert_eq!(choose_scheme(&random[..65536]), CompressionScheme::Lz4);
@@ -404,7 +391,7 @@ fn default_limits_bytes() {
     assert_eq!(b.add_chunk(&[]).unwrap(), Push::Added(512));
 
     // Incompressible data: the 64 MiB body limit cuts first, at 511 chunks.
-    let mut data = splitmix(1, MAX_CHUNK_LEN as usize);
+    let mut data = splitmix64(1, MAX_CHUNK_LEN as usize);
     let mut b = XorbBuilder::new(CompressionPolicy::None);
     for i in 0..511usize {
         data[..8].copy_from_slice(&(i as u64).to_le_bytes());
@@ -590,7 +577,7 @@ fn parse_checked(bytes: &[u8]) -> Option<ParsedXorb<'_>> {
 /// A xorb of a few hundred KiB with every scheme and several file segments.
 fn bigger_xorb() -> BuiltXorb {
     let mut b = XorbBuilder::new(CompressionPolicy::Auto).with_retest_interval(3);
-    let random = splitmix(7, 200_000);
+    let random = splitmix64(7, 200_000);
     let floats = f32_bytes(40_000, 0.001);
     let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog; "
         .iter()
@@ -679,7 +666,7 @@ fn every_bit_flip_of_the_worked_example() {
 fn random_bit_flips_of_a_bigger_xorb() {
     let x = bigger_xorb();
     for original in [x.stored_form(), x.upload_body().to_vec()] {
-        let positions = splitmix(99, 8 * 400);
+        let positions = splitmix64(99, 8 * 400);
         for (k, word) in positions.chunks_exact(8).enumerate() {
             let r = u64::from_le_bytes(word.try_into().unwrap());
             let mut bytes = original.clone();
