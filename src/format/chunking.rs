@@ -508,7 +508,7 @@ fn record(found: &mut Vec<u64>, i: u64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use sha2::Digest as _;
 
@@ -556,7 +556,8 @@ mod tests {
         ends
     }
 
-    fn pseudo_random(n: usize, mut s: u64) -> Vec<u8> {
+    /// A cheap deterministic byte generator for unit tests (an LCG's top byte).
+    pub(crate) fn pseudo_random(n: usize, mut s: u64) -> Vec<u8> {
         (0..n)
             .map(|_| {
                 s = s

@@ -567,17 +567,7 @@ fn segment_task(
 mod tests {
     use super::*;
     use crate::format::chunking::chunk_boundaries;
-
-    fn pseudo_random(n: usize, mut s: u64) -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 56) as u8
-            })
-            .collect()
-    }
+    use crate::format::chunking::tests::pseudo_random;
 
     /// The straightforward computation: canonical boundaries, then each chunk hashed in turn.
     fn reference(data: &[u8]) -> HashedFile {
