@@ -32,7 +32,7 @@ use std::ops::{Range, RangeInclusive};
 
 use super::error::{FooterProblem, XorbError};
 use super::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN, MAX_COMPRESSED_LEN};
-use crate::format::cursor::Cursor;
+use crate::format::cursor::{Cursor, Truncated};
 use crate::format::hash::{ChunkHash, XorbHash};
 
 /// The footer ident; also what ends the chunk region for stream parsers.
@@ -359,10 +359,24 @@ impl XorbFooter {
     /// chunk region in front of it ([`Self::check_structure`]). Does not decompress or hash
     /// anything. Returns the footer and the offset where it starts (= the chunk region length).
     pub fn from_stored(object: &[u8]) -> Result<(Self, u64), XorbError> {
-        let object_len = object.len() as u64;
-        let mut tail = Cursor::new(object);
-        tail.skip(object_len.saturating_sub(4), "chunk region and footer")?;
-        let info_length = tail.u32("info_length")?;
+        Self::from_tail(object, object.len() as u64)
+    }
+
+    /// [`Self::from_stored`] given only the last `tail.len()` bytes of an object of `object_len`
+    /// bytes, so that a store can read a footer without reading the chunks: read the last 4
+    /// bytes, then [`Self::tail_len`] bytes, then call this. Fails with a truncation error when
+    /// the tail does not reach back to the start of the footer.
+    pub fn from_tail(tail: &[u8], object_len: u64) -> Result<(Self, u64), XorbError> {
+        // A tail longer than the object is a caller's mistake; report it as a length mismatch.
+        let tail_start = object_len.checked_sub(tail.len() as u64).ok_or(Truncated {
+            what: "object (the tail given is longer than the object)",
+            offset: 0,
+            needed: tail.len() as u64,
+            available: object_len,
+        })?;
+        let mut last = Cursor::with_base(tail, tail_start);
+        last.skip((tail.len() as u64).saturating_sub(4), "footer")?;
+        let info_length = last.u32("info_length")?;
         let footer_start =
             object_len
                 .checked_sub(4 + u64::from(info_length))
@@ -373,8 +387,15 @@ impl XorbFooter {
                         object_len,
                     },
                 })?;
-        let mut c = Cursor::new(object);
-        c.skip(footer_start, "chunk region")?;
+        let mut c = Cursor::with_base(tail, tail_start);
+        // A footer starting before the tail cannot be read from it.
+        let skip = footer_start.checked_sub(tail_start).ok_or(Truncated {
+            what: "footer (the tail given is shorter than info_length)",
+            offset: footer_start,
+            needed: 4 + u64::from(info_length),
+            available: tail.len() as u64,
+        })?;
+        c.skip(skip, "chunk region")?;
         let footer_bytes = c.take(u64::from(info_length), "footer")?;
         let mut fc = Cursor::with_base(footer_bytes, footer_start);
         let footer = Self::read(&mut fc)?;
@@ -390,6 +411,37 @@ impl XorbFooter {
         }
         footer.check_structure(footer_start, footer_start)?;
         Ok((footer, footer_start))
+    }
+
+    /// How many bytes from the end of a stored object [`Self::from_tail`] needs, given the
+    /// object's last 4 bytes (`info_length`).
+    pub fn tail_len(last_four: [u8; 4]) -> u64 {
+        u64::from(u32::from_le_bytes(last_four)) + 4
+    }
+
+    /// Uncompressed length of chunks `[start, end)`, from the unpacked offsets (V1 footers);
+    /// `None` for a V0 footer or a range outside the xorb.
+    pub fn unpacked_len(&self, chunks: Range<usize>) -> Option<u64> {
+        let offsets = self.unpacked_chunk_offsets.as_ref()?;
+        if chunks.start > chunks.end || chunks.end > offsets.len() {
+            return None;
+        }
+        let end = if chunks.end == 0 {
+            0
+        } else {
+            offsets[chunks.end - 1]
+        };
+        let start = if chunks.start == 0 {
+            0
+        } else {
+            offsets[chunks.start - 1]
+        };
+        Some(u64::from(end.checked_sub(start)?))
+    }
+
+    /// Uncompressed length of chunk `i` (V1 footers).
+    pub fn chunk_len(&self, i: usize) -> Option<u32> {
+        self.unpacked_len(i..i + 1).map(|n| n as u32)
     }
 
     /// Checks what any valid xorb satisfies, without its chunks: every chunk's boundary offset
@@ -483,6 +535,31 @@ fn read_u32s(c: &mut Cursor<'_>, n: u32, what: &'static str) -> Result<Vec<u32>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn from_tail_reads_a_footer_from_the_end_of_an_object() {
+        use crate::format::xorb::{CompressionPolicy, XorbBuilder};
+        let mut b = XorbBuilder::new(CompressionPolicy::Auto);
+        for i in 0..5u8 {
+            let pushed = b.add_chunk(&vec![i; 1000 + usize::from(i)]).unwrap();
+            assert!(matches!(pushed, crate::format::xorb::Push::Added(_)));
+        }
+        let stored = b.finish().unwrap().stored_form();
+        let (whole, start) = XorbFooter::from_stored(&stored).unwrap();
+        let last: [u8; 4] = stored[stored.len() - 4..].try_into().unwrap();
+        let need = XorbFooter::tail_len(last) as usize;
+        let len = stored.len() as u64;
+        let (tail_only, tail_start) =
+            XorbFooter::from_tail(&stored[stored.len() - need..], len).unwrap();
+        assert_eq!((tail_only, tail_start), (whole.clone(), start));
+        // One byte short of the footer: a clear truncation error, not a panic.
+        assert!(XorbFooter::from_tail(&stored[stored.len() - need + 1..], len).is_err());
+        assert!(XorbFooter::from_tail(&stored, len - 1).is_err());
+        assert_eq!(whole.unpacked_len(0..5), Some(5010));
+        assert_eq!(whole.unpacked_len(1..3), Some(1001 + 1002));
+        assert_eq!(whole.chunk_len(4), Some(1004));
+        assert_eq!(whole.unpacked_len(3..6), None);
+    }
 
     fn two_chunk_footer() -> XorbFooter {
         XorbFooter {
