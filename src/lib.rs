@@ -7,3 +7,4 @@
 pub mod cli;
 pub mod format;
 pub mod pipeline;
+pub mod store;

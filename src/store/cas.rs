@@ -1,0 +1,639 @@
+//! The storage engine: one [`Store`] behind both front doors, the `git xet serve` HTTP server
+//! and the agent's embedded (serverless) mode.
+//!
+//! It accepts xorb upload bodies and shards, validating everything cas-api.md §9 requires
+//! (nothing is trusted: every hash is recomputed and every shard term is checked against the
+//! stored xorb), stores objects through an [`ObjectBackend`] and records what they mean in the
+//! [`Index`]. It answers the queries downloads and deduplication need: a file's
+//! reconstruction plan, the file for a Git LFS oid, the xorb holding a dedup-eligible chunk, and
+//! byte ranges of stored xorbs.
+//!
+//! Synchronous by design (file and database I/O); async callers use `spawn_blocking`.
+//!
+//! On-disk layout of a store directory:
+//!
+//! ```text
+//! STORE-VERSION      "git-xet-store 1"
+//! index.redb         the index (see store::index)
+//! xorbs/, shards/, tmp/   objects (see store::backend)
+//! ```
+
+use std::collections::HashMap;
+use std::fs;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey};
+use super::index::{
+    FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
+};
+use super::reconstruction::{plan, PlanError, ReconstructionPlan};
+use crate::format::hash::{file_hash, verification_hash};
+use crate::format::shard::{ParsedShard, Shard, ShardError, XorbInfo, MAX_SHARD_SIZE};
+use crate::format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLimits};
+use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
+
+const VERSION_FILE: &str = "STORE-VERSION";
+const VERSION_TEXT: &str = "git-xet-store 1\n";
+/// Footers kept in memory; a footer of an 8192-chunk xorb is about 330 KB.
+const FOOTER_CACHE_ENTRIES: usize = 512;
+
+/// Why a shard was refused. Each names the file or xorb and the term concerned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardRejection {
+    #[error("malformed shard: {0}")]
+    Malformed(#[from] ShardError),
+    #[error("an uploaded shard must not carry keyed chunk hashes")]
+    Keyed,
+    #[error("file {file} has no verification entries; every file of an uploaded shard needs them")]
+    MissingVerification { file: FileHash },
+    #[error("file {file} has unknown flag bits {flags:#010x}")]
+    UnknownFlags { file: FileHash, flags: u32 },
+    #[error("file {file} has no terms (only the empty file, hash 0, may)")]
+    NoTerms { file: FileHash },
+    #[error("term {term} of file {file} references unknown xorb {xorb}: upload the xorb first")]
+    UnknownXorb {
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+    },
+    #[error(
+        "term {term} of file {file}: chunks {start}..{end} are outside xorb {xorb} ({num_chunks} chunks)"
+    )]
+    ChunkRange {
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+        start: u32,
+        end: u32,
+        num_chunks: usize,
+    },
+    #[error(
+        "term {term} of file {file}: unpacked_segment_bytes is {claimed}, the chunks hold {actual}"
+    )]
+    UnpackedLength {
+        file: FileHash,
+        term: usize,
+        claimed: u32,
+        actual: u64,
+    },
+    #[error("term {term} of file {file}: verification hash does not match xorb {xorb}")]
+    Verification {
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+    },
+    #[error("file hash {file} does not match the hash {computed} of its chunks")]
+    FileHash { file: FileHash, computed: FileHash },
+    #[error("xorb block {xorb} in the shard names a xorb that is not stored: upload it first")]
+    UnknownXorbBlock { xorb: XorbHash },
+    #[error("xorb block {xorb} does not match the stored xorb: {detail}")]
+    XorbBlock { xorb: XorbHash, detail: String },
+}
+
+impl ShardRejection {
+    /// A stable machine-readable code for error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ShardRejection::Malformed(_) => "invalid_shard",
+            ShardRejection::Keyed => "keyed_shard",
+            ShardRejection::MissingVerification { .. } => "missing_verification",
+            ShardRejection::UnknownFlags { .. } => "unknown_flags",
+            ShardRejection::NoTerms { .. } => "no_terms",
+            ShardRejection::UnknownXorb { .. } | ShardRejection::UnknownXorbBlock { .. } => {
+                "unknown_xorb"
+            }
+            ShardRejection::ChunkRange { .. } => "chunk_range",
+            ShardRejection::UnpackedLength { .. } => "unpacked_length_mismatch",
+            ShardRejection::Verification { .. } => "verification_mismatch",
+            ShardRejection::FileHash { .. } => "file_hash_mismatch",
+            ShardRejection::XorbBlock { .. } => "xorb_block_mismatch",
+        }
+    }
+}
+
+/// A store failure: the client's fault ([`StoreError::is_client_error`]) or the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("xorb {xorb}: {source}")]
+    InvalidXorb { xorb: XorbHash, source: XorbError },
+    #[error("shard rejected: {0}")]
+    ShardRejected(#[from] ShardRejection),
+    #[error("shard of {len} bytes exceeds the {max}-byte limit")]
+    ShardTooLarge { len: usize, max: u64 },
+    #[error("cannot plan reconstruction of file {file}: {source}")]
+    Plan { file: FileHash, source: PlanError },
+    #[error("stored xorb {xorb} is damaged: {source}")]
+    DamagedXorb { xorb: XorbHash, source: XorbError },
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+    #[error("{0}")]
+    Index(#[from] IndexError),
+    #[error("store directory {path}: {detail}")]
+    Layout { path: PathBuf, detail: String },
+}
+
+impl StoreError {
+    /// True when the request was at fault (bad input), false when the store failed.
+    pub fn is_client_error(&self) -> bool {
+        match self {
+            StoreError::InvalidXorb { .. }
+            | StoreError::ShardRejected(_)
+            | StoreError::ShardTooLarge { .. } => true,
+            StoreError::Plan { source, .. } => {
+                matches!(
+                    source,
+                    PlanError::NotSatisfiable { .. } | PlanError::Inverted { .. }
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The outcome of registering a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardOutcome {
+    pub shard: ShardHash,
+    /// False when this exact shard was registered before.
+    pub newly_registered: bool,
+    /// Files the shard listed, and how many of them were new.
+    pub files: usize,
+    pub new_files: usize,
+}
+
+/// Progress of a shard validation: terms verified out of the total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidationProgress {
+    pub verified: u64,
+    pub total: u64,
+}
+
+/// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
+pub struct Store {
+    backend: Arc<dyn ObjectBackend>,
+    index: Index,
+    footers: Mutex<HashMap<XorbHash, Arc<XorbFooter>>>,
+    root: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).finish()
+    }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if the directory is empty or missing.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let layout = |detail: String| StoreError::Layout {
+            path: dir.to_path_buf(),
+            detail,
+        };
+        fs::create_dir_all(dir).map_err(|e| layout(format!("cannot create: {e}")))?;
+        let version = dir.join(VERSION_FILE);
+        match fs::read_to_string(&version) {
+            Ok(text) if text == VERSION_TEXT => {}
+            Ok(text) => {
+                return Err(layout(format!(
+                    "{VERSION_FILE} says {:?}; this git-xet understands {:?}",
+                    text.trim(),
+                    VERSION_TEXT.trim()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let entries = fs::read_dir(dir)
+                    .map_err(|e| layout(format!("cannot list: {e}")))?
+                    .count();
+                if entries > 0 {
+                    return Err(layout(format!(
+                        "not empty and has no {VERSION_FILE}: refusing to use it as a store"
+                    )));
+                }
+                fs::write(&version, VERSION_TEXT)
+                    .map_err(|e| layout(format!("cannot write {VERSION_FILE}: {e}")))?;
+            }
+            Err(e) => return Err(layout(format!("cannot read {VERSION_FILE}: {e}"))),
+        }
+        let backend = FsBackend::open(dir)?;
+        let index = Index::open(&dir.join("index.redb"))?;
+        Ok(Self {
+            backend: Arc::new(backend),
+            index,
+            footers: Mutex::new(HashMap::new()),
+            root: dir.to_path_buf(),
+        })
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether a xorb is stored.
+    pub fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        if self.index.xorb(xorb)?.is_some() {
+            return Ok(true);
+        }
+        // An object stored just before a crash, before the index learned of it: index it now.
+        if self.backend.len(ObjectKey::Xorb(*xorb))?.is_some() {
+            let footer = self.footer(xorb)?.is_some();
+            return Ok(footer);
+        }
+        Ok(false)
+    }
+
+    /// Validates an upload body (chunk region, optionally with a footer) against its hash and
+    /// stores it with a rebuilt footer. `Ok(true)` if this call stored it, `Ok(false)` if it was
+    /// already stored (the body is then not validated again).
+    pub fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, StoreError> {
+        if self.has_xorb(&xorb)? {
+            return Ok(false);
+        }
+        let options = ReadOptions {
+            expected_hash: Some(xorb),
+            limits: XorbLimits::SERVER,
+        };
+        let invalid = |source| StoreError::InvalidXorb { xorb, source };
+        let parsed = ParsedXorb::parse_with(body, &options).map_err(invalid)?;
+        let stored = parsed.to_stored([0; 4]).map_err(invalid)?;
+        let created = self.backend.put_if_absent(ObjectKey::Xorb(xorb), &stored)?;
+        let (footer, _) = XorbFooter::from_stored(&stored).map_err(invalid)?;
+        self.record_xorb(&footer, stored.len() as u64)?;
+        self.cache_footer(Arc::new(footer));
+        Ok(created)
+    }
+
+    fn record_xorb(&self, footer: &XorbFooter, stored_len: u64) -> Result<(), StoreError> {
+        let unpacked = footer
+            .unpacked_chunk_offsets
+            .as_ref()
+            .and_then(|o| o.last())
+            .map_or(0, |&n| u64::from(n));
+        let eligible: Vec<(ChunkHash, u32)> = footer
+            .chunk_hashes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.is_global_dedup_eligible())
+            .map(|(i, h)| (*h, i as u32))
+            .collect();
+        let meta = XorbMeta {
+            num_chunks: footer.num_chunks() as u32,
+            stored_len,
+            unpacked_len: unpacked,
+        };
+        self.index.add_xorb(footer.hash, meta, &eligible)?;
+        Ok(())
+    }
+
+    fn cache_footer(&self, footer: Arc<XorbFooter>) {
+        let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= FOOTER_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(footer.hash, footer);
+    }
+
+    /// The footer of a stored xorb (read from the end of the object, cached).
+    pub fn footer(&self, xorb: &XorbHash) -> Result<Option<Arc<XorbFooter>>, StoreError> {
+        if let Some(f) = self
+            .footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(xorb)
+        {
+            return Ok(Some(Arc::clone(f)));
+        }
+        let key = ObjectKey::Xorb(*xorb);
+        let Some(len) = self.backend.len(key)? else {
+            return Ok(None);
+        };
+        let damaged = |source| StoreError::DamagedXorb {
+            xorb: *xorb,
+            source,
+        };
+        let last = self
+            .backend
+            .read_range(key, len.saturating_sub(4)..len)?
+            .unwrap_or_default();
+        let last: [u8; 4] = last.as_slice().try_into().map_err(|_| {
+            damaged(XorbError::Truncated(crate::format::cursor::Truncated {
+                what: "info_length",
+                offset: 0,
+                needed: 4,
+                available: len,
+            }))
+        })?;
+        let tail_len = XorbFooter::tail_len(last).min(len);
+        let tail = self
+            .backend
+            .read_range(key, len - tail_len..len)?
+            .unwrap_or_default();
+        let (footer, _) = XorbFooter::from_tail(&tail, len).map_err(damaged)?;
+        if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
+            return Err(damaged(XorbError::HashMismatch {
+                computed: footer.hash,
+                expected: *xorb,
+            }));
+        }
+        if self.index.xorb(xorb)?.is_none() {
+            self.record_xorb(&footer, len)?;
+        }
+        let footer = Arc::new(footer);
+        self.cache_footer(Arc::clone(&footer));
+        Ok(Some(footer))
+    }
+
+    /// Validates a shard (upload or complete form) against the stored xorbs and registers its
+    /// files, atomically. `progress` is called as terms are verified.
+    pub fn register_shard(
+        &self,
+        bytes: &[u8],
+        progress: &mut dyn FnMut(ValidationProgress),
+    ) -> Result<ShardOutcome, StoreError> {
+        if bytes.len() as u64 > MAX_SHARD_SIZE {
+            return Err(StoreError::ShardTooLarge {
+                len: bytes.len(),
+                max: MAX_SHARD_SIZE,
+            });
+        }
+        let shard_hash = ShardHash::of(bytes);
+        let parsed = ParsedShard::parse(bytes).map_err(ShardRejection::Malformed)?;
+        let shard = parsed.shard;
+        if shard.is_keyed() {
+            return Err(ShardRejection::Keyed.into());
+        }
+        if self.index.has_shard(&shard_hash)? {
+            return Ok(ShardOutcome {
+                shard: shard_hash,
+                newly_registered: false,
+                files: shard.files.len(),
+                new_files: 0,
+            });
+        }
+        let entries = self.validate(&shard, shard_hash, progress)?;
+        self.backend
+            .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+        let new_files = self.index.add_shard(shard_hash, &entries, now_unix())?;
+        Ok(ShardOutcome {
+            shard: shard_hash,
+            newly_registered: true,
+            files: shard.files.len(),
+            new_files,
+        })
+    }
+
+    /// cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
+    fn validate(
+        &self,
+        shard: &Shard,
+        shard_hash: ShardHash,
+        progress: &mut dyn FnMut(ValidationProgress),
+    ) -> Result<ShardEntries, StoreError> {
+        let total: u64 = shard.files.iter().map(|f| f.terms.len() as u64).sum();
+        let mut verified = 0u64;
+        progress(ValidationProgress { verified, total });
+        let mut entries = ShardEntries::default();
+        for file in &shard.files {
+            let id = file.hash;
+            if file.unknown_flags != 0 {
+                return Err(ShardRejection::UnknownFlags {
+                    file: id,
+                    flags: file.unknown_flags,
+                }
+                .into());
+            }
+            let Some(verification) = &file.verification else {
+                return Err(ShardRejection::MissingVerification { file: id }.into());
+            };
+            if file.terms.is_empty() && !id.is_zero() {
+                return Err(ShardRejection::NoTerms { file: id }.into());
+            }
+            let mut chunks: Vec<ChunkRef> = Vec::new();
+            let mut terms = Vec::with_capacity(file.terms.len());
+            for (i, term) in file.terms.iter().enumerate() {
+                let xorb = term.xorb_hash;
+                let footer = self.footer(&xorb)?.ok_or(ShardRejection::UnknownXorb {
+                    file: id,
+                    term: i,
+                    xorb,
+                })?;
+                let (start, end) = (term.chunk_index_start, term.chunk_index_end);
+                if start >= end || end as usize > footer.num_chunks() {
+                    return Err(ShardRejection::ChunkRange {
+                        file: id,
+                        term: i,
+                        xorb,
+                        start,
+                        end,
+                        num_chunks: footer.num_chunks(),
+                    }
+                    .into());
+                }
+                let range = start as usize..end as usize;
+                let actual = footer.unpacked_len(range.clone()).unwrap_or(u64::MAX);
+                if actual != u64::from(term.unpacked_segment_bytes) {
+                    return Err(ShardRejection::UnpackedLength {
+                        file: id,
+                        term: i,
+                        claimed: term.unpacked_segment_bytes,
+                        actual,
+                    }
+                    .into());
+                }
+                let hashes = &footer.chunk_hashes[range.clone()];
+                if verification.get(i) != Some(&verification_hash(hashes)) {
+                    return Err(ShardRejection::Verification {
+                        file: id,
+                        term: i,
+                        xorb,
+                    }
+                    .into());
+                }
+                for c in range {
+                    let len = footer.chunk_len(c).unwrap_or(0);
+                    chunks.push(ChunkRef::new(footer.chunk_hashes[c], u64::from(len)));
+                }
+                terms.push(StoredTerm {
+                    xorb,
+                    chunk_start: start,
+                    chunk_end: end,
+                    unpacked_len: term.unpacked_segment_bytes,
+                });
+                verified += 1;
+                if verified % 64 == 0 {
+                    progress(ValidationProgress { verified, total });
+                }
+            }
+            let computed = file_hash(&chunks);
+            if computed != id {
+                return Err(ShardRejection::FileHash { file: id, computed }.into());
+            }
+            let size = chunks.iter().map(|c| c.len).sum();
+            if let (Some(oid), false) = (file.sha256, id.is_zero()) {
+                entries.oids.push((oid, id));
+            }
+            // The first chunk of every file is eligible for global dedup (xet-format.md §5.1).
+            if let Some(first) = terms.first() {
+                if let Some(c) = chunks.first() {
+                    entries.dedup.push((c.hash, first.xorb, first.chunk_start));
+                }
+            }
+            entries.files.push((
+                id,
+                FileRecord {
+                    size,
+                    shard: shard_hash,
+                    terms,
+                },
+            ));
+        }
+        for block in &shard.xorbs {
+            self.check_xorb_block(block)?;
+        }
+        progress(ValidationProgress { verified, total });
+        Ok(entries)
+    }
+
+    /// A shard's xorb block must describe the stored xorb exactly (dedup flag and on-disk size
+    /// aside).
+    fn check_xorb_block(&self, block: &XorbInfo) -> Result<(), StoreError> {
+        let xorb = block.hash;
+        let footer = self
+            .footer(&xorb)?
+            .ok_or(ShardRejection::UnknownXorbBlock { xorb })?;
+        let fail = |detail: String| StoreError::from(ShardRejection::XorbBlock { xorb, detail });
+        if block.chunks.len() != footer.num_chunks() {
+            return Err(fail(format!(
+                "{} chunk entries, the xorb has {} chunks",
+                block.chunks.len(),
+                footer.num_chunks()
+            )));
+        }
+        let mut start = 0u64;
+        for (i, c) in block.chunks.iter().enumerate() {
+            let len = u64::from(footer.chunk_len(i).unwrap_or(0));
+            if c.hash != footer.chunk_hashes[i]
+                || u64::from(c.chunk_byte_range_start) != start
+                || u64::from(c.unpacked_segment_bytes) != len
+            {
+                return Err(fail(format!(
+                    "chunk entry {i} differs from the stored chunk"
+                )));
+            }
+            start += len;
+        }
+        if u64::from(block.num_bytes_in_xorb) != start {
+            return Err(fail(format!(
+                "num_bytes_in_xorb is {}, the chunks hold {start}",
+                block.num_bytes_in_xorb
+            )));
+        }
+        Ok(())
+    }
+
+    /// A registered file's record.
+    pub fn file(&self, file: &FileHash) -> Result<Option<FileRecord>, StoreError> {
+        Ok(self.index.file(file)?)
+    }
+
+    /// The reconstruction plan of bytes `range` (inclusive) of a file, or `None` if the file is
+    /// not registered. The empty file (hash 0) is always known and has an empty plan.
+    pub fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, StoreError> {
+        let terms = if file.is_zero() {
+            Vec::new()
+        } else {
+            match self.index.file(file)? {
+                Some(record) => record.terms,
+                None => return Ok(None),
+            }
+        };
+        let mut owned: HashMap<XorbHash, Arc<XorbFooter>> = HashMap::new();
+        for t in &terms {
+            if let std::collections::hash_map::Entry::Vacant(slot) = owned.entry(t.xorb) {
+                if let Some(f) = self.footer(&t.xorb)? {
+                    slot.insert(f);
+                }
+            }
+        }
+        let footers: HashMap<XorbHash, &XorbFooter> =
+            owned.iter().map(|(h, f)| (*h, f.as_ref())).collect();
+        plan(&terms, &footers, range)
+            .map(Some)
+            .map_err(|source| StoreError::Plan {
+                file: *file,
+                source,
+            })
+    }
+
+    /// The Xet file registered for a Git LFS oid, with its size.
+    pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
+        let Some(file) = self.index.file_by_oid(oid)? else {
+            return Ok(None);
+        };
+        let size = self.index.file(&file)?.map_or(0, |r| r.size);
+        Ok(Some((file, size)))
+    }
+
+    /// For a global-dedup query: an unkeyed shard with no files listing the xorb that holds
+    /// `chunk`, if the chunk is indexed as dedup-eligible. The caller keys it.
+    pub fn dedup_shard(&self, chunk: &ChunkHash) -> Result<Option<Shard>, StoreError> {
+        let Some((xorb, _)) = self.index.dedup(chunk)? else {
+            return Ok(None);
+        };
+        let Some(footer) = self.footer(&xorb)? else {
+            return Ok(None);
+        };
+        let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
+            .map(|i| {
+                ChunkRef::new(
+                    footer.chunk_hashes[i],
+                    u64::from(footer.chunk_len(i).unwrap_or(0)),
+                )
+            })
+            .collect();
+        let mut info = XorbInfo::from_chunks(xorb, &chunks).map_err(ShardRejection::Malformed)?;
+        if let Some(meta) = self.index.xorb(&xorb)? {
+            info.num_bytes_on_disk = u32::try_from(meta.stored_len).unwrap_or(u32::MAX);
+        }
+        Ok(Some(Shard {
+            files: Vec::new(),
+            xorbs: vec![info],
+            meta: Default::default(),
+        }))
+    }
+
+    /// The length of a stored xorb object (with its footer).
+    pub fn xorb_len(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
+        Ok(self.backend.len(ObjectKey::Xorb(*xorb))?)
+    }
+
+    /// Bytes `range` (inclusive) of a stored xorb object.
+    pub fn read_xorb(
+        &self,
+        xorb: &XorbHash,
+        range: RangeInclusive<u64>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (start, end) = range.into_inner();
+        Ok(self
+            .backend
+            .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+    }
+
+    /// Entry counts of the index.
+    pub fn counts(&self) -> Result<IndexCounts, StoreError> {
+        Ok(self.index.counts()?)
+    }
+}

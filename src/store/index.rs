@@ -1,0 +1,417 @@
+//! The store's index, in a redb database (`index.redb`): what is stored and how files are rebuilt.
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `xorbs` | xorb hash (32) | num_chunks u32, stored_len u64, unpacked_len u64 (20 bytes) |
+//! | `files` | file hash (32) | size u64, shard hash (32), then per term: xorb hash (32), chunk start u32, chunk end u32, unpacked_len u32 (44 bytes each) |
+//! | `oids` | SHA-256 digest (32, usual byte order) | file hash (32) |
+//! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32 |
+//! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
+//!
+//! All integers are little-endian. A shard's files, oids and dedup entries are written in one
+//! transaction, so a shard is registered whole or not at all, and a commit is durable when it
+//! returns. Entries are only ever added: the first registration of a file hash, oid or dedup
+//! chunk wins and later ones keep it (all registrations of a file hash rebuild the same bytes).
+//!
+//! redb takes an exclusive lock on the database file, so one process at a time opens a store.
+
+use std::path::Path;
+
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::format::{FileHash, LfsOid, ShardHash, XorbHash};
+
+const XORBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorbs");
+const FILES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("files");
+const OIDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("oids");
+const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
+const SHARDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("shards");
+
+/// An index failure.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("index database {path}: {source}")]
+    Open {
+        path: String,
+        source: Box<redb::Error>,
+    },
+    // Boxed: redb's error is large, and every store call returns this type.
+    #[error("index database: {0}")]
+    Db(Box<redb::Error>),
+    #[error("index database is corrupt: {table} entry for {key} has {len} bytes")]
+    Corrupt {
+        table: &'static str,
+        key: String,
+        len: usize,
+    },
+}
+
+fn db_err(e: impl Into<redb::Error>) -> IndexError {
+    IndexError::Db(Box::new(e.into()))
+}
+
+/// What the index records about a stored xorb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XorbMeta {
+    pub num_chunks: u32,
+    /// Length of the stored object (chunk region + footer).
+    pub stored_len: u64,
+    /// Total uncompressed length of its chunks.
+    pub unpacked_len: u64,
+}
+
+/// One term of a registered file: chunks `[chunk_start, chunk_end)` of a xorb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredTerm {
+    pub xorb: XorbHash,
+    pub chunk_start: u32,
+    pub chunk_end: u32,
+    pub unpacked_len: u32,
+}
+
+/// A registered file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    pub size: u64,
+    /// The shard that registered it first.
+    pub shard: ShardHash,
+    pub terms: Vec<StoredTerm>,
+}
+
+/// Everything one shard adds to the index.
+#[derive(Debug, Clone, Default)]
+pub struct ShardEntries {
+    pub files: Vec<(FileHash, FileRecord)>,
+    pub oids: Vec<(LfsOid, FileHash)>,
+    pub dedup: Vec<(crate::format::ChunkHash, XorbHash, u32)>,
+}
+
+const TERM_LEN: usize = 44;
+const FILE_HEAD_LEN: usize = 40;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn hash_at(b: &[u8], at: usize) -> [u8; 32] {
+    let mut a = [0u8; 32];
+    a.copy_from_slice(&b[at..at + 32]);
+    a
+}
+
+fn encode_file(r: &FileRecord) -> Vec<u8> {
+    let mut v = Vec::with_capacity(FILE_HEAD_LEN + TERM_LEN * r.terms.len());
+    v.extend_from_slice(&r.size.to_le_bytes());
+    v.extend_from_slice(r.shard.as_bytes());
+    for t in &r.terms {
+        v.extend_from_slice(t.xorb.as_bytes());
+        v.extend_from_slice(&t.chunk_start.to_le_bytes());
+        v.extend_from_slice(&t.chunk_end.to_le_bytes());
+        v.extend_from_slice(&t.unpacked_len.to_le_bytes());
+    }
+    v
+}
+
+fn decode_file(key: &FileHash, b: &[u8]) -> Result<FileRecord, IndexError> {
+    if b.len() < FILE_HEAD_LEN || (b.len() - FILE_HEAD_LEN) % TERM_LEN != 0 {
+        return Err(IndexError::Corrupt {
+            table: "files",
+            key: key.to_hex(),
+            len: b.len(),
+        });
+    }
+    let terms = b[FILE_HEAD_LEN..]
+        .chunks_exact(TERM_LEN)
+        .map(|t| StoredTerm {
+            xorb: XorbHash::from_bytes(hash_at(t, 0)),
+            chunk_start: u32_at(t, 32),
+            chunk_end: u32_at(t, 36),
+            unpacked_len: u32_at(t, 40),
+        })
+        .collect();
+    Ok(FileRecord {
+        size: u64_at(b, 0),
+        shard: ShardHash::from_bytes(hash_at(b, 8)),
+        terms,
+    })
+}
+
+/// The index database of one store.
+#[derive(Debug)]
+pub struct Index {
+    db: Database,
+}
+
+impl Index {
+    /// Opens or creates `path`, creating every table.
+    pub fn open(path: &Path) -> Result<Self, IndexError> {
+        let open_err = |e: redb::Error| IndexError::Open {
+            path: path.display().to_string(),
+            source: Box::new(e),
+        };
+        let db = Database::create(path).map_err(|e| open_err(e.into()))?;
+        let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
+        for table in [XORBS, FILES, OIDS, DEDUP, SHARDS] {
+            txn.open_table(table).map_err(|e| open_err(e.into()))?;
+        }
+        txn.commit().map_err(|e| open_err(e.into()))?;
+        Ok(Self { db })
+    }
+
+    fn get(
+        &self,
+        table: TableDefinition<&[u8], &[u8]>,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(table).map_err(db_err)?;
+        Ok(t.get(key).map_err(db_err)?.map(|v| v.value().to_vec()))
+    }
+
+    /// Records a stored xorb and its dedup-eligible chunks (first registration wins).
+    pub fn add_xorb(
+        &self,
+        xorb: XorbHash,
+        meta: XorbMeta,
+        dedup: &[(crate::format::ChunkHash, u32)],
+    ) -> Result<(), IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(XORBS).map_err(db_err)?;
+            let mut v = Vec::with_capacity(20);
+            v.extend_from_slice(&meta.num_chunks.to_le_bytes());
+            v.extend_from_slice(&meta.stored_len.to_le_bytes());
+            v.extend_from_slice(&meta.unpacked_len.to_le_bytes());
+            t.insert(xorb.as_bytes().as_slice(), v.as_slice())
+                .map_err(db_err)?;
+            let mut d = txn.open_table(DEDUP).map_err(db_err)?;
+            for (chunk, index) in dedup {
+                if d.get(chunk.as_bytes().as_slice())
+                    .map_err(db_err)?
+                    .is_none()
+                {
+                    let mut v = xorb.as_bytes().to_vec();
+                    v.extend_from_slice(&index.to_le_bytes());
+                    d.insert(chunk.as_bytes().as_slice(), v.as_slice())
+                        .map_err(db_err)?;
+                }
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// What the index knows of a xorb, if it is stored.
+    pub fn xorb(&self, xorb: &XorbHash) -> Result<Option<XorbMeta>, IndexError> {
+        let Some(b) = self.get(XORBS, xorb.as_bytes())? else {
+            return Ok(None);
+        };
+        if b.len() != 20 {
+            return Err(IndexError::Corrupt {
+                table: "xorbs",
+                key: xorb.to_hex(),
+                len: b.len(),
+            });
+        }
+        Ok(Some(XorbMeta {
+            num_chunks: u32_at(&b, 0),
+            stored_len: u64_at(&b, 4),
+            unpacked_len: u64_at(&b, 12),
+        }))
+    }
+
+    /// Whether a shard with this hash was registered.
+    pub fn has_shard(&self, shard: &ShardHash) -> Result<bool, IndexError> {
+        Ok(self.get(SHARDS, shard.as_bytes())?.is_some())
+    }
+
+    /// Registers a shard's entries in one transaction. Returns the number of files that were
+    /// new. Existing files, oids and dedup entries are kept.
+    pub fn add_shard(
+        &self,
+        shard: ShardHash,
+        entries: &ShardEntries,
+        now: u64,
+    ) -> Result<usize, IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let mut new_files = 0;
+        {
+            let mut files = txn.open_table(FILES).map_err(db_err)?;
+            for (hash, record) in &entries.files {
+                if files
+                    .get(hash.as_bytes().as_slice())
+                    .map_err(db_err)?
+                    .is_none()
+                {
+                    files
+                        .insert(hash.as_bytes().as_slice(), encode_file(record).as_slice())
+                        .map_err(db_err)?;
+                    new_files += 1;
+                }
+            }
+            let mut oids = txn.open_table(OIDS).map_err(db_err)?;
+            for (oid, file) in &entries.oids {
+                if oids.get(oid.digest().as_slice()).map_err(db_err)?.is_none() {
+                    oids.insert(oid.digest().as_slice(), file.as_bytes().as_slice())
+                        .map_err(db_err)?;
+                }
+            }
+            let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
+            for (chunk, xorb, index) in &entries.dedup {
+                if dedup
+                    .get(chunk.as_bytes().as_slice())
+                    .map_err(db_err)?
+                    .is_none()
+                {
+                    let mut v = xorb.as_bytes().to_vec();
+                    v.extend_from_slice(&index.to_le_bytes());
+                    dedup
+                        .insert(chunk.as_bytes().as_slice(), v.as_slice())
+                        .map_err(db_err)?;
+                }
+            }
+            let mut shards = txn.open_table(SHARDS).map_err(db_err)?;
+            let mut v = (entries.files.len() as u32).to_le_bytes().to_vec();
+            v.extend_from_slice(&now.to_le_bytes());
+            shards
+                .insert(shard.as_bytes().as_slice(), v.as_slice())
+                .map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)?;
+        Ok(new_files)
+    }
+
+    /// A registered file's reconstruction.
+    pub fn file(&self, file: &FileHash) -> Result<Option<FileRecord>, IndexError> {
+        self.get(FILES, file.as_bytes())?
+            .map(|b| decode_file(file, &b))
+            .transpose()
+    }
+
+    /// The Xet file registered for a Git LFS oid.
+    pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<FileHash>, IndexError> {
+        let Some(b) = self.get(OIDS, oid.digest())? else {
+            return Ok(None);
+        };
+        if b.len() != 32 {
+            return Err(IndexError::Corrupt {
+                table: "oids",
+                key: oid.to_hex(),
+                len: b.len(),
+            });
+        }
+        Ok(Some(FileHash::from_bytes(hash_at(&b, 0))))
+    }
+
+    /// The xorb and chunk index holding a dedup-eligible chunk.
+    pub fn dedup(
+        &self,
+        chunk: &crate::format::ChunkHash,
+    ) -> Result<Option<(XorbHash, u32)>, IndexError> {
+        let Some(b) = self.get(DEDUP, chunk.as_bytes())? else {
+            return Ok(None);
+        };
+        if b.len() != 36 {
+            return Err(IndexError::Corrupt {
+                table: "dedup",
+                key: chunk.to_hex(),
+                len: b.len(),
+            });
+        }
+        Ok(Some((XorbHash::from_bytes(hash_at(&b, 0)), u32_at(&b, 32))))
+    }
+
+    /// Counts of entries, for status output.
+    pub fn counts(&self) -> Result<IndexCounts, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let count = |table| -> Result<u64, IndexError> {
+            txn.open_table(table).map_err(db_err)?.len().map_err(db_err)
+        };
+        Ok(IndexCounts {
+            xorbs: count(XORBS)?,
+            files: count(FILES)?,
+            oids: count(OIDS)?,
+            dedup_chunks: count(DEDUP)?,
+            shards: count(SHARDS)?,
+        })
+    }
+}
+
+/// How many entries each table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexCounts {
+    pub xorbs: u64,
+    pub files: u64,
+    pub oids: u64,
+    pub dedup_chunks: u64,
+    pub shards: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ChunkHash;
+
+    #[test]
+    fn entries_survive_reopening_and_first_registration_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.redb");
+        let file = FileHash::from_bytes([1; 32]);
+        let xorb = XorbHash::from_bytes([2; 32]);
+        let record = FileRecord {
+            size: 300,
+            shard: ShardHash::from_bytes([3; 32]),
+            terms: vec![StoredTerm {
+                xorb,
+                chunk_start: 0,
+                chunk_end: 3,
+                unpacked_len: 300,
+            }],
+        };
+        let oid = LfsOid::from_digest([4; 32]);
+        let chunk = ChunkHash::from_bytes([5; 32]);
+        {
+            let index = Index::open(&path).unwrap();
+            let meta = XorbMeta {
+                num_chunks: 3,
+                stored_len: 500,
+                unpacked_len: 300,
+            };
+            index.add_xorb(xorb, meta, &[(chunk, 0)]).unwrap();
+            let entries = ShardEntries {
+                files: vec![(file, record.clone())],
+                oids: vec![(oid, file)],
+                dedup: vec![],
+            };
+            assert_eq!(index.add_shard(record.shard, &entries, 10).unwrap(), 1);
+            // Registering the same file again through another shard keeps the first record.
+            let mut other = record.clone();
+            other.shard = ShardHash::from_bytes([9; 32]);
+            let again = ShardEntries {
+                files: vec![(file, other)],
+                ..Default::default()
+            };
+            assert_eq!(
+                index
+                    .add_shard(ShardHash::from_bytes([9; 32]), &again, 11)
+                    .unwrap(),
+                0
+            );
+        }
+        let index = Index::open(&path).unwrap();
+        assert_eq!(index.file(&file).unwrap(), Some(record));
+        assert_eq!(index.file_by_oid(&oid).unwrap(), Some(file));
+        assert_eq!(index.dedup(&chunk).unwrap(), Some((xorb, 0)));
+        assert_eq!(index.xorb(&xorb).unwrap().unwrap().num_chunks, 3);
+        assert!(index.has_shard(&ShardHash::from_bytes([9; 32])).unwrap());
+        let counts = index.counts().unwrap();
+        assert_eq!((counts.files, counts.shards, counts.xorbs), (1, 2, 1));
+    }
+}

@@ -1,0 +1,40 @@
+//! Where bytes live: object storage, the index, and the storage engine built on them.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects |
+//! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
+//! | [`reconstruction`] | planning a file's (ranged) reconstruction from its terms and xorb footers (pure) |
+//! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
+
+pub mod backend;
+pub mod cas;
+pub mod index;
+pub mod reconstruction;
+
+pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, ValidationProgress};
+pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
+
+/// `n` random bytes as hex, for unique temporary names and secrets.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    // The OS random source failing is not recoverable; fall back to the clock so that names stay
+    // unique enough (secrets use `random_bytes`, which reports the failure).
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (t >> ((i % 16) * 8)) as u8;
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `N` bytes from the operating system's random source, for keys and secrets.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], getrandom::Error> {
+    let mut out = [0u8; N];
+    getrandom::fill(&mut out)?;
+    Ok(out)
+}
