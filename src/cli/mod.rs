@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod hash;
 mod inspect;
+mod serve;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
 pub(crate) type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
@@ -34,6 +35,8 @@ enum Command {
     Hash(hash::HashArgs),
     /// Print a readable dump of a xorb or a shard, validating every field.
     Inspect(inspect::InspectArgs),
+    /// Run a self-hosted Xet CAS server and Git LFS server.
+    Serve(serve::ServeArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -42,6 +45,7 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Hash(args) => hash::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,463 @@
+//! Who may do what: long-lived secrets, short-lived CAS access tokens and presigned xorb URLs.
+//!
+//! - **Secrets** are configured by the operator (`--token`, `--read-token`, a token file or the
+//!   environment) and grant [`Scope::Write`] (which implies read) or [`Scope::Read`]. Git
+//!   clients present them to the LFS batch API; the CAS API also accepts them directly, which is
+//!   how the reference client is driven in tests.
+//! - **CAS access tokens** are what the batch API hands to agents (`X-Xet-Access-Token`):
+//!   `gx1.<payload>.<mac>`, where payload is base64url (no padding) of
+//!   `{"s":"r"|"w","e":<unix expiry>,"r":"<repo>"}` and mac is base64url of
+//!   HMAC-SHA256(server key, "cas-token\0" ‖ payload). They expire (default 15 minutes).
+//! - **Presigned URLs** for xorb bytes carry `e=<expiry>&s=<mac>` with
+//!   mac = HMAC-SHA256(server key, "xorb\0" ‖ hash ‖ "\0" ‖ expiry). The signature does not
+//!   cover the `Range` header (cas-api.md §5.3).
+//!
+//! The server key is 32 random bytes kept in the data directory (`server.key`, mode 0600), so
+//! tokens and URLs stay valid across restarts. Secrets are compared in constant time.
+
+use std::path::Path;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use crate::format::XorbHash;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// What a credential allows. Write implies read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Scope {
+    Read,
+    Write,
+}
+
+impl Scope {
+    /// Whether a credential with this scope may do what `needed` requires.
+    pub fn allows(self, needed: Scope) -> bool {
+        self >= needed
+    }
+
+    fn letter(self) -> &'static str {
+        match self {
+            Scope::Read => "r",
+            Scope::Write => "w",
+        }
+    }
+}
+
+/// A configured long-lived secret.
+#[derive(Clone)]
+pub struct Secret {
+    value: String,
+    pub scope: Scope,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({:?}, ****)", self.scope)
+    }
+}
+
+/// A problem with the token configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("token file {path}, line {line}: {reason}")]
+    TokenFile {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("cannot read token file {path}: {source}")]
+    ReadTokenFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("a token must be at least 16 characters long ({what} is {len})")]
+    TooShort { what: String, len: usize },
+    #[error("server key {path}: {detail}")]
+    Key { path: String, detail: String },
+}
+
+impl Secret {
+    /// A secret with the given scope; at least 16 characters.
+    pub fn new(value: &str, scope: Scope, what: &str) -> Result<Self, ConfigError> {
+        let value = value.trim();
+        if value.len() < 16 {
+            return Err(ConfigError::TooShort {
+                what: what.to_string(),
+                len: value.len(),
+            });
+        }
+        Ok(Self {
+            value: value.to_string(),
+            scope,
+        })
+    }
+
+    /// Parses a token file: one `write <secret>` or `read <secret>` per line; `#` comments and
+    /// blank lines are ignored.
+    pub fn parse_file(path: &Path) -> Result<Vec<Secret>, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadTokenFile {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let err = |reason: String| ConfigError::TokenFile {
+                path: path.display().to_string(),
+                line: i + 1,
+                reason,
+            };
+            let (kind, value) = line
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| err("expected `write <secret>` or `read <secret>`".into()))?;
+            let scope = match kind {
+                "write" => Scope::Write,
+                "read" => Scope::Read,
+                other => return Err(err(format!("unknown scope {other:?}: use write or read"))),
+            };
+            out.push(
+                Secret::new(value, scope, &format!("the token on line {}", i + 1))
+                    .map_err(|e| err(e.to_string()))?,
+            );
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Claims {
+    s: String,
+    e: u64,
+    #[serde(default)]
+    r: String,
+}
+
+/// A verified credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub scope: Scope,
+    /// Expiry of a CAS token (unix seconds); `None` for a long-lived secret.
+    pub expires: Option<u64>,
+    /// The repository a CAS token was issued for ("" for secrets).
+    pub repo: String,
+}
+
+/// Why a credential was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing Authorization header: send `Authorization: Bearer <token>`")]
+    Missing,
+    #[error(
+        "unsupported Authorization scheme: use Bearer <token> or Basic with the token as password"
+    )]
+    Scheme,
+    #[error("unknown or malformed token")]
+    Invalid,
+    #[error("token expired at {expired} (now {now}); get a fresh one from the batch API")]
+    Expired { expired: u64, now: u64 },
+    #[error("this token is read-only; {what} needs a write token")]
+    Forbidden { what: &'static str },
+}
+
+/// Seconds of clock skew tolerated past a token's expiry (cas-api.md §2.3).
+pub const EXPIRY_SKEW_SECS: u64 = 60;
+
+/// The server's credentials and signing key.
+pub struct Authority {
+    secrets: Vec<Secret>,
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authority")
+            .field("secrets", &self.secrets)
+            .finish()
+    }
+}
+
+/// Unix seconds now.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Authority {
+    pub fn new(secrets: Vec<Secret>, key: [u8; 32]) -> Self {
+        Self { secrets, key }
+    }
+
+    /// Loads the server key from `path`, creating it (mode 0600) on first use.
+    pub fn load_or_create_key(path: &Path) -> Result<[u8; 32], ConfigError> {
+        let err = |detail: String| ConfigError::Key {
+            path: path.display().to_string(),
+            detail,
+        };
+        match std::fs::read(path) {
+            Ok(bytes) => bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| err(format!("{} bytes, expected 32; delete it to make a new key (this invalidates issued tokens)", bytes.len()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key = crate::store::random_bytes::<32>()
+                    .map_err(|e| err(format!("no random source: {e}")))?;
+                write_private(path, &key).map_err(|e| err(e.to_string()))?;
+                Ok(key)
+            }
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+
+    /// True when no secret is configured (the server then refuses every authenticated call).
+    pub fn has_secrets(&self) -> bool {
+        !self.secrets.is_empty()
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
+        // HMAC accepts keys of any length, so this cannot fail.
+        let mut mac = HmacSha256::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                mac.update(b"\0");
+            }
+            mac.update(p);
+        }
+        mac
+    }
+
+    /// Issues a CAS access token.
+    pub fn issue(&self, scope: Scope, repo: &str, expires: u64) -> String {
+        let claims = Claims {
+            s: scope.letter().to_string(),
+            e: expires,
+            r: repo.to_string(),
+        };
+        // Serialising a struct of strings and integers cannot fail.
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
+        let mac = self
+            .mac(&[b"cas-token", payload.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!("gx1.{payload}.{}", URL_SAFE_NO_PAD.encode(mac))
+    }
+
+    /// Checks a bearer credential: a configured secret or a CAS token.
+    pub fn verify(&self, token: &str, now: u64) -> Result<Grant, AuthError> {
+        for s in &self.secrets {
+            if bool::from(s.value.as_bytes().ct_eq(token.as_bytes())) {
+                return Ok(Grant {
+                    scope: s.scope,
+                    expires: None,
+                    repo: String::new(),
+                });
+            }
+        }
+        let rest = token.strip_prefix("gx1.").ok_or(AuthError::Invalid)?;
+        let (payload, mac) = rest.split_once('.').ok_or(AuthError::Invalid)?;
+        let mac = URL_SAFE_NO_PAD
+            .decode(mac)
+            .map_err(|_| AuthError::Invalid)?;
+        self.mac(&[b"cas-token", payload.as_bytes()])
+            .verify_slice(&mac)
+            .map_err(|_| AuthError::Invalid)?;
+        let claims: Claims = URL_SAFE_NO_PAD
+            .decode(payload)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or(AuthError::Invalid)?;
+        let scope = match claims.s.as_str() {
+            "r" => Scope::Read,
+            "w" => Scope::Write,
+            _ => return Err(AuthError::Invalid),
+        };
+        if claims.e.saturating_add(EXPIRY_SKEW_SECS) < now {
+            return Err(AuthError::Expired {
+                expired: claims.e,
+                now,
+            });
+        }
+        Ok(Grant {
+            scope,
+            expires: Some(claims.e),
+            repo: claims.r,
+        })
+    }
+
+    /// Checks an `Authorization` header value: `Bearer <token>`, or `Basic` with the token as
+    /// the password (the user name is ignored), as git sends credentials.
+    pub fn verify_header(&self, header: Option<&str>, now: u64) -> Result<Grant, AuthError> {
+        let header = header.ok_or(AuthError::Missing)?.trim();
+        let (scheme, value) = header.split_once(' ').ok_or(AuthError::Scheme)?;
+        let value = value.trim();
+        if scheme.eq_ignore_ascii_case("bearer") {
+            self.verify(value, now)
+        } else if scheme.eq_ignore_ascii_case("basic") {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .map_err(|_| AuthError::Invalid)?;
+            let text = String::from_utf8(decoded).map_err(|_| AuthError::Invalid)?;
+            let (_, password) = text.split_once(':').ok_or(AuthError::Invalid)?;
+            self.verify(password, now)
+        } else {
+            Err(AuthError::Scheme)
+        }
+    }
+
+    /// The query string (`e=…&s=…`) presigning a fetch of `xorb` until `expires`.
+    pub fn presign(&self, xorb: &XorbHash, expires: u64) -> String {
+        let e = expires.to_string();
+        let mac = self
+            .mac(&[b"xorb", xorb.to_hex().as_bytes(), e.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!("e={e}&s={}", URL_SAFE_NO_PAD.encode(mac))
+    }
+
+    /// Checks a presigned fetch: the signature matches and has not expired.
+    pub fn verify_presigned(
+        &self,
+        xorb: &XorbHash,
+        expires: u64,
+        signature: &str,
+        now: u64,
+    ) -> Result<(), AuthError> {
+        let mac = URL_SAFE_NO_PAD
+            .decode(signature)
+            .map_err(|_| AuthError::Invalid)?;
+        let e = expires.to_string();
+        self.mac(&[b"xorb", xorb.to_hex().as_bytes(), e.as_bytes()])
+            .verify_slice(&mac)
+            .map_err(|_| AuthError::Invalid)?;
+        if expires < now {
+            return Err(AuthError::Expired {
+                expired: expires,
+                now,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Writes a file readable only by its owner.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut f = options.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn authority() -> Authority {
+        Authority::new(
+            vec![
+                Secret::new("write-secret-0123456789", Scope::Write, "t").unwrap(),
+                Secret::new("read-secret-0123456789", Scope::Read, "t").unwrap(),
+            ],
+            [7; 32],
+        )
+    }
+
+    #[test]
+    fn secrets_tokens_and_basic_auth() {
+        let a = authority();
+        assert_eq!(
+            a.verify("write-secret-0123456789", 0).unwrap().scope,
+            Scope::Write
+        );
+        assert_eq!(
+            a.verify("read-secret-0123456789", 0).unwrap().scope,
+            Scope::Read
+        );
+        assert_eq!(a.verify("nope", 0), Err(AuthError::Invalid));
+        let t = a.issue(Scope::Read, "team/models", 1000);
+        let g = a.verify(&t, 900).unwrap();
+        assert_eq!(
+            (g.scope, g.expires, g.repo.as_str()),
+            (Scope::Read, Some(1000), "team/models")
+        );
+        assert!(a.verify(&t, 1000 + EXPIRY_SKEW_SECS).is_ok());
+        assert!(matches!(
+            a.verify(&t, 1000 + EXPIRY_SKEW_SECS + 1),
+            Err(AuthError::Expired { .. })
+        ));
+        // Tampering with the payload (scope upgrade) breaks the MAC.
+        let forged = t.replacen("gx1.", "gx1.x", 1);
+        assert_eq!(a.verify(&forged, 900), Err(AuthError::Invalid));
+        // Another server's key does not verify it.
+        let other = Authority::new(vec![], [8; 32]);
+        assert_eq!(other.verify(&t, 900), Err(AuthError::Invalid));
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("git:write-secret-0123456789")
+        );
+        assert_eq!(
+            a.verify_header(Some(&basic), 0).unwrap().scope,
+            Scope::Write
+        );
+        assert_eq!(a.verify_header(None, 0), Err(AuthError::Missing));
+        assert_eq!(a.verify_header(Some("Digest x"), 0), Err(AuthError::Scheme));
+        assert!(Scope::Write.allows(Scope::Read) && !Scope::Read.allows(Scope::Write));
+    }
+
+    #[test]
+    fn presigned_urls_bind_hash_and_expiry() {
+        let a = authority();
+        let x = XorbHash::from_bytes([1; 32]);
+        let q = a.presign(&x, 500);
+        let sig = q.split("&s=").nth(1).unwrap();
+        assert!(a.verify_presigned(&x, 500, sig, 499).is_ok());
+        assert!(matches!(
+            a.verify_presigned(&x, 500, sig, 501),
+            Err(AuthError::Expired { .. })
+        ));
+        assert_eq!(a.verify_presigned(&x, 501, sig, 0), Err(AuthError::Invalid));
+        let y = XorbHash::from_bytes([2; 32]);
+        assert_eq!(a.verify_presigned(&y, 500, sig, 0), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn token_files_and_short_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(
+            &path,
+            "# team\nwrite aaaaaaaaaaaaaaaaaaaa\n\nread bbbbbbbbbbbbbbbbbbbb\n",
+        )
+        .unwrap();
+        let s = Secret::parse_file(&path).unwrap();
+        assert_eq!(
+            s.iter().map(|s| s.scope).collect::<Vec<_>>(),
+            [Scope::Write, Scope::Read]
+        );
+        std::fs::write(&path, "admin cccccccccccccccccccc\n").unwrap();
+        assert!(Secret::parse_file(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("line 1"));
+        assert!(Secret::new("short", Scope::Read, "--token").is_err());
+        let key_path = dir.path().join("server.key");
+        let k1 = Authority::load_or_create_key(&key_path).unwrap();
+        assert_eq!(Authority::load_or_create_key(&key_path).unwrap(), k1);
+    }
+}

@@ -1,0 +1,437 @@
+//! `git xet serve`: a self-hostable Xet CAS server and Git LFS server over one [`Store`].
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`auth`] | secrets, CAS access tokens, presigned URLs |
+//! | [`error`] | the JSON error body and the mapping of store and auth errors to statuses |
+//! | [`cas`] | the CAS API the reference client calls (cas-api.md) |
+//! | [`lfs`] | the Git LFS batch API, xet and basic transfers (lfs-agent.md §11) |
+//!
+//! This module owns configuration, shared state, the middleware every request passes through
+//! (request ids, logs, error bodies) and the server's lifecycle: bind, serve, shut down
+//! gracefully on SIGINT/SIGTERM or when asked.
+
+pub mod auth;
+pub mod cas;
+pub mod error;
+pub mod lfs;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use self::auth::{now_unix, Authority, Grant, Scope, Secret};
+use self::error::ApiError;
+use crate::format::HmacKey;
+use crate::store::Store;
+
+/// Everything `git xet serve` is configured with.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The store directory.
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    /// The URL clients reach this server at (used in CAS URLs, token-refresh and presigned
+    /// URLs). Default: `http://<bound address>`.
+    pub public_url: Option<String>,
+    pub secrets: Vec<Secret>,
+    /// Lifetime of CAS access tokens handed out by the batch API.
+    pub token_ttl: Duration,
+    /// Lifetime of presigned xorb URLs in reconstructions.
+    pub url_ttl: Duration,
+    /// Stop by itself after this long (for tests and demos).
+    pub max_lifetime: Option<Duration>,
+}
+
+impl ServeConfig {
+    /// Defaults: loopback on an ephemeral port, 15-minute tokens, 1-hour URLs.
+    pub fn new(data_dir: PathBuf, secrets: Vec<Secret>) -> Self {
+        Self {
+            data_dir,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            public_url: None,
+            secrets,
+            token_ttl: Duration::from_secs(900),
+            url_ttl: Duration::from_secs(3600),
+            max_lifetime: None,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot open the store: {0}")]
+    Store(Box<crate::store::StoreError>),
+    #[error("{0}")]
+    Config(#[from] auth::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl From<crate::store::StoreError> for ServeError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ServeError::Store(Box::new(e))
+    }
+}
+
+/// The key global-dedup answers are keyed with, and when it stops being used.
+#[derive(Debug, Clone, Copy)]
+pub struct DedupKey {
+    pub key: HmacKey,
+    pub expires: u64,
+}
+
+/// How long a dedup key is used before a new one is drawn.
+pub const DEDUP_KEY_LIFETIME_SECS: u64 = 24 * 3600;
+
+/// State shared by every request handler.
+#[derive(Debug)]
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub auth: Authority,
+    /// Without a trailing slash.
+    pub public_url: String,
+    pub token_ttl: Duration,
+    pub url_ttl: Duration,
+    dedup_key: Mutex<DedupKey>,
+}
+
+pub type SharedState = Arc<AppState>;
+
+impl AppState {
+    /// Checks the request's credentials for `needed`; `what` names the operation in errors.
+    pub fn authorize(
+        &self,
+        headers: &HeaderMap,
+        needed: Scope,
+        what: &'static str,
+    ) -> Result<Grant, ApiError> {
+        let header = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let grant = self.auth.verify_header(header, now_unix())?;
+        if !grant.scope.allows(needed) {
+            return Err(auth::AuthError::Forbidden { what }.into());
+        }
+        Ok(grant)
+    }
+
+    /// The current global-dedup key, drawing a new one when the old one expired.
+    pub fn dedup_key(&self) -> Result<DedupKey, ApiError> {
+        let mut k = self.dedup_key.lock().unwrap_or_else(|p| p.into_inner());
+        let now = now_unix();
+        if k.expires <= now {
+            let key = crate::store::random_bytes::<32>()
+                .map_err(|e| ApiError::internal(format!("no random source: {e}")))?;
+            *k = DedupKey {
+                key: HmacKey::from_bytes(key),
+                expires: now + DEDUP_KEY_LIFETIME_SECS,
+            };
+        }
+        Ok(*k)
+    }
+}
+
+/// Runs a blocking store operation off the async threads.
+pub async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
+}
+
+/// Reads a request body of at most `limit` bytes: a `Content-Length` over the limit is refused
+/// before anything is read (413), and so is a body that turns out longer.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    what: &str,
+) -> Result<axum::body::Bytes, ApiError> {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit {
+            return Err(ApiError::too_large(what, len, limit));
+        }
+    }
+    axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("{what}: body is longer than {limit} bytes or could not be read ({e})"),
+            )
+        })
+}
+
+/// Parses a hash from a URL path segment (64 hex digits; uppercase is accepted).
+pub fn parse_hash<T: std::str::FromStr<Err = crate::format::HashParseError>>(
+    s: &str,
+    what: &str,
+) -> Result<T, ApiError> {
+    s.parse::<T>().map_err(|e| {
+        ApiError::bad_request("invalid_hash", format!("{what} {s:?} is not a hash: {e}"))
+    })
+}
+
+/// Assigns every request an id (`X-Request-Id`), logs it, and adds `request_id` to JSON error
+/// bodies.
+async fn request_context(request: Request, next: Next) -> Response {
+    let id = crate::store::random_hex(8);
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let started = Instant::now();
+    let mut response = next.run(request).await;
+    let status = response.status();
+    tracing::info!(
+        request_id = %id,
+        %method,
+        %path,
+        status = status.as_u16(),
+        ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if status.as_u16() >= 400 && is_json {
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 20)
+            .await
+            .unwrap_or_default();
+        let mut value: serde_json::Value =
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::json!({}));
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("request_id".into(), serde_json::Value::String(id));
+        }
+        let mut parts = parts;
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::from(value.to_string()));
+    }
+    response
+}
+
+async fn health(State(state): State<SharedState>) -> Response {
+    let counts = state.store.counts();
+    match counts {
+        Ok(c) => Json(serde_json::json!({
+            "status": "ok",
+            "version": env!("CARGO_PKG_VERSION"),
+            "files": c.files,
+            "xorbs": c.xorbs,
+        }))
+        .into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+async fn fallback() -> ApiError {
+    ApiError::not_found("not_found", "no such endpoint")
+}
+
+/// The whole application: health, the CAS API and the LFS API, with the middleware.
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .merge(cas::routes())
+        .merge(lfs::routes())
+        .fallback(fallback)
+        .layer(middleware::from_fn(request_context))
+        .with_state(state)
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: SharedState,
+    max_lifetime: Option<Duration>,
+}
+
+impl Server {
+    /// Opens the store and binds the listener (inside a tokio runtime).
+    pub async fn bind(config: ServeConfig) -> Result<Self, ServeError> {
+        let store = Arc::new(Store::open(&config.data_dir)?);
+        let key = Authority::load_or_create_key(&config.data_dir.join("server.key"))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let local = listener.local_addr().map_err(ServeError::Serve)?;
+        let public_url = config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{local}"))
+            .trim_end_matches('/')
+            .to_string();
+        let state = Arc::new(AppState {
+            store,
+            auth: Authority::new(config.secrets, key),
+            public_url,
+            token_ttl: config.token_ttl,
+            url_ttl: config.url_ttl,
+            dedup_key: Mutex::new(DedupKey {
+                key: HmacKey::ZERO,
+                expires: 0,
+            }),
+        });
+        Ok(Self {
+            listener,
+            state,
+            max_lifetime: config.max_lifetime,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    pub fn public_url(&self) -> &str {
+        &self.state.public_url
+    }
+
+    pub fn state(&self) -> &SharedState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, SIGINT/SIGTERM arrives, or the maximum lifetime
+    /// passes; then finishes the requests in flight.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        if !self.state.auth.has_secrets() {
+            tracing::warn!("no tokens configured: every authenticated request will be refused");
+        }
+        let lifetime = self.max_lifetime;
+        let stop = async move {
+            let lifetime = async {
+                match lifetime {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown => {}
+                _ = signal() => tracing::info!("signal received, shutting down"),
+                _ = lifetime => tracing::info!("maximum lifetime reached, shutting down"),
+            }
+        };
+        axum::serve(self.listener, router(self.state))
+            .with_graceful_shutdown(stop)
+            .await
+            .map_err(ServeError::Serve)
+    }
+
+    /// Runs the server on a thread of its own with its own runtime, for tests and the demo. The
+    /// server stops when the returned handle is dropped.
+    pub fn spawn(config: ServeConfig) -> Result<RunningServer, ServeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(ServeError::Runtime)?;
+        let server = runtime.block_on(Server::bind(config))?;
+        let addr = server.local_addr();
+        let url = server.public_url().to_string();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(server.run(async {
+                let _ = rx.await;
+            }))
+        });
+        Ok(RunningServer {
+            addr,
+            url,
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+async fn signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// A server running on its own thread; dropping it shuts the server down.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    /// The base URL, e.g. `http://127.0.0.1:41234`.
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
+}
+
+impl RunningServer {
+    /// Stops the server and waits for it to finish.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), ServeError> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(ServeError::Serve(std::io::Error::other(
+                "server thread panicked",
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

@@ -1,0 +1,109 @@
+//! The server's frame: startup, health, JSON errors with request ids, the `serve` binary's
+//! start-up line, configuration errors and bounded lifetime.
+
+use std::io::BufRead as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use git_xet::server::auth::{Scope, Secret};
+use git_xet::server::{ServeConfig, Server};
+
+pub const WRITE_TOKEN: &str = "write-token-for-tests-0001";
+
+#[test]
+fn health_and_json_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = vec![Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap()];
+    let server = Server::spawn(ServeConfig::new(dir.path().join("store"), secrets)).unwrap();
+    let http = reqwest::blocking::Client::new();
+
+    let health = http.get(format!("{}/health", server.url)).send().unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(health.headers().contains_key("x-request-id"));
+    let body: serde_json::Value = health.json().unwrap();
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["files"], 0);
+
+    let missing = http
+        .get(format!("{}/no/such/thing", server.url))
+        .send()
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let id = missing.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: serde_json::Value = missing.json().unwrap();
+    assert_eq!(body["error"], "not_found");
+    assert_eq!(
+        body["request_id"],
+        id.as_str(),
+        "the error body names the request"
+    );
+    server.stop().unwrap();
+}
+
+#[test]
+fn serve_binary_starts_announces_and_stops_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_git-xet"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-lifetime",
+            "3",
+            "--data",
+        ])
+        .arg(dir.path().join("store"))
+        .env("GIT_XET_TOKEN", WRITE_TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("start-up line")
+        .to_string();
+    let health = reqwest::blocking::get(format!("{url}/health")).unwrap();
+    assert_eq!(health.status(), 200);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "stops cleanly at its maximum lifetime");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(dir.path().join("store/STORE-VERSION").exists());
+    assert!(dir.path().join("store/server.key").exists());
+}
+
+#[test]
+fn serve_refuses_to_start_without_tokens_or_with_short_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_git-xet"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-lifetime",
+                "1",
+                "--data",
+            ])
+            .arg(dir.path().join("store"))
+            .args(args)
+            .env_remove("GIT_XET_TOKEN")
+            .env_remove("GIT_XET_READ_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tokens configured"));
+    let out = run(&["--token", "short"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
+}
