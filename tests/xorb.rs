@@ -1,6 +1,7 @@
 //! Xorb format tests: the vectors of test-vectors.md §6 and §7, the reference client's own xorbs
-//! (golden fixtures), round-trip properties for every compression policy, limits, and
-//! never-panic checks on truncated and bit-flipped input.
+//! (golden fixtures), round-trip properties for every compression policy and every LZ4 encoder
+//! option, limits, and never-panic checks on truncated, bit-flipped and mutated input (mutated
+//! LZ4 frames are also checked against lz4_flex's FrameDecoder).
 
 mod common;
 
@@ -9,7 +10,9 @@ use git_xet::format::hash::{xorb_hash, ChunkHash, ChunkRef, XorbHash};
 use git_xet::format::xorb::bg4::{bg4_recommended, group_sizes, regroup, split};
 use git_xet::format::xorb::compress::lz4_compress;
 use git_xet::format::xorb::*;
+use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInfo};
 use proptest::prelude::*;
+use std::io::{Read, Write};
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
@@ -350,6 +353,40 @@ fn error_messages_name_chunk_and_offset() {
     );
 }
 
+#[test]
+fn lz4_frame_errors_name_chunk_block_and_offset() {
+    // Chunk 3 at offset 60: a 64 KiB-block frame whose blocks 0 and 1 each hold 100 zero bytes
+    // and whose block 2 (at payload offset 7 + 2 × 16 = 39) claims 300000 bytes.
+    let zeros_100 = unhex("0c000000 1f0001004a6000000000 0000");
+    let mut payload = unhex("04224d18 60 40 82");
+    payload.extend_from_slice(&zeros_100);
+    payload.extend_from_slice(&zeros_100);
+    payload.extend_from_slice(&300_000u32.to_le_bytes());
+    payload.extend_from_slice(&[0; 20]);
+    let mut b = XorbBuilder::new(CompressionPolicy::None);
+    for i in 0..3u8 {
+        let _ = b.add_chunk(&[i; 12]).unwrap();
+    }
+    let mut body = b.finish().unwrap().into_upload_body();
+    let header = ChunkHeader::new(CompressionScheme::Lz4, payload.len() as u32, 300).unwrap();
+    body.extend_from_slice(&header.encode());
+    body.extend_from_slice(&payload);
+    assert_eq!(
+        ParsedXorb::parse(&body).unwrap_err().to_string(),
+        "chunk 3 at offset 60: invalid LZ4 frame: block 2 at offset 39: block size 300000 \
+         exceeds the declared maximum 65536"
+    );
+    // Cut after block 1: no end mark.
+    let cut = 60 + 8 + 39;
+    let header = ChunkHeader::new(CompressionScheme::Lz4, 39, 200).unwrap();
+    body[60..68].copy_from_slice(&header.encode());
+    assert_eq!(
+        ParsedXorb::parse(&body[..cut]).unwrap_err().to_string(),
+        "chunk 3 at offset 60: invalid LZ4 frame: end of frame at offset 39: the payload ends \
+         without an end mark"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Limits
 
@@ -682,6 +719,198 @@ fn random_bit_flips_of_a_bigger_xorb() {
                     assert_eq!(p.hash(), x.hash());
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// LZ4 frames from every encoder option decode; mutated frames never panic, and whatever we
+// accept the reference decoder (lz4_flex's FrameDecoder, as xet-core reads) decodes the same.
+
+fn encoder_options() -> impl Strategy<Value = (FrameInfo, bool, usize)> {
+    (
+        prop_oneof![
+            Just(BlockSize::Auto),
+            Just(BlockSize::Max64KB),
+            Just(BlockSize::Max256KB),
+            Just(BlockSize::Max1MB),
+            Just(BlockSize::Max4MB),
+        ],
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(usize::MAX), 1usize..70_000],
+    )
+        .prop_map(
+            |(size, linked, block_sums, content_sum, content_size, piece)| {
+                let mode = if linked {
+                    BlockMode::Linked
+                } else {
+                    BlockMode::Independent
+                };
+                let info = FrameInfo::new()
+                    .block_size(size)
+                    .block_mode(mode)
+                    .block_checksums(block_sums)
+                    .content_checksum(content_sum);
+                (info, content_size, piece)
+            },
+        )
+}
+
+/// Chunk-sized data of a few kinds, generated from a seed (cheaper than proptest byte vectors).
+fn frame_data(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
+    (0usize..=max_len, any::<u64>(), 0u8..4).prop_map(|(len, seed, kind)| match kind {
+        0 => splitmix64(seed, len),
+        1 => vec![(seed % 3) as u8; len],
+        2 => f32_bytes(len / 4 + 1, (seed % 1000 + 1) as f32 * 1e-4)[..len].to_vec(),
+        _ => {
+            let pattern = splitmix64(seed, 1 + (seed % 5000) as usize);
+            pattern.iter().copied().cycle().take(len).collect()
+        }
+    })
+}
+
+/// One frame of `data`, flushing (ending a block) every `piece` bytes.
+fn encode_frame(info: FrameInfo, content_size: bool, piece: usize, data: &[u8]) -> Vec<u8> {
+    let info = if content_size {
+        info.content_size(Some(data.len() as u64))
+    } else {
+        info
+    };
+    let mut enc = FrameEncoder::with_frame_info(info, Vec::new());
+    for part in data.chunks(piece.max(1)) {
+        enc.write_all(part).unwrap();
+        enc.flush().unwrap();
+    }
+    enc.finish().unwrap()
+}
+
+fn reference_decode(frame: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    FrameDecoder::new(frame).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// Rewrites the header checksum of a frame whose descriptor is still whole, so that mutations
+/// of the descriptor reach the checks behind it.
+fn fix_header_checksum(frame: &mut [u8]) {
+    if frame.len() < 7 || frame[..4] != [0x04, 0x22, 0x4d, 0x18] {
+        return;
+    }
+    let flg = frame[4];
+    let end = 6 + if flg & 8 != 0 { 8 } else { 0 } + if flg & 1 != 0 { 4 } else { 0 };
+    if end < frame.len() {
+        frame[end] = (twox_hash::XxHash32::oneshot(0, &frame[4..end]) >> 8) as u8;
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    FlipBit(prop::sample::Index, u8),
+    SetByte(prop::sample::Index, u8),
+    /// Overwrites 4 bytes: block sizes, checksums, magic numbers.
+    SetWord(prop::sample::Index, u32),
+    Truncate(prop::sample::Index),
+    Insert(prop::sample::Index, u8),
+    Remove(prop::sample::Index),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<prop::sample::Index>(), 0u8..8).prop_map(|(i, b)| Mutation::FlipBit(i, b)),
+        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::SetByte(i, v)),
+        (
+            any::<prop::sample::Index>(),
+            prop_oneof![
+                any::<u32>(),
+                0u32..300_000,
+                (0u32..300_000).prop_map(|v| v | 1 << 31)
+            ]
+        )
+            .prop_map(|(i, v)| Mutation::SetWord(i, v)),
+        any::<prop::sample::Index>().prop_map(Mutation::Truncate),
+        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::Insert(i, v)),
+        any::<prop::sample::Index>().prop_map(Mutation::Remove),
+    ]
+}
+
+fn apply(frame: &mut Vec<u8>, m: &Mutation) {
+    if frame.is_empty() {
+        return;
+    }
+    let len = frame.len();
+    match *m {
+        Mutation::FlipBit(ref i, b) => frame[i.index(len)] ^= 1 << b,
+        Mutation::SetByte(ref i, v) => frame[i.index(len)] = v,
+        Mutation::SetWord(ref i, v) => {
+            let at = i.index(frame.len());
+            for (k, byte) in v.to_le_bytes().into_iter().enumerate() {
+                if let Some(slot) = frame.get_mut(at + k) {
+                    *slot = byte;
+                }
+            }
+        }
+        Mutation::Truncate(ref i) => frame.truncate(i.index(frame.len())),
+        Mutation::Insert(ref i, v) => frame.insert(i.index(frame.len() + 1), v),
+        Mutation::Remove(ref i) => {
+            frame.remove(i.index(frame.len()));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn lz4_frames_of_every_encoder_option_round_trip(
+        data in frame_data(131_072),
+        (info, content_size, piece) in encoder_options(),
+    ) {
+        let frame = encode_frame(info.clone(), content_size, piece, &data);
+        let header = ChunkHeader::new(CompressionScheme::Lz4, frame.len() as u32, data.len() as u32).unwrap();
+        prop_assert_eq!(decompress_chunk(&header, &frame).unwrap(), data.clone());
+        // BG4-LZ4: the frame holds the split bytes.
+        let frame = encode_frame(info, content_size, piece, &split(&data));
+        let header = ChunkHeader::new(CompressionScheme::Bg4Lz4, frame.len() as u32, data.len() as u32).unwrap();
+        prop_assert_eq!(decompress_chunk(&header, &frame).unwrap(), data);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn mutated_lz4_frames_never_panic_and_decode_like_the_reference(
+        data in frame_data(3000),
+        (info, content_size, piece) in encoder_options(),
+        mutations in prop::collection::vec(mutation(), 1..4),
+        fix_checksum in any::<bool>(),
+        claimed in prop_oneof![3 => Just(None), 1 => (0u32..=131_072).prop_map(Some)],
+        bg4 in any::<bool>(),
+    ) {
+        let mut frame = encode_frame(info, content_size, piece.min(1000), &data);
+        for m in &mutations {
+            apply(&mut frame, m);
+        }
+        if fix_checksum {
+            fix_header_checksum(&mut frame);
+        }
+        let expected = claimed.unwrap_or(data.len() as u32);
+        let scheme = if bg4 { CompressionScheme::Bg4Lz4 } else { CompressionScheme::Lz4 };
+        let header = ChunkHeader::new(scheme, frame.len() as u32, expected).unwrap();
+        let mut out = b"prefix".to_vec();
+        match decompress_chunk_into(&header, &frame, &mut out) {
+            Ok(()) => {
+                prop_assert_eq!(out.len(), 6 + expected as usize);
+                let mut reference = reference_decode(&frame);
+                if bg4 {
+                    reference = reference.map(|grouped| regroup(&grouped));
+                }
+                prop_assert_eq!(reference.as_deref(), Some(&out[6..]));
+            }
+            Err(_) => prop_assert_eq!(&out, b"prefix"),
         }
     }
 }

@@ -12,19 +12,23 @@
 //!   block and its choice (LZ4 or BG4-LZ4) applies to the whole block. [`SchemeSelector`] tracks
 //!   this as chunks arrive; [`plan_schemes`] does it for a whole list.
 //!
-//! Decompression never produces more than the header's `uncompressed_length` plus one byte (to
-//! detect overflow), whatever the payload claims, and fails unless the output length is exact.
-//! Readers accept any LZ4 frame `lz4_flex::frame::FrameDecoder` accepts, as xet-core does; like
-//! xet-core, decoding stops at the end of the first frame.
+//! Decompression writes into exactly the header's `uncompressed_length` bytes, whatever the payload
+//! claims, and fails unless the output length is exact. LZ4 frames are parsed by [`lz4_frame`]
+//! (not by `lz4_flex::frame::FrameDecoder`, whose buffers follow the block size a frame declares,
+//! up to 8 MiB per chunk): it accepts a subset of what the reference decoder accepts, decodes it
+//! to the same bytes, and never allocates more than that output.
+//!
+//! [`lz4_frame`]: super::lz4_frame
 
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::str::FromStr;
 
-use lz4_flex::frame::{FrameDecoder, FrameEncoder};
+use lz4_flex::frame::FrameEncoder;
 
 use super::bg4;
 use super::header::{ChunkHeader, CompressionScheme, MAX_CHUNK_LEN};
+use super::lz4_frame::{decode_frame, Lz4FrameError};
 use super::XorbError;
 use crate::format::hash::ChunkHash;
 
@@ -75,39 +79,29 @@ pub enum DecompressError {
         "scheme none with compressed_length {compressed} != uncompressed_length {uncompressed}"
     )]
     RawLengths { compressed: u32, uncompressed: u32 },
+    /// The LZ4 frame is malformed, or uses something a chunk may not (see [`lz4_frame`]).
+    ///
+    /// [`lz4_frame`]: super::lz4_frame
     #[error("invalid LZ4 frame: {0}")]
-    Lz4(String),
+    Lz4(Lz4FrameError),
     #[error("decompresses to more than uncompressed_length {expected}")]
     TooLong { expected: u32 },
     #[error("decompresses to {actual} bytes but uncompressed_length is {expected}")]
     TooShort { expected: u32, actual: usize },
 }
 
-/// Decodes one LZ4 frame from `payload`, appending at most `expected + 1` bytes to `out`; fails
-/// unless exactly `expected` bytes come out.
+/// Decodes the LZ4 frame `payload` into `expected` bytes appended to `out`. Allocates only those
+/// bytes, whatever the frame declares; on error, `out` may hold a partial result (the caller
+/// truncates it).
 fn lz4_decompress_into(
     payload: &[u8],
     expected: u32,
     out: &mut Vec<u8>,
 ) -> Result<(), DecompressError> {
     let before = out.len();
-    let limit = u64::from(expected) + 1;
-    out.reserve(expected as usize + 1);
-    let mut decoder = FrameDecoder::new(payload).take(limit);
-    decoder
-        .read_to_end(out)
-        .map_err(|e| DecompressError::Lz4(e.to_string()))?;
-    let produced = out.len() - before;
-    if produced > expected as usize {
-        return Err(DecompressError::TooLong { expected });
-    }
-    if produced < expected as usize {
-        return Err(DecompressError::TooShort {
-            expected,
-            actual: produced,
-        });
-    }
-    Ok(())
+    // `expected` ≤ MAX_CHUNK_LEN (checked by `ChunkHeader`), so this is at most 128 KiB.
+    out.resize(before + expected as usize, 0);
+    decode_frame(payload, &mut out[before..])
 }
 
 /// Decompresses one chunk payload, appending exactly `header.uncompressed_len()` bytes to `out`.
@@ -470,15 +464,13 @@ mod tests {
             decompress_chunk(&garbage, &[0; 8]),
             Err(DecompressError::Lz4(_))
         ));
-        // Like xet-core's decoder, lz4_flex reads 4 bytes that end the input as an empty stream,
-        // whatever they are; the length check still refuses them.
+        // lz4_flex's FrameDecoder reads 4 bytes that end the input as an empty stream, whatever
+        // they are; we require a magic number.
         let short = ChunkHeader::new(CompressionScheme::Lz4, 4, 10).unwrap();
         assert_eq!(
-            decompress_chunk(&short, &[0; 4]),
-            Err(DecompressError::TooShort {
-                expected: 10,
-                actual: 0
-            })
+            decompress_chunk(&short, &[0; 4]).unwrap_err().to_string(),
+            "invalid LZ4 frame: magic number at offset 0: 0x00000000 is neither the LZ4 frame \
+             magic 0x184d2204 nor the legacy magic 0x184c2102"
         );
     }
 
@@ -550,5 +542,379 @@ mod tests {
             &max.payload()[..7],
             &[0x04, 0x22, 0x4d, 0x18, 0x60, 0x50, 0xfb]
         );
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The LZ4 frame decoder (lz4_frame.rs), through decompress_chunk.
+
+    use crate::format::chunking::tests::pseudo_random;
+    use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameInfo};
+    use std::io::Read as _;
+
+    /// One frame of `data` written by lz4_flex's encoder with `info`, flushing (ending a block)
+    /// after every `piece` bytes.
+    fn encode(info: FrameInfo, data: &[u8], piece: usize) -> Vec<u8> {
+        let mut enc = FrameEncoder::with_frame_info(info, Vec::new());
+        for part in data.chunks(piece.max(1)) {
+            enc.write_all(part).unwrap();
+            enc.flush().unwrap();
+        }
+        enc.finish().unwrap()
+    }
+
+    fn lz4_header(frame: &[u8], uncompressed: usize) -> ChunkHeader {
+        ChunkHeader::new(
+            CompressionScheme::Lz4,
+            frame.len() as u32,
+            uncompressed as u32,
+        )
+        .unwrap()
+    }
+
+    fn decode(frame: &[u8], uncompressed: usize) -> Result<Vec<u8>, DecompressError> {
+        decompress_chunk(&lz4_header(frame, uncompressed), frame)
+    }
+
+    /// What the reference decoder (lz4_flex's FrameDecoder, as xet-core reads) makes of `frame`.
+    fn reference_decode(frame: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        FrameDecoder::new(frame).read_to_end(&mut out).ok()?;
+        Some(out)
+    }
+
+    fn message(frame: &[u8], uncompressed: usize) -> String {
+        decode(frame, uncompressed).unwrap_err().to_string()
+    }
+
+    /// A hand-made frame: magic, `flg`, `bd`, `optional` descriptor fields, a correct header
+    /// checksum, then `rest`.
+    fn frame(flg: u8, bd: u8, optional: &[u8], rest: &[u8]) -> Vec<u8> {
+        let mut descriptor = vec![flg, bd];
+        descriptor.extend_from_slice(optional);
+        let checksum = (twox_hash::XxHash32::oneshot(0, &descriptor) >> 8) as u8;
+        let mut f = super::super::lz4_frame::FRAME_MAGIC.to_le_bytes().to_vec();
+        f.extend_from_slice(&descriptor);
+        f.push(checksum);
+        f.extend_from_slice(rest);
+        f
+    }
+
+    /// `100 zero bytes` as one LZ4 block (12 bytes).
+    const ZEROS_100_BLOCK: [u8; 12] = [0x1f, 0, 1, 0, 0x4a, 0x60, 0, 0, 0, 0, 0, 0];
+
+    fn block(data: &[u8]) -> Vec<u8> {
+        let mut b = (data.len() as u32).to_le_bytes().to_vec();
+        b.extend_from_slice(data);
+        b
+    }
+
+    fn stored(data: &[u8]) -> Vec<u8> {
+        let mut b = (data.len() as u32 | 1 << 31).to_le_bytes().to_vec();
+        b.extend_from_slice(data);
+        b
+    }
+
+    #[test]
+    fn encoder_frames_of_every_option_decode_like_the_reference() {
+        let text: Vec<u8> = b"a chunk of compressible text, repeated. "
+            .iter()
+            .copied()
+            .cycle()
+            .take(131_072)
+            .collect();
+        let random = pseudo_random(131_072, 5);
+        let infos = [
+            FrameInfo::new(),
+            FrameInfo::new().block_size(BlockSize::Max64KB),
+            FrameInfo::new().block_size(BlockSize::Max256KB),
+            FrameInfo::new().block_size(BlockSize::Max1MB),
+            FrameInfo::new().block_size(BlockSize::Max4MB),
+            FrameInfo::new().block_checksums(true),
+            FrameInfo::new().content_checksum(true),
+            FrameInfo::new().block_mode(BlockMode::Linked),
+            FrameInfo::new()
+                .block_size(BlockSize::Max64KB)
+                .block_mode(BlockMode::Linked)
+                .block_checksums(true)
+                .content_checksum(true),
+        ];
+        let (mut checked, mut stored_blocks) = (0, 0);
+        for len in [
+            0, 1, 15, 100, 4095, 65_535, 65_536, 65_537, 100_000, 131_072,
+        ] {
+            for data in [&text[..len], &random[..len], &vec![0u8; len][..]] {
+                for info in &infos {
+                    for piece in [usize::MAX, 10_000] {
+                        let sized = info.clone().content_size(Some(len as u64));
+                        for info in [info.clone(), sized] {
+                            let f = encode(info.clone(), data, piece);
+                            let got = decode(&f, len);
+                            assert_eq!(got.as_deref(), Ok(data), "{info:?} len {len}");
+                            assert_eq!(reference_decode(&f).as_deref(), Some(data));
+                            // A first block word (bytes 7..11 without content size) with bit 31
+                            // set: a stored (incompressible) block.
+                            stored_blocks += usize::from(f.get(10) == Some(&0x80));
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 10 * 3 * infos.len() * 2 * 2);
+        assert!(stored_blocks > 0, "no frame held a stored block");
+        // The default encoder's frames are the ones chunks hold.
+        for len in [0, 1000, 65_536, 65_537, 131_072] {
+            let f = lz4_compress(&random[..len]).unwrap();
+            assert_eq!(decode(&f, len).unwrap(), &random[..len]);
+        }
+    }
+
+    #[test]
+    fn linked_blocks_reach_into_earlier_blocks() {
+        // A 3000-byte pattern repeated: after the first block, blocks are mostly matches into
+        // the blocks before them.
+        let pattern = pseudo_random(3000, 9);
+        let data: Vec<u8> = pattern.iter().copied().cycle().take(100_000).collect();
+        let info = FrameInfo::new()
+            .block_size(BlockSize::Max64KB)
+            .block_mode(BlockMode::Linked);
+        let f = encode(info, &data, 4000);
+        assert!(f.len() < 10_000, "{} bytes", f.len());
+        assert_eq!(decode(&f, data.len()).unwrap(), data);
+        // The same blocks read as independent ones refer to data they do not have.
+        let mut independent = frame(0x60, 0x40, &[], &[]);
+        independent.extend_from_slice(&f[7..]);
+        assert!(
+            message(&independent, data.len()).starts_with("invalid LZ4 frame: block 1 at offset ")
+        );
+        assert!(reference_decode(&independent).is_none());
+    }
+
+    #[test]
+    fn corrupted_checksums_are_rejected() {
+        let data = pseudo_random(5000, 1).repeat(4);
+        let info = FrameInfo::new()
+            .block_checksums(true)
+            .content_checksum(true);
+        let f = encode(info, &data, 7000);
+        assert_eq!(decode(&f, data.len()).unwrap(), data);
+
+        let mut bad = f.clone();
+        bad[6] ^= 1;
+        assert!(message(&bad, data.len())
+            .starts_with("invalid LZ4 frame: frame descriptor at offset 6: header checksum is "));
+        // The first block's checksum: after its 4-byte size word and its data.
+        let size = u32::from_le_bytes(f[7..11].try_into().unwrap()) as usize;
+        let mut bad = f.clone();
+        bad[11 + size] ^= 1;
+        assert!(message(&bad, data.len()).starts_with(&format!(
+            "invalid LZ4 frame: block 0 at offset {}: block checksum is ",
+            11 + size
+        )));
+        let mut bad = f.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x80;
+        assert!(message(&bad, data.len()).starts_with(&format!(
+            "invalid LZ4 frame: content checksum at offset {}: content checksum is ",
+            last - 3
+        )));
+        for bad in [&f[..6], &f[..f.len() - 1]] {
+            assert!(decode(bad, data.len()).is_err());
+        }
+    }
+
+    #[test]
+    fn frame_rules() {
+        let end = [0u8; 4];
+        let good = [block(&ZEROS_100_BLOCK), end.to_vec()].concat();
+        // 0x60: version 01, independent blocks. 0x70: 4 MiB blocks.
+        assert_eq!(
+            decode(&frame(0x60, 0x70, &[], &good), 100).unwrap(),
+            [0; 100]
+        );
+        assert_eq!(
+            decode(&frame(0x40, 0x40, &[], &good), 100).unwrap(),
+            [0; 100]
+        );
+        // Content size equal to uncompressed_length.
+        let size = 100u64.to_le_bytes();
+        assert_eq!(
+            decode(&frame(0x68, 0x40, &size, &good), 100).unwrap(),
+            [0; 100]
+        );
+        // A stored block, and a frame of no blocks.
+        let raw = [stored(b"hello"), end.to_vec()].concat();
+        assert_eq!(decode(&frame(0x60, 0x40, &[], &raw), 5).unwrap(), b"hello");
+        assert_eq!(decode(&frame(0x60, 0x40, &[], &end), 0).unwrap(), b"");
+
+        let cases: Vec<(Vec<u8>, usize, &str)> = vec![
+            (
+                b"\x50\x2a\x4d\x18\0\0\0\0".to_vec(),
+                0,
+                "magic number at offset 0: 0x184d2a50 starts a skippable frame, which holds no data",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[])[..5].to_vec(),
+                0,
+                "frame descriptor at offset 4: frame descriptor needs 2 bytes but only 1 remain",
+            ),
+            (
+                frame(0xa0, 0x40, &[], &good),
+                100,
+                "frame descriptor at offset 4: version bits are 10, only 01 is defined",
+            ),
+            (
+                frame(0x62, 0x40, &[], &good),
+                100,
+                "frame descriptor at offset 4: reserved bits of FLG byte 0x62 are set",
+            ),
+            (
+                frame(0x60, 0x41, &[], &good),
+                100,
+                "frame descriptor at offset 5: reserved bits of BD byte 0x41 are set",
+            ),
+            (
+                frame(0x60, 0x30, &[], &good),
+                100,
+                "frame descriptor at offset 5: block maximum size code 3 is undefined (expected 4 to 7)",
+            ),
+            (
+                frame(0x61, 0x40, &[1, 2, 3, 4], &good),
+                100,
+                "frame descriptor at offset 6: the frame needs dictionary 0x04030201, and no dictionary is available",
+            ),
+            (
+                frame(0x68, 0x40, &99u64.to_le_bytes(), &good),
+                100,
+                "frame descriptor at offset 6: content size is 99 but the chunk's uncompressed_length is 100",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[&300_000u32.to_le_bytes()[..], &[0; 16]].concat()),
+                100,
+                "block 0 at offset 7: block size 300000 exceeds the declared maximum 65536",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[block(&ZEROS_100_BLOCK), stored(&[0; 65_537])].concat()),
+                65_637,
+                "block 1 at offset 23: block size 65537 exceeds the declared maximum 65536",
+            ),
+            (
+                frame(0x60, 0x40, &[], &block(&ZEROS_100_BLOCK)),
+                100,
+                "end of frame at offset 23: the payload ends without an end mark",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[block(&ZEROS_100_BLOCK), vec![0, 0]].concat()),
+                100,
+                "block 1 at offset 23: block size needs 4 bytes but only 2 remain",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[good.clone(), vec![0]].concat()),
+                100,
+                "end of frame at offset 27: 1 bytes follow the end of the frame",
+            ),
+            (
+                // Two frames back to back.
+                [frame(0x60, 0x40, &[], &good), frame(0x60, 0x40, &[], &good)].concat(),
+                200,
+                "end of frame at offset 27: 27 bytes follow the end of the frame",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[block(&ZEROS_100_BLOCK[..11]), end.to_vec()].concat()),
+                100,
+                "block 0 at offset 7: corrupt LZ4 block data: literal is out of bounds of the input",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[stored(b""), good.clone()].concat()),
+                100,
+                "block 0 at offset 7: decodes to no bytes (the reference decoder would stop reading here)",
+            ),
+            (
+                frame(0x60, 0x40, &[], &[block(&[0]), good.clone()].concat()),
+                100,
+                "block 0 at offset 7: decodes to no bytes (the reference decoder would stop reading here)",
+            ),
+        ];
+        for (f, n, expected) in cases {
+            let got = message(&f, n);
+            assert_eq!(got, format!("invalid LZ4 frame: {expected}"));
+        }
+
+        // What lz4_flex's FrameDecoder makes of frames refused above (see lz4_frame's doc): it
+        // stops at an empty block, takes the end of input as an end mark, and ignores what
+        // follows the end mark.
+        let reference =
+            |rest: &[Vec<u8>]| reference_decode(&frame(0x60, 0x40, &[], &rest.concat()));
+        let (abc, def) = (stored(b"abc"), stored(b"def"));
+        let cut_short = reference(&[abc.clone(), stored(b""), def.clone(), end.to_vec()]);
+        assert_eq!(cut_short.as_deref(), Some(&b"abc"[..]));
+        let no_end_mark = reference(&[abc.clone(), def]);
+        assert_eq!(no_end_mark.as_deref(), Some(&b"abcdef"[..]));
+        let trailing = reference(&[abc, end.to_vec(), vec![0xff; 5]]);
+        assert_eq!(trailing.as_deref(), Some(&b"abc"[..]));
+
+        // Output beyond uncompressed_length, in a compressed or a stored block.
+        assert_eq!(
+            decode(&frame(0x60, 0x40, &[], &good), 99),
+            Err(DecompressError::TooLong { expected: 99 })
+        );
+        let raw = [stored(b"hello"), end.to_vec()].concat();
+        assert_eq!(
+            decode(&frame(0x60, 0x40, &[], &raw), 4),
+            Err(DecompressError::TooLong { expected: 4 })
+        );
+        // A block that decodes to more than the declared block maximum, though the chunk has
+        // room: 70000 zero bytes in one block of a 64 KiB frame.
+        let big = lz4_flex::block::compress(&[0u8; 70_000]);
+        let f = frame(0x60, 0x40, &[], &[block(&big), end.to_vec()].concat());
+        assert_eq!(
+            message(&f, 70_000),
+            "invalid LZ4 frame: block 0 at offset 7: decodes to more than the declared maximum \
+             block size 65536"
+        );
+        assert!(reference_decode(&f).is_none());
+    }
+
+    #[test]
+    fn legacy_frames() {
+        let legacy = |rest: &[u8]| {
+            let mut f = super::super::lz4_frame::LEGACY_MAGIC.to_le_bytes().to_vec();
+            f.extend_from_slice(rest);
+            f
+        };
+        let one = legacy(&block(&ZEROS_100_BLOCK));
+        assert_eq!(decode(&one, 100).unwrap(), [0; 100]);
+        assert_eq!(reference_decode(&one).unwrap(), [0; 100]);
+        assert_eq!(decode(&legacy(&[]), 0).unwrap(), b"");
+        assert_eq!(
+            decode(&one, 99),
+            Err(DecompressError::TooLong { expected: 99 })
+        );
+        let cases: [(Vec<u8>, usize, &str); 4] = [
+            (
+                legacy(&[block(&ZEROS_100_BLOCK), block(&ZEROS_100_BLOCK)].concat()),
+                200,
+                "block 0 at offset 4: legacy block decodes to 100 bytes yet is not the last: \
+                 every legacy block but the last decodes to 8388608 bytes",
+            ),
+            (
+                legacy(&[0; 4]),
+                0,
+                "block 0 at offset 4: legacy block size 0 is outside 1 to 8388608",
+            ),
+            (
+                legacy(&stored(b"hello")),
+                5,
+                "block 0 at offset 4: legacy block size 2147483653 is outside 1 to 8388608",
+            ),
+            (
+                legacy(&block(&ZEROS_100_BLOCK)[..10]),
+                100,
+                "block 0 at offset 8: block data needs 12 bytes but only 6 remain",
+            ),
+        ];
+        for (f, n, expected) in cases {
+            assert_eq!(message(&f, n), format!("invalid LZ4 frame: {expected}"));
+        }
     }
 }

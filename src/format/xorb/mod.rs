@@ -14,13 +14,15 @@
 //! | [`header`] | the 8-byte chunk header and [`CompressionScheme`] (§3.2) |
 //! | [`bg4`] | the BG4 byte-grouping transform and the BG4 predictor (§3.3, §3.5) |
 //! | [`compress`] | LZ4 frames, the None fallback, [`CompressionPolicy`] and Auto scheme selection, bomb-safe decompression (§3.3–§3.5) |
+//! | [`lz4_frame`] | the LZ4 frame decoder: memory and work bounded by the chunk, not by what the frame declares |
 //! | [`footer`] | the V1 footer (write and read), the legacy V0 footer (read only), the `url_range` rule (§3.7, §3.8, §3.10) |
 //! | [`builder`] | [`XorbBuilder`]: packs chunks within the limits of §3.6 and yields the upload and stored forms |
 //! | [`reader`] | [`ParsedXorb`]: the validating reader of either form, chunk extraction, the server's footer rebuild |
 //!
 //! Everything here is pure: bytes in, bytes out. Untrusted bytes are read only through
 //! [`Cursor`](super::cursor::Cursor); decompression never produces more than a chunk header
-//! announces. Errors are [`XorbError`], whose messages name the chunk index and byte offset.
+//! announces, nor allocates more than that whatever a payload declares. Errors are [`XorbError`],
+//! whose messages name the chunk index and byte offset.
 
 pub mod bg4;
 pub mod builder;
@@ -28,6 +30,7 @@ pub mod compress;
 mod error;
 pub mod footer;
 pub mod header;
+pub mod lz4_frame;
 pub mod reader;
 
 pub use builder::{BuiltXorb, Push, XorbBuilder};
@@ -42,6 +45,7 @@ pub use header::{
     ChunkHeader, CompressionScheme, HeaderError, CHUNK_HEADER_LEN, MAX_CHUNK_LEN,
     MAX_COMPRESSED_LEN,
 };
+pub use lz4_frame::{FramePart, FrameProblem, Lz4FrameError};
 pub use reader::{stored_from_upload, ParsedXorb, ReadOptions, XorbForm};
 
 use super::hash::ChunkHash;

@@ -86,7 +86,7 @@ impl<'a> ParsedXorb<'a> {
         let mut c = Cursor::new(bytes);
         let mut chunks: Vec<XorbChunk> = Vec::new();
         let mut uncompressed: u64 = 0;
-        let mut scratch = Vec::with_capacity(MAX_CHUNK_LEN as usize + 1);
+        let mut scratch = Vec::with_capacity(MAX_CHUNK_LEN as usize);
 
         while !c.is_empty() && !starts_footer(c.rest()) {
             let index = chunks.len();
