@@ -5,19 +5,16 @@ use std::io::BufRead as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use git_xet::server::auth::{Scope, Secret};
-use git_xet::server::{ServeConfig, Server};
+mod common;
 
-pub const WRITE_TOKEN: &str = "write-token-for-tests-0001";
+use common::server::WRITE_TOKEN;
 
 #[test]
 fn health_and_json_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let secrets = vec![Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap()];
-    let server = Server::spawn(ServeConfig::new(dir.path().join("store"), secrets)).unwrap();
+    let server = common::server::start();
     let http = reqwest::blocking::Client::new();
 
-    let health = http.get(format!("{}/health", server.url)).send().unwrap();
+    let health = http.get(format!("{}/health", server.url())).send().unwrap();
     assert_eq!(health.status(), 200);
     assert!(health.headers().contains_key("x-request-id"));
     let body: serde_json::Value = health.json().unwrap();
@@ -25,7 +22,7 @@ fn health_and_json_errors() {
     assert_eq!(body["files"], 0);
 
     let missing = http
-        .get(format!("{}/no/such/thing", server.url))
+        .get(format!("{}/no/such/thing", server.url()))
         .send()
         .unwrap();
     assert_eq!(missing.status(), 404);
@@ -40,7 +37,7 @@ fn health_and_json_errors() {
         id.as_str(),
         "the error body names the request"
     );
-    server.stop().unwrap();
+    server.server.stop().unwrap();
 }
 
 #[test]

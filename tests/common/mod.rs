@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod server;
+
 use serde::Deserialize;
 
 /// `tests/fixtures/reference`.
