@@ -1,0 +1,548 @@
+//! The Git LFS custom transfer protocol (lfs-agent.md §3–§6): messages, the per-process state
+//! machine, and the writer that owns stdout.
+//!
+//! git-lfs writes one JSON object per line on the agent's stdin; the agent answers on stdout,
+//! one JSON object per line, flushed each time. Parsing is tolerant where git-lfs is loose
+//! (`action` may be `null`, `header` may be missing, `expires_at` may be Go's zero time, unknown
+//! fields are ignored) and strict where a mistake would corrupt the conversation (an unknown
+//! `event`, a second `init`, a request for the other direction, a request while one is open).
+//!
+//! State machine (§5):
+//!
+//! ```text
+//! AwaitInit --init(upload)-->   Ready(Upload)   --upload-->   Busy(oid) --complete--> Ready(Upload)
+//! AwaitInit --init(download)--> Ready(Download) --download--> Busy(oid) --complete--> Ready(Download)
+//! any state --terminate / EOF--> Done
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::format::LfsOid;
+
+/// Transfer direction of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Upload,
+    Download,
+}
+
+/// The first message of every process.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Init {
+    pub operation: Operation,
+    /// A remote name or URL.
+    #[serde(default)]
+    pub remote: String,
+    #[serde(default)]
+    pub concurrent: bool,
+    #[serde(default)]
+    pub concurrenttransfers: u32,
+}
+
+/// What git-lfs passes through from the batch API (or `null` in standalone mode).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct Action {
+    #[serde(default)]
+    pub href: String,
+    #[serde(default)]
+    pub header: BTreeMap<String, String>,
+    /// RFC 3339; `0001-01-01T00:00:00Z` when the server sent none.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default)]
+    pub expires_in: Option<i64>,
+}
+
+impl Action {
+    /// A header value, matched case-insensitively (HTTP header names are).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.header
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// An `upload` or `download` request, before validation.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+struct RawTransfer {
+    oid: String,
+    #[serde(default)]
+    size: u64,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    action: Option<Action>,
+}
+
+/// A validated transfer request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    pub oid: LfsOid,
+    pub size: u64,
+    /// Uploads: the object in local LFS storage (read it, never move it).
+    pub path: Option<PathBuf>,
+    /// `None` in standalone mode.
+    pub action: Option<Action>,
+}
+
+/// A message from git-lfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Init(Init),
+    Upload(Transfer),
+    Download(Transfer),
+    Terminate,
+}
+
+/// Why a line from git-lfs could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("line {line}: not a JSON object: {detail}")]
+    NotJson { line: usize, detail: String },
+    #[error("line {line}: unknown event {event:?}")]
+    UnknownEvent { line: usize, event: String },
+    #[error("line {line}: malformed {event} message: {detail}")]
+    Malformed {
+        line: usize,
+        event: String,
+        detail: String,
+        /// The oid, when the message had a usable one (so the failure can be answered).
+        oid: Option<LfsOid>,
+    },
+    #[error("line {line}: {event} before init")]
+    BeforeInit { line: usize, event: &'static str },
+    #[error("line {line}: a second init")]
+    SecondInit { line: usize },
+    #[error("line {line}: {event} request in a process initialised for {direction:?}")]
+    WrongDirection {
+        line: usize,
+        event: &'static str,
+        direction: Operation,
+        oid: LfsOid,
+    },
+}
+
+impl ProtocolError {
+    /// The oid of the request that failed, if any: such failures are answered with an error
+    /// `complete` instead of ending the process.
+    pub fn oid(&self) -> Option<LfsOid> {
+        match self {
+            ProtocolError::Malformed { oid, .. } => *oid,
+            ProtocolError::WrongDirection { oid, .. } => Some(*oid),
+            _ => None,
+        }
+    }
+}
+
+/// Parses one line from git-lfs. `line` numbers messages in errors.
+pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| ProtocolError::NotJson {
+            line,
+            detail: e.to_string(),
+        })?;
+    let Some(obj) = value.as_object() else {
+        return Err(ProtocolError::NotJson {
+            line,
+            detail: "not an object".into(),
+        });
+    };
+    let event = obj
+        .get("event")
+        .and_then(|e| e.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let oid_of = |obj: &serde_json::Map<String, serde_json::Value>| {
+        obj.get("oid")
+            .and_then(|o| o.as_str())
+            .and_then(|o| LfsOid::from_hex(o).ok())
+    };
+    let malformed = |detail: String| ProtocolError::Malformed {
+        line,
+        event: event.clone(),
+        detail,
+        oid: oid_of(obj),
+    };
+    match event.as_str() {
+        "init" => serde_json::from_value::<Init>(value.clone())
+            .map(Request::Init)
+            .map_err(|e| malformed(e.to_string())),
+        "upload" | "download" => {
+            let raw: RawTransfer =
+                serde_json::from_value(value.clone()).map_err(|e| malformed(e.to_string()))?;
+            let lowercase_hex = raw.oid.len() == 64
+                && raw
+                    .oid
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            if !lowercase_hex {
+                return Err(malformed(format!(
+                    "oid {:?} is not 64 lowercase hex digits",
+                    raw.oid
+                )));
+            }
+            let oid = LfsOid::from_hex(&raw.oid).map_err(|e| malformed(e.to_string()))?;
+            let t = Transfer {
+                oid,
+                size: raw.size,
+                path: raw.path,
+                action: raw.action,
+            };
+            if event == "upload" {
+                if t.path.is_none() {
+                    return Err(malformed("upload request without a path".into()));
+                }
+                Ok(Request::Upload(t))
+            } else {
+                Ok(Request::Download(t))
+            }
+        }
+        "terminate" => Ok(Request::Terminate),
+        _ => Err(ProtocolError::UnknownEvent { line, event }),
+    }
+}
+
+/// Where a process is in the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    AwaitInit,
+    Ready(Operation),
+    Done,
+}
+
+impl State {
+    /// Checks that `request` may come now, and moves on. Requests complete synchronously (the
+    /// agent answers each before reading the next line), so there is no separate busy state.
+    pub fn accept(&mut self, request: &Request, line: usize) -> Result<(), ProtocolError> {
+        match (*self, request) {
+            (_, Request::Terminate) => {
+                *self = State::Done;
+                Ok(())
+            }
+            (State::AwaitInit, Request::Init(init)) => {
+                *self = State::Ready(init.operation);
+                Ok(())
+            }
+            (State::AwaitInit, Request::Upload(_)) => Err(ProtocolError::BeforeInit {
+                line,
+                event: "upload",
+            }),
+            (State::AwaitInit, Request::Download(_)) => Err(ProtocolError::BeforeInit {
+                line,
+                event: "download",
+            }),
+            (State::Ready(_) | State::Done, Request::Init(_)) => {
+                Err(ProtocolError::SecondInit { line })
+            }
+            (State::Ready(Operation::Upload), Request::Upload(_))
+            | (State::Ready(Operation::Download), Request::Download(_)) => Ok(()),
+            (State::Ready(direction), Request::Upload(t)) => Err(ProtocolError::WrongDirection {
+                line,
+                event: "upload",
+                direction,
+                oid: t.oid,
+            }),
+            (State::Ready(direction), Request::Download(t)) => Err(ProtocolError::WrongDirection {
+                line,
+                event: "download",
+                direction,
+                oid: t.oid,
+            }),
+            (State::Done, Request::Upload(t) | Request::Download(t)) => {
+                Err(ProtocolError::Malformed {
+                    line,
+                    event: "transfer".into(),
+                    detail: "request after terminate".into(),
+                    oid: Some(t.oid),
+                })
+            }
+        }
+    }
+}
+
+/// An error as git-lfs shows it: `[code] message`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WireError {
+    pub code: i32,
+    pub message: String,
+}
+
+/// Error code for a failed init (the value git-lfs's docs use).
+pub const INIT_ERROR_CODE: i32 = 32;
+/// Error code for a failed transfer.
+pub const TRANSFER_ERROR_CODE: i32 = 2;
+
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+enum Outgoing<'a> {
+    Progress {
+        oid: String,
+        #[serde(rename = "bytesSoFar")]
+        bytes_so_far: u64,
+        #[serde(rename = "bytesSinceLast")]
+        bytes_since_last: u64,
+    },
+    Complete {
+        oid: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a WireError>,
+    },
+}
+
+/// Writes protocol messages to git-lfs: the only code that writes to the agent's stdout. Each
+/// message is one line, flushed at once. Progress for an object is kept monotonic.
+pub struct ProtocolWriter<W: Write> {
+    out: W,
+    /// The object whose progress is being reported, and the last `bytesSoFar` sent for it.
+    progress: Option<(LfsOid, u64)>,
+}
+
+impl<W: Write> ProtocolWriter<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            progress: None,
+        }
+    }
+
+    fn line(&mut self, json: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(json)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    /// Answers `init`: `{}` on success.
+    pub fn init_ok(&mut self) -> std::io::Result<()> {
+        self.line(b"{}")
+    }
+
+    /// Answers `init` with an error; git-lfs then aborts the adapter.
+    pub fn init_error(&mut self, message: &str) -> std::io::Result<()> {
+        let body = serde_json::json!({"error": {"code": INIT_ERROR_CODE, "message": message}});
+        self.line(body.to_string().as_bytes())
+    }
+
+    /// Reports that `bytes_so_far` bytes of `oid` are done. Values that would go backwards are
+    /// raised to the last one sent; repeats are not sent.
+    pub fn progress(&mut self, oid: &LfsOid, bytes_so_far: u64) -> std::io::Result<()> {
+        let last = match self.progress {
+            Some((o, n)) if o == *oid => n,
+            _ => 0,
+        };
+        if bytes_so_far <= last {
+            return Ok(());
+        }
+        self.progress = Some((*oid, bytes_so_far));
+        let msg = Outgoing::Progress {
+            oid: oid.to_hex(),
+            bytes_so_far,
+            bytes_since_last: bytes_so_far - last,
+        };
+        let json = serde_json::to_vec(&msg).map_err(std::io::Error::other)?;
+        self.line(&json)
+    }
+
+    /// The last `bytesSoFar` reported for `oid`.
+    pub fn reported(&self, oid: &LfsOid) -> u64 {
+        match self.progress {
+            Some((o, n)) if o == *oid => n,
+            _ => 0,
+        }
+    }
+
+    /// Completes a request: success (with the downloaded file's absolute path for downloads) or
+    /// a per-object error.
+    pub fn complete(
+        &mut self,
+        oid: &LfsOid,
+        result: Result<Option<&std::path::Path>, &WireError>,
+    ) -> std::io::Result<()> {
+        let path_text;
+        let (path, error) = match result {
+            Ok(Some(p)) => {
+                path_text = p.to_string_lossy().into_owned();
+                (Some(path_text.as_str()), None)
+            }
+            Ok(None) => (None, None),
+            Err(e) => (None, Some(e)),
+        };
+        let msg = Outgoing::Complete {
+            oid: oid.to_hex(),
+            path,
+            error,
+        };
+        let json = serde_json::to_vec(&msg).map_err(std::io::Error::other)?;
+        self.progress = None;
+        self.line(&json)
+    }
+
+    /// The underlying writer (for tests).
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OID: &str = "7f83b1657ff1fc53b92dc18148a1d65dfc2d4b1fa3d677284addd200126d9069";
+
+    #[test]
+    fn parses_what_git_lfs_sends() {
+        let init = r#"{"event":"init","operation":"upload","remote":"origin","concurrent":true,"concurrenttransfers":8}"#;
+        assert_eq!(
+            parse_request(init, 1).unwrap(),
+            Request::Init(Init {
+                operation: Operation::Upload,
+                remote: "origin".into(),
+                concurrent: true,
+                concurrenttransfers: 8
+            })
+        );
+        let up = format!(
+            r#"{{"event":"upload","oid":"{OID}","size":12,"path":"/r/.git/lfs/objects/7f/83/{OID}","action":{{"href":"https://hub/refresh","header":{{"X-Xet-Access-Token":"t","x-xet-cas-url":"https://cas"}},"expires_at":"0001-01-01T00:00:00Z"}},"future_field":[1,2]}}"#
+        );
+        let Request::Upload(t) = parse_request(&up, 2).unwrap() else {
+            panic!("upload")
+        };
+        assert_eq!(t.size, 12);
+        let action = t.action.unwrap();
+        assert_eq!(action.header("X-Xet-Cas-Url"), Some("https://cas"));
+        assert_eq!(action.expires_at.as_deref(), Some("0001-01-01T00:00:00Z"));
+        // Standalone: action null; download without path or header.
+        let standalone = format!(r#"{{"event":"download","oid":"{OID}","size":12,"action":null}}"#);
+        assert!(matches!(
+            parse_request(&standalone, 3).unwrap(),
+            Request::Download(Transfer { action: None, .. })
+        ));
+        let no_header =
+            format!(r#"{{"event":"download","oid":"{OID}","size":0,"action":{{"href":"x"}}}}"#);
+        let Request::Download(t) = parse_request(&no_header, 4).unwrap() else {
+            panic!("download")
+        };
+        assert!(t.action.unwrap().header.is_empty());
+        assert_eq!(
+            parse_request(r#"{"event":"terminate"}"#, 5).unwrap(),
+            Request::Terminate
+        );
+    }
+
+    #[test]
+    fn refuses_what_would_corrupt_the_conversation() {
+        assert!(matches!(
+            parse_request("not json", 1),
+            Err(ProtocolError::NotJson { .. })
+        ));
+        assert!(matches!(
+            parse_request("[1]", 1),
+            Err(ProtocolError::NotJson { .. })
+        ));
+        assert!(matches!(
+            parse_request(r#"{"event":"launch"}"#, 1),
+            Err(ProtocolError::UnknownEvent { .. })
+        ));
+        let bad_oid = r#"{"event":"upload","oid":"ABC","size":1,"path":"/x"}"#;
+        let err = parse_request(bad_oid, 7).unwrap_err();
+        assert!(err.to_string().starts_with("line 7:"), "{err}");
+        assert_eq!(err.oid(), None);
+        // An upload without a path is answerable: it has an oid.
+        let no_path = format!(r#"{{"event":"upload","oid":"{OID}","size":1}}"#);
+        assert_eq!(
+            parse_request(&no_path, 1).unwrap_err().oid(),
+            Some(LfsOid::from_hex(OID).unwrap())
+        );
+    }
+
+    #[test]
+    fn state_machine_enforces_ordering() {
+        let init = |op| {
+            Request::Init(Init {
+                operation: op,
+                remote: String::new(),
+                concurrent: true,
+                concurrenttransfers: 1,
+            })
+        };
+        let transfer = Transfer {
+            oid: LfsOid::from_hex(OID).unwrap(),
+            size: 1,
+            path: Some("/x".into()),
+            action: None,
+        };
+        let mut s = State::AwaitInit;
+        assert!(matches!(
+            s.accept(&Request::Upload(transfer.clone()), 1),
+            Err(ProtocolError::BeforeInit { .. })
+        ));
+        s.accept(&init(Operation::Upload), 1).unwrap();
+        s.accept(&Request::Upload(transfer.clone()), 2).unwrap();
+        let wrong = s
+            .accept(&Request::Download(transfer.clone()), 3)
+            .unwrap_err();
+        assert_eq!(
+            wrong.oid(),
+            Some(transfer.oid),
+            "answerable with an error complete"
+        );
+        assert!(matches!(
+            s.accept(&init(Operation::Download), 4),
+            Err(ProtocolError::SecondInit { .. })
+        ));
+        s.accept(&Request::Terminate, 5).unwrap();
+        assert_eq!(s, State::Done);
+    }
+
+    #[test]
+    fn writer_emits_one_flushed_line_per_message_and_keeps_progress_monotonic() {
+        let oid = LfsOid::from_hex(OID).unwrap();
+        let mut w = ProtocolWriter::new(Vec::new());
+        w.init_ok().unwrap();
+        w.progress(&oid, 1).unwrap();
+        w.progress(&oid, 100).unwrap();
+        w.progress(&oid, 50).unwrap(); // backwards: dropped
+        w.progress(&oid, 100).unwrap(); // repeat: dropped
+        w.progress(&oid, 120).unwrap();
+        w.complete(&oid, Ok(None)).unwrap();
+        let err = WireError {
+            code: TRANSFER_ERROR_CODE,
+            message: "server said no".into(),
+        };
+        w.complete(&oid, Err(&err)).unwrap();
+        w.complete(&oid, Ok(Some(std::path::Path::new("/r/.git/lfs/tmp/x"))))
+            .unwrap();
+        let text = String::from_utf8(w.into_inner()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 7);
+        assert_eq!(lines[0], serde_json::json!({}));
+        assert_eq!(lines[1]["bytesSoFar"], 1);
+        assert_eq!(
+            (
+                lines[2]["bytesSoFar"].as_u64(),
+                lines[2]["bytesSinceLast"].as_u64()
+            ),
+            (Some(100), Some(99))
+        );
+        assert_eq!(
+            (
+                lines[3]["bytesSoFar"].as_u64(),
+                lines[3]["bytesSinceLast"].as_u64()
+            ),
+            (Some(120), Some(20))
+        );
+        assert_eq!(lines[4], serde_json::json!({"event":"complete","oid":OID}));
+        assert_eq!(lines[5]["error"]["code"], 2);
+        assert_eq!(lines[6]["path"], "/r/.git/lfs/tmp/x");
+    }
+}
