@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod format;
+pub mod git;
 pub mod lfs;
 pub mod pipeline;
 pub mod server;

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod hash;
 mod inspect;
+mod install;
 mod serve;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
@@ -37,6 +38,14 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run a self-hosted Xet CAS server and Git LFS server.
     Serve(serve::ServeArgs),
+    /// Register git-xet as Git LFS's `xet` transfer agent (optionally in standalone mode).
+    Install(install::InstallArgs),
+    /// Remove what `git xet install` wrote.
+    Uninstall(install::UninstallArgs),
+    /// Track files with Git LFS, as `git lfs track` does.
+    Track(install::TrackArgs),
+    /// Stop tracking patterns, as `git lfs untrack` does.
+    Untrack(install::UntrackArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -46,6 +55,10 @@ pub fn main() -> ExitCode {
         Command::Hash(args) => hash::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Install(args) => install::install(args),
+        Command::Uninstall(args) => install::uninstall(args),
+        Command::Track(args) => install::track(args),
+        Command::Untrack(args) => install::untrack(args),
     };
     match result {
         Ok(code) => code,

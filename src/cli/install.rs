@@ -1,0 +1,271 @@
+//! `git xet install`, `uninstall`, `track` and `untrack`: the git configuration around the agent.
+//!
+//! `install` registers the agent with git-lfs under the name `xet` (so an LFS server that offers
+//! Xet, like `git xet serve` or Hugging Face Hub, can choose it), runs `git lfs install` when
+//! git-lfs's filters are not set up yet, and with `--endpoint` turns on standalone mode for any
+//! git host. It records the keys it wrote in `xet.managedkeys` of the same scope, so that
+//! `uninstall` removes exactly those and never a value the user set. Both are idempotent.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::CmdResult;
+use crate::git::{Git, Scope};
+
+/// Where install writes, from the mutually exclusive flags.
+#[derive(Debug, Clone, clap::Args)]
+#[group(multiple = false)]
+pub struct ScopeArgs {
+    /// Write to the user's configuration (~/.gitconfig); the default.
+    #[arg(long)]
+    pub global: bool,
+    /// Write to this repository's configuration (.git/config).
+    #[arg(long)]
+    pub local: bool,
+    /// Write to the system configuration (/etc/gitconfig); usually needs root.
+    #[arg(long)]
+    pub system: bool,
+}
+
+impl ScopeArgs {
+    pub fn scope(&self) -> Scope {
+        if self.local {
+            Scope::Local
+        } else if self.system {
+            Scope::System
+        } else {
+            Scope::Global
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Register git-xet as Git LFS's `xet` custom transfer agent.\n\n\
+Writes lfs.customtransfer.xet.{path,args,concurrent} in the chosen scope and runs `git lfs install` \
+if git-lfs's filters are not configured yet. Servers that offer Xet (git xet serve, Hugging Face \
+Hub) then get chunk-deduplicated uploads through git-xet; others keep using plain LFS.\n\n\
+With --endpoint, also turns on standalone mode (lfs.standalonetransferagent=xet): git-lfs skips \
+the LFS server entirely and git-xet stores objects at the endpoint, the URL of a `git xet serve` \
+or a local directory. This works with any git host.\n\n\
+Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote."
+)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Standalone mode: store LFS objects at this `git xet serve` URL or local directory.
+    #[arg(long, value_name = "URL-or-DIR")]
+    pub endpoint: Option<String>,
+    /// Agent processes git-lfs runs at once (1: one process for all transfers).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub concurrency: Option<u32>,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Remove what `git xet install` wrote to the chosen scope (and nothing \
+else: values you set yourself stay). git-lfs's own configuration is left in place."
+)]
+pub struct UninstallArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Track files matching the patterns with Git LFS (and so with git-xet): \
+adds `PATTERN filter=lfs diff=lfs merge=lfs -text` lines to .gitattributes, exactly as \
+`git lfs track` does. Without patterns, lists the tracked patterns."
+)]
+pub struct TrackArgs {
+    /// Patterns, e.g. '*.safetensors' (quote them so the shell does not expand them).
+    pub patterns: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Stop tracking the patterns: removes their lines from .gitattributes, \
+as `git lfs untrack` does. Files already committed keep their LFS pointers."
+)]
+pub struct UntrackArgs {
+    /// Patterns previously given to `track`.
+    #[arg(required = true)]
+    pub patterns: Vec<String>,
+}
+
+/// The key where install records the keys it wrote (space-separated).
+pub const MANAGED_KEYS: &str = "xet.managedkeys";
+/// The standalone endpoint key.
+pub const ENDPOINT_KEY: &str = "xet.endpoint";
+
+fn git_lfs_missing() -> Box<dyn std::error::Error> {
+    "git-lfs is not installed: install it first (Debian/Ubuntu: `sudo apt-get install git-lfs`, \
+     macOS: `brew install git-lfs`), then run this again"
+        .into()
+}
+
+/// The program path git-lfs should run: this executable, absolute.
+fn agent_path() -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the path of this git-xet executable: {e}"))?;
+    Ok(exe.canonicalize().unwrap_or(exe))
+}
+
+/// Turns a directory endpoint into an absolute path; URLs are kept as they are.
+fn normalise_endpoint(endpoint: &str) -> Result<String, Box<dyn std::error::Error>> {
+    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
+        return Ok(endpoint.trim_end_matches('/').to_string());
+    }
+    let path = PathBuf::from(endpoint);
+    let abs = if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    Ok(abs.to_string_lossy().into_owned())
+}
+
+pub fn install(args: &InstallArgs) -> CmdResult {
+    let git = Git::new();
+    let scope = args.scope.scope();
+    if scope == Scope::Local && !git.in_repository() {
+        return Err("--local needs to run inside a git repository".into());
+    }
+    if !git.has_git_lfs() {
+        return Err(git_lfs_missing());
+    }
+    // git-lfs's filters first, if nobody set them up.
+    if git.config_get("filter.lfs.process")?.is_none() {
+        let mut lfs_args = vec!["lfs", "install"];
+        if scope != Scope::Global {
+            lfs_args.push(scope.flag());
+        }
+        git.run(&lfs_args)?;
+        println!("ran `git {}`", lfs_args.join(" "));
+    }
+
+    let mut managed: Vec<String> = git
+        .config_get_in(Some(scope), MANAGED_KEYS)?
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let mut wanted: Vec<(&str, String)> = vec![
+        (
+            "lfs.customtransfer.xet.path",
+            agent_path()?.to_string_lossy().into_owned(),
+        ),
+        ("lfs.customtransfer.xet.args", "transfer".to_string()),
+        (
+            "lfs.customtransfer.xet.concurrent",
+            (args.concurrency != Some(1)).to_string(),
+        ),
+    ];
+    if let Some(n) = args.concurrency.filter(|n| *n > 1) {
+        wanted.push(("lfs.concurrenttransfers", n.to_string()));
+    }
+    if let Some(endpoint) = &args.endpoint {
+        wanted.push(("lfs.standalonetransferagent", "xet".to_string()));
+        wanted.push((ENDPOINT_KEY, normalise_endpoint(endpoint)?));
+    }
+    for (key, value) in &wanted {
+        let current = git.config_get_in(Some(scope), key)?;
+        let ours = managed.iter().any(|k| k == key);
+        match current {
+            Some(v) if v == *value => {
+                if !ours && key.starts_with("lfs.customtransfer.xet.") {
+                    managed.push(key.to_string());
+                }
+                println!("{} {key} = {value} (unchanged)", scope.name());
+            }
+            Some(v) if !ours && !key.starts_with("lfs.customtransfer.xet.") => {
+                println!(
+                    "{} {key} is already {v:?}, set by you; left as it is (wanted {value:?})",
+                    scope.name()
+                );
+            }
+            _ => {
+                git.config_set(scope, key, value)?;
+                if !ours {
+                    managed.push(key.to_string());
+                }
+                println!("{} {key} = {value}", scope.name());
+            }
+        }
+    }
+    managed.sort();
+    managed.dedup();
+    git.config_set(scope, MANAGED_KEYS, &managed.join(" "))?;
+    println!(
+        "git-xet is installed ({} configuration){}",
+        scope.name(),
+        if args.endpoint.is_some() {
+            "; standalone mode is on"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn uninstall(args: &UninstallArgs) -> CmdResult {
+    let git = Git::new();
+    let scope = args.scope.scope();
+    if scope == Scope::Local && !git.in_repository() {
+        return Err("--local needs to run inside a git repository".into());
+    }
+    let managed: Vec<String> = match git.config_get_in(Some(scope), MANAGED_KEYS)? {
+        Some(v) => v.split_whitespace().map(String::from).collect(),
+        None => {
+            // Not installed by us (or by an older version): remove only the agent's own keys.
+            ["path", "args", "concurrent", "direction"]
+                .iter()
+                .map(|k| format!("lfs.customtransfer.xet.{k}"))
+                .collect()
+        }
+    };
+    let mut removed = 0;
+    for key in &managed {
+        if git.config_unset(scope, key)? {
+            println!("{} {key} removed", scope.name());
+            removed += 1;
+        }
+    }
+    git.config_unset(scope, MANAGED_KEYS)?;
+    if removed == 0 {
+        println!(
+            "git-xet was not installed in the {} configuration",
+            scope.name()
+        );
+    } else {
+        println!("git-xet is uninstalled ({} configuration)", scope.name());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lfs_passthrough(verb: &str, patterns: &[String]) -> CmdResult {
+    let git = Git::new();
+    if !git.has_git_lfs() {
+        return Err(git_lfs_missing());
+    }
+    if !git.in_repository() {
+        return Err(format!("`git xet {verb}` needs to run inside a git repository").into());
+    }
+    let status = std::process::Command::new("git")
+        .arg("lfs")
+        .arg(verb)
+        .args(patterns)
+        .status()
+        .map_err(|e| format!("cannot run git lfs {verb}: {e}"))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub fn track(args: &TrackArgs) -> CmdResult {
+    lfs_passthrough("track", &args.patterns)
+}
+
+pub fn untrack(args: &UntrackArgs) -> CmdResult {
+    lfs_passthrough("untrack", &args.patterns)
+}

@@ -1,0 +1,180 @@
+//! `git xet install`, `uninstall`, `track` and `untrack` with real git and git-lfs, in an
+//! isolated configuration (temporary HOME and global config file, no system config).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let s = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::create_dir_all(s.home()).unwrap();
+        std::fs::create_dir_all(s.repo()).unwrap();
+        s
+    }
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+    fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+    fn global_config(&self) -> PathBuf {
+        self.home().join(".gitconfig")
+    }
+    fn env(&self, c: &mut Command) {
+        c.env("HOME", self.home())
+            .env("XDG_CONFIG_HOME", self.home().join(".config"))
+            .env("GIT_CONFIG_GLOBAL", self.global_config())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env_remove("GIT_DIR");
+    }
+    fn git_xet(&self, cwd: &Path, args: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_git-xet"));
+        self.env(&mut c);
+        c.current_dir(cwd).args(args).output().unwrap()
+    }
+    fn git(&self, cwd: &Path, args: &[&str]) -> String {
+        let mut c = Command::new("git");
+        self.env(&mut c);
+        let out = c.current_dir(cwd).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+    fn global(&self, key: &str) -> String {
+        self.git(self.dir.path(), &["config", "--global", "--get", key])
+    }
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn install_is_idempotent_and_uninstall_removes_exactly_what_it_wrote() {
+    let s = Sandbox::new();
+    let cwd = s.dir.path();
+    // The user's own setting, which install must not overwrite or remove.
+    s.git(cwd, &["config", "--global", "lfs.concurrenttransfers", "2"]);
+    let out = ok(&s.git_xet(cwd, &["install", "--concurrency", "4"]));
+    assert!(out.contains("lfs.customtransfer.xet.path"), "{out}");
+    assert!(out.contains("left as it is"), "{out}");
+    let exe = Path::new(env!("CARGO_BIN_EXE_git-xet"))
+        .canonicalize()
+        .unwrap();
+    assert_eq!(
+        s.global("lfs.customtransfer.xet.path"),
+        exe.to_string_lossy()
+    );
+    assert_eq!(s.global("lfs.customtransfer.xet.args"), "transfer");
+    assert_eq!(s.global("lfs.customtransfer.xet.concurrent"), "true");
+    assert_eq!(s.global("lfs.concurrenttransfers"), "2");
+    assert!(
+        !s.global("filter.lfs.process").is_empty(),
+        "git lfs install ran"
+    );
+
+    let before = std::fs::read_to_string(s.global_config()).unwrap();
+    ok(&s.git_xet(cwd, &["install", "--concurrency", "4"]));
+    assert_eq!(
+        std::fs::read_to_string(s.global_config()).unwrap(),
+        before,
+        "idempotent"
+    );
+
+    let out = ok(&s.git_xet(cwd, &["uninstall"]));
+    assert!(out.contains("uninstalled"), "{out}");
+    assert_eq!(s.global("lfs.customtransfer.xet.path"), "");
+    assert_eq!(s.global("xet.managedkeys"), "");
+    assert_eq!(
+        s.global("lfs.concurrenttransfers"),
+        "2",
+        "the user's value stays"
+    );
+    assert!(
+        !s.global("filter.lfs.process").is_empty(),
+        "git-lfs's filters stay"
+    );
+    let out = ok(&s.git_xet(cwd, &["uninstall"]));
+    assert!(out.contains("was not installed"), "{out}");
+}
+
+#[test]
+fn concurrency_one_and_standalone_endpoint_in_local_scope() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    s.git(&repo, &["init", "-q"]);
+    let store = s.dir.path().join("store");
+    ok(&s.git_xet(
+        &repo,
+        &[
+            "install",
+            "--local",
+            "--concurrency",
+            "1",
+            "--endpoint",
+            store.to_str().unwrap(),
+        ],
+    ));
+    let local = |k: &str| s.git(&repo, &["config", "--local", "--get", k]);
+    assert_eq!(local("lfs.customtransfer.xet.concurrent"), "false");
+    assert_eq!(local("lfs.standalonetransferagent"), "xet");
+    assert_eq!(local("xet.endpoint"), store.to_string_lossy());
+    assert_eq!(
+        local("lfs.concurrenttransfers"),
+        "",
+        "N = 1 writes no concurrenttransfers"
+    );
+    assert_eq!(
+        s.global("lfs.customtransfer.xet.path"),
+        "",
+        "nothing global"
+    );
+    ok(&s.git_xet(&repo, &["uninstall", "--local"]));
+    assert_eq!(local("lfs.standalonetransferagent"), "");
+    assert_eq!(local("xet.endpoint"), "");
+}
+
+#[test]
+fn bad_flags_exit_non_zero_with_a_message() {
+    let s = Sandbox::new();
+    let cwd = s.dir.path();
+    let out = s.git_xet(cwd, &["install", "--local", "--global"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = s.git_xet(cwd, &["install", "--concurrency", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = s.git_xet(cwd, &["install", "--local"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("inside a git repository"));
+    let out = s.git_xet(cwd, &["track", "*.bin"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn track_and_untrack_edit_gitattributes_like_git_lfs() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    s.git(&repo, &["init", "-q"]);
+    ok(&s.git_xet(&repo, &["track", "*.safetensors", "data/*.bin"]));
+    let attrs = std::fs::read_to_string(repo.join(".gitattributes")).unwrap();
+    assert!(
+        attrs.contains("*.safetensors filter=lfs diff=lfs merge=lfs -text"),
+        "{attrs}"
+    );
+    assert!(
+        attrs.contains("data/*.bin filter=lfs diff=lfs merge=lfs -text"),
+        "{attrs}"
+    );
+    ok(&s.git_xet(&repo, &["untrack", "*.safetensors"]));
+    let attrs = std::fs::read_to_string(repo.join(".gitattributes")).unwrap();
+    assert!(!attrs.contains("*.safetensors"), "{attrs}");
+    assert!(attrs.contains("data/*.bin"));
+}
