@@ -1,2 +1,10 @@
 //! Orchestration of hashing, uploads and downloads over the format layer.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`hasher`] | hashing whole files as fast as the machine allows |
+//! | [`upload`] | one stream in, one registered Xet file out, against any [`upload::CasTarget`] |
+//! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
+pub mod download;
 pub mod hasher;
+pub mod upload;

@@ -1,9 +1,282 @@
-//! The Git LFS batch API (lfs-agent.md §11): to be implemented.
+//! The Git LFS side of `git xet serve`: the batch API with `xet` and `basic` transfers
+//! (lfs-agent.md §11, §12), basic object transfers through the upload pipeline, and the
+//! token-refresh route the Xet agent calls.
+//!
+//! Every route lives under an LFS endpoint `{repo}/info/lfs`, where `{repo}` is one or more path
+//! segments of `[A-Za-z0-9._-]` not starting with `.` (e.g. `team/models.git`). The repository
+//! id used in tokens drops a trailing `.git`, so `team/models` and `team/models.git` are one
+//! repository. This server has one store; repositories scope tokens, not storage.
+//!
+//! | route | credential, scope | behaviour |
+//! |---|---|---|
+//! | `POST {repo}/info/lfs/objects/batch` | git token; read (download), write (upload) | validates every object (oid 64 lowercase hex, size ≥ 0; per-object 422), at most [`batch::MAX_OBJECTS`] (else 413). Client offers `xet`: `"transfer":"xet"`, actions whose `href` is the token-refresh route and whose `header` carries `X-Xet-Cas-Url`, `X-Xet-Access-Token`, `X-Xet-Token-Expiration`, `X-Xet-Session-Id`, and for downloads `X-Xet-Hash`. Otherwise `"transfer":"basic"` with `href`s to the object routes below, a short-lived `Authorization` header, and a `verify` action for uploads. Stored objects get no upload action; unknown ones get a per-object 404 on download |
+//! | `GET {repo}/info/lfs/xet-token/read` | git token; read | `{"casUrl","accessToken","exp"}` (cas-api.md §2.1), a read CAS token |
+//! | `GET {repo}/info/lfs/xet-token/write` | git token; write | the same with a write CAS token |
+//! | `PUT {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; write | basic upload: the body streams through the upload pipeline (chunk dedup against the store); its length must equal `Content-Length` (400) and its SHA-256 the oid (422); nothing is stored or registered otherwise. An object already stored is acknowledged (the body is drained) |
+//! | `GET {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; read | basic download: the file rebuilt from the store, streamed chunk by chunk |
+//! | `POST {repo}/info/lfs/verify` | git token or CAS token of the repo; write | `{oid, size}`: 200 if that object is registered with that size, else 404 / 422 |
+//! | any `{repo}/info/lfs/locks…` | none | 501: see below |
+//!
+//! Credentials: `Authorization: Bearer <token>`, or `Basic` with the token as password (what git
+//! sends from a credential helper). A "git token" is a long-lived secret of the server
+//! (`--token`, `--read-token`); the short-lived CAS tokens this API hands out are refused on the
+//! batch and token routes (403), so a leaked CAS token cannot renew itself. A missing or bad
+//! credential is 401 with `LFS-Authenticate: Basic realm="git-xet"` and the same
+//! `WWW-Authenticate`, which makes git-lfs ask git's credential helpers and retry.
+//!
+//! **Locking.** Tokens carry no user identity, so locks ("ours" vs "theirs") cannot mean
+//! anything here. Every locking route answers 501 Not Implemented with a JSON message. git-lfs
+//! (checked against 3.3.0, `locking/locks.go`, `commands/lockverifier.go`) treats 404 or 501 from
+//! `POST …/locks/verify` as "not implemented": it records `lfs.<url>.locksverify=false` in the
+//! repository's config and pushes without printing anything, whereas a 200 would print "Locking
+//! support detected on remote …" on every push until the user configured it. `git lfs lock`
+//! fails with the server's message.
+
+pub mod batch;
+pub mod locks;
+pub mod transfer;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
 use axum::Router;
 
-use super::SharedState;
+use super::auth::{Grant, Scope};
+use super::error::ApiError;
+use super::{AppState, SharedState};
 
-/// The LFS routes.
+/// The media type of LFS requests and responses.
+pub const LFS_MEDIA_TYPE: &str = "application/vnd.git-lfs+json";
+
+/// The realm named in `LFS-Authenticate` / `WWW-Authenticate`.
+const REALM: &str = "Basic realm=\"git-xet\"";
+
+/// The LFS routes: one catch-all, dispatched on the part after `/info/lfs/`.
 pub fn routes() -> Router<SharedState> {
-    Router::new()
+    Router::new().route("/{*path}", any(dispatch))
+}
+
+/// A repository path as it appears in URLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repo {
+    /// As in the URL, e.g. `team/models.git`.
+    pub path: String,
+    /// The id tokens carry: the path without a trailing `.git`, e.g. `team/models`.
+    pub id: String,
+}
+
+impl Repo {
+    /// Parses a repository path; `None` unless every segment is `[A-Za-z0-9._-]+` not starting
+    /// with `.`, with at most 16 segments and 256 bytes.
+    pub fn parse(path: &str) -> Option<Self> {
+        if path.is_empty() || path.len() > 256 || path.split('/').count() > 16 {
+            return None;
+        }
+        let ok = path.split('/').all(|seg| {
+            !seg.is_empty()
+                && !seg.starts_with('.')
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        });
+        if !ok {
+            return None;
+        }
+        let id = path.strip_suffix(".git").unwrap_or(path);
+        if id.is_empty() || id.ends_with('/') {
+            return None;
+        }
+        Some(Self {
+            path: path.to_string(),
+            id: id.to_string(),
+        })
+    }
+
+    /// `{public}/{repo}/info/lfs`.
+    pub fn endpoint(&self, state: &AppState) -> String {
+        format!("{}/{}/info/lfs", state.public_url, self.path)
+    }
+}
+
+/// Splits `/…{repo}/info/lfs/{rest}` into the repository and `rest`.
+fn split_path(path: &str) -> Option<(Repo, &str)> {
+    let path = path.strip_prefix('/')?;
+    let at = path.find("/info/lfs/")?;
+    let repo = Repo::parse(&path[..at])?;
+    Some((repo, &path[at + "/info/lfs/".len()..]))
+}
+
+async fn dispatch(
+    State(state): State<SharedState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some((repo, rest)) = split_path(uri.path()) else {
+        return ApiError::not_found("not_found", "no such endpoint").into_response();
+    };
+    let rest = rest.to_string();
+    let result = match (&method, rest.as_str()) {
+        (&Method::POST, "objects/batch") => batch::batch(&state, &repo, &headers, body).await,
+        (&Method::GET, "xet-token/read") => batch::token(&state, &repo, &headers, Scope::Read),
+        (&Method::GET, "xet-token/write") => batch::token(&state, &repo, &headers, Scope::Write),
+        (&Method::POST, "verify") => transfer::verify(&state, &repo, &headers, body).await,
+        (_, r) if r == "locks" || r.starts_with("locks/") => Err(locks::not_implemented()),
+        (m, r) if r.starts_with("objects/") && !r.contains("/batch") => {
+            let oid = &r["objects/".len()..];
+            match *m {
+                Method::PUT => transfer::put(&state, &repo, oid, &headers, body).await,
+                Method::GET => transfer::get(&state, &repo, oid, &headers).await,
+                _ => Err(method_not_allowed()),
+            }
+        }
+        (_, "objects/batch" | "xet-token/read" | "xet-token/write" | "verify") => {
+            Err(method_not_allowed())
+        }
+        _ => Err(ApiError::not_found(
+            "not_found",
+            format!("no such LFS endpoint: {rest:?} under {}", repo.path),
+        )),
+    };
+    result.unwrap_or_else(error_response)
+}
+
+fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method",
+    )
+}
+
+/// An LFS error response: the JSON [`ApiError`], with the headers git-lfs needs on 401.
+pub fn error_response(e: ApiError) -> Response {
+    let unauthorized = e.status == StatusCode::UNAUTHORIZED;
+    if e.status.is_server_error() && e.status != StatusCode::NOT_IMPLEMENTED {
+        tracing::error!(code = e.code, message = %e.message, "LFS request failed");
+    }
+    let mut response = e.into_response();
+    if unauthorized {
+        let h = response.headers_mut();
+        h.insert("lfs-authenticate", HeaderValue::from_static(REALM));
+        h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
+    }
+    response
+}
+
+/// Checks a git credential (a configured secret, not a CAS token) for `needed`.
+pub fn authorize_user(
+    state: &AppState,
+    headers: &HeaderMap,
+    needed: Scope,
+    what: &'static str,
+) -> Result<Grant, ApiError> {
+    let grant = state.authorize(headers, Scope::Read, what)?;
+    if grant.expires.is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cas_token_not_accepted",
+            format!(
+                "{what} needs the token configured for git, not a short-lived CAS access token"
+            ),
+        ));
+    }
+    require(&grant, needed, what)?;
+    Ok(grant)
+}
+
+/// Checks a credential for an object transfer: a git credential, or a CAS token issued for
+/// this repository.
+pub fn authorize_transfer(
+    state: &AppState,
+    headers: &HeaderMap,
+    repo: &Repo,
+    needed: Scope,
+    what: &'static str,
+) -> Result<Grant, ApiError> {
+    let grant = state.authorize(headers, Scope::Read, what)?;
+    if grant.expires.is_some() && grant.repo != repo.id {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "wrong_repository",
+            format!(
+                "this access token was issued for repository {:?}, not {:?}",
+                grant.repo, repo.id
+            ),
+        ));
+    }
+    require(&grant, needed, what)?;
+    Ok(grant)
+}
+
+fn require(grant: &Grant, needed: Scope, what: &'static str) -> Result<(), ApiError> {
+    if grant.scope.allows(needed) {
+        Ok(())
+    } else {
+        Err(super::auth::AuthError::Forbidden { what }.into())
+    }
+}
+
+/// A JSON response with the LFS media type.
+pub fn lfs_json(status: StatusCode, value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => {
+            let mut r = (status, body).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(LFS_MEDIA_TYPE),
+            );
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(e) => error_response(ApiError::internal(format!(
+            "cannot encode the response: {e}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repository_paths() {
+        let (repo, rest) = split_path("/team/models.git/info/lfs/objects/batch").unwrap();
+        assert_eq!(
+            (repo.path.as_str(), repo.id.as_str()),
+            ("team/models.git", "team/models")
+        );
+        assert_eq!(rest, "objects/batch");
+        let (repo, rest) = split_path("/a/b/c/info/lfs/locks/verify").unwrap();
+        assert_eq!((repo.id.as_str(), rest), ("a/b/c", "locks/verify"));
+        for bad in [
+            "/info/lfs/objects/batch",
+            "/../x/info/lfs/objects/batch",
+            "/a//b/info/lfs/objects/batch",
+            "/a/.git/info/lfs/objects/batch",
+            "/a%2Fb/info/lfs/objects/batch",
+            "/.git/info/lfs/x",
+            "/team/models.git/info/lfs",
+        ] {
+            assert!(split_path(bad).is_none(), "{bad}");
+        }
+        assert!(Repo::parse(&"a/".repeat(20)).is_none());
+    }
+
+    /// The catch-all must merge with the CAS routes' static and parameter segments (a routing
+    /// conflict would panic here rather than when the two routers meet in `server::router`).
+    #[test]
+    fn catch_all_merges_with_cas_style_routes() {
+        use axum::routing::{get, post};
+        let _ = Router::<SharedState>::new()
+            .route("/health", get(|| async {}))
+            .route("/v1/xorbs/{prefix}/{xorb_hash}", post(|| async {}))
+            .route("/v1/reconstructions/{file_hash}", get(|| async {}))
+            .route("/shards", post(|| async {}))
+            .merge(routes());
+    }
 }

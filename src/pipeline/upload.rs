@@ -1,0 +1,455 @@
+//! The upload pipeline: one stream in, one registered Xet file out. Written once for the
+//! server's basic-transfer uploads and for the agent.
+//!
+//! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes and, per block:
+//!
+//! 1. computes SHA-256 alongside content-defined chunking (xet-format.md §2) on the rayon pool;
+//! 2. hashes the block's chunks in parallel;
+//! 3. hands each chunk in order to the file session ([`session`]), which deduplicates it
+//!    against this upload's own xorbs and, through [`CasTarget::dedup_query`], against the
+//!    target (§5), packs new chunks into xorbs ([`XorbBuilder`], [`CompressionPolicy::Auto`],
+//!    [`XorbLimits::CLIENT`] by default) and builds the reconstruction terms (consecutive chunks
+//!    of one xorb form one term).
+//!
+//! Full xorbs go to an uploader thread through a rendezvous channel, so at most two xorbs are in
+//! memory (the one being filled and the one being put) besides one read block. At the end of
+//! the stream the declared size and SHA-256 are checked; only then is the last xorb put, and
+//! only once every xorb is stored is the shard built — one file block with verification entries
+//! and the `FileMetadataExt` SHA-256 (§4.3), plus the blocks of the xorbs this upload built —
+//! and registered (cas-api.md §7). A mismatch ends the upload before any shard is registered;
+//! wrap the target in [`Staging`] to keep even the xorbs out of it.
+//!
+//! Shortcuts: when the caller declares the SHA-256 and the target already has a file with it,
+//! nothing is read and nothing uploaded ([`UploadSummary::already_stored`]). The empty stream
+//! is the all-zero file hash, which every target knows: nothing is uploaded or registered.
+//!
+//! A shard larger than [`MAX_SHARD_SIZE`] (files of tens of GB) is split: shards holding only
+//! xorb blocks are registered first, the file's shard last.
+
+mod session;
+pub mod staging;
+pub mod target;
+#[cfg(test)]
+mod tests;
+
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use rayon::prelude::*;
+use sha2::Digest as _;
+
+use self::session::{FileResult, FileSession};
+pub use self::staging::Staging;
+pub use self::target::{CasTarget, TargetError, XorbSource};
+use crate::format::chunking::Chunker;
+use crate::format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
+use crate::format::xorb::{BuiltXorb, CompressionPolicy, XorbLimits};
+use crate::format::{ChunkHash, FileHash, LfsOid};
+
+/// Bytes read from the stream per block.
+pub const READ_BLOCK: usize = 8 << 20;
+
+/// How to upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadOptions {
+    /// The SHA-256 the stream must have (the Git LFS oid). Checked at the end; also lets a file
+    /// the target already has be skipped without reading it.
+    pub expected_sha256: Option<LfsOid>,
+    /// The number of bytes the stream must have. A longer stream fails as soon as it is.
+    pub expected_size: Option<u64>,
+    pub policy: CompressionPolicy,
+    /// Xorb size limits (tests use small ones to get several xorbs from small inputs).
+    pub limits: XorbLimits,
+    /// Ask the target about dedup-eligible chunks (xet-format.md §5.1).
+    pub global_dedup: bool,
+    /// Shards larger than this are split (see the module documentation).
+    pub max_shard_bytes: u64,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        Self {
+            expected_sha256: None,
+            expected_size: None,
+            policy: CompressionPolicy::Auto,
+            limits: XorbLimits::CLIENT,
+            global_dedup: true,
+            max_shard_bytes: MAX_SHARD_SIZE,
+        }
+    }
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadSummary {
+    pub file_hash: FileHash,
+    pub size: u64,
+    pub sha256: LfsOid,
+    /// The target already had a file with the declared SHA-256; the stream was not read.
+    pub already_stored: bool,
+    /// Chunks in the file.
+    pub chunks: u64,
+    /// Chunks (and their bytes) found in a xorb already, here or at the target.
+    pub dedup_chunks: u64,
+    pub dedup_bytes: u64,
+    /// Global-dedup queries sent.
+    pub dedup_queries: u64,
+    /// Xorbs the target newly stored, and the bytes of their upload bodies.
+    pub new_xorbs: u64,
+    pub uploaded_bytes: u64,
+    /// Xorbs built whose hash the target already had (not sent).
+    pub existing_xorbs: u64,
+    /// Shards registered (0 for the empty file or a skipped one).
+    pub shards: u64,
+}
+
+/// Progress of an upload, reported after every block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UploadProgress {
+    /// Bytes of the stream chunked and deduplicated so far.
+    pub bytes_read: u64,
+    /// Bytes of xorb bodies the target has accepted so far.
+    pub bytes_uploaded: u64,
+}
+
+/// Why an upload failed. Input errors ([`UploadError::is_input_error`]) are the stream's fault;
+/// the others are the target's or a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("cannot read the input at offset {offset}: {source}")]
+    Read { offset: u64, source: io::Error },
+    #[error("the input is longer than the declared {expected} bytes")]
+    TooLong { expected: u64 },
+    #[error("the input has {actual} bytes, but {expected} were declared")]
+    TooShort { expected: u64, actual: u64 },
+    #[error("the input's SHA-256 is {actual}, not the declared {expected}")]
+    Sha256Mismatch { expected: LfsOid, actual: LfsOid },
+    #[error("{what}: {source}")]
+    Target { what: String, source: TargetError },
+    #[error("cannot build {what}: {detail}")]
+    Build { what: String, detail: String },
+    #[error("the xorb uploader stopped unexpectedly")]
+    UploaderGone,
+}
+
+impl UploadError {
+    /// True when the input was at fault (unreadable, wrong size, wrong SHA-256).
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            UploadError::Read { .. }
+                | UploadError::TooLong { .. }
+                | UploadError::TooShort { .. }
+                | UploadError::Sha256Mismatch { .. }
+        )
+    }
+
+    fn target(what: impl Into<String>) -> impl FnOnce(TargetError) -> UploadError {
+        let what = what.into();
+        move |source| UploadError::Target { what, source }
+    }
+}
+
+/// Uploads everything `reader` yields as one file. See the module documentation.
+pub fn upload(
+    target: &dyn CasTarget,
+    reader: impl Read,
+    options: &UploadOptions,
+) -> Result<UploadSummary, UploadError> {
+    upload_with_progress(target, reader, options, &mut |_| {})
+}
+
+/// [`upload`], calling `progress` after every block.
+pub fn upload_with_progress(
+    target: &dyn CasTarget,
+    mut reader: impl Read,
+    options: &UploadOptions,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
+    if let Some(oid) = options.expected_sha256 {
+        let known = target
+            .file_by_sha256(&oid)
+            .map_err(UploadError::target(format!("looking up SHA-256 {oid}")))?;
+        if let Some((file_hash, size)) = known {
+            if options.expected_size.map_or(true, |s| s == size) {
+                return Ok(UploadSummary {
+                    file_hash,
+                    size,
+                    sha256: oid,
+                    already_stored: true,
+                    chunks: 0,
+                    dedup_chunks: 0,
+                    dedup_bytes: 0,
+                    dedup_queries: 0,
+                    new_xorbs: 0,
+                    uploaded_bytes: 0,
+                    existing_xorbs: 0,
+                    shards: 0,
+                });
+            }
+        }
+    }
+
+    let uploaded = AtomicU64::new(0);
+    let (file, size, uploader) = std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<BuiltXorb>(0);
+        let uploaded = &uploaded;
+        let uploader = scope.spawn(move || put_xorbs(target, rx, uploaded));
+        let read = read_file(target, &mut reader, options, tx, uploaded, progress);
+        let put = uploader.join().unwrap_or(Err(UploadError::UploaderGone));
+        match (read, put) {
+            (Ok((file, size)), Ok(put)) => Ok((file, size, put)),
+            // The uploader's own error explains why the reader could not hand it a xorb.
+            (Err(UploadError::UploaderGone), Err(e)) => Err(e),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        }
+    })?;
+
+    let sha256 = file.file.sha256.unwrap_or_default();
+    let mut summary = UploadSummary {
+        file_hash: file.file.hash,
+        size,
+        sha256,
+        already_stored: false,
+        chunks: file.chunks,
+        dedup_chunks: file.dedup_chunks,
+        dedup_bytes: file.dedup_bytes,
+        dedup_queries: file.dedup_queries,
+        new_xorbs: uploader.new_xorbs,
+        uploaded_bytes: uploader.bytes,
+        existing_xorbs: uploader.existing_xorbs,
+        shards: 0,
+    };
+    if size == 0 {
+        return Ok(summary);
+    }
+    let FileResult { file, blocks, .. } = file;
+    let hash = file.hash;
+    let shards = build_shards(file, blocks, options.max_shard_bytes)?;
+    for (i, bytes) in shards.iter().enumerate() {
+        target
+            .register_shard(bytes)
+            .map_err(UploadError::target(format!(
+                "registering shard {} of {} for file {hash}",
+                i + 1,
+                shards.len()
+            )))?;
+    }
+    summary.shards = shards.len() as u64;
+    tracing::debug!(file = %hash, %sha256, size, new_xorbs = summary.new_xorbs,
+        uploaded_bytes = summary.uploaded_bytes, dedup_chunks = summary.dedup_chunks, "file uploaded");
+    Ok(summary)
+}
+
+/// What the uploader thread did.
+#[derive(Debug, Default)]
+struct PutStats {
+    new_xorbs: u64,
+    existing_xorbs: u64,
+    bytes: u64,
+}
+
+/// The uploader thread: puts every xorb it receives, skipping those the target has.
+fn put_xorbs(
+    target: &dyn CasTarget,
+    rx: mpsc::Receiver<BuiltXorb>,
+    uploaded: &AtomicU64,
+) -> Result<PutStats, UploadError> {
+    let mut stats = PutStats::default();
+    for xorb in rx {
+        let hash = xorb.hash();
+        if target
+            .has_xorb(&hash)
+            .map_err(UploadError::target(format!("checking for xorb {hash}")))?
+        {
+            stats.existing_xorbs += 1;
+            continue;
+        }
+        let body = xorb.upload_body();
+        let inserted = target
+            .put_xorb(hash, body)
+            .map_err(UploadError::target(format!("uploading xorb {hash}")))?;
+        if inserted {
+            stats.new_xorbs += 1;
+            stats.bytes += body.len() as u64;
+            uploaded.fetch_add(body.len() as u64, Ordering::Relaxed);
+        } else {
+            stats.existing_xorbs += 1;
+        }
+    }
+    Ok(stats)
+}
+
+/// Reads, chunks and deduplicates the whole stream, sending full xorbs to `tx`. Returns the
+/// file's block and its size once the size and SHA-256 were checked and every xorb was sent.
+fn read_file(
+    target: &dyn CasTarget,
+    reader: &mut dyn Read,
+    options: &UploadOptions,
+    tx: mpsc::SyncSender<BuiltXorb>,
+    uploaded: &AtomicU64,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<(FileResult, u64), UploadError> {
+    let mut emit = |x: BuiltXorb| tx.send(x).map_err(|_| UploadError::UploaderGone);
+    let mut session =
+        FileSession::new(target, options.policy, options.limits, options.global_dedup);
+    let mut chunker = Chunker::parallel();
+    let mut sha = sha2::Sha256::new();
+    // `buf` holds the stream from offset `buf_start` (the start of the chunk in progress).
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_start: u64 = 0;
+    let mut pos: u64 = 0;
+    let mut ends: Vec<u64> = Vec::new();
+    loop {
+        let old = buf.len();
+        let n = fill(reader, &mut buf, READ_BLOCK, pos)?;
+        if n == 0 {
+            break;
+        }
+        pos += n as u64;
+        if let Some(expected) = options.expected_size {
+            if pos > expected {
+                return Err(UploadError::TooLong { expected });
+            }
+        }
+        ends.clear();
+        let new = &buf[old..];
+        rayon::join(|| sha.update(new), || chunker.update(new, &mut ends));
+        let mut start = buf_start;
+        let pieces: Vec<&[u8]> = ends
+            .iter()
+            .map(|&end| {
+                let piece = &buf[(start - buf_start) as usize..(end - buf_start) as usize];
+                start = end;
+                piece
+            })
+            .collect();
+        let hashes: Vec<ChunkHash> = pieces.par_iter().map(|p| ChunkHash::of(p)).collect();
+        for (piece, hash) in pieces.iter().zip(hashes) {
+            session.add_chunk(piece, hash, &mut emit)?;
+        }
+        buf.drain(..(start - buf_start) as usize);
+        buf_start = start;
+        progress(UploadProgress {
+            bytes_read: pos,
+            bytes_uploaded: uploaded.load(Ordering::Relaxed),
+        });
+    }
+    if let Some(end) = chunker.finish() {
+        let piece = &buf[..(end - buf_start) as usize];
+        session.add_chunk(piece, ChunkHash::of(piece), &mut emit)?;
+    }
+    if let Some(expected) = options.expected_size {
+        if pos != expected {
+            return Err(UploadError::TooShort {
+                expected,
+                actual: pos,
+            });
+        }
+    }
+    let actual = LfsOid::from_digest(sha.finalize().into());
+    if let Some(expected) = options.expected_sha256 {
+        if actual != expected {
+            return Err(UploadError::Sha256Mismatch { expected, actual });
+        }
+    }
+    let file = session.finish(actual, &mut emit)?;
+    Ok((file, pos))
+}
+
+/// Appends up to `want` bytes from `reader` to `buf`; returns how many (0 at the end).
+fn fill(
+    reader: &mut dyn Read,
+    buf: &mut Vec<u8>,
+    want: usize,
+    pos: u64,
+) -> Result<usize, UploadError> {
+    let old = buf.len();
+    buf.resize(old + want, 0);
+    let mut got = 0;
+    while got < want {
+        match reader.read(&mut buf[old + got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                buf.truncate(old + got);
+                return Err(UploadError::Read {
+                    offset: pos + got as u64,
+                    source,
+                });
+            }
+        }
+    }
+    buf.truncate(old + got);
+    Ok(got)
+}
+
+/// Serialised size of a shard holding `file` (or none) and `blocks`, in upload form.
+fn shard_len(file: Option<&FileInfo>, blocks: &[XorbInfo]) -> u64 {
+    let file_records = file.map_or(0, |f| {
+        let terms = f.terms.len() as u64;
+        1 + terms + if f.verification.is_some() { terms } else { 0 } + u64::from(f.sha256.is_some())
+    });
+    let xorb_records: u64 = blocks.iter().map(|b| 1 + b.chunks.len() as u64).sum();
+    // Header, both sections, both bookends.
+    RECORD_SIZE * (1 + file_records + 1 + xorb_records + 1)
+}
+
+/// The shards to register, in order: the file's shard last, earlier ones holding xorb blocks
+/// that did not fit in it.
+fn build_shards(
+    file: FileInfo,
+    mut blocks: Vec<XorbInfo>,
+    max: u64,
+) -> Result<Vec<Vec<u8>>, UploadError> {
+    let hash = file.hash;
+    let fail = |e: crate::format::shard::ShardError| UploadError::Build {
+        what: format!("the shard of file {hash}"),
+        detail: e.to_string(),
+    };
+    blocks.sort_by_key(|b| b.hash);
+    let file_len = shard_len(Some(&file), &[]);
+    if file_len > max {
+        return Err(UploadError::Build {
+            what: format!("the shard of file {hash}"),
+            detail: format!("its file block alone exceeds {max} bytes"),
+        });
+    }
+    let empty_len = shard_len(None, &[]);
+    let (mut last, mut last_len) = (Vec::new(), file_len);
+    let (mut groups, mut group_len): (Vec<Vec<XorbInfo>>, u64) = (Vec::new(), 0);
+    for block in blocks {
+        let len = RECORD_SIZE * (1 + block.chunks.len() as u64);
+        if last_len + len <= max {
+            last_len += len;
+            last.push(block);
+        } else if !groups.is_empty() && group_len + len <= max {
+            group_len += len;
+            if let Some(g) = groups.last_mut() {
+                g.push(block);
+            }
+        } else {
+            // What does not fit next to the file goes into xorb-only shards.
+            group_len = empty_len + len;
+            groups.push(vec![block]);
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len() + 1);
+    for g in groups {
+        let shard = Shard {
+            files: Vec::new(),
+            xorbs: g,
+            meta: Default::default(),
+        };
+        out.push(shard.to_upload_bytes().map_err(fail)?);
+    }
+    let shard = Shard {
+        files: vec![file],
+        xorbs: last,
+        meta: Default::default(),
+    };
+    out.push(shard.to_upload_bytes().map_err(fail)?);
+    Ok(out)
+}

@@ -1,0 +1,332 @@
+//! One file's deduplication, xorb packing and reconstruction terms.
+//!
+//! Chunks arrive in file order with their hashes. Each is either *matched* (its bytes are
+//! already in a xorb: one this upload built, or one the target named in a global-dedup answer)
+//! or *new* (appended to the xorb being built). Either way it extends the file's reconstruction:
+//! a chunk that continues the previous term (same xorb, next chunk index) lengthens it,
+//! anything else opens a new term.
+//!
+//! Xorbs this upload builds are named by a sequence number until they are finished and hashed
+//! ([`XorbId::Session`]), so a chunk can match a chunk of the xorb still being built (repeated
+//! content inside one file).
+//!
+//! Global-dedup queries (xet-format.md §5.1) go out for the file's first chunk and for chunks
+//! whose hash is `0 mod 1024`, once per hash, when nothing local matched. An answer teaches
+//! every chunk of the xorbs it lists, so the chunks following the queried one match too. Keyed
+//! answers (§5.2) are looked up by keying the local hash with each key seen. There is no
+//! fragmentation guard (§5.4) yet: every match is taken.
+
+use std::collections::{HashMap, HashSet};
+
+use super::target::CasTarget;
+use super::UploadError;
+use crate::format::hash::{file_hash, keyed_chunk_hash, verification_hash};
+use crate::format::shard::{FileInfo, Shard, Term, XorbInfo};
+use crate::format::xorb::{BuiltXorb, CompressionPolicy, Push, XorbBuilder, XorbLimits};
+use crate::format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, XorbHash};
+
+/// A xorb a term can point at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum XorbId {
+    /// Stored at the target already (learned from a dedup answer).
+    Stored(XorbHash),
+    /// Built by this upload: the n-th xorb, hashed once finished.
+    Session(u32),
+}
+
+/// Where a chunk's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Loc {
+    xorb: XorbId,
+    index: u32,
+}
+
+/// A term under construction: chunks `[start, end)` of `xorb`, which are chunks
+/// `[first_chunk, first_chunk + end - start)` of the file.
+#[derive(Debug, Clone, Copy)]
+struct OpenTerm {
+    xorb: XorbId,
+    start: u32,
+    end: u32,
+    bytes: u64,
+    first_chunk: usize,
+}
+
+/// What a finished session produced.
+#[derive(Debug)]
+pub(super) struct FileResult {
+    pub file: FileInfo,
+    /// Blocks of the xorbs this upload built, for the shard's xorb section.
+    pub blocks: Vec<XorbInfo>,
+    pub chunks: u64,
+    pub dedup_chunks: u64,
+    pub dedup_bytes: u64,
+    pub dedup_queries: u64,
+}
+
+/// See the module documentation.
+pub(super) struct FileSession<'t> {
+    target: &'t dyn CasTarget,
+    policy: CompressionPolicy,
+    limits: XorbLimits,
+    global_dedup: bool,
+    builder: XorbBuilder,
+    builder_refs: Vec<ChunkRef>,
+    /// Hashes of the finished session xorbs, by sequence number.
+    resolved: Vec<XorbHash>,
+    blocks: Vec<XorbInfo>,
+    /// Raw chunk hash → location: chunks of session xorbs and of unkeyed dedup answers.
+    known: HashMap<ChunkHash, Loc>,
+    /// Per key of a keyed dedup answer: keyed chunk hash → location.
+    keyed: Vec<(HmacKey, HashMap<ChunkHash, Loc>)>,
+    queried: HashSet<ChunkHash>,
+    terms: Vec<OpenTerm>,
+    chunks: Vec<ChunkRef>,
+    dedup_chunks: u64,
+    dedup_bytes: u64,
+    dedup_queries: u64,
+}
+
+impl<'t> FileSession<'t> {
+    pub fn new(
+        target: &'t dyn CasTarget,
+        policy: CompressionPolicy,
+        limits: XorbLimits,
+        global_dedup: bool,
+    ) -> Self {
+        Self {
+            target,
+            policy,
+            limits,
+            global_dedup,
+            builder: XorbBuilder::with_limits(policy, limits),
+            builder_refs: Vec::new(),
+            resolved: Vec::new(),
+            blocks: Vec::new(),
+            known: HashMap::new(),
+            keyed: Vec::new(),
+            queried: HashSet::new(),
+            terms: Vec::new(),
+            chunks: Vec::new(),
+            dedup_chunks: 0,
+            dedup_bytes: 0,
+            dedup_queries: 0,
+        }
+    }
+
+    fn lookup(&self, hash: &ChunkHash) -> Option<Loc> {
+        if let Some(loc) = self.known.get(hash) {
+            return Some(*loc);
+        }
+        self.keyed
+            .iter()
+            .find_map(|(key, table)| table.get(&keyed_chunk_hash(key, hash)).copied())
+    }
+
+    /// Asks the target about `hash` and learns the chunks of every xorb in its answer. A failed
+    /// query only costs dedup, so it is logged and otherwise ignored.
+    fn query(&mut self, hash: &ChunkHash) {
+        self.dedup_queries += 1;
+        let shard = match self.target.dedup_query(hash) {
+            Ok(Some(shard)) => shard,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(chunk = %hash, error = %e, "global dedup query failed; continuing without");
+                return;
+            }
+        };
+        self.learn(&shard);
+    }
+
+    fn learn(&mut self, shard: &Shard) {
+        let key = shard.meta.hmac_key;
+        let table = if key.is_zero() {
+            &mut self.known
+        } else {
+            let at = match self.keyed.iter().position(|(k, _)| *k == key) {
+                Some(at) => at,
+                None => {
+                    self.keyed.push((key, HashMap::new()));
+                    self.keyed.len() - 1
+                }
+            };
+            &mut self.keyed[at].1
+        };
+        for block in &shard.xorbs {
+            for (i, c) in block.chunks.iter().enumerate() {
+                let Ok(index) = u32::try_from(i) else { break };
+                table.entry(c.hash).or_insert(Loc {
+                    xorb: XorbId::Stored(block.hash),
+                    index,
+                });
+            }
+        }
+    }
+
+    /// Adds the next chunk of the file. `emit` receives every xorb as soon as it is full.
+    pub fn add_chunk(
+        &mut self,
+        data: &[u8],
+        hash: ChunkHash,
+        emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    ) -> Result<(), UploadError> {
+        let len = data.len() as u64;
+        let position = self.chunks.len();
+        self.chunks.push(ChunkRef::new(hash, len));
+        let mut loc = self.lookup(&hash);
+        if loc.is_none()
+            && self.global_dedup
+            && (position == 0 || hash.is_global_dedup_eligible())
+            && self.queried.insert(hash)
+        {
+            self.query(&hash);
+            loc = self.lookup(&hash);
+        }
+        let loc = match loc {
+            Some(loc) => {
+                self.dedup_chunks += 1;
+                self.dedup_bytes += len;
+                loc
+            }
+            None => self.pack(data, hash, emit)?,
+        };
+        match self.terms.last_mut() {
+            Some(t) if t.xorb == loc.xorb && t.end == loc.index => {
+                t.end += 1;
+                t.bytes += len;
+            }
+            _ => self.terms.push(OpenTerm {
+                xorb: loc.xorb,
+                start: loc.index,
+                end: loc.index + 1,
+                bytes: len,
+                first_chunk: position,
+            }),
+        }
+        Ok(())
+    }
+
+    /// Appends a new chunk to the xorb being built, finishing it first if it is full.
+    fn pack(
+        &mut self,
+        data: &[u8],
+        hash: ChunkHash,
+        emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    ) -> Result<Loc, UploadError> {
+        let build_err = |e: crate::format::xorb::XorbError| UploadError::Build {
+            what: format!("chunk {hash}"),
+            detail: e.to_string(),
+        };
+        let index = match self.builder.add_chunk(data).map_err(build_err)? {
+            Push::Added(i) => i,
+            Push::Full => {
+                self.finish_xorb(emit)?;
+                match self.builder.add_chunk(data).map_err(build_err)? {
+                    Push::Added(i) => i,
+                    Push::Full => {
+                        return Err(UploadError::Build {
+                            what: format!("chunk {hash}"),
+                            detail: "it does not fit in an empty xorb".into(),
+                        })
+                    }
+                }
+            }
+        };
+        self.builder_refs
+            .push(ChunkRef::new(hash, data.len() as u64));
+        let loc = Loc {
+            xorb: XorbId::Session(self.resolved.len() as u32),
+            index: u32::try_from(index).map_err(|_| UploadError::Build {
+                what: format!("chunk {hash}"),
+                detail: "chunk index does not fit in u32".into(),
+            })?,
+        };
+        self.known.entry(hash).or_insert(loc);
+        Ok(loc)
+    }
+
+    /// Finishes the xorb being built (if it has chunks) and hands it to `emit`.
+    fn finish_xorb(
+        &mut self,
+        emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    ) -> Result<(), UploadError> {
+        if self.builder.is_empty() {
+            return Ok(());
+        }
+        let builder = std::mem::replace(
+            &mut self.builder,
+            XorbBuilder::with_limits(self.policy, self.limits),
+        );
+        let seq = self.resolved.len();
+        let built = builder.finish().map_err(|e| UploadError::Build {
+            what: format!("xorb #{seq} of this upload"),
+            detail: e.to_string(),
+        })?;
+        let hash = built.hash();
+        let block =
+            XorbInfo::from_chunks(hash, &self.builder_refs).map_err(|e| UploadError::Build {
+                what: format!("the shard block of xorb {hash}"),
+                detail: e.to_string(),
+            })?;
+        self.builder_refs.clear();
+        self.resolved.push(hash);
+        self.blocks.push(block);
+        emit(built)
+    }
+
+    /// Ends the file: finishes the last xorb and builds the file's shard block (terms,
+    /// verification hashes, SHA-256).
+    pub fn finish(
+        mut self,
+        sha256: LfsOid,
+        emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    ) -> Result<FileResult, UploadError> {
+        self.finish_xorb(emit)?;
+        let hash = if self.chunks.is_empty() {
+            FileHash::ZERO
+        } else {
+            file_hash(&self.chunks)
+        };
+        let mut terms = Vec::with_capacity(self.terms.len());
+        let mut verification = Vec::with_capacity(self.terms.len());
+        for t in &self.terms {
+            let xorb = match t.xorb {
+                XorbId::Stored(h) => h,
+                XorbId::Session(n) => {
+                    *self
+                        .resolved
+                        .get(n as usize)
+                        .ok_or_else(|| UploadError::Build {
+                            what: format!("file {hash}"),
+                            detail: format!("a term names unfinished xorb #{n}"),
+                        })?
+                }
+            };
+            let bytes = u32::try_from(t.bytes).map_err(|_| UploadError::Build {
+                what: format!("file {hash}"),
+                detail: format!("a term of xorb {xorb} holds {} bytes", t.bytes),
+            })?;
+            terms.push(Term::new(xorb, bytes, t.start, t.end));
+            let n = (t.end - t.start) as usize;
+            let hashes = self
+                .chunks
+                .get(t.first_chunk..t.first_chunk + n)
+                .unwrap_or(&[]);
+            verification.push(verification_hash(hashes.iter().map(|c| &c.hash)));
+        }
+        Ok(FileResult {
+            file: FileInfo {
+                hash,
+                terms,
+                verification: Some(verification),
+                sha256: Some(sha256),
+                unknown_flags: 0,
+            },
+            blocks: self.blocks,
+            chunks: self.chunks.len() as u64,
+            dedup_chunks: self.dedup_chunks,
+            dedup_bytes: self.dedup_bytes,
+            dedup_queries: self.dedup_queries,
+        })
+    }
+}

@@ -1,0 +1,147 @@
+//! Where an upload goes: the [`CasTarget`] trait and its implementation for the local [`Store`].
+//!
+//! The trait is the set of CAS operations an upload needs (cas-api.md §5.4–§5.7) and nothing
+//! more. It is **blocking** and object-safe (`&dyn CasTarget`), for three reasons:
+//!
+//! - the work around it is CPU-bound (chunking, hashing, compression) and runs on plain threads
+//!   and the rayon pool; an async trait would force a runtime on every caller for no gain;
+//! - [`Store`] is synchronous by design (file and database I/O);
+//! - the agent that will use the HTTP implementation is a synchronous stdin/stdout loop; its
+//!   HTTP target can block on requests (or on a runtime it owns) behind the same trait, and the
+//!   server calls the pipeline from `spawn_blocking`.
+//!
+//! Implementations must be `Send + Sync`: the pipeline puts xorbs from an uploader thread while
+//! the reading thread queries dedup.
+
+use std::ops::RangeInclusive;
+
+use crate::format::shard::Shard;
+use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use crate::store::{Store, StoreError};
+
+/// A failed CAS operation.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The local store refused or failed.
+    #[error(transparent)]
+    Store(Box<StoreError>),
+    /// Something the operation needs does not exist at the target.
+    #[error("{what} not found")]
+    NotFound { what: String },
+    /// A remote target answered with an error or could not be reached.
+    #[error("{what}: {message}")]
+    Remote {
+        what: String,
+        message: String,
+        /// Whether trying again later may succeed (network trouble, 5xx, 429).
+        retryable: bool,
+    },
+    /// Local I/O around the operation failed (e.g. a staging file).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+impl From<StoreError> for TargetError {
+    fn from(e: StoreError) -> Self {
+        TargetError::Store(Box::new(e))
+    }
+}
+
+impl TargetError {
+    /// True when the same operation may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            TargetError::Remote { retryable, .. } => *retryable,
+            TargetError::Io { .. } => true,
+            TargetError::Store(_) | TargetError::NotFound { .. } => false,
+        }
+    }
+}
+
+/// The CAS operations an upload needs. See the module documentation for why it is blocking.
+pub trait CasTarget: Send + Sync {
+    /// Whether the target already stores this xorb. A target that cannot tell cheaply answers
+    /// `false` and relies on [`CasTarget::put_xorb`] being idempotent.
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError>;
+
+    /// Stores a xorb given in upload form (chunk region, no footer; xet-format.md §3.9). Returns
+    /// whether it was newly stored (`false`: it was already there). Idempotent.
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError>;
+
+    /// Registers a shard in upload form (xet-format.md §4.8). Every xorb it names must have been
+    /// put before (cas-api.md §7). Idempotent.
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError>;
+
+    /// Global dedup (xet-format.md §5.2): a shard whose xorb section lists a xorb holding
+    /// `chunk`, possibly keyed, or `None`. The default answers `None` (no global dedup).
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        let _ = chunk;
+        Ok(None)
+    }
+
+    /// The registered file whose SHA-256 is `oid`, with its size, if the target can tell. The
+    /// default answers `None`.
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        let _ = oid;
+        Ok(None)
+    }
+}
+
+impl CasTarget for Store {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        Ok(Store::has_xorb(self, xorb)?)
+    }
+
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        Ok(Store::put_xorb(self, xorb, body)?)
+    }
+
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        Store::register_shard(self, shard, &mut |_| {})?;
+        Ok(())
+    }
+
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        Ok(self.dedup_shard(chunk)?)
+    }
+
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        Ok(self.file_by_oid(oid)?)
+    }
+}
+
+/// Where a download reads stored xorb bytes from.
+pub trait XorbSource: Send + Sync {
+    /// Bytes `range` (inclusive) of the stored xorb: whole chunks, headers included.
+    fn read_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: RangeInclusive<u64>,
+    ) -> Result<Vec<u8>, TargetError>;
+}
+
+impl XorbSource for Store {
+    fn read_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: RangeInclusive<u64>,
+    ) -> Result<Vec<u8>, TargetError> {
+        let (start, end) = (*range.start(), *range.end());
+        self.read_xorb(xorb, range)?
+            .ok_or_else(|| TargetError::NotFound {
+                what: format!("xorb {xorb}"),
+            })
+            .and_then(|bytes| {
+                if bytes.len() as u64 == end.saturating_sub(start).saturating_add(1) {
+                    Ok(bytes)
+                } else {
+                    Err(TargetError::NotFound {
+                        what: format!("bytes {start}-{end} of xorb {xorb}"),
+                    })
+                }
+            })
+    }
+}

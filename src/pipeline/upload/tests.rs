@@ -1,0 +1,265 @@
+//! Unit tests of the upload pipeline against a temporary [`Store`].
+
+use super::*;
+use crate::pipeline::download::write_plan;
+use crate::store::Store;
+
+/// SplitMix64 bytes (test-vectors.md §5.1): incompressible, chunk boundaries everywhere.
+fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        out.extend_from_slice(&z.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    (dir, store)
+}
+
+/// The file registered under `oid`, rebuilt from the store.
+fn download(store: &Store, oid: &LfsOid) -> Vec<u8> {
+    let (file, size) = store.file_by_oid(oid).unwrap().expect("registered");
+    let plan = store.reconstruction(&file, None).unwrap().unwrap();
+    let mut out = Vec::new();
+    let n = write_plan(store, &plan, &mut |piece| {
+        out.extend_from_slice(&piece);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((n, out.len() as u64), (size, size));
+    out
+}
+
+fn xorb_count(store: &Store) -> u64 {
+    store.counts().unwrap().xorbs
+}
+
+#[test]
+fn round_trip_and_summary() {
+    let (_d, store) = store();
+    let data = random_bytes(1, 3 << 20);
+    let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(s.size, data.len() as u64);
+    assert_eq!(s.sha256, LfsOid::of(&data));
+    assert_eq!(
+        s.file_hash,
+        crate::pipeline::hasher::hash_bytes(&data, Default::default()).file_hash
+    );
+    assert!(s.chunks > 10);
+    assert_eq!((s.dedup_chunks, s.new_xorbs, s.shards), (0, 1, 1));
+    assert!(
+        s.uploaded_bytes > data.len() as u64,
+        "random data does not compress"
+    );
+    assert!(!s.already_stored);
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn repeated_upload_stores_nothing_new() {
+    let (_d, store) = store();
+    let data = random_bytes(2, 2 << 20);
+    let first = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    let xorbs = xorb_count(&store);
+
+    // Without the SHA-256: every chunk deduplicates through the global-dedup answer for the
+    // first chunk (the store indexes every file's first chunk).
+    let again = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(again.file_hash, first.file_hash);
+    assert_eq!(again.dedup_chunks, again.chunks);
+    assert_eq!((again.new_xorbs, again.uploaded_bytes), (0, 0));
+    assert_eq!(again.dedup_queries, 1);
+    assert_eq!(xorb_count(&store), xorbs);
+
+    // With the SHA-256 declared, the stream is not even read.
+    let options = UploadOptions {
+        expected_sha256: Some(first.sha256),
+        ..Default::default()
+    };
+    let mut unreadable = FailingReader;
+    let skipped = upload(&store, &mut unreadable, &options).unwrap();
+    assert!(skipped.already_stored);
+    assert_eq!(
+        (skipped.file_hash, skipped.size),
+        (first.file_hash, first.size)
+    );
+}
+
+struct FailingReader;
+
+impl Read for FailingReader {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Err(io::Error::other("must not be read"))
+    }
+}
+
+#[test]
+fn file_spanning_several_xorbs_and_shards() {
+    let (_d, store) = store();
+    let data = random_bytes(3, 4 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 8,
+            ..XorbLimits::CLIENT
+        },
+        // Room for the file block and about two xorb blocks: the rest goes to other shards.
+        max_shard_bytes: 48 * 60,
+        ..Default::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    assert!(s.new_xorbs >= 6, "{s:?}");
+    assert!(s.shards >= 2, "{s:?}");
+    assert_eq!(xorb_count(&store), s.new_xorbs);
+    let (file, _) = store.file_by_oid(&s.sha256).unwrap().unwrap();
+    let record = store.file(&file).unwrap().unwrap();
+    assert_eq!(record.terms.len() as u64, s.new_xorbs, "one term per xorb");
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn empty_file() {
+    let (_d, store) = store();
+    let s = upload(&store, io::empty(), &UploadOptions::default()).unwrap();
+    assert_eq!(s.file_hash, FileHash::ZERO);
+    assert_eq!(s.sha256, LfsOid::of(b""));
+    assert_eq!((s.size, s.chunks, s.shards, s.new_xorbs), (0, 0, 0, 0));
+    assert_eq!(store.counts().unwrap().files, 0);
+    let plan = store
+        .reconstruction(&FileHash::ZERO, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.file_size, 0);
+}
+
+#[test]
+fn edited_file_uploads_only_the_changed_chunks() {
+    let (_d, store) = store();
+    let mut data = random_bytes(4, 6 << 20);
+    let first = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    for b in &mut data[3 << 20..(3 << 20) + 100] {
+        *b ^= 0xff;
+    }
+    let edited = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert_ne!(edited.file_hash, first.file_hash);
+    assert!(edited.dedup_chunks + 4 >= edited.chunks, "{edited:?}");
+    assert!(
+        edited.uploaded_bytes < 512 << 10,
+        "uploaded {} bytes for a 100-byte edit",
+        edited.uploaded_bytes
+    );
+    assert_eq!(download(&store, &edited.sha256), data);
+    assert_eq!(download(&store, &first.sha256)[..3 << 20], data[..3 << 20]);
+}
+
+#[test]
+fn repeated_content_inside_one_file_is_stored_once() {
+    let (_d, store) = store();
+    let block = random_bytes(5, 1 << 20);
+    let data = [block.clone(), block.clone(), block].concat();
+    let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert!(s.dedup_chunks * 2 >= s.chunks, "{s:?}");
+    assert!(s.uploaded_bytes < (3 << 20) / 2, "{s:?}");
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn mismatches_register_nothing_and_staging_stores_nothing() {
+    let (d, store) = store();
+    let data = random_bytes(6, 1 << 20);
+    let tmp = d.path().join("stage");
+    std::fs::create_dir_all(&tmp).unwrap();
+
+    let wrong = UploadOptions {
+        expected_sha256: Some(LfsOid::of(b"something else")),
+        limits: XorbLimits {
+            max_chunks: 4,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let staging = Staging::new(&store, &tmp);
+    let e = upload(&staging, &data[..], &wrong).unwrap_err();
+    assert!(matches!(e, UploadError::Sha256Mismatch { .. }), "{e}");
+    assert!(e.is_input_error());
+    drop(staging);
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "staging files removed"
+    );
+    assert_eq!(store.counts().unwrap().files, 0);
+    assert_eq!(xorb_count(&store), 0);
+
+    let short = UploadOptions {
+        expected_size: Some(data.len() as u64 + 1),
+        ..Default::default()
+    };
+    let e = upload(&store, &data[..], &short).unwrap_err();
+    assert!(matches!(e, UploadError::TooShort { .. }), "{e}");
+    let long = UploadOptions {
+        expected_size: Some(1000),
+        ..Default::default()
+    };
+    let e = upload(&store, &data[..], &long).unwrap_err();
+    assert!(matches!(e, UploadError::TooLong { expected: 1000 }), "{e}");
+    assert_eq!(store.counts().unwrap().files, 0);
+
+    // The right SHA-256 through staging: committed at registration.
+    let right = UploadOptions {
+        expected_sha256: Some(LfsOid::of(&data)),
+        expected_size: Some(data.len() as u64),
+        ..Default::default()
+    };
+    let staging = Staging::new(&store, &tmp);
+    let s = upload(&staging, &data[..], &right).unwrap();
+    assert_eq!(staging.staged(), 0);
+    drop(staging);
+    assert_eq!(xorb_count(&store), s.new_xorbs);
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+/// A target whose xorb uploads fail: the error names the xorb and nothing is registered.
+struct BrokenTarget<'a>(&'a Store);
+
+impl CasTarget for BrokenTarget<'_> {
+    fn has_xorb(&self, _: &crate::format::XorbHash) -> Result<bool, TargetError> {
+        Ok(false)
+    }
+    fn put_xorb(&self, xorb: crate::format::XorbHash, _: &[u8]) -> Result<bool, TargetError> {
+        Err(TargetError::Remote {
+            what: format!("POST xorb {xorb}"),
+            message: "503".into(),
+            retryable: true,
+        })
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        CasTarget::register_shard(self.0, shard)
+    }
+}
+
+#[test]
+fn target_failures_are_reported_with_the_xorb() {
+    let (_d, store) = store();
+    let data = random_bytes(7, 2 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 4,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let e = upload(&BrokenTarget(&store), &data[..], &options).unwrap_err();
+    assert!(matches!(e, UploadError::Target { .. }), "{e}");
+    assert!(e.to_string().contains("uploading xorb"), "{e}");
+    assert_eq!(store.counts().unwrap().files, 0);
+}

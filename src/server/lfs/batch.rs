@@ -1,0 +1,440 @@
+//! The batch API (`POST {repo}/info/lfs/objects/batch`, git-lfs `docs/api/batch.md`) and the
+//! Xet token-refresh route (lfs-agent.md §12.2).
+//!
+//! The request is parsed as loose JSON so that every object can be judged on its own: a bad oid
+//! or size is a per-object 422 in a 200 answer, never a failure of the whole batch. Whole-request
+//! errors: 400 unparsable JSON, 422 a missing or unknown `operation` or a missing `objects`
+//! array, 409 a `hash_algo` other than `sha256`, 413 more than [`MAX_OBJECTS`] objects, 406 an
+//! `Accept` header that rules out JSON.
+//!
+//! Xet actions carry one CAS token per response (scope write for uploads, read for downloads)
+//! valid for the server's token lifetime; `expires_in` says the same, so git-lfs asks again for
+//! objects it has not started when the token is about to expire, and an agent in the middle of
+//! a transfer refreshes through `href`. Hugging Face's Hub sends `X-Xet-Cas-Url`,
+//! `X-Xet-Access-Token`, `X-Xet-Token-Expiration` and `X-Xet-Session-Id` on upload actions
+//! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.4: this server's
+//! answer to the oid → hash lookup).
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{authorize_user, lfs_json, Repo};
+use crate::format::{FileHash, LfsOid};
+use crate::server::auth::{now_unix, Scope};
+use crate::server::error::ApiError;
+use crate::server::{blocking, read_body, AppState};
+
+/// Objects accepted in one batch request (git-lfs sends at most 100 by default).
+pub const MAX_OBJECTS: usize = 1000;
+
+/// Largest batch request body accepted.
+pub const MAX_BODY: u64 = 1 << 20;
+
+/// SHA-256 of the empty string: the oid of the empty file, which is always "stored".
+pub const EMPTY_OID: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operation {
+    Upload,
+    Download,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transfer {
+    Xet,
+    Basic,
+}
+
+/// One requested object, checked.
+#[derive(Debug)]
+struct Requested {
+    /// The oid and size as sent (echoed back).
+    oid_echo: Value,
+    size_echo: Value,
+    checked: Result<(LfsOid, u64), String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Action {
+    href: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    header: BTreeMap<&'static str, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_in: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct ObjectError {
+    code: u16,
+    message: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ObjectOut {
+    oid: Value,
+    size: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    authenticated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    actions: Option<BTreeMap<&'static str, Action>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ObjectError>,
+}
+
+#[derive(Debug, Serialize)]
+struct BatchResponse {
+    transfer: &'static str,
+    objects: Vec<ObjectOut>,
+    hash_algo: &'static str,
+}
+
+/// The token-refresh JSON (cas-api.md §2.1).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenInfo {
+    cas_url: String,
+    access_token: String,
+    exp: u64,
+}
+
+/// 406 unless `Accept` is absent or admits an LFS or JSON answer.
+fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT) else {
+        return Ok(());
+    };
+    let accept = accept.to_str().unwrap_or("");
+    let ok = accept.split(',').any(|part| {
+        let media = part.split(';').next().unwrap_or("").trim();
+        matches!(
+            media.to_ascii_lowercase().as_str(),
+            "application/vnd.git-lfs+json" | "application/json" | "application/*" | "*/*" | ""
+        )
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "not_acceptable",
+            format!(
+                "the batch API answers {}; Accept was {accept:?}",
+                super::LFS_MEDIA_TYPE
+            ),
+        ))
+    }
+}
+
+fn check_object(v: &Value) -> Requested {
+    let oid_echo = v.get("oid").cloned().unwrap_or(Value::Null);
+    let size_echo = v.get("size").cloned().unwrap_or(Value::Null);
+    let checked = (|| {
+        let oid = v
+            .get("oid")
+            .and_then(Value::as_str)
+            .ok_or("missing oid: each object needs an \"oid\" string")?;
+        let valid = oid.len() == 64
+            && oid
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !valid {
+            return Err(format!(
+                "invalid oid {oid:?}: expected 64 lowercase hex characters (SHA-256)"
+            ));
+        }
+        let oid = LfsOid::from_hex(oid).map_err(|e| format!("invalid oid {oid:?}: {e}"))?;
+        let size = match v.get("size") {
+            None | Some(Value::Null) => return Err(format!("object {oid}: missing size")),
+            Some(s) => s.as_u64().ok_or_else(|| {
+                format!("object {oid}: size {s} is not an integer of at least zero")
+            })?,
+        };
+        Ok((oid, size))
+    })();
+    Requested {
+        oid_echo,
+        size_echo,
+        checked,
+    }
+}
+
+fn unprocessable(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+}
+
+/// `POST {repo}/info/lfs/objects/batch`.
+pub async fn batch(
+    state: &std::sync::Arc<AppState>,
+    repo: &Repo,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_accept(headers)?;
+    let grant = authorize_user(state, headers, Scope::Read, "the batch API")?;
+    let bytes = read_body(headers, body, MAX_BODY, "batch request").await?;
+    let request: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("batch request is not JSON: {e}"))
+    })?;
+    let operation = match request.get("operation").and_then(Value::as_str) {
+        Some("upload") => Operation::Upload,
+        Some("download") => Operation::Download,
+        Some(other) => {
+            return Err(unprocessable(
+                "invalid_operation",
+                format!("unknown operation {other:?}: use \"upload\" or \"download\""),
+            ))
+        }
+        None => {
+            return Err(unprocessable(
+                "invalid_operation",
+                "missing operation: use \"upload\" or \"download\"",
+            ))
+        }
+    };
+    if operation == Operation::Upload && !grant.scope.allows(Scope::Write) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "this token is read-only; uploading LFS objects to {} needs a write token",
+                repo.path
+            ),
+        ));
+    }
+    match request.get("hash_algo") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s == "sha256" => {}
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "unsupported_hash_algo",
+                format!("hash algorithm {other} is not supported: this server uses sha256"),
+            ))
+        }
+    }
+    let objects = request
+        .get("objects")
+        .and_then(Value::as_array)
+        .ok_or_else(|| unprocessable("invalid_objects", "missing \"objects\" array"))?;
+    if objects.len() > MAX_OBJECTS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_objects",
+            format!(
+                "{} objects in one batch request; at most {MAX_OBJECTS} are accepted",
+                objects.len()
+            ),
+        ));
+    }
+    let offered = request
+        .get("transfers")
+        .and_then(Value::as_array)
+        .map(|t| t.iter().any(|t| t.as_str() == Some("xet")))
+        .unwrap_or(false);
+    let transfer = if offered {
+        Transfer::Xet
+    } else {
+        Transfer::Basic
+    };
+
+    let requested: Vec<Requested> = objects.iter().map(check_object).collect();
+    let oids: Vec<Option<LfsOid>> = requested
+        .iter()
+        .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
+        .collect();
+    let store = std::sync::Arc::clone(&state.store);
+    let stored: Vec<Option<(FileHash, u64)>> = blocking(move || {
+        oids.iter()
+            .map(|oid| match oid {
+                Some(oid) if oid.to_hex() == EMPTY_OID => Ok(Some((FileHash::ZERO, 0))),
+                Some(oid) => store.file_by_oid(oid).map_err(ApiError::from),
+                None => Ok(None),
+            })
+            .collect()
+    })
+    .await?;
+
+    let actions = Actions::new(state, repo, operation, transfer);
+    let objects: Vec<ObjectOut> = requested
+        .into_iter()
+        .zip(stored)
+        .map(|(r, stored)| actions.object(r, stored))
+        .collect();
+    tracing::info!(
+        repo = %repo.id,
+        operation = ?operation,
+        transfer = ?transfer,
+        objects = objects.len(),
+        "batch"
+    );
+    Ok(lfs_json(
+        StatusCode::OK,
+        &BatchResponse {
+            transfer: match transfer {
+                Transfer::Xet => "xet",
+                Transfer::Basic => "basic",
+            },
+            objects,
+            hash_algo: "sha256",
+        },
+    ))
+}
+
+/// Builds the actions of one batch response.
+struct Actions {
+    operation: Operation,
+    transfer: Transfer,
+    endpoint: String,
+    cas_url: String,
+    token: String,
+    exp: u64,
+    ttl: u64,
+    session: String,
+}
+
+impl Actions {
+    fn new(state: &AppState, repo: &Repo, operation: Operation, transfer: Transfer) -> Self {
+        let ttl = state.token_ttl.as_secs().max(1);
+        let exp = now_unix() + ttl;
+        let scope = match operation {
+            Operation::Upload => Scope::Write,
+            Operation::Download => Scope::Read,
+        };
+        Self {
+            operation,
+            transfer,
+            endpoint: repo.endpoint(state),
+            cas_url: state.public_url.clone(),
+            token: state.auth.issue(scope, &repo.id, exp),
+            exp,
+            ttl,
+            session: crate::store::random_hex(16),
+        }
+    }
+
+    fn object(&self, r: Requested, stored: Option<(FileHash, u64)>) -> ObjectOut {
+        let mut out = ObjectOut {
+            oid: r.oid_echo,
+            size: r.size_echo,
+            authenticated: None,
+            actions: None,
+            error: None,
+        };
+        let (oid, size) = match r.checked {
+            Ok(v) => v,
+            Err(message) => {
+                out.error = Some(ObjectError { code: 422, message });
+                return out;
+            }
+        };
+        match (self.operation, stored) {
+            (_, Some((_, stored_size))) if stored_size != size => {
+                out.error = Some(ObjectError {
+                    code: 422,
+                    message: format!("object {oid} is stored with {stored_size} bytes, not {size}"),
+                });
+            }
+            // Already stored: no actions, git-lfs skips it.
+            (Operation::Upload, Some(_)) => {}
+            (Operation::Upload, None) => {
+                out.authenticated = Some(true);
+                out.actions = Some(self.upload_actions(&oid));
+            }
+            (Operation::Download, None) => {
+                out.error = Some(ObjectError {
+                    code: 404,
+                    message: format!("object {oid} not found"),
+                });
+            }
+            (Operation::Download, Some((file, _))) => {
+                out.authenticated = Some(true);
+                out.actions = Some(self.download_actions(&oid, &file));
+            }
+        }
+        out
+    }
+
+    fn xet_header(&self) -> BTreeMap<&'static str, String> {
+        BTreeMap::from([
+            ("X-Xet-Cas-Url", self.cas_url.clone()),
+            ("X-Xet-Access-Token", self.token.clone()),
+            ("X-Xet-Token-Expiration", self.exp.to_string()),
+            ("X-Xet-Session-Id", self.session.clone()),
+        ])
+    }
+
+    fn bearer(&self) -> BTreeMap<&'static str, String> {
+        BTreeMap::from([("Authorization", format!("Bearer {}", self.token))])
+    }
+
+    fn action(&self, href: String, header: BTreeMap<&'static str, String>) -> Action {
+        Action {
+            href,
+            header,
+            expires_in: Some(self.ttl),
+        }
+    }
+
+    fn upload_actions(&self, oid: &LfsOid) -> BTreeMap<&'static str, Action> {
+        match self.transfer {
+            Transfer::Xet => BTreeMap::from([(
+                "upload",
+                self.action(
+                    format!("{}/xet-token/write", self.endpoint),
+                    self.xet_header(),
+                ),
+            )]),
+            Transfer::Basic => BTreeMap::from([
+                (
+                    "upload",
+                    self.action(format!("{}/objects/{oid}", self.endpoint), self.bearer()),
+                ),
+                (
+                    "verify",
+                    self.action(format!("{}/verify", self.endpoint), self.bearer()),
+                ),
+            ]),
+        }
+    }
+
+    fn download_actions(&self, oid: &LfsOid, file: &FileHash) -> BTreeMap<&'static str, Action> {
+        let action = match self.transfer {
+            Transfer::Xet => {
+                let mut header = self.xet_header();
+                header.insert("X-Xet-Hash", file.to_hex());
+                self.action(format!("{}/xet-token/read", self.endpoint), header)
+            }
+            Transfer::Basic => {
+                self.action(format!("{}/objects/{oid}", self.endpoint), self.bearer())
+            }
+        };
+        BTreeMap::from([("download", action)])
+    }
+}
+
+/// `GET {repo}/info/lfs/xet-token/{read|write}`: a fresh CAS token.
+pub fn token(
+    state: &AppState,
+    repo: &Repo,
+    headers: &HeaderMap,
+    scope: Scope,
+) -> Result<Response, ApiError> {
+    let what = match scope {
+        Scope::Read => "refreshing a read token",
+        Scope::Write => "refreshing a write token",
+    };
+    authorize_user(state, headers, scope, what)?;
+    let exp = now_unix() + state.token_ttl.as_secs().max(1);
+    Ok(lfs_json(
+        StatusCode::OK,
+        &TokenInfo {
+            cas_url: state.public_url.clone(),
+            access_token: state.auth.issue(scope, &repo.id, exp),
+            exp,
+        },
+    ))
+}
