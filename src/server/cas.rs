@@ -1,9 +1,125 @@
-//! The CAS API (cas-api.md): to be implemented.
+//! The CAS API (cas-api.md) that the reference client (hf-xet 1.8) and our agent call.
+//!
+//! | endpoint | scope | what it does |
+//! |---|---|---|
+//! | `GET /v1/reconstructions/{file}`, `/v2/…`, `/reconstructions/{file}` | read | the file's terms and presigned fetch URLs, v1 or v2 JSON (§6); optional `Range: bytes=S-E` (inclusive, end clamped, 416 past the end) |
+//! | `GET /v1/xorb-data/{xorb}?e=…&s=…` | URL signature | bytes of the stored xorb: whole (200), one range (206), several ranges (206 `multipart/byteranges`) |
+//! | `GET /v1/chunks/{prefix}/{chunk}`, `/chunks/…` | read | global dedup: a keyed shard with the xorb holding the chunk, or 404 |
+//! | `POST /v1/xorb-grants/{prefix}/{xorb}` | write | always 404: no upload grants (see below) |
+//! | `POST /v1/xorbs/{prefix}/{xorb}`, `/xorbs/…` | write | stores a validated xorb: `{"was_inserted": bool}` |
+//! | `POST /v1/shards`, `/shards` | write | registers a shard: `{"result": 0 \| 1}` |
+//! | `POST /v2/shards` | write | registers a shard, answering with an NDJSON progress stream |
+//! | `POST /v1/telemetry` | read | accepts a JSON object of at most 1 MiB and discards it |
+//!
+//! `prefix` is `default` for xorbs and grants, `default` or `default-merkledb` for dedup
+//! queries; anything else is 400. Every hash in a path is parsed into its typed hash before it
+//! is used (400 otherwise), so no request names a file path. Every refusal is a JSON
+//! [`ApiError`]. Not implemented: the batch reconstruction (`GET /v1/reconstructions?file_id=`,
+//! optional, unused by the client) and `GET /v2/file-chunk-hashes` (optional); both answer 404.
+//!
+//! Decisions:
+//! - **Xorb grants.** hf-xet 1.8 asks `POST /v1/xorb-grants/default/{xorb}` before each xorb
+//!   upload and falls back to the direct `POST /v1/xorbs/default/{xorb}` on 404 (cas-api.md
+//!   §5.11). This server stores xorbs itself, so a grant (a presigned upload URL elsewhere) would
+//!   only add a round trip: after checking the token (write scope), the prefix and the hash it
+//!   answers 404 `xorb_grants_not_offered`. A scaled-out server in front of an object store
+//!   would answer with a presigned upload URL instead.
+//! - **Ranges of xorb data.** `bytes=S-E`, `S-` and `-N` forms, comma-separated. At most
+//!   [`xorb_data::MAX_RANGES`] ranges, whose lengths may not add up to more than the object
+//!   (so overlapping ranges cannot multiply the work); more is 400. Unsatisfiable ranges are
+//!   dropped; if none is left, 416 with `Content-Range: bytes */LEN`. v2 reconstruction entries
+//!   carry at most [`reconstruction::RANGES_PER_ENTRY`] ranges, so a client in multi-range mode
+//!   stays within the limit. The signature covers the xorb and the expiry, never the `Range`.
+//! - **Shard progress.** `POST /v2/shards` answers 200 once auth, size and the shard header have
+//!   been checked; then `validating` frames (at most every 100 ms), `committing` (stage
+//!   `syncing`) when validation passed, and `result` or `error`. While nothing new happens the
+//!   last frame is repeated every [`super::ServeConfig::shard_heartbeat`] (20 s). `retryable` is
+//!   true only when the store failed (not the shard).
+
+pub mod dedup;
+pub mod progress;
+pub mod reconstruction;
+pub mod upload;
+pub mod xorb_data;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::Path;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 
+use super::error::ApiError;
 use super::SharedState;
 
 /// The CAS routes.
 pub fn routes() -> Router<SharedState> {
     Router::new()
+        .route(
+            "/v1/reconstructions/{file_hash}",
+            only(get(reconstruction::get_v1)),
+        )
+        .route(
+            "/v2/reconstructions/{file_hash}",
+            only(get(reconstruction::get_v2)),
+        )
+        .route(
+            "/reconstructions/{file_hash}",
+            only(get(reconstruction::get_v1)),
+        )
+        .route("/v1/xorb-data/{xorb_hash}", only(get(xorb_data::get)))
+        .route("/v1/chunks/{prefix}/{chunk_hash}", only(get(dedup::get)))
+        .route("/chunks/{prefix}/{chunk_hash}", only(get(dedup::get)))
+        .route(
+            "/v1/xorb-grants/{prefix}/{xorb_hash}",
+            only(post(upload::post_grant)),
+        )
+        .route(
+            "/v1/xorbs/{prefix}/{xorb_hash}",
+            only(post(upload::post_xorb)),
+        )
+        .route("/xorbs/{prefix}/{xorb_hash}", only(post(upload::post_xorb)))
+        .route("/v1/shards", only(post(upload::post_shard_v1)))
+        .route("/shards", only(post(upload::post_shard_v1)))
+        .route("/v2/shards", only(post(upload::post_shard_v2)))
+        .route("/v1/telemetry", only(post(upload::post_telemetry)))
+}
+
+/// A route's methods, answering any other method with a JSON 405.
+fn only(route: MethodRouter<SharedState>) -> MethodRouter<SharedState> {
+    route.fallback(|| async {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this endpoint does not take that method",
+        )
+    })
+}
+
+/// The path parameters, or a JSON 400 (e.g. for percent-escapes that are not UTF-8).
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    p.map(|Path(t)| t)
+        .map_err(|e| ApiError::bad_request("invalid_path", format!("malformed URL path: {e}")))
+}
+
+/// Refuses a `prefix` path segment that is not one of `allowed`.
+fn check_prefix(prefix: &str, allowed: &[&str], what: &str) -> Result<(), ApiError> {
+    if allowed.contains(&prefix) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "unknown_prefix",
+        format!(
+            "unknown prefix {prefix:?} for {what}: use {}",
+            allowed.join(" or ")
+        ),
+    ))
+}
+
+/// Adds `Cache-Control: no-store` (uploads, telemetry).
+fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }

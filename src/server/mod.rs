@@ -50,6 +50,9 @@ pub struct ServeConfig {
     pub url_ttl: Duration,
     /// Stop by itself after this long (for tests and demos).
     pub max_lifetime: Option<Duration>,
+    /// How often `POST /v2/shards` repeats its last frame while it works (cas-api.md §5.6).
+    /// 20 s; tests shorten it.
+    pub shard_heartbeat: Duration,
 }
 
 impl ServeConfig {
@@ -63,6 +66,7 @@ impl ServeConfig {
             token_ttl: Duration::from_secs(900),
             url_ttl: Duration::from_secs(3600),
             max_lifetime: None,
+            shard_heartbeat: Duration::from_secs(20),
         }
     }
 }
@@ -110,6 +114,8 @@ pub struct AppState {
     pub public_url: String,
     pub token_ttl: Duration,
     pub url_ttl: Duration,
+    /// Heartbeat interval of the `POST /v2/shards` progress stream.
+    pub shard_heartbeat: Duration,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -299,6 +305,7 @@ impl Server {
             public_url,
             token_ttl: config.token_ttl,
             url_ttl: config.url_ttl,
+            shard_heartbeat: config.shard_heartbeat,
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,

@@ -359,6 +359,18 @@ impl Store {
         bytes: &[u8],
         progress: &mut dyn FnMut(ValidationProgress),
     ) -> Result<ShardOutcome, StoreError> {
+        self.register_shard_staged(bytes, progress, &mut || {})
+    }
+
+    /// [`Self::register_shard`], also telling `committing` when validation has passed and the
+    /// shard is being written (the `committing` frame of `POST /v2/shards`). Not called for a
+    /// shard that was registered before.
+    pub fn register_shard_staged(
+        &self,
+        bytes: &[u8],
+        progress: &mut dyn FnMut(ValidationProgress),
+        committing: &mut dyn FnMut(),
+    ) -> Result<ShardOutcome, StoreError> {
         if bytes.len() as u64 > MAX_SHARD_SIZE {
             return Err(StoreError::ShardTooLarge {
                 len: bytes.len(),
@@ -380,6 +392,7 @@ impl Store {
             });
         }
         let entries = self.validate(&shard, shard_hash, progress)?;
+        committing();
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
         let new_files = self.index.add_shard(shard_hash, &entries, now_unix())?;

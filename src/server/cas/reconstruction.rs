@@ -1,0 +1,330 @@
+//! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (cas-api.md §5.1, §6):
+//! the store's reconstruction plan as the v1 or v2 JSON, with presigned `xorb-data` URLs.
+
+use std::collections::BTreeMap;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use super::super::auth::{now_unix, Scope};
+use super::super::error::ApiError;
+use super::super::{blocking, parse_hash, SharedState};
+use crate::format::{FileHash, XorbHash};
+use crate::store::reconstruction::PlanError;
+use crate::store::{ReconstructionPlan, StoreError};
+
+/// At most this many ranges in one v2 `xorbs` entry (one URL); longer lists are split into
+/// several entries with the same URL. Keeps a multi-range fetch within
+/// [`super::xorb_data::MAX_RANGES`].
+pub const RANGES_PER_ENTRY: usize = 256;
+
+/// A chunk-index range, end exclusive.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChunkRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// A byte range, end inclusive.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One term of a reconstruction (same in v1 and v2).
+#[derive(Debug, Clone, Serialize)]
+pub struct Term {
+    pub hash: String,
+    pub unpacked_length: u32,
+    pub range: ChunkRange,
+}
+
+/// A v1 `fetch_info` entry: one URL, one byte range.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchInfoV1 {
+    pub range: ChunkRange,
+    pub url: String,
+    pub url_range: ByteRange,
+}
+
+/// `QueryReconstructionResponse` (§6.1).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReconstructionV1 {
+    pub offset_into_first_range: u64,
+    pub terms: Vec<Term>,
+    pub fetch_info: BTreeMap<String, Vec<FetchInfoV1>>,
+}
+
+/// One range of a v2 entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct RangeV2 {
+    pub chunks: ChunkRange,
+    pub bytes: ByteRange,
+}
+
+/// A v2 `xorbs` entry: one URL and the ranges it serves, sorted by chunk start.
+#[derive(Debug, Clone, Serialize)]
+pub struct XorbEntryV2 {
+    pub url: String,
+    pub ranges: Vec<RangeV2>,
+}
+
+/// `QueryReconstructionResponseV2` (§6.2).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReconstructionV2 {
+    pub offset_into_first_range: u64,
+    pub terms: Vec<Term>,
+    pub xorbs: BTreeMap<String, Vec<XorbEntryV2>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
+
+pub async fn get_v1(
+    State(state): State<SharedState>,
+    hash: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    respond(state, hash, headers, Version::V1).await
+}
+
+pub async fn get_v2(
+    State(state): State<SharedState>,
+    hash: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    respond(state, hash, headers, Version::V2).await
+}
+
+async fn respond(
+    state: SharedState,
+    hash: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    version: Version,
+) -> Response {
+    match reconstruct(state, hash, &headers, version).await {
+        Ok(r) => r,
+        Err(r) => r,
+    }
+}
+
+async fn reconstruct(
+    state: SharedState,
+    hash: Result<Path<String>, PathRejection>,
+    headers: &HeaderMap,
+    version: Version,
+) -> Result<Response, Response> {
+    let fail = |e: ApiError| e.into_response();
+    state
+        .authorize(headers, Scope::Read, "reading a reconstruction")
+        .map_err(fail)?;
+    let hash = super::path(hash).map_err(fail)?;
+    let file: FileHash = parse_hash(&hash, "file hash").map_err(fail)?;
+    let range = match headers.get(header::RANGE) {
+        None => None,
+        Some(v) => Some(parse_range(v).map_err(fail)?),
+    };
+    let st = state.clone();
+    let planned = blocking(move || {
+        // The empty file is answered with an empty plan whatever the range (cas-api.md §5.1).
+        let range = if file.is_zero() { None } else { range };
+        Ok(st.store.reconstruction(&file, range))
+    })
+    .await
+    .map_err(fail)?;
+    let plan = match planned {
+        Ok(Some(plan)) => plan,
+        Ok(None) => {
+            return Err(fail(ApiError::not_found(
+                "file_not_found",
+                format!("file {file} is not registered on this server"),
+            )))
+        }
+        Err(e) => {
+            let size = match &e {
+                StoreError::Plan {
+                    source: PlanError::NotSatisfiable { size, .. },
+                    ..
+                } => Some(*size),
+                _ => None,
+            };
+            let mut response = ApiError::from(e).into_response();
+            if let Some(size) = size {
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    response.headers_mut().insert(header::CONTENT_RANGE, v);
+                }
+            }
+            return Err(response);
+        }
+    };
+    let expires = now_unix().saturating_add(state.url_ttl.as_secs());
+    let url = |xorb: &XorbHash| {
+        format!(
+            "{}/v1/xorb-data/{xorb}?{}",
+            state.public_url,
+            state.auth.presign(xorb, expires)
+        )
+    };
+    tracing::debug!(%file, terms = plan.terms.len(), v = ?version, "reconstruction");
+    let mut response = match version {
+        Version::V1 => Json(to_v1(&plan, url)).into_response(),
+        Version::V2 => Json(to_v2(&plan, url)).into_response(),
+    };
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    Ok(response)
+}
+
+/// Parses a reconstruction `Range`: `bytes=S-E` (inclusive) or `bytes=S-` (to the end).
+fn parse_range(value: &HeaderValue) -> Result<(u64, u64), ApiError> {
+    let bad = |why: &str| {
+        ApiError::bad_request(
+            "invalid_range",
+            format!(
+                "Range {:?} {why}: use bytes=START-END (inclusive)",
+                String::from_utf8_lossy(value.as_bytes())
+            ),
+        )
+    };
+    let text = value.to_str().map_err(|_| bad("is not ASCII"))?.trim();
+    let spec = text
+        .get(..6)
+        .filter(|u| u.eq_ignore_ascii_case("bytes="))
+        .map(|_| &text[6..])
+        .ok_or_else(|| bad("is not a byte range"))?;
+    let (s, e) = spec
+        .trim()
+        .split_once('-')
+        .ok_or_else(|| bad("has no '-'"))?;
+    let number = |t: &str| -> Result<u64, ApiError> {
+        let t = t.trim();
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("is malformed"));
+        }
+        t.parse().map_err(|_| bad("has a number that is too large"))
+    };
+    let start = number(s)?;
+    let end = if e.trim().is_empty() {
+        u64::MAX
+    } else {
+        number(e)?
+    };
+    if end < start {
+        return Err(bad("ends before it starts"));
+    }
+    Ok((start, end))
+}
+
+fn term_json(plan: &ReconstructionPlan) -> Vec<Term> {
+    plan.terms
+        .iter()
+        .map(|t| Term {
+            hash: t.xorb.to_hex(),
+            unpacked_length: t.unpacked_len,
+            range: ChunkRange {
+                start: t.chunks.start,
+                end: t.chunks.end,
+            },
+        })
+        .collect()
+}
+
+/// The v1 JSON of a plan; `url` presigns a xorb.
+pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV1 {
+    let mut fetch_info = BTreeMap::new();
+    for (xorb, ranges) in &plan.fetch {
+        let u = url(xorb);
+        let entries = ranges
+            .iter()
+            .map(|r| FetchInfoV1 {
+                range: ChunkRange {
+                    start: r.chunks.start,
+                    end: r.chunks.end,
+                },
+                url: u.clone(),
+                url_range: ByteRange {
+                    start: *r.bytes.start(),
+                    end: *r.bytes.end(),
+                },
+            })
+            .collect();
+        fetch_info.insert(xorb.to_hex(), entries);
+    }
+    ReconstructionV1 {
+        offset_into_first_range: plan.offset_into_first_range,
+        terms: term_json(plan),
+        fetch_info,
+    }
+}
+
+/// The v2 JSON of a plan; `url` presigns a xorb.
+pub fn to_v2(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV2 {
+    let mut xorbs = BTreeMap::new();
+    for (xorb, ranges) in &plan.fetch {
+        let u = url(xorb);
+        let entries = ranges
+            .chunks(RANGES_PER_ENTRY)
+            .map(|group| XorbEntryV2 {
+                url: u.clone(),
+                ranges: group
+                    .iter()
+                    .map(|r| RangeV2 {
+                        chunks: ChunkRange {
+                            start: r.chunks.start,
+                            end: r.chunks.end,
+                        },
+                        bytes: ByteRange {
+                            start: *r.bytes.start(),
+                            end: *r.bytes.end(),
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        xorbs.insert(xorb.to_hex(), entries);
+    }
+    ReconstructionV2 {
+        offset_into_first_range: plan.offset_into_first_range,
+        terms: term_json(plan),
+        xorbs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    fn range(s: &str) -> Result<(u64, u64), StatusCode> {
+        parse_range(&HeaderValue::from_str(s).unwrap()).map_err(|e| e.status)
+    }
+
+    #[test]
+    fn reconstruction_ranges() {
+        assert_eq!(range("bytes=0-99"), Ok((0, 99)));
+        assert_eq!(range("BYTES= 5 - 7 "), Ok((5, 7)));
+        assert_eq!(range("bytes=10-"), Ok((10, u64::MAX)));
+        for bad in [
+            "bytes=-5",
+            "bytes=5-4",
+            "items=0-1",
+            "bytes=a-b",
+            "bytes=0-1,3-4",
+            "bytes=99999999999999999999-",
+            "bytes",
+            "",
+        ] {
+            assert_eq!(range(bad), Err(StatusCode::BAD_REQUEST), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The write side of the CAS API: xorb uploads (cas-api.md §5.5, §9.2), shard uploads v1 and v2
+//! (§5.6, §5.7, §9.3), the xorb-grant probe (§5.11) and telemetry (§5.10).
+//!
+//! Sizes are checked against `Content-Length` before a body is read (413); validation and
+//! storage run on blocking threads.
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::super::auth::Scope;
+use super::super::error::ApiError;
+use super::super::{blocking, parse_hash, read_body, SharedState};
+use super::progress::{self, Failure, Frame};
+use crate::format::shard::{FOOTER_SIZE, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE};
+use crate::format::xorb::footer::v1_len;
+use crate::format::xorb::{MAX_ACCEPTED_BODY, MAX_XORB_CHUNKS};
+use crate::format::XorbHash;
+
+/// The largest xorb upload body: the chunk-region limit plus a trailing V1 footer of
+/// [`MAX_XORB_CHUNKS`] chunks with its `info_length` (older clients send one).
+pub const XORB_BODY_LIMIT: u64 = MAX_ACCEPTED_BODY + v1_len(MAX_XORB_CHUNKS as u64) + 4;
+/// The largest telemetry body (cas-api.md §5.10).
+pub const TELEMETRY_LIMIT: u64 = 1024 * 1024;
+/// The body of a grant request is a small JSON object; at most this much is read.
+const GRANT_BODY_LIMIT: u64 = 64 * 1024;
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn empty_body(what: String) -> ApiError {
+    ApiError::bad_request("empty_body", format!("{what}: the body is empty"))
+}
+
+/// `POST /v1/xorbs/{prefix}/{xorb}`: validates the body against the hash in the path and stores
+/// it. `{"was_inserted": false}` when it was already stored (the body is read, not validated).
+pub async fn post_xorb(
+    State(state): State<SharedState>,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.authorize(&headers, Scope::Write, "uploading a xorb")?;
+    let (prefix, hash) = super::path(params)?;
+    super::check_prefix(&prefix, &["default"], "xorb uploads")?;
+    let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;
+    let what = format!("xorb {xorb}");
+    if content_length(&headers) == Some(0) {
+        return Err(empty_body(what));
+    }
+    let bytes = read_body(&headers, body, XORB_BODY_LIMIT, &what).await?;
+    if bytes.is_empty() {
+        return Err(empty_body(what));
+    }
+    let len = bytes.len();
+    let st = state.clone();
+    let inserted = blocking(move || Ok(st.store.put_xorb(xorb, &bytes)?)).await?;
+    tracing::info!(%xorb, bytes = len, inserted, "xorb upload");
+    Ok(super::no_store(
+        Json(serde_json::json!({ "was_inserted": inserted })).into_response(),
+    ))
+}
+
+/// Reads a shard upload body (≤ 64 MiB, non-empty).
+async fn shard_body(
+    state: &SharedState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ApiError> {
+    state.authorize(headers, Scope::Write, "uploading a shard")?;
+    if content_length(headers) == Some(0) {
+        return Err(empty_body("shard".into()));
+    }
+    let bytes = read_body(headers, body, MAX_SHARD_SIZE, "shard").await?;
+    if bytes.is_empty() {
+        return Err(empty_body("shard".into()));
+    }
+    Ok(bytes)
+}
+
+/// `POST /v1/shards`: `{"result": 1}` when registered now, `{"result": 0}` when it already was.
+pub async fn post_shard_v1(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = shard_body(&state, &headers, body).await?;
+    let st = state.clone();
+    let outcome = blocking(move || Ok(st.store.register_shard(&bytes, &mut |_| {})?)).await?;
+    tracing::info!(
+        shard = %outcome.shard,
+        new = outcome.newly_registered,
+        files = outcome.files,
+        new_files = outcome.new_files,
+        "shard upload (v1)"
+    );
+    Ok(super::no_store(
+        Json(serde_json::json!({ "result": u8::from(outcome.newly_registered) })).into_response(),
+    ))
+}
+
+/// The checks of the shard header (cas-api.md §9.3 item 2) made before the v2 stream starts,
+/// so that a body that is not a shard at all gets an ordinary 400.
+fn check_shard_header(bytes: &[u8]) -> Result<(), ApiError> {
+    let bad = |why: String| ApiError::bad_request("invalid_shard", format!("shard: {why}"));
+    if (bytes.len() as u64) < HEADER_SIZE {
+        return Err(bad(format!(
+            "{} bytes is shorter than the {HEADER_SIZE}-byte header",
+            bytes.len()
+        )));
+    }
+    if bytes[..32] != HEADER_TAG {
+        return Err(bad("the header does not start with the shard tag".into()));
+    }
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    if word(32) != HEADER_VERSION {
+        return Err(bad(format!(
+            "header version {} (expected {HEADER_VERSION})",
+            word(32)
+        )));
+    }
+    let footer_size = word(40);
+    if footer_size != 0 && footer_size != FOOTER_SIZE {
+        return Err(bad(format!(
+            "footer_size {footer_size} (expected 0 or {FOOTER_SIZE})"
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /v2/shards`: 200 and an NDJSON progress stream (see [`progress`]).
+pub async fn post_shard_v2(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = shard_body(&state, &headers, body).await?;
+    check_shard_header(&bytes)?;
+    let store = state.store.clone();
+    let body = progress::stream(state.shard_heartbeat, move |reporter| {
+        let outcome = store.register_shard_staged(
+            &bytes,
+            &mut |p| {
+                reporter.report(Frame::Validating {
+                    verified: p.verified,
+                    total: p.total,
+                })
+            },
+            &mut || {
+                reporter.report(Frame::Committing {
+                    stage: "syncing".into(),
+                })
+            },
+        );
+        match outcome {
+            Ok(o) => {
+                tracing::info!(
+                    shard = %o.shard,
+                    new = o.newly_registered,
+                    files = o.files,
+                    new_files = o.new_files,
+                    "shard upload (v2)"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                let retryable = !e.is_client_error();
+                if retryable {
+                    tracing::error!(error = %e, "shard upload (v2) failed in the store");
+                } else {
+                    tracing::info!(error = %e, "shard upload (v2) refused");
+                }
+                Err(Failure {
+                    message: e.to_string(),
+                    retryable,
+                })
+            }
+        }
+    });
+    let mut response = (StatusCode::OK, body).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// `POST /v1/xorb-grants/{prefix}/{xorb}`: no grants are offered (see the module docs of
+/// [`super`]); the reference client then uploads directly.
+pub async fn post_grant(
+    State(state): State<SharedState>,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.authorize(&headers, Scope::Write, "asking for a xorb upload grant")?;
+    let (prefix, hash) = super::path(params)?;
+    super::check_prefix(&prefix, &["default"], "xorb upload grants")?;
+    let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;
+    // Read (and drop) the small JSON body so the connection can be reused.
+    read_body(&headers, body, GRANT_BODY_LIMIT, "xorb grant request").await?;
+    Err(ApiError::not_found(
+        "xorb_grants_not_offered",
+        format!("this server takes no upload grants: upload xorb {xorb} with POST /v1/xorbs/default/{xorb}"),
+    ))
+}
+
+/// `POST /v1/telemetry`: a JSON object of at most 1 MiB is accepted and discarded.
+pub async fn post_telemetry(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    state.authorize(&headers, Scope::Read, "sending telemetry")?;
+    let bytes = read_body(&headers, body, TELEMETRY_LIMIT, "telemetry").await?;
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(_)) => {}
+        Ok(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_telemetry",
+                "telemetry must be a JSON object",
+            ))
+        }
+        Err(e) => {
+            return Err(ApiError::bad_request(
+                "invalid_telemetry",
+                format!("telemetry is not valid JSON: {e}"),
+            ))
+        }
+    }
+    Ok(super::no_store(Json(serde_json::json!({})).into_response()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits() {
+        // 64 MiB + 64 KiB of chunks, plus a footer of 8192 chunks (92 + 40 · 8192) and 4 bytes.
+        assert_eq!(XORB_BODY_LIMIT, 67_174_400 + 327_772 + 4);
+    }
+
+    #[test]
+    fn shard_headers() {
+        let mut h = Vec::from(HEADER_TAG);
+        h.extend_from_slice(&HEADER_VERSION.to_le_bytes());
+        h.extend_from_slice(&0u64.to_le_bytes());
+        assert!(check_shard_header(&h).is_ok());
+        h[40] = 200;
+        assert!(check_shard_header(&h).is_ok());
+        h[40] = 7;
+        assert!(check_shard_header(&h).is_err());
+        assert!(check_shard_header(&h[..40]).is_err());
+        assert!(check_shard_header(b"{\"not\": \"a shard\"} padding padding padding ...").is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! `GET /v1/xorb-data/{xorb}?e=…&s=…`: the presigned xorb byte fetch (cas-api.md §5.9, §10).
+//!
+//! No `Authorization`: the query string is the capability (signature over the xorb and the
+//! expiry, see [`super::super::auth`]); a bad or expired one is 403, which makes the reference
+//! client ask for a fresh reconstruction. Whole object → 200; one range → 206 with
+//! `Content-Range`; several → 206 `multipart/byteranges`; none satisfiable → 416.
+
+use std::ops::RangeInclusive;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::super::auth::{now_unix, AuthError};
+use super::super::error::ApiError;
+use super::super::{blocking, parse_hash, SharedState};
+use crate::format::XorbHash;
+
+/// At most this many ranges in one request.
+pub const MAX_RANGES: usize = 1024;
+
+/// Why a `Range` header cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RangeProblem {
+    #[error("malformed Range {0:?}: use bytes=START-END, bytes=START- or bytes=-SUFFIX, comma-separated")]
+    Malformed(String),
+    #[error("no requested range starts within the {len}-byte object")]
+    Unsatisfiable { len: u64 },
+    #[error("{count} ranges requested; at most {MAX_RANGES} are served per request")]
+    TooMany { count: usize },
+    #[error("the ranges add up to {total} bytes, more than the {len}-byte object: overlapping ranges are refused")]
+    TooMuch { total: u64, len: u64 },
+}
+
+/// Parses a `Range` header against an object of `len` bytes into the satisfiable ranges, in
+/// request order, each clamped to the object (RFC 9110 §14.1.2).
+pub fn parse_ranges(value: &str, len: u64) -> Result<Vec<RangeInclusive<u64>>, RangeProblem> {
+    let malformed = || RangeProblem::Malformed(value.chars().take(200).collect());
+    let value_t = value.trim();
+    let list = value_t
+        .get(..6)
+        .filter(|u| u.eq_ignore_ascii_case("bytes="))
+        .map(|_| &value_t[6..])
+        .ok_or_else(malformed)?;
+    let specs: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if specs.is_empty() {
+        return Err(malformed());
+    }
+    if specs.len() > MAX_RANGES {
+        return Err(RangeProblem::TooMany { count: specs.len() });
+    }
+    let number = |t: &str| -> Result<u64, RangeProblem> {
+        let t = t.trim();
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(malformed());
+        }
+        t.parse().map_err(|_| malformed())
+    };
+    let mut out = Vec::with_capacity(specs.len());
+    let mut total: u64 = 0;
+    for spec in specs {
+        let (a, b) = spec.split_once('-').ok_or_else(malformed)?;
+        let range = if a.trim().is_empty() {
+            let suffix = number(b)?;
+            if suffix == 0 || len == 0 {
+                continue;
+            }
+            len - suffix.min(len)..=len - 1
+        } else {
+            let first = number(a)?;
+            let last = if b.trim().is_empty() {
+                u64::MAX
+            } else {
+                number(b)?
+            };
+            if last < first {
+                return Err(malformed());
+            }
+            if first >= len {
+                continue;
+            }
+            first..=last.min(len - 1)
+        };
+        total = total.saturating_add(range.end() - range.start() + 1);
+        if total > len {
+            return Err(RangeProblem::TooMuch { total, len });
+        }
+        out.push(range);
+    }
+    if out.is_empty() {
+        return Err(RangeProblem::Unsatisfiable { len });
+    }
+    Ok(out)
+}
+
+pub async fn get(
+    State(state): State<SharedState>,
+    hash: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    match fetch(state, hash, query, &headers).await {
+        Ok(r) => r,
+        Err(r) => r,
+    }
+}
+
+fn forbidden(code: &'static str, message: String) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, code, message)
+}
+
+async fn fetch(
+    state: SharedState,
+    hash: Result<Path<String>, PathRejection>,
+    query: Option<String>,
+    headers: &HeaderMap,
+) -> Result<Response, Response> {
+    let fail = |e: ApiError| e.into_response();
+    let hash = super::path(hash).map_err(fail)?;
+    let xorb: XorbHash = parse_hash(&hash, "xorb hash").map_err(fail)?;
+    let (mut expires, mut signature) = (None, None);
+    for pair in query.as_deref().unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("e", v)) => expires = v.parse::<u64>().ok(),
+            Some(("s", v)) => signature = Some(v),
+            _ => {}
+        }
+    }
+    let (Some(expires), Some(signature)) = (expires, signature) else {
+        return Err(fail(forbidden(
+            "invalid_signature",
+            format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&s=<signature>; get one from a reconstruction"),
+        )));
+    };
+    let now = now_unix();
+    match state.auth.verify_presigned(&xorb, expires, signature, now) {
+        Ok(()) => {}
+        Err(AuthError::Expired { expired, now }) => {
+            return Err(fail(forbidden(
+                "url_expired",
+                format!("the URL for xorb {xorb} expired at {expired} (now {now}); ask for a new reconstruction"),
+            )))
+        }
+        Err(_) => {
+            return Err(fail(forbidden(
+                "invalid_signature",
+                format!("the signature of the URL for xorb {xorb} is not valid"),
+            )))
+        }
+    }
+
+    let st = state.clone();
+    let len = blocking(move || Ok(st.store.xorb_len(&xorb)?))
+        .await
+        .map_err(fail)?
+        .ok_or_else(|| {
+            fail(ApiError::not_found(
+                "xorb_not_found",
+                format!("xorb {xorb} is not stored on this server"),
+            ))
+        })?;
+
+    let ranges = match headers.get(header::RANGE) {
+        None => None,
+        Some(v) => {
+            let text = v.to_str().map_err(|_| {
+                fail(ApiError::bad_request(
+                    "invalid_range",
+                    "the Range header is not ASCII",
+                ))
+            })?;
+            match parse_ranges(text, len) {
+                Ok(r) => Some(r),
+                Err(RangeProblem::Unsatisfiable { len }) => {
+                    let mut r = ApiError::new(
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        "range_not_satisfiable",
+                        format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
+                    )
+                    .into_response();
+                    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                        r.headers_mut().insert(header::CONTENT_RANGE, v);
+                    }
+                    return Err(r);
+                }
+                Err(e) => {
+                    return Err(fail(ApiError::bad_request(
+                        "invalid_range",
+                        format!("xorb {xorb}: {e}"),
+                    )))
+                }
+            }
+        }
+    };
+
+    tracing::debug!(
+        %xorb,
+        ranges = ranges.as_ref().map_or(0, Vec::len),
+        "xorb data"
+    );
+    let st = state.clone();
+    let wanted = ranges.clone().unwrap_or_else(|| {
+        if len == 0 {
+            Vec::new()
+        } else {
+            vec![0..=len - 1]
+        }
+    });
+    let parts = blocking(move || {
+        let mut parts = Vec::with_capacity(wanted.len());
+        for r in wanted {
+            let bytes = st.store.read_xorb(&xorb, r.clone())?.ok_or_else(|| {
+                ApiError::not_found(
+                    "xorb_not_found",
+                    format!("xorb {xorb} disappeared while being read"),
+                )
+            })?;
+            parts.push((r, bytes));
+        }
+        Ok(parts)
+    })
+    .await
+    .map_err(fail)?;
+
+    let mut response = match ranges {
+        None => {
+            let body = parts.into_iter().next().map(|(_, b)| b).unwrap_or_default();
+            (StatusCode::OK, Body::from(body)).into_response()
+        }
+        Some(_) if parts.len() == 1 => {
+            let (r, bytes) = parts.into_iter().next().unwrap_or((0..=0, Vec::new()));
+            let mut response = (StatusCode::PARTIAL_CONTENT, Body::from(bytes)).into_response();
+            if let Ok(v) = HeaderValue::from_str(&content_range(&r, len)) {
+                response.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            response
+        }
+        Some(_) => {
+            let boundary = format!("gitxet-{}", crate::store::random_hex(12));
+            let body = multipart(&boundary, &parts, len);
+            let mut response = (StatusCode::PARTIAL_CONTENT, Body::from(body)).into_response();
+            if let Ok(v) =
+                HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}"))
+            {
+                response.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            response
+        }
+    };
+    let h = response.headers_mut();
+    h.entry(header::CONTENT_TYPE)
+        .or_insert(HeaderValue::from_static("application/octet-stream"));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{xorb}\"")) {
+        h.insert(header::ETAG, v);
+    }
+    let max_age = expires.saturating_sub(now);
+    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={max_age}, immutable")) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    Ok(response)
+}
+
+fn content_range(r: &RangeInclusive<u64>, len: u64) -> String {
+    format!("bytes {}-{}/{len}", r.start(), r.end())
+}
+
+/// A `multipart/byteranges` body (RFC 9110 §14.6).
+fn multipart(boundary: &str, parts: &[(RangeInclusive<u64>, Vec<u8>)], len: u64) -> Vec<u8> {
+    let data: usize = parts.iter().map(|(_, b)| b.len()).sum();
+    let mut out = Vec::with_capacity(data + parts.len() * (boundary.len() + 100) + 64);
+    for (r, bytes) in parts {
+        out.extend_from_slice(b"--");
+        out.extend_from_slice(boundary.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Type: application/octet-stream\r\nContent-Range: ");
+        out.extend_from_slice(content_range(r, len).as_bytes());
+        out.extend_from_slice(b"\r\n\r\n");
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"--");
+    out.extend_from_slice(boundary.as_bytes());
+    out.extend_from_slice(b"--\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_forms() {
+        assert_eq!(parse_ranges("bytes=0-9", 100), Ok(vec![0..=9]));
+        assert_eq!(parse_ranges("bytes=90-", 100), Ok(vec![90..=99]));
+        assert_eq!(parse_ranges("bytes=-10", 100), Ok(vec![90..=99]));
+        assert_eq!(parse_ranges("bytes=-1000", 100), Ok(vec![0..=99]));
+        assert_eq!(parse_ranges("bytes=50-1000", 100), Ok(vec![50..=99]));
+        assert_eq!(
+            parse_ranges("Bytes=0-1, 5-6,,10-", 20),
+            Ok(vec![0..=1, 5..=6, 10..=19])
+        );
+        // Unsatisfiable ranges are dropped; if none is left, the whole set is.
+        assert_eq!(parse_ranges("bytes=0-1,200-300", 100), Ok(vec![0..=1]));
+        assert_eq!(
+            parse_ranges("bytes=100-200", 100),
+            Err(RangeProblem::Unsatisfiable { len: 100 })
+        );
+        assert_eq!(
+            parse_ranges("bytes=-0", 100),
+            Err(RangeProblem::Unsatisfiable { len: 100 })
+        );
+        for bad in [
+            "bytes=5-4",
+            "bytes=x-1",
+            "bytes=",
+            "bits=0-1",
+            "bytes=1",
+            "0-1",
+        ] {
+            assert!(
+                matches!(parse_ranges(bad, 100), Err(RangeProblem::Malformed(_))),
+                "{bad}"
+            );
+        }
+        let many = format!("bytes={}", vec!["0-0"; MAX_RANGES + 1].join(","));
+        assert_eq!(
+            parse_ranges(&many, 1 << 20),
+            Err(RangeProblem::TooMany {
+                count: MAX_RANGES + 1
+            })
+        );
+        assert!(matches!(
+            parse_ranges("bytes=0-99,0-99", 100),
+            Err(RangeProblem::TooMuch { .. })
+        ));
+    }
+
+    #[test]
+    fn multipart_body_shape() {
+        let body = multipart("B", &[(0..=1, b"ab".to_vec()), (5..=5, b"z".to_vec())], 9);
+        assert_eq!(
+            body,
+            b"--B\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 0-1/9\r\n\r\nab\r\n\
+              --B\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 5-5/9\r\n\r\nz\r\n\
+              --B--\r\n"
+                .to_vec()
+        );
+    }
+}
