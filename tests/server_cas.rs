@@ -1051,3 +1051,39 @@ fn reuploads_are_idempotent_concurrent_uploads_insert_once_and_the_index_survive
     .unwrap();
     assert_eq!(a["terms"], b["terms"]);
 }
+
+#[test]
+fn lfs_oids_find_their_xet_files() {
+    let s = loaded();
+    let m = common::manifest();
+    let url = |oid: &str| format!("{}/v1/lfs-files/{oid}", s.url());
+    for f in m
+        .sessions
+        .iter()
+        .flat_map(|s| &s.files)
+        .filter(|f| f.size > 0)
+    {
+        let r = auth(http().get(url(&f.sha256)), READ_TOKEN).send().unwrap();
+        assert_eq!(r.status(), 200, "{}", f.name);
+        let v: Value = r.json().unwrap();
+        assert_eq!(v["file_hash"], f.xet_hash.as_str());
+        assert_eq!(v["size"], f.size);
+        assert_eq!(v["oid"], f.sha256.as_str());
+    }
+    let unknown = "ab".repeat(32);
+    refused(
+        auth(http().get(url(&unknown)), READ_TOKEN).send().unwrap(),
+        404,
+        "oid_not_found",
+    );
+    refused(
+        auth(http().get(url("xyz")), READ_TOKEN).send().unwrap(),
+        400,
+        "invalid_oid",
+    );
+    refused(
+        http().get(url(&unknown)).send().unwrap(),
+        401,
+        "unauthorized",
+    );
+}

@@ -10,6 +10,7 @@
 //! | `POST /v1/shards`, `/shards` | write | registers a shard: `{"result": 0 \| 1}` |
 //! | `POST /v2/shards` | write | registers a shard, answering with an NDJSON progress stream |
 //! | `POST /v1/telemetry` | read | accepts a JSON object of at most 1 MiB and discards it |
+//! | `GET /v1/lfs-files/{oid}` | read | extension for git: the Xet file hash and size registered for a Git LFS oid, or 404 |
 //!
 //! `prefix` is `default` for xorbs and grants, `default` or `default-merkledb` for dedup
 //! queries; anything else is 400. Every hash in a path is parsed into its typed hash before it
@@ -37,6 +38,7 @@
 //!   true only when the store failed (not the shard).
 
 pub mod dedup;
+pub mod lfs_files;
 pub mod progress;
 pub mod reconstruction;
 pub mod upload;
@@ -83,6 +85,7 @@ pub fn routes() -> Router<SharedState> {
         .route("/shards", only(post(upload::post_shard_v1)))
         .route("/v2/shards", only(post(upload::post_shard_v2)))
         .route("/v1/telemetry", only(post(upload::post_telemetry)))
+        .route("/v1/lfs-files/{oid}", only(get(lfs_files::get)))
 }
 
 /// A route's methods, answering any other method with a JSON 405.
