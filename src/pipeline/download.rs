@@ -63,12 +63,13 @@ pub fn write_plan(
                 ))
             })?;
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        let bytes = source
-            .read_xorb_range(&xorb, range.bytes.clone())
-            .map_err(|source| DownloadError::Source {
-                what: format!("reading bytes {start}-{end} of xorb {xorb}"),
-                source,
-            })?;
+        let bytes =
+            source
+                .read_xorb_range(&xorb, range)
+                .map_err(|source| DownloadError::Source {
+                    what: format!("reading bytes {start}-{end} of xorb {xorb}"),
+                    source,
+                })?;
         let damaged = |source| DownloadError::Damaged {
             xorb,
             start,

@@ -30,6 +30,9 @@ pub struct FetchRange {
     pub chunks: Range<u32>,
     /// Inclusive, headers included.
     pub bytes: RangeInclusive<u64>,
+    /// Where to fetch it, for plans received from a remote server (its presigned URL); `None`
+    /// for plans made by a local store.
+    pub url: Option<String>,
 }
 
 /// The reconstruction of (a range of) a file.
@@ -179,7 +182,11 @@ pub fn plan(
                         end: chunks.end,
                         num_chunks: footer.num_chunks(),
                     })?;
-                Ok(FetchRange { chunks, bytes })
+                Ok(FetchRange {
+                    chunks,
+                    bytes,
+                    url: None,
+                })
             })
             .collect::<Result<Vec<_>, PlanError>>()?;
         out.fetch.push((xorb, fetch));

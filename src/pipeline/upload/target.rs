@@ -17,7 +17,7 @@ use std::ops::RangeInclusive;
 
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use crate::store::{Store, StoreError};
+use crate::store::{FetchRange, ReconstructionPlan, Store, StoreError};
 
 /// A failed CAS operation.
 #[derive(Debug, thiserror::Error)]
@@ -115,20 +115,14 @@ impl CasTarget for Store {
 
 /// Where a download reads stored xorb bytes from.
 pub trait XorbSource: Send + Sync {
-    /// Bytes `range` (inclusive) of the stored xorb: whole chunks, headers included.
-    fn read_xorb_range(
-        &self,
-        xorb: &XorbHash,
-        range: RangeInclusive<u64>,
-    ) -> Result<Vec<u8>, TargetError>;
+    /// The bytes of `range` (inclusive `range.bytes`, whole chunks, headers included) of the
+    /// stored xorb. A remote source fetches `range.url`.
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError>;
 }
 
 impl XorbSource for Store {
-    fn read_xorb_range(
-        &self,
-        xorb: &XorbHash,
-        range: RangeInclusive<u64>,
-    ) -> Result<Vec<u8>, TargetError> {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        let range: RangeInclusive<u64> = range.bytes.clone();
         let (start, end) = (*range.start(), *range.end());
         self.read_xorb(xorb, range)?
             .ok_or_else(|| TargetError::NotFound {
@@ -143,5 +137,35 @@ impl XorbSource for Store {
                     })
                 }
             })
+    }
+}
+
+/// Everything a transfer needs from where objects live: uploads ([`CasTarget`]), downloads
+/// ([`XorbSource`]) and reconstruction plans. Implemented by the local [`Store`] (the agent's
+/// embedded mode) and by the HTTP client of a remote CAS server.
+pub trait Endpoint: CasTarget + XorbSource {
+    /// The reconstruction plan of bytes `range` (inclusive) of a file, or `None` if the
+    /// endpoint does not know the file.
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError>;
+
+    /// A short description for messages, e.g. the URL or the directory.
+    fn describe(&self) -> String;
+}
+
+impl Endpoint for Store {
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError> {
+        Ok(Store::reconstruction(self, file, range)?)
+    }
+
+    fn describe(&self) -> String {
+        self.root().display().to_string()
     }
 }
