@@ -96,7 +96,7 @@ pub struct UntrackArgs {
 /// The key where install records the keys it wrote (space-separated).
 pub const MANAGED_KEYS: &str = "xet.managedkeys";
 /// The standalone endpoint key.
-pub const ENDPOINT_KEY: &str = "xet.endpoint";
+pub use crate::lfs::settings::ENDPOINT_KEY;
 
 fn git_lfs_missing() -> Box<dyn std::error::Error> {
     "git-lfs is not installed: install it first (Debian/Ubuntu: `sudo apt-get install git-lfs`, \

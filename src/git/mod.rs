@@ -71,6 +71,11 @@ impl Git {
         }
     }
 
+    /// The directory git runs in, if not the current one.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     fn command<I, S>(&self, args: I) -> Command
     where
         I: IntoIterator<Item = S>,

@@ -4,5 +4,10 @@
 //! | module | owns |
 //! |---|---|
 //! | [`protocol`] | messages, the per-process state machine, and the stdout writer |
+//! | [`journal`] | the per-repository record of transferred objects (Xet hash, dedup) behind `git xet ls-files` |
+//! | [`settings`] | the standalone endpoint, its token, and the download temp dir, from env and git config |
+//! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::pipeline::upload::Endpoint) |
 
+pub mod journal;
 pub mod protocol;
+pub mod settings;

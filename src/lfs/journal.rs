@@ -1,0 +1,140 @@
+//! The transfer journal: one JSON line per object the agent uploaded or downloaded, in
+//! `<git common dir>/xet/transfers.jsonl`, so that `git xet ls-files` can show each LFS file's
+//! Xet hash and how much of it was deduplicated without asking the server.
+//!
+//! Several agent processes append at once. Each record is written with a single `write` on a
+//! file opened with `O_APPEND`, so lines never interleave on local filesystems. Readers skip
+//! lines they cannot parse (a torn last line after a crash, a future format), and a later
+//! record for the same oid replaces an earlier one.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::format::{FileHash, LfsOid};
+
+/// What was done with an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Upload,
+    Download,
+}
+
+/// One journal line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub direction: Direction,
+    /// The LFS oid (SHA-256), 64 hex digits.
+    pub oid: String,
+    /// The Xet file hash, in the Xet string form.
+    pub xet_hash: String,
+    pub size: u64,
+    /// Bytes of the file found already stored (uploads).
+    #[serde(default)]
+    pub dedup_bytes: u64,
+    /// Bytes of xorb bodies sent (uploads) or fetched (downloads).
+    #[serde(default)]
+    pub transferred_bytes: u64,
+    /// Where the object went or came from (URL or directory).
+    #[serde(default)]
+    pub endpoint: String,
+    /// Unix seconds.
+    #[serde(default)]
+    pub time: u64,
+}
+
+impl Record {
+    /// A record stamped with the current time.
+    pub fn new(direction: Direction, oid: &LfsOid, xet_hash: &FileHash, size: u64) -> Self {
+        Self {
+            direction,
+            oid: oid.to_hex(),
+            xet_hash: xet_hash.to_hex(),
+            size,
+            dedup_bytes: 0,
+            transferred_bytes: 0,
+            endpoint: String::new(),
+            time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// The journal file of a repository whose common git directory is `common_dir`.
+pub fn path(common_dir: &Path) -> PathBuf {
+    common_dir.join("xet").join("transfers.jsonl")
+}
+
+/// Appends `record` to the journal (creating it).
+pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
+    let file = path(common_dir);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    let mut f = OpenOptions::new().create(true).append(true).open(&file)?;
+    f.write_all(&line)
+}
+
+/// The latest record per oid (uploads win over downloads of the same content, since they say
+/// how much was deduplicated). A missing journal is empty.
+pub fn read(common_dir: &Path) -> std::io::Result<HashMap<String, Record>> {
+    let text = match std::fs::read_to_string(path(common_dir)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out: HashMap<String, Record> = HashMap::new();
+    for line in text.lines() {
+        let Ok(record) = serde_json::from_str::<Record>(line) else {
+            continue;
+        };
+        let replace = match out.get(&record.oid) {
+            Some(old) => {
+                record.direction == Direction::Upload || old.direction == Direction::Download
+            }
+            None => true,
+        };
+        if replace {
+            out.insert(record.oid.clone(), record);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_and_reads_back_skipping_junk() {
+        let dir = tempfile::tempdir().unwrap();
+        let oid = LfsOid::from_hex(&"ab".repeat(32)).unwrap();
+        let hash = FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let mut up = Record::new(Direction::Upload, &oid, &hash, 10);
+        up.dedup_bytes = 4;
+        append(dir.path(), &up).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path(dir.path()))
+            .unwrap()
+            .write_all(b"{not json\n")
+            .unwrap();
+        append(
+            dir.path(),
+            &Record::new(Direction::Download, &oid, &hash, 10),
+        )
+        .unwrap();
+        let all = read(dir.path()).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[&oid.to_hex()], up, "the upload record is kept");
+        assert!(read(&dir.path().join("missing")).unwrap().is_empty());
+    }
+}
