@@ -8,120 +8,13 @@
 //! bare repository on disk; `lfs.url` (and a committed `.lfsconfig`, which clones read) points
 //! git-lfs at the server.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 mod common;
 
+use common::git::{dir_bytes, tools_available, GitEnv, Output};
 use common::server::{TestServer, WRITE_TOKEN};
 
-const TIMEOUT: Duration = Duration::from_secs(180);
-
-struct Env {
-    root: tempfile::TempDir,
-}
-
-struct Output {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Env {
-    fn home(&self) -> PathBuf {
-        self.root.path().join("home")
-    }
-
-    /// Runs `program args` in `dir` with the isolated environment and a timeout.
-    fn run_in(&self, dir: &Path, program: &str, args: &[&str]) -> Output {
-        let out_path = self.root.path().join("cmd.out");
-        let err_path = self.root.path().join("cmd.err");
-        let mut child = Command::new(program)
-            .args(args)
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home())
-            .env("XDG_CONFIG_HOME", self.home().join(".config"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_LFS_SKIP_SMUDGE", "0")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::fs::File::create(&err_path).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status.code();
-            }
-            if started.elapsed() > TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "{program} {args:?} timed out after {TIMEOUT:?}; stderr: {}",
-                    std::fs::read_to_string(&err_path).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Output {
-            status,
-            stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-        }
-    }
-
-    /// Runs a git command that must succeed.
-    fn git(&self, dir: &Path, args: &[&str]) -> Output {
-        let out = self.run_in(dir, "git", args);
-        assert_eq!(
-            out.status,
-            Some(0),
-            "git {args:?} failed\nstdout: {}\nstderr: {}",
-            out.stdout,
-            out.stderr
-        );
-        out
-    }
-}
-
-/// Whether git and git-lfs are installed (skip, with a note, if not; fail under CI=true).
-fn tools_available() -> bool {
-    let ok = Command::new("git")
-        .args(["lfs", "version"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        let msg = "git or git-lfs is not installed";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg} (CI=true: failing instead of skipping)");
-        }
-        eprintln!("skipping: {msg}");
-    }
-    ok
-}
-
 fn stored_xorb_bytes(server: &TestServer) -> u64 {
-    fn walk(p: &Path) -> u64 {
-        std::fs::read_dir(p)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .map(|e| match e.metadata() {
-                        Ok(m) if m.is_dir() => walk(&e.path()),
-                        Ok(m) => m.len(),
-                        Err(_) => 0,
-                    })
-                    .sum()
-            })
-            .unwrap_or(0)
-    }
-    walk(&server.store_dir().join("xorbs"))
+    dir_bytes(&server.store_dir().join("xorbs"))
 }
 
 fn registered_files(server: &TestServer) -> u64 {
@@ -146,23 +39,9 @@ fn push_clone_and_dedup_with_stock_git_lfs() {
         return;
     }
     let server = common::server::start();
-    let env = Env {
-        root: tempfile::tempdir().unwrap(),
-    };
-    let root = env.root.path().to_path_buf();
-    std::fs::create_dir_all(env.home()).unwrap();
-    let helper = format!(
-        "!f() {{ test \"$1\" = get && echo username=git && echo password={WRITE_TOKEN}; }}; f"
-    );
-    let home = env.home();
-    env.git(&home, &["config", "--global", "user.name", "Test"]);
-    env.git(
-        &home,
-        &["config", "--global", "user.email", "test@example.com"],
-    );
-    env.git(&home, &["config", "--global", "init.defaultBranch", "main"]);
-    env.git(&home, &["config", "--global", "credential.helper", &helper]);
-    env.git(&home, &["lfs", "install", "--skip-repo"]);
+    let env = GitEnv::new();
+    let root = env.path().to_path_buf();
+    env.credential_helper(WRITE_TOKEN);
 
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
     env.git(&root, &["init", "--bare", "remote.git"]);

@@ -11,6 +11,7 @@ mod hash;
 mod inspect;
 mod install;
 mod serve;
+mod transfer;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
 pub(crate) type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
@@ -46,6 +47,8 @@ enum Command {
     Track(install::TrackArgs),
     /// Stop tracking patterns, as `git lfs untrack` does.
     Untrack(install::UntrackArgs),
+    /// The Git LFS transfer agent itself (git-lfs runs this).
+    Transfer(transfer::TransferArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -59,6 +62,7 @@ pub fn main() -> ExitCode {
         Command::Uninstall(args) => install::uninstall(args),
         Command::Track(args) => install::track(args),
         Command::Untrack(args) => install::untrack(args),
+        Command::Transfer(args) => transfer::run(args),
     };
     match result {
         Ok(code) => code,

@@ -8,6 +8,7 @@
 //! | [`settings`] | the standalone endpoint, its token, and the download temp dir, from env and git config |
 //! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::pipeline::upload::Endpoint) |
 
+pub mod agent;
 pub mod journal;
 pub mod protocol;
 pub mod settings;

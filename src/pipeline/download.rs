@@ -12,8 +12,9 @@
 
 use std::io;
 
+use crate::format::hash::file_hash;
 use crate::format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbLimits};
-use crate::format::XorbHash;
+use crate::format::{ChunkRef, FileHash, XorbHash};
 use crate::pipeline::upload::{TargetError, XorbSource};
 use crate::store::ReconstructionPlan;
 
@@ -33,6 +34,42 @@ pub enum DownloadError {
     Plan(String),
     #[error("cannot write the output: {0}")]
     Write(io::Error),
+    #[error(
+        "the downloaded chunks hash to Xet file {actual}, not {expected}: the stored data is \
+         damaged or the reconstruction is wrong"
+    )]
+    WrongFile {
+        expected: FileHash,
+        actual: FileHash,
+    },
+}
+
+/// Writes the whole file `expected` from its (unranged) `plan` to `sink`, like [`write_plan`],
+/// and checks end to end that the chunks written hash to `expected` (xet-format.md §1.6): a
+/// fetch range of damaged or substituted chunks that still decodes is caught here, even though
+/// reconstruction answers carry no chunk hashes. Returns the number of bytes written.
+pub fn write_file(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+) -> Result<u64, DownloadError> {
+    if plan.offset_into_first_range != 0 {
+        return Err(DownloadError::Plan(format!(
+            "a whole-file plan of {expected} starts {} bytes into its first term",
+            plan.offset_into_first_range
+        )));
+    }
+    let mut chunks = Vec::new();
+    let written = write_terms(source, plan, sink, Some(&mut chunks))?;
+    let actual = file_hash(&chunks);
+    if actual != *expected {
+        return Err(DownloadError::WrongFile {
+            expected: *expected,
+            actual,
+        });
+    }
+    Ok(written)
 }
 
 /// Writes the file `plan` describes to `sink`, one decoded chunk per call. Returns the number
@@ -41,6 +78,17 @@ pub fn write_plan(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
     sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+) -> Result<u64, DownloadError> {
+    write_terms(source, plan, sink, None)
+}
+
+/// The walk behind [`write_plan`] and [`write_file`]; collects every chunk's hash and length
+/// into `chunks` when given.
+fn write_terms(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    mut chunks: Option<&mut Vec<ChunkRef>>,
 ) -> Result<u64, DownloadError> {
     let mut skip = plan.offset_into_first_range;
     let mut written = 0u64;
@@ -98,6 +146,12 @@ pub fn write_plan(
                 let local = (c - first) as usize;
                 let mut data = parsed.extract(local..local + 1).map_err(damaged)?;
                 term_len += data.len() as u64;
+                if let Some(refs) = chunks.as_deref_mut() {
+                    refs.push(ChunkRef {
+                        hash: parsed.chunks()[local].hash,
+                        len: data.len() as u64,
+                    });
+                }
                 if skip > 0 {
                     let n = skip.min(data.len() as u64) as usize;
                     data.drain(..n);

@@ -135,6 +135,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when another process (or another `Store` in this one) has the store open: redb
+    /// locks the index exclusively, so one opener at a time (see [`Store::open_waiting`]).
+    pub fn is_locked(&self) -> bool {
+        matches!(self, StoreError::Index(IndexError::Open { source, .. })
+            if matches!(**source, redb::Error::DatabaseAlreadyOpen))
+    }
+
     /// True when the request was at fault (bad input), false when the store failed.
     pub fn is_client_error(&self) -> bool {
         match self {
@@ -231,6 +238,33 @@ impl Store {
             footers: Mutex::new(HashMap::new()),
             root: dir.to_path_buf(),
         })
+    }
+
+    /// [`Store::open`], waiting while another process has the store open (the agent's
+    /// embedded mode: up to `lfs.concurrenttransfers` agent processes share one directory and
+    /// take turns, each holding it for one transfer). `waiting` is called once when the wait
+    /// starts. Gives up with the lock error after `patience`.
+    pub fn open_waiting(
+        dir: &Path,
+        patience: std::time::Duration,
+        mut waiting: impl FnMut(),
+    ) -> Result<Self, StoreError> {
+        let start = std::time::Instant::now();
+        let mut delay = std::time::Duration::from_millis(5);
+        let mut announced = false;
+        loop {
+            match Self::open(dir) {
+                Err(e) if e.is_locked() && start.elapsed() < patience => {
+                    if !announced {
+                        announced = true;
+                        waiting();
+                    }
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(std::time::Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The store's directory.

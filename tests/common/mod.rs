@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod git;
 pub mod server;
 
 use serde::Deserialize;

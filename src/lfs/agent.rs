@@ -1,0 +1,532 @@
+//! The transfer agent: the loop git-lfs talks to as `git-xet transfer` (lfs-agent.md §3–§10).
+//!
+//! [`run`] reads one request line at a time from git-lfs, answers `init` at once (no network
+//! or credential work: git-lfs starts up to `lfs.concurrenttransfers` processes per batch),
+//! and serves each upload or download to completion before reading the next line. Every
+//! request gets exactly one `complete`; a per-object failure is a `complete` with an error
+//! message a user can act on, never the end of the process. Only [`ProtocolWriter`] writes to
+//! stdout; logs go through `tracing` (stderr, and a file when `GIT_XET_LOG` is set).
+//!
+//! Where objects go, per request:
+//!
+//! | request | endpoint |
+//! |---|---|
+//! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
+//! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns) |
+//! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::token`] |
+//!
+//! Uploads run the upload pipeline (chunk, dedup, xorbs, shard) and send `complete` only once
+//! the shard is registered, since git-lfs kills the agent 30 s after `terminate`. Downloads
+//! find the Xet hash for the oid, rebuild the file into git-lfs's temp directory (same
+//! filesystem as `.git/lfs/objects`, which git-lfs renames it into), check size and SHA-256,
+//! and answer with the file's absolute path.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::journal::{self, Direction, Record};
+use super::protocol::{
+    parse_request, Action, Operation, ProtocolError, ProtocolWriter, Request, State, Transfer,
+    WireError, TRANSFER_ERROR_CODE,
+};
+use super::settings::{self, EndpointSpec};
+use crate::format::{FileHash, LfsOid};
+use crate::git::Git;
+use crate::pipeline::download::write_file;
+use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
+use crate::store::Store;
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Git in the directory git-lfs started the agent in (the work tree, usually).
+    pub git: Git,
+    /// Relative directory endpoints are taken relative to this.
+    pub base_dir: PathBuf,
+    /// How long to wait for another agent process to release an embedded store.
+    pub store_patience: Duration,
+    /// Upload settings (sizes and SHA-256 are filled in per object).
+    pub upload: UploadOptions,
+}
+
+impl AgentOptions {
+    /// Options for an agent running in `dir`.
+    pub fn in_dir(dir: &Path) -> Self {
+        Self {
+            git: Git::in_dir(dir),
+            base_dir: dir.to_path_buf(),
+            store_patience: Duration::from_secs(30 * 60),
+            upload: UploadOptions::default(),
+        }
+    }
+}
+
+/// A failure that ends the agent (everything else is answered per object).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot talk to git-lfs: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol error: {0}")]
+    Protocol(#[from] ProtocolError),
+}
+
+/// What a run did, for the log line at exit.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    pub succeeded: u64,
+    pub failed: u64,
+}
+
+/// Serves git-lfs on `input`/`output` until `terminate` or end of input.
+pub fn run(
+    mut input: impl BufRead,
+    output: impl Write,
+    options: AgentOptions,
+) -> Result<RunSummary, AgentError> {
+    let mut writer = ProtocolWriter::new(output);
+    let mut agent = Agent::new(options);
+    let mut state = State::AwaitInit;
+    let mut summary = RunSummary::default();
+    let mut text = String::new();
+    let mut line = 0usize;
+    loop {
+        text.clear();
+        if input.read_line(&mut text)? == 0 {
+            tracing::debug!("stdin closed");
+            break;
+        }
+        line += 1;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let request = parse_request(text.trim_end(), line).and_then(|r| {
+            state.accept(&r, line)?;
+            Ok(r)
+        });
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => match e.oid() {
+                // The failing request names an object: answer it and go on (lfs-agent.md §5).
+                Some(oid) => {
+                    tracing::error!("{e}");
+                    summary.failed += 1;
+                    writer.complete(&oid, Err(&transfer_error(e.to_string())))?;
+                    continue;
+                }
+                None if state == State::AwaitInit => {
+                    tracing::error!("{e}");
+                    writer.init_error(&format!("git-xet: {e}"))?;
+                    return Err(e.into());
+                }
+                None => {
+                    tracing::error!("{e}");
+                    return Err(e.into());
+                }
+            },
+        };
+        match request {
+            Request::Init(init) => {
+                tracing::info!(
+                    operation = ?init.operation,
+                    remote = %init.remote,
+                    concurrent = init.concurrent,
+                    "git-xet {} agent started",
+                    env!("CARGO_PKG_VERSION")
+                );
+                writer.init_ok()?;
+            }
+            Request::Upload(t) => {
+                let started = Instant::now();
+                let result = agent.upload(&t, &mut writer);
+                finish(&mut writer, &t, result, started, &mut summary)?;
+            }
+            Request::Download(t) => {
+                let started = Instant::now();
+                let result = agent.download(&t, &mut writer);
+                let result = match &result {
+                    Ok(path) => Ok(Some(path.as_path())),
+                    Err(e) => Err(e.clone()),
+                };
+                finish(&mut writer, &t, result, started, &mut summary)?;
+            }
+            Request::Terminate => {
+                tracing::debug!("terminate");
+                break;
+            }
+        }
+    }
+    tracing::info!(
+        succeeded = summary.succeeded,
+        failed = summary.failed,
+        "agent done"
+    );
+    Ok(summary)
+}
+
+/// Sends the `complete` of a request.
+fn finish<W: Write>(
+    writer: &mut ProtocolWriter<W>,
+    t: &Transfer,
+    result: Result<Option<&Path>, String>,
+    started: Instant,
+    summary: &mut RunSummary,
+) -> Result<(), AgentError> {
+    match result {
+        Ok(path) => {
+            summary.succeeded += 1;
+            writer.progress(&t.oid, t.size)?;
+            tracing::info!(oid = %t.oid, size = t.size, secs = started.elapsed().as_secs_f64(), "done");
+            writer.complete(&t.oid, Ok(path))?;
+        }
+        Err(message) => {
+            summary.failed += 1;
+            tracing::error!(oid = %t.oid, "{message}");
+            writer.complete(&t.oid, Err(&transfer_error(message)))?;
+        }
+    }
+    Ok(())
+}
+
+fn transfer_error(message: String) -> WireError {
+    WireError {
+        code: TRANSFER_ERROR_CODE,
+        message,
+    }
+}
+
+/// An endpoint for one request: a store opened for it, or a shared remote client.
+enum Lease {
+    Owned(Box<dyn Endpoint>),
+    Shared(Arc<dyn Endpoint>),
+}
+
+impl Lease {
+    fn get(&self) -> &dyn Endpoint {
+        match self {
+            Lease::Owned(e) => e.as_ref(),
+            Lease::Shared(e) => e.as_ref(),
+        }
+    }
+}
+
+/// The standalone endpoint, resolved on first use.
+enum Standalone {
+    Dir(PathBuf),
+    Remote(Arc<dyn Endpoint>),
+}
+
+struct Agent {
+    options: AgentOptions,
+    standalone: Option<Result<Standalone, String>>,
+    /// Negotiated endpoints by CAS URL and refresh route.
+    negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
+    temp_dir: Option<PathBuf>,
+    common_dir: Option<Option<PathBuf>>,
+}
+
+impl Agent {
+    fn new(options: AgentOptions) -> Self {
+        Self {
+            options,
+            standalone: None,
+            negotiated: Vec::new(),
+            temp_dir: None,
+            common_dir: None,
+        }
+    }
+
+    /// The endpoint serving `t`.
+    fn endpoint(&mut self, t: &Transfer, op: Operation) -> Result<Lease, String> {
+        match &t.action {
+            Some(action) => self.negotiated(action, op).map(Lease::Shared),
+            None => {
+                if self.standalone.is_none() {
+                    self.standalone = Some(self.resolve_standalone());
+                }
+                match self.standalone.as_ref().expect("just resolved") {
+                    Err(e) => Err(e.clone()),
+                    Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
+                    Ok(Standalone::Dir(dir)) => {
+                        let store = Store::open_waiting(dir, self.options.store_patience, || {
+                            tracing::info!(
+                                store = %dir.display(),
+                                "waiting for another git-xet process to finish with the store"
+                            )
+                        })
+                        .map_err(|e| {
+                            format!(
+                                "cannot open the store at {} (xet.endpoint): {e}",
+                                dir.display()
+                            )
+                        })?;
+                        Ok(Lease::Owned(Box::new(store)))
+                    }
+                }
+            }
+        }
+    }
+
+    fn resolve_standalone(&self) -> Result<Standalone, String> {
+        let found = settings::endpoint(&self.options.git, &self.options.base_dir)
+            .map_err(|e| format!("cannot read the git-xet endpoint: {e}"))?;
+        let Some((spec, source)) = found else {
+            return Err(format!(
+                "standalone mode (lfs.standalonetransferagent=xet) needs an endpoint, and none is \
+                 set: run `git xet install --local --endpoint URL-or-DIR`, or set {} or {}",
+                settings::ENDPOINT_KEY,
+                settings::ENDPOINT_ENV
+            ));
+        };
+        tracing::info!(endpoint = %spec.display(), %source, "standalone endpoint");
+        match spec {
+            EndpointSpec::Dir(dir) => Ok(Standalone::Dir(dir)),
+            EndpointSpec::Http(url) => {
+                let token = settings::token(&self.options.git, &url);
+                connect_standalone(&url, token).map(Standalone::Remote)
+            }
+        }
+    }
+
+    fn negotiated(&mut self, action: &Action, op: Operation) -> Result<Arc<dyn Endpoint>, String> {
+        let cas_url = action.header("X-Xet-Cas-Url").ok_or_else(|| {
+            "the LFS server chose the xet transfer but sent no X-Xet-Cas-Url header; \
+             ask its administrator, or run `git xet uninstall` to use plain LFS"
+                .to_string()
+        })?;
+        let key = (cas_url.to_string(), action.href.clone());
+        if let Some((_, e)) = self.negotiated.iter().find(|(k, _)| *k == key) {
+            return Ok(e.clone());
+        }
+        let endpoint = connect_negotiated(&self.options.git, action, op)?;
+        self.negotiated.push((key, endpoint.clone()));
+        Ok(endpoint)
+    }
+
+    fn common_dir(&mut self) -> Option<PathBuf> {
+        if self.common_dir.is_none() {
+            self.common_dir = Some(self.options.git.common_dir().ok());
+        }
+        self.common_dir.clone().flatten()
+    }
+
+    fn record(&mut self, record: Record) {
+        if let Some(dir) = self.common_dir() {
+            if let Err(e) = journal::append(&dir, &record) {
+                tracing::warn!(
+                    "cannot update the transfer journal in {}: {e}",
+                    dir.display()
+                );
+            }
+        }
+    }
+
+    fn upload<W: Write>(
+        &mut self,
+        t: &Transfer,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<Option<&'static Path>, String> {
+        let path = t.path.as_deref().ok_or("upload request without a path")?;
+        let file = std::fs::File::open(path).map_err(|e| {
+            format!(
+                "cannot read the LFS object {} for upload: {e}",
+                path.display()
+            )
+        })?;
+        let lease = self.endpoint(t, Operation::Upload)?;
+        let endpoint = lease.get();
+        // Releases git-lfs's other workers, which wait for the first worker's credentials.
+        if t.size > 0 {
+            writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
+        }
+        let options = UploadOptions {
+            expected_sha256: Some(t.oid),
+            expected_size: Some(t.size),
+            ..self.options.upload
+        };
+        let size = t.size;
+        let mut stdout_gone = None;
+        let mut report = |p: UploadProgress| {
+            // The last byte is reported only once the shard is registered.
+            let done = p.bytes_read.min(size.saturating_sub(1));
+            if let Err(e) = writer.progress(&t.oid, done) {
+                stdout_gone.get_or_insert(e);
+            }
+        };
+        let reader = std::io::BufReader::with_capacity(1 << 20, file);
+        let summary =
+            upload_with_progress(endpoint, reader, &options, &mut report).map_err(|e| {
+                if e.is_input_error() {
+                    format!(
+                        "the LFS object {} does not match its oid and size: {e}",
+                        path.display()
+                    )
+                } else {
+                    format!("upload to {} failed: {e}", endpoint.describe())
+                }
+            })?;
+        if let Some(e) = stdout_gone {
+            return Err(format!("cannot report progress to git-lfs: {e}"));
+        }
+        tracing::info!(
+            oid = %t.oid,
+            xet = %summary.file_hash,
+            size = summary.size,
+            already_stored = summary.already_stored,
+            dedup_bytes = summary.dedup_bytes,
+            uploaded_bytes = summary.uploaded_bytes,
+            new_xorbs = summary.new_xorbs,
+            "uploaded"
+        );
+        let mut record = Record::new(Direction::Upload, &t.oid, &summary.file_hash, summary.size);
+        record.dedup_bytes = if summary.already_stored {
+            summary.size
+        } else {
+            summary.dedup_bytes
+        };
+        record.transferred_bytes = summary.uploaded_bytes;
+        record.endpoint = endpoint.describe();
+        drop(lease);
+        self.record(record);
+        Ok(None)
+    }
+
+    fn download<W: Write>(
+        &mut self,
+        t: &Transfer,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<PathBuf, String> {
+        let lease = self.endpoint(t, Operation::Download)?;
+        let endpoint = lease.get();
+        if t.size > 0 {
+            writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
+        }
+        let hash = find_xet_hash(endpoint, t)?;
+        let plan = endpoint
+            .reconstruction(&hash, None)
+            .map_err(|e| format!("cannot get the reconstruction of Xet file {hash}: {e}"))?
+            .ok_or_else(|| {
+                format!(
+                    "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
+                    endpoint.describe(),
+                    t.oid
+                )
+            })?;
+        if plan.file_size != t.size {
+            return Err(format!(
+                "Xet file {hash} has {} bytes, but LFS object {} should have {}",
+                plan.file_size, t.oid, t.size
+            ));
+        }
+        if self.temp_dir.is_none() {
+            let dir = settings::lfs_temp_dir(&self.options.git)
+                .map_err(|e| format!("cannot find git-lfs's temp directory: {e}"))?;
+            self.temp_dir = Some(dir);
+        }
+        let dir = self.temp_dir.clone().expect("just set");
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            format!(
+                "cannot create git-lfs's temp directory {}: {e}",
+                dir.display()
+            )
+        })?;
+        let oid_hex = t.oid.to_hex();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("xet-{}-", &oid_hex[..16]))
+            .suffix(".part")
+            .tempfile_in(&dir)
+            .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file());
+        let mut sha = Sha256::new();
+        let mut written = 0u64;
+        let mut reported = 0u64;
+        let mut sink = |bytes: Vec<u8>| -> std::io::Result<()> {
+            sha.update(&bytes);
+            out.write_all(&bytes)?;
+            written += bytes.len() as u64;
+            if written - reported >= 1 << 20 {
+                reported = written;
+                writer.progress(&t.oid, written.min(t.size.saturating_sub(1)))?;
+            }
+            Ok(())
+        };
+        let n = write_file(endpoint, &hash, &plan, &mut sink).map_err(|e| {
+            format!(
+                "download of {} from {} failed: {e}",
+                t.oid,
+                endpoint.describe()
+            )
+        })?;
+        out.flush()
+            .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+        drop(out);
+        if n != t.size {
+            return Err(format!(
+                "Xet file {hash} rebuilt to {n} bytes, but LFS object {} has {}",
+                t.oid, t.size
+            ));
+        }
+        let got = LfsOid::from_digest(sha.finalize().into());
+        if got != t.oid {
+            return Err(format!(
+                "Xet file {hash} rebuilt to content with SHA-256 {got}, not the LFS oid {}; \
+                 the server's index is inconsistent",
+                t.oid
+            ));
+        }
+        let (_, path) = tmp
+            .keep()
+            .map_err(|e| format!("cannot keep the downloaded file: {e}"))?;
+        let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
+        record.transferred_bytes = n;
+        record.endpoint = endpoint.describe();
+        drop(lease);
+        self.record(record);
+        Ok(path)
+    }
+}
+
+/// The Xet file holding `t`'s content: the action's `X-Xet-Hash`, else the endpoint's oid index.
+fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, String> {
+    if let Some(text) = t.action.as_ref().and_then(|a| a.header("X-Xet-Hash")) {
+        return FileHash::from_hex(text)
+            .map_err(|e| format!("the LFS server sent a bad X-Xet-Hash {text:?}: {e}"));
+    }
+    match endpoint.file_by_sha256(&t.oid) {
+        Ok(Some((hash, _))) => Ok(hash),
+        Ok(None) => Err(format!(
+            "{} has no file with LFS oid {}; was it pushed with git-xet?",
+            endpoint.describe(),
+            t.oid
+        )),
+        Err(e) => Err(format!(
+            "cannot look up LFS oid {} at {}: {e}",
+            t.oid,
+            endpoint.describe()
+        )),
+    }
+}
+
+/// A client for the `git xet serve` (or other CAS) at `url` in standalone mode.
+fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoint>, String> {
+    let _ = token;
+    Err(format!(
+        "http endpoints ({url}) are not supported by this build yet; use a directory endpoint"
+    ))
+}
+
+/// A client for the CAS named in a negotiated action.
+fn connect_negotiated(
+    git: &Git,
+    action: &Action,
+    op: Operation,
+) -> Result<Arc<dyn Endpoint>, String> {
+    let _ = (git, op);
+    Err(format!(
+        "negotiated xet transfers ({}) are not supported by this build yet",
+        action.href
+    ))
+}

@@ -1,0 +1,267 @@
+//! The agent in standalone mode with the embedded store (a local directory endpoint), driven by
+//! real git and git-lfs: push, clone, edit, pull and fetch; many files with concurrent agent
+//! processes sharing the store; a damaged xorb failing a pull cleanly.
+
+use std::path::Path;
+
+mod common;
+
+use common::git::{count_files, dir_bytes, tools_available, GitEnv};
+
+/// A world with git-xet installed globally in standalone mode on `store`, a bare remote and a
+/// work repository tracking `*.bin`.
+fn setup(env: &GitEnv, store: &Path, concurrency: u32) {
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &[
+            "xet",
+            "install",
+            "--global",
+            "--endpoint",
+            store.to_str().unwrap(),
+            "--concurrency",
+            &concurrency.to_string(),
+        ],
+    );
+    assert_eq!(out.status, Some(0), "git xet install: {}", out.all());
+    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
+    env.git(env.path(), &["init", "-q", "work"]);
+    let work = env.path().join("work");
+    env.git(&work, &["lfs", "track", "*.bin"]);
+    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+}
+
+fn lfs_objects(repo: &Path) -> usize {
+    count_files(&repo.join(".git/lfs/objects"))
+}
+
+#[test]
+fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    setup(&env, &store, 8);
+    let work = env.path().join("work");
+
+    let big = common::splitmix64(21, 6 << 20);
+    let small = common::splitmix64(22, 5000);
+    std::fs::write(work.join("big.bin"), &big).unwrap();
+    std::fs::write(work.join("small.bin"), &small).unwrap();
+    std::fs::write(work.join("empty.bin"), b"").unwrap();
+    std::fs::write(work.join("README.md"), "plain\n").unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "first"]);
+    let push = env.git(&work, &["push", "-q", "origin", "main"]);
+    assert!(
+        !push.all().to_lowercase().contains("error"),
+        "{}",
+        push.all()
+    );
+    let log = env.agent_log();
+    assert!(
+        log.contains("uploaded"),
+        "the agent did the uploads:\n{log}"
+    );
+    let after_first = dir_bytes(&store.join("xorbs"));
+    assert!(after_first > 0, "xorbs were stored in {}", store.display());
+    assert!(
+        after_first < (big.len() + small.len()) as u64 + 65536,
+        "random data is stored about once: {after_first} bytes"
+    );
+
+    // A fresh clone smudges through the agent.
+    env.git(env.path(), &["clone", "-q", "remote.git", "clone"]);
+    let clone = env.path().join("clone");
+    assert!(
+        std::fs::read(clone.join("big.bin")).unwrap() == big,
+        "big.bin differs"
+    );
+    assert_eq!(std::fs::read(clone.join("small.bin")).unwrap(), small);
+    assert_eq!(std::fs::read(clone.join("empty.bin")).unwrap(), b"");
+    let journal = std::fs::read_to_string(clone.join(".git/xet/transfers.jsonl")).unwrap();
+    assert!(journal.contains("\"download\""), "{journal}");
+
+    // Edit 64 bytes in the middle: the second push stores only the chunks around the edit.
+    let mut edited = big.clone();
+    for b in &mut edited[3 << 20..(3 << 20) + 64] {
+        *b = !*b;
+    }
+    std::fs::write(work.join("big.bin"), &edited).unwrap();
+    env.git(&work, &["commit", "-q", "-am", "edit"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    let grown = dir_bytes(&store.join("xorbs")) - after_first;
+    eprintln!(
+        "edited push of a {} byte file stored {grown} new bytes",
+        edited.len()
+    );
+    assert!(
+        grown * 16 < edited.len() as u64,
+        "the store grew by {grown} bytes for a 64-byte edit"
+    );
+    let journal = std::fs::read_to_string(work.join(".git/xet/transfers.jsonl")).unwrap();
+    let edited_oid = sha256_hex(&edited);
+    let record = journal
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["oid"] == edited_oid.as_str())
+        .expect("the edited file's upload is in the journal");
+    assert!(
+        record["dedup_bytes"].as_u64().unwrap() * 10 > edited.len() as u64 * 9,
+        "most of the edited file was deduplicated: {record}"
+    );
+
+    // Pull brings the edit; fetch --all gets every version into a skip-smudge clone.
+    env.git(&clone, &["pull", "-q", "--ff-only"]);
+    assert!(std::fs::read(clone.join("big.bin")).unwrap() == edited);
+    let lazy = env.path().join("lazy");
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &["clone", "-q", "remote.git", "lazy"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert_eq!(lfs_objects(&lazy), 0);
+    env.git(&lazy, &["lfs", "fetch", "--all"]);
+    assert_eq!(
+        lfs_objects(&lazy),
+        3,
+        "big (two versions) and small; the empty file has no object"
+    );
+    env.git(&lazy, &["lfs", "checkout"]);
+    assert!(std::fs::read(lazy.join("big.bin")).unwrap() == edited);
+    let fsck = env.git(&lazy, &["lfs", "fsck"]);
+    assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
+}
+
+#[test]
+fn two_hundred_small_files_and_large_ones_with_eight_agents() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    setup(&env, &store, 8);
+    let work = env.path().join("work");
+    let mut files = Vec::new();
+    for i in 0..200u64 {
+        let len = 50 + (i * 7919) % 20_000;
+        files.push((
+            format!("small/{i:03}.bin"),
+            common::splitmix64(1000 + i, len as usize),
+        ));
+    }
+    for i in 0..3u64 {
+        files.push((
+            format!("large-{i}.bin"),
+            common::splitmix64(2000 + i, 3 << 20),
+        ));
+    }
+    std::fs::create_dir_all(work.join("small")).unwrap();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "many"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    let log = env.agent_log();
+    assert_eq!(
+        log.matches(": uploaded oid").count(),
+        files.len(),
+        "one upload per object"
+    );
+
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &["clone", "-q", "remote.git", "clone"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let clone = env.path().join("clone");
+    env.git(&clone, &["lfs", "pull"]);
+    for (name, data) in &files {
+        assert!(
+            std::fs::read(clone.join(name)).unwrap() == *data,
+            "{name} differs after the pull"
+        );
+    }
+    assert_eq!(lfs_objects(&clone), files.len());
+}
+
+#[test]
+fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    setup(&env, &store, 2);
+    let work = env.path().join("work");
+    let data = common::splitmix64(31, 1 << 20);
+    std::fs::write(work.join("data.bin"), &data).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "data"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+
+    // Flip bytes in the middle of every stored xorb.
+    let mut damaged = 0;
+    for entry in walk(&store.join("xorbs")) {
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        for b in &mut bytes[mid..mid + 16] {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&entry, bytes).unwrap();
+        damaged += 1;
+    }
+    assert!(damaged > 0);
+
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &["clone", "-q", "remote.git", "clone"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let clone = env.path().join("clone");
+    let pull = env.run_in(&clone, "git", &["lfs", "pull"]);
+    assert_ne!(pull.status, Some(0), "the pull must fail: {}", pull.all());
+    let text = pull.all();
+    assert!(
+        text.contains("damaged") && text.contains("[2]") && !text.contains("inconsistent"),
+        "the error names the damage: {text}"
+    );
+    assert_eq!(lfs_objects(&clone), 0, "nothing reached .git/lfs/objects");
+    assert_eq!(
+        count_files(&clone.join(".git/lfs/tmp")),
+        0,
+        "no temp file is left behind"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
