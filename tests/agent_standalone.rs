@@ -265,3 +265,38 @@ fn sha256_hex(data: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+#[test]
+fn demo_round_trips_and_reports_a_small_second_push() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let out = env.run_in(env.path(), "git", &["xet", "demo", "--size", "8"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(
+        out.stdout.contains("identical to the pushed file"),
+        "{}",
+        out.stdout
+    );
+    let ratio = |label: &str| -> f64 {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} row: {}", out.stdout));
+        line.trim_end_matches('%')
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let first = ratio("first");
+    let edited = ratio("after the edit");
+    assert!(first > 50.0 && first <= 100.0, "first push ratio {first}");
+    assert!(edited < 30.0, "edited push ratio {edited}: {}", out.stdout);
+    // The user's (here: the sandbox's) global configuration is untouched.
+    let global = std::fs::read_to_string(env.home().join(".gitconfig")).unwrap();
+    assert!(!global.contains("standalonetransferagent"), "{global}");
+}

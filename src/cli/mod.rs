@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod hash;
 mod inspect;
 mod install;
@@ -47,6 +48,8 @@ enum Command {
     Track(install::TrackArgs),
     /// Stop tracking patterns, as `git lfs untrack` does.
     Untrack(install::UntrackArgs),
+    /// A push, edit, push and clone round trip in a temporary directory, with the bytes sent.
+    Demo(demo::DemoArgs),
     /// The Git LFS transfer agent itself (git-lfs runs this).
     Transfer(transfer::TransferArgs),
 }
@@ -63,6 +66,7 @@ pub fn main() -> ExitCode {
         Command::Track(args) => install::track(args),
         Command::Untrack(args) => install::untrack(args),
         Command::Transfer(args) => transfer::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(code) => code,
