@@ -33,8 +33,8 @@ pub mod target;
 mod tests;
 
 use std::io::{self, Read};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
 use rayon::prelude::*;
 use sha2::Digest as _;
@@ -65,6 +65,8 @@ pub struct UploadOptions {
     pub global_dedup: bool,
     /// Shards larger than this are split (see the module documentation).
     pub max_shard_bytes: u64,
+    /// Xorbs put at once (uploader threads). Each holds one xorb of up to 64 MiB in memory.
+    pub parallel_puts: usize,
 }
 
 impl Default for UploadOptions {
@@ -76,6 +78,7 @@ impl Default for UploadOptions {
             limits: XorbLimits::CLIENT,
             global_dedup: true,
             max_shard_bytes: MAX_SHARD_SIZE,
+            parallel_puts: 2,
         }
     }
 }
@@ -192,12 +195,31 @@ pub fn upload_with_progress(
     }
 
     let uploaded = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
     let (file, size, uploader) = std::thread::scope(|scope| {
         let (tx, rx) = mpsc::sync_channel::<BuiltXorb>(0);
-        let uploaded = &uploaded;
-        let uploader = scope.spawn(move || put_xorbs(target, rx, uploaded));
+        // Each uploader owns a handle on the receiver: when the last one quits, the channel
+        // closes and the reader's next hand-over fails instead of waiting forever.
+        let rx = Arc::new(Mutex::new(rx));
+        let (uploaded, stop) = (&uploaded, &stop);
+        let uploaders: Vec<_> = (0..options.parallel_puts.max(1))
+            .map(|_| {
+                let rx = rx.clone();
+                scope.spawn(move || put_xorbs(target, &rx, uploaded, stop))
+            })
+            .collect();
+        drop(rx);
         let read = read_file(target, &mut reader, options, tx, uploaded, progress);
-        let put = uploader.join().unwrap_or(Err(UploadError::UploaderGone));
+        let mut put = Ok(PutStats::default());
+        for u in uploaders {
+            let r = u.join().unwrap_or(Err(UploadError::UploaderGone));
+            put = match (put, r) {
+                (Ok(a), Ok(b)) => Ok(a.merge(b)),
+                // Keep the error that stopped the others, not their "gone".
+                (Err(UploadError::UploaderGone), Err(e)) => Err(e),
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            };
+        }
         match (read, put) {
             (Ok((file, size)), Ok(put)) => Ok((file, size, put)),
             // The uploader's own error explains why the reader could not hand it a xorb.
@@ -242,7 +264,7 @@ pub fn upload_with_progress(
     Ok(summary)
 }
 
-/// What the uploader thread did.
+/// What the uploader threads did.
 #[derive(Debug, Default)]
 struct PutStats {
     new_xorbs: u64,
@@ -250,14 +272,48 @@ struct PutStats {
     bytes: u64,
 }
 
-/// The uploader thread: puts every xorb it receives, skipping those the target has.
+impl PutStats {
+    fn merge(self, o: PutStats) -> PutStats {
+        PutStats {
+            new_xorbs: self.new_xorbs + o.new_xorbs,
+            existing_xorbs: self.existing_xorbs + o.existing_xorbs,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+}
+
+/// One uploader thread: puts every xorb it receives, skipping those the target has. On a
+/// failure it raises `stop`, so that the others quit too and the reader's next hand-over fails
+/// (the channel closes when the last uploader is gone).
 fn put_xorbs(
     target: &dyn CasTarget,
-    rx: mpsc::Receiver<BuiltXorb>,
+    rx: &Mutex<mpsc::Receiver<BuiltXorb>>,
     uploaded: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<PutStats, UploadError> {
+    let result = put_xorbs_until_done(target, rx, uploaded, stop);
+    if result.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    result
+}
+
+fn put_xorbs_until_done(
+    target: &dyn CasTarget,
+    rx: &Mutex<mpsc::Receiver<BuiltXorb>>,
+    uploaded: &AtomicU64,
+    stop: &AtomicBool,
 ) -> Result<PutStats, UploadError> {
     let mut stats = PutStats::default();
-    for xorb in rx {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(UploadError::UploaderGone);
+        }
+        // The lock is held only while waiting for the next xorb, not while putting it.
+        let next = rx.lock().map_err(|_| UploadError::UploaderGone)?.recv();
+        let Ok(xorb) = next else {
+            return Ok(stats);
+        };
         let hash = xorb.hash();
         if target
             .has_xorb(&hash)
@@ -278,7 +334,6 @@ fn put_xorbs(
             stats.existing_xorbs += 1;
         }
     }
-    Ok(stats)
 }
 
 /// Reads, chunks and deduplicates the whole stream, sending full xorbs to `tx`. Returns the

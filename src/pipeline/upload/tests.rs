@@ -114,6 +114,8 @@ fn file_spanning_several_xorbs_and_shards() {
         },
         // Room for the file block and about two xorb blocks: the rest goes to other shards.
         max_shard_bytes: 48 * 60,
+        // Several xorbs in flight at once, finishing in any order.
+        parallel_puts: 4,
         ..Default::default()
     };
     let s = upload(&store, &data[..], &options).unwrap();
@@ -251,15 +253,20 @@ impl CasTarget for BrokenTarget<'_> {
 fn target_failures_are_reported_with_the_xorb() {
     let (_d, store) = store();
     let data = random_bytes(7, 2 << 20);
-    let options = UploadOptions {
-        limits: XorbLimits {
-            max_chunks: 4,
-            ..XorbLimits::CLIENT
-        },
-        ..Default::default()
-    };
-    let e = upload(&BrokenTarget(&store), &data[..], &options).unwrap_err();
-    assert!(matches!(e, UploadError::Target { .. }), "{e}");
-    assert!(e.to_string().contains("uploading xorb"), "{e}");
-    assert_eq!(store.counts().unwrap().files, 0);
+    // With one uploader or several: the first failure stops them all, is the error reported
+    // (not "uploader gone"), and nothing hangs.
+    for parallel_puts in [1, 2, 4] {
+        let options = UploadOptions {
+            limits: XorbLimits {
+                max_chunks: 4,
+                ..XorbLimits::CLIENT
+            },
+            parallel_puts,
+            ..Default::default()
+        };
+        let e = upload(&BrokenTarget(&store), &data[..], &options).unwrap_err();
+        assert!(matches!(e, UploadError::Target { .. }), "{e}");
+        assert!(e.to_string().contains("uploading xorb"), "{e}");
+        assert_eq!(store.counts().unwrap().files, 0);
+    }
 }
