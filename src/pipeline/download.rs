@@ -4,19 +4,24 @@
 //! the same fetch range (a byte range of whole chunks of one stored xorb, cas-api.md §6.3) it
 //! reads that range once from a [`XorbSource`], validates and decodes its chunks
 //! ([`ParsedXorb`], which recomputes every chunk hash), and passes the file's bytes to the sink
-//! one chunk at a time. Memory is bounded by one fetch range (at most one xorb, 64 MiB) plus
-//! one chunk, whatever the file size.
+//! one chunk at a time. Up to [`READ_AHEAD`] ranges are fetched concurrently ahead of the one
+//! being decoded, so memory is bounded by `READ_AHEAD + 1` fetch ranges (each at most one xorb,
+//! 64 MiB) plus one chunk, whatever the file size. [`write_file`] also checks that the chunks
+//! hash to the expected Xet file hash, which catches damaged stored data end to end.
 //!
 //! The bytes start `offset_into_first_range` into the first term; for a ranged plan the caller
 //! stops reading at the range end (the last term is whole).
 
+use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::format::hash::file_hash;
 use crate::format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbLimits};
 use crate::format::{ChunkRef, FileHash, XorbHash};
 use crate::pipeline::upload::{TargetError, XorbSource};
-use crate::store::ReconstructionPlan;
+use crate::store::{FetchRange, ReconstructionPlan};
 
 /// Why a file could not be rebuilt.
 #[derive(Debug, thiserror::Error)]
@@ -82,23 +87,28 @@ pub fn write_plan(
     write_terms(source, plan, sink, None)
 }
 
-/// The walk behind [`write_plan`] and [`write_file`]; collects every chunk's hash and length
-/// into `chunks` when given.
-fn write_terms(
-    source: &dyn XorbSource,
-    plan: &ReconstructionPlan,
-    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
-    mut chunks: Option<&mut Vec<ChunkRef>>,
-) -> Result<u64, DownloadError> {
-    let mut skip = plan.offset_into_first_range;
-    let mut written = 0u64;
+/// Fetch ranges read ahead of the one being decoded. Each holds at most one xorb (64 MiB).
+pub const READ_AHEAD: usize = 3;
+
+/// One fetch: a byte range of one xorb, serving terms `terms` of the plan.
+struct Step<'p> {
+    terms: std::ops::Range<usize>,
+    xorb: XorbHash,
+    range: &'p FetchRange,
+}
+
+fn covers(chunks: &std::ops::Range<u32>, r: &std::ops::Range<u32>) -> bool {
+    r.start <= chunks.start && chunks.end <= r.end
+}
+
+/// Groups the plan's terms into fetches: each run of consecutive terms served by the same fetch
+/// range is one fetch (cas-api.md §6.3).
+fn steps(plan: &ReconstructionPlan) -> Result<Vec<Step<'_>>, DownloadError> {
+    let mut out = Vec::new();
     let mut i = 0;
     while i < plan.terms.len() {
         let term = &plan.terms[i];
         let xorb = term.xorb;
-        let covers = |chunks: &std::ops::Range<u32>, r: &std::ops::Range<u32>| {
-            r.start <= chunks.start && chunks.end <= r.end
-        };
         let range = plan
             .fetch
             .iter()
@@ -110,14 +120,130 @@ fn write_terms(
                     term.chunks.start, term.chunks.end
                 ))
             })?;
+        let start = i;
+        while plan
+            .terms
+            .get(i)
+            .is_some_and(|t| t.xorb == xorb && covers(&t.chunks, &range.chunks))
+        {
+            i += 1;
+        }
+        out.push(Step {
+            terms: start..i,
+            xorb,
+            range,
+        });
+    }
+    Ok(out)
+}
+
+/// The walk behind [`write_plan`] and [`write_file`]; collects every chunk's hash and length
+/// into `chunks` when given.
+///
+/// Fetches run on [`READ_AHEAD`] threads, at most that many ranges ahead of the one being
+/// decoded, and are consumed in plan order; decoding and writing stay on the calling thread.
+fn write_terms(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    chunks: Option<&mut Vec<ChunkRef>>,
+) -> Result<u64, DownloadError> {
+    let steps = steps(plan)?;
+    let fetch = |step: &Step| {
+        let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
+        source
+            .read_xorb_range(&step.xorb, step.range)
+            .map_err(|source| DownloadError::Source {
+                what: format!("reading bytes {start}-{end} of xorb {}", step.xorb),
+                source,
+            })
+    };
+    if steps.len() <= 1 {
+        let mut fetched = steps.iter().map(&fetch);
+        return decode_steps(
+            plan,
+            &steps,
+            &mut || {
+                fetched
+                    .next()
+                    .unwrap_or_else(|| Err(DownloadError::Plan("ran out of fetches".into())))
+            },
+            sink,
+            chunks,
+        );
+    }
+    let next = AtomicUsize::new(0);
+    let abort = AtomicBool::new(false);
+    // How many fetches the consumer has taken; fetchers stay within READ_AHEAD of it.
+    let taken = (Mutex::new(0usize), Condvar::new());
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(usize, Result<Vec<u8>, DownloadError>)>();
+        for _ in 0..READ_AHEAD.min(steps.len()) {
+            let tx = tx.clone();
+            let (steps, next, abort, taken, fetch) = (&steps, &next, &abort, &taken, &fetch);
+            scope.spawn(move || loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                if j >= steps.len() {
+                    return;
+                }
+                {
+                    let (lock, cv) = taken;
+                    let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while j >= *n + READ_AHEAD && !abort.load(Ordering::Relaxed) {
+                        n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+                if abort.load(Ordering::Relaxed) {
+                    return;
+                }
+                if tx.send((j, fetch(&steps[j]))).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let mut ready: BTreeMap<usize, Result<Vec<u8>, DownloadError>> = BTreeMap::new();
+        let mut want = 0usize;
+        let mut take = || -> Result<Vec<u8>, DownloadError> {
+            let got = loop {
+                if let Some(r) = ready.remove(&want) {
+                    break r;
+                }
+                match rx.recv() {
+                    Ok((j, r)) => {
+                        ready.insert(j, r);
+                    }
+                    Err(_) => break Err(DownloadError::Plan("a fetch thread stopped".into())),
+                }
+            };
+            want += 1;
+            let (lock, cv) = &taken;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = want;
+            cv.notify_all();
+            got
+        };
+        let result = decode_steps(plan, &steps, &mut take, sink, chunks);
+        // Stop the fetchers (on failure, or if the walk ended early) and let the scope join them.
+        abort.store(true, Ordering::Relaxed);
+        taken.1.notify_all();
+        result
+    })
+}
+
+/// Decodes each step's bytes (from `next`, in step order) and writes the terms' chunks.
+fn decode_steps(
+    plan: &ReconstructionPlan,
+    steps: &[Step],
+    next: &mut dyn FnMut() -> Result<Vec<u8>, DownloadError>,
+    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    mut chunks: Option<&mut Vec<ChunkRef>>,
+) -> Result<u64, DownloadError> {
+    let mut skip = plan.offset_into_first_range;
+    let mut written = 0u64;
+    for step in steps {
+        let (xorb, range) = (step.xorb, step.range);
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        let bytes =
-            source
-                .read_xorb_range(&xorb, range)
-                .map_err(|source| DownloadError::Source {
-                    what: format!("reading bytes {start}-{end} of xorb {xorb}"),
-                    source,
-                })?;
+        let bytes = next()?;
         let damaged = |source| DownloadError::Damaged {
             xorb,
             start,
@@ -137,10 +263,8 @@ fn write_terms(
                 range.chunks.end - first
             )));
         }
-        while let Some(t) = plan.terms.get(i) {
-            if t.xorb != xorb || !covers(&t.chunks, &range.chunks) {
-                break;
-            }
+        for i in step.terms.clone() {
+            let t = &plan.terms[i];
             let mut term_len = 0u64;
             for c in t.chunks.clone() {
                 let local = (c - first) as usize;
@@ -169,7 +293,6 @@ fn write_terms(
                     t.chunks.start, t.chunks.end, t.unpacked_len
                 )));
             }
-            i += 1;
         }
     }
     Ok(written)
