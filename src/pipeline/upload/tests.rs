@@ -270,3 +270,73 @@ fn target_failures_are_reported_with_the_xorb() {
         assert_eq!(store.counts().unwrap().files, 0);
     }
 }
+
+/// A source whose `fail_at`-th fetch (counting from 0) fails; the others read the store.
+struct FlakySource<'a> {
+    store: &'a Store,
+    fail_at: usize,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl XorbSource for FlakySource<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &crate::format::XorbHash,
+        range: &crate::store::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == self.fail_at {
+            return Err(TargetError::Remote {
+                what: format!("GET xorb {xorb}"),
+                message: "connection reset".into(),
+                retryable: true,
+            });
+        }
+        XorbSource::read_xorb_range(self.store, xorb, range)
+    }
+}
+
+#[test]
+fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
+    let (_d, store) = store();
+    let data = random_bytes(11, 3 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 4,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    assert!(s.new_xorbs >= 8, "{s:?}");
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    // Every fetch succeeds: the bytes come out in order, and the file hash checks out.
+    let mut out = Vec::new();
+    crate::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
+        out.extend_from_slice(&p);
+        Ok(())
+    })
+    .unwrap();
+    assert!(out == data);
+    // A failure in the middle is reported, and nothing hangs.
+    for fail_at in [0, 3, s.new_xorbs as usize - 1] {
+        let source = FlakySource {
+            store: &store,
+            fail_at,
+            calls: Default::default(),
+        };
+        let mut written = 0usize;
+        let e = write_plan(&source, &plan, &mut |p| {
+            written += p.len();
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("connection reset"), "{e}");
+        assert!(written < data.len());
+    }
+    // The wrong expected hash is caught.
+    let other = crate::format::FileHash::from_hex(&"11".repeat(32)).unwrap();
+    let e = crate::pipeline::download::write_file(&store, &other, &plan, &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+}
