@@ -162,9 +162,18 @@ pub fn run(
     tracing::info!(
         succeeded = summary.succeeded,
         failed = summary.failed,
+        peak_rss_kib = peak_rss_kib().unwrap_or(0),
         "agent done"
     );
     Ok(summary)
+}
+
+/// The process's peak resident set size in KiB (Linux `VmHWM`), for the exit log line that
+/// benchmarks read.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Sends the `complete` of a request.
