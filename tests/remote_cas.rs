@@ -282,11 +282,7 @@ impl Fake {
             let deadline = Instant::now() + Duration::from_secs(20);
             while !stop2.load(Ordering::Relaxed) && Instant::now() < deadline {
                 match listener.accept() {
-                    Ok((stream, _)) => {
-                        if let Some(req) = serve_one(stream, &mut handler) {
-                            seen2.lock().unwrap().push(req);
-                        }
-                    }
+                    Ok((stream, _)) => serve_one(stream, &mut handler, &seen2),
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
@@ -317,7 +313,29 @@ impl Drop for Fake {
     }
 }
 
-fn serve_one(stream: TcpStream, handler: &mut Handler) -> Option<Seen> {
+/// Reads one request, records it (before answering, so a client that has its answer finds its
+/// request recorded) and answers it.
+fn serve_one(stream: TcpStream, handler: &mut Handler, log: &Mutex<Vec<Seen>>) {
+    if let Some(seen) = read_request(&stream) {
+        let r = handler(&seen);
+        log.lock().unwrap().push(seen);
+        let mut out = format!(
+            "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+            r.status,
+            r.body.len()
+        );
+        for (k, v) in &r.headers {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+        out.push_str("\r\n");
+        let mut stream = stream;
+        let _ = stream.write_all(out.as_bytes());
+        let _ = stream.write_all(&r.body);
+        let _ = stream.flush();
+    }
+}
+
+fn read_request(stream: &TcpStream) -> Option<Seen> {
     stream.set_nonblocking(false).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let mut reader = BufReader::new(stream.try_clone().ok()?);
@@ -342,27 +360,12 @@ fn serve_one(stream: TcpStream, handler: &mut Handler) -> Option<Seen> {
         .unwrap_or(0);
     let mut body = vec![0; len];
     reader.read_exact(&mut body).ok()?;
-    let seen = Seen {
+    Some(Seen {
         method,
         path,
         headers,
         body,
-    };
-    let r = handler(&seen);
-    let mut out = format!(
-        "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
-        r.status,
-        r.body.len()
-    );
-    for (k, v) in &r.headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str("\r\n");
-    let mut stream = stream;
-    let _ = stream.write_all(out.as_bytes());
-    let _ = stream.write_all(&r.body);
-    let _ = stream.flush();
-    Some(seen)
+    })
 }
 
 const XORB: &str = "0101010101010101020202020202020203030303030303030404040404040404";

@@ -75,7 +75,7 @@ impl RetryPolicy {
         if let Some(after) = retry_after {
             return after.min(self.max_retry_after);
         }
-        let ceiling = self.ceiling(retry).as_nanos() as u64;
+        let ceiling = u64::try_from(self.ceiling(retry).as_nanos()).unwrap_or(u64::MAX);
         if ceiling == 0 {
             return Duration::ZERO;
         }
@@ -85,7 +85,7 @@ impl RetryPolicy {
                 .map(|d| d.subsec_nanos().into())
                 .unwrap_or(0)
         });
-        Duration::from_nanos(r % (ceiling + 1))
+        Duration::from_nanos(r % ceiling.saturating_add(1))
     }
 
     pub(super) fn attempts(&self) -> u32 {

@@ -38,9 +38,12 @@ pub enum TokenSource {
 }
 
 impl TokenSource {
-    /// A fixed token, or none.
+    /// A fixed token, or none (also for an empty or blank token).
     pub fn fixed(token: Option<String>) -> Self {
-        match token {
+        match token
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+        {
             Some(t) => TokenSource::Static(t),
             None => TokenSource::None,
         }
