@@ -6,14 +6,19 @@
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`reconstruction`] | planning a file's (ranged) reconstruction from its terms and xorb footers (pure) |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
+//! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
+//! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](crate::pipeline::upload::Endpoint) |
 
 pub mod backend;
 pub mod cas;
 pub mod index;
 pub mod reconstruction;
+pub mod remote;
+pub mod wire;
 
 pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, ValidationProgress};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
+pub use remote::{RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.
 pub fn random_hex(n: usize) -> String {

@@ -3,7 +3,7 @@
 //!
 //! A standalone agent has only the oid from the pointer; this tells it which file hash to
 //! reconstruct, and an uploader can skip a file the server already holds. Answers
-//! `{"oid": "<sha256>", "file_hash": "<xet hash>", "size": <bytes>}`, or 404.
+//! `{"oid": "<sha256>", "file_hash": "<xet hash>", "size": <bytes>}` ([`LfsFile`]), or 404.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -14,12 +14,13 @@ use super::super::auth::Scope;
 use super::super::error::ApiError;
 use super::super::{blocking, SharedState};
 use crate::format::LfsOid;
+use crate::store::wire::LfsFile;
 
 pub async fn get(
     State(state): State<SharedState>,
     params: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<LfsFile>, ApiError> {
     state.authorize(&headers, Scope::Read, "an LFS oid lookup")?;
     let Path(text) = params.map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
     let oid = LfsOid::from_hex(&text).map_err(|e| {
@@ -33,9 +34,9 @@ pub async fn get(
             format!("no file with LFS oid {oid} is stored on this server"),
         ));
     };
-    Ok(Json(serde_json::json!({
-        "oid": oid.to_hex(),
-        "file_hash": file.to_hex(),
-        "size": size,
-    })))
+    Ok(Json(LfsFile {
+        oid: oid.to_hex(),
+        file_hash: file.to_hex(),
+        size,
+    }))
 }

@@ -1,86 +1,23 @@
 //! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (cas-api.md §5.1, §6):
 //! the store's reconstruction plan as the v1 or v2 JSON, with presigned `xorb-data` URLs.
 
-use std::collections::BTreeMap;
-
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
 
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use crate::format::{FileHash, XorbHash};
 use crate::store::reconstruction::PlanError;
-use crate::store::{ReconstructionPlan, StoreError};
+use crate::store::StoreError;
 
-/// At most this many ranges in one v2 `xorbs` entry (one URL); longer lists are split into
-/// several entries with the same URL. Keeps a multi-range fetch within
-/// [`super::xorb_data::MAX_RANGES`].
-pub const RANGES_PER_ENTRY: usize = 256;
-
-/// A chunk-index range, end exclusive.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct ChunkRange {
-    pub start: u32,
-    pub end: u32,
-}
-
-/// A byte range, end inclusive.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct ByteRange {
-    pub start: u64,
-    pub end: u64,
-}
-
-/// One term of a reconstruction (same in v1 and v2).
-#[derive(Debug, Clone, Serialize)]
-pub struct Term {
-    pub hash: String,
-    pub unpacked_length: u32,
-    pub range: ChunkRange,
-}
-
-/// A v1 `fetch_info` entry: one URL, one byte range.
-#[derive(Debug, Clone, Serialize)]
-pub struct FetchInfoV1 {
-    pub range: ChunkRange,
-    pub url: String,
-    pub url_range: ByteRange,
-}
-
-/// `QueryReconstructionResponse` (§6.1).
-#[derive(Debug, Clone, Serialize)]
-pub struct ReconstructionV1 {
-    pub offset_into_first_range: u64,
-    pub terms: Vec<Term>,
-    pub fetch_info: BTreeMap<String, Vec<FetchInfoV1>>,
-}
-
-/// One range of a v2 entry.
-#[derive(Debug, Clone, Serialize)]
-pub struct RangeV2 {
-    pub chunks: ChunkRange,
-    pub bytes: ByteRange,
-}
-
-/// A v2 `xorbs` entry: one URL and the ranges it serves, sorted by chunk start.
-#[derive(Debug, Clone, Serialize)]
-pub struct XorbEntryV2 {
-    pub url: String,
-    pub ranges: Vec<RangeV2>,
-}
-
-/// `QueryReconstructionResponseV2` (§6.2).
-#[derive(Debug, Clone, Serialize)]
-pub struct ReconstructionV2 {
-    pub offset_into_first_range: u64,
-    pub terms: Vec<Term>,
-    pub xorbs: BTreeMap<String, Vec<XorbEntryV2>>,
-}
+pub use crate::store::wire::{
+    to_v1, to_v2, ByteRange, ChunkRange, FetchInfoV1, RangeV2, ReconstructionV1, ReconstructionV2,
+    Term, XorbEntryV2, RANGES_PER_ENTRY,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Version {
@@ -223,81 +160,6 @@ fn parse_range(value: &HeaderValue) -> Result<(u64, u64), ApiError> {
         return Err(bad("ends before it starts"));
     }
     Ok((start, end))
-}
-
-fn term_json(plan: &ReconstructionPlan) -> Vec<Term> {
-    plan.terms
-        .iter()
-        .map(|t| Term {
-            hash: t.xorb.to_hex(),
-            unpacked_length: t.unpacked_len,
-            range: ChunkRange {
-                start: t.chunks.start,
-                end: t.chunks.end,
-            },
-        })
-        .collect()
-}
-
-/// The v1 JSON of a plan; `url` presigns a xorb.
-pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV1 {
-    let mut fetch_info = BTreeMap::new();
-    for (xorb, ranges) in &plan.fetch {
-        let u = url(xorb);
-        let entries = ranges
-            .iter()
-            .map(|r| FetchInfoV1 {
-                range: ChunkRange {
-                    start: r.chunks.start,
-                    end: r.chunks.end,
-                },
-                url: u.clone(),
-                url_range: ByteRange {
-                    start: *r.bytes.start(),
-                    end: *r.bytes.end(),
-                },
-            })
-            .collect();
-        fetch_info.insert(xorb.to_hex(), entries);
-    }
-    ReconstructionV1 {
-        offset_into_first_range: plan.offset_into_first_range,
-        terms: term_json(plan),
-        fetch_info,
-    }
-}
-
-/// The v2 JSON of a plan; `url` presigns a xorb.
-pub fn to_v2(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV2 {
-    let mut xorbs = BTreeMap::new();
-    for (xorb, ranges) in &plan.fetch {
-        let u = url(xorb);
-        let entries = ranges
-            .chunks(RANGES_PER_ENTRY)
-            .map(|group| XorbEntryV2 {
-                url: u.clone(),
-                ranges: group
-                    .iter()
-                    .map(|r| RangeV2 {
-                        chunks: ChunkRange {
-                            start: r.chunks.start,
-                            end: r.chunks.end,
-                        },
-                        bytes: ByteRange {
-                            start: *r.bytes.start(),
-                            end: *r.bytes.end(),
-                        },
-                    })
-                    .collect(),
-            })
-            .collect();
-        xorbs.insert(xorb.to_hex(), entries);
-    }
-    ReconstructionV2 {
-        offset_into_first_range: plan.offset_into_first_range,
-        terms: term_json(plan),
-        xorbs,
-    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::format::shard::{FOOTER_SIZE, HEADER_SIZE, HEADER_TAG, HEADER_VERSION,
 use crate::format::xorb::footer::v1_len;
 use crate::format::xorb::{MAX_ACCEPTED_BODY, MAX_XORB_CHUNKS};
 use crate::format::XorbHash;
+use crate::store::wire::{ShardRegistered, XorbUploaded};
 
 /// The largest xorb upload body: the chunk-region limit plus a trailing V1 footer of
 /// [`MAX_XORB_CHUNKS`] chunks with its `info_length` (older clients send one).
@@ -64,7 +65,10 @@ pub async fn post_xorb(
     let inserted = blocking(move || Ok(st.store.put_xorb(xorb, &bytes)?)).await?;
     tracing::info!(%xorb, bytes = len, inserted, "xorb upload");
     Ok(super::no_store(
-        Json(serde_json::json!({ "was_inserted": inserted })).into_response(),
+        Json(XorbUploaded {
+            was_inserted: inserted,
+        })
+        .into_response(),
     ))
 }
 
@@ -102,7 +106,10 @@ pub async fn post_shard_v1(
         "shard upload (v1)"
     );
     Ok(super::no_store(
-        Json(serde_json::json!({ "result": u8::from(outcome.newly_registered) })).into_response(),
+        Json(ShardRegistered {
+            result: u8::from(outcome.newly_registered),
+        })
+        .into_response(),
     ))
 }
 

@@ -28,6 +28,7 @@ use crate::format::{FileHash, LfsOid};
 use crate::server::auth::{now_unix, Scope};
 use crate::server::error::ApiError;
 use crate::server::{blocking, read_body, AppState};
+use crate::store::wire::CasTokenInfo;
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
 pub const MAX_OBJECTS: usize = 1000;
@@ -91,15 +92,6 @@ struct BatchResponse {
     transfer: &'static str,
     objects: Vec<ObjectOut>,
     hash_algo: &'static str,
-}
-
-/// The token-refresh JSON (cas-api.md §2.1).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct TokenInfo {
-    cas_url: String,
-    access_token: String,
-    exp: u64,
 }
 
 /// 406 unless `Accept` is absent or admits an LFS or JSON answer.
@@ -431,7 +423,7 @@ pub fn token(
     let exp = now_unix() + state.token_ttl.as_secs().max(1);
     Ok(lfs_json(
         StatusCode::OK,
-        &TokenInfo {
+        &CasTokenInfo {
             cas_url: state.public_url.clone(),
             access_token: state.auth.issue(scope, &repo.id, exp),
             exp,

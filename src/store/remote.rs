@@ -1,0 +1,832 @@
+//! The HTTP client of a remote Xet CAS server: [`RemoteCas`], an [`Endpoint`] over the CAS API
+//! (cas-api.md) of `git xet serve` or of Hugging Face.
+//!
+//! It owns everything between the pipeline's blocking trait calls and the wire: the routes, the
+//! bearer token ([`TokenSource`]: fixed, or renewed through a refresh route), retries with
+//! backoff ([`RetryPolicy`]), timeouts, validation of every answer, and error messages that say
+//! which server refused what and what to do about it. It is blocking and `Sync`: one
+//! `reqwest` client (with its connection pool) is shared by every thread of an upload or
+//! download.
+//!
+//! | operation | request | answers |
+//! |---|---|---|
+//! | [`CasTarget::put_xorb`] | `POST {cas}/v1/xorbs/default/{xorb}` | `{"was_inserted": bool}` |
+//! | [`CasTarget::register_shard`] | `POST {cas}/v1/shards` | `{"result": 0 \| 1}`; 400 = the shard was rejected |
+//! | [`CasTarget::dedup_query`] | `GET {cas}/v1/chunks/default/{chunk}` | a shard; 404 = no match |
+//! | [`CasTarget::file_by_sha256`] | `GET {cas}/v1/lfs-files/{oid}` (our server's extension) | `{"oid","file_hash","size"}`; 404/405/501 = unknown (or a server without the route) |
+//! | [`Endpoint::reconstruction`] | `GET {cas}/v2/reconstructions/{file}`, `Range: bytes=S-E` | v2 JSON; falls back to `/v1/…` when v2 is not offered |
+//! | [`XorbSource::read_xorb_range`] | `GET {presigned url}`, `Range: bytes=S-E`, **no** `Authorization` | the bytes; 403 = the URL expired |
+//!
+//! [`CasTarget::has_xorb`] always answers `false`: the API has no cheap existence check and
+//! xorb uploads are idempotent.
+//!
+//! Decisions:
+//! - **Dedup prefix.** Dedup queries use the prefix `default`, what the reference client sends
+//!   (cas-api.md §5.4); the OpenAPI file's `default-merkledb` is accepted by our server too, but
+//!   `default` is the one production is known to serve.
+//! - **v2 → v1.** A v2 reconstruction answered with 405 or 501, or with a 404 that is not our
+//!   server's `file_not_found`, is asked again at `/v1/…`; once v1 has answered where v2 did
+//!   not, v1 is used from then on. A 404 from both means the file is unknown (`None`).
+//! - **401.** With a [`TokenSource::Refreshing`] token, a 401 refreshes the token once per
+//!   request and tries again (the reference client treats 401 as final; refreshing once is
+//!   cheap and saves a push whose token was revoked early). A second 401 is final.
+//! - **Timeouts.** Connecting: [`RemoteConfig::connect_timeout`]. A whole request, answer
+//!   included: [`RemoteConfig::timeout`] plus one second per [`UPLOAD_BYTES_PER_SEC`] bytes of
+//!   upload body; shard registrations get at least [`SHARD_TIMEOUT`] (a server may validate a
+//!   64 MiB shard silently for minutes).
+//! - **Empty file.** The all-zero file hash is the empty file everywhere: its plan is empty
+//!   and no request is sent.
+
+mod http;
+pub mod token;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::blocking::{Client, Response};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode};
+
+pub use self::http::RetryPolicy;
+use self::http::{
+    content_range, origin, read_body, retry_after, retryable_status, send, server_says, shown,
+    status_text, transport_failure, Auth, Failure, Request,
+};
+use self::token::{now_unix, REFRESH_BUFFER_SECS};
+pub use self::token::{RefreshingToken, TokenSource};
+use crate::format::shard::{Shard, MAX_SHARD_SIZE};
+use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use crate::pipeline::upload::{CasTarget, Endpoint, TargetError, XorbSource};
+use crate::store::wire::{
+    CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
+};
+use crate::store::{FetchRange, ReconstructionPlan};
+
+/// The default `User-Agent`.
+pub const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));
+
+/// The prefix of dedup queries (see the module documentation).
+pub const DEDUP_PREFIX: &str = "default";
+
+/// Upload bodies extend a request's timeout by one second per this many bytes.
+pub const UPLOAD_BYTES_PER_SEC: u64 = 256 * 1024;
+
+/// The least time a shard registration may take.
+pub const SHARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The largest reconstruction JSON read (about a million terms).
+pub const MAX_RECONSTRUCTION_JSON: u64 = 256 << 20;
+
+/// The largest small JSON answer read (uploads, lookups, tokens).
+const MAX_SMALL_JSON: u64 = 1 << 20;
+
+/// How to reach a CAS server.
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// The base URL (`casUrl`), e.g. `https://cas-server.xethub.hf.co`; a trailing `/` is
+    /// ignored.
+    pub cas_url: String,
+    pub token: TokenSource,
+    /// Sent as `X-Xet-Session-Id` on CAS requests.
+    pub session_id: Option<String>,
+    pub retry: RetryPolicy,
+    pub user_agent: String,
+    pub connect_timeout: Duration,
+    /// The time one request may take, answer included (see the module documentation).
+    pub timeout: Duration,
+    /// Appended to the message of a refused fixed token: where the user configures it.
+    pub token_hint: String,
+}
+
+impl RemoteConfig {
+    /// The defaults: 5 attempts, connect timeout 10 s, request timeout 300 s.
+    pub fn new(cas_url: impl Into<String>, token: TokenSource) -> Self {
+        Self {
+            cas_url: cas_url.into(),
+            token,
+            session_id: None,
+            retry: RetryPolicy::default(),
+            user_agent: DEFAULT_USER_AGENT.to_string(),
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(300),
+            token_hint: "check xet.token / GIT_XET_TOKEN".to_string(),
+        }
+    }
+}
+
+/// The HTTP client of a remote CAS server. See the module documentation.
+pub struct RemoteCas {
+    cas_url: String,
+    client: Client,
+    retry: RetryPolicy,
+    token: TokenSource,
+    token_hint: String,
+    timeout: Duration,
+    /// `X-Xet-Session-Id` (CAS requests only).
+    session: HeaderMap,
+    /// Set once the server has shown it offers only v1 reconstructions.
+    v1_only: AtomicBool,
+}
+
+/// A reconstruction request's outcome, before the v1 fallback.
+enum Answer {
+    Plan(ReconstructionPlan),
+    FileUnknown,
+    /// 404 that is not clearly "unknown file", 405, 501.
+    Unsupported,
+}
+
+impl RemoteCas {
+    /// A client for `config.cas_url`. Fails if the URL is not `http(s)://…` or the HTTP client
+    /// cannot be built. Sends nothing.
+    pub fn new(config: RemoteConfig) -> Result<Self, TargetError> {
+        let cas_url = config.cas_url.trim().trim_end_matches('/').to_string();
+        let invalid = |why: String| TargetError::Remote {
+            what: format!("CAS URL {:?}", config.cas_url),
+            message: why,
+            retryable: false,
+        };
+        match reqwest::Url::parse(&cas_url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+            Ok(_) => return Err(invalid("is not an http:// or https:// URL".into())),
+            Err(e) => return Err(invalid(format!("is not a URL: {e}"))),
+        }
+        let mut session = HeaderMap::new();
+        if let Some(id) = &config.session_id {
+            let value = HeaderValue::from_str(id)
+                .map_err(|_| invalid(format!("session id {id:?} is not a valid header value")))?;
+            session.insert(HeaderName::from_static("x-xet-session-id"), value);
+        }
+        let client = Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(None::<Duration>)
+            .user_agent(config.user_agent.clone())
+            .build()
+            .map_err(|e| invalid(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            cas_url,
+            client,
+            retry: config.retry,
+            token: config.token,
+            token_hint: config.token_hint,
+            timeout: config.timeout,
+            session,
+            v1_only: AtomicBool::new(false),
+        })
+    }
+
+    /// The CAS base URL, without a trailing `/`.
+    pub fn cas_url(&self) -> &str {
+        &self.cas_url
+    }
+
+    /// Where the bearer token comes from.
+    pub fn token(&self) -> &TokenSource {
+        &self.token
+    }
+
+    fn cas_request(&self, method: Method, path: &str, what: String) -> Request {
+        let url = format!("{}{path}", self.cas_url);
+        Request {
+            method,
+            shown_url: shown(&url),
+            url,
+            server: format!("CAS server {}", self.cas_url),
+            what,
+            auth: Auth::Cas,
+            body: None,
+            range: None,
+            timeout: self.timeout,
+        }
+    }
+
+    fn upload_timeout(&self, len: usize) -> Duration {
+        self.timeout + Duration::from_secs(len as u64 / UPLOAD_BYTES_PER_SEC)
+    }
+
+    /// The `Authorization` value for a CAS request, refreshing the token first when due.
+    fn bearer(&self) -> Result<Option<String>, TargetError> {
+        match &self.token {
+            TokenSource::None => Ok(None),
+            TokenSource::Static(t) => Ok(Some(format!("Bearer {t}"))),
+            TokenSource::Refreshing(r) => {
+                let mut state = r.lock();
+                if state.due(now_unix()) {
+                    self.refresh(r, &mut state)?;
+                }
+                Ok(state.token.as_ref().map(|t| format!("Bearer {t}")))
+            }
+        }
+    }
+
+    /// After a 401 with `rejected` as the `Authorization` value: refreshes the token unless
+    /// another thread already did. `false` when the token cannot be refreshed.
+    fn refresh_rejected(&self, rejected: Option<&str>) -> Result<bool, TargetError> {
+        let TokenSource::Refreshing(r) = &self.token else {
+            return Ok(false);
+        };
+        let mut state = r.lock();
+        let current = state.token.as_ref().map(|t| format!("Bearer {t}"));
+        if current.as_deref() == rejected {
+            self.refresh(r, &mut state)?;
+        }
+        Ok(true)
+    }
+
+    /// `GET href` → `{"casUrl","accessToken","exp"}`, kept in `state`. Called with the state
+    /// locked, so only one refresh runs at a time.
+    fn refresh(
+        &self,
+        r: &RefreshingToken,
+        state: &mut token::TokenState,
+    ) -> Result<(), TargetError> {
+        let href = r.href();
+        let what = format!("refreshing the CAS token at {}", shown(href));
+        let authorization = r.authorization().map_err(|e| TargetError::Remote {
+            what: what.clone(),
+            message: format!("cannot get a credential for the token refresh: {e}"),
+            retryable: false,
+        })?;
+        let req = Request {
+            method: Method::GET,
+            url: href.to_string(),
+            shown_url: shown(href),
+            server: format!("token refresh route {}", shown(href)),
+            what: what.clone(),
+            auth: Auth::None,
+            body: None,
+            range: None,
+            timeout: self.timeout.min(Duration::from_secs(60)),
+        };
+        let info: CasTokenInfo = self.execute(&req, authorization.as_deref(), |req, resp| {
+            let status = resp.status();
+            if status != StatusCode::OK {
+                let says = server_says(resp);
+                let message = match status {
+                    StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => format!(
+                        "{} refused the credential ({}){}: check the git credentials for this remote",
+                        req.server,
+                        status_text(status),
+                        says.suffix()
+                    ),
+                    _ => format!("{} answered {}{}", req.server, status_text(status), says.suffix()),
+                };
+                return Err(fatal(req, message));
+            }
+            let body = read_body(req, resp, MAX_SMALL_JSON)?;
+            serde_json::from_slice::<CasTokenInfo>(&body).map_err(|e| {
+                fatal(
+                    req,
+                    format!(
+                        "{} did not answer with a token ({{\"casUrl\",\"accessToken\",\"exp\"}}): {e}",
+                        req.server
+                    ),
+                )
+            })
+        })?;
+        let token = info.access_token.trim().to_string();
+        if token.is_empty() || HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+            return Err(TargetError::Remote {
+                what,
+                message: format!(
+                    "token refresh route {} answered an empty or malformed accessToken",
+                    shown(href)
+                ),
+                retryable: false,
+            });
+        }
+        let now = now_unix();
+        if info.exp != 0 && info.exp <= now.saturating_add(REFRESH_BUFFER_SECS) {
+            tracing::warn!(
+                href = %shown(href),
+                exp = info.exp,
+                now,
+                "the refreshed CAS token expires within {REFRESH_BUFFER_SECS} s; is a clock wrong?"
+            );
+        }
+        let cas = info.cas_url.trim().trim_end_matches('/');
+        if !cas.is_empty() && cas != self.cas_url {
+            tracing::warn!(
+                configured = %self.cas_url,
+                refreshed = %cas,
+                "the token refresh names another CAS URL; keeping the configured one"
+            );
+        }
+        tracing::debug!(href = %shown(href), exp = info.exp, "CAS token refreshed");
+        state.refreshed(token, info.exp, info.cas_url, now);
+        Ok(())
+    }
+
+    /// Runs `req` with retries. `authorization` is the `Authorization` value of requests that
+    /// do not use the CAS token ([`Auth::None`]: e.g. a refresh route's credential). `handle`
+    /// gets every answer whose status is not worth a retry (and not the 401 that refreshes the
+    /// token) and decides.
+    fn execute<T>(
+        &self,
+        req: &Request,
+        authorization: Option<&str>,
+        mut handle: impl FnMut(&Request, Response) -> Result<T, Failure>,
+    ) -> Result<T, TargetError> {
+        let attempts = self.retry.attempts();
+        let mut attempt = 0;
+        let mut refreshed = false;
+        let no_headers = HeaderMap::new();
+        loop {
+            attempt += 1;
+            let (auth, extra) = match req.auth {
+                Auth::Cas => (self.bearer()?, &self.session),
+                Auth::None => (authorization.map(String::from), &no_headers),
+            };
+            let failure = match send(&self.client, req, auth.as_deref(), extra) {
+                Err(e) => transport_failure(req, &e),
+                Ok(resp) => {
+                    let status = resp.status();
+                    if status == StatusCode::UNAUTHORIZED
+                        && req.auth == Auth::Cas
+                        && !refreshed
+                        && matches!(self.token, TokenSource::Refreshing(_))
+                    {
+                        refreshed = true;
+                        tracing::warn!(
+                            url = %req.shown_url,
+                            "{} refused the access token (401); refreshing it and trying again",
+                            req.server
+                        );
+                        drop(resp);
+                        self.refresh_rejected(auth.as_deref())?;
+                        attempt -= 1;
+                        continue;
+                    }
+                    if status == StatusCode::UNAUTHORIZED && req.auth == Auth::Cas {
+                        let says = server_says(resp);
+                        let hint = match &self.token {
+                            TokenSource::None => {
+                                "no token is configured for it; ".to_string() + &self.token_hint
+                            }
+                            TokenSource::Static(_) => {
+                                format!("the token is wrong or expired; {}", self.token_hint)
+                            }
+                            TokenSource::Refreshing(r) => format!(
+                                "the token was refused even after a refresh from {}",
+                                shown(r.href())
+                            ),
+                        };
+                        fatal(
+                            req,
+                            format!(
+                                "{} refused the access token (401){}; {hint}",
+                                req.server,
+                                says.suffix()
+                            ),
+                        )
+                    } else if retryable_status(status) {
+                        let after = retry_after(&resp);
+                        let says = server_says(resp);
+                        Failure::Retry {
+                            reason: format!(
+                                "{} answered {}{}",
+                                req.server,
+                                status_text(status),
+                                says.suffix()
+                            ),
+                            retry_after: after,
+                        }
+                    } else {
+                        match handle(req, resp) {
+                            Ok(t) => return Ok(t),
+                            Err(f) => f,
+                        }
+                    }
+                }
+            };
+            match failure {
+                Failure::Fatal(e) => return Err(e),
+                Failure::Retry {
+                    reason,
+                    retry_after,
+                } => {
+                    if attempt >= attempts {
+                        let message = if attempts > 1 {
+                            format!("{reason} (after {attempts} attempts)")
+                        } else {
+                            reason
+                        };
+                        return Err(TargetError::Remote {
+                            what: req.what.clone(),
+                            message,
+                            retryable: true,
+                        });
+                    }
+                    let delay = self.retry.delay(attempt, retry_after);
+                    tracing::warn!(
+                        attempt,
+                        of = attempts,
+                        delay_ms = delay.as_millis() as u64,
+                        url = %req.shown_url,
+                        "{}: {reason}; retrying",
+                        req.what
+                    );
+                    std::thread::sleep(delay);
+                }
+            }
+        }
+    }
+
+    /// One reconstruction request (v2 or v1).
+    fn ask_reconstruction(
+        &self,
+        v2: bool,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Answer, TargetError> {
+        let version = if v2 { "v2" } else { "v1" };
+        let what = match range {
+            Some((s, e)) => format!("planning bytes {s}-{e} of file {file}"),
+            None => format!("planning the download of file {file}"),
+        };
+        let mut req = self.cas_request(
+            Method::GET,
+            &format!("/{version}/reconstructions/{file}"),
+            what,
+        );
+        req.range = range;
+        self.execute(&req, None, |req, resp| {
+            let status = resp.status();
+            match status {
+                StatusCode::OK => {}
+                StatusCode::NOT_FOUND => {
+                    let says = server_says(resp);
+                    return Ok(if says.code.as_deref() == Some("file_not_found") || !v2 {
+                        Answer::FileUnknown
+                    } else {
+                        Answer::Unsupported
+                    });
+                }
+                StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED => {
+                    return Ok(Answer::Unsupported)
+                }
+                StatusCode::RANGE_NOT_SATISFIABLE => {
+                    let size = content_range(&resp).and_then(|c| c.total);
+                    let (s, _) = range.unwrap_or((0, 0));
+                    let size = size.map_or(String::new(), |n| format!(" ({n} bytes)"));
+                    return Err(fatal(
+                        req,
+                        format!(
+                            "{} answered 416: byte {s} is at or past the end of the file{size}",
+                            req.server
+                        ),
+                    ));
+                }
+                _ => return Err(refused(req, resp, "")),
+            }
+            let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON)?;
+            let parsed = if v2 {
+                serde_json::from_slice::<ReconstructionV2>(&body)
+            } else {
+                serde_json::from_slice::<ReconstructionV1>(&body).map(ReconstructionV1::into_v2)
+            };
+            let invalid = |e: String| {
+                fatal(
+                    req,
+                    format!(
+                        "{} sent an unusable {version} reconstruction: {e}",
+                        req.server
+                    ),
+                )
+            };
+            let json = parsed.map_err(|e| invalid(e.to_string()))?;
+            let plan = json
+                .into_plan(range.map(|(s, _)| s))
+                .map_err(|e| invalid(e.0))?;
+            Ok(Answer::Plan(plan))
+        })
+    }
+}
+
+/// A final error of `req`.
+fn fatal(req: &Request, message: String) -> Failure {
+    Failure::Fatal(TargetError::Remote {
+        what: req.what.clone(),
+        message,
+        retryable: false,
+    })
+}
+
+/// The final error for an unexpected status (never 401, 408, 429 or 5xx: [`RemoteCas::execute`]
+/// handles those). `hint_403` is added to a 403.
+fn refused(req: &Request, resp: Response, hint_403: &str) -> Failure {
+    let status = resp.status();
+    let says = server_says(resp);
+    let message = match status {
+        StatusCode::FORBIDDEN if !hint_403.is_empty() => format!(
+            "{} refused the request ({}){}; {hint_403}",
+            req.server,
+            status_text(status),
+            says.suffix()
+        ),
+        StatusCode::FORBIDDEN => format!(
+            "{} refused the request ({}){}; the access token does not allow it",
+            req.server,
+            status_text(status),
+            says.suffix()
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "{} refused the request as too large ({}){}",
+            req.server,
+            status_text(status),
+            says.suffix()
+        ),
+        _ => format!(
+            "{} answered {}{}",
+            req.server,
+            status_text(status),
+            says.suffix()
+        ),
+    };
+    fatal(req, message)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(
+    req: &Request,
+    resp: Response,
+    shape: &str,
+) -> Result<T, Failure> {
+    let body = read_body(req, resp, MAX_SMALL_JSON)?;
+    serde_json::from_slice(&body).map_err(|e| {
+        fatal(
+            req,
+            format!("{} did not answer with {shape}: {e}", req.server),
+        )
+    })
+}
+
+const WRITE_HINT: &str = "uploads need an access token with write access";
+
+impl CasTarget for RemoteCas {
+    fn has_xorb(&self, _xorb: &XorbHash) -> Result<bool, TargetError> {
+        Ok(false)
+    }
+
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        let mut req = self.cas_request(
+            Method::POST,
+            &format!("/v1/xorbs/default/{xorb}"),
+            format!("uploading xorb {xorb}"),
+        );
+        req.timeout = self.upload_timeout(body.len());
+        req.body = Some(Bytes::copy_from_slice(body));
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::OK | StatusCode::CREATED => {
+                let answer: XorbUploaded = parse_json(req, resp, "{\"was_inserted\": bool}")?;
+                Ok(answer.was_inserted)
+            }
+            StatusCode::BAD_REQUEST => {
+                let says = server_says(resp);
+                Err(fatal(
+                    req,
+                    format!("{} rejected the xorb{}", req.server, says.suffix()),
+                ))
+            }
+            _ => Err(refused(req, resp, WRITE_HINT)),
+        })
+    }
+
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        let mut req = self.cas_request(
+            Method::POST,
+            "/v1/shards",
+            format!("registering a shard of {} bytes", shard.len()),
+        );
+        req.timeout = self.upload_timeout(shard.len()).max(SHARD_TIMEOUT);
+        req.body = Some(Bytes::copy_from_slice(shard));
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::OK | StatusCode::CREATED => {
+                let answer: ShardRegistered = parse_json(req, resp, "{\"result\": 0 | 1}")?;
+                match answer.result {
+                    0 | 1 => Ok(()),
+                    n => Err(fatal(
+                        req,
+                        format!("{} answered an unknown result {n}", req.server),
+                    )),
+                }
+            }
+            StatusCode::BAD_REQUEST => {
+                let says = server_says(resp);
+                Err(fatal(
+                    req,
+                    format!("{} rejected the shard{}", req.server, says.suffix()),
+                ))
+            }
+            _ => Err(refused(req, resp, WRITE_HINT)),
+        })
+    }
+
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        let req = self.cas_request(
+            Method::GET,
+            &format!("/v1/chunks/{DEDUP_PREFIX}/{chunk}"),
+            format!("asking for chunk {chunk} (global dedup)"),
+        );
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::OK => {
+                let body = read_body(req, resp, MAX_SHARD_SIZE)?;
+                Shard::from_bytes(&body).map(Some).map_err(|e| {
+                    fatal(
+                        req,
+                        format!("{} answered with an invalid shard: {e}", req.server),
+                    )
+                })
+            }
+            StatusCode::NOT_FOUND => Ok(None),
+            _ => Err(refused(req, resp, "")),
+        })
+    }
+
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        let req = self.cas_request(
+            Method::GET,
+            &format!("/v1/lfs-files/{oid}"),
+            format!("looking up the file with SHA-256 {oid}"),
+        );
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::OK => {
+                let answer: LfsFile = parse_json(req, resp, "{\"oid\", \"file_hash\", \"size\"}")?;
+                let file = FileHash::from_hex(&answer.file_hash).map_err(|e| {
+                    fatal(
+                        req,
+                        format!("{} answered a malformed file_hash: {e}", req.server),
+                    )
+                })?;
+                if LfsOid::from_hex(&answer.oid).ok() != Some(*oid) {
+                    return Err(fatal(
+                        req,
+                        format!(
+                            "{} answered about another oid ({:?})",
+                            req.server, answer.oid
+                        ),
+                    ));
+                }
+                Ok(Some((file, answer.size)))
+            }
+            StatusCode::NOT_FOUND
+            | StatusCode::METHOD_NOT_ALLOWED
+            | StatusCode::NOT_IMPLEMENTED => Ok(None),
+            _ => Err(refused(req, resp, "")),
+        })
+    }
+}
+
+impl XorbSource for RemoteCas {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        let (start, end) = (*range.bytes.start(), *range.bytes.end());
+        let what = format!("downloading bytes {start}-{end} of xorb {xorb}");
+        let Some(url) = range.url.as_deref() else {
+            return Err(TargetError::Remote {
+                what,
+                message: "the reconstruction gave no URL for this range".into(),
+                retryable: false,
+            });
+        };
+        if end < start {
+            return Err(TargetError::Remote {
+                what,
+                message: "the range ends before it starts".into(),
+                retryable: false,
+            });
+        }
+        let want = end - start + 1;
+        let req = Request {
+            method: Method::GET,
+            url: url.to_string(),
+            shown_url: shown(url),
+            server: format!("xorb storage {}", origin(url)),
+            what,
+            auth: Auth::None,
+            body: None,
+            range: Some((start, end)),
+            timeout: self.timeout,
+        };
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::PARTIAL_CONTENT => {
+                if let Some((s, e)) = content_range(&resp).and_then(|c| c.range) {
+                    if (s, e) != (start, end) {
+                        return Err(fatal(
+                            req,
+                            format!(
+                                "{} sent bytes {s}-{e} of {}, not the bytes asked for",
+                                req.server, req.shown_url
+                            ),
+                        ));
+                    }
+                }
+                let body = read_body(req, resp, want)?;
+                if body.len() as u64 != want {
+                    return Err(fatal(
+                        req,
+                        format!(
+                            "{} sent {} bytes of {}, not the {want} asked for",
+                            req.server,
+                            body.len(),
+                            req.shown_url
+                        ),
+                    ));
+                }
+                Ok(body)
+            }
+            StatusCode::OK => {
+                // The whole object (a server that ignores Range): keep the bytes asked for.
+                let mut reader = resp;
+                let mut body = Vec::new();
+                let mut limited = std::io::Read::take(&mut reader, end + 1);
+                if let Err(e) = std::io::Read::read_to_end(&mut limited, &mut body) {
+                    return Err(Failure::Retry {
+                        reason: format!("the answer of {} broke off: {e}", req.server),
+                        retry_after: None,
+                    });
+                }
+                if (body.len() as u64) <= end {
+                    return Err(fatal(
+                        req,
+                        format!(
+                            "{} sent {} bytes of {}, which does not reach byte {end}",
+                            req.server,
+                            body.len(),
+                            req.shown_url
+                        ),
+                    ));
+                }
+                Ok(body.split_off(start as usize))
+            }
+            StatusCode::FORBIDDEN => {
+                let says = server_says(resp);
+                Err(fatal(
+                    req,
+                    format!(
+                        "{} refused the presigned URL {} (403){}: it has probably expired; plan the download again",
+                        req.server, req.shown_url, says.suffix()
+                    ),
+                ))
+            }
+            StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
+                what: format!("xorb {xorb} at {}", req.shown_url),
+            })),
+            _ => Err(refused(req, resp, "")),
+        })
+    }
+}
+
+impl Endpoint for RemoteCas {
+    /// The plan of bytes `range` (inclusive) of `file`, with presigned URLs; see
+    /// [`ReconstructionV2::into_plan`] for what `file_size` means for a ranged plan.
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError> {
+        if file.is_zero() {
+            return Ok(Some(ReconstructionPlan::default()));
+        }
+        if let Some((s, e)) = range {
+            if e < s {
+                return Err(TargetError::Remote {
+                    what: format!("planning bytes {s}-{e} of file {file}"),
+                    message: "the range ends before it starts".into(),
+                    retryable: false,
+                });
+            }
+        }
+        let mut fell_back = false;
+        if !self.v1_only.load(Ordering::Relaxed) {
+            match self.ask_reconstruction(true, file, range)? {
+                Answer::Plan(p) => return Ok(Some(p)),
+                Answer::FileUnknown => return Ok(None),
+                Answer::Unsupported => fell_back = true,
+            }
+        }
+        match self.ask_reconstruction(false, file, range)? {
+            Answer::Plan(p) => {
+                if fell_back && !self.v1_only.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        cas = %self.cas_url,
+                        "the CAS server offers no v2 reconstructions; using v1"
+                    );
+                }
+                Ok(Some(p))
+            }
+            Answer::FileUnknown => Ok(None),
+            Answer::Unsupported => Err(TargetError::Remote {
+                what: format!("planning the download of file {file}"),
+                message: format!(
+                    "CAS server {} offers no reconstruction API (v2 and v1 refused)",
+                    self.cas_url
+                ),
+                retryable: false,
+            }),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.cas_url.clone()
+    }
+}

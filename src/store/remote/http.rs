@@ -1,0 +1,415 @@
+//! The HTTP plumbing of the remote client: the retry policy, sending one attempt of a request,
+//! classifying what went wrong (worth retrying or not), reading bounded bodies, and turning a
+//! refusal into a sentence a user can act on.
+
+use std::io::Read;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::blocking::{Client, Response};
+use reqwest::header::{HeaderMap, AUTHORIZATION, CONTENT_RANGE, RANGE, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+
+use crate::store::wire::ErrorBody;
+
+/// How often and how patiently a request is tried.
+///
+/// Connection errors, timeouts, broken bodies, 408, 429 and 5xx are retried with exponential
+/// backoff and full jitter: before retry `n` (1-based) the client sleeps a random duration in
+/// `[0, min(max_delay, base_delay · 2^(n-1))]`, or what `Retry-After` asks (seconds, at most
+/// `max_retry_after`). Every other status is final at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, including the first (at least 1).
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    /// Upper bound on a server's `Retry-After`.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// One attempt, no retries.
+    pub fn none() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// `max_attempts` attempts with millisecond delays (for tests).
+    pub fn quick(max_attempts: u32) -> Self {
+        Self {
+            max_attempts,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_retry_after: Duration::from_millis(5),
+        }
+    }
+
+    /// The upper bound of the sleep before retry `n` (1-based).
+    pub fn ceiling(&self, retry: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(retry.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.base_delay
+            .checked_mul(factor)
+            .unwrap_or(self.max_delay)
+            .min(self.max_delay)
+    }
+
+    /// The sleep before retry `n` (1-based): uniformly random up to [`Self::ceiling`], or the
+    /// server's `Retry-After` (capped) when it sent one.
+    pub fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(after) = retry_after {
+            return after.min(self.max_retry_after);
+        }
+        let ceiling = u64::try_from(self.ceiling(retry).as_nanos()).unwrap_or(u64::MAX);
+        if ceiling == 0 {
+            return Duration::ZERO;
+        }
+        let r = getrandom::u64().unwrap_or_else(|_| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos().into())
+                .unwrap_or(0)
+        });
+        Duration::from_nanos(r % ceiling.saturating_add(1))
+    }
+
+    pub(super) fn attempts(&self) -> u32 {
+        self.max_attempts.max(1)
+    }
+}
+
+/// How a request authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Auth {
+    /// The CAS bearer token (and the session id).
+    Cas,
+    /// Nothing (presigned URLs: an object store rejects extra credentials).
+    None,
+}
+
+/// One request, as tried again on every attempt.
+pub(super) struct Request {
+    pub method: Method,
+    pub url: String,
+    /// The URL as shown to users: no query string (presigned signatures are credentials).
+    pub shown_url: String,
+    /// Who answers, for messages: "CAS server http://…", "token refresh route http://…".
+    pub server: String,
+    /// What is being done, for messages: "uploading xorb …".
+    pub what: String,
+    pub auth: Auth,
+    pub body: Option<Bytes>,
+    pub range: Option<(u64, u64)>,
+    pub timeout: Duration,
+}
+
+/// The result of one attempt that did not succeed.
+pub(super) enum Failure {
+    /// Worth another attempt: `reason` says why (a sentence naming the server).
+    Retry {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// Final.
+    Fatal(crate::pipeline::upload::TargetError),
+}
+
+/// The URL without its query string or fragment.
+pub(super) fn shown(url: &str) -> String {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    url[..end].to_string()
+}
+
+/// The scheme, host and port of a URL: `http://host:port`.
+pub(super) fn origin(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            let mut s = format!("{}://{}", u.scheme(), u.host_str().unwrap_or(""));
+            if let Some(p) = u.port() {
+                s.push_str(&format!(":{p}"));
+            }
+            s
+        }
+        Err(_) => shown(url),
+    }
+}
+
+/// Sends one attempt of `req`, with `authorization` as the `Authorization` value.
+pub(super) fn send(
+    client: &Client,
+    req: &Request,
+    authorization: Option<&str>,
+    extra: &HeaderMap,
+) -> Result<Response, reqwest::Error> {
+    let mut rb = client
+        .request(req.method.clone(), &req.url)
+        .timeout(req.timeout)
+        .headers(extra.clone());
+    if let Some(value) = authorization {
+        rb = rb.header(AUTHORIZATION, value);
+    }
+    if let Some((s, e)) = req.range {
+        rb = rb.header(RANGE, format!("bytes={s}-{e}"));
+    }
+    if let Some(body) = &req.body {
+        rb = rb.body(body.clone());
+    }
+    rb.send()
+}
+
+/// The innermost cause of an error, worded for a user.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    if let Some(io) = cur.downcast_ref::<std::io::Error>() {
+        match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => return "connection refused".into(),
+            std::io::ErrorKind::ConnectionReset => return "connection reset".into(),
+            std::io::ErrorKind::TimedOut => return "timed out".into(),
+            _ => {}
+        }
+    }
+    let text = cur.to_string();
+    if text.is_empty() {
+        e.to_string()
+    } else {
+        text
+    }
+}
+
+/// What a transport error means.
+pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
+    if e.is_builder() {
+        return Failure::Fatal(crate::pipeline::upload::TargetError::Remote {
+            what: req.what.clone(),
+            message: format!("invalid request to {}: {}", req.shown_url, root_cause(e)),
+            retryable: false,
+        });
+    }
+    let reason = if e.is_timeout() {
+        format!(
+            "{} did not answer within {} s",
+            req.server,
+            req.timeout.as_secs()
+        )
+    } else if e.is_connect() {
+        format!("cannot reach {}: {}", req.server, root_cause(e))
+    } else {
+        format!("connection to {} failed: {}", req.server, root_cause(e))
+    };
+    Failure::Retry {
+        reason,
+        retry_after: None,
+    }
+}
+
+/// Statuses worth another attempt.
+pub(super) fn retryable_status(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is ignored).
+pub(super) fn retry_after(resp: &Response) -> Option<Duration> {
+    let v = resp.headers().get(RETRY_AFTER)?.to_str().ok()?.trim();
+    v.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// A parsed `Content-Range: bytes S-E/LEN`: `range` is `None` for `bytes */LEN`, `total` for
+/// `bytes S-E/*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ContentRange {
+    pub range: Option<(u64, u64)>,
+    pub total: Option<u64>,
+}
+
+/// The `Content-Range` of a response, if it has a well-formed one.
+pub(super) fn content_range(resp: &Response) -> Option<ContentRange> {
+    let v = resp.headers().get(CONTENT_RANGE)?.to_str().ok()?.trim();
+    let rest = v.strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let total = total.trim().parse().ok();
+    let range = match range.trim() {
+        "*" => None,
+        r => {
+            let (s, e) = r.split_once('-')?;
+            Some((s.trim().parse().ok()?, e.trim().parse().ok()?))
+        }
+    };
+    Some(ContentRange { range, total })
+}
+
+/// Reads at most `limit` bytes of a body; more is an error (`Ok(Err)`); a broken connection is
+/// worth a retry.
+pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec<u8>, Failure> {
+    let mut buf = Vec::new();
+    let mut reader = resp.take(limit.saturating_add(1));
+    if let Err(e) = reader.read_to_end(&mut buf) {
+        return Err(Failure::Retry {
+            reason: format!(
+                "the answer of {} broke off after {} bytes: {}",
+                req.server,
+                buf.len(),
+                root_cause(&e)
+            ),
+            retry_after: None,
+        });
+    }
+    if buf.len() as u64 > limit {
+        return Err(Failure::Fatal(
+            crate::pipeline::upload::TargetError::Remote {
+                what: req.what.clone(),
+                message: format!(
+                    "{} sent an answer larger than the {limit} bytes expected",
+                    req.server
+                ),
+                retryable: false,
+            },
+        ));
+    }
+    Ok(buf)
+}
+
+/// What a refusal's body says, for a message: `"<message> [<code>, request <id>]"`, the start
+/// of a text body, or nothing. Never fails: the body is a courtesy.
+pub(super) fn server_says(resp: Response) -> ServerText {
+    let mut buf = Vec::new();
+    let _ = resp.take(64 * 1024).read_to_end(&mut buf);
+    ServerText::parse(&buf)
+}
+
+/// The text of a refusal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ServerText {
+    /// The JSON `error` code, when the body was our JSON shape.
+    pub code: Option<String>,
+    /// A sentence for the user (empty: the server said nothing useful).
+    pub text: String,
+    /// Whether the body was a JSON object.
+    pub json: bool,
+}
+
+impl ServerText {
+    pub fn parse(buf: &[u8]) -> Self {
+        let clean = |s: &str| -> String {
+            let s: String = s
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .take(300)
+                .collect();
+            s.trim().to_string()
+        };
+        if let Ok(body) = serde_json::from_slice::<ErrorBody>(buf) {
+            if serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(buf).is_ok() {
+                let mut text = match (&body.message, &body.error) {
+                    (Some(m), _) => clean(m),
+                    (None, Some(e)) => clean(e),
+                    (None, None) => String::new(),
+                };
+                let mut notes = Vec::new();
+                if let (Some(_), Some(code)) = (&body.message, &body.error) {
+                    notes.push(clean(code));
+                }
+                if let Some(id) = &body.request_id {
+                    notes.push(format!("request {}", clean(id)));
+                }
+                if !notes.is_empty() && !text.is_empty() {
+                    text.push_str(&format!(" [{}]", notes.join(", ")));
+                }
+                return Self {
+                    code: body.error,
+                    text,
+                    json: true,
+                };
+            }
+        }
+        Self {
+            code: None,
+            text: clean(&String::from_utf8_lossy(buf)),
+            json: false,
+        }
+    }
+
+    /// `": <text>"`, or nothing.
+    pub fn suffix(&self) -> String {
+        if self.text.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", self.text)
+        }
+    }
+}
+
+/// `"503 Service Unavailable"`.
+pub(super) fn status_text(status: StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(r) => format!("{} {r}", status.as_u16()),
+        None => status.as_u16().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.ceiling(1), Duration::from_millis(200));
+        assert_eq!(p.ceiling(2), Duration::from_millis(400));
+        assert_eq!(p.ceiling(6), Duration::from_millis(6400));
+        assert_eq!(p.ceiling(7), Duration::from_secs(8));
+        assert_eq!(p.ceiling(200), Duration::from_secs(8));
+        for n in 1..10 {
+            assert!(p.delay(n, None) <= p.ceiling(n));
+        }
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(3600))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(RetryPolicy::none().attempts(), 1);
+    }
+
+    #[test]
+    fn refusal_texts() {
+        let t = ServerText::parse(
+            br#"{"error":"invalid_shard","message":"shard: bad\nthing","request_id":"r1"}"#,
+        );
+        assert_eq!(t.code.as_deref(), Some("invalid_shard"));
+        assert_eq!(t.text, "shard: bad thing [invalid_shard, request r1]");
+        assert!(t.json);
+        let t = ServerText::parse(br#"{"error":"something broke"}"#);
+        assert_eq!(t.text, "something broke");
+        let t = ServerText::parse(b"<html>Not Found</html>");
+        assert!(!t.json);
+        assert_eq!(t.text, "<html>Not Found</html>");
+        assert_eq!(ServerText::parse(b"").suffix(), "");
+        assert_eq!(shown("http://h/x?s=secret#f"), "http://h/x");
+        assert_eq!(
+            origin("http://127.0.0.1:8080/a/b?c"),
+            "http://127.0.0.1:8080"
+        );
+    }
+}

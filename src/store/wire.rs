@@ -1,0 +1,537 @@
+//! The JSON bodies of the CAS API (cas-api.md §2.1, §5, §6), written once for both sides: the
+//! server ([`crate::server`]) serialises them, the remote client ([`super::remote`]) parses them.
+//!
+//! Field names are the wire names; serde ignores unknown fields when parsing, so newer servers
+//! may add some. Converting a plan to JSON ([`to_v1`], [`to_v2`]) cannot fail; converting JSON
+//! received from a server into a [`ReconstructionPlan`] ([`ReconstructionV2::into_plan`])
+//! checks everything and turns nonsense into a [`WireError`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::format::xorb::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN, MAX_COMPRESSED_LEN};
+use crate::format::xorb::MAX_XORB_CHUNKS;
+use crate::format::XorbHash;
+use crate::store::{FetchRange, PlannedTerm, ReconstructionPlan};
+
+/// At most this many ranges in one v2 `xorbs` entry (one URL); longer lists are split into
+/// several entries with the same URL, so that a client in multi-range mode stays within the
+/// server's limit on ranges per request.
+pub const RANGES_PER_ENTRY: usize = 256;
+
+/// A chunk-index range, end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// A byte range, end inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One term of a reconstruction (same in v1 and v2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Term {
+    /// The xorb, in the Xet string form.
+    pub hash: String,
+    pub unpacked_length: u32,
+    pub range: ChunkRange,
+}
+
+/// A v1 `fetch_info` entry: one URL, one byte range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchInfoV1 {
+    pub range: ChunkRange,
+    pub url: String,
+    pub url_range: ByteRange,
+}
+
+/// `QueryReconstructionResponse` (§6.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconstructionV1 {
+    pub offset_into_first_range: u64,
+    pub terms: Vec<Term>,
+    pub fetch_info: BTreeMap<String, Vec<FetchInfoV1>>,
+}
+
+/// One range of a v2 entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeV2 {
+    pub chunks: ChunkRange,
+    pub bytes: ByteRange,
+}
+
+/// A v2 `xorbs` entry: one URL and the ranges it serves, sorted by chunk start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XorbEntryV2 {
+    pub url: String,
+    pub ranges: Vec<RangeV2>,
+}
+
+/// `QueryReconstructionResponseV2` (§6.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconstructionV2 {
+    pub offset_into_first_range: u64,
+    pub terms: Vec<Term>,
+    pub xorbs: BTreeMap<String, Vec<XorbEntryV2>>,
+}
+
+/// The answer to `POST /v1/xorbs/{prefix}/{xorb}` (§5.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XorbUploaded {
+    pub was_inserted: bool,
+}
+
+/// The answer to `POST /v1/shards` (§5.7): 1 when registered now, 0 when it already was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRegistered {
+    pub result: u8,
+}
+
+/// The answer to this server's `GET /v1/lfs-files/{oid}`: the Xet file registered for a Git LFS
+/// oid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LfsFile {
+    /// The SHA-256, plain hex.
+    pub oid: String,
+    /// The Xet file hash, string form.
+    pub file_hash: String,
+    pub size: u64,
+}
+
+/// The CAS token JSON (§2.1), answered by token-refresh routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CasTokenInfo {
+    pub cas_url: String,
+    pub access_token: String,
+    /// Expiry, unix seconds.
+    pub exp: u64,
+}
+
+/// The JSON body of a refusal (§9). Every field is optional when parsing: other servers send
+/// other shapes (or none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable machine-readable code (our server) or a message (other servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+fn term_json(plan: &ReconstructionPlan) -> Vec<Term> {
+    plan.terms
+        .iter()
+        .map(|t| Term {
+            hash: t.xorb.to_string(),
+            unpacked_length: t.unpacked_len,
+            range: ChunkRange {
+                start: t.chunks.start,
+                end: t.chunks.end,
+            },
+        })
+        .collect()
+}
+
+fn chunk_range(r: &FetchRange) -> ChunkRange {
+    ChunkRange {
+        start: r.chunks.start,
+        end: r.chunks.end,
+    }
+}
+
+fn byte_range(r: &FetchRange) -> ByteRange {
+    ByteRange {
+        start: *r.bytes.start(),
+        end: *r.bytes.end(),
+    }
+}
+
+/// The v1 JSON of a plan; `url` presigns a xorb.
+pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV1 {
+    let mut fetch_info = BTreeMap::new();
+    for (xorb, ranges) in &plan.fetch {
+        let u = url(xorb);
+        let entries = ranges
+            .iter()
+            .map(|r| FetchInfoV1 {
+                range: chunk_range(r),
+                url: u.clone(),
+                url_range: byte_range(r),
+            })
+            .collect();
+        fetch_info.insert(xorb.to_string(), entries);
+    }
+    ReconstructionV1 {
+        offset_into_first_range: plan.offset_into_first_range,
+        terms: term_json(plan),
+        fetch_info,
+    }
+}
+
+/// The v2 JSON of a plan; `url` presigns a xorb. Entries carry at most [`RANGES_PER_ENTRY`]
+/// ranges.
+pub fn to_v2(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV2 {
+    let mut xorbs = BTreeMap::new();
+    for (xorb, ranges) in &plan.fetch {
+        let u = url(xorb);
+        let entries = ranges
+            .chunks(RANGES_PER_ENTRY)
+            .map(|group| XorbEntryV2 {
+                url: u.clone(),
+                ranges: group
+                    .iter()
+                    .map(|r| RangeV2 {
+                        chunks: chunk_range(r),
+                        bytes: byte_range(r),
+                    })
+                    .collect(),
+            })
+            .collect();
+        xorbs.insert(xorb.to_string(), entries);
+    }
+    ReconstructionV2 {
+        offset_into_first_range: plan.offset_into_first_range,
+        terms: term_json(plan),
+        xorbs,
+    }
+}
+
+/// Why a reconstruction received from a server cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid reconstruction: {0}")]
+pub struct WireError(pub String);
+
+impl ReconstructionV1 {
+    /// The same reconstruction in the v2 shape: one range per URL, as the reference client
+    /// converts it.
+    pub fn into_v2(self) -> ReconstructionV2 {
+        let xorbs = self
+            .fetch_info
+            .into_iter()
+            .map(|(hash, entries)| {
+                let entries = entries
+                    .into_iter()
+                    .map(|e| XorbEntryV2 {
+                        url: e.url,
+                        ranges: vec![RangeV2 {
+                            chunks: e.range,
+                            bytes: e.url_range,
+                        }],
+                    })
+                    .collect();
+                (hash, entries)
+            })
+            .collect();
+        ReconstructionV2 {
+            offset_into_first_range: self.offset_into_first_range,
+            terms: self.terms,
+            xorbs,
+        }
+    }
+}
+
+fn xorb_hash(text: &str, what: &str) -> Result<XorbHash, WireError> {
+    XorbHash::from_hex(text).map_err(|e| {
+        let shown: String = text.chars().take(80).collect();
+        WireError(format!("{what} {shown:?} is not a xorb hash: {e}"))
+    })
+}
+
+/// Checks one fetch range: ordered, within the chunk limit of a xorb, and with a byte length
+/// that whole chunks of that count can have.
+fn check_range(xorb: &XorbHash, r: &RangeV2) -> Result<(), WireError> {
+    let (c, b) = (r.chunks, r.bytes);
+    let bad = |why: &str| {
+        Err(WireError(format!(
+            "xorb {xorb}: fetch range of chunks {}..{} at bytes {}-{} {why}",
+            c.start, c.end, b.start, b.end
+        )))
+    };
+    if c.start >= c.end {
+        return bad("is empty or inverted");
+    }
+    if c.end as usize > MAX_XORB_CHUNKS {
+        return bad(&format!(
+            "goes past the {MAX_XORB_CHUNKS} chunks a xorb can hold"
+        ));
+    }
+    if b.end < b.start {
+        return bad("ends before it starts");
+    }
+    let len = u128::from(b.end - b.start) + 1;
+    let n = u128::from(c.end - c.start);
+    let per_chunk = (
+        CHUNK_HEADER_LEN as u128,
+        CHUNK_HEADER_LEN as u128 + u128::from(MAX_COMPRESSED_LEN),
+    );
+    if len < n * per_chunk.0 || len > n * per_chunk.1 {
+        return bad("has a byte length that so many chunks cannot have");
+    }
+    Ok(())
+}
+
+fn check_url(xorb: &XorbHash, url: &str) -> Result<(), WireError> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        let shown: String = url.chars().take(80).collect();
+        return Err(WireError(format!(
+            "xorb {xorb}: fetch URL {shown:?} is not an http(s) URL"
+        )));
+    }
+    Ok(())
+}
+
+impl ReconstructionV2 {
+    /// The plan this reconstruction describes, checked: hashes parse, ranges are ordered and
+    /// sane, every term is served by a fetch range with a URL, `offset_into_first_range` lies
+    /// within the first term. `range_start` is the start of the requested byte range (`None`:
+    /// the whole file).
+    ///
+    /// The JSON does not carry the file's size. For a whole-file reconstruction
+    /// [`ReconstructionPlan::file_size`] is the sum of the term lengths (exact); for a ranged
+    /// one it is the file offset just past the last byte the terms cover, a lower bound that
+    /// is exact when the range reaches the end of the file.
+    pub fn into_plan(self, range_start: Option<u64>) -> Result<ReconstructionPlan, WireError> {
+        // Fetch ranges per xorb, flattened over entries, each with its URL.
+        let mut fetch_of: HashMap<XorbHash, Vec<FetchRange>> = HashMap::new();
+        for (text, entries) in self.xorbs {
+            let xorb = xorb_hash(&text, "fetch entry key")?;
+            if entries.is_empty() {
+                return Err(WireError(format!("xorb {xorb} has no fetch entry")));
+            }
+            let mut ranges = Vec::new();
+            for entry in entries {
+                check_url(&xorb, &entry.url)?;
+                if entry.ranges.is_empty() {
+                    return Err(WireError(format!(
+                        "xorb {xorb}: a fetch entry has no range"
+                    )));
+                }
+                for r in &entry.ranges {
+                    check_range(&xorb, r)?;
+                    ranges.push(FetchRange {
+                        chunks: r.chunks.start..r.chunks.end,
+                        bytes: r.bytes.start..=r.bytes.end,
+                        url: Some(entry.url.clone()),
+                    });
+                }
+            }
+            ranges.sort_by_key(|r| (r.chunks.start, r.chunks.end));
+            if fetch_of.insert(xorb, ranges).is_some() {
+                return Err(WireError(format!("xorb {xorb} is listed twice")));
+            }
+        }
+
+        let mut plan = ReconstructionPlan {
+            offset_into_first_range: self.offset_into_first_range,
+            ..Default::default()
+        };
+        let mut total: u64 = 0;
+        for (i, t) in self.terms.iter().enumerate() {
+            let xorb = xorb_hash(&t.hash, &format!("term {i}"))?;
+            let (s, e) = (t.range.start, t.range.end);
+            let bad = |why: String| {
+                Err(WireError(format!(
+                    "term {i} (xorb {xorb}, chunks {s}..{e}) {why}"
+                )))
+            };
+            if s >= e || e as usize > MAX_XORB_CHUNKS {
+                return bad("is not a valid chunk range".into());
+            }
+            let max_len = u64::from(e - s) * u64::from(MAX_CHUNK_LEN);
+            if t.unpacked_length == 0 || u64::from(t.unpacked_length) > max_len {
+                return bad(format!(
+                    "claims {} bytes, which so many chunks cannot hold",
+                    t.unpacked_length
+                ));
+            }
+            let Some(ranges) = fetch_of.get(&xorb) else {
+                return bad("names a xorb with no fetch entry".into());
+            };
+            if !ranges
+                .iter()
+                .any(|r| r.chunks.start <= s && e <= r.chunks.end)
+            {
+                return bad("is not covered by any fetch range of its xorb".into());
+            }
+            if !plan.fetch.iter().any(|(x, _)| *x == xorb) {
+                plan.fetch.push((xorb, ranges.clone()));
+            }
+            total += u64::from(t.unpacked_length);
+            plan.terms.push(PlannedTerm {
+                xorb,
+                chunks: s..e,
+                unpacked_len: t.unpacked_length,
+            });
+        }
+        let offset = plan.offset_into_first_range;
+        match plan.terms.first() {
+            None if offset != 0 => {
+                return Err(WireError(format!(
+                    "offset_into_first_range is {offset} but there are no terms"
+                )))
+            }
+            Some(first) if offset >= u64::from(first.unpacked_len) => {
+                return Err(WireError(format!(
+                    "offset_into_first_range {offset} is not within the first term ({} bytes)",
+                    first.unpacked_len
+                )))
+            }
+            _ => {}
+        }
+        plan.file_size = match range_start {
+            None if offset != 0 => {
+                return Err(WireError(format!(
+                    "offset_into_first_range is {offset} for a whole-file reconstruction"
+                )))
+            }
+            None => total,
+            Some(start) => start.saturating_add(total - offset),
+        };
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const X: &str = "0101010101010101020202020202020203030303030303030404040404040404";
+
+    fn v2(terms: Vec<Term>, ranges: Vec<RangeV2>) -> ReconstructionV2 {
+        ReconstructionV2 {
+            offset_into_first_range: 0,
+            terms,
+            xorbs: BTreeMap::from([(
+                X.to_string(),
+                vec![XorbEntryV2 {
+                    url: "http://cas.test/v1/xorb-data/x?e=1&s=2".into(),
+                    ranges,
+                }],
+            )]),
+        }
+    }
+
+    fn term(s: u32, e: u32, len: u32) -> Term {
+        Term {
+            hash: X.into(),
+            unpacked_length: len,
+            range: ChunkRange { start: s, end: e },
+        }
+    }
+
+    fn range(s: u32, e: u32, bs: u64, be: u64) -> RangeV2 {
+        RangeV2 {
+            chunks: ChunkRange { start: s, end: e },
+            bytes: ByteRange { start: bs, end: be },
+        }
+    }
+
+    #[test]
+    fn round_trip_through_json() {
+        let xorb = XorbHash::from_hex(X).unwrap();
+        let plan = ReconstructionPlan {
+            file_size: 300,
+            offset_into_first_range: 0,
+            terms: vec![
+                PlannedTerm {
+                    xorb,
+                    chunks: 0..2,
+                    unpacked_len: 200,
+                },
+                PlannedTerm {
+                    xorb,
+                    chunks: 2..3,
+                    unpacked_len: 100,
+                },
+            ],
+            fetch: vec![(
+                xorb,
+                vec![FetchRange {
+                    chunks: 0..3,
+                    bytes: 0..=323,
+                    url: None,
+                }],
+            )],
+        };
+        let url = |x: &XorbHash| format!("http://cas.test/v1/xorb-data/{x}?e=1&s=2");
+        for json in [
+            serde_json::to_string(&to_v2(&plan, url)).unwrap(),
+            serde_json::to_string(
+                &serde_json::from_str::<ReconstructionV1>(
+                    &serde_json::to_string(&to_v1(&plan, url)).unwrap(),
+                )
+                .unwrap()
+                .into_v2(),
+            )
+            .unwrap(),
+        ] {
+            let back: ReconstructionV2 = serde_json::from_str(&json).unwrap();
+            let got = back.into_plan(None).unwrap();
+            assert_eq!(got.terms, plan.terms);
+            assert_eq!(got.file_size, 300);
+            assert_eq!(got.fetch[0].1[0].bytes, 0..=323);
+            assert_eq!(got.fetch[0].1[0].url.as_deref(), Some(url(&xorb).as_str()));
+        }
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        let ok = v2(vec![term(0, 2, 200)], vec![range(0, 2, 0, 215)]);
+        assert!(ok.clone().into_plan(None).is_ok());
+        let ranged = ReconstructionV2 {
+            offset_into_first_range: 50,
+            ..ok.clone()
+        };
+        assert_eq!(
+            ranged.clone().into_plan(Some(1050)).unwrap().file_size,
+            1200
+        );
+        assert!(ranged.into_plan(None).is_err());
+        let cases = [
+            v2(vec![term(2, 2, 10)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 2, 0)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 2, 300_000)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 3, 200)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 2, 200)], vec![range(0, 2, 215, 0)]),
+            v2(vec![term(0, 2, 200)], vec![range(0, 2, 0, 3)]),
+            v2(vec![term(0, 2, 200)], vec![range(0, 9000, 0, 900_000)]),
+            v2(vec![term(0, 2, 200)], vec![]),
+            ReconstructionV2 {
+                offset_into_first_range: 200,
+                ..ok.clone()
+            },
+            ReconstructionV2 {
+                offset_into_first_range: 1,
+                terms: vec![],
+                xorbs: BTreeMap::new(),
+            },
+            ReconstructionV2 {
+                xorbs: BTreeMap::new(),
+                ..ok.clone()
+            },
+            ReconstructionV2 {
+                terms: vec![Term {
+                    hash: "zz".into(),
+                    ..term(0, 2, 200)
+                }],
+                ..ok.clone()
+            },
+        ];
+        for (i, case) in cases.into_iter().enumerate() {
+            assert!(case.into_plan(None).is_err(), "case {i}");
+        }
+        let mut bad_url = ok;
+        bad_url.xorbs.values_mut().next().unwrap()[0].url = "file:///etc/passwd".into();
+        assert!(bad_url.into_plan(None).is_err());
+    }
+}
