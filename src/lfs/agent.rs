@@ -38,7 +38,7 @@ use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::pipeline::download::write_file;
 use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
-use crate::store::Store;
+use crate::store::{RefreshingToken, RemoteCas, RemoteConfig, Store, TokenSource};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -521,21 +521,60 @@ fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, Stri
 
 /// A client for the `git xet serve` (or other CAS) at `url` in standalone mode.
 fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoint>, String> {
-    let _ = token;
-    Err(format!(
-        "http endpoints ({url}) are not supported by this build yet; use a directory endpoint"
-    ))
+    let mut config = RemoteConfig::new(url, TokenSource::fixed(token));
+    config.token_hint = format!(
+        "set {} or store the token for {url} with a git credential helper",
+        settings::TOKEN_ENV
+    );
+    RemoteCas::new(config)
+        .map(|r| Arc::new(r) as Arc<dyn Endpoint>)
+        .map_err(|e| format!("cannot use the endpoint {url}: {e}"))
 }
 
-/// A client for the CAS named in a negotiated action.
+/// A client for the CAS named in a negotiated action (lfs-agent.md §12.1): the action's token,
+/// refreshed through `href` with the user's git credential for that URL (asked for only when a
+/// refresh is due).
 fn connect_negotiated(
     git: &Git,
     action: &Action,
     op: Operation,
 ) -> Result<Arc<dyn Endpoint>, String> {
-    let _ = (git, op);
-    Err(format!(
-        "negotiated xet transfers ({}) are not supported by this build yet",
-        action.href
-    ))
+    let cas_url = action.header("X-Xet-Cas-Url").unwrap_or_default().to_string();
+    let token = action.header("X-Xet-Access-Token").map(str::to_string);
+    if token.is_none() {
+        return Err(
+            "the LFS server chose the xet transfer but sent no X-Xet-Access-Token header".into(),
+        );
+    }
+    let expires_at = match action.header("X-Xet-Token-Expiration") {
+        Some(text) => text.trim().parse::<u64>().map_err(|_| {
+            format!("the LFS server sent a bad X-Xet-Token-Expiration {text:?} (want unix seconds)")
+        })?,
+        None => 0,
+    };
+    let href = action.href.clone();
+    let credential_git = git.clone();
+    let credential_url = href.clone();
+    let refresher = RefreshingToken::new(href.clone(), token, expires_at).with_authorization_fn(
+        move || {
+            for var in [settings::TOKEN_ENV, "HF_TOKEN"] {
+                if let Ok(t) = std::env::var(var) {
+                    if !t.trim().is_empty() {
+                        return Ok(Some(format!("Bearer {}", t.trim())));
+                    }
+                }
+            }
+            Ok(settings::token(&credential_git, &credential_url).map(|t| format!("Bearer {t}")))
+        },
+    );
+    let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
+    config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
+    config.token_hint = format!(
+        "the token from the LFS server was refused; it is refreshed through {href} with your git \
+         credential"
+    );
+    tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
+    RemoteCas::new(config)
+        .map(|r| Arc::new(r) as Arc<dyn Endpoint>)
+        .map_err(|e| format!("cannot use the CAS {cas_url} the LFS server named: {e}"))
 }
