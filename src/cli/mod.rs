@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cache;
 mod hash;
 mod inspect;
 mod install;
@@ -46,6 +47,8 @@ enum Command {
     Track(install::TrackArgs),
     /// Stop tracking patterns, as `git lfs untrack` does.
     Untrack(install::UntrackArgs),
+    /// Show, prune or clear the local shard cache that speeds up deduplication.
+    Cache(cache::CacheArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -59,6 +62,7 @@ pub fn main() -> ExitCode {
         Command::Uninstall(args) => install::uninstall(args),
         Command::Track(args) => install::track(args),
         Command::Untrack(args) => install::untrack(args),
+        Command::Cache(args) => cache::run(args),
     };
     match result {
         Ok(code) => code,

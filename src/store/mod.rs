@@ -6,14 +6,17 @@
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`reconstruction`] | planning a file's (ranged) reconstruction from its terms and xorb footers (pure) |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
+//! | [`shard_cache`] | [`ShardCache`]: the client's per-endpoint cache of shards (its uploads and dedup answers) in the user's cache directory |
 
 pub mod backend;
 pub mod cas;
 pub mod index;
 pub mod reconstruction;
+pub mod shard_cache;
 
 pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, ValidationProgress};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
+pub use shard_cache::{CacheError, CacheStats, PruneReport, ShardCache};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.
 pub fn random_hex(n: usize) -> String {
