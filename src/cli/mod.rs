@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cache;
 mod demo;
 mod hash;
 mod inspect;
@@ -52,6 +53,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The Git LFS transfer agent itself (git-lfs runs this).
     Transfer(transfer::TransferArgs),
+    /// Show, prune or clear the local shard cache that speeds up deduplication.
+    Cache(cache::CacheArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -67,6 +70,7 @@ pub fn main() -> ExitCode {
         Command::Untrack(args) => install::untrack(args),
         Command::Transfer(args) => transfer::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Cache(args) => cache::run(args),
     };
     match result {
         Ok(code) => code,

@@ -4,7 +4,9 @@
 //! |---|---|
 //! | [`hasher`] | hashing whole files as fast as the machine allows |
 //! | [`upload`] | one stream in, one registered Xet file out, against any [`upload::CasTarget`] |
+//! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
 //! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
+pub mod cached;
 pub mod download;
 pub mod hasher;
 pub mod upload;

@@ -8,17 +8,20 @@
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
 //! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
 //! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](crate::pipeline::upload::Endpoint) |
+//! | [`shard_cache`] | [`ShardCache`]: the client's per-endpoint cache of shards (its uploads and dedup answers) in the user's cache directory |
 
 pub mod backend;
 pub mod cas;
 pub mod index;
 pub mod reconstruction;
 pub mod remote;
+pub mod shard_cache;
 pub mod wire;
 
 pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, ValidationProgress};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
 pub use remote::{RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
+pub use shard_cache::{CacheError, CacheStats, PruneReport, ShardCache};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.
 pub fn random_hex(n: usize) -> String {

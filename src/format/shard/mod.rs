@@ -44,7 +44,7 @@ pub use error::{Record, ShardError, Table};
 pub use model::{
     ChunkInfo, ChunkLocation, FileInfo, Shard, ShardIndex, ShardMeta, ShardTotals, Term, XorbInfo,
 };
-pub use read::{FooterInfo, ParsedShard};
+pub use read::{FooterInfo, ParsedShard, ShardLayout};
 pub use write::{shard_file_name, LookupTables};
 
 /// The 32-byte tag every shard starts with: `HFRepoMetaData`, a zero byte, then 17 magic bytes.

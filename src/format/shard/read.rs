@@ -620,6 +620,227 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
     })
 }
 
+/// What the header and footer of a complete-form shard say about its layout, read without the
+/// rest of the shard: for indexes that want only a lookup table (the local shard cache reads the
+/// chunk lookup table of every cached shard this way).
+///
+/// [`ShardLayout::read`] checks only what the header and footer can show on their own; the
+/// sections and tables themselves are checked when the whole shard is read with [`parse`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShardLayout {
+    /// Length of the whole shard.
+    pub len: u64,
+    pub xorb_info_offset: u64,
+    pub file_lookup_offset: u64,
+    pub file_lookup_num_entry: u64,
+    pub xorb_lookup_offset: u64,
+    pub xorb_lookup_num_entry: u64,
+    pub chunk_lookup_offset: u64,
+    pub chunk_lookup_num_entry: u64,
+    /// Key, creation timestamp and expiry.
+    pub meta: ShardMeta,
+    pub totals: ShardTotals,
+    /// Where the footer starts (= `len` − 200).
+    pub footer_offset: u64,
+}
+
+impl ShardLayout {
+    /// Reads the layout of a complete shard of `len` bytes from its first 48 bytes (`header`)
+    /// and its last 200 bytes (`footer`). Checks the tag, both versions, `footer_size` 200,
+    /// `footer_offset` = `len` − 200, `file_info_offset` = 48, that the xorb section starts
+    /// after the header and a bookend, and that the three lookup tables follow each other from
+    /// `file_lookup_offset` up to the footer.
+    pub fn read(header: &[u8], footer: &[u8], len: u64) -> Result<Self, ShardError> {
+        if len > MAX_SHARD_SIZE {
+            return Err(ShardError::TooLarge {
+                len,
+                max: MAX_SHARD_SIZE,
+            });
+        }
+        let mut c = Cursor::new(header);
+        let tag: [u8; 32] = c.array("shard header tag")?;
+        if tag != HEADER_TAG {
+            return Err(ShardError::BadTag);
+        }
+        let version = c.u64("shard header version")?;
+        if version != HEADER_VERSION {
+            return Err(ShardError::HeaderVersion { found: version });
+        }
+        let footer_size = c.u64("shard header footer_size")?;
+        if footer_size != FOOTER_SIZE {
+            return Err(ShardError::FooterSize {
+                found: footer_size,
+                expected: "200 in a complete shard",
+            });
+        }
+        // Header, file bookend, xorb bookend, footer.
+        let min = HEADER_SIZE + 2 * RECORD_SIZE + FOOTER_SIZE;
+        if len < min {
+            return Err(ShardError::Truncated(crate::format::cursor::Truncated {
+                what: "complete shard",
+                offset: 0,
+                needed: min,
+                available: len,
+            }));
+        }
+        let footer_start = len - FOOTER_SIZE;
+        let mut fc = Cursor::with_base(footer, footer_start);
+        let f = Footer::read(&mut fc)?;
+        let at = |field: u64| footer_start + field;
+        if f.version != FOOTER_VERSION {
+            return Err(ShardError::FooterVersion {
+                offset: footer_start,
+                found: f.version,
+            });
+        }
+        expect_field("footer_offset", at(192), f.footer_offset, footer_start)?;
+        expect_field("file_info_offset", at(8), f.file_info_offset, HEADER_SIZE)?;
+        let in_range = |v: u64, lo: u64, hi: u64| lo <= v && v <= hi;
+        // The file section holds at least its bookend, the xorb section too.
+        if !in_range(
+            f.xorb_info_offset,
+            HEADER_SIZE + RECORD_SIZE,
+            footer_start - RECORD_SIZE,
+        ) || (f.xorb_info_offset - HEADER_SIZE) % RECORD_SIZE != 0
+        {
+            return Err(ShardError::FooterField {
+                field: "xorb_info_offset",
+                offset: at(16),
+                found: f.xorb_info_offset,
+                expected: HEADER_SIZE + RECORD_SIZE,
+            });
+        }
+        if !in_range(
+            f.file_lookup_offset,
+            f.xorb_info_offset + RECORD_SIZE,
+            footer_start,
+        ) || (f.file_lookup_offset - f.xorb_info_offset) % RECORD_SIZE != 0
+        {
+            return Err(ShardError::FooterField {
+                field: "file_lookup_offset",
+                offset: at(24),
+                found: f.file_lookup_offset,
+                expected: f.xorb_info_offset + RECORD_SIZE,
+            });
+        }
+        // Each table starts where the previous one ends (checked in turn below, so `start` is
+        // between `file_lookup_offset` and the footer) and must fit before the footer; with the
+        // count checked first, `n * size` cannot overflow.
+        let table = |field: &'static str, offset: u64, n: u64, size: u64, start: u64| {
+            let fits = footer_start.saturating_sub(start) / size;
+            if n > fits {
+                return Err(ShardError::FooterField {
+                    field,
+                    offset,
+                    found: n,
+                    expected: fits,
+                });
+            }
+            Ok(start + n * size)
+        };
+        expect_field(
+            "xorb_lookup_offset",
+            at(40),
+            f.xorb_lookup_offset,
+            table(
+                "file_lookup_num_entry",
+                at(32),
+                f.file_lookup_num_entry,
+                FILE_LOOKUP_ENTRY_SIZE,
+                f.file_lookup_offset,
+            )?,
+        )?;
+        expect_field(
+            "chunk_lookup_offset",
+            at(56),
+            f.chunk_lookup_offset,
+            table(
+                "xorb_lookup_num_entry",
+                at(48),
+                f.xorb_lookup_num_entry,
+                XORB_LOOKUP_ENTRY_SIZE,
+                f.xorb_lookup_offset,
+            )?,
+        )?;
+        let tables_end = table(
+            "chunk_lookup_num_entry",
+            at(64),
+            f.chunk_lookup_num_entry,
+            CHUNK_LOOKUP_ENTRY_SIZE,
+            f.chunk_lookup_offset,
+        )?;
+        if tables_end != footer_start {
+            return Err(ShardError::TrailingBytes {
+                offset: tables_end,
+                len: footer_start.saturating_sub(tables_end),
+            });
+        }
+        Ok(Self {
+            len,
+            xorb_info_offset: f.xorb_info_offset,
+            file_lookup_offset: f.file_lookup_offset,
+            file_lookup_num_entry: f.file_lookup_num_entry,
+            xorb_lookup_offset: f.xorb_lookup_offset,
+            xorb_lookup_num_entry: f.xorb_lookup_num_entry,
+            chunk_lookup_offset: f.chunk_lookup_offset,
+            chunk_lookup_num_entry: f.chunk_lookup_num_entry,
+            meta: ShardMeta {
+                hmac_key: f.hmac_key,
+                creation_timestamp: f.creation_timestamp,
+                key_expiry: f.key_expiry,
+            },
+            totals: f.totals,
+            footer_offset: footer_start,
+        })
+    }
+
+    /// True when the xorb section holds at least one block (it is more than its bookend).
+    pub fn has_xorbs(&self) -> bool {
+        self.file_lookup_offset - self.xorb_info_offset > RECORD_SIZE
+    }
+
+    /// The byte range of the chunk lookup table.
+    pub fn chunk_lookup_range(&self) -> std::ops::Range<u64> {
+        self.chunk_lookup_offset
+            ..self.chunk_lookup_offset + self.chunk_lookup_num_entry * CHUNK_LOOKUP_ENTRY_SIZE
+    }
+
+    /// The keys (truncated chunk hashes, keyed in a keyed shard) of a chunk lookup table read
+    /// from [`ShardLayout::chunk_lookup_range`], in table order. Fails if the table is not a
+    /// whole number of entries or its keys are not sorted.
+    pub fn chunk_lookup_keys(&self, table: &[u8]) -> Result<Vec<u64>, ShardError> {
+        let mut c = Cursor::with_base(table, self.chunk_lookup_offset);
+        let n = self.chunk_lookup_num_entry;
+        if table.len() as u64 != n * CHUNK_LOOKUP_ENTRY_SIZE {
+            return Err(ShardError::Truncated(crate::format::cursor::Truncated {
+                what: "chunk lookup table",
+                offset: self.chunk_lookup_offset,
+                needed: n * CHUNK_LOOKUP_ENTRY_SIZE,
+                available: table.len() as u64,
+            }));
+        }
+        let mut keys = Vec::with_capacity(n as usize);
+        let mut prev = 0u64;
+        for entry in 0..n {
+            let offset = c.offset();
+            let key = c.u64("chunk lookup entry key")?;
+            c.skip(8, "chunk lookup entry indices")?;
+            if key < prev {
+                return Err(ShardError::LookupUnsorted {
+                    table: Table::Chunk,
+                    entry,
+                    offset,
+                    key,
+                    prev,
+                });
+            }
+            prev = key;
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -681,5 +902,78 @@ mod tests {
         // Footer declares no chunk table but the 32 bytes are still there.
         b[footer + 64] = 0;
         assert!(matches!(parse(&b), Err(ShardError::TrailingBytes { .. })));
+    }
+
+    fn layout_of(b: &[u8]) -> Result<ShardLayout, ShardError> {
+        ShardLayout::read(
+            &b[..48.min(b.len())],
+            &b[b.len().saturating_sub(200)..],
+            b.len() as u64,
+        )
+    }
+
+    #[test]
+    fn layout_from_header_and_footer() {
+        let mut s = one_xorb(3);
+        s.meta = ShardMeta {
+            hmac_key: HmacKey::from_bytes([5; 32]),
+            creation_timestamp: 7,
+            key_expiry: 9,
+        };
+        let b = s.to_complete_bytes(LookupTables::ALL).unwrap();
+        let l = layout_of(&b).unwrap();
+        assert_eq!(l.meta, s.meta);
+        assert_eq!(l.footer_offset, b.len() as u64 - 200);
+        assert_eq!(l.chunk_lookup_num_entry, 3);
+        assert!(l.has_xorbs());
+        let r = l.chunk_lookup_range();
+        let keys = l
+            .chunk_lookup_keys(&b[r.start as usize..r.end as usize])
+            .unwrap();
+        let mut want: Vec<u64> = s.xorbs[0]
+            .chunks
+            .iter()
+            .map(|c| c.hash.truncated())
+            .collect();
+        want.sort();
+        assert_eq!(keys, want);
+        assert!(l
+            .chunk_lookup_keys(&b[r.start as usize..r.end as usize - 1])
+            .is_err());
+
+        // No tables at all, and an empty shard.
+        let b = s.to_complete_bytes(LookupTables::NONE).unwrap();
+        assert_eq!(layout_of(&b).unwrap().chunk_lookup_num_entry, 0);
+        let b = Shard::new().to_complete_bytes(LookupTables::ALL).unwrap();
+        assert!(!layout_of(&b).unwrap().has_xorbs());
+    }
+
+    #[test]
+    fn layout_refuses_damaged_shards() {
+        let b = one_xorb(3).to_complete_bytes(LookupTables::ALL).unwrap();
+        // Truncated: the footer no longer sits where it says.
+        assert!(layout_of(&b[..b.len() - 10]).is_err());
+        assert!(layout_of(&b[..100]).is_err());
+        // Upload form: no footer.
+        let u = one_xorb(3).to_upload_bytes().unwrap();
+        assert!(matches!(layout_of(&u), Err(ShardError::FooterSize { .. })));
+        // A chunk count larger than the space before the footer.
+        let mut d = b.clone();
+        let footer = d.len() - 200;
+        d[footer + 64] = 200;
+        assert!(layout_of(&d).is_err());
+        // A bad tag.
+        let mut d = b.clone();
+        d[0] ^= 1;
+        assert_eq!(layout_of(&d), Err(ShardError::BadTag));
+        // Unsorted keys.
+        let l = layout_of(&b).unwrap();
+        let r = l.chunk_lookup_range();
+        let mut t = b[r.start as usize..r.end as usize].to_vec();
+        t[..8].copy_from_slice(&[0xff; 8]);
+        assert!(matches!(
+            l.chunk_lookup_keys(&t),
+            Err(ShardError::LookupUnsorted { .. })
+        ));
     }
 }

@@ -1,8 +1,8 @@
 //! One file's deduplication, xorb packing and reconstruction terms.
 //!
 //! Chunks arrive in file order with their hashes. Each is either *matched* (its bytes are
-//! already in a xorb: one this upload built, or one the target named in a global-dedup answer)
-//! or *new* (appended to the xorb being built). Either way it extends the file's reconstruction:
+//! already in a xorb: one this upload built, or one named in a shard the target knows locally
+//! or sent as a global-dedup answer) or *new* (appended to the xorb being built). Either way it extends the file's reconstruction:
 //! a chunk that continues the previous term (same xorb, next chunk index) lengthens it,
 //! anything else opens a new term.
 //!
@@ -10,8 +10,10 @@
 //! ([`XorbId::Session`]), so a chunk can match a chunk of the xorb still being built (repeated
 //! content inside one file).
 //!
-//! Global-dedup queries (xet-format.md §5.1) go out for the file's first chunk and for chunks
-//! whose hash is `0 mod 1024`, once per hash, when nothing local matched. An answer teaches
+//! A chunk that matches nothing the session knows is first looked up locally
+//! ([`CasTarget::local_dedup`], e.g. a shard cache, xet-format.md §5.3), for every such chunk.
+//! Global-dedup queries (§5.1) go out for the file's first chunk and for chunks whose hash is
+//! `0 mod 1024`, once per hash, when nothing local matched. A local or global answer teaches
 //! every chunk of the xorbs it lists, so the chunks following the queried one match too. Keyed
 //! answers (§5.2) are looked up by keying the local hash with each key seen. There is no
 //! fragmentation guard (§5.4) yet: every match is taken.
@@ -123,6 +125,18 @@ impl<'t> FileSession<'t> {
             .find_map(|(key, table)| table.get(&keyed_chunk_hash(key, hash)).copied())
     }
 
+    /// Asks the target's local shards about `hash` and learns the chunks of every xorb of the
+    /// shard it names. A failure only costs dedup, so it is logged and otherwise ignored.
+    fn local(&mut self, hash: &ChunkHash) {
+        match self.target.local_dedup(hash) {
+            Ok(Some(shard)) => self.learn(&shard),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(chunk = %hash, error = %e, "local dedup lookup failed; continuing without");
+            }
+        }
+    }
+
     /// Asks the target about `hash` and learns the chunks of every xorb in its answer. A failed
     /// query only costs dedup, so it is logged and otherwise ignored.
     fn query(&mut self, hash: &ChunkHash) {
@@ -174,6 +188,10 @@ impl<'t> FileSession<'t> {
         let position = self.chunks.len();
         self.chunks.push(ChunkRef::new(hash, len));
         let mut loc = self.lookup(&hash);
+        if loc.is_none() {
+            self.local(&hash);
+            loc = self.lookup(&hash);
+        }
         if loc.is_none()
             && self.global_dedup
             && (position == 0 || hash.is_global_dedup_eligible())

@@ -12,7 +12,7 @@
 //! right place for them, so a crash leaves nothing behind for long.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::target::{CasTarget, TargetError};
 use crate::format::shard::Shard;
@@ -103,5 +103,9 @@ impl CasTarget for Staging<'_> {
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         self.inner.file_by_sha256(oid)
+    }
+
+    fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
+        self.inner.local_dedup(chunk)
     }
 }

@@ -12,8 +12,12 @@
 //!
 //! Implementations must be `Send + Sync`: the pipeline puts xorbs from an uploader thread while
 //! the reading thread queries dedup.
+//!
+//! The traits are implemented for references too, so wrappers such as
+//! [`Cached`](crate::pipeline::cached::Cached) can hold a `&Store` or a `&dyn CasTarget`.
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
@@ -88,6 +92,41 @@ pub trait CasTarget: Send + Sync {
         let _ = oid;
         Ok(None)
     }
+
+    /// Local dedup (xet-format.md §5.3): a shard known locally, without asking the target (a
+    /// shard cache), whose xorb section lists a xorb holding `chunk` (a raw hash; the shard may
+    /// be keyed), or `None`. The upload asks for every chunk that matched nothing else, before
+    /// any global query, so this must be cheap. The default knows no shards.
+    fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
+        let _ = chunk;
+        Ok(None)
+    }
+}
+
+impl<T: CasTarget + ?Sized> CasTarget for &T {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        (**self).has_xorb(xorb)
+    }
+
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        (**self).put_xorb(xorb, body)
+    }
+
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        (**self).register_shard(shard)
+    }
+
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        (**self).dedup_query(chunk)
+    }
+
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        (**self).file_by_sha256(oid)
+    }
+
+    fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
+        (**self).local_dedup(chunk)
+    }
 }
 
 impl CasTarget for Store {
@@ -118,6 +157,12 @@ pub trait XorbSource: Send + Sync {
     /// The bytes of `range` (inclusive `range.bytes`, whole chunks, headers included) of the
     /// stored xorb. A remote source fetches `range.url`.
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError>;
+}
+
+impl<T: XorbSource + ?Sized> XorbSource for &T {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        (**self).read_xorb_range(xorb, range)
+    }
 }
 
 impl XorbSource for Store {
@@ -154,6 +199,20 @@ pub trait Endpoint: CasTarget + XorbSource {
 
     /// A short description for messages, e.g. the URL or the directory.
     fn describe(&self) -> String;
+}
+
+impl<T: Endpoint + ?Sized> Endpoint for &T {
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError> {
+        (**self).reconstruction(file, range)
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
 }
 
 impl Endpoint for Store {

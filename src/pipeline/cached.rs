@@ -1,0 +1,141 @@
+//! [`Cached`]: any upload target plus the local [`ShardCache`] of its endpoint.
+//!
+//! The wrapper delegates every operation to the inner target and adds three things:
+//!
+//! - [`CasTarget::local_dedup`] is answered from the cache (the inner target's own answer is
+//!   not asked);
+//! - every shard passed to [`CasTarget::register_shard`] is inserted into the cache once the
+//!   inner target accepted it (shards without xorb blocks are skipped: a lookup by chunk can
+//!   never find them);
+//! - every global-dedup answer ([`CasTarget::dedup_query`] returning a shard) is inserted, keyed
+//!   or not, with its key and expiry.
+//!
+//! The cache is an optimisation and never fails an upload: a cache error is logged
+//! (`tracing::warn!`), and after the first failed lookup the wrapper stops asking the cache for
+//! the rest of its life, so a broken cache directory costs one warning rather than one per chunk.
+//! All file I/O is the [`ShardCache`]'s; this module only routes calls.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::format::shard::{ParsedShard, Shard};
+use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use crate::pipeline::upload::{CasTarget, Endpoint, TargetError, XorbSource};
+use crate::store::{CacheError, FetchRange, ReconstructionPlan, ShardCache};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Cached<T> {
+    inner: T,
+    cache: ShardCache,
+    lookups_disabled: AtomicBool,
+}
+
+impl<T: CasTarget> Cached<T> {
+    /// Wraps `inner` with `cache`.
+    pub fn new(inner: T, cache: ShardCache) -> Self {
+        Self {
+            inner,
+            cache,
+            lookups_disabled: AtomicBool::new(false),
+        }
+    }
+
+    /// Wraps an endpoint with the cache of [`Endpoint::describe`] (see
+    /// [`ShardCache::for_endpoint`]).
+    pub fn for_endpoint(inner: T) -> Result<Self, CacheError>
+    where
+        T: Endpoint,
+    {
+        let cache = ShardCache::for_endpoint(&inner.describe())?;
+        Ok(Self::new(inner, cache))
+    }
+
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    pub fn cache(&self) -> &ShardCache {
+        &self.cache
+    }
+
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+
+    fn insert(&self, shard: &Shard, what: &str) {
+        if let Err(e) = self.cache.insert_shard(shard) {
+            tracing::warn!(error = %e, "cannot add {what} to the shard cache; continuing without");
+        }
+    }
+}
+
+impl<T: CasTarget> CasTarget for Cached<T> {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        self.inner.has_xorb(xorb)
+    }
+
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        self.inner.put_xorb(xorb, body)
+    }
+
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        self.inner.register_shard(shard)?;
+        match ParsedShard::parse(shard) {
+            Ok(parsed) if !parsed.shard.xorbs.is_empty() => {
+                self.insert(&parsed.shard, "a registered shard")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "a registered shard does not parse; not caching it")
+            }
+        }
+        Ok(())
+    }
+
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        let answer = self.inner.dedup_query(chunk)?;
+        if let Some(shard) = &answer {
+            self.insert(shard, "a global dedup answer");
+        }
+        Ok(answer)
+    }
+
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        self.inner.file_by_sha256(oid)
+    }
+
+    fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
+        if self.lookups_disabled.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        match self.cache.lookup(chunk) {
+            Ok(found) => Ok(found),
+            Err(e) => {
+                self.lookups_disabled.store(true, Ordering::Relaxed);
+                tracing::warn!(error = %e, "the shard cache cannot be read; uploading without it");
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        self.inner.read_xorb_range(xorb, range)
+    }
+}
+
+impl<T: Endpoint> Endpoint for Cached<T> {
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError> {
+        self.inner.reconstruction(file, range)
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
