@@ -551,6 +551,7 @@ const NO_GLOBAL: UploadOptions = UploadOptions {
     limits: git_xet::format::xorb::XorbLimits::CLIENT,
     global_dedup: false,
     max_shard_bytes: git_xet::format::shard::MAX_SHARD_SIZE,
+    parallel_puts: 2,
 };
 
 #[test]

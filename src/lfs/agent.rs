@@ -36,9 +36,10 @@ use super::protocol::{
 use super::settings::{self, EndpointSpec};
 use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
+use crate::pipeline::cached::Cached;
 use crate::pipeline::download::write_file;
 use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
-use crate::store::{RefreshingToken, RemoteCas, RemoteConfig, Store, TokenSource};
+use crate::store::{RefreshingToken, RemoteCas, RemoteConfig, ShardCache, Store, TokenSource};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -224,7 +225,8 @@ impl Lease {
 
 /// The standalone endpoint, resolved on first use.
 enum Standalone {
-    Dir(PathBuf),
+    /// A store directory, opened per transfer, and its shard cache, kept across transfers.
+    Dir(PathBuf, Option<Arc<ShardCache>>),
     Remote(Arc<dyn Endpoint>),
 }
 
@@ -259,7 +261,7 @@ impl Agent {
                 match self.standalone.as_ref().expect("just resolved") {
                     Err(e) => Err(e.clone()),
                     Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
-                    Ok(Standalone::Dir(dir)) => {
+                    Ok(Standalone::Dir(dir, cache)) => {
                         let store = Store::open_waiting(dir, self.options.store_patience, || {
                             tracing::info!(
                                 store = %dir.display(),
@@ -272,7 +274,10 @@ impl Agent {
                                 dir.display()
                             )
                         })?;
-                        Ok(Lease::Owned(Box::new(store)))
+                        Ok(Lease::Owned(match cache {
+                            Some(c) => Box::new(Cached::shared(store, c.clone())),
+                            None => Box::new(store),
+                        }))
                     }
                 }
             }
@@ -292,7 +297,10 @@ impl Agent {
         };
         tracing::info!(endpoint = %spec.display(), %source, "standalone endpoint");
         match spec {
-            EndpointSpec::Dir(dir) => Ok(Standalone::Dir(dir)),
+            EndpointSpec::Dir(dir) => {
+                let cache = shard_cache(&dir.display().to_string()).map(Arc::new);
+                Ok(Standalone::Dir(dir, cache))
+            }
             EndpointSpec::Http(url) => {
                 let token = settings::token(&self.options.git, &url);
                 connect_standalone(&url, token).map(Standalone::Remote)
@@ -519,6 +527,26 @@ fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, Stri
     }
 }
 
+/// The local shard cache of `endpoint`, or `None` (with a warning) if it cannot be used:
+/// transfers work without it, they only deduplicate less.
+fn shard_cache(endpoint: &str) -> Option<ShardCache> {
+    match ShardCache::for_endpoint(endpoint) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!("the local shard cache is not available ({e}); continuing without it");
+            None
+        }
+    }
+}
+
+/// `remote` behind the local shard cache of its URL, if the cache can be used.
+fn with_cache(remote: RemoteCas) -> Arc<dyn Endpoint> {
+    match shard_cache(remote.cas_url()) {
+        Some(cache) => Arc::new(Cached::new(remote, cache)),
+        None => Arc::new(remote),
+    }
+}
+
 /// A client for the `git xet serve` (or other CAS) at `url` in standalone mode.
 fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoint>, String> {
     let mut config = RemoteConfig::new(url, TokenSource::fixed(token));
@@ -527,7 +555,7 @@ fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoi
         settings::TOKEN_ENV
     );
     RemoteCas::new(config)
-        .map(|r| Arc::new(r) as Arc<dyn Endpoint>)
+        .map(with_cache)
         .map_err(|e| format!("cannot use the endpoint {url}: {e}"))
 }
 
@@ -539,7 +567,10 @@ fn connect_negotiated(
     action: &Action,
     op: Operation,
 ) -> Result<Arc<dyn Endpoint>, String> {
-    let cas_url = action.header("X-Xet-Cas-Url").unwrap_or_default().to_string();
+    let cas_url = action
+        .header("X-Xet-Cas-Url")
+        .unwrap_or_default()
+        .to_string();
     let token = action.header("X-Xet-Access-Token").map(str::to_string);
     if token.is_none() {
         return Err(
@@ -555,8 +586,8 @@ fn connect_negotiated(
     let href = action.href.clone();
     let credential_git = git.clone();
     let credential_url = href.clone();
-    let refresher = RefreshingToken::new(href.clone(), token, expires_at).with_authorization_fn(
-        move || {
+    let refresher =
+        RefreshingToken::new(href.clone(), token, expires_at).with_authorization_fn(move || {
             for var in [settings::TOKEN_ENV, "HF_TOKEN"] {
                 if let Ok(t) = std::env::var(var) {
                     if !t.trim().is_empty() {
@@ -565,8 +596,7 @@ fn connect_negotiated(
                 }
             }
             Ok(settings::token(&credential_git, &credential_url).map(|t| format!("Bearer {t}")))
-        },
-    );
+        });
     let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
     config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
     config.token_hint = format!(
@@ -575,6 +605,6 @@ fn connect_negotiated(
     );
     tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
     RemoteCas::new(config)
-        .map(|r| Arc::new(r) as Arc<dyn Endpoint>)
+        .map(with_cache)
         .map_err(|e| format!("cannot use the CAS {cas_url} the LFS server named: {e}"))
 }

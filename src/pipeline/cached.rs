@@ -27,13 +27,19 @@ use crate::store::{CacheError, FetchRange, ReconstructionPlan, ShardCache};
 #[derive(Debug)]
 pub struct Cached<T> {
     inner: T,
-    cache: ShardCache,
+    cache: Arc<ShardCache>,
     lookups_disabled: AtomicBool,
 }
 
 impl<T: CasTarget> Cached<T> {
     /// Wraps `inner` with `cache`.
     pub fn new(inner: T, cache: ShardCache) -> Self {
+        Self::shared(inner, Arc::new(cache))
+    }
+
+    /// Wraps `inner` with a cache shared with other wrappers (e.g. one per transfer over a
+    /// store opened per transfer), so its in-memory index is built once.
+    pub fn shared(inner: T, cache: Arc<ShardCache>) -> Self {
         Self {
             inner,
             cache,

@@ -336,7 +336,7 @@ fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
     }
     // The wrong expected hash is caught.
     let other = crate::format::FileHash::from_hex(&"11".repeat(32)).unwrap();
-    let e = crate::pipeline::download::write_file(&store, &other, &plan, &mut |_| Ok(()))
-        .unwrap_err();
+    let e =
+        crate::pipeline::download::write_file(&store, &other, &plan, &mut |_| Ok(())).unwrap_err();
     assert!(e.to_string().contains("damaged"), "{e}");
 }
