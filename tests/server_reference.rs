@@ -13,14 +13,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
 
-use common::server::{TestServer, WRITE_TOKEN};
+use common::hfxet::Peer;
+use common::server::TestServer;
 use git_xet::format::{FileHash, LfsOid};
 use git_xet::store::Store;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The server's log lines (captured for every test of this binary).
@@ -101,108 +99,6 @@ fn most_ranges(log: &Captured) -> usize {
         })
         .max()
         .unwrap_or(0)
-}
-
-/// The longest a single Python invocation may take.
-const PY_TIMEOUT: Duration = Duration::from_secs(180);
-
-const UPLOAD: &str = r#"
-import hf_xet, json, sys, time
-endpoint, token, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-res = hf_xet.upload_files(files, endpoint, (token, int(time.time()) + 3600), None, None, "model")
-print(json.dumps([{"hash": r.hash, "size": r.file_size} for r in res]))
-"#;
-
-const DOWNLOAD: &str = r#"
-import hf_xet, json, sys, time
-endpoint, token, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-infos = [hf_xet.PyXetDownloadInfo(d["dest"], d["hash"], d["size"]) for d in spec]
-hf_xet.download_files(infos, endpoint, (token, int(time.time()) + 3600), None, None)
-print("ok")
-"#;
-
-/// The reference client with one set of settings.
-struct Peer {
-    python: PathBuf,
-    env: Vec<(&'static str, &'static str)>,
-}
-
-impl Peer {
-    /// Runs `script` with `args` in a fresh client cache under `cache`; returns stdout.
-    fn run(&self, cache: &Path, script: &str, args: &[String]) -> String {
-        std::fs::create_dir_all(cache).unwrap();
-        let mut cmd = Command::new(&self.python);
-        cmd.arg("-c")
-            .arg(script)
-            .args(args)
-            .env("HF_HOME", cache)
-            .env("HF_XET_CACHE", cache.join("xet"))
-            .env("HF_XET_TELEMETRY_ENABLED", "false")
-            .env_remove("HF_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("python starts");
-        let started = Instant::now();
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            if started.elapsed() > PY_TIMEOUT {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "the reference client did not finish within {PY_TIMEOUT:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "reference client failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Uploads `files`; returns (Xet hash, size) of each.
-    fn upload(&self, s: &TestServer, cache: &Path, files: &[PathBuf]) -> Vec<(String, u64)> {
-        let mut args = vec![s.url().to_string(), WRITE_TOKEN.to_string()];
-        args.extend(files.iter().map(|p| p.display().to_string()));
-        let out = self.run(cache, UPLOAD, &args);
-        let json: Value = serde_json::from_str(out.trim().lines().last().unwrap()).unwrap();
-        json.as_array()
-            .unwrap()
-            .iter()
-            .map(|v| {
-                (
-                    v["hash"].as_str().unwrap().to_string(),
-                    v["size"].as_u64().unwrap(),
-                )
-            })
-            .collect()
-    }
-
-    /// Downloads each (dest, hash, size).
-    fn download(&self, s: &TestServer, cache: &Path, files: &[(PathBuf, String, u64)]) {
-        let spec: Vec<Value> = files
-            .iter()
-            .map(|(dest, hash, size)| {
-                serde_json::json!({"dest": dest.display().to_string(), "hash": hash, "size": size})
-            })
-            .collect();
-        let args = vec![
-            s.url().to_string(),
-            WRITE_TOKEN.to_string(),
-            Value::Array(spec).to_string(),
-        ];
-        assert_eq!(self.run(cache, DOWNLOAD, &args).trim(), "ok");
-    }
 }
 
 /// `n` bytes of mixed content: random, text, zeros and repeated blocks.

@@ -497,6 +497,7 @@ impl Agent {
         let (_, path) = tmp
             .keep()
             .map_err(|e| format!("cannot keep the downloaded file: {e}"))?;
+        tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
         record.transferred_bytes = n;
         record.endpoint = endpoint.describe();

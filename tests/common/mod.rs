@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod git;
+pub mod hfxet;
 pub mod server;
 
 use serde::Deserialize;

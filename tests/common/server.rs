@@ -51,6 +51,11 @@ pub fn start() -> TestServer {
 pub fn restart(old: TestServer) -> TestServer {
     let TestServer { server, dir } = old;
     server.stop().expect("server stops cleanly");
+    start_on(dir)
+}
+
+/// Starts a server on the store of a stopped one (a new port).
+pub fn start_on(dir: tempfile::TempDir) -> TestServer {
     let secrets = vec![
         Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
         Secret::new(READ_TOKEN, Scope::Read, "test").unwrap(),
