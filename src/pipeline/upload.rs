@@ -28,7 +28,6 @@
 
 mod session;
 pub mod staging;
-pub mod target;
 #[cfg(test)]
 mod tests;
 
@@ -41,7 +40,7 @@ use sha2::Digest as _;
 
 use self::session::{FileResult, FileSession};
 pub use self::staging::Staging;
-pub use self::target::{CasTarget, Endpoint, TargetError, XorbSource};
+pub use crate::store::target::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::format::chunking::Chunker;
 use crate::format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
 use crate::format::xorb::{BuiltXorb, CompressionPolicy, XorbLimits};

@@ -7,7 +7,8 @@
 //! | [`reconstruction`] | planning a file's (ranged) reconstruction from its terms and xorb footers (pure) |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
 //! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
-//! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](crate::pipeline::upload::Endpoint) |
+//! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](target::Endpoint) |
+//! | [`target`] | the traits every place objects live implements: [`CasTarget`](target::CasTarget) (uploads), [`XorbSource`](target::XorbSource) (downloads), [`Endpoint`](target::Endpoint) (both, plus reconstruction plans), implemented by [`Store`] and [`RemoteCas`] |
 //! | [`shard_cache`] | [`ShardCache`]: the client's per-endpoint cache of shards (its uploads and dedup answers) in the user's cache directory |
 
 pub mod backend;
@@ -16,6 +17,7 @@ pub mod index;
 pub mod reconstruction;
 pub mod remote;
 pub mod shard_cache;
+pub mod target;
 pub mod wire;
 
 pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, ValidationProgress};

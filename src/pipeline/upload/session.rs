@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::target::CasTarget;
+use crate::store::target::CasTarget;
 use super::UploadError;
 use crate::format::hash::{file_hash, keyed_chunk_hash, verification_hash};
 use crate::format::shard::{FileInfo, Shard, Term, XorbInfo};

@@ -126,7 +126,7 @@ pub(super) enum Failure {
         retry_after: Option<Duration>,
     },
     /// Final.
-    Fatal(crate::pipeline::upload::TargetError),
+    Fatal(crate::store::target::TargetError),
 }
 
 /// The URL without its query string or fragment.
@@ -197,7 +197,7 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 /// What a transport error means.
 pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
     if e.is_builder() {
-        return Failure::Fatal(crate::pipeline::upload::TargetError::Remote {
+        return Failure::Fatal(crate::store::target::TargetError::Remote {
             what: req.what.clone(),
             message: format!("invalid request to {}: {}", req.shown_url, root_cause(e)),
             retryable: false,
@@ -275,7 +275,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
     }
     if buf.len() as u64 > limit {
         return Err(Failure::Fatal(
-            crate::pipeline::upload::TargetError::Remote {
+            crate::store::target::TargetError::Remote {
                 what: req.what.clone(),
                 message: format!(
                     "{} sent an answer larger than the {limit} bytes expected",

@@ -1,4 +1,8 @@
-//! Where an upload goes: the [`CasTarget`] trait and its implementation for the local [`Store`].
+//! Where objects go and come from: the [`CasTarget`] (uploads), [`XorbSource`] (downloads) and
+//! [`Endpoint`] (both, plus reconstruction plans) traits, and their implementation for the local
+//! [`Store`]. They live in `store/` so that every backend here (the store, the HTTP client)
+//! implements them without depending on the pipeline, which uses them; `pipeline::upload`
+//! re-exports them.
 //!
 //! The trait is the set of CAS operations an upload needs (cas-api.md §5.4–§5.7) and nothing
 //! more. It is **blocking** and object-safe (`&dyn CasTarget`), for three reasons:
@@ -6,8 +10,7 @@
 //! - the work around it is CPU-bound (chunking, hashing, compression) and runs on plain threads
 //!   and the rayon pool; an async trait would force a runtime on every caller for no gain;
 //! - [`Store`] is synchronous by design (file and database I/O);
-//! - the agent that will use the HTTP implementation is a synchronous stdin/stdout loop; its
-//!   HTTP target can block on requests (or on a runtime it owns) behind the same trait, and the
+//! - the agent is a synchronous stdin/stdout loop and its HTTP client blocks on requests; the
 //!   server calls the pipeline from `spawn_blocking`.
 //!
 //! Implementations must be `Send + Sync`: the pipeline puts xorbs from an uploader thread while
@@ -21,7 +24,7 @@ use std::sync::Arc;
 
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use crate::store::{FetchRange, ReconstructionPlan, Store, StoreError};
+use super::{FetchRange, ReconstructionPlan, Store, StoreError};
 
 /// A failed CAS operation.
 #[derive(Debug, thiserror::Error)]
