@@ -8,9 +8,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod hash;
+mod hooks;
 mod inspect;
 mod install;
+mod ls_files;
 mod serve;
+mod status;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
 pub(crate) type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
@@ -46,6 +49,12 @@ enum Command {
     Track(install::TrackArgs),
     /// Stop tracking patterns, as `git lfs untrack` does.
     Untrack(install::UntrackArgs),
+    /// Show whether git-xet is set up: registration, mode, endpoint, reachability, cache.
+    #[command(visible_alias = "env")]
+    Status(status::StatusArgs),
+    /// List the LFS files with their Xet hashes and how much of each was deduplicated.
+    #[command(name = "ls-files")]
+    LsFiles(ls_files::LsFilesArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -59,6 +68,8 @@ pub fn main() -> ExitCode {
         Command::Uninstall(args) => install::uninstall(args),
         Command::Track(args) => install::track(args),
         Command::Untrack(args) => install::untrack(args),
+        Command::Status(args) => status::run(args),
+        Command::LsFiles(args) => ls_files::run(args),
     };
     match result {
         Ok(code) => code,
