@@ -5,6 +5,7 @@
 //! git-lfs's filters are not set up yet, and with `--endpoint` turns on standalone mode for any
 //! git host. It records the keys it wrote in `xet.managedkeys` of the same scope, so that
 //! `uninstall` removes exactly those and never a value the user set. Both are idempotent.
+//! `--local` also installs the pre-push guard of [`super::hooks`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +49,11 @@ Hub) then get chunk-deduplicated uploads through git-xet; others keep using plai
 With --endpoint, also turns on standalone mode (lfs.standalonetransferagent=xet): git-lfs skips \
 the LFS server entirely and git-xet stores objects at the endpoint, the URL of a `git xet serve` \
 or a local directory. This works with any git host.\n\n\
+With --local, also installs a pre-push hook in the repository: when the repository expects \
+git-xet (standalone mode, xet.endpoint, or xet.required=true) but git-lfs cannot run it, the push \
+stops with a message instead of falling back to whole-object uploads; otherwise the hook runs \
+`git lfs pre-push`. An existing pre-push hook (git-lfs's or your own) is kept as \
+pre-push.before-xet and still runs, after the check.\n\n\
 Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote."
 )]
 pub struct InstallArgs {
@@ -64,7 +70,8 @@ pub struct InstallArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Remove what `git xet install` wrote to the chosen scope (and nothing \
-else: values you set yourself stay). git-lfs's own configuration is left in place."
+else: values you set yourself stay). git-lfs's own configuration is left in place. With --local, \
+also removes git-xet's pre-push hook and puts back the hook it had replaced."
 )]
 pub struct UninstallArgs {
     #[command(flatten)]
@@ -140,8 +147,25 @@ pub fn install(args: &InstallArgs) -> CmdResult {
         if scope != Scope::Global {
             lfs_args.push(scope.flag());
         }
-        git.run(&lfs_args)?;
-        println!("ran `git {}`", lfs_args.join(" "));
+        // git-lfs refuses to install its hooks over git-xet's pre-push (and fails): its hooks
+        // are already there, behind ours, so leave the repository's hooks alone.
+        if git.in_repository() && super::hooks::ours_installed(&git) {
+            lfs_args.push("--skip-repo");
+        }
+        match git.run(&lfs_args) {
+            Ok(_) => println!("ran `git {}`", lfs_args.join(" ")),
+            // A hook of the user's is in the way of git-lfs's: git-lfs has set its filters and
+            // stopped. Finish without its hooks; ours (with --local) keeps the user's hook.
+            Err(e) if e.to_string().contains("Hook already exists") => {
+                lfs_args.push("--skip-repo");
+                git.run(&lfs_args)?;
+                println!(
+                    "ran `git {}`: git-lfs did not install its hooks because this repository                      has its own (`git lfs update --manual` explains how to merge them)",
+                    lfs_args.join(" ")
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 
     let mut managed: Vec<String> = git
@@ -194,6 +218,11 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     managed.sort();
     managed.dedup();
     git.config_set(scope, MANAGED_KEYS, &managed.join(" "))?;
+    if scope == Scope::Local {
+        for line in super::hooks::install(&git)? {
+            println!("{line}");
+        }
+    }
     println!(
         "git-xet is installed ({} configuration){}",
         scope.name(),
@@ -230,6 +259,12 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
         }
     }
     git.config_unset(scope, MANAGED_KEYS)?;
+    if scope == Scope::Local {
+        for line in super::hooks::uninstall(&git)? {
+            println!("{line}");
+            removed += 1;
+        }
+    }
     if removed == 0 {
         println!(
             "git-xet was not installed in the {} configuration",

@@ -10,9 +10,12 @@ use clap::{Parser, Subcommand};
 mod cache;
 mod demo;
 mod hash;
+mod hooks;
 mod inspect;
 mod install;
+mod ls_files;
 mod serve;
+mod status;
 mod transfer;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
@@ -55,6 +58,12 @@ enum Command {
     Transfer(transfer::TransferArgs),
     /// Show, prune or clear the local shard cache that speeds up deduplication.
     Cache(cache::CacheArgs),
+    /// Show whether git-xet is set up: registration, mode, endpoint, reachability, cache.
+    #[command(visible_alias = "env")]
+    Status(status::StatusArgs),
+    /// List the LFS files with their Xet hashes and how much of each was deduplicated.
+    #[command(name = "ls-files")]
+    LsFiles(ls_files::LsFilesArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -71,6 +80,8 @@ pub fn main() -> ExitCode {
         Command::Transfer(args) => transfer::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Cache(args) => cache::run(args),
+        Command::Status(args) => status::run(args),
+        Command::LsFiles(args) => ls_files::run(args),
     };
     match result {
         Ok(code) => code,

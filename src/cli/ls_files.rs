@@ -1,0 +1,327 @@
+//! `git xet ls-files`: the repository's LFS files with their Xet hashes and how much of each was
+//! deduplicated.
+//!
+//! The file list (path, LFS oid, size) comes from `git lfs ls-files --json` (git-lfs ≥ 3.3; older
+//! versions are read through `--debug`). Each oid is joined with the transfer journal
+//! ([`crate::lfs::journal`]), which the agent writes as it uploads and downloads. An object the
+//! journal does not know but that is in the local LFS store (`.git/lfs/objects/xx/yy/<oid>`) is
+//! hashed on the spot and marked `(computed)`; its dedup is unknown.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::{Deserialize, Serialize};
+
+use super::status::human_size;
+use super::CmdResult;
+use crate::git::Git;
+use crate::lfs::journal::{self, Direction, Record};
+use crate::lfs::settings;
+use crate::pipeline::hasher::hash_file;
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = "Columns: the Xet file hash (first 12 digits; all 64 with --long), \
+the size, the share of the file that was already stored when it was uploaded (dedup, from the \
+transfer journal .git/xet/transfers.jsonl), and the path.\n\n\
+A file with no journal record but whose object is in the local LFS store is hashed now and \
+marked \"(computed)\"; its dedup is unknown (\"-\"). A file that is neither is marked \
+\"(not downloaded)\".\n\n\
+With --json, one object {\"files\": [...]} with, per file: path, oid, size, xet_hash, \
+hash_source (journal, computed or null), direction (upload, download or null), dedup_bytes, \
+dedup_percent, transferred_bytes and endpoint (null when unknown).\n\n\
+Examples:\n  git xet ls-files\n  git xet ls-files --long\n  git xet ls-files --json | jq '.files[] | select(.dedup_percent > 50)'"
+)]
+pub struct LsFilesArgs {
+    /// Show whole Xet hashes and sizes in bytes.
+    #[arg(short, long)]
+    pub long: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+type Error = Box<dyn std::error::Error>;
+
+/// One LFS file, as git-lfs lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+struct LfsFile {
+    name: String,
+    oid: String,
+    size: u64,
+}
+
+/// One output row; field order is the JSON key order.
+#[derive(Debug, Serialize)]
+struct Row {
+    path: String,
+    oid: String,
+    size: u64,
+    xet_hash: Option<String>,
+    /// `journal`, `computed`, or `None` when the hash is unknown.
+    hash_source: Option<&'static str>,
+    direction: Option<Direction>,
+    dedup_bytes: Option<u64>,
+    dedup_percent: Option<f64>,
+    transferred_bytes: Option<u64>,
+    endpoint: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Listing {
+    files: Vec<Row>,
+}
+
+pub fn run(args: &LsFilesArgs) -> CmdResult {
+    let git = Git::new();
+    if !git.in_repository() {
+        return Err("`git xet ls-files` needs to run inside a git repository".into());
+    }
+    if !git.has_git_lfs() {
+        return Err(
+            "git-lfs is not installed: install it (https://git-lfs.com), then run \
+                    this again"
+                .into(),
+        );
+    }
+    let files = lfs_files(&git)?;
+    let common = git.common_dir()?;
+    let records = journal::read(&common).map_err(|e| {
+        format!(
+            "cannot read the transfer journal {}: {e}",
+            journal::path(&common).display()
+        )
+    })?;
+    let objects = settings::lfs_temp_dir(&git)?
+        .parent()
+        .map(|storage| storage.join("objects"))
+        .unwrap_or_else(|| common.join("lfs").join("objects"));
+
+    let mut rows = Vec::with_capacity(files.len());
+    for file in files {
+        let row = match records.get(&file.oid) {
+            Some(record) => from_record(file, record),
+            None => {
+                let local = object_path(&objects, &file.oid);
+                let hash = match local {
+                    Some(p) if p.is_file() => match hash_file(&p) {
+                        Ok(h) => Some(h.file_hash.to_hex()),
+                        Err(e) => {
+                            eprintln!("git-xet: {}: {e}", file.name);
+                            None
+                        }
+                    },
+                    _ => None,
+                };
+                Row {
+                    path: file.name,
+                    oid: file.oid,
+                    size: file.size,
+                    hash_source: hash.as_ref().map(|_| "computed"),
+                    xet_hash: hash,
+                    direction: None,
+                    dedup_bytes: None,
+                    dedup_percent: None,
+                    transferred_bytes: None,
+                    endpoint: None,
+                }
+            }
+        };
+        rows.push(row);
+    }
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &Listing { files: rows })?;
+        writeln!(out)?;
+    } else {
+        render(&rows, args.long, &mut out)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn from_record(file: LfsFile, record: &Record) -> Row {
+    // Dedup means something only for uploads: how much of the file the server already had.
+    let dedup = (record.direction == Direction::Upload).then_some(record.dedup_bytes);
+    let size = if record.size > 0 {
+        record.size
+    } else {
+        file.size
+    };
+    Row {
+        path: file.name,
+        oid: file.oid,
+        size: file.size,
+        xet_hash: Some(record.xet_hash.clone()),
+        hash_source: Some("journal"),
+        direction: Some(record.direction),
+        dedup_bytes: dedup,
+        dedup_percent: dedup.filter(|_| size > 0).map(|d| {
+            let pct = d.min(size) as f64 * 100.0 / size as f64;
+            (pct * 10.0).round() / 10.0
+        }),
+        transferred_bytes: Some(record.transferred_bytes),
+        endpoint: Some(record.endpoint.clone()).filter(|e| !e.is_empty()),
+    }
+}
+
+/// `<objects>/ab/cd/abcd…` for a well-formed oid.
+fn object_path(objects: &Path, oid: &str) -> Option<PathBuf> {
+    if oid.len() != 64 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(objects.join(&oid[0..2]).join(&oid[2..4]).join(oid))
+}
+
+/// The LFS files of the checked-out tree.
+fn lfs_files(git: &Git) -> Result<Vec<LfsFile>, Error> {
+    let out = git.output(["lfs", "ls-files", "--json"])?;
+    if out.status.success() {
+        return parse_json(&out.stdout);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("unknown flag") {
+        // git-lfs before 3.3 has no --json; --debug has the exact size and the whole oid.
+        let out = git.run(&["lfs", "ls-files", "--debug"])?;
+        return Ok(parse_debug(&out));
+    }
+    Err(format!("`git lfs ls-files --json` failed: {}", stderr.trim()).into())
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Vec<LfsFile>, Error> {
+    #[derive(Deserialize)]
+    struct Out {
+        files: Option<Vec<LfsFile>>,
+    }
+    let out: Out = serde_json::from_slice(bytes)
+        .map_err(|e| format!("cannot read `git lfs ls-files --json` output: {e}"))?;
+    Ok(out.files.unwrap_or_default())
+}
+
+/// Blocks of `key: value` lines separated by blank lines (`filepath`, `size`, `oid: sha256 …`).
+fn parse_debug(text: &str) -> Vec<LfsFile> {
+    let mut files = Vec::new();
+    let (mut name, mut size, mut oid) = (None, None, None);
+    for line in text.lines().chain(std::iter::once("")) {
+        let line = line.trim();
+        if line.is_empty() {
+            if let (Some(n), Some(s), Some(o)) = (name.take(), size.take(), oid.take()) {
+                files.push(LfsFile {
+                    name: n,
+                    oid: o,
+                    size: s,
+                });
+            }
+            continue;
+        }
+        if let Some((key, value)) = line.split_once(':') {
+            let value = value.trim();
+            match key.trim() {
+                "filepath" => name = Some(value.to_string()),
+                "size" => size = value.parse().ok(),
+                "oid" => {
+                    oid = value
+                        .split_whitespace()
+                        .last()
+                        .map(|s| s.to_ascii_lowercase())
+                }
+                _ => {}
+            }
+        }
+    }
+    files
+}
+
+fn render(rows: &[Row], long: bool, out: &mut impl Write) -> std::io::Result<()> {
+    if rows.is_empty() {
+        writeln!(out, "no Git LFS files in the checked-out tree")?;
+        return Ok(());
+    }
+    let hash_width = if long { 64 } else { 12 };
+    let sizes: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            if long {
+                r.size.to_string()
+            } else {
+                human_size(r.size)
+            }
+        })
+        .collect();
+    let size_width = sizes.iter().map(String::len).max().unwrap_or(4).max(4);
+    writeln!(
+        out,
+        "{:<hash_width$}  {:>size_width$}  {:>6}  PATH",
+        "XET HASH", "SIZE", "DEDUP"
+    )?;
+    for (row, size) in rows.iter().zip(&sizes) {
+        let hash = match &row.xet_hash {
+            Some(h) => h.get(..hash_width).unwrap_or(h).to_string(),
+            None => "-".to_string(),
+        };
+        let dedup = row
+            .dedup_percent
+            .map_or_else(|| "-".to_string(), |p| format!("{p:.1}%"));
+        let note = match row.hash_source {
+            Some("computed") => "  (computed)",
+            None => "  (not downloaded)",
+            _ => "",
+        };
+        writeln!(
+            out,
+            "{hash:<hash_width$}  {size:>size_width$}  {dedup:>6}  {}{note}",
+            row.path
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_git_lfs_outputs_parse() {
+        let json = br#"{"files":[{"name":"a b.bin","size":16,"checkout":true,"downloaded":true,
+            "oid_type":"sha256","oid":"1136e8cf83c904fc13a46e912fd92f662f54ade417080d502088065da68c5750",
+            "version":"https://git-lfs.github.com/spec/v1"}]}"#;
+        let files = parse_json(json).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].name, "a b.bin");
+        assert!(parse_json(br#"{"files":null}"#).unwrap().is_empty());
+
+        let debug = "filepath: a b.bin\n    size: 16\ncheckout: true\ndownload: true\n     oid: \
+sha256 1136e8cf83c904fc13a46e912fd92f662f54ade417080d502088065da68c5750\n version: \
+https://git-lfs.github.com/spec/v1\n\nfilepath: c\n    size: 3\n     oid: sha256 \
+887fcea6a80333c6c02ae7e79735f0edad8d811f0b61431495f796f4bf6a7c19\n";
+        let from_debug = parse_debug(debug);
+        assert_eq!(from_debug.len(), 2);
+        assert_eq!(from_debug[0], files[0]);
+        assert_eq!(from_debug[1].size, 3);
+    }
+
+    #[test]
+    fn dedup_percent_comes_from_upload_records_only() {
+        let file = LfsFile {
+            name: "x".into(),
+            oid: "ab".repeat(32),
+            size: 200,
+        };
+        let oid = crate::format::LfsOid::from_hex(&file.oid).unwrap();
+        let hash = crate::format::FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let mut up = Record::new(Direction::Upload, &oid, &hash, 200);
+        up.dedup_bytes = 150;
+        let row = from_record(file.clone(), &up);
+        assert_eq!(row.dedup_percent, Some(75.0));
+        let down = Record::new(Direction::Download, &oid, &hash, 200);
+        assert_eq!(from_record(file, &down).dedup_percent, None);
+        assert!(object_path(Path::new("/o"), "zz").is_none());
+        assert_eq!(
+            object_path(Path::new("/o"), &"ab".repeat(32)).unwrap(),
+            Path::new("/o/ab/ab").join("ab".repeat(32))
+        );
+    }
+}
