@@ -155,7 +155,7 @@ push_rss=$(grep -o 'peak_rss_kib=[0-9]*' "$work/agent.log" | cut -d= -f2 | sort 
 cd "$work"
 GIT_LFS_SKIP_SMUDGE=1 git clone -q remote.git clone
 cd clone
-t0=$(now); git lfs fetch -q 2>/dev/null || git lfs fetch >/dev/null; t1=$(now)
+t0=$(now); git lfs fetch >/dev/null; t1=$(now)
 fetch_s=$(echo "$t1 - $t0" | bc)
 t0=$(now); git lfs checkout >/dev/null 2>&1; t1=$(now)
 checkout_s=$(echo "$t1 - $t0" | bc)

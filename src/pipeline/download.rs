@@ -90,11 +90,70 @@ pub fn write_plan(
 /// Fetch ranges read ahead of the one being decoded. Each holds at most one xorb (64 MiB).
 pub const READ_AHEAD: usize = 3;
 
+/// Bytes of fetched ranges kept for later steps that need the same range again.
+pub const REUSE_BUDGET: u64 = 128 << 20;
+
 /// One fetch: a byte range of one xorb, serving terms `terms` of the plan.
 struct Step<'p> {
     terms: std::ops::Range<usize>,
     xorb: XorbHash,
     range: &'p FetchRange,
+    /// Where the bytes come from: fetched for this step, or kept from an earlier one.
+    source: Source,
+    /// Keep the bytes after this step, for a later step that reuses them.
+    keep: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The n-th fetch (fetches are numbered in step order).
+    Fetch(usize),
+    /// The bytes kept from this earlier step.
+    Reuse(usize),
+}
+
+/// Plans which steps fetch and which reuse bytes an earlier step fetched. Repeated content
+/// (runs of zeros, repeated blocks) makes many terms name the same chunk range; fetching it
+/// once instead of per term saves a request each. Ranges are kept only while the bytes kept at
+/// once stay under [`REUSE_BUDGET`]; beyond that a range is fetched again.
+fn plan_reuse(steps: &mut [Step]) -> usize {
+    use std::collections::HashMap;
+    type Key = (XorbHash, u64, u64);
+    let key = |s: &Step| (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
+    // Last step using each range.
+    let mut last_use: HashMap<Key, usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        last_use.insert(key(s), i);
+    }
+    // Ranges currently kept: key -> (step holding the bytes, its last use, size).
+    let mut kept: HashMap<Key, (usize, usize)> = HashMap::new();
+    let mut kept_bytes = 0u64;
+    let mut fetches = 0usize;
+    for i in 0..steps.len() {
+        let k = key(&steps[i]);
+        let len = k.2.saturating_sub(k.1).saturating_add(1);
+        // Drop what no later step needs.
+        kept.retain(|kk, (_, last)| {
+            let live = *last >= i;
+            if !live {
+                kept_bytes -= kk.2.saturating_sub(kk.1).saturating_add(1);
+            }
+            live
+        });
+        if let Some(&(holder, _)) = kept.get(&k) {
+            steps[i].source = Source::Reuse(holder);
+            continue;
+        }
+        steps[i].source = Source::Fetch(fetches);
+        fetches += 1;
+        let last = last_use[&k];
+        if last > i && kept_bytes + len <= REUSE_BUDGET {
+            steps[i].keep = true;
+            kept.insert(k, (i, last));
+            kept_bytes += len;
+        }
+    }
+    fetches
 }
 
 fn covers(chunks: &std::ops::Range<u32>, r: &std::ops::Range<u32>) -> bool {
@@ -132,6 +191,8 @@ fn steps(plan: &ReconstructionPlan) -> Result<Vec<Step<'_>>, DownloadError> {
             terms: start..i,
             xorb,
             range,
+            source: Source::Fetch(0),
+            keep: false,
         });
     }
     Ok(out)
@@ -148,7 +209,13 @@ fn write_terms(
     sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
     chunks: Option<&mut Vec<ChunkRef>>,
 ) -> Result<u64, DownloadError> {
-    let steps = steps(plan)?;
+    let mut steps = steps(plan)?;
+    let n_fetches = plan_reuse(&mut steps);
+    let fetched: Vec<&Step> = steps
+        .iter()
+        .filter(|s| matches!(s.source, Source::Fetch(_)))
+        .collect();
+    debug_assert_eq!(fetched.len(), n_fetches);
     let fetch = |step: &Step| {
         let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
         source
@@ -158,19 +225,14 @@ fn write_terms(
                 source,
             })
     };
-    if steps.len() <= 1 {
-        let mut fetched = steps.iter().map(&fetch);
-        return decode_steps(
-            plan,
-            &steps,
-            &mut || {
-                fetched
-                    .next()
-                    .unwrap_or_else(|| Err(DownloadError::Plan("ran out of fetches".into())))
-            },
-            sink,
-            chunks,
-        );
+    if fetched.len() <= 1 {
+        let mut results = fetched.iter().map(|s| fetch(s));
+        let mut next = || {
+            results
+                .next()
+                .unwrap_or_else(|| Err(DownloadError::Plan("ran out of fetches".into())))
+        };
+        return decode_steps(plan, &steps, &mut next, sink, chunks);
     }
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
@@ -178,12 +240,12 @@ fn write_terms(
     let taken = (Mutex::new(0usize), Condvar::new());
     std::thread::scope(|scope| {
         let (tx, rx) = mpsc::channel::<(usize, Result<Vec<u8>, DownloadError>)>();
-        for _ in 0..READ_AHEAD.min(steps.len()) {
+        for _ in 0..READ_AHEAD.min(fetched.len()) {
             let tx = tx.clone();
-            let (steps, next, abort, taken, fetch) = (&steps, &next, &abort, &taken, &fetch);
+            let (fetched, next, abort, taken, fetch) = (&fetched, &next, &abort, &taken, &fetch);
             scope.spawn(move || loop {
                 let j = next.fetch_add(1, Ordering::Relaxed);
-                if j >= steps.len() {
+                if j >= fetched.len() {
                     return;
                 }
                 {
@@ -196,7 +258,7 @@ fn write_terms(
                 if abort.load(Ordering::Relaxed) {
                     return;
                 }
-                if tx.send((j, fetch(&steps[j]))).is_err() {
+                if tx.send((j, fetch(fetched[j]))).is_err() {
                     return;
                 }
             });
@@ -240,10 +302,33 @@ fn decode_steps(
 ) -> Result<u64, DownloadError> {
     let mut skip = plan.offset_into_first_range;
     let mut written = 0u64;
-    for step in steps {
+    // Bytes kept for later steps (see `plan_reuse`), by the step that fetched them.
+    let mut kept: std::collections::HashMap<usize, std::sync::Arc<Vec<u8>>> =
+        std::collections::HashMap::new();
+    // The last step reusing each kept range, after which its bytes are dropped.
+    let mut last_reuse: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        if let Source::Reuse(holder) = s.source {
+            last_reuse.insert(holder, i);
+        }
+    }
+    for (index, step) in steps.iter().enumerate() {
         let (xorb, range) = (step.xorb, step.range);
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        let bytes = next()?;
+        let bytes = match step.source {
+            Source::Fetch(_) => std::sync::Arc::new(next()?),
+            Source::Reuse(holder) => kept.get(&holder).cloned().ok_or_else(|| {
+                DownloadError::Plan(format!("bytes of step {holder} were not kept"))
+            })?,
+        };
+        if step.keep {
+            kept.insert(index, bytes.clone());
+        }
+        if let Source::Reuse(holder) = step.source {
+            if last_reuse.get(&holder) == Some(&index) {
+                kept.remove(&holder);
+            }
+        }
         let damaged = |source| DownloadError::Damaged {
             xorb,
             start,

@@ -55,9 +55,9 @@ use self::http::{
 };
 use self::token::{now_unix, REFRESH_BUFFER_SECS};
 pub use self::token::{RefreshingToken, TokenSource};
+use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::store::wire::{
     CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
 };

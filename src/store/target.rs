@@ -22,9 +22,9 @@
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
+use super::{FetchRange, ReconstructionPlan, Store, StoreError};
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use super::{FetchRange, ReconstructionPlan, Store, StoreError};
 
 /// A failed CAS operation.
 #[derive(Debug, thiserror::Error)]

@@ -20,12 +20,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::store::target::CasTarget;
 use super::UploadError;
 use crate::format::hash::{file_hash, keyed_chunk_hash, verification_hash};
 use crate::format::shard::{FileInfo, Shard, Term, XorbInfo};
 use crate::format::xorb::{BuiltXorb, CompressionPolicy, Push, XorbBuilder, XorbLimits};
 use crate::format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, XorbHash};
+use crate::store::target::CasTarget;
 
 /// A xorb a term can point at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

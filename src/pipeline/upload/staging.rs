@@ -14,9 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::store::target::{CasTarget, TargetError};
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use crate::store::target::{CasTarget, TargetError};
 
 /// See the module documentation.
 pub struct Staging<'a> {

@@ -340,3 +340,55 @@ fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
         crate::pipeline::download::write_file(&store, &other, &plan, &mut |_| Ok(())).unwrap_err();
     assert!(e.to_string().contains("damaged"), "{e}");
 }
+
+/// Counts the fetches a download makes.
+struct CountingSource<'a>(&'a Store, std::sync::atomic::AtomicUsize);
+
+impl XorbSource for CountingSource<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &crate::format::XorbHash,
+        range: &crate::store::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        XorbSource::read_xorb_range(self.0, xorb, range)
+    }
+}
+
+#[test]
+fn repeated_ranges_are_fetched_once() {
+    let (_d, store) = store();
+    // A 300 KB block repeated 30 times, with a random block between repetitions: the plan names
+    // the block's chunks again and again.
+    let block = random_bytes(21, 300_000);
+    let mut data = Vec::new();
+    for i in 0..30 {
+        data.extend_from_slice(&block);
+        data.extend_from_slice(&random_bytes(100 + i, 70_000));
+    }
+    // Small xorbs, so that the terms alternate between xorbs and each is its own fetch step.
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 8,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    let source = CountingSource(&store, Default::default());
+    let mut out = Vec::new();
+    crate::pipeline::download::write_file(&source, &s.file_hash, &plan, &mut |p| {
+        out.extend_from_slice(&p);
+        Ok(())
+    })
+    .unwrap();
+    assert!(out == data);
+    let fetches = source.1.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(plan.terms.len() >= 40, "{} terms", plan.terms.len());
+    assert!(
+        fetches * 2 < plan.terms.len(),
+        "{fetches} fetches for {} terms",
+        plan.terms.len()
+    );
+}

@@ -274,16 +274,14 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
         });
     }
     if buf.len() as u64 > limit {
-        return Err(Failure::Fatal(
-            crate::store::target::TargetError::Remote {
-                what: req.what.clone(),
-                message: format!(
-                    "{} sent an answer larger than the {limit} bytes expected",
-                    req.server
-                ),
-                retryable: false,
-            },
-        ));
+        return Err(Failure::Fatal(crate::store::target::TargetError::Remote {
+            what: req.what.clone(),
+            message: format!(
+                "{} sent an answer larger than the {limit} bytes expected",
+                req.server
+            ),
+            retryable: false,
+        }));
     }
     Ok(buf)
 }
