@@ -129,8 +129,8 @@ fn plan_reuse(steps: &mut [Step]) -> usize {
     let mut kept: HashMap<Key, (usize, usize)> = HashMap::new();
     let mut kept_bytes = 0u64;
     let mut fetches = 0usize;
-    for i in 0..steps.len() {
-        let k = key(&steps[i]);
+    for (i, step) in steps.iter_mut().enumerate() {
+        let k = key(step);
         let len = k.2.saturating_sub(k.1).saturating_add(1);
         // Drop what no later step needs.
         kept.retain(|kk, (_, last)| {
@@ -141,14 +141,14 @@ fn plan_reuse(steps: &mut [Step]) -> usize {
             live
         });
         if let Some(&(holder, _)) = kept.get(&k) {
-            steps[i].source = Source::Reuse(holder);
+            step.source = Source::Reuse(holder);
             continue;
         }
-        steps[i].source = Source::Fetch(fetches);
+        step.source = Source::Fetch(fetches);
         fetches += 1;
         let last = last_use[&k];
         if last > i && kept_bytes + len <= REUSE_BUDGET {
-            steps[i].keep = true;
+            step.keep = true;
             kept.insert(k, (i, last));
             kept_bytes += len;
         }
