@@ -359,11 +359,16 @@ impl Agent {
         if t.size > 0 {
             writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
         }
-        let options = UploadOptions {
+        let mut options = UploadOptions {
             expected_sha256: Some(t.oid),
             expected_size: Some(t.size),
             ..self.options.upload
         };
+        if matches!(lease, Lease::Owned(_)) {
+            // An in-process store has no network latency to hide, and storing a xorb holds a
+            // second copy of it: one put at a time keeps memory down.
+            options.parallel_puts = 1;
+        }
         let size = t.size;
         let mut stdout_gone = None;
         let mut report = |p: UploadProgress| {

@@ -85,6 +85,10 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         self.inner.put_xorb(xorb, body)
     }
 
+    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
+        self.inner.put_xorb_owned(xorb, body)
+    }
+
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
         self.inner.register_shard(shard)?;
         match ParsedShard::parse(shard) {

@@ -6,7 +6,8 @@
 //! ([`ParsedXorb`], which recomputes every chunk hash), and passes the file's bytes to the sink
 //! one chunk at a time. Up to [`READ_AHEAD`] ranges are fetched concurrently ahead of the one
 //! being decoded, so memory is bounded by `READ_AHEAD + 1` fetch ranges (each at most one xorb,
-//! 64 MiB) plus one chunk, whatever the file size. [`write_file`] also checks that the chunks
+//! 64 MiB), plus the ranges kept for reuse by later terms (at most [`REUSE_BUDGET`]), plus one
+//! chunk, whatever the file size. [`write_file`] also checks that the chunks
 //! hash to the expected Xet file hash, which catches damaged stored data end to end.
 //!
 //! The bytes start `offset_into_first_range` into the first term; for a ranged plan the caller
@@ -88,7 +89,7 @@ pub fn write_plan(
 }
 
 /// Fetch ranges read ahead of the one being decoded. Each holds at most one xorb (64 MiB).
-pub const READ_AHEAD: usize = 3;
+pub const READ_AHEAD: usize = 2;
 
 /// Bytes of fetched ranges kept for later steps that need the same range again.
 pub const REUSE_BUDGET: u64 = 128 << 20;

@@ -321,14 +321,15 @@ fn put_xorbs_until_done(
             stats.existing_xorbs += 1;
             continue;
         }
-        let body = xorb.upload_body();
+        let body = xorb.into_upload_body();
+        let len = body.len() as u64;
         let inserted = target
-            .put_xorb(hash, body)
+            .put_xorb_owned(hash, body)
             .map_err(UploadError::target(format!("uploading xorb {hash}")))?;
         if inserted {
             stats.new_xorbs += 1;
-            stats.bytes += body.len() as u64;
-            uploaded.fetch_add(body.len() as u64, Ordering::Relaxed);
+            stats.bytes += len;
+            uploaded.fetch_add(len, Ordering::Relaxed);
         } else {
             stats.existing_xorbs += 1;
         }

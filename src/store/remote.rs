@@ -569,13 +569,18 @@ impl CasTarget for RemoteCas {
     }
 
     fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        self.put_xorb_owned(xorb, body.to_vec())
+    }
+
+    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
         let mut req = self.cas_request(
             Method::POST,
             &format!("/v1/xorbs/default/{xorb}"),
             format!("uploading xorb {xorb}"),
         );
         req.timeout = self.upload_timeout(body.len());
-        req.body = Some(Bytes::copy_from_slice(body));
+        // `Bytes` from the vector takes it over without copying; retries clone the handle.
+        req.body = Some(Bytes::from(body));
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK | StatusCode::CREATED => {
                 let answer: XorbUploaded = parse_json(req, resp, "{\"was_inserted\": bool}")?;

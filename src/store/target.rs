@@ -78,6 +78,12 @@ pub trait CasTarget: Send + Sync {
     /// whether it was newly stored (`false`: it was already there). Idempotent.
     fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError>;
 
+    /// [`CasTarget::put_xorb`] with the body handed over, so that a target which must own it
+    /// (an HTTP request body) need not copy up to 64 MiB. The upload pipeline calls this one.
+    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
+        self.put_xorb(xorb, &body)
+    }
+
     /// Registers a shard in upload form (xet-format.md §4.8). Every xorb it names must have been
     /// put before (cas-api.md §7). Idempotent.
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError>;
@@ -113,6 +119,10 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
 
     fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
         (**self).put_xorb(xorb, body)
+    }
+
+    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
+        (**self).put_xorb_owned(xorb, body)
     }
 
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
