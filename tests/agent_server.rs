@@ -103,6 +103,24 @@ fn negotiated_push_clone_edit_and_pull() {
     assert!(sent * 16 < edited.len() as u64, "sent {sent} bytes");
     env.git(&clone, &["pull", "-q", "--ff-only"]);
     assert!(std::fs::read(clone.join("big.bin")).unwrap() == edited);
+
+    // fetch --all into a clone that skipped smudging: every version, through the agent.
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &["clone", "-q", "remote.git", "lazy"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let lazy = env.path().join("lazy");
+    env.git(&lazy, &["lfs", "fetch", "--all"]);
+    assert_eq!(
+        common::git::count_files(&lazy.join(".git/lfs/objects")),
+        3,
+        "both versions of big.bin and small.bin"
+    );
+    let fsck = env.git(&lazy, &["lfs", "fsck"]);
+    assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
 }
 
 fn sha256_hex(data: &[u8]) -> String {
