@@ -123,13 +123,30 @@ fn normalise_endpoint(endpoint: &str) -> Result<String, Box<dyn std::error::Erro
     if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
         return Ok(endpoint.trim_end_matches('/').to_string());
     }
-    let path = PathBuf::from(endpoint);
+    let path = PathBuf::from(endpoint.strip_prefix("file://").unwrap_or(endpoint));
     let abs = if path.is_absolute() {
         path
     } else {
         std::env::current_dir()?.join(path)
     };
-    Ok(abs.to_string_lossy().into_owned())
+    Ok(lexically_clean(&abs).to_string_lossy().into_owned())
+}
+
+/// `abs` without `.` and `..` components, resolved by name (the directory may not exist yet,
+/// so the filesystem is not asked): `/a/b/../c/.` becomes `/a/c`.
+fn lexically_clean(abs: &std::path::Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 pub fn install(args: &InstallArgs) -> CmdResult {
@@ -303,4 +320,27 @@ pub fn track(args: &TrackArgs) -> CmdResult {
 
 pub fn untrack(args: &UntrackArgs) -> CmdResult {
     lfs_passthrough("untrack", &args.patterns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_made_absolute_and_clean() {
+        assert_eq!(
+            lexically_clean(std::path::Path::new("/a/b/../c/./d")),
+            PathBuf::from("/a/c/d")
+        );
+        assert_eq!(
+            normalise_endpoint("https://x.example/").unwrap(),
+            "https://x.example"
+        );
+        assert_eq!(
+            normalise_endpoint("file:///srv/../srv/xet").unwrap(),
+            "/srv/xet"
+        );
+        let rel = normalise_endpoint("../store").unwrap();
+        assert!(!rel.contains("..") && rel.ends_with("/store"), "{rel}");
+    }
 }
