@@ -51,14 +51,6 @@ fn session(dir: &Path, store: &Path, lines: &[String]) -> Session {
     }
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 fn init(op: &str) -> String {
     format!(
         r#"{{"event":"init","operation":"{op}","remote":"origin","concurrent":true,"concurrenttransfers":8}}"#
@@ -91,7 +83,7 @@ fn standalone_upload_then_download_with_git_lfs_shaped_messages() {
     git_init(&repo);
     let store = dir.path().join("store");
     let data = common::splitmix64(7, 3 << 20);
-    let oid = sha256_hex(&data);
+    let oid = common::sha256_hex(&data);
     let object = dir.path().join("object");
     std::fs::write(&object, &data).unwrap();
 
@@ -177,12 +169,12 @@ fn per_object_failures_are_answered_and_the_process_goes_on() {
     git_init(&repo);
     let store = dir.path().join("store");
     let data = b"some content\n".repeat(100);
-    let oid = sha256_hex(&data);
+    let oid = common::sha256_hex(&data);
     let object = dir.path().join("object");
     std::fs::write(&object, &data).unwrap();
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, b"other content").unwrap();
-    let other_oid = sha256_hex(b"never uploaded");
+    let other_oid = common::sha256_hex(b"never uploaded");
     let lines = vec![
         init("upload"),
         // The wrong direction for this process.
@@ -278,7 +270,7 @@ fn per_object_failures_are_answered_and_the_process_goes_on() {
 fn protocol_violations_without_an_object_end_the_process_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let oid = sha256_hex(b"x");
+    let oid = common::sha256_hex(b"x");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["not json".into()], "not a JSON object"),
         (

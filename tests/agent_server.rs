@@ -95,7 +95,7 @@ fn negotiated_push_clone_edit_and_pull() {
     let grown = dir_bytes(&server.store_dir().join("xorbs")) - first;
     let record = journal(&work)
         .into_iter()
-        .rfind(|r| r["oid"] == sha256_hex(&edited).as_str())
+        .rfind(|r| r["oid"] == common::sha256_hex(&edited).as_str())
         .expect("the edited file is in the journal");
     let sent = record["transferred_bytes"].as_u64().unwrap();
     eprintln!("edited push: sent {sent} bytes, store grew {grown} bytes");
@@ -121,14 +121,6 @@ fn negotiated_push_clone_edit_and_pull() {
     );
     let fsck = env.git(&lazy, &["lfs", "fsck"]);
     assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[test]
@@ -253,7 +245,7 @@ fn files_cross_between_git_and_the_reference_client() {
     assert_eq!(uploaded[0].1, from_hf.len() as u64);
     let pointer = format!(
         "version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize {}\n",
-        sha256_hex(&from_hf),
+        common::sha256_hex(&from_hf),
         from_hf.len()
     );
     std::fs::write(work.join("from-hf.bin"), &pointer).unwrap();
@@ -276,7 +268,7 @@ fn files_cross_between_git_and_the_reference_client() {
 
     let record = journal(&work)
         .into_iter()
-        .find(|r| r["oid"] == sha256_hex(&from_git).as_str())
+        .find(|r| r["oid"] == common::sha256_hex(&from_git).as_str())
         .expect("the pushed file is in the journal");
     let hash = record["xet_hash"].as_str().unwrap().to_string();
     let dest = env.path().join("downloaded-by-hf.bin");

@@ -102,7 +102,7 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
         "the store grew by {grown} bytes for a 64-byte edit"
     );
     let journal = std::fs::read_to_string(work.join(".git/xet/transfers.jsonl")).unwrap();
-    let edited_oid = sha256_hex(&edited);
+    let edited_oid = common::sha256_hex(&edited);
     let record = journal
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
@@ -256,14 +256,6 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[test]

@@ -370,7 +370,7 @@ fn ls_files_joins_the_journal_and_computes_missing_hashes() {
     s.git(&repo, &["commit", "-q", "-m", "lfs files"]);
 
     // a.bin: uploaded, a quarter of it deduplicated.
-    let a_oid = sha256_hex(&a);
+    let a_oid = common::sha256_hex(&a);
     let a_hash = git_xet::pipeline::hasher::hash_bytes(&a, Default::default()).file_hash;
     let mut record = Record::new(
         Direction::Upload,
@@ -385,7 +385,7 @@ fn ls_files_joins_the_journal_and_computes_missing_hashes() {
 
     // c.bin: not in the local LFS store (nor in the work tree, from which git-lfs's clean
     // filter would store it again).
-    let c_oid = sha256_hex(b"gone");
+    let c_oid = common::sha256_hex(b"gone");
     std::fs::remove_file(repo.join("c.bin")).unwrap();
     std::fs::remove_file(
         repo.join(".git/lfs/objects")
@@ -454,16 +454,6 @@ fn ls_files_joins_the_journal_and_computes_missing_hashes() {
     let out = s.git_xet(s.path(), &["ls-files"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("inside a git repository"));
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    git_xet::pipeline::hasher::hash_bytes(
-        data,
-        git_xet::pipeline::hasher::HashOptions { sha256: true },
-    )
-    .sha256
-    .unwrap()
-    .to_hex()
 }
 
 // ---------------------------------------------------------------------------------------------

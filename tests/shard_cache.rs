@@ -1,6 +1,8 @@
 //! The local shard cache: lookups (raw and keyed, expiry), damaged files, pruning, eight
 //! processes writing at once, `git-xet cache`, and uploads that deduplicate through it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
@@ -508,22 +510,6 @@ fn cli_show_prune_clear() {
 
 // ---- uploads ----
 
-/// SplitMix64 bytes: incompressible, chunk boundaries everywhere.
-fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
 fn edited(data: &[u8], at: usize) -> Vec<u8> {
     let mut e = data.to_vec();
     for b in &mut e[at..at + 16] {
@@ -559,7 +545,7 @@ fn upload_deduplicates_against_the_cache_of_an_earlier_upload() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
     let cache_dir = dir.path().join("cache");
-    let data = random_bytes(42, 6 << 20);
+    let data = common::splitmix64(42, 6 << 20);
     let edit = edited(&data, 3 << 20);
 
     let first = upload(
@@ -632,7 +618,7 @@ fn keyed_dedup_answers_are_cached_and_used() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
     let cache_dir = dir.path().join("cache");
-    let data = random_bytes(7, 4 << 20);
+    let data = common::splitmix64(7, 4 << 20);
     // Someone else uploaded the original: this cache knows nothing of it.
     upload(&store, &data[..], &NO_GLOBAL).unwrap();
 

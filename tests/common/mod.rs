@@ -98,3 +98,12 @@ pub fn splitmix64(seed: u64, n: usize) -> Vec<u8> {
     out.truncate(n);
     out
 }
+
+/// The SHA-256 of `data` as 64 lowercase hex digits (a Git LFS oid).
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
