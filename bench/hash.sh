@@ -22,20 +22,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 file="${1:-${GIT_XET_BENCH_FILE:-${TMPDIR:-/tmp}/git-xet-bench-1g.bin}}"
 runs="${BENCH_RUNS:-3}"
 
-python="${GIT_XET_HF_PYTHON:-}"
-if [[ -z "$python" ]]; then
-    for candidate in "$root/.venv/bin/python" /tmp/hfvenv/bin/python; do
-        if [[ -x "$candidate" ]]; then python="$candidate"; break; fi
-    done
-fi
-if [[ -z "$python" ]] || ! "$python" -c 'import hf_xet' 2>/dev/null; then
-    echo "bench: no Python with hf_xet found; set GIT_XET_HF_PYTHON" >&2
-    exit 2
-fi
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+find_hf_python
 
-echo "bench: building the release binary" >&2
-(cd "$root" && cargo build --release --quiet)
-bin="$root/target/release/git-xet"
+build_release
 
 if [[ ! -f "$file" ]]; then
     echo "bench: creating $file (1 GiB of random bytes)" >&2

@@ -28,21 +28,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 size_mib="${1:-512}"
 
-python="${GIT_XET_HF_PYTHON:-}"
-if [[ -z "$python" ]]; then
-    for candidate in "$root/.venv/bin/python" /tmp/hfvenv/bin/python; do
-        if [[ -x "$candidate" ]]; then python="$candidate"; break; fi
-    done
-fi
-if [[ -z "$python" ]] || ! "$python" -c 'import hf_xet' 2>/dev/null; then
-    echo "bench: no Python with hf_xet found; set GIT_XET_HF_PYTHON" >&2
-    exit 2
-fi
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+find_hf_python
 git lfs version >/dev/null 2>&1 || { echo "bench: git-lfs is not installed" >&2; exit 2; }
 
-echo "bench: building the release binary" >&2
-(cd "$root" && cargo build --release --quiet)
-bin="$root/target/release/git-xet"
+build_release
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-push-bench.XXXXXX")"
 pids=()
@@ -69,31 +60,7 @@ start_server() { # name -> prints the URL
     exit 1
 }
 
-echo "bench: writing ${size_mib} MiB of mixed data" >&2
-"$python" - "$work/input.bin" "$size_mib" <<'PY'
-import random, sys
-path, size = sys.argv[1], int(sys.argv[2]) * 1024 * 1024
-stripe = 8 * 1024 * 1024
-rng = random.Random(20260722)
-block = rng.randbytes(65536)
-text = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(200000))
-with open(path, "wb") as f:
-    written, i = 0, 0
-    while written < size:
-        n = min(stripe, size - written)
-        kind = i % 4
-        if kind == 0:
-            data = rng.randbytes(n)
-        elif kind == 1:
-            data = (text * (n // len(text) + 1))[:n]
-        elif kind == 2:
-            data = bytes(n)
-        else:
-            data = (block * (n // len(block) + 1))[:n]
-        f.write(data)
-        written += n
-        i += 1
-PY
+write_mixed "$work/input.bin" "$size_mib"
 size=$(stat -c %s "$work/input.bin")
 
 # --- the reference client -------------------------------------------------------------------
@@ -128,9 +95,10 @@ cmp -s "$work/input.bin" "$work/hf-out.bin" || { echo "bench: hf_xet round trip 
 # --- git-xet through git and git-lfs --------------------------------------------------------
 url_b="$(start_server b)"
 echo "bench: git-xet against $url_b" >&2
+bin_dir="$(dirname "$bin")"
 export HOME="$work/home" XDG_CONFIG_HOME="$work/home/.config" GIT_CONFIG_NOSYSTEM=1 \
     GIT_TERMINAL_PROMPT=0 GIT_XET_CACHE_DIR="$work/xet-cache" GIT_XET_LOG="$work/agent.log" \
-    PATH="$(dirname "$bin"):$PATH"
+    PATH="$bin_dir:$PATH"
 mkdir -p "$HOME"
 git config --global user.name bench
 git config --global user.email bench@example.com

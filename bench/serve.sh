@@ -22,20 +22,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 size_mib="${1:-512}"
 
-python="${GIT_XET_HF_PYTHON:-}"
-if [[ -z "$python" ]]; then
-    for candidate in "$root/.venv/bin/python" /tmp/hfvenv/bin/python; do
-        if [[ -x "$candidate" ]]; then python="$candidate"; break; fi
-    done
-fi
-if [[ -z "$python" ]] || ! "$python" -c 'import hf_xet' 2>/dev/null; then
-    echo "bench: no Python with hf_xet found; set GIT_XET_HF_PYTHON" >&2
-    exit 2
-fi
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+find_hf_python
 
-echo "bench: building the release binary" >&2
-(cd "$root" && cargo build --release --quiet)
-bin="$root/target/release/git-xet"
+build_release
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-serve-bench.XXXXXX")"
 server_pid=""
@@ -65,33 +56,13 @@ if [[ -z "$url" ]]; then
 fi
 echo "bench: server at $url, store $work/store" >&2
 
+write_mixed "$work/input.bin" "$size_mib"
 HF_XET_TELEMETRY_ENABLED=false "$python" - "$url" "$token" "$work" "$size_mib" <<'PY'
-import os, random, sys, time
+import os, sys, time
 
 url, token, work, size_mib = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 path = os.path.join(work, "input.bin")
 size = size_mib * 1024 * 1024
-stripe = 8 * 1024 * 1024
-rng = random.Random(20260722)
-block = rng.randbytes(65536)
-text = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(200000))
-print(f"bench: writing {size} bytes of mixed data", file=sys.stderr)
-with open(path, "wb") as f:
-    written, i = 0, 0
-    while written < size:
-        n = min(stripe, size - written)
-        kind = i % 4
-        if kind == 0:
-            data = rng.randbytes(n)
-        elif kind == 1:
-            data = (text * (n // len(text) + 1))[:n]
-        elif kind == 2:
-            data = bytes(n)
-        else:
-            data = (block * (n // len(block) + 1))[:n]
-        f.write(data)
-        written += n
-        i += 1
 
 def env_cache(name):
     cache = os.path.join(work, name)

@@ -1,0 +1,54 @@
+# shellcheck shell=bash disable=SC2154,SC2034
+# Shared by the benchmark scripts (sourced, not run). Expects $root, the crate root.
+
+# Sets $python to a Python with hf_xet: $GIT_XET_HF_PYTHON, then .venv/bin/python, then
+# /tmp/hfvenv/bin/python; exits 2 if there is none.
+find_hf_python() {
+    python="${GIT_XET_HF_PYTHON:-}"
+    if [[ -z "$python" ]]; then
+        for candidate in "$root/.venv/bin/python" /tmp/hfvenv/bin/python; do
+            if [[ -x "$candidate" ]]; then python="$candidate"; break; fi
+        done
+    fi
+    if [[ -z "$python" ]] || ! "$python" -c 'import hf_xet' 2>/dev/null; then
+        echo "bench: no Python with hf_xet found; set GIT_XET_HF_PYTHON" >&2
+        exit 2
+    fi
+}
+
+# Builds the release binary and sets $bin to it.
+build_release() {
+    echo "bench: building the release binary" >&2
+    (cd "$root" && cargo build --release --quiet)
+    bin="$root/target/release/git-xet"
+}
+
+# write_mixed PATH SIZE_MIB: a quarter each of random bytes, text lines, zeros and a repeated
+# 64 KiB block, in 8 MiB stripes (deterministic).
+write_mixed() {
+    echo "bench: writing $2 MiB of mixed data" >&2
+    "$python" - "$1" "$2" <<'PY'
+import random, sys
+path, size = sys.argv[1], int(sys.argv[2]) * 1024 * 1024
+stripe = 8 * 1024 * 1024
+rng = random.Random(20260722)
+block = rng.randbytes(65536)
+text = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(200000))
+with open(path, "wb") as f:
+    written, i = 0, 0
+    while written < size:
+        n = min(stripe, size - written)
+        kind = i % 4
+        if kind == 0:
+            data = rng.randbytes(n)
+        elif kind == 1:
+            data = (text * (n // len(text) + 1))[:n]
+        elif kind == 2:
+            data = bytes(n)
+        else:
+            data = (block * (n // len(block) + 1))[:n]
+        f.write(data)
+        written += n
+        i += 1
+PY
+}
