@@ -474,16 +474,15 @@ fn check_chunk_table(
     Ok(())
 }
 
-/// Reads and validates a shard in either form.
-pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
-    let len = bytes.len() as u64;
+/// Checks the total length of a shard of `len` bytes and its header's tag and version (§4.1);
+/// returns the header's `footer_size`, which the caller checks against the form it expects.
+fn read_header(c: &mut Cursor<'_>, len: u64) -> Result<u64, ShardError> {
     if len > MAX_SHARD_SIZE {
         return Err(ShardError::TooLarge {
             len,
             max: MAX_SHARD_SIZE,
         });
     }
-    let mut c = Cursor::new(bytes);
     let tag: [u8; 32] = c.array("shard header tag")?;
     if tag != HEADER_TAG {
         return Err(ShardError::BadTag);
@@ -492,7 +491,14 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
     if version != HEADER_VERSION {
         return Err(ShardError::HeaderVersion { found: version });
     }
-    let footer_size = c.u64("shard header footer_size")?;
+    Ok(c.u64("shard header footer_size")?)
+}
+
+/// Reads and validates a shard in either form.
+pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
+    let len = bytes.len() as u64;
+    let mut c = Cursor::new(bytes);
+    let footer_size = read_header(&mut c, len)?;
     if footer_size != 0 && footer_size != FOOTER_SIZE {
         return Err(ShardError::FooterSize {
             found: footer_size,
@@ -651,22 +657,8 @@ impl ShardLayout {
     /// after the header and a bookend, and that the three lookup tables follow each other from
     /// `file_lookup_offset` up to the footer.
     pub fn read(header: &[u8], footer: &[u8], len: u64) -> Result<Self, ShardError> {
-        if len > MAX_SHARD_SIZE {
-            return Err(ShardError::TooLarge {
-                len,
-                max: MAX_SHARD_SIZE,
-            });
-        }
         let mut c = Cursor::new(header);
-        let tag: [u8; 32] = c.array("shard header tag")?;
-        if tag != HEADER_TAG {
-            return Err(ShardError::BadTag);
-        }
-        let version = c.u64("shard header version")?;
-        if version != HEADER_VERSION {
-            return Err(ShardError::HeaderVersion { found: version });
-        }
-        let footer_size = c.u64("shard header footer_size")?;
+        let footer_size = read_header(&mut c, len)?;
         if footer_size != FOOTER_SIZE {
             return Err(ShardError::FooterSize {
                 found: footer_size,
