@@ -105,13 +105,7 @@ fn negotiated_push_clone_edit_and_pull() {
     assert!(std::fs::read(clone.join("big.bin")).unwrap() == edited);
 
     // fetch --all into a clone that skipped smudging: every version, through the agent.
-    let out = env.run_with(
-        env.path(),
-        "git",
-        &["clone", "-q", "remote.git", "lazy"],
-        &[("GIT_LFS_SKIP_SMUDGE", "1")],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.clone_skip_smudge("remote.git", "lazy");
     let lazy = env.path().join("lazy");
     env.git(&lazy, &["lfs", "fetch", "--all"]);
     assert_eq!(

@@ -117,13 +117,7 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
     env.git(&clone, &["pull", "-q", "--ff-only"]);
     assert!(std::fs::read(clone.join("big.bin")).unwrap() == edited);
     let lazy = env.path().join("lazy");
-    let out = env.run_with(
-        env.path(),
-        "git",
-        &["clone", "-q", "remote.git", "lazy"],
-        &[("GIT_LFS_SKIP_SMUDGE", "1")],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.clone_skip_smudge("remote.git", "lazy");
     assert_eq!(lfs_objects(&lazy), 0);
     env.git(&lazy, &["lfs", "fetch", "--all"]);
     assert_eq!(
@@ -174,13 +168,7 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
         "one upload per object"
     );
 
-    let out = env.run_with(
-        env.path(),
-        "git",
-        &["clone", "-q", "remote.git", "clone"],
-        &[("GIT_LFS_SKIP_SMUDGE", "1")],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.clone_skip_smudge("remote.git", "clone");
     let clone = env.path().join("clone");
     env.git(&clone, &["lfs", "pull"]);
     for (name, data) in &files {
@@ -220,13 +208,7 @@ fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
     }
     assert!(damaged > 0);
 
-    let out = env.run_with(
-        env.path(),
-        "git",
-        &["clone", "-q", "remote.git", "clone"],
-        &[("GIT_LFS_SKIP_SMUDGE", "1")],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.clone_skip_smudge("remote.git", "clone");
     let clone = env.path().join("clone");
     let pull = env.run_in(&clone, "git", &["lfs", "pull"]);
     assert_ne!(pull.status, Some(0), "the pull must fail: {}", pull.all());

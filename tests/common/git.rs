@@ -153,6 +153,18 @@ impl GitEnv {
         out
     }
 
+    /// Clones `remote` into `name` (both under the root) without downloading LFS objects
+    /// (`GIT_LFS_SKIP_SMUDGE=1`); must succeed.
+    pub fn clone_skip_smudge(&self, remote: &str, name: &str) {
+        let out = self.run_with(
+            self.path(),
+            "git",
+            &["clone", "-q", remote, name],
+            &[("GIT_LFS_SKIP_SMUDGE", "1")],
+        );
+        assert_eq!(out.status, Some(0), "clone of {remote}: {}", out.all());
+    }
+
     /// Runs a git command that must succeed.
     pub fn git(&self, dir: &Path, args: &[&str]) -> Output {
         let out = self.run_in(dir, "git", args);
