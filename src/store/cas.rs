@@ -142,6 +142,15 @@ impl StoreError {
             if matches!(**source, redb::Error::DatabaseAlreadyOpen))
     }
 
+    /// True when the store could not write because its disk (or quota) is full: a condition
+    /// for the operator, not worth an immediate retry by the client (HTTP 507).
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            StoreError::Backend(BackendError::Io { source, .. }) => is_storage_full(source),
+            _ => false,
+        }
+    }
+
     /// True when the request was at fault (bad input), false when the store failed.
     pub fn is_client_error(&self) -> bool {
         match self {
@@ -189,6 +198,13 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("root", &self.root).finish()
     }
+}
+
+/// ENOSPC or EDQUOT (the disk or the user's quota is full).
+pub fn is_storage_full(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || matches!(e.raw_os_error(), Some(28 | 122))
 }
 
 fn now_unix() -> u64 {
@@ -304,6 +320,29 @@ impl Store {
         self.record_xorb(&footer, stored.len() as u64)?;
         self.cache_footer(Arc::new(footer));
         Ok(created)
+    }
+
+    /// The directory where request bodies are spooled before [`Self::put_xorb_file`] (on the
+    /// store's filesystem, cleaned of old files when a store opens).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// [`Self::put_xorb`] for an upload body spooled to the file `spool` (in
+    /// [`Self::spool_dir`]). The file is consumed: moved into place or removed, whatever the
+    /// outcome.
+    pub fn put_xorb_file(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
+        let result = fs::read(spool)
+            .map_err(|source| {
+                StoreError::Backend(BackendError::Io {
+                    op: "read spooled upload of",
+                    key: format!("xorb {xorb}"),
+                    source,
+                })
+            })
+            .and_then(|body| self.put_xorb(xorb, &body));
+        let _ = fs::remove_file(spool);
+        result
     }
 
     fn record_xorb(&self, footer: &XorbFooter, stored_len: u64) -> Result<(), StoreError> {
