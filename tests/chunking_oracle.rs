@@ -45,7 +45,7 @@ fn hash_file_matches_hf_xet() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let mut low_entropy = splitmix64(9, 1_000_000);
-    low_entropy.extend(std::iter::repeat(0u8).take(700_000));
+    low_entropy.extend(std::iter::repeat_n(0u8, 700_000));
     let files: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),
         ("one-byte", vec![0x42]),

@@ -691,7 +691,7 @@ fn reference_dir_from_env() {
                 stack.push(path);
                 continue;
             }
-            if path.extension().map_or(true, |x| x != "mdb") {
+            if path.extension().is_none_or(|x| x != "mdb") {
                 continue;
             }
             let bytes = std::fs::read(&path).unwrap();

@@ -304,7 +304,7 @@ fn cut(rest: &[([u8; 32], u64)]) -> usize {
     }
     let end = rest.len().min(9);
     for (j, item) in rest.iter().enumerate().take(end).skip(2) {
-        if word(&item.0, 3) % 4 == 0 {
+        if word(&item.0, 3).is_multiple_of(4) {
             return j + 1;
         }
     }

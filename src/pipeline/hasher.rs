@@ -592,7 +592,7 @@ mod tests {
     /// join the true one) and a short repeating pattern.
     fn mixed_input() -> Vec<u8> {
         let mut data = pseudo_random(400_000, 3);
-        data.extend(std::iter::repeat(7u8).take(300_000));
+        data.extend(std::iter::repeat_n(7u8, 300_000));
         data.extend(pseudo_random(150_000, 4));
         data.extend([1u8, 2, 3].iter().cycle().take(100_000));
         data.extend(pseudo_random(50_000, 5));
@@ -644,7 +644,7 @@ mod tests {
             segment_len in 64usize..200_000,
         ) {
             let mut data = pseudo_random(random_len, seed);
-            data.extend(std::iter::repeat(0u8).take(constant_len));
+            data.extend(std::iter::repeat_n(0u8, constant_len));
             data.extend(pseudo_random(random_len / 2, seed + 1));
             let got = hash_slices(&data, block_len, segment_len, HashOptions::default());
             proptest::prop_assert_eq!(got, reference(&data));

@@ -174,7 +174,7 @@ pub fn upload_with_progress(
             .file_by_sha256(&oid)
             .map_err(UploadError::target(format!("looking up SHA-256 {oid}")))?;
         if let Some((file_hash, size)) = known {
-            if options.expected_size.map_or(true, |s| s == size) {
+            if options.expected_size.is_none_or(|s| s == size) {
                 return Ok(UploadSummary {
                     file_hash,
                     size,

@@ -555,7 +555,7 @@ impl Store {
                     unpacked_len: term.unpacked_segment_bytes,
                 });
                 verified += 1;
-                if verified % 64 == 0 {
+                if verified.is_multiple_of(64) {
                     progress(ValidationProgress { verified, total });
                 }
             }

@@ -121,7 +121,7 @@ fn encode_file(r: &FileRecord) -> Vec<u8> {
 }
 
 fn decode_file(key: &FileHash, b: &[u8]) -> Result<FileRecord, IndexError> {
-    if b.len() < FILE_HEAD_LEN || (b.len() - FILE_HEAD_LEN) % TERM_LEN != 0 {
+    if b.len() < FILE_HEAD_LEN || !(b.len() - FILE_HEAD_LEN).is_multiple_of(TERM_LEN) {
         return Err(IndexError::Corrupt {
             table: "files",
             key: key.to_hex(),

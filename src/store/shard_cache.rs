@@ -461,7 +461,7 @@ impl ShardCache {
                     *b += bytes.len() as u64;
                 }
             }
-            state.approx_bytes.map_or(true, |b| b > self.max_bytes)
+            state.approx_bytes.is_none_or(|b| b > self.max_bytes)
         };
         if over {
             // Measure (another process may have pruned already) and prune if really over.
@@ -710,7 +710,7 @@ impl ShardCache {
             if !is_temp {
                 continue;
             }
-            let old_enough = older_than.map_or(true, |age| {
+            let old_enough = older_than.is_none_or(|age| {
                 entry
                     .metadata()
                     .and_then(|m| m.modified())

@@ -102,8 +102,7 @@ impl ParsedShard {
 
     /// False when the footer's totals differ from those computed from the content.
     pub fn totals_match(&self) -> bool {
-        self.footer
-            .map_or(true, |f| f.totals == self.shard.totals())
+        self.footer.is_none_or(|f| f.totals == self.shard.totals())
     }
 
     /// Writes the shard again in the form it was read in (the upload form always with
@@ -693,7 +692,7 @@ impl ShardLayout {
             f.xorb_info_offset,
             HEADER_SIZE + RECORD_SIZE,
             footer_start - RECORD_SIZE,
-        ) || (f.xorb_info_offset - HEADER_SIZE) % RECORD_SIZE != 0
+        ) || !(f.xorb_info_offset - HEADER_SIZE).is_multiple_of(RECORD_SIZE)
         {
             return Err(ShardError::FooterField {
                 field: "xorb_info_offset",

@@ -265,7 +265,7 @@ impl SchemeSelector {
             return true;
         }
         let into_segment = self.next - self.segment_start;
-        self.retest_interval != 0 && into_segment % self.retest_interval == 0
+        self.retest_interval != 0 && into_segment.is_multiple_of(self.retest_interval)
     }
 
     /// The scheme for the next chunk, whose bytes are `data`, without advancing.
