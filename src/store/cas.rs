@@ -22,12 +22,13 @@ use std::collections::HashMap;
 use std::fs;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
-use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey};
+use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
 use super::index::{
     FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
 };
+pub use super::integrity::XorbHealth;
 use super::reconstruction::{plan, PlanError, ReconstructionPlan};
 use crate::format::hash::{file_hash, verification_hash};
 use crate::format::shard::{ParsedShard, Shard, ShardError, XorbInfo, MAX_SHARD_SIZE};
@@ -52,7 +53,10 @@ pub enum ShardRejection {
     UnknownFlags { file: FileHash, flags: u32 },
     #[error("file {file} has no terms (only the empty file, hash 0, may)")]
     NoTerms { file: FileHash },
-    #[error("term {term} of file {file} references unknown xorb {xorb}: upload the xorb first")]
+    #[error(
+        "term {term} of file {file} references unknown xorb {xorb} (never uploaded, or lost): \
+         upload the xorb first"
+    )]
     UnknownXorb {
         file: FileHash,
         term: usize,
@@ -88,6 +92,11 @@ pub enum ShardRejection {
     FileHash { file: FileHash, computed: FileHash },
     #[error("xorb block {xorb} in the shard names a xorb that is not stored: upload it first")]
     UnknownXorbBlock { xorb: XorbHash },
+    #[error(
+        "the shard relies on xorb {xorb}, whose stored copy is damaged ({detail}): upload the \
+         xorb again, which repairs it"
+    )]
+    DamagedXorb { xorb: XorbHash, detail: String },
     #[error("xorb block {xorb} does not match the stored xorb: {detail}")]
     XorbBlock { xorb: XorbHash, detail: String },
 }
@@ -109,6 +118,7 @@ impl ShardRejection {
             ShardRejection::Verification { .. } => "verification_mismatch",
             ShardRejection::FileHash { .. } => "file_hash_mismatch",
             ShardRejection::XorbBlock { .. } => "xorb_block_mismatch",
+            ShardRejection::DamagedXorb { .. } => "xorb_damaged",
         }
     }
 }
@@ -124,8 +134,11 @@ pub enum StoreError {
     ShardTooLarge { len: usize, max: u64 },
     #[error("cannot plan reconstruction of file {file}: {source}")]
     Plan { file: FileHash, source: PlanError },
-    #[error("stored xorb {xorb} is damaged: {source}")]
-    DamagedXorb { xorb: XorbHash, source: XorbError },
+    #[error(
+        "stored xorb {xorb} is missing or damaged ({detail}); it is quarantined until a client \
+         uploads it again (pushing a file that contains it repairs it)"
+    )]
+    DamagedXorb { xorb: XorbHash, detail: String },
     #[error("{0}")]
     Backend(#[from] BackendError),
     #[error("{0}")]
@@ -188,10 +201,24 @@ pub struct ValidationProgress {
 
 /// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Store {
-    backend: Arc<dyn ObjectBackend>,
-    index: Index,
-    footers: Mutex<HashMap<XorbHash, Arc<XorbFooter>>>,
+    pub(super) backend: Arc<dyn ObjectBackend>,
+    pub(super) index: Index,
+    /// Footers of xorbs known intact, with the stamp of the object they were read from.
+    pub(super) footers: Mutex<HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>)>>,
+    /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
+    pub(super) verifying: Mutex<()>,
+    /// Shard registrations hold it shared, garbage collection exclusively while it deletes, so a
+    /// shard is never registered against a xorb being collected.
+    pub(super) collecting: RwLock<()>,
     root: PathBuf,
+}
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Keep this many bytes of the store's filesystem free: writes that would leave less fail as
+    /// on a full disk (`ENOSPC`, HTTP 507). 0: no reserve.
+    pub min_free_bytes: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -207,7 +234,7 @@ pub fn is_storage_full(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(28 | 122))
 }
 
-fn now_unix() -> u64 {
+pub(super) fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -217,6 +244,11 @@ fn now_unix() -> u64 {
 impl Store {
     /// Opens the store in `dir`, creating it if the directory is empty or missing.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, StoreOptions::default())
+    }
+
+    /// [`Store::open`] with options.
+    pub fn open_with(dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
         let layout = |detail: String| StoreError::Layout {
             path: dir.to_path_buf(),
             detail,
@@ -246,12 +278,14 @@ impl Store {
             }
             Err(e) => return Err(layout(format!("cannot read {VERSION_FILE}: {e}"))),
         }
-        let backend = FsBackend::open(dir)?;
+        let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
         let index = Index::open(&dir.join("index.redb"))?;
         Ok(Self {
             backend: Arc::new(backend),
             index,
             footers: Mutex::new(HashMap::new()),
+            verifying: Mutex::new(()),
+            collecting: RwLock::new(()),
             root: dir.to_path_buf(),
         })
     }
@@ -288,24 +322,17 @@ impl Store {
         &self.root
     }
 
-    /// Whether a xorb is stored.
+    /// Whether an intact copy of a xorb is stored (see [`Self::check_xorb`]).
     pub fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
-        if self.index.xorb(xorb)?.is_some() {
-            return Ok(true);
-        }
-        // An object stored just before a crash, before the index learned of it: index it now.
-        if self.backend.len(ObjectKey::Xorb(*xorb))?.is_some() {
-            let footer = self.footer(xorb)?.is_some();
-            return Ok(footer);
-        }
-        Ok(false)
+        Ok(matches!(self.check_xorb(xorb)?, XorbHealth::Intact(_)))
     }
 
     /// Validates an upload body (chunk region, optionally with a footer) against its hash and
-    /// stores it with a rebuilt footer. `Ok(true)` if this call stored it, `Ok(false)` if it was
-    /// already stored (the body is then not validated again).
+    /// stores it with a rebuilt footer. `Ok(true)` if this call stored it, `Ok(false)` if an
+    /// intact copy was already stored (the body is then not validated again). A stored copy that
+    /// is missing or damaged is replaced: uploading a xorb again repairs it.
     pub fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, StoreError> {
-        if self.has_xorb(&xorb)? {
+        if self.keep_existing(&xorb)? {
             return Ok(false);
         }
         let options = ReadOptions {
@@ -315,37 +342,162 @@ impl Store {
         let invalid = |source| StoreError::InvalidXorb { xorb, source };
         let parsed = ParsedXorb::parse_with(body, &options).map_err(invalid)?;
         let stored = parsed.to_stored([0; 4]).map_err(invalid)?;
-        let created = self.backend.put_if_absent(ObjectKey::Xorb(xorb), &stored)?;
-        let (footer, _) = XorbFooter::from_stored(&stored).map_err(invalid)?;
-        self.record_xorb(&footer, stored.len() as u64)?;
-        self.cache_footer(Arc::new(footer));
+        let footer = parsed.rebuilt_footer([0; 4]);
+        let key = ObjectKey::Xorb(xorb);
+        let created = self.backend.put_if_absent(key, &stored)?;
+        let created = created || self.replace_if_damaged(xorb, &stored)?;
+        if created {
+            self.stored_intact(footer, stored.len() as u64)?;
+        }
         Ok(created)
     }
 
-    /// The directory where request bodies are spooled before [`Self::put_xorb_file`] (on the
-    /// store's filesystem, cleaned of old files when a store opens).
-    pub fn spool_dir(&self) -> PathBuf {
-        self.root.join("tmp")
-    }
-
-    /// [`Self::put_xorb`] for an upload body spooled to the file `spool` (in
-    /// [`Self::spool_dir`]). The file is consumed: moved into place or removed, whatever the
-    /// outcome.
+    /// [`Self::put_xorb`] for an upload body spooled to the file `spool` (a path from
+    /// [`Self::spool_path`]). The body is validated in place (memory-mapped, never copied), the
+    /// file is turned into the stored object (the footer rebuilt at its end) and moved into
+    /// place. The file is consumed whatever the outcome.
     pub fn put_xorb_file(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
-        let result = fs::read(spool)
-            .map_err(|source| {
-                StoreError::Backend(BackendError::Io {
-                    op: "read spooled upload of",
-                    key: format!("xorb {xorb}"),
-                    source,
-                })
-            })
-            .and_then(|body| self.put_xorb(xorb, &body));
+        let result = self.put_xorb_spooled(xorb, spool);
         let _ = fs::remove_file(spool);
         result
     }
 
-    fn record_xorb(&self, footer: &XorbFooter, stored_len: u64) -> Result<(), StoreError> {
+    fn put_xorb_spooled(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
+        if self.keep_existing(&xorb)? {
+            return Ok(false);
+        }
+        let io = |op: &'static str| {
+            move |source| {
+                StoreError::Backend(BackendError::Io {
+                    op,
+                    key: format!("the spooled upload of xorb {xorb}"),
+                    source,
+                })
+            }
+        };
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(spool)
+            .map_err(io("open"))?;
+        let (footer, region_len) = {
+            // SAFETY: the spool file is this request's own, in the store's tmp directory; nothing
+            // else writes or truncates it while it is mapped (it is mapped only here).
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
+            let options = ReadOptions {
+                expected_hash: Some(xorb),
+                limits: XorbLimits::SERVER,
+            };
+            let invalid = |source| StoreError::InvalidXorb { xorb, source };
+            let parsed = ParsedXorb::parse_with(&map, &options).map_err(invalid)?;
+            (
+                parsed.rebuilt_footer([0; 4]),
+                parsed.chunk_region().len() as u64,
+            )
+        };
+        let mut tail = Vec::with_capacity(footer.encoded_len() as usize + 4);
+        footer
+            .write_v1(&mut tail)
+            .map_err(|source| StoreError::InvalidXorb { xorb, source })?;
+        let stored_len = region_len + tail.len() as u64;
+        self.backend.check_space(tail.len() as u64)?;
+        {
+            use std::io::{Seek, SeekFrom, Write};
+            file.set_len(region_len).map_err(io("truncate"))?;
+            file.seek(SeekFrom::Start(region_len)).map_err(io("seek"))?;
+            file.write_all(&tail).map_err(io("write the footer of"))?;
+            file.sync_all().map_err(io("flush"))?;
+        }
+        drop(file);
+        let key = ObjectKey::Xorb(xorb);
+        let mut created = self.backend.put_file_if_absent(key, spool)?;
+        if !created && !self.keep_existing(&xorb)? {
+            // Quarantined between our two checks, or could not be moved aside: put ours in its
+            // place (read back, since the spool file was consumed).
+            let stored = self.backend.read_all(key)?.unwrap_or_default();
+            created =
+                stored.len() as u64 == stored_len && self.replace_if_damaged(xorb, &stored)?;
+        }
+        if created {
+            self.stored_intact(footer, stored_len)?;
+        }
+        Ok(created)
+    }
+
+    /// Before an upload of `xorb` is stored: `true` when an intact copy is stored already (the
+    /// upload is not needed; its file's age is refreshed so garbage collection counts its grace
+    /// period from now).
+    fn keep_existing(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(_) => {
+                self.refresh(xorb)?;
+                Ok(true)
+            }
+            XorbHealth::Missing | XorbHealth::Damaged(_) => Ok(false),
+        }
+    }
+
+    /// When `put_if_absent` found an object already in place: if that object is damaged (it
+    /// could not be quarantined), replaces it with `stored`. `true` if it did.
+    fn replace_if_damaged(&self, xorb: XorbHash, stored: &[u8]) -> Result<bool, StoreError> {
+        if self.has_xorb(&xorb)? {
+            return Ok(false);
+        }
+        let key = ObjectKey::Xorb(xorb);
+        self.backend.check_space(stored.len() as u64)?;
+        let tmp = self.backend.temp_path("repair");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(stored)?;
+            f.sync_all()
+        };
+        if let Err(source) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(StoreError::Backend(BackendError::Io {
+                op: "write a repair of",
+                key: key.to_string(),
+                source,
+            }));
+        }
+        self.backend.replace_file(key, &tmp)?;
+        Ok(true)
+    }
+
+    /// Records a xorb this store has just written from a validated body: verified as it is now,
+    /// indexed, its footer cached, and any damage record cleared (logged as a repair).
+    fn stored_intact(&self, footer: XorbFooter, stored_len: u64) -> Result<(), StoreError> {
+        let xorb = footer.hash;
+        let key = ObjectKey::Xorb(xorb);
+        let repaired = self.index.damaged(&xorb)?;
+        self.record_xorb(&footer, stored_len)?;
+        if let Some(stamp) = self.backend.stamp(key)? {
+            self.index.set_verified(&xorb, &stamp)?;
+            self.cache_footer(stamp, Arc::new(footer));
+        }
+        if let Some((_, why)) = repaired {
+            tracing::warn!(%xorb, was = %why, "stored xorb repaired by a new upload of it");
+        }
+        Ok(())
+    }
+
+    /// The store's temporary directory (see [`Self::spool_path`]).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// A new unique path in the store's temporary directory (on the store's filesystem, cleaned
+    /// of files older than an hour when a store opens) where a request body can be spooled
+    /// before [`Self::put_xorb_file`]. Nothing is created.
+    pub fn spool_path(&self, what: &str) -> PathBuf {
+        self.backend.temp_path(what)
+    }
+
+    pub(super) fn record_xorb(
+        &self,
+        footer: &XorbFooter,
+        stored_len: u64,
+    ) -> Result<(), StoreError> {
         let unpacked = footer
             .unpacked_chunk_offsets
             .as_ref()
@@ -367,62 +519,25 @@ impl Store {
         Ok(())
     }
 
-    fn cache_footer(&self, footer: Arc<XorbFooter>) {
+    pub(super) fn cache_footer(&self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
         let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= FOOTER_CACHE_ENTRIES {
             cache.clear();
         }
-        cache.insert(footer.hash, footer);
+        cache.insert(footer.hash, (stamp, footer));
     }
 
-    /// The footer of a stored xorb (read from the end of the object, cached).
+    /// The footer of an intact stored xorb (see [`Self::check_xorb`]); `None` when the xorb is
+    /// not stored, and the damage error when its stored copy is damaged.
     pub fn footer(&self, xorb: &XorbHash) -> Result<Option<Arc<XorbFooter>>, StoreError> {
-        if let Some(f) = self
-            .footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(xorb)
-        {
-            return Ok(Some(Arc::clone(f)));
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(f) => Ok(Some(f)),
+            XorbHealth::Missing => Ok(None),
+            XorbHealth::Damaged(detail) => Err(StoreError::DamagedXorb {
+                xorb: *xorb,
+                detail,
+            }),
         }
-        let key = ObjectKey::Xorb(*xorb);
-        let Some(len) = self.backend.len(key)? else {
-            return Ok(None);
-        };
-        let damaged = |source| StoreError::DamagedXorb {
-            xorb: *xorb,
-            source,
-        };
-        let last = self
-            .backend
-            .read_range(key, len.saturating_sub(4)..len)?
-            .unwrap_or_default();
-        let last: [u8; 4] = last.as_slice().try_into().map_err(|_| {
-            damaged(XorbError::Truncated(crate::format::cursor::Truncated {
-                what: "info_length",
-                offset: 0,
-                needed: 4,
-                available: len,
-            }))
-        })?;
-        let tail_len = XorbFooter::tail_len(last).min(len);
-        let tail = self
-            .backend
-            .read_range(key, len - tail_len..len)?
-            .unwrap_or_default();
-        let (footer, _) = XorbFooter::from_tail(&tail, len).map_err(damaged)?;
-        if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
-            return Err(damaged(XorbError::HashMismatch {
-                computed: footer.hash,
-                expected: *xorb,
-            }));
-        }
-        if self.index.xorb(xorb)?.is_none() {
-            self.record_xorb(&footer, len)?;
-        }
-        let footer = Arc::new(footer);
-        self.cache_footer(Arc::clone(&footer));
-        Ok(Some(footer))
     }
 
     /// Validates a shard (upload or complete form) against the stored xorbs and registers its
@@ -456,7 +571,12 @@ impl Store {
         if shard.is_keyed() {
             return Err(ShardRejection::Keyed.into());
         }
+        // Garbage collection deletes nothing between validation and commit.
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
         if self.index.has_shard(&shard_hash)? {
+            // The same bytes again: restores the shard file if it was lost or quarantined.
+            self.backend
+                .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
             return Ok(ShardOutcome {
                 shard: shard_hash,
                 newly_registered: false,
@@ -488,6 +608,8 @@ impl Store {
         let mut verified = 0u64;
         progress(ValidationProgress { verified, total });
         let mut entries = ShardEntries::default();
+        // Each xorb is checked once per shard, however many terms name it.
+        let mut intact: HashMap<XorbHash, Arc<XorbFooter>> = HashMap::new();
         for file in &shard.files {
             let id = file.hash;
             if file.unknown_flags != 0 {
@@ -507,11 +629,27 @@ impl Store {
             let mut terms = Vec::with_capacity(file.terms.len());
             for (i, term) in file.terms.iter().enumerate() {
                 let xorb = term.xorb_hash;
-                let footer = self.footer(&xorb)?.ok_or(ShardRejection::UnknownXorb {
-                    file: id,
-                    term: i,
-                    xorb,
-                })?;
+                let footer = match intact.get(&xorb) {
+                    Some(f) => Arc::clone(f),
+                    None => {
+                        let f = match self.check_xorb(&xorb)? {
+                            XorbHealth::Intact(f) => f,
+                            XorbHealth::Missing => {
+                                return Err(ShardRejection::UnknownXorb {
+                                    file: id,
+                                    term: i,
+                                    xorb,
+                                }
+                                .into())
+                            }
+                            XorbHealth::Damaged(detail) => {
+                                return Err(ShardRejection::DamagedXorb { xorb, detail }.into())
+                            }
+                        };
+                        intact.insert(xorb, Arc::clone(&f));
+                        f
+                    }
+                };
                 let (start, end) = (term.chunk_index_start, term.chunk_index_end);
                 if start >= end || end as usize > footer.num_chunks() {
                     return Err(ShardRejection::ChunkRange {
@@ -593,9 +731,13 @@ impl Store {
     /// aside).
     fn check_xorb_block(&self, block: &XorbInfo) -> Result<(), StoreError> {
         let xorb = block.hash;
-        let footer = self
-            .footer(&xorb)?
-            .ok_or(ShardRejection::UnknownXorbBlock { xorb })?;
+        let footer = match self.check_xorb(&xorb)? {
+            XorbHealth::Intact(f) => f,
+            XorbHealth::Missing => return Err(ShardRejection::UnknownXorbBlock { xorb }.into()),
+            XorbHealth::Damaged(detail) => {
+                return Err(ShardRejection::DamagedXorb { xorb, detail }.into())
+            }
+        };
         let fail = |detail: String| StoreError::from(ShardRejection::XorbBlock { xorb, detail });
         if block.chunks.len() != footer.num_chunks() {
             return Err(fail(format!(
@@ -649,8 +791,24 @@ impl Store {
         let mut owned: HashMap<XorbHash, Arc<XorbFooter>> = HashMap::new();
         for t in &terms {
             if let std::collections::hash_map::Entry::Vacant(slot) = owned.entry(t.xorb) {
-                if let Some(f) = self.footer(&t.xorb)? {
-                    slot.insert(f);
+                // A file is served only whole: a missing or damaged xorb is an error naming it,
+                // not presigned URLs to bytes that cannot be rebuilt.
+                match self.check_xorb(&t.xorb)? {
+                    XorbHealth::Intact(f) => {
+                        slot.insert(f);
+                    }
+                    XorbHealth::Missing => {
+                        return Err(StoreError::DamagedXorb {
+                            xorb: t.xorb,
+                            detail: format!("file {file} needs it and it is not stored"),
+                        })
+                    }
+                    XorbHealth::Damaged(detail) => {
+                        return Err(StoreError::DamagedXorb {
+                            xorb: t.xorb,
+                            detail: format!("file {file} needs it; {detail}"),
+                        })
+                    }
                 }
             }
         }
@@ -679,7 +837,8 @@ impl Store {
         let Some((xorb, _)) = self.index.dedup(chunk)? else {
             return Ok(None);
         };
-        let Some(footer) = self.footer(&xorb)? else {
+        // Never an answer that would make a client rely on a xorb that is not intact.
+        let XorbHealth::Intact(footer) = self.check_xorb(&xorb)? else {
             return Ok(None);
         };
         let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
@@ -701,17 +860,36 @@ impl Store {
         }))
     }
 
-    /// The length of a stored xorb object (with its footer).
+    /// The length of an intact stored xorb object (with its footer); `None` if it is not
+    /// stored, the damage error if its stored copy is found missing or damaged.
     pub fn xorb_len(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
-        Ok(self.backend.len(ObjectKey::Xorb(*xorb))?)
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(_) => Ok(self.backend.len(ObjectKey::Xorb(*xorb))?),
+            XorbHealth::Missing => Ok(None),
+            XorbHealth::Damaged(detail) => Err(StoreError::DamagedXorb {
+                xorb: *xorb,
+                detail,
+            }),
+        }
     }
 
-    /// Bytes `range` (inclusive) of a stored xorb object.
+    /// Bytes `range` (inclusive) of an intact stored xorb object; `None` if it is not stored,
+    /// the damage error if its stored copy is found missing or damaged.
     pub fn read_xorb(
         &self,
         xorb: &XorbHash,
         range: RangeInclusive<u64>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(_) => {}
+            XorbHealth::Missing => return Ok(None),
+            XorbHealth::Damaged(detail) => {
+                return Err(StoreError::DamagedXorb {
+                    xorb: *xorb,
+                    detail,
+                })
+            }
+        }
         let (start, end) = range.into_inner();
         Ok(self
             .backend

@@ -7,6 +7,12 @@
 //! | `oids` | SHA-256 digest (32, usual byte order) | file hash (32) |
 //! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32 |
 //! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
+//! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
+//! | `damaged` | xorb hash (32) | time found (u64, unix seconds), then why, as UTF-8 text |
+//!
+//! A xorb in `damaged` is missing or was found damaged and quarantined: no shard may rely on it
+//! and no dedup answer names it until an upload of the same xorb repairs it. Its row in `xorbs`
+//! is removed when it is quarantined and written again by the repair.
 //!
 //! All integers are little-endian. A shard's files, oids and dedup entries are written in one
 //! transaction, so a shard is registered whole or not at all, and a commit is durable when it
@@ -19,13 +25,18 @@ use std::path::Path;
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::format::{FileHash, LfsOid, ShardHash, XorbHash};
+use std::collections::HashSet;
+
+use super::backend::ObjectStamp;
+use crate::format::{ChunkHash, FileHash, LfsOid, ShardHash, XorbHash};
 
 const XORBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorbs");
 const FILES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("files");
 const OIDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("oids");
 const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
 const SHARDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("shards");
+const VERIFIED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("verified");
+const DAMAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("damaged");
 
 /// An index failure.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +94,7 @@ pub struct FileRecord {
 pub struct ShardEntries {
     pub files: Vec<(FileHash, FileRecord)>,
     pub oids: Vec<(LfsOid, FileHash)>,
-    pub dedup: Vec<(crate::format::ChunkHash, XorbHash, u32)>,
+    pub dedup: Vec<(ChunkHash, XorbHash, u32)>,
 }
 
 const TERM_LEN: usize = 44;
@@ -159,7 +170,7 @@ impl Index {
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
         let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
-        for table in [XORBS, FILES, OIDS, DEDUP, SHARDS] {
+        for table in [XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED] {
             txn.open_table(table).map_err(|e| open_err(e.into()))?;
         }
         txn.commit().map_err(|e| open_err(e.into()))?;
@@ -181,7 +192,7 @@ impl Index {
         &self,
         xorb: XorbHash,
         meta: XorbMeta,
-        dedup: &[(crate::format::ChunkHash, u32)],
+        dedup: &[(ChunkHash, u32)],
     ) -> Result<(), IndexError> {
         let txn = self.db.begin_write().map_err(db_err)?;
         {
@@ -311,10 +322,7 @@ impl Index {
     }
 
     /// The xorb and chunk index holding a dedup-eligible chunk.
-    pub fn dedup(
-        &self,
-        chunk: &crate::format::ChunkHash,
-    ) -> Result<Option<(XorbHash, u32)>, IndexError> {
+    pub fn dedup(&self, chunk: &ChunkHash) -> Result<Option<(XorbHash, u32)>, IndexError> {
         let Some(b) = self.get(DEDUP, chunk.as_bytes())? else {
             return Ok(None);
         };
@@ -326,6 +334,199 @@ impl Index {
             });
         }
         Ok(Some((XorbHash::from_bytes(hash_at(&b, 0)), u32_at(&b, 32))))
+    }
+
+    /// The stamp of the stored xorb object when it was last verified whole.
+    pub fn verified(&self, xorb: &XorbHash) -> Result<Option<ObjectStamp>, IndexError> {
+        let Some(b) = self.get(VERIFIED, xorb.as_bytes())? else {
+            return Ok(None);
+        };
+        ObjectStamp::from_bytes(&b)
+            .map(Some)
+            .ok_or_else(|| IndexError::Corrupt {
+                table: "verified",
+                key: xorb.to_hex(),
+                len: b.len(),
+            })
+    }
+
+    /// Records that the stored object of `xorb` with `stamp` was verified whole (and clears any
+    /// damage record: the xorb is intact again).
+    pub fn set_verified(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Result<(), IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(VERIFIED).map_err(db_err)?;
+            t.insert(xorb.as_bytes().as_slice(), stamp.to_bytes().as_slice())
+                .map_err(db_err)?;
+            let mut d = txn.open_table(DAMAGED).map_err(db_err)?;
+            d.remove(xorb.as_bytes().as_slice()).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Records that `xorb` is missing or damaged (`why`), found at `now`: its `xorbs` and
+    /// `verified` rows go, so nothing relies on it until it is stored again.
+    pub fn set_damaged(&self, xorb: &XorbHash, why: &str, now: u64) -> Result<(), IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut d = txn.open_table(DAMAGED).map_err(db_err)?;
+            let mut v = now.to_le_bytes().to_vec();
+            v.extend_from_slice(why.as_bytes());
+            d.insert(xorb.as_bytes().as_slice(), v.as_slice())
+                .map_err(db_err)?;
+            let mut x = txn.open_table(XORBS).map_err(db_err)?;
+            x.remove(xorb.as_bytes().as_slice()).map_err(db_err)?;
+            let mut t = txn.open_table(VERIFIED).map_err(db_err)?;
+            t.remove(xorb.as_bytes().as_slice()).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Why `xorb` is recorded as missing or damaged, with when that was found.
+    pub fn damaged(&self, xorb: &XorbHash) -> Result<Option<(u64, String)>, IndexError> {
+        let Some(b) = self.get(DAMAGED, xorb.as_bytes())? else {
+            return Ok(None);
+        };
+        if b.len() < 8 {
+            return Err(IndexError::Corrupt {
+                table: "damaged",
+                key: xorb.to_hex(),
+                len: b.len(),
+            });
+        }
+        Ok(Some((
+            u64_at(&b, 0),
+            String::from_utf8_lossy(&b[8..]).into_owned(),
+        )))
+    }
+
+    /// Every xorb recorded as missing or damaged, with when and why.
+    pub fn all_damaged(&self) -> Result<Vec<(XorbHash, u64, String)>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(DAMAGED).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            let (k, v) = (k.value(), v.value());
+            if k.len() != 32 || v.len() < 8 {
+                continue;
+            }
+            out.push((
+                XorbHash::from_bytes(hash_at(k, 0)),
+                u64_at(v, 0),
+                String::from_utf8_lossy(&v[8..]).into_owned(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Every registered shard.
+    pub fn shards(&self) -> Result<Vec<ShardHash>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(SHARDS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(db_err)? {
+            let (k, _) = row.map_err(db_err)?;
+            if k.value().len() == 32 {
+                out.push(ShardHash::from_bytes(hash_at(k.value(), 0)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every xorb the index records as stored.
+    pub fn xorbs(&self) -> Result<Vec<XorbHash>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(XORBS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(db_err)? {
+            let (k, _) = row.map_err(db_err)?;
+            if k.value().len() == 32 {
+                out.push(XorbHash::from_bytes(hash_at(k.value(), 0)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every xorb some registered file's reconstruction uses, with how many files use it.
+    pub fn referenced_xorbs(&self) -> Result<std::collections::HashMap<XorbHash, u64>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(FILES).map_err(db_err)?;
+        let mut out: std::collections::HashMap<XorbHash, u64> = std::collections::HashMap::new();
+        for row in t.iter().map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            let key = k.value();
+            if key.len() != 32 {
+                continue;
+            }
+            let record = decode_file(&FileHash::from_bytes(hash_at(key, 0)), v.value())?;
+            let distinct: HashSet<XorbHash> = record.terms.iter().map(|t| t.xorb).collect();
+            for x in distinct {
+                *out.entry(x).or_default() += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The registered files whose reconstruction uses any of `xorbs` (at most `limit`), and how
+    /// many there are in all.
+    pub fn files_using(
+        &self,
+        xorbs: &HashSet<XorbHash>,
+        limit: usize,
+    ) -> Result<(Vec<FileHash>, u64), IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(FILES).map_err(db_err)?;
+        let (mut some, mut count) = (Vec::new(), 0u64);
+        for row in t.iter().map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            let key = k.value();
+            if key.len() != 32 {
+                continue;
+            }
+            let file = FileHash::from_bytes(hash_at(key, 0));
+            let record = decode_file(&file, v.value())?;
+            if record.terms.iter().any(|t| xorbs.contains(&t.xorb)) {
+                count += 1;
+                if some.len() < limit {
+                    some.push(file);
+                }
+            }
+        }
+        Ok((some, count))
+    }
+
+    /// Forgets `xorbs` entirely (garbage collection): their `xorbs`, `verified` and `damaged`
+    /// rows and every dedup entry naming them, in one transaction.
+    pub fn remove_xorbs(&self, xorbs: &HashSet<XorbHash>) -> Result<(), IndexError> {
+        if xorbs.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            for table in [XORBS, VERIFIED, DAMAGED] {
+                let mut t = txn.open_table(table).map_err(db_err)?;
+                for x in xorbs {
+                    t.remove(x.as_bytes().as_slice()).map_err(db_err)?;
+                }
+            }
+            let mut d = txn.open_table(DEDUP).map_err(db_err)?;
+            let mut stale: Vec<[u8; 32]> = Vec::new();
+            for row in d.iter().map_err(db_err)? {
+                let (k, v) = row.map_err(db_err)?;
+                let (k, v) = (k.value(), v.value());
+                if k.len() == 32
+                    && v.len() == 36
+                    && xorbs.contains(&XorbHash::from_bytes(hash_at(v, 0)))
+                {
+                    stale.push(hash_at(k, 0));
+                }
+            }
+            for k in stale {
+                d.remove(k.as_slice()).map_err(db_err)?;
+            }
+        }
+        txn.commit().map_err(db_err)
     }
 
     /// Counts of entries, for status output.
@@ -357,7 +558,6 @@ pub struct IndexCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::ChunkHash;
 
     #[test]
     fn entries_survive_reopening_and_first_registration_wins() {

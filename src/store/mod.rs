@@ -6,6 +6,8 @@
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`reconstruction`] | planning a file's (ranged) reconstruction from its terms and xorb footers (pure) |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
+//! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
+//! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
 //! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
 //! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](target::Endpoint) |
 //! | [`target`] | the traits every place objects live implements: [`CasTarget`](target::CasTarget) (uploads), [`XorbSource`](target::XorbSource) (downloads), [`Endpoint`](target::Endpoint) (both, plus reconstruction plans), implemented by [`Store`] and [`RemoteCas`] |
@@ -13,14 +15,18 @@
 
 pub mod backend;
 pub mod cas;
+pub mod gc;
 pub mod index;
+pub mod integrity;
 pub mod reconstruction;
 pub mod remote;
 pub mod shard_cache;
 pub mod target;
 pub mod wire;
 
-pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, ValidationProgress};
+pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress};
+pub use gc::{GcOptions, GcReport};
+pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
 pub use remote::{RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 pub use shard_cache::{CacheError, CacheStats, PruneReport, ShardCache};

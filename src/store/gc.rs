@@ -1,0 +1,165 @@
+//! Garbage collection: [`Store::gc`] removes xorbs that no registered file uses.
+//!
+//! A xorb is stored before the shard that uses it is registered (cas-api.md §7), so a push that
+//! is interrupted after some xorbs leaves them behind, used by nothing. They are collected only
+//! once they are older than a grace period (a day by default): an upload in flight registers its
+//! shard well within it, and an upload that finds a xorb already stored refreshes its time
+//! ([`Store::put_xorb`]), so its grace period starts again.
+//!
+//! "Used" means named by a term of a registered file. Xorbs recorded as damaged and used by
+//! nothing are forgotten too. Deletion happens under the store's `collecting` lock, which shard
+//! registrations hold shared from validation to commit, so no shard is ever registered against a
+//! xorb being deleted. A client that deduplicated against a collected xorb (from an old dedup
+//! answer or its local shard cache) has its shard refused with `unknown_xorb` and uploads the
+//! chunks again. Files left in `tmp/` by interrupted uploads older than the grace period are
+//! removed as well.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use super::backend::ObjectKey;
+use super::cas::{Store, StoreError};
+use crate::format::XorbHash;
+
+/// The default grace period: a day.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// How [`Store::gc`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcOptions {
+    /// Unused xorbs younger than this are kept.
+    pub grace: Duration,
+    /// Report what would be removed, remove nothing.
+    pub dry_run: bool,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        Self {
+            grace: DEFAULT_GRACE,
+            dry_run: false,
+        }
+    }
+}
+
+/// What [`Store::gc`] did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Xorbs on disk in all, and how many registered files use some xorb.
+    pub xorbs_stored: u64,
+    pub xorbs_used: u64,
+    /// Unused xorbs removed, and their bytes.
+    pub xorbs_removed: u64,
+    pub bytes_freed: u64,
+    /// Unused xorbs kept because they are younger than the grace period.
+    pub xorbs_young: u64,
+    pub bytes_young: u64,
+    /// Index entries of unused xorbs no longer on disk (damaged, or deleted by hand), dropped.
+    pub entries_dropped: u64,
+    /// Leftover files of interrupted uploads removed from `tmp/`, and their bytes.
+    pub temp_files_removed: u64,
+    pub temp_bytes_freed: u64,
+    pub dry_run: bool,
+}
+
+impl Store {
+    /// Removes xorbs no registered file uses, once older than `options.grace` (see the module
+    /// documentation).
+    pub fn gc(&self, options: GcOptions) -> Result<GcReport, StoreError> {
+        let mut report = GcReport {
+            dry_run: options.dry_run,
+            ..GcReport::default()
+        };
+        let now = SystemTime::now();
+        let listed = self.backend.list_xorbs()?;
+        report.xorbs_stored = listed.len() as u64;
+        // Candidates first, without blocking uploads; then decided again under the lock.
+        let used = self.index.referenced_xorbs()?;
+        let old_enough = |modified: SystemTime| {
+            now.duration_since(modified).unwrap_or(Duration::ZERO) >= options.grace
+        };
+        let mut candidates = Vec::new();
+        for x in &listed {
+            if used.contains_key(&x.hash) {
+                continue;
+            }
+            if old_enough(x.modified) {
+                candidates.push(*x);
+            } else {
+                report.xorbs_young += 1;
+                report.bytes_young += x.len;
+            }
+        }
+        let on_disk: HashSet<XorbHash> = listed.iter().map(|x| x.hash).collect();
+        let mut forgotten: HashSet<XorbHash> = self
+            .index
+            .xorbs()?
+            .into_iter()
+            .chain(self.index.all_damaged()?.into_iter().map(|(x, _, _)| x))
+            .filter(|x| !on_disk.contains(x) && !used.contains_key(x))
+            .collect();
+
+        let _exclusive = self.collecting.write().unwrap_or_else(|p| p.into_inner());
+        let used = self.index.referenced_xorbs()?;
+        report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
+        forgotten.retain(|x| !used.contains_key(x));
+        report.entries_dropped = forgotten.len() as u64;
+        let mut removed: HashSet<XorbHash> = HashSet::new();
+        for x in candidates {
+            if used.contains_key(&x.hash) {
+                continue;
+            }
+            // Decided on the listing's time; an upload since then refreshed it.
+            let key = ObjectKey::Xorb(x.hash);
+            if !options.dry_run {
+                match self.backend.stamp(key)? {
+                    Some(s) if s.len == x.len => {}
+                    _ => continue,
+                }
+                if !self.still_old(&x.hash, now, options.grace)? {
+                    continue;
+                }
+                self.backend.remove(key)?;
+            }
+            report.xorbs_removed += 1;
+            report.bytes_freed += x.len;
+            removed.insert(x.hash);
+        }
+        if !options.dry_run {
+            removed.extend(forgotten);
+            self.index.remove_xorbs(&removed)?;
+            let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+            for x in &removed {
+                cache.remove(x);
+            }
+        }
+        drop(_exclusive);
+        if !options.dry_run {
+            let (files, bytes) = self.backend.clean_temp(options.grace)?;
+            report.temp_files_removed = files;
+            report.temp_bytes_freed = bytes;
+        }
+        if report.xorbs_removed > 0 || report.entries_dropped > 0 {
+            tracing::info!(
+                removed = report.xorbs_removed,
+                bytes_freed = report.bytes_freed,
+                entries_dropped = report.entries_dropped,
+                dry_run = options.dry_run,
+                "garbage collection"
+            );
+        }
+        Ok(report)
+    }
+
+    /// Whether the stored object of `xorb` was last written at least `grace` before `now` (not
+    /// refreshed by an upload since it was listed).
+    fn still_old(
+        &self,
+        xorb: &XorbHash,
+        now: SystemTime,
+        grace: Duration,
+    ) -> Result<bool, StoreError> {
+        let listed = self.backend.modified(ObjectKey::Xorb(*xorb))?;
+        Ok(listed.is_some_and(|m| now.duration_since(m).unwrap_or(Duration::ZERO) >= grace))
+    }
+}

@@ -1,0 +1,328 @@
+//! Whether stored xorbs are intact, and what happens when one is not: [`Store::check_xorb`]
+//! (used before anything relies on a xorb), quarantine of damaged objects, and
+//! [`Store::scrub`], which re-verifies everything.
+//!
+//! A xorb is **intact** when its stored object parses as a stored xorb whose chunks hash to the
+//! chunk hashes of its footer and whose chunk hashes hash to its name. Checking that reads the
+//! whole object, so it is done once per object version: the store records the object's
+//! [`ObjectStamp`](super::backend::ObjectStamp) when it writes a validated body or verifies an
+//! object, and afterwards a `stat` that finds the same stamp is enough. Anything that changes the
+//! object on disk (an in-place write, a truncation, a replacement) changes the stamp and makes the
+//! next check verify the whole object again. Only silent media corruption keeps the stamp; that
+//! is what [`Store::scrub`] is for (and every download checks chunk hashes end to end).
+//!
+//! A xorb found **damaged** (its bytes fail verification) or **missing** (the index knows it,
+//! the object is gone) is recorded in the index's `damaged` table, its object moved to
+//! `quarantine/`, and an error is logged naming it and how many files need it. From then on:
+//!
+//! - a shard whose terms or xorb blocks name it is refused (`xorb_damaged`);
+//! - global dedup never answers with it; uploads do not treat it as stored;
+//! - reconstructions of files that need it fail with an error naming it (no URLs to bad bytes);
+//! - an upload of the same xorb stores the new copy and clears the record: re-pushing a file
+//!   that contains it repairs the store, and every file that needed it works again.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use super::backend::{ObjectKey, ObjectStamp};
+use super::cas::{Store, StoreError};
+use crate::format::shard::ParsedShard;
+use crate::format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
+use crate::format::{FileHash, ShardHash, XorbHash};
+
+/// What [`Store::check_xorb`] found.
+#[derive(Debug, Clone)]
+pub enum XorbHealth {
+    /// Stored and intact, with its footer.
+    Intact(Arc<XorbFooter>),
+    /// Not stored, and not known to have been (never uploaded, or garbage-collected).
+    Missing,
+    /// The store had it and it is now missing or damaged: why.
+    Damaged(String),
+}
+
+/// Progress of a [`Store::scrub`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScrubProgress {
+    pub xorbs_done: u64,
+    pub xorbs_total: u64,
+    pub bytes_done: u64,
+}
+
+/// What a [`Store::scrub`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    pub xorbs_checked: u64,
+    pub bytes_checked: u64,
+    /// Xorbs found missing or damaged (newly, or still since an earlier check), with why.
+    pub damaged_xorbs: Vec<(XorbHash, String)>,
+    pub shards_checked: u64,
+    /// Shard files found damaged or missing, with why. The index keeps serving their files;
+    /// the shard files are the store's record of what was registered.
+    pub damaged_shards: Vec<(ShardHash, String)>,
+    /// Registered files that need a damaged xorb (some of them, and how many in all).
+    pub affected_files: Vec<FileHash>,
+    pub affected_file_count: u64,
+}
+
+impl ScrubReport {
+    /// True when anything is damaged or missing.
+    pub fn found_damage(&self) -> bool {
+        !self.damaged_xorbs.is_empty() || !self.damaged_shards.is_empty()
+    }
+}
+
+/// Why `bytes` are not the intact stored form of `xorb`, or its footer.
+fn verify_stored(xorb: &XorbHash, bytes: &[u8]) -> Result<XorbFooter, String> {
+    let options = ReadOptions {
+        expected_hash: Some(*xorb),
+        limits: XorbLimits::SERVER,
+    };
+    let parsed = ParsedXorb::parse_with(bytes, &options)
+        .map_err(|e| format!("its {} bytes fail verification: {e}", bytes.len()))?;
+    if parsed.form() != XorbForm::Stored {
+        return Err(format!(
+            "its {} bytes are not a stored xorb (no footer length at the end)",
+            bytes.len()
+        ));
+    }
+    match parsed.footer() {
+        Some(f) if f.unpacked_chunk_offsets.is_some() => Ok(f.clone()),
+        _ => Err("its footer is not a V1 footer".into()),
+    }
+}
+
+impl Store {
+    /// Whether `xorb` is stored intact (see the module documentation): one `stat` when the object
+    /// is the version verified before, a whole verification otherwise. A xorb found damaged or
+    /// missing is quarantined and logged here.
+    pub fn check_xorb(&self, xorb: &XorbHash) -> Result<XorbHealth, StoreError> {
+        let key = ObjectKey::Xorb(*xorb);
+        let Some(stamp) = self.backend.stamp(key)? else {
+            self.forget_footer(xorb);
+            if let Some((_, why)) = self.index.damaged(xorb)? {
+                return Ok(XorbHealth::Damaged(why));
+            }
+            if self.index.xorb(xorb)?.is_some() {
+                let why = "its stored object is missing (deleted outside git-xet)".to_string();
+                self.mark_damaged(xorb, &why)?;
+                return Ok(XorbHealth::Damaged(why));
+            }
+            return Ok(XorbHealth::Missing);
+        };
+        if let Some(f) = self.cached_footer(xorb, &stamp) {
+            return Ok(XorbHealth::Intact(f));
+        }
+        if self.index.verified(xorb)? == Some(stamp) {
+            match self.read_footer(xorb, stamp.len) {
+                Ok(footer) => {
+                    let footer = Arc::new(footer);
+                    self.cache_footer(stamp, Arc::clone(&footer));
+                    return Ok(XorbHealth::Intact(footer));
+                }
+                Err(why) => {
+                    self.mark_damaged(xorb, &why)?;
+                    return Ok(XorbHealth::Damaged(why));
+                }
+            }
+        }
+        self.verify_whole(xorb, stamp)
+    }
+
+    /// Reads and verifies the whole object of `xorb`, whose stamp was `stamp` (one verification
+    /// at a time, so memory stays at one object).
+    fn verify_whole(&self, xorb: &XorbHash, stamp: ObjectStamp) -> Result<XorbHealth, StoreError> {
+        let _one = self.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        let key = ObjectKey::Xorb(*xorb);
+        if let Some(f) = self.cached_footer(xorb, &stamp) {
+            return Ok(XorbHealth::Intact(f));
+        }
+        let Some(bytes) = self.backend.read_all(key)? else {
+            drop(_one);
+            return self.check_xorb(xorb);
+        };
+        match verify_stored(xorb, &bytes) {
+            Ok(footer) => {
+                // Record the stamp only if the object did not change while it was read.
+                if self.backend.stamp(key)? == Some(stamp) {
+                    self.index.set_verified(xorb, &stamp)?;
+                }
+                if self.index.xorb(xorb)?.is_none() {
+                    self.record_xorb(&footer, bytes.len() as u64)?;
+                }
+                let footer = Arc::new(footer);
+                self.cache_footer(stamp, Arc::clone(&footer));
+                Ok(XorbHealth::Intact(footer))
+            }
+            Err(why) => {
+                self.mark_damaged(xorb, &why)?;
+                Ok(XorbHealth::Damaged(why))
+            }
+        }
+    }
+
+    /// The footer at the end of the object of `xorb` (`len` bytes), without verifying chunks.
+    fn read_footer(&self, xorb: &XorbHash, len: u64) -> Result<XorbFooter, String> {
+        let key = ObjectKey::Xorb(*xorb);
+        let read = |range: std::ops::Range<u64>| -> Result<Vec<u8>, String> {
+            self.backend
+                .read_range(key, range)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "its stored object disappeared while being read".to_string())
+        };
+        let last = read(len.saturating_sub(4)..len)?;
+        let last: [u8; 4] = last.as_slice().try_into().map_err(|_| {
+            format!("its stored object has {len} bytes, too short for a footer length")
+        })?;
+        let tail_len = XorbFooter::tail_len(last).min(len);
+        let tail = read(len - tail_len..len)?;
+        let (footer, _) = XorbFooter::from_tail(&tail, len)
+            .map_err(|e| format!("its footer does not parse: {e}"))?;
+        if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
+            return Err(format!(
+                "its footer describes xorb {} or is not a V1 footer",
+                footer.hash
+            ));
+        }
+        Ok(footer)
+    }
+
+    fn cached_footer(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
+        let cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+        match cache.get(xorb) {
+            Some((s, f)) if s == stamp => Some(Arc::clone(f)),
+            _ => None,
+        }
+    }
+
+    fn forget_footer(&self, xorb: &XorbHash) {
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(xorb);
+    }
+
+    /// Takes a damaged or missing xorb out of service: its object (if any) is moved to
+    /// `quarantine/`, the index records why, and an error is logged for the operator.
+    fn mark_damaged(&self, xorb: &XorbHash, why: &str) -> Result<(), StoreError> {
+        let quarantined = match self.backend.quarantine(ObjectKey::Xorb(*xorb)) {
+            Ok(moved) => moved,
+            Err(e) => {
+                tracing::error!(%xorb, error = %e, "cannot move a damaged xorb to quarantine");
+                false
+            }
+        };
+        self.index.set_damaged(xorb, why, super::cas::now_unix())?;
+        self.forget_footer(xorb);
+        let only: HashSet<XorbHash> = [*xorb].into();
+        let (_, files) = self.index.files_using(&only, 0).unwrap_or_default();
+        tracing::error!(
+            %xorb,
+            reason = why,
+            quarantined,
+            files_affected = files,
+            store = %self.root().display(),
+            "stored xorb is damaged or missing: taken out of service until a client uploads it \
+             again (re-push a file that contains it); run `git xet scrub` to check the whole store"
+        );
+        Ok(())
+    }
+
+    /// Sets the stored object's modification time to now and records the new stamp (the object
+    /// was intact a moment ago and only its time changed).
+    pub(super) fn refresh(&self, xorb: &XorbHash) -> Result<(), StoreError> {
+        let key = ObjectKey::Xorb(*xorb);
+        if let Err(e) = self.backend.touch(key) {
+            tracing::debug!(%xorb, error = %e, "cannot refresh a stored xorb's time");
+            return Ok(());
+        }
+        if let Some(stamp) = self.backend.stamp(key)? {
+            self.index.set_verified(xorb, &stamp)?;
+            let cached = self
+                .footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(xorb)
+                .map(|(_, f)| Arc::clone(f));
+            if let Some(f) = cached {
+                self.cache_footer(stamp, f);
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-verifies every stored xorb (whole, whatever its recorded stamp) and every stored shard,
+    /// quarantining what is damaged (see the module documentation). Xorbs recorded as damaged
+    /// before are checked again: one restored by hand counts as repaired.
+    pub fn scrub(
+        &self,
+        progress: &mut dyn FnMut(&ScrubProgress),
+    ) -> Result<ScrubReport, StoreError> {
+        let mut report = ScrubReport::default();
+        let mut all: BTreeSet<XorbHash> = BTreeSet::new();
+        all.extend(self.backend.list_xorbs()?.into_iter().map(|x| x.hash));
+        all.extend(self.index.xorbs()?);
+        all.extend(self.index.all_damaged()?.into_iter().map(|(x, _, _)| x));
+        let mut p = ScrubProgress {
+            xorbs_total: all.len() as u64,
+            ..ScrubProgress::default()
+        };
+        progress(&p);
+        let mut bad: HashSet<XorbHash> = HashSet::new();
+        for xorb in &all {
+            let key = ObjectKey::Xorb(*xorb);
+            let health = match self.backend.stamp(key)? {
+                Some(stamp) => {
+                    self.forget_footer(xorb);
+                    report.bytes_checked += stamp.len;
+                    p.bytes_done += stamp.len;
+                    self.verify_whole(xorb, stamp)?
+                }
+                None => self.check_xorb(xorb)?,
+            };
+            report.xorbs_checked += 1;
+            if let XorbHealth::Damaged(why) = health {
+                report.damaged_xorbs.push((*xorb, why));
+                bad.insert(*xorb);
+            }
+            p.xorbs_done += 1;
+            progress(&p);
+        }
+        let stored: BTreeSet<ShardHash> = self.backend.list_shards()?.into_iter().collect();
+        for shard in &stored {
+            report.shards_checked += 1;
+            let key = ObjectKey::Shard(*shard);
+            let Some(bytes) = self.backend.read_all(key)? else {
+                continue;
+            };
+            let why = if ShardHash::of(&bytes) != *shard {
+                Some(format!(
+                    "its {} bytes hash to {}, not to its name",
+                    bytes.len(),
+                    ShardHash::of(&bytes)
+                ))
+            } else {
+                ParsedShard::parse(&bytes)
+                    .err()
+                    .map(|e| format!("it does not parse: {e}"))
+            };
+            if let Some(why) = why {
+                let moved = self.backend.quarantine(key).unwrap_or(false);
+                tracing::error!(%shard, reason = %why, quarantined = moved, "stored shard is damaged");
+                report.damaged_shards.push((*shard, why));
+            }
+        }
+        for shard in self.index.shards()? {
+            if !stored.contains(&shard) {
+                report.shards_checked += 1;
+                let why = "its file is missing (the index still serves its files)".to_string();
+                tracing::error!(%shard, reason = %why, "stored shard is missing");
+                report.damaged_shards.push((shard, why));
+            }
+        }
+        let (some, count) = self.index.files_using(&bad, 20)?;
+        report.affected_files = some;
+        report.affected_file_count = count;
+        Ok(report)
+    }
+}
