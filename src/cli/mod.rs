@@ -14,6 +14,7 @@ mod hooks;
 mod inspect;
 mod install;
 mod ls_files;
+mod maintenance;
 mod serve;
 mod status;
 mod transfer;
@@ -64,6 +65,10 @@ enum Command {
     /// List the LFS files with their Xet hashes and how much of each was deduplicated.
     #[command(name = "ls-files")]
     LsFiles(ls_files::LsFilesArgs),
+    /// Verify every object of a store; quarantine and report what is damaged (exit 2).
+    Scrub(maintenance::ScrubArgs),
+    /// Remove xorbs of a store that no file uses (interrupted pushes), after a grace period.
+    Gc(maintenance::GcArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -82,6 +87,8 @@ pub fn main() -> ExitCode {
         Command::Cache(args) => cache::run(args),
         Command::Status(args) => status::run(args),
         Command::LsFiles(args) => ls_files::run(args),
+        Command::Scrub(args) => maintenance::scrub(args),
+        Command::Gc(args) => maintenance::gc(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,358 @@
+//! `git xet scrub` and `git xet gc`: checking a store for damage and removing what nothing uses.
+//!
+//! Both work on a store directory: a `git xet serve --data DIR`, or the directory endpoint of
+//! standalone mode (the default inside a repository whose `xet.endpoint` is a directory). The
+//! store is opened exclusively, so they wait a little for a running agent and refuse with advice
+//! while a server holds it (`git xet serve` runs both by itself: `--gc-interval`,
+//! `--scrub-interval`).
+//!
+//! Exit codes: 0 done (scrub: no damage), 1 the command failed, 2 scrub found damage.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::CmdResult;
+use crate::git::Git;
+use crate::lfs::settings::{self, EndpointSpec};
+use crate::store::shard_cache::format_size;
+use crate::store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
+
+/// Exit code of `scrub` when it found damage.
+pub const DAMAGE_FOUND: u8 = 2;
+
+/// How long to wait for another process (an agent in a transfer) to release the store.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = "Reads every stored xorb and shard whole and checks every hash. A \
+xorb found damaged or missing is moved to DIR/quarantine/ and taken out of service: no new shard \
+may rely on it, global dedup stops offering it, and the files that need it cannot be downloaded \
+until a client uploads that xorb again — pushing any file that contains it repairs the store. A \
+damaged shard file is quarantined too (the index keeps serving its files; registering the same \
+shard again restores it).\n\n\
+The store also checks a xorb whenever its object on disk changed since it was last verified, so \
+damage done by tools or people is found when the xorb is next used; scrub finds what changed \
+silently (media errors) and everything no request has touched yet.\n\n\
+Exit status: 0 no damage, 2 damage found (listed), 1 scrub could not run.\n\n\
+Examples:\n  git xet scrub /srv/xet\n  git xet scrub            # this repository's directory endpoint\n  \
+git xet scrub --json /srv/xet"
+)]
+pub struct ScrubArgs {
+    /// The store directory (`git xet serve --data DIR`, or a standalone directory endpoint).
+    /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = "A push stores xorbs before it registers the shard that uses them, \
+so a push that was interrupted leaves xorbs that no file uses. gc removes them once they are \
+older than the grace period (default 24h), so uploads in flight are never harmed: an upload \
+registers its shard well within it, and an upload that finds a xorb already stored restarts its \
+grace period. Leftover temporary files of interrupted uploads older than the grace period go \
+too. Xorbs that any registered file uses are never removed.\n\n\
+Examples:\n  git xet gc /srv/xet\n  git xet gc --dry-run /srv/xet\n  git xet gc --grace 2h"
+)]
+pub struct GcArgs {
+    /// The store directory (`git xet serve --data DIR`, or a standalone directory endpoint).
+    /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Keep unused xorbs younger than this: seconds, or a number with s, m, h or d (30m, 24h, 7d).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "24h")]
+    pub grace: Duration,
+    /// Report what would be removed without removing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `90`, `90s`, `30m`, `24h`, `7d`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => (&s[..at], s[at..].trim()),
+        None => (s, "s"),
+    };
+    let n: u64 = number.parse().ok()?;
+    let factor = match unit.to_ascii_lowercase().as_str() {
+        "s" | "sec" | "secs" => 1,
+        "m" | "min" | "mins" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86400,
+        _ => return None,
+    };
+    n.checked_mul(factor).map(Duration::from_secs)
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| {
+        format!("`{s}` is not a duration: use seconds or a number with s, m, h or d (30m, 24h)")
+    })
+}
+
+/// The store directory to work on: the argument, or the repository's directory endpoint.
+fn store_dir(arg: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(dir) = arg {
+        return Ok(dir.to_path_buf());
+    }
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let found = settings::endpoint(&Git::in_dir(&cwd), &cwd)
+        .map_err(|e| format!("cannot read the git-xet endpoint: {e}"))?;
+    match found {
+        Some((EndpointSpec::Dir(dir), _)) => Ok(dir),
+        Some((EndpointSpec::Http(_), _)) => Err(
+            "this repository's endpoint is a server; run this command where the server's data \
+             directory is (git xet serve --data DIR), or give a store directory"
+                .into(),
+        ),
+        None => Err(
+            "give a store directory (git xet serve --data DIR, or a standalone \
+                     directory endpoint): this is not a repository with a directory endpoint"
+                .into(),
+        ),
+    }
+}
+
+/// Opens an existing store, waiting a little for an agent and refusing with advice when a
+/// server holds it.
+fn open(dir: &Path) -> Result<Store, String> {
+    if !dir.join("STORE-VERSION").is_file() {
+        return Err(format!(
+            "{} is not a git-xet store (no STORE-VERSION file)",
+            dir.display()
+        ));
+    }
+    let mut announced = false;
+    Store::open_waiting(dir, PATIENCE, || {
+        if !announced {
+            announced = true;
+            eprintln!(
+                "git-xet: waiting for another git-xet process to release {}",
+                dir.display()
+            );
+        }
+    })
+    .map_err(|e| {
+        if e.is_locked() {
+            format!(
+                "the store at {} is in use by another process (a running `git xet serve`, or \
+                 an agent in the middle of a push or pull); stop the server and run this again, \
+                 or let the server do it on a schedule (git xet serve --gc-interval, \
+                 --scrub-interval)",
+                dir.display()
+            )
+        } else {
+            format!("cannot open the store at {}: {e}", dir.display())
+        }
+    })
+}
+
+pub fn scrub(args: &ScrubArgs) -> CmdResult {
+    let dir = store_dir(args.dir.as_deref())?;
+    let store = open(&dir)?;
+    let show_progress = std::io::stderr().is_terminal();
+    let mut last = Instant::now();
+    let report = store.scrub(&mut |p: &ScrubProgress| {
+        if show_progress
+            && (last.elapsed() >= Duration::from_millis(500) || p.xorbs_done == p.xorbs_total)
+        {
+            last = Instant::now();
+            eprint!(
+                "\rchecking xorbs: {}/{} ({})   ",
+                p.xorbs_done,
+                p.xorbs_total,
+                format_size(p.bytes_done)
+            );
+            if p.xorbs_done == p.xorbs_total {
+                eprintln!();
+            }
+        }
+    })?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", scrub_json(&dir, &report))?;
+    } else {
+        print_scrub(&mut out, &dir, &report)?;
+    }
+    Ok(if report.found_damage() {
+        ExitCode::from(DAMAGE_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_scrub(out: &mut impl Write, dir: &Path, r: &ScrubReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "scrubbed {}: {} xorbs ({}), {} shards",
+        dir.display(),
+        r.xorbs_checked,
+        format_size(r.bytes_checked),
+        r.shards_checked
+    )?;
+    if !r.found_damage() {
+        return writeln!(out, "no damage found");
+    }
+    for (xorb, why) in &r.damaged_xorbs {
+        writeln!(out, "damaged xorb {xorb}: {why}")?;
+    }
+    for (shard, why) in &r.damaged_shards {
+        writeln!(out, "damaged shard {shard}: {why}")?;
+    }
+    if r.affected_file_count > 0 {
+        writeln!(
+            out,
+            "{} registered file(s) cannot be downloaded until the damaged xorbs are uploaded \
+             again, e.g.:",
+            r.affected_file_count
+        )?;
+        for f in &r.affected_files {
+            writeln!(out, "  file {f}")?;
+        }
+    }
+    writeln!(
+        out,
+        "damaged objects were moved to {}; to repair, push the affected files again from a clone \
+         that has them (e.g. `git lfs push --all origin`), which uploads the missing xorbs",
+        dir.join("quarantine").display()
+    )
+}
+
+fn scrub_json(dir: &Path, r: &ScrubReport) -> serde_json::Value {
+    serde_json::json!({
+        "store": dir.display().to_string(),
+        "damage_found": r.found_damage(),
+        "xorbs_checked": r.xorbs_checked,
+        "bytes_checked": r.bytes_checked,
+        "shards_checked": r.shards_checked,
+        "damaged_xorbs": r.damaged_xorbs.iter().map(|(x, why)| serde_json::json!({"xorb": x.to_hex(), "reason": why})).collect::<Vec<_>>(),
+        "damaged_shards": r.damaged_shards.iter().map(|(s, why)| serde_json::json!({"shard": s.to_hex(), "reason": why})).collect::<Vec<_>>(),
+        "affected_file_count": r.affected_file_count,
+        "affected_files": r.affected_files.iter().map(|f| f.to_hex()).collect::<Vec<_>>(),
+    })
+}
+
+pub fn gc(args: &GcArgs) -> CmdResult {
+    let dir = store_dir(args.dir.as_deref())?;
+    let store = open(&dir)?;
+    let report = store.gc(GcOptions {
+        grace: args.grace,
+        dry_run: args.dry_run,
+    })?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", gc_json(&dir, args.grace, &report))?;
+    } else {
+        print_gc(&mut out, &dir, args.grace, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_gc(
+    out: &mut impl Write,
+    dir: &Path,
+    grace: Duration,
+    r: &GcReport,
+) -> std::io::Result<()> {
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    writeln!(
+        out,
+        "{}: {} xorbs stored, {} used by registered files",
+        dir.display(),
+        r.xorbs_stored,
+        r.xorbs_used
+    )?;
+    writeln!(
+        out,
+        "{verb} {} unused xorb(s), freeing {}",
+        r.xorbs_removed,
+        format_size(r.bytes_freed)
+    )?;
+    if r.xorbs_young > 0 {
+        writeln!(
+            out,
+            "kept {} unused xorb(s) ({}) younger than the grace period ({}): uploads may still \
+             register them",
+            r.xorbs_young,
+            format_size(r.bytes_young),
+            humantime(grace)
+        )?;
+    }
+    if r.entries_dropped > 0 {
+        writeln!(
+            out,
+            "dropped {} index entr{} of unused xorbs that were no longer on disk",
+            r.entries_dropped,
+            if r.entries_dropped == 1 { "y" } else { "ies" }
+        )?;
+    }
+    if r.temp_files_removed > 0 {
+        writeln!(
+            out,
+            "removed {} leftover temporary file(s) ({})",
+            r.temp_files_removed,
+            format_size(r.temp_bytes_freed)
+        )?;
+    }
+    Ok(())
+}
+
+fn gc_json(dir: &Path, grace: Duration, r: &GcReport) -> serde_json::Value {
+    serde_json::json!({
+        "store": dir.display().to_string(),
+        "grace_secs": grace.as_secs(),
+        "dry_run": r.dry_run,
+        "xorbs_stored": r.xorbs_stored,
+        "xorbs_used": r.xorbs_used,
+        "xorbs_removed": r.xorbs_removed,
+        "bytes_freed": r.bytes_freed,
+        "xorbs_young": r.xorbs_young,
+        "bytes_young": r.bytes_young,
+        "entries_dropped": r.entries_dropped,
+        "temp_files_removed": r.temp_files_removed,
+        "temp_bytes_freed": r.temp_bytes_freed,
+    })
+}
+
+/// `90 s`, `30 min`, `24 h`, `7 d`: a duration as given.
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0 s".into(),
+        s if s % 86400 == 0 => format!("{} d", s / 86400),
+        s if s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::gc::DEFAULT_GRACE;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30m"), Some(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("24h"), Some(DEFAULT_GRACE));
+        assert_eq!(parse_duration("7d"), Some(Duration::from_secs(7 * 86400)));
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        for bad in ["", "h", "1w", "-1", "1.5h", "99999999999999999999d"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        assert_eq!(humantime(DEFAULT_GRACE), "1 d");
+        assert_eq!(humantime(Duration::from_secs(5400)), "90 min");
+    }
+}
