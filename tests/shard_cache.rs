@@ -659,3 +659,62 @@ fn keyed_dedup_answers_are_cached_and_used() {
     assert!(two.dedup_bytes > two.size * 9 / 10, "{two:?}");
     assert_eq!(download(&store, &two.sha256), edit2);
 }
+
+/// A xorb the cache knows but the server lost: the upload that deduplicated against it is refused
+/// naming it, the cache forgets it, and the next upload sends its chunks again, which repairs the
+/// server's copy for every file that needed it.
+#[test]
+fn xorbs_the_server_lost_are_forgotten_and_uploaded_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    let store = Store::open(&store_dir).unwrap();
+    let cache_dir = dir.path().join("cache");
+    let data = common::splitmix64(7, 3 << 20);
+    let edit = edited(&data, 1 << 20);
+    let first = upload(
+        &Cached::new(&store, ShardCache::open(&cache_dir)),
+        &data[..],
+        &NO_GLOBAL,
+    )
+    .unwrap();
+
+    // The server loses the first upload's xorbs (deleted from its disk).
+    let mut lost = Vec::new();
+    for sub in std::fs::read_dir(store_dir.join("xorbs"))
+        .unwrap()
+        .flatten()
+    {
+        for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
+            lost.push(XorbHash::from_hex(f.file_name().to_str().unwrap()).unwrap());
+            std::fs::remove_file(f.path()).unwrap();
+        }
+    }
+    assert!(!lost.is_empty());
+
+    let refused = upload(
+        &Cached::new(&store, ShardCache::open(&cache_dir)),
+        &edit[..],
+        &NO_GLOBAL,
+    )
+    .unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        text.contains("xorb_damaged") || text.contains("damaged"),
+        "{text}"
+    );
+    assert!(lost.iter().any(|x| text.contains(&x.to_hex())), "{text}");
+
+    // The cache no longer offers them: the retry uploads the chunks and succeeds.
+    let retry = upload(
+        &Cached::new(&store, ShardCache::open(&cache_dir)),
+        &edit[..],
+        &NO_GLOBAL,
+    )
+    .unwrap();
+    assert!(retry.uploaded_bytes > retry.size / 2, "{retry:?}");
+    assert_eq!(download(&store, &retry.sha256), edit);
+    // Uploading the original again (its xorbs are rebuilt identically) repairs the first file.
+    let again = upload(&store, &data[..], &NO_GLOBAL).unwrap();
+    assert_eq!(again.file_hash, first.file_hash);
+    assert_eq!(download(&store, &first.sha256), data);
+}

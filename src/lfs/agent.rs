@@ -518,7 +518,7 @@ fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, Stri
         return FileHash::from_hex(text)
             .map_err(|e| format!("the LFS server sent a bad X-Xet-Hash {text:?}: {e}"));
     }
-    match endpoint.file_by_sha256(&t.oid) {
+    match endpoint.locate_oid(&t.oid) {
         Ok(Some((hash, _))) => Ok(hash),
         Ok(None) => Err(format!(
             "{} has no file with LFS oid {}; was it pushed with git-xet?",

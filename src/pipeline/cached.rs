@@ -69,6 +69,38 @@ impl<T: CasTarget> Cached<T> {
         self.inner
     }
 
+    /// After the target refused `shard`: the xorbs the shard relies on that the refusal names
+    /// (a server answers `unknown_xorb` or `xorb_damaged` naming the xorb it lost) are deleted
+    /// from the cache, so the next upload does not deduplicate against them again but uploads
+    /// their chunks, which also repairs the server's copy.
+    fn forget_named_xorbs(&self, shard: &[u8], refusal: &TargetError) {
+        let Ok(parsed) = ParsedShard::parse(shard) else {
+            return;
+        };
+        let text = refusal.to_string();
+        let mut named: Vec<XorbHash> = parsed
+            .shard
+            .files
+            .iter()
+            .flat_map(|f| f.terms.iter().map(|t| t.xorb_hash))
+            .chain(parsed.shard.xorbs.iter().map(|x| x.hash))
+            .filter(|x| text.contains(&x.to_hex()))
+            .collect();
+        named.sort();
+        named.dedup();
+        if named.is_empty() {
+            return;
+        }
+        match self.cache.forget_xorbs(&named) {
+            Ok(n) => tracing::warn!(
+                xorbs = ?named.iter().map(|x| x.to_hex()).collect::<Vec<_>>(),
+                shards = n,
+                "the server no longer has these xorbs intact; removed them from the local shard cache"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot remove lost xorbs from the shard cache"),
+        }
+    }
+
     fn insert(&self, shard: &Shard, what: &str) {
         if let Err(e) = self.cache.insert_shard(shard) {
             tracing::warn!(error = %e, "cannot add {what} to the shard cache; continuing without");
@@ -90,7 +122,10 @@ impl<T: CasTarget> CasTarget for Cached<T> {
     }
 
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
-        self.inner.register_shard(shard)?;
+        if let Err(e) = self.inner.register_shard(shard) {
+            self.forget_named_xorbs(shard, &e);
+            return Err(e);
+        }
         match ParsedShard::parse(shard) {
             Ok(parsed) if !parsed.shard.xorbs.is_empty() => {
                 self.insert(&parsed.shard, "a registered shard")
@@ -143,6 +178,10 @@ impl<T: Endpoint> Endpoint for Cached<T> {
         range: Option<(u64, u64)>,
     ) -> Result<Option<ReconstructionPlan>, TargetError> {
         self.inner.reconstruction(file, range)
+    }
+
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        self.inner.locate_oid(oid)
     }
 
     fn describe(&self) -> String {

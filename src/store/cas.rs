@@ -831,6 +831,38 @@ impl Store {
         Ok(Some((file, size)))
     }
 
+    /// [`Self::file_by_oid`], only if every xorb the file needs is intact: what an upload may
+    /// skip as already stored (a damaged file is uploaded again, which repairs it).
+    pub fn intact_file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
+        let Some((file, size)) = self.file_by_oid(oid)? else {
+            return Ok(None);
+        };
+        if self.file_damage(&file)?.is_some() {
+            return Ok(None);
+        }
+        Ok(Some((file, size)))
+    }
+
+    /// The first xorb a registered file needs that is missing or damaged, with why; `None` when
+    /// every one is intact (or the file is not registered).
+    pub fn file_damage(&self, file: &FileHash) -> Result<Option<(XorbHash, String)>, StoreError> {
+        let Some(record) = self.index.file(file)? else {
+            return Ok(None);
+        };
+        let mut seen = std::collections::HashSet::new();
+        for t in &record.terms {
+            if !seen.insert(t.xorb) {
+                continue;
+            }
+            match self.check_xorb(&t.xorb)? {
+                XorbHealth::Intact(_) => {}
+                XorbHealth::Missing => return Ok(Some((t.xorb, "it is not stored".into()))),
+                XorbHealth::Damaged(why) => return Ok(Some((t.xorb, why))),
+            }
+        }
+        Ok(None)
+    }
+
     /// For a global-dedup query: an unkeyed shard with no files listing the xorb that holds
     /// `chunk`, if the chunk is indexed as dedup-eligible. The caller keys it.
     pub fn dedup_shard(&self, chunk: &ChunkHash) -> Result<Option<Shard>, StoreError> {

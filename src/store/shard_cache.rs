@@ -61,7 +61,7 @@ use crate::format::shard::{
     shard_file_name, LookupTables, ParsedShard, Shard, ShardError, ShardLayout, FOOTER_SIZE,
     HEADER_SIZE,
 };
-use crate::format::{ChunkHash, HmacKey, ShardHash};
+use crate::format::{ChunkHash, HmacKey, ShardHash, XorbHash};
 
 /// Environment variable overriding the cache root.
 pub const CACHE_DIR_ENV: &str = "GIT_XET_CACHE_DIR";
@@ -607,6 +607,35 @@ impl ShardCache {
             });
         }
         Ok(out)
+    }
+
+    /// Deletes every cached shard that lists any of `xorbs` in its xorb section: the server said
+    /// it no longer has them intact, so no later upload may deduplicate against them. Returns
+    /// how many shards were deleted. Shards that cannot be read are left to pruning.
+    pub fn forget_xorbs(&self, xorbs: &[XorbHash]) -> Result<usize, CacheError> {
+        if xorbs.is_empty() {
+            return Ok(0);
+        }
+        let mut report = PruneReport::default();
+        let mut forgotten = Vec::new();
+        for entry in self.scan()? {
+            let Ok(shard) = read_shard(&entry.path, &entry.hash) else {
+                continue;
+            };
+            if shard.xorbs.iter().any(|x| xorbs.contains(&x.hash))
+                && self.remove(&entry, &mut report)
+            {
+                forgotten.push(entry.hash);
+            }
+        }
+        let mut state = self.state();
+        for hash in &forgotten {
+            state.forget(hash);
+        }
+        if let Some(bytes) = &mut state.approx_bytes {
+            *bytes = bytes.saturating_sub(report.removed_bytes);
+        }
+        Ok(forgotten.len())
     }
 
     /// The number and total size of the cached shards.

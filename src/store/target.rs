@@ -95,8 +95,10 @@ pub trait CasTarget: Send + Sync {
         Ok(None)
     }
 
-    /// The registered file whose SHA-256 is `oid`, with its size, if the target can tell. The
-    /// default answers `None`.
+    /// The registered file whose SHA-256 is `oid`, with its size, if the target can tell and
+    /// holds it intact: an upload of that content may then be skipped. A file the target knows
+    /// but holds damaged is `None`, so that uploading it again repairs it. The default answers
+    /// `None`.
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         let _ = oid;
         Ok(None)
@@ -161,7 +163,7 @@ impl CasTarget for Store {
     }
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
-        Ok(self.file_by_oid(oid)?)
+        Ok(self.intact_file_by_oid(oid)?)
     }
 }
 
@@ -210,6 +212,13 @@ pub trait Endpoint: CasTarget + XorbSource {
         range: Option<(u64, u64)>,
     ) -> Result<Option<ReconstructionPlan>, TargetError>;
 
+    /// The registered file whose SHA-256 is `oid`, for a download: intact or not (rebuilding a
+    /// damaged one fails with an error naming the damage, which says more than "unknown"). The
+    /// default is [`CasTarget::file_by_sha256`].
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        self.file_by_sha256(oid)
+    }
+
     /// A short description for messages, e.g. the URL or the directory.
     fn describe(&self) -> String;
 }
@@ -221,6 +230,10 @@ impl<T: Endpoint + ?Sized> Endpoint for &T {
         range: Option<(u64, u64)>,
     ) -> Result<Option<ReconstructionPlan>, TargetError> {
         (**self).reconstruction(file, range)
+    }
+
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        (**self).locate_oid(oid)
     }
 
     fn describe(&self) -> String {
@@ -235,6 +248,10 @@ impl Endpoint for Store {
         range: Option<(u64, u64)>,
     ) -> Result<Option<ReconstructionPlan>, TargetError> {
         Ok(Store::reconstruction(self, file, range)?)
+    }
+
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        Ok(self.file_by_oid(oid)?)
     }
 
     fn describe(&self) -> String {

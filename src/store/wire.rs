@@ -102,6 +102,10 @@ pub struct LfsFile {
     /// The Xet file hash, string form.
     pub file_hash: String,
     pub size: u64,
+    /// `false` when the server holds the file but a xorb it needs is missing or damaged (an
+    /// upload should send it again, which repairs it); absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intact: Option<bool>,
 }
 
 /// The CAS token JSON (§2.1), answered by token-refresh routes.

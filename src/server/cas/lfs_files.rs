@@ -2,8 +2,10 @@
 //! LFS oid (the SHA-256 a shard's `FileMetadataExt` carries, cas-api.md §9.3 item 7).
 //!
 //! A standalone agent has only the oid from the pointer; this tells it which file hash to
-//! reconstruct, and an uploader can skip a file the server already holds. Answers
-//! `{"oid": "<sha256>", "file_hash": "<xet hash>", "size": <bytes>}` ([`LfsFile`]), or 404.
+//! reconstruct, and an uploader can skip a file the server already holds intact. Answers
+//! `{"oid": "<sha256>", "file_hash": "<xet hash>", "size": <bytes>, "intact": <bool>}`
+//! ([`LfsFile`]), or 404. `intact` is false when a xorb the file needs is missing or damaged: an
+//! uploader then sends the file again, which repairs it.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -27,8 +29,15 @@ pub async fn get(
         ApiError::bad_request("invalid_oid", format!("{text:?} is not a SHA-256 oid: {e}"))
     })?;
     let st = state.clone();
-    let found = blocking(move || Ok(st.store.file_by_oid(&oid)?)).await?;
-    let Some((file, size)) = found else {
+    let found = blocking(move || {
+        let Some((file, size)) = st.store.file_by_oid(&oid)? else {
+            return Ok(None);
+        };
+        let intact = st.store.file_damage(&file)?.is_none();
+        Ok(Some((file, size, intact)))
+    })
+    .await?;
+    let Some((file, size, intact)) = found else {
         return Err(ApiError::not_found(
             "oid_not_found",
             format!("no file with LFS oid {oid} is stored on this server"),
@@ -38,5 +47,6 @@ pub async fn get(
         oid: oid.to_hex(),
         file_hash: file.to_hex(),
         size,
+        intact: Some(intact),
     }))
 }
