@@ -155,6 +155,10 @@ fn damaged_xorbs_are_taken_out_of_service_and_an_upload_repairs_them() {
         let r = rejection(&store, &derived);
         assert_eq!(r.code(), "xorb_damaged", "{how:?}: {r}");
         assert!(r.to_string().contains(&xorb.to_hex()), "{r}");
+        // Not even the very shard registered before: a client sending it again must upload
+        // the xorb first.
+        let r = rejection(&store, &s.shard);
+        assert_eq!(r.code(), "xorb_damaged", "{how:?}: {r}");
         assert!(
             store.dedup_shard(&first_chunk).unwrap().is_none(),
             "{how:?}"
@@ -191,6 +195,10 @@ fn damaged_xorbs_are_taken_out_of_service_and_an_upload_repairs_them() {
             .register_shard(&derived.to_upload_bytes().unwrap(), &mut |_| {})
             .unwrap();
         assert!(outcome.newly_registered);
+        let outcome = store
+            .register_shard(&s.shard.to_upload_bytes().unwrap(), &mut |_| {})
+            .unwrap();
+        assert!(!outcome.newly_registered, "{how:?}: registered before");
         // A second upload of an intact xorb changes nothing.
         assert!(!store.put_xorb(xorb, &body).unwrap());
         // The verification is remembered across restarts.

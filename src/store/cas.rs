@@ -573,8 +573,12 @@ impl Store {
         }
         // Garbage collection deletes nothing between validation and commit.
         let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
-        if self.index.has_shard(&shard_hash)? {
-            // The same bytes again: restores the shard file if it was lost or quarantined.
+        // The same bytes again are acknowledged without validation, unless a file they
+        // register lost a xorb since: then validation refuses them naming it, so the client
+        // uploads it again.
+        let registered = self.index.has_shard(&shard_hash)?;
+        if registered && self.files_intact(&shard)? {
+            // Restores the shard file if it was lost or quarantined.
             self.backend
                 .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
             return Ok(ShardOutcome {
@@ -595,6 +599,16 @@ impl Store {
             files: shard.files.len(),
             new_files,
         })
+    }
+
+    /// Whether every xorb the files of `shard` need is intact.
+    fn files_intact(&self, shard: &Shard) -> Result<bool, StoreError> {
+        for f in &shard.files {
+            if self.file_damage(&f.hash)?.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
