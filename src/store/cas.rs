@@ -588,7 +588,15 @@ impl Store {
                 new_files: 0,
             });
         }
-        let entries = self.validate(&shard, shard_hash, progress)?;
+        let mut entries = self.validate(&shard, shard_hash, progress)?;
+        // Files registered before whose reconstruction lost a xorb: this shard, just validated
+        // against intact xorbs, replaces their record (re-pushing a damaged file repairs it).
+        for (file, _) in &entries.files {
+            if let Some((xorb, _)) = self.file_damage(file)? {
+                tracing::warn!(%file, %xorb, "file re-registered with intact xorbs (repaired)");
+                entries.replace.push(*file);
+            }
+        }
         committing();
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;

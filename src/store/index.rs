@@ -17,7 +17,9 @@
 //! All integers are little-endian. A shard's files, oids and dedup entries are written in one
 //! transaction, so a shard is registered whole or not at all, and a commit is durable when it
 //! returns. Entries are only ever added: the first registration of a file hash, oid or dedup
-//! chunk wins and later ones keep it (all registrations of a file hash rebuild the same bytes).
+//! chunk wins and later ones keep it (all registrations of a file hash rebuild the same bytes),
+//! except that a file whose recorded reconstruction lost a xorb is re-recorded by the next shard
+//! that registers it intact (`ShardEntries::replace`).
 //!
 //! redb takes an exclusive lock on the database file, so one process at a time opens a store.
 
@@ -93,6 +95,9 @@ pub struct FileRecord {
 #[derive(Debug, Clone, Default)]
 pub struct ShardEntries {
     pub files: Vec<(FileHash, FileRecord)>,
+    /// Files among `files` registered before whose recorded reconstruction needs a xorb that is
+    /// now missing or damaged: their record is replaced by this shard's (a repair).
+    pub replace: Vec<FileHash>,
     pub oids: Vec<(LfsOid, FileHash)>,
     pub dedup: Vec<(ChunkHash, XorbHash, u32)>,
 }
@@ -256,11 +261,11 @@ impl Index {
         {
             let mut files = txn.open_table(FILES).map_err(db_err)?;
             for (hash, record) in &entries.files {
-                if files
+                let absent = files
                     .get(hash.as_bytes().as_slice())
                     .map_err(db_err)?
-                    .is_none()
-                {
+                    .is_none();
+                if absent || entries.replace.contains(hash) {
                     files
                         .insert(hash.as_bytes().as_slice(), encode_file(record).as_slice())
                         .map_err(db_err)?;
