@@ -159,7 +159,9 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
         return;
     }
     let server = common::server::start();
-    let env = GitEnv::new();
+    let mut env = GitEnv::new();
+    // A server that stays away fails the push after 3 s of retries (60 s by default).
+    env.vars.push(("GIT_XET_RETRY_SECS".into(), "3".into()));
     env.credential_helper(WRITE_TOKEN);
     xet(&env, &["install", "--global", "--endpoint", server.url()]);
     let work = work_repo(&env, None);
