@@ -20,6 +20,21 @@
 //! find the Xet hash for the oid, rebuild the file into git-lfs's temp directory (same
 //! filesystem as `.git/lfs/objects`, which git-lfs renames it into), check size and SHA-256,
 //! and answer with the file's absolute path.
+//!
+//! Robustness against what comes in:
+//! - **Input limits.** A request line is read up to [`MAX_LINE`] (1 MiB) and never buffered
+//!   beyond; a longer one is answered with an error `complete` for the oid found at its start
+//!   (after `init`), else it is fatal. Input echoed in a message is clipped ([`echo`]).
+//! - **Fatal protocol errors** (no object to answer: garbage, a second `init`, a request before
+//!   `init`) are explained on stderr and in the log (`explain_fatal`: git-lfs shows only
+//!   "EOF", `GIT_TRACE=1` shows this, `git xet uninstall` falls back to plain LFS, report the
+//!   bug), and before `init` in the `init` error reply, which git-lfs does show.
+//! - **Upload paths** are opened non-blocking and must be regular files (a FIFO would block).
+//! - **Partial downloads** (`xet-<oid16>-*.part`) are locked while written; the next download
+//!   of the same object removes the ones a killed agent left (unlocked, not written to for
+//!   5 s).
+//! - **Secrets.** What goes to git-lfs and to the log is redacted ([`crate::redact`]); which
+//!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};

@@ -6,6 +6,9 @@
 //! (`action` may be `null`, `header` may be missing, `expires_at` may be Go's zero time, unknown
 //! fields are ignored) and strict where a mistake would corrupt the conversation (an unknown
 //! `event`, a second `init`, a request for the other direction, a request while one is open).
+//! Input is bounded: [`read_line`] keeps at most [`MAX_LINE`] bytes of a line, every piece of
+//! input put in an error is clipped ([`echo`]), and every message sent is redacted and clipped
+//! ([`shown_message`]).
 //!
 //! State machine (§5):
 //!

@@ -116,7 +116,8 @@ pub struct RemoteConfig {
 }
 
 impl RemoteConfig {
-    /// The defaults: 5 attempts, connect timeout 10 s, request timeout 300 s.
+    /// The defaults: retries for about 60 s ([`RetryPolicy::default`]), connect timeout 10 s,
+    /// request timeout 300 s.
     pub fn new(cas_url: impl Into<String>, token: TokenSource) -> Self {
         Self {
             cas_url: cas_url.into(),
