@@ -376,4 +376,18 @@ mod tests {
         let rel = normalise_endpoint("../store").unwrap();
         assert!(!rel.contains("..") && rel.ends_with("/store"), "{rel}");
     }
+
+    #[test]
+    fn a_password_in_the_endpoint_is_warned_about_and_never_printed() {
+        let w = password_warning("http://git:install-secret-9@h.example:8080", Scope::Local)
+            .expect("a warning");
+        assert!(!w.contains("install-secret-9"), "{w}");
+        assert!(
+            w.contains("clear text") && w.contains("http://h.example:8080"),
+            "{w}"
+        );
+        assert!(password_warning("https://h.example", Scope::Global).is_none());
+        assert!(password_warning("/srv/store", Scope::Global).is_none());
+        assert!(!crate::redact::redact("install-secret-9").contains("secret"));
+    }
 }
