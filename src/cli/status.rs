@@ -712,12 +712,16 @@ fn probe(url: &str) -> Reachability {
         millis: 0,
         error: None,
     };
+    // `/health` needs no credential: a password in the URL is not sent, and a redirect is
+    // an answer, not followed.
+    let bare = settings::split_userinfo(url).bare;
     let client = reqwest::blocking::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .connect_timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
         .build();
-    let result = client.and_then(|c| c.get(url).send());
+    let result = client.and_then(|c| c.get(&bare).send());
     match result {
         Ok(response) => {
             check.reachable = true;
