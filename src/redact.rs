@@ -211,9 +211,11 @@ fn mask_query(text: &str) -> String {
     out
 }
 
-/// Whether `value` (an `Authorization` credential) looks like one rather than an English word.
+/// Whether `value` (an `Authorization` credential) looks like one rather than a word of prose
+/// ("basic transfers", "basic HTTP"): six characters or more, not all lowercase letters, or
+/// long. Registered secrets are masked whatever their shape.
 fn credential_like(value: &str) -> bool {
-    !value.is_empty() && (value.len() >= 24 || value.chars().any(|c| !c.is_ascii_lowercase()))
+    value.len() >= 24 || (value.len() >= 6 && value.chars().any(|c| !c.is_ascii_lowercase()))
 }
 
 /// `Bearer TOKEN` / `Basic BASE64` → `Bearer ***` / `Basic ***`.
@@ -384,8 +386,8 @@ mod tests {
         assert_eq!(r("sent Bearer hf_AbC123 to x"), "sent Bearer *** to x");
         assert_eq!(r("Basic dXNlcjpwYXNz"), "Basic ***");
         assert_eq!(
-            r("git-lfs's basic transfer; a bearer token"),
-            "git-lfs's basic transfer; a bearer token"
+            r("git-lfs's basic transfer; a bearer token; basic HTTP auth"),
+            "git-lfs's basic transfer; a bearer token; basic HTTP auth"
         );
         assert_eq!(r("Bearer "), "Bearer ");
     }
