@@ -2,12 +2,14 @@
 //!
 //! Layers point one way: [`format`](mod@format) (pure bytes in, bytes out) → `store` (where bytes live) →
 //! [`pipeline`] (upload, download and hashing orchestration) → `lfs`, `git`, `server` → [`cli`]
-//! (the only place that knows about argv and exit codes).
+//! (the only place that knows about argv and exit codes). [`redact`] (pure text in, text out:
+//! secrets masked) is used by every layer that shows text.
 
 pub mod cli;
 pub mod format;
 pub mod git;
 pub mod lfs;
 pub mod pipeline;
+pub mod redact;
 pub mod server;
 pub mod store;

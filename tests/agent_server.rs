@@ -1,6 +1,7 @@
 //! The agent against a real `git xet serve` on 127.0.0.1:0, driven by real git and git-lfs:
 //! negotiated mode (the LFS server chooses `xet`) and standalone mode with an http endpoint;
-//! the server killed in the middle of a push; and interoperability with the reference client
+//! the server killed in the middle of a push, or restarted on the same port (the push goes
+//! on); and interoperability with the reference client
 //! (a file it uploaded is fetched by git by oid, a file git pushed is downloaded by it by Xet
 //! hash).
 
@@ -159,7 +160,9 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
         return;
     }
     let server = common::server::start();
-    let env = GitEnv::new();
+    let mut env = GitEnv::new();
+    // A server that stays away fails the push after 3 s of retries (60 s by default).
+    env.vars.push(("GIT_XET_RETRY_SECS".into(), "3".into()));
     env.credential_helper(WRITE_TOKEN);
     xet(&env, &["install", "--global", "--endpoint", server.url()]);
     let work = work_repo(&env, None);
@@ -204,6 +207,74 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
         &["config", "--global", "xet.endpoint", server.url()],
     );
     env.git(&work, &["push", "-q", "origin", "main"]);
+    assert_eq!(registered_files(&server), 3);
+    env.git(env.path(), &["clone", "-q", "remote.git", "clone"]);
+    for (name, data) in &files {
+        assert!(std::fs::read(env.path().join("clone").join(name)).unwrap() == *data);
+    }
+}
+
+#[test]
+fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
+    if !tools_available() {
+        return;
+    }
+    use git_xet::server::auth::{Scope, Secret};
+    use git_xet::server::{ServeConfig, Server};
+    let server = common::server::start();
+    let addr = server.server.addr;
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    xet(&env, &["install", "--global", "--endpoint", server.url()]);
+    let work = work_repo(&env, None);
+    let files: Vec<(String, Vec<u8>)> = (0..3u64)
+        .map(|i| (format!("r{i}.bin"), common::splitmix64(80 + i, 16 << 20)))
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "three"]);
+
+    // Once the first xorb is stored, the server goes away for three seconds and comes back
+    // on the same address with the same store, as a restart does.
+    let xorbs = server.store_dir().join("xorbs");
+    let TestServer {
+        server: running,
+        dir,
+    } = server;
+    let restarter = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while common::git::count_files(&xorbs) == 0 {
+            assert!(start.elapsed().as_secs() < 120, "no xorb arrived");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        running.stop().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let mut config = ServeConfig::new(
+            dir.path().join("store"),
+            vec![Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap()],
+        );
+        config.listen = addr;
+        config.max_lifetime = Some(std::time::Duration::from_secs(600));
+        TestServer {
+            server: Server::spawn(config).expect("the server restarts on the same port"),
+            dir,
+        }
+    });
+    let push = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
+    let server = restarter.join().unwrap();
+    assert_eq!(
+        push.status,
+        Some(0),
+        "the push survives the restart: {}",
+        push.all()
+    );
+    assert!(
+        env.agent_log().contains("retrying"),
+        "the agent retried:\n{}",
+        env.agent_log()
+    );
     assert_eq!(registered_files(&server), 3);
     env.git(env.path(), &["clone", "-q", "remote.git", "clone"]);
     for (name, data) in &files {

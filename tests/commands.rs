@@ -456,6 +456,36 @@ fn ls_files_joins_the_journal_and_computes_missing_hashes() {
     assert!(stderr(&out).contains("inside a git repository"));
 }
 
+#[test]
+fn ls_files_masks_a_password_in_an_old_journals_endpoint() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    s.init_lfs_repo();
+    let a = content(7, 10_000);
+    std::fs::write(repo.join("a.bin"), &a).unwrap();
+    s.git(&repo, &["add", "."]);
+    s.git(&repo, &["commit", "-q", "-m", "a"]);
+    // A line as a version before redaction wrote it (journal::append redacts now).
+    let line = serde_json::json!({
+        "direction": "upload",
+        "oid": common::sha256_hex(&a),
+        "xet_hash": "ab".repeat(32),
+        "size": a.len(),
+        "endpoint": "http://git:old-journal-secret@127.0.0.1:9/",
+    });
+    std::fs::create_dir_all(repo.join(".git/xet")).unwrap();
+    std::fs::write(repo.join(".git/xet/transfers.jsonl"), format!("{line}\n")).unwrap();
+    let out = ok(
+        &s.git_xet(&repo, &["ls-files", "--json"]),
+        "ls-files --json",
+    );
+    assert!(!out.contains("old-journal-secret"), "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["files"][0]["endpoint"], "http://git:***@127.0.0.1:9/");
+    let table = ok(&s.git_xet(&repo, &["ls-files", "--long"]), "ls-files");
+    assert!(!table.contains("old-journal-secret"), "{table}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // hooks
 

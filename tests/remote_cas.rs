@@ -229,6 +229,8 @@ fn refreshing_token_through_the_servers_route() {
 /// A request as the fake server saw it.
 #[derive(Debug, Clone)]
 struct Seen {
+    /// When the request arrived.
+    at: Instant,
     method: String,
     path: String,
     headers: HashMap<String, String>,
@@ -271,7 +273,12 @@ struct Fake {
 
 impl Fake {
     fn start(handler: impl FnMut(&Seen) -> Reply + Send + 'static) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on(0, handler)
+    }
+
+    /// A fake on `port` of 127.0.0.1 (0: any free port).
+    fn start_on(port: u16, handler: impl FnMut(&Seen) -> Reply + Send + 'static) -> Fake {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -361,6 +368,7 @@ fn read_request(stream: &TcpStream) -> Option<Seen> {
     let mut body = vec![0; len];
     reader.read_exact(&mut body).ok()?;
     Some(Seen {
+        at: Instant::now(),
         method,
         path,
         headers,
@@ -421,6 +429,7 @@ fn retries_stop_after_the_configured_attempts() {
         text.contains("503") && text.contains("after 4 attempts"),
         "{text}"
     );
+    assert_eq!(e.code(), None, "a text body has no code");
     assert!(
         text.contains(&fake.url) && text.contains("overloaded"),
         "{text}"
@@ -706,4 +715,268 @@ fn bad_configuration_is_refused() {
     let cas = RemoteCas::new(RemoteConfig::new("http://127.0.0.1:1/", TokenSource::None)).unwrap();
     assert_eq!(cas.cas_url(), "http://127.0.0.1:1");
     assert!(!cas.has_xorb(&xorb()).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries over a horizon, final statuses, damage.
+
+/// The default policy with short delays and a 10 s horizon.
+fn patient() -> RetryPolicy {
+    RetryPolicy {
+        horizon: Duration::from_secs(10),
+        base_delay: Duration::from_millis(50),
+        max_delay: Duration::from_millis(400),
+        max_retry_after: Duration::from_secs(5),
+        ..RetryPolicy::default()
+    }
+}
+
+fn patient_remote(url: &str) -> RemoteCas {
+    let mut c = config(url, TokenSource::fixed(Some("tok-123456".into())));
+    c.retry = patient();
+    RemoteCas::new(c).unwrap()
+}
+
+#[test]
+fn retries_outlast_a_server_that_is_unavailable_for_seconds() {
+    let started = Instant::now();
+    let fake = Fake::start(move |_| {
+        if started.elapsed() < Duration::from_secs(3) {
+            reply(503, r#"{"error":"restarting","message":"come back later"}"#)
+        } else {
+            reply(200, r#"{"was_inserted":true}"#)
+        }
+    });
+    let cas = patient_remote(&fake.url);
+    assert!(cas.put_xorb(xorb(), b"body").unwrap());
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    let seen = fake.seen();
+    assert!(seen.len() >= 3, "{} attempts", seen.len());
+    assert!(seen.iter().all(|s| s.body == b"body"));
+}
+
+#[test]
+fn retries_reach_a_server_restarted_on_the_same_port() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let client = std::thread::spawn(move || {
+        let cas = patient_remote(&url);
+        cas.put_xorb(xorb(), b"body")
+    });
+    // Connections are refused for two seconds, then the server is back.
+    std::thread::sleep(Duration::from_secs(2));
+    let fake = Fake::start_on(port, |_| reply(200, r#"{"was_inserted":false}"#));
+    let result = client.join().unwrap();
+    assert!(!result.unwrap(), "the upload reached the restarted server");
+    assert_eq!(fake.seen().len(), 1);
+}
+
+#[test]
+fn final_statuses_are_tried_once_with_the_servers_code() {
+    let fake = Fake::start(|_| {
+        reply(
+            507,
+            r#"{"error":"storage_full","message":"no space left on the server"}"#,
+        )
+    });
+    let e = patient_remote(&fake.url)
+        .put_xorb(xorb(), b"x")
+        .unwrap_err();
+    assert!(!e.is_retryable());
+    assert_eq!(e.code(), Some("storage_full"));
+    let text = e.to_string();
+    assert!(
+        text.contains("out of storage") && text.contains("507"),
+        "{text}"
+    );
+    assert_eq!(fake.seen().len(), 1);
+
+    let fake = Fake::start(|_| reply(400, r#"{"error":"invalid_xorb","message":"bad"}"#));
+    let e = patient_remote(&fake.url)
+        .put_xorb(xorb(), b"x")
+        .unwrap_err();
+    assert!(!e.is_retryable());
+    assert_eq!(e.code(), Some("invalid_xorb"));
+    assert_eq!(fake.seen().len(), 1);
+
+    // 501: the server does not offer the route; for the oid lookup that means "unknown".
+    let fake = Fake::start(|_| reply(501, "not implemented"));
+    let cas = patient_remote(&fake.url);
+    assert_eq!(cas.file_by_sha256(&LfsOid::of(b"x")).unwrap(), None);
+    let e = cas.put_xorb(xorb(), b"x").unwrap_err();
+    assert!(!e.is_retryable() && e.to_string().contains("501"), "{e}");
+    assert_eq!(fake.seen().len(), 2);
+}
+
+#[test]
+fn retry_after_is_honoured_in_seconds_and_as_a_date() {
+    for form in ["seconds", "date"] {
+        let mut n = 0;
+        let fake = Fake::start(move |_| {
+            n += 1;
+            if n == 1 {
+                let after = match form {
+                    "seconds" => "2".to_string(),
+                    _ => httpdate::fmt_http_date(
+                        std::time::SystemTime::now() + Duration::from_secs(3),
+                    ),
+                };
+                Reply {
+                    status: 503,
+                    headers: vec![("Retry-After", after)],
+                    body: vec![],
+                }
+            } else {
+                reply(200, r#"{"was_inserted":true}"#)
+            }
+        });
+        patient_remote(&fake.url).put_xorb(xorb(), b"x").unwrap();
+        let seen = fake.seen();
+        assert_eq!(seen.len(), 2);
+        let waited = seen[1].at - seen[0].at;
+        // The date has one-second resolution: 3 s ahead is at least 2 s.
+        assert!(
+            waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5),
+            "{form}: waited {waited:?}"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_copy_on_the_server_is_final_and_says_so() {
+    let fake = Fake::start(|_| {
+        reply(
+            500,
+            &format!(r#"{{"error":"xorb_damaged","message":"xorb {XORB} failed its check"}}"#),
+        )
+    });
+    let cas = patient_remote(&fake.url);
+    let e = cas
+        .reconstruction(&FileHash::from_bytes([5; 32]), None)
+        .unwrap_err();
+    assert!(!e.is_retryable());
+    assert_eq!(e.code(), Some("xorb_damaged"));
+    let text = e.to_string();
+    assert!(
+        text.contains("damaged") && text.contains("git xet scrub") && text.contains(XORB),
+        "{text}"
+    );
+    assert_eq!(fake.seen().len(), 1, "not retried");
+
+    // A truncated xorb behind a presigned URL: a short range, a short body, or a 416.
+    let fake = Fake::start(|req| match req.path.as_str() {
+        p if p.starts_with("/short-range") => Reply {
+            status: 206,
+            headers: vec![("Content-Range", "bytes 10-14/15".into())],
+            body: vec![1; 5],
+        },
+        p if p.starts_with("/short-whole") => reply(200, "0123456789abc"),
+        _ => Reply {
+            status: 416,
+            headers: vec![("Content-Range", "bytes */15".into())],
+            body: vec![],
+        },
+    });
+    let cas = patient_remote(&fake.url);
+    for (path, bytes) in [
+        ("/short-range", 10..=19),
+        ("/short-whole", 10..=19),
+        ("/past-the-end", 20..=29),
+    ] {
+        let range = FetchRange {
+            chunks: 0..1,
+            bytes,
+            url: Some(format!("{}{path}?s=sig", fake.url)),
+        };
+        let e = cas.read_xorb_range(&xorb(), &range).unwrap_err();
+        let text = e.to_string();
+        assert!(!e.is_retryable(), "{path}: {text}");
+        assert!(
+            text.contains(&format!("copy of xorb {XORB} is damaged"))
+                && text.contains("shorter than its reconstruction says")
+                && text.contains("git xet scrub"),
+            "{path}: {text}"
+        );
+    }
+    assert_eq!(fake.seen().len(), 3, "none retried");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redirects.
+
+#[test]
+fn credentials_never_follow_a_redirect_to_another_origin() {
+    const XORB2: &str = "0909090909090909090909090909090909090909090909090909090909090909";
+    let foreign = Fake::start(|_| reply(200, r#"{"was_inserted":true}"#));
+    let target = foreign.url.clone();
+    let home = Fake::start(move |req| {
+        let to = match req.path.as_str() {
+            "/refresh" => format!("{target}/steal"),
+            "/landed" => return reply(200, r#"{"was_inserted":true}"#),
+            p if p.ends_with(XORB2) => "/landed".to_string(),
+            p if p.starts_with("/presigned") => format!("{target}/bytes"),
+            _ => format!("{target}/v1/xorbs/default/{XORB}"),
+        };
+        Reply {
+            status: 307,
+            headers: vec![("Location", to)],
+            body: vec![],
+        }
+    });
+    let secret = "cas-secret-token-1234";
+    let cas = fake_remote(&home.url, TokenSource::fixed(Some(secret.into())), 3);
+    let e = cas.put_xorb(xorb(), b"x").unwrap_err();
+    assert!(!e.is_retryable());
+    let text = e.to_string();
+    assert!(
+        text.contains("another origin") && text.contains(&foreign.url),
+        "{text}"
+    );
+    assert!(!text.contains(secret), "{text}");
+
+    // A same-origin redirect is followed, with the credential.
+    assert!(cas
+        .put_xorb(XorbHash::from_hex(XORB2).unwrap(), b"y")
+        .unwrap());
+    let landed = home
+        .seen()
+        .into_iter()
+        .find(|s| s.path == "/landed")
+        .unwrap();
+    assert_eq!(
+        landed.header("authorization"),
+        Some(format!("Bearer {secret}").as_str())
+    );
+    assert_eq!(landed.body, b"y", "307 keeps the method and body");
+
+    // A refresh route redirecting elsewhere: its credential stays home too.
+    let refresher = RefreshingToken::new(format!("{}/refresh", home.url), None, 0)
+        .with_authorization("Bearer refresh-credential-5678");
+    let cas = fake_remote(&home.url, TokenSource::refreshing(refresher), 3);
+    let e = cas.put_xorb(xorb(), b"x").unwrap_err();
+    assert!(e.to_string().contains("another origin"), "{e}");
+
+    // Presigned URLs carry no credential: their redirects are followed.
+    let cas = fake_remote(&home.url, TokenSource::fixed(Some(secret.into())), 3);
+    let first = cas
+        .read_xorb_range(
+            &xorb(),
+            &FetchRange {
+                chunks: 0..1,
+                bytes: 0..=3,
+                url: Some(format!("{}/presigned?s=sig", home.url)),
+            },
+        )
+        .unwrap();
+    assert_eq!(first, br#"{"wa"#);
+    let seen = foreign.seen();
+    assert_eq!(
+        seen.iter().map(|s| s.path.as_str()).collect::<Vec<_>>(),
+        vec!["/bytes"],
+        "only the presigned fetch reached the other origin"
+    );
+    assert!(seen[0].header("authorization").is_none());
 }

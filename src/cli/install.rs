@@ -5,13 +5,22 @@
 //! git-lfs's filters are not set up yet, and with `--endpoint` turns on standalone mode for any
 //! git host. It records the keys it wrote in `xet.managedkeys` of the same scope, so that
 //! `uninstall` removes exactly those and never a value the user set. Both are idempotent.
-//! `--local` also installs the pre-push guard of [`super::hooks`].
+//! `--local` also installs the pre-push guard of [`super::hooks`]. An endpoint URL with a
+//! password is accepted, with a warning that git keeps it in clear text; everything install
+//! prints goes through [`crate::redact`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::CmdResult;
 use crate::git::{Git, Scope};
+
+/// `println!` through [`crate::redact`]: what install prints never shows a password.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", crate::redact::redact(&format!($($arg)*)))
+    };
+}
 
 /// Where install writes, from the mutually exclusive flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -118,6 +127,26 @@ fn agent_path() -> Result<PathBuf, Box<dyn std::error::Error>> {
     Ok(exe.canonicalize().unwrap_or(exe))
 }
 
+/// For an endpoint URL with a password in it (accepted: git-xet sends it, as the endpoint's
+/// token, only to that endpoint, and never shows it), the warning that git keeps it in clear
+/// text, with the safer way. The password itself is registered with [`crate::redact`].
+fn password_warning(endpoint: &str, scope: Scope) -> Option<String> {
+    let split = crate::lfs::settings::split_userinfo(endpoint);
+    split.password.as_ref()?;
+    Some(format!(
+        "warning: the endpoint URL holds a password, which git stores in clear text in the {} \
+         configuration (git-xet sends it only to {}, as the endpoint's token, and never prints \
+         it). A credential helper keeps it safer: install with the URL without it \
+         (`git xet install --endpoint {}`) and store the token with \
+         `printf 'url={}\\nusername=git\\npassword=TOKEN\\n\\n' | git credential approve`, or set \
+         GIT_XET_TOKEN.",
+        scope.name(),
+        split.bare,
+        split.bare,
+        split.bare
+    ))
+}
+
 /// Turns a directory endpoint into an absolute path; URLs are kept as they are.
 fn normalise_endpoint(endpoint: &str) -> Result<String, Box<dyn std::error::Error>> {
     if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
@@ -170,13 +199,13 @@ pub fn install(args: &InstallArgs) -> CmdResult {
             lfs_args.push("--skip-repo");
         }
         match git.run(&lfs_args) {
-            Ok(_) => println!("ran `git {}`", lfs_args.join(" ")),
+            Ok(_) => say!("ran `git {}`", lfs_args.join(" ")),
             // A hook of the user's is in the way of git-lfs's: git-lfs has set its filters and
             // stopped. Finish without its hooks; ours (with --local) keeps the user's hook.
             Err(e) if e.to_string().contains("Hook already exists") => {
                 lfs_args.push("--skip-repo");
                 git.run(&lfs_args)?;
-                println!(
+                say!(
                     "ran `git {}`: git-lfs did not install its hooks because this repository                      has its own (`git lfs update --manual` explains how to merge them)",
                     lfs_args.join(" ")
                 );
@@ -205,7 +234,11 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     }
     if let Some(endpoint) = &args.endpoint {
         wanted.push(("lfs.standalonetransferagent", "xet".to_string()));
-        wanted.push((ENDPOINT_KEY, normalise_endpoint(endpoint)?));
+        let endpoint = normalise_endpoint(endpoint)?;
+        if let Some(warning) = password_warning(&endpoint, scope) {
+            eprintln!("{warning}");
+        }
+        wanted.push((ENDPOINT_KEY, endpoint));
     }
     for (key, value) in &wanted {
         let current = git.config_get_in(Some(scope), key)?;
@@ -215,10 +248,10 @@ pub fn install(args: &InstallArgs) -> CmdResult {
                 if !ours && key.starts_with("lfs.customtransfer.xet.") {
                     managed.push(key.to_string());
                 }
-                println!("{} {key} = {value} (unchanged)", scope.name());
+                say!("{} {key} = {value} (unchanged)", scope.name());
             }
             Some(v) if !ours && !key.starts_with("lfs.customtransfer.xet.") => {
-                println!(
+                say!(
                     "{} {key} is already {v:?}, set by you; left as it is (wanted {value:?})",
                     scope.name()
                 );
@@ -228,7 +261,7 @@ pub fn install(args: &InstallArgs) -> CmdResult {
                 if !ours {
                     managed.push(key.to_string());
                 }
-                println!("{} {key} = {value}", scope.name());
+                say!("{} {key} = {value}", scope.name());
             }
         }
     }
@@ -237,10 +270,10 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     git.config_set(scope, MANAGED_KEYS, &managed.join(" "))?;
     if scope == Scope::Local {
         for line in super::hooks::install(&git)? {
-            println!("{line}");
+            say!("{line}");
         }
     }
-    println!(
+    say!(
         "git-xet is installed ({} configuration){}",
         scope.name(),
         if args.endpoint.is_some() {
@@ -271,24 +304,24 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
     let mut removed = 0;
     for key in &managed {
         if git.config_unset(scope, key)? {
-            println!("{} {key} removed", scope.name());
+            say!("{} {key} removed", scope.name());
             removed += 1;
         }
     }
     git.config_unset(scope, MANAGED_KEYS)?;
     if scope == Scope::Local {
         for line in super::hooks::uninstall(&git)? {
-            println!("{line}");
+            say!("{line}");
             removed += 1;
         }
     }
     if removed == 0 {
-        println!(
+        say!(
             "git-xet was not installed in the {} configuration",
             scope.name()
         );
     } else {
-        println!("git-xet is uninstalled ({} configuration)", scope.name());
+        say!("git-xet is uninstalled ({} configuration)", scope.name());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -342,5 +375,19 @@ mod tests {
         );
         let rel = normalise_endpoint("../store").unwrap();
         assert!(!rel.contains("..") && rel.ends_with("/store"), "{rel}");
+    }
+
+    #[test]
+    fn a_password_in_the_endpoint_is_warned_about_and_never_printed() {
+        let w = password_warning("http://git:install-secret-9@h.example:8080", Scope::Local)
+            .expect("a warning");
+        assert!(!w.contains("install-secret-9"), "{w}");
+        assert!(
+            w.contains("clear text") && w.contains("http://h.example:8080"),
+            "{w}"
+        );
+        assert!(password_warning("https://h.example", Scope::Global).is_none());
+        assert!(password_warning("/srv/store", Scope::Global).is_none());
+        assert!(!crate::redact::redact("install-secret-9").contains("secret"));
     }
 }

@@ -5,7 +5,9 @@
 //! versions are read through `--debug`). Each oid is joined with the transfer journal
 //! ([`crate::lfs::journal`]), which the agent writes as it uploads and downloads. An object the
 //! journal does not know but that is in the local LFS store (`.git/lfs/objects/xx/yy/<oid>`) is
-//! hashed on the spot and marked `(computed)`; its dedup is unknown.
+//! hashed on the spot and marked `(computed)`; its dedup is unknown. Endpoints are shown
+//! redacted ([`crate::redact`]), also those of journals written before redaction (the rest is
+//! hashes, sizes and the user's own paths, shown as they are).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -108,7 +110,11 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
                     Some(p) if p.is_file() => match hash_file(&p) {
                         Ok(h) => Some(h.file_hash.to_hex()),
                         Err(e) => {
-                            eprintln!("git-xet: {}: {e}", file.name);
+                            eprintln!(
+                                "git-xet: {}: {}",
+                                file.name,
+                                crate::redact::redact(&e.to_string())
+                            );
                             None
                         }
                     },
@@ -164,7 +170,8 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
             (pct * 10.0).round() / 10.0
         }),
         transferred_bytes: Some(record.transferred_bytes),
-        endpoint: Some(record.endpoint.clone()).filter(|e| !e.is_empty()),
+        // Journals written before endpoints were redacted may hold a password.
+        endpoint: Some(crate::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
     }
 }
 

@@ -93,7 +93,12 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("git-xet: error: {err}");
+            // Whatever failed, a secret in its message is not shown.
+            crate::lfs::settings::register_env_secrets();
+            eprintln!(
+                "git-xet: error: {}",
+                crate::redact::redact(&err.to_string())
+            );
             ExitCode::FAILURE
         }
     }

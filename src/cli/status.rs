@@ -18,6 +18,7 @@ use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::journal;
 use crate::lfs::settings::{self, EndpointSpec};
+use crate::redact::redact;
 
 /// How long the reachability check waits for an answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -170,14 +171,18 @@ struct JournalInfo {
 
 pub fn run(args: &StatusArgs) -> CmdResult {
     let report = gather(args)?;
+    // Everything shown goes through the one redaction (a password in an endpoint URL, a
+    // signature in an LFS URL, a token in an error message).
+    let mut text = Vec::new();
+    if args.json {
+        serde_json::to_writer_pretty(&mut text, &report)?;
+        writeln!(text)?;
+    } else {
+        render(&report, &mut text)?;
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
-    } else {
-        render(&report, &mut out)?;
-    }
+    out.write_all(redact(&String::from_utf8_lossy(&text)).as_bytes())?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -694,27 +699,6 @@ fn http_origin(url: &str) -> Option<String> {
     Some(format!("{scheme}://{host}"))
 }
 
-/// The URL with any password replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_string()
-            };
-            format!("{scheme}://{shown}@{host}{tail}")
-        }
-        None => url.to_string(),
-    }
-}
-
 /// `GET url` with a [`PROBE_TIMEOUT`]: reachable if anything answers over HTTP; a git-xet
 /// server's `/health` answers `{"status":"ok","version":…}`.
 fn probe(url: &str) -> Reachability {
@@ -728,12 +712,16 @@ fn probe(url: &str) -> Reachability {
         millis: 0,
         error: None,
     };
+    // `/health` needs no credential: a password in the URL is not sent, and a redirect is
+    // an answer, not followed.
+    let bare = settings::split_userinfo(url).bare;
     let client = reqwest::blocking::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .connect_timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
         .build();
-    let result = client.and_then(|c| c.get(url).send());
+    let result = client.and_then(|c| c.get(&bare).send());
     match result {
         Ok(response) => {
             check.reachable = true;

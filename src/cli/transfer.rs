@@ -1,5 +1,7 @@
 //! `git-xet transfer`: the process git-lfs starts as its `xet` custom transfer agent. It owns
-//! stdin and stdout (the protocol) and sets up logging so that nothing else reaches stdout.
+//! stdin and stdout (the protocol) and sets up logging so that nothing else reaches stdout, and
+//! every log line (stderr and `GIT_XET_LOG`) goes through [`crate::redact`] and is at most
+//! [`MAX_LOG_LINE`] bytes long.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -24,6 +26,7 @@ GIT_XET_LOG if set. GIT_XET_LOG_LEVEL sets the filter (default info)."
 pub struct TransferArgs {}
 
 pub fn run(_args: &TransferArgs) -> CmdResult {
+    crate::lfs::settings::register_env_secrets();
     init_logging();
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
@@ -60,12 +63,87 @@ fn init_logging() {
         }
     });
     let writer = match file {
-        Some(f) => BoxMakeWriter::new(std::io::stderr.and(std::sync::Mutex::new(f))),
-        None => BoxMakeWriter::new(std::io::stderr),
+        Some(f) => BoxMakeWriter::new(Redacting(std::io::stderr.and(std::sync::Mutex::new(f)))),
+        None => BoxMakeWriter::new(Redacting(std::io::stderr)),
     };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)
         .with_writer(writer)
         .try_init();
+}
+
+/// The longest log line written; longer ones are clipped (a line echoing hostile input must not
+/// fill the disk or git-lfs's trace).
+pub const MAX_LOG_LINE: usize = 16 * 1024;
+
+/// A [`MakeWriter`](tracing_subscriber::fmt::MakeWriter) whose writers redact and clip what
+/// they are given. The fmt layer formats each event into one buffer and writes it with one
+/// `write_all`, so each write is one whole log line.
+struct Redacting<M>(M);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for Redacting<M>
+{
+    type Writer = RedactingWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        RedactingWriter(self.0.make_writer())
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        RedactingWriter(self.0.make_writer_for(meta))
+    }
+}
+
+/// See [`Redacting`].
+pub struct RedactingWriter<W>(W);
+
+impl<W: Write> Write for RedactingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(redact_line(buf).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// One log line as written: redacted, clipped to [`MAX_LOG_LINE`] bytes, newline kept.
+fn redact_line(buf: &[u8]) -> String {
+    let text = String::from_utf8_lossy(buf);
+    let newline = text.ends_with('\n');
+    let body = text.strip_suffix('\n').unwrap_or(&text);
+    // Redacted first: a clip could cut a known secret in two and hide it from the registry.
+    let redacted = crate::redact::redact(body);
+    let mut line = crate::redact::clip(&redacted, MAX_LOG_LINE).into_owned();
+    if newline {
+        line.push('\n');
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_are_redacted_and_clipped() {
+        let mut out = Vec::new();
+        let mut w = RedactingWriter(&mut out);
+        w.write_all(b"GET http://git:hunter22@h/x?s=sig Bearer abc.DEF\n")
+            .unwrap();
+        w.write_all("x".repeat(3 * MAX_LOG_LINE).as_bytes())
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "GET http://git:***@h/x?s=*** Bearer ***"
+        );
+        let long = lines.next().unwrap();
+        assert!(long.len() < MAX_LOG_LINE + 100, "{}", long.len());
+        assert!(long.ends_with("bytes in all)"));
+    }
 }

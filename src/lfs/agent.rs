@@ -13,13 +13,28 @@
 //! |---|---|
 //! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
 //! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns) |
-//! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::token`] |
+//! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::endpoint_token`] |
 //!
 //! Uploads run the upload pipeline (chunk, dedup, xorbs, shard) and send `complete` only once
 //! the shard is registered, since git-lfs kills the agent 30 s after `terminate`. Downloads
 //! find the Xet hash for the oid, rebuild the file into git-lfs's temp directory (same
 //! filesystem as `.git/lfs/objects`, which git-lfs renames it into), check size and SHA-256,
 //! and answer with the file's absolute path.
+//!
+//! Robustness against what comes in:
+//! - **Input limits.** A request line is read up to [`MAX_LINE`] (1 MiB) and never buffered
+//!   beyond; a longer one is answered with an error `complete` for the oid found at its start
+//!   (after `init`), else it is fatal. Input echoed in a message is clipped ([`echo`]).
+//! - **Fatal protocol errors** (no object to answer: garbage, a second `init`, a request before
+//!   `init`) are explained on stderr and in the log (`explain_fatal`: git-lfs shows only
+//!   "EOF", `GIT_TRACE=1` shows this, `git xet uninstall` falls back to plain LFS, report the
+//!   bug), and before `init` in the `init` error reply, which git-lfs does show.
+//! - **Upload paths** are opened non-blocking and must be regular files (a FIFO would block).
+//! - **Partial downloads** (`xet-<oid16>-*.part`) are locked while written; the next download
+//!   of the same object removes the ones a killed agent left (unlocked, not written to for
+//!   5 s).
+//! - **Secrets.** What goes to git-lfs and to the log is redacted ([`crate::redact`]); which
+//!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -30,8 +45,8 @@ use sha2::{Digest, Sha256};
 
 use super::journal::{self, Direction, Record};
 use super::protocol::{
-    parse_request, Action, Operation, ProtocolError, ProtocolWriter, Request, State, Transfer,
-    WireError, TRANSFER_ERROR_CODE,
+    echo, find_oid, parse_request, read_line, Action, LineRead, Operation, ProtocolError,
+    ProtocolWriter, Request, State, Transfer, WireError, MAX_LINE, TRANSFER_ERROR_CODE,
 };
 use super::settings::{self, EndpointSpec};
 use crate::format::{FileHash, LfsOid};
@@ -39,7 +54,9 @@ use crate::git::Git;
 use crate::pipeline::cached::Cached;
 use crate::pipeline::download::write_file;
 use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
-use crate::store::{RefreshingToken, RemoteCas, RemoteConfig, ShardCache, Store, TokenSource};
+use crate::store::{
+    RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store, TokenSource,
+};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -92,39 +109,61 @@ pub fn run(
     let mut agent = Agent::new(options);
     let mut state = State::AwaitInit;
     let mut summary = RunSummary::default();
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     let mut line = 0usize;
     loop {
-        text.clear();
-        if input.read_line(&mut text)? == 0 {
+        let read = read_line(&mut input, &mut bytes, MAX_LINE)?;
+        if read == LineRead::Eof {
             tracing::debug!("stdin closed");
             break;
         }
         line += 1;
-        if text.trim().is_empty() {
-            continue;
-        }
-        let request = parse_request(text.trim_end(), line).and_then(|r| {
-            state.accept(&r, line)?;
-            Ok(r)
-        });
+        let request = match read {
+            LineRead::TooLong { len } => Err(ProtocolError::TooLong {
+                line,
+                len,
+                // Answerable only once the process knows its direction.
+                oid: find_oid(&bytes).filter(|_| matches!(state, State::Ready(_))),
+            }),
+            _ => {
+                let text = String::from_utf8_lossy(&bytes);
+                if text.trim().is_empty() {
+                    continue;
+                }
+                parse_request(text.trim_end(), line).and_then(|r| {
+                    state.accept(&r, line)?;
+                    Ok(r)
+                })
+            }
+        };
         let request = match request {
             Ok(r) => r,
             Err(e) => match e.oid() {
                 // The failing request names an object: answer it and go on (lfs-agent.md §5).
                 Some(oid) => {
-                    tracing::error!("{e}");
+                    tracing::error!(%oid, "{e}");
                     summary.failed += 1;
-                    writer.complete(&oid, Err(&transfer_error(e.to_string())))?;
+                    let message = match &e {
+                        ProtocolError::TooLong { .. } => format!(
+                            "{e}; the request for this object was not read. git-lfs never sends \
+                             such lines: report this as a git-xet bug (GIT_TRACE=1 shows what \
+                             was sent)"
+                        ),
+                        _ => format!(
+                            "{e}; git-xet could not read the request for this object: report \
+                             this as a git-xet bug (GIT_TRACE=1 shows what was sent), or run \
+                             `git xet uninstall` to use plain LFS"
+                        ),
+                    };
+                    writer.complete(&oid, Err(&transfer_error(message)))?;
                     continue;
                 }
-                None if state == State::AwaitInit => {
-                    tracing::error!("{e}");
-                    writer.init_error(&format!("git-xet: {e}"))?;
-                    return Err(e.into());
-                }
                 None => {
-                    tracing::error!("{e}");
+                    let explained = explain_fatal(&e);
+                    tracing::error!("{explained}");
+                    if state == State::AwaitInit {
+                        writer.init_error(&format!("git-xet: {explained}"))?;
+                    }
                     return Err(e.into());
                 }
             },
@@ -133,7 +172,7 @@ pub fn run(
             Request::Init(init) => {
                 tracing::info!(
                     operation = ?init.operation,
-                    remote = %init.remote,
+                    remote = %crate::redact::redact(&init.remote),
                     concurrent = init.concurrent,
                     "git-xet {} agent started",
                     env!("CARGO_PKG_VERSION")
@@ -167,6 +206,19 @@ pub fn run(
         "agent done"
     );
     Ok(summary)
+}
+
+/// A fatal protocol error in words a user can act on: git-lfs shows only "EOF" when the agent
+/// stops (and its stderr only with `GIT_TRACE=1`).
+fn explain_fatal(e: &ProtocolError) -> String {
+    format!(
+        "{e}. git-xet, the Git LFS transfer agent, received a message it cannot answer from \
+         git-lfs and stops; git-lfs will report only \"EOF\" (or an error without details) for \
+         this transfer. To see this message among git-lfs's output, run the git command again \
+         with GIT_TRACE=1; to work without git-xet meanwhile, run `git xet uninstall` (git-lfs \
+         then uses plain LFS transfers); and please report this as a git-xet bug, with that \
+         output and `git lfs version`"
+    )
 }
 
 /// The process's peak resident set size in KiB (Linux `VmHWM`), for the exit log line that
@@ -302,8 +354,11 @@ impl Agent {
                 Ok(Standalone::Dir(dir, cache))
             }
             EndpointSpec::Http(url) => {
-                let token = settings::token(&self.options.git, &url);
-                connect_standalone(&url, token).map(Standalone::Remote)
+                let token = settings::endpoint_token(&self.options.git, &url);
+                if let Some((_, origin)) = &token {
+                    tracing::debug!(?origin, "token for the standalone endpoint");
+                }
+                connect_standalone(&url, token.map(|(t, _)| t)).map(Standalone::Remote)
             }
         }
     }
@@ -347,12 +402,7 @@ impl Agent {
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Option<&'static Path>, String> {
         let path = t.path.as_deref().ok_or("upload request without a path")?;
-        let file = std::fs::File::open(path).map_err(|e| {
-            format!(
-                "cannot read the LFS object {} for upload: {e}",
-                path.display()
-            )
-        })?;
+        let file = open_upload(path)?;
         let lease = self.endpoint(t, Operation::Upload)?;
         let endpoint = lease.get();
         // Releases git-lfs's other workers, which wait for the first worker's credentials.
@@ -384,7 +434,7 @@ impl Agent {
                 if e.is_input_error() {
                     format!(
                         "the LFS object {} does not match its oid and size: {e}",
-                        path.display()
+                        echo(&path.to_string_lossy())
                     )
                 } else {
                     format!("upload to {} failed: {e}", endpoint.describe())
@@ -410,7 +460,7 @@ impl Agent {
             summary.dedup_bytes
         };
         record.transferred_bytes = summary.uploaded_bytes;
-        record.endpoint = endpoint.describe();
+        record.endpoint = crate::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
         Ok(None)
@@ -455,12 +505,18 @@ impl Agent {
                 dir.display()
             )
         })?;
-        let oid_hex = t.oid.to_hex();
+        let prefix = part_prefix(&t.oid);
+        remove_stale_parts(&dir, &prefix);
         let tmp = tempfile::Builder::new()
-            .prefix(&format!("xet-{}-", &oid_hex[..16]))
-            .suffix(".part")
+            .prefix(&prefix)
+            .suffix(PART_SUFFIX)
             .tempfile_in(&dir)
             .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+        // Locked while it is written, so that another agent's clean-up leaves it alone; a
+        // killed agent's lock goes with it.
+        if let Err(e) = tmp.as_file().try_lock() {
+            tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
+        }
         let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file());
         let mut sha = Sha256::new();
         let mut written = 0u64;
@@ -505,10 +561,120 @@ impl Agent {
         tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
         record.transferred_bytes = n;
-        record.endpoint = endpoint.describe();
+        record.endpoint = crate::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
         Ok(path)
+    }
+}
+
+/// Opens an object to upload without ever blocking: non-blocking (a FIFO would block `open`
+/// until a writer comes), and only if what was opened is a regular file.
+fn open_upload(path: &Path) -> Result<std::fs::File, String> {
+    let shown = || echo(&path.to_string_lossy());
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options
+        .open(path)
+        .map_err(|e| format!("cannot read the LFS object {} for upload: {e}", shown()))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("cannot read the LFS object {} for upload: {e}", shown()))?
+        .file_type();
+    if kind.is_file() {
+        // O_NONBLOCK means nothing for a regular file's reads.
+        return Ok(file);
+    }
+    Err(format!(
+        "the LFS object {} is not a regular file but {}; git-lfs hands over files of \
+         .git/lfs/objects, so something replaced it: check that path, then push again",
+        shown(),
+        file_kind(&kind)
+    ))
+}
+
+/// "a directory", "a FIFO", … for messages.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "something else"
+    }
+}
+
+/// The suffix of partial downloads in git-lfs's temp directory.
+const PART_SUFFIX: &str = ".part";
+
+/// A partial download not written to for this long, whose lock can be taken, is stale (the
+/// age covers the moment between another agent creating its file and locking it, and between
+/// handing a finished file over and git-lfs moving it).
+const STALE_PART_AGE: Duration = Duration::from_secs(5);
+
+/// `xet-<first 16 hex digits of the oid>-`: the name prefix of `oid`'s partial downloads.
+fn part_prefix(oid: &LfsOid) -> String {
+    format!("xet-{}-", &oid.to_hex()[..16])
+}
+
+/// Removes the partial downloads of one object (names starting with `prefix`) that a killed
+/// agent left in `dir`: those nobody holds the lock of and that were not written to lately.
+/// Failures are logged, never fatal: the download goes on with a new file.
+fn remove_stale_parts(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with(prefix) || !name.ends_with(PART_SUFFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let recent = std::fs::symlink_metadata(&path).map_or(true, |m| {
+            !m.is_file()
+                || m.modified().map_or(true, |t| {
+                    t.elapsed().map_or(true, |age| age < STALE_PART_AGE)
+                })
+        });
+        if recent {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        match file.try_lock() {
+            Ok(()) => match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed a partial download a stopped agent left")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "cannot remove a stale partial download: {e}")
+                }
+            },
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::debug!(path = %path.display(), "partial download in use by another agent")
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::debug!(path = %path.display(), "cannot lock a partial download: {e}")
+            }
+        }
     }
 }
 
@@ -516,7 +682,7 @@ impl Agent {
 fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, String> {
     if let Some(text) = t.action.as_ref().and_then(|a| a.header("X-Xet-Hash")) {
         return FileHash::from_hex(text)
-            .map_err(|e| format!("the LFS server sent a bad X-Xet-Hash {text:?}: {e}"));
+            .map_err(|e| format!("the LFS server sent a bad X-Xet-Hash {:?}: {e}", echo(text)));
     }
     match endpoint.locate_oid(&t.oid) {
         Ok(Some((hash, _))) => Ok(hash),
@@ -553,21 +719,33 @@ fn with_cache(remote: RemoteCas) -> Arc<dyn Endpoint> {
     }
 }
 
-/// A client for the `git xet serve` (or other CAS) at `url` in standalone mode.
+/// The retry policy of remote requests: the default, or the horizon of
+/// [`settings::RETRY_SECS_ENV`].
+fn retry_policy() -> RetryPolicy {
+    settings::retry_horizon().map_or_else(RetryPolicy::default, RetryPolicy::for_horizon)
+}
+
+/// A client for the `git xet serve` (or other CAS) at `url` in standalone mode, with `token`
+/// (sent to that origin only; the URL's own userinfo is not part of requests).
 fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoint>, String> {
-    let mut config = RemoteConfig::new(url, TokenSource::fixed(token));
+    let bare = settings::split_userinfo(url).bare;
+    let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token));
+    config.retry = retry_policy();
     config.token_hint = format!(
-        "set {} or store the token for {url} with a git credential helper",
+        "set {}, or store the token for {bare} with a git credential helper",
         settings::TOKEN_ENV
     );
     RemoteCas::new(config)
         .map(with_cache)
-        .map_err(|e| format!("cannot use the endpoint {url}: {e}"))
+        .map_err(|e| format!("cannot use the endpoint {bare}: {e}"))
 }
 
 /// A client for the CAS named in a negotiated action (lfs-agent.md §12.1): the action's token,
-/// refreshed through `href` with the user's git credential for that URL (asked for only when a
-/// refresh is due).
+/// sent to the action's `X-Xet-Cas-Url` (the CAS the same LFS server named, so the origin the
+/// token was issued for), refreshed through `href` with the credential
+/// [`settings::refresh_authorization`] picks (the action's own `Authorization`, `HF_TOKEN` on
+/// Hugging Face, or a git credential for `href`; never `GIT_XET_TOKEN`), asked for only when a
+/// refresh is due.
 fn connect_negotiated(
     git: &Git,
     action: &Action,
@@ -585,29 +763,35 @@ fn connect_negotiated(
     }
     let expires_at = match action.header("X-Xet-Token-Expiration") {
         Some(text) => text.trim().parse::<u64>().map_err(|_| {
-            format!("the LFS server sent a bad X-Xet-Token-Expiration {text:?} (want unix seconds)")
+            format!(
+                "the LFS server sent a bad X-Xet-Token-Expiration {:?} (want unix seconds)",
+                crate::redact::clip(text, 100)
+            )
         })?,
         None => 0,
     };
     let href = action.href.clone();
+    let action_authorization = action.header("Authorization").map(str::to_string);
+    if let Some(a) = &action_authorization {
+        crate::redact::register_authorization(a);
+    }
     let credential_git = git.clone();
     let credential_url = href.clone();
     let refresher =
         RefreshingToken::new(href.clone(), token, expires_at).with_authorization_fn(move || {
-            for var in [settings::TOKEN_ENV, "HF_TOKEN"] {
-                if let Ok(t) = std::env::var(var) {
-                    if !t.trim().is_empty() {
-                        return Ok(Some(format!("Bearer {}", t.trim())));
-                    }
-                }
-            }
-            Ok(settings::token(&credential_git, &credential_url).map(|t| format!("Bearer {t}")))
+            Ok(settings::refresh_authorization(
+                &credential_git,
+                &credential_url,
+                action_authorization.as_deref(),
+            ))
         });
     let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
     config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
+    config.retry = retry_policy();
     config.token_hint = format!(
-        "the token from the LFS server was refused; it is refreshed through {href} with your git \
-         credential"
+        "the token from the LFS server was refused; it is refreshed through {} with the \
+         action's Authorization header or your git credential for that URL",
+        crate::redact::clip(&crate::redact::redact(&href), 300)
     );
     tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
     RemoteCas::new(config)

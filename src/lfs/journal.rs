@@ -5,7 +5,7 @@
 //! Several agent processes append at once. Each record is written with a single `write` on a
 //! file opened with `O_APPEND`, so lines never interleave on local filesystems. Readers skip
 //! lines they cannot parse (a torn last line after a crash, a future format), and a later
-//! record for the same oid replaces an earlier one.
+//! record for the same oid replaces an earlier one. Endpoints are written redacted.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -71,13 +71,18 @@ pub fn path(common_dir: &Path) -> PathBuf {
     common_dir.join("xet").join("transfers.jsonl")
 }
 
-/// Appends `record` to the journal (creating it).
+/// Appends `record` to the journal (creating it), its endpoint redacted ([`crate::redact`]: a
+/// password in an endpoint URL never lands in the journal).
 pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
     let file = path(common_dir);
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    let record = Record {
+        endpoint: crate::redact::redact(&record.endpoint),
+        ..record.clone()
+    };
+    let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     let mut f = OpenOptions::new().create(true).append(true).open(&file)?;
     f.write_all(&line)
@@ -135,6 +140,14 @@ mod tests {
         let all = read(dir.path()).unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[&oid.to_hex()], up, "the upload record is kept");
+
+        // Endpoints are written redacted.
+        let mut secret = Record::new(Direction::Upload, &oid, &hash, 10);
+        secret.endpoint = "http://git:journal-secret@h:1".into();
+        append(dir.path(), &secret).unwrap();
+        let text = std::fs::read_to_string(path(dir.path())).unwrap();
+        assert!(!text.contains("journal-secret"), "{text}");
+        assert!(text.contains("http://git:***@h:1"), "{text}");
         assert!(read(&dir.path().join("missing")).unwrap().is_empty());
     }
 }

@@ -6,6 +6,9 @@
 //! (`action` may be `null`, `header` may be missing, `expires_at` may be Go's zero time, unknown
 //! fields are ignored) and strict where a mistake would corrupt the conversation (an unknown
 //! `event`, a second `init`, a request for the other direction, a request while one is open).
+//! Input is bounded: [`read_line`] keeps at most [`MAX_LINE`] bytes of a line, every piece of
+//! input put in an error is clipped ([`echo`]), and every message sent is redacted and clipped
+//! ([`shown_message`]).
 //!
 //! State machine (§5):
 //!
@@ -119,6 +122,16 @@ pub enum ProtocolError {
     BeforeInit { line: usize, event: &'static str },
     #[error("line {line}: a second init")]
     SecondInit { line: usize },
+    #[error(
+        "line {line}: a request line of {len} bytes, longer than the {MAX_LINE} bytes the agent \
+         reads"
+    )]
+    TooLong {
+        line: usize,
+        len: u64,
+        /// An oid found at the start of the line, if any.
+        oid: Option<LfsOid>,
+    },
     #[error("line {line}: {event} request in a process initialised for {direction:?}")]
     WrongDirection {
         line: usize,
@@ -133,7 +146,7 @@ impl ProtocolError {
     /// `complete` instead of ending the process.
     pub fn oid(&self) -> Option<LfsOid> {
         match self {
-            ProtocolError::Malformed { oid, .. } => *oid,
+            ProtocolError::Malformed { oid, .. } | ProtocolError::TooLong { oid, .. } => *oid,
             ProtocolError::WrongDirection { oid, .. } => Some(*oid),
             _ => None,
         }
@@ -142,22 +155,32 @@ impl ProtocolError {
 
 /// Parses one line from git-lfs. `line` numbers messages in errors.
 pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> {
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| ProtocolError::NotJson {
-            line,
-            detail: e.to_string(),
-        })?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        // A broken line that still names an object (e.g. cut short) is answered for it.
+        match find_oid(text.as_bytes()) {
+            Some(oid) => ProtocolError::Malformed {
+                line,
+                event: "request".into(),
+                detail: format!("not a JSON object: {}", echo(&e.to_string())),
+                oid: Some(oid),
+            },
+            None => ProtocolError::NotJson {
+                line,
+                detail: echo(&e.to_string()),
+            },
+        }
+    })?;
     let Some(obj) = value.as_object() else {
         return Err(ProtocolError::NotJson {
             line,
             detail: "not an object".into(),
         });
     };
-    let event = obj
-        .get("event")
-        .and_then(|e| e.as_str())
-        .unwrap_or_default()
-        .to_string();
+    let event = echo(
+        obj.get("event")
+            .and_then(|e| e.as_str())
+            .unwrap_or_default(),
+    );
     let oid_of = |obj: &serde_json::Map<String, serde_json::Value>| {
         obj.get("oid")
             .and_then(|o| o.as_str())
@@ -166,7 +189,7 @@ pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> 
     let malformed = |detail: String| ProtocolError::Malformed {
         line,
         event: event.clone(),
-        detail,
+        detail: echo(&detail),
         oid: oid_of(obj),
     };
     match event.as_str() {
@@ -184,7 +207,7 @@ pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> 
             if !lowercase_hex {
                 return Err(malformed(format!(
                     "oid {:?} is not 64 lowercase hex digits",
-                    raw.oid
+                    echo(&raw.oid)
                 )));
             }
             let oid = LfsOid::from_hex(&raw.oid).map_err(|e| malformed(e.to_string()))?;
@@ -206,6 +229,91 @@ pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> 
         "terminate" => Ok(Request::Terminate),
         _ => Err(ProtocolError::UnknownEvent { line, event }),
     }
+}
+
+/// The longest request line read, in bytes (git-lfs's lines are a few hundred bytes to a few
+/// KiB; a line is never buffered beyond this).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// What [`read_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRead {
+    /// End of input, no line.
+    Eof,
+    /// A whole line, without its newline, is in the buffer.
+    Line,
+    /// A line of `len` bytes, longer than the limit: the buffer holds its first bytes, the
+    /// rest was read and dropped.
+    TooLong { len: u64 },
+}
+
+/// Reads one line (up to `\n` or the end of input) into `buf`, keeping at most `max` bytes of
+/// it: memory stays bounded whatever the input.
+pub fn read_line(
+    input: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineRead> {
+    buf.clear();
+    let mut total: u64 = 0;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (found, used) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (Some(i), i + 1),
+            None => (None, available.len()),
+        };
+        if available.is_empty() && total == 0 {
+            return Ok(LineRead::Eof);
+        }
+        let content = &available[..found.unwrap_or(available.len())];
+        let room = max.saturating_sub(buf.len());
+        buf.extend_from_slice(&content[..content.len().min(room)]);
+        total += content.len() as u64;
+        let end = found.is_some() || available.is_empty();
+        input.consume(used);
+        if end {
+            return Ok(if total > max as u64 {
+                LineRead::TooLong { len: total }
+            } else {
+                LineRead::Line
+            });
+        }
+    }
+}
+
+/// The oid of a request found in raw bytes (`"oid":"<64 lowercase hex>"`), for answering a
+/// line that cannot be parsed.
+pub fn find_oid(bytes: &[u8]) -> Option<LfsOid> {
+    let key = b"\"oid\"";
+    let mut from = 0;
+    while let Some(i) = bytes[from..].windows(key.len()).position(|w| w == key) {
+        let mut j = from + i + key.len();
+        from = j;
+        while bytes.get(j).is_some_and(|b| b.is_ascii_whitespace()) {
+            j += 1;
+        }
+        if bytes.get(j) != Some(&b':') {
+            continue;
+        }
+        j += 1;
+        while bytes.get(j).is_some_and(|b| b.is_ascii_whitespace()) {
+            j += 1;
+        }
+        if bytes.get(j) != Some(&b'"') {
+            continue;
+        }
+        let hex = bytes.get(j + 1..j + 65)?;
+        if bytes.get(j + 65) == Some(&b'"')
+            && hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return LfsOid::from_hex(std::str::from_utf8(hex).ok()?).ok();
+        }
+    }
+    None
 }
 
 /// Where a process is in the protocol.
@@ -278,6 +386,23 @@ pub const INIT_ERROR_CODE: i32 = 32;
 /// Error code for a failed transfer.
 pub const TRANSFER_ERROR_CODE: i32 = 2;
 
+/// The longest error message sent to git-lfs.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// The longest piece of input (a field, a path, a line) echoed in a message.
+pub const MAX_ECHO: usize = 200;
+
+/// A message as git-lfs gets it: secrets masked ([`crate::redact`]), at most [`MAX_MESSAGE`]
+/// bytes.
+pub fn shown_message(message: &str) -> String {
+    crate::redact::clip(&crate::redact::redact(message), MAX_MESSAGE).into_owned()
+}
+
+/// A piece of input as echoed in a message: redacted, then clipped to [`MAX_ECHO`] bytes.
+pub fn echo(input: &str) -> String {
+    crate::redact::clip(&crate::redact::redact(input), MAX_ECHO).into_owned()
+}
+
 #[derive(Serialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
 enum Outgoing<'a> {
@@ -324,8 +449,10 @@ impl<W: Write> ProtocolWriter<W> {
         self.line(b"{}")
     }
 
-    /// Answers `init` with an error; git-lfs then aborts the adapter.
+    /// Answers `init` with an error; git-lfs then aborts the adapter. The message is redacted
+    /// and clipped ([`shown_message`]).
     pub fn init_error(&mut self, message: &str) -> std::io::Result<()> {
+        let message = shown_message(message);
         let body = serde_json::json!({"error": {"code": INIT_ERROR_CODE, "message": message}});
         self.line(body.to_string().as_bytes())
     }
@@ -359,20 +486,27 @@ impl<W: Write> ProtocolWriter<W> {
     }
 
     /// Completes a request: success (with the downloaded file's absolute path for downloads) or
-    /// a per-object error.
+    /// a per-object error, whose message is redacted and clipped ([`shown_message`]).
     pub fn complete(
         &mut self,
         oid: &LfsOid,
         result: Result<Option<&std::path::Path>, &WireError>,
     ) -> std::io::Result<()> {
         let path_text;
+        let shown;
         let (path, error) = match result {
             Ok(Some(p)) => {
                 path_text = p.to_string_lossy().into_owned();
                 (Some(path_text.as_str()), None)
             }
             Ok(None) => (None, None),
-            Err(e) => (None, Some(e)),
+            Err(e) => {
+                shown = WireError {
+                    code: e.code,
+                    message: shown_message(&e.message),
+                };
+                (None, Some(&shown))
+            }
         };
         let msg = Outgoing::Complete {
             oid: oid.to_hex(),
@@ -460,6 +594,42 @@ mod tests {
             parse_request(&no_path, 1).unwrap_err().oid(),
             Some(LfsOid::from_hex(OID).unwrap())
         );
+    }
+
+    #[test]
+    fn lines_are_read_within_a_bound() {
+        let long = format!("{}\nshort\n{}", "a".repeat(100), "b".repeat(7));
+        let mut input = std::io::BufReader::with_capacity(16, long.as_bytes());
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_line(&mut input, &mut buf, 10).unwrap(),
+            LineRead::TooLong { len: 100 }
+        );
+        assert_eq!(buf, b"aaaaaaaaaa");
+        assert_eq!(read_line(&mut input, &mut buf, 10).unwrap(), LineRead::Line);
+        assert_eq!(buf, b"short");
+        assert_eq!(read_line(&mut input, &mut buf, 10).unwrap(), LineRead::Line);
+        assert_eq!(buf, b"bbbbbbb", "the last line needs no newline");
+        assert_eq!(read_line(&mut input, &mut buf, 10).unwrap(), LineRead::Eof);
+        let mut empty = std::io::BufReader::new(&b"\n"[..]);
+        assert_eq!(read_line(&mut empty, &mut buf, 10).unwrap(), LineRead::Line);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn oids_are_found_in_broken_lines() {
+        let oid = LfsOid::from_hex(OID).unwrap();
+        let cut = format!(r#"{{"event":"upload","oid" : "{OID}","size":1,"path":"/x"#);
+        assert_eq!(find_oid(cut.as_bytes()), Some(oid));
+        let err = parse_request(&cut, 3).unwrap_err();
+        assert_eq!(err.oid(), Some(oid));
+        assert!(find_oid(br#"{"oid":"abc"}"#).is_none());
+        assert!(find_oid(format!(r#"{{"oid":"{}"}}"#, OID.to_uppercase()).as_bytes()).is_none());
+        assert!(find_oid(&br#"{"oid":"#[..]).is_none());
+        // Echoed input is clipped.
+        let huge = format!(r#"{{"event":"{}"}}"#, "e".repeat(100_000));
+        let text = parse_request(&huge, 1).unwrap_err().to_string();
+        assert!(text.len() < 1000, "{} bytes", text.len());
     }
 
     #[test]

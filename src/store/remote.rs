@@ -34,6 +34,21 @@
 //!   included: [`RemoteConfig::timeout`] plus one second per [`UPLOAD_BYTES_PER_SEC`] bytes of
 //!   upload body; shard registrations get at least [`SHARD_TIMEOUT`] (a server may validate a
 //!   64 MiB shard silently for minutes).
+//! - **Retries** ([`RetryPolicy`]): connection errors, timeouts, 408, 429 and 5xx are retried
+//!   with backoff for about a minute since the first attempt (a server restart is survived);
+//!   `Retry-After` (seconds or a date) is honoured. 501, 505 and **507** (the server is out of
+//!   storage) are final, and so is a 500 whose error code is [`XORB_DAMAGED`] (the server's
+//!   copy is damaged; its administrator runs `git xet scrub`). Every refusal's JSON `error`
+//!   code is kept in [`TargetError::Remote`]'s `code`.
+//! - **Redirects.** Requests that carry a credential (CAS requests, token refreshes with an
+//!   `Authorization`) follow only same-origin redirects (scheme, host and port); a redirect to
+//!   another origin is a final error naming it. Requests without credentials (presigned
+//!   URLs) follow redirects anywhere.
+//! - **Truncated xorbs.** A presigned fetch answered with a shorter range or body than the
+//!   reconstruction promised, or a 416 past the object's end, is reported as damage of that
+//!   xorb on the server, not as a generic mismatch.
+//! - **Secrets.** Every token given or received is registered with [`crate::redact`]; a CAS
+//!   URL with a user name or password in it is refused.
 //! - **Empty file.** The all-zero file hash is the empty file everywhere: its plan is empty
 //!   and no request is sent.
 
@@ -41,7 +56,7 @@ mod http;
 pub mod token;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::blocking::{Client, Response};
@@ -50,9 +65,10 @@ use reqwest::{Method, StatusCode};
 
 pub use self::http::RetryPolicy;
 use self::http::{
-    content_range, origin, read_body, retry_after, retryable_status, send, server_says, shown,
-    status_text, transport_failure, Auth, Failure, Request,
+    content_range, read_body, retry_after, retryable_status, same_origin_redirects, send,
+    server_says, shown, status_text, transport_failure, Auth, Failure, Request, MAX_REDIRECTS,
 };
+pub use self::http::{origin, parse_retry_after, XORB_DAMAGED};
 use self::token::{now_unix, REFRESH_BUFFER_SECS};
 pub use self::token::{RefreshingToken, TokenSource};
 use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
@@ -100,7 +116,8 @@ pub struct RemoteConfig {
 }
 
 impl RemoteConfig {
-    /// The defaults: 5 attempts, connect timeout 10 s, request timeout 300 s.
+    /// The defaults: retries for about 60 s ([`RetryPolicy::default`]), connect timeout 10 s,
+    /// request timeout 300 s.
     pub fn new(cas_url: impl Into<String>, token: TokenSource) -> Self {
         Self {
             cas_url: cas_url.into(),
@@ -118,7 +135,10 @@ impl RemoteConfig {
 /// The HTTP client of a remote CAS server. See the module documentation.
 pub struct RemoteCas {
     cas_url: String,
+    /// For requests that carry a credential: follows same-origin redirects only.
     client: Client,
+    /// For requests without any (presigned URLs): follows redirects anywhere.
+    anonymous: Client,
     retry: RetryPolicy,
     token: TokenSource,
     token_hint: String,
@@ -143,11 +163,23 @@ impl RemoteCas {
     pub fn new(config: RemoteConfig) -> Result<Self, TargetError> {
         let cas_url = config.cas_url.trim().trim_end_matches('/').to_string();
         let invalid = |why: String| TargetError::Remote {
-            what: format!("CAS URL {:?}", config.cas_url),
+            what: format!("CAS URL {:?}", crate::redact::redact(&config.cas_url)),
             message: why,
             retryable: false,
+            code: None,
         };
         match reqwest::Url::parse(&cas_url) {
+            Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                crate::redact::register_secret(u.password().unwrap_or_default());
+                return Err(TargetError::Remote {
+                    what: format!("CAS URL {:?}", crate::redact::redact(&config.cas_url)),
+                    message: "has a user name or password in it; the credential goes in the \
+                              token, not the URL"
+                        .into(),
+                    retryable: false,
+                    code: None,
+                });
+            }
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
             Ok(_) => return Err(invalid("is not an http:// or https:// URL".into())),
             Err(e) => return Err(invalid(format!("is not a URL: {e}"))),
@@ -158,15 +190,21 @@ impl RemoteCas {
                 .map_err(|_| invalid(format!("session id {id:?} is not a valid header value")))?;
             session.insert(HeaderName::from_static("x-xet-session-id"), value);
         }
-        let client = Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .timeout(None::<Duration>)
-            .user_agent(config.user_agent.clone())
-            .build()
-            .map_err(|e| invalid(format!("cannot build the HTTP client: {e}")))?;
+        let build = |redirects: reqwest::redirect::Policy| {
+            Client::builder()
+                .connect_timeout(config.connect_timeout)
+                .timeout(None::<Duration>)
+                .user_agent(config.user_agent.clone())
+                .redirect(redirects)
+                .build()
+                .map_err(|e| invalid(format!("cannot build the HTTP client: {e}")))
+        };
+        let client = build(same_origin_redirects())?;
+        let anonymous = build(reqwest::redirect::Policy::limited(MAX_REDIRECTS))?;
         Ok(Self {
             cas_url,
             client,
+            anonymous,
             retry: config.retry,
             token: config.token,
             token_hint: config.token_hint,
@@ -247,6 +285,7 @@ impl RemoteCas {
             what: what.clone(),
             message: format!("cannot get a credential for the token refresh: {e}"),
             retryable: false,
+            code: None,
         })?;
         let req = Request {
             method: Method::GET,
@@ -272,7 +311,7 @@ impl RemoteCas {
                     ),
                     _ => format!("{} answered {}{}", req.server, status_text(status), says.suffix()),
                 };
-                return Err(fatal(req, message));
+                return Err(fatal_coded(req, message, says.code));
             }
             let body = read_body(req, resp, MAX_SMALL_JSON)?;
             serde_json::from_slice::<CasTokenInfo>(&body).map_err(|e| {
@@ -294,8 +333,10 @@ impl RemoteCas {
                     shown(href)
                 ),
                 retryable: false,
+                code: None,
             });
         }
+        crate::redact::register_secret(&token);
         let now = now_unix();
         if info.exp != 0 && info.exp <= now.saturating_add(REFRESH_BUFFER_SECS) {
             tracing::warn!(
@@ -328,7 +369,7 @@ impl RemoteCas {
         authorization: Option<&str>,
         mut handle: impl FnMut(&Request, Response) -> Result<T, Failure>,
     ) -> Result<T, TargetError> {
-        let attempts = self.retry.attempts();
+        let started = Instant::now();
         let mut attempt = 0;
         let mut refreshed = false;
         let no_headers = HeaderMap::new();
@@ -338,7 +379,12 @@ impl RemoteCas {
                 Auth::Cas => (self.bearer()?, &self.session),
                 Auth::None => (authorization.map(String::from), &no_headers),
             };
-            let failure = match send(&self.client, req, auth.as_deref(), extra) {
+            // Credentials never follow a redirect to another origin.
+            let client = match (&auth, req.auth) {
+                (None, Auth::None) => &self.anonymous,
+                _ => &self.client,
+            };
+            let failure = match send(client, req, auth.as_deref(), extra) {
                 Err(e) => transport_failure(req, &e),
                 Ok(resp) => {
                     let status = resp.status();
@@ -380,17 +426,46 @@ impl RemoteCas {
                                 says.suffix()
                             ),
                         )
-                    } else if retryable_status(status) {
-                        let after = retry_after(&resp);
+                    } else if status == StatusCode::INSUFFICIENT_STORAGE {
                         let says = server_says(resp);
-                        Failure::Retry {
-                            reason: format!(
-                                "{} answered {}{}",
+                        fatal_coded(
+                            req,
+                            format!(
+                                "{} is out of storage ({}){}; trying again will not help until \
+                                 its administrator frees or adds disk space",
                                 req.server,
                                 status_text(status),
                                 says.suffix()
                             ),
-                            retry_after: after,
+                            says.code,
+                        )
+                    } else if retryable_status(status) {
+                        let after = retry_after(&resp);
+                        let says = server_says(resp);
+                        if says.code.as_deref() == Some(XORB_DAMAGED) {
+                            fatal_coded(
+                                req,
+                                format!(
+                                    "{} says its stored copy of the data is damaged ({}){}; \
+                                     trying again cannot help: the server's administrator should \
+                                     run `git xet scrub`",
+                                    req.server,
+                                    status_text(status),
+                                    says.suffix()
+                                ),
+                                says.code,
+                            )
+                        } else {
+                            Failure::Retry {
+                                reason: format!(
+                                    "{} answered {}{}",
+                                    req.server,
+                                    status_text(status),
+                                    says.suffix()
+                                ),
+                                retry_after: after,
+                                code: says.code,
+                            }
                         }
                     } else {
                         match handle(req, resp) {
@@ -405,10 +480,15 @@ impl RemoteCas {
                 Failure::Retry {
                     reason,
                     retry_after,
+                    code,
                 } => {
-                    if attempt >= attempts {
-                        let message = if attempts > 1 {
-                            format!("{reason} (after {attempts} attempts)")
+                    let elapsed = started.elapsed();
+                    if !self.retry.should_retry(attempt, elapsed) {
+                        let message = if attempt > 1 {
+                            format!(
+                                "{reason} (after {attempt} attempts over {} s)",
+                                elapsed.as_secs()
+                            )
                         } else {
                             reason
                         };
@@ -416,12 +496,13 @@ impl RemoteCas {
                             what: req.what.clone(),
                             message,
                             retryable: true,
+                            code,
                         });
                     }
                     let delay = self.retry.delay(attempt, retry_after);
                     tracing::warn!(
                         attempt,
-                        of = attempts,
+                        elapsed_ms = elapsed.as_millis() as u64,
                         delay_ms = delay.as_millis() as u64,
                         url = %req.shown_url,
                         "{}: {reason}; retrying",
@@ -506,10 +587,16 @@ impl RemoteCas {
 
 /// A final error of `req`.
 fn fatal(req: &Request, message: String) -> Failure {
+    fatal_coded(req, message, None)
+}
+
+/// A final error of `req` with the server's error code.
+fn fatal_coded(req: &Request, message: String, code: Option<String>) -> Failure {
     Failure::Fatal(TargetError::Remote {
         what: req.what.clone(),
         message,
         retryable: false,
+        code,
     })
 }
 
@@ -544,7 +631,7 @@ fn refused(req: &Request, resp: Response, hint_403: &str) -> Failure {
             says.suffix()
         ),
     };
-    fatal(req, message)
+    fatal_coded(req, message, says.code)
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(
@@ -588,9 +675,10 @@ impl CasTarget for RemoteCas {
             }
             StatusCode::BAD_REQUEST => {
                 let says = server_says(resp);
-                Err(fatal(
+                Err(fatal_coded(
                     req,
                     format!("{} rejected the xorb{}", req.server, says.suffix()),
+                    says.code,
                 ))
             }
             _ => Err(refused(req, resp, WRITE_HINT)),
@@ -618,9 +706,10 @@ impl CasTarget for RemoteCas {
             }
             StatusCode::BAD_REQUEST => {
                 let says = server_says(resp);
-                Err(fatal(
+                Err(fatal_coded(
                     req,
                     format!("{} rejected the shard{}", req.server, says.suffix()),
+                    says.code,
                 ))
             }
             _ => Err(refused(req, resp, WRITE_HINT)),
@@ -691,6 +780,7 @@ impl XorbSource for RemoteCas {
                 what,
                 message: "the reconstruction gave no URL for this range".into(),
                 retryable: false,
+                code: None,
             });
         };
         if end < start {
@@ -698,6 +788,7 @@ impl XorbSource for RemoteCas {
                 what,
                 message: "the range ends before it starts".into(),
                 retryable: false,
+                code: None,
             });
         }
         let want = end - start + 1;
@@ -712,28 +803,52 @@ impl XorbSource for RemoteCas {
             range: Some((start, end)),
             timeout: self.timeout,
         };
+        // A stored xorb shorter than the reconstruction says shows as a short range, a short
+        // body or a 416: the server's copy is damaged, which no retry mends.
+        let damaged = |req: &Request, detail: String| {
+            fatal(
+                req,
+                format!(
+                    "the server's copy of xorb {xorb} is damaged: it is shorter than its \
+                     reconstruction says ({detail}); the server's administrator should run \
+                     `git xet scrub`"
+                ),
+            )
+        };
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::PARTIAL_CONTENT => {
-                if let Some((s, e)) = content_range(&resp).and_then(|c| c.range) {
-                    if (s, e) != (start, end) {
-                        return Err(fatal(
-                            req,
-                            format!(
-                                "{} sent bytes {s}-{e} of {}, not the bytes asked for",
-                                req.server, req.shown_url
-                            ),
-                        ));
+                if let Some(c) = content_range(&resp) {
+                    match c.range {
+                        Some((s, e)) if s == start && e < end => {
+                            let total = c.total.map_or(String::new(), |n| format!(" of {n}"));
+                            return Err(damaged(
+                                req,
+                                format!(
+                                    "{} sent bytes {s}-{e}{total} when asked for {start}-{end}",
+                                    req.server
+                                ),
+                            ));
+                        }
+                        Some((s, e)) if (s, e) != (start, end) => {
+                            return Err(fatal(
+                                req,
+                                format!(
+                                    "{} sent bytes {s}-{e} of {}, not the bytes asked for",
+                                    req.server, req.shown_url
+                                ),
+                            ));
+                        }
+                        _ => {}
                     }
                 }
                 let body = read_body(req, resp, want)?;
-                if body.len() as u64 != want {
-                    return Err(fatal(
+                if (body.len() as u64) < want {
+                    return Err(damaged(
                         req,
                         format!(
-                            "{} sent {} bytes of {}, not the {want} asked for",
+                            "{} sent {} bytes of the {want} asked for",
                             req.server,
-                            body.len(),
-                            req.shown_url
+                            body.len()
                         ),
                     ));
                 }
@@ -748,20 +863,42 @@ impl XorbSource for RemoteCas {
                     return Err(Failure::Retry {
                         reason: format!("the answer of {} broke off: {e}", req.server),
                         retry_after: None,
+                        code: None,
                     });
                 }
                 if (body.len() as u64) <= end {
-                    return Err(fatal(
+                    return Err(damaged(
                         req,
                         format!(
-                            "{} sent {} bytes of {}, which does not reach byte {end}",
+                            "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
                             req.server,
-                            body.len(),
-                            req.shown_url
+                            body.len()
                         ),
                     ));
                 }
                 Ok(body.split_off(start as usize))
+            }
+            StatusCode::RANGE_NOT_SATISFIABLE => {
+                let total = content_range(&resp).and_then(|c| c.total);
+                let says = server_says(resp);
+                match total {
+                    Some(n) if n <= end => Err(damaged(
+                        req,
+                        format!(
+                            "{} holds {n} bytes and cannot serve bytes {start}-{end}",
+                            req.server
+                        ),
+                    )),
+                    _ => Err(fatal_coded(
+                        req,
+                        format!(
+                            "{} cannot serve bytes {start}-{end} (416){}",
+                            req.server,
+                            says.suffix()
+                        ),
+                        says.code,
+                    )),
+                }
             }
             StatusCode::FORBIDDEN => {
                 let says = server_says(resp);
@@ -798,6 +935,7 @@ impl Endpoint for RemoteCas {
                     what: format!("planning bytes {s}-{e} of file {file}"),
                     message: "the range ends before it starts".into(),
                     retryable: false,
+                    code: None,
                 });
             }
         }
@@ -827,6 +965,7 @@ impl Endpoint for RemoteCas {
                     self.cas_url
                 ),
                 retryable: false,
+                code: None,
             }),
         }
     }

@@ -42,6 +42,9 @@ pub enum TargetError {
         message: String,
         /// Whether trying again later may succeed (network trouble, 5xx, 429).
         retryable: bool,
+        /// The server's error code (the JSON `error` field of its refusal, e.g.
+        /// `"xorb_damaged"`), when it sent one.
+        code: Option<String>,
     },
     /// Local I/O around the operation failed (e.g. a staging file).
     #[error("{what}: {source}")]
@@ -64,6 +67,14 @@ impl TargetError {
             TargetError::Remote { retryable, .. } => *retryable,
             TargetError::Io { .. } => true,
             TargetError::Store(_) | TargetError::NotFound { .. } => false,
+        }
+    }
+
+    /// The server's error code, for a remote refusal that carried one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            TargetError::Remote { code, .. } => code.as_deref(),
+            _ => None,
         }
     }
 }

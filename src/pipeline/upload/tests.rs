@@ -242,6 +242,7 @@ impl CasTarget for BrokenTarget<'_> {
             what: format!("POST xorb {xorb}"),
             message: "503".into(),
             retryable: true,
+            code: None,
         })
     }
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
@@ -290,6 +291,7 @@ impl XorbSource for FlakySource<'_> {
                 what: format!("GET xorb {xorb}"),
                 message: "connection reset".into(),
                 retryable: true,
+                code: None,
             });
         }
         XorbSource::read_xorb_range(self.store, xorb, range)

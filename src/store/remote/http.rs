@@ -14,14 +14,23 @@ use crate::store::wire::ErrorBody;
 
 /// How often and how patiently a request is tried.
 ///
-/// Connection errors, timeouts, broken bodies, 408, 429 and 5xx are retried with exponential
-/// backoff and full jitter: before retry `n` (1-based) the client sleeps a random duration in
-/// `[0, min(max_delay, base_delay · 2^(n-1))]`, or what `Retry-After` asks (seconds, at most
-/// `max_retry_after`). Every other status is final at once.
+/// Connection errors, timeouts, broken bodies, 408, 429 and 5xx (except 501, 505 and 507, and
+/// a server that says its copy is damaged) are retried with exponential backoff and full
+/// jitter: before retry `n` (1-based) the client sleeps a random duration in
+/// `[0, min(max_delay, base_delay · 2^(n-1))]`, or what `Retry-After` asks (seconds or an
+/// HTTP date, at most `max_retry_after`). Retries go on until `horizon` has passed since the
+/// first attempt, so that a server restart (seconds to a minute of refused connections and
+/// 503s) does not fail a push; `max_attempts` caps them, and `min_attempts` are made however
+/// long each took (a request that timed out after minutes still gets a second chance). Every
+/// other status is final at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in all, including the first (at least 1).
     pub max_attempts: u32,
+    /// Attempts made even when the horizon has passed (at most `max_attempts`).
+    pub min_attempts: u32,
+    /// No retry starts once this much time has passed since the first attempt.
+    pub horizon: Duration,
     pub base_delay: Duration,
     pub max_delay: Duration,
     /// Upper bound on a server's `Retry-After`.
@@ -29,11 +38,14 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
+    /// 250 ms doubling to 10 s, for about 60 s (at most 40 attempts, at least 3).
     fn default() -> Self {
         Self {
-            max_attempts: 5,
-            base_delay: Duration::from_millis(200),
-            max_delay: Duration::from_secs(8),
+            max_attempts: 40,
+            min_attempts: 3,
+            horizon: Duration::from_secs(60),
+            base_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(10),
             max_retry_after: Duration::from_secs(30),
         }
     }
@@ -44,17 +56,28 @@ impl RetryPolicy {
     pub fn none() -> Self {
         Self {
             max_attempts: 1,
+            min_attempts: 1,
             ..Self::default()
         }
     }
 
-    /// `max_attempts` attempts with millisecond delays (for tests).
+    /// Exactly `max_attempts` attempts with millisecond delays (for tests).
     pub fn quick(max_attempts: u32) -> Self {
         Self {
             max_attempts,
+            min_attempts: max_attempts,
+            horizon: Duration::from_secs(60),
             base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(5),
             max_retry_after: Duration::from_millis(5),
+        }
+    }
+
+    /// The default policy retrying for `horizon` instead of 60 s.
+    pub fn for_horizon(horizon: Duration) -> Self {
+        Self {
+            horizon,
+            ..Self::default()
         }
     }
 
@@ -86,6 +109,15 @@ impl RetryPolicy {
                 .unwrap_or(0)
         });
         Duration::from_nanos(r % ceiling.saturating_add(1))
+    }
+
+    /// After `attempts` attempts that failed with something worth retrying, the first of
+    /// them `elapsed` ago: whether to try again.
+    pub fn should_retry(&self, attempts: u32, elapsed: Duration) -> bool {
+        if attempts >= self.attempts() {
+            return false;
+        }
+        attempts < self.min_attempts.min(self.attempts()) || elapsed < self.horizon
     }
 
     pub(super) fn attempts(&self) -> u32 {
@@ -124,6 +156,8 @@ pub(super) enum Failure {
     Retry {
         reason: String,
         retry_after: Option<Duration>,
+        /// The server's error code, if its answer had one.
+        code: Option<String>,
     },
     /// Final.
     Fatal(crate::store::target::TargetError),
@@ -135,8 +169,9 @@ pub(super) fn shown(url: &str) -> String {
     url[..end].to_string()
 }
 
-/// The scheme, host and port of a URL: `http://host:port`.
-pub(super) fn origin(url: &str) -> String {
+/// The scheme, host and port of a URL: `http://host:port` (no user, path or query; the port
+/// only when it is not the scheme's default).
+pub fn origin(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(u) => {
             let mut s = format!("{}://{}", u.scheme(), u.host_str().unwrap_or(""));
@@ -147,6 +182,40 @@ pub(super) fn origin(url: &str) -> String {
         }
         Err(_) => shown(url),
     }
+}
+
+/// Redirects followed per request, at most.
+pub(super) const MAX_REDIRECTS: usize = 10;
+
+/// A redirect that would carry credentials to another origin.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "redirected from {from} to another origin, {to}; not followed, since credentials are sent \
+     only to the origin they were issued for"
+)]
+pub(super) struct CrossOriginRedirect {
+    from: String,
+    to: String,
+}
+
+/// The redirect policy of requests that carry a credential: same-origin redirects (scheme,
+/// host and port all equal) are followed, up to [`MAX_REDIRECTS`]; any other is an error
+/// ([`CrossOriginRedirect`]). reqwest's default would follow it, dropping `Authorization`
+/// only when the host or port changes (not on a downgrade from https to http).
+pub(super) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else {
+            return attempt.stop();
+        };
+        let (from, to) = (origin(first.as_str()), origin(attempt.url().as_str()));
+        if from != to {
+            attempt.error(CrossOriginRedirect { from, to })
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Sends one attempt of `req`, with `authorization` as the `Authorization` value.
@@ -201,6 +270,15 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
             what: req.what.clone(),
             message: format!("invalid request to {}: {}", req.shown_url, root_cause(e)),
             retryable: false,
+            code: None,
+        });
+    }
+    if e.is_redirect() {
+        return Failure::Fatal(crate::store::target::TargetError::Remote {
+            what: req.what.clone(),
+            message: format!("{}: {}", req.server, root_cause(e)),
+            retryable: false,
+            code: None,
         });
     }
     let reason = if e.is_timeout() {
@@ -217,20 +295,43 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
     Failure::Retry {
         reason,
         retry_after: None,
+        code: None,
     }
 }
 
-/// Statuses worth another attempt.
+/// Statuses worth another attempt: 408, 429 and 5xx, except 501 (the server does not offer
+/// this), 505 and 507 (out of storage: waiting a minute will not free any).
 pub(super) fn retryable_status(status: StatusCode) -> bool {
-    status.is_server_error()
+    (status.is_server_error()
+        && !matches!(
+            status,
+            StatusCode::NOT_IMPLEMENTED
+                | StatusCode::HTTP_VERSION_NOT_SUPPORTED
+                | StatusCode::INSUFFICIENT_STORAGE
+        ))
         || status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is ignored).
+/// The error code with which a server says its stored copy of an object is damaged
+/// (HTTP 500): final, since every retry would read the same bytes.
+pub const XORB_DAMAGED: &str = "xorb_damaged";
+
+/// `Retry-After` of a response: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
 pub(super) fn retry_after(resp: &Response) -> Option<Duration> {
-    let v = resp.headers().get(RETRY_AFTER)?.to_str().ok()?.trim();
-    v.parse::<u64>().ok().map(Duration::from_secs)
+    let v = resp.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    parse_retry_after(v, std::time::SystemTime::now())
+}
+
+/// `Retry-After` as a delay from `now`: seconds, or an HTTP date (a date in the past is no
+/// delay). Anything else is ignored.
+pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// A parsed `Content-Range: bytes S-E/LEN`: `range` is `None` for `bytes */LEN`, `total` for
@@ -271,6 +372,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
                 root_cause(&e)
             ),
             retry_after: None,
+            code: None,
         });
     }
     if buf.len() as u64 > limit {
@@ -281,6 +383,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
                 req.server
             ),
             retryable: false,
+            code: None,
         }));
     }
     Ok(buf)
@@ -371,11 +474,11 @@ mod tests {
     #[test]
     fn backoff_grows_and_is_capped() {
         let p = RetryPolicy::default();
-        assert_eq!(p.ceiling(1), Duration::from_millis(200));
-        assert_eq!(p.ceiling(2), Duration::from_millis(400));
-        assert_eq!(p.ceiling(6), Duration::from_millis(6400));
-        assert_eq!(p.ceiling(7), Duration::from_secs(8));
-        assert_eq!(p.ceiling(200), Duration::from_secs(8));
+        assert_eq!(p.ceiling(1), Duration::from_millis(250));
+        assert_eq!(p.ceiling(2), Duration::from_millis(500));
+        assert_eq!(p.ceiling(6), Duration::from_secs(8));
+        assert_eq!(p.ceiling(7), Duration::from_secs(10));
+        assert_eq!(p.ceiling(200), Duration::from_secs(10));
         for n in 1..10 {
             assert!(p.delay(n, None) <= p.ceiling(n));
         }
@@ -388,6 +491,61 @@ mod tests {
             Duration::from_secs(30)
         );
         assert_eq!(RetryPolicy::none().attempts(), 1);
+    }
+
+    #[test]
+    fn retries_go_on_for_the_horizon_within_the_attempt_cap() {
+        let p = RetryPolicy::default();
+        let s = Duration::from_secs;
+        assert!(p.should_retry(1, s(0)));
+        assert!(p.should_retry(10, s(59)));
+        assert!(!p.should_retry(10, s(60)), "the horizon has passed");
+        assert!(
+            p.should_retry(2, s(600)),
+            "the first attempts are made anyway"
+        );
+        assert!(!p.should_retry(3, s(600)));
+        assert!(!p.should_retry(40, s(1)), "the attempt cap");
+        assert!(!RetryPolicy::none().should_retry(1, s(0)));
+        let q = RetryPolicy::quick(4);
+        assert!(q.should_retry(3, s(1000)) && !q.should_retry(4, s(0)));
+        // The whole horizon is covered by the expected backoff, well within the cap.
+        let expected: Duration = (1..p.max_attempts).map(|n| p.ceiling(n) / 2).sum();
+        assert!(expected > p.horizon, "{expected:?}");
+    }
+
+    #[test]
+    fn what_is_retried() {
+        for code in [408, 429, 500, 502, 503, 504] {
+            assert!(
+                retryable_status(StatusCode::from_u16(code).unwrap()),
+                "{code}"
+            );
+        }
+        for code in [400, 401, 403, 404, 413, 416, 501, 505, 507] {
+            assert!(
+                !retryable_status(StatusCode::from_u16(code).unwrap()),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_in_seconds_and_as_a_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(parse_retry_after(" 7 ", now), Some(Duration::from_secs(7)));
+        // 784111777 is Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example).
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO),
+            "a date in the past"
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-3", now), None);
     }
 
     #[test]

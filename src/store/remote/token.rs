@@ -1,7 +1,8 @@
 //! Where the CAS bearer token comes from: a fixed token (standalone mode) or a token handed out
 //! with the LFS actions and renewed through a refresh route (negotiated mode, lfs-agent.md
 //! §12.2). The HTTP side of a refresh lives in [`super::RemoteCas`]; this module holds the state
-//! and the decisions (when to refresh, which answer to keep).
+//! and the decisions (when to refresh, which answer to keep). Every token it is given or
+//! receives is registered with [`crate::redact`].
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,13 +39,17 @@ pub enum TokenSource {
 }
 
 impl TokenSource {
-    /// A fixed token, or none (also for an empty or blank token).
+    /// A fixed token, or none (also for an empty or blank token). The token is registered
+    /// with [`crate::redact`], so it is masked wherever it would be shown.
     pub fn fixed(token: Option<String>) -> Self {
         match token
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
         {
-            Some(t) => TokenSource::Static(t),
+            Some(t) => {
+                crate::redact::register_secret(&t);
+                TokenSource::Static(t)
+            }
             None => TokenSource::None,
         }
     }
@@ -119,6 +124,9 @@ impl RefreshingToken {
     /// expiry in unix seconds (`X-Xet-Token-Expiration`; 0 = unknown) and the refresh route
     /// (the action's `href`). No `Authorization` header on refreshes until one is set.
     pub fn new(href: impl Into<String>, token: Option<String>, expires_at: u64) -> Self {
+        if let Some(t) = &token {
+            crate::redact::register_secret(t);
+        }
         Self {
             href: href.into(),
             authorization: Box::new(|| Ok(None)),
@@ -133,6 +141,7 @@ impl RefreshingToken {
     /// Sends this `Authorization` value (e.g. `Bearer …` or `Basic …`) with every refresh.
     pub fn with_authorization(self, value: impl Into<String>) -> Self {
         let value = value.into();
+        crate::redact::register_authorization(&value);
         self.with_authorization_fn(move || Ok(Some(value.clone())))
     }
 
@@ -176,8 +185,13 @@ impl RefreshingToken {
         self.lock().due(now_unix())
     }
 
+    /// The `Authorization` value for the next refresh (registered with [`crate::redact`]).
     pub(super) fn authorization(&self) -> Result<Option<String>, String> {
-        (self.authorization)()
+        let value = (self.authorization)()?;
+        if let Some(v) = &value {
+            crate::redact::register_authorization(v);
+        }
+        Ok(value)
     }
 
     /// The state, locked. A poisoned lock (a panic during a refresh) still holds a consistent
