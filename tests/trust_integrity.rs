@@ -72,8 +72,7 @@ fn journal_sent(repo: &Path, data: &[u8]) -> u64 {
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|r| r["oid"] == oid.as_str() && r["direction"] == "upload")
-        .last()
+        .rfind(|r| r["oid"] == oid.as_str() && r["direction"] == "upload")
         .map(|r| r["transferred_bytes"].as_u64().unwrap())
         .expect("the upload is in the journal")
 }

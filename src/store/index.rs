@@ -593,7 +593,7 @@ mod tests {
             let entries = ShardEntries {
                 files: vec![(file, record.clone())],
                 oids: vec![(oid, file)],
-                dedup: vec![],
+                ..Default::default()
             };
             assert_eq!(index.add_shard(record.shard, &entries, 10).unwrap(), 1);
             // Registering the same file again through another shard keeps the first record.
