@@ -185,7 +185,7 @@ fn run(how: Damage) {
 }
 
 #[test]
-#[ignore = "pending: the agent retries after a lost-xorb refusal"]
+#[ignore = "pending: the batch API offers uploads for damaged objects (server merge)"]
 fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Flip);
@@ -193,7 +193,7 @@ fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
 }
 
 #[test]
-#[ignore = "pending: the agent retries after a lost-xorb refusal"]
+#[ignore = "pending: the batch API offers uploads for damaged objects (server merge)"]
 fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Truncate);
@@ -201,7 +201,7 @@ fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
 }
 
 #[test]
-#[ignore = "pending: the agent retries after a lost-xorb refusal"]
+#[ignore = "pending: the batch API offers uploads for damaged objects (server merge)"]
 fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Delete);

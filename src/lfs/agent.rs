@@ -429,17 +429,31 @@ impl Agent {
             }
         };
         let reader = std::io::BufReader::with_capacity(1 << 20, file);
-        let summary =
-            upload_with_progress(endpoint, reader, &options, &mut report).map_err(|e| {
-                if e.is_input_error() {
-                    format!(
-                        "the LFS object {} does not match its oid and size: {e}",
-                        echo(&path.to_string_lossy())
-                    )
-                } else {
-                    format!("upload to {} failed: {e}", endpoint.describe())
-                }
-            })?;
+        let mut attempt = upload_with_progress(endpoint, reader, &options, &mut report);
+        if let Err(e) = &attempt {
+            if e.is_lost_xorb() {
+                // The shard relied on a xorb the endpoint no longer holds intact (a stale
+                // local shard cache, or damage on the server); the cache has dropped it, so a
+                // second pass sends those chunks, which also repairs the server's copy.
+                tracing::warn!(
+                    oid = %t.oid,
+                    "{}; uploading the chunks it held again",
+                    crate::redact::redact(&e.to_string())
+                );
+                let again = std::io::BufReader::with_capacity(1 << 20, open_upload(path)?);
+                attempt = upload_with_progress(endpoint, again, &options, &mut report);
+            }
+        }
+        let summary = attempt.map_err(|e| {
+            if e.is_input_error() {
+                format!(
+                    "the LFS object {} does not match its oid and size: {e}",
+                    echo(&path.to_string_lossy())
+                )
+            } else {
+                format!("upload to {} failed: {e}", endpoint.describe())
+            }
+        })?;
         if let Some(e) = stdout_gone {
             return Err(format!("cannot report progress to git-lfs: {e}"));
         }

@@ -147,6 +147,31 @@ impl UploadError {
         )
     }
 
+    /// True when the target refused the upload's shard because a xorb it relies on is not
+    /// stored intact there (`unknown_xorb`, `xorb_damaged`): the upload deduplicated against a
+    /// stale local shard cache, or the xorb was lost, damaged or collected meanwhile. Uploading
+    /// again (the cache has dropped the xorb, see [`crate::pipeline::cached`]) sends its chunks.
+    pub fn is_lost_xorb(&self) -> bool {
+        use crate::store::{ShardRejection, StoreError};
+        let UploadError::Target { source, .. } = self else {
+            return false;
+        };
+        match source {
+            TargetError::Store(e) => matches!(
+                **e,
+                StoreError::ShardRejected(
+                    ShardRejection::UnknownXorb { .. }
+                        | ShardRejection::UnknownXorbBlock { .. }
+                        | ShardRejection::DamagedXorb { .. }
+                )
+            ),
+            TargetError::Remote { .. } => {
+                matches!(source.code(), Some("unknown_xorb" | "xorb_damaged"))
+            }
+            _ => false,
+        }
+    }
+
     fn target(what: impl Into<String>) -> impl FnOnce(TargetError) -> UploadError {
         let what = what.into();
         move |source| UploadError::Target { what, source }
