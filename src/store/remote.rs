@@ -127,7 +127,8 @@ impl RemoteConfig {
             user_agent: DEFAULT_USER_AGENT.to_string(),
             connect_timeout: Duration::from_secs(10),
             timeout: Duration::from_secs(300),
-            token_hint: "check xet.token / GIT_XET_TOKEN".to_string(),
+            token_hint: "set GIT_XET_TOKEN or store the token with a git credential helper"
+                .to_string(),
         }
     }
 }
