@@ -251,6 +251,9 @@ pub async fn drain(mut body: Body, limit: Option<u64>, what: &str) -> Result<u64
     Ok(n)
 }
 
+/// After a spool write failed, at most this much more of the body is read before answering.
+pub const DRAIN_AFTER_FAILURE: u64 = 256 << 20;
+
 /// A request body spooled to a file, removed when dropped (unless consumed before).
 #[derive(Debug)]
 pub struct Spooled {
@@ -281,8 +284,15 @@ pub async fn spool_body(
         tempfile::Builder::new().prefix("spool-").tempfile_in(&dir)
     })
     .await
-    .map_err(|e| ApiError::internal(format!("{what_owned}: spool worker failed: {e}")))?
-    .map_err(|e| ApiError::io(&format!("{what}: cannot create a spool file"), &e))?;
+    .map_err(|e| ApiError::internal(format!("{what_owned}: spool worker failed: {e}")))?;
+    let created = match created {
+        Ok(c) => c,
+        Err(e) => {
+            let error = ApiError::io(&format!("{what}: cannot create a spool file"), &e);
+            let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+            return Err(error);
+        }
+    };
     let (file, path) = created.into_parts();
     let mut writer = Some(Writer {
         file,
@@ -306,9 +316,18 @@ pub async fn spool_body(
             Ok::<_, std::io::Error>(w)
         })
         .await
-        .map_err(|e| ApiError::internal(format!("{what}: spool worker failed: {e}")))?
-        .map_err(|e| ApiError::io(&format!("{what}: cannot write the spool file"), &e))?;
-        writer = Some(done);
+        .map_err(|e| ApiError::internal(format!("{what}: spool worker failed: {e}")))?;
+        match done {
+            Ok(w) => writer = Some(w),
+            Err(e) => {
+                let error = ApiError::io(&format!("{what}: cannot write the spool file"), &e);
+                // Read (and drop) the rest of a body of reasonable size, so that the client
+                // gets to read the answer (507 for a full disk, which it should not retry)
+                // instead of a broken pipe (which it would).
+                let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+                return Err(error);
+            }
+        }
     }
     let sha256 = writer
         .and_then(|w| w.hasher)

@@ -172,3 +172,52 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::xorb::XorbError;
+    use crate::format::XorbHash;
+    use crate::store::backend::BackendError;
+
+    fn io_failure(errno: i32) -> StoreError {
+        StoreError::Backend(BackendError::Io {
+            op: "write",
+            key: "xorb x".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    #[test]
+    fn store_failures_map_to_statuses() {
+        // ENOSPC and EDQUOT: 507, which clients do not retry.
+        for errno in [28, 122] {
+            let e = ApiError::from(io_failure(errno));
+            assert_eq!((e.status.as_u16(), e.code), (507, "insufficient_storage"));
+        }
+        // Another I/O failure: 500.
+        let e = ApiError::from(io_failure(5));
+        assert_eq!((e.status.as_u16(), e.code), (500, "internal_error"));
+        // A stored xorb found damaged: 500 with its own code, naming the xorb.
+        let xorb = XorbHash::from_hex(&"ab".repeat(32)).unwrap();
+        let e = ApiError::from(StoreError::DamagedXorb {
+            xorb,
+            source: XorbError::HashMismatch {
+                computed: XorbHash::default(),
+                expected: xorb,
+            },
+        });
+        assert_eq!((e.status.as_u16(), e.code), (500, "xorb_damaged"));
+        assert!(e.message.contains(&xorb.to_string()), "{}", e.message);
+        // Spool files: ENOSPC is 507 too.
+        let e = ApiError::io("xorb x", &std::io::Error::from_raw_os_error(28));
+        assert_eq!(e.status.as_u16(), 507);
+    }
+
+    #[test]
+    fn busy_answers_say_when_to_retry() {
+        let r = ApiError::busy("full", 1).into_response();
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+}
