@@ -229,3 +229,54 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     served?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Limits, String> {
+        let mut all = vec!["serve", "--data", "/tmp/x"];
+        all.extend_from_slice(args);
+        let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+        limits(&cli.serve.limits).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn limit_flags() {
+        assert_eq!(parse(&[]).unwrap(), Limits::default());
+        let l = parse(&[
+            "--max-connections",
+            "10",
+            "--max-uploads",
+            "3",
+            "--body-memory",
+            "2",
+            "--send-timeout",
+            "0.25",
+            "--shutdown-timeout",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(l.max_connections, 10);
+        assert_eq!(l.max_uploads, 3);
+        assert_eq!(l.body_memory, 2 << 20);
+        assert_eq!(l.send_timeout, Duration::from_millis(250));
+        assert_eq!(l.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(l.body_timeout, Limits::default().body_timeout);
+        for bad in [
+            &["--send-timeout", "0"][..],
+            &["--body-timeout", "-1"],
+            &["--header-timeout", "soon"],
+            &["--max-downloads", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}
