@@ -191,6 +191,20 @@ fn hundreds_of_stalled_clients_hold_bounded_memory_while_others_push_and_clone()
         log.contains(": downloaded oid"),
         "cloned through the agent:\n{log}"
     );
+    // And a plain basic download of the very object the stalled readers hold.
+    let fetched = Instant::now();
+    let r = http()
+        .get(format!("{url}{object}"))
+        .bearer_auth(READ_TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = r.bytes().unwrap();
+    assert!(
+        got[..] == common::splitmix64(7, BIG)[..],
+        "the basic download is whole"
+    );
+    let fetch_time = fetched.elapsed();
 
     // The stalled clients were held the whole time.
     assert!(
@@ -208,7 +222,9 @@ fn hundreds_of_stalled_clients_hold_bounded_memory_while_others_push_and_clone()
         .unwrap_or("")
         .to_string();
     eprintln!(
-        "push {push_time:?}, clone {clone_time:?}; server RSS {} MiB, peak {} MiB, {threads}",
+        "push {push_time:?}, clone {clone_time:?}, basic GET of {} MiB {fetch_time:?}; \
+         server RSS {} MiB, peak {} MiB, {threads}",
+        BIG >> 20,
         rss / 1024,
         hwm / 1024
     );

@@ -71,9 +71,10 @@ pub async fn serve(
         };
         let (stream, peer) = match accepted {
             Ok(a) => a,
+            Err(e) if is_peer_error(&e) => continue,
             Err(e) => {
-                // Out of file descriptors, or the peer gave up during the handshake: wait a
-                // little instead of spinning (the error usually persists for a moment).
+                // Out of file descriptors or memory: wait a little instead of spinning (the
+                // condition usually lasts a moment).
                 tracing::warn!(error = %e, "cannot accept a connection");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -128,6 +129,16 @@ pub async fn serve(
         );
         connections.shutdown().await;
     }
+}
+
+/// An accept error that concerns one peer only (it gave up during the handshake).
+fn is_peer_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Completes when the server starts shutting down.
