@@ -353,19 +353,30 @@ fn small_bodies_share_a_memory_budget() {
     };
     assert_eq!(batch().status(), 200);
     // A shard upload that sent 600 KiB of its declared 4 MiB holds the whole 1 MiB budget.
-    let shard = stalled_upload(addr, "POST", "/v1/shards", 4 << 20, 600 << 10);
-    // (Give the server time to take those bytes in before asking: a batch request in flight
-    // while the shard's buffer grows would make the shard the one refused.)
-    std::thread::sleep(Duration::from_secs(1));
-    wait_for("the budget is spent", Duration::from_secs(10), || {
+    let stalled_shard = || {
+        let s = stalled_upload(addr, "POST", "/v1/shards", 4 << 20, 600 << 10);
+        s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+        s
+    };
+    let mut shard = stalled_shard();
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the budget is never spent"
+        );
         let r = batch();
         if r.status() == 503 {
             assert_busy(r);
-            true
-        } else {
-            false
+            break;
         }
-    });
+        // A batch request in flight while the shard's buffer grew makes the shard the one
+        // refused (it gets an answer): then start it again.
+        if shard.peek(&mut [0u8; 1]).is_ok() {
+            shard = stalled_shard();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // Once that client goes away, its share comes back.
     drop(shard);
     wait_for("the budget is back", Duration::from_secs(10), || {
