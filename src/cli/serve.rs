@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::CmdResult;
 use crate::server::auth::{Scope, Secret};
-use crate::server::{ServeConfig, Server};
+use crate::server::{Limits, ServeConfig, Server, BLOCKING_GRACE};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -20,8 +20,18 @@ Tokens: --token grants read and write, --read-token read only (each at least 16 
 Tokens given on the command line are visible to other local users in the process list; prefer \
 --token-file (lines `write <secret>` / `read <secret>`) or the environment variables \
 GIT_XET_TOKEN and GIT_XET_READ_TOKEN (comma-separated).\n\n\
-Logs go to stderr (RUST_LOG sets the level, default info). SIGINT or SIGTERM stops the server \
-after the requests in flight.",
+Limits: every client gets bounded resources whatever it does. At most --max-connections \
+connections are open (one more is answered 503 and closed); uploads, downloads and other requests \
+each have a number of slots (--max-uploads, --max-downloads, --max-requests), and a request of a \
+saturated class is answered 503 with Retry-After, which clients retry. Response bodies stream \
+from storage in pieces of 256 KiB; upload bodies are spooled to disk and stored --max-ingest at a \
+time; small bodies (shards, batch requests) share --body-memory MiB of memory. A request head \
+must arrive within --header-timeout (also the idle keep-alive time), a request body may pause at \
+most --body-timeout (then 408), a response the client does not read is dropped after \
+--send-timeout. A full disk is answered 507, which clients do not retry.\n\n\
+Logs go to stderr (RUST_LOG sets the level, default info). SIGINT or SIGTERM stops accepting \
+connections, lets the requests in flight finish for at most --shutdown-timeout seconds, then \
+closes what is left.",
     after_long_help = "Example:\n  git-xet serve --data /srv/xet --listen 0.0.0.0:8080 \\\n      --public-url https://xet.example.org --token-file /etc/git-xet/tokens"
 )]
 pub struct ServeArgs {
@@ -52,6 +62,95 @@ pub struct ServeArgs {
     /// Stop after this many seconds (for tests and demos).
     #[arg(long, hide = true, value_name = "SECS")]
     pub max_lifetime: Option<u64>,
+    #[command(flatten)]
+    pub limits: Box<LimitArgs>,
+}
+
+/// The `Limits` flags (boxed in [`ServeArgs`] to keep the command enum small).
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Open connections at most [default: 1024].
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub max_connections: Option<usize>,
+    /// Uploads (xorbs, shards, basic PUTs) in progress at most; more are 503 [default: 256].
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub max_uploads: Option<usize>,
+    /// Downloads (xorb data, basic GETs) in progress at most; more are 503 [default: 256].
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub max_downloads: Option<usize>,
+    /// Other requests (reconstructions, batch, dedup, …) in progress at most; more are 503
+    /// [default: 512].
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub max_requests: Option<usize>,
+    /// Uploads validated and stored at once (the others wait) [default: CPUs, 1 to 4].
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub max_ingest: Option<usize>,
+    /// Memory for small request bodies (shards, batch, verify), all requests together, in MiB;
+    /// beyond it requests are 503 [default: 256].
+    #[arg(long, value_name = "MIB", help_heading = "Limits")]
+    pub body_memory: Option<u64>,
+    /// Seconds for a request head to arrive; also how long an idle keep-alive connection stays
+    /// open [default: 30].
+    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    pub header_timeout: Option<Duration>,
+    /// Seconds a request body may pause before the request fails with 408 [default: 60].
+    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    pub body_timeout: Option<Duration>,
+    /// Seconds a response may stall because the client does not read it; then the connection
+    /// is closed [default: 60].
+    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    pub send_timeout: Option<Duration>,
+    /// On SIGINT/SIGTERM, seconds the requests in flight get to finish [default: 10].
+    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    pub shutdown_timeout: Option<Duration>,
+}
+
+/// Parses a positive number of seconds (decimals allowed, e.g. `0.5`).
+fn seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 1e9) {
+        return Err(format!("{s:?}: give a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The limits: the defaults, with what was given on the command line.
+fn limits(args: &LimitArgs) -> Result<Limits, Box<dyn std::error::Error>> {
+    let mut l = Limits::default();
+    let positive = |name: &str, v: usize| -> Result<usize, Box<dyn std::error::Error>> {
+        if v == 0 {
+            return Err(format!("--{name} must be at least 1").into());
+        }
+        Ok(v)
+    };
+    if let Some(v) = args.max_connections {
+        l.max_connections = positive("max-connections", v)?;
+    }
+    if let Some(v) = args.max_uploads {
+        l.max_uploads = positive("max-uploads", v)?;
+    }
+    if let Some(v) = args.max_downloads {
+        l.max_downloads = positive("max-downloads", v)?;
+    }
+    if let Some(v) = args.max_requests {
+        l.max_requests = positive("max-requests", v)?;
+    }
+    if let Some(v) = args.max_ingest {
+        l.max_ingest = positive("max-ingest", v)?;
+    }
+    if let Some(mib) = args.body_memory {
+        l.body_memory = mib
+            .checked_mul(1 << 20)
+            .ok_or("--body-memory is too large")?;
+    }
+    l.header_timeout = args.header_timeout.unwrap_or(l.header_timeout);
+    l.body_timeout = args.body_timeout.unwrap_or(l.body_timeout);
+    l.send_timeout = args.send_timeout.unwrap_or(l.send_timeout);
+    l.shutdown_timeout = args.shutdown_timeout.unwrap_or(l.shutdown_timeout);
+    Ok(l)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -108,10 +207,11 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.public_url = args.public_url.clone();
     config.token_ttl = Duration::from_secs(args.token_ttl);
     config.max_lifetime = args.max_lifetime.map(Duration::from_secs);
+    config.limits = limits(&args.limits)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let server = Server::bind(config).await?;
         tracing::info!(
             listen = %server.local_addr(),
@@ -122,6 +222,61 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         // The first line on stdout says where the server listens, for scripts and tests.
         println!("listening on {}", server.public_url());
         server.run(std::future::pending()).await
-    })?;
+    });
+    // Blocking work still running (an upload pipeline) is not waited for long: the store is
+    // crash-safe, and the deadline of the shutdown has passed.
+    runtime.shutdown_timeout(BLOCKING_GRACE);
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Limits, String> {
+        let mut all = vec!["serve", "--data", "/tmp/x"];
+        all.extend_from_slice(args);
+        let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+        limits(&cli.serve.limits).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn limit_flags() {
+        assert_eq!(parse(&[]).unwrap(), Limits::default());
+        let l = parse(&[
+            "--max-connections",
+            "10",
+            "--max-uploads",
+            "3",
+            "--body-memory",
+            "2",
+            "--send-timeout",
+            "0.25",
+            "--shutdown-timeout",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(l.max_connections, 10);
+        assert_eq!(l.max_uploads, 3);
+        assert_eq!(l.body_memory, 2 << 20);
+        assert_eq!(l.send_timeout, Duration::from_millis(250));
+        assert_eq!(l.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(l.body_timeout, Limits::default().body_timeout);
+        for bad in [
+            &["--send-timeout", "0"][..],
+            &["--body-timeout", "-1"],
+            &["--header-timeout", "soon"],
+            &["--max-downloads", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
 }

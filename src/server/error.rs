@@ -1,6 +1,17 @@
 //! The JSON error every refused request gets: a status, a stable machine-readable code and one
 //! sentence saying what was wrong (cas-api.md §9). The request-id middleware adds
 //! `request_id` to the body.
+//!
+//! This module is the one place where failures become statuses:
+//!
+//! | failure | status, code |
+//! |---|---|
+//! | bad input (xorb, shard, range) | 400 / 413 / 416 with a specific code |
+//! | a request body that stopped arriving | 408 `body_timeout` |
+//! | a route class or the request-body memory budget saturated | 503 `server_busy`, `Retry-After` |
+//! | the disk (or quota) is full | 507 `insufficient_storage` (clients do not retry it) |
+//! | a stored xorb found damaged | 500 `xorb_damaged` (final for clients) |
+//! | any other storage failure | 500 `internal_error` |
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +26,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds for a `Retry-After` header (503 answers).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -23,6 +36,50 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 503 `server_busy` with `Retry-After: retry_after_secs`: a limit of the server is reached
+    /// for now (clients retry later).
+    pub fn busy(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        Self {
+            retry_after: Some(retry_after_secs),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_busy", message)
+        }
+    }
+
+    /// 507 `insufficient_storage`: the disk or quota is full. Not worth an immediate retry.
+    pub fn storage_full(message: impl Into<String>) -> Self {
+        tracing::error!("storage full");
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            message,
+        )
+    }
+
+    /// 408 `body_timeout`: the request body stopped arriving.
+    pub fn body_timeout(what: &str, after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "{what}: no part of the request body arrived for {} s",
+                after.as_secs_f64()
+            ),
+        )
+    }
+
+    /// The answer to a local I/O failure around a request (a spool file): 507 when the disk is
+    /// full, else 500.
+    pub fn io(what: &str, e: &std::io::Error) -> Self {
+        let message = format!("{what}: {e}");
+        if crate::store::cas::is_storage_full(e) {
+            Self::storage_full(message)
+        } else {
+            tracing::error!(error = %message, "I/O failure");
+            Self::internal(message)
         }
     }
 
@@ -83,6 +140,15 @@ impl From<StoreError> for ApiError {
                 source: PlanError::Inverted { .. },
                 ..
             } => Self::bad_request("invalid_range", e.to_string()),
+            _ if e.is_storage_full() => Self::storage_full(format!("storage full: {e}")),
+            StoreError::DamagedXorb { .. } => {
+                tracing::error!(error = %e, "damaged xorb");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "xorb_damaged",
+                    e.to_string(),
+                )
+            }
             _ => {
                 tracing::error!(error = %e, "store failure");
                 Self::internal(format!("storage failure: {e}"))
@@ -100,6 +166,54 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::XorbHash;
+    use crate::store::backend::BackendError;
+
+    fn io_failure(errno: i32) -> StoreError {
+        StoreError::Backend(BackendError::Io {
+            op: "write",
+            key: "xorb x".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    #[test]
+    fn store_failures_map_to_statuses() {
+        // ENOSPC and EDQUOT: 507, which clients do not retry.
+        for errno in [28, 122] {
+            let e = ApiError::from(io_failure(errno));
+            assert_eq!((e.status.as_u16(), e.code), (507, "insufficient_storage"));
+        }
+        // Another I/O failure: 500.
+        let e = ApiError::from(io_failure(5));
+        assert_eq!((e.status.as_u16(), e.code), (500, "internal_error"));
+        // A stored xorb found damaged: 500 with its own code, naming the xorb.
+        let xorb = XorbHash::from_hex(&"ab".repeat(32)).unwrap();
+        let e = ApiError::from(StoreError::DamagedXorb {
+            xorb,
+            detail: "its bytes fail verification".into(),
+        });
+        assert_eq!((e.status.as_u16(), e.code), (500, "xorb_damaged"));
+        assert!(e.message.contains(&xorb.to_string()), "{}", e.message);
+        // Spool files: ENOSPC is 507 too.
+        let e = ApiError::io("xorb x", &std::io::Error::from_raw_os_error(28));
+        assert_eq!(e.status.as_u16(), 507);
+    }
+
+    #[test]
+    fn busy_answers_say_when_to_retry() {
+        let r = ApiError::busy("full", 1).into_response();
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
     }
 }

@@ -12,7 +12,7 @@
 //! | `POST {repo}/info/lfs/objects/batch` | git token; read (download), write (upload) | validates every object (oid 64 lowercase hex, size ≥ 0; per-object 422), at most [`batch::MAX_OBJECTS`] (else 413). Client offers `xet`: `"transfer":"xet"`, actions whose `href` is the token-refresh route and whose `header` carries `X-Xet-Cas-Url`, `X-Xet-Access-Token`, `X-Xet-Token-Expiration`, `X-Xet-Session-Id`, and for downloads `X-Xet-Hash`. Otherwise `"transfer":"basic"` with `href`s to the object routes below, a short-lived `Authorization` header, and a `verify` action for uploads. Stored objects get no upload action; unknown ones get a per-object 404 on download |
 //! | `GET {repo}/info/lfs/xet-token/read` | git token; read | `{"casUrl","accessToken","exp"}` (cas-api.md §2.1), a read CAS token |
 //! | `GET {repo}/info/lfs/xet-token/write` | git token; write | the same with a write CAS token |
-//! | `PUT {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; write | basic upload: the body streams through the upload pipeline (chunk dedup against the store); its length must equal `Content-Length` (400) and its SHA-256 the oid (422); nothing is stored or registered otherwise. An object already stored is acknowledged (the body is drained) |
+//! | `PUT {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; write | basic upload: the body is spooled to disk, then runs through the upload pipeline (chunk dedup against the store); its length must equal `Content-Length` (400) and its SHA-256 the oid (422); nothing is stored or registered otherwise. An object already stored is acknowledged (the body is drained) |
 //! | `GET {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; read | basic download: the file rebuilt from the store, streamed chunk by chunk |
 //! | `POST {repo}/info/lfs/verify` | git token or CAS token of the repo; write | `{oid, size}`: 200 if that object is registered with that size, else 404 / 422 |
 //! | any `{repo}/info/lfs/locks…` | none | 501: see below |
@@ -34,6 +34,7 @@
 
 pub mod batch;
 pub mod locks;
+pub mod rebuild;
 pub mod transfer;
 
 use axum::body::Body;

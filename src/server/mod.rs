@@ -4,17 +4,31 @@
 //! |---|---|
 //! | [`auth`] | secrets, CAS access tokens, presigned URLs |
 //! | [`error`] | the JSON error body and the mapping of store and auth errors to statuses |
+//! | [`conn`] | the accept loop, connection cap, HTTP/1.1 settings, stall guard, shutdown deadline |
+//! | [`limits`] | per-route concurrency limits (503), the body budget and ingest slots |
+//! | [`body`] | request bodies: idle timeout, small bodies in memory, large ones spooled to disk |
 //! | [`cas`] | the CAS API the reference client calls (cas-api.md) |
 //! | [`lfs`] | the Git LFS batch API, xet and basic transfers (lfs-agent.md §11) |
 //!
-//! This module owns configuration, shared state, the middleware every request passes through
-//! (request ids, logs, error bodies) and the server's lifecycle: bind, serve, shut down
-//! gracefully on SIGINT/SIGTERM or when asked.
+//! This module owns configuration ([`ServeConfig`], [`Limits`]), shared state, the middleware
+//! every request passes through (request ids, logs, error bodies, limits) and the server's
+//! lifecycle: bind, serve, shut down gracefully on SIGINT/SIGTERM or when asked, within a
+//! deadline.
+//!
+//! **Bounded resources.** Whatever a client does (stop reading, stop sending, open many
+//! connections), what it holds is bounded: a connection slot, a slot of its route class, a
+//! bounded buffer (at most one response piece of [`cas::xorb_data::PIECE`] or
+//! [`lfs::rebuild::PIECE`] bytes plus the connection buffer of [`conn::CONN_BUF`]), and for
+//! uploads a spool file; no blocking thread waits on a client. Every wait on a client has a
+//! timeout ([`Limits`]).
 
 pub mod auth;
+pub mod body;
 pub mod cas;
+pub mod conn;
 pub mod error;
 pub mod lfs;
+pub mod limits;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -53,6 +67,58 @@ pub struct ServeConfig {
     /// How often `POST /v2/shards` repeats its last frame while it works (cas-api.md §5.6).
     /// 20 s; tests shorten it.
     pub shard_heartbeat: Duration,
+    /// Connection, concurrency, memory and time limits.
+    pub limits: Limits,
+}
+
+/// What the server allows each client and all of them together. The defaults suit a small
+/// team's server; tests shorten the timeouts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections; one more is answered 503 and closed. Default 1024.
+    pub max_connections: usize,
+    /// Uploads in progress (xorbs, shards, basic PUTs); more are 503. Default 256.
+    pub max_uploads: usize,
+    /// Downloads in progress (presigned xorb data, basic GETs); more are 503. Default 256.
+    pub max_downloads: usize,
+    /// Other requests in progress (reconstructions, batch, dedup, …); more are 503. Default 512.
+    pub max_requests: usize,
+    /// Ingest jobs at once (storing a xorb, the upload pipeline of a basic PUT); uploads whose
+    /// body has arrived wait for one. Default: the number of CPUs, between 1 and 4.
+    pub max_ingest: usize,
+    /// Bytes of small request bodies (shards, batch, verify, telemetry) held in memory by all
+    /// requests together; a request that needs more is 503. Default 256 MiB.
+    pub body_memory: u64,
+    /// Time for a request head to arrive, and for an idle keep-alive connection to stay open.
+    /// Default 30 s.
+    pub header_timeout: Duration,
+    /// Time a request body may pause between two pieces while the server waits for it; then
+    /// 408. Default 60 s.
+    pub body_timeout: Duration,
+    /// Time a response may stall because the client does not read it; then the connection is
+    /// closed. Default 60 s.
+    pub send_timeout: Duration,
+    /// On SIGINT/SIGTERM (or a stop), how long requests in flight may take to finish before
+    /// their connections are closed. Default 10 s.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            max_connections: 1024,
+            max_uploads: 256,
+            max_downloads: 256,
+            max_requests: 512,
+            max_ingest: cpus.clamp(1, 4),
+            body_memory: 256 << 20,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 impl ServeConfig {
@@ -67,6 +133,7 @@ impl ServeConfig {
             url_ttl: Duration::from_secs(3600),
             max_lifetime: None,
             shard_heartbeat: Duration::from_secs(20),
+            limits: Limits::default(),
         }
     }
 }
@@ -116,6 +183,8 @@ pub struct AppState {
     pub url_ttl: Duration,
     /// Heartbeat interval of the `POST /v2/shards` progress stream.
     pub shard_heartbeat: Duration,
+    /// Concurrency slots, the body budget and ingest slots.
+    pub resources: limits::Resources,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -164,34 +233,6 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
-}
-
-/// Reads a request body of at most `limit` bytes: a `Content-Length` over the limit is refused
-/// before anything is read (413), and so is a body that turns out longer.
-pub async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: u64,
-    what: &str,
-) -> Result<axum::body::Bytes, ApiError> {
-    if let Some(len) = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        if len > limit {
-            return Err(ApiError::too_large(what, len, limit));
-        }
-    }
-    axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("{what}: body is longer than {limit} bytes or could not be read ({e})"),
-            )
-        })
 }
 
 /// Parses a hash from a URL path segment (64 hex digits; uppercase is accepted).
@@ -270,6 +311,10 @@ pub fn router(state: SharedState) -> Router {
         .merge(cas::routes())
         .merge(lfs::routes())
         .fallback(fallback)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            limits::limit,
+        ))
         .layer(middleware::from_fn(request_context))
         .with_state(state)
 }
@@ -280,6 +325,10 @@ pub struct Server {
     state: SharedState,
     max_lifetime: Option<Duration>,
 }
+
+/// How long a runtime waits for blocking work (an upload pipeline, a shard validation) after
+/// the server stopped, before the process goes on without it. The store is crash-safe.
+pub const BLOCKING_GRACE: Duration = Duration::from_secs(1);
 
 impl Server {
     /// Opens the store and binds the listener (inside a tokio runtime).
@@ -306,6 +355,7 @@ impl Server {
             token_ttl: config.token_ttl,
             url_ttl: config.url_ttl,
             shard_heartbeat: config.shard_heartbeat,
+            resources: limits::Resources::new(&config.limits),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,
@@ -333,7 +383,8 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes, SIGINT/SIGTERM arrives, or the maximum lifetime
-    /// passes; then finishes the requests in flight.
+    /// passes; then finishes the requests in flight, for at most
+    /// [`Limits::shutdown_timeout`].
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -355,10 +406,9 @@ impl Server {
                 _ = lifetime => tracing::info!("maximum lifetime reached, shutting down"),
             }
         };
-        axum::serve(self.listener, router(self.state))
-            .with_graceful_shutdown(stop)
-            .await
-            .map_err(ServeError::Serve)
+        let limits = self.state.resources.limits().clone();
+        conn::serve(self.listener, router(self.state), &limits, stop).await;
+        Ok(())
     }
 
     /// Runs the server on a thread of its own with its own runtime, for tests and the demo. The
@@ -374,9 +424,11 @@ impl Server {
         let url = server.public_url().to_string();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
-            runtime.block_on(server.run(async {
+            let result = runtime.block_on(server.run(async {
                 let _ = rx.await;
-            }))
+            }));
+            runtime.shutdown_timeout(BLOCKING_GRACE);
+            result
         });
         Ok(RunningServer {
             addr,

@@ -65,3 +65,166 @@ pub fn start_on(dir: tempfile::TempDir) -> TestServer {
     let server = Server::spawn(config).expect("server restarts");
     TestServer { server, dir }
 }
+
+/// A `git-xet serve` child process (the built binary) on 127.0.0.1:0 with the test tokens and
+/// a fresh store; killed when dropped. For tests that measure the process (memory, signals).
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub url: String,
+    pub addr: std::net::SocketAddr,
+    pub dir: tempfile::TempDir,
+    /// The server's stderr (its log), written to a file.
+    pub log: std::path::PathBuf,
+}
+
+impl ServeProcess {
+    /// Starts the binary with `extra` arguments; it stops by itself after 300 s at the latest.
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_git-xet"));
+        cmd.args(serve_args(&dir.path().join("store"))).args(extra);
+        Self::from_command(cmd, dir)
+    }
+
+    /// Runs `cmd` (which must run `git-xet serve`, e.g. through a wrapper, with
+    /// [`serve_args`]) and waits for its start-up line; `dir` is kept with the process.
+    pub fn from_command(mut cmd: std::process::Command, dir: tempfile::TempDir) -> Self {
+        use std::io::BufRead as _;
+        let log = dir.path().join("serve.log");
+        let mut child = cmd
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("git-xet serve starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("start-up line");
+        let Some(url) = line
+            .trim()
+            .strip_prefix("listening on ")
+            .map(str::to_string)
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "unexpected start-up line {line:?}; log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        };
+        let addr = url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("a socket address");
+        Self {
+            child,
+            url,
+            addr,
+            dir,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`), 0 if unreadable.
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Open file descriptors of the server (sockets, spool files, the store).
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Sends SIGTERM and waits at most `limit` for the process to exit; returns how long it
+    /// took, or `None` (after killing it) if it did not exit in time.
+    pub fn terminate(&mut self, limit: std::time::Duration) -> Option<std::time::Duration> {
+        let started = std::time::Instant::now();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(sent, "kill -TERM {}", self.pid());
+        while started.elapsed() < limit {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
+    }
+
+    /// Open sockets of the server (the listener and every connection).
+    pub fn open_sockets(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        std::fs::read_link(e.path())
+                            .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Request bodies being spooled now (files `spool-*` in the store's `tmp/`).
+    pub fn spool_files(&self) -> usize {
+        std::fs::read_dir(self.dir.path().join("store/tmp"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("spool-"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The arguments of `git-xet serve` for a test: loopback, the test tokens, the store `data`, a
+/// maximum lifetime of 300 s.
+pub fn serve_args(data: &std::path::Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-lifetime",
+        "300",
+        "--token",
+        WRITE_TOKEN,
+        "--read-token",
+        READ_TOKEN,
+        "--data",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.push(data.into());
+    args
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

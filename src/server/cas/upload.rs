@@ -1,8 +1,12 @@
 //! The write side of the CAS API: xorb uploads (cas-api.md §5.5, §9.2), shard uploads v1 and v2
 //! (§5.6, §5.7, §9.3), the xorb-grant probe (§5.11) and telemetry (§5.10).
 //!
-//! Sizes are checked against `Content-Length` before a body is read (413); validation and
-//! storage run on blocking threads.
+//! Sizes are checked against `Content-Length` before a body is read (413), and again as the
+//! body arrives. A xorb body is spooled to a file in the store's spool directory
+//! ([`crate::server::body::spool_body`]) and validated from there once it has fully arrived, in
+//! an ingest slot ([`crate::server::limits::Resources::ingest_slot`]); shards, grants and
+//! telemetry are read into memory under the server's body budget. Validation and storage run
+//! on blocking threads.
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -12,8 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::super::auth::Scope;
+use super::super::body::{check_declared, drain, read_body, spool_body, SmallBody};
 use super::super::error::ApiError;
-use super::super::{blocking, parse_hash, read_body, SharedState};
+use super::super::{blocking, parse_hash, SharedState};
 use super::progress::{self, Failure, Frame};
 use crate::format::shard::{FOOTER_SIZE, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE};
 use crate::format::xorb::footer::v1_len;
@@ -56,20 +61,39 @@ pub async fn post_xorb(
     if content_length(&headers) == Some(0) {
         return Err(empty_body(what));
     }
-    let bytes = read_body(&headers, body, XORB_BODY_LIMIT, &what).await?;
-    if bytes.is_empty() {
+    check_declared(&headers, XORB_BODY_LIMIT, &what)?;
+    let st = state.clone();
+    if blocking(move || Ok(st.store.has_xorb(&xorb)?)).await? {
+        let len = drain(body, Some(XORB_BODY_LIMIT), &what).await?;
+        tracing::info!(%xorb, bytes = len, inserted = false, "xorb upload: already stored");
+        return Ok(uploaded(false));
+    }
+    let spooled = spool_body(
+        &state.store.spool_dir(),
+        body,
+        Some(XORB_BODY_LIMIT),
+        false,
+        &what,
+    )
+    .await?;
+    if spooled.len == 0 {
         return Err(empty_body(what));
     }
-    let len = bytes.len();
+    let len = spooled.len;
+    let slot = state.resources.ingest_slot().await?;
     let st = state.clone();
-    let inserted = blocking(move || Ok(st.store.put_xorb(xorb, &bytes)?)).await?;
+    let inserted = blocking(move || {
+        let stored = st.store.put_xorb_file(xorb, &spooled.path);
+        drop((spooled, slot));
+        Ok(stored?)
+    })
+    .await?;
     tracing::info!(%xorb, bytes = len, inserted, "xorb upload");
-    Ok(super::no_store(
-        Json(XorbUploaded {
-            was_inserted: inserted,
-        })
-        .into_response(),
-    ))
+    Ok(uploaded(inserted))
+}
+
+fn uploaded(was_inserted: bool) -> Response {
+    super::no_store(Json(XorbUploaded { was_inserted }).into_response())
 }
 
 /// Reads a shard upload body (≤ 64 MiB, non-empty).
@@ -77,12 +101,19 @@ async fn shard_body(
     state: &SharedState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<axum::body::Bytes, ApiError> {
+) -> Result<SmallBody, ApiError> {
     state.authorize(headers, Scope::Write, "uploading a shard")?;
     if content_length(headers) == Some(0) {
         return Err(empty_body("shard".into()));
     }
-    let bytes = read_body(headers, body, MAX_SHARD_SIZE, "shard").await?;
+    let bytes = read_body(
+        &state.resources.body_budget,
+        headers,
+        body,
+        MAX_SHARD_SIZE,
+        "shard",
+    )
+    .await?;
     if bytes.is_empty() {
         return Err(empty_body("shard".into()));
     }
@@ -182,7 +213,8 @@ pub async fn post_shard_v2(
                 Ok(())
             }
             Err(e) => {
-                let retryable = !e.is_client_error();
+                // A full disk is not worth an immediate retry (cf. 507 elsewhere).
+                let retryable = !e.is_client_error() && !e.is_storage_full();
                 if retryable {
                     tracing::error!(error = %e, "shard upload (v2) failed in the store");
                 } else {
@@ -218,7 +250,14 @@ pub async fn post_grant(
     super::check_prefix(&prefix, &["default"], "xorb upload grants")?;
     let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;
     // Read (and drop) the small JSON body so the connection can be reused.
-    read_body(&headers, body, GRANT_BODY_LIMIT, "xorb grant request").await?;
+    read_body(
+        &state.resources.body_budget,
+        &headers,
+        body,
+        GRANT_BODY_LIMIT,
+        "xorb grant request",
+    )
+    .await?;
     Err(ApiError::not_found(
         "xorb_grants_not_offered",
         format!("this server takes no upload grants: upload xorb {xorb} with POST /v1/xorbs/default/{xorb}"),
@@ -232,7 +271,14 @@ pub async fn post_telemetry(
     body: Body,
 ) -> Result<Response, ApiError> {
     state.authorize(&headers, Scope::Read, "sending telemetry")?;
-    let bytes = read_body(&headers, body, TELEMETRY_LIMIT, "telemetry").await?;
+    let bytes = read_body(
+        &state.resources.body_budget,
+        &headers,
+        body,
+        TELEMETRY_LIMIT,
+        "telemetry",
+    )
+    .await?;
     match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(serde_json::Value::Object(_)) => {}
         Ok(_) => {

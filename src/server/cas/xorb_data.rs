@@ -4,10 +4,18 @@
 //! expiry, see [`super::super::auth`]); a bad or expired one is 403, which makes the reference
 //! client ask for a fresh reconstruction. Whole object → 200; one range → 206 with
 //! `Content-Range`; several → 206 `multipart/byteranges`; none satisfiable → 416.
+//!
+//! The body streams: the stored bytes are read in pieces of at most [`PIECE`] bytes, each on a
+//! blocking thread when the connection asks for more, so a client that does not read holds one
+//! piece, whatever the size of its ranges. Every response carries `Content-Length`; a read
+//! failure half-way aborts the connection (the client sees a short body).
 
+use std::collections::VecDeque;
+use std::io;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -17,9 +25,13 @@ use super::super::auth::{now_unix, AuthError};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use crate::format::XorbHash;
+use crate::store::Store;
 
 /// At most this many ranges in one request.
 pub const MAX_RANGES: usize = 1024;
+
+/// Bytes of a stored xorb read at once for a response body.
+pub const PIECE: u64 = 256 * 1024;
 
 /// Why a `Range` header cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -204,55 +216,40 @@ async fn fetch(
         ranges = ranges.as_ref().map_or(0, Vec::len),
         "xorb data"
     );
-    let st = state.clone();
-    let wanted = ranges.clone().unwrap_or_else(|| {
-        if len == 0 {
-            Vec::new()
-        } else {
-            vec![0..=len - 1]
-        }
-    });
-    let parts = blocking(move || {
-        let mut parts = Vec::with_capacity(wanted.len());
-        for r in wanted {
-            let bytes = st.store.read_xorb(&xorb, r.clone())?.ok_or_else(|| {
-                ApiError::not_found(
-                    "xorb_not_found",
-                    format!("xorb {xorb} disappeared while being read"),
-                )
-            })?;
-            parts.push((r, bytes));
-        }
-        Ok(parts)
-    })
-    .await
-    .map_err(fail)?;
-
-    let mut response = match ranges {
-        None => {
-            let body = parts.into_iter().next().map(|(_, b)| b).unwrap_or_default();
-            (StatusCode::OK, Body::from(body)).into_response()
-        }
-        Some(_) if parts.len() == 1 => {
-            let (r, bytes) = parts.into_iter().next().unwrap_or((0..=0, Vec::new()));
-            let mut response = (StatusCode::PARTIAL_CONTENT, Body::from(bytes)).into_response();
-            if let Ok(v) = HeaderValue::from_str(&content_range(&r, len)) {
-                response.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            response
-        }
-        Some(_) => {
+    let (status, segments, boundary) = match &ranges {
+        None if len == 0 => (StatusCode::OK, Vec::new(), None),
+        None => (StatusCode::OK, vec![Segment::Stored(0..=len - 1)], None),
+        Some(r) if r.len() == 1 => (
+            StatusCode::PARTIAL_CONTENT,
+            vec![Segment::Stored(r[0].clone())],
+            None,
+        ),
+        Some(r) => {
             let boundary = format!("gitxet-{}", crate::store::random_hex(12));
-            let body = multipart(&boundary, &parts, len);
-            let mut response = (StatusCode::PARTIAL_CONTENT, Body::from(body)).into_response();
+            let segments = multipart(&boundary, r, len);
+            (StatusCode::PARTIAL_CONTENT, segments, Some(boundary))
+        }
+    };
+    let total: u64 = segments.iter().map(Segment::len).sum();
+    let body = stream(Arc::clone(&state.store), xorb, segments);
+    let mut response = (status, body).into_response();
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(total));
+    match (&ranges, boundary) {
+        (Some(_), Some(boundary)) => {
             if let Ok(v) =
                 HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}"))
             {
-                response.headers_mut().insert(header::CONTENT_TYPE, v);
+                h.insert(header::CONTENT_TYPE, v);
             }
-            response
         }
-    };
+        (Some(r), None) => {
+            if let Ok(v) = HeaderValue::from_str(&content_range(&r[0], len)) {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+        }
+        _ => {}
+    }
     let h = response.headers_mut();
     h.entry(header::CONTENT_TYPE)
         .or_insert(HeaderValue::from_static("application/octet-stream"));
@@ -271,23 +268,79 @@ fn content_range(r: &RangeInclusive<u64>, len: u64) -> String {
     format!("bytes {}-{}/{len}", r.start(), r.end())
 }
 
-/// A `multipart/byteranges` body (RFC 9110 §14.6).
-fn multipart(boundary: &str, parts: &[(RangeInclusive<u64>, Vec<u8>)], len: u64) -> Vec<u8> {
-    let data: usize = parts.iter().map(|(_, b)| b.len()).sum();
-    let mut out = Vec::with_capacity(data + parts.len() * (boundary.len() + 100) + 64);
-    for (r, bytes) in parts {
-        out.extend_from_slice(b"--");
-        out.extend_from_slice(boundary.as_bytes());
-        out.extend_from_slice(b"\r\nContent-Type: application/octet-stream\r\nContent-Range: ");
-        out.extend_from_slice(content_range(r, len).as_bytes());
-        out.extend_from_slice(b"\r\n\r\n");
-        out.extend_from_slice(bytes);
-        out.extend_from_slice(b"\r\n");
+/// A piece of a response body: bytes made here, or a range of the stored xorb.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(Bytes),
+    Stored(RangeInclusive<u64>),
+}
+
+impl Segment {
+    fn len(&self) -> u64 {
+        match self {
+            Segment::Literal(b) => b.len() as u64,
+            Segment::Stored(r) => r.end() - r.start() + 1,
+        }
     }
-    out.extend_from_slice(b"--");
-    out.extend_from_slice(boundary.as_bytes());
-    out.extend_from_slice(b"--\r\n");
+}
+
+/// A `multipart/byteranges` body (RFC 9110 §14.6) as segments.
+fn multipart(boundary: &str, ranges: &[RangeInclusive<u64>], len: u64) -> Vec<Segment> {
+    let mut out = Vec::with_capacity(2 * ranges.len() + 1);
+    let mut first = true;
+    for r in ranges {
+        let head = format!(
+            "{}--{boundary}\r\nContent-Type: application/octet-stream\r\nContent-Range: {}\r\n\r\n",
+            if first { "" } else { "\r\n" },
+            content_range(r, len)
+        );
+        first = false;
+        out.push(Segment::Literal(Bytes::from(head)));
+        out.push(Segment::Stored(r.clone()));
+    }
+    let tail = format!("{}--{boundary}--\r\n", if first { "" } else { "\r\n" });
+    out.push(Segment::Literal(Bytes::from(tail)));
     out
+}
+
+/// The response body: the segments in order, stored ranges read [`PIECE`] bytes at a time
+/// when the connection asks for more.
+fn stream(store: Arc<Store>, xorb: XorbHash, segments: Vec<Segment>) -> Body {
+    let pending: VecDeque<Segment> = segments.into();
+    Body::from_stream(futures_util::stream::unfold(
+        (store, pending),
+        move |(store, mut pending)| async move {
+            let item = match pending.pop_front()? {
+                Segment::Literal(bytes) => Ok(bytes),
+                Segment::Stored(r) => {
+                    let (start, end) = r.into_inner();
+                    let last = end.min(start + PIECE - 1);
+                    if last < end {
+                        pending.push_front(Segment::Stored(last + 1..=end));
+                    }
+                    let st = Arc::clone(&store);
+                    let read =
+                        tokio::task::spawn_blocking(move || st.read_xorb(&xorb, start..=last))
+                            .await;
+                    match read {
+                        Ok(Ok(Some(bytes))) => Ok(Bytes::from(bytes)),
+                        Ok(Ok(None)) => Err(io::Error::other(format!(
+                            "xorb {xorb} disappeared while being read"
+                        ))),
+                        Ok(Err(e)) => Err(io::Error::other(format!(
+                            "reading bytes {start}-{last} of xorb {xorb}: {e}"
+                        ))),
+                        Err(e) => Err(io::Error::other(format!("read worker failed: {e}"))),
+                    }
+                }
+            };
+            if let Err(e) = &item {
+                tracing::error!(%xorb, error = %e, "xorb data response aborted");
+                pending.clear();
+            }
+            Some((item, (store, pending)))
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -343,7 +396,14 @@ mod tests {
 
     #[test]
     fn multipart_body_shape() {
-        let body = multipart("B", &[(0..=1, b"ab".to_vec()), (5..=5, b"z".to_vec())], 9);
+        let data = b"ab...z...";
+        let body: Vec<u8> = multipart("B", &[0..=1, 5..=5], 9)
+            .into_iter()
+            .flat_map(|s| match s {
+                Segment::Literal(b) => b.to_vec(),
+                Segment::Stored(r) => data[*r.start() as usize..=*r.end() as usize].to_vec(),
+            })
+            .collect();
         assert_eq!(
             body,
             b"--B\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes 0-1/9\r\n\r\nab\r\n\

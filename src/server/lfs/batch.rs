@@ -26,8 +26,9 @@ use serde_json::Value;
 use super::{authorize_user, lfs_json, Repo};
 use crate::format::{FileHash, LfsOid};
 use crate::server::auth::{now_unix, Scope};
+use crate::server::body::read_body;
 use crate::server::error::ApiError;
-use crate::server::{blocking, read_body, AppState};
+use crate::server::{blocking, AppState};
 use crate::store::wire::CasTokenInfo;
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
@@ -167,7 +168,14 @@ pub async fn batch(
 ) -> Result<Response, ApiError> {
     check_accept(headers)?;
     let grant = authorize_user(state, headers, Scope::Read, "the batch API")?;
-    let bytes = read_body(headers, body, MAX_BODY, "batch request").await?;
+    let bytes = read_body(
+        &state.resources.body_budget,
+        headers,
+        body,
+        MAX_BODY,
+        "batch request",
+    )
+    .await?;
     let request: Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request("invalid_json", format!("batch request is not JSON: {e}"))
     })?;

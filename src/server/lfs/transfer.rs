@@ -1,42 +1,43 @@
 //! Basic transfers (git-lfs `docs/api/basic-transfers.md`): `PUT` and `GET` of
 //! `{repo}/info/lfs/objects/{oid}` and the `verify` action.
 //!
-//! **Uploads** stream: the request body is forwarded frame by frame through a bounded channel
-//! to the upload pipeline running on a blocking thread ([`crate::pipeline::upload`]), which
-//! chunks it, deduplicates the chunks against the store (so an edited file stores only what
-//! changed) and checks the length against `Content-Length` and the SHA-256 against the oid. The
-//! pipeline writes to the store through [`Staging`], so a body that fails the checks leaves
-//! nothing behind: no xorb, no shard, no oid. Errors: 400 `size_mismatch` or `body_read_failed`,
-//! 422 `oid_mismatch` (git-lfs does not retry a 422), 500 for the store.
+//! **Uploads** are spooled: the request body streams to a file in the store's spool directory
+//! ([`crate::server::body::spool_body`], hashed with SHA-256 on the way), so a client that stops
+//! sending holds a file and an idle task, no thread. Once the whole body is there its length
+//! and SHA-256 are checked, and in an ingest slot
+//! ([`crate::server::limits::Resources::ingest_slot`]) the upload pipeline runs over the file on
+//! a blocking thread ([`crate::pipeline::upload`]): it chunks it, deduplicates the chunks
+//! against the store (so an edited file stores only what changed) and checks length and
+//! SHA-256 again. The pipeline writes to the store through [`Staging`], so a body that fails
+//! the checks leaves nothing behind: no xorb, no shard, no oid. Errors: 400 `size_mismatch` or
+//! `body_read_failed`, 408 `body_timeout`, 422 `oid_mismatch` (git-lfs does not retry a 422),
+//! 507 `insufficient_storage`, 500 for the store.
 //!
-//! **Downloads** stream too: the file's reconstruction plan is walked on a blocking thread
-//! ([`crate::pipeline::download`]) and each decoded chunk goes to the response body through a
-//! bounded channel, so memory stays at one xorb range per download whatever the file size.
-//! The response carries `Content-Length`; a failure half-way aborts the connection, which the
-//! client sees as a short body (and git-lfs as a SHA-256 mismatch).
+//! **Downloads** stream chunk by chunk ([`super::rebuild`]): each piece is read from the stored
+//! xorbs, decoded and hash-checked when the connection asks for it, so memory stays at one
+//! piece per download whatever the file size. The response carries `Content-Length`; a
+//! failure half-way aborts the connection, which the client sees as a short body (and git-lfs
+//! as a SHA-256 mismatch).
 
-use std::io::{self, Read};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_core::Stream;
-use tokio::sync::mpsc;
 
 use super::batch::EMPTY_OID;
+use super::rebuild::{self, Download};
 use super::{authorize_transfer, lfs_json, Repo};
 use crate::format::LfsOid;
-use crate::pipeline::download::write_plan;
 use crate::pipeline::upload::{upload, Staging, UploadError, UploadOptions};
 use crate::server::auth::Scope;
+use crate::server::body::{drain, read_body, spool_body};
 use crate::server::error::ApiError;
-use crate::server::{blocking, read_body, AppState};
+use crate::server::{blocking, AppState};
+use crate::store::target::TargetError;
 
-/// Body frames buffered between the connection and the pipeline, each way.
-const CHANNEL_DEPTH: usize = 16;
+/// Read buffer of the upload pipeline over a spooled body.
+const SPOOL_READ_BUF: usize = 256 * 1024;
 
 /// An oid from a URL path: 64 lowercase hex characters.
 fn parse_oid(s: &str) -> Result<LfsOid, ApiError> {
@@ -63,16 +64,6 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
             .map(Some)
             .ok_or_else(|| ApiError::bad_request("invalid_length", "malformed Content-Length")),
     }
-}
-
-/// Reads the rest of a body and throws it away (for uploads of objects already stored).
-async fn drain(body: Body) {
-    let mut stream = body.into_data_stream();
-    while let Some(Ok(_)) = next(&mut stream).await {}
-}
-
-async fn next<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
-    std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx)).await
 }
 
 /// `PUT {repo}/info/lfs/objects/{oid}`.
@@ -103,27 +94,49 @@ pub async fn put(
                 ),
             ));
         }
-        drain(body).await;
+        drain(body, None, &format!("object {oid}")).await?;
         tracing::info!(repo = %repo.id, %oid, size, "basic upload: already stored");
         return Ok(StatusCode::OK.into_response());
     }
 
-    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(CHANNEL_DEPTH);
+    let what = format!("object {oid}");
+    let spooled = spool_body(&state.store.spool_dir(), body, declared, true, &what).await?;
+    if let Some(expected) = declared.filter(|&d| d != spooled.len) {
+        return Err(upload_error(
+            &oid,
+            UploadError::TooShort {
+                expected,
+                actual: spooled.len,
+            },
+        ));
+    }
+    if let Some(actual) = spooled.sha256.filter(|h| *h != oid) {
+        return Err(upload_error(
+            &oid,
+            UploadError::Sha256Mismatch {
+                expected: oid,
+                actual,
+            },
+        ));
+    }
+    let slot = state.resources.ingest_slot().await?;
     let store = Arc::clone(&state.store);
-    let task = tokio::task::spawn_blocking(move || {
-        let staging_dir = store.root().join("tmp");
+    let result = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        let file = std::fs::File::open(&spooled.path)
+            .map_err(|source| UploadError::Read { offset: 0, source })?;
+        let staging_dir = store.spool_dir();
         let target = Staging::new(&*store, &staging_dir);
         let options = UploadOptions {
             expected_sha256: Some(oid),
-            expected_size: declared,
+            expected_size: Some(spooled.len),
             ..UploadOptions::default()
         };
-        upload(&target, ChannelReader::new(rx), &options)
-    });
-    forward(body, tx).await;
-    let result = task
-        .await
-        .map_err(|e| ApiError::internal(format!("object {oid}: upload worker failed: {e}")))?;
+        let reader = std::io::BufReader::with_capacity(SPOOL_READ_BUF, file);
+        upload(&target, reader, &options)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("object {oid}: upload worker failed: {e}")))?;
     match result {
         Ok(s) => {
             tracing::info!(
@@ -143,8 +156,23 @@ pub async fn put(
     }
 }
 
+/// True when an upload failed because the disk (or quota) is full.
+fn storage_full(e: &UploadError) -> bool {
+    match e {
+        UploadError::Target { source, .. } => match source {
+            TargetError::Store(s) => s.is_storage_full(),
+            TargetError::Io { source, .. } => crate::store::cas::is_storage_full(source),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 fn upload_error(oid: &LfsOid, e: UploadError) -> ApiError {
     let message = format!("object {oid}: {e}");
+    if storage_full(&e) {
+        return ApiError::storage_full(message);
+    }
     tracing::warn!(%oid, error = %e, "basic upload refused");
     match e {
         UploadError::Sha256Mismatch { .. } => {
@@ -155,59 +183,6 @@ fn upload_error(oid: &LfsOid, e: UploadError) -> ApiError {
         }
         UploadError::Read { .. } => ApiError::bad_request("body_read_failed", message),
         _ => ApiError::internal(message),
-    }
-}
-
-/// Forwards the body's frames to `tx` until the body ends, fails, or the reader goes away.
-async fn forward(body: Body, tx: mpsc::Sender<io::Result<Bytes>>) {
-    let mut stream = body.into_data_stream();
-    while let Some(frame) = next(&mut stream).await {
-        let item = frame.map_err(|e| io::Error::other(format!("request body: {e}")));
-        let failed = item.is_err();
-        if tx.send(item).await.is_err() || failed {
-            break;
-        }
-    }
-}
-
-/// The request body as a blocking [`Read`], fed by [`forward`].
-struct ChannelReader {
-    rx: mpsc::Receiver<io::Result<Bytes>>,
-    current: Bytes,
-}
-
-impl ChannelReader {
-    fn new(rx: mpsc::Receiver<io::Result<Bytes>>) -> Self {
-        Self {
-            rx,
-            current: Bytes::new(),
-        }
-    }
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(bytes)) => self.current = bytes,
-                Some(Err(e)) => return Err(e),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
-}
-
-/// A response body fed by a blocking producer.
-struct ChannelBody(mpsc::Receiver<io::Result<Bytes>>);
-
-impl Stream for ChannelBody {
-    type Item = io::Result<Bytes>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
     }
 }
 
@@ -243,23 +218,13 @@ pub async fn get(
         return Ok(octet_stream(0, Body::empty()));
     };
 
-    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(CHANNEL_DEPTH);
-    let store = Arc::clone(&state.store);
-    let repo_id = repo.id.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut sink = |piece: Vec<u8>| {
-            tx.blocking_send(Ok(Bytes::from(piece)))
-                .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client went away"))
-        };
-        match write_plan(&*store, &plan, &mut sink) {
-            Ok(n) => tracing::info!(repo = %repo_id, %oid, %file, bytes = n, "basic download"),
-            Err(e) => {
-                tracing::warn!(repo = %repo_id, %oid, %file, error = %e, "basic download failed");
-                let _ = tx.blocking_send(Err(io::Error::other(format!("object {oid}: {e}"))));
-            }
-        }
-    });
-    Ok(octet_stream(size, Body::from_stream(ChannelBody(rx))))
+    let download = Download {
+        repo: repo.id.clone(),
+        oid,
+        file,
+    };
+    let body = rebuild::body(Arc::clone(&state.store), plan.terms, download);
+    Ok(octet_stream(size, body))
 }
 
 fn octet_stream(len: u64, body: Body) -> Response {
@@ -281,7 +246,14 @@ pub async fn verify(
     body: Body,
 ) -> Result<Response, ApiError> {
     authorize_transfer(state, headers, repo, Scope::Write, "verifying LFS uploads")?;
-    let bytes = read_body(headers, body, 64 << 10, "verify request").await?;
+    let bytes = read_body(
+        &state.resources.body_budget,
+        headers,
+        body,
+        64 << 10,
+        "verify request",
+    )
+    .await?;
     #[derive(serde::Deserialize)]
     struct VerifyRequest {
         oid: String,

@@ -1,0 +1,421 @@
+//! Request bodies with bounded resources, whatever the client does.
+//!
+//! - [`IdleTimeout`] wraps every request body: when no part of it arrives for
+//!   [`super::Limits::body_timeout`] while a handler waits for one, reading fails and the handler
+//!   answers 408 `body_timeout`.
+//! - [`read_body`] reads a small body (batch, verify, telemetry, grants, shards ≤ 64 MiB) into
+//!   memory under a server-wide byte budget ([`super::Limits::body_memory`]): the bytes are
+//!   counted as they arrive and held until the request is done; when the budget is spent the
+//!   request is answered 503 `server_busy` with `Retry-After`. A `Content-Length` over the
+//!   request's limit is 413 before anything is read, and so is a chunked body that turns out
+//!   longer.
+//! - [`spool_body`] streams a large body (xorb uploads, basic LFS uploads) to a file in the
+//!   store's spool directory, one frame at a time, each written on a blocking thread only for
+//!   the time of the write; a stalled writer holds a file and an idle task, no thread and no
+//!   big buffer. A full disk is 507.
+//! - [`drain`] reads and drops a body (uploads of objects already stored), with a limit.
+
+use std::future::Future as _;
+use std::io::Write as _;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap};
+use http_body::{Frame, SizeHint};
+use sha2::Digest as _;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+use super::error::ApiError;
+use crate::format::LfsOid;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long the client left a body waiting, as the error [`IdleTimeout`] fails with.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("no part of the request body arrived for {} s", .0.as_secs_f64())]
+pub struct BodyTimedOut(pub Duration);
+
+/// A request body that fails with [`BodyTimedOut`] when no frame arrives for a while.
+pub struct IdleTimeout {
+    inner: Body,
+    timeout: Duration,
+    /// Armed while the reader waits; created on the first wait.
+    deadline: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl IdleTimeout {
+    pub fn new(inner: Body, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            deadline: None,
+            armed: false,
+        }
+    }
+}
+
+impl http_body::Body for IdleTimeout {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => {
+                this.armed = false;
+                Poll::Ready(r.map(|r| r.map_err(BoxError::from)))
+            }
+            Poll::Pending => {
+                let at = Instant::now() + this.timeout;
+                let deadline = this
+                    .deadline
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                if !this.armed {
+                    deadline.as_mut().reset(at);
+                    this.armed = true;
+                }
+                match deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.timeout))))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        http_body::Body::size_hint(&self.inner)
+    }
+}
+
+/// The next data frame of a body (trailers are skipped), `None` at its end.
+pub async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
+    loop {
+        let frame =
+            std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx))
+                .await?;
+        match frame {
+            Ok(f) => {
+                if let Ok(data) = f.into_data() {
+                    return Some(Ok(data));
+                }
+            }
+            Err(e) => return Some(Err(e)),
+        }
+    }
+}
+
+/// The answer to a body that could not be read: 408 when it stopped arriving, else 400
+/// `body_read_failed` (the client closed the connection half-way, or broke the framing).
+pub fn read_error(what: &str, e: axum::Error) -> ApiError {
+    let inner = e.into_inner();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
+    while let Some(c) = cause {
+        if let Some(t) = c.downcast_ref::<BodyTimedOut>() {
+            tracing::info!(what, "request body timed out");
+            return ApiError::body_timeout(what, t.0);
+        }
+        cause = c.source();
+    }
+    ApiError::bad_request(
+        "body_read_failed",
+        format!("{what}: the request body could not be read: {inner}"),
+    )
+}
+
+/// The declared `Content-Length`, if any (hyper has already refused malformed ones).
+pub fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// 413 when the declared length is over `limit`.
+pub fn check_declared(headers: &HeaderMap, limit: u64, what: &str) -> Result<(), ApiError> {
+    match content_length(headers) {
+        Some(len) if len > limit => Err(ApiError::too_large(what, len, limit)),
+        _ => Ok(()),
+    }
+}
+
+fn longer_than(what: &str, limit: u64) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("{what}: the body is longer than the limit of {limit} bytes"),
+    )
+}
+
+/// A small request body in memory, holding its share of the server's body budget until
+/// dropped.
+#[derive(Debug)]
+pub struct SmallBody {
+    bytes: Bytes,
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+impl SmallBody {
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+impl Deref for SmallBody {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Reads a body of at most `limit` bytes into memory, charging `budget` (one permit per byte
+/// of buffer) as the buffer grows. See the module documentation.
+pub async fn read_body(
+    budget: &Arc<Semaphore>,
+    headers: &HeaderMap,
+    mut body: Body,
+    limit: u64,
+    what: &str,
+) -> Result<SmallBody, ApiError> {
+    check_declared(headers, limit, what)?;
+    let declared = content_length(headers);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut held: Option<OwnedSemaphorePermit> = None;
+    while let Some(frame) = next_data(&mut body).await {
+        let data = frame.map_err(|e| read_error(what, e))?;
+        let needed = buf.len() as u64 + data.len() as u64;
+        if needed > limit {
+            return Err(longer_than(what, limit));
+        }
+        if needed > buf.capacity() as u64 {
+            // Grow by doubling (from 64 KiB), never past the declared length or the limit, and
+            // pay for it first: a client that declares a large body and sends little of it
+            // holds little of the budget.
+            let cap = declared.unwrap_or(limit).min(limit);
+            let target = (buf.capacity() as u64 * 2)
+                .max(64 << 10)
+                .min(cap)
+                .max(needed);
+            let extra = target - buf.capacity() as u64;
+            let permit = u32::try_from(extra)
+                .ok()
+                .and_then(|n| Arc::clone(budget).try_acquire_many_owned(n).ok())
+                .ok_or_else(|| {
+                    tracing::warn!(what, bytes = extra, "request body budget exhausted");
+                    ApiError::busy(
+                        format!(
+                            "{what}: the server holds as many request bodies in memory as it \
+                             allows; retry shortly"
+                        ),
+                        1,
+                    )
+                })?;
+            match &mut held {
+                Some(h) => h.merge(permit),
+                None => held = Some(permit),
+            }
+            buf.reserve_exact((target as usize).saturating_sub(buf.len()));
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(SmallBody {
+        bytes: Bytes::from(buf),
+        _held: held,
+    })
+}
+
+/// Reads and drops a body of at most `limit` bytes (uploads of objects already stored, so that
+/// the connection can be reused).
+pub async fn drain(mut body: Body, limit: Option<u64>, what: &str) -> Result<u64, ApiError> {
+    let mut n = 0u64;
+    while let Some(frame) = next_data(&mut body).await {
+        n += frame.map_err(|e| read_error(what, e))?.len() as u64;
+        if let Some(limit) = limit.filter(|&l| n > l) {
+            return Err(longer_than(what, limit));
+        }
+    }
+    Ok(n)
+}
+
+/// After a spool write failed, at most this much more of the body is read before answering.
+pub const DRAIN_AFTER_FAILURE: u64 = 256 << 20;
+
+/// A request body spooled to a file, removed when dropped (unless consumed before).
+#[derive(Debug)]
+pub struct Spooled {
+    pub path: tempfile::TempPath,
+    pub len: u64,
+    /// The SHA-256 of the body, when asked for.
+    pub sha256: Option<LfsOid>,
+}
+
+/// The open spool file and the running hash, moved to a blocking thread for each write.
+struct Writer {
+    file: std::fs::File,
+    hasher: Option<sha2::Sha256>,
+}
+
+/// Streams a body of at most `limit` bytes to a new file in `dir`, hashing it with SHA-256 if
+/// `hash`. See the module documentation.
+pub async fn spool_body(
+    dir: &Path,
+    mut body: Body,
+    limit: Option<u64>,
+    hash: bool,
+    what: &str,
+) -> Result<Spooled, ApiError> {
+    let dir: PathBuf = dir.to_path_buf();
+    let what_owned = what.to_string();
+    let created = tokio::task::spawn_blocking(move || {
+        tempfile::Builder::new().prefix("spool-").tempfile_in(&dir)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("{what_owned}: spool worker failed: {e}")))?;
+    let created = match created {
+        Ok(c) => c,
+        Err(e) => {
+            let error = ApiError::io(&format!("{what}: cannot create a spool file"), &e);
+            let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+            return Err(error);
+        }
+    };
+    let (file, path) = created.into_parts();
+    let mut writer = Some(Writer {
+        file,
+        hasher: hash.then(sha2::Sha256::new),
+    });
+    let mut len = 0u64;
+    while let Some(frame) = next_data(&mut body).await {
+        let data = frame.map_err(|e| read_error(what, e))?;
+        len += data.len() as u64;
+        if let Some(limit) = limit.filter(|&l| len > l) {
+            return Err(longer_than(what, limit));
+        }
+        let Some(mut w) = writer.take() else {
+            return Err(ApiError::internal(format!("{what}: spool file lost")));
+        };
+        let done = tokio::task::spawn_blocking(move || {
+            w.file.write_all(&data)?;
+            if let Some(h) = &mut w.hasher {
+                h.update(&data);
+            }
+            Ok::<_, std::io::Error>(w)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("{what}: spool worker failed: {e}")))?;
+        match done {
+            Ok(w) => writer = Some(w),
+            Err(e) => {
+                let error = ApiError::io(&format!("{what}: cannot write the spool file"), &e);
+                // Read (and drop) the rest of a body of reasonable size, so that the client
+                // gets to read the answer (507 for a full disk, which it should not retry)
+                // instead of a broken pipe (which it would).
+                let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+                return Err(error);
+            }
+        }
+    }
+    let sha256 = writer
+        .and_then(|w| w.hasher)
+        .map(|h| LfsOid::from_digest(h.finalize().into()));
+    Ok(Spooled { path, len, sha256 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(n: usize) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(n))
+    }
+
+    #[tokio::test]
+    async fn small_bodies_are_charged_to_the_budget_while_held() {
+        let b = budget(1000);
+        let body = read_body(&b, &HeaderMap::new(), Body::from(vec![7u8; 600]), 1000, "t")
+            .await
+            .unwrap();
+        assert_eq!(body.len(), 600);
+        assert!(b.available_permits() <= 400);
+        // Another 600 bytes do not fit now: 503 with Retry-After.
+        let e = read_body(&b, &HeaderMap::new(), Body::from(vec![7u8; 600]), 1000, "t")
+            .await
+            .unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (503, "server_busy"));
+        assert_eq!(e.retry_after, Some(1));
+        drop(body);
+        assert_eq!(b.available_permits(), 1000);
+        // Over the limit: 413, declared or not.
+        let e = read_body(
+            &b,
+            &HeaderMap::new(),
+            Body::from(vec![0u8; 1001]),
+            1000,
+            "t",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.status.as_u16(), 413);
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, 5000.into());
+        let e = read_body(&b, &h, Body::empty(), 1000, "t")
+            .await
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 413);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_times_out_with_408() {
+        let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let body = Body::new(IdleTimeout::new(
+            Body::from_stream(stream),
+            Duration::from_millis(50),
+        ));
+        let e = read_body(&budget(100), &HeaderMap::new(), body, 100, "t")
+            .await
+            .unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (408, "body_timeout"));
+    }
+
+    #[tokio::test]
+    async fn spooled_bodies_are_hashed_and_removed_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spool_body(
+            dir.path(),
+            Body::from(b"hello".to_vec()),
+            Some(10),
+            true,
+            "t",
+        )
+        .await
+        .unwrap();
+        assert_eq!(s.len, 5);
+        assert_eq!(s.sha256, Some(LfsOid::of(b"hello")));
+        assert_eq!(std::fs::read(&s.path).unwrap(), b"hello");
+        let path = s.path.to_path_buf();
+        drop(s);
+        assert!(!path.exists());
+        let e = spool_body(dir.path(), Body::from(vec![0u8; 11]), Some(10), false, "t")
+            .await
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 413);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

@@ -1,0 +1,255 @@
+//! The body of a basic LFS download: the file rebuilt chunk by chunk from the stored xorbs.
+//!
+//! The file's reconstruction plan lists its terms (chunk ranges of xorbs). For each term the
+//! xorb's footer is loaded and checked once (its chunk hashes and lengths must hash to the
+//! xorb's name); it says where every chunk lies in the stored object. A piece is a run of
+//! consecutive chunks of one term of at most [`PIECE`] decoded bytes and `2 × PIECE` stored bytes
+//! (at least one chunk): only those bytes are read from the stored xorb, and every chunk is
+//! decompressed and its hash compared with the footer's before any of it is sent. Pieces are
+//! made on a blocking thread when the connection asks for the next one, so a client that stops
+//! reading holds one piece, whatever the size of the file, and no thread.
+//!
+//! A damaged chunk (or a missing xorb) ends the body early with an error: the connection is
+//! aborted and the client sees a short body, never wrong bytes.
+
+use std::io;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+
+use crate::format::hash::xorb_hash;
+use crate::format::xorb::{decompress_chunk_into, ChunkHeader, XorbError, XorbFooter};
+use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use crate::store::{PlannedTerm, Store, StoreError};
+
+/// Decoded bytes of one piece of the body (a piece is at least one chunk, ≤ 128 KiB).
+pub const PIECE: u64 = 256 * 1024;
+
+/// Why a file could not be rebuilt.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error("xorb {xorb} is not stored")]
+    MissingXorb { xorb: XorbHash },
+    #[error("the footer of stored xorb {xorb} hashes to {computed}: the xorb is damaged")]
+    FooterMismatch { xorb: XorbHash, computed: XorbHash },
+    #[error("term {term} names chunks {start}..{end} of xorb {xorb}, which has {num_chunks}")]
+    BadTerm {
+        term: usize,
+        xorb: XorbHash,
+        start: u32,
+        end: u32,
+        num_chunks: usize,
+    },
+    #[error("chunk {index} of stored xorb {xorb} is damaged: {problem}")]
+    DamagedChunk {
+        xorb: XorbHash,
+        index: usize,
+        problem: String,
+    },
+    #[error("chunks {start}..{end} of xorb {xorb}: {source}")]
+    Range {
+        xorb: XorbHash,
+        start: usize,
+        end: usize,
+        source: Box<XorbError>,
+    },
+    #[error(transparent)]
+    Store(Box<StoreError>),
+}
+
+impl From<StoreError> for RebuildError {
+    fn from(e: StoreError) -> Self {
+        RebuildError::Store(Box::new(e))
+    }
+}
+
+/// Where the rebuild is: the term, its next chunk, the term's checked footer.
+struct Position {
+    terms: Vec<PlannedTerm>,
+    term: usize,
+    chunk: u32,
+    footer: Option<Arc<XorbFooter>>,
+}
+
+impl Position {
+    fn new(terms: Vec<PlannedTerm>) -> Self {
+        let chunk = terms.first().map_or(0, |t| t.chunks.start);
+        Self {
+            terms,
+            term: 0,
+            chunk,
+            footer: None,
+        }
+    }
+}
+
+/// Checks that a footer's chunk hashes and lengths hash to the xorb's name.
+fn check_footer(xorb: &XorbHash, footer: &XorbFooter) -> Result<(), RebuildError> {
+    let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
+        .map(|i| {
+            ChunkRef::new(
+                footer.chunk_hashes[i],
+                u64::from(footer.chunk_len(i).unwrap_or(0)),
+            )
+        })
+        .collect();
+    let computed = xorb_hash(&chunks);
+    if computed != *xorb {
+        return Err(RebuildError::FooterMismatch {
+            xorb: *xorb,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// The next piece of the file, `None` after the last one.
+fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, RebuildError> {
+    loop {
+        let Some(term) = at.terms.get(at.term) else {
+            return Ok(None);
+        };
+        if at.chunk < term.chunks.end {
+            break;
+        }
+        at.term += 1;
+        at.footer = None;
+        if let Some(next) = at.terms.get(at.term) {
+            at.chunk = next.chunks.start;
+        }
+    }
+    let term = &at.terms[at.term];
+    let xorb = term.xorb;
+    let footer = match &at.footer {
+        Some(f) => Arc::clone(f),
+        None => {
+            let f = store
+                .footer(&xorb)?
+                .ok_or(RebuildError::MissingXorb { xorb })?;
+            check_footer(&xorb, &f)?;
+            if term.chunks.end as usize > f.num_chunks() || term.chunks.start > term.chunks.end {
+                return Err(RebuildError::BadTerm {
+                    term: at.term,
+                    xorb,
+                    start: term.chunks.start,
+                    end: term.chunks.end,
+                    num_chunks: f.num_chunks(),
+                });
+            }
+            at.footer = Some(Arc::clone(&f));
+            f
+        }
+    };
+    let boundaries = &footer.chunk_boundary_offsets;
+    let start = at.chunk as usize;
+    let stored_start = if start == 0 {
+        0
+    } else {
+        u64::from(boundaries[start - 1])
+    };
+    let mut end = start;
+    let mut decoded = 0u64;
+    while end < term.chunks.end as usize {
+        let len = u64::from(footer.chunk_len(end).unwrap_or(0));
+        let stored = u64::from(boundaries[end]) - stored_start;
+        if end > start && (decoded + len > PIECE || stored > 2 * PIECE) {
+            break;
+        }
+        decoded += len;
+        end += 1;
+    }
+    let range = footer
+        .url_range(start..end)
+        .map_err(|source| RebuildError::Range {
+            xorb,
+            start,
+            end,
+            source: Box::new(source),
+        })?;
+    let raw = store
+        .read_xorb(&xorb, range)?
+        .ok_or(RebuildError::MissingXorb { xorb })?;
+    let mut out = Vec::with_capacity(decoded as usize);
+    let mut offset = 0usize;
+    for (index, &boundary) in boundaries.iter().enumerate().take(end).skip(start) {
+        let damaged = |problem: String| RebuildError::DamagedChunk {
+            xorb,
+            index,
+            problem,
+        };
+        let chunk_end = (u64::from(boundary) - stored_start) as usize;
+        let header: [u8; 8] = raw
+            .get(offset..offset + 8)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(|| damaged("the chunk header is cut short".into()))?;
+        let header = ChunkHeader::decode(&header).map_err(|e| damaged(e.to_string()))?;
+        let payload = raw
+            .get(offset + 8..chunk_end)
+            .ok_or_else(|| damaged("the chunk is cut short".into()))?;
+        let before = out.len();
+        decompress_chunk_into(&header, payload, &mut out).map_err(|e| damaged(e.to_string()))?;
+        let expected = footer.chunk_len(index).unwrap_or(0) as usize;
+        if out.len() - before != expected {
+            return Err(damaged(format!(
+                "{} bytes decoded, the footer says {expected}",
+                out.len() - before
+            )));
+        }
+        let hash = ChunkHash::of(&out[before..]);
+        if hash != footer.chunk_hashes[index] {
+            return Err(damaged(format!(
+                "the data hashes to {hash}, the footer says {}",
+                footer.chunk_hashes[index]
+            )));
+        }
+        offset = chunk_end;
+    }
+    at.chunk = end as u32;
+    Ok(Some(Bytes::from(out)))
+}
+
+/// What a download is, for its log line.
+#[derive(Debug, Clone)]
+pub struct Download {
+    pub repo: String,
+    pub oid: LfsOid,
+    pub file: FileHash,
+}
+
+/// The response body rebuilding `terms` (a whole-file plan) from `store`.
+pub fn body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) -> Body {
+    let start = (store, Position::new(terms), download, 0u64);
+    Body::from_stream(futures_util::stream::unfold(
+        Some(start),
+        |state| async move {
+            let (store, mut at, download, sent) = state?;
+            let st = Arc::clone(&store);
+            let made = tokio::task::spawn_blocking(move || {
+                let piece = next_piece(&st, &mut at);
+                (piece, at)
+            })
+            .await;
+            let Download { repo, oid, file } = &download;
+            match made {
+                Ok((Ok(Some(piece)), at)) => {
+                    let sent = sent + piece.len() as u64;
+                    Some((Ok(piece), Some((store, at, download, sent))))
+                }
+                Ok((Ok(None), _)) => {
+                    tracing::info!(%repo, %oid, %file, bytes = sent, "basic download");
+                    None
+                }
+                Ok((Err(e), _)) => {
+                    tracing::error!(%repo, %oid, %file, sent, error = %e, "basic download failed");
+                    Some((Err(io::Error::other(format!("object {oid}: {e}"))), None))
+                }
+                Err(e) => Some((
+                    Err(io::Error::other(format!(
+                        "object {oid}: download worker failed: {e}"
+                    ))),
+                    None,
+                )),
+            }
+        },
+    ))
+}
