@@ -185,7 +185,6 @@ fn run(how: Damage) {
 }
 
 #[test]
-#[ignore = "pending: the batch API offers uploads for damaged objects (server merge)"]
 fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Flip);
@@ -193,7 +192,6 @@ fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
 }
 
 #[test]
-#[ignore = "pending: the batch API offers uploads for damaged objects (server merge)"]
 fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Truncate);
@@ -201,7 +199,6 @@ fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
 }
 
 #[test]
-#[ignore = "pending: the batch API offers uploads for damaged objects (server merge)"]
 fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Delete);

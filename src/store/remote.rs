@@ -13,7 +13,7 @@
 //! | [`CasTarget::put_xorb`] | `POST {cas}/v1/xorbs/default/{xorb}` | `{"was_inserted": bool}` |
 //! | [`CasTarget::register_shard`] | `POST {cas}/v1/shards` | `{"result": 0 \| 1}`; 400 = the shard was rejected |
 //! | [`CasTarget::dedup_query`] | `GET {cas}/v1/chunks/default/{chunk}` | a shard; 404 = no match |
-//! | [`CasTarget::file_by_sha256`] | `GET {cas}/v1/lfs-files/{oid}` (our server's extension) | `{"oid","file_hash","size"}`; 404/405/501 = unknown (or a server without the route) |
+//! | [`CasTarget::file_by_sha256`], [`Endpoint::locate_oid`] | `GET {cas}/v1/lfs-files/{oid}` (our server's extension) | `{"oid","file_hash","size","intact"}`; 404/405/501 = unknown (or a server without the route); `intact: false` is not "stored" for uploads |
 //! | [`Endpoint::reconstruction`] | `GET {cas}/v2/reconstructions/{file}`, `Range: bytes=S-E` | v2 JSON; falls back to `/v1/…` when v2 is not offered |
 //! | [`XorbSource::read_xorb_range`] | `GET {presigned url}`, `Range: bytes=S-E`, **no** `Authorization` | the bytes; 403 = the URL expired |
 //!
@@ -739,10 +739,22 @@ impl CasTarget for RemoteCas {
     }
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        // A file the server holds damaged is not "stored": uploading it again repairs it.
+        Ok(self
+            .lookup_oid(oid)?
+            .filter(|(_, _, intact)| *intact)
+            .map(|(file, size, _)| (file, size)))
+    }
+}
+
+impl RemoteCas {
+    /// `GET /v1/lfs-files/{oid}`: the file registered for `oid`, its size, and whether the
+    /// server holds it intact (servers that do not say are taken at their word).
+    fn lookup_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64, bool)>, TargetError> {
         let req = self.cas_request(
             Method::GET,
             &format!("/v1/lfs-files/{oid}"),
-            format!("looking up the file with SHA-256 {oid}"),
+            format!("looking up SHA-256 {oid}"),
         );
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK => {
@@ -762,7 +774,7 @@ impl CasTarget for RemoteCas {
                         ),
                     ));
                 }
-                Ok(Some((file, answer.size)))
+                Ok(Some((file, answer.size, answer.intact.unwrap_or(true))))
             }
             StatusCode::NOT_FOUND
             | StatusCode::METHOD_NOT_ALLOWED
@@ -969,6 +981,10 @@ impl Endpoint for RemoteCas {
                 code: None,
             }),
         }
+    }
+
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        Ok(self.lookup_oid(oid)?.map(|(file, size, _)| (file, size)))
     }
 
     fn describe(&self) -> String {

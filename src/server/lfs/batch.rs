@@ -247,14 +247,23 @@ pub async fn batch(
         .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
         .collect();
     let store = std::sync::Arc::clone(&state.store);
-    let stored: Vec<Option<(FileHash, u64)>> = blocking(move || {
+    let stored: Vec<Stored> = blocking(move || {
         oids.iter()
             .map(|oid| match oid {
-                Some(oid) if oid.to_hex() == EMPTY_OID => Ok(Some((FileHash::ZERO, 0))),
-                Some(oid) => store.file_by_oid(oid).map_err(ApiError::from),
-                None => Ok(None),
+                Some(oid) if oid.to_hex() == EMPTY_OID => Ok(Stored::Intact(FileHash::ZERO, 0)),
+                Some(oid) => {
+                    let Some((file, size)) = store.file_by_oid(oid)? else {
+                        return Ok(Stored::Absent);
+                    };
+                    Ok(match store.file_damage(&file)? {
+                        None => Stored::Intact(file, size),
+                        Some((xorb, why)) => Stored::Damaged { size, xorb, why },
+                    })
+                }
+                None => Ok(Stored::Absent),
             })
-            .collect()
+            .collect::<Result<_, crate::store::StoreError>>()
+            .map_err(ApiError::from)
     })
     .await?;
 
@@ -282,6 +291,28 @@ pub async fn batch(
             hash_algo: "sha256",
         },
     ))
+}
+
+/// What the store holds of a requested object.
+enum Stored {
+    Absent,
+    Intact(FileHash, u64),
+    /// Registered, but a xorb it needs is missing or damaged: downloads fail with the reason,
+    /// uploads are asked for again (which repairs it).
+    Damaged {
+        size: u64,
+        xorb: crate::format::XorbHash,
+        why: String,
+    },
+}
+
+impl Stored {
+    fn size(&self) -> Option<u64> {
+        match self {
+            Stored::Absent => None,
+            Stored::Intact(_, size) | Stored::Damaged { size, .. } => Some(*size),
+        }
+    }
 }
 
 /// Builds the actions of one batch response.
@@ -316,7 +347,7 @@ impl Actions {
         }
     }
 
-    fn object(&self, r: Requested, stored: Option<(FileHash, u64)>) -> ObjectOut {
+    fn object(&self, r: Requested, stored: Stored) -> ObjectOut {
         let mut out = ObjectOut {
             oid: r.oid_echo,
             size: r.size_echo,
@@ -331,26 +362,42 @@ impl Actions {
                 return out;
             }
         };
+        if let Some(stored_size) = stored.size().filter(|s| *s != size) {
+            out.error = Some(ObjectError {
+                code: 422,
+                message: format!("object {oid} is stored with {stored_size} bytes, not {size}"),
+            });
+            return out;
+        }
         match (self.operation, stored) {
-            (_, Some((_, stored_size))) if stored_size != size => {
-                out.error = Some(ObjectError {
-                    code: 422,
-                    message: format!("object {oid} is stored with {stored_size} bytes, not {size}"),
-                });
-            }
-            // Already stored: no actions, git-lfs skips it.
-            (Operation::Upload, Some(_)) => {}
-            (Operation::Upload, None) => {
+            // Already stored intact: no actions, git-lfs skips it.
+            (Operation::Upload, Stored::Intact(..)) => {}
+            (Operation::Upload, Stored::Absent) => {
                 out.authenticated = Some(true);
                 out.actions = Some(self.upload_actions(&oid));
             }
-            (Operation::Download, None) => {
+            (Operation::Upload, Stored::Damaged { xorb, .. }) => {
+                tracing::warn!(%oid, %xorb, "batch: asking for a damaged object again to repair it");
+                out.authenticated = Some(true);
+                out.actions = Some(self.upload_actions(&oid));
+            }
+            (Operation::Download, Stored::Absent) => {
                 out.error = Some(ObjectError {
                     code: 404,
                     message: format!("object {oid} not found"),
                 });
             }
-            (Operation::Download, Some((file, _))) => {
+            (Operation::Download, Stored::Damaged { xorb, why, .. }) => {
+                out.error = Some(ObjectError {
+                    code: 500,
+                    message: format!(
+                        "object {oid} cannot be downloaded: the server's copy of xorb {xorb} is \
+                         damaged ({why}); pushing the object again from a clone that has it \
+                         repairs it, and the administrator can run `git xet scrub`"
+                    ),
+                });
+            }
+            (Operation::Download, Stored::Intact(file, _)) => {
                 out.authenticated = Some(true);
                 out.actions = Some(self.download_actions(&oid, &file));
             }

@@ -82,7 +82,8 @@ pub async fn put(
     let known = if oid.to_hex() == EMPTY_OID {
         Some(0)
     } else {
-        blocking(move || Ok(store.file_by_oid(&oid)?.map(|(_, size)| size))).await?
+        // A damaged copy is not "already stored": this upload replaces it.
+        blocking(move || Ok(store.intact_file_by_oid(&oid)?.map(|(_, size)| size))).await?
     };
     if let Some(size) = known {
         if declared.is_some_and(|d| d != size) {
