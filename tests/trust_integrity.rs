@@ -204,3 +204,80 @@ fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
         run(Damage::Delete);
     }
 }
+
+/// A full disk (a reserve larger than the disk): a push fails at once with 507, not after
+/// re-sending each xorb for a minute, and says the server is out of storage.
+#[test]
+fn a_full_disk_fails_a_push_at_once_with_507() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start_with(|c| c.store.min_free_bytes = u64::MAX);
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
+    env.git(env.path(), &["init", "-q", "work"]);
+    let work = env.path().join("work");
+    env.git(&work, &["lfs", "track", "*.bin"]);
+    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+    let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
+    std::fs::write(
+        work.join(".lfsconfig"),
+        format!("[lfs]\n\turl = {lfs_url}\n"),
+    )
+    .unwrap();
+    std::fs::write(work.join("data.bin"), common::splitmix64(3, 1 << 20)).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "data"]);
+    let started = std::time::Instant::now();
+    let push = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
+    let took = started.elapsed();
+    assert_ne!(push.status, Some(0), "{}", push.all());
+    assert!(
+        push.all().contains("507") && push.all().contains("out of storage"),
+        "{}",
+        push.all()
+    );
+    assert!(
+        !env.agent_log().contains("retrying"),
+        "507 is not retried:\n{}",
+        env.agent_log()
+    );
+    assert!(
+        took.as_secs() < 30,
+        "failed at once, not after retries: {took:?}"
+    );
+    assert_eq!(xorb_files(&server.store_dir()).len(), 0);
+}
+
+/// The server collects unused xorbs by itself on its schedule.
+#[test]
+fn the_server_collects_unused_xorbs_on_its_schedule() {
+    use git_xet::format::xorb::ParsedXorb;
+    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+    let server = common::server::start_with(|c| {
+        c.maintenance.gc_interval = Some(std::time::Duration::from_millis(300));
+        c.maintenance.gc_grace = std::time::Duration::ZERO;
+    });
+    let m = common::manifest();
+    let stored = common::read(&m.sessions[1].xorbs[0]);
+    let parsed = ParsedXorb::parse(&stored).unwrap();
+    let cas = RemoteCas::new(RemoteConfig::new(
+        server.url(),
+        TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap();
+    use git_xet::pipeline::upload::CasTarget;
+    assert!(cas.put_xorb(parsed.hash(), parsed.chunk_region()).unwrap());
+    // An interrupted push: the xorb, never a shard. Gone within a few collections.
+    let started = std::time::Instant::now();
+    while !xorb_files(&server.store_dir()).is_empty() {
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the scheduled collection did not remove the unused xorb"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

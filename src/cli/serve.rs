@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::CmdResult;
 use crate::server::auth::{Scope, Secret};
-use crate::server::{Limits, ServeConfig, Server, BLOCKING_GRACE};
+use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -28,7 +28,13 @@ from storage in pieces of 256 KiB; upload bodies are spooled to disk and stored 
 time; small bodies (shards, batch requests) share --body-memory MiB of memory. A request head \
 must arrive within --header-timeout (also the idle keep-alive time), a request body may pause at \
 most --body-timeout (then 408), a response the client does not read is dropped after \
---send-timeout. A full disk is answered 507, which clients do not retry.\n\n\
+--send-timeout. A full disk is answered 507, which clients do not retry; --min-free keeps a \
+reserve.\n\n\
+Storage: every stored xorb is verified whole once, and again whenever its file changed on disk; \
+damaged ones are quarantined under DIR/quarantine and repaired by the next upload of the same \
+data. The server removes xorbs no file uses (interrupted pushes) every --gc-interval once older \
+than --gc-grace, and verifies the whole store every --scrub-interval if set; while it runs, `git \
+xet gc` and `git xet scrub` cannot open DIR.\n\n\
 Logs go to stderr (RUST_LOG sets the level, default info). SIGINT or SIGTERM stops accepting \
 connections, lets the requests in flight finish for at most --shutdown-timeout seconds, then \
 closes what is left.",
@@ -64,6 +70,59 @@ pub struct ServeArgs {
     pub max_lifetime: Option<u64>,
     #[command(flatten)]
     pub limits: Box<LimitArgs>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// The store's disk reserve and maintenance schedule.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// Keep SIZE of the store's filesystem free (500M, 2G): uploads that would leave less are
+    /// refused with 507 Insufficient Storage, as on a full disk [default: 0].
+    #[arg(long, value_name = "SIZE", value_parser = size, help_heading = "Storage")]
+    pub min_free: Option<u64>,
+    /// Remove xorbs no registered file uses (interrupted pushes) this often, e.g. 24h; 0 turns
+    /// it off [default: 24h].
+    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Storage")]
+    pub gc_interval: Option<Duration>,
+    /// Keep unused xorbs younger than this, so uploads in flight are never harmed [default: 24h].
+    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Storage")]
+    pub gc_grace: Option<Duration>,
+    /// Verify every stored object this often (reads the whole store), e.g. 7d; 0 turns it off
+    /// [default: 0].
+    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Storage")]
+    pub scrub_interval: Option<Duration>,
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    crate::store::shard_cache::parse_size(s).ok_or_else(|| {
+        format!("`{s}` is not a size: use bytes or a number with K, M, G or T (e.g. 500M, 2G)")
+    })
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    super::maintenance::parse_duration(s).ok_or_else(|| {
+        format!("`{s}` is not a duration: use seconds or a number with s, m, h or d (30m, 24h)")
+    })
+}
+
+/// The store options and maintenance schedule: the defaults, with what was given.
+fn store_settings(args: &StoreArgs) -> (crate::store::StoreOptions, Maintenance) {
+    let mut m = Maintenance::default();
+    let every = |d: Duration| (!d.is_zero()).then_some(d);
+    if let Some(d) = args.gc_interval {
+        m.gc_interval = every(d);
+    }
+    if let Some(d) = args.gc_grace {
+        m.gc_grace = d;
+    }
+    if let Some(d) = args.scrub_interval {
+        m.scrub_interval = every(d);
+    }
+    let options = crate::store::StoreOptions {
+        min_free_bytes: args.min_free.unwrap_or(0),
+    };
+    (options, m)
 }
 
 /// The `Limits` flags (boxed in [`ServeArgs`] to keep the command enum small).
@@ -208,6 +267,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.token_ttl = Duration::from_secs(args.token_ttl);
     config.max_lifetime = args.max_lifetime.map(Duration::from_secs);
     config.limits = limits(&args.limits)?;
+    (config.store, config.maintenance) = store_settings(&args.store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -246,6 +306,40 @@ mod tests {
         all.extend_from_slice(args);
         let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
         limits(&cli.serve.limits).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn storage_flags() {
+        let settings = |args: &[&str]| {
+            let mut all = vec!["serve", "--data", "/tmp/x"];
+            all.extend_from_slice(args);
+            let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+            Ok::<_, String>(store_settings(&cli.serve.store))
+        };
+        let (options, m) = settings(&[]).unwrap();
+        assert_eq!(options.min_free_bytes, 0);
+        assert_eq!(m, Maintenance::default());
+        assert_eq!(m.gc_interval, Some(Duration::from_secs(86400)));
+        assert_eq!(m.scrub_interval, None);
+        let (options, m) = settings(&[
+            "--min-free",
+            "2G",
+            "--gc-interval",
+            "0",
+            "--gc-grace",
+            "2h",
+            "--scrub-interval",
+            "7d",
+        ])
+        .unwrap();
+        assert_eq!(options.min_free_bytes, 2 << 30);
+        assert_eq!(m.gc_interval, None);
+        assert_eq!(m.gc_grace, Duration::from_secs(7200));
+        assert_eq!(m.scrub_interval, Some(Duration::from_secs(7 * 86400)));
+        let e = settings(&["--min-free", "lots"]).unwrap_err();
+        assert!(e.contains("not a size"), "{e}");
+        let e = settings(&["--gc-interval", "soon"]).unwrap_err();
+        assert!(e.contains("not a duration"), "{e}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | [`body`] | request bodies: idle timeout, small bodies in memory, large ones spooled to disk |
 //! | [`cas`] | the CAS API the reference client calls (cas-api.md) |
 //! | [`lfs`] | the Git LFS batch API, xet and basic transfers (lfs-agent.md §11) |
+//! | [`maintenance`] | garbage collection and scrubbing of the store on a schedule |
 //!
 //! This module owns configuration ([`ServeConfig`], [`Limits`]), shared state, the middleware
 //! every request passes through (request ids, logs, error bodies, limits) and the server's
@@ -29,6 +30,7 @@ pub mod conn;
 pub mod error;
 pub mod lfs;
 pub mod limits;
+pub mod maintenance;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,8 +47,9 @@ use axum::{Json, Router};
 
 use self::auth::{now_unix, Authority, Grant, Scope, Secret};
 use self::error::ApiError;
+pub use self::maintenance::Maintenance;
 use crate::format::HmacKey;
-use crate::store::Store;
+use crate::store::{Store, StoreOptions};
 
 /// Everything `git xet serve` is configured with.
 #[derive(Debug, Clone)]
@@ -69,6 +72,10 @@ pub struct ServeConfig {
     pub shard_heartbeat: Duration,
     /// Connection, concurrency, memory and time limits.
     pub limits: Limits,
+    /// How the store is opened (its free-space reserve).
+    pub store: StoreOptions,
+    /// Garbage collection and scrubbing on a schedule.
+    pub maintenance: Maintenance,
 }
 
 /// What the server allows each client and all of them together. The defaults suit a small
@@ -134,6 +141,8 @@ impl ServeConfig {
             max_lifetime: None,
             shard_heartbeat: Duration::from_secs(20),
             limits: Limits::default(),
+            store: StoreOptions::default(),
+            maintenance: Maintenance::default(),
         }
     }
 }
@@ -324,6 +333,7 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     state: SharedState,
     max_lifetime: Option<Duration>,
+    maintenance: Maintenance,
 }
 
 /// How long a runtime waits for blocking work (an upload pipeline, a shard validation) after
@@ -333,14 +343,15 @@ pub const BLOCKING_GRACE: Duration = Duration::from_secs(1);
 impl Server {
     /// Opens the store and binds the listener (inside a tokio runtime).
     pub async fn bind(config: ServeConfig) -> Result<Self, ServeError> {
-        let store = Arc::new(Store::open(&config.data_dir)?);
-        let key = Authority::load_or_create_key(&config.data_dir.join("server.key"))?;
+        // The address first: a busy port leaves the data directory as it was.
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServeError::Bind {
                 addr: config.listen,
                 source,
             })?;
+        let store = Arc::new(Store::open_with(&config.data_dir, config.store)?);
+        let key = Authority::load_or_create_key(&config.data_dir.join("server.key"))?;
         let local = listener.local_addr().map_err(ServeError::Serve)?;
         let public_url = config
             .public_url
@@ -365,6 +376,7 @@ impl Server {
             listener,
             state,
             max_lifetime: config.max_lifetime,
+            maintenance: config.maintenance,
         })
     }
 
@@ -407,7 +419,11 @@ impl Server {
             }
         };
         let limits = self.state.resources.limits().clone();
+        let jobs = maintenance::spawn(&self.state.store, self.maintenance);
         conn::serve(self.listener, router(self.state), &limits, stop).await;
+        for job in jobs {
+            job.abort();
+        }
         Ok(())
     }
 

@@ -207,8 +207,8 @@ pub struct Store {
     pub(super) footers: Mutex<HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>)>>,
     /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
     pub(super) verifying: Mutex<()>,
-    /// Shard registrations hold it shared, garbage collection exclusively while it deletes, so a
-    /// shard is never registered against a xorb being collected.
+    /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
+    /// it deletes, so a shard is never registered against a xorb being collected.
     pub(super) collecting: RwLock<()>,
     root: PathBuf,
 }
@@ -332,6 +332,7 @@ impl Store {
     /// intact copy was already stored (the body is then not validated again). A stored copy that
     /// is missing or damaged is replaced: uploading a xorb again repairs it.
     pub fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, StoreError> {
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
         if self.keep_existing(&xorb)? {
             return Ok(false);
         }
@@ -363,6 +364,7 @@ impl Store {
     }
 
     fn put_xorb_spooled(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
         if self.keep_existing(&xorb)? {
             return Ok(false);
         }

@@ -8,8 +8,8 @@
 //!
 //! "Used" means named by a term of a registered file. Xorbs recorded as damaged and used by
 //! nothing are forgotten too. Deletion happens under the store's `collecting` lock, which shard
-//! registrations hold shared from validation to commit, so no shard is ever registered against a
-//! xorb being deleted. A client that deduplicated against a collected xorb (from an old dedup
+//! registrations (from validation to commit) and xorb uploads hold shared, so no shard is ever
+//! registered against a xorb being deleted and no upload is told "already stored" about one. A client that deduplicated against a collected xorb (from an old dedup
 //! answer or its local shard cache) has its shard refused with `unknown_xorb` and uploads the
 //! chunks again. Files left in `tmp/` by interrupted uploads older than the grace period are
 //! removed as well.
@@ -104,12 +104,13 @@ impl Store {
         report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
         forgotten.retain(|x| !used.contains_key(x));
         report.entries_dropped = forgotten.len() as u64;
-        let mut removed: HashSet<XorbHash> = HashSet::new();
+        let mut doomed = Vec::new();
         for x in candidates {
             if used.contains_key(&x.hash) {
                 continue;
             }
-            // Decided on the listing's time; an upload since then refreshed it.
+            // Decided on the listing's time; an upload since then refreshed it (uploads wait
+            // for the lock, so nothing changes from here on).
             let key = ObjectKey::Xorb(x.hash);
             if !options.dry_run {
                 match self.backend.stamp(key)? {
@@ -119,18 +120,25 @@ impl Store {
                 if !self.still_old(&x.hash, now, options.grace)? {
                     continue;
                 }
-                self.backend.remove(key)?;
             }
             report.xorbs_removed += 1;
             report.bytes_freed += x.len;
-            removed.insert(x.hash);
+            doomed.push(x.hash);
         }
         if !options.dry_run {
-            removed.extend(forgotten);
-            self.index.remove_xorbs(&removed)?;
-            let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
-            for x in &removed {
-                cache.remove(x);
+            // The index first: a crash in between leaves files no index entry names, which the
+            // next collection removes, rather than entries whose files are gone.
+            let mut entries: HashSet<XorbHash> = doomed.iter().copied().collect();
+            entries.extend(forgotten);
+            self.index.remove_xorbs(&entries)?;
+            {
+                let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+                for x in &entries {
+                    cache.remove(x);
+                }
+            }
+            for x in &doomed {
+                self.backend.remove(ObjectKey::Xorb(*x))?;
             }
         }
         drop(_exclusive);

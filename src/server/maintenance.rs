@@ -1,0 +1,92 @@
+//! Store maintenance while the server runs: garbage collection and scrubbing on a schedule.
+//!
+//! The store is opened exclusively by the server, so `git xet gc` and `git xet scrub` cannot run
+//! beside it; the server runs the same work itself ([`crate::store::Store::gc`],
+//! [`crate::store::Store::scrub`]) on blocking threads, one job of each kind at a time, and logs
+//! what it found. The first run of each comes one interval after the start, not at the start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::store::{GcOptions, Store};
+
+/// When the server maintains its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Maintenance {
+    /// How often unused xorbs are collected; `None`: never. Default: daily.
+    pub gc_interval: Option<Duration>,
+    /// Unused xorbs younger than this are kept. Default: a day.
+    pub gc_grace: Duration,
+    /// How often every stored object is verified; `None` (the default): never.
+    pub scrub_interval: Option<Duration>,
+}
+
+impl Default for Maintenance {
+    fn default() -> Self {
+        Self {
+            gc_interval: Some(Duration::from_secs(24 * 3600)),
+            gc_grace: crate::store::gc::DEFAULT_GRACE,
+            scrub_interval: None,
+        }
+    }
+}
+
+/// Starts the scheduled jobs; abort the returned tasks to stop them.
+pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut jobs = Vec::new();
+    if let Some(every) = m.gc_interval {
+        let store = Arc::clone(store);
+        let options = GcOptions {
+            grace: m.gc_grace,
+            dry_run: false,
+        };
+        jobs.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let st = Arc::clone(&store);
+                match tokio::task::spawn_blocking(move || st.gc(options)).await {
+                    Ok(Ok(r)) => tracing::info!(
+                        removed = r.xorbs_removed,
+                        bytes_freed = r.bytes_freed,
+                        young = r.xorbs_young,
+                        entries_dropped = r.entries_dropped,
+                        temp_files_removed = r.temp_files_removed,
+                        "scheduled garbage collection done"
+                    ),
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "scheduled garbage collection failed")
+                    }
+                    Err(e) => tracing::error!(error = %e, "scheduled garbage collection stopped"),
+                }
+            }
+        }));
+    }
+    if let Some(every) = m.scrub_interval {
+        let store = Arc::clone(store);
+        jobs.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let st = Arc::clone(&store);
+                match tokio::task::spawn_blocking(move || st.scrub(&mut |_| {})).await {
+                    Ok(Ok(r)) if r.found_damage() => tracing::error!(
+                        xorbs = r.xorbs_checked,
+                        damaged_xorbs = r.damaged_xorbs.len(),
+                        damaged_shards = r.damaged_shards.len(),
+                        files_affected = r.affected_file_count,
+                        "scheduled scrub found damage (see the errors above); affected files \
+                         download again once a client pushes them"
+                    ),
+                    Ok(Ok(r)) => tracing::info!(
+                        xorbs = r.xorbs_checked,
+                        bytes = r.bytes_checked,
+                        shards = r.shards_checked,
+                        "scheduled scrub found no damage"
+                    ),
+                    Ok(Err(e)) => tracing::error!(error = %e, "scheduled scrub failed"),
+                    Err(e) => tracing::error!(error = %e, "scheduled scrub stopped"),
+                }
+            }
+        }));
+    }
+    jobs
+}
