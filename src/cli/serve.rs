@@ -71,7 +71,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: Box<LimitArgs>,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub store: Box<StoreArgs>,
 }
 
 /// The store's disk reserve and maintenance schedule.
