@@ -26,9 +26,10 @@ use std::sync::Arc;
 
 use super::backend::{ObjectKey, ObjectStamp};
 use super::cas::{Store, StoreError};
+use crate::format::hash::xorb_hash;
 use crate::format::shard::ParsedShard;
 use crate::format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
-use crate::format::{FileHash, ShardHash, XorbHash};
+use crate::format::{ChunkRef, FileHash, ShardHash, XorbHash};
 
 /// What [`Store::check_xorb`] found.
 #[derive(Debug, Clone)]
@@ -161,7 +162,8 @@ impl Store {
         }
     }
 
-    /// The footer at the end of the object of `xorb` (`len` bytes), without verifying chunks.
+    /// The footer at the end of the object of `xorb` (`len` bytes), checked against the name
+    /// (its chunk hashes and lengths hash to it) but without reading the chunks.
     fn read_footer(&self, xorb: &XorbHash, len: u64) -> Result<XorbFooter, String> {
         let key = ObjectKey::Xorb(*xorb);
         let read = |range: std::ops::Range<u64>| -> Result<Vec<u8>, String> {
@@ -182,6 +184,21 @@ impl Store {
             return Err(format!(
                 "its footer describes xorb {} or is not a V1 footer",
                 footer.hash
+            ));
+        }
+        // The chunk hashes and lengths every reader relies on must hash to the name.
+        let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
+            .map(|i| {
+                ChunkRef::new(
+                    footer.chunk_hashes[i],
+                    u64::from(footer.chunk_len(i).unwrap_or(0)),
+                )
+            })
+            .collect();
+        let computed = xorb_hash(&chunks);
+        if computed != *xorb {
+            return Err(format!(
+                "its footer's chunk hashes hash to {computed}, not to its name"
             ));
         }
         Ok(footer)

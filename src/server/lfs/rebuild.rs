@@ -17,9 +17,8 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 
-use crate::format::hash::xorb_hash;
 use crate::format::xorb::{decompress_chunk_into, ChunkHeader, XorbError, XorbFooter};
-use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use crate::store::{PlannedTerm, Store, StoreError};
 
 /// Decoded bytes of one piece of the body (a piece is at least one chunk, ≤ 128 KiB).
@@ -30,8 +29,6 @@ pub const PIECE: u64 = 256 * 1024;
 pub enum RebuildError {
     #[error("xorb {xorb} is not stored")]
     MissingXorb { xorb: XorbHash },
-    #[error("the footer of stored xorb {xorb} hashes to {computed}: the xorb is damaged")]
-    FooterMismatch { xorb: XorbHash, computed: XorbHash },
     #[error("term {term} names chunks {start}..{end} of xorb {xorb}, which has {num_chunks}")]
     BadTerm {
         term: usize,
@@ -83,26 +80,6 @@ impl Position {
     }
 }
 
-/// Checks that a footer's chunk hashes and lengths hash to the xorb's name.
-fn check_footer(xorb: &XorbHash, footer: &XorbFooter) -> Result<(), RebuildError> {
-    let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
-        .map(|i| {
-            ChunkRef::new(
-                footer.chunk_hashes[i],
-                u64::from(footer.chunk_len(i).unwrap_or(0)),
-            )
-        })
-        .collect();
-    let computed = xorb_hash(&chunks);
-    if computed != *xorb {
-        return Err(RebuildError::FooterMismatch {
-            xorb: *xorb,
-            computed,
-        });
-    }
-    Ok(())
-}
-
 /// The next piece of the file, `None` after the last one.
 fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, RebuildError> {
     loop {
@@ -123,10 +100,11 @@ fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, Rebuild
     let footer = match &at.footer {
         Some(f) => Arc::clone(f),
         None => {
+            // The store hands out only footers whose chunk hashes and lengths hash to the
+            // xorb's name (src/store/integrity.rs).
             let f = store
                 .footer(&xorb)?
                 .ok_or(RebuildError::MissingXorb { xorb })?;
-            check_footer(&xorb, &f)?;
             if term.chunks.end as usize > f.num_chunks() || term.chunks.start > term.chunks.end {
                 return Err(RebuildError::BadTerm {
                     term: at.term,
