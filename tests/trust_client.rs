@@ -15,11 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-mod fake;
 
+use common::fake::{reply, Fake, Reply, Seen};
 use common::git::{tools_available, GitEnv};
 use common::server::WRITE_TOKEN;
-use fake::{reply, Fake, Reply, Seen};
 
 const ENV_XET_TOKEN: &str = "env-xet-token-secret-0001";
 const ENV_HF_TOKEN: &str = "hf_envHuggingFaceSecret0002";

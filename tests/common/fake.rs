@@ -66,7 +66,12 @@ pub struct Fake {
 
 impl Fake {
     pub fn start(handler: impl FnMut(&Seen) -> Reply + Send + 'static) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on(0, handler)
+    }
+
+    /// A fake on `port` of 127.0.0.1 (0: any free port).
+    pub fn start_on(port: u16, handler: impl FnMut(&Seen) -> Reply + Send + 'static) -> Fake {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
