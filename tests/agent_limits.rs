@@ -5,38 +5,13 @@
 //! at once instead of blocking), and stale partial downloads (removed by the next download of
 //! the same object unless another agent holds them). Every agent run is bounded in time.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
 mod common;
 
-struct Run {
-    status: Option<i32>,
-    replies: Vec<serde_json::Value>,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Run {
-    fn completes(&self) -> Vec<&serde_json::Value> {
-        self.replies
-            .iter()
-            .filter(|r| r["event"] == "complete")
-            .collect()
-    }
-
-    /// The `peak_rss_kib` of the agent's exit log line.
-    fn peak_rss_kib(&self) -> Option<u64> {
-        let at = self.stderr.find("peak_rss_kib=")? + "peak_rss_kib=".len();
-        let digits: String = self.stderr[at..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    }
-}
+use common::agent::{run_agent, AgentRun};
 
 /// A git repository to run the agent in, and a store directory as its endpoint.
 struct Sandbox {
@@ -64,9 +39,9 @@ impl Sandbox {
     }
 
     /// Runs the agent with `input` on stdin; fails the test if it runs for a minute.
-    fn agent(&self, input: Vec<u8>) -> Run {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_git-xet"))
-            .arg("transfer")
+    fn agent(&self, input: Vec<u8>) -> AgentRun {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-xet"));
+        cmd.arg("transfer")
             .current_dir(self.repo())
             .env("GIT_XET_ENDPOINT", self.dir.path().join("store"))
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -76,53 +51,8 @@ impl Sandbox {
             )
             .env("GIT_XET_CACHE_DIR", self.dir.path().join("cache"))
             .env_remove("GIT_XET_LOG")
-            .env_remove("GIT_XET_LOG_LEVEL")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        // The agent may stop reading (a fatal error): a broken pipe is expected then.
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
-        let mut stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let out = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stdout.read_to_string(&mut s);
-            s
-        });
-        let err = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = stderr.read_to_end(&mut s);
-            s
-        });
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status.code();
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the agent hung");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let elapsed = started.elapsed();
-        writer.join().unwrap();
-        let stdout = out.join().unwrap();
-        Run {
-            status,
-            replies: stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-                .collect(),
-            stderr: String::from_utf8_lossy(&err.join().unwrap()).into_owned(),
-            elapsed,
-        }
+            .env_remove("GIT_XET_LOG_LEVEL");
+        run_agent(cmd, input)
     }
 
     /// An object file; (path, oid, size).

@@ -10,6 +10,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::fake::{reply, Fake, Reply};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 use git_xet::format::{FileHash, LfsOid, XorbHash};
 use git_xet::pipeline::download::write_plan;
@@ -222,8 +223,6 @@ fn refreshing_token_through_the_servers_route() {
 
 // ---------------------------------------------------------------------------------------------
 // Fake servers.
-
-use common::fake::{reply, Fake, Reply};
 
 const XORB: &str = "0101010101010101020202020202020203030303030303030404040404040404";
 

@@ -9,13 +9,12 @@
 //!   `git xet install`, push, clone, the agent's log, the journal, `ls-files --json`, `status`
 //!   and a failing push's output: the secret appears nowhere.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 mod common;
 
+use common::agent::run_agent;
 use common::fake::{reply, Fake, Reply, Seen};
 use common::git::{tools_available, GitEnv};
 use common::server::WRITE_TOKEN;
@@ -125,50 +124,12 @@ impl Sandbox {
         for (k, v) in vars {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let input = lines.join("\n") + "\n";
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(input.as_bytes());
-        });
-        let mut stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let out = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stdout.read_to_string(&mut s);
-            s
-        });
-        let err = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status.code();
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the agent did not finish within a minute");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        writer.join().unwrap();
-        let stdout = out.join().unwrap();
+        let input = (lines.join("\n") + "\n").into_bytes();
+        let run = run_agent(cmd, input);
         Run {
-            status,
-            replies: stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-                .collect(),
-            stderr: err.join().unwrap(),
+            status: run.status,
+            replies: run.replies,
+            stderr: run.stderr,
             log: std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default(),
         }
     }

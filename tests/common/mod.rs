@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod agent;
 pub mod fake;
 pub mod git;
 pub mod hfxet;
