@@ -5,14 +5,12 @@
 //! client pushes and clones through real git, git-lfs and the xet agent; then SIGTERM stops it
 //! within its shutdown deadline although the stalled uploads never finish.
 
-use std::io::Write as _;
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 mod common;
 
 use common::git::{tools_available, GitEnv};
-use common::server::{ServeProcess, READ_TOKEN, WRITE_TOKEN};
+use common::server::{stalled_get, stalled_upload, ServeProcess, READ_TOKEN, WRITE_TOKEN};
 use serde_json::Value;
 
 /// Stalled connections of each of the four kinds.
@@ -29,40 +27,6 @@ fn http() -> reqwest::blocking::Client {
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap()
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connect");
-    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
-    s
-}
-
-/// Sends a GET and never reads the answer.
-fn stalled_get(addr: SocketAddr, target: &str, auth: Option<&str>) -> TcpStream {
-    let mut s = connect(addr);
-    let auth = auth
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
-    s
-}
-
-/// Sends an upload's head declaring `declared` bytes and `sent` bytes of body, then nothing.
-fn stalled_upload(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    declared: u64,
-    sent: usize,
-) -> TcpStream {
-    let mut s = connect(addr);
-    write!(
-        s,
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {WRITE_TOKEN}\r\nContent-Length: {declared}\r\n\r\n"
-    )
-    .unwrap();
-    s.write_all(&vec![0x5a; sent]).unwrap();
-    s
 }
 
 fn hex_of(seed: u64) -> String {

@@ -6,7 +6,7 @@
 //! filesystem can be mounted) 507 for a full disk.
 
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
@@ -14,7 +14,9 @@ use serde_json::Value;
 
 mod common;
 
-use common::server::{ServeProcess, TestServer, READ_TOKEN, WRITE_TOKEN};
+use common::server::{
+    connect, stalled_get, stalled_upload, ServeProcess, TestServer, READ_TOKEN, WRITE_TOKEN,
+};
 
 const REPO: &str = "team/limits.git";
 
@@ -23,13 +25,6 @@ fn http() -> Client {
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap()
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
-    s
 }
 
 /// Reads until the end of a response head (or EOF); the head as text.
@@ -110,34 +105,6 @@ fn presigned_path(s: &TestServer, oid: &str) -> String {
         .unwrap()
         .to_string();
     url.strip_prefix(s.url()).unwrap().to_string()
-}
-
-/// Sends a GET and does not read the answer.
-fn stalled_get(addr: SocketAddr, target: &str, auth: Option<&str>) -> TcpStream {
-    let mut s = connect(addr);
-    let auth = auth
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
-    s
-}
-
-/// Sends an upload head declaring `declared` bytes, then `sent` bytes, then nothing.
-fn stalled_upload(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    declared: u64,
-    sent: usize,
-) -> TcpStream {
-    let mut s = connect(addr);
-    write!(
-        s,
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {WRITE_TOKEN}\r\nContent-Length: {declared}\r\n\r\n"
-    )
-    .unwrap();
-    s.write_all(&vec![1u8; sent]).unwrap();
-    s
 }
 
 /// Asserts a 503 `server_busy` answer with `Retry-After`.

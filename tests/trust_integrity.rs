@@ -77,8 +77,9 @@ fn journal_sent(repo: &Path, data: &[u8]) -> u64 {
         .expect("the upload is in the journal")
 }
 
-fn run(how: Damage) {
-    let server = common::server::start();
+/// A world with git-xet installed globally and a work repository tracking `*.bin`, its LFS
+/// traffic going to `server` (negotiated mode), with a bare `origin`.
+fn negotiated_repo(server: &common::server::TestServer) -> (GitEnv, PathBuf) {
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);
     let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
@@ -94,6 +95,12 @@ fn run(how: Damage) {
         format!("[lfs]\n\turl = {lfs_url}\n"),
     )
     .unwrap();
+    (env, work)
+}
+
+fn run(how: Damage) {
+    let server = common::server::start();
+    let (env, work) = negotiated_repo(&server);
 
     let original = common::splitmix64(77, 4 << 20);
     std::fs::write(work.join("model.bin"), &original).unwrap();
@@ -213,21 +220,7 @@ fn a_full_disk_fails_a_push_at_once_with_507() {
         return;
     }
     let server = common::server::start_with(|c| c.store.min_free_bytes = u64::MAX);
-    let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
-    let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
-    std::fs::write(
-        work.join(".lfsconfig"),
-        format!("[lfs]\n\turl = {lfs_url}\n"),
-    )
-    .unwrap();
+    let (env, work) = negotiated_repo(&server);
     std::fs::write(work.join("data.bin"), common::splitmix64(3, 1 << 20)).unwrap();
     env.git(&work, &["add", "."]);
     env.git(&work, &["commit", "-q", "-m", "data"]);

@@ -228,3 +228,49 @@ impl Drop for ServeProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A raw TCP connection to a server, with 30 s read and write timeouts (a test never hangs on
+/// it).
+pub fn connect(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    s.set_write_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    s
+}
+
+/// Sends a GET of `target` and does not read the answer (a stalled reader).
+pub fn stalled_get(
+    addr: std::net::SocketAddr,
+    target: &str,
+    auth: Option<&str>,
+) -> std::net::TcpStream {
+    use std::io::Write as _;
+    let mut s = connect(addr);
+    let auth = auth
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
+    s
+}
+
+/// Sends an upload head declaring `declared` bytes of body, then `sent` bytes, then nothing (a
+/// stalled writer).
+pub fn stalled_upload(
+    addr: std::net::SocketAddr,
+    method: &str,
+    target: &str,
+    declared: u64,
+    sent: usize,
+) -> std::net::TcpStream {
+    use std::io::Write as _;
+    let mut s = connect(addr);
+    write!(
+        s,
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {WRITE_TOKEN}\r\nContent-Length: {declared}\r\n\r\n"
+    )
+    .unwrap();
+    s.write_all(&vec![0x5a; sent]).unwrap();
+    s
+}
