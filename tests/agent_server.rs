@@ -41,6 +41,39 @@ fn work_repo(env: &GitEnv, lfs_url: Option<&str>) -> std::path::PathBuf {
     work
 }
 
+/// Commits three random files of `size` bytes named `<prefix>0.bin`… in `work`.
+fn commit_three(
+    env: &GitEnv,
+    work: &Path,
+    prefix: &str,
+    seed: u64,
+    size: usize,
+) -> Vec<(String, Vec<u8>)> {
+    let files: Vec<(String, Vec<u8>)> = (0..3u64)
+        .map(|i| {
+            (
+                format!("{prefix}{i}.bin"),
+                common::splitmix64(seed + i, size),
+            )
+        })
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(work, &["add", "."]);
+    env.git(work, &["commit", "-q", "-m", "three"]);
+    files
+}
+
+/// Waits (at most two minutes) until a xorb is stored under `xorbs`.
+fn wait_for_a_xorb(xorbs: &Path) {
+    let start = std::time::Instant::now();
+    while common::git::count_files(xorbs) == 0 {
+        assert!(start.elapsed().as_secs() < 120, "no xorb arrived");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 fn journal(repo: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(repo.join(".git/xet/transfers.jsonl"))
         .unwrap_or_default()
@@ -166,14 +199,7 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
     env.credential_helper(WRITE_TOKEN);
     xet(&env, &["install", "--global", "--endpoint", server.url()]);
     let work = work_repo(&env, None);
-    let files: Vec<(String, Vec<u8>)> = (0..3u64)
-        .map(|i| (format!("f{i}.bin"), common::splitmix64(60 + i, 24 << 20)))
-        .collect();
-    for (name, data) in &files {
-        std::fs::write(work.join(name), data).unwrap();
-    }
-    env.git(&work, &["add", "."]);
-    env.git(&work, &["commit", "-q", "-m", "three"]);
+    let files = commit_three(&env, &work, "f", 60, 24 << 20);
 
     // Stop the server as soon as its first xorb is stored.
     let xorbs = server.store_dir().join("xorbs");
@@ -182,11 +208,7 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
         dir,
     } = server;
     let killer = std::thread::spawn(move || {
-        let start = std::time::Instant::now();
-        while common::git::count_files(&xorbs) == 0 {
-            assert!(start.elapsed().as_secs() < 120, "no xorb arrived");
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        wait_for_a_xorb(&xorbs);
         running.stop().unwrap();
     });
     let push = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
@@ -227,14 +249,7 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
     env.credential_helper(WRITE_TOKEN);
     xet(&env, &["install", "--global", "--endpoint", server.url()]);
     let work = work_repo(&env, None);
-    let files: Vec<(String, Vec<u8>)> = (0..3u64)
-        .map(|i| (format!("r{i}.bin"), common::splitmix64(80 + i, 16 << 20)))
-        .collect();
-    for (name, data) in &files {
-        std::fs::write(work.join(name), data).unwrap();
-    }
-    env.git(&work, &["add", "."]);
-    env.git(&work, &["commit", "-q", "-m", "three"]);
+    let files = commit_three(&env, &work, "r", 80, 16 << 20);
 
     // Once the first xorb is stored, the server goes away for three seconds and comes back
     // on the same address with the same store, as a restart does.
@@ -244,11 +259,7 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
         dir,
     } = server;
     let restarter = std::thread::spawn(move || {
-        let start = std::time::Instant::now();
-        while common::git::count_files(&xorbs) == 0 {
-            assert!(start.elapsed().as_secs() < 120, "no xorb arrived");
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        wait_for_a_xorb(&xorbs);
         running.stop().unwrap();
         std::thread::sleep(std::time::Duration::from_secs(3));
         let mut config = ServeConfig::new(
