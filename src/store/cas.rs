@@ -897,15 +897,8 @@ impl Store {
         let XorbHealth::Intact(footer) = self.check_xorb(&xorb)? else {
             return Ok(None);
         };
-        let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
-            .map(|i| {
-                ChunkRef::new(
-                    footer.chunk_hashes[i],
-                    u64::from(footer.chunk_len(i).unwrap_or(0)),
-                )
-            })
-            .collect();
-        let mut info = XorbInfo::from_chunks(xorb, &chunks).map_err(ShardRejection::Malformed)?;
+        let mut info =
+            XorbInfo::from_chunks(xorb, &footer.chunk_refs()).map_err(ShardRejection::Malformed)?;
         if let Some(meta) = self.index.xorb(&xorb)? {
             info.num_bytes_on_disk = u32::try_from(meta.stored_len).unwrap_or(u32::MAX);
         }

@@ -29,7 +29,7 @@ use super::cas::{Store, StoreError};
 use crate::format::hash::xorb_hash;
 use crate::format::shard::ParsedShard;
 use crate::format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
-use crate::format::{ChunkRef, FileHash, ShardHash, XorbHash};
+use crate::format::{FileHash, ShardHash, XorbHash};
 
 /// What [`Store::check_xorb`] found.
 #[derive(Debug, Clone)]
@@ -187,15 +187,7 @@ impl Store {
             ));
         }
         // The chunk hashes and lengths every reader relies on must hash to the name.
-        let chunks: Vec<ChunkRef> = (0..footer.num_chunks())
-            .map(|i| {
-                ChunkRef::new(
-                    footer.chunk_hashes[i],
-                    u64::from(footer.chunk_len(i).unwrap_or(0)),
-                )
-            })
-            .collect();
-        let computed = xorb_hash(&chunks);
+        let computed = xorb_hash(&footer.chunk_refs());
         if computed != *xorb {
             return Err(format!(
                 "its footer's chunk hashes hash to {computed}, not to its name"

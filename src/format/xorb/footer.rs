@@ -439,6 +439,18 @@ impl XorbFooter {
         Some(u64::from(end.checked_sub(start)?))
     }
 
+    /// Every chunk's hash and uncompressed length, in order (what the xorb hash is over).
+    pub fn chunk_refs(&self) -> Vec<crate::format::ChunkRef> {
+        (0..self.num_chunks())
+            .map(|i| {
+                crate::format::ChunkRef::new(
+                    self.chunk_hashes[i],
+                    u64::from(self.chunk_len(i).unwrap_or(0)),
+                )
+            })
+            .collect()
+    }
+
     /// Uncompressed length of chunk `i` (V1 footers).
     pub fn chunk_len(&self, i: usize) -> Option<u32> {
         self.unpacked_len(i..i + 1).map(|n| n as u32)
