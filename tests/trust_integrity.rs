@@ -131,6 +131,10 @@ fn run(how: Damage) {
         env.agent_log()
     );
     let sent = journal_sent(&work, &edited);
+    eprintln!(
+        "{how:?}: the edit push after the damage sent {sent} bytes of {}",
+        edited.len()
+    );
     assert!(
         sent > edited.len() as u64 / 2,
         "{how:?}: the edit push sent {sent} bytes: it must not have deduplicated against the damaged xorb"
@@ -228,6 +232,10 @@ fn a_full_disk_fails_a_push_at_once_with_507() {
     let push = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
     let took = started.elapsed();
     assert_ne!(push.status, Some(0), "{}", push.all());
+    eprintln!(
+        "full disk: the push failed after {took:?}: {}",
+        push.all().trim()
+    );
     assert!(
         push.all().contains("507") && push.all().contains("out of storage"),
         "{}",

@@ -50,12 +50,15 @@ impl ApiError {
     }
 
     /// 507 `insufficient_storage`: the disk or quota is full. Not worth an immediate retry.
-    pub fn storage_full(message: impl Into<String>) -> Self {
-        tracing::error!("storage full");
+    /// `detail` (paths, free bytes) goes to the log; the client is told only what it can act
+    /// on.
+    pub fn storage_full(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(%detail, "storage full: uploads are refused with 507 until space is freed");
         Self::new(
             StatusCode::INSUFFICIENT_STORAGE,
             "insufficient_storage",
-            message,
+            "the server's storage is full; uploads fail until its administrator frees or adds \
+             disk space",
         )
     }
 
@@ -140,7 +143,7 @@ impl From<StoreError> for ApiError {
                 source: PlanError::Inverted { .. },
                 ..
             } => Self::bad_request("invalid_range", e.to_string()),
-            _ if e.is_storage_full() => Self::storage_full(format!("storage full: {e}")),
+            _ if e.is_storage_full() => Self::storage_full(&e),
             StoreError::DamagedXorb { .. } => {
                 tracing::error!(error = %e, "damaged xorb");
                 Self::new(
@@ -150,8 +153,9 @@ impl From<StoreError> for ApiError {
                 )
             }
             _ => {
+                // The details (paths, system errors) are for the operator's log.
                 tracing::error!(error = %e, "store failure");
-                Self::internal(format!("storage failure: {e}"))
+                Self::internal("the server's storage failed; its log has the details")
             }
         }
     }

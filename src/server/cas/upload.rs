@@ -25,6 +25,7 @@ use crate::format::xorb::footer::v1_len;
 use crate::format::xorb::{MAX_ACCEPTED_BODY, MAX_XORB_CHUNKS};
 use crate::format::XorbHash;
 use crate::store::wire::{ShardRegistered, XorbUploaded};
+use crate::store::StoreError;
 
 /// The largest xorb upload body: the chunk-region limit plus a trailing V1 footer of
 /// [`MAX_XORB_CHUNKS`] chunks with its `info_length` (older clients send one).
@@ -220,10 +221,15 @@ pub async fn post_shard_v2(
                 } else {
                     tracing::info!(error = %e, "shard upload (v2) refused");
                 }
-                Err(Failure {
-                    message: e.to_string(),
-                    retryable,
-                })
+                // What the client sees, as for every other route: the store's own failures
+                // (paths, system errors) stay in the log.
+                let message = if e.is_client_error() || matches!(e, StoreError::DamagedXorb { .. })
+                {
+                    e.to_string()
+                } else {
+                    ApiError::from(e).message
+                };
+                Err(Failure { message, retryable })
             }
         }
     });
