@@ -127,12 +127,23 @@ pub enum UploadError {
     TooShort { expected: u64, actual: u64 },
     #[error("the input's SHA-256 is {actual}, not the declared {expected}")]
     Sha256Mismatch { expected: LfsOid, actual: LfsOid },
-    #[error("{what}: {source}")]
+    #[error("{}", step_and_cause(what, source))]
     Target { what: String, source: TargetError },
     #[error("cannot build {what}: {detail}")]
     Build { what: String, detail: String },
     #[error("the xorb uploader stopped unexpectedly")]
     UploaderGone,
+}
+
+/// `"<what>: <source>"`, or just the source when it already starts by saying what was being
+/// done (a remote target names the operation too: "uploading xorb X: …" once, not twice).
+fn step_and_cause(what: &str, source: &TargetError) -> String {
+    let cause = source.to_string();
+    if cause.starts_with(what) {
+        cause
+    } else {
+        format!("{what}: {cause}")
+    }
 }
 
 impl UploadError {
