@@ -309,6 +309,16 @@ pub fn retry_horizon() -> Option<std::time::Duration> {
 fn credential_fill(git: &Git, url: &str) -> Option<String> {
     use std::io::Write;
     use std::process::{Command, Stdio};
+    // The URL may come from a server (an action's `href`): a newline in it would add lines of
+    // its own to the request (`host=` another site) and fetch another site's credential.
+    let Some(url) = credential_url(url) else {
+        tracing::warn!(
+            url = %crate::redact::redact(&crate::redact::clip(url, 200)),
+            "not asking git for a credential: not a plain http(s) URL"
+        );
+        return None;
+    };
+    let url = url.as_str();
     let mut cmd = Command::new("git");
     if let Some(dir) = git.dir() {
         cmd.current_dir(dir);
@@ -342,6 +352,20 @@ fn credential_fill(git: &Git, url: &str) -> Option<String> {
     Some(password)
 }
 
+/// `url` as the one line `git credential` may be asked about: an http(s) URL with a host and
+/// no control characters, in its parsed (normalised, percent-encoded) form; `None` otherwise.
+fn credential_url(url: &str) -> Option<String> {
+    if url.chars().any(char::is_control) {
+        return None;
+    }
+    let parsed = reqwest::Url::parse(url.trim()).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return None;
+    }
+    let text = parsed.to_string();
+    (!text.chars().any(char::is_control)).then_some(text)
+}
+
 /// The directory git-lfs moves finished downloads from: `<LFS storage>/tmp`, on the same
 /// filesystem as `.git/lfs/objects` (lfs-agent.md §7). Honours `lfs.storage`.
 pub fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
@@ -363,6 +387,24 @@ pub fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_urls_are_asked_about() {
+        assert_eq!(
+            credential_url("https://h.example/a/b?x=1").as_deref(),
+            Some("https://h.example/a/b?x=1")
+        );
+        for bad in [
+            "https://evil.example/r\nhost=github.com",
+            "https://evil.example/r\rprotocol=https",
+            "https://evil.example/\u{0}",
+            "file:///etc/passwd",
+            "ssh://git@host/x",
+            "not a url",
+        ] {
+            assert_eq!(credential_url(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn userinfo_is_split_off() {
