@@ -334,6 +334,30 @@ fn a_credential_helper_answers_only_for_the_url_it_matches() {
     );
 }
 
+/// An `href` that smuggles a second line into the credential request (`host=` another site)
+/// gets no credential at all: git is asked only about plain URLs.
+#[test]
+fn an_href_with_a_newline_cannot_ask_for_another_hosts_credential() {
+    let s = Sandbox::new();
+    let foreign = foreign_cas();
+    s.helper_for("https://victim.example", OTHER_HOST_SECRET);
+    let object = s.object(5, 50_000);
+    let href = format!(
+        "{}/refresh\nhost=victim.example\nprotocol=https",
+        foreign.url
+    );
+    let run = s.agent(
+        &[],
+        &[
+            init_upload(),
+            negotiated_upload(&object, &href, &foreign.url, &[]),
+        ],
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_never_received(&foreign, &[OTHER_HOST_SECRET]);
+    assert!(!run.all().contains(OTHER_HOST_SECRET), "{}", run.all());
+}
+
 #[test]
 fn a_cas_redirecting_elsewhere_does_not_pass_the_token_on() {
     let s = Sandbox::new();
