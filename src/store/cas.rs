@@ -28,6 +28,7 @@ use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectSt
 use super::index::{
     FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
 };
+use super::integrity::FooterCache;
 pub use super::integrity::XorbHealth;
 use super::reconstruction::{plan, PlanError, ReconstructionPlan};
 use crate::format::hash::{file_hash, verification_hash};
@@ -37,8 +38,6 @@ use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
 
 const VERSION_FILE: &str = "STORE-VERSION";
 const VERSION_TEXT: &str = "git-xet-store 1\n";
-/// Footers kept in memory; a footer of an 8192-chunk xorb is about 330 KB.
-const FOOTER_CACHE_ENTRIES: usize = 512;
 
 /// Why a shard was refused. Each names the file or xorb and the term concerned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -204,12 +203,14 @@ pub struct Store {
     pub(super) backend: Arc<dyn ObjectBackend>,
     pub(super) index: Index,
     /// Footers of xorbs known intact, with the stamp of the object they were read from.
-    pub(super) footers: Mutex<HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>)>>,
+    pub(super) footers: Mutex<FooterCache>,
     /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
     pub(super) verifying: Mutex<()>,
     /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
     /// it deletes, so a shard is never registered against a xorb being collected.
     pub(super) collecting: RwLock<()>,
+    /// Xorbs garbage collection is deleting right now: they count as not stored.
+    pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
     root: PathBuf,
 }
 
@@ -283,9 +284,10 @@ impl Store {
         Ok(Self {
             backend: Arc::new(backend),
             index,
-            footers: Mutex::new(HashMap::new()),
+            footers: Mutex::new(FooterCache::default()),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
+            doomed: Mutex::new(std::collections::HashSet::new()),
             root: dir.to_path_buf(),
         })
     }
@@ -322,9 +324,17 @@ impl Store {
         &self.root
     }
 
-    /// Whether an intact copy of a xorb is stored (see [`Self::check_xorb`]).
+    /// Whether an intact copy of a xorb is stored (see [`Self::check_xorb`]). Only looks.
     pub fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
         Ok(matches!(self.check_xorb(xorb)?, XorbHealth::Intact(_)))
+    }
+
+    /// For an upload about to rely on `xorb` (skip sending it, or answer "already stored"):
+    /// whether an intact copy is stored, and if so its grace period against garbage collection
+    /// starts again (it is about to be used by a shard).
+    pub fn already_stored(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        self.keep_existing(xorb)
     }
 
     /// Validates an upload body (chunk region, optionally with a footer) against its hash and
@@ -332,8 +342,7 @@ impl Store {
     /// intact copy was already stored (the body is then not validated again). A stored copy that
     /// is missing or damaged is replaced: uploading a xorb again repairs it.
     pub fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, StoreError> {
-        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
-        if self.keep_existing(&xorb)? {
+        if self.already_stored(&xorb)? {
             return Ok(false);
         }
         let options = ReadOptions {
@@ -344,13 +353,27 @@ impl Store {
         let parsed = ParsedXorb::parse_with(body, &options).map_err(invalid)?;
         let stored = parsed.to_stored([0; 4]).map_err(invalid)?;
         let footer = parsed.rebuilt_footer([0; 4]);
-        let key = ObjectKey::Xorb(xorb);
-        let created = self.backend.put_if_absent(key, &stored)?;
-        let created = created || self.replace_if_damaged(xorb, &stored)?;
-        if created {
-            self.stored_intact(footer, stored.len() as u64)?;
+        drop(parsed);
+        self.backend.check_space(stored.len() as u64)?;
+        let tmp = self.backend.temp_path("xorb");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(&stored)?;
+            f.sync_all()
+        };
+        if let Err(source) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(StoreError::Backend(BackendError::Io {
+                op: "write",
+                key: format!("xorb {xorb}"),
+                source,
+            }));
         }
-        Ok(created)
+        self.place(footer, stored.len() as u64, &tmp)
     }
 
     /// [`Self::put_xorb`] for an upload body spooled to the file `spool` (a path from
@@ -364,8 +387,7 @@ impl Store {
     }
 
     fn put_xorb_spooled(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
-        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
-        if self.keep_existing(&xorb)? {
+        if self.already_stored(&xorb)? {
             return Ok(false);
         }
         let io = |op: &'static str| {
@@ -411,24 +433,47 @@ impl Store {
             file.sync_all().map_err(io("flush"))?;
         }
         drop(file);
+        self.place(footer, stored_len, spool)
+    }
+
+    /// Puts the validated stored object in `file` (consumed) in place as the xorb `footer`
+    /// describes: created if absent; if a copy is there, kept when intact (a concurrent upload
+    /// won) and replaced when damaged (it could not be moved aside). `true` if this call stored
+    /// it. Under the collection lock, so garbage collection never deletes what was just placed.
+    fn place(&self, footer: XorbFooter, stored_len: u64, file: &Path) -> Result<bool, StoreError> {
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        let xorb = footer.hash;
         let key = ObjectKey::Xorb(xorb);
-        let mut created = self.backend.put_file_if_absent(key, spool)?;
-        if !created && !self.keep_existing(&xorb)? {
-            // Quarantined between our two checks, or could not be moved aside: put ours in its
-            // place (read back, since the spool file was consumed).
-            let stored = self.backend.read_all(key)?.unwrap_or_default();
-            created =
-                stored.len() as u64 == stored_len && self.replace_if_damaged(xorb, &stored)?;
-        }
+        let created = match self.backend.stamp(key)? {
+            None => self.backend.put_file_if_absent(key, file)?,
+            Some(_) if self.keep_existing(&xorb)? => {
+                let _ = fs::remove_file(file);
+                false
+            }
+            Some(_) => {
+                self.backend.replace_file(key, file)?;
+                true
+            }
+        };
         if created {
             self.stored_intact(footer, stored_len)?;
+        } else if !self.has_xorb(&xorb)? {
+            // A concurrent writer's copy appeared between the look and the link and is not
+            // intact: this upload's bytes are gone, so the client must send them again.
+            return Err(StoreError::Backend(BackendError::Io {
+                op: "store",
+                key: format!("xorb {xorb}"),
+                source: std::io::Error::other(
+                    "a concurrent upload left a damaged copy; upload the xorb again",
+                ),
+            }));
         }
         Ok(created)
     }
 
     /// Before an upload of `xorb` is stored: `true` when an intact copy is stored already (the
     /// upload is not needed; its file's age is refreshed so garbage collection counts its grace
-    /// period from now).
+    /// period from now). Called with the collection lock held.
     fn keep_existing(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
         match self.check_xorb(xorb)? {
             XorbHealth::Intact(_) => {
@@ -437,33 +482,6 @@ impl Store {
             }
             XorbHealth::Missing | XorbHealth::Damaged(_) => Ok(false),
         }
-    }
-
-    /// When `put_if_absent` found an object already in place: if that object is damaged (it
-    /// could not be quarantined), replaces it with `stored`. `true` if it did.
-    fn replace_if_damaged(&self, xorb: XorbHash, stored: &[u8]) -> Result<bool, StoreError> {
-        if self.has_xorb(&xorb)? {
-            return Ok(false);
-        }
-        let key = ObjectKey::Xorb(xorb);
-        self.backend.check_space(stored.len() as u64)?;
-        let tmp = self.backend.temp_path("repair");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(stored)?;
-            f.sync_all()
-        };
-        if let Err(source) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(StoreError::Backend(BackendError::Io {
-                op: "write a repair of",
-                key: key.to_string(),
-                source,
-            }));
-        }
-        self.backend.replace_file(key, &tmp)?;
-        Ok(true)
     }
 
     /// Records a xorb this store has just written from a validated body: verified as it is now,
@@ -522,11 +540,10 @@ impl Store {
     }
 
     pub(super) fn cache_footer(&self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
-        let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= FOOTER_CACHE_ENTRIES {
-            cache.clear();
-        }
-        cache.insert(footer.hash, (stamp, footer));
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(stamp, footer);
     }
 
     /// The footer of an intact stored xorb (see [`Self::check_xorb`]); `None` when the xorb is

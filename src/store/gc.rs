@@ -90,19 +90,27 @@ impl Store {
                 report.bytes_young += x.len;
             }
         }
-        let on_disk: HashSet<XorbHash> = listed.iter().map(|x| x.hash).collect();
-        let mut forgotten: HashSet<XorbHash> = self
+        let Some(_exclusive) = self.collection_lock() else {
+            tracing::warn!(
+                "garbage collection skipped: uploads kept the store busy for 10 minutes"
+            );
+            return Ok(report);
+        };
+        let used = self.index.referenced_xorbs()?;
+        report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
+        // Index entries of unused xorbs whose objects are gone (damaged and quarantined, or
+        // deleted by hand), decided under the lock on the objects as they are now.
+        let mut forgotten: HashSet<XorbHash> = HashSet::new();
+        for x in self
             .index
             .xorbs()?
             .into_iter()
             .chain(self.index.all_damaged()?.into_iter().map(|(x, _, _)| x))
-            .filter(|x| !on_disk.contains(x) && !used.contains_key(x))
-            .collect();
-
-        let _exclusive = self.collecting.write().unwrap_or_else(|p| p.into_inner());
-        let used = self.index.referenced_xorbs()?;
-        report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
-        forgotten.retain(|x| !used.contains_key(x));
+        {
+            if !used.contains_key(&x) && self.backend.stamp(ObjectKey::Xorb(x))?.is_none() {
+                forgotten.insert(x);
+            }
+        }
         report.entries_dropped = forgotten.len() as u64;
         let mut doomed = Vec::new();
         for x in candidates {
@@ -126,24 +134,28 @@ impl Store {
             doomed.push(x.hash);
         }
         if !options.dry_run {
-            // The index first: a crash in between leaves files no index entry names, which the
-            // next collection removes, rather than entries whose files are gone.
             let mut entries: HashSet<XorbHash> = doomed.iter().copied().collect();
             entries.extend(forgotten);
-            self.index.remove_xorbs(&entries)?;
-            {
-                let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
-                for x in &entries {
-                    cache.remove(x);
-                }
-            }
-            for x in &doomed {
-                self.backend.remove(ObjectKey::Xorb(*x))?;
-            }
+            // Readers (downloads, dedup answers) do not take the lock: while the entries and
+            // files go, these xorbs count as not stored, so none is verified and indexed again.
+            self.doomed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(entries.iter().copied());
+            let result = self.remove_collected(&entries, &doomed);
+            self.doomed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            result?;
         }
         drop(_exclusive);
         if !options.dry_run {
-            let (files, bytes) = self.backend.clean_temp(options.grace)?;
+            // Spool and staging files of uploads in flight are younger than an hour whatever
+            // the grace period.
+            let (files, bytes) = self
+                .backend
+                .clean_temp(options.grace.max(Duration::from_secs(3600)))?;
             report.temp_files_removed = files;
             report.temp_bytes_freed = bytes;
         }
@@ -157,6 +169,45 @@ impl Store {
             );
         }
         Ok(report)
+    }
+
+    /// The collection lock, taken without making uploads queue behind a waiting collector: tries
+    /// for up to ten minutes (uploads hold it shared only briefly), `None` if it never got it.
+    fn collection_lock(&self) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            match self.collecting.try_write() {
+                Ok(guard) => return Some(guard),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if std::time::Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+
+    /// Drops the index entries of `entries`, then deletes the objects of `objects`. The index
+    /// first: a crash in between leaves files no entry names, which the next collection
+    /// removes, rather than entries whose files are gone.
+    fn remove_collected(
+        &self,
+        entries: &HashSet<XorbHash>,
+        objects: &[XorbHash],
+    ) -> Result<(), StoreError> {
+        self.index.remove_xorbs(entries)?;
+        {
+            let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+            for x in entries {
+                cache.remove(x);
+            }
+        }
+        for x in objects {
+            self.backend.remove(ObjectKey::Xorb(*x))?;
+        }
+        Ok(())
     }
 
     /// Whether the stored object of `xorb` was last written at least `grace` before `now` (not

@@ -24,12 +24,74 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
+use super::backend::BackendError;
 use super::backend::{ObjectKey, ObjectStamp};
 use super::cas::{Store, StoreError};
 use crate::format::hash::xorb_hash;
 use crate::format::shard::ParsedShard;
 use crate::format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
 use crate::format::{FileHash, ShardHash, XorbHash};
+
+/// Bytes of footers kept in memory (a footer of an 8192-chunk xorb holds about 330 KB).
+pub const FOOTER_CACHE_BYTES: u64 = 64 << 20;
+
+/// Footers of xorbs known intact, each with the stamp of the object it was read from, within
+/// [`FOOTER_CACHE_BYTES`]; when full, the oldest entries go first.
+#[derive(Debug, Default)]
+pub struct FooterCache {
+    entries: std::collections::HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>, u64)>,
+    /// Insertion order: (xorb, insertion number), for eviction.
+    order: std::collections::VecDeque<(XorbHash, u64)>,
+    bytes: u64,
+    inserted: u64,
+}
+
+impl FooterCache {
+    fn cost(footer: &XorbFooter) -> u64 {
+        footer.num_chunks() as u64 * 40 + 256
+    }
+
+    /// The footer of `xorb` if it was read from the object with `stamp`.
+    pub fn get(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
+        match self.entries.get(xorb) {
+            Some((s, f, _)) if s == stamp => Some(Arc::clone(f)),
+            _ => None,
+        }
+    }
+
+    /// The footer of `xorb`, whatever object it was read from.
+    pub fn any(&self, xorb: &XorbHash) -> Option<Arc<XorbFooter>> {
+        self.entries.get(xorb).map(|(_, f, _)| Arc::clone(f))
+    }
+
+    pub fn insert(&mut self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
+        let xorb = footer.hash;
+        self.remove(&xorb);
+        self.inserted += 1;
+        self.bytes += Self::cost(&footer);
+        self.entries.insert(xorb, (stamp, footer, self.inserted));
+        self.order.push_back((xorb, self.inserted));
+        while self.bytes > FOOTER_CACHE_BYTES && self.entries.len() > 1 {
+            let Some((old, n)) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.get(&old).is_some_and(|(_, _, m)| *m == n) {
+                self.remove(&old);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, xorb: &XorbHash) {
+        if let Some((_, f, _)) = self.entries.remove(xorb) {
+            self.bytes -= Self::cost(&f);
+        }
+        if self.order.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.order
+                .retain(|(x, n)| entries.get(x).is_some_and(|(_, _, m)| m == n));
+        }
+    }
+}
 
 /// What [`Store::check_xorb`] found.
 #[derive(Debug, Clone)]
@@ -73,6 +135,14 @@ impl ScrubReport {
     }
 }
 
+/// What [`Store::read_footer`] found.
+enum FooterRead {
+    Footer(XorbFooter),
+    Damaged(String),
+    /// The object changed or disappeared while being read.
+    Gone,
+}
+
 /// Why `bytes` are not the intact stored form of `xorb`, or its footer.
 fn verify_stored(xorb: &XorbHash, bytes: &[u8]) -> Result<XorbFooter, String> {
     let options = ReadOptions {
@@ -98,6 +168,9 @@ impl Store {
     /// is the version verified before, a whole verification otherwise. A xorb found damaged or
     /// missing is quarantined and logged here.
     pub fn check_xorb(&self, xorb: &XorbHash) -> Result<XorbHealth, StoreError> {
+        if self.being_collected(xorb) {
+            return Ok(XorbHealth::Missing);
+        }
         let key = ObjectKey::Xorb(*xorb);
         let Some(stamp) = self.backend.stamp(key)? else {
             self.forget_footer(xorb);
@@ -115,16 +188,18 @@ impl Store {
             return Ok(XorbHealth::Intact(f));
         }
         if self.index.verified(xorb)? == Some(stamp) {
-            match self.read_footer(xorb, stamp.len) {
-                Ok(footer) => {
+            match self.read_footer(xorb, stamp.len)? {
+                FooterRead::Footer(footer) => {
                     let footer = Arc::new(footer);
                     self.cache_footer(stamp, Arc::clone(&footer));
                     return Ok(XorbHealth::Intact(footer));
                 }
-                Err(why) => {
+                FooterRead::Damaged(why) => {
                     self.mark_damaged(xorb, &why)?;
                     return Ok(XorbHealth::Damaged(why));
                 }
+                // Removed or replaced while it was read: look again.
+                FooterRead::Gone => return self.check_xorb(xorb),
             }
         }
         self.verify_whole(xorb, stamp)
@@ -163,45 +238,67 @@ impl Store {
     }
 
     /// The footer at the end of the object of `xorb` (`len` bytes), checked against the name
-    /// (its chunk hashes and lengths hash to it) but without reading the chunks.
-    fn read_footer(&self, xorb: &XorbHash, len: u64) -> Result<XorbFooter, String> {
+    /// (its chunk hashes and lengths hash to it) but without reading the chunks. An I/O failure
+    /// is an error, not damage: a full descriptor table must not quarantine intact objects.
+    fn read_footer(&self, xorb: &XorbHash, len: u64) -> Result<FooterRead, StoreError> {
         let key = ObjectKey::Xorb(*xorb);
-        let read = |range: std::ops::Range<u64>| -> Result<Vec<u8>, String> {
-            self.backend
-                .read_range(key, range)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "its stored object disappeared while being read".to_string())
+        let range = |range: std::ops::Range<u64>| -> Result<Option<Vec<u8>>, StoreError> {
+            match self.backend.read_range(key, range) {
+                Ok(bytes) => Ok(bytes),
+                // Shorter than its stamp said: changed since, look again.
+                Err(BackendError::RangeOutOfBounds { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
         };
-        let last = read(len.saturating_sub(4)..len)?;
-        let last: [u8; 4] = last.as_slice().try_into().map_err(|_| {
-            format!("its stored object has {len} bytes, too short for a footer length")
-        })?;
+        let Some(last) = range(len.saturating_sub(4)..len)? else {
+            return Ok(FooterRead::Gone);
+        };
+        let Ok(last) = <[u8; 4]>::try_from(last.as_slice()) else {
+            return Ok(FooterRead::Damaged(format!(
+                "its stored object has {len} bytes, too short for a footer length"
+            )));
+        };
         let tail_len = XorbFooter::tail_len(last).min(len);
-        let tail = read(len - tail_len..len)?;
-        let (footer, _) = XorbFooter::from_tail(&tail, len)
-            .map_err(|e| format!("its footer does not parse: {e}"))?;
+        let Some(tail) = range(len - tail_len..len)? else {
+            return Ok(FooterRead::Gone);
+        };
+        let footer = match XorbFooter::from_tail(&tail, len) {
+            Ok((footer, _)) => footer,
+            Err(e) => {
+                return Ok(FooterRead::Damaged(format!(
+                    "its footer does not parse: {e}"
+                )))
+            }
+        };
         if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
-            return Err(format!(
+            return Ok(FooterRead::Damaged(format!(
                 "its footer describes xorb {} or is not a V1 footer",
                 footer.hash
-            ));
+            )));
         }
         // The chunk hashes and lengths every reader relies on must hash to the name.
         let computed = xorb_hash(&footer.chunk_refs());
         if computed != *xorb {
-            return Err(format!(
+            return Ok(FooterRead::Damaged(format!(
                 "its footer's chunk hashes hash to {computed}, not to its name"
-            ));
+            )));
         }
-        Ok(footer)
+        Ok(FooterRead::Footer(footer))
+    }
+
+    /// Whether garbage collection is removing `xorb` right now (it counts as not stored).
+    fn being_collected(&self, xorb: &XorbHash) -> bool {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(xorb)
     }
 
     fn cached_footer(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
-        let cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
-        match cache.get(xorb) {
-            Some((s, f)) if s == stamp => Some(Arc::clone(f)),
-            _ => None,
-        }
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(xorb, stamp)
     }
 
     fn forget_footer(&self, xorb: &XorbHash) {
@@ -212,8 +309,16 @@ impl Store {
     }
 
     /// Takes a damaged or missing xorb out of service: its object (if any) is moved to
-    /// `quarantine/`, the index records why, and an error is logged for the operator.
+    /// `quarantine/`, the index records why (the first reason found is kept), and an error is
+    /// logged for the operator.
     fn mark_damaged(&self, xorb: &XorbHash, why: &str) -> Result<(), StoreError> {
+        if self.index.damaged(xorb)?.is_some() {
+            // Found by another request already (or the object is back): just make sure it is
+            // out of the way.
+            let _ = self.backend.quarantine(ObjectKey::Xorb(*xorb));
+            self.forget_footer(xorb);
+            return Ok(());
+        }
         let quarantined = match self.backend.quarantine(ObjectKey::Xorb(*xorb)) {
             Ok(moved) => moved,
             Err(e) => {
@@ -251,8 +356,7 @@ impl Store {
                 .footers
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .get(xorb)
-                .map(|(_, f)| Arc::clone(f));
+                .any(xorb);
             if let Some(f) = cached {
                 self.cache_footer(stamp, f);
             }
@@ -333,5 +437,59 @@ impl Store {
         report.affected_files = some;
         report.affected_file_count = count;
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(i: u16) -> XorbHash {
+        let mut b = [0u8; 32];
+        b[..2].copy_from_slice(&i.to_le_bytes());
+        XorbHash::from_bytes(b)
+    }
+
+    fn footer(i: u16, chunks: usize) -> Arc<XorbFooter> {
+        Arc::new(XorbFooter {
+            hash: name(i),
+            chunk_hashes: vec![crate::format::ChunkHash::from_bytes([1; 32]); chunks],
+            chunk_boundary_offsets: (1..=chunks as u32).collect(),
+            unpacked_chunk_offsets: Some((1..=chunks as u32).collect()),
+            buffer: [0; 16],
+        })
+    }
+
+    #[test]
+    fn the_footer_cache_stays_within_its_budget_and_keeps_the_newest() {
+        let stamp = ObjectStamp {
+            len: 1,
+            version: [0; 24],
+        };
+        let other = ObjectStamp {
+            len: 2,
+            version: [0; 24],
+        };
+        let mut cache = FooterCache::default();
+        // 8192-chunk footers: about 330 KB each; 400 of them would be 130 MB.
+        for i in 0..400u16 {
+            cache.insert(stamp, footer(i, 8192));
+            assert!(cache.bytes <= FOOTER_CACHE_BYTES, "{}", cache.bytes);
+        }
+        let newest = name(399);
+        assert!(cache.get(&newest, &stamp).is_some());
+        assert!(
+            cache.get(&newest, &other).is_none(),
+            "another object version"
+        );
+        assert!(
+            cache.get(&name(0), &stamp).is_none(),
+            "the oldest were evicted"
+        );
+        let kept = cache.entries.len();
+        assert!(kept > 150 && kept < 400, "{kept}");
+        cache.remove(&newest);
+        assert!(cache.any(&newest).is_none());
+        assert!(cache.order.len() <= 2 * cache.entries.len() + 64 + 1);
     }
 }

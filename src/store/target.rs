@@ -157,7 +157,8 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
 
 impl CasTarget for Store {
     fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
-        Ok(Store::has_xorb(self, xorb)?)
+        // The upload will rely on it: its grace period against collection starts again.
+        Ok(Store::already_stored(self, xorb)?)
     }
 
     fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {

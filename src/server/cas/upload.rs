@@ -64,7 +64,7 @@ pub async fn post_xorb(
     }
     check_declared(&headers, XORB_BODY_LIMIT, &what)?;
     let st = state.clone();
-    if blocking(move || Ok(st.store.has_xorb(&xorb)?)).await? {
+    if blocking(move || Ok(st.store.already_stored(&xorb)?)).await? {
         let len = drain(body, Some(XORB_BODY_LIMIT), &what).await?;
         tracing::info!(%xorb, bytes = len, inserted = false, "xorb upload: already stored");
         return Ok(uploaded(false));
