@@ -18,7 +18,7 @@
 use std::future::Future as _;
 use std::io::Write as _;
 use std::ops::Deref;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -33,6 +33,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::error::ApiError;
 use crate::format::LfsOid;
+use crate::store::Store;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -269,16 +270,28 @@ struct Writer {
     hasher: Option<sha2::Sha256>,
 }
 
-/// Streams a body of at most `limit` bytes to a new file in `dir`, hashing it with SHA-256 if
-/// `hash`. See the module documentation.
+/// Bytes spooled between two checks of the store's free-space reserve.
+const SPACE_CHECK_EVERY: u64 = 8 << 20;
+
+/// Streams a body of at most `limit` bytes to a new file in the store's spool directory,
+/// hashing it with SHA-256 if `hash`. The store's free-space reserve is checked for the declared
+/// length before anything is read, then every [`SPACE_CHECK_EVERY`] bytes (507 when it would
+/// be crossed). See the module documentation.
 pub async fn spool_body(
-    dir: &Path,
+    store: &Arc<Store>,
+    declared: Option<u64>,
     mut body: Body,
     limit: Option<u64>,
     hash: bool,
     what: &str,
 ) -> Result<Spooled, ApiError> {
-    let dir: PathBuf = dir.to_path_buf();
+    let room =
+        |bytes: u64| -> Result<(), ApiError> { store.check_space(bytes).map_err(ApiError::from) };
+    if let Err(e) = room(declared.unwrap_or(0)) {
+        let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+        return Err(e);
+    }
+    let dir: PathBuf = store.spool_dir();
     let what_owned = what.to_string();
     let created = tokio::task::spawn_blocking(move || {
         tempfile::Builder::new().prefix("spool-").tempfile_in(&dir)
@@ -299,11 +312,19 @@ pub async fn spool_body(
         hasher: hash.then(sha2::Sha256::new),
     });
     let mut len = 0u64;
+    let mut checked = declared.unwrap_or(0);
     while let Some(frame) = next_data(&mut body).await {
         let data = frame.map_err(|e| read_error(what, e))?;
         len += data.len() as u64;
         if let Some(limit) = limit.filter(|&l| len > l) {
             return Err(longer_than(what, limit));
+        }
+        if len > checked {
+            if let Err(e) = room(SPACE_CHECK_EVERY) {
+                let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+                return Err(e);
+            }
+            checked = len + SPACE_CHECK_EVERY;
         }
         let Some(mut w) = writer.take() else {
             return Err(ApiError::internal(format!("{what}: spool file lost")));
@@ -397,8 +418,10 @@ mod tests {
     #[tokio::test]
     async fn spooled_bodies_are_hashed_and_removed_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
         let s = spool_body(
-            dir.path(),
+            &store,
+            None,
             Body::from(b"hello".to_vec()),
             Some(10),
             true,
@@ -412,10 +435,40 @@ mod tests {
         let path = s.path.to_path_buf();
         drop(s);
         assert!(!path.exists());
-        let e = spool_body(dir.path(), Body::from(vec![0u8; 11]), Some(10), false, "t")
-            .await
-            .unwrap_err();
+        let e = spool_body(
+            &store,
+            None,
+            Body::from(vec![0u8; 11]),
+            Some(10),
+            false,
+            "t",
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.status.as_u16(), 413);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // A store whose reserve is larger than its disk: 507 before anything is spooled.
+        let full_dir = tempfile::tempdir().unwrap();
+        let full = Arc::new(
+            Store::open_with(
+                full_dir.path(),
+                crate::store::StoreOptions {
+                    min_free_bytes: u64::MAX,
+                },
+            )
+            .unwrap(),
+        );
+        let e = spool_body(
+            &full,
+            Some(5),
+            Body::from(b"hello".to_vec()),
+            None,
+            true,
+            "t",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.status.as_u16(), 507);
+        assert_eq!(std::fs::read_dir(full.spool_dir()).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(store.spool_dir()).unwrap().count(), 0);
     }
 }

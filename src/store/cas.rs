@@ -501,6 +501,13 @@ impl Store {
         Ok(())
     }
 
+    /// Fails with the storage-full error unless writing `bytes` more leaves the store's
+    /// free-space reserve ([`StoreOptions::min_free_bytes`]) free: for request bodies spooled
+    /// before they are stored.
+    pub fn check_space(&self, bytes: u64) -> Result<(), StoreError> {
+        Ok(self.backend.check_space(bytes)?)
+    }
+
     /// The store's temporary directory (see [`Self::spool_path`]).
     pub fn spool_dir(&self) -> PathBuf {
         self.root.join("tmp")

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::super::auth::Scope;
-use super::super::body::{check_declared, drain, read_body, spool_body, SmallBody};
+use super::super::body::{check_declared, content_length, drain, read_body, spool_body, SmallBody};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::progress::{self, Failure, Frame};
@@ -34,13 +34,6 @@ pub const XORB_BODY_LIMIT: u64 = MAX_ACCEPTED_BODY + v1_len(MAX_XORB_CHUNKS as u
 pub const TELEMETRY_LIMIT: u64 = 1024 * 1024;
 /// The body of a grant request is a small JSON object; at most this much is read.
 const GRANT_BODY_LIMIT: u64 = 64 * 1024;
-
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
-}
 
 fn empty_body(what: String) -> ApiError {
     ApiError::bad_request("empty_body", format!("{what}: the body is empty"))
@@ -70,7 +63,8 @@ pub async fn post_xorb(
         return Ok(uploaded(false));
     }
     let spooled = spool_body(
-        &state.store.spool_dir(),
+        &state.store,
+        content_length(&headers),
         body,
         Some(XORB_BODY_LIMIT),
         false,

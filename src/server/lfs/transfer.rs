@@ -54,13 +54,11 @@ fn parse_oid(s: &str) -> Result<LfsOid, ApiError> {
         .map_err(|e| ApiError::bad_request("invalid_oid", format!("{s:?} is not an oid: {e}")))
 }
 
+/// The declared length: `None` when absent (chunked), 400 when malformed.
 fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     match headers.get(header::CONTENT_LENGTH) {
         None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
+        Some(_) => crate::server::body::content_length(headers)
             .map(Some)
             .ok_or_else(|| ApiError::bad_request("invalid_length", "malformed Content-Length")),
     }
@@ -101,7 +99,7 @@ pub async fn put(
     }
 
     let what = format!("object {oid}");
-    let spooled = spool_body(&state.store.spool_dir(), body, declared, true, &what).await?;
+    let spooled = spool_body(&state.store, declared, body, declared, true, &what).await?;
     if let Some(expected) = declared.filter(|&d| d != spooled.len) {
         return Err(upload_error(
             &oid,
@@ -131,6 +129,9 @@ pub async fn put(
         let options = UploadOptions {
             expected_sha256: Some(oid),
             expected_size: Some(spooled.len),
+            // The target is local (a staging directory): a second xorb in flight would only
+            // hold another 64 MiB per ingest slot.
+            parallel_puts: 1,
             ..UploadOptions::default()
         };
         let reader = std::io::BufReader::with_capacity(SPOOL_READ_BUF, file);
