@@ -8,7 +8,10 @@
 //!   inner target accepted it (shards without xorb blocks are skipped: a lookup by chunk can
 //!   never find them);
 //! - every global-dedup answer ([`CasTarget::dedup_query`] returning a shard) is inserted, keyed
-//!   or not, with its key and expiry.
+//!   or not, with its key and expiry;
+//! - when the inner target refuses a shard because a xorb it relies on is lost or damaged
+//!   there ([`TargetError::is_lost_xorb`]), the xorbs the shard relied on without sending them
+//!   are dropped from the cache, so that uploading again sends their chunks (the agent does).
 //!
 //! The cache is an optimisation and never fails an upload: a cache error is logged
 //! (`tracing::warn!`), and after the first failed lookup the wrapper stops asking the cache for
@@ -69,35 +72,40 @@ impl<T: CasTarget> Cached<T> {
         self.inner
     }
 
-    /// After the target refused `shard`: the xorbs the shard relies on that the refusal names
-    /// (a server answers `unknown_xorb` or `xorb_damaged` naming the xorb it lost) are deleted
-    /// from the cache, so the next upload does not deduplicate against them again but uploads
-    /// their chunks, which also repairs the server's copy.
-    fn forget_named_xorbs(&self, shard: &[u8], refusal: &TargetError) {
+    /// After the target refused `shard` because a xorb it relies on is lost or damaged there:
+    /// every xorb the shard's files rely on that this upload did not send itself (those came
+    /// from the cache or from older dedup answers) is dropped from the cache, so the next upload
+    /// does not deduplicate against them blindly again: it asks the server (whose answers name
+    /// only intact xorbs) or sends their chunks, which also repairs the server's copy.
+    fn forget_relied_on(&self, shard: &[u8], refusal: &TargetError) {
+        if !refusal.is_lost_xorb() {
+            return;
+        }
         let Ok(parsed) = ParsedShard::parse(shard) else {
             return;
         };
-        let text = refusal.to_string();
-        let mut named: Vec<XorbHash> = parsed
+        let sent: std::collections::HashSet<XorbHash> =
+            parsed.shard.xorbs.iter().map(|x| x.hash).collect();
+        let mut relied: Vec<XorbHash> = parsed
             .shard
             .files
             .iter()
             .flat_map(|f| f.terms.iter().map(|t| t.xorb_hash))
-            .chain(parsed.shard.xorbs.iter().map(|x| x.hash))
-            .filter(|x| text.contains(&x.to_hex()))
+            .filter(|x| !sent.contains(x))
             .collect();
-        named.sort();
-        named.dedup();
-        if named.is_empty() {
+        relied.sort();
+        relied.dedup();
+        if relied.is_empty() {
             return;
         }
-        match self.cache.forget_xorbs(&named) {
+        match self.cache.forget_xorbs(&relied) {
             Ok(n) => tracing::warn!(
-                xorbs = ?named.iter().map(|x| x.to_hex()).collect::<Vec<_>>(),
+                xorbs = relied.len(),
                 shards = n,
-                "the server no longer has these xorbs intact; removed them from the local shard cache"
+                "the server no longer holds a xorb this upload relied on; dropped the xorbs it \
+                 had not sent itself from the local shard cache"
             ),
-            Err(e) => tracing::warn!(error = %e, "cannot remove lost xorbs from the shard cache"),
+            Err(e) => tracing::warn!(error = %e, "cannot drop lost xorbs from the shard cache"),
         }
     }
 
@@ -123,7 +131,7 @@ impl<T: CasTarget> CasTarget for Cached<T> {
 
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
         if let Err(e) = self.inner.register_shard(shard) {
-            self.forget_named_xorbs(shard, &e);
+            self.forget_relied_on(shard, &e);
             return Err(e);
         }
         match ParsedShard::parse(shard) {

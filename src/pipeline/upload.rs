@@ -163,24 +163,7 @@ impl UploadError {
     /// stale local shard cache, or the xorb was lost, damaged or collected meanwhile. Uploading
     /// again (the cache has dropped the xorb, see [`crate::pipeline::cached`]) sends its chunks.
     pub fn is_lost_xorb(&self) -> bool {
-        use crate::store::{ShardRejection, StoreError};
-        let UploadError::Target { source, .. } = self else {
-            return false;
-        };
-        match source {
-            TargetError::Store(e) => matches!(
-                **e,
-                StoreError::ShardRejected(
-                    ShardRejection::UnknownXorb { .. }
-                        | ShardRejection::UnknownXorbBlock { .. }
-                        | ShardRejection::DamagedXorb { .. }
-                )
-            ),
-            TargetError::Remote { .. } => {
-                matches!(source.code(), Some("unknown_xorb" | "xorb_damaged"))
-            }
-            _ => false,
-        }
+        matches!(self, UploadError::Target { source, .. } if source.is_lost_xorb())
     }
 
     fn target(what: impl Into<String>) -> impl FnOnce(TargetError) -> UploadError {

@@ -70,6 +70,27 @@ impl TargetError {
         }
     }
 
+    /// True when a shard was refused because a xorb it relies on is not stored intact at the
+    /// target (`unknown_xorb`, `xorb_damaged`): lost, damaged or collected since the client
+    /// learned of it.
+    pub fn is_lost_xorb(&self) -> bool {
+        use super::{ShardRejection, StoreError};
+        match self {
+            TargetError::Store(e) => matches!(
+                **e,
+                StoreError::ShardRejected(
+                    ShardRejection::UnknownXorb { .. }
+                        | ShardRejection::UnknownXorbBlock { .. }
+                        | ShardRejection::DamagedXorb { .. }
+                )
+            ),
+            TargetError::Remote { .. } => {
+                matches!(self.code(), Some("unknown_xorb" | "xorb_damaged"))
+            }
+            _ => false,
+        }
+    }
+
     /// The server's error code, for a remote refusal that carried one.
     pub fn code(&self) -> Option<&str> {
         match self {
