@@ -41,12 +41,15 @@ pub enum DownloadError {
     #[error("cannot write the output: {0}")]
     Write(io::Error),
     #[error(
-        "the downloaded chunks hash to Xet file {actual}, not {expected}: the stored data is \
-         damaged or the reconstruction is wrong"
+        "the downloaded chunks hash to Xet file {actual}, not {expected}: the server's copy of \
+         one of the xorbs it was rebuilt from ({xorbs}) is damaged, or its reconstruction is \
+         wrong; ask the server's administrator to run `git xet scrub`"
     )]
     WrongFile {
         expected: FileHash,
         actual: FileHash,
+        /// The xorbs of the plan (the first few, for the message).
+        xorbs: String,
     },
 }
 
@@ -70,9 +73,18 @@ pub fn write_file(
     let written = write_terms(source, plan, sink, Some(&mut chunks))?;
     let actual = file_hash(&chunks);
     if actual != *expected {
+        let mut names: Vec<String> = Vec::new();
+        for (x, _) in &plan.fetch {
+            if names.len() == 4 {
+                names.push("…".into());
+                break;
+            }
+            names.push(x.to_hex());
+        }
         return Err(DownloadError::WrongFile {
             expected: *expected,
             actual,
+            xorbs: names.join(", "),
         });
     }
     Ok(written)

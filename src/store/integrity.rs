@@ -342,6 +342,22 @@ impl Store {
         Ok(())
     }
 
+    /// A reader found `xorb`'s bytes not what its footer says (`why`) although its stamp did not
+    /// change (silent media damage): the object is verified whole again and, if it fails,
+    /// quarantined like any damaged xorb. Never fails the caller: problems are logged.
+    pub fn report_damage(&self, xorb: &XorbHash, why: &str) {
+        tracing::error!(%xorb, reason = why, "a read found a stored xorb's bytes damaged");
+        self.forget_footer(xorb);
+        let outcome = match self.backend.stamp(ObjectKey::Xorb(*xorb)) {
+            Ok(Some(stamp)) => self.verify_whole(xorb, stamp).map(|_| ()),
+            Ok(None) => self.check_xorb(xorb).map(|_| ()),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = outcome {
+            tracing::error!(%xorb, error = %e, "cannot verify a xorb reported damaged");
+        }
+    }
+
     /// Sets the stored object's modification time to now and records the new stamp (the object
     /// was intact a moment ago and only its time changed).
     pub(super) fn refresh(&self, xorb: &XorbHash) -> Result<(), StoreError> {
@@ -491,5 +507,51 @@ mod tests {
         cache.remove(&newest);
         assert!(cache.any(&newest).is_none());
         assert!(cache.order.len() <= 2 * cache.entries.len() + 64 + 1);
+    }
+}
+
+#[cfg(test)]
+mod damage_tests {
+    use crate::format::xorb::{CompressionPolicy, XorbBuilder};
+    use crate::store::backend::ObjectKey;
+    use crate::store::{Store, XorbHealth};
+
+    /// Damage that leaves the object's stamp as it was (media errors) is not seen by
+    /// `check_xorb`, but a reader that finds it reports it, and the xorb leaves service.
+    #[test]
+    fn silent_damage_reported_by_a_reader_is_quarantined() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut b = XorbBuilder::new(CompressionPolicy::None);
+        for i in 0..4u8 {
+            let _ = b.add_chunk(&vec![i; 10_000]).unwrap();
+        }
+        let built = b.finish().unwrap();
+        let xorb = built.hash();
+        assert!(store.put_xorb(xorb, built.upload_body()).unwrap());
+        // Damage the bytes, then record the damaged object's stamp as verified: what a disk
+        // that silently flips a bit looks like to the store.
+        let key = ObjectKey::Xorb(xorb);
+        let mut bytes = store.backend.read_all(key).unwrap().unwrap();
+        bytes[20_000] ^= 1;
+        let tmp = store.backend.temp_path("rot");
+        std::fs::write(&tmp, &bytes).unwrap();
+        store.backend.replace_file(key, &tmp).unwrap();
+        let stamp = store.backend.stamp(key).unwrap().unwrap();
+        store.index.set_verified(&xorb, &stamp).unwrap();
+        assert!(matches!(
+            store.check_xorb(&xorb).unwrap(),
+            XorbHealth::Intact(_)
+        ));
+
+        store.report_damage(&xorb, "chunk 2 hashes to something else");
+        assert!(matches!(
+            store.check_xorb(&xorb).unwrap(),
+            XorbHealth::Damaged(_)
+        ));
+        assert!(!store.has_xorb(&xorb).unwrap());
+        // And an upload repairs it.
+        assert!(store.put_xorb(xorb, built.upload_body()).unwrap());
+        assert!(store.has_xorb(&xorb).unwrap());
     }
 }

@@ -147,6 +147,31 @@ fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, Rebuild
     let raw = store
         .read_xorb(&xorb, range)?
         .ok_or(RebuildError::MissingXorb { xorb })?;
+    decode_piece(&raw, &footer, xorb, start, end, stored_start, decoded)
+        .inspect_err(|e| {
+            if let RebuildError::DamagedChunk { problem, .. } = e {
+                // Silent damage (the object's stamp did not change): take it out of service.
+                store.report_damage(&xorb, problem);
+            }
+        })
+        .map(|out| {
+            at.chunk = end as u32;
+            Some(Bytes::from(out))
+        })
+}
+
+/// Decodes chunks `start..end` of `xorb` from `raw` (their stored bytes, beginning at
+/// `stored_start`), checking each against the footer.
+fn decode_piece(
+    raw: &[u8],
+    footer: &XorbFooter,
+    xorb: XorbHash,
+    start: usize,
+    end: usize,
+    stored_start: u64,
+    decoded: u64,
+) -> Result<Vec<u8>, RebuildError> {
+    let boundaries = &footer.chunk_boundary_offsets;
     let mut out = Vec::with_capacity(decoded as usize);
     let mut offset = 0usize;
     for (index, &boundary) in boundaries.iter().enumerate().take(end).skip(start) {
@@ -182,8 +207,7 @@ fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, Rebuild
         }
         offset = chunk_end;
     }
-    at.chunk = end as u32;
-    Ok(Some(Bytes::from(out)))
+    Ok(out)
 }
 
 /// What a download is, for its log line.
