@@ -106,14 +106,24 @@ fn duration(s: &str) -> Result<Duration, String> {
     })
 }
 
+/// The shortest `--gc-grace`: an upload in flight must have time to register its shard.
+const MIN_GC_GRACE: Duration = Duration::from_secs(600);
+
 /// The store options and maintenance schedule: the defaults, with what was given.
-fn store_settings(args: &StoreArgs) -> (crate::store::StoreOptions, Maintenance) {
+fn store_settings(args: &StoreArgs) -> Result<(crate::store::StoreOptions, Maintenance), String> {
     let mut m = Maintenance::default();
     let every = |d: Duration| (!d.is_zero()).then_some(d);
     if let Some(d) = args.gc_interval {
         m.gc_interval = every(d);
     }
     if let Some(d) = args.gc_grace {
+        if d < MIN_GC_GRACE {
+            return Err(
+                "--gc-grace must be at least 10m: a shorter one could remove the xorbs of a push \
+                 still in flight (use `git xet gc --grace` on a stopped server for less)"
+                    .into(),
+            );
+        }
         m.gc_grace = d;
     }
     if let Some(d) = args.scrub_interval {
@@ -122,7 +132,7 @@ fn store_settings(args: &StoreArgs) -> (crate::store::StoreOptions, Maintenance)
     let options = crate::store::StoreOptions {
         min_free_bytes: args.min_free.unwrap_or(0),
     };
-    (options, m)
+    Ok((options, m))
 }
 
 /// The `Limits` flags (boxed in [`ServeArgs`] to keep the command enum small).
@@ -201,6 +211,14 @@ fn limits(args: &LimitArgs) -> Result<Limits, Box<dyn std::error::Error>> {
         l.max_ingest = positive("max-ingest", v)?;
     }
     if let Some(mib) = args.body_memory {
+        // The largest small body (a shard) must fit, or it would be told "busy" forever.
+        let least = crate::format::shard::MAX_SHARD_SIZE >> 20;
+        if mib < least {
+            return Err(format!(
+                "--body-memory must be at least {least} (MiB): a shard may be that large"
+            )
+            .into());
+        }
         l.body_memory = mib
             .checked_mul(1 << 20)
             .ok_or("--body-memory is too large")?;
@@ -245,14 +263,18 @@ fn secrets(args: &ServeArgs) -> Result<Vec<Secret>, Box<dyn std::error::Error>> 
 pub fn run(args: &ServeArgs) -> CmdResult {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Every log line goes through the redaction every other command uses (tokens, URL
+    // passwords, signatures); no colour codes, which would end up in log files.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(false)
+        .with_writer(super::transfer::Redacting(std::io::stderr));
     // Another subscriber may be set already (in tests); that is fine.
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+    crate::lfs::settings::register_env_secrets();
     let secrets = secrets(args)?;
     if secrets.is_empty() {
         return Err(
@@ -267,7 +289,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.token_ttl = Duration::from_secs(args.token_ttl);
     config.max_lifetime = args.max_lifetime.map(Duration::from_secs);
     config.limits = limits(&args.limits)?;
-    (config.store, config.maintenance) = store_settings(&args.store);
+    (config.store, config.maintenance) = store_settings(&args.store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -314,7 +336,7 @@ mod tests {
             let mut all = vec!["serve", "--data", "/tmp/x"];
             all.extend_from_slice(args);
             let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
-            Ok::<_, String>(store_settings(&cli.serve.store))
+            store_settings(&cli.serve.store)
         };
         let (options, m) = settings(&[]).unwrap();
         assert_eq!(options.min_free_bytes, 0);
@@ -340,6 +362,8 @@ mod tests {
         assert!(e.contains("not a size"), "{e}");
         let e = settings(&["--gc-interval", "soon"]).unwrap_err();
         assert!(e.contains("not a duration"), "{e}");
+        let e = settings(&["--gc-grace", "5m"]).unwrap_err();
+        assert!(e.contains("at least 10m"), "{e}");
     }
 
     #[test]
@@ -351,7 +375,7 @@ mod tests {
             "--max-uploads",
             "3",
             "--body-memory",
-            "2",
+            "80",
             "--send-timeout",
             "0.25",
             "--shutdown-timeout",
@@ -360,7 +384,7 @@ mod tests {
         .unwrap();
         assert_eq!(l.max_connections, 10);
         assert_eq!(l.max_uploads, 3);
-        assert_eq!(l.body_memory, 2 << 20);
+        assert_eq!(l.body_memory, 80 << 20);
         assert_eq!(l.send_timeout, Duration::from_millis(250));
         assert_eq!(l.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(l.body_timeout, Limits::default().body_timeout);

@@ -80,7 +80,7 @@ pub const MAX_LOG_LINE: usize = 16 * 1024;
 /// A [`MakeWriter`](tracing_subscriber::fmt::MakeWriter) whose writers redact and clip what
 /// they are given. The fmt layer formats each event into one buffer and writes it with one
 /// `write_all`, so each write is one whole log line.
-struct Redacting<M>(M);
+pub(super) struct Redacting<M>(pub(super) M);
 
 impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
     for Redacting<M>

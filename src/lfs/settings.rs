@@ -198,9 +198,12 @@ fn env_secret(name: &str) -> Option<String> {
 /// serve` takes it, and [`HF_TOKEN_ENV`]) with [`crate::redact`], so that they are masked even
 /// before anything reads them.
 pub fn register_env_secrets() {
-    if let Some(t) = env_secret(TOKEN_ENV) {
-        for part in t.split(',') {
-            crate::redact::register_secret(part);
+    // GIT_XET_TOKEN and GIT_XET_READ_TOKEN may be comma-separated lists (`git xet serve`).
+    for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN"] {
+        if let Some(t) = env_secret(var) {
+            for part in t.split(',') {
+                crate::redact::register_secret(part.trim());
+            }
         }
     }
     let _ = env_secret(HF_TOKEN_ENV);

@@ -92,6 +92,8 @@ impl Secret {
                 len: value.len(),
             });
         }
+        // Never in a log line, whatever writes it.
+        crate::redact::register_secret(value);
         Ok(Self {
             value: value.to_string(),
             scope,
