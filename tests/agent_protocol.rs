@@ -3,9 +3,8 @@
 //! the mistakes it must survive (requests out of order, the wrong direction, malformed lines).
 //! The endpoint is an embedded store given by `GIT_XET_ENDPOINT`.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 mod common;
 
@@ -17,37 +16,23 @@ struct Session {
 
 /// Runs the agent in `dir` with `lines` on stdin and collects its replies.
 fn session(dir: &Path, store: &Path, lines: &[String]) -> Session {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_git-xet"))
-        .arg("transfer")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-xet"));
+    cmd.arg("transfer")
         .current_dir(dir)
         .env("GIT_XET_ENDPOINT", store)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", dir.join("no-global-config"))
         .env("GIT_XET_CACHE_DIR", store.with_extension("cache"))
-        .env_remove("GIT_XET_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for l in lines {
-        stdin.write_all(l.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-    }
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let replies = stdout
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line {l:?} is not JSON: {e}"))
-        })
+        .env_remove("GIT_XET_LOG");
+    let input: Vec<u8> = lines
+        .iter()
+        .flat_map(|l| format!("{l}\n").into_bytes())
         .collect();
+    let run = common::agent::run_agent(cmd, input);
     Session {
-        status: out.status.code(),
-        replies,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        status: run.status,
+        replies: run.replies,
+        stderr: run.stderr,
     }
 }
 
