@@ -37,6 +37,8 @@ use crate::format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLi
 use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
 
 const VERSION_FILE: &str = "STORE-VERSION";
+/// Chunks a global-dedup answer lists at most (about 4 GiB of data, a shard of about 3 MiB).
+pub const DEDUP_ANSWER_MAX_CHUNKS: usize = 65_536;
 const VERSION_TEXT: &str = "git-xet-store 1\n";
 
 /// Why a shard was refused. Each names the file or xorb and the term concerned.
@@ -911,8 +913,12 @@ impl Store {
         Ok(None)
     }
 
-    /// For a global-dedup query: an unkeyed shard with no files listing the xorb that holds
-    /// `chunk`, if the chunk is indexed as dedup-eligible. The caller keys it.
+    /// For a global-dedup query: an unkeyed shard with no files whose xorb section lists the
+    /// xorb that holds `chunk` (if the chunk is indexed as dedup-eligible) and, after it, the
+    /// other xorbs of the first file that used that xorb, in file order from there (the
+    /// neighbourhood, xet-format.md §5.2): one hit lets the client deduplicate against the whole
+    /// file, not one xorb of it. At most [`DEDUP_ANSWER_MAX_CHUNKS`] chunks in all; only intact
+    /// xorbs. The caller keys it.
     pub fn dedup_shard(&self, chunk: &ChunkHash) -> Result<Option<Shard>, StoreError> {
         let Some((xorb, _)) = self.index.dedup(chunk)? else {
             return Ok(None);
@@ -921,16 +927,49 @@ impl Store {
         let XorbHealth::Intact(footer) = self.check_xorb(&xorb)? else {
             return Ok(None);
         };
-        let mut info =
-            XorbInfo::from_chunks(xorb, &footer.chunk_refs()).map_err(ShardRejection::Malformed)?;
-        if let Some(meta) = self.index.xorb(&xorb)? {
-            info.num_bytes_on_disk = u32::try_from(meta.stored_len).unwrap_or(u32::MAX);
+        let mut blocks = vec![self.xorb_block(&footer)?];
+        let mut chunks = footer.num_chunks();
+        if let Some(record) = self
+            .index
+            .file_of_xorb(&xorb)?
+            .and_then(|f| self.index.file(&f).transpose())
+            .transpose()?
+        {
+            let mut order: Vec<XorbHash> = Vec::new();
+            for t in &record.terms {
+                if !order.contains(&t.xorb) {
+                    order.push(t.xorb);
+                }
+            }
+            // Following the hit first (what comes next in an edited copy), then before it.
+            let at = order.iter().position(|x| *x == xorb).unwrap_or(0);
+            let (before, after) = order.split_at(at);
+            for neighbour in after.iter().skip(1).chain(before.iter()) {
+                let XorbHealth::Intact(f) = self.check_xorb(neighbour)? else {
+                    continue;
+                };
+                if chunks + f.num_chunks() > DEDUP_ANSWER_MAX_CHUNKS {
+                    break;
+                }
+                chunks += f.num_chunks();
+                blocks.push(self.xorb_block(&f)?);
+            }
         }
         Ok(Some(Shard {
             files: Vec::new(),
-            xorbs: vec![info],
+            xorbs: blocks,
             meta: Default::default(),
         }))
+    }
+
+    /// The shard xorb block describing a stored xorb.
+    fn xorb_block(&self, footer: &XorbFooter) -> Result<XorbInfo, StoreError> {
+        let mut info = XorbInfo::from_chunks(footer.hash, &footer.chunk_refs())
+            .map_err(ShardRejection::Malformed)?;
+        if let Some(meta) = self.index.xorb(&footer.hash)? {
+            info.num_bytes_on_disk = u32::try_from(meta.stored_len).unwrap_or(u32::MAX);
+        }
+        Ok(info)
     }
 
     /// The length of an intact stored xorb object (with its footer); `None` if it is not

@@ -9,6 +9,7 @@
 //! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
 //! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
 //! | `damaged` | xorb hash (32) | time found (u64, unix seconds), then why, as UTF-8 text |
+//! | `xorb_file` | xorb hash (32) | the first registered file whose terms use the xorb (32): a dedup hit in the xorb is answered with that file's other xorbs too |
 //!
 //! A xorb in `damaged` is missing or was found damaged and quarantined: no shard may rely on it
 //! and no dedup answer names it until an upload of the same xorb repairs it. Its row in `xorbs`
@@ -39,6 +40,7 @@ const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
 const SHARDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("shards");
 const VERIFIED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("verified");
 const DAMAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("damaged");
+const XORB_FILE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorb_file");
 
 /// An index failure.
 #[derive(Debug, thiserror::Error)]
@@ -175,11 +177,63 @@ impl Index {
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
         let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
-        for table in [XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED] {
+        for table in [
+            XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE,
+        ] {
             txn.open_table(table).map_err(|e| open_err(e.into()))?;
         }
         txn.commit().map_err(|e| open_err(e.into()))?;
-        Ok(Self { db })
+        let index = Self { db };
+        index.backfill_xorb_files()?;
+        Ok(index)
+    }
+
+    /// Fills `xorb_file` from `files` when it is empty and files exist (a store written before
+    /// the table was): one pass, once.
+    fn backfill_xorb_files(&self) -> Result<(), IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut map = txn.open_table(XORB_FILE).map_err(db_err)?;
+            if map.len().map_err(db_err)? > 0 {
+                return Ok(());
+            }
+            let files = txn.open_table(FILES).map_err(db_err)?;
+            for row in files.iter().map_err(db_err)? {
+                let (k, v) = row.map_err(db_err)?;
+                let key = k.value();
+                if key.len() != 32 {
+                    continue;
+                }
+                let file = FileHash::from_bytes(hash_at(key, 0));
+                let record = decode_file(&file, v.value())?;
+                for t in &record.terms {
+                    if map
+                        .get(t.xorb.as_bytes().as_slice())
+                        .map_err(db_err)?
+                        .is_none()
+                    {
+                        map.insert(t.xorb.as_bytes().as_slice(), file.as_bytes().as_slice())
+                            .map_err(db_err)?;
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// The first registered file that uses `xorb` in its reconstruction.
+    pub fn file_of_xorb(&self, xorb: &XorbHash) -> Result<Option<FileHash>, IndexError> {
+        let Some(b) = self.get(XORB_FILE, xorb.as_bytes())? else {
+            return Ok(None);
+        };
+        if b.len() != 32 {
+            return Err(IndexError::Corrupt {
+                table: "xorb_file",
+                key: xorb.to_hex(),
+                len: b.len(),
+            });
+        }
+        Ok(Some(FileHash::from_bytes(hash_at(&b, 0))))
     }
 
     fn get(
@@ -291,6 +345,20 @@ impl Index {
                     dedup
                         .insert(chunk.as_bytes().as_slice(), v.as_slice())
                         .map_err(db_err)?;
+                }
+            }
+            let mut xorb_file = txn.open_table(XORB_FILE).map_err(db_err)?;
+            for (hash, record) in &entries.files {
+                for t in &record.terms {
+                    if xorb_file
+                        .get(t.xorb.as_bytes().as_slice())
+                        .map_err(db_err)?
+                        .is_none()
+                    {
+                        xorb_file
+                            .insert(t.xorb.as_bytes().as_slice(), hash.as_bytes().as_slice())
+                            .map_err(db_err)?;
+                    }
                 }
             }
             let mut shards = txn.open_table(SHARDS).map_err(db_err)?;
@@ -509,7 +577,7 @@ impl Index {
         }
         let txn = self.db.begin_write().map_err(db_err)?;
         {
-            for table in [XORBS, VERIFIED, DAMAGED] {
+            for table in [XORBS, VERIFIED, DAMAGED, XORB_FILE] {
                 let mut t = txn.open_table(table).map_err(db_err)?;
                 for x in xorbs {
                     t.remove(x.as_bytes().as_slice()).map_err(db_err)?;
