@@ -419,17 +419,25 @@ impl Agent {
             // second copy of it: one put at a time keeps memory down.
             options.parallel_puts = 1;
         }
+        // Another version of this file in the same push (same first chunk) may be on its way
+        // in another agent: wait for it, then send only what differs from it.
+        let _claim = claim_related_uploads(endpoint, path, t);
         let size = t.size;
         let mut stdout_gone = None;
+        // Bytes sent by an attempt that had to be repeated, for the journal.
+        let sent = std::cell::Cell::new(0u64);
         let mut report = |p: UploadProgress| {
-            // The last byte is reported only once the shard is registered.
-            let done = p.bytes_read.min(size.saturating_sub(1));
+            sent.set(p.bytes_uploaded);
+            // Bytes count when they are safe at the endpoint (stored or deduplicated), so the
+            // counter moves with the wire; the last byte only once the shard is registered.
+            let done = p.bytes_done.min(size.saturating_sub(1));
             if let Err(e) = writer.progress(&t.oid, done) {
                 stdout_gone.get_or_insert(e);
             }
         };
         let reader = std::io::BufReader::with_capacity(1 << 20, file);
         let mut attempt = upload_with_progress(endpoint, reader, &options, &mut report);
+        let mut sent_before = 0u64;
         if let Err(e) = &attempt {
             if e.is_lost_xorb() {
                 // The shard relied on a xorb the endpoint no longer holds intact (a stale
@@ -440,6 +448,7 @@ impl Agent {
                     "{}; uploading the chunks it held again",
                     crate::redact::redact(&e.to_string())
                 );
+                sent_before = sent.get();
                 let again = std::io::BufReader::with_capacity(1 << 20, open_upload(path)?);
                 attempt = upload_with_progress(endpoint, again, &options, &mut report);
             }
@@ -473,7 +482,7 @@ impl Agent {
         } else {
             summary.dedup_bytes
         };
-        record.transferred_bytes = summary.uploaded_bytes;
+        record.transferred_bytes = sent_before + summary.uploaded_bytes;
         record.endpoint = crate::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
@@ -688,6 +697,57 @@ fn remove_stale_parts(dir: &Path, prefix: &str) {
             Err(std::fs::TryLockError::Error(e)) => {
                 tracing::debug!(path = %path.display(), "cannot lock a partial download: {e}")
             }
+        }
+    }
+}
+
+/// How long an upload waits for another agent uploading a related file (see
+/// [`claim_related_uploads`]) before it goes ahead anyway.
+const RELATED_UPLOAD_PATIENCE: Duration = Duration::from_secs(3600);
+
+/// git-lfs hands the versions of a file in one push (several commits, `git lfs migrate`) to
+/// parallel agents, which would each send the chunks they share. Versions of a file usually
+/// start with the same chunk: an upload first claims that chunk in the endpoint's shard cache
+/// (a file lock, [`ShardCache::claim`]). Whoever finds it claimed waits until the other agent
+/// has registered its file, then picks up its shard from the cache and sends only what
+/// differs; unrelated files go on in parallel. Without a cache, nothing is claimed.
+fn claim_related_uploads(
+    endpoint: &dyn Endpoint,
+    path: &Path,
+    t: &Transfer,
+) -> Option<crate::store::shard_cache::Claim> {
+    let cache = endpoint.shard_cache()?;
+    if t.size == 0 {
+        return None;
+    }
+    let first = match open_upload(path)
+        .map_err(std::io::Error::other)
+        .and_then(crate::pipeline::upload::first_chunk_hash)
+    {
+        Ok(Some(first)) => first,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the start of the object to claim it");
+            return None;
+        }
+    };
+    match cache.claim(&first, RELATED_UPLOAD_PATIENCE) {
+        Ok(claim) => {
+            if claim.waited > Duration::from_millis(50) {
+                tracing::info!(
+                    oid = %t.oid,
+                    waited_secs = claim.waited.as_secs_f64(),
+                    "waited for another agent uploading a version of the same file"
+                );
+                if let Err(e) = cache.refresh() {
+                    tracing::warn!(error = %e, "cannot read the shard cache again; continuing");
+                }
+            }
+            Some(claim)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot claim the upload in the shard cache; continuing");
+            None
         }
     }
 }

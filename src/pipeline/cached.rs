@@ -158,6 +158,10 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         self.inner.file_by_sha256(oid)
     }
 
+    fn shard_cache(&self) -> Option<&ShardCache> {
+        Some(&self.cache)
+    }
+
     fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
         if self.lookups_disabled.load(Ordering::Relaxed) {
             return Ok(None);

@@ -26,6 +26,7 @@
 //! A shard larger than [`MAX_SHARD_SIZE`] (files of tens of GB) is split: shards holding only
 //! xorb blocks are registered first, the file's shard last.
 
+mod done;
 mod session;
 pub mod staging;
 #[cfg(test)]
@@ -38,6 +39,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use rayon::prelude::*;
 use sha2::Digest as _;
 
+use self::done::Done;
 use self::session::{FileResult, FileSession};
 pub use self::staging::Staging;
 use crate::format::chunking::Chunker;
@@ -97,8 +99,10 @@ pub struct UploadSummary {
     pub dedup_bytes: u64,
     /// Global-dedup queries sent.
     pub dedup_queries: u64,
-    /// Xorbs the target newly stored, and the bytes of their upload bodies.
+    /// Xorbs the target newly stored.
     pub new_xorbs: u64,
+    /// Bytes of xorb bodies sent to the target (what went over the wire, whether or not the
+    /// target turned out to have the xorb already).
     pub uploaded_bytes: u64,
     /// Xorbs built whose hash the target already had (not sent).
     pub existing_xorbs: u64,
@@ -106,14 +110,21 @@ pub struct UploadSummary {
     pub shards: u64,
 }
 
-/// Progress of an upload, reported after every block.
+/// Progress of an upload, reported after every block read and, while the last xorbs are being
+/// sent, every [`PROGRESS_TICK`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UploadProgress {
     /// Bytes of the stream chunked and deduplicated so far.
     pub bytes_read: u64,
-    /// Bytes of xorb bodies the target has accepted so far.
+    /// Bytes of xorb bodies sent to the target so far.
     pub bytes_uploaded: u64,
+    /// Bytes of the file that are safe at the target: deduplicated against what it stores, or
+    /// in xorbs it has stored. What a progress bar should show: it moves with the wire.
+    pub bytes_done: u64,
 }
+
+/// How often progress is reported while the reading is over and xorbs are still being sent.
+pub const PROGRESS_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Why an upload failed. Input errors ([`UploadError::is_input_error`]) are the stream's fault;
 /// the others are the target's or a bug.
@@ -214,20 +225,42 @@ pub fn upload_with_progress(
 
     let uploaded = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
+    let done = Done::default();
     let (file, size, uploader) = std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::sync_channel::<BuiltXorb>(0);
+        let (tx, rx) = mpsc::sync_channel::<(u32, BuiltXorb)>(0);
         // Each uploader owns a handle on the receiver: when the last one quits, the channel
         // closes and the reader's next hand-over fails instead of waiting forever.
         let rx = Arc::new(Mutex::new(rx));
-        let (uploaded, stop) = (&uploaded, &stop);
+        let (uploaded, stop, done) = (&uploaded, &stop, &done);
+        // Each uploader says when it is finished, so the wait below ends at once.
+        let (finished_tx, finished) = mpsc::channel::<()>();
         let uploaders: Vec<_> = (0..options.parallel_puts.max(1))
             .map(|_| {
                 let rx = rx.clone();
-                scope.spawn(move || put_xorbs(target, &rx, uploaded, stop))
+                let finished_tx = finished_tx.clone();
+                scope.spawn(move || {
+                    let r = put_xorbs(target, &rx, uploaded, done, stop);
+                    let _ = finished_tx.send(());
+                    r
+                })
             })
             .collect();
-        drop(rx);
-        let read = read_file(target, &mut reader, options, tx, uploaded, progress);
+        drop((rx, finished_tx));
+        let read = read_file(target, &mut reader, options, tx, uploaded, done, progress);
+        // The last xorbs are still on their way: keep the counter moving with the wire.
+        let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
+        let mut running = uploaders.len();
+        while running > 0 {
+            match finished.recv_timeout(PROGRESS_TICK) {
+                Ok(()) => running -= 1,
+                Err(mpsc::RecvTimeoutError::Timeout) => progress(UploadProgress {
+                    bytes_read,
+                    bytes_uploaded: uploaded.load(Ordering::Relaxed),
+                    bytes_done: done.get(),
+                }),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
         let mut put = Ok(PutStats::default());
         for u in uploaders {
             let r = u.join().unwrap_or(Err(UploadError::UploaderGone));
@@ -282,6 +315,24 @@ pub fn upload_with_progress(
     Ok(summary)
 }
 
+/// The hash of the first chunk of what `reader` yields (`None` when it is empty): read from at
+/// most the largest chunk's worth of its start. An upload of a new version of a file usually
+/// starts with the same chunk as the old one, so agents use it to find uploads related to
+/// theirs.
+pub fn first_chunk_hash(reader: impl Read) -> io::Result<Option<ChunkHash>> {
+    let mut head = Vec::with_capacity(crate::format::chunking::MAX_CHUNK_SIZE);
+    reader
+        .take(crate::format::chunking::MAX_CHUNK_SIZE as u64)
+        .read_to_end(&mut head)?;
+    // A boundary within the head is the first chunk's end; without one, the head is the whole
+    // file or exactly one maximal chunk.
+    let end = crate::format::chunking::chunk_boundaries(&head)
+        .first()
+        .copied()
+        .unwrap_or(head.len());
+    Ok((end > 0).then(|| ChunkHash::of(&head[..end])))
+}
+
 /// What the uploader threads did.
 #[derive(Debug, Default)]
 struct PutStats {
@@ -305,11 +356,12 @@ impl PutStats {
 /// (the channel closes when the last uploader is gone).
 fn put_xorbs(
     target: &dyn CasTarget,
-    rx: &Mutex<mpsc::Receiver<BuiltXorb>>,
+    rx: &Mutex<mpsc::Receiver<(u32, BuiltXorb)>>,
     uploaded: &AtomicU64,
+    done: &Done,
     stop: &AtomicBool,
 ) -> Result<PutStats, UploadError> {
-    let result = put_xorbs_until_done(target, rx, uploaded, stop);
+    let result = put_xorbs_until_done(target, rx, uploaded, done, stop);
     if result.is_err() {
         stop.store(true, Ordering::Relaxed);
     }
@@ -318,8 +370,9 @@ fn put_xorbs(
 
 fn put_xorbs_until_done(
     target: &dyn CasTarget,
-    rx: &Mutex<mpsc::Receiver<BuiltXorb>>,
+    rx: &Mutex<mpsc::Receiver<(u32, BuiltXorb)>>,
     uploaded: &AtomicU64,
+    done: &Done,
     stop: &AtomicBool,
 ) -> Result<PutStats, UploadError> {
     let mut stats = PutStats::default();
@@ -329,7 +382,7 @@ fn put_xorbs_until_done(
         }
         // The lock is held only while waiting for the next xorb, not while putting it.
         let next = rx.lock().map_err(|_| UploadError::UploaderGone)?.recv();
-        let Ok(xorb) = next else {
+        let Ok((seq, xorb)) = next else {
             return Ok(stats);
         };
         let hash = xorb.hash();
@@ -338,6 +391,7 @@ fn put_xorbs_until_done(
             .map_err(UploadError::target(format!("checking for xorb {hash}")))?
         {
             stats.existing_xorbs += 1;
+            done.xorb_stored(seq);
             continue;
         }
         let body = xorb.into_upload_body();
@@ -345,13 +399,15 @@ fn put_xorbs_until_done(
         let inserted = target
             .put_xorb_owned(hash, body)
             .map_err(UploadError::target(format!("uploading xorb {hash}")))?;
+        // Sent either way: the journal and the summary say what went over the wire.
+        stats.bytes += len;
+        uploaded.fetch_add(len, Ordering::Relaxed);
         if inserted {
             stats.new_xorbs += 1;
-            stats.bytes += len;
-            uploaded.fetch_add(len, Ordering::Relaxed);
         } else {
             stats.existing_xorbs += 1;
         }
+        done.xorb_stored(seq);
     }
 }
 
@@ -361,13 +417,51 @@ fn read_file(
     target: &dyn CasTarget,
     reader: &mut dyn Read,
     options: &UploadOptions,
-    tx: mpsc::SyncSender<BuiltXorb>,
+    tx: mpsc::SyncSender<(u32, BuiltXorb)>,
     uploaded: &AtomicU64,
+    done: &Done,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<(FileResult, u64), UploadError> {
-    let mut emit = |x: BuiltXorb| tx.send(x).map_err(|_| UploadError::UploaderGone);
-    let mut session =
-        FileSession::new(target, options.policy, options.limits, options.global_dedup);
+    // Xorbs are finished in sequence order, so the n-th one handed over is xorb #n. While
+    // the uploaders are busy (a xorb on a slow link), the hand-over waits, and progress keeps
+    // being reported: it moves as their puts complete.
+    let progress = std::cell::RefCell::new(progress);
+    let read_so_far = std::cell::Cell::new(0u64);
+    let report = || {
+        (progress.borrow_mut())(UploadProgress {
+            bytes_read: read_so_far.get(),
+            bytes_uploaded: uploaded.load(Ordering::Relaxed),
+            bytes_done: done.get(),
+        })
+    };
+    let mut seq = 0u32;
+    let mut emit = |x: BuiltXorb| {
+        let n = seq;
+        seq += 1;
+        let mut item = (n, x);
+        let mut pause = std::time::Duration::from_millis(1);
+        let mut last_report = std::time::Instant::now();
+        loop {
+            match tx.try_send(item) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::TrySendError::Disconnected(_)) => return Err(UploadError::UploaderGone),
+                Err(mpsc::TrySendError::Full(back)) => item = back,
+            }
+            if last_report.elapsed() >= PROGRESS_TICK {
+                last_report = std::time::Instant::now();
+                report();
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        }
+    };
+    let mut session = FileSession::new(
+        target,
+        options.policy,
+        options.limits,
+        options.global_dedup,
+        done,
+    );
     let mut chunker = Chunker::parallel();
     let mut sha = sha2::Sha256::new();
     // `buf` holds the stream from offset `buf_start` (the start of the chunk in progress).
@@ -382,6 +476,7 @@ fn read_file(
             break;
         }
         pos += n as u64;
+        read_so_far.set(pos);
         if let Some(expected) = options.expected_size {
             if pos > expected {
                 return Err(UploadError::TooLong { expected });
@@ -405,10 +500,7 @@ fn read_file(
         }
         buf.drain(..(start - buf_start) as usize);
         buf_start = start;
-        progress(UploadProgress {
-            bytes_read: pos,
-            bytes_uploaded: uploaded.load(Ordering::Relaxed),
-        });
+        report();
     }
     if let Some(end) = chunker.finish() {
         let piece = &buf[..(end - buf_start) as usize];

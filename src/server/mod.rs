@@ -194,7 +194,30 @@ pub struct AppState {
     pub shard_heartbeat: Duration,
     /// Concurrency slots, the body budget and ingest slots.
     pub resources: limits::Resources,
+    /// What came in over the wire, for `/health` (and operators comparing traffic with growth).
+    pub traffic: Traffic,
     dedup_key: Mutex<DedupKey>,
+}
+
+/// Bytes of upload bodies received since the server started.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    /// Xorb upload bodies (`POST /v1/xorbs`), whether or not the xorb was new.
+    pub xorb_bytes: std::sync::atomic::AtomicU64,
+    /// Basic-transfer upload bodies (`PUT …/objects/{oid}`).
+    pub object_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl Traffic {
+    pub fn add_xorb(&self, n: u64) {
+        self.xorb_bytes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn add_object(&self, n: u64) {
+        self.object_bytes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 pub type SharedState = Arc<AppState>;
@@ -303,6 +326,8 @@ async fn health(State(state): State<SharedState>) -> Response {
             "version": env!("CARGO_PKG_VERSION"),
             "files": c.files,
             "xorbs": c.xorbs,
+            "received_xorb_bytes": state.traffic.xorb_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            "received_object_bytes": state.traffic.object_bytes.load(std::sync::atomic::Ordering::Relaxed),
         }))
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),
@@ -367,6 +392,7 @@ impl Server {
             url_ttl: config.url_ttl,
             shard_heartbeat: config.shard_heartbeat,
             resources: limits::Resources::new(&config.limits),
+            traffic: Traffic::default(),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,

@@ -255,6 +255,25 @@ impl State {
     }
 }
 
+/// The directory under an endpoint directory holding the upload claims ([`ShardCache::claim`]).
+pub const CLAIMS_SUBDIR: &str = "claims";
+
+/// An upload claim ([`ShardCache::claim`]), held until dropped.
+#[derive(Debug)]
+pub struct Claim {
+    /// The locked file; `None` when the wait ran out and the upload goes ahead unclaimed.
+    file: Option<File>,
+    /// How long the claim was waited for.
+    pub waited: Duration,
+}
+
+impl Claim {
+    /// Whether the claim is held (false: the wait ran out).
+    pub fn is_held(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
 /// A cached shard file seen by a directory scan.
 struct Entry {
     path: PathBuf,
@@ -473,6 +492,84 @@ impl ShardCache {
             }
         }
         Ok(hash)
+    }
+
+    /// Adds to this cache's index the shards other processes wrote since it was built (agents of
+    /// the same push finishing their uploads). Cheap when nothing changed: one directory listing.
+    /// Returns how many shards were added. Before the index is built there is nothing to do
+    /// (the first lookup builds it from the directory).
+    pub fn refresh(&self) -> Result<usize, CacheError> {
+        let now = unix_now();
+        let entries = self.scan()?;
+        let mut state = self.state();
+        let Some(index) = &mut state.index else {
+            return Ok(0);
+        };
+        let mut added = 0;
+        for entry in entries {
+            if index.by_hash.contains_key(&entry.hash) {
+                continue;
+            }
+            let found = match index_file(&entry.path, &entry.hash, now) {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => {
+                    discard(&entry.path, &e);
+                    continue;
+                }
+            };
+            let id = index.add_slot(entry.hash, found.key, found.expiry);
+            for k in found.keys {
+                let ids = index.recent.entry(k).or_default();
+                if ids.last() != Some(&id) {
+                    ids.push(id);
+                }
+            }
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// Takes this endpoint's claim on uploading content that starts with the chunk `first`,
+    /// waiting up to `patience` while another process (an agent of the same push, uploading
+    /// another version of the same file) holds it. Whoever waited then finds that upload's
+    /// shard here ([`Self::refresh`]) and sends only what differs. The claim is a lock on a file
+    /// in `claims/`, released when the [`Claim`] is dropped or the process ends. Past
+    /// `patience` the upload goes ahead unclaimed (it only deduplicates less).
+    pub fn claim(&self, first: &ChunkHash, patience: Duration) -> Result<Claim, CacheError> {
+        let dir = self.dir.join(CLAIMS_SUBDIR);
+        fs::create_dir_all(&dir).map_err(CacheError::io("cannot create", &dir))?;
+        let path = dir.join(format!("{}.lock", &first.to_hex()[..32]));
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(CacheError::io("cannot open", &path))?;
+        let started = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    return Ok(Claim {
+                        file: Some(file),
+                        waited: started.elapsed(),
+                    })
+                }
+                Err(fs::TryLockError::WouldBlock) if started.elapsed() < patience => {
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Ok(Claim {
+                        file: None,
+                        waited: started.elapsed(),
+                    })
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(CacheError::io("cannot lock", &path)(e))
+                }
+            }
+        }
     }
 
     /// A cached shard whose xorb section holds `chunk` (a raw chunk hash; keyed shards are

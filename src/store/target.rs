@@ -22,7 +22,7 @@
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use super::{FetchRange, ReconstructionPlan, Store, StoreError};
+use super::{FetchRange, ReconstructionPlan, ShardCache, Store, StoreError};
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 
@@ -144,6 +144,12 @@ pub trait CasTarget: Send + Sync {
         let _ = chunk;
         Ok(None)
     }
+
+    /// The local shard cache this target deduplicates through, if any (uploads use it to
+    /// coordinate with other agents of the same endpoint). The default has none.
+    fn shard_cache(&self) -> Option<&ShardCache> {
+        None
+    }
 }
 
 impl<T: CasTarget + ?Sized> CasTarget for &T {
@@ -173,6 +179,10 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
 
     fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
         (**self).local_dedup(chunk)
+    }
+
+    fn shard_cache(&self) -> Option<&ShardCache> {
+        (**self).shard_cache()
     }
 }
 

@@ -69,6 +69,8 @@ pub(super) struct FileResult {
 /// See the module documentation.
 pub(super) struct FileSession<'t> {
     target: &'t dyn CasTarget,
+    /// Where each chunk's bytes are counted as done (see [`super::done`]).
+    done: &'t super::done::Done,
     policy: CompressionPolicy,
     limits: XorbLimits,
     global_dedup: bool,
@@ -95,9 +97,11 @@ impl<'t> FileSession<'t> {
         policy: CompressionPolicy,
         limits: XorbLimits,
         global_dedup: bool,
+        done: &'t super::done::Done,
     ) -> Self {
         Self {
             target,
+            done,
             policy,
             limits,
             global_dedup,
@@ -208,6 +212,10 @@ impl<'t> FileSession<'t> {
             }
             None => self.pack(data, hash, emit)?,
         };
+        match loc.xorb {
+            XorbId::Stored(_) => self.done.deduplicated(len),
+            XorbId::Session(n) => self.done.in_xorb(n, len),
+        }
         match self.terms.last_mut() {
             Some(t) if t.xorb == loc.xorb && t.end == loc.index => {
                 t.end += 1;

@@ -394,3 +394,78 @@ fn repeated_ranges_are_fetched_once() {
         plan.terms.len()
     );
 }
+
+/// A target whose xorb puts wait until the test lets them through, one at a time.
+struct Gated<'a> {
+    inner: &'a Store,
+    gate: Mutex<mpsc::Receiver<()>>,
+}
+
+impl CasTarget for Gated<'_> {
+    fn has_xorb(&self, xorb: &crate::format::XorbHash) -> Result<bool, TargetError> {
+        CasTarget::has_xorb(self.inner, xorb)
+    }
+    fn put_xorb(&self, xorb: crate::format::XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        // Bounded, so that a failed assertion cannot leave the upload waiting forever.
+        let _ = self
+            .gate
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(10));
+        CasTarget::put_xorb(self.inner, xorb, body)
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        CasTarget::register_shard(self.inner, shard)
+    }
+}
+
+/// Progress counts bytes when they are safe at the target: nothing while the first xorb is
+/// still being put, then each xorb's bytes once its put returned, the whole file at the end.
+#[test]
+fn progress_follows_the_puts_not_the_reading() {
+    let (_d, store) = store();
+    let data = random_bytes(21, 3 << 20);
+    let (open, gate) = mpsc::channel::<()>();
+    let target = Gated {
+        inner: &store,
+        gate: Mutex::new(gate),
+    };
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 16,
+            ..XorbLimits::CLIENT
+        },
+        parallel_puts: 1,
+        ..UploadOptions::default()
+    };
+    let events: Mutex<Vec<UploadProgress>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            upload_with_progress(&target, &data[..], &options, &mut |p| {
+                events.lock().unwrap().push(p)
+            })
+        });
+        // Nothing is stored yet: whatever was read, nothing is done.
+        std::thread::sleep(PROGRESS_TICK * 4);
+        {
+            let seen = events.lock().unwrap();
+            assert!(!seen.is_empty(), "progress is reported while puts wait");
+            assert!(seen.iter().all(|p| p.bytes_done == 0), "{seen:?}");
+        }
+        // Let the puts through one by one: the done bytes grow with them.
+        let mut last = 0;
+        while !worker.is_finished() {
+            let _ = open.send(());
+            std::thread::sleep(PROGRESS_TICK * 2);
+            let now = events.lock().unwrap().last().map_or(0, |p| p.bytes_done);
+            assert!(now >= last, "done bytes never go back");
+            last = now;
+        }
+        let summary = worker.join().unwrap().unwrap();
+        assert!(summary.new_xorbs >= 3, "{summary:?}");
+    });
+    let seen = events.into_inner().unwrap();
+    let distinct: std::collections::BTreeSet<u64> = seen.iter().map(|p| p.bytes_done).collect();
+    assert!(distinct.len() >= 3, "it moved in steps: {distinct:?}");
+    assert!(seen.iter().all(|p| p.bytes_done <= data.len() as u64));
+}

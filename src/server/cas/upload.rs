@@ -59,6 +59,7 @@ pub async fn post_xorb(
     let st = state.clone();
     if blocking(move || Ok(st.store.already_stored(&xorb)?)).await? {
         let len = drain(body, Some(XORB_BODY_LIMIT), &what).await?;
+        state.traffic.add_xorb(len);
         tracing::info!(%xorb, bytes = len, inserted = false, "xorb upload: already stored");
         return Ok(uploaded(false));
     }
@@ -75,6 +76,7 @@ pub async fn post_xorb(
         return Err(empty_body(what));
     }
     let len = spooled.len;
+    state.traffic.add_xorb(len);
     let slot = state.resources.ingest_slot().await?;
     let st = state.clone();
     let inserted = blocking(move || {
