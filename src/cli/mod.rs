@@ -17,6 +17,7 @@ mod ls_files;
 mod maintenance;
 mod serve;
 mod status;
+mod summary;
 mod transfer;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
@@ -69,6 +70,9 @@ enum Command {
     Scrub(maintenance::ScrubArgs),
     /// Remove xorbs of a store that no file uses (interrupted pushes), after a grace period.
     Gc(maintenance::GcArgs),
+    /// What a push's uploads sent and what deduplication saved (the pre-push hook prints it).
+    #[command(name = "push-summary")]
+    PushSummary(summary::SummaryArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -89,6 +93,7 @@ pub fn main() -> ExitCode {
         Command::LsFiles(args) => ls_files::run(args),
         Command::Scrub(args) => maintenance::scrub(args),
         Command::Gc(args) => maintenance::gc(args),
+        Command::PushSummary(args) => summary::run(args),
     };
     match result {
         Ok(code) => code,

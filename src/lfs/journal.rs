@@ -114,6 +114,21 @@ pub fn read(common_dir: &Path) -> std::io::Result<HashMap<String, Record>> {
     Ok(out)
 }
 
+/// Every record written at `since` (unix seconds) or later, in order (a push's records, for
+/// its summary). A missing journal is empty.
+pub fn read_since(common_dir: &Path, since: u64) -> std::io::Result<Vec<Record>> {
+    let text = match std::fs::read_to_string(path(common_dir)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter(|r| r.time >= since)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

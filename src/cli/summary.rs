@@ -1,0 +1,109 @@
+//! `git xet push-summary`: what the uploads of a push sent and what deduplication saved, from
+//! the transfer journal ([`crate::lfs::journal`]). The pre-push hook prints it after git-lfs's
+//! own pre-push, in the user's terminal; the agent itself cannot (git-lfs shows its stderr only
+//! with `GIT_TRACE`).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use super::status::human_size;
+use super::CmdResult;
+use crate::git::Git;
+use crate::lfs::journal::{self, Direction};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = "Reads the uploads recorded in .git/xet/transfers.jsonl since \
+--since (unix seconds; default: all) and prints one line: how many objects and bytes were \
+pushed, how many bytes went over the wire, and how much was deduplicated. Prints nothing when \
+no upload was recorded. The pre-push hook installed by `git xet install --local` runs it after \
+each push.\n\nExample:\n  git xet push-summary --since $(date +%s)"
+)]
+pub struct SummaryArgs {
+    /// Only uploads recorded at this time (unix seconds) or later.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub since: u64,
+    /// Print one JSON object instead.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the recorded uploads add up to.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub objects: u64,
+    pub bytes: u64,
+    pub sent: u64,
+    pub deduplicated: u64,
+}
+
+/// The line the hook prints, or `None` when nothing was uploaded.
+pub fn line(t: &Totals) -> Option<String> {
+    if t.objects == 0 {
+        return None;
+    }
+    let percent = if t.bytes == 0 {
+        0.0
+    } else {
+        t.deduplicated as f64 * 100.0 / t.bytes as f64
+    };
+    Some(format!(
+        "git-xet: pushed {} object{} ({}): sent {}, {} ({percent:.0}%) was already on the server",
+        t.objects,
+        if t.objects == 1 { "" } else { "s" },
+        human_size(t.bytes),
+        human_size(t.sent),
+        human_size(t.deduplicated),
+    ))
+}
+
+pub fn run(args: &SummaryArgs) -> CmdResult {
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let common = Git::in_dir(&cwd).common_dir()?;
+    let mut t = Totals::default();
+    for r in journal::read_since(&common, args.since)? {
+        if r.direction != Direction::Upload {
+            continue;
+        }
+        t.objects += 1;
+        t.bytes += r.size;
+        t.sent += r.transferred_bytes;
+        t.deduplicated += r.dedup_bytes.min(r.size);
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "objects": t.objects,
+                "bytes": t.bytes,
+                "sent_bytes": t.sent,
+                "deduplicated_bytes": t.deduplicated,
+            })
+        )?;
+    } else if let Some(l) = line(&t) {
+        writeln!(out, "{l}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_line() {
+        assert_eq!(line(&Totals::default()), None);
+        let t = Totals {
+            objects: 4,
+            bytes: 400 << 20,
+            sent: 43 << 20,
+            deduplicated: 357 << 20,
+        };
+        let l = line(&t).unwrap();
+        assert!(l.contains("pushed 4 objects"), "{l}");
+        assert!(l.contains("(89%)"), "{l}");
+    }
+}
