@@ -21,8 +21,9 @@
 //! 1. a secret given a name in the token file (`write <secret> alice`) is always that user,
 //!    whatever user name the client sends;
 //! 2. otherwise, the user name of `Basic` credentials (git sends the credential helper's
-//!    `username`), if it is usable ([`usable_user_name`]) and is not the name of a named secret
-//!    (a shared token cannot pose as a named user);
+//!    `username`), if it is usable ([`usable_user_name`]), is not the name of a named secret (a
+//!    shared token cannot pose as a named user) and is not itself a secret (a token put in both
+//!    fields is never shown as an owner);
 //! 3. otherwise a stable pseudonym of the secret, `token-` and 12 hex digits of
 //!    HMAC-SHA256(server key, "owner\0" ‖ secret): the same across restarts, and it reveals
 //!    nothing of the secret.
@@ -353,7 +354,8 @@ impl Authority {
         match declared {
             Some(d)
                 if usable_user_name(d).is_ok()
-                    && !self.secrets.iter().any(|s| s.name.as_deref() == Some(d)) =>
+                    && !self.secrets.iter().any(|s| s.name.as_deref() == Some(d))
+                    && self.secret(d).is_none() =>
             {
                 d.to_string()
             }
@@ -579,6 +581,8 @@ mod tests {
             "alice",
             "bad\nname",
             &"x".repeat(MAX_USER_NAME + 1),
+            shared,
+            "alice-secret-0123456789",
         ] {
             assert_eq!(user(&basic_as(declared, shared)), pseudonym, "{declared:?}");
         }
