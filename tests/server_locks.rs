@@ -540,6 +540,35 @@ fn bad_input_is_refused_with_a_reason() {
 }
 
 #[test]
+fn clients_racing_for_one_path_get_one_lock() {
+    let server = start();
+    let api = std::sync::Arc::new(Api::new(&server, "team/race"));
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let api = std::sync::Arc::clone(&api);
+                s.spawn(move || {
+                    let auth = basic(&format!("user{i}"), WRITE_TOKEN);
+                    answer(api.post("locks", &auth, json!({"path": "race.bin"})))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let winners: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 201)
+        .map(|(_, b)| &b["lock"])
+        .collect();
+    assert_eq!(winners.len(), 1, "{answers:?}");
+    for (status, body) in &answers {
+        assert!(*status == 201 || *status == 409, "{status} {body}");
+        assert_eq!(&body["lock"], winners[0]);
+    }
+    assert_eq!(api.all(&bearer(READ_TOKEN), 100).len(), 1);
+}
+
+#[test]
 fn too_many_locks_are_refused_per_repository_and_in_all() {
     let server = common::server::start_with(|c| {
         named_users(c);

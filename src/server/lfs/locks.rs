@@ -263,13 +263,22 @@ fn db_error(e: LockDbError) -> ApiError {
     }
 }
 
-/// Runs a lock-database call off the async threads.
+/// Runs a lock-database read off the async threads.
 async fn with_db<T: Send + 'static>(
     state: &Arc<AppState>,
     f: impl FnOnce(&LockDb) -> Result<T, LockDbError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let db = Arc::clone(&state.locks);
     blocking(move || f(&db).map_err(db_error)).await
+}
+
+/// Runs a lock-database write off the async threads, in its turn.
+async fn with_db_write<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&LockDb) -> Result<T, LockDbError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let _turn = state.locks.write_turn().await;
+    with_db(state, f).await
 }
 
 /// `POST {repo}/info/lfs/locks`.
@@ -284,7 +293,7 @@ async fn create(
     let request = read_object(state, headers, body, "lock request").await?;
     let path = check_path(request.get("path"))?;
     let (repo_id, p, o) = (repo.id.clone(), path.clone(), owner.clone());
-    let outcome = with_db(state, move |db| db.create(&repo_id, &p, &o, now_unix())).await?;
+    let outcome = with_db_write(state, move |db| db.create(&repo_id, &p, &o, now_unix())).await?;
     match outcome {
         Created::New(lock) => {
             tracing::info!(repo = %repo.id, path = %lock.path, id = lock.id, owner = %lock.owner, "lock created");
@@ -332,16 +341,14 @@ fn too_many(message: String) -> ApiError {
     ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "too_many_locks", message)
 }
 
-/// The query of `GET …/locks`.
+/// The query of `GET …/locks` (`refspec`, like any other parameter, is ignored: locks hold on
+/// every ref).
 #[derive(Debug, Default, Deserialize)]
 struct ListQuery {
     path: Option<String>,
     id: Option<String>,
     cursor: Option<String>,
     limit: Option<String>,
-    /// Accepted and ignored: locks hold on every ref.
-    #[allow(dead_code)]
-    refspec: Option<String>,
 }
 
 /// `GET {repo}/info/lfs/locks`.
@@ -478,7 +485,7 @@ async fn unlock(
         return Err(not_found());
     };
     let (repo_id, who) = (repo.id.clone(), me.clone());
-    let outcome = with_db(state, move |db| {
+    let outcome = with_db_write(state, move |db| {
         db.remove(&repo_id, n, |l| force || l.owner == who)
     })
     .await?;

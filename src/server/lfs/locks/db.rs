@@ -136,6 +136,9 @@ pub struct LockDb {
     db: Database,
     path: PathBuf,
     limits: LockLimits,
+    /// One writer at a time: redb runs write transactions one by one, so writers queue here,
+    /// as async tasks, rather than as blocked threads.
+    writer: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for LockDb {
@@ -159,6 +162,7 @@ impl LockDb {
             db,
             path: path.to_path_buf(),
             limits,
+            writer: tokio::sync::Semaphore::new(1),
         };
         let txn = this.db.begin_write().map_err(|e| open_err(e.into()))?;
         {
@@ -190,6 +194,12 @@ impl LockDb {
 
     pub fn limits(&self) -> LockLimits {
         self.limits
+    }
+
+    /// Waits for the turn to write ([`LockDb::create`], [`LockDb::remove`]); the turn lasts
+    /// while the permit is held.
+    pub async fn write_turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.writer.acquire().await.ok()
     }
 
     fn err(&self, e: impl Into<redb::Error>) -> LockDbError {
