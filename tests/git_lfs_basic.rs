@@ -50,6 +50,13 @@ fn push_clone_and_dedup_with_stock_git_lfs() {
     env.git(&work, &["lfs", "install", "--local"]);
     env.git(&work, &["lfs", "track", "*.bin"]);
     env.git(&work, &["config", "lfs.url", &lfs_url]);
+    // The server implements the locking API, so git-lfs verifies locks on push; unless this is
+    // set (true: refuse pushes of files others locked; false: skip), it prints a hint to set it
+    // on every push.
+    env.git(
+        &work,
+        &["config", &format!("lfs.{lfs_url}.locksverify"), "true"],
+    );
     std::fs::write(
         work.join(".lfsconfig"),
         format!("[lfs]\n\turl = {lfs_url}\n"),
@@ -79,8 +86,8 @@ fn push_clone_and_dedup_with_stock_git_lfs() {
         .git(&work, &["config", "--get-regexp", "locksverify"])
         .stdout;
     assert!(
-        locks.trim_end().ends_with("false"),
-        "git-lfs turned lock verification off: {locks}"
+        locks.trim_end().ends_with("true"),
+        "lock verification stays on: {locks}"
     );
     let after_first = stored_xorb_bytes(&server);
     eprintln!(

@@ -443,9 +443,14 @@ fn refusals() {
         .body(json!({"ref": {"name": "refs/heads/main"}}).to_string())
         .send()
         .unwrap();
-    assert_eq!(r.status(), 501);
-    let body: Value = r.json().unwrap();
-    assert!(body["message"].as_str().unwrap().contains("locking"));
+    // Locking is implemented (tests/server_locks.rs): without a credential, git-lfs is asked
+    // for one, as on the batch API.
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().contains_key("lfs-authenticate"));
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with(LFS));
     let r = client()
         .put(format!("{}/objects/NOT-AN-OID", endpoint(&server)))
         .header("Authorization", bearer(WRITE_TOKEN))

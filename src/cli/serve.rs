@@ -18,8 +18,13 @@ tokens, and serves plain `basic` LFS transfers too. The reference client (hf-xet
 API at the public URL directly, with a token as bearer.\n\n\
 Tokens: --token grants read and write, --read-token read only (each at least 16 characters). \
 Tokens given on the command line are visible to other local users in the process list; prefer \
---token-file (lines `write <secret>` / `read <secret>`) or the environment variables \
-GIT_XET_TOKEN and GIT_XET_READ_TOKEN (comma-separated).\n\n\
+--token-file (lines `write <secret> [<name>]` / `read <secret> [<name>]`) or the environment \
+variables GIT_XET_TOKEN and GIT_XET_READ_TOKEN (comma-separated).\n\n\
+Locks (the Git LFS File Locking API, per repository, kept in DIR/locks.redb): a lock's owner is \
+the <name> its token has in the token file, else the user name git sends with the token (set it \
+with `git config credential.<url>.username alice`), else a pseudonym of the token. Read tokens \
+may list locks; creating, verifying and unlocking need a write token, and any write token may \
+break someone else's lock with `git lfs unlock --force` (logged).\n\n\
 Limits: every client gets bounded resources whatever it does. At most --max-connections \
 connections are open (one more is answered 503 and closed); uploads, downloads and other requests \
 each have a number of slots (--max-uploads, --max-downloads, --max-requests), and a request of a \
@@ -56,7 +61,8 @@ pub struct ServeArgs {
     /// A read-only token (repeatable).
     #[arg(long = "read-token", value_name = "SECRET")]
     pub read_tokens: Vec<String>,
-    /// A file of tokens, one `write <secret>` or `read <secret>` per line.
+    /// A file of tokens, one `write <secret> [<name>]` or `read <secret> [<name>]` per line;
+    /// <name> is the user the token speaks for (owner of the Git LFS locks it creates).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Lifetime of CAS access tokens handed out by the batch API, in seconds.

@@ -14,6 +14,21 @@
 //!
 //! The server key is 32 random bytes kept in the data directory (`server.key`, mode 0600), so
 //! tokens and URLs stay valid across restarts. Secrets are compared in constant time.
+//!
+//! **Who a credential speaks for** ([`Grant::user`], the owner of Git LFS locks). Secrets are
+//! server-wide and carry no identity of their own, so the user is decided per request:
+//!
+//! 1. a secret given a name in the token file (`write <secret> alice`) is always that user,
+//!    whatever user name the client sends;
+//! 2. otherwise, the user name of `Basic` credentials (git sends the credential helper's
+//!    `username`), if it is usable ([`usable_user_name`]), is not the name of a named secret (a
+//!    shared token cannot pose as a named user) and is not itself a secret (a token put in both
+//!    fields is never shown as an owner);
+//! 3. otherwise a stable pseudonym of the secret, `token-` and 12 hex digits of
+//!    HMAC-SHA256(server key, "owner\0" ‖ secret): the same across restarts, and it reveals
+//!    nothing of the secret.
+//!
+//! CAS access tokens speak for nobody (`None`); the routes that need a user refuse them.
 
 use std::path::Path;
 
@@ -49,16 +64,38 @@ impl Scope {
     }
 }
 
+/// Longest user name (lock owner) accepted, in bytes.
+pub const MAX_USER_NAME: usize = 128;
+
+/// Whether `name` can name a lock owner: 1 to [`MAX_USER_NAME`] bytes, no control characters,
+/// not blank. `Err` says why not.
+pub fn usable_user_name(name: &str) -> Result<(), &'static str> {
+    if name.trim().is_empty() {
+        Err("it is empty")
+    } else if name.len() > MAX_USER_NAME {
+        Err("it is longer than 128 bytes")
+    } else if name.chars().any(char::is_control) {
+        Err("it contains control characters")
+    } else {
+        Ok(())
+    }
+}
+
 /// A configured long-lived secret.
 #[derive(Clone)]
 pub struct Secret {
     value: String,
     pub scope: Scope,
+    /// The user this secret always speaks for (from the token file), if any.
+    name: Option<String>,
 }
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Secret({:?}, ****)", self.scope)
+        match &self.name {
+            Some(name) => write!(f, "Secret({:?}, {name:?}, ****)", self.scope),
+            None => write!(f, "Secret({:?}, ****)", self.scope),
+        }
     }
 }
 
@@ -80,6 +117,12 @@ pub enum ConfigError {
     TooShort { what: String, len: usize },
     #[error("server key {path}: {detail}")]
     Key { path: String, detail: String },
+    #[error("user name {name:?} for {what}: {reason}")]
+    UserName {
+        what: String,
+        name: String,
+        reason: &'static str,
+    },
 }
 
 impl Secret {
@@ -97,11 +140,30 @@ impl Secret {
         Ok(Self {
             value: value.to_string(),
             scope,
+            name: None,
         })
     }
 
-    /// Parses a token file: one `write <secret>` or `read <secret>` per line; `#` comments and
-    /// blank lines are ignored.
+    /// This secret, speaking for the user `name` whatever user name clients send (see the
+    /// module documentation).
+    pub fn named(mut self, name: &str, what: &str) -> Result<Self, ConfigError> {
+        usable_user_name(name).map_err(|reason| ConfigError::UserName {
+            what: what.to_string(),
+            name: name.chars().take(MAX_USER_NAME).collect(),
+            reason,
+        })?;
+        self.name = Some(name.to_string());
+        Ok(self)
+    }
+
+    /// The user this secret always speaks for, if it was given one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Parses a token file: one `write <secret> [<name>]` or `read <secret> [<name>]` per line,
+    /// fields separated by whitespace (so a secret cannot contain any); `#` comments and blank
+    /// lines are ignored. `<name>` is the user the secret speaks for (lock owner).
     pub fn parse_file(path: &Path) -> Result<Vec<Secret>, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadTokenFile {
             path: path.display().to_string(),
@@ -118,18 +180,28 @@ impl Secret {
                 line: i + 1,
                 reason,
             };
-            let (kind, value) = line
-                .split_once(char::is_whitespace)
-                .ok_or_else(|| err("expected `write <secret>` or `read <secret>`".into()))?;
+            const FORM: &str = "expected `write <secret> [<name>]` or `read <secret> [<name>]`";
+            let mut fields = line.split_whitespace();
+            let (Some(kind), Some(value)) = (fields.next(), fields.next()) else {
+                return Err(err(FORM.into()));
+            };
+            let name = fields.next();
+            if fields.next().is_some() {
+                return Err(err(format!(
+                    "too many fields: {FORM} (a secret or name cannot contain spaces)"
+                )));
+            }
             let scope = match kind {
                 "write" => Scope::Write,
                 "read" => Scope::Read,
                 other => return Err(err(format!("unknown scope {other:?}: use write or read"))),
             };
-            out.push(
-                Secret::new(value, scope, &format!("the token on line {}", i + 1))
-                    .map_err(|e| err(e.to_string()))?,
-            );
+            let what = format!("the token on line {}", i + 1);
+            let mut secret = Secret::new(value, scope, &what).map_err(|e| err(e.to_string()))?;
+            if let Some(name) = name {
+                secret = secret.named(name, &what).map_err(|e| err(e.to_string()))?;
+            }
+            out.push(secret);
         }
         Ok(out)
     }
@@ -151,6 +223,8 @@ pub struct Grant {
     pub expires: Option<u64>,
     /// The repository a CAS token was issued for ("" for secrets).
     pub repo: String,
+    /// The user a secret speaks for (see the module documentation); `None` for CAS tokens.
+    pub user: Option<String>,
 }
 
 /// Why a credential was refused.
@@ -254,16 +328,55 @@ impl Authority {
         format!("gx1.{payload}.{}", URL_SAFE_NO_PAD.encode(mac))
     }
 
+    /// The configured secret equal to `token`, compared in constant time.
+    fn secret(&self, token: &str) -> Option<&Secret> {
+        self.secrets
+            .iter()
+            .find(|s| bool::from(s.value.as_bytes().ct_eq(token.as_bytes())))
+    }
+
+    /// The stable pseudonym of an unnamed secret: `token-` and 12 hex digits of a MAC of it.
+    fn pseudonym(&self, secret: &Secret) -> String {
+        let mac = self
+            .mac(&[b"owner", secret.value.as_bytes()])
+            .finalize()
+            .into_bytes();
+        let hex: String = mac[..6].iter().map(|b| format!("{b:02x}")).collect();
+        format!("token-{hex}")
+    }
+
+    /// The user `secret` speaks for when the client calls itself `declared` (see the module
+    /// documentation).
+    fn user_of(&self, secret: &Secret, declared: Option<&str>) -> String {
+        if let Some(name) = &secret.name {
+            return name.clone();
+        }
+        match declared {
+            Some(d)
+                if usable_user_name(d).is_ok()
+                    && !self.secrets.iter().any(|s| s.name.as_deref() == Some(d))
+                    && self.secret(d).is_none() =>
+            {
+                d.to_string()
+            }
+            _ => self.pseudonym(secret),
+        }
+    }
+
     /// Checks a bearer credential: a configured secret or a CAS token.
     pub fn verify(&self, token: &str, now: u64) -> Result<Grant, AuthError> {
-        for s in &self.secrets {
-            if bool::from(s.value.as_bytes().ct_eq(token.as_bytes())) {
-                return Ok(Grant {
-                    scope: s.scope,
-                    expires: None,
-                    repo: String::new(),
-                });
-            }
+        self.verify_as(token, None, now)
+    }
+
+    /// [`Authority::verify`] for a client that gave the user name `declared`.
+    fn verify_as(&self, token: &str, declared: Option<&str>, now: u64) -> Result<Grant, AuthError> {
+        if let Some(s) = self.secret(token) {
+            return Ok(Grant {
+                scope: s.scope,
+                expires: None,
+                repo: String::new(),
+                user: Some(self.user_of(s, declared)),
+            });
         }
         let rest = token.strip_prefix("gx1.").ok_or(AuthError::Invalid)?;
         let (payload, mac) = rest.split_once('.').ok_or(AuthError::Invalid)?;
@@ -293,11 +406,13 @@ impl Authority {
             scope,
             expires: Some(claims.e),
             repo: claims.r,
+            user: None,
         })
     }
 
     /// Checks an `Authorization` header value: `Bearer <token>`, or `Basic` with the token as
-    /// the password (the user name is ignored), as git sends credentials.
+    /// the password, as git sends credentials. The user name of `Basic` only decides who an
+    /// unnamed secret speaks for ([`Grant::user`]).
     pub fn verify_header(&self, header: Option<&str>, now: u64) -> Result<Grant, AuthError> {
         let header = header.ok_or(AuthError::Missing)?.trim();
         let (scheme, value) = header.split_once(' ').ok_or(AuthError::Scheme)?;
@@ -309,8 +424,8 @@ impl Authority {
                 .decode(value)
                 .map_err(|_| AuthError::Invalid)?;
             let text = String::from_utf8(decoded).map_err(|_| AuthError::Invalid)?;
-            let (_, password) = text.split_once(':').ok_or(AuthError::Invalid)?;
-            self.verify(password, now)
+            let (user, password) = text.split_once(':').ok_or(AuthError::Invalid)?;
+            self.verify_as(password, Some(user), now)
         } else {
             Err(AuthError::Scheme)
         }
@@ -422,6 +537,76 @@ mod tests {
         assert!(Scope::Write.allows(Scope::Read) && !Scope::Read.allows(Scope::Write));
     }
 
+    fn basic_as(user: &str, token: &str) -> String {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"))
+        )
+    }
+
+    #[test]
+    fn who_a_credential_speaks_for() {
+        let shared = "shared-secret-0123456789";
+        let a = Authority::new(
+            vec![
+                Secret::new(shared, Scope::Write, "t").unwrap(),
+                Secret::new("alice-secret-0123456789", Scope::Write, "t")
+                    .unwrap()
+                    .named("alice", "t")
+                    .unwrap(),
+            ],
+            [7; 32],
+        );
+        let user = |h: &str| a.verify_header(Some(h), 0).unwrap().user.unwrap();
+        // A named secret is its name, whatever the client calls itself.
+        assert_eq!(
+            user(&basic_as("mallory", "alice-secret-0123456789")),
+            "alice"
+        );
+        assert_eq!(user("Bearer alice-secret-0123456789"), "alice");
+        // An unnamed one: the Basic user name...
+        assert_eq!(user(&basic_as("bob", shared)), "bob");
+        assert_eq!(user(&basic_as("Jane Doe", shared)), "Jane Doe");
+        // ... unless there is none, it is unusable, or it is a named secret's name: then a
+        // stable pseudonym that does not contain the secret.
+        let pseudonym = user(&format!("Bearer {shared}"));
+        assert!(
+            pseudonym.starts_with("token-") && pseudonym.len() == 18,
+            "{pseudonym}"
+        );
+        assert!(!pseudonym.contains("shared"));
+        for declared in [
+            "",
+            "  ",
+            "alice",
+            "bad\nname",
+            &"x".repeat(MAX_USER_NAME + 1),
+            shared,
+            "alice-secret-0123456789",
+        ] {
+            assert_eq!(user(&basic_as(declared, shared)), pseudonym, "{declared:?}");
+        }
+        // The same under another server key gives another pseudonym (keyed, not a plain hash);
+        // the same key gives the same one (stable across restarts).
+        let again = Authority::new(
+            vec![Secret::new(shared, Scope::Write, "t").unwrap()],
+            [7; 32],
+        );
+        assert_eq!(again.verify(shared, 0).unwrap().user.unwrap(), pseudonym);
+        let other = Authority::new(
+            vec![Secret::new(shared, Scope::Write, "t").unwrap()],
+            [8; 32],
+        );
+        assert_ne!(other.verify(shared, 0).unwrap().user.unwrap(), pseudonym);
+        // CAS tokens speak for nobody.
+        let t = a.issue(Scope::Write, "r", 100);
+        assert_eq!(a.verify(&t, 0).unwrap().user, None);
+        assert!(Secret::new(shared, Scope::Read, "t")
+            .unwrap()
+            .named("tab\there", "t")
+            .is_err());
+    }
+
     #[test]
     fn presigned_urls_bind_hash_and_expiry() {
         let a = authority();
@@ -452,6 +637,27 @@ mod tests {
             s.iter().map(|s| s.scope).collect::<Vec<_>>(),
             [Scope::Write, Scope::Read]
         );
+        // A third field names the user the token speaks for; old two-field lines are unchanged.
+        std::fs::write(
+            &path,
+            "write aaaaaaaaaaaaaaaaaaaa alice\nread bbbbbbbbbbbbbbbbbbbb\twalter@example.org\n\
+             write cccccccccccccccccccc\n",
+        )
+        .unwrap();
+        let s = Secret::parse_file(&path).unwrap();
+        assert_eq!(
+            s.iter().map(|s| (s.scope, s.name())).collect::<Vec<_>>(),
+            [
+                (Scope::Write, Some("alice")),
+                (Scope::Read, Some("walter@example.org")),
+                (Scope::Write, None)
+            ]
+        );
+        std::fs::write(&path, "write aaaaaaaaaaaaaaaaaaaa alice extra\n").unwrap();
+        let e = Secret::parse_file(&path).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("too many fields"), "{e}");
+        std::fs::write(&path, "write\n").unwrap();
+        assert!(Secret::parse_file(&path).is_err());
         std::fs::write(&path, "admin cccccccccccccccccccc\n").unwrap();
         assert!(Secret::parse_file(&path)
             .unwrap_err()

@@ -1,11 +1,11 @@
 //! The Git LFS side of `git xet serve`: the batch API with `xet` and `basic` transfers
-//! (lfs-agent.md §11, §12), basic object transfers through the upload pipeline, and the
-//! token-refresh route the Xet agent calls.
+//! (lfs-agent.md §11, §12), basic object transfers through the upload pipeline, the
+//! token-refresh route the Xet agent calls, and the File Locking API ([`locks`]).
 //!
 //! Every route lives under an LFS endpoint `{repo}/info/lfs`, where `{repo}` is one or more path
 //! segments of `[A-Za-z0-9._-]` not starting with `.` (e.g. `team/models.git`). The repository
 //! id used in tokens drops a trailing `.git`, so `team/models` and `team/models.git` are one
-//! repository. This server has one store; repositories scope tokens, not storage.
+//! repository. This server has one store; repositories scope tokens and locks, not storage.
 //!
 //! | route | credential, scope | behaviour |
 //! |---|---|---|
@@ -15,22 +15,30 @@
 //! | `PUT {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; write | basic upload: the body is spooled to disk, then runs through the upload pipeline (chunk dedup against the store); its length must equal `Content-Length` (400) and its SHA-256 the oid (422); nothing is stored or registered otherwise. An object already stored is acknowledged (the body is drained) |
 //! | `GET {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; read | basic download: the file rebuilt from the store, streamed chunk by chunk |
 //! | `POST {repo}/info/lfs/verify` | git token or CAS token of the repo; write | `{oid, size}`: 200 if that object is registered with that size, else 404 / 422 |
-//! | any `{repo}/info/lfs/locks…` | none | 501: see below |
+//! | `POST {repo}/info/lfs/locks` | git token; write | create a lock (201), or 409 with the lock that holds the path |
+//! | `GET {repo}/info/lfs/locks` | git token; read | list locks (`path`, `id`, `cursor`, `limit`), newest first, paginated |
+//! | `POST {repo}/info/lfs/locks/verify` | git token; write | the locks of a push split into `ours` and `theirs`, paginated |
+//! | `POST {repo}/info/lfs/locks/{id}/unlock` | git token; write | remove a lock: one's own, or anyone's with `force` |
 //!
 //! Credentials: `Authorization: Bearer <token>`, or `Basic` with the token as password (what git
 //! sends from a credential helper). A "git token" is a long-lived secret of the server
-//! (`--token`, `--read-token`); the short-lived CAS tokens this API hands out are refused on the
-//! batch and token routes (403), so a leaked CAS token cannot renew itself. A missing or bad
-//! credential is 401 with `LFS-Authenticate: Basic realm="git-xet"` and the same
-//! `WWW-Authenticate`, which makes git-lfs ask git's credential helpers and retry.
+//! (`--token`, `--read-token`, the token file); the short-lived CAS tokens this API hands out are
+//! refused on the batch, token and locking routes (403), so a leaked CAS token cannot renew
+//! itself or act as a user. A missing or bad credential is 401 with
+//! `LFS-Authenticate: Basic realm="git-xet"` and the same `WWW-Authenticate`, which makes
+//! git-lfs ask git's credential helpers and retry.
 //!
-//! **Locking.** Tokens carry no user identity, so locks ("ours" vs "theirs") cannot mean
-//! anything here. Every locking route answers 501 Not Implemented with a JSON message. git-lfs
-//! (checked against 3.3.0, `locking/locks.go`, `commands/lockverifier.go`) treats 404 or 501 from
-//! `POST …/locks/verify` as "not implemented": it records `lfs.<url>.locksverify=false` in the
-//! repository's config and pushes without printing anything, whereas a 200 would print "Locking
-//! support detected on remote …" on every push until the user configured it. `git lfs lock`
-//! fails with the server's message.
+//! **Locking.** Lock owners are the user a git token speaks for: its name in the token file, else
+//! the `Basic` user name git sends with it, else a pseudonym of the token
+//! ([`super::auth`] has the rule); [`locks`] has the routes, limits and storage. Because
+//! `POST …/locks/verify` now answers 200, git-lfs (checked against 3.3.0,
+//! `commands/lockverifier.go`) verifies locks on every push: with
+//! `lfs.<endpoint>.locksverify` unset it prints "Locking support detected on remote …" and only
+//! warns about files locked by others; with it `true` it refuses such pushes ("Cannot update
+//! locked files."); with it `false` it skips verification.
+//!
+//! Errors of every route here are the JSON of [`ApiError`] with the LFS media type
+//! ([`error_response`]).
 
 pub mod batch;
 pub mod locks;
@@ -125,7 +133,9 @@ async fn dispatch(
         (&Method::GET, "xet-token/read") => batch::token(&state, &repo, &headers, Scope::Read),
         (&Method::GET, "xet-token/write") => batch::token(&state, &repo, &headers, Scope::Write),
         (&Method::POST, "verify") => transfer::verify(&state, &repo, &headers, body).await,
-        (_, r) if r == "locks" || r.starts_with("locks/") => Err(locks::not_implemented()),
+        (m, r) if r == "locks" || r.starts_with("locks/") => {
+            locks::route(&state, &repo, m, r, &uri, &headers, body).await
+        }
         (m, r) if r.starts_with("objects/") && !r.contains("/batch") => {
             let oid = &r["objects/".len()..];
             match *m {
@@ -145,7 +155,8 @@ async fn dispatch(
     result.unwrap_or_else(error_response)
 }
 
-fn method_not_allowed() -> ApiError {
+/// 405 for a route that exists with other methods.
+pub(crate) fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
@@ -153,15 +164,24 @@ fn method_not_allowed() -> ApiError {
     )
 }
 
-/// An LFS error response: the JSON [`ApiError`], with the headers git-lfs needs on 401.
+/// An LFS error response: the JSON [`ApiError`] with the LFS media type, and the headers
+/// git-lfs needs on 401.
 pub fn error_response(e: ApiError) -> Response {
     let unauthorized = e.status == StatusCode::UNAUTHORIZED;
-    if e.status.is_server_error() && e.status != StatusCode::NOT_IMPLEMENTED {
+    // 507 is logged where it is decided (a full disk, or a client over a quota).
+    if e.status.is_server_error()
+        && e.status != StatusCode::NOT_IMPLEMENTED
+        && e.status != StatusCode::INSUFFICIENT_STORAGE
+    {
         tracing::error!(code = e.code, message = %e.message, "LFS request failed");
     }
     let mut response = e.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(LFS_MEDIA_TYPE),
+    );
     if unauthorized {
-        let h = response.headers_mut();
         h.insert("lfs-authenticate", HeaderValue::from_static(REALM));
         h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
     }

@@ -8,7 +8,7 @@
 //! | [`limits`] | per-route concurrency limits (503), the body budget and ingest slots |
 //! | [`body`] | request bodies: idle timeout, small bodies in memory, large ones spooled to disk |
 //! | [`cas`] | the CAS API the reference client calls (cas-api.md) |
-//! | [`lfs`] | the Git LFS batch API, xet and basic transfers (lfs-agent.md §11) |
+//! | [`lfs`] | the Git LFS batch API, xet and basic transfers (lfs-agent.md §11), file locking |
 //! | [`maintenance`] | garbage collection and scrubbing of the store on a schedule |
 //!
 //! This module owns configuration ([`ServeConfig`], [`Limits`]), shared state, the middleware
@@ -76,6 +76,8 @@ pub struct ServeConfig {
     pub store: StoreOptions,
     /// Garbage collection and scrubbing on a schedule.
     pub maintenance: Maintenance,
+    /// How many Git LFS locks the server keeps.
+    pub locks: lfs::locks::LockLimits,
 }
 
 /// What the server allows each client and all of them together. The defaults suit a small
@@ -143,6 +145,7 @@ impl ServeConfig {
             limits: Limits::default(),
             store: StoreOptions::default(),
             maintenance: Maintenance::default(),
+            locks: lfs::locks::LockLimits::default(),
         }
     }
 }
@@ -163,6 +166,8 @@ pub enum ServeError {
     Serve(std::io::Error),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{0}")]
+    Locks(#[from] lfs::locks::LockDbError),
 }
 
 impl From<crate::store::StoreError> for ServeError {
@@ -196,6 +201,8 @@ pub struct AppState {
     pub resources: limits::Resources,
     /// What came in over the wire, for `/health` (and operators comparing traffic with growth).
     pub traffic: Traffic,
+    /// The Git LFS locks (`locks.redb` in the data directory).
+    pub locks: Arc<lfs::locks::LockDb>,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -300,7 +307,10 @@ async fn request_context(request: Request, next: Next) -> Response {
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(b"application/json")
+                || v.as_bytes().starts_with(lfs::LFS_MEDIA_TYPE.as_bytes())
+        });
     if status.as_u16() >= 400 && is_json {
         let (parts, body) = response.into_parts();
         let bytes = axum::body::to_bytes(body, 1 << 20)
@@ -377,6 +387,7 @@ impl Server {
             })?;
         let store = Arc::new(Store::open_with(&config.data_dir, config.store)?);
         let key = Authority::load_or_create_key(&config.data_dir.join("server.key"))?;
+        let locks = lfs::locks::LockDb::open(&config.data_dir.join("locks.redb"), config.locks)?;
         let local = listener.local_addr().map_err(ServeError::Serve)?;
         let public_url = config
             .public_url
@@ -393,6 +404,7 @@ impl Server {
             shard_heartbeat: config.shard_heartbeat,
             resources: limits::Resources::new(&config.limits),
             traffic: Traffic::default(),
+            locks: Arc::new(locks),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,

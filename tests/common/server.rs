@@ -66,6 +66,23 @@ pub fn start_on(dir: tempfile::TempDir) -> TestServer {
     TestServer { server, dir }
 }
 
+/// Starts a server on the store of a stopped one (a new port), tuned by `configure` as
+/// [`start_with`] does (the test tokens are set before it runs).
+pub fn start_on_with(
+    dir: tempfile::TempDir,
+    configure: impl FnOnce(&mut ServeConfig),
+) -> TestServer {
+    let secrets = vec![
+        Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
+        Secret::new(READ_TOKEN, Scope::Read, "test").unwrap(),
+    ];
+    let mut config = ServeConfig::new(dir.path().join("store"), secrets);
+    config.max_lifetime = Some(std::time::Duration::from_secs(600));
+    configure(&mut config);
+    let server = Server::spawn(config).expect("server restarts");
+    TestServer { server, dir }
+}
+
 /// A `git-xet serve` child process (the built binary) on 127.0.0.1:0 with the test tokens and
 /// a fresh store; killed when dropped. For tests that measure the process (memory, signals).
 pub struct ServeProcess {
