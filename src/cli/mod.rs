@@ -15,6 +15,7 @@ mod inspect;
 mod install;
 mod ls_files;
 mod maintenance;
+mod prune;
 mod serve;
 mod status;
 mod transfer;
@@ -69,6 +70,8 @@ enum Command {
     Scrub(maintenance::ScrubArgs),
     /// Remove xorbs of a store that no file uses (interrupted pushes), after a grace period.
     Gc(maintenance::GcArgs),
+    /// Delete local LFS objects git-lfs would prune, only those the remote's endpoint holds.
+    Prune(prune::PruneArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -89,6 +92,7 @@ pub fn main() -> ExitCode {
         Command::LsFiles(args) => ls_files::run(args),
         Command::Scrub(args) => maintenance::scrub(args),
         Command::Gc(args) => maintenance::gc(args),
+        Command::Prune(args) => prune::run(args),
     };
     match result {
         Ok(code) => code,
