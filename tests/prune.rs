@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::git::{tools_available, GitEnv, Output};
+use common::server::{self, WRITE_TOKEN};
 use git_xet::format::LfsOid;
 use git_xet::store::Store;
 
@@ -53,16 +54,21 @@ fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> Output {
 /// A standalone repository on `store` with three versions of `a.bin` pushed to `origin`:
 /// the first two are what `git lfs prune` would delete.
 fn three_versions(env: &GitEnv, store: &Path) -> (PathBuf, Vec<String>) {
+    let (work, oids) = three_versions_at(env, store.to_str().unwrap());
+    for oid in &oids {
+        assert!(held(store, oid) && local(&work, oid));
+    }
+    (work, oids)
+}
+
+/// [`three_versions`] with any endpoint (a directory or a URL).
+fn three_versions_at(env: &GitEnv, endpoint: &str) -> (PathBuf, Vec<String>) {
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "work"]);
     let work = env.path().join("work");
     env.git(&work, &["lfs", "track", "*.bin"]);
     env.git(&work, &["remote", "add", "origin", "../remote.git"]);
-    let out = xet(
-        env,
-        &work,
-        &["install", "--local", "--endpoint", store.to_str().unwrap()],
-    );
+    let out = xet(env, &work, &["install", "--local", "--endpoint", endpoint]);
     assert_eq!(out.status, Some(0), "{}", out.all());
     let mut oids = Vec::new();
     for i in 0..3u64 {
@@ -73,9 +79,6 @@ fn three_versions(env: &GitEnv, store: &Path) -> (PathBuf, Vec<String>) {
         oids.push(common::sha256_hex(&data));
     }
     env.git(&work, &["push", "-q", "origin", "main"]);
-    for oid in &oids {
-        assert!(held(store, oid) && local(&work, oid));
-    }
     (work, oids)
 }
 
@@ -223,4 +226,53 @@ fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
     let out = xet(&env, &work, &["prune", "--remote", "nope"]);
     assert_eq!(out.status, Some(1), "{}", out.all());
     assert!(out.stderr.contains("no remote named"), "{}", out.all());
+}
+
+#[test]
+fn git_xet_prune_asks_an_http_endpoint_and_keeps_everything_while_it_is_down() {
+    if !tools_available() {
+        return;
+    }
+    let running = server::start();
+    let mut env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    // A server that is down is given up on after a second, not a minute.
+    env.vars.push(("GIT_XET_RETRY_SECS".into(), "1".into()));
+    let (work, oids) = three_versions_at(&env, running.url());
+
+    // Down: nothing can be checked, so nothing is deleted (and only one object is tried).
+    let stopped = running.dir;
+    running.server.stop().unwrap();
+    let out = xet(&env, &work, &["prune", "--json"]);
+    assert_eq!(out.status, Some(2), "{}", out.all());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        (v["pruned"].as_u64(), v["kept"].as_u64()),
+        (Some(0), Some(2)),
+        "{v}"
+    );
+    assert!(
+        v["objects"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not checked"),
+        "{v}"
+    );
+    assert!(oids.iter().all(|o| local(&work, o)));
+    // And git-lfs's own check is refused there too.
+    let out = env.run_in(&work, "git", &["lfs", "prune", "--verify-remote"]);
+    assert_ne!(out.status, Some(0), "{}", out.all());
+    assert!(oids.iter().all(|o| local(&work, o)));
+
+    // Back (on another port): both old versions are held, so both go.
+    let back = server::start_on(stopped);
+    env.git(&work, &["config", "xet.endpoint", back.url()]);
+    let out = xet(&env, &work, &["prune"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(
+        out.stdout.contains("Deleted 2 local objects"),
+        "{}",
+        out.stdout
+    );
+    assert!(!local(&work, &oids[0]) && !local(&work, &oids[1]) && local(&work, &oids[2]));
 }

@@ -273,3 +273,42 @@ fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
     env.git(&clone, &["lfs", "pull"]);
     assert!(std::fs::read(clone.join("data.bin")).unwrap() == data);
 }
+
+#[test]
+fn the_pre_push_guard_expects_git_xet_for_a_remote_with_its_own_endpoint() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
+    env.git(env.path(), &["init", "-q", "--bare", "mirror.git"]);
+    env.git(env.path(), &["init", "-q", "work"]);
+    let work = env.path().join("work");
+    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+    env.git(&work, &["remote", "add", "mirror", "../mirror.git"]);
+    ok(xet(&env, &work, &["install", "--local"]), "install --local");
+    std::fs::write(work.join("README"), "x\n").unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "x"]);
+    // Only the mirror expects git-xet, and git-lfs cannot run it.
+    let store = env.path().join("store-b");
+    env.git(
+        &work,
+        &[
+            "config",
+            "remote.mirror.xetEndpoint",
+            store.to_str().unwrap(),
+        ],
+    );
+    env.git(&work, &["config", "--unset", "lfs.customtransfer.xet.path"]);
+    let out = env.run_in(&work, "git", &["push", "-q", "mirror", "main"]);
+    assert_ne!(out.status, Some(0), "{}", out.all());
+    assert!(
+        out.stderr.contains("remote.mirror.xetEndpoint is set")
+            && out.stderr.contains("git xet install"),
+        "{}",
+        out.all()
+    );
+    let out = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
+    assert_eq!(out.status, Some(0), "origin expects nothing: {}", out.all());
+}

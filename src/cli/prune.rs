@@ -168,6 +168,9 @@ pub fn run(args: &PruneArgs) -> CmdResult {
             report.endpoint_error = Some(redact(e));
         }
         let mut held = Vec::new();
+        // After an endpoint that did not answer (each request retried for a minute), the rest
+        // is not asked about.
+        let mut unanswered: Option<String> = None;
         for oid in &oids {
             let path = prune::object_path(&objects_dir, oid);
             let Ok(meta) = std::fs::metadata(&path) else {
@@ -181,10 +184,19 @@ pub fn run(args: &PruneArgs) -> CmdResult {
                 continue;
             };
             let size = meta.len();
-            let verdict = match &lease {
-                Ok(l) => prune::check(l.get(), oid, size),
-                Err(e) => Verdict::Unknown(redact(e)),
+            let verdict = match (&lease, &unanswered) {
+                (Err(e), _) => Verdict::Unknown(redact(e)),
+                (Ok(_), Some(why)) => Verdict::Unknown(format!("not checked: {why}")),
+                (Ok(l), None) => prune::check(l.get(), oid, size),
             };
+            if let Verdict::Unknown(why) = &verdict {
+                if lease.is_ok() && unanswered.is_none() {
+                    unanswered = Some(format!(
+                        "the endpoint failed for {oid}: {}",
+                        crate::redact::clip(why, 300)
+                    ));
+                }
+            }
             let (name, reason) = match verdict {
                 Verdict::Held => {
                     held.push(report.objects.len());

@@ -1,10 +1,16 @@
 //! `git xet status` (alias `env`): is the agent registered, which mode and endpoint apply to this
-//! repository, where the cache is and how large, is the server reachable.
+//! repository and to each of its remotes, where the cache is and how large, is the server
+//! reachable and does it accept the credential that would be sent.
 //!
 //! The command only reads: git configuration (with the scope each value comes from), `git lfs
-//! env`, the hooks directory, the transfer journal and the cache directory, plus one `GET
-//! /health` (3 s timeout) per http(s) endpoint. Missing pieces are findings, not failures: it
-//! exits 0 whenever it could look, and 1 only if it could not (say, stdout is closed).
+//! env`, the hooks directory, the transfer journal, the cache directory and the endpoint
+//! directories (never created: what could not be created is found by looking at the nearest
+//! existing parent), plus, per http(s) endpoint or LFS server, `GET /health` and one
+//! authenticated request (3 s timeout each): `GET /v1/lfs-files/<zero oid>` with the token the
+//! agent would send, or an LFS batch request without objects with the credential git's helpers
+//! hold (never prompting). Credentials are never shown. Missing pieces are findings, not
+//! failures: it exits 0 whenever it could look, and 1 only if it could not (say, stdout is
+//! closed).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -22,7 +28,6 @@ use crate::redact::redact;
 
 /// How long the reachability check waits for an answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Environment variable overriding the cache directory.
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -35,8 +40,13 @@ Inside a repository, also: the mode that applies to it, standalone (lfs.standalo
 = xet: git-xet stores objects at its endpoint, xet.endpoint or GIT_XET_ENDPOINT, shown with where \
 it came from) or negotiated (the LFS server chooses; its URL is shown as `git lfs env` reports \
 it); whether the endpoint or LFS server answers (GET /health, 3 s timeout; a git-xet server \
-answers with its version); for a directory endpoint, whether it exists and its size; the pre-push \
-hook; and the transfer journal (.git/xet/transfers.jsonl) with its record count.\n\n\
+answers with its version) and accepts the credential git-xet or git-lfs would send (a 401/403 is \
+reported as a wrong stored credential; the credential is never shown); for a directory \
+endpoint, whether it is a store, empty, missing, or cannot be created or used, and its size; each \
+remote with its LFS URL, how git-lfs transfers for it (git-xet standalone with that remote's \
+endpoint, remote.<name>.xetEndpoint or the repository's; negotiated; git-lfs's own file adapter \
+for a file:// URL, where git-xet never runs); the pre-push hook; and the transfer journal \
+(.git/xet/transfers.jsonl) with its record count. Nothing is created.\n\n\
 Always: the local cache directory and its size (GIT_XET_CACHE_DIR overrides its location), then \
 warnings with what to run to fix each.\n\n\
 Exit status: 0 whenever the checks could run, even if they found problems (status is a \
@@ -726,6 +736,11 @@ fn repository(
                         redact(&lfs.url),
                         c.http_status.unwrap_or(0)
                     )),
+                    "unknown" => notes.push(format!(
+                        "could not check the credential for the LFS server {} ({who}): {}",
+                        redact(&lfs.url),
+                        c.error.as_deref().unwrap_or("unexpected answer")
+                    )),
                     _ => {}
                 }
                 credential_checks.push(c);
@@ -990,7 +1005,8 @@ fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck {
         Ok(response) => {
             let status = response.status().as_u16();
             check.http_status = Some(status);
-            check.verdict = credential_verdict(status, token.is_some());
+            // 404: the server looked the (made-up) oid up, so it accepted the request.
+            check.verdict = credential_verdict(status, token.is_some(), true);
             if check.verdict == "unknown" {
                 check.error = Some(format!("HTTP {status}"));
             }
@@ -1040,7 +1056,8 @@ fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck {
     match result {
         Ok(status) => {
             check.http_status = Some(status);
-            check.verdict = credential_verdict(status, check.source.is_some());
+            // 404 here is "no such repository", which says nothing about the credential.
+            check.verdict = credential_verdict(status, check.source.is_some(), false);
             if check.verdict == "unknown" {
                 check.error = Some(format!("HTTP {status}"));
             }
@@ -1050,13 +1067,15 @@ fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck {
     check
 }
 
-/// `accepted` / `not_needed` / `refused` / `missing` / `unknown` for an answer.
-fn credential_verdict(status: u16, sent: bool) -> &'static str {
-    match (status, sent) {
-        (200..=299 | 404, true) => "accepted",
-        (200..=299 | 404, false) => "not_needed",
-        (401 | 403, true) => "refused",
-        (401 | 403, false) => "missing",
+/// `accepted` / `not_needed` / `refused` / `missing` / `unknown` for an answer (`sent`: with a
+/// credential; `not_found_ok`: a 404 means the request itself was accepted).
+fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) -> &'static str {
+    let ok = (200..300).contains(&status) || (status == 404 && not_found_ok);
+    match (ok, status, sent) {
+        (true, _, true) => "accepted",
+        (true, _, false) => "not_needed",
+        (false, 401 | 403, true) => "refused",
+        (false, 401 | 403, false) => "missing",
         _ => "unknown",
     }
 }

@@ -12,8 +12,14 @@
 //! | request | endpoint |
 //! |---|---|
 //! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
-//! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns) |
+//! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns); a download from a directory without a store fails and creates nothing |
 //! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::endpoint_token`] |
+//!
+//! The standalone endpoint is the one of the remote git-lfs names in `init`
+//! ([`settings::endpoint_for_remote`]: `GIT_XET_ENDPOINT`, `remote.<name>.xetEndpoint`,
+//! `xet.endpoint`). A download `init` from a `git lfs prune` that wants objects verified with a
+//! standalone remote is refused ([`super::prune`]: git-lfs would not ask, and would count every
+//! object as verified).
 //!
 //! Uploads run the upload pipeline (chunk, dedup, xorbs, shard) and send `complete` only once
 //! the shard is registered, since git-lfs kills the agent 30 s after `terminate`. Downloads
