@@ -356,7 +356,8 @@ pub fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
 
 /// Whether git-lfs runs git-xet in standalone mode for `remote` (a remote name or URL, as in
 /// `init`). Asks `git lfs env` for the LFS URL only when a URL-matched
-/// `lfs.<url>.standalonetransferagent` exists.
+/// `lfs.<url>.standalonetransferagent` exists (for a URL that is no configured remote's, only
+/// `lfs.standalonetransferagent` is considered).
 pub fn xet_standalone_for(git: &Git, remote: &str) -> bool {
     let url_keys = git
         .output([
@@ -371,11 +372,9 @@ pub fn xet_standalone_for(git: &Git, remote: &str) -> bool {
     }
     let endpoints = lfs_env_endpoints(git);
     let remotes = remotes(git);
-    let url = match configured_remote(git, remote) {
-        Some(name) => lfs_url_of(&endpoints, &remotes, &name),
-        // A URL given on the command line: git-lfs derives the LFS URL from it.
-        None => endpoints.first().map(|(_, u)| u.clone()),
-    };
+    // A URL that is no configured remote's: only the plain key is known to apply.
+    let url =
+        configured_remote(git, remote).and_then(|name| lfs_url_of(&endpoints, &remotes, &name));
     transfer_mode(git, url.as_deref()).is_xet_standalone()
 }
 
@@ -946,5 +945,92 @@ mod tests {
             let e = EndpointSpec::parse(bad, base).unwrap_err().to_string();
             assert!(e.contains("not usable"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn remotes_and_their_lfs_urls_parse() {
+        let text = "remote.origin.url\n../remote.git\0remote.my.mirror.url\nhttps://h/x\0\
+remote.my.mirror.pushurl\nhttps://h/push\0remote.my.mirror.xetendpoint\n/srv/b\0\
+remote.my.mirror.lfsurl\nhttps://h/lfs\0remote.ghost.xetendpoint\n/x\0";
+        let remotes = parse_remotes(text);
+        assert_eq!(
+            remotes.len(),
+            2,
+            "a remote without url is no remote: {remotes:?}"
+        );
+        assert_eq!(remotes[0].name, "origin");
+        assert_eq!(remotes[1].name, "my.mirror");
+        assert_eq!(remotes[1].push_url.as_deref(), Some("https://h/push"));
+        assert_eq!(remotes[1].xet_endpoint.as_deref(), Some("/srv/b"));
+        assert_eq!(remotes[1].lfs_url.as_deref(), Some("https://h/lfs"));
+        assert_eq!(
+            remote_endpoint_key("my.mirror"),
+            "remote.my.mirror.xetEndpoint"
+        );
+
+        let env = "git-lfs/3.3.0\n\nEndpoint=file:///r.git (auth=none)\n\
+Endpoint (my.mirror)=https://h/lfs (auth=basic)\n  SSH=git@h:x\nEndpoint ()= (auth=none)\n";
+        let endpoints = parse_lfs_env(env);
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(
+            lfs_url_of(&endpoints, &remotes, "my.mirror").as_deref(),
+            Some("https://h/lfs")
+        );
+        // The default line belongs to the one remote without a line of its own.
+        assert_eq!(
+            lfs_url_of(&endpoints, &remotes, "origin").as_deref(),
+            Some("file:///r.git")
+        );
+        assert_eq!(lfs_url_of(&endpoints, &remotes, "nope"), None);
+    }
+
+    #[test]
+    fn directory_endpoints_are_inspected_without_creating_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        assert_eq!(inspect_dir_endpoint(&root.join("a/b")), DirState::Missing);
+        assert!(!root.join("a").exists());
+        std::fs::write(root.join("file"), b"x").unwrap();
+        assert!(matches!(
+            inspect_dir_endpoint(&root.join("file/sub/store")),
+            DirState::CannotCreate(why) if why.contains("is a file")
+        ));
+        assert_eq!(
+            inspect_dir_endpoint(&root.join("file")),
+            DirState::NotADirectory
+        );
+        std::fs::create_dir(root.join("empty")).unwrap();
+        assert!(matches!(
+            inspect_dir_endpoint(&root.join("empty")),
+            DirState::Empty { .. }
+        ));
+        std::fs::create_dir(root.join("store")).unwrap();
+        std::fs::write(
+            root.join("store").join(STORE_VERSION_FILE),
+            "git-xet-store 1\n",
+        )
+        .unwrap();
+        let state = inspect_dir_endpoint(&root.join("store"));
+        assert!(
+            state.is_store() && state.why_not_a_store().is_none(),
+            "{state:?}"
+        );
+        // What the store itself writes is what is recognised.
+        drop(crate::store::Store::open(&root.join("made")).unwrap());
+        assert!(inspect_dir_endpoint(&root.join("made")).is_store());
+        std::fs::write(root.join("empty/x"), b"x").unwrap();
+        assert_eq!(
+            inspect_dir_endpoint(&root.join("empty")),
+            DirState::NotAStore
+        );
+        std::fs::write(
+            root.join("store").join(STORE_VERSION_FILE),
+            "git-xet-store 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            inspect_dir_endpoint(&root.join("store")),
+            DirState::OtherVersion("git-xet-store 2".into())
+        );
     }
 }
