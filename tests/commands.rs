@@ -210,10 +210,11 @@ fn status_in_a_repository_before_and_after_a_standalone_install() {
     assert!(text.contains("negotiated"), "{text}");
     assert!(text.contains("NOT REGISTERED"), "{text}");
 
+    // A store (its version file and 112 bytes of objects): 128 bytes in 2 files.
     let store = s.path().join("store");
     std::fs::create_dir_all(store.join("xorbs")).unwrap();
-    std::fs::write(store.join("xorbs/x"), vec![1u8; 100]).unwrap();
-    std::fs::write(store.join("y"), vec![1u8; 28]).unwrap();
+    std::fs::write(store.join("xorbs/x"), vec![1u8; 112]).unwrap();
+    std::fs::write(store.join("STORE-VERSION"), "git-xet-store 1\n").unwrap();
     ok(
         &s.git_xet(
             &repo,

@@ -58,6 +58,9 @@ Hub) then get chunk-deduplicated uploads through git-xet; others keep using plai
 With --endpoint, also turns on standalone mode (lfs.standalonetransferagent=xet): git-lfs skips \
 the LFS server entirely and git-xet stores objects at the endpoint, the URL of a `git xet serve` \
 or a local directory. This works with any git host.\n\n\
+With --endpoint and --remote NAME (needs --local), the endpoint is that remote's own \
+(remote.NAME.xetEndpoint): pushes and fetches through NAME use it, other remotes use xet.endpoint. \
+Run it once per remote, e.g. for a mirror on a second server.\n\n\
 With --local, also installs a pre-push hook in the repository: when the repository expects \
 git-xet (standalone mode, xet.endpoint, or xet.required=true) but git-lfs cannot run it, the push \
 stops with a message instead of falling back to whole-object uploads; otherwise the hook runs \
@@ -71,6 +74,10 @@ pub struct InstallArgs {
     /// Standalone mode: store LFS objects at this `git xet serve` URL or local directory.
     #[arg(long, value_name = "URL-or-DIR")]
     pub endpoint: Option<String>,
+    /// With --endpoint and --local: the endpoint of this remote only
+    /// (remote.NAME.xetEndpoint), e.g. a mirror; other remotes keep xet.endpoint.
+    #[arg(long, value_name = "NAME", requires = "endpoint")]
+    pub remote: Option<String>,
     /// Agent processes git-lfs runs at once (1: one process for all transfers).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub concurrency: Option<u32>,
@@ -184,6 +191,25 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     if scope == Scope::Local && !git.in_repository() {
         return Err("--local needs to run inside a git repository".into());
     }
+    if let Some(remote) = &args.remote {
+        if scope != Scope::Local {
+            return Err(format!(
+                "--remote needs --local: a remote belongs to one repository (run `git xet \
+                 install --local --endpoint URL-or-DIR --remote {remote}` inside it)"
+            )
+            .into());
+        }
+        if !crate::lfs::settings::remotes(&git)
+            .iter()
+            .any(|r| r.name == *remote)
+        {
+            return Err(format!(
+                "this repository has no remote named {remote:?}: add it first (`git remote add \
+                 {remote} URL`), then run this again"
+            )
+            .into());
+        }
+    }
     if !git.has_git_lfs() {
         return Err(git_lfs_missing());
     }
@@ -218,27 +244,35 @@ pub fn install(args: &InstallArgs) -> CmdResult {
         .config_get_in(Some(scope), MANAGED_KEYS)?
         .map(|v| v.split_whitespace().map(String::from).collect())
         .unwrap_or_default();
-    let mut wanted: Vec<(&str, String)> = vec![
+    let mut wanted: Vec<(String, String)> = vec![
         (
-            "lfs.customtransfer.xet.path",
+            "lfs.customtransfer.xet.path".to_string(),
             agent_path()?.to_string_lossy().into_owned(),
         ),
-        ("lfs.customtransfer.xet.args", "transfer".to_string()),
         (
-            "lfs.customtransfer.xet.concurrent",
+            "lfs.customtransfer.xet.args".to_string(),
+            "transfer".to_string(),
+        ),
+        (
+            "lfs.customtransfer.xet.concurrent".to_string(),
             (args.concurrency != Some(1)).to_string(),
         ),
     ];
     if let Some(n) = args.concurrency.filter(|n| *n > 1) {
-        wanted.push(("lfs.concurrenttransfers", n.to_string()));
+        wanted.push(("lfs.concurrenttransfers".to_string(), n.to_string()));
     }
     if let Some(endpoint) = &args.endpoint {
-        wanted.push(("lfs.standalonetransferagent", "xet".to_string()));
+        wanted.push(("lfs.standalonetransferagent".to_string(), "xet".to_string()));
         let endpoint = normalise_endpoint(endpoint)?;
         if let Some(warning) = password_warning(&endpoint, scope) {
             eprintln!("{warning}");
         }
-        wanted.push((ENDPOINT_KEY, endpoint));
+        match &args.remote {
+            Some(remote) => {
+                wanted.push((crate::lfs::settings::remote_endpoint_key(remote), endpoint))
+            }
+            None => wanted.push((ENDPOINT_KEY.to_string(), endpoint)),
+        }
     }
     for (key, value) in &wanted {
         let current = git.config_get_in(Some(scope), key)?;
@@ -276,10 +310,11 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     say!(
         "git-xet is installed ({} configuration){}",
         scope.name(),
-        if args.endpoint.is_some() {
-            "; standalone mode is on"
-        } else {
-            ""
+        match (&args.endpoint, &args.remote) {
+            (Some(_), Some(remote)) =>
+                format!("; standalone mode is on, and remote {remote:?} has its own endpoint"),
+            (Some(_), None) => "; standalone mode is on".to_string(),
+            _ => String::new(),
         }
     );
     Ok(ExitCode::SUCCESS)

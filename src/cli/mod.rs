@@ -15,6 +15,7 @@ mod inspect;
 mod install;
 mod ls_files;
 mod maintenance;
+mod prune;
 mod serve;
 mod status;
 mod summary;
@@ -73,6 +74,8 @@ enum Command {
     /// What a push's uploads sent and what deduplication saved (the pre-push hook prints it).
     #[command(name = "push-summary")]
     PushSummary(summary::SummaryArgs),
+    /// Delete local LFS objects git-lfs would prune, only those the remote's endpoint holds.
+    Prune(prune::PruneArgs),
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
@@ -94,6 +97,7 @@ pub fn main() -> ExitCode {
         Command::Scrub(args) => maintenance::scrub(args),
         Command::Gc(args) => maintenance::gc(args),
         Command::PushSummary(args) => summary::run(args),
+        Command::Prune(args) => prune::run(args),
     };
     match result {
         Ok(code) => code,

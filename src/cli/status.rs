@@ -1,10 +1,16 @@
 //! `git xet status` (alias `env`): is the agent registered, which mode and endpoint apply to this
-//! repository, where the cache is and how large, is the server reachable.
+//! repository and to each of its remotes, where the cache is and how large, is the server
+//! reachable and does it accept the credential that would be sent.
 //!
 //! The command only reads: git configuration (with the scope each value comes from), `git lfs
-//! env`, the hooks directory, the transfer journal and the cache directory, plus one `GET
-//! /health` (3 s timeout) per http(s) endpoint. Missing pieces are findings, not failures: it
-//! exits 0 whenever it could look, and 1 only if it could not (say, stdout is closed).
+//! env`, the hooks directory, the transfer journal, the cache directory and the endpoint
+//! directories (never created: what could not be created is found by looking at the nearest
+//! existing parent), plus, per http(s) endpoint or LFS server, `GET /health` and one
+//! authenticated request (3 s timeout each): `GET /v1/lfs-files/<zero oid>` with the token the
+//! agent would send, or an LFS batch request without objects with the credential git's helpers
+//! hold (never prompting). Credentials are never shown. Missing pieces are findings, not
+//! failures: it exits 0 whenever it could look, and 1 only if it could not (say, stdout is
+//! closed).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -17,12 +23,11 @@ use super::hooks::{self, HookKind};
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::journal;
-use crate::lfs::settings::{self, EndpointSpec};
+use crate::lfs::settings::{self, DirState, EndpointSpec, TransferMode};
 use crate::redact::redact;
 
 /// How long the reachability check waits for an answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Environment variable overriding the cache directory.
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -35,8 +40,13 @@ Inside a repository, also: the mode that applies to it, standalone (lfs.standalo
 = xet: git-xet stores objects at its endpoint, xet.endpoint or GIT_XET_ENDPOINT, shown with where \
 it came from) or negotiated (the LFS server chooses; its URL is shown as `git lfs env` reports \
 it); whether the endpoint or LFS server answers (GET /health, 3 s timeout; a git-xet server \
-answers with its version); for a directory endpoint, whether it exists and its size; the pre-push \
-hook; and the transfer journal (.git/xet/transfers.jsonl) with its record count.\n\n\
+answers with its version) and accepts the credential git-xet or git-lfs would send (a 401/403 is \
+reported as a wrong stored credential; the credential is never shown); for a directory \
+endpoint, whether it is a store, empty, missing, or cannot be created or used, and its size; each \
+remote with its LFS URL, how git-lfs transfers for it (git-xet standalone with that remote's \
+endpoint, remote.<name>.xetEndpoint or the repository's; negotiated; git-lfs's own file adapter \
+for a file:// URL, where git-xet never runs); the pre-push hook; and the transfer journal \
+(.git/xet/transfers.jsonl) with its record count. Nothing is created.\n\n\
 Always: the local cache directory and its size (GIT_XET_CACHE_DIR overrides its location), then \
 warnings with what to run to fix each.\n\n\
 Exit status: 0 whenever the checks could run, even if they found problems (status is a \
@@ -106,12 +116,18 @@ struct Repository {
     /// `standalone` or `negotiated`.
     mode: &'static str,
     standalone_agent: Option<Setting>,
-    /// The standalone endpoint, if one is configured (whatever the mode).
+    /// The repository's standalone endpoint (GIT_XET_ENDPOINT or xet.endpoint), if one is
+    /// configured (whatever the mode).
     endpoint: Option<EndpointInfo>,
-    /// The LFS server URLs (negotiated mode).
+    /// Each configured remote: its LFS URL, how git-lfs transfers for it, and the endpoint
+    /// git-xet uses for it in standalone mode.
+    remotes: Vec<RemoteInfo>,
+    /// The LFS server URLs (as `git lfs env` reports them).
     lfs_urls: Vec<LfsUrl>,
     /// One check per distinct URL contacted.
     reachability: Vec<Reachability>,
+    /// What each negotiated LFS server said of the credential git's helpers hold for it.
+    credential_checks: Vec<CredentialCheck>,
     /// The directory endpoint's contents.
     store: Option<DirInfo>,
     hooks_dir: Option<String>,
@@ -129,6 +145,44 @@ struct EndpointInfo {
     value: String,
     /// Where it was configured, e.g. `git config xet.endpoint`.
     source: String,
+    /// A directory's contents: `store`, `empty`, `missing`, `not_a_store`, `other_version`,
+    /// `not_a_directory`, `cannot_create` or `unreadable`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
+    /// A URL's answer to the credential git-xet would send.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credential: Option<CredentialCheck>,
+}
+
+#[derive(Debug, Serialize)]
+struct RemoteInfo {
+    name: String,
+    url: Option<String>,
+    /// The LFS URL git-lfs uses for it.
+    lfs_url: Option<String>,
+    /// How git-lfs transfers its objects: `standalone` (git-xet, at `endpoint`),
+    /// `negotiated` (the LFS server's batch API chooses), `git-lfs-file` (git-lfs's own file
+    /// adapter; git-xet is not used) or `other-agent` (another standalone agent).
+    transfer: &'static str,
+    standalone_agent: Option<String>,
+    /// The endpoint git-xet uses for this remote (standalone).
+    endpoint: Option<EndpointInfo>,
+}
+
+/// What a server said when asked with the credential git-xet (or git-lfs) would send. The
+/// credential itself is never shown.
+#[derive(Debug, Clone, Serialize)]
+struct CredentialCheck {
+    /// What was asked.
+    url: String,
+    /// Where the credential came from (`GIT_XET_TOKEN`, `the password in the endpoint URL`,
+    /// `your git credential helper`); `None`: no credential was sent.
+    source: Option<String>,
+    http_status: Option<u16>,
+    /// `accepted`, `not_needed` (no credential, none asked for), `refused` (the stored
+    /// credential is wrong), `missing` (one is needed, none is stored) or `unknown`.
+    verdict: &'static str,
+    error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,7 +193,7 @@ struct LfsUrl {
     source: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct Reachability {
     url: String,
     reachable: bool,
@@ -151,7 +205,7 @@ struct Reachability {
     error: Option<String>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 struct DirInfo {
     path: Option<String>,
     exists: bool,
@@ -439,64 +493,176 @@ fn repository(
             None
         }
     };
-    let endpoint_info = endpoint.as_ref().map(|(spec, source)| EndpointInfo {
-        kind: match spec {
-            EndpointSpec::Http(_) => "http",
-            EndpointSpec::Dir(_) => "dir",
-        },
-        value: redact(&spec.display()),
-        source: source.clone(),
-    });
+
+    // Each remote: its LFS URL as git-lfs resolves it, how git-lfs transfers for it, and (when
+    // git-xet does, in standalone mode) the endpoint the agent would use for it.
+    let configured = settings::remotes(git);
+    let lfs_urls = if have_lfs {
+        lfs_env_urls(git)
+    } else {
+        derived_lfs_urls(git)
+    };
+    let pairs: Vec<(Option<String>, String)> = lfs_urls
+        .iter()
+        .map(|u| (u.remote.clone(), u.url.clone()))
+        .collect();
+    let mut remotes = Vec::new();
+    for r in &configured {
+        let lfs_url = settings::lfs_url_of(&pairs, &configured, &r.name);
+        let mode = settings::transfer_mode(git, lfs_url.as_deref());
+        let endpoint = if mode.is_xet_standalone() {
+            match settings::endpoint_for_remote(git, &base, Some(&r.name)) {
+                Ok(found) => found,
+                Err(e) => {
+                    warnings.push(format!(
+                        "remote {}: {e}: fix it with `git xet install --local --endpoint \
+                         URL-or-DIR --remote {}`",
+                        r.name, r.name
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        remotes.push((r, lfs_url, mode, endpoint));
+    }
+
+    // Each distinct endpoint is checked once: the repository's, then the remotes' own.
+    let mut checked: Vec<(EndpointSpec, EndpointCheck)> = Vec::new();
+    let mut check =
+        |spec: &EndpointSpec, source: &str, warnings: &mut Vec<String>, notes: &mut Vec<String>| {
+            if let Some((_, c)) = checked.iter().find(|(s, _)| s == spec) {
+                return c.clone();
+            }
+            let c = check_endpoint(git, spec, source, args.no_network, warnings, notes);
+            checked.push((spec.clone(), c.clone()));
+            c
+        };
 
     let mut reachability = Vec::new();
     let mut store = None;
-    let mut lfs_urls = Vec::new();
-    if standalone {
+    let mut endpoint_state = None;
+    let mut endpoint_credential = None;
+    let any_xet_remote = remotes.iter().any(|(_, _, m, _)| m.is_xet_standalone());
+    let remote_without_endpoint = remotes
+        .iter()
+        .any(|(_, _, m, e)| m.is_xet_standalone() && e.is_none());
+    if standalone || any_xet_remote {
         match &endpoint {
-            None => warnings.push(
-                "standalone mode is on (lfs.standalonetransferagent = xet) but no endpoint is \
-                 set, so git-xet has nowhere to store objects: run `git xet install --local \
-                 --endpoint URL-or-DIR` (or `git config xet.endpoint URL-or-DIR`)"
-                    .to_string(),
-            ),
-            Some((EndpointSpec::Http(url), _)) => {
-                if !args.no_network {
-                    let check = probe(&format!("{url}/health"));
-                    if !check.reachable {
+            None if standalone && (configured.is_empty() || remote_without_endpoint) => warnings
+                .push(
+                    "standalone mode is on (lfs.standalonetransferagent = xet) but no endpoint \
+                     is set, so git-xet has nowhere to store objects: run `git xet install \
+                     --local --endpoint URL-or-DIR` (or `git config xet.endpoint URL-or-DIR`; \
+                     `--remote NAME` for one remote's own)"
+                        .to_string(),
+                ),
+            None => {}
+            Some((spec, source)) => {
+                let c = check(spec, source, warnings, notes);
+                if let Some(h) = c.health.clone() {
+                    reachability.push(h);
+                }
+                store = c.store.clone();
+                endpoint_state = c.state;
+                endpoint_credential = c.credential.clone();
+            }
+        }
+    } else if let Some((_, source)) = &endpoint {
+        warnings.push(format!(
+            "an endpoint is set ({source}) but standalone mode is off \
+             (lfs.standalonetransferagent is not xet), so it is not used: run \
+             `git xet install --local --endpoint URL-or-DIR` to turn standalone mode on"
+        ));
+    }
+
+    let mut remote_infos = Vec::new();
+    for (r, lfs_url, mode, ep) in &remotes {
+        let name = &r.name;
+        let mut info = RemoteInfo {
+            name: name.clone(),
+            url: r.url.as_deref().map(redact),
+            lfs_url: lfs_url.as_deref().map(redact),
+            transfer: match mode {
+                TransferMode::Standalone(a) if a == "xet" => "standalone",
+                TransferMode::Standalone(_) => "other-agent",
+                TransferMode::FileAdapter => "git-lfs-file",
+                TransferMode::Negotiated => "negotiated",
+            },
+            standalone_agent: match mode {
+                TransferMode::Standalone(a) => Some(a.clone()),
+                _ => None,
+            },
+            endpoint: None,
+        };
+        // git-lfs's rule: lfs.url wins over remote.<name>.lfsurl.
+        if let (Some(own), Some(effective)) = (&r.lfs_url, lfs_url) {
+            if own.trim_end_matches('/') != effective.trim_end_matches('/') {
+                warnings.push(format!(
+                    "remote.{name}.lfsurl is {} but git-lfs uses {} for remote {name} (lfs.url, \
+                     or an .lfsconfig, takes precedence over remote.<name>.lfsurl for every \
+                     remote): unset lfs.url (`git config --unset lfs.url`) and give each remote \
+                     its own remote.<name>.lfsurl",
+                    redact(own),
+                    redact(effective)
+                ));
+            }
+        }
+        match mode {
+            TransferMode::FileAdapter => warnings.push(format!(
+                "remote {name}: its LFS URL is {}, so git-lfs copies LFS objects there with its \
+                 own file adapter and never starts git-xet (no deduplication; `git lfs prune \
+                 --verify-remote` checks nothing there): to store them with git-xet, run `git \
+                 xet install --local --endpoint DIR-or-URL --remote {name}` (standalone mode)",
+                redact(lfs_url.as_deref().unwrap_or("file://…"))
+            )),
+            TransferMode::Standalone(a) if a != "xet" => warnings.push(format!(
+                "remote {name}: git-lfs sends its transfers to the standalone agent {a:?} \
+                 (lfs.<url>.standalonetransferagent or lfs.standalonetransferagent), not git-xet"
+            )),
+            TransferMode::Standalone(_) => match ep {
+                None => {
+                    if endpoint.is_some() || !standalone {
                         warnings.push(format!(
-                            "the endpoint {} does not answer ({}): is the server running and \
-                             the URL right?",
-                            redact(url),
-                            check.error.as_deref().unwrap_or("no answer")
+                            "remote {name}: standalone mode, but no endpoint is set for it: run \
+                             `git xet install --local --endpoint URL-or-DIR --remote {name}`"
                         ));
                     }
-                    reachability.push(check);
                 }
-            }
-            Some((EndpointSpec::Dir(dir), _)) => {
-                let info = dir_info(Some(dir.clone()));
-                if !info.exists {
-                    notes.push(format!(
-                        "the endpoint directory {} does not exist yet",
-                        dir.display()
+                Some((spec, source)) => {
+                    let c = check(spec, source, warnings, notes);
+                    if let Some(h) = &c.health {
+                        if !reachability.iter().any(|x: &Reachability| x.url == h.url) {
+                            reachability.push(h.clone());
+                        }
+                    }
+                    info.endpoint = Some(EndpointInfo {
+                        kind: spec_kind(spec),
+                        value: redact(&spec.display()),
+                        source: source.clone(),
+                        state: c.state,
+                        credential: c.credential.clone(),
+                    });
+                }
+            },
+            TransferMode::Negotiated => {
+                if let Some(own) = &r.xet_endpoint {
+                    warnings.push(format!(
+                        "remote.{name}.xetEndpoint is set ({}) but git-lfs does not use git-xet in \
+                         standalone mode for remote {name}, so it is not used: run `git xet \
+                         install --local --endpoint URL-or-DIR --remote {name}` to turn \
+                         standalone mode on",
+                        redact(own)
                     ));
                 }
-                store = Some(info);
             }
         }
-    } else {
-        if let Some((_, source)) = &endpoint {
-            warnings.push(format!(
-                "an endpoint is set ({source}) but standalone mode is off \
-                 (lfs.standalonetransferagent is not xet), so it is not used: run \
-                 `git xet install --local --endpoint URL-or-DIR` to turn standalone mode on"
-            ));
-        }
-        lfs_urls = if have_lfs {
-            lfs_env_urls(git)
-        } else {
-            derived_lfs_urls(git)
-        };
+        remote_infos.push(info);
+    }
+
+    let mut credential_checks = Vec::new();
+    if !standalone {
         if lfs_urls.is_empty() {
             notes.push(
                 "no remote yet: the LFS server is the remote's, once one is added".to_string(),
@@ -504,25 +670,103 @@ fn repository(
         }
         if !args.no_network {
             let mut seen: Vec<String> = Vec::new();
+            let mut asked: Vec<String> = Vec::new();
             for lfs in &lfs_urls {
+                let negotiated = match &lfs.remote {
+                    Some(n) => remote_infos
+                        .iter()
+                        .find(|r| r.name == *n)
+                        .is_none_or(|r| r.transfer == "negotiated"),
+                    None => {
+                        remote_infos.iter().all(|r| r.transfer == "negotiated")
+                            || remote_infos.is_empty()
+                    }
+                };
                 let Some(origin) = http_origin(&lfs.url) else {
                     continue;
                 };
-                let url = format!("{origin}/health");
-                if seen.contains(&url) {
+                if !negotiated {
                     continue;
                 }
-                seen.push(url.clone());
-                let check = probe(&url);
-                if !check.reachable {
-                    warnings.push(format!(
-                        "the LFS server {} does not answer ({})",
-                        redact(&origin),
-                        check.error.as_deref().unwrap_or("no answer")
-                    ));
+                let url = format!("{origin}/health");
+                if !seen.contains(&url) {
+                    seen.push(url.clone());
+                    let check = probe(&url);
+                    if !check.reachable {
+                        warnings.push(format!(
+                            "the LFS server {} does not answer ({})",
+                            redact(&origin),
+                            check.error.as_deref().unwrap_or("no answer")
+                        ));
+                    }
+                    let reachable = check.reachable;
+                    reachability.push(check);
+                    if !reachable {
+                        continue;
+                    }
                 }
-                reachability.push(check);
+                let over_ssh = lfs.remote.as_ref().is_some_and(|n| {
+                    configured
+                        .iter()
+                        .any(|r| r.name == *n && r.url.as_deref().is_some_and(is_ssh_url))
+                });
+                if over_ssh || asked.contains(&lfs.url) {
+                    continue;
+                }
+                asked.push(lfs.url.clone());
+                let c = probe_lfs_credential(git, &lfs.url);
+                let who = lfs
+                    .remote
+                    .as_deref()
+                    .map_or("the default remote".to_string(), |r| format!("remote {r}"));
+                match c.verdict {
+                    "refused" => warnings.push(format!(
+                        "the LFS server {} refused the stored credential ({}, HTTP {}) for {who}: \
+                         the stored credential is wrong or expired; replace it (`git credential \
+                         reject` for that URL, then push once to be asked, or store the right \
+                         one with `git credential approve`)",
+                        redact(&lfs.url),
+                        c.source.as_deref().unwrap_or("credential helper"),
+                        c.http_status.unwrap_or(0)
+                    )),
+                    "missing" => warnings.push(format!(
+                        "the LFS server {} needs a credential for {who} and none is stored \
+                         (HTTP {}): git-lfs will ask for one on the next push or fetch; store it \
+                         with your credential helper to avoid that",
+                        redact(&lfs.url),
+                        c.http_status.unwrap_or(0)
+                    )),
+                    "unknown" => notes.push(format!(
+                        "could not check the credential for the LFS server {} ({who}): {}",
+                        redact(&lfs.url),
+                        c.error.as_deref().unwrap_or("unexpected answer")
+                    )),
+                    _ => {}
+                }
+                credential_checks.push(c);
             }
+        }
+    }
+
+    if standalone || any_xet_remote {
+        let verify_always = git
+            .output([
+                "config",
+                "--type=bool",
+                "--get",
+                "lfs.pruneverifyremotealways",
+            ])
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
+            .unwrap_or(false);
+        if verify_always {
+            warnings.push(
+                "lfs.pruneverifyremotealways is true, but git-lfs cannot verify objects git-xet \
+                 stores in standalone mode (it does not ask the agent): git-xet refuses those \
+                 checks, so `git lfs prune` prunes nothing reachable and `git lfs fetch --prune` \
+                 fails; prune with `git xet prune` instead, and unset it (`git config --unset \
+                 lfs.pruneverifyremotealways`)"
+                    .to_string(),
+            );
         }
     }
 
@@ -549,6 +793,27 @@ fn repository(
     };
     let objects = journal::read(&common).map(|m| m.len() as u64).unwrap_or(0);
 
+    // A store that is missing or empty is normal before the first push, but not when this
+    // repository already has LFS files that must come from it.
+    let storeless: Vec<String> = checked
+        .iter()
+        .filter(|(_, c)| matches!(c.state, Some("missing" | "empty")))
+        .map(|(s, _)| s.display())
+        .collect();
+    if !storeless.is_empty() && have_lfs {
+        let files = lfs_file_count(git);
+        if files > 0 {
+            for dir in storeless {
+                warnings.push(format!(
+                    "this repository has {files} LFS file{} but the endpoint directory {dir} \
+                     holds no store, so they cannot be downloaded from it: check the path (`git \
+                     xet install --local --endpoint DIR`, or `--remote NAME` for one remote)",
+                    if files == 1 { "" } else { "s" }
+                ));
+            }
+        }
+    }
+
     Ok(Repository {
         work_tree,
         git_dir: common.display().to_string(),
@@ -558,9 +823,17 @@ fn repository(
             "negotiated"
         },
         standalone_agent,
-        endpoint: endpoint_info,
+        endpoint: endpoint.as_ref().map(|(spec, source)| EndpointInfo {
+            kind: spec_kind(spec),
+            value: redact(&spec.display()),
+            source: source.clone(),
+            state: endpoint_state,
+            credential: endpoint_credential,
+        }),
+        remotes: remote_infos,
         lfs_urls,
         reachability,
+        credential_checks,
         store,
         hooks_dir: hooks_dir.map(|d| d.display().to_string()),
         pre_push_hook,
@@ -572,6 +845,273 @@ fn repository(
             objects,
         },
     })
+}
+
+fn spec_kind(spec: &EndpointSpec) -> &'static str {
+    match spec {
+        EndpointSpec::Http(_) => "http",
+        EndpointSpec::Dir(_) => "dir",
+    }
+}
+
+/// What one endpoint was found to be: for a URL, whether it answers and accepts the credential
+/// the agent would send; for a directory, what it holds. Reads only: nothing is created.
+#[derive(Debug, Clone, Default)]
+struct EndpointCheck {
+    health: Option<Reachability>,
+    credential: Option<CredentialCheck>,
+    store: Option<DirInfo>,
+    state: Option<&'static str>,
+}
+
+fn check_endpoint(
+    git: &Git,
+    spec: &EndpointSpec,
+    source: &str,
+    no_network: bool,
+    warnings: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> EndpointCheck {
+    // What to run to point git-xet elsewhere, for the place this endpoint was configured.
+    let fix = match source
+        .strip_prefix("git config remote.")
+        .and_then(|r| r.rsplit_once('.'))
+    {
+        Some((remote, _)) => {
+            format!("`git xet install --local --endpoint URL-or-DIR --remote {remote}`")
+        }
+        None if source.starts_with("environment") => {
+            format!("a right {}, or unset it", settings::ENDPOINT_ENV)
+        }
+        None => "`git xet install --local --endpoint URL-or-DIR`".to_string(),
+    };
+    let mut c = EndpointCheck::default();
+    match spec {
+        EndpointSpec::Http(url) => {
+            if no_network {
+                return c;
+            }
+            let health = probe(&format!("{url}/health"));
+            if !health.reachable {
+                warnings.push(format!(
+                    "the endpoint {} ({source}) does not answer ({}): is the server running and \
+                     the URL right?",
+                    redact(url),
+                    health.error.as_deref().unwrap_or("no answer")
+                ));
+            } else {
+                let cred = probe_endpoint_credential(git, url);
+                let bare = settings::split_userinfo(url).bare;
+                match cred.verdict {
+                    "refused" => warnings.push(format!(
+                        "the endpoint {} refused the credential git-xet would send (from {}; \
+                         HTTP {}): the stored credential is wrong or expired. Store the right \
+                         token: `printf 'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git \
+                         credential approve` (after `git credential reject` of the old one), or \
+                         set GIT_XET_TOKEN",
+                        redact(url),
+                        cred.source.as_deref().unwrap_or("?"),
+                        cred.http_status.unwrap_or(0)
+                    )),
+                    "missing" => warnings.push(format!(
+                        "the endpoint {} needs a token (HTTP {}) and git-xet has none: set \
+                         GIT_XET_TOKEN, or store it with `printf \
+                         'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git credential \
+                         approve`",
+                        redact(url),
+                        cred.http_status.unwrap_or(0)
+                    )),
+                    "unknown" => notes.push(format!(
+                        "could not check the credential for {}: {}",
+                        redact(url),
+                        cred.error.as_deref().unwrap_or("unexpected answer")
+                    )),
+                    _ => {}
+                }
+                c.credential = Some(cred);
+            }
+            c.health = Some(health);
+        }
+        EndpointSpec::Dir(dir) => {
+            let state = settings::inspect_dir_endpoint(dir);
+            let shown = format!("{} ({source})", dir.display());
+            c.state = Some(match &state {
+                DirState::Store { .. } => "store",
+                DirState::OtherVersion(_) => "other_version",
+                DirState::Empty { .. } => "empty",
+                DirState::Missing => "missing",
+                DirState::NotAStore => "not_a_store",
+                DirState::NotADirectory => "not_a_directory",
+                DirState::CannotCreate(_) => "cannot_create",
+                DirState::Unreadable(_) => "unreadable",
+            });
+            match &state {
+                DirState::Store { writable: true } => {}
+                DirState::Store { writable: false } | DirState::Empty { writable: false } => {
+                    warnings.push(format!(
+                        "the endpoint directory {shown} is not writable by you, so pushes will \
+                         fail: fix its permissions, or use another endpoint: {fix}"
+                    ))
+                }
+                DirState::Empty { writable: true } => notes.push(format!(
+                    "the endpoint directory {shown} is empty: the first push makes it a store"
+                )),
+                DirState::Missing => notes.push(format!(
+                    "the endpoint directory {shown} does not exist yet: the first push creates \
+                     it (nothing can be downloaded from it until then)"
+                )),
+                DirState::OtherVersion(_) | DirState::NotAStore | DirState::NotADirectory => {
+                    warnings.push(format!(
+                        "the endpoint directory {shown} {}: git-xet can neither push to it nor \
+                         pull from it; point git-xet at a store directory (a new or empty one \
+                         for a fresh store): {fix}",
+                        state.why_not_a_store().unwrap_or_default()
+                    ))
+                }
+                DirState::CannotCreate(_) | DirState::Unreadable(_) => warnings.push(format!(
+                    "the endpoint directory {shown} {}: pushes will fail; fix the path or its \
+                     permissions, or use another endpoint: {fix}",
+                    state.why_not_a_store().unwrap_or_default()
+                )),
+            }
+            c.store = Some(dir_info(Some(dir.clone())));
+        }
+    }
+    c
+}
+
+/// `GET <endpoint>/v1/lfs-files/<zero oid>` with the token the agent would send (without
+/// prompting for one): a 404 means the server accepted it, a 401/403 that it did not.
+fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck {
+    let bare = settings::split_userinfo(url).bare;
+    let token = settings::endpoint_token_quiet(git, url);
+    let target = format!("{bare}/v1/lfs-files/{}", "0".repeat(64));
+    let mut check = CredentialCheck {
+        url: redact(&target),
+        source: token.as_ref().map(|(_, o)| o.describe().to_string()),
+        http_status: None,
+        verdict: "unknown",
+        error: None,
+    };
+    let Ok(client) = probe_client() else {
+        check.error = Some("cannot build an HTTP client".into());
+        return check;
+    };
+    let mut request = client.get(&target);
+    if let Some((t, _)) = &token {
+        request = request.bearer_auth(t);
+    }
+    match request.send() {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            check.http_status = Some(status);
+            // 404: the server looked the (made-up) oid up, so it accepted the request.
+            check.verdict = credential_verdict(status, token.is_some(), true);
+            if check.verdict == "unknown" {
+                check.error = Some(format!("HTTP {status}"));
+            }
+        }
+        Err(e) => check.error = Some(error_chain(&e)),
+    }
+    check
+}
+
+/// A download batch request without objects to the LFS server `lfs_url`, as git-lfs would
+/// send it: without a credential first, then with the one git's credential helpers hold (never
+/// prompting) if the server asks for one.
+fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck {
+    let split = settings::split_userinfo(lfs_url);
+    let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
+    let mut check = CredentialCheck {
+        url: redact(&target),
+        source: None,
+        http_status: None,
+        verdict: "unknown",
+        error: None,
+    };
+    let Ok(client) = probe_client() else {
+        check.error = Some("cannot build an HTTP client".into());
+        return check;
+    };
+    let send = |auth: Option<(&str, &str)>| {
+        let mut r = client
+            .post(&target)
+            .header("Accept", "application/vnd.git-lfs+json")
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .body(r#"{"operation":"download","transfers":["basic"],"objects":[]}"#);
+        if let Some((user, password)) = auth {
+            r = r.basic_auth(user, Some(password));
+        }
+        r.send().map(|resp| resp.status().as_u16())
+    };
+    let mut result = send(None);
+    if let Ok(401 | 403) = result {
+        let credential = settings::stored_credential(git, &split.with_user)
+            .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
+        if let Some((user, password)) = credential {
+            check.source = Some("your git credential helper".into());
+            result = send(Some((&user, &password)));
+        }
+    }
+    match result {
+        Ok(status) => {
+            check.http_status = Some(status);
+            // 404 here is "no such repository", which says nothing about the credential.
+            check.verdict = credential_verdict(status, check.source.is_some(), false);
+            if check.verdict == "unknown" {
+                check.error = Some(format!("HTTP {status}"));
+            }
+        }
+        Err(e) => check.error = Some(error_chain(&e)),
+    }
+    check
+}
+
+/// `accepted` / `not_needed` / `refused` / `missing` / `unknown` for an answer (`sent`: with a
+/// credential; `not_found_ok`: a 404 means the request itself was accepted).
+fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) -> &'static str {
+    let ok = (200..300).contains(&status) || (status == 404 && not_found_ok);
+    match (ok, status, sent) {
+        (true, _, true) => "accepted",
+        (true, _, false) => "not_needed",
+        (false, 401 | 403, true) => "refused",
+        (false, 401 | 403, false) => "missing",
+        _ => "unknown",
+    }
+}
+
+fn probe_client() -> reqwest::Result<reqwest::blocking::Client> {
+    reqwest::blocking::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .connect_timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Whether a remote URL makes git-lfs authenticate over ssh (`ssh://…`, `user@host:path`).
+fn is_ssh_url(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("ssh://") || lower.starts_with("git+ssh://") {
+        return true;
+    }
+    !url.contains("://")
+        && url
+            .split_once(':')
+            .is_some_and(|(host, _)| !host.contains('/') && host.len() > 1)
+}
+
+/// How many files of the current checkout git-lfs tracks (`git lfs ls-files --name-only`).
+fn lfs_file_count(git: &Git) -> usize {
+    git.output(["lfs", "ls-files", "--name-only"])
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or(0, |o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .count()
+        })
 }
 
 /// `lfs.<url>.standalonetransferagent` keys and values.
@@ -593,43 +1133,18 @@ fn url_standalone_agents(git: &Git) -> Vec<(String, String)> {
 /// The LFS URLs `git lfs env` reports: `Endpoint=URL (auth=…)` for the default remote and
 /// `Endpoint (NAME)=URL (auth=…)` for the others.
 fn lfs_env_urls(git: &Git) -> Vec<LfsUrl> {
-    let Ok(out) = git.output(["lfs", "env"]) else {
-        return Vec::new();
-    };
-    parse_lfs_env(&String::from_utf8_lossy(&out.stdout))
+    to_lfs_urls(settings::lfs_env_endpoints(git))
 }
 
-fn parse_lfs_env(text: &str) -> Vec<LfsUrl> {
-    let mut urls = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("Endpoint") else {
-            continue;
-        };
-        let Some((label, value)) = rest.split_once('=') else {
-            continue;
-        };
-        let label = label.trim();
-        let remote = if label.is_empty() {
-            None
-        } else if let Some(name) = label.strip_prefix('(').and_then(|l| l.strip_suffix(')')) {
-            Some(name.to_string())
-        } else {
-            continue;
-        };
-        let url = value
-            .rsplit_once(" (auth=")
-            .map_or(value, |(u, _)| u)
-            .trim();
-        if url.is_empty() {
-            continue;
-        }
-        urls.push(LfsUrl {
+fn to_lfs_urls(pairs: Vec<(Option<String>, String)>) -> Vec<LfsUrl> {
+    pairs
+        .into_iter()
+        .map(|(remote, url)| LfsUrl {
             remote,
-            url: url.to_string(),
+            url,
             source: "git lfs env".to_string(),
-        });
-    }
-    urls
+        })
+        .collect()
 }
 
 /// The LFS URL of each remote as git-lfs would derive it, for when git-lfs is missing:
@@ -881,6 +1396,62 @@ fn check_text(c: &Reachability) -> String {
     }
 }
 
+fn credential_text(c: &CredentialCheck) -> String {
+    let from = c
+        .source
+        .as_deref()
+        .map_or("no credential".to_string(), |s| {
+            format!("credential from {s}")
+        });
+    let status = c
+        .http_status
+        .map_or(String::new(), |s| format!(" (HTTP {s})"));
+    match c.verdict {
+        "accepted" => format!("{from} accepted by {}{status}", c.url),
+        "not_needed" => format!("{} needs no credential{status}", c.url),
+        "refused" => format!("{from} REFUSED by {}{status}", c.url),
+        "missing" => format!("{} NEEDS a credential and none is stored{status}", c.url),
+        _ => format!(
+            "{from}: {} gave no clear answer ({})",
+            c.url,
+            c.error.as_deref().unwrap_or("unknown")
+        ),
+    }
+}
+
+fn remote_text(r: &RemoteInfo) -> String {
+    let how = match r.transfer {
+        "standalone" => match &r.endpoint {
+            Some(e) => {
+                let state = match e.state {
+                    Some("store") => "; a store".to_string(),
+                    Some(s) => format!("; {}", s.replace('_', " ")),
+                    None => String::new(),
+                };
+                let credential = e.credential.as_ref().map_or(String::new(), |c| {
+                    format!("; credential {}", c.verdict.replace('_', " "))
+                });
+                format!(
+                    "git-xet standalone -> {} (from {}{state}{credential})",
+                    e.value, e.source
+                )
+            }
+            None => "git-xet standalone -> NO ENDPOINT".to_string(),
+        },
+        "git-lfs-file" => "git-lfs's own file adapter (git-xet is not used)".to_string(),
+        "other-agent" => format!(
+            "standalone agent {:?} (not git-xet)",
+            r.standalone_agent.as_deref().unwrap_or("?")
+        ),
+        _ => "negotiated with its LFS server".to_string(),
+    };
+    format!(
+        "{}: {how}; LFS URL {}",
+        r.name,
+        r.lfs_url.as_deref().unwrap_or("(unknown)")
+    )
+}
+
 fn render(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
@@ -977,7 +1548,7 @@ fn render(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             if let Some(store) = &repo.store {
                 writeln!(out, "{} {}", label("store"), dir_text(store))?;
             }
-            for u in &repo.lfs_urls {
+            for u in repo.lfs_urls.iter().filter(|_| repo.mode != "standalone") {
                 let remote = u.remote.as_deref().unwrap_or("default remote");
                 writeln!(
                     out,
@@ -989,6 +1560,15 @@ fn render(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             }
             for c in &repo.reachability {
                 writeln!(out, "{} {}", label("server"), check_text(c))?;
+            }
+            if let Some(c) = repo.endpoint.as_ref().and_then(|e| e.credential.as_ref()) {
+                writeln!(out, "{} {}", label("credential"), credential_text(c))?;
+            }
+            for c in &repo.credential_checks {
+                writeln!(out, "{} {}", label("credential"), credential_text(c))?;
+            }
+            for r in &repo.remotes {
+                writeln!(out, "{} {}", label("remote"), remote_text(r))?;
             }
             let hook = match (repo.pre_push_hook, &repo.pre_push_chained) {
                 ("git-xet", Some(chained)) => format!("git-xet's check, then {chained}"),
@@ -1050,7 +1630,7 @@ Endpoint=https://example.com/foo/bar.git/info/lfs (auth=none)\n\
 Endpoint (up)=/tmp/bare.git/info/lfs (auth=basic)\n\
   SSH=git@example.com:foo/bar.git\n\
 LocalWorkingDir=/tmp/r\n";
-        let urls = parse_lfs_env(text);
+        let urls = to_lfs_urls(settings::parse_lfs_env(text));
         assert_eq!(urls.len(), 2);
         assert_eq!(urls[0].remote, None);
         assert_eq!(urls[0].url, "https://example.com/foo/bar.git/info/lfs");

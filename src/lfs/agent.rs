@@ -12,8 +12,14 @@
 //! | request | endpoint |
 //! |---|---|
 //! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
-//! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns) |
+//! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns); a download from a directory without a store fails and creates nothing |
 //! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::endpoint_token`] |
+//!
+//! The standalone endpoint is the one of the remote git-lfs names in `init`
+//! ([`settings::endpoint_for_remote`]: `GIT_XET_ENDPOINT`, `remote.<name>.xetEndpoint`,
+//! `xet.endpoint`). A download `init` from a `git lfs prune` that wants objects verified with a
+//! standalone remote is refused ([`super::prune`]: git-lfs would not ask, and would count every
+//! object as verified).
 //!
 //! Uploads run the upload pipeline (chunk, dedup, xorbs, shard) and send `complete` only once
 //! the shard is registered, since git-lfs kills the agent 30 s after `terminate`. Downloads
@@ -177,6 +183,12 @@ pub fn run(
                     "git-xet {} agent started",
                     env!("CARGO_PKG_VERSION")
                 );
+                if let Err(message) = agent.init(&init) {
+                    // git-lfs stops this worker (and shows its error where it can).
+                    tracing::error!("{message}");
+                    writer.init_error(&format!("git-xet: {message}"))?;
+                    return Ok(summary);
+                }
                 writer.init_ok()?;
             }
             Request::Upload(t) => {
@@ -261,13 +273,13 @@ fn transfer_error(message: String) -> WireError {
 }
 
 /// An endpoint for one request: a store opened for it, or a shared remote client.
-enum Lease {
+pub(crate) enum Lease {
     Owned(Box<dyn Endpoint>),
     Shared(Arc<dyn Endpoint>),
 }
 
 impl Lease {
-    fn get(&self) -> &dyn Endpoint {
+    pub(crate) fn get(&self) -> &dyn Endpoint {
         match self {
             Lease::Owned(e) => e.as_ref(),
             Lease::Shared(e) => e.as_ref(),
@@ -277,13 +289,17 @@ impl Lease {
 
 /// The standalone endpoint, resolved on first use.
 enum Standalone {
-    /// A store directory, opened per transfer, and its shard cache, kept across transfers.
-    Dir(PathBuf, Option<Arc<ShardCache>>),
+    /// A store directory, opened per transfer, where it was configured, and its shard cache,
+    /// kept across transfers.
+    Dir(PathBuf, String, Option<Arc<ShardCache>>),
     Remote(Arc<dyn Endpoint>),
 }
 
 struct Agent {
     options: AgentOptions,
+    /// The remote git-lfs named in `init` (a name or a URL), which picks the standalone
+    /// endpoint.
+    remote: Option<String>,
     standalone: Option<Result<Standalone, String>>,
     /// Negotiated endpoints by CAS URL and refresh route.
     negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
@@ -295,6 +311,7 @@ impl Agent {
     fn new(options: AgentOptions) -> Self {
         Self {
             options,
+            remote: None,
             standalone: None,
             negotiated: Vec::new(),
             temp_dir: None,
@@ -302,47 +319,84 @@ impl Agent {
         }
     }
 
+    /// Takes note of `init`. Refuses the downloads of a `git lfs prune` that wants objects
+    /// verified with a remote git-xet serves in standalone mode: git-lfs would count every
+    /// object as present without asking (see [`super::prune`]).
+    fn init(&mut self, init: &super::protocol::Init) -> Result<(), String> {
+        self.remote = Some(init.remote.clone()).filter(|r| !r.trim().is_empty());
+        if init.operation != Operation::Download {
+            return Ok(());
+        }
+        let Some(caller) = super::prune::verifying_caller() else {
+            return Ok(());
+        };
+        if !settings::xet_standalone_for(&self.options.git, &init.remote) {
+            return Ok(());
+        }
+        let message = super::prune::refusal(&caller, &init.remote);
+        super::prune::tell_user_once(&self.options.git, &caller, &message);
+        Err(message)
+    }
+
     /// The endpoint serving `t`.
     fn endpoint(&mut self, t: &Transfer, op: Operation) -> Result<Lease, String> {
         match &t.action {
             Some(action) => self.negotiated(action, op).map(Lease::Shared),
-            None => {
-                if self.standalone.is_none() {
-                    self.standalone = Some(self.resolve_standalone());
-                }
-                match self.standalone.as_ref().expect("just resolved") {
-                    Err(e) => Err(e.clone()),
-                    Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
-                    Ok(Standalone::Dir(dir, cache)) => {
-                        let store = Store::open_waiting(dir, self.options.store_patience, || {
-                            tracing::info!(
-                                store = %dir.display(),
-                                "waiting for another git-xet process to finish with the store"
-                            )
-                        })
-                        .map_err(|e| {
-                            format!(
-                                "cannot open the store at {} (xet.endpoint): {e}",
-                                dir.display()
-                            )
-                        })?;
-                        Ok(Lease::Owned(match cache {
-                            Some(c) => Box::new(Cached::shared(store, c.clone())),
-                            None => Box::new(store),
-                        }))
+            None => self.standalone_endpoint(op),
+        }
+    }
+
+    /// The standalone endpoint of the remote, for one request. A download from a directory
+    /// that holds no store fails and creates nothing (only an upload creates a store).
+    fn standalone_endpoint(&mut self, op: Operation) -> Result<Lease, String> {
+        if self.standalone.is_none() {
+            self.standalone = Some(self.resolve_standalone());
+        }
+        match self.standalone.as_ref().expect("just resolved") {
+            Err(e) => Err(e.clone()),
+            Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
+            Ok(Standalone::Dir(dir, source, cache)) => {
+                if op == Operation::Download {
+                    let state = settings::inspect_dir_endpoint(dir);
+                    if let Some(why) = state.why_not_a_store() {
+                        return Err(no_store_message(dir, source, &why));
                     }
                 }
+                let store = Store::open_waiting(dir, self.options.store_patience, || {
+                    tracing::info!(
+                        store = %dir.display(),
+                        "waiting for another git-xet process to finish with the store"
+                    )
+                })
+                .map_err(|e| {
+                    format!("cannot open the store at {} ({source}): {e}", dir.display())
+                })?;
+                Ok(Lease::Owned(match cache {
+                    Some(c) => Box::new(Cached::shared(store, c.clone())),
+                    None => Box::new(store),
+                }))
             }
         }
     }
 
     fn resolve_standalone(&self) -> Result<Standalone, String> {
-        let found = settings::endpoint(&self.options.git, &self.options.base_dir)
-            .map_err(|e| format!("cannot read the git-xet endpoint: {e}"))?;
+        let remote = self.remote.as_deref();
+        let found =
+            settings::endpoint_for_remote(&self.options.git, &self.options.base_dir, remote)
+                .map_err(|e| format!("cannot read the git-xet endpoint: {e}"))?;
         let Some((spec, source)) = found else {
+            let remote_key =
+                match remote.and_then(|r| settings::configured_remote(&self.options.git, r)) {
+                    Some(name) => format!("{}, ", settings::remote_endpoint_key(&name)),
+                    None => String::new(),
+                };
             return Err(format!(
-                "standalone mode (lfs.standalonetransferagent=xet) needs an endpoint, and none is \
-                 set: run `git xet install --local --endpoint URL-or-DIR`, or set {} or {}",
+                "standalone mode (lfs.standalonetransferagent=xet) needs an endpoint{}, and none \
+                 is set: run `git xet install --local --endpoint URL-or-DIR` (add `--remote NAME` \
+                 for one remote's own), or set {remote_key}{} or {}",
+                remote
+                    .map(|r| format!(" for remote {:?}", crate::redact::redact(r)))
+                    .unwrap_or_default(),
                 settings::ENDPOINT_KEY,
                 settings::ENDPOINT_ENV
             ));
@@ -351,7 +405,7 @@ impl Agent {
         match spec {
             EndpointSpec::Dir(dir) => {
                 let cache = shard_cache(&dir.display().to_string()).map(Arc::new);
-                Ok(Standalone::Dir(dir, cache))
+                Ok(Standalone::Dir(dir, source, cache))
             }
             EndpointSpec::Http(url) => {
                 let token = settings::endpoint_token(&self.options.git, &url);
@@ -797,6 +851,31 @@ fn with_cache(remote: RemoteCas) -> Arc<dyn Endpoint> {
 /// [`settings::RETRY_SECS_ENV`].
 fn retry_policy() -> RetryPolicy {
     settings::retry_horizon().map_or_else(RetryPolicy::default, RetryPolicy::for_horizon)
+}
+
+/// The standalone endpoint of `remote` (a remote name or URL; `None`: the repository's), opened
+/// as the agent would for `op`: for a download from a directory, only if it holds a store.
+/// For `git xet prune`, which checks objects there.
+pub(crate) fn open_standalone(
+    options: AgentOptions,
+    remote: Option<&str>,
+    op: Operation,
+) -> Result<Lease, String> {
+    let mut agent = Agent::new(options);
+    agent.remote = remote.map(str::to_string);
+    agent.standalone_endpoint(op)
+}
+
+/// Why a download from the directory endpoint `dir` (configured in `source`) cannot be
+/// served, and what to do.
+fn no_store_message(dir: &Path, source: &str, why: &str) -> String {
+    format!(
+        "the endpoint directory {} ({source}) {why}, so it holds no git-xet store to download \
+         from; nothing was created there. If the objects are elsewhere, point this repository at \
+         that store (`git xet install --local --endpoint DIR`, or `--remote NAME` for one \
+         remote); `git xet status` shows the endpoint of each remote",
+        dir.display()
+    )
 }
 
 /// A client for the `git xet serve` (or other CAS) at `url` in standalone mode, with `token`

@@ -4,7 +4,7 @@
 //!
 //! | setting | first match wins |
 //! |---|---|
-//! | endpoint | `GIT_XET_ENDPOINT`, then `git config xet.endpoint` |
+//! | endpoint of a remote | `GIT_XET_ENDPOINT`, then `git config remote.<name>.xetEndpoint` (the remote git-lfs names in `init`), then `git config xet.endpoint` |
 //! | token for an http(s) endpoint | `GIT_XET_TOKEN`, then the password in the endpoint URL (`http://user:TOKEN@host`), then `git credential fill` for the endpoint URL (the password is the token) |
 //! | credential of a negotiated token refresh (`GET href`) | the action's own `Authorization` header, then `HF_TOKEN` if `href` is https on Hugging Face's hosts, then `git credential fill` for `href` |
 //! | retry horizon | `GIT_XET_RETRY_SECS` (seconds), else 60 |
@@ -23,6 +23,14 @@ use crate::git::{Git, GitError};
 
 /// The git configuration key naming the standalone endpoint.
 pub const ENDPOINT_KEY: &str = "xet.endpoint";
+/// The last part of the per-remote endpoint key, `remote.<name>.xetEndpoint` (see
+/// [`remote_endpoint_key`]).
+pub const REMOTE_ENDPOINT_SUFFIX: &str = "xetEndpoint";
+/// The file that makes a directory a git-xet store (written by the store when it creates one;
+/// its layout is `src/store/cas.rs`'s).
+pub const STORE_VERSION_FILE: &str = "STORE-VERSION";
+/// What [`STORE_VERSION_FILE`] holds in a store this git-xet understands.
+pub const STORE_VERSION_TEXT: &str = "git-xet-store 1";
 /// Environment variable overriding [`ENDPOINT_KEY`].
 pub const ENDPOINT_ENV: &str = "GIT_XET_ENDPOINT";
 /// Environment variable giving the token for an http(s) endpoint.
@@ -104,8 +112,27 @@ pub enum SettingsError {
     BadEndpoint { value: String, why: String },
 }
 
-/// The standalone endpoint and where it was configured, e.g. `(Dir(..), "git config xet.endpoint")`.
+/// The repository's standalone endpoint (whatever the remote) and where it was configured,
+/// e.g. `(Dir(..), "git config xet.endpoint")`: [`ENDPOINT_ENV`], then [`ENDPOINT_KEY`].
 pub fn endpoint(git: &Git, base: &Path) -> Result<Option<(EndpointSpec, String)>, SettingsError> {
+    endpoint_for_remote(git, base, None)
+}
+
+/// The configuration key of `remote`'s own endpoint: `remote.<name>.xetEndpoint`.
+pub fn remote_endpoint_key(remote: &str) -> String {
+    format!("remote.{remote}.{REMOTE_ENDPOINT_SUFFIX}")
+}
+
+/// The standalone endpoint for `remote` (a remote name or URL, as git-lfs names it in `init`)
+/// and where it was configured: [`ENDPOINT_ENV`] (an override for one command), then
+/// `remote.<name>.xetEndpoint` of the configured remote `remote` names (see
+/// [`configured_remote`]), then [`ENDPOINT_KEY`]. `None` for `remote` is the repository's
+/// endpoint.
+pub fn endpoint_for_remote(
+    git: &Git,
+    base: &Path,
+    remote: Option<&str>,
+) -> Result<Option<(EndpointSpec, String)>, SettingsError> {
     if let Some(value) = std::env::var_os(ENDPOINT_ENV) {
         let value = value.to_string_lossy().into_owned();
         if !value.trim().is_empty() {
@@ -115,12 +142,383 @@ pub fn endpoint(git: &Git, base: &Path) -> Result<Option<(EndpointSpec, String)>
             )));
         }
     }
+    if let Some(name) = remote.and_then(|r| configured_remote(git, r)) {
+        let key = remote_endpoint_key(&name);
+        if let Some(value) = git.config_get(&key)?.filter(|v| !v.trim().is_empty()) {
+            return Ok(Some((
+                EndpointSpec::parse(&value, base)?,
+                format!("git config {key}"),
+            )));
+        }
+    }
     match git.config_get(ENDPOINT_KEY)? {
         Some(value) => Ok(Some((
             EndpointSpec::parse(&value, base)?,
             format!("git config {ENDPOINT_KEY}"),
         ))),
         None => Ok(None),
+    }
+}
+
+/// The configured remote that `remote` (what git-lfs passes in `init`: a remote name, or the
+/// URL given to `git push`/`git lfs fetch`) stands for: itself if `remote.<it>.url` is set,
+/// else the first remote whose `url` or `pushurl` is exactly `remote`.
+pub fn configured_remote(git: &Git, remote: &str) -> Option<String> {
+    let remote = remote.trim();
+    if remote.is_empty() || remote.contains(['\n', '\0']) {
+        return None;
+    }
+    let remotes = remotes(git);
+    remotes
+        .iter()
+        .find(|r| r.name == remote)
+        .or_else(|| {
+            remotes
+                .iter()
+                .find(|r| r.url.as_deref() == Some(remote) || r.push_url.as_deref() == Some(remote))
+        })
+        .map(|r| r.name.clone())
+}
+
+/// A configured remote: its name and URLs as git config has them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Remote {
+    pub name: String,
+    /// `remote.<name>.url`.
+    pub url: Option<String>,
+    /// `remote.<name>.pushurl`.
+    pub push_url: Option<String>,
+    /// `remote.<name>.lfsurl`, as git config has it (git-lfs also reads `.lfsconfig`).
+    pub lfs_url: Option<String>,
+    /// `remote.<name>.xetEndpoint`.
+    pub xet_endpoint: Option<String>,
+}
+
+/// The configured remotes (those with a `url`), in configuration order.
+pub fn remotes(git: &Git) -> Vec<Remote> {
+    let Ok(out) = git.output([
+        "config",
+        "--null",
+        "--get-regexp",
+        r"^remote\..*\.(url|pushurl|lfsurl|xetendpoint)$",
+    ]) else {
+        return Vec::new();
+    };
+    parse_remotes(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Parses `git config --null --get-regexp` output (`key\nvalue\0` records) into remotes.
+fn parse_remotes(text: &str) -> Vec<Remote> {
+    let mut remotes: Vec<Remote> = Vec::new();
+    for record in text.split('\0') {
+        let (key, value) = record.split_once('\n').unwrap_or((record, ""));
+        let Some(rest) = key.strip_prefix("remote.") else {
+            continue;
+        };
+        let Some((name, field)) = rest.rsplit_once('.') else {
+            continue;
+        };
+        let index = match remotes.iter().position(|r| r.name == name) {
+            Some(i) => i,
+            None => {
+                remotes.push(Remote {
+                    name: name.to_string(),
+                    ..Remote::default()
+                });
+                remotes.len() - 1
+            }
+        };
+        let r = &mut remotes[index];
+        let value = Some(value.to_string());
+        // Keys are case-insensitive; git prints them lower-cased. The last value wins, as for
+        // `git config --get`.
+        match field.to_ascii_lowercase().as_str() {
+            "url" => r.url = r.url.take().or(value),
+            "pushurl" => r.push_url = r.push_url.take().or(value),
+            "lfsurl" => r.lfs_url = value,
+            "xetendpoint" => r.xet_endpoint = value,
+            _ => {}
+        }
+    }
+    remotes.retain(|r| r.url.is_some());
+    remotes
+}
+
+/// The LFS endpoint of each remote as git-lfs resolves it (`git lfs env`: `lfs.url`, then
+/// `remote.<name>.lfsurl`, then the remote's URL, reading `.lfsconfig` too): `(remote, URL)`,
+/// the remote `None` for git-lfs's default remote. Empty if git-lfs cannot be run.
+pub fn lfs_env_endpoints(git: &Git) -> Vec<(Option<String>, String)> {
+    let Ok(out) = git.output(["lfs", "env"]) else {
+        return Vec::new();
+    };
+    parse_lfs_env(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The `Endpoint=URL (auth=…)` (default remote) and `Endpoint (NAME)=URL (auth=…)` lines of
+/// `git lfs env`.
+pub fn parse_lfs_env(text: &str) -> Vec<(Option<String>, String)> {
+    let mut urls = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("Endpoint") else {
+            continue;
+        };
+        let Some((label, value)) = rest.split_once('=') else {
+            continue;
+        };
+        let label = label.trim();
+        let remote = if label.is_empty() {
+            None
+        } else if let Some(name) = label.strip_prefix('(').and_then(|l| l.strip_suffix(')')) {
+            Some(name.to_string())
+        } else {
+            continue;
+        };
+        let url = value
+            .rsplit_once(" (auth=")
+            .map_or(value, |(u, _)| u)
+            .trim();
+        if url.is_empty() {
+            continue;
+        }
+        urls.push((remote, url.to_string()));
+    }
+    urls
+}
+
+/// The LFS endpoint git-lfs uses for `remote` (a configured remote's name), from
+/// [`lfs_env_endpoints`]: its own line, else the default line when `remote` is the only remote
+/// without one (`git lfs env` prints the default remote without its name).
+pub fn lfs_url_of(
+    endpoints: &[(Option<String>, String)],
+    remotes: &[Remote],
+    remote: &str,
+) -> Option<String> {
+    if let Some((_, url)) = endpoints.iter().find(|(r, _)| r.as_deref() == Some(remote)) {
+        return Some(url.clone());
+    }
+    let unnamed: Vec<&Remote> = remotes
+        .iter()
+        .filter(|r| !endpoints.iter().any(|(n, _)| n.as_deref() == Some(&r.name)))
+        .collect();
+    match unnamed.as_slice() {
+        [only] if only.name == remote => endpoints
+            .iter()
+            .find(|(r, _)| r.is_none())
+            .map(|(_, u)| u.clone()),
+        _ => None,
+    }
+}
+
+/// How git-lfs moves a remote's objects, by its rule (lfs-agent.md §10, git-lfs's
+/// `tq/manifest.go`): the standalone agent `lfs.<url>.standalonetransferagent` names for the
+/// LFS URL (git's URL matching), else `lfs.standalonetransferagent`, else its own file adapter
+/// for a `file://` URL, else the batch API of the LFS server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransferMode {
+    /// Standalone mode with this agent (`xet` is git-xet).
+    Standalone(String),
+    /// git-lfs's built-in `lfs-standalone-file` adapter: git-xet is never started.
+    FileAdapter,
+    /// The LFS server's batch API chooses (git-xet when it offers `xet`).
+    Negotiated,
+}
+
+impl TransferMode {
+    /// Whether git-xet does this remote's transfers in standalone mode.
+    pub fn is_xet_standalone(&self) -> bool {
+        matches!(self, TransferMode::Standalone(a) if a == "xet")
+    }
+}
+
+/// The [`TransferMode`] of a remote whose LFS URL is `lfs_url` (`None`: not known).
+pub fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
+    let agent = match lfs_url {
+        Some(url) if url.contains("://") => git
+            .output([
+                "config",
+                "--get-urlmatch",
+                "lfs.standalonetransferagent",
+                url,
+            ])
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        _ => git.config_get("lfs.standalonetransferagent").ok().flatten(),
+    };
+    match agent.filter(|a| !a.trim().is_empty()) {
+        Some(a) => TransferMode::Standalone(a.trim().to_string()),
+        None if lfs_url.is_some_and(|u| u.to_ascii_lowercase().starts_with("file://")) => {
+            TransferMode::FileAdapter
+        }
+        None => TransferMode::Negotiated,
+    }
+}
+
+/// Whether git-lfs runs git-xet in standalone mode for `remote` (a remote name or URL, as in
+/// `init`). Asks `git lfs env` for the LFS URL only when a URL-matched
+/// `lfs.<url>.standalonetransferagent` exists (for a URL that is no configured remote's, only
+/// `lfs.standalonetransferagent` is considered).
+pub fn xet_standalone_for(git: &Git, remote: &str) -> bool {
+    let url_keys = git
+        .output([
+            "config",
+            "--get-regexp",
+            r"^lfs\..*\.standalonetransferagent$",
+        ])
+        .map(|o| o.status.success() && !o.stdout.is_empty())
+        .unwrap_or(false);
+    if !url_keys {
+        return transfer_mode(git, None).is_xet_standalone();
+    }
+    let endpoints = lfs_env_endpoints(git);
+    let remotes = remotes(git);
+    // A URL that is no configured remote's: only the plain key is known to apply.
+    let url =
+        configured_remote(git, remote).and_then(|name| lfs_url_of(&endpoints, &remotes, &name));
+    transfer_mode(git, url.as_deref()).is_xet_standalone()
+}
+
+/// What a standalone directory endpoint holds, found without creating or changing anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirState {
+    /// A store (its [`STORE_VERSION_FILE`] says [`STORE_VERSION_TEXT`]); `writable`: this user
+    /// may write to it (uploads need to).
+    Store { writable: bool },
+    /// A store of another version (what its version file says).
+    OtherVersion(String),
+    /// An empty directory: the first upload makes it a store; nothing can be downloaded yet.
+    Empty { writable: bool },
+    /// Does not exist; the first upload creates it (its nearest existing parent is a directory
+    /// this user may write to). Nothing can be downloaded from it.
+    Missing,
+    /// A directory with other files and no version file: uploads and downloads refuse it.
+    NotAStore,
+    /// Something other than a directory.
+    NotADirectory,
+    /// Does not exist and cannot be created: why (a parent is a file, no permission).
+    CannotCreate(String),
+    /// Cannot be read: the system's words.
+    Unreadable(String),
+}
+
+impl DirState {
+    /// Whether a download can be served from it (a store of this version).
+    pub fn is_store(&self) -> bool {
+        matches!(self, DirState::Store { .. })
+    }
+
+    /// Why nothing can be downloaded from it, for messages ("does not exist", …); `None` for a
+    /// store.
+    pub fn why_not_a_store(&self) -> Option<String> {
+        Some(match self {
+            DirState::Store { .. } => return None,
+            DirState::OtherVersion(v) => {
+                format!("holds a store of another version ({STORE_VERSION_FILE} says {v:?})")
+            }
+            DirState::Empty { .. } => "is empty (nothing was ever pushed there)".into(),
+            DirState::Missing => "does not exist (nothing was ever pushed there)".into(),
+            DirState::NotAStore => {
+                format!("is not a git-xet store (it holds other files and no {STORE_VERSION_FILE})")
+            }
+            DirState::NotADirectory => "is not a directory".into(),
+            DirState::CannotCreate(why) => format!("does not exist and cannot be created: {why}"),
+            DirState::Unreadable(why) => format!("cannot be read: {why}"),
+        })
+    }
+}
+
+/// What the directory endpoint `dir` holds (see [`DirState`]); reads only.
+pub fn inspect_dir_endpoint(dir: &Path) -> DirState {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => return DirState::NotADirectory,
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return missing_dir_state(dir),
+        Err(e) if e.raw_os_error() == Some(ENOTDIR) => {
+            return missing_dir_state(dir);
+        }
+        Err(e) => return DirState::Unreadable(e.to_string()),
+    }
+    match std::fs::read_to_string(dir.join(STORE_VERSION_FILE)) {
+        Ok(text) if text.trim_end() == STORE_VERSION_TEXT => {
+            return DirState::Store {
+                writable: may_write(dir),
+            }
+        }
+        Ok(text) => {
+            return DirState::OtherVersion(crate::redact::clip(text.trim(), 100).into_owned())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return DirState::Unreadable(format!("{STORE_VERSION_FILE}: {e}")),
+    }
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_none() {
+                DirState::Empty {
+                    writable: may_write(dir),
+                }
+            } else {
+                DirState::NotAStore
+            }
+        }
+        Err(e) => DirState::Unreadable(e.to_string()),
+    }
+}
+
+#[cfg(unix)]
+const ENOTDIR: i32 = libc::ENOTDIR;
+#[cfg(not(unix))]
+const ENOTDIR: i32 = -1;
+
+/// The state of a directory that does not exist: [`DirState::Missing`] if it could be
+/// created (its nearest existing ancestor is a directory this user may write to), else why not.
+fn missing_dir_state(dir: &Path) -> DirState {
+    let mut ancestor = dir.parent();
+    while let Some(a) = ancestor {
+        let shown = if a.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            a
+        };
+        match std::fs::metadata(shown) {
+            Ok(m) if m.is_dir() => {
+                return if may_write(shown) {
+                    DirState::Missing
+                } else {
+                    DirState::CannotCreate(format!(
+                        "no permission to create directories in {}",
+                        shown.display()
+                    ))
+                };
+            }
+            Ok(_) => {
+                return DirState::CannotCreate(format!(
+                    "{} is a file, not a directory",
+                    shown.display()
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.raw_os_error() == Some(ENOTDIR) => {}
+            Err(e) => return DirState::CannotCreate(format!("{}: {e}", shown.display())),
+        }
+        ancestor = a.parent();
+    }
+    DirState::CannotCreate("no existing parent directory".into())
+}
+
+/// Whether this user may create and remove entries in the directory `dir` (`access(W_OK|X_OK)`).
+fn may_write(dir: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
+        unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
     }
 }
 
@@ -222,6 +620,16 @@ pub enum TokenOrigin {
 /// run a credential helper or prompt on the terminal), else none. It is sent only to `url`'s
 /// origin.
 pub fn endpoint_token(git: &Git, url: &str) -> Option<(String, TokenOrigin)> {
+    endpoint_token_with(git, url, true)
+}
+
+/// [`endpoint_token`] without ever prompting (for `git xet status`): a credential helper is
+/// asked, the terminal never.
+pub fn endpoint_token_quiet(git: &Git, url: &str) -> Option<(String, TokenOrigin)> {
+    endpoint_token_with(git, url, false)
+}
+
+fn endpoint_token_with(git: &Git, url: &str, interactive: bool) -> Option<(String, TokenOrigin)> {
     if let Some(t) = env_secret(TOKEN_ENV) {
         return Some((t, TokenOrigin::Env));
     }
@@ -229,7 +637,37 @@ pub fn endpoint_token(git: &Git, url: &str) -> Option<(String, TokenOrigin)> {
     if let Some(p) = split.password {
         return Some((p, TokenOrigin::UrlPassword));
     }
-    credential_fill(git, &split.with_user).map(|t| (t, TokenOrigin::CredentialHelper))
+    credential_fill(git, &split.with_user, interactive).map(|t| (t, TokenOrigin::CredentialHelper))
+}
+
+impl TokenOrigin {
+    /// Where the token came from, in words for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TokenOrigin::Env => "GIT_XET_TOKEN",
+            TokenOrigin::UrlPassword => "the password in the endpoint URL",
+            TokenOrigin::CredentialHelper => "your git credential helper",
+        }
+    }
+}
+
+/// The user name and password git's credential helpers hold for `url`, asked without ever
+/// prompting (for `git xet status`'s check of an LFS server); both registered with
+/// [`crate::redact`].
+pub fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
+    let answer = credential_answer(git, url, false)?;
+    let user = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("username="))
+        .unwrap_or_default()
+        .to_string();
+    let password = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("password="))
+        .filter(|p| !p.is_empty())?
+        .to_string();
+    crate::redact::register_secret(&password);
+    Some((user, password))
 }
 
 /// Whether `url` is https on Hugging Face's own hosts (`huggingface.co`, `hf.co` and their
@@ -295,7 +733,7 @@ pub fn refresh_authorization(
         }
         RefreshCredential::HfToken(t) => Some(format!("Bearer {t}")),
         RefreshCredential::CredentialHelper => {
-            credential_fill(git, href).map(|t| format!("Bearer {t}"))
+            credential_fill(git, href, true).map(|t| format!("Bearer {t}"))
         }
     }
 }
@@ -308,8 +746,19 @@ pub fn retry_horizon() -> Option<std::time::Duration> {
 }
 
 /// Asks git's credential helpers for `url`; the password is the token (registered with
-/// [`crate::redact`]).
-fn credential_fill(git: &Git, url: &str) -> Option<String> {
+/// [`crate::redact`]). Not `interactive`: git may not prompt on the terminal.
+fn credential_fill(git: &Git, url: &str, interactive: bool) -> Option<String> {
+    let answer = credential_answer(git, url, interactive)?;
+    let password = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("password=").map(str::to_string))
+        .filter(|p| !p.is_empty())?;
+    crate::redact::register_secret(&password);
+    Some(password)
+}
+
+/// What `git credential fill` answers for `url` (its stdout), `None` if it fails.
+fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> {
     use std::io::Write;
     use std::process::{Command, Stdio};
     // The URL may come from a server (an action's `href`): a newline in it would add lines of
@@ -325,6 +774,13 @@ fn credential_fill(git: &Git, url: &str) -> Option<String> {
     let mut cmd = Command::new("git");
     if let Some(dir) = git.dir() {
         cmd.current_dir(dir);
+    }
+    if !interactive {
+        // No terminal prompt and no askpass program: only the helpers answer.
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
+            .env_remove("GIT_ASKPASS")
+            .env_remove("SSH_ASKPASS")
+            .args(["-c", "core.askPass="]);
     }
     let mut child = cmd
         .args(["credential", "fill"])
@@ -347,12 +803,15 @@ fn credential_fill(git: &Git, url: &str) -> Option<String> {
         );
         return None;
     }
-    let password = String::from_utf8_lossy(&out.stdout)
+    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+    if let Some(p) = answer
         .lines()
-        .find_map(|l| l.strip_prefix("password=").map(str::to_string))
-        .filter(|p| !p.is_empty())?;
-    crate::redact::register_secret(&password);
-    Some(password)
+        .find_map(|l| l.strip_prefix("password="))
+        .filter(|p| !p.is_empty())
+    {
+        crate::redact::register_secret(p);
+    }
+    Some(answer)
 }
 
 /// `url` as the one line `git credential` may be asked about: an http(s) URL with a host and
@@ -486,5 +945,92 @@ mod tests {
             let e = EndpointSpec::parse(bad, base).unwrap_err().to_string();
             assert!(e.contains("not usable"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn remotes_and_their_lfs_urls_parse() {
+        let text = "remote.origin.url\n../remote.git\0remote.my.mirror.url\nhttps://h/x\0\
+remote.my.mirror.pushurl\nhttps://h/push\0remote.my.mirror.xetendpoint\n/srv/b\0\
+remote.my.mirror.lfsurl\nhttps://h/lfs\0remote.ghost.xetendpoint\n/x\0";
+        let remotes = parse_remotes(text);
+        assert_eq!(
+            remotes.len(),
+            2,
+            "a remote without url is no remote: {remotes:?}"
+        );
+        assert_eq!(remotes[0].name, "origin");
+        assert_eq!(remotes[1].name, "my.mirror");
+        assert_eq!(remotes[1].push_url.as_deref(), Some("https://h/push"));
+        assert_eq!(remotes[1].xet_endpoint.as_deref(), Some("/srv/b"));
+        assert_eq!(remotes[1].lfs_url.as_deref(), Some("https://h/lfs"));
+        assert_eq!(
+            remote_endpoint_key("my.mirror"),
+            "remote.my.mirror.xetEndpoint"
+        );
+
+        let env = "git-lfs/3.3.0\n\nEndpoint=file:///r.git (auth=none)\n\
+Endpoint (my.mirror)=https://h/lfs (auth=basic)\n  SSH=git@h:x\nEndpoint ()= (auth=none)\n";
+        let endpoints = parse_lfs_env(env);
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(
+            lfs_url_of(&endpoints, &remotes, "my.mirror").as_deref(),
+            Some("https://h/lfs")
+        );
+        // The default line belongs to the one remote without a line of its own.
+        assert_eq!(
+            lfs_url_of(&endpoints, &remotes, "origin").as_deref(),
+            Some("file:///r.git")
+        );
+        assert_eq!(lfs_url_of(&endpoints, &remotes, "nope"), None);
+    }
+
+    #[test]
+    fn directory_endpoints_are_inspected_without_creating_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        assert_eq!(inspect_dir_endpoint(&root.join("a/b")), DirState::Missing);
+        assert!(!root.join("a").exists());
+        std::fs::write(root.join("file"), b"x").unwrap();
+        assert!(matches!(
+            inspect_dir_endpoint(&root.join("file/sub/store")),
+            DirState::CannotCreate(why) if why.contains("is a file")
+        ));
+        assert_eq!(
+            inspect_dir_endpoint(&root.join("file")),
+            DirState::NotADirectory
+        );
+        std::fs::create_dir(root.join("empty")).unwrap();
+        assert!(matches!(
+            inspect_dir_endpoint(&root.join("empty")),
+            DirState::Empty { .. }
+        ));
+        std::fs::create_dir(root.join("store")).unwrap();
+        std::fs::write(
+            root.join("store").join(STORE_VERSION_FILE),
+            "git-xet-store 1\n",
+        )
+        .unwrap();
+        let state = inspect_dir_endpoint(&root.join("store"));
+        assert!(
+            state.is_store() && state.why_not_a_store().is_none(),
+            "{state:?}"
+        );
+        // What the store itself writes is what is recognised.
+        drop(crate::store::Store::open(&root.join("made")).unwrap());
+        assert!(inspect_dir_endpoint(&root.join("made")).is_store());
+        std::fs::write(root.join("empty/x"), b"x").unwrap();
+        assert_eq!(
+            inspect_dir_endpoint(&root.join("empty")),
+            DirState::NotAStore
+        );
+        std::fs::write(
+            root.join("store").join(STORE_VERSION_FILE),
+            "git-xet-store 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            inspect_dir_endpoint(&root.join("store")),
+            DirState::OtherVersion("git-xet-store 2".into())
+        );
     }
 }

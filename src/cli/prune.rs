@@ -1,0 +1,389 @@
+//! `git xet prune`: deletes local LFS objects git-lfs would prune, but only those the remote's
+//! git-xet endpoint holds intact (see [`crate::lfs::prune`] for why `git lfs prune
+//! --verify-remote` cannot check them in standalone mode).
+//!
+//! Exit codes: 0 every candidate was pruned (or would be, with `--dry-run`), or there was
+//! none; 2 some were kept because the endpoint does not hold them (listed, with the command that
+//! uploads them); 1 the command failed. For a remote git-xet does not serve in standalone mode,
+//! it runs `git lfs prune --verify-remote`, which asks that remote's LFS server.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::status::human_size;
+use super::CmdResult;
+use crate::git::Git;
+use crate::lfs::agent::{self, AgentOptions};
+use crate::lfs::protocol::Operation;
+use crate::lfs::prune::{self, Verdict};
+use crate::lfs::settings::{self, TransferMode};
+use crate::redact::redact;
+
+/// Exit code when some objects were kept because the endpoint does not hold them.
+pub const KEPT: u8 = 2;
+
+/// How long to wait for an agent that holds a directory endpoint's store.
+const STORE_PATIENCE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_long_help = "Asks git-lfs which local objects it would prune (`git lfs prune --dry-run \
+--verbose --no-verify-remote`: its own rules keep the objects of the checkout, recent refs and \
+commits, unpushed commits and stashes), then looks each one up at the endpoint git-xet uses for \
+the remote (remote.<name>.xetEndpoint, xet.endpoint or GIT_XET_ENDPOINT) and deletes the local \
+copy only if the endpoint holds the object intact with the same size. Objects it does not hold \
+(never pushed there, pushed to another endpoint, lost or damaged there) are kept and listed \
+with the command that uploads them. A directory endpoint without a store is never created.\n\n\
+Why: in standalone mode git-lfs does not ask the transfer agent during `git lfs prune \
+--verify-remote` and would count every object as present, so git-xet's agent refuses that \
+check (git-lfs then prunes nothing it can reach from a commit).\n\n\
+For a remote whose LFS server git-lfs asks through the batch API (negotiated mode), this runs \
+`git lfs prune --verify-remote`, which checks each object with that server.\n\n\
+Exit status: 0 everything git-lfs would prune was held and is pruned (or nothing to prune), 2 \
+some objects were kept because the endpoint does not hold them, 1 the command failed.\n\n\
+Examples:\n  git xet prune --dry-run\n  git xet prune --remote mirror\n  git xet prune --json"
+)]
+pub struct PruneArgs {
+    /// Delete nothing: show what would be deleted and what kept.
+    #[arg(long, short = 'd')]
+    pub dry_run: bool,
+    /// The remote whose endpoint must hold the objects (default: lfs.pruneremotetocheck, else
+    /// origin).
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
+    /// List every object with what the endpoint said of it.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    remote: String,
+    endpoint: String,
+    dry_run: bool,
+    /// Objects git-lfs would prune.
+    candidates: usize,
+    /// Held at the endpoint and deleted (or, with `--dry-run`, to be deleted).
+    pruned: usize,
+    pruned_bytes: u64,
+    /// Kept because the endpoint does not hold them (or could not say).
+    kept: usize,
+    /// Held, but the local copy could not be deleted.
+    delete_failures: usize,
+    /// Could not be opened to check anything: why.
+    endpoint_error: Option<String>,
+    objects: Vec<Object>,
+}
+
+#[derive(Debug, Serialize)]
+struct Object {
+    oid: String,
+    size: u64,
+    /// `held`, `missing`, `unknown` or `gone` (no local copy any more).
+    verdict: &'static str,
+    reason: Option<String>,
+    deleted: bool,
+}
+
+pub fn run(args: &PruneArgs) -> CmdResult {
+    let cwd = std::env::current_dir()?;
+    let git = Git::in_dir(&cwd);
+    if !git.in_repository() {
+        return Err("`git xet prune` needs to run inside a git repository".into());
+    }
+    if !git.has_git_lfs() {
+        return Err("git-lfs is not installed: install it first (https://git-lfs.com)".into());
+    }
+    let remote = match &args.remote {
+        Some(r) => r.clone(),
+        None => git
+            .config_get("lfs.pruneremotetocheck")?
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| "origin".to_string()),
+    };
+    let remotes = settings::remotes(&git);
+    if !remotes.iter().any(|r| r.name == remote) {
+        return Err(format!(
+            "there is no remote named {remote:?}: name the remote whose endpoint must hold the \
+             objects with --remote NAME (git remote -v lists them)"
+        )
+        .into());
+    }
+    let endpoints = settings::lfs_env_endpoints(&git);
+    let lfs_url = settings::lfs_url_of(&endpoints, &remotes, &remote);
+    match settings::transfer_mode(&git, lfs_url.as_deref()) {
+        TransferMode::Standalone(a) if a == "xet" => {}
+        TransferMode::Standalone(other) => {
+            return Err(format!(
+                "remote {remote:?} uses the standalone transfer agent {other:?}, not git-xet: \
+                 git-xet cannot check its objects, and git-lfs cannot either (it does not ask \
+                 standalone agents); prune with care"
+            )
+            .into())
+        }
+        TransferMode::FileAdapter => {
+            return Err(format!(
+                "remote {remote:?} has the LFS URL {}: git-lfs copies its objects there with its \
+                 own file adapter, not git-xet, and `git lfs prune --verify-remote` counts every \
+                 object as present there without looking. git xet prune checks git-xet \
+                 endpoints only: to use git-xet for this remote, run `git xet install --local \
+                 --endpoint DIR` (add `--remote {remote}` for this remote only)",
+                redact(lfs_url.as_deref().unwrap_or("file://…"))
+            )
+            .into())
+        }
+        TransferMode::Negotiated => return delegate(&git, &remote, args),
+    }
+
+    let oids = prune::candidates(&git, &remote)?;
+    let objects_dir = prune::objects_dir(&git)?;
+    let shown_endpoint = match settings::endpoint_for_remote(&git, &cwd, Some(&remote)) {
+        Ok(Some((spec, source))) => format!("{} ({source})", spec.display()),
+        Ok(None) => "(none set)".to_string(),
+        Err(e) => format!("(unusable: {e})"),
+    };
+    let mut report = Report {
+        remote: remote.clone(),
+        endpoint: redact(&shown_endpoint),
+        dry_run: args.dry_run,
+        candidates: oids.len(),
+        pruned: 0,
+        pruned_bytes: 0,
+        kept: 0,
+        delete_failures: 0,
+        endpoint_error: None,
+        objects: Vec::new(),
+    };
+    if !oids.is_empty() {
+        let mut options = AgentOptions::in_dir(&cwd);
+        options.store_patience = STORE_PATIENCE;
+        let lease = agent::open_standalone(options, Some(&remote), Operation::Download);
+        if let Err(e) = &lease {
+            report.endpoint_error = Some(redact(e));
+        }
+        let mut held = Vec::new();
+        // After an endpoint that did not answer (each request retried for a minute), the rest
+        // is not asked about.
+        let mut unanswered: Option<String> = None;
+        for oid in &oids {
+            let path = prune::object_path(&objects_dir, oid);
+            let Ok(meta) = std::fs::metadata(&path) else {
+                report.objects.push(Object {
+                    oid: oid.to_hex(),
+                    size: 0,
+                    verdict: "gone",
+                    reason: Some("no local copy any more".into()),
+                    deleted: false,
+                });
+                continue;
+            };
+            let size = meta.len();
+            let verdict = match (&lease, &unanswered) {
+                (Err(e), _) => Verdict::Unknown(redact(e)),
+                (Ok(_), Some(why)) => Verdict::Unknown(format!("not checked: {why}")),
+                (Ok(l), None) => prune::check(l.get(), oid, size),
+            };
+            if let Verdict::Unknown(why) = &verdict {
+                if lease.is_ok() && unanswered.is_none() {
+                    unanswered = Some(format!(
+                        "the endpoint failed for {oid}: {}",
+                        crate::redact::clip(why, 300)
+                    ));
+                }
+            }
+            let (name, reason) = match verdict {
+                Verdict::Held => {
+                    held.push(report.objects.len());
+                    ("held", None)
+                }
+                Verdict::Missing(why) => ("missing", Some(why)),
+                Verdict::Unknown(why) => ("unknown", Some(why)),
+            };
+            report.objects.push(Object {
+                oid: oid.to_hex(),
+                size,
+                verdict: name,
+                reason,
+                deleted: false,
+            });
+        }
+        // The store (a directory endpoint) is released before anything is deleted.
+        drop(lease);
+        for i in held {
+            let o = &mut report.objects[i];
+            if !args.dry_run {
+                let oid = crate::format::LfsOid::from_hex(&o.oid).expect("an oid we printed");
+                if let Err(e) = prune::delete_object(&objects_dir, &oid) {
+                    o.reason = Some(format!("cannot delete the local copy: {e}"));
+                    report.delete_failures += 1;
+                    continue;
+                }
+                o.deleted = true;
+            }
+            report.pruned += 1;
+            report.pruned_bytes += o.size;
+        }
+        report.kept = report
+            .objects
+            .iter()
+            .filter(|o| matches!(o.verdict, "missing" | "unknown"))
+            .count();
+    }
+
+    let mut text = Vec::new();
+    if args.json {
+        serde_json::to_writer_pretty(&mut text, &report)?;
+        writeln!(text)?;
+    } else {
+        render(&report, args.verbose, &mut text)?;
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    out.write_all(redact(&String::from_utf8_lossy(&text)).as_bytes())?;
+    out.flush()?;
+    Ok(if report.delete_failures > 0 {
+        ExitCode::FAILURE
+    } else if report.kept > 0 {
+        ExitCode::from(KEPT)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Negotiated mode: git-lfs's own check asks the LFS server about every object.
+fn delegate(git: &Git, remote: &str, args: &PruneArgs) -> CmdResult {
+    if args.json {
+        return Err(format!(
+            "remote {remote:?} is served by its LFS server (negotiated mode), where git xet prune \
+             runs `git lfs prune --verify-remote`, which has no JSON output: run that instead"
+        )
+        .into());
+    }
+    eprintln!(
+        "git-xet: remote {remote:?} is served by its LFS server (negotiated mode), which git-lfs \
+         asks about each object: running `git lfs prune --verify-remote`"
+    );
+    let setting = format!("lfs.pruneremotetocheck={remote}");
+    let mut cmd = std::process::Command::new("git");
+    if let Some(dir) = git.dir() {
+        cmd.current_dir(dir);
+    }
+    cmd.args(["-c", &setting, "lfs", "prune", "--verify-remote"]);
+    if args.dry_run {
+        cmd.arg("--dry-run");
+    }
+    if args.verbose {
+        cmd.arg("--verbose");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run git lfs prune: {e}"))?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    })
+}
+
+fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out, "remote   {}", r.remote)?;
+    writeln!(out, "endpoint {}", r.endpoint)?;
+    if r.candidates == 0 {
+        writeln!(out, "git-lfs would prune no object: nothing to do.")?;
+        return Ok(());
+    }
+    if let Some(e) = &r.endpoint_error {
+        writeln!(out, "cannot check objects at the endpoint: {e}")?;
+    }
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    writeln!(
+        out,
+        "git-lfs would prune {} object{}; the endpoint holds {} of them.",
+        r.candidates,
+        plural(r.candidates),
+        r.pruned
+    )?;
+    if verbose {
+        for o in &r.objects {
+            writeln!(
+                out,
+                "  {} {:>10}  {}{}",
+                o.oid,
+                human_size(o.size),
+                o.verdict,
+                o.reason
+                    .as_deref()
+                    .map(|w| format!(": {w}"))
+                    .unwrap_or_default()
+            )?;
+        }
+    }
+    if r.pruned > 0 {
+        writeln!(
+            out,
+            "{} {} local object{} ({}) held at the endpoint.",
+            if r.dry_run { "Would delete" } else { "Deleted" },
+            r.pruned,
+            plural(r.pruned),
+            human_size(r.pruned_bytes)
+        )?;
+    }
+    for o in r
+        .objects
+        .iter()
+        .filter(|o| o.verdict == "held" && !o.deleted && !r.dry_run)
+    {
+        writeln!(
+            out,
+            "  {}: {}",
+            o.oid,
+            o.reason.as_deref().unwrap_or("not deleted")
+        )?;
+    }
+    let kept: Vec<&Object> = r
+        .objects
+        .iter()
+        .filter(|o| matches!(o.verdict, "missing" | "unknown"))
+        .collect();
+    if !kept.is_empty() {
+        writeln!(
+            out,
+            "Kept {} object{} the endpoint does not hold (or could not confirm):",
+            kept.len(),
+            plural(kept.len())
+        )?;
+        for o in kept.iter().take(20) {
+            writeln!(
+                out,
+                "  {} ({}): {}",
+                o.oid,
+                human_size(o.size),
+                o.reason.as_deref().unwrap_or("not held")
+            )?;
+        }
+        if kept.len() > 20 {
+            writeln!(
+                out,
+                "  … and {} more (--json lists them all)",
+                kept.len() - 20
+            )?;
+        }
+        let ids: Vec<&str> = kept.iter().take(10).map(|o| o.oid.as_str()).collect();
+        writeln!(
+            out,
+            "Upload them to the endpoint, then run `git xet prune` again:\n  git lfs push \
+             --object-id {} {}{}\n(or `git lfs push --all {}` for every object your refs use)",
+            r.remote,
+            ids.join(" "),
+            if kept.len() > ids.len() { " …" } else { "" },
+            r.remote
+        )?;
+    }
+    Ok(())
+}
