@@ -52,3 +52,21 @@ with open(path, "wb") as f:
         i += 1
 PY
 }
+
+# Puts git-lfs 3.6 or newer first on PATH: $GIT_XET_BENCH_LFS (a directory holding `git-lfs`),
+# then .bench/git-lfs/usr/bin (unpacked by bench/get-git-lfs.sh), then whatever is on PATH.
+# Warns when the one used is older than 3.6 (3.3's SHA-256 is four times slower, and not what
+# most users run).
+use_recent_git_lfs() {
+    local dir
+    for dir in "${GIT_XET_BENCH_LFS:-}" "$root/.bench/git-lfs/usr/bin"; do
+        if [[ -n "$dir" && -x "$dir/git-lfs" ]]; then PATH="$dir:$PATH"; export PATH; break; fi
+    done
+    git lfs version >/dev/null 2>&1 || { echo "bench: git-lfs is not installed" >&2; exit 2; }
+    local v
+    v="$(git lfs version | sed -n 's|^git-lfs/\([0-9]*\.[0-9]*\).*|\1|p')"
+    lfs_version="$(git lfs version | cut -d' ' -f1)"
+    if [[ "$(printf '%s\n3.6\n' "$v" | sort -V | head -1)" != 3.6 ]]; then
+        echo "bench: warning: $lfs_version is older than 3.6; run bench/get-git-lfs.sh" >&2
+    fi
+}

@@ -510,7 +510,7 @@ fn install_local_puts_the_guard_in_front_of_git_lfs_and_uninstall_restores_it() 
     assert!(out.contains("git-lfs's hook moved to"), "{out}");
     let ours = std::fs::read_to_string(hooks.join("pre-push")).unwrap();
     assert!(ours.contains("# git-xet-hook: pre-push"), "{ours}");
-    assert!(ours.contains("exec git lfs pre-push \"$@\""), "{ours}");
+    assert!(ours.contains("git lfs pre-push \"$@\""), "{ours}");
     assert_eq!(
         std::fs::read_to_string(hooks.join("pre-push.before-xet")).unwrap(),
         lfs_hook,
@@ -724,6 +724,82 @@ fn pre_push_stops_when_xet_is_expected_but_not_registered() {
     assert!(!s
         .git(&bare, &["for-each-ref", "refs/heads/plain"])
         .is_empty());
+}
+
+#[test]
+fn pre_push_prints_what_the_push_sent_and_what_deduplication_saved() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    s.init_lfs_repo();
+    let store = s.path().join("store");
+    ok(
+        &s.git_xet(
+            &repo,
+            &["install", "--local", "--endpoint", store.to_str().unwrap()],
+        ),
+        "install",
+    );
+    let bare = s.path().join("remote.git");
+    s.git(s.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    s.git(&repo, &["remote", "add", "origin", bare.to_str().unwrap()]);
+
+    // A branch without LFS objects: nothing uploaded, no summary.
+    std::fs::write(repo.join("README"), "hi\n").unwrap();
+    s.git(&repo, &["add", "README", ".gitattributes"]);
+    s.git(&repo, &["commit", "-q", "-m", "readme"]);
+    let out = s.git_out(&repo, &["push", "origin", "main"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("git-xet: pushed"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The first push of a 4 MiB file sends about all of it.
+    let mut data = content(11, 4 << 20);
+    std::fs::write(repo.join("model.bin"), &data).unwrap();
+    s.git(&repo, &["add", "model.bin"]);
+    s.git(&repo, &["commit", "-q", "-m", "model"]);
+    let out = s.git_out(&repo, &["push", "origin", "main"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("git-xet: pushed 1 object (4.0 MiB): sent "),
+        "{err}"
+    );
+    assert!(err.contains("(0%) was already on the server"), "{err}");
+
+    // An edit of 64 KiB in the middle: the summary shows most of it was deduplicated.
+    for b in &mut data[2 << 20..(2 << 20) + (64 << 10)] {
+        *b = b.wrapping_add(1);
+    }
+    std::fs::write(repo.join("model.bin"), &data).unwrap();
+    s.git(&repo, &["commit", "-q", "-am", "edit"]);
+    let out = s.git_out(&repo, &["push", "origin", "main"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("git-xet: pushed 1 object"))
+        .unwrap_or_else(|| panic!("no summary: {err}"));
+    let percent: u32 = line
+        .rsplit_once('(')
+        .and_then(|(_, rest)| rest.split_once("%)"))
+        .map(|(p, _)| p.parse().unwrap())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(percent >= 90, "most of the edit was deduplicated: {line}");
+
+    // A replaced hook that fails still stops the push, after the summary logic.
+    let hooks = s.hooks();
+    std::fs::write(hooks.join("pre-push.before-xet"), "#!/bin/sh\nexit 3\n").unwrap();
+    make_executable(&hooks.join("pre-push.before-xet"));
+    std::fs::write(repo.join("README"), "again\n").unwrap();
+    s.git(&repo, &["commit", "-q", "-am", "readme again"]);
+    let out = s.git_out(&repo, &["push", "origin", "main"]);
+    assert!(
+        !out.status.success(),
+        "the replaced hook's failure stops the push"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,13 +16,18 @@ use crate::lfs::journal::{self, Direction};
     after_long_help = "Reads the uploads recorded in .git/xet/transfers.jsonl since \
 --since (unix seconds; default: all) and prints one line: how many objects and bytes were \
 pushed, how many bytes went over the wire, and how much was deduplicated. Prints nothing when \
-no upload was recorded. The pre-push hook installed by `git xet install --local` runs it after \
+no upload was recorded. --after-byte counts only records appended after the journal had that \
+length. The pre-push hook installed by `git xet install --local` runs it after \
 each push.\n\nExample:\n  git xet push-summary --since $(date +%s)"
 )]
 pub struct SummaryArgs {
     /// Only uploads recorded at this time (unix seconds) or later.
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     pub since: u64,
+    /// Only uploads appended after the journal was this many bytes long (the pre-push hook
+    /// notes its length before the push, which tells two pushes in one second apart).
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub after_byte: u64,
     /// Print one JSON object instead.
     #[arg(long)]
     pub json: bool,
@@ -62,7 +67,7 @@ pub fn run(args: &SummaryArgs) -> CmdResult {
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let common = Git::in_dir(&cwd).common_dir()?;
     let mut t = Totals::default();
-    for r in journal::read_since(&common, args.since)? {
+    for r in journal::read_since(&common, args.since, args.after_byte)? {
         if r.direction != Direction::Upload {
             continue;
         }

@@ -114,15 +114,21 @@ pub fn read(common_dir: &Path) -> std::io::Result<HashMap<String, Record>> {
     Ok(out)
 }
 
-/// Every record written at `since` (unix seconds) or later, in order (a push's records, for
-/// its summary). A missing journal is empty.
-pub fn read_since(common_dir: &Path, since: u64) -> std::io::Result<Vec<Record>> {
-    let text = match std::fs::read_to_string(path(common_dir)) {
+/// Every record written at `since` (unix seconds) or later and appended after the journal was
+/// `after_byte` bytes long, in order (a push's records, for its summary: the pre-push hook notes
+/// the journal's length before the push). A journal shorter than `after_byte` was replaced, and
+/// all of it counts. A missing journal is empty.
+pub fn read_since(common_dir: &Path, since: u64, after_byte: u64) -> std::io::Result<Vec<Record>> {
+    let bytes = match std::fs::read(path(common_dir)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(text
+    let start = usize::try_from(after_byte)
+        .ok()
+        .filter(|&n| n <= bytes.len())
+        .unwrap_or(0);
+    Ok(String::from_utf8_lossy(&bytes[start..])
         .lines()
         .filter_map(|l| serde_json::from_str::<Record>(l).ok())
         .filter(|r| r.time >= since)
@@ -164,5 +170,36 @@ mod tests {
         assert!(!text.contains("journal-secret"), "{text}");
         assert!(text.contains("http://git:***@h:1"), "{text}");
         assert!(read(&dir.path().join("missing")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn read_since_takes_the_records_after_a_time_and_a_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let oid = LfsOid::from_hex(&"ab".repeat(32)).unwrap();
+        let hash = FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let mut old = Record::new(Direction::Upload, &oid, &hash, 1);
+        old.time = 100;
+        append(dir.path(), &old).unwrap();
+        let mark = std::fs::metadata(path(dir.path())).unwrap().len();
+        let mut new = Record::new(Direction::Upload, &oid, &hash, 2);
+        new.time = 100;
+        append(dir.path(), &new).unwrap();
+
+        // Same second: only the length tells them apart.
+        let sizes = |since, after| -> Vec<u64> {
+            read_since(dir.path(), since, after)
+                .unwrap()
+                .iter()
+                .map(|r| r.size)
+                .collect()
+        };
+        assert_eq!(sizes(100, 0), [1, 2]);
+        assert_eq!(sizes(100, mark), [2]);
+        assert_eq!(sizes(101, 0), Vec::<u64>::new());
+        // A mark beyond the end (the journal was replaced since): all of it.
+        assert_eq!(sizes(0, u64::MAX), [1, 2]);
+        assert!(read_since(&dir.path().join("missing"), 0, 0)
+            .unwrap()
+            .is_empty());
     }
 }

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Benchmark: `git clone` of a repository with one large LFS file, through the git-xet agent
+# against plain git-lfs (basic transfer, no agent), both from the same release `git xet serve`.
+#
+# Usage: bench/clone.sh [SIZE_MIB]
+#
+#   SIZE_MIB             size of the LFS file in MiB (default 512)
+#   GIT_XET_BENCH_LFS    a directory holding git-lfs 3.6 or newer (default .bench/git-lfs/usr/bin,
+#                        written by bench/get-git-lfs.sh, then git-lfs on PATH)
+#   BENCH_RUNS           clones per side (default 3); the median counts.
+#
+# Steps: build the release binary; start a server on 127.0.0.1:0; push one file of random bytes
+# through the agent (negotiated mode). Then clone alternately, in two private HOMEs that differ
+# only in whether `git xet install --global` ran: with the agent git-lfs downloads through it
+# (xet), without it through the server's basic transfer (the server rebuilds the same file from
+# the same xorbs). Each clone checks the file out (smudge), so the time is what a user waits for.
+# Prints each side's median seconds and throughput and the ratio basic / git-xet (above 1:
+# git-xet is faster). This is a measurement, not a test; everything is removed afterwards.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+size_mib="${1:-512}"
+runs="${BENCH_RUNS:-3}"
+
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+use_recent_git_lfs
+build_release
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-clone-bench.XXXXXX")"
+server_pid=""
+cleanup() {
+    if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+token="bench-token-$RANDOM$RANDOM$RANDOM"
+"$bin" serve --data "$work/store" --listen 127.0.0.1:0 --token "$token" --max-lifetime 3600 \
+    > "$work/server.out" 2> "$work/server.log" &
+server_pid=$!
+url=""
+for _ in $(seq 1 100); do
+    url="$(sed -n 's/^listening on //p' "$work/server.out")"
+    [[ -n "$url" ]] && break
+    sleep 0.1
+done
+[[ -n "$url" ]] || { echo "bench: the server did not start" >&2; cat "$work/server.log" >&2; exit 1; }
+
+bin_dir="$(dirname "$bin")"
+export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$bin_dir:$PATH"
+home() { # name, with-agent -> sets up a HOME
+    local h="$work/$1"
+    mkdir -p "$h"
+    HOME="$h" XDG_CONFIG_HOME="$h/.config" bash -c '
+        git config --global user.name bench
+        git config --global user.email bench@example.com
+        git config --global init.defaultBranch main
+        git config --global credential.helper "!f() { test \"\$1\" = get && echo username=git && echo password=$0; }; f"
+        git lfs install --skip-repo >/dev/null' "$token"
+    if [[ "$2" == yes ]]; then HOME="$h" XDG_CONFIG_HOME="$h/.config" git xet install --global >/dev/null; fi
+}
+home xet yes
+home basic no
+as() { # home-name command...
+    local h="$work/$1"; shift
+    HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache" "$@"
+}
+
+echo "bench: writing $size_mib MiB of random bytes" >&2
+head -c "$((size_mib * 1024 * 1024))" /dev/urandom > "$work/input.bin"
+size=$(stat -c %s "$work/input.bin")
+git init -q --bare "$work/remote.git"
+as xet git init -q "$work/repo"
+(
+    cd "$work/repo"
+    as xet git lfs track '*.bin' >/dev/null
+    printf '[lfs]\n\turl = %s/bench/repo.git/info/lfs\n' "$url" > .lfsconfig
+    cp "$work/input.bin" model.bin
+    as xet git add . && as xet git commit -q -m bench
+    as xet git remote add origin ../remote.git
+    as xet git push -q origin main
+)
+echo "bench: pushed; cloning $runs times each way with $lfs_version" >&2
+
+now() { date +%s.%N; }
+clone() { # home-name -> prints seconds
+    rm -rf "$work/clone"
+    # A fresh cache each time: a clone on a new machine.
+    rm -rf "$work/$1/xet-cache"
+    local t0 t1
+    t0=$(now)
+    as "$1" git clone -q "$work/remote.git" "$work/clone" 2>"$work/clone.err" || {
+        cat "$work/clone.err" >&2; exit 1; }
+    t1=$(now)
+    cmp -s "$work/input.bin" "$work/clone/model.bin" || { echo "bench: $1 clone differs" >&2; exit 1; }
+    echo "$t1 - $t0" | bc
+}
+xet_times=(); basic_times=()
+for _ in $(seq 1 "$runs"); do
+    basic_times+=("$(clone basic)")
+    xet_times+=("$(clone xet)")
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+basic_s=$(median "${basic_times[@]}")
+xet_s=$(median "${xet_times[@]}")
+mbs() { echo "scale=1; $size / $1 / 1000000" | bc; }
+echo
+echo "file: $size bytes of random data; $lfs_version; median of $runs clones each"
+printf '%-34s %9s %10s   %s\n' "" "seconds" "MB/s" "all runs"
+printf '%-34s %9.2f %10s   %s\n' "git clone, plain git-lfs (basic)" "$basic_s" "$(mbs "$basic_s")" "${basic_times[*]}"
+printf '%-34s %9.2f %10s   %s\n' "git clone, git-xet agent" "$xet_s" "$(mbs "$xet_s")" "${xet_times[*]}"
+printf '%-34s %9.2fx\n' "ratio basic / git-xet" "$(echo "scale=3; $basic_s / $xet_s" | bc)"
