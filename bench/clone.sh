@@ -63,14 +63,14 @@ home() { # name, with-agent -> sets up a HOME
 home xet yes
 home basic no
 as() { # home-name command...
-    local h="$work/$1"; shift
-    HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache" "$@"
+    local name="$1" h="$work/$1"; shift
+    HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache" GIT_XET_LOG="$work/$name.log" "$@"
 }
 
 echo "bench: writing $size_mib MiB of random bytes" >&2
 head -c "$((size_mib * 1024 * 1024))" /dev/urandom > "$work/input.bin"
 size=$(stat -c %s "$work/input.bin")
-git init -q --bare "$work/remote.git"
+git init -q --bare -b main "$work/remote.git"
 as xet git init -q "$work/repo"
 (
     cd "$work/repo"
@@ -93,9 +93,10 @@ clone() { # home-name -> prints seconds
     as "$1" git clone -q "$work/remote.git" "$work/clone" 2>"$work/clone.err" || {
         cat "$work/clone.err" >&2; exit 1; }
     t1=$(now)
-    cmp -s "$work/input.bin" "$work/clone/model.bin" || { echo "bench: $1 clone differs" >&2; exit 1; }
+    cmp -s "$work/input.bin" "$work/clone/model.bin" || { echo "bench: $1 clone differs" >&2; head -c 300 "$work/clone/model.bin" >&2; cat "$work/clone.err" >&2; exit 1; }
     echo "$t1 - $t0" | bc
 }
+: > "$work/xet.log"
 xet_times=(); basic_times=()
 for _ in $(seq 1 "$runs"); do
     basic_times+=("$(clone basic)")
@@ -110,4 +111,6 @@ echo "file: $size bytes of random data; $lfs_version; median of $runs clones eac
 printf '%-34s %9s %10s   %s\n' "" "seconds" "MB/s" "all runs"
 printf '%-34s %9.2f %10s   %s\n' "git clone, plain git-lfs (basic)" "$basic_s" "$(mbs "$basic_s")" "${basic_times[*]}"
 printf '%-34s %9.2f %10s   %s\n' "git clone, git-xet agent" "$xet_s" "$(mbs "$xet_s")" "${xet_times[*]}"
+agent_s=$(grep -o ' done oid=.* secs=[0-9.]*' "$work/xet.log" | sed 's/.*secs=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+printf '%-34s %9.2f %10s   %s\n' "  the agent's download request" "$agent_s" "$(mbs "$agent_s")" "(median; the rest is git and git-lfs)"
 printf '%-34s %9.2fx\n' "ratio basic / git-xet" "$(echo "scale=3; $basic_s / $xet_s" | bc)"
