@@ -31,7 +31,7 @@ size_mib="${1:-512}"
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
 find_hf_python
-git lfs version >/dev/null 2>&1 || { echo "bench: git-lfs is not installed" >&2; exit 2; }
+use_recent_git_lfs
 
 build_release
 
@@ -139,7 +139,7 @@ mbs() { echo "scale=1; $size / $1 / 1000000" | bc; }
 mib() { echo "scale=1; ${1:-0} / 1024" | bc; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
 echo
-echo "file: $size bytes of mixed data"
+echo "file: $size bytes of mixed data; $lfs_version"
 printf '%-28s %9s %10s %14s\n' "" "seconds" "MB/s" "peak RSS MiB"
 printf '%-28s %9.2f %10s %14s\n' "hf_xet upload_files" "$hf_up" "$(mbs "$hf_up")" "$(mib "$hf_up_rss")"
 printf '%-28s %9.2f %10s %14s\n' "git push (git-xet agent)" "$push_s" "$(mbs "$push_s")" "$(mib "$push_rss")"
