@@ -9,10 +9,11 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdResult;
+use crate::store::chunk_cache::{CHUNKS_SUBDIR, MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV};
 use crate::store::shard_cache::{
     format_size, parse_size, CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, SHARDS_SUBDIR,
 };
-use crate::store::ShardCache;
+use crate::store::{ChunkCache, ShardCache};
 
 #[derive(Debug, clap::Args)]
 // The one-line description is the doc comment of `Command::Cache` in `cli/mod.rs`, which
@@ -28,6 +29,10 @@ Location: $GIT_XET_CACHE_DIR if set, else the user's cache directory (~/.cache/g
 ~/Library/Caches/git-xet on macOS, %LOCALAPPDATA%\\git-xet\\cache on Windows), then \
 shards/<endpoint>/.\n\
 Limit: $GIT_XET_CACHE_MAX_SIZE per endpoint (e.g. 500M, 2G), 1G if unset.\n\n\
+Downloads keep the xorb ranges they fetch in chunks/<endpoint>/, so that later downloads \
+(the next version of a file, other versions in the same fetch) fetch only chunks not seen \
+before; limit $GIT_XET_CHUNK_CACHE_MAX_SIZE per endpoint (default 4G; 0 turns it off). `show` \
+and `clear` include it; it prunes itself after downloads.\n\n\
 Deleting the cache is always safe: it only costs deduplication until it fills again.\n\n\
 Examples:\n  git xet cache\n  git xet cache prune --max-size 200M\n  git xet cache clear"
 )]
@@ -120,6 +125,24 @@ fn show(out: &mut impl Write) -> CmdResult {
         shards_line(shards, bytes),
         if dirs == 1 { "y" } else { "ies" }
     )?;
+    let (mut entries, mut chunk_bytes) = (0, 0);
+    for c in ChunkCache::all_under(&root) {
+        let (n, b) = c.stats();
+        entries += n;
+        chunk_bytes += b;
+    }
+    let chunk_limit = ChunkCache::configured_max_bytes()?;
+    writeln!(
+        out,
+        "download chunk cache: {} ({}): {entries} xorb ranges, {}",
+        root.join(CHUNKS_SUBDIR).display(),
+        if chunk_limit == 0 {
+            format!("off: {CHUNK_MAX_SIZE_ENV}=0")
+        } else {
+            format!("limit {} per endpoint", format_size(chunk_limit))
+        },
+        format_size(chunk_bytes)
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -200,6 +223,24 @@ fn clear(out: &mut impl Write) -> CmdResult {
     }
     // Only if empty; harmless otherwise.
     let _ = std::fs::remove_dir(root.join(SHARDS_SUBDIR));
+    // The download chunk cache: any entry may go at any time (a download in flight re-fetches).
+    let chunks_dir = root.join(CHUNKS_SUBDIR);
+    let chunk_bytes: u64 = ChunkCache::all_under(&root)
+        .iter()
+        .map(|c| c.stats().1)
+        .sum();
+    if chunks_dir.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&chunks_dir) {
+            eprintln!("git-xet: error: clearing {}: {e}", chunks_dir.display());
+            failed = true;
+        }
+    }
+    writeln!(
+        out,
+        "removed {} of downloaded chunks from {}",
+        format_size(chunk_bytes),
+        chunks_dir.display()
+    )?;
     writeln!(
         out,
         "removed {} from {}",

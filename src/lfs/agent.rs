@@ -57,10 +57,11 @@ use super::settings::{self, EndpointSpec};
 use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::pipeline::cached::Cached;
-use crate::pipeline::download::write_file;
+use crate::pipeline::download::{write_file, DownloadError};
 use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
 use crate::store::{
-    RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store, TokenSource,
+    ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,
+    TokenSource,
 };
 
 /// How the agent runs.
@@ -593,32 +594,57 @@ impl Agent {
         if let Err(e) = tmp.as_file().try_lock() {
             tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
         }
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file());
         // No SHA-256 here: git-lfs hashes the file itself after `complete` and refuses it on
         // a mismatch before it enters .git/lfs/objects (lfs-agent.md §7). Hashing it here too
         // would only word that refusal better, at the cost of a pass over every byte. What
         // the agent checks is what git-lfs cannot: every chunk's hash and the Xet file hash.
-        let mut written = 0u64;
         let mut reported = 0u64;
-        let mut sink = |bytes: Vec<u8>| -> std::io::Result<()> {
-            out.write_all(&bytes)?;
-            written += bytes.len() as u64;
-            if written - reported >= 1 << 20 {
-                reported = written;
-                writer.progress(&t.oid, written.min(t.size.saturating_sub(1)))?;
+        let mut attempt = 0;
+        let n = loop {
+            attempt += 1;
+            let file = tmp.as_file();
+            file.set_len(0)
+                .and_then(|()| {
+                    std::io::Seek::seek(&mut &*file, std::io::SeekFrom::Start(0)).map(|_| ())
+                })
+                .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            let mut written = 0u64;
+            let mut sink = |bytes: Vec<u8>| -> std::io::Result<()> {
+                out.write_all(&bytes)?;
+                written += bytes.len() as u64;
+                // Progress only moves forward, also when a second attempt starts over.
+                if written >= reported + (1 << 20) {
+                    reported = written;
+                    writer.progress(&t.oid, written.min(t.size.saturating_sub(1)))?;
+                }
+                Ok(())
+            };
+            match write_file(endpoint, &hash, &plan, &mut sink) {
+                Ok(n) => {
+                    out.flush()
+                        .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+                    break n;
+                }
+                // Chunks read from the local chunk cache may be what did not verify: drop
+                // them and fetch everything from the server once more.
+                Err(e @ (DownloadError::WrongFile { .. } | DownloadError::Damaged { .. }))
+                    if attempt == 1 =>
+                {
+                    tracing::warn!(oid = %t.oid, "{e}; trying again without the local chunk cache");
+                    let xorbs: Vec<_> = plan.fetch.iter().map(|(x, _)| *x).collect();
+                    endpoint.forget_cached(&xorbs);
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "download of {} from {} failed: {e}",
+                        t.oid,
+                        endpoint.describe()
+                    ))
+                }
             }
-            Ok(())
         };
-        let n = write_file(endpoint, &hash, &plan, &mut sink).map_err(|e| {
-            format!(
-                "download of {} from {} failed: {e}",
-                t.oid,
-                endpoint.describe()
-            )
-        })?;
-        out.flush()
-            .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
-        drop(out);
+        endpoint.trim_cache();
         if n != t.size {
             return Err(format!(
                 "Xet file {hash} rebuilt to {n} bytes, but LFS object {} has {}",
@@ -832,10 +858,26 @@ fn shard_cache(endpoint: &str) -> Option<ShardCache> {
     }
 }
 
-/// `remote` behind the local shard cache of its URL, if the cache can be used.
+/// `remote` behind the local shard cache and the download chunk cache of its URL, as far as
+/// they can be used.
 fn with_cache(remote: RemoteCas) -> Arc<dyn Endpoint> {
+    let chunks = match ChunkCache::for_endpoint(remote.cas_url()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(
+                "the download chunk cache is not available ({e}); continuing without it"
+            );
+            None
+        }
+    };
     match shard_cache(remote.cas_url()) {
-        Some(cache) => Arc::new(Cached::new(remote, cache)),
+        Some(cache) => {
+            let cached = Cached::new(remote, cache);
+            Arc::new(match chunks {
+                Some(c) => cached.with_chunk_cache(c),
+                None => cached,
+            })
+        }
         None => Arc::new(remote),
     }
 }

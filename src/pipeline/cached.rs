@@ -17,14 +17,18 @@
 //! (`tracing::warn!`), and after the first failed lookup the wrapper stops asking the cache for
 //! the rest of its life, so a broken cache directory costs one warning rather than one per chunk.
 //! All file I/O is the [`ShardCache`]'s; this module only routes calls.
+//!
+//! Downloads: with a [`ChunkCache`] attached ([`Cached::with_chunk_cache`], for remote
+//! endpoints), xorb ranges are read through it, so chunks fetched once are read locally the
+//! next time (see `store::chunk_cache`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::format::shard::{ParsedShard, Shard};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use crate::pipeline::upload::{CasTarget, Endpoint, TargetError, XorbSource};
-use crate::store::{CacheError, FetchRange, ReconstructionPlan, ShardCache};
+use crate::store::{CacheError, ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -32,6 +36,11 @@ pub struct Cached<T> {
     inner: T,
     cache: Arc<ShardCache>,
     lookups_disabled: AtomicBool,
+    chunks: Option<ChunkCache>,
+    /// Bytes fetched into the chunk cache since it was last pruned (`None` before the first
+    /// prune of this process).
+    unpruned: AtomicU64,
+    pruned_once: AtomicBool,
 }
 
 impl<T: CasTarget> Cached<T> {
@@ -47,7 +56,16 @@ impl<T: CasTarget> Cached<T> {
             inner,
             cache,
             lookups_disabled: AtomicBool::new(false),
+            chunks: None,
+            unpruned: AtomicU64::new(0),
+            pruned_once: AtomicBool::new(false),
         }
+    }
+
+    /// Reads xorb ranges through `chunks` (see the module documentation).
+    pub fn with_chunk_cache(mut self, chunks: ChunkCache) -> Self {
+        self.chunks = Some(chunks);
+        self
     }
 
     /// Wraps an endpoint with the cache of [`Endpoint::describe`] (see
@@ -179,7 +197,33 @@ impl<T: CasTarget> CasTarget for Cached<T> {
 
 impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
-        self.inner.read_xorb_range(xorb, range)
+        let Some(chunks) = &self.chunks else {
+            return self.inner.read_xorb_range(xorb, range);
+        };
+        let (bytes, fetched) =
+            chunks.read_through(xorb, range, &|r| self.inner.read_xorb_range(xorb, r))?;
+        self.unpruned.fetch_add(fetched, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
+    fn forget_cached(&self, xorbs: &[XorbHash]) {
+        if let Some(chunks) = &self.chunks {
+            chunks.forget(xorbs);
+        }
+    }
+
+    /// Prunes the chunk cache after the first download of the process, then whenever 256 MiB
+    /// more went into it (a prune lists every entry).
+    fn trim_cache(&self) {
+        let Some(chunks) = &self.chunks else { return };
+        let first = !self.pruned_once.swap(true, Ordering::Relaxed);
+        if first || self.unpruned.load(Ordering::Relaxed) >= 256 << 20 {
+            self.unpruned.store(0, Ordering::Relaxed);
+            let deleted = chunks.prune();
+            if deleted > 0 {
+                tracing::debug!(deleted, "pruned the download chunk cache");
+            }
+        }
     }
 }
 

@@ -206,18 +206,25 @@ pub struct AppState {
     dedup_key: Mutex<DedupKey>,
 }
 
-/// Bytes of upload bodies received since the server started.
+/// Bytes of upload bodies received, and of xorb data sent, since the server started.
 #[derive(Debug, Default)]
 pub struct Traffic {
     /// Xorb upload bodies (`POST /v1/xorbs`), whether or not the xorb was new.
     pub xorb_bytes: std::sync::atomic::AtomicU64,
     /// Basic-transfer upload bodies (`PUT …/objects/{oid}`).
     pub object_bytes: std::sync::atomic::AtomicU64,
+    /// Xorb bytes answered to `GET /v1/xorb-data` (what downloads through the CAS API cost).
+    pub sent_xorb_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Traffic {
     pub fn add_xorb(&self, n: u64) {
         self.xorb_bytes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn add_sent_xorb(&self, n: u64) {
+        self.sent_xorb_bytes
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -338,6 +345,7 @@ async fn health(State(state): State<SharedState>) -> Response {
             "xorbs": c.xorbs,
             "received_xorb_bytes": state.traffic.xorb_bytes.load(std::sync::atomic::Ordering::Relaxed),
             "received_object_bytes": state.traffic.object_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            "sent_xorb_bytes": state.traffic.sent_xorb_bytes.load(std::sync::atomic::Ordering::Relaxed),
         }))
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),

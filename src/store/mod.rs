@@ -15,6 +15,7 @@
 
 pub mod backend;
 pub mod cas;
+pub mod chunk_cache;
 pub mod gc;
 pub mod index;
 pub mod integrity;
@@ -25,6 +26,7 @@ pub mod target;
 pub mod wire;
 
 pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress};
+pub use chunk_cache::ChunkCache;
 pub use gc::{GcOptions, GcReport};
 pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};

@@ -215,11 +215,26 @@ pub trait XorbSource: Send + Sync {
     /// The bytes of `range` (inclusive `range.bytes`, whole chunks, headers included) of the
     /// stored xorb. A remote source fetches `range.url`.
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError>;
+
+    /// A file rebuilt from these xorbs did not verify: a source that keeps local copies of
+    /// their bytes (a download chunk cache) drops them, so that the next read asks the server.
+    fn forget_cached(&self, _xorbs: &[XorbHash]) {}
+
+    /// A download is done: a source with a local cache keeps it within its limit.
+    fn trim_cache(&self) {}
 }
 
 impl<T: XorbSource + ?Sized> XorbSource for &T {
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
         (**self).read_xorb_range(xorb, range)
+    }
+
+    fn forget_cached(&self, xorbs: &[XorbHash]) {
+        (**self).forget_cached(xorbs)
+    }
+
+    fn trim_cache(&self) {
+        (**self).trim_cache()
     }
 }
 

@@ -1,0 +1,461 @@
+//! The download chunk cache: xorb byte ranges fetched from a remote CAS, kept on disk so that a
+//! later download (the next version of an edited file, an older version in the same
+//! `git lfs fetch --all`, another agent of the same fetch) reads the chunks it shares with
+//! them locally instead of fetching them again.
+//!
+//! Layout, under `<cache root>/chunks/<endpoint key>/` (the key is [`ShardCache::endpoint_key`]'s):
+//!
+//! | path | what |
+//! |---|---|
+//! | `<xorb hex>/<c0>-<c1>-<b0>` | chunks `c0..c1` of the xorb exactly as stored (8-byte chunk headers and payloads), which start at byte `b0` of the xorb |
+//! | `<xorb hex>/.lock` | held (`flock`) while a process reads or fills this xorb's entries |
+//!
+//! A chunk's stored bytes never change within a xorb (the xorb hash covers them), so the bytes
+//! of any chunk range can be put together from entries and fetched pieces, and equal what the
+//! server would have sent for that range. [`ChunkCache::read_through`] is asked for a fetch
+//! range; under the xorb's lock it takes what the entries hold, fetches only the gaps between
+//! them (each gap ends on chunk boundaries whose byte offsets are known: the fetch range's own
+//! ends, or an entry's), stores each fetched gap as a new entry and returns the whole range.
+//! Agents fetching versions of one file at once therefore wait for each other per xorb and each
+//! range crosses the network once.
+//!
+//! **Never trusted blindly.** What comes out of the cache is decoded like fetched bytes: every
+//! chunk header is checked here, every chunk hash is recomputed by the decoder, and the whole
+//! file's Xet hash is checked before git-lfs gets the file. When that fails, the caller
+//! [`forget`](ChunkCache::forget)s the file's xorbs and fetches again without the cache. An
+//! entry whose name, length or chunk headers do not add up is deleted when it is found.
+//!
+//! **Bounded.** [`ChunkCache::prune`] deletes the least recently used entries until the cache
+//! is under its limit (`GIT_XET_CHUNK_CACHE_MAX_SIZE`, [`DEFAULT_MAX_BYTES`] by default; `0`
+//! turns the cache off). Entries are written to a temporary file and renamed into place and
+//! are not synced: losing one to a crash only costs a fetch.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
+use crate::format::XorbHash;
+use crate::store::shard_cache::{parse_size, CacheError, ShardCache};
+use crate::store::target::TargetError;
+use crate::store::FetchRange;
+
+/// The cache's part of the cache root.
+pub const CHUNKS_SUBDIR: &str = "chunks";
+/// Environment variable with the cache's size limit per endpoint (`0` turns it off).
+pub const MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE";
+/// The default limit per endpoint: enough for the shared chunks of a few versions of a large
+/// model, small next to the `.git/lfs/objects` copies of them.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+/// How long to wait for another process that holds a xorb's lock before fetching without the
+/// cache (a fetch of one range takes seconds; a stuck holder must not stop a download).
+pub const LOCK_PATIENCE: Duration = Duration::from_secs(600);
+
+/// See the module documentation.
+#[derive(Debug, Clone)]
+pub struct ChunkCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    patience: Duration,
+}
+
+/// One entry file: chunks `chunks` of a xorb, starting at byte `start` of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    chunks: std::ops::Range<u32>,
+    start: u64,
+    len: u64,
+    path: PathBuf,
+}
+
+/// Where the bytes of a piece of the range come from.
+enum Piece {
+    /// Chunks `chunks` out of this entry.
+    Entry(Entry, std::ops::Range<u32>),
+    /// These bytes, fetched now (chunks exactly as in the range).
+    Fetched(Vec<u8>),
+}
+
+impl ChunkCache {
+    /// The cache of `endpoint` (a CAS URL) under the cache root, with the configured limit;
+    /// `None` when the limit is 0 (turned off). Creates nothing until an entry is stored.
+    pub fn for_endpoint(endpoint: &str) -> Result<Option<ChunkCache>, CacheError> {
+        let max_bytes = Self::configured_max_bytes()?;
+        if max_bytes == 0 {
+            return Ok(None);
+        }
+        let dir = ShardCache::root_dir()?
+            .join(CHUNKS_SUBDIR)
+            .join(ShardCache::endpoint_key(endpoint));
+        Ok(Some(ChunkCache::open(&dir).with_max_bytes(max_bytes)))
+    }
+
+    /// The cache in `dir`, limited to [`DEFAULT_MAX_BYTES`].
+    pub fn open(dir: &Path) -> ChunkCache {
+        ChunkCache {
+            dir: dir.to_path_buf(),
+            max_bytes: DEFAULT_MAX_BYTES,
+            patience: LOCK_PATIENCE,
+        }
+    }
+
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn xorb_dir(&self, xorb: &XorbHash) -> PathBuf {
+        self.dir.join(xorb.to_hex())
+    }
+
+    /// The bytes of `range` of `xorb`: from the cache where it holds them, the rest from
+    /// `fetch` (called with sub-ranges of `range`, same URL), which is then cached. Falls back
+    /// to fetching the whole range when the cache cannot be used (logged, never an error of
+    /// its own). Returns the bytes and how many of them were fetched.
+    pub fn read_through(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
+    ) -> Result<(Vec<u8>, u64), TargetError> {
+        let whole = |why: &dyn std::fmt::Display| -> Result<(Vec<u8>, u64), TargetError> {
+            tracing::debug!(%xorb, "fetching without the chunk cache: {why}");
+            let bytes = fetch(range)?;
+            let n = bytes.len() as u64;
+            Ok((bytes, n))
+        };
+        let dir = self.xorb_dir(xorb);
+        if let Err(e) = fs::create_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), "the chunk cache cannot be used: {e}");
+            return whole(&e);
+        }
+        let lock = match self.lock(&dir) {
+            Ok(Some(f)) => f,
+            Ok(None) => return whole(&"another process holds this xorb's cache entries"),
+            Err(e) => return whole(&e),
+        };
+        let result = self.read_locked(&dir, range, fetch);
+        drop(lock);
+        match result {
+            Ok(Some(done)) => Ok(done),
+            Ok(None) => whole(&"its entries do not add up (deleted)"),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits for the xorb's lock (at most the patience); `None` if it did not come.
+    fn lock(&self, dir: &Path) -> std::io::Result<Option<File>> {
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))?;
+        let deadline = Instant::now() + self.patience;
+        loop {
+            match f.try_lock() {
+                Ok(()) => return Ok(Some(f)),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `Ok(None)` when entries turned out inconsistent (they are deleted; the caller fetches
+    /// the whole range).
+    fn read_locked(
+        &self,
+        dir: &Path,
+        range: &FetchRange,
+        fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
+    ) -> Result<Option<(Vec<u8>, u64)>, TargetError> {
+        let (c, d) = (range.chunks.start, range.chunks.end);
+        let (s, e) = (*range.bytes.start(), *range.bytes.end());
+        if c >= d || e < s {
+            return Ok(None);
+        }
+        // Byte offsets of chunk boundaries known so far: the range's own ends, then entries'.
+        let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
+        let mut entries = Vec::new();
+        for entry in list(dir) {
+            let consistent = [
+                (entry.chunks.start, entry.start),
+                (entry.chunks.end, entry.start + entry.len),
+            ]
+            .iter()
+            .all(|(k, off)| offsets.get(k).is_none_or(|o| o == off));
+            if !consistent {
+                tracing::warn!(entry = %entry.path.display(), "chunk cache entry disagrees with the server's offsets; deleting it");
+                let _ = fs::remove_file(&entry.path);
+                continue;
+            }
+            if entry.chunks.end <= c || entry.chunks.start >= d {
+                continue;
+            }
+            offsets.insert(entry.chunks.start, entry.start);
+            offsets.insert(entry.chunks.end, entry.start + entry.len);
+            entries.push(entry);
+        }
+        let mut pieces = Vec::new();
+        let mut fetched = 0u64;
+        let mut k = c;
+        while k < d {
+            // The entry holding chunk k that reaches furthest.
+            if let Some(entry) = entries
+                .iter()
+                .filter(|en| en.chunks.start <= k && k < en.chunks.end)
+                .max_by_key(|en| en.chunks.end)
+            {
+                let end = entry.chunks.end.min(d);
+                pieces.push(Piece::Entry(entry.clone(), k..end));
+                k = end;
+                continue;
+            }
+            // A gap: up to the next entry's start or the range's end, both of known offset.
+            let end = entries
+                .iter()
+                .map(|en| en.chunks.start)
+                .filter(|&st| st > k && st < d)
+                .min()
+                .unwrap_or(d);
+            let (Some(&from), Some(&to)) = (offsets.get(&k), offsets.get(&end)) else {
+                return Ok(None);
+            };
+            if to <= from {
+                return Ok(None);
+            }
+            let gap = FetchRange {
+                chunks: k..end,
+                bytes: from..=to - 1,
+                url: range.url.clone(),
+            };
+            let bytes = fetch(&gap)?;
+            fetched += bytes.len() as u64;
+            if chunk_spans(&bytes, end - k).is_some() {
+                self.store(dir, &gap, &bytes);
+            }
+            pieces.push(Piece::Fetched(bytes));
+            k = end;
+        }
+        let want = usize::try_from(e - s + 1).unwrap_or(usize::MAX);
+        let mut out = Vec::with_capacity(want.min(128 << 20));
+        for piece in pieces {
+            match piece {
+                Piece::Fetched(bytes) => out.extend_from_slice(&bytes),
+                Piece::Entry(entry, chunks) => {
+                    let Some(bytes) = read_entry(&entry) else {
+                        let _ = fs::remove_file(&entry.path);
+                        return Ok(None);
+                    };
+                    let Some(spans) = chunk_spans(&bytes, entry.chunks.end - entry.chunks.start)
+                    else {
+                        tracing::warn!(entry = %entry.path.display(), "damaged chunk cache entry; deleting it");
+                        let _ = fs::remove_file(&entry.path);
+                        return Ok(None);
+                    };
+                    let first = (chunks.start - entry.chunks.start) as usize;
+                    let last = (chunks.end - entry.chunks.start) as usize;
+                    let from = spans[first];
+                    let to = spans[last];
+                    out.extend_from_slice(&bytes[from..to]);
+                    touch(&entry.path);
+                }
+            }
+        }
+        if out.len() != want {
+            // Entries and the server disagree about where chunks start: drop this xorb's.
+            let _ = fs::remove_dir_all(dir);
+            return Ok(None);
+        }
+        Ok(Some((out, fetched)))
+    }
+
+    /// Stores fetched bytes as an entry (a failure is logged: the cache is an optimisation).
+    fn store(&self, dir: &Path, gap: &FetchRange, bytes: &[u8]) {
+        let name = format!(
+            "{}-{}-{}",
+            gap.chunks.start,
+            gap.chunks.end,
+            gap.bytes.start()
+        );
+        let result = (|| -> std::io::Result<()> {
+            let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+            tmp.write_all(bytes)?;
+            tmp.persist(dir.join(&name)).map_err(|e| e.error)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
+        }
+    }
+
+    /// Deletes every entry of these xorbs (a file rebuilt with them did not verify).
+    pub fn forget(&self, xorbs: &[XorbHash]) {
+        for x in xorbs {
+            let dir = self.xorb_dir(x);
+            if dir.exists() {
+                tracing::info!(xorb = %x, "dropping the chunk cache's entries of xorb");
+                let _ = fs::remove_dir_all(&dir);
+            }
+        }
+    }
+
+    /// The configured limit per endpoint: `GIT_XET_CHUNK_CACHE_MAX_SIZE`, else
+    /// [`DEFAULT_MAX_BYTES`] (0: turned off).
+    pub fn configured_max_bytes() -> Result<u64, CacheError> {
+        match std::env::var(MAX_SIZE_ENV) {
+            Ok(v) if !v.trim().is_empty() => parse_size(&v).ok_or(CacheError::InvalidSize {
+                value: v,
+                origin: MAX_SIZE_ENV.into(),
+            }),
+            _ => Ok(DEFAULT_MAX_BYTES),
+        }
+    }
+
+    /// The chunk caches of every endpoint under the cache root `root`.
+    pub fn all_under(root: &Path) -> Vec<ChunkCache> {
+        let Ok(rd) = fs::read_dir(root.join(CHUNKS_SUBDIR)) else {
+            return Vec::new();
+        };
+        let mut out: Vec<ChunkCache> = rd
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| ChunkCache::open(&e.path()))
+            .collect();
+        out.sort_by(|a, b| a.dir.cmp(&b.dir));
+        out
+    }
+
+    /// How many entries the cache holds and their bytes.
+    pub fn stats(&self) -> (u64, u64) {
+        let Ok(xorbs) = fs::read_dir(&self.dir) else {
+            return (0, 0);
+        };
+        let (mut n, mut bytes) = (0, 0);
+        for x in xorbs.flatten() {
+            for entry in list(&x.path()) {
+                n += 1;
+                bytes += entry.len;
+            }
+        }
+        (n, bytes)
+    }
+
+    /// Deletes the least recently used entries until the cache holds at most its limit.
+    /// Returns the bytes deleted.
+    pub fn prune(&self) -> u64 {
+        let Ok(xorbs) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut all: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+        let mut total = 0u64;
+        for x in xorbs.flatten() {
+            for entry in list(&x.path()) {
+                let used = fs::metadata(&entry.path)
+                    .and_then(|m| m.modified())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                total += entry.len;
+                all.push((used, entry.len, entry.path));
+            }
+        }
+        if total <= self.max_bytes {
+            return 0;
+        }
+        all.sort();
+        let mut deleted = 0u64;
+        for (_, len, path) in all {
+            if total <= self.max_bytes {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total -= len;
+                deleted += len;
+                if let Some(parent) = path.parent() {
+                    // Only succeeds once the lock file is the last thing left, which nobody
+                    // holds for long; a racing holder recreates the directory.
+                    if list(parent).is_empty() {
+                        let _ = fs::remove_file(parent.join(".lock"));
+                        let _ = fs::remove_dir(parent);
+                    }
+                }
+            }
+        }
+        deleted
+    }
+}
+
+/// The entries in a xorb's directory, by their names; files that are not entries are skipped.
+fn list(dir: &Path) -> Vec<Entry> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for f in rd.flatten() {
+        let name = f.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mut parts = name.splitn(3, '-');
+        let (Some(a), Some(b), Some(o)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let (Ok(c0), Ok(c1), Ok(b0)) = (a.parse::<u32>(), b.parse::<u32>(), o.parse::<u64>())
+        else {
+            continue;
+        };
+        let Ok(meta) = f.metadata() else { continue };
+        if c0 >= c1 || !meta.is_file() || meta.len() < (c1 - c0) as u64 * CHUNK_HEADER_LEN as u64 {
+            let _ = fs::remove_file(f.path());
+            continue;
+        }
+        out.push(Entry {
+            chunks: c0..c1,
+            start: b0,
+            len: meta.len(),
+            path: f.path(),
+        });
+    }
+    out
+}
+
+fn read_entry(entry: &Entry) -> Option<Vec<u8>> {
+    let bytes = fs::read(&entry.path).ok()?;
+    (bytes.len() as u64 == entry.len).then_some(bytes)
+}
+
+/// The start offset of each of `n` chunks in `bytes`, plus the end: `None` unless `bytes` is
+/// exactly `n` well-formed chunks (header checks of xet-format.md §3.2; payloads are checked
+/// by the decoder).
+fn chunk_spans(bytes: &[u8], n: u32) -> Option<Vec<usize>> {
+    let mut spans = Vec::with_capacity(n as usize + 1);
+    let mut at = 0usize;
+    for _ in 0..n {
+        spans.push(at);
+        let header: &[u8; CHUNK_HEADER_LEN] =
+            bytes.get(at..at + CHUNK_HEADER_LEN)?.try_into().ok()?;
+        let h = ChunkHeader::decode(header).ok()?;
+        at = at.checked_add(usize::try_from(h.chunk_len()).ok()?)?;
+        if at > bytes.len() {
+            return None;
+        }
+    }
+    spans.push(at);
+    (at == bytes.len()).then_some(spans)
+}
+
+/// Marks an entry as used now (for [`ChunkCache::prune`]'s least-recently-used order).
+fn touch(path: &Path) {
+    if let Ok(f) = File::options().write(true).open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+#[cfg(test)]
+mod tests;
