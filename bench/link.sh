@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Benchmark: the edit cycle of a model over a slow link, plain git-lfs against git-xet.
+#
+# Usage: sudo bench/link.sh [RATE]      (root: it makes a network namespace)
+#
+#   RATE                 the link's rate, as tc writes it (default 100mbit)
+#   SIZE_MIB, EDITS      the model's size (default 64) and how many 1 MiB edits follow (3)
+#   GIT_XET_BENCH_LFS    a directory holding git-lfs 3.6 or newer (see bench/lib.sh)
+#
+# The cycle, for each side: push the model, then EDITS times change 1 MiB of it (random bytes
+# at a new place), commit and push; then a fresh clone fetches every version
+# (`git clone` without smudge, `git lfs fetch --all`) and checks the newest one out. Each side
+# has its own release `git xet serve` with an empty store and its own random model, so neither
+# deduplicates against the other's data. Plain git-lfs uses basic transfers (no agent); git-xet
+# uses the agent in negotiated mode, with empty caches at the start and a fresh cache for the
+# clone (another machine).
+#
+# The link: a private network namespace whose loopback has MTU 1500 and a token bucket
+# (`tc qdisc … tbf rate RATE burst 32kb latency 50ms`); servers and clients all run inside it,
+# so every byte crosses the limited link once. The namespace is removed afterwards. Nothing
+# leaves the machine. Prints each side's push, fetch and total seconds and the ratio
+# plain / git-xet (above 1: git-xet is faster). This is a measurement, not a test.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+rate="${1:-100mbit}"
+size_mib="${SIZE_MIB:-64}"
+edits="${EDITS:-3}"
+
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+
+if [[ "${GIT_XET_LINK_INSIDE:-}" != 1 ]]; then
+    [[ "$(id -u)" == 0 ]] || { echo "bench: run as root (it makes a network namespace)" >&2; exit 2; }
+    use_recent_git_lfs
+    build_release
+    ns="git-xet-bench-$$"
+    ip netns add "$ns"
+    trap 'ip netns delete "$ns" 2>/dev/null || true' EXIT
+    ip netns exec "$ns" ip link set lo mtu 1500
+    ip netns exec "$ns" ip link set lo up
+    ip netns exec "$ns" tc qdisc add dev lo root tbf rate "$rate" burst 32kb latency 50ms
+    echo "bench: namespace $ns, loopback limited to $rate (MTU 1500)" >&2
+    GIT_XET_LINK_INSIDE=1 ip netns exec "$ns" "$0" "$rate"
+    exit $?
+fi
+
+# Inside the namespace.
+use_recent_git_lfs
+bin="$root/target/release/git-xet"
+[[ -x "$bin" ]] || { echo "bench: $bin is missing" >&2; exit 2; }
+work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-link-bench.XXXXXX")"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+token="bench-token-$RANDOM$RANDOM$RANDOM"
+start_server() { # name -> prints the URL
+    "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
+        --max-lifetime 3600 > "$work/$1.out" 2> "$work/$1.log" &
+    pids+=($!)
+    for _ in $(seq 1 100); do
+        local url
+        url="$(sed -n 's/^listening on //p' "$work/$1.out")"
+        if [[ -n "$url" ]]; then echo "$url"; return; fi
+        sleep 0.1
+    done
+    echo "bench: server $1 did not start" >&2; cat "$work/$1.log" >&2; exit 1
+}
+export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc; }
+
+cycle() { # side (plain|xet) -> prints "push_seconds fetch_seconds"
+    local side="$1" url h
+    start_server "$side" > "$work/$side.url"
+    url="$(cat "$work/$side.url")"
+    h="$work/$side-home"
+    mkdir -p "$h"
+    export HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache"
+    git config --global user.name bench
+    git config --global user.email bench@example.com
+    git config --global init.defaultBranch main
+    git config --global credential.helper \
+        "!f() { test \"\$1\" = get && echo username=git && echo password=$token; }; f"
+    git lfs install --skip-repo >/dev/null
+    if [[ "$side" == xet ]]; then git xet install --global >/dev/null; fi
+    git init -q --bare "$work/$side-remote.git"
+    git init -q "$work/$side-work"
+    cd "$work/$side-work"
+    git lfs track '*.bin' >/dev/null
+    printf '[lfs]\n\turl = %s/bench/%s.git/info/lfs\n' "$url" "$side" > .lfsconfig
+    head -c "$((size_mib << 20))" /dev/urandom > model.bin
+    git add . && git commit -q -m v0
+    git remote add origin "../$side-remote.git"
+    local t push=0
+    t=$(now); git push -q origin main >/dev/null 2>&1; push=$(echo "$push + $(elapsed "$t")" | bc)
+    for k in $(seq 1 "$edits"); do
+        dd if=/dev/urandom of=model.bin bs=1M count=1 seek=$((k * size_mib / (edits + 1))) \
+            conv=notrunc status=none
+        git commit -q -am "edit $k"
+        t=$(now); git push -q origin main >/dev/null 2>&1; push=$(echo "$push + $(elapsed "$t")" | bc)
+    done
+    cp model.bin "$work/$side-newest.bin"
+    # Another machine: a fresh cache.
+    export GIT_XET_CACHE_DIR="$h/xet-cache-clone"
+    cd "$work"
+    t=$(now)
+    GIT_LFS_SKIP_SMUDGE=1 git clone -q "$side-remote.git" "$side-clone"
+    (cd "$side-clone" && git lfs fetch --all origin >/dev/null && git lfs checkout >/dev/null 2>&1)
+    local fetch
+    fetch=$(elapsed "$t")
+    cmp -s "$work/$side-newest.bin" "$side-clone/model.bin" || { echo "bench: $side clone differs" >&2; exit 1; }
+    echo "$push $fetch"
+}
+echo "bench: $size_mib MiB model, $edits edits of 1 MiB, $lfs_version, link $1" >&2
+# Not in a subshell, so that the cleanup trap knows the servers.
+cycle plain > "$work/plain.result"
+cycle xet > "$work/xet.result"
+read -r plain_push plain_fetch < "$work/plain.result"
+read -r xet_push xet_fetch < "$work/xet.result"
+plain_total=$(echo "$plain_push + $plain_fetch" | bc)
+xet_total=$(echo "$xet_push + $xet_fetch" | bc)
+echo
+echo "edit cycle: $size_mib MiB model, $edits edits of 1 MiB, a fresh clone fetching every version; link $1"
+printf '%-24s %10s %10s %10s\n' "" "pushes s" "fetch s" "total s"
+printf '%-24s %10.1f %10.1f %10.1f\n' "plain git-lfs (basic)" "$plain_push" "$plain_fetch" "$plain_total"
+printf '%-24s %10.1f %10.1f %10.1f\n' "git-xet" "$xet_push" "$xet_fetch" "$xet_total"
+printf '%-24s %10.2fx %9.2fx %9.2fx\n' "ratio plain / git-xet" \
+    "$(echo "scale=3; $plain_push / $xet_push" | bc)" \
+    "$(echo "scale=3; $plain_fetch / $xet_fetch" | bc)" \
+    "$(echo "scale=3; $plain_total / $xet_total" | bc)"
