@@ -281,8 +281,10 @@ impl Store {
             }
             Err(e) => return Err(layout(format!("cannot read {VERSION_FILE}: {e}"))),
         }
-        let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
+        // The index first: it is what another process holding the store has locked, so a
+        // process that has to wait fails here, before touching anything else.
         let index = Index::open(&dir.join("index.redb"))?;
+        let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
         Ok(Self {
             backend: Arc::new(backend),
             index,
@@ -304,7 +306,9 @@ impl Store {
         mut waiting: impl FnMut(),
     ) -> Result<Self, StoreError> {
         let start = std::time::Instant::now();
-        let mut delay = std::time::Duration::from_millis(5);
+        // Short, bounded polls: a turn is often a few milliseconds (one small object), and a
+        // failed attempt costs only an open and a lock try of the index file.
+        let mut delay = std::time::Duration::from_millis(1);
         let mut announced = false;
         loop {
             match Self::open(dir) {
@@ -314,7 +318,7 @@ impl Store {
                         waiting();
                     }
                     std::thread::sleep(delay);
-                    delay = (delay * 2).min(std::time::Duration::from_millis(200));
+                    delay = (delay * 2).min(std::time::Duration::from_millis(8));
                 }
                 other => return other,
             }

@@ -176,13 +176,21 @@ impl Index {
             source: Box::new(e),
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
-        let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
-        for table in [
+        let tables = [
             XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE,
-        ] {
-            txn.open_table(table).map_err(|e| open_err(e.into()))?;
+        ];
+        // A write transaction (and its fsync) only when a table is missing: the agent's
+        // embedded mode opens the store once per object.
+        let complete = db
+            .begin_read()
+            .is_ok_and(|txn| tables.iter().all(|&t| txn.open_table(t).is_ok()));
+        if !complete {
+            let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
+            for table in tables {
+                txn.open_table(table).map_err(|e| open_err(e.into()))?;
+            }
+            txn.commit().map_err(|e| open_err(e.into()))?;
         }
-        txn.commit().map_err(|e| open_err(e.into()))?;
         let index = Self { db };
         index.backfill_xorb_files()?;
         Ok(index)
@@ -191,6 +199,15 @@ impl Index {
     /// Fills `xorb_file` from `files` when it is empty and files exist (a store written before
     /// the table was): one pass, once.
     fn backfill_xorb_files(&self) -> Result<(), IndexError> {
+        // Looked at in a read transaction first: nearly always there is nothing to do.
+        {
+            let txn = self.db.begin_read().map_err(db_err)?;
+            let map = txn.open_table(XORB_FILE).map_err(db_err)?;
+            let files = txn.open_table(FILES).map_err(db_err)?;
+            if map.len().map_err(db_err)? > 0 || files.is_empty().map_err(db_err)? {
+                return Ok(());
+            }
+        }
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut map = txn.open_table(XORB_FILE).map_err(db_err)?;

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Benchmark: many small files. `git push` and `git lfs fetch` of N files of 1-100 KiB through
+# plain git-lfs (basic transfers, no agent), git-xet negotiated (the agent, against the LFS
+# server of `git xet serve`) and git-xet embedded (standalone mode with a directory store).
+#
+# Usage: bench/small_files.sh [N]
+#
+#   N                    how many files (default 1000)
+#   GIT_XET_BENCH_LFS    a directory holding git-lfs 3.6 or newer (see bench/lib.sh)
+#
+# Each side gets its own release server (or store directory), its own private HOME and caches,
+# and the same files (random bytes, sizes spread evenly over 1-100 KiB), committed in one
+# commit. `git push` is timed; then a clone without smudge and a timed `git lfs fetch` (git-lfs's
+# default concurrency, 8 agents). Prints the seconds of each and the ratios against plain
+# git-lfs (above 1: faster than plain). This is a measurement, not a test.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+n="${1:-1000}"
+
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+use_recent_git_lfs
+build_release
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-small-bench.XXXXXX")"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+token="bench-token-$RANDOM$RANDOM$RANDOM"
+start_server() { # name -> writes the URL to $work/name.url
+    "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
+        --max-lifetime 3600 > "$work/$1.out" 2> "$work/$1.log" &
+    pids+=($!)
+    for _ in $(seq 1 100); do
+        if grep -q '^listening on ' "$work/$1.out"; then
+            sed -n 's/^listening on //p' "$work/$1.out" > "$work/$1.url"
+            return
+        fi
+        sleep 0.1
+    done
+    echo "bench: server $1 did not start" >&2; cat "$work/$1.log" >&2; exit 1
+}
+export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc; }
+
+echo "bench: writing $n files" >&2
+mkdir -p "$work/files"
+for i in $(seq 1 "$n"); do
+    head -c $(( (i * 99 / n + 1) * 1024 )) /dev/urandom > "$work/files/f$i.bin"
+done
+
+side() { # name (plain|negotiated|embedded) -> writes "push fetch" to $work/name.result
+    local name="$1" h="$work/$1-home"
+    mkdir -p "$h"
+    export HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache"
+    git config --global user.name bench
+    git config --global user.email bench@example.com
+    git config --global init.defaultBranch main
+    git config --global credential.helper \
+        "!f() { test \"\$1\" = get && echo username=git && echo password=$token; }; f"
+    git lfs install --skip-repo >/dev/null
+    git init -q --bare "$work/$name-remote.git"
+    git init -q "$work/$name-work"
+    cd "$work/$name-work"
+    git lfs track '*.bin' >/dev/null
+    case $name in
+        plain|negotiated)
+            start_server "$name"
+            printf '[lfs]\n\turl = %s/bench/%s.git/info/lfs\n' "$(cat "$work/$name.url")" "$name" > .lfsconfig
+            if [[ $name == negotiated ]]; then git xet install --global >/dev/null; fi
+            ;;
+        embedded)
+            git xet install --global --endpoint "$work/embedded-store" >/dev/null
+            ;;
+    esac
+    cp "$work"/files/*.bin .
+    git add . && git commit -q -m files
+    git remote add origin "../$name-remote.git"
+    local t push fetch
+    t=$(now); git push -q origin main >/dev/null 2>&1; push=$(elapsed "$t")
+    cd "$work"
+    GIT_LFS_SKIP_SMUDGE=1 git clone -q "$name-remote.git" "$name-clone"
+    cd "$name-clone"
+    t=$(now); git lfs fetch >/dev/null 2>&1; fetch=$(elapsed "$t")
+    local got
+    got=$(find .git/lfs/objects -type f | wc -l)
+    [[ "$got" == "$n" ]] || { echo "bench: $name fetched $got of $n objects" >&2; exit 1; }
+    echo "$push $fetch" > "$work/$name.result"
+}
+for s in plain negotiated embedded; do
+    echo "bench: $s" >&2
+    side "$s"
+done
+read -r pp pf < "$work/plain.result"
+read -r np nf < "$work/negotiated.result"
+read -r ep ef < "$work/embedded.result"
+r() { echo "scale=3; $1 / $2" | bc; }
+echo
+echo "$n files of 1-100 KiB; $lfs_version; ratios: plain / this (above 1: faster than plain)"
+printf '%-28s %8s %8s %10s %10s\n' "" "push s" "fetch s" "push x" "fetch x"
+printf '%-28s %8.2f %8.2f\n' "plain git-lfs (basic)" "$pp" "$pf"
+printf '%-28s %8.2f %8.2f %9.2fx %9.2fx\n' "git-xet negotiated" "$np" "$nf" "$(r "$pp" "$np")" "$(r "$pf" "$nf")"
+printf '%-28s %8.2f %8.2f %9.2fx %9.2fx\n' "git-xet embedded" "$ep" "$ef" "$(r "$pp" "$ep")" "$(r "$pf" "$ef")"
+printf '%-28s %8s %8s %9.2fx %9.2fx\n' "embedded / negotiated time" "" "" "$(r "$ep" "$np")" "$(r "$ef" "$nf")"
