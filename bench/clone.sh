@@ -27,25 +27,9 @@ source "$root/bench/lib.sh"
 use_recent_git_lfs
 build_release
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-clone-bench.XXXXXX")"
-server_pid=""
-cleanup() {
-    if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-token="bench-token-$RANDOM$RANDOM$RANDOM"
-"$bin" serve --data "$work/store" --listen 127.0.0.1:0 --token "$token" --max-lifetime 3600 \
-    > "$work/server.out" 2> "$work/server.log" &
-server_pid=$!
-url=""
-for _ in $(seq 1 100); do
-    url="$(sed -n 's/^listening on //p' "$work/server.out")"
-    [[ -n "$url" ]] && break
-    sleep 0.1
-done
-[[ -n "$url" ]] || { echo "bench: the server did not start" >&2; cat "$work/server.log" >&2; exit 1; }
+make_work clone-bench
+start_server server
+url="$server_url"
 
 bin_dir="$(dirname "$bin")"
 export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$bin_dir:$PATH"

@@ -70,3 +70,36 @@ use_recent_git_lfs() {
         echo "bench: warning: $lfs_version is older than 3.6; run bench/get-git-lfs.sh" >&2
     fi
 }
+
+# make_work NAME: a temporary directory in $work, removed (with every server started by
+# start_server) when the script exits.
+make_work() {
+    work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-$1.XXXXXX")"
+    pids=()
+    token="bench-token-$RANDOM$RANDOM$RANDOM"
+    trap bench_cleanup EXIT
+}
+bench_cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+
+# start_server NAME: a release `git xet serve` with an empty store in $work/NAME-store on
+# 127.0.0.1:0 and the write token $token; sets $server_url (not in a subshell, so that the
+# cleanup knows the server). Exits if it does not start.
+start_server() {
+    "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
+        --max-lifetime 3600 > "$work/$1.out" 2> "$work/$1.log" &
+    pids+=($!)
+    server_url=""
+    local _
+    for _ in $(seq 1 100); do
+        server_url="$(sed -n 's/^listening on //p' "$work/$1.out")"
+        [[ -n "$server_url" ]] && return
+        sleep 0.1
+    done
+    echo "bench: server $1 did not start" >&2
+    cat "$work/$1.log" >&2
+    exit 1
+}

@@ -49,34 +49,15 @@ fi
 use_recent_git_lfs
 bin="$root/target/release/git-xet"
 [[ -x "$bin" ]] || { echo "bench: $bin is missing" >&2; exit 2; }
-work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-link-bench.XXXXXX")"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-token="bench-token-$RANDOM$RANDOM$RANDOM"
-start_server() { # name -> prints the URL
-    "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
-        --max-lifetime 3600 > "$work/$1.out" 2> "$work/$1.log" &
-    pids+=($!)
-    for _ in $(seq 1 100); do
-        local url
-        url="$(sed -n 's/^listening on //p' "$work/$1.out")"
-        if [[ -n "$url" ]]; then echo "$url"; return; fi
-        sleep 0.1
-    done
-    echo "bench: server $1 did not start" >&2; cat "$work/$1.log" >&2; exit 1
-}
+make_work link-bench
 export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 
 cycle() { # side (plain|xet) -> prints "push_seconds fetch_seconds"
     local side="$1" url h
-    start_server "$side" > "$work/$side.url"
-    url="$(cat "$work/$side.url")"
+    start_server "$side"
+    url="$server_url"
     h="$work/$side-home"
     mkdir -p "$h"
     export HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache"

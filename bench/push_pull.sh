@@ -35,36 +35,14 @@ use_recent_git_lfs
 
 build_release
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-push-bench.XXXXXX")"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-token="bench-token-$RANDOM$RANDOM$RANDOM"
-start_server() { # name -> prints the URL
-    local name="$1"
-    "$bin" serve --data "$work/$name-store" --listen 127.0.0.1:0 --token "$token" \
-        --max-lifetime 1800 > "$work/$name.out" 2> "$work/$name.log" &
-    pids+=($!)
-    for _ in $(seq 1 100); do
-        local url
-        url="$(sed -n 's/^listening on //p' "$work/$name.out")"
-        if [[ -n "$url" ]]; then echo "$url"; return; fi
-        sleep 0.1
-    done
-    echo "bench: server $name did not start" >&2
-    cat "$work/$name.log" >&2
-    exit 1
-}
+make_work push-bench
 
 write_mixed "$work/input.bin" "$size_mib"
 size=$(stat -c %s "$work/input.bin")
 
 # --- the reference client -------------------------------------------------------------------
-url_a="$(start_server a)"
+start_server a
+url_a="$server_url"
 echo "bench: hf_xet against $url_a" >&2
 hf() { # mode cache-dir -> prints "seconds peak_kib [hash]"
     HF_HOME="$work/$2" HF_XET_CACHE="$work/$2/xet" HF_XET_TELEMETRY_ENABLED=false \
@@ -93,7 +71,8 @@ read -r hf_down hf_down_rss < <(hf down cache-down)
 cmp -s "$work/input.bin" "$work/hf-out.bin" || { echo "bench: hf_xet round trip differs" >&2; exit 1; }
 
 # --- git-xet through git and git-lfs --------------------------------------------------------
-url_b="$(start_server b)"
+start_server b
+url_b="$server_url"
 echo "bench: git-xet against $url_b" >&2
 bin_dir="$(dirname "$bin")"
 export HOME="$work/home" XDG_CONFIG_HOME="$work/home/.config" GIT_CONFIG_NOSYSTEM=1 \

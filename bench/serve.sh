@@ -28,33 +28,10 @@ find_hf_python
 
 build_release
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-serve-bench.XXXXXX")"
-server_pid=""
-cleanup() {
-    if [[ -n "$server_pid" ]]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-token="bench-write-token-$RANDOM$RANDOM$RANDOM"
-"$bin" serve --data "$work/store" --listen 127.0.0.1:0 --token "$token" --max-lifetime 1800 \
-    > "$work/server.out" 2> "$work/server.log" &
-server_pid=$!
-url=""
-for _ in $(seq 1 100); do
-    url="$(sed -n 's/^listening on //p' "$work/server.out")"
-    [[ -n "$url" ]] && break
-    sleep 0.1
-done
-if [[ -z "$url" ]]; then
-    echo "bench: the server did not start:" >&2
-    cat "$work/server.log" >&2
-    exit 1
-fi
-echo "bench: server at $url, store $work/store" >&2
+make_work serve-bench
+start_server server
+url="$server_url"
+echo "bench: server at $url, store $work/server-store" >&2
 
 write_mixed "$work/input.bin" "$size_mib"
 HF_XET_TELEMETRY_ENABLED=false "$python" - "$url" "$token" "$work" "$size_mib" <<'PY'
@@ -95,7 +72,7 @@ with open(path, "rb") as a, open(out, "rb") as b:
             break
 
 stored = 0
-for d, _, files in os.walk(os.path.join(work, "store", "xorbs")):
+for d, _, files in os.walk(os.path.join(work, "server-store", "xorbs")):
     stored += sum(os.path.getsize(os.path.join(d, f)) for f in files)
 mb = lambda s: size / s / 1e6
 print(f"file:            {size} bytes, Xet hash {info.hash}")

@@ -23,27 +23,7 @@ source "$root/bench/lib.sh"
 use_recent_git_lfs
 build_release
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-small-bench.XXXXXX")"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-token="bench-token-$RANDOM$RANDOM$RANDOM"
-start_server() { # name -> writes the URL to $work/name.url
-    "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
-        --max-lifetime 3600 > "$work/$1.out" 2> "$work/$1.log" &
-    pids+=($!)
-    for _ in $(seq 1 100); do
-        if grep -q '^listening on ' "$work/$1.out"; then
-            sed -n 's/^listening on //p' "$work/$1.out" > "$work/$1.url"
-            return
-        fi
-        sleep 0.1
-    done
-    echo "bench: server $1 did not start" >&2; cat "$work/$1.log" >&2; exit 1
-}
+make_work small-bench
 export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
@@ -71,7 +51,7 @@ side() { # name (plain|negotiated|embedded) -> writes "push fetch" to $work/name
     case $name in
         plain|negotiated)
             start_server "$name"
-            printf '[lfs]\n\turl = %s/bench/%s.git/info/lfs\n' "$(cat "$work/$name.url")" "$name" > .lfsconfig
+            printf '[lfs]\n\turl = %s/bench/%s.git/info/lfs\n' "$server_url" "$name" > .lfsconfig
             if [[ $name == negotiated ]]; then git xet install --global >/dev/null; fi
             ;;
         embedded)
