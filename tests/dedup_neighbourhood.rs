@@ -63,20 +63,8 @@ fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
     }
     let server = common::server::start();
     let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
-    std::fs::write(
-        work.join(".lfsconfig"),
-        format!("[lfs]\n\turl = {lfs_url}\n"),
-    )
-    .unwrap();
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
     // 100 MiB: two client xorbs, the edit in the first.
     let original = common::splitmix64(92, 100 << 20);
     std::fs::write(work.join("model.bin"), &original).unwrap();

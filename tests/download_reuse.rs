@@ -43,20 +43,8 @@ fn versions(n: usize) -> Vec<Vec<u8>> {
 fn push_versions(data: &[Vec<u8>]) -> (TestServer, GitEnv, Vec<String>) {
     let server = common::server::start();
     let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let lfs_url = format!("{}/team/versions.git/info/lfs", server.url());
-    std::fs::write(
-        work.join(".lfsconfig"),
-        format!("[lfs]\n\turl = {lfs_url}\n"),
-    )
-    .unwrap();
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
     let mut commits = Vec::new();
     for (v, bytes) in data.iter().enumerate() {
         std::fs::write(work.join("model.bin"), bytes).unwrap();

@@ -36,22 +36,8 @@ fn journal_sent(repo: &Path) -> u64 {
 fn push_four_versions(install_args: &[&str]) -> (u64, u64, f64) {
     let server = common::server::start();
     let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let mut args = vec!["xet", "install", "--global"];
-    args.extend_from_slice(install_args);
-    let out = env.run_in(env.path(), "git", &args);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let lfs_url = format!("{}/team/history.git/info/lfs", server.url());
-    std::fs::write(
-        work.join(".lfsconfig"),
-        format!("[lfs]\n\turl = {lfs_url}\n"),
-    )
-    .unwrap();
+    let work = env.negotiated_work_tree(WRITE_TOKEN, install_args, &lfs_url);
     let mut data = common::splitmix64(101, 40 << 20);
     for v in 0..4usize {
         if v > 0 {

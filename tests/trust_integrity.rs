@@ -81,20 +81,8 @@ fn journal_sent(repo: &Path, data: &[u8]) -> u64 {
 /// traffic going to `server` (negotiated mode), with a bare `origin`.
 fn negotiated_repo(server: &common::server::TestServer) -> (GitEnv, PathBuf) {
     let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
-    std::fs::write(
-        work.join(".lfsconfig"),
-        format!("[lfs]\n\turl = {lfs_url}\n"),
-    )
-    .unwrap();
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
     (env, work)
 }
 

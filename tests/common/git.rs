@@ -153,6 +153,35 @@ impl GitEnv {
         out
     }
 
+    /// Installs git-xet globally (`git xet install --global` plus `install_args`), a credential
+    /// helper answering `token`, a bare `remote.git` and a work tree `work` tracking `*.bin`
+    /// whose `.lfsconfig` sends LFS traffic to `lfs_url` (negotiated mode), with `origin` set;
+    /// returns the work tree.
+    #[allow(dead_code)]
+    pub fn negotiated_work_tree(
+        &self,
+        token: &str,
+        install_args: &[&str],
+        lfs_url: &str,
+    ) -> PathBuf {
+        self.credential_helper(token);
+        let mut args = vec!["xet", "install", "--global"];
+        args.extend_from_slice(install_args);
+        let out = self.run_in(self.path(), "git", &args);
+        assert_eq!(out.status, Some(0), "{}", out.all());
+        self.git(self.path(), &["init", "-q", "--bare", "remote.git"]);
+        self.git(self.path(), &["init", "-q", "work"]);
+        let work = self.path().join("work");
+        self.git(&work, &["lfs", "track", "*.bin"]);
+        self.git(&work, &["remote", "add", "origin", "../remote.git"]);
+        std::fs::write(
+            work.join(".lfsconfig"),
+            format!("[lfs]\n\turl = {lfs_url}\n"),
+        )
+        .unwrap();
+        work
+    }
+
     /// Clones `remote` into `name` (both under the root) without downloading LFS objects
     /// (`GIT_LFS_SKIP_SMUDGE=1`); must succeed.
     pub fn clone_skip_smudge(&self, remote: &str, name: &str) {
