@@ -103,3 +103,17 @@ start_server() {
     cat "$work/$1.log" >&2
     exit 1
 }
+
+# use_home DIR: makes DIR the HOME of what follows (exported: HOME, XDG_CONFIG_HOME and
+# GIT_XET_CACHE_DIR=DIR/xet-cache), with an identity, `main` as the default branch, a credential
+# helper answering $token and git-lfs's filters.
+use_home() {
+    mkdir -p "$1"
+    export HOME="$1" XDG_CONFIG_HOME="$1/.config" GIT_XET_CACHE_DIR="$1/xet-cache"
+    git config --global user.name bench
+    git config --global user.email bench@example.com
+    git config --global init.defaultBranch main
+    git config --global credential.helper \
+        "!f() { test \"\$1\" = get && echo username=git && echo password=$token; }; f"
+    git lfs install --skip-repo >/dev/null
+}

@@ -59,14 +59,7 @@ cycle() { # side (plain|xet) -> prints "push_seconds fetch_seconds"
     start_server "$side"
     url="$server_url"
     h="$work/$side-home"
-    mkdir -p "$h"
-    export HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache"
-    git config --global user.name bench
-    git config --global user.email bench@example.com
-    git config --global init.defaultBranch main
-    git config --global credential.helper \
-        "!f() { test \"\$1\" = get && echo username=git && echo password=$token; }; f"
-    git lfs install --skip-repo >/dev/null
+    use_home "$h"
     if [[ "$side" == xet ]]; then git xet install --global >/dev/null; fi
     git init -q --bare "$work/$side-remote.git"
     git init -q "$work/$side-work"

@@ -35,15 +35,8 @@ for i in $(seq 1 "$n"); do
 done
 
 side() { # name (plain|negotiated|embedded) -> writes "push fetch" to $work/name.result
-    local name="$1" h="$work/$1-home"
-    mkdir -p "$h"
-    export HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache"
-    git config --global user.name bench
-    git config --global user.email bench@example.com
-    git config --global init.defaultBranch main
-    git config --global credential.helper \
-        "!f() { test \"\$1\" = get && echo username=git && echo password=$token; }; f"
-    git lfs install --skip-repo >/dev/null
+    local name="$1"
+    use_home "$work/$1-home"
     git init -q --bare "$work/$name-remote.git"
     git init -q "$work/$name-work"
     cd "$work/$name-work"

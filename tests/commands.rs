@@ -86,6 +86,27 @@ impl Sandbox {
         self.git(&repo, &["lfs", "install", "--local"]);
         self.git(&repo, &["lfs", "track", "*.bin"]);
     }
+    /// [`Sandbox::init_lfs_repo`], `git xet install --local` with a directory endpoint
+    /// (`store`), and a bare `origin`; returns the bare repository.
+    fn standalone_repo_with_origin(&self) -> PathBuf {
+        let repo = self.repo();
+        self.init_lfs_repo();
+        let store = self.path().join("store");
+        ok(
+            &self.git_xet(
+                &repo,
+                &["install", "--local", "--endpoint", store.to_str().unwrap()],
+            ),
+            "install",
+        );
+        let bare = self.path().join("remote.git");
+        self.git(
+            self.path(),
+            &["init", "-q", "--bare", bare.to_str().unwrap()],
+        );
+        self.git(&repo, &["remote", "add", "origin", bare.to_str().unwrap()]);
+        bare
+    }
     fn hooks(&self) -> PathBuf {
         self.repo().join(".git").join("hooks")
     }
@@ -630,18 +651,7 @@ fn make_executable(path: &Path) {
 fn pre_push_stops_when_xet_is_expected_but_not_registered() {
     let s = Sandbox::new();
     let repo = s.repo();
-    s.init_lfs_repo();
-    let store = s.path().join("store");
-    ok(
-        &s.git_xet(
-            &repo,
-            &["install", "--local", "--endpoint", store.to_str().unwrap()],
-        ),
-        "install",
-    );
-    let bare = s.path().join("remote.git");
-    s.git(s.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
-    s.git(&repo, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    let bare = s.standalone_repo_with_origin();
     std::fs::write(repo.join("model.bin"), content(3, 10_000)).unwrap();
     s.git(&repo, &["add", "."]);
     s.git(&repo, &["commit", "-q", "-m", "model"]);
@@ -730,18 +740,7 @@ fn pre_push_stops_when_xet_is_expected_but_not_registered() {
 fn pre_push_prints_what_the_push_sent_and_what_deduplication_saved() {
     let s = Sandbox::new();
     let repo = s.repo();
-    s.init_lfs_repo();
-    let store = s.path().join("store");
-    ok(
-        &s.git_xet(
-            &repo,
-            &["install", "--local", "--endpoint", store.to_str().unwrap()],
-        ),
-        "install",
-    );
-    let bare = s.path().join("remote.git");
-    s.git(s.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
-    s.git(&repo, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    s.standalone_repo_with_origin();
 
     // A branch without LFS objects: nothing uploaded, no summary.
     std::fs::write(repo.join("README"), "hi\n").unwrap();
