@@ -49,6 +49,9 @@ pub const MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE";
 /// The default limit per endpoint: enough for the shared chunks of a few versions of a large
 /// model, small next to the `.git/lfs/objects` copies of them.
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+/// Ranges smaller than this bypass the cache (no lock, no listing, no entry file): a small
+/// file's whole download costs less than the cache's bookkeeping, and is rarely shared.
+pub const MIN_CACHED_RANGE: u64 = 256 << 10;
 /// How long to wait for another process that holds a xorb's lock before fetching without the
 /// cache (a fetch of one range takes seconds; a stuck holder must not stop a download).
 pub const LOCK_PATIENCE: Duration = Duration::from_secs(600);
@@ -59,6 +62,7 @@ pub struct ChunkCache {
     dir: PathBuf,
     max_bytes: u64,
     patience: Duration,
+    min_range: u64,
 }
 
 /// One entry file: chunks `chunks` of a xorb, starting at byte `start` of it.
@@ -98,11 +102,18 @@ impl ChunkCache {
             dir: dir.to_path_buf(),
             max_bytes: DEFAULT_MAX_BYTES,
             patience: LOCK_PATIENCE,
+            min_range: MIN_CACHED_RANGE,
         }
     }
 
     pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
         self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Caches ranges of at least `bytes` (default [`MIN_CACHED_RANGE`]).
+    pub fn with_min_range(mut self, bytes: u64) -> Self {
+        self.min_range = bytes;
         self
     }
 
@@ -130,6 +141,12 @@ impl ChunkCache {
             let n = bytes.len() as u64;
             Ok((bytes, n))
         };
+        let len = range.bytes.end().saturating_sub(*range.bytes.start()) + 1;
+        if len < self.min_range {
+            let bytes = fetch(range)?;
+            let n = bytes.len() as u64;
+            return Ok((bytes, n));
+        }
         let dir = self.xorb_dir(xorb);
         if let Err(e) = fs::create_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), "the chunk cache cannot be used: {e}");

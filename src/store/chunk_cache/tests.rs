@@ -46,7 +46,7 @@ impl Server {
 #[test]
 fn fetches_only_the_gaps_and_returns_what_the_server_would() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = ChunkCache::open(dir.path());
+    let cache = ChunkCache::open(dir.path()).with_min_range(0);
     let (bytes, offsets) = xorb(20);
     let server = Server {
         bytes: bytes.clone(),
@@ -85,7 +85,7 @@ fn fetches_only_the_gaps_and_returns_what_the_server_would() {
 #[test]
 fn a_damaged_entry_is_deleted_and_the_range_fetched_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = ChunkCache::open(dir.path());
+    let cache = ChunkCache::open(dir.path()).with_min_range(0);
     let (bytes, offsets) = xorb(6);
     let server = Server {
         bytes: bytes.clone(),
@@ -133,7 +133,7 @@ fn prune_deletes_the_least_recently_used_entries_first() {
         asked: Mutex::new(Vec::new()),
     };
     let fetch = |r: &FetchRange| server.fetch(r);
-    let cache = ChunkCache::open(dir.path());
+    let cache = ChunkCache::open(dir.path()).with_min_range(0);
     let xs: Vec<XorbHash> = (1u8..=3)
         .map(|i| XorbHash::from_hex(&format!("{i:02x}").repeat(32)).unwrap())
         .collect();
