@@ -328,3 +328,33 @@ fn a_directory_that_is_not_a_store_is_refused() {
     let err = Store::open(dir.path()).unwrap_err();
     assert!(err.to_string().contains("refusing"), "{err}");
 }
+
+/// A second opener waits while the store is open elsewhere, gets it once it is closed, and
+/// gives up with the lock error after its patience.
+#[test]
+fn open_waiting_gets_the_store_when_the_holder_closes_it_and_gives_up_after_its_patience() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let holder = Store::open(dir.path()).unwrap();
+
+    let started = Instant::now();
+    let err = Store::open_waiting(dir.path(), Duration::from_millis(300), || {}).unwrap_err();
+    assert!(err.is_locked(), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let path = dir.path().to_path_buf();
+    let waiter = std::thread::spawn(move || {
+        let mut announced = 0;
+        let store = Store::open_waiting(&path, Duration::from_secs(30), || announced += 1);
+        (store.map(|_| ()), announced)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while the store is held"
+    );
+    drop(holder);
+    let (opened, announced) = waiter.join().unwrap();
+    opened.unwrap();
+    assert_eq!(announced, 1, "the wait is announced once");
+}

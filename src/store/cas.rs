@@ -19,10 +19,11 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs;
+use std::fs::{self, File};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
 use super::index::{
@@ -244,6 +245,26 @@ pub(super) fn now_unix() -> u64 {
         .unwrap_or(0)
 }
 
+/// Returns once the process holding the store's index releases it (or after `timeout`):
+/// the index database holds an exclusive `flock` while open, so a shared lock on it is granted
+/// the moment the holder closes it. The lock is taken on a helper thread (a blocking `flock`
+/// has no timeout) and let go at once; a waiter that timed out leaves the thread to finish
+/// that on its own. Waking on the release instead of polling hands the store over without a
+/// gap, which is what agents taking turns per small object need.
+fn wait_for_release(index: &Path, timeout: Duration) {
+    let Ok(file) = File::open(index) else {
+        std::thread::sleep(Duration::from_millis(1));
+        return;
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = file.lock_shared();
+        drop(file);
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(timeout);
+}
+
 impl Store {
     /// Opens the store in `dir`, creating it if the directory is empty or missing.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
@@ -306,9 +327,6 @@ impl Store {
         mut waiting: impl FnMut(),
     ) -> Result<Self, StoreError> {
         let start = std::time::Instant::now();
-        // Short, bounded polls: a turn is often a few milliseconds (one small object), and a
-        // failed attempt costs only an open and a lock try of the index file.
-        let mut delay = std::time::Duration::from_millis(1);
         let mut announced = false;
         loop {
             match Self::open(dir) {
@@ -317,8 +335,8 @@ impl Store {
                         announced = true;
                         waiting();
                     }
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(std::time::Duration::from_millis(8));
+                    let left = patience.saturating_sub(start.elapsed());
+                    wait_for_release(&dir.join("index.redb"), left.min(Duration::from_secs(1)));
                 }
                 other => return other,
             }
