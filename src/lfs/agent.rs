@@ -778,6 +778,9 @@ fn remove_stale_parts(dir: &Path, prefix: &str) {
 /// [`claim_related_uploads`]) before it goes ahead anyway.
 const RELATED_UPLOAD_PATIENCE: Duration = Duration::from_secs(3600);
 
+/// Objects smaller than this upload without claiming their first chunk.
+const MIN_CLAIM_SIZE: u64 = 512 << 10;
+
 /// git-lfs hands the versions of a file in one push (several commits, `git lfs migrate`) to
 /// parallel agents, which would each send the chunks they share. Versions of a file usually
 /// start with the same chunk: an upload first claims that chunk in the endpoint's shard cache
@@ -790,7 +793,9 @@ fn claim_related_uploads(
     t: &Transfer,
 ) -> Option<crate::store::shard_cache::Claim> {
     let cache = endpoint.shard_cache()?;
-    if t.size == 0 {
+    // Small objects are not worth it: versions of them share at most a few chunks, and the
+    // claim (reading the start of the file again, a lock file) costs more than that.
+    if t.size < MIN_CLAIM_SIZE {
         return None;
     }
     let first = match open_upload(path)

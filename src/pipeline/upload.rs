@@ -471,7 +471,15 @@ fn read_file(
     let mut ends: Vec<u64> = Vec::new();
     loop {
         let old = buf.len();
-        let n = fill(reader, &mut buf, READ_BLOCK, pos)?;
+        // A file of known size is read in blocks of at most what is left of it (plus one
+        // byte, which finds a file longer than expected), so a small file costs a small buffer.
+        let want = options.expected_size.map_or(READ_BLOCK, |size| {
+            usize::try_from(size.saturating_sub(pos))
+                .unwrap_or(usize::MAX)
+                .saturating_add(1)
+                .min(READ_BLOCK)
+        });
+        let n = fill(reader, &mut buf, want, pos)?;
         if n == 0 {
             break;
         }
@@ -524,7 +532,9 @@ fn read_file(
     Ok((file, pos))
 }
 
-/// Appends up to `want` bytes from `reader` to `buf`; returns how many (0 at the end).
+/// Appends up to `want` bytes from `reader` to `buf`; returns how many (0 at the end). The
+/// spare capacity is read into without zeroing it first (`read_to_end` over `take`), which
+/// matters for small files: a block-sized zeroed buffer per upload cost more than the file.
 fn fill(
     reader: &mut dyn Read,
     buf: &mut Vec<u8>,
@@ -532,24 +542,18 @@ fn fill(
     pos: u64,
 ) -> Result<usize, UploadError> {
     let old = buf.len();
-    buf.resize(old + want, 0);
-    let mut got = 0;
-    while got < want {
-        match reader.read(&mut buf[old + got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                buf.truncate(old + got);
-                return Err(UploadError::Read {
-                    offset: pos + got as u64,
-                    source,
-                });
-            }
+    buf.reserve(want);
+    match reader.take(want as u64).read_to_end(buf) {
+        Ok(got) => Ok(got),
+        Err(source) => {
+            let got = buf.len() - old;
+            buf.truncate(old);
+            Err(UploadError::Read {
+                offset: pos + got as u64,
+                source,
+            })
         }
     }
-    buf.truncate(old + got);
-    Ok(got)
 }
 
 /// Serialised size of a shard holding `file` (or none) and `blocks`, in upload form.
