@@ -3,7 +3,7 @@
 //! There is one, `pre-push` (text in `hooks/pre-push`, embedded here): when the repository
 //! expects git-xet but git-lfs cannot use the agent, it stops the push with a message instead of
 //! letting git-lfs fall back to whole-object uploads; otherwise it hands over to the hook it
-//! replaced or to `git lfs pre-push`.
+//! replaced or to `git lfs pre-push`, then prints the push's summary (`git xet push-summary`).
 //!
 //! Rules, for each hook:
 //!
