@@ -264,12 +264,14 @@ impl ChunkCache {
             k = end;
         }
         let want = usize::try_from(e - s + 1).unwrap_or(usize::MAX);
-        let mut out = Vec::with_capacity(want.min(128 << 20));
+        // The first piece becomes the output without a copy (the whole range, in the common
+        // cases of a first fetch or a range one entry holds): memory stays one range, not two.
+        let mut out: Vec<u8> = Vec::new();
         for piece in pieces {
-            match piece {
-                Piece::Fetched(bytes) => out.extend_from_slice(&bytes),
+            let part = match piece {
+                Piece::Fetched(bytes) => bytes,
                 Piece::Entry(entry, chunks) => {
-                    let Some(bytes) = read_entry(&entry) else {
+                    let Some(mut bytes) = read_entry(&entry) else {
                         let _ = fs::remove_file(&entry.path);
                         return Ok(None);
                     };
@@ -281,11 +283,17 @@ impl ChunkCache {
                     };
                     let first = (chunks.start - entry.chunks.start) as usize;
                     let last = (chunks.end - entry.chunks.start) as usize;
-                    let from = spans[first];
-                    let to = spans[last];
-                    out.extend_from_slice(&bytes[from..to]);
+                    bytes.truncate(spans[last]);
+                    bytes.drain(..spans[first]);
                     touch(&entry.path);
+                    bytes
                 }
+            };
+            if out.is_empty() {
+                out = part;
+            } else {
+                out.reserve(want.saturating_sub(out.len()).min(128 << 20));
+                out.extend_from_slice(&part);
             }
         }
         if out.len() != want {
