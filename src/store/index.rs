@@ -224,14 +224,7 @@ impl Index {
                 let file = FileHash::from_bytes(hash_at(key, 0));
                 let record = decode_file(&file, v.value())?;
                 for t in &record.terms {
-                    if map
-                        .get(t.xorb.as_bytes().as_slice())
-                        .map_err(db_err)?
-                        .is_none()
-                    {
-                        map.insert(t.xorb.as_bytes().as_slice(), file.as_bytes().as_slice())
-                            .map_err(db_err)?;
-                    }
+                    insert_new(&mut map, t.xorb.as_bytes(), file.as_bytes())?;
                 }
             }
         }
@@ -281,15 +274,7 @@ impl Index {
                 .map_err(db_err)?;
             let mut d = txn.open_table(DEDUP).map_err(db_err)?;
             for (chunk, index) in dedup {
-                if d.get(chunk.as_bytes().as_slice())
-                    .map_err(db_err)?
-                    .is_none()
-                {
-                    let mut v = xorb.as_bytes().to_vec();
-                    v.extend_from_slice(&index.to_le_bytes());
-                    d.insert(chunk.as_bytes().as_slice(), v.as_slice())
-                        .map_err(db_err)?;
-                }
+                insert_new(&mut d, chunk.as_bytes(), &dedup_value(&xorb, *index))?;
             }
         }
         txn.commit().map_err(db_err)
@@ -345,37 +330,16 @@ impl Index {
             }
             let mut oids = txn.open_table(OIDS).map_err(db_err)?;
             for (oid, file) in &entries.oids {
-                if oids.get(oid.digest().as_slice()).map_err(db_err)?.is_none() {
-                    oids.insert(oid.digest().as_slice(), file.as_bytes().as_slice())
-                        .map_err(db_err)?;
-                }
+                insert_new(&mut oids, oid.digest(), file.as_bytes())?;
             }
             let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
             for (chunk, xorb, index) in &entries.dedup {
-                if dedup
-                    .get(chunk.as_bytes().as_slice())
-                    .map_err(db_err)?
-                    .is_none()
-                {
-                    let mut v = xorb.as_bytes().to_vec();
-                    v.extend_from_slice(&index.to_le_bytes());
-                    dedup
-                        .insert(chunk.as_bytes().as_slice(), v.as_slice())
-                        .map_err(db_err)?;
-                }
+                insert_new(&mut dedup, chunk.as_bytes(), &dedup_value(xorb, *index))?;
             }
             let mut xorb_file = txn.open_table(XORB_FILE).map_err(db_err)?;
             for (hash, record) in &entries.files {
                 for t in &record.terms {
-                    if xorb_file
-                        .get(t.xorb.as_bytes().as_slice())
-                        .map_err(db_err)?
-                        .is_none()
-                    {
-                        xorb_file
-                            .insert(t.xorb.as_bytes().as_slice(), hash.as_bytes().as_slice())
-                            .map_err(db_err)?;
-                    }
+                    insert_new(&mut xorb_file, t.xorb.as_bytes(), hash.as_bytes())?;
                 }
             }
             let mut shards = txn.open_table(SHARDS).map_err(db_err)?;
@@ -643,6 +607,25 @@ pub struct IndexCounts {
     pub oids: u64,
     pub dedup_chunks: u64,
     pub shards: u64,
+}
+
+/// Inserts `value` under `key` unless the key is already there: the first registration wins.
+fn insert_new(
+    table: &mut redb::Table<&[u8], &[u8]>,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(), IndexError> {
+    if table.get(key).map_err(db_err)?.is_none() {
+        table.insert(key, value).map_err(db_err)?;
+    }
+    Ok(())
+}
+
+/// A `dedup` row's value: the xorb and the chunk's index in it.
+fn dedup_value(xorb: &XorbHash, index: u32) -> Vec<u8> {
+    let mut v = xorb.as_bytes().to_vec();
+    v.extend_from_slice(&index.to_le_bytes());
+    v
 }
 
 #[cfg(test)]
