@@ -748,26 +748,15 @@ fn repository(
         }
     }
 
-    if standalone || any_xet_remote {
-        let verify_always = git
-            .output([
-                "config",
-                "--type=bool",
-                "--get",
-                "lfs.pruneverifyremotealways",
-            ])
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
-            .unwrap_or(false);
-        if verify_always {
-            warnings.push(
-                "lfs.pruneverifyremotealways is true, but git-lfs cannot verify objects git-xet \
+    if (standalone || any_xet_remote) && crate::lfs::prune::prune_verifies_always(git) {
+        warnings.push(
+            "lfs.pruneverifyremotealways is true, but git-lfs cannot verify objects git-xet \
                  stores in standalone mode (it does not ask the agent): git-xet refuses those \
                  checks, so `git lfs prune` prunes nothing reachable and `git lfs fetch --prune` \
                  fails; prune with `git xet prune` instead, and unset it (`git config --unset \
                  lfs.pruneverifyremotealways`)"
-                    .to_string(),
-            );
-        }
+                .to_string(),
+        );
     }
 
     let hooks_dir = hooks::hooks_dir(git).ok();

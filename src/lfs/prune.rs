@@ -72,7 +72,9 @@ fn verifying(pid: u32, args: &[String]) -> Option<Caller> {
     match args[sub].as_str() {
         // prune starts an agent only to verify objects.
         "prune" => Some(Caller { pid, command }),
-        "fetch" if fetch_prunes(rest) && prune_verifies_always() => Some(Caller { pid, command }),
+        "fetch" if fetch_prunes(rest) && prune_verifies_always(&Git::new()) => {
+            Some(Caller { pid, command })
+        }
         _ => None,
     }
 }
@@ -109,18 +111,17 @@ fn fetch_prunes(args: &[String]) -> bool {
     false
 }
 
-/// `lfs.pruneverifyremotealways` as git-lfs sees it (it starts the agent in its own working
-/// directory).
-fn prune_verifies_always() -> bool {
-    Git::new()
-        .output([
-            "config",
-            "--type=bool",
-            "--get",
-            "lfs.pruneverifyremotealways",
-        ])
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
-        .unwrap_or(false)
+/// `lfs.pruneverifyremotealways` as `git` sees it (the agent's own `Git::new()`: git-lfs starts
+/// it in its working directory).
+pub fn prune_verifies_always(git: &Git) -> bool {
+    git.output([
+        "config",
+        "--type=bool",
+        "--get",
+        "lfs.pruneverifyremotealways",
+    ])
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
+    .unwrap_or(false)
 }
 
 #[cfg(target_os = "linux")]
