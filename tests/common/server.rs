@@ -29,17 +29,7 @@ impl TestServer {
 
 /// Starts a server on 127.0.0.1:0 with a fresh store, tuned by `configure`.
 pub fn start_with(configure: impl FnOnce(&mut ServeConfig)) -> TestServer {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let secrets = vec![
-        Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
-        Secret::new(READ_TOKEN, Scope::Read, "test").unwrap(),
-    ];
-    let mut config = ServeConfig::new(dir.path().join("store"), secrets);
-    // Bounded in time even if a test hangs: the server stops by itself.
-    config.max_lifetime = Some(std::time::Duration::from_secs(600));
-    configure(&mut config);
-    let server = Server::spawn(config).expect("server starts");
-    TestServer { server, dir }
+    start_on_with(tempfile::tempdir().expect("temp dir"), configure)
 }
 
 /// Starts a server with the default configuration.
@@ -77,9 +67,10 @@ pub fn start_on_with(
         Secret::new(READ_TOKEN, Scope::Read, "test").unwrap(),
     ];
     let mut config = ServeConfig::new(dir.path().join("store"), secrets);
+    // Bounded in time even if a test hangs: the server stops by itself.
     config.max_lifetime = Some(std::time::Duration::from_secs(600));
     configure(&mut config);
-    let server = Server::spawn(config).expect("server restarts");
+    let server = Server::spawn(config).expect("server starts");
     TestServer { server, dir }
 }
 
