@@ -66,8 +66,10 @@ else:
 print(f"{dt:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
 PY
 }
-read -r hf_up hf_up_rss < <(hf up cache-up)
-read -r hf_down hf_down_rss < <(hf down cache-down)
+# `sync` before each timed step: dirty pages of the previous step (the file just written, the
+# server's new xorbs) must not be flushed on the next step's time, for either side.
+sync; read -r hf_up hf_up_rss < <(hf up cache-up)
+sync; read -r hf_down hf_down_rss < <(hf down cache-down)
 cmp -s "$work/input.bin" "$work/hf-out.bin" || { echo "bench: hf_xet round trip differs" >&2; exit 1; }
 
 # --- git-xet through git and git-lfs --------------------------------------------------------
@@ -95,7 +97,7 @@ cp "$work/input.bin" model.bin
 git add . && git commit -q -m bench
 git remote add origin ../remote.git
 now() { date +%s.%N; }
-t0=$(now); git push -q origin main; t1=$(now)
+sync; t0=$(now); git push -q origin main; t1=$(now)
 push_s=$(echo "$t1 - $t0" | bc)
 push_rss=$(grep -o 'peak_rss_kib=[0-9]*' "$work/agent.log" | cut -d= -f2 | sort -n | tail -1)
 # The agents' own time: the longest request ("done … secs=") of any agent process.
@@ -105,7 +107,7 @@ push_agent_s=$(agent_secs)
 cd "$work"
 GIT_LFS_SKIP_SMUDGE=1 git clone -q remote.git clone
 cd clone
-t0=$(now); git lfs fetch >/dev/null; t1=$(now)
+sync; t0=$(now); git lfs fetch >/dev/null; t1=$(now)
 fetch_s=$(echo "$t1 - $t0" | bc)
 t0=$(now); git lfs checkout >/dev/null 2>&1; t1=$(now)
 checkout_s=$(echo "$t1 - $t0" | bc)

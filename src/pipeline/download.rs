@@ -2,9 +2,9 @@
 //!
 //! [`write_plan`] walks the plan's terms in order. For each run of consecutive terms served by
 //! the same fetch range (a byte range of whole chunks of one stored xorb, cas-api.md §6.3) it
-//! reads that range once from a [`XorbSource`], validates and decodes its chunks
-//! ([`ParsedXorb`], which recomputes every chunk hash), and passes the file's bytes to the sink
-//! one chunk at a time. Up to [`READ_AHEAD`] ranges are fetched concurrently ahead of the one
+//! reads that range once from a [`XorbSource`], indexes its chunk headers ([`ChunkRange`]),
+//! decompresses the chunks the terms use (hashing each once, for the file hash), and passes the
+//! file's bytes to the sink one chunk at a time. Up to [`READ_AHEAD`] ranges are fetched concurrently ahead of the one
 //! being decoded, so memory is bounded by `READ_AHEAD + 1` fetch ranges (each at most one xorb,
 //! 64 MiB), plus the ranges kept for reuse by later terms (at most [`REUSE_BUDGET`]), plus one
 //! chunk, whatever the file size. [`write_file`] also checks that the chunks
@@ -13,14 +13,14 @@
 //! The bytes start `offset_into_first_range` into the first term; for a ranged plan the caller
 //! stops reading at the range end (the last term is whole).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::format::hash::file_hash;
-use crate::format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbLimits};
-use crate::format::{ChunkRef, FileHash, XorbHash};
+use crate::format::xorb::{ChunkRange, XorbError, XorbLimits};
+use crate::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
 use crate::pipeline::upload::{TargetError, XorbSource};
 use crate::store::{FetchRange, ReconstructionPlan};
 
@@ -305,7 +305,17 @@ fn write_terms(
     })
 }
 
-/// Decodes each step's bytes (from `next`, in step order) and writes the terms' chunks.
+/// A fetched range, indexed, with the hashes of the chunks decoded so far (a range kept for
+/// later steps is neither indexed nor hashed twice).
+struct Decoded {
+    bytes: Vec<u8>,
+    index: ChunkRange,
+    hashes: Vec<Option<ChunkHash>>,
+}
+
+/// Decodes each step's bytes (from `next`, in step order) and writes the terms' chunks. Only
+/// the chunks the terms use are decompressed, and each is hashed (when `chunks` wants hashes)
+/// the first time it is used.
 fn decode_steps(
     plan: &ReconstructionPlan,
     steps: &[Step],
@@ -315,62 +325,73 @@ fn decode_steps(
 ) -> Result<u64, DownloadError> {
     let mut skip = plan.offset_into_first_range;
     let mut written = 0u64;
-    // Bytes kept for later steps (see `plan_reuse`), by the step that fetched them.
-    let mut kept: std::collections::HashMap<usize, std::sync::Arc<Vec<u8>>> =
-        std::collections::HashMap::new();
-    // The last step reusing each kept range, after which its bytes are dropped.
-    let mut last_reuse: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    // Ranges kept for later steps (see `plan_reuse`), by the step that fetched them.
+    let mut kept: HashMap<usize, Decoded> = HashMap::new();
+    // The last step reusing each kept range, after which it is dropped.
+    let mut last_reuse: HashMap<usize, usize> = HashMap::new();
     for (i, s) in steps.iter().enumerate() {
         if let Source::Reuse(holder) = s.source {
             last_reuse.insert(holder, i);
         }
     }
+    let mut current;
     for (index, step) in steps.iter().enumerate() {
         let (xorb, range) = (step.xorb, step.range);
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        let bytes = match step.source {
-            Source::Fetch(_) => std::sync::Arc::new(next()?),
-            Source::Reuse(holder) => kept.get(&holder).cloned().ok_or_else(|| {
-                DownloadError::Plan(format!("bytes of step {holder} were not kept"))
-            })?,
-        };
-        if step.keep {
-            kept.insert(index, bytes.clone());
-        }
-        if let Source::Reuse(holder) = step.source {
-            if last_reuse.get(&holder) == Some(&index) {
-                kept.remove(&holder);
-            }
-        }
         let damaged = |source| DownloadError::Damaged {
             xorb,
             start,
             end,
             source: Box::new(source),
         };
-        let options = ReadOptions {
-            expected_hash: None,
-            limits: XorbLimits::SERVER,
-        };
-        let parsed = ParsedXorb::parse_with(&bytes, &options).map_err(damaged)?;
         let first = range.chunks.start;
-        if parsed.num_chunks() != (range.chunks.end - first) as usize {
-            return Err(DownloadError::Plan(format!(
-                "bytes {start}-{end} of xorb {xorb} hold {} chunks, the plan expects {}",
-                parsed.num_chunks(),
-                range.chunks.end - first
-            )));
-        }
+        let decoded: &mut Decoded = match step.source {
+            Source::Fetch(_) => {
+                let bytes = next()?;
+                let chunk_index =
+                    ChunkRange::index(&bytes, &XorbLimits::SERVER).map_err(damaged)?;
+                if chunk_index.len() != (range.chunks.end - first) as usize {
+                    return Err(DownloadError::Plan(format!(
+                        "bytes {start}-{end} of xorb {xorb} hold {} chunks, the plan expects {}",
+                        chunk_index.len(),
+                        range.chunks.end - first
+                    )));
+                }
+                current = Decoded {
+                    hashes: vec![None; chunk_index.len()],
+                    index: chunk_index,
+                    bytes,
+                };
+                if step.keep {
+                    kept.entry(index).or_insert(current)
+                } else {
+                    &mut current
+                }
+            }
+            Source::Reuse(holder) => kept.get_mut(&holder).ok_or_else(|| {
+                DownloadError::Plan(format!("bytes of step {holder} were not kept"))
+            })?,
+        };
         for i in step.terms.clone() {
             let t = &plan.terms[i];
             let mut term_len = 0u64;
             for c in t.chunks.clone() {
                 let local = (c - first) as usize;
-                let mut data = parsed.extract(local..local + 1).map_err(damaged)?;
+                let len = decoded.index.uncompressed_len(local).unwrap_or(0) as usize;
+                let mut data = Vec::with_capacity(len);
+                decoded
+                    .index
+                    .decode_into(&decoded.bytes, local, &mut data)
+                    .map_err(damaged)?;
                 term_len += data.len() as u64;
                 if let Some(refs) = chunks.as_deref_mut() {
+                    let hash = match decoded.hashes.get_mut(local) {
+                        Some(Some(h)) => *h,
+                        Some(slot) => *slot.insert(ChunkHash::of(&data)),
+                        None => ChunkHash::of(&data),
+                    };
                     refs.push(ChunkRef {
-                        hash: parsed.chunks()[local].hash,
+                        hash,
                         len: data.len() as u64,
                     });
                 }
@@ -390,6 +411,11 @@ fn decode_steps(
                     "term {i} (xorb {xorb}, chunks {}..{}) decodes to {term_len} bytes, not {}",
                     t.chunks.start, t.chunks.end, t.unpacked_len
                 )));
+            }
+        }
+        if let Source::Reuse(holder) = step.source {
+            if last_reuse.get(&holder) == Some(&index) {
+                kept.remove(&holder);
             }
         }
     }

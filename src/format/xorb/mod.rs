@@ -17,6 +17,7 @@
 //! | [`lz4_frame`] | the LZ4 frame decoder: memory and work bounded by the chunk, not by what the frame declares |
 //! | [`footer`] | the V1 footer (write and read), the legacy V0 footer (read only), the `url_range` rule (§3.7, §3.8, §3.10) |
 //! | [`builder`] | [`XorbBuilder`]: packs chunks within the limits of §3.6 and yields the upload and stored forms |
+//! | [`range`] | [`ChunkRange`]: a fetched range of whole chunks, indexed once, each chunk decoded on demand |
 //! | [`reader`] | [`ParsedXorb`]: the validating reader of either form, chunk extraction, the server's footer rebuild |
 //!
 //! Everything here is pure: bytes in, bytes out. Untrusted bytes are read only through
@@ -31,6 +32,7 @@ mod error;
 pub mod footer;
 pub mod header;
 pub mod lz4_frame;
+pub mod range;
 pub mod reader;
 
 pub use builder::{BuiltXorb, Push, XorbBuilder};
@@ -46,6 +48,7 @@ pub use header::{
     MAX_COMPRESSED_LEN,
 };
 pub use lz4_frame::{FramePart, FrameProblem, Lz4FrameError};
+pub use range::ChunkRange;
 pub use reader::{stored_from_upload, ParsedXorb, ReadOptions, XorbForm};
 
 use super::hash::ChunkHash;
