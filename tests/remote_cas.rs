@@ -40,7 +40,7 @@ fn download(remote: &RemoteCas, file: &FileHash, range: Option<(u64, u64)>) -> V
         .expect("the file is known");
     let mut out = Vec::new();
     write_plan(remote, &plan, &mut |chunk| {
-        out.extend_from_slice(&chunk);
+        out.extend_from_slice(chunk);
         Ok(())
     })
     .unwrap();

@@ -523,7 +523,7 @@ fn download(store: &Store, oid: &LfsOid) -> Vec<u8> {
     let plan = store.reconstruction(&file, None).unwrap().unwrap();
     let mut out = Vec::new();
     write_plan(store, &plan, &mut |piece| {
-        out.extend_from_slice(&piece);
+        out.extend_from_slice(piece);
         Ok(())
     })
     .unwrap();

@@ -57,7 +57,7 @@ use super::settings::{self, EndpointSpec};
 use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::pipeline::cached::Cached;
-use crate::pipeline::download::{write_file, DownloadError};
+use crate::pipeline::download::{write_file_at, DownloadError};
 use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
 use crate::store::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,
@@ -604,15 +604,8 @@ impl Agent {
             attempt += 1;
             let file = tmp.as_file();
             file.set_len(0)
-                .and_then(|()| {
-                    std::io::Seek::seek(&mut &*file, std::io::SeekFrom::Start(0)).map(|_| ())
-                })
                 .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
-            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-            let mut written = 0u64;
-            let mut sink = |bytes: Vec<u8>| -> std::io::Result<()> {
-                out.write_all(&bytes)?;
-                written += bytes.len() as u64;
+            let mut progress = |written: u64| -> std::io::Result<()> {
                 // Progress only moves forward, also when a second attempt starts over.
                 if written >= reported + (1 << 20) {
                     reported = written;
@@ -620,12 +613,8 @@ impl Agent {
                 }
                 Ok(())
             };
-            match write_file(endpoint, &hash, &plan, &mut sink) {
-                Ok(n) => {
-                    out.flush()
-                        .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
-                    break n;
-                }
+            match write_file_at(endpoint, &hash, &plan, file, &mut progress) {
+                Ok(n) => break n,
                 // Chunks read from the local chunk cache may be what did not verify: drop
                 // them and fetch everything from the server once more.
                 Err(e @ (DownloadError::WrongFile { .. } | DownloadError::Damaged { .. }))

@@ -15,10 +15,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::format::hash::file_hash;
+use crate::format::xorb::header::MAX_CHUNK_LEN;
 use crate::format::xorb::{ChunkRange, XorbError, XorbLimits};
 use crate::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
 use crate::pipeline::upload::{TargetError, XorbSource};
@@ -61,7 +62,7 @@ pub fn write_file(
     source: &dyn XorbSource,
     expected: &FileHash,
     plan: &ReconstructionPlan,
-    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> Result<u64, DownloadError> {
     if plan.offset_into_first_range != 0 {
         return Err(DownloadError::Plan(format!(
@@ -71,23 +72,33 @@ pub fn write_file(
     }
     let mut chunks = Vec::new();
     let written = write_terms(source, plan, sink, Some(&mut chunks))?;
-    let actual = file_hash(&chunks);
-    if actual != *expected {
-        let mut names: Vec<String> = Vec::new();
-        for (x, _) in &plan.fetch {
-            if names.len() == 4 {
-                names.push("…".into());
-                break;
-            }
-            names.push(x.to_hex());
-        }
-        return Err(DownloadError::WrongFile {
-            expected: *expected,
-            actual,
-            xorbs: names.join(", "),
-        });
-    }
+    check_file_hash(expected, plan, &chunks)?;
     Ok(written)
+}
+
+/// Checks that `chunks` hash to `expected`.
+fn check_file_hash(
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    chunks: &[ChunkRef],
+) -> Result<(), DownloadError> {
+    let actual = file_hash(chunks);
+    if actual == *expected {
+        return Ok(());
+    }
+    let mut names: Vec<String> = Vec::new();
+    for (x, _) in &plan.fetch {
+        if names.len() == 4 {
+            names.push("…".into());
+            break;
+        }
+        names.push(x.to_hex());
+    }
+    Err(DownloadError::WrongFile {
+        expected: *expected,
+        actual,
+        xorbs: names.join(", "),
+    })
 }
 
 /// Writes the file `plan` describes to `sink`, one decoded chunk per call. Returns the number
@@ -95,7 +106,7 @@ pub fn write_file(
 pub fn write_plan(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
-    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> Result<u64, DownloadError> {
     write_terms(source, plan, sink, None)
 }
@@ -115,6 +126,17 @@ struct Step<'p> {
     source: Source,
     /// Keep the bytes after this step, for a later step that reuses them.
     keep: bool,
+}
+
+impl Step<'_> {
+    fn damaged(&self, source: XorbError) -> DownloadError {
+        DownloadError::Damaged {
+            xorb: self.xorb,
+            start: *self.range.bytes.start(),
+            end: *self.range.bytes.end(),
+            source: Box::new(source),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +241,7 @@ fn steps(plan: &ReconstructionPlan) -> Result<Vec<Step<'_>>, DownloadError> {
 fn write_terms(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
-    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     chunks: Option<&mut Vec<ChunkRef>>,
 ) -> Result<u64, DownloadError> {
     let mut steps = steps(plan)?;
@@ -305,22 +327,105 @@ fn write_terms(
     })
 }
 
-/// A fetched range, indexed, with the hashes of the chunks decoded so far (a range kept for
-/// later steps is neither indexed nor hashed twice).
+/// A fetched range, indexed, with the hashes of the chunks decoded so far (a range used by
+/// several steps is neither indexed nor hashed twice).
 struct Decoded {
     bytes: Vec<u8>,
     index: ChunkRange,
     hashes: Vec<Option<ChunkHash>>,
 }
 
-/// Decodes each step's bytes (from `next`, in step order) and writes the terms' chunks. Only
-/// the chunks the terms use are decompressed, and each is hashed (when `chunks` wants hashes)
-/// the first time it is used.
+impl Decoded {
+    /// Indexes the bytes fetched for `step`, checking they hold the chunks the plan expects.
+    fn new(step: &Step, bytes: Vec<u8>) -> Result<Self, DownloadError> {
+        let index = ChunkRange::index(&bytes, &XorbLimits::SERVER).map_err(|e| step.damaged(e))?;
+        let expected = step
+            .range
+            .chunks
+            .end
+            .saturating_sub(step.range.chunks.start) as usize;
+        if index.len() != expected {
+            return Err(DownloadError::Plan(format!(
+                "bytes {}-{} of xorb {} hold {} chunks, the plan expects {expected}",
+                step.range.bytes.start(),
+                step.range.bytes.end(),
+                step.xorb,
+                index.len(),
+            )));
+        }
+        Ok(Self {
+            hashes: vec![None; index.len()],
+            index,
+            bytes,
+        })
+    }
+}
+
+/// Bytes decoded before they are passed on: the size of one write.
+const EMIT_BYTES: usize = 1 << 20;
+
+/// Decodes the chunks of `step`'s terms from `decoded` and passes the file's bytes, in order,
+/// to `emit` in pieces of about [`EMIT_BYTES`] (`buf` is the reused buffer). Only the chunks
+/// the terms use are decompressed; with `refs`, each chunk's hash (computed the first time
+/// the chunk is used) and length are pushed. Checks each term's length against the plan.
+fn decode_step(
+    plan: &ReconstructionPlan,
+    step: &Step,
+    decoded: &mut Decoded,
+    mut refs: Option<&mut Vec<ChunkRef>>,
+    buf: &mut Vec<u8>,
+    emit: &mut dyn FnMut(&[u8]) -> Result<(), DownloadError>,
+) -> Result<(), DownloadError> {
+    let first = step.range.chunks.start;
+    buf.clear();
+    for i in step.terms.clone() {
+        let t = &plan.terms[i];
+        let mut term_len = 0u64;
+        for c in t.chunks.clone() {
+            let local = c.checked_sub(first).map_or(usize::MAX, |l| l as usize);
+            let before = buf.len();
+            decoded
+                .index
+                .decode_into(&decoded.bytes, local, buf)
+                .map_err(|e| step.damaged(e))?;
+            let data = &buf[before..];
+            term_len += data.len() as u64;
+            if let Some(refs) = refs.as_deref_mut() {
+                let hash = match decoded.hashes.get_mut(local) {
+                    Some(Some(h)) => *h,
+                    Some(slot) => *slot.insert(ChunkHash::of(data)),
+                    None => ChunkHash::of(data),
+                };
+                refs.push(ChunkRef {
+                    hash,
+                    len: data.len() as u64,
+                });
+            }
+            if buf.len() >= EMIT_BYTES {
+                emit(buf)?;
+                buf.clear();
+            }
+        }
+        if term_len != u64::from(t.unpacked_len) {
+            return Err(DownloadError::Plan(format!(
+                "term {i} (xorb {}, chunks {}..{}) decodes to {term_len} bytes, not {}",
+                step.xorb, t.chunks.start, t.chunks.end, t.unpacked_len
+            )));
+        }
+    }
+    if !buf.is_empty() {
+        emit(buf)?;
+        buf.clear();
+    }
+    Ok(())
+}
+
+/// Decodes each step's bytes (from `next`, in step order) and writes the terms' bytes.
 fn decode_steps(
     plan: &ReconstructionPlan,
     steps: &[Step],
     next: &mut dyn FnMut() -> Result<Vec<u8>, DownloadError>,
-    sink: &mut dyn FnMut(Vec<u8>) -> io::Result<()>,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     mut chunks: Option<&mut Vec<ChunkRef>>,
 ) -> Result<u64, DownloadError> {
     let mut skip = plan.offset_into_first_range;
@@ -334,34 +439,25 @@ fn decode_steps(
             last_reuse.insert(holder, i);
         }
     }
+    let mut emit = |piece: &[u8]| -> Result<(), DownloadError> {
+        let mut piece = piece;
+        if skip > 0 {
+            let n = skip.min(piece.len() as u64) as usize;
+            piece = &piece[n..];
+            skip -= n as u64;
+        }
+        if piece.is_empty() {
+            return Ok(());
+        }
+        written += piece.len() as u64;
+        sink(piece).map_err(DownloadError::Write)
+    };
+    let mut buf = Vec::with_capacity(EMIT_BYTES + MAX_CHUNK_LEN as usize);
     let mut current;
     for (index, step) in steps.iter().enumerate() {
-        let (xorb, range) = (step.xorb, step.range);
-        let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        let damaged = |source| DownloadError::Damaged {
-            xorb,
-            start,
-            end,
-            source: Box::new(source),
-        };
-        let first = range.chunks.start;
         let decoded: &mut Decoded = match step.source {
             Source::Fetch(_) => {
-                let bytes = next()?;
-                let chunk_index =
-                    ChunkRange::index(&bytes, &XorbLimits::SERVER).map_err(damaged)?;
-                if chunk_index.len() != (range.chunks.end - first) as usize {
-                    return Err(DownloadError::Plan(format!(
-                        "bytes {start}-{end} of xorb {xorb} hold {} chunks, the plan expects {}",
-                        chunk_index.len(),
-                        range.chunks.end - first
-                    )));
-                }
-                current = Decoded {
-                    hashes: vec![None; chunk_index.len()],
-                    index: chunk_index,
-                    bytes,
-                };
+                current = Decoded::new(step, next()?)?;
                 if step.keep {
                     kept.entry(index).or_insert(current)
                 } else {
@@ -372,47 +468,14 @@ fn decode_steps(
                 DownloadError::Plan(format!("bytes of step {holder} were not kept"))
             })?,
         };
-        for i in step.terms.clone() {
-            let t = &plan.terms[i];
-            let mut term_len = 0u64;
-            for c in t.chunks.clone() {
-                let local = (c - first) as usize;
-                let len = decoded.index.uncompressed_len(local).unwrap_or(0) as usize;
-                let mut data = Vec::with_capacity(len);
-                decoded
-                    .index
-                    .decode_into(&decoded.bytes, local, &mut data)
-                    .map_err(damaged)?;
-                term_len += data.len() as u64;
-                if let Some(refs) = chunks.as_deref_mut() {
-                    let hash = match decoded.hashes.get_mut(local) {
-                        Some(Some(h)) => *h,
-                        Some(slot) => *slot.insert(ChunkHash::of(&data)),
-                        None => ChunkHash::of(&data),
-                    };
-                    refs.push(ChunkRef {
-                        hash,
-                        len: data.len() as u64,
-                    });
-                }
-                if skip > 0 {
-                    let n = skip.min(data.len() as u64) as usize;
-                    data.drain(..n);
-                    skip -= n as u64;
-                    if data.is_empty() {
-                        continue;
-                    }
-                }
-                written += data.len() as u64;
-                sink(data).map_err(DownloadError::Write)?;
-            }
-            if term_len != u64::from(t.unpacked_len) {
-                return Err(DownloadError::Plan(format!(
-                    "term {i} (xorb {xorb}, chunks {}..{}) decodes to {term_len} bytes, not {}",
-                    t.chunks.start, t.chunks.end, t.unpacked_len
-                )));
-            }
-        }
+        decode_step(
+            plan,
+            step,
+            decoded,
+            chunks.as_deref_mut(),
+            &mut buf,
+            &mut emit,
+        )?;
         if let Source::Reuse(holder) = step.source {
             if last_reuse.get(&holder) == Some(&index) {
                 kept.remove(&holder);
@@ -420,4 +483,161 @@ fn decode_steps(
         }
     }
     Ok(written)
+}
+
+/// Where [`write_file_at`] writes: a file written at offsets, from several threads at once.
+pub trait WriteAt: Sync {
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+}
+
+#[cfg(unix)]
+impl WriteAt for std::fs::File {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
+    }
+}
+
+/// Threads of [`write_file_at`], each fetching and decoding one range at a time: memory is
+/// bounded by this many fetch ranges (each at most one xorb, 64 MiB) plus one write buffer
+/// each, whatever the file size.
+pub const DOWNLOAD_WORKERS: usize = 3;
+
+/// Writes the whole file `expected` from its (unranged) `plan` into `out` at its offsets, and
+/// checks that the chunks hash to `expected`, like [`write_file`]. Each distinct fetch range is
+/// fetched once and decoded on [`DOWNLOAD_WORKERS`] threads, each writing the terms it decodes
+/// where they belong in the file (repeated content costs no second fetch, and nothing is kept
+/// for later). `progress` is called on the calling thread with the bytes written so far.
+/// Returns the number of bytes written.
+pub fn write_file_at(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    out: &dyn WriteAt,
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<u64, DownloadError> {
+    if plan.offset_into_first_range != 0 {
+        return Err(DownloadError::Plan(format!(
+            "a whole-file plan of {expected} starts {} bytes into its first term",
+            plan.offset_into_first_range
+        )));
+    }
+    let steps = steps(plan)?;
+    // Where each step's bytes start in the file.
+    let mut offsets = Vec::with_capacity(steps.len());
+    let mut at = 0u64;
+    for step in &steps {
+        offsets.push(at);
+        for t in &plan.terms[step.terms.clone()] {
+            at += u64::from(t.unpacked_len);
+        }
+    }
+    // Steps grouped by the range they need, in order of first use.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<(XorbHash, u64, u64), usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        let key = (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
+        let g = *group_of.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    let next = AtomicUsize::new(0);
+    let abort = AtomicBool::new(false);
+    let written = AtomicU64::new(0);
+    // One group: fetch, decode and write each of its steps; the chunk refs of each step.
+    let run_group = |group: &[usize], buf: &mut Vec<u8>| {
+        let first = &steps[group[0]];
+        let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
+        let bytes = source
+            .read_xorb_range(&first.xorb, first.range)
+            .map_err(|source| DownloadError::Source {
+                what: format!("reading bytes {start}-{end} of xorb {}", first.xorb),
+                source,
+            })?;
+        let mut decoded = Decoded::new(first, bytes)?;
+        let mut out_refs = Vec::with_capacity(group.len());
+        for &i in group {
+            if abort.load(Ordering::Relaxed) {
+                break;
+            }
+            let mut refs = Vec::new();
+            let mut offset = offsets[i];
+            decode_step(
+                plan,
+                &steps[i],
+                &mut decoded,
+                Some(&mut refs),
+                buf,
+                &mut |piece| {
+                    out.write_all_at(piece, offset)
+                        .map_err(DownloadError::Write)?;
+                    offset += piece.len() as u64;
+                    written.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                },
+            )?;
+            out_refs.push((i, refs));
+        }
+        Ok::<_, DownloadError>(out_refs)
+    };
+    let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; steps.len()];
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<Result<Vec<(usize, Vec<ChunkRef>)>, DownloadError>>();
+        for _ in 0..DOWNLOAD_WORKERS.min(groups.len()) {
+            let tx = tx.clone();
+            let (groups, next, abort, run_group) = (&groups, &next, &abort, &run_group);
+            scope.spawn(move || {
+                let mut buf = Vec::with_capacity(EMIT_BYTES + MAX_CHUNK_LEN as usize);
+                loop {
+                    let g = next.fetch_add(1, Ordering::Relaxed);
+                    if g >= groups.len() || abort.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if tx.send(run_group(&groups[g], &mut buf)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut reported = 0u64;
+        let mut done = 0usize;
+        let result = loop {
+            if done == groups.len() {
+                break Ok(());
+            }
+            match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+                Ok(Ok(step_refs)) => {
+                    done += 1;
+                    for (i, refs) in step_refs {
+                        refs_by_step[i] = Some(refs);
+                    }
+                }
+                Ok(Err(e)) => break Err(e),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(DownloadError::Plan("a download thread stopped".into()))
+                }
+            }
+            let now = written.load(Ordering::Relaxed);
+            if now > reported {
+                reported = now;
+                if let Err(e) = progress(now) {
+                    break Err(DownloadError::Write(e));
+                }
+            }
+        };
+        // Stop the workers (on failure) and let the scope join them.
+        abort.store(true, Ordering::Relaxed);
+        result
+    })?;
+    let mut chunks = Vec::new();
+    for (i, refs) in refs_by_step.into_iter().enumerate() {
+        let refs = refs.ok_or_else(|| DownloadError::Plan(format!("step {i} was not written")))?;
+        chunks.extend(refs);
+    }
+    check_file_hash(expected, plan, &chunks)?;
+    Ok(written.into_inner())
 }

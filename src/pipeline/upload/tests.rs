@@ -32,7 +32,7 @@ fn download(store: &Store, oid: &LfsOid) -> Vec<u8> {
     let plan = store.reconstruction(&file, None).unwrap().unwrap();
     let mut out = Vec::new();
     let n = write_plan(store, &plan, &mut |piece| {
-        out.extend_from_slice(&piece);
+        out.extend_from_slice(piece);
         Ok(())
     })
     .unwrap();
@@ -315,7 +315,7 @@ fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
     // Every fetch succeeds: the bytes come out in order, and the file hash checks out.
     let mut out = Vec::new();
     crate::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
-        out.extend_from_slice(&p);
+        out.extend_from_slice(p);
         Ok(())
     })
     .unwrap();
@@ -381,7 +381,7 @@ fn repeated_ranges_are_fetched_once() {
     let source = CountingSource(&store, Default::default());
     let mut out = Vec::new();
     crate::pipeline::download::write_file(&source, &s.file_hash, &plan, &mut |p| {
-        out.extend_from_slice(&p);
+        out.extend_from_slice(p);
         Ok(())
     })
     .unwrap();
@@ -393,6 +393,97 @@ fn repeated_ranges_are_fetched_once() {
         "{fetches} fetches for {} terms",
         plan.terms.len()
     );
+}
+
+/// An in-memory file for `write_file_at`.
+#[derive(Default)]
+struct MemFile(std::sync::Mutex<Vec<u8>>);
+
+impl crate::pipeline::download::WriteAt for MemFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut v = self.0.lock().unwrap();
+        let end = offset as usize + buf.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(buf);
+        Ok(())
+    }
+}
+
+#[test]
+fn positional_download_writes_every_term_in_place_fetching_each_range_once() {
+    let (_d, store) = store();
+    let block = random_bytes(31, 300_000);
+    let mut data = Vec::new();
+    for i in 0..30 {
+        data.extend_from_slice(&block);
+        data.extend_from_slice(&random_bytes(200 + i, 70_000));
+    }
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 8,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    let source = CountingSource(&store, Default::default());
+    let out = MemFile::default();
+    let mut seen = Vec::new();
+    let n =
+        crate::pipeline::download::write_file_at(&source, &s.file_hash, &plan, &out, &mut |w| {
+            seen.push(w);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(n, data.len() as u64);
+    assert!(out.0.into_inner().unwrap() == data);
+    // Each distinct range once: no more fetches than ranges in the plan.
+    let ranges: usize = plan.fetch.iter().map(|(_, r)| r.len()).sum();
+    let fetches = source.1.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(fetches <= ranges, "{fetches} fetches for {ranges} ranges");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(seen.last().is_some_and(|&w| w <= n));
+    // The wrong expected hash is caught.
+    let other = crate::format::FileHash::from_hex(&"11".repeat(32)).unwrap();
+    let e = crate::pipeline::download::write_file_at(
+        &store,
+        &other,
+        &plan,
+        &MemFile::default(),
+        &mut |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+    // A failing fetch anywhere is reported, and nothing hangs.
+    for fail_at in [0, 2, fetches - 1] {
+        let source = FlakySource {
+            store: &store,
+            fail_at,
+            calls: Default::default(),
+        };
+        let e = crate::pipeline::download::write_file_at(
+            &source,
+            &s.file_hash,
+            &plan,
+            &MemFile::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("connection reset"), "{e}");
+    }
+    // A progress callback that fails stops the download.
+    let e = crate::pipeline::download::write_file_at(
+        &store,
+        &s.file_hash,
+        &plan,
+        &MemFile::default(),
+        &mut |_| Err(std::io::Error::other("git-lfs went away")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("git-lfs went away"), "{e}");
 }
 
 /// A target whose xorb puts wait until the test lets them through, one at a time.
