@@ -1,17 +1,23 @@
-//! Rebuilding a file from its reconstruction plan, streaming.
+//! Rebuilding a file from its reconstruction plan.
 //!
-//! [`write_plan`] walks the plan's terms in order. For each run of consecutive terms served by
-//! the same fetch range (a byte range of whole chunks of one stored xorb, cas-api.md §6.3) it
-//! reads that range once from a [`XorbSource`], indexes its chunk headers ([`ChunkRange`]),
-//! decompresses the chunks the terms use (hashing each once, for the file hash), and passes the
-//! file's bytes to the sink one chunk at a time. Up to [`READ_AHEAD`] ranges are fetched concurrently ahead of the one
-//! being decoded, so memory is bounded by `READ_AHEAD + 1` fetch ranges (each at most one xorb,
-//! 64 MiB), plus the ranges kept for reuse by later terms (at most [`REUSE_BUDGET`]), plus one
-//! chunk, whatever the file size. [`write_file`] also checks that the chunks
-//! hash to the expected Xet file hash, which catches damaged stored data end to end.
+//! The plan's terms are grouped into steps: each run of consecutive terms served by the same
+//! fetch range (a byte range of whole chunks of one stored xorb, cas-api.md §6.3) is one step.
+//! A step's range is read from a [`XorbSource`], its chunk headers indexed once
+//! ([`ChunkRange`]), and only the chunks its terms use are decompressed; for the Xet file hash,
+//! each chunk is hashed the first time it is used. Two ways to write the result:
 //!
-//! The bytes start `offset_into_first_range` into the first term; for a ranged plan the caller
-//! stops reading at the range end (the last term is whole).
+//! - [`write_file_at`] (the agent's): steps are grouped by range, each range is fetched once,
+//!   and [`DOWNLOAD_WORKERS`] threads fetch, decode and write their terms where they belong in
+//!   the file (positional writes). Memory: one range (at most one xorb, 64 MiB) and a 1 MiB
+//!   buffer per thread, whatever the file size.
+//! - [`write_plan`] and [`write_file`]: a sink that takes the bytes in file order. Up to
+//!   [`READ_AHEAD`] ranges are fetched concurrently ahead of the one being decoded, and ranges
+//!   needed again later are kept within [`REUSE_BUDGET`].
+//!
+//! [`write_file`] and [`write_file_at`] also check that the chunks hash to the expected Xet
+//! file hash, which catches damaged stored data end to end. For a ranged plan the bytes start
+//! `offset_into_first_range` into the first term, and the caller stops reading at the range
+//! end (the last term is whole).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
