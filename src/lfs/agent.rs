@@ -59,6 +59,8 @@ use crate::git::Git;
 use crate::pipeline::cached::Cached;
 use crate::pipeline::download::{write_file_at, DownloadError};
 use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
+use crate::store::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
+use crate::store::ReconstructionPlan;
 use crate::store::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,
     TokenSource,
@@ -554,22 +556,35 @@ impl Agent {
             writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
         }
         let hash = find_xet_hash(endpoint, t)?;
-        let plan = endpoint
-            .reconstruction(&hash, None)
-            .map_err(|e| format!("cannot get the reconstruction of Xet file {hash}: {e}"))?
-            .ok_or_else(|| {
-                format!(
-                    "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
-                    endpoint.describe(),
-                    t.oid
-                )
-            })?;
-        if plan.file_size != t.size {
-            return Err(format!(
-                "Xet file {hash} has {} bytes, but LFS object {} should have {}",
-                plan.file_size, t.oid, t.size
-            ));
-        }
+        let ask_plan = || -> Result<ReconstructionPlan, String> {
+            let plan = endpoint
+                .reconstruction(&hash, None)
+                .map_err(|e| format!("cannot get the reconstruction of Xet file {hash}: {e}"))?
+                .ok_or_else(|| {
+                    format!(
+                        "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
+                        endpoint.describe(),
+                        t.oid
+                    )
+                })?;
+            if plan.file_size != t.size {
+                return Err(format!(
+                    "Xet file {hash} has {} bytes, but LFS object {} should have {}",
+                    plan.file_size, t.oid, t.size
+                ));
+            }
+            Ok(plan)
+        };
+        // The LFS server may have sent the plan with the action (git xet serve does for small
+        // objects); otherwise, or if it is unusable, ask the CAS server.
+        let mut inline = false;
+        let mut plan = match inline_plan(t).filter(|p| p.file_size == t.size) {
+            Some(p) => {
+                inline = true;
+                p
+            }
+            None => ask_plan()?,
+        };
         if self.temp_dir.is_none() {
             let dir = settings::lfs_temp_dir(&self.options.git)
                 .map_err(|e| format!("cannot find git-lfs's temp directory: {e}"))?;
@@ -602,6 +617,9 @@ impl Agent {
         let mut attempt = 0;
         let n = loop {
             attempt += 1;
+            if attempt > 3 {
+                return Err(format!("download of {} failed three times", t.oid));
+            }
             let file = tmp.as_file();
             file.set_len(0)
                 .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
@@ -615,6 +633,13 @@ impl Agent {
             };
             match write_file_at(endpoint, &hash, &plan, file, &mut progress) {
                 Ok(n) => break n,
+                // The plan that came with the action may be stale (its URLs expired while
+                // git-lfs queued the object): ask the CAS server for a fresh one, once.
+                Err(e @ DownloadError::Source { .. }) if std::mem::take(&mut inline) => {
+                    tracing::info!(oid = %t.oid, "{e}; asking the CAS server for a new plan");
+                    plan = ask_plan()?;
+                    attempt -= 1;
+                }
                 // Chunks read from the local chunk cache may be what did not verify: drop
                 // them and fetch everything from the server once more.
                 Err(e @ (DownloadError::WrongFile { .. } | DownloadError::Damaged { .. }))
@@ -818,6 +843,28 @@ fn claim_related_uploads(
         }
     }
 }
+
+/// The reconstruction the LFS server sent with the action ([`RECONSTRUCTION_HEADER`]), if it is
+/// there and parses; anything else is ignored (the agent then asks the CAS server).
+fn inline_plan(t: &Transfer) -> Option<ReconstructionPlan> {
+    let text = t.action.as_ref()?.header(RECONSTRUCTION_HEADER)?;
+    if text.len() > MAX_INLINE_RECONSTRUCTION {
+        return None;
+    }
+    let parsed = serde_json::from_str::<ReconstructionV2>(text)
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.into_plan(None).map_err(|e| e.0));
+    match parsed {
+        Ok(plan) => Some(plan),
+        Err(e) => {
+            tracing::debug!(oid = %t.oid, "ignoring the reconstruction sent with the action: {e}");
+            None
+        }
+    }
+}
+
+/// The longest reconstruction accepted from an action header.
+const MAX_INLINE_RECONSTRUCTION: usize = 64 << 10;
 
 /// The Xet file holding `t`'s content: the action's `X-Xet-Hash`, else the endpoint's oid index.
 fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, String> {

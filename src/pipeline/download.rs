@@ -549,7 +549,6 @@ pub fn write_file_at(
         });
         groups[g].push(i);
     }
-    let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
     let written = AtomicU64::new(0);
     // One group: fetch, decode and write each of its steps; the chunk refs of each step.
@@ -586,11 +585,55 @@ pub fn write_file_at(
             )?;
             out_refs.push((i, refs));
         }
-        Ok::<_, DownloadError>(out_refs)
+        Ok::<GroupRefs, DownloadError>(out_refs)
     };
     let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; steps.len()];
+    if groups.len() == 1 {
+        // One range (every small file): no thread to start.
+        let cap = (plan.file_size as usize).min(EMIT_BYTES) + MAX_CHUNK_LEN as usize;
+        let mut buf = Vec::with_capacity(cap);
+        for (i, refs) in run_group(&groups[0], &mut buf)? {
+            refs_by_step[i] = Some(refs);
+        }
+        progress(written.load(Ordering::Relaxed)).map_err(DownloadError::Write)?;
+    } else {
+        write_groups(
+            &groups,
+            &run_group,
+            &written,
+            &abort,
+            &mut refs_by_step,
+            progress,
+        )?;
+    }
+    let mut chunks = Vec::new();
+    for (i, refs) in refs_by_step.into_iter().enumerate() {
+        let refs = refs.ok_or_else(|| DownloadError::Plan(format!("step {i} was not written")))?;
+        chunks.extend(refs);
+    }
+    check_file_hash(expected, plan, &chunks)?;
+    Ok(written.into_inner())
+}
+
+/// The refs of the chunks of each step a group wrote.
+type GroupRefs = Vec<(usize, Vec<ChunkRef>)>;
+
+/// Fetches, decodes and writes one group of steps, with a reused buffer.
+type RunGroup<'a> = dyn Fn(&[usize], &mut Vec<u8>) -> Result<GroupRefs, DownloadError> + Sync + 'a;
+
+/// Runs `run_group` on every group from [`DOWNLOAD_WORKERS`] threads, collecting the chunk refs
+/// by step and reporting `written` to `progress` from the calling thread.
+fn write_groups(
+    groups: &[Vec<usize>],
+    run_group: &RunGroup<'_>,
+    written: &AtomicU64,
+    abort: &AtomicBool,
+    refs_by_step: &mut [Option<Vec<ChunkRef>>],
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<(), DownloadError> {
+    let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::channel::<Result<Vec<(usize, Vec<ChunkRef>)>, DownloadError>>();
+        let (tx, rx) = mpsc::channel::<Result<GroupRefs, DownloadError>>();
         for _ in 0..DOWNLOAD_WORKERS.min(groups.len()) {
             let tx = tx.clone();
             let (groups, next, abort, run_group) = (&groups, &next, &abort, &run_group);
@@ -638,12 +681,5 @@ pub fn write_file_at(
         // Stop the workers (on failure) and let the scope join them.
         abort.store(true, Ordering::Relaxed);
         result
-    })?;
-    let mut chunks = Vec::new();
-    for (i, refs) in refs_by_step.into_iter().enumerate() {
-        let refs = refs.ok_or_else(|| DownloadError::Plan(format!("step {i} was not written")))?;
-        chunks.extend(refs);
-    }
-    check_file_hash(expected, plan, &chunks)?;
-    Ok(written.into_inner())
+    })
 }

@@ -159,6 +159,11 @@ fn byte_range(r: &FetchRange) -> ByteRange {
     }
 }
 
+/// The header of a download action that carries the object's v2 reconstruction JSON (an
+/// extension of `git xet serve`'s LFS server; an agent that finds it skips
+/// `GET /v2/reconstructions/{file}`).
+pub const RECONSTRUCTION_HEADER: &str = "X-Xet-Reconstruction";
+
 /// The v1 JSON of a plan; `url` presigns a xorb.
 pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV1 {
     let mut fetch_info = BTreeMap::new();

@@ -102,14 +102,7 @@ async fn reconstruct(
             return Err(response);
         }
     };
-    let expires = now_unix().saturating_add(state.url_ttl.as_secs());
-    let url = |xorb: &XorbHash| {
-        format!(
-            "{}/v1/xorb-data/{xorb}?{}",
-            state.public_url,
-            state.auth.presign(xorb, expires)
-        )
-    };
+    let url = presigned_urls(&state);
     tracing::debug!(%file, terms = plan.terms.len(), v = ?version, "reconstruction");
     let mut response = match version {
         Version::V1 => Json(to_v1(&plan, url)).into_response(),
@@ -120,6 +113,18 @@ async fn reconstruct(
         HeaderValue::from_static("private, no-store"),
     );
     Ok(response)
+}
+
+/// The presigned `xorb-data` URL of each xorb, valid for the server's URL lifetime from now.
+pub fn presigned_urls(state: &crate::server::AppState) -> impl Fn(&XorbHash) -> String + '_ {
+    let expires = now_unix().saturating_add(state.url_ttl.as_secs());
+    move |xorb: &XorbHash| {
+        format!(
+            "{}/v1/xorb-data/{xorb}?{}",
+            state.public_url,
+            state.auth.presign(xorb, expires)
+        )
+    }
 }
 
 /// Parses a reconstruction `Range`: `bytes=S-E` (inclusive) or `bytes=S-` (to the end).

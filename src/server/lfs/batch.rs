@@ -13,7 +13,9 @@
 //! a transfer refreshes through `href`. Hugging Face's Hub sends `X-Xet-Cas-Url`,
 //! `X-Xet-Access-Token`, `X-Xet-Token-Expiration` and `X-Xet-Session-Id` on upload actions
 //! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.4: this server's
-//! answer to the oid → hash lookup).
+//! answer to the oid → hash lookup). Small objects' download actions also carry their v2
+//! reconstruction in `X-Xet-Reconstruction` (this server's extension, see
+//! [`inline_reconstructions`]), which saves the agent a request per object.
 
 use std::collections::BTreeMap;
 
@@ -29,7 +31,7 @@ use crate::server::auth::{now_unix, Scope};
 use crate::server::body::read_body;
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use crate::store::wire::CasTokenInfo;
+use crate::store::wire::{CasTokenInfo, RECONSTRUCTION_HEADER};
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
 pub const MAX_OBJECTS: usize = 1000;
@@ -266,12 +268,18 @@ pub async fn batch(
             .map_err(ApiError::from)
     })
     .await?;
+    let inline = if operation == Operation::Download && transfer == Transfer::Xet {
+        inline_reconstructions(state, &stored).await?
+    } else {
+        vec![None; stored.len()]
+    };
 
     let actions = Actions::new(state, repo, operation, transfer);
     let objects: Vec<ObjectOut> = requested
         .into_iter()
         .zip(stored)
-        .map(|(r, stored)| actions.object(r, stored))
+        .zip(inline)
+        .map(|((r, stored), inline)| actions.object(r, stored, inline))
         .collect();
     tracing::info!(
         repo = %repo.id,
@@ -291,6 +299,53 @@ pub async fn batch(
             hash_algo: "sha256",
         },
     ))
+}
+
+/// Objects up to this size get their reconstruction in the batch answer (see
+/// [`inline_reconstructions`]).
+pub const INLINE_MAX_SIZE: u64 = 4 << 20;
+
+/// The longest reconstruction JSON sent inline; longer ones are left to the CAS route.
+pub const INLINE_MAX_JSON: usize = 8 << 10;
+
+/// For each intact object of at most [`INLINE_MAX_SIZE`] bytes, its v2 reconstruction (the JSON
+/// `GET /v2/reconstructions/{file}` would answer, with presigned URLs) when it is at most
+/// [`INLINE_MAX_JSON`] long. An agent that finds it in [`RECONSTRUCTION_HEADER`] skips that
+/// request: for small files it is half of the round trips of a download. Agents that do not
+/// know the header ignore it. A plan that cannot be made is left out: the agent asks the CAS
+/// route, which reports the problem.
+async fn inline_reconstructions(
+    state: &std::sync::Arc<AppState>,
+    stored: &[Stored],
+) -> Result<Vec<Option<String>>, ApiError> {
+    let files: Vec<Option<FileHash>> = stored
+        .iter()
+        .map(|s| match s {
+            Stored::Intact(file, size) if *size <= INLINE_MAX_SIZE && !file.is_zero() => {
+                Some(*file)
+            }
+            _ => None,
+        })
+        .collect();
+    if files.iter().all(Option::is_none) {
+        return Ok(vec![None; stored.len()]);
+    }
+    let store = std::sync::Arc::clone(&state.store);
+    let plans = blocking(move || {
+        Ok(files
+            .iter()
+            .map(|f| f.and_then(|f| store.reconstruction(&f, None).ok().flatten()))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    let url = crate::server::cas::reconstruction::presigned_urls(state);
+    Ok(plans
+        .into_iter()
+        .map(|plan| {
+            let json = serde_json::to_string(&crate::store::wire::to_v2(&plan?, &url)).ok()?;
+            (json.len() <= INLINE_MAX_JSON).then_some(json)
+        })
+        .collect())
 }
 
 /// What the store holds of a requested object.
@@ -347,7 +402,7 @@ impl Actions {
         }
     }
 
-    fn object(&self, r: Requested, stored: Stored) -> ObjectOut {
+    fn object(&self, r: Requested, stored: Stored, inline: Option<String>) -> ObjectOut {
         let mut out = ObjectOut {
             oid: r.oid_echo,
             size: r.size_echo,
@@ -399,7 +454,7 @@ impl Actions {
             }
             (Operation::Download, Stored::Intact(file, _)) => {
                 out.authenticated = Some(true);
-                out.actions = Some(self.download_actions(&oid, &file));
+                out.actions = Some(self.download_actions(&oid, &file, inline));
             }
         }
         out
@@ -448,11 +503,19 @@ impl Actions {
         }
     }
 
-    fn download_actions(&self, oid: &LfsOid, file: &FileHash) -> BTreeMap<&'static str, Action> {
+    fn download_actions(
+        &self,
+        oid: &LfsOid,
+        file: &FileHash,
+        inline: Option<String>,
+    ) -> BTreeMap<&'static str, Action> {
         let action = match self.transfer {
             Transfer::Xet => {
                 let mut header = self.xet_header();
                 header.insert("X-Xet-Hash", file.to_hex());
+                if let Some(json) = inline {
+                    header.insert(RECONSTRUCTION_HEADER, json);
+                }
                 self.action(format!("{}/xet-token/read", self.endpoint), header)
             }
             Transfer::Basic => {
