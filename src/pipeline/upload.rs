@@ -462,8 +462,118 @@ fn read_file(
         options.global_dedup,
         done,
     );
-    let mut chunker = Chunker::parallel();
-    let mut sha = sha2::Sha256::new();
+    let chunker = Chunker::parallel();
+    // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a thread
+    // of its own, fed copies of the blocks, while this thread chunks, hashes and packs.
+    let big = options
+        .expected_size
+        .is_none_or(|size| size >= SHA_THREAD_MIN);
+    std::thread::scope(|scope| {
+        let mut sha = if big {
+            Sha::spawn(scope)
+        } else {
+            Sha::Inline(sha2::Sha256::new())
+        };
+        read_chunks(
+            reader,
+            options,
+            &mut sha,
+            chunker,
+            &mut session,
+            &mut emit,
+            &read_so_far,
+            &report,
+        )
+        .and_then(|pos| {
+            let actual = sha.finish()?;
+            if let Some(expected) = options.expected_sha256 {
+                if actual != expected {
+                    return Err(UploadError::Sha256Mismatch { expected, actual });
+                }
+            }
+            Ok((actual, pos))
+        })
+    })
+    .and_then(|(actual, pos)| {
+        let file = session.finish(actual, &mut emit)?;
+        Ok((file, pos))
+    })
+}
+
+/// Files from this size on are hashed with SHA-256 on a thread of their own (see [`Sha`]).
+const SHA_THREAD_MIN: u64 = 16 << 20;
+
+/// Blocks queued for the SHA-256 thread.
+const SHA_QUEUE: usize = 3;
+
+/// The SHA-256 of the stream: computed on the reading thread, or on a thread of its own that
+/// gets a copy of each block (buffers are handed back for reuse, so memory stays at
+/// [`SHA_QUEUE`] + 1 blocks).
+enum Sha<'scope> {
+    Inline(sha2::Sha256),
+    Thread {
+        blocks: mpsc::SyncSender<Vec<u8>>,
+        spare: mpsc::Receiver<Vec<u8>>,
+        digest: std::thread::ScopedJoinHandle<'scope, LfsOid>,
+    },
+}
+
+impl<'scope> Sha<'scope> {
+    fn spawn<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+        let (blocks, queued) = mpsc::sync_channel::<Vec<u8>>(SHA_QUEUE);
+        let (give_back, spare) = mpsc::channel::<Vec<u8>>();
+        let digest = scope.spawn(move || {
+            let mut sha = sha2::Sha256::new();
+            for block in queued {
+                sha.update(&block);
+                let _ = give_back.send(block);
+            }
+            LfsOid::from_digest(sha.finalize().into())
+        });
+        Sha::Thread {
+            blocks,
+            spare,
+            digest,
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) -> Result<(), UploadError> {
+        match self {
+            Sha::Inline(sha) => sha.update(data),
+            Sha::Thread { blocks, spare, .. } => {
+                let mut block = spare.try_recv().unwrap_or_default();
+                block.clear();
+                block.extend_from_slice(data);
+                blocks.send(block).map_err(|_| UploadError::UploaderGone)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<LfsOid, UploadError> {
+        match self {
+            Sha::Inline(sha) => Ok(LfsOid::from_digest(sha.finalize().into())),
+            Sha::Thread { blocks, digest, .. } => {
+                drop(blocks);
+                digest.join().map_err(|_| UploadError::UploaderGone)
+            }
+        }
+    }
+}
+
+/// The reading loop of [`read_file`]: reads, chunks and deduplicates the whole stream, feeding
+/// `sha` every byte. Returns the number of bytes read, once the size was checked.
+#[allow(clippy::too_many_arguments)]
+fn read_chunks(
+    reader: &mut dyn Read,
+    options: &UploadOptions,
+    sha: &mut Sha<'_>,
+    mut chunker: Chunker,
+    session: &mut FileSession<'_>,
+    emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    read_so_far: &std::cell::Cell<u64>,
+    report: &dyn Fn(),
+) -> Result<u64, UploadError> {
     // `buf` holds the stream from offset `buf_start` (the start of the chunk in progress).
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_start: u64 = 0;
@@ -493,7 +603,15 @@ fn read_file(
         }
         ends.clear();
         let new = &buf[old..];
-        rayon::join(|| sha.update(new), || chunker.update(new, &mut ends));
+        match sha {
+            Sha::Inline(inline) => {
+                rayon::join(|| inline.update(new), || chunker.update(new, &mut ends)).0
+            }
+            Sha::Thread { .. } => {
+                sha.update(new)?;
+                chunker.update(new, &mut ends);
+            }
+        }
         let mut start = buf_start;
         let pieces: Vec<&[u8]> = ends
             .iter()
@@ -505,7 +623,7 @@ fn read_file(
             .collect();
         let hashes: Vec<ChunkHash> = pieces.par_iter().map(|p| ChunkHash::of(p)).collect();
         for (piece, hash) in pieces.iter().zip(hashes) {
-            session.add_chunk(piece, hash, &mut emit)?;
+            session.add_chunk(piece, hash, emit)?;
         }
         buf.drain(..(start - buf_start) as usize);
         buf_start = start;
@@ -513,7 +631,7 @@ fn read_file(
     }
     if let Some(end) = chunker.finish() {
         let piece = &buf[..(end - buf_start) as usize];
-        session.add_chunk(piece, ChunkHash::of(piece), &mut emit)?;
+        session.add_chunk(piece, ChunkHash::of(piece), emit)?;
     }
     if let Some(expected) = options.expected_size {
         if pos != expected {
@@ -523,14 +641,7 @@ fn read_file(
             });
         }
     }
-    let actual = LfsOid::from_digest(sha.finalize().into());
-    if let Some(expected) = options.expected_sha256 {
-        if actual != expected {
-            return Err(UploadError::Sha256Mismatch { expected, actual });
-        }
-    }
-    let file = session.finish(actual, &mut emit)?;
-    Ok((file, pos))
+    Ok(pos)
 }
 
 /// Appends up to `want` bytes from `reader` to `buf`; returns how many (0 at the end).
