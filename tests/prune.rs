@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use common::git::{tools_available, GitEnv, Output};
 use common::server::{self, WRITE_TOKEN};
 use git_xet::format::LfsOid;
-use git_xet::store::Store;
 
 fn object_path(work: &Path, oid: &str) -> PathBuf {
     work.join(".git/lfs/objects")
@@ -28,7 +27,7 @@ fn held(dir: &Path, oid: &str) -> bool {
     if !dir.join("STORE-VERSION").is_file() {
         return false;
     }
-    let store = Store::open(dir).unwrap();
+    let store = common::open_store_after_transfers(dir);
     store
         .intact_file_by_oid(&LfsOid::from_hex(oid).unwrap())
         .unwrap()

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use common::git::{count_files, tools_available, GitEnv};
 use git_xet::format::LfsOid;
-use git_xet::store::Store;
 
 fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
     let mut all = vec!["xet"];
@@ -23,7 +22,7 @@ fn ok(out: common::git::Output, what: &str) -> common::git::Output {
 
 /// Whether the store in `dir` has the file with LFS oid `oid` (hex).
 fn holds(dir: &Path, oid: &str) -> bool {
-    let store = Store::open(dir).expect("the store opens");
+    let store = common::open_store_after_transfers(dir);
     let found = store
         .file_by_oid(&LfsOid::from_hex(oid).unwrap())
         .expect("the index answers");

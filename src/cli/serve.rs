@@ -74,6 +74,15 @@ pub struct ServeArgs {
     /// Stop after this many seconds (for tests and demos).
     #[arg(long, hide = true, value_name = "SECS")]
     pub max_lifetime: Option<u64>,
+    /// Stop once no connection has been open for this many seconds (the private server agents
+    /// share for a directory store).
+    #[arg(long, hide = true, value_name = "SECS", value_parser = seconds)]
+    pub idle_exit: Option<Duration>,
+    /// Make up a write token and write it, with the URL and the process id, to
+    /// DIR/local-server.json (mode 0600); remove that file at exit. What an agent starts for a
+    /// directory store.
+    #[arg(long, hide = true)]
+    pub announce: bool,
     #[command(flatten)]
     pub limits: Box<LimitArgs>,
     #[command(flatten)]
@@ -281,7 +290,17 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         LogFormat::Json => builder.json().try_init(),
     };
     crate::lfs::settings::register_env_secrets();
-    let secrets = secrets(args)?;
+    let mut secrets = secrets(args)?;
+    let announce_token = if args.announce {
+        let bytes = crate::store::random_bytes::<32>()
+            .map_err(|e| format!("cannot make up a token: {e}"))?;
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        crate::redact::register_secret(&token);
+        secrets.push(Secret::new(&token, Scope::Write, "--announce")?);
+        Some(token)
+    } else {
+        None
+    };
     if secrets.is_empty() {
         return Err(
             "no tokens configured: give --token, --read-token, --token-file, or set \
@@ -294,6 +313,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.public_url = args.public_url.clone();
     config.token_ttl = Duration::from_secs(args.token_ttl);
     config.max_lifetime = args.max_lifetime.map(Duration::from_secs);
+    config.idle_exit = args.idle_exit;
     config.limits = limits(&args.limits)?;
     (config.store, config.maintenance) = store_settings(&args.store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -307,9 +327,26 @@ pub fn run(args: &ServeArgs) -> CmdResult {
             data = %args.data.display(),
             "git-xet serve ready"
         );
+        if let Some(token) = &announce_token {
+            let announce = crate::store::local_server::Announce {
+                url: server.public_url().to_string(),
+                token: token.clone(),
+                pid: std::process::id(),
+            };
+            crate::store::local_server::write(&args.data, &announce).map_err(|e| {
+                crate::server::ServeError::Serve(std::io::Error::other(format!(
+                    "cannot announce the server in {}: {e}",
+                    args.data.display()
+                )))
+            })?;
+        }
         // The first line on stdout says where the server listens, for scripts and tests.
         println!("listening on {}", server.public_url());
-        server.run(std::future::pending()).await
+        let served = server.run(std::future::pending()).await;
+        if announce_token.is_some() {
+            crate::store::local_server::withdraw(&args.data, std::process::id());
+        }
+        served
     });
     // Blocking work still running (an upload pipeline) is not waited for long: the store is
     // crash-safe, and the deadline of the shutdown has passed.

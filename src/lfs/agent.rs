@@ -307,6 +307,10 @@ struct Agent {
     negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
     temp_dir: Option<PathBuf>,
     common_dir: Option<Option<PathBuf>>,
+    /// The shared server of a directory store, its URL, and when it was last used.
+    shared: Option<(Arc<dyn Endpoint>, String, Instant)>,
+    /// No shared server could be had: this process opens the store itself.
+    shared_failed: bool,
 }
 
 impl Agent {
@@ -318,6 +322,8 @@ impl Agent {
             negotiated: Vec::new(),
             temp_dir: None,
             common_dir: None,
+            shared: None,
+            shared_failed: false,
         }
     }
 
@@ -364,6 +370,14 @@ impl Agent {
                         return Err(no_store_message(dir, source, &why));
                     }
                 }
+                let (dir, cache) = (dir.clone(), cache.clone());
+                if let Some(shared) = self.shared_server(&dir, cache.as_ref()) {
+                    return Ok(Lease::Shared(shared));
+                }
+                let (dir, source, cache) = match self.standalone.as_ref() {
+                    Some(Ok(Standalone::Dir(d, s, c))) => (d, s, c),
+                    _ => return Err("the standalone endpoint changed".into()),
+                };
                 let store = Store::open_waiting(dir, self.options.store_patience, || {
                     tracing::info!(
                         store = %dir.display(),
@@ -379,6 +393,62 @@ impl Agent {
                 }))
             }
         }
+    }
+
+    /// The private server the agents of the store in `dir` share (see [`super::local_server`]),
+    /// behind the store's shard cache; `None` (the agent then opens the store itself) when
+    /// sharing is off or no server answers. Checked again before a transfer that follows a
+    /// pause, in which the server may have stopped.
+    fn shared_server(
+        &mut self,
+        dir: &Path,
+        cache: Option<&Arc<ShardCache>>,
+    ) -> Option<Arc<dyn Endpoint>> {
+        if !super::local_server::enabled() || self.shared_failed {
+            return None;
+        }
+        if let Some((endpoint, _, used)) = &mut self.shared {
+            if used.elapsed() < SHARED_RECHECK {
+                *used = Instant::now();
+                return Some(endpoint.clone());
+            }
+        }
+        let announce = match super::local_server::connect_or_start(dir) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("{e}; opening the store in this process instead");
+                self.shared_failed = true;
+                return None;
+            }
+        };
+        if let Some((endpoint, url, used)) = &mut self.shared {
+            if *url == announce.url {
+                *used = Instant::now();
+                return Some(endpoint.clone());
+            }
+        }
+        let mut config = RemoteConfig::new(
+            announce.url.clone(),
+            TokenSource::fixed(Some(announce.token)),
+        );
+        config.retry = retry_policy();
+        config.name = Some(dir.display().to_string());
+        config.no_proxy = true;
+        let remote = match RemoteCas::new(config) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("cannot use the store's private server: {e}; opening the store in this process instead");
+                self.shared_failed = true;
+                return None;
+            }
+        };
+        tracing::info!(store = %dir.display(), url = %announce.url, "using the store's shared server");
+        let endpoint: Arc<dyn Endpoint> = match cache {
+            Some(c) => Arc::new(Cached::shared(remote, c.clone())),
+            None => Arc::new(remote),
+        };
+        self.shared = Some((endpoint.clone(), announce.url, Instant::now()));
+        Some(endpoint)
     }
 
     fn resolve_standalone(&self) -> Result<Standalone, String> {
@@ -787,6 +857,10 @@ fn remove_stale_parts(dir: &Path, prefix: &str) {
         }
     }
 }
+
+/// After this long without a transfer, the shared server is checked (and started again if it
+/// stopped) before the next one.
+const SHARED_RECHECK: Duration = Duration::from_secs(1);
 
 /// How long an upload waits for another agent uploading a related file (see
 /// [`claim_related_uploads`]) before it goes ahead anyway.

@@ -48,6 +48,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: &Limits,
+    idle_exit: Option<Duration>,
     stop: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -62,12 +63,24 @@ pub async fn serve(
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
+        // With no connection open, the idle time starts (again).
+        let idle_for = idle_exit.filter(|_| connections.is_empty());
+        let idle = async {
+            match idle_for {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
         let accepted = tokio::select! {
             biased;
             _ = &mut stop => break,
             // Reap finished connections so the set does not grow.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => accepted,
+            () = idle => {
+                tracing::info!("no connection for the idle time, shutting down");
+                break;
+            }
         };
         let (stream, peer) = match accepted {
             Ok(a) => a,

@@ -67,6 +67,9 @@ pub struct ServeConfig {
     pub url_ttl: Duration,
     /// Stop by itself after this long (for tests and demos).
     pub max_lifetime: Option<Duration>,
+    /// Stop by itself once no connection has been open for this long (the private server
+    /// agents share for a directory store).
+    pub idle_exit: Option<Duration>,
     /// How often `POST /v2/shards` repeats its last frame while it works (cas-api.md §5.6).
     /// 20 s; tests shorten it.
     pub shard_heartbeat: Duration,
@@ -141,6 +144,7 @@ impl ServeConfig {
             token_ttl: Duration::from_secs(900),
             url_ttl: Duration::from_secs(3600),
             max_lifetime: None,
+            idle_exit: None,
             shard_heartbeat: Duration::from_secs(20),
             limits: Limits::default(),
             store: StoreOptions::default(),
@@ -376,6 +380,7 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     state: SharedState,
     max_lifetime: Option<Duration>,
+    idle_exit: Option<Duration>,
     maintenance: Maintenance,
 }
 
@@ -422,6 +427,7 @@ impl Server {
             listener,
             state,
             max_lifetime: config.max_lifetime,
+            idle_exit: config.idle_exit,
             maintenance: config.maintenance,
         })
     }
@@ -440,8 +446,8 @@ impl Server {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, SIGINT/SIGTERM arrives, or the maximum lifetime
-    /// passes; then finishes the requests in flight, for at most
+    /// Serves until `shutdown` completes, SIGINT/SIGTERM arrives, the maximum lifetime passes,
+    /// or no connection has been open for the idle time (if set); then finishes the requests in flight, for at most
     /// [`Limits::shutdown_timeout`].
     pub async fn run(
         self,
@@ -466,7 +472,14 @@ impl Server {
         };
         let limits = self.state.resources.limits().clone();
         let jobs = maintenance::spawn(&self.state.store, self.maintenance);
-        conn::serve(self.listener, router(self.state), &limits, stop).await;
+        conn::serve(
+            self.listener,
+            router(self.state),
+            &limits,
+            self.idle_exit,
+            stop,
+        )
+        .await;
         for job in jobs {
             job.abort();
         }

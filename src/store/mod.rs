@@ -7,6 +7,7 @@
 //! | [`reconstruction`] | planning a file's (ranged) reconstruction from its terms and xorb footers (pure) |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
+//! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
 //! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
 //! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](target::Endpoint) |
@@ -19,6 +20,7 @@ pub mod chunk_cache;
 pub mod gc;
 pub mod index;
 pub mod integrity;
+pub mod local_server;
 pub mod reconstruction;
 pub mod remote;
 pub mod shard_cache;

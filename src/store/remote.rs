@@ -113,6 +113,10 @@ pub struct RemoteConfig {
     pub timeout: Duration,
     /// Appended to the message of a refused fixed token: where the user configures it.
     pub token_hint: String,
+    /// What [`Endpoint::describe`] says (the journal, messages); default the CAS URL.
+    pub name: Option<String>,
+    /// Never through a proxy (a server on this machine).
+    pub no_proxy: bool,
 }
 
 impl RemoteConfig {
@@ -122,6 +126,8 @@ impl RemoteConfig {
         Self {
             cas_url: cas_url.into(),
             token,
+            name: None,
+            no_proxy: false,
             session_id: None,
             retry: RetryPolicy::default(),
             user_agent: DEFAULT_USER_AGENT.to_string(),
@@ -136,6 +142,8 @@ impl RemoteConfig {
 /// The HTTP client of a remote CAS server. See the module documentation.
 pub struct RemoteCas {
     cas_url: String,
+    /// What `describe` says.
+    name: String,
     /// For requests that carry a credential: follows same-origin redirects only.
     client: Client,
     /// For requests without any (presigned URLs): follows redirects anywhere.
@@ -192,7 +200,12 @@ impl RemoteCas {
             session.insert(HeaderName::from_static("x-xet-session-id"), value);
         }
         let build = |redirects: reqwest::redirect::Policy| {
-            Client::builder()
+            let builder = if config.no_proxy {
+                Client::builder().no_proxy()
+            } else {
+                Client::builder()
+            };
+            builder
                 .connect_timeout(config.connect_timeout)
                 .timeout(None::<Duration>)
                 .user_agent(config.user_agent.clone())
@@ -203,6 +216,7 @@ impl RemoteCas {
         let client = build(same_origin_redirects())?;
         let anonymous = build(reqwest::redirect::Policy::limited(MAX_REDIRECTS))?;
         Ok(Self {
+            name: config.name.unwrap_or_else(|| cas_url.clone()),
             cas_url,
             client,
             anonymous,
@@ -988,6 +1002,6 @@ impl Endpoint for RemoteCas {
     }
 
     fn describe(&self) -> String {
-        self.cas_url.clone()
+        self.name.clone()
     }
 }

@@ -109,3 +109,10 @@ pub fn sha256_hex(data: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Opens the store in `dir` after git transfers: the private server the agents shared holds it
+/// until it stops by itself, two seconds after its last connection closed.
+pub fn open_store_after_transfers(dir: &std::path::Path) -> git_xet::store::Store {
+    git_xet::store::Store::open_waiting(dir, std::time::Duration::from_secs(30), || {})
+        .expect("the store opens once its shared server stopped")
+}

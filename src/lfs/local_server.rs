@@ -1,0 +1,151 @@
+//! Agents sharing one private server for a directory store.
+//!
+//! git-lfs runs up to `lfs.concurrenttransfers` agent processes. A directory store opened in
+//! each of them would be held for a whole transfer by one process at a time (its index allows
+//! one writer process), so the agents share one `git xet serve` on the directory instead: the
+//! first agent that needs it starts it (`serve --announce`, loopback, a token it makes up,
+//! announced in `DIR/local-server.json`, see [`crate::store::local_server`]), and every agent
+//! talks to it like to any standalone HTTP endpoint. The server stops by itself
+//! [`IDLE_EXIT`] after its last connection closes, which is soon after the last agent exits.
+//!
+//! Failure modes: if the server cannot be started or does not answer within
+//! [`START_PATIENCE`], the agent opens the store itself as before (and waits its turn). A
+//! server killed mid-transfer fails that transfer like any unreachable endpoint; the agent's
+//! next transfer starts a new one. `GIT_XET_LOCAL_SERVER=0` turns the sharing off.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::store::local_server::{self, Announce};
+
+/// Set to `0` to open a directory store in every agent process instead of sharing a server.
+pub const ENABLE_ENV: &str = "GIT_XET_LOCAL_SERVER";
+
+/// How long the shared server stays after its last connection closed.
+pub const IDLE_EXIT: Duration = Duration::from_secs(2);
+
+/// How long an agent waits for a shared server to answer before opening the store itself.
+pub const START_PATIENCE: Duration = Duration::from_secs(20);
+
+/// The server's log, in the store directory, started afresh when it passes this size.
+const LOG_FILE: &str = "local-server.log";
+const LOG_MAX: u64 = 1 << 20;
+
+/// Whether agents share a server for a directory store (the default).
+pub fn enabled() -> bool {
+    std::env::var(ENABLE_ENV).map_or(true, |v| v.trim() != "0")
+}
+
+/// The shared server of the store in `dir`: the one announced there if it answers, else one
+/// started now (several agents may start one at once; the store's lock lets one win, and
+/// everyone uses the winner's announcement).
+pub fn connect_or_start(dir: &Path) -> Result<Announce, String> {
+    let deadline = Instant::now() + START_PATIENCE;
+    let mut child: Option<Child> = None;
+    let mut next_start = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if let Some(a) = local_server::read(dir) {
+            if answers(&a.url) {
+                crate::redact::register_secret(&a.token);
+                return Ok(a);
+            }
+        }
+        // Ours exited: another server holds the store (its announcement is coming), or a
+        // process that opened the store itself does; try again a little later.
+        if let Some(c) = child.as_mut() {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                child = None;
+                next_start = Instant::now() + backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+        if child.is_none() && Instant::now() >= next_start {
+            child = Some(start(dir)?);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the private server of the store {} did not answer within {} s (its log is {})",
+                dir.display(),
+                START_PATIENCE.as_secs(),
+                dir.join(LOG_FILE).display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a git-xet server answers at `url` (loopback only: the token goes nowhere else).
+fn answers(url: &str) -> bool {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let loopback = parsed.host_str().is_some_and(|h| {
+        h.trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+    });
+    if !loopback {
+        return false;
+    }
+    let Ok(client) = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .no_proxy()
+        .build()
+    else {
+        return false;
+    };
+    client
+        .get(format!("{url}/health"))
+        .send()
+        .ok()
+        .filter(|r| r.status().is_success())
+        .and_then(|r| r.json::<serde_json::Value>().ok())
+        .is_some_and(|v| v["status"] == "ok" && v.get("files").is_some())
+}
+
+/// Starts `git-xet serve --announce` on `dir`, detached: no stdin or stdout (git-lfs waits for
+/// the agent's stdout to close), stderr to the store's `local-server.log`, its own process
+/// group (a terminal's Ctrl-C stops the agents; the server then stops when idle).
+fn start(dir: &Path) -> Result<Child, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the git-xet program to start a server: {e}"))?;
+    // An upload to a new store: create it first (a store is only made in an empty directory,
+    // and the server's log goes into it).
+    if !dir.join(crate::lfs::settings::STORE_VERSION_FILE).exists() {
+        drop(
+            crate::store::Store::open(dir)
+                .map_err(|e| format!("cannot create the store {}: {e}", dir.display()))?,
+        );
+    }
+    let log_path = dir.join(LOG_FILE);
+    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > LOG_MAX) {
+        let _ = std::fs::remove_file(&log_path);
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("cannot write {}: {e}", log_path.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .arg("--data")
+        .arg(dir)
+        .args(["--listen", "127.0.0.1:0", "--announce", "--idle-exit"])
+        .arg(format!("{}", IDLE_EXIT.as_secs_f64()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        // Its tokens are its own; requests are not worth a log line each.
+        .env_remove("GIT_XET_TOKEN")
+        .env_remove("GIT_XET_READ_TOKEN")
+        .env("RUST_LOG", "warn");
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start a server for the store {}: {e}", dir.display()))?;
+    tracing::debug!(store = %dir.display(), pid = child.id(), "started the store's private server");
+    Ok(child)
+}
