@@ -26,13 +26,13 @@ macro_rules! say {
 #[derive(Debug, Clone, clap::Args)]
 #[group(multiple = false)]
 pub struct ScopeArgs {
-    /// Write to the user's configuration (~/.gitconfig); the default.
+    /// The user's configuration (~/.gitconfig); the default.
     #[arg(long)]
     pub global: bool,
-    /// Write to this repository's configuration (.git/config).
+    /// This repository's configuration (.git/config), and its pre-push hook.
     #[arg(long)]
     pub local: bool,
-    /// Write to the system configuration (/etc/gitconfig); usually needs root.
+    /// The system configuration (/etc/gitconfig); usually needs root.
     #[arg(long)]
     pub system: bool,
 }
@@ -67,7 +67,14 @@ stops with a message instead of falling back to whole-object uploads; otherwise 
 `git lfs pre-push`, then prints what the push's uploads sent and what deduplication saved. An \
 existing pre-push hook (git-lfs's or your own) is kept as pre-push.before-xet and still runs, \
 after the check.\n\n\
-Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote."
+Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote; to leave standalone mode but keep the agent, run `git xet uninstall` and then `git xet install` without --endpoint.",
+    after_long_help = "Examples:\n  \
+git xet install                        # every repository; the LFS server decides (negotiated)\n  \
+git xet install --local                # this repository only, plus the pre-push hook\n  \
+git xet install --endpoint https://xet.example.org   # standalone, for every repository\n  \
+git xet install --local --endpoint /shared/xet-store # standalone into a directory\n  \
+git xet install --local --remote mirror --endpoint https://xet.other.org\n  \
+git xet install --concurrency 1        # one agent process per transfer"
 )]
 pub struct InstallArgs {
     #[command(flatten)]
@@ -87,8 +94,15 @@ pub struct InstallArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Remove what `git xet install` wrote to the chosen scope (and nothing \
-else: values you set yourself stay). git-lfs's own configuration is left in place. With --local, \
-also removes git-xet's pre-push hook and puts back the hook it had replaced."
+else: values you set yourself stay): the agent's registration and, if install set them, standalone \
+mode and the endpoint. With --local, also removes git-xet's pre-push hook and puts back the hook \
+it had replaced. git-lfs then uses plain LFS transfers again.\n\n\
+Left in place: git-lfs's own configuration, the filter.lfs block that `git lfs install` wrote \
+(remove it with `git lfs uninstall`, which stops Git LFS altogether), your .gitattributes, the \
+local LFS objects, and git-xet's cache (`git xet cache clear` deletes it).",
+    after_long_help = "Examples:\n  git xet uninstall            # what `git xet install` wrote to ~/.gitconfig\n  \
+git xet uninstall --local    # what `git xet install --local` wrote to this repository\n  \
+git xet uninstall && git xet install   # from standalone (--endpoint) back to negotiated mode"
 )]
 pub struct UninstallArgs {
     #[command(flatten)]
@@ -99,7 +113,11 @@ pub struct UninstallArgs {
 #[command(
     long_about = "Track files matching the patterns with Git LFS (and so with git-xet): \
 adds `PATTERN filter=lfs diff=lfs merge=lfs -text` lines to .gitattributes, exactly as \
-`git lfs track` does. Without patterns, lists the tracked patterns."
+`git lfs track` does. Without patterns, lists the tracked patterns. Commit .gitattributes \
+with the files.",
+    after_long_help = "Examples:\n  git xet track '*.safetensors' '*.gguf'\n  \
+git add .gitattributes model.safetensors && git commit -m 'Add the model'\n  \
+git xet track                # list the tracked patterns"
 )]
 pub struct TrackArgs {
     /// Patterns, e.g. '*.safetensors' (quote them so the shell does not expand them).
@@ -109,7 +127,8 @@ pub struct TrackArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Stop tracking the patterns: removes their lines from .gitattributes, \
-as `git lfs untrack` does. Files already committed keep their LFS pointers."
+as `git lfs untrack` does. Files already committed keep their LFS pointers.",
+    after_long_help = "Example:\n  git xet untrack '*.bin' && git commit -m 'Stop tracking *.bin' .gitattributes"
 )]
 pub struct UntrackArgs {
     /// Patterns previously given to `track`.
@@ -233,7 +252,8 @@ pub fn install(args: &InstallArgs) -> CmdResult {
                 lfs_args.push("--skip-repo");
                 git.run(&lfs_args)?;
                 say!(
-                    "ran `git {}`: git-lfs did not install its hooks because this repository                      has its own (`git lfs update --manual` explains how to merge them)",
+                    "ran `git {}`: git-lfs did not install its hooks because this repository \
+                     has its own (`git lfs update --manual` explains how to merge them)",
                     lfs_args.join(" ")
                 );
             }
