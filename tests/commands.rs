@@ -610,6 +610,10 @@ fn a_users_own_pre_push_hook_is_kept_and_still_runs() {
 
     let out = ok(&s.git_xet(&repo, &["install", "--local"]), "install");
     assert!(out.contains("your hook moved to"), "{out}");
+    assert!(
+        out.contains("git-lfs did not install its hooks because this repository has its own ("),
+        "{out}"
+    );
     assert_eq!(
         std::fs::read_to_string(hooks.join("pre-push.before-xet")).unwrap(),
         user_hook
@@ -734,6 +738,53 @@ fn pre_push_stops_when_xet_is_expected_but_not_registered() {
     assert!(!s
         .git(&bare, &["for-each-ref", "refs/heads/plain"])
         .is_empty());
+}
+
+#[test]
+fn pre_push_gives_the_fix_for_settings_install_does_not_write() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    let bare = s.standalone_repo_with_origin();
+    std::fs::write(repo.join("model.bin"), content(4, 10_000)).unwrap();
+    s.git(&repo, &["add", "."]);
+    s.git(&repo, &["commit", "-q", "-m", "model"]);
+
+    // `git xet install` would not change lfs.basictransfersonly: the hook says what does.
+    s.git(
+        &repo,
+        &["config", "--local", "lfs.basictransfersonly", "true"],
+    );
+    let err = stderr(&s.git_out(&repo, &["push", "origin", "main"]));
+    assert!(err.contains("git-xet: push stopped"), "{err}");
+    assert!(err.contains("lfs.basictransfersonly is true"), "{err}");
+    assert!(
+        err.contains("Fix it with:    git config --local --unset lfs.basictransfersonly"),
+        "{err}"
+    );
+    assert!(!err.contains("Fix it with:    git xet install"), "{err}");
+    s.git(
+        &repo,
+        &["config", "--local", "--unset", "lfs.basictransfersonly"],
+    );
+
+    s.git(
+        &repo,
+        &[
+            "config",
+            "--local",
+            "lfs.customtransfer.xet.direction",
+            "download",
+        ],
+    );
+    let err = stderr(&s.git_out(&repo, &["push", "origin", "main"]));
+    assert!(
+        err.contains("git config --local --unset lfs.customtransfer.xet.direction"),
+        "{err}"
+    );
+    assert!(
+        s.git(&bare, &["for-each-ref"]).is_empty(),
+        "nothing was pushed"
+    );
 }
 
 #[test]
@@ -933,7 +984,11 @@ fn install_sh_builds_registers_and_runs_the_demo_when_there_is_one() {
 
     let (log, out) = run_install_sh(&[], true);
     ok(&out, "install.sh");
+    let man = log
+        .find("git-xet man\n")
+        .expect("the man pages were installed");
     let install = log.find("git-xet install\n").expect("git xet install ran");
+    assert!(man < install, "{log}");
     let demo = log.find("git-xet demo\n").expect("the demo ran");
     assert!(install < demo, "{log}");
 
