@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use super::CmdResult;
 use crate::git::{Git, Scope};
+use crate::lfs::settings::EndpointSpec;
 
 /// `println!` through [`crate::redact`]: what install prints never shows a password.
 macro_rules! say {
@@ -174,35 +175,13 @@ fn password_warning(endpoint: &str, scope: Scope) -> Option<String> {
     ))
 }
 
-/// Turns a directory endpoint into an absolute path; URLs are kept as they are.
+/// The endpoint as install writes it: parsed by the same parser as every reader of it
+/// ([`EndpointSpec::parse`], relative to the current directory), so `HTTP://host` is a URL,
+/// `s3://…` is refused, and `~/store` is in the home directory.
 fn normalise_endpoint(endpoint: &str) -> Result<String, Box<dyn std::error::Error>> {
-    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
-        return Ok(endpoint.trim_end_matches('/').to_string());
-    }
-    let path = PathBuf::from(endpoint.strip_prefix("file://").unwrap_or(endpoint));
-    let abs = if path.is_absolute() {
-        path
-    } else {
-        std::env::current_dir()?.join(path)
-    };
-    Ok(lexically_clean(&abs).to_string_lossy().into_owned())
-}
-
-/// `abs` without `.` and `..` components, resolved by name (the directory may not exist yet,
-/// so the filesystem is not asked): `/a/b/../c/.` becomes `/a/c`.
-fn lexically_clean(abs: &std::path::Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in abs.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    Ok(EndpointSpec::parse(endpoint, &cwd)?.config_value())
 }
 
 pub fn install(args: &InstallArgs) -> CmdResult {
@@ -416,21 +395,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_are_made_absolute_and_clean() {
-        assert_eq!(
-            lexically_clean(std::path::Path::new("/a/b/../c/./d")),
-            PathBuf::from("/a/c/d")
-        );
+    fn endpoints_are_written_as_the_readers_parse_them() {
         assert_eq!(
             normalise_endpoint("https://x.example/").unwrap(),
             "https://x.example"
+        );
+        assert_eq!(
+            normalise_endpoint("HTTP://x.example:8080").unwrap(),
+            "http://x.example:8080"
         );
         assert_eq!(
             normalise_endpoint("file:///srv/../srv/xet").unwrap(),
             "/srv/xet"
         );
         let rel = normalise_endpoint("../store").unwrap();
-        assert!(!rel.contains("..") && rel.ends_with("/store"), "{rel}");
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            PathBuf::from(&rel),
+            crate::lfs::settings::lexically_clean(&cwd.join("../store"))
+        );
+        let e = normalise_endpoint("s3://bucket/x").unwrap_err().to_string();
+        assert!(e.contains("not usable"), "{e}");
+        let home = std::env::var_os("HOME").expect("HOME is set");
+        assert_eq!(
+            PathBuf::from(normalise_endpoint("~/store").unwrap()),
+            crate::lfs::settings::lexically_clean(&PathBuf::from(home).join("store"))
+        );
     }
 
     #[test]
