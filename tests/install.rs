@@ -103,8 +103,18 @@ fn install_is_idempotent_and_uninstall_removes_exactly_what_it_wrote() {
         !s.global("filter.lfs.process").is_empty(),
         "git-lfs's filters stay"
     );
+    // …and uninstall says so, with the command that removes them, which does.
+    assert!(
+        out.contains("left in place: git-lfs's own setup (filter.lfs.*")
+            && out.contains("`git lfs uninstall` removes it"),
+        "{out}"
+    );
     let out = ok(&s.git_xet(cwd, &["uninstall"]));
     assert!(out.contains("was not installed"), "{out}");
+    s.git(cwd, &["lfs", "uninstall"]);
+    assert_eq!(s.global("filter.lfs.process"), "");
+    let out = ok(&s.git_xet(cwd, &["uninstall"]));
+    assert!(!out.contains("left in place"), "{out}");
 }
 
 #[test]

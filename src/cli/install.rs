@@ -358,6 +358,20 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
     } else {
         say!("git-xet is uninstalled ({} configuration)", scope.name());
     }
+    // git-lfs's own setup stays (other repositories may rely on it); say how to remove it.
+    if git
+        .config_get_in(Some(scope), "filter.lfs.process")?
+        .is_some()
+    {
+        let flag = match scope {
+            Scope::Global => String::new(),
+            other => format!(" {}", other.flag()),
+        };
+        say!(
+            "left in place: git-lfs's own setup (filter.lfs.*, from `git lfs install`); \
+             `git lfs uninstall{flag}` removes it, which turns Git LFS off"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
