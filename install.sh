@@ -11,7 +11,8 @@ Installs git-xet from this source checkout:
   1. git and git-lfs, if missing (apt-get on Debian/Ubuntu, with sudo unless root;
      Homebrew on macOS)
   2. Rust through rustup, if cargo is missing (asks first), and a C compiler
-  3. git-xet: cargo install --path . --locked   (into ~/.cargo/bin)
+  3. git-xet: cargo install --path . --locked   (into ~/.cargo/bin), and its man pages
+     (git xet man: into ~/.cargo/share/man/man1, where `git help xet` finds them)
   4. git xet install: registers git-xet with Git LFS in your global git configuration
   5. git xet demo, if this git-xet has that command
 
@@ -22,7 +23,7 @@ Options:
   --no-demo               do not run `git xet demo` at the end
   -h, --help              show this help
 
-Undo with: git xet uninstall; cargo uninstall git-xet
+Undo with: git xet uninstall; cargo uninstall git-xet; rm ~/.cargo/share/man/man1/git-xet*.1
 EOF
 }
 
@@ -60,7 +61,9 @@ while [ $# -gt 0 ]; do
 done
 case $endpoint in
     -*) die "--endpoint needs a value: a git xet serve URL or a directory (got $endpoint)" ;;
-    '' | http://* | https://* | file://* | /*) ;;
+    # URLs (git xet install parses and checks them), absolute paths and ~/… (which git xet
+    # install expands) go through as they are.
+    '' | *://* | /* | '~' | '~/'*) ;;
     # A relative directory is relative to where the script was started, not to the checkout.
     *) endpoint="$(pwd)/$endpoint" ;;
 esac
@@ -191,6 +194,15 @@ if [ -x "$bin_dir/git-xet" ]; then
 fi
 command -v git-xet >/dev/null 2>&1 || die "git-xet was built but cannot be found in $bin_dir or on PATH"
 say "installed $(command -v git-xet) ($(git-xet --version))"
+
+# The man pages, beside the binary: `man` searches <dir>/../share/man for each <dir> on PATH, so
+# `git xet --help` (which git turns into `git help xet`, i.e. `man git-xet`) finds them.
+if "$bin_dir/git-xet" man --help >/dev/null 2>&1; then
+    say "installing the man pages: git xet man"
+    "$bin_dir/git-xet" man || warn "could not install the man pages; \`git xet <command> --help\` works without them"
+    command -v man >/dev/null 2>&1 ||
+        warn "man is not installed, so \`git xet --help\` cannot show the manual: install man-db, or use \`git xet <command> --help\`"
+fi
 
 # 4. Register it with Git LFS, from outside any repository (`git lfs install` also sets up
 # hooks in the repository it runs in).

@@ -294,13 +294,12 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
 }
 
 #[test]
+#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn files_cross_between_git_and_the_reference_client() {
     if !tools_available() {
         return;
     }
-    let Some(python) = common::reference_python() else {
-        return;
-    };
+    let python = common::reference_python();
     let peer = common::hfxet::Peer {
         python,
         env: Vec::new(),

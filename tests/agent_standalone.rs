@@ -65,6 +65,10 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
         log.contains("uploaded"),
         "the agent did the uploads:\n{log}"
     );
+    assert!(
+        !log.contains('\x1b'),
+        "no colour codes in the log file:\n{log:?}"
+    );
     let after_first = dir_bytes(&store.join("xorbs"));
     assert!(after_first > 0, "xorbs were stored in {}", store.display());
     assert!(
@@ -266,6 +270,20 @@ fn demo_round_trips_and_reports_a_small_second_push() {
             .parse()
             .unwrap()
     };
+    // It ends with how to use git-xet on a real repository, not with what install.sh just ran.
+    assert!(
+        !out.stdout.contains("Set it up for your repositories"),
+        "{}",
+        out.stdout
+    );
+    for step in [
+        "git xet serve --data",
+        "lfs.url",
+        "--endpoint",
+        "git xet status",
+    ] {
+        assert!(out.stdout.contains(step), "{step}: {}", out.stdout);
+    }
     let first = ratio("first");
     let edited = ratio("after the edit");
     assert!(first > 50.0 && first <= 100.0, "first push ratio {first}");

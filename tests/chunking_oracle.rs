@@ -1,8 +1,9 @@
 //! Differential test against the reference client: `hash_file` must give the same file hash and
 //! size as `hf_xet.hash_files` (the Python package of huggingface/xet-core).
 //!
-//! The reference client is found by `common::reference_python`: skipped with a message when it is
-//! missing, except under `CI=true`, where the test fails.
+//! The reference client is found by `common::reference_python`. The test is `#[ignore]`d:
+//! `cargo test -- --include-ignored` (what CI runs) runs it, and it fails when the client is
+//! missing.
 
 mod common;
 
@@ -39,10 +40,9 @@ fn reference_hashes(python: &Path, paths: &[PathBuf]) -> Vec<(String, u64)> {
 }
 
 #[test]
+#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn hash_file_matches_hf_xet() {
-    let Some(python) = common::reference_python() else {
-        return;
-    };
+    let python = common::reference_python();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut low_entropy = splitmix64(9, 1_000_000);
     low_entropy.extend(std::iter::repeat_n(0u8, 700_000));

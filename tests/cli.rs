@@ -209,3 +209,204 @@ fn version_and_help_on_every_command() {
     let out = git_xet(&["no-such-command"]);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
 }
+
+/// The long help of a subcommand, and one phrase only that long help has.
+const LONG_HELP: &[(&str, &str)] = &[
+    (
+        "install",
+        "standalone mode (lfs.standalonetransferagent=xet)",
+    ),
+    ("uninstall", "filter.lfs block"),
+    ("track", "Commit .gitattributes"),
+    ("untrack", "keep their LFS pointers"),
+    ("demo", "Your git configuration is not touched"),
+    ("inspect", "at which byte offset"),
+    ("serve", "<public URL>/<repo>/info/lfs"),
+    ("transfer", "GIT_XET_LOG_LEVEL"),
+];
+
+#[test]
+fn every_subcommand_shows_its_long_help_with_examples() {
+    for (cmd, phrase) in LONG_HELP {
+        for args in [vec![*cmd, "--help"], vec!["help", *cmd]] {
+            let out = git_xet(&args);
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            let text = stdout(&out);
+            assert!(text.contains(phrase), "{args:?} lacks {phrase:?}:\n{text}");
+            assert!(text.contains("Example"), "{args:?} has no example:\n{text}");
+        }
+        // The short help stays short: the one-line description, not the long text.
+        let short = stdout(&git_xet(&[cmd, "-h"]));
+        assert!(
+            !short.contains(phrase),
+            "{cmd} -h shows the long help:\n{short}"
+        );
+    }
+    let uninstall = stdout(&git_xet(&["uninstall", "--help"]));
+    assert!(!uninstall.contains("Write to"), "{uninstall}");
+}
+
+/// Every subcommand `git-xet --help` lists (the names of its "Commands:" section).
+fn listed_subcommands() -> Vec<String> {
+    let help = stdout(&git_xet(&["--help"]));
+    let section = help.split("Commands:").nth(1).expect("a Commands section");
+    let section = section.split("\n\n").next().unwrap();
+    section
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn man_pages_exist_for_every_subcommand_and_git_help_finds_them() {
+    let root = tempfile::tempdir().unwrap();
+    // A prefix laid out as after `cargo install`: bin/git-xet, and the pages in share/man/man1,
+    // where `man` looks for the pages of a program on PATH.
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_git-xet"), bin.join("git-xet")).unwrap();
+    let man1 = root.path().join("share/man/man1");
+    let out = git_xet(&["man", "--dir", man1.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&man1.display().to_string()),
+        "{}",
+        stdout(&out)
+    );
+
+    let subcommands = listed_subcommands();
+    assert!(subcommands.len() >= 17, "{subcommands:?}");
+    for cmd in &subcommands {
+        let page = man1.join(format!("git-xet-{cmd}.1"));
+        let text = std::fs::read_to_string(&page)
+            .unwrap_or_else(|e| panic!("no man page for {cmd}: {}: {e}", page.display()));
+        // roff writes a hyphen as `\-`.
+        let name = format!("git\\-xet\\-{}", cmd.replace('-', "\\-"));
+        assert!(
+            text.contains(&name),
+            "{} does not name {cmd}",
+            page.display()
+        );
+    }
+    for (cmd, phrase) in LONG_HELP {
+        let text = std::fs::read_to_string(man1.join(format!("git-xet-{cmd}.1"))).unwrap();
+        let first_word = phrase
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .replace('-', "\\-");
+        assert!(
+            text.contains(&first_word),
+            "the {cmd} page lacks its long help"
+        );
+    }
+    assert!(man1.join("git-xet.1").is_file());
+    assert!(man1.join("git-xet-cache-prune.1").is_file());
+
+    // `git xet --help` is `git help xet`, which runs `man git-xet`.
+    let path = std::env::join_paths(
+        std::iter::once(bin.clone())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    for args in [&["xet", "--help"][..], &["help", "xet"]] {
+        let out = Command::new("git")
+            .args(args)
+            .env("PATH", &path)
+            .env("HOME", root.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env_remove("MANPATH")
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat")
+            .output()
+            .expect("run git");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("git-xet"), "git {args:?}:\n{text}");
+    }
+    // A subcommand's page, as `man` finds it through PATH.
+    let install = Command::new("man")
+        .arg("git-xet-install")
+        .env("PATH", &path)
+        .env("HOME", root.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("MANPATH")
+        .env("MANPAGER", "cat")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&install.stdout);
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    assert!(text.contains("standalone mode"), "{text}");
+}
+
+#[test]
+fn status_json_into_a_closed_pipe_exits_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_git-xet"))
+        .args(["status", "--json"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.stderr, b"", "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}", out.status);
+    // The same for a command that prints with println! (`man`).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_git-xet"))
+        .args(["man", "--dir", dir.path().to_str().unwrap()])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.stderr, b"", "{}", stderr(&out));
+    assert!(out.status.success(), "{:?}", out.status);
+}
+
+#[test]
+fn serve_on_a_busy_port_fails_before_it_touches_the_data_directory() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = git_xet(&[
+        "serve",
+        "--listen",
+        &addr,
+        "--token",
+        "0123456789abcdef0123",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&addr), "{}", stderr(&out));
+    assert!(!data.exists(), "the data directory was created");
+}
+
+#[test]
+fn the_server_log_in_a_file_has_no_colour_codes() {
+    use std::io::{Read, Write};
+    let server = common::server::ServeProcess::start(&[]);
+    let mut conn = common::server::connect(server.addr);
+    conn.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let log = server.log();
+    assert!(log.contains("git-xet serve ready"), "{log}");
+    assert!(
+        !log.contains('\x1b'),
+        "colour codes in the log file: {log:?}"
+    );
+}

@@ -610,6 +610,10 @@ fn a_users_own_pre_push_hook_is_kept_and_still_runs() {
 
     let out = ok(&s.git_xet(&repo, &["install", "--local"]), "install");
     assert!(out.contains("your hook moved to"), "{out}");
+    assert!(
+        out.contains("git-lfs did not install its hooks because this repository has its own ("),
+        "{out}"
+    );
     assert_eq!(
         std::fs::read_to_string(hooks.join("pre-push.before-xet")).unwrap(),
         user_hook
@@ -734,6 +738,53 @@ fn pre_push_stops_when_xet_is_expected_but_not_registered() {
     assert!(!s
         .git(&bare, &["for-each-ref", "refs/heads/plain"])
         .is_empty());
+}
+
+#[test]
+fn pre_push_gives_the_fix_for_settings_install_does_not_write() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    let bare = s.standalone_repo_with_origin();
+    std::fs::write(repo.join("model.bin"), content(4, 10_000)).unwrap();
+    s.git(&repo, &["add", "."]);
+    s.git(&repo, &["commit", "-q", "-m", "model"]);
+
+    // `git xet install` would not change lfs.basictransfersonly: the hook says what does.
+    s.git(
+        &repo,
+        &["config", "--local", "lfs.basictransfersonly", "true"],
+    );
+    let err = stderr(&s.git_out(&repo, &["push", "origin", "main"]));
+    assert!(err.contains("git-xet: push stopped"), "{err}");
+    assert!(err.contains("lfs.basictransfersonly is true"), "{err}");
+    assert!(
+        err.contains("Fix it with:    git config --local --unset lfs.basictransfersonly"),
+        "{err}"
+    );
+    assert!(!err.contains("Fix it with:    git xet install"), "{err}");
+    s.git(
+        &repo,
+        &["config", "--local", "--unset", "lfs.basictransfersonly"],
+    );
+
+    s.git(
+        &repo,
+        &[
+            "config",
+            "--local",
+            "lfs.customtransfer.xet.direction",
+            "download",
+        ],
+    );
+    let err = stderr(&s.git_out(&repo, &["push", "origin", "main"]));
+    assert!(
+        err.contains("git config --local --unset lfs.customtransfer.xet.direction"),
+        "{err}"
+    );
+    assert!(
+        s.git(&bare, &["for-each-ref"]).is_empty(),
+        "nothing was pushed"
+    );
 }
 
 #[test]
@@ -933,7 +984,11 @@ fn install_sh_builds_registers_and_runs_the_demo_when_there_is_one() {
 
     let (log, out) = run_install_sh(&[], true);
     ok(&out, "install.sh");
+    let man = log
+        .find("git-xet man\n")
+        .expect("the man pages were installed");
     let install = log.find("git-xet install\n").expect("git xet install ran");
+    assert!(man < install, "{log}");
     let demo = log.find("git-xet demo\n").expect("the demo ran");
     assert!(install < demo, "{log}");
 
@@ -942,4 +997,111 @@ fn install_sh_builds_registers_and_runs_the_demo_when_there_is_one() {
     assert!(log.contains("git-xet demo --help"), "{log}");
     assert!(!log.contains("git-xet demo\n"), "{log}");
     assert!(text.contains("no demo"), "{text}");
+}
+
+/// The shell blocks of a README section, in order.
+fn readme_shell_blocks(heading: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("README has no {heading:?}"));
+    let section = section.split("\n### ").next().unwrap();
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_readme_walkthrough_works_as_written() {
+    if !common::git::tools_available() {
+        return;
+    }
+    let blocks = readme_shell_blocks("### Walkthrough: your own server (negotiated mode)");
+    assert_eq!(
+        blocks.len(),
+        3,
+        "server, once per machine, repository: {blocks:#?}"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // Changed from the README only: the port (a free one), the model file (made here), a
+    // lifetime for the server, and waiting for it to listen.
+    let mut script = String::from("set -eux\n");
+    let substitute = |text: &str, from: &str, to: &str| -> String {
+        assert!(
+            text.contains(from),
+            "the README no longer has {from:?}:\n{text}"
+        );
+        text.replace(from, to)
+    };
+    let server = substitute(&blocks[0], "127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+    let server = substitute(
+        &server,
+        "git xet serve --data",
+        "git xet serve --max-lifetime 200 --data",
+    );
+    script.push_str(&server);
+    script.push_str(&format!(
+        "server=$!\ntrap 'kill $server' EXIT\n\
+         until (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; do sleep 0.1; done\n"
+    ));
+    script.push_str(&substitute(
+        &blocks[1],
+        "127.0.0.1:8080",
+        &format!("127.0.0.1:{port}"),
+    ));
+    let repo = substitute(&blocks[2], "127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+    let repo = substitute(
+        &repo,
+        "cp /path/to/model.safetensors .",
+        "head -c 3000000 /dev/urandom > model.safetensors",
+    );
+    script.push_str(&repo);
+    script.push_str(
+        "cmp copy/model.safetensors my-repo/model.safetensors\n\
+         test \"$(wc -l < my-repo/.git/xet/transfers.jsonl)\" -eq 1\n",
+    );
+
+    let s = Sandbox::new();
+    let home = s.home();
+    let mut c = Command::new("bash");
+    s.env(&mut c);
+    // Only what a new user has: an identity (no default branch name, no credential helper).
+    s.git(&home, &["config", "--global", "user.name", "New User"]);
+    s.git(
+        &home,
+        &["config", "--global", "user.email", "new@example.com"],
+    );
+    let path = std::env::join_paths(
+        std::iter::once(common::git::bin_dir())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let out = c
+        .current_dir(&home)
+        .env("PATH", path)
+        .arg("-c")
+        .arg(&script)
+        .env_remove("GIT_XET_ENDPOINT")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the walkthrough failed:\n{text}");
+    assert!(text.contains("negotiated"), "{text}");
+    assert!(
+        text.contains("credential from your git credential helper accepted"),
+        "{text}"
+    );
 }

@@ -103,8 +103,18 @@ fn install_is_idempotent_and_uninstall_removes_exactly_what_it_wrote() {
         !s.global("filter.lfs.process").is_empty(),
         "git-lfs's filters stay"
     );
+    // …and uninstall says so, with the command that removes them, which does.
+    assert!(
+        out.contains("left in place: git-lfs's own setup (filter.lfs.*")
+            && out.contains("`git lfs uninstall` removes it"),
+        "{out}"
+    );
     let out = ok(&s.git_xet(cwd, &["uninstall"]));
     assert!(out.contains("was not installed"), "{out}");
+    s.git(cwd, &["lfs", "uninstall"]);
+    assert_eq!(s.global("filter.lfs.process"), "");
+    let out = ok(&s.git_xet(cwd, &["uninstall"]));
+    assert!(!out.contains("left in place"), "{out}");
 }
 
 #[test]
@@ -177,4 +187,88 @@ fn track_and_untrack_edit_gitattributes_like_git_lfs() {
     let attrs = std::fs::read_to_string(repo.join(".gitattributes")).unwrap();
     assert!(!attrs.contains("*.safetensors"), "{attrs}");
     assert!(attrs.contains("data/*.bin"));
+}
+
+/// `git xet status --json`'s endpoint of the repository: (kind, value).
+fn status_endpoint(s: &Sandbox, repo: &Path, env_endpoint: Option<&str>) -> (String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_git-xet"));
+    s.env(&mut c);
+    c.env_remove("GIT_XET_ENDPOINT");
+    if let Some(e) = env_endpoint {
+        c.env("GIT_XET_ENDPOINT", e);
+    }
+    let out = ok(&c
+        .current_dir(repo)
+        .args(["status", "--json"])
+        .output()
+        .unwrap());
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let e = &v["repository"]["endpoint"];
+    (
+        e["kind"].as_str().unwrap_or_default().to_string(),
+        e["value"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn install_and_the_environment_read_an_endpoint_the_same_way() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    s.git(&repo, &["init", "-q"]);
+    let local = |key: &str| s.git(&repo, &["config", "--local", "--get", key]);
+    let home_store = s.home().join("store").to_string_lossy().into_owned();
+    let sub = repo.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+
+    for (given, kind, expected) in [
+        (
+            "HTTP://127.0.0.1:9/",
+            "http",
+            "http://127.0.0.1:9".to_string(),
+        ),
+        ("~/store", "dir", home_store.clone()),
+        ("file:///srv/./xet", "dir", "/srv/xet".to_string()),
+    ] {
+        // Written by install (from a subdirectory: relative paths are not what is tested here)…
+        ok(&s.git_xet(&sub, &["install", "--local", "--endpoint", given]));
+        assert_eq!(
+            local("xet.endpoint"),
+            expected,
+            "install --endpoint {given}"
+        );
+        assert_eq!(
+            status_endpoint(&s, &repo, None),
+            (kind.to_string(), expected.clone()),
+            "status of xet.endpoint = {given}"
+        );
+        // …and the same text in the environment means the same endpoint.
+        ok(&s.git_xet(&repo, &["uninstall", "--local"]));
+        assert_eq!(
+            status_endpoint(&s, &repo, Some(given)),
+            (kind.to_string(), expected.clone()),
+            "GIT_XET_ENDPOINT={given}"
+        );
+    }
+
+    // Not a directory named `s3:`: refused by install as by the agent, and nothing written.
+    let out = s.git_xet(
+        &repo,
+        &["install", "--local", "--endpoint", "s3://bucket/x"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("s3://bucket/x") && err.contains("not usable"),
+        "{err}"
+    );
+    assert_eq!(local("xet.endpoint"), "");
+    assert_eq!(local("lfs.standalonetransferagent"), "");
+    assert!(!repo.join("s3:").exists() && !sub.join("s3:").exists());
+
+    // A relative directory is relative to where install ran.
+    ok(&s.git_xet(&sub, &["install", "--local", "--endpoint", "../store"]));
+    assert_eq!(
+        Path::new(&local("xet.endpoint")),
+        repo.canonicalize().unwrap().join("store")
+    );
 }

@@ -14,6 +14,8 @@ use git_xet::format::{
 };
 use proptest::prelude::*;
 
+mod common;
+
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
     (0..s.len())
@@ -672,17 +674,58 @@ fn prefixes_of_a_bigger_shard() {
     }
 }
 
-/// Hand check against fresh reference output: `SHARD_REF_DIR=/some/dir cargo test --test shard --
-/// --ignored`, where the directory holds `*/xet/**/*.mdb` written by `hf_xet.upload_files(..,
-/// "local://DIR", ..)`. Every shard must parse, re-serialise to the same bytes and hash to its
-/// file name; shards of the local server's store must also be rebuilt from their upload form.
+/// Shards written now by the reference client: two files (one of them half a copy of the
+/// other, so the second shard deduplicates) uploaded with `hf_xet.upload_files` to a
+/// `local://` store in a temporary directory. Returns the directory that holds the store.
+fn fresh_reference_shards(dir: &Path) -> PathBuf {
+    let python = common::reference_python();
+    let inputs = dir.join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    let a = common::splitmix64(21, 1_500_000);
+    let mut b = a[..700_000].to_vec();
+    b.extend(common::splitmix64(22, 300_000));
+    std::fs::write(inputs.join("a.bin"), &a).unwrap();
+    std::fs::write(inputs.join("b.bin"), &b).unwrap();
+    let store = dir.join("store");
+    for name in ["a.bin", "b.bin"] {
+        let out = std::process::Command::new(&python)
+            .arg("-c")
+            .arg(
+                "import hf_xet, sys\n\
+                 hf_xet.upload_files([sys.argv[1]], 'local://' + sys.argv[2], None, None, None, 'model')",
+            )
+            .arg(inputs.join(name))
+            .arg(&store)
+            .env("HF_HOME", dir.join("hf"))
+            .env("HF_XET_TELEMETRY_ENABLED", "false")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hf_xet.upload_files: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    store
+}
+
+/// The reference client's shards, fresh: every shard it writes (its session and cache shards
+/// and the local store's) must parse, re-serialise to the same bytes and hash to its file name;
+/// the store's shards must also be rebuilt from their upload form. The shards come from
+/// [`fresh_reference_shards`], or, to check a directory by hand, from
+/// `SHARD_REF_DIR=/some/dir cargo test --test shard -- --ignored`, where the directory holds
+/// `*/xet/**/*.mdb` written by `hf_xet.upload_files(.., "local://DIR", ..)`.
 #[test]
-#[ignore]
-fn reference_dir_from_env() {
-    let Some(root) = std::env::var_os("SHARD_REF_DIR") else {
-        return;
+#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
+fn fresh_reference_shards_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let by_hand = std::env::var_os("SHARD_REF_DIR");
+    let root = match &by_hand {
+        Some(dir) => PathBuf::from(dir),
+        None => fresh_reference_shards(tmp.path()),
     };
-    let mut stack = vec![PathBuf::from(root)];
+    let mut store_shards = 0;
+    let mut stack = vec![root.clone()];
     let mut seen = 0;
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).unwrap() {
@@ -700,6 +743,7 @@ fn reference_dir_from_env() {
             assert_eq!(parsed.to_bytes().unwrap(), bytes, "{path:?}");
             assert_eq!(ShardHash::of(&bytes), name_hash(&path), "{path:?}");
             if path.to_string_lossy().contains("xorbs/shards") {
+                store_shards += 1;
                 let mut rebuilt = parsed.shard.clone();
                 for x in &mut rebuilt.xorbs {
                     for c in &mut x.chunks {
@@ -727,5 +771,8 @@ fn reference_dir_from_env() {
             seen += 1;
         }
     }
-    assert!(seen > 0);
+    assert!(seen > 0, "no shard under {}", root.display());
+    if by_hand.is_none() {
+        assert!(store_shards > 0, "no store shard under {}", root.display());
+    }
 }

@@ -16,8 +16,8 @@ use crate::store::shard_cache::{
 use crate::store::{ChunkCache, ShardCache};
 
 #[derive(Debug, clap::Args)]
-// The one-line description is the doc comment of `Command::Cache` in `cli/mod.rs`, which
-// overrides `about`/`long_about` here, so the details live in the after-help (as for `hash`).
+// The one-line description is the `about` of `Command::Cache` in `cli/mod.rs`; the details
+// follow it in the long help (`--help`, the man page).
 #[command(
     after_help = "Location: $GIT_XET_CACHE_DIR, else the user's cache directory; limit: \
 $GIT_XET_CACHE_MAX_SIZE per endpoint (default 1G). See --help for more.",

@@ -12,6 +12,21 @@ use std::process::{Command, ExitCode, Stdio};
 use super::CmdResult;
 use crate::lfs::journal::{self, Direction};
 
+/// What the demo ends with: how to use git-xet on a real repository. `git xet install` alone
+/// (which install.sh has just run) changes nothing for a repository whose LFS server does not
+/// offer Xet, such as GitHub's or GitLab's, so the ways that do are spelled out.
+const NEXT_STEPS: &str = "\n\
+To use it on a real repository, git-xet needs a place that speaks Xet for the chunks:\n\
+  - your own server (negotiated mode; clones work for everyone with git-xet or plain git-lfs):\n\
+      git xet serve --data ~/xet-data --listen 0.0.0.0:8080 --token-file ~/xet-tokens\n\
+      git config -f .lfsconfig lfs.url http://HOST:8080/team/repo/info/lfs   # and commit it\n\
+  - any git host (GitHub, GitLab, ...): keep the LFS objects on that server or in a directory\n\
+    (standalone mode; every clone needs git-xet installed the same way):\n\
+      git xet install --local --endpoint http://HOST:8080    # or --endpoint /shared/xet-store\n\
+  - Hugging Face Hub repositories that use Xet storage: nothing more; pushes already use git-xet.\n\
+Then `git xet status` in the repository says which mode applies and whether the server answers.\n\
+Details: `git xet --help`, `git xet install --help`, `git xet serve --help`.";
+
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Show what git-xet does, with real git and git-lfs, in a temporary \
@@ -19,7 +34,8 @@ directory: push a large file, change a small part of it, push again, and clone t
 fresh. Objects go through the git-xet agent into a local store (standalone mode with the \
 embedded store), so no server is needed. Prints, for each step, the bytes plain Git LFS would \
 have sent and the bytes git-xet sent.\n\nYour git configuration is not touched. Needs git and \
-git-lfs."
+git-lfs.",
+    after_long_help = "Examples:\n  git xet demo\n  git xet demo --size 256 --keep"
 )]
 pub struct DemoArgs {
     /// Size of the demo file in MiB.
@@ -202,6 +218,6 @@ fn demo(s: &Sandbox, args: &DemoArgs) -> Result<(), String> {
         mib(second),
         mib(plain[1])
     );
-    println!("Set it up for your repositories: `git xet install` (see `git xet install --help`).");
+    println!("{NEXT_STEPS}");
     Ok(())
 }

@@ -11,8 +11,8 @@ use super::CmdResult;
 use crate::pipeline::hasher::hash_file;
 
 #[derive(Debug, clap::Args)]
-// The subcommand's one-line description is the doc comment of `Command::Hash` in `cli/mod.rs`;
-// clap lets that override `about`/`long_about` here, so the details live in the after-help.
+// The one-line description is the `about` of `Command::Hash` in `cli/mod.rs`; the details
+// follow it in the long help (`--help`, the man page).
 #[command(
     after_help = "Output: one line per file, `<xet file hash> <size> <path>` (see --help).",
     after_long_help = "Each file is cut into content-defined chunks, each chunk is hashed with \

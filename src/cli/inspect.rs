@@ -23,7 +23,9 @@ Accepts a xorb in upload form (chunk region only) or stored form (with its foote
 in upload form (no lookup tables or footer) or complete form. The kind is detected from the \
 bytes. Chunk data is decompressed and every chunk hash, the xorb hash, offsets, counts and \
 lookup tables are checked. On malformed input the command prints what was wrong and at which \
-byte offset, and exits 1."
+byte offset, and exits 1.",
+    after_long_help = "Examples:\n  git xet inspect /srv/xet/xorbs/ab/<xorb hash>\n  \
+git xet inspect --verbose /srv/xet/shards/<hash>.mdb"
 )]
 pub struct InspectArgs {
     /// A xorb or shard file.

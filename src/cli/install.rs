@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use super::CmdResult;
 use crate::git::{Git, Scope};
+use crate::lfs::settings::EndpointSpec;
 
 /// `println!` through [`crate::redact`]: what install prints never shows a password.
 macro_rules! say {
@@ -26,13 +27,13 @@ macro_rules! say {
 #[derive(Debug, Clone, clap::Args)]
 #[group(multiple = false)]
 pub struct ScopeArgs {
-    /// Write to the user's configuration (~/.gitconfig); the default.
+    /// The user's configuration (~/.gitconfig); the default.
     #[arg(long)]
     pub global: bool,
-    /// Write to this repository's configuration (.git/config).
+    /// This repository's configuration (.git/config), and its pre-push hook.
     #[arg(long)]
     pub local: bool,
-    /// Write to the system configuration (/etc/gitconfig); usually needs root.
+    /// The system configuration (/etc/gitconfig); usually needs root.
     #[arg(long)]
     pub system: bool,
 }
@@ -67,7 +68,14 @@ stops with a message instead of falling back to whole-object uploads; otherwise 
 `git lfs pre-push`, then prints what the push's uploads sent and what deduplication saved. An \
 existing pre-push hook (git-lfs's or your own) is kept as pre-push.before-xet and still runs, \
 after the check.\n\n\
-Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote."
+Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote; to leave standalone mode but keep the agent, run `git xet uninstall` and then `git xet install` without --endpoint.",
+    after_long_help = "Examples:\n  \
+git xet install                        # every repository; the LFS server decides (negotiated)\n  \
+git xet install --local                # this repository only, plus the pre-push hook\n  \
+git xet install --endpoint https://xet.example.org   # standalone, for every repository\n  \
+git xet install --local --endpoint /shared/xet-store # standalone into a directory\n  \
+git xet install --local --remote mirror --endpoint https://xet.other.org\n  \
+git xet install --concurrency 1        # one agent process per transfer"
 )]
 pub struct InstallArgs {
     #[command(flatten)]
@@ -87,8 +95,15 @@ pub struct InstallArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Remove what `git xet install` wrote to the chosen scope (and nothing \
-else: values you set yourself stay). git-lfs's own configuration is left in place. With --local, \
-also removes git-xet's pre-push hook and puts back the hook it had replaced."
+else: values you set yourself stay): the agent's registration and, if install set them, standalone \
+mode and the endpoint. With --local, also removes git-xet's pre-push hook and puts back the hook \
+it had replaced. git-lfs then uses plain LFS transfers again.\n\n\
+Left in place: git-lfs's own configuration, the filter.lfs block that `git lfs install` wrote \
+(remove it with `git lfs uninstall`, which stops Git LFS altogether), your .gitattributes, the \
+local LFS objects, and git-xet's cache (`git xet cache clear` deletes it).",
+    after_long_help = "Examples:\n  git xet uninstall            # what `git xet install` wrote to ~/.gitconfig\n  \
+git xet uninstall --local    # what `git xet install --local` wrote to this repository\n  \
+git xet uninstall && git xet install   # from standalone (--endpoint) back to negotiated mode"
 )]
 pub struct UninstallArgs {
     #[command(flatten)]
@@ -99,7 +114,11 @@ pub struct UninstallArgs {
 #[command(
     long_about = "Track files matching the patterns with Git LFS (and so with git-xet): \
 adds `PATTERN filter=lfs diff=lfs merge=lfs -text` lines to .gitattributes, exactly as \
-`git lfs track` does. Without patterns, lists the tracked patterns."
+`git lfs track` does. Without patterns, lists the tracked patterns. Commit .gitattributes \
+with the files.",
+    after_long_help = "Examples:\n  git xet track '*.safetensors' '*.gguf'\n  \
+git add .gitattributes model.safetensors && git commit -m 'Add the model'\n  \
+git xet track                # list the tracked patterns"
 )]
 pub struct TrackArgs {
     /// Patterns, e.g. '*.safetensors' (quote them so the shell does not expand them).
@@ -109,7 +128,8 @@ pub struct TrackArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Stop tracking the patterns: removes their lines from .gitattributes, \
-as `git lfs untrack` does. Files already committed keep their LFS pointers."
+as `git lfs untrack` does. Files already committed keep their LFS pointers.",
+    after_long_help = "Example:\n  git xet untrack '*.bin' && git commit -m 'Stop tracking *.bin' .gitattributes"
 )]
 pub struct UntrackArgs {
     /// Patterns previously given to `track`.
@@ -155,35 +175,13 @@ fn password_warning(endpoint: &str, scope: Scope) -> Option<String> {
     ))
 }
 
-/// Turns a directory endpoint into an absolute path; URLs are kept as they are.
+/// The endpoint as install writes it: parsed by the same parser as every reader of it
+/// ([`EndpointSpec::parse`], relative to the current directory), so `HTTP://host` is a URL,
+/// `s3://…` is refused, and `~/store` is in the home directory.
 fn normalise_endpoint(endpoint: &str) -> Result<String, Box<dyn std::error::Error>> {
-    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
-        return Ok(endpoint.trim_end_matches('/').to_string());
-    }
-    let path = PathBuf::from(endpoint.strip_prefix("file://").unwrap_or(endpoint));
-    let abs = if path.is_absolute() {
-        path
-    } else {
-        std::env::current_dir()?.join(path)
-    };
-    Ok(lexically_clean(&abs).to_string_lossy().into_owned())
-}
-
-/// `abs` without `.` and `..` components, resolved by name (the directory may not exist yet,
-/// so the filesystem is not asked): `/a/b/../c/.` becomes `/a/c`.
-fn lexically_clean(abs: &std::path::Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in abs.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    Ok(EndpointSpec::parse(endpoint, &cwd)?.config_value())
 }
 
 pub fn install(args: &InstallArgs) -> CmdResult {
@@ -233,7 +231,8 @@ pub fn install(args: &InstallArgs) -> CmdResult {
                 lfs_args.push("--skip-repo");
                 git.run(&lfs_args)?;
                 say!(
-                    "ran `git {}`: git-lfs did not install its hooks because this repository                      has its own (`git lfs update --manual` explains how to merge them)",
+                    "ran `git {}`: git-lfs did not install its hooks because this repository \
+                     has its own (`git lfs update --manual` explains how to merge them)",
                     lfs_args.join(" ")
                 );
             }
@@ -359,6 +358,20 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
     } else {
         say!("git-xet is uninstalled ({} configuration)", scope.name());
     }
+    // git-lfs's own setup stays (other repositories may rely on it); say how to remove it.
+    if git
+        .config_get_in(Some(scope), "filter.lfs.process")?
+        .is_some()
+    {
+        let flag = match scope {
+            Scope::Global => String::new(),
+            other => format!(" {}", other.flag()),
+        };
+        say!(
+            "left in place: git-lfs's own setup (filter.lfs.*, from `git lfs install`); \
+             `git lfs uninstall{flag}` removes it, which turns Git LFS off"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -396,21 +409,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_are_made_absolute_and_clean() {
-        assert_eq!(
-            lexically_clean(std::path::Path::new("/a/b/../c/./d")),
-            PathBuf::from("/a/c/d")
-        );
+    fn endpoints_are_written_as_the_readers_parse_them() {
         assert_eq!(
             normalise_endpoint("https://x.example/").unwrap(),
             "https://x.example"
+        );
+        assert_eq!(
+            normalise_endpoint("HTTP://x.example:8080").unwrap(),
+            "http://x.example:8080"
         );
         assert_eq!(
             normalise_endpoint("file:///srv/../srv/xet").unwrap(),
             "/srv/xet"
         );
         let rel = normalise_endpoint("../store").unwrap();
-        assert!(!rel.contains("..") && rel.ends_with("/store"), "{rel}");
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            PathBuf::from(&rel),
+            crate::lfs::settings::lexically_clean(&cwd.join("../store"))
+        );
+        let e = normalise_endpoint("s3://bucket/x").unwrap_err().to_string();
+        assert!(e.contains("not usable"), "{e}");
+        let home = std::env::var_os("HOME").expect("HOME is set");
+        assert_eq!(
+            PathBuf::from(normalise_endpoint("~/store").unwrap()),
+            crate::lfs::settings::lexically_clean(&PathBuf::from(home).join("store"))
+        );
     }
 
     #[test]

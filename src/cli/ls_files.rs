@@ -29,7 +29,8 @@ the size, the share of the file that was already stored when it was uploaded (de
 transfer journal .git/xet/transfers.jsonl), and the path.\n\n\
 A file with no journal record but whose object is in the local LFS store is hashed now and \
 marked \"(computed)\"; its dedup is unknown (\"-\"). A file that is neither is marked \
-\"(not downloaded)\".\n\n\
+\"(not downloaded)\". A path with a control character (a newline, say), `\"` or `\\` is shown \
+quoted as git quotes it (\"a\\nb.bin\"); --json has it exactly.\n\n\
 With --json, one object {\"files\": [...]} with, per file: path, oid, size, xet_hash, \
 hash_source (journal, computed or null), direction (upload, download or null), dedup_bytes, \
 dedup_percent, transferred_bytes and endpoint (null when unknown).\n\n\
@@ -280,10 +281,42 @@ fn render(rows: &[Row], long: bool, out: &mut impl Write) -> std::io::Result<()>
         writeln!(
             out,
             "{hash:<hash_width$}  {size:>size_width$}  {dedup:>6}  {}{note}",
-            row.path
+            quote_path(&row.path)
         )?;
     }
     Ok(())
+}
+
+/// A path as one table cell, quoted as git quotes paths: as it is when it has no control
+/// character, `"` or `\`; else in double quotes with `\n`, `\t`, `\"`, `\\` and octal escapes
+/// (`\033`), so that a newline or an escape sequence in a file name cannot break the table or
+/// the terminal. `--json` keeps the name exact.
+fn quote_path(path: &str) -> std::borrow::Cow<'_, str> {
+    if !path
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        return path.into();
+    }
+    let mut quoted = String::with_capacity(path.len() + 2);
+    quoted.push('"');
+    for c in path.chars() {
+        match c {
+            '\n' => quoted.push_str("\\n"),
+            '\t' => quoted.push_str("\\t"),
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if c.is_control() => {
+                let mut buf = [0; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    quoted.push_str(&format!("\\{b:03o}"));
+                }
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted.into()
 }
 
 #[cfg(test)]
@@ -308,6 +341,39 @@ https://git-lfs.github.com/spec/v1\n\nfilepath: c\n    size: 3\n     oid: sha256
         assert_eq!(from_debug.len(), 2);
         assert_eq!(from_debug[0], files[0]);
         assert_eq!(from_debug[1].size, 3);
+    }
+
+    #[test]
+    fn control_characters_in_names_cannot_break_the_table() {
+        assert_eq!(quote_path("data/a b.bin"), "data/a b.bin");
+        assert_eq!(quote_path("ä.bin"), "ä.bin");
+        assert_eq!(quote_path("a\nb.bin"), r#""a\nb.bin""#);
+        assert_eq!(
+            quote_path("x\u{1b}[31m\t\"q\"\\"),
+            r#""x\033[31m\t\"q\"\\""#
+        );
+        assert_eq!(quote_path("c1\u{85}"), r#""c1\302\205""#);
+
+        let row = |path: &str| Row {
+            path: path.into(),
+            oid: "ab".repeat(32),
+            size: 5,
+            xet_hash: None,
+            hash_source: None,
+            direction: None,
+            dedup_bytes: None,
+            dedup_percent: None,
+            transferred_bytes: None,
+            endpoint: None,
+        };
+        let mut out = Vec::new();
+        render(&[row("evil\nXET HASH.bin"), row("ok.bin")], false, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            text.contains(r#""evil\nXET HASH.bin"  (not downloaded)"#),
+            "{text}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod inspect;
 mod install;
 mod ls_files;
 mod maintenance;
+mod man;
 mod prune;
 mod serve;
 mod status;
@@ -32,7 +33,8 @@ pub(crate) type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
     long_about = "git-xet makes `git push` and `git pull` of large files move only the bytes that \
 changed. It is a Git LFS custom transfer agent speaking the Xet protocol (content-defined chunks, \
 xorbs and shards, byte-compatible with Hugging Face's hf-xet), plus tools to inspect Xet objects.\n\n\
-Run `git-xet <command> --help` for the details of a command."
+Each command explains itself: `git xet <command> --help`, or its manual page \
+(`man git-xet-install`; `git xet man` installs the pages). Start with `git xet status`."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,45 +43,74 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the Xet file hash of each file, as the reference client computes it.
+    // Each one-line description is an explicit `about`, not a doc comment: clap turns a
+    // variant's doc comment into `about` *and* `long_about`, which would replace the
+    // `long_about` the subcommand's own `Args` struct sets, and `--help` would lose it.
+    #[command(
+        about = "Print the Xet file hash of each file, as the reference client computes it."
+    )]
     Hash(hash::HashArgs),
-    /// Print a readable dump of a xorb or a shard, validating every field.
+    #[command(about = "Print a readable dump of a xorb or a shard, validating every field.")]
     Inspect(inspect::InspectArgs),
-    /// Run a self-hosted Xet CAS server and Git LFS server.
+    #[command(about = "Run a self-hosted Xet CAS server and Git LFS server.")]
     Serve(serve::ServeArgs),
-    /// Register git-xet as Git LFS's `xet` transfer agent (optionally in standalone mode).
+    #[command(
+        about = "Register git-xet as Git LFS's `xet` transfer agent (optionally in standalone mode)."
+    )]
     Install(install::InstallArgs),
-    /// Remove what `git xet install` wrote.
+    #[command(about = "Remove what `git xet install` wrote.")]
     Uninstall(install::UninstallArgs),
-    /// Track files with Git LFS, as `git lfs track` does.
+    #[command(about = "Track files with Git LFS, as `git lfs track` does.")]
     Track(install::TrackArgs),
-    /// Stop tracking patterns, as `git lfs untrack` does.
+    #[command(about = "Stop tracking patterns, as `git lfs untrack` does.")]
     Untrack(install::UntrackArgs),
-    /// A push, edit, push and clone round trip in a temporary directory, with the bytes sent.
+    #[command(
+        about = "A push, edit, push and clone round trip in a temporary directory, with the bytes sent."
+    )]
     Demo(demo::DemoArgs),
-    /// The Git LFS transfer agent itself (git-lfs runs this).
+    #[command(about = "The Git LFS transfer agent itself (git-lfs runs this).")]
     Transfer(transfer::TransferArgs),
-    /// Show, prune or clear the local shard cache that speeds up deduplication.
+    #[command(about = "Show, prune or clear the local shard cache that speeds up deduplication.")]
     Cache(cache::CacheArgs),
-    /// Show whether git-xet is set up: registration, mode, endpoint, reachability, cache.
-    #[command(visible_alias = "env")]
+    #[command(
+        about = "Show whether git-xet is set up: registration, mode, endpoint, reachability, cache.",
+        visible_alias = "env"
+    )]
     Status(status::StatusArgs),
-    /// List the LFS files with their Xet hashes and how much of each was deduplicated.
-    #[command(name = "ls-files")]
+    #[command(
+        about = "List the LFS files with their Xet hashes and how much of each was deduplicated.",
+        name = "ls-files"
+    )]
     LsFiles(ls_files::LsFilesArgs),
-    /// Verify every object of a store; quarantine and report what is damaged (exit 2).
+    #[command(
+        about = "Verify every object of a store; quarantine and report what is damaged (exit 2)."
+    )]
     Scrub(maintenance::ScrubArgs),
-    /// Remove xorbs of a store that no file uses (interrupted pushes), after a grace period.
+    #[command(
+        about = "Remove xorbs of a store that no file uses (interrupted pushes), after a grace period."
+    )]
     Gc(maintenance::GcArgs),
-    /// What a push's uploads sent and what deduplication saved (the pre-push hook prints it).
-    #[command(name = "push-summary")]
+    #[command(
+        about = "What a push's uploads sent and what deduplication saved (the pre-push hook prints it).",
+        name = "push-summary"
+    )]
     PushSummary(summary::SummaryArgs),
-    /// Delete local LFS objects git-lfs would prune, only those the remote's endpoint holds.
+    #[command(
+        about = "Delete local LFS objects git-lfs would prune, only those the remote's endpoint holds."
+    )]
     Prune(prune::PruneArgs),
+    #[command(about = "Write the manual pages (git help xet, man git-xet-install, …).")]
+    Man(man::ManArgs),
+}
+
+/// The whole command line definition (for the man pages).
+pub(crate) fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
 pub fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Hash(args) => hash::run(args),
@@ -98,9 +129,12 @@ pub fn main() -> ExitCode {
         Command::Gc(args) => maintenance::gc(args),
         Command::PushSummary(args) => summary::run(args),
         Command::Prune(args) => prune::run(args),
+        Command::Man(args) => man::run(args),
     };
     match result {
         Ok(code) => code,
+        // The reader of our output went away (`git xet status --json | head`): nothing to say.
+        Err(err) if is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,
         Err(err) => {
             // Whatever failed, a secret in its message is not shown.
             crate::lfs::settings::register_env_secrets();
@@ -111,6 +145,43 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `err`, or an error it wraps, is an `EPIPE` (the other end of a pipe was closed).
+fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Makes `println!` into a closed pipe end the process quietly (exit 0) instead of panicking
+/// with "failed printing to stdout: Broken pipe". Commands that write through a `Write` get
+/// the same treatment from [`is_broken_pipe`] in [`main`]. The agent (`transfer`) talks to
+/// git-lfs on stdout with explicit writes and reports its own errors; it never gets here.
+fn quiet_on_broken_pipe() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        #[cfg(unix)]
+        if message.starts_with("failed printing to stdout")
+            && message.contains(&std::io::Error::from_raw_os_error(libc::EPIPE).to_string())
+        {
+            std::process::exit(0);
+        }
+        previous(info)
+    }));
 }
 
 #[cfg(test)]

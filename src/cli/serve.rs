@@ -12,10 +12,22 @@ use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Run a self-hosted Xet CAS server and Git LFS server.\n\n\
-Stores xorbs, shards and its index under --data. Git clients point `lfs.url` at \
-<public URL>/<repo path>/info/lfs; the batch API hands Xet-capable agents a CAS URL and short-lived \
-tokens, and serves plain `basic` LFS transfers too. The reference client (hf-xet) can use the CAS \
-API at the public URL directly, with a token as bearer.\n\n\
+Stores xorbs, shards and its index under --data.\n\n\
+URL layout: the server has no list of repositories. Every path of the form \
+<public URL>/<repo>/info/lfs is a Git LFS endpoint, where <repo> is any path of one or more \
+segments you choose (team/models, team/models.git); set it as the repository's lfs.url, \
+e.g. `git config -f .lfsconfig lfs.url https://xet.example.org/team/models.git/info/lfs`, and \
+commit .lfsconfig so that clones use it too. All repositories share one store (a chunk stored \
+for one is deduplicated for all) and one set of tokens; <repo> separates their locks. The batch \
+API (<repo>/info/lfs/objects/batch) offers the `xet` transfer to git-xet's agent, with a CAS URL \
+(<public URL>) and short-lived tokens refreshed at <repo>/info/lfs/xet-token/…, \
+and plain `basic` transfers to other clients. For standalone mode (`git xet install --endpoint \
+URL`), URL is the public URL itself. The reference client (hf-xet) can use the CAS API at the \
+public URL directly, with a token as bearer.\n\n\
+Credentials: git sends a token as the password of the LFS URL (any user name), through its \
+credential helper (`git config --global credential.helper store`, or your platform's), e.g. \
+`printf 'url=https://xet.example.org\\nusername=git\\npassword=TOKEN\\n\\n' | git credential \
+approve`.\n\n\
 Tokens: --token grants read and write, --read-token read only (each at least 16 characters). \
 Tokens given on the command line are visible to other local users in the process list; prefer \
 --token-file (lines `write <secret> [<name>]` / `read <secret> [<name>]`) or the environment \
@@ -43,7 +55,10 @@ xet gc` and `git xet scrub` cannot open DIR.\n\n\
 Logs go to stderr (RUST_LOG sets the level, default info). SIGINT or SIGTERM stops accepting \
 connections, lets the requests in flight finish for at most --shutdown-timeout seconds, then \
 closes what is left.",
-    after_long_help = "Example:\n  git-xet serve --data /srv/xet --listen 0.0.0.0:8080 \\\n      --public-url https://xet.example.org --token-file /etc/git-xet/tokens"
+    after_long_help = "Examples:\n  git xet serve --data ~/xet-data --token \"$(openssl rand -hex 16)\"\n  \
+git-xet serve --data /srv/xet --listen 0.0.0.0:8080 \\\n      --public-url https://xet.example.org --token-file /etc/git-xet/tokens\n  \
+# then, in a repository:\n  \
+git config -f .lfsconfig lfs.url https://xet.example.org/team/models.git/info/lfs"
 )]
 pub struct ServeArgs {
     /// Directory of the store (created if missing; must be empty or an existing store).

@@ -21,7 +21,11 @@ Speaks git-lfs's custom transfer protocol on stdin/stdout: uploads are chunked, 
 sent as Xet xorbs and shards; downloads are rebuilt from Xet and handed to git-lfs. Registered by \
 `git xet install` as lfs.customtransfer.xet.\n\n\
 Logs go to stderr, which git-lfs shows with GIT_TRACE=1, and are appended to the file named by \
-GIT_XET_LOG if set. GIT_XET_LOG_LEVEL sets the filter (default info)."
+GIT_XET_LOG if set. GIT_XET_LOG_LEVEL sets the filter (default info).",
+    after_long_help = "Examples (what to run instead of this):\n  \
+GIT_XET_LOG=/tmp/xet.log git push      # the agent's log of one push\n  \
+GIT_TRACE=1 git lfs fetch              # git-lfs's trace, with the agent's stderr\n  \
+git xet status                         # is the agent registered, which mode and endpoint"
 )]
 pub struct TransferArgs {}
 

@@ -50,48 +50,79 @@ pub enum EndpointSpec {
 }
 
 impl EndpointSpec {
-    /// Parses an endpoint as written in configuration: an `http://` or `https://` URL, a
-    /// `file://` URL, or a directory path. A relative path is taken relative to `base`.
+    /// The one parser of endpoints, wherever they come from (`git xet install --endpoint`,
+    /// `xet.endpoint`, `remote.<name>.xetEndpoint`, `GIT_XET_ENDPOINT`), so that a value means
+    /// the same everywhere:
+    ///
+    /// - `http://…` or `https://…`, the scheme in any case (`HTTP://host` is `http://host`),
+    ///   without a trailing slash; it must name a host;
+    /// - `file:///path` (or `file://localhost/path`), the scheme in any case;
+    /// - any other `scheme://…` (`s3://bucket`) is refused rather than taken for a directory;
+    /// - `~` and `~/dir` are in the home directory;
+    /// - any other text is a directory, relative to `base` unless absolute.
+    ///
+    /// Directories come back absolute, without `.` and `..` (resolved by name: the directory
+    /// may not exist yet).
     pub fn parse(text: &str, base: &Path) -> Result<Self, SettingsError> {
         let text = text.trim();
+        let bad = |why: &str| SettingsError::BadEndpoint {
+            value: text.into(),
+            why: why.into(),
+        };
         if text.is_empty() {
-            return Err(SettingsError::BadEndpoint {
-                value: text.into(),
-                why: "it is empty".into(),
-            });
+            return Err(bad("it is empty"));
         }
-        let lower = text.to_ascii_lowercase();
-        if lower.starts_with("http://") || lower.starts_with("https://") {
-            let rest = &text[text.find("://").map_or(0, |i| i + 3)..];
-            if rest.is_empty() || rest.starts_with('/') {
-                return Err(SettingsError::BadEndpoint {
-                    value: text.into(),
-                    why: "the URL has no host".into(),
-                });
-            }
-            return Ok(EndpointSpec::Http(text.trim_end_matches('/').to_string()));
-        }
-        let path =
-            match text.strip_prefix("file://") {
-                Some(p) => PathBuf::from(p),
-                None if text.contains("://") => return Err(SettingsError::BadEndpoint {
-                    value: text.into(),
-                    why: "only http://, https:// and file:// URLs or directory paths are supported"
-                        .into(),
-                }),
-                None => match text.strip_prefix("~/") {
-                    Some(rest) => match std::env::var_os("HOME") {
-                        Some(home) => PathBuf::from(home).join(rest),
-                        None => PathBuf::from(text),
-                    },
-                    None => PathBuf::from(text),
-                },
+        if let Some((scheme, rest)) = text.split_once("://") {
+            let scheme = scheme.to_ascii_lowercase();
+            return match scheme.as_str() {
+                "http" | "https" => {
+                    if rest.is_empty() || rest.starts_with('/') {
+                        return Err(bad("the URL has no host"));
+                    }
+                    Ok(EndpointSpec::Http(format!(
+                        "{scheme}://{}",
+                        rest.trim_end_matches('/')
+                    )))
+                }
+                "file" => {
+                    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+                    if !path.starts_with('/') {
+                        return Err(bad(
+                            "a file:// URL needs an absolute path (file:///srv/xet-store);                              a relative directory can be given as a plain path",
+                        ));
+                    }
+                    Ok(EndpointSpec::Dir(lexically_clean(Path::new(path))))
+                }
+                _ => Err(bad(
+                    "only http:// and https:// (a `git xet serve`), file:// URLs and directory                      paths are supported",
+                )),
             };
-        Ok(EndpointSpec::Dir(if path.is_absolute() {
+        }
+        let path = match text.strip_prefix('~') {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                let home = std::env::var_os("HOME")
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| bad("it starts with ~ but HOME is not set"))?;
+                PathBuf::from(home).join(rest.trim_start_matches('/'))
+            }
+            _ => PathBuf::from(text),
+        };
+        let path = if path.is_absolute() {
             path
         } else {
             base.join(path)
-        }))
+        };
+        Ok(EndpointSpec::Dir(lexically_clean(&path)))
+    }
+
+    /// The endpoint as written to git configuration by `git xet install`: the URL as parsed
+    /// (password included: the configuration is where the user chose to keep it), or the
+    /// absolute directory.
+    pub fn config_value(&self) -> String {
+        match self {
+            EndpointSpec::Http(url) => url.clone(),
+            EndpointSpec::Dir(path) => path.to_string_lossy().into_owned(),
+        }
     }
 
     /// The endpoint as shown to users (a password in the URL masked).
@@ -101,6 +132,23 @@ impl EndpointSpec {
             EndpointSpec::Dir(path) => path.display().to_string(),
         }
     }
+}
+
+/// `path` without `.` and `..` components, resolved by name (the directory may not exist yet,
+/// so the filesystem is not asked): `/a/b/../c/.` becomes `/a/c`.
+pub fn lexically_clean(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// A setting that could not be read or makes no sense.
@@ -931,20 +979,81 @@ mod tests {
         );
         assert_eq!(
             EndpointSpec::parse("HTTP://127.0.0.1:8080", base).unwrap(),
-            EndpointSpec::Http("HTTP://127.0.0.1:8080".into())
+            EndpointSpec::Http("http://127.0.0.1:8080".into())
         );
         assert_eq!(
-            EndpointSpec::parse("file:///srv/xet", base).unwrap(),
-            EndpointSpec::Dir("/srv/xet".into())
+            EndpointSpec::parse("Https://git:tok@h.example/x/", base).unwrap(),
+            EndpointSpec::Http("https://git:tok@h.example/x".into())
         );
+        for file in [
+            "file:///srv/xet",
+            "FILE:///srv/./xet",
+            "file://localhost/srv/a/../xet",
+        ] {
+            assert_eq!(
+                EndpointSpec::parse(file, base).unwrap(),
+                EndpointSpec::Dir("/srv/xet".into()),
+                "{file}"
+            );
+        }
         assert_eq!(
             EndpointSpec::parse("store", base).unwrap(),
             EndpointSpec::Dir("/repo/store".into())
         );
-        for bad in ["", "http://", "https:///x", "s3://bucket"] {
+        assert_eq!(
+            EndpointSpec::parse("../shared/./store/", base).unwrap(),
+            EndpointSpec::Dir("/shared/store".into())
+        );
+        assert_eq!(
+            EndpointSpec::parse("~store", base).unwrap(),
+            EndpointSpec::Dir("/repo/~store".into()),
+            "only ~ and ~/ mean the home directory"
+        );
+        for bad in [
+            "",
+            "http://",
+            "https:///x",
+            "s3://bucket",
+            "s3://bucket/x",
+            "ssh://host/x",
+            "file://other-host/x",
+            "file://relative",
+        ] {
             let e = EndpointSpec::parse(bad, base).unwrap_err().to_string();
             assert!(e.contains("not usable"), "{bad}: {e}");
         }
+        let e = EndpointSpec::parse("s3://bucket/x", base)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http://") && e.contains("directory"), "{e}");
+        assert_eq!(
+            EndpointSpec::parse("/srv/x", base).unwrap().config_value(),
+            "/srv/x"
+        );
+        assert_eq!(
+            EndpointSpec::parse("HTTP://h:8080/", base)
+                .unwrap()
+                .config_value(),
+            "http://h:8080"
+        );
+    }
+
+    #[test]
+    fn a_home_endpoint_is_in_home() {
+        // HOME is read at parse time; no test changes it.
+        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+            panic!("HOME is not set in the test environment");
+        };
+        let home = PathBuf::from(home);
+        let base = Path::new("/repo");
+        assert_eq!(
+            EndpointSpec::parse("~/store", base).unwrap(),
+            EndpointSpec::Dir(lexically_clean(&home.join("store")))
+        );
+        assert_eq!(
+            EndpointSpec::parse("~", base).unwrap(),
+            EndpointSpec::Dir(lexically_clean(&home))
+        );
     }
 
     #[test]
