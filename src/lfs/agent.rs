@@ -39,7 +39,7 @@
 //! - **Upload paths** are opened non-blocking and must be regular files (a FIFO would block).
 //! - **Partial downloads** (`xet-<oid16>-*.part`) are locked while written; the next download
 //!   of the same object removes the ones a killed agent left (unlocked, not written to for
-//!   5 s).
+//!   5 s; the temp directory is read once per agent process).
 //! - **Secrets.** What goes to git-lfs and to the log is redacted ([`crate::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
@@ -311,6 +311,11 @@ struct Agent {
     shared: Option<(Arc<dyn Endpoint>, String, Instant)>,
     /// No shared server could be had: this process opens the store itself.
     shared_failed: bool,
+    /// The transfer journal, opened at the first record.
+    journal: Option<journal::Appender>,
+    /// Partial downloads in git-lfs's temp directory when this process first looked, by name
+    /// prefix (see [`remove_stale_parts`]).
+    parts: Option<std::collections::HashMap<String, Vec<PathBuf>>>,
 }
 
 impl Agent {
@@ -324,6 +329,8 @@ impl Agent {
             common_dir: None,
             shared: None,
             shared_failed: false,
+            journal: None,
+            parts: None,
         }
     }
 
@@ -512,13 +519,22 @@ impl Agent {
     }
 
     fn record(&mut self, record: Record) {
-        if let Some(dir) = self.common_dir() {
-            if let Err(e) = journal::append(&dir, &record) {
-                tracing::warn!(
-                    "cannot update the transfer journal in {}: {e}",
-                    dir.display()
-                );
-            }
+        let Some(dir) = self.common_dir() else {
+            return;
+        };
+        let appended = match &mut self.journal {
+            Some(j) => j.append(&record),
+            None => journal::Appender::open(&dir).and_then(|mut j| {
+                let appended = j.append(&record);
+                self.journal = Some(j);
+                appended
+            }),
+        };
+        if let Err(e) = appended {
+            tracing::warn!(
+                "cannot update the transfer journal in {}: {e}",
+                dir.display()
+            );
         }
     }
 
@@ -622,7 +638,8 @@ impl Agent {
     ) -> Result<PathBuf, String> {
         let lease = self.endpoint(t, Operation::Download)?;
         let endpoint = lease.get();
-        if t.size > 0 {
+        // Shows a large download has started (a small one completes as soon).
+        if t.size >= EARLY_PROGRESS_MIN {
             writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
         }
         let hash = find_xet_hash(endpoint, t)?;
@@ -667,8 +684,11 @@ impl Agent {
                 dir.display()
             )
         })?;
+        let parts = self.parts.get_or_insert_with(|| list_parts(&dir));
+        if let Some(found) = parts.remove(&part_prefix(&t.oid)) {
+            remove_stale_parts(&found);
+        }
         let prefix = part_prefix(&t.oid);
-        remove_stale_parts(&dir, &prefix);
         let tmp = tempfile::Builder::new()
             .prefix(&prefix)
             .suffix(PART_SUFFIX)
@@ -691,8 +711,10 @@ impl Agent {
                 return Err(format!("download of {} failed three times", t.oid));
             }
             let file = tmp.as_file();
-            file.set_len(0)
-                .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+            if attempt > 1 {
+                file.set_len(0)
+                    .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+            }
             let mut progress = |written: u64| -> std::io::Result<()> {
                 // Progress only moves forward, also when a second attempt starts over.
                 if written >= reported + (1 << 20) {
@@ -813,21 +835,38 @@ fn part_prefix(oid: &LfsOid) -> String {
     format!("xet-{}-", &oid.to_hex()[..16])
 }
 
-/// Removes the partial downloads of one object (names starting with `prefix`) that a killed
-/// agent left in `dir`: those nobody holds the lock of and that were not written to lately.
-/// Failures are logged, never fatal: the download goes on with a new file.
-fn remove_stale_parts(dir: &Path, prefix: &str) {
+/// Objects from this size on get a progress message as soon as their download starts.
+const EARLY_PROGRESS_MIN: u64 = 1 << 20;
+
+/// The partial downloads in `dir`, by [`part_prefix`]: the directory is read once per agent
+/// process, not once per download.
+fn list_parts(dir: &Path) -> std::collections::HashMap<String, Vec<PathBuf>> {
+    let mut out: std::collections::HashMap<String, Vec<PathBuf>> = Default::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return out;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !name.starts_with(prefix) || !name.ends_with(PART_SUFFIX) {
-            continue;
+        // `xet-` + 16 hex digits + `-`.
+        let prefix_len = "xet-".len() + 16 + 1;
+        if name.starts_with("xet-") && name.ends_with(PART_SUFFIX) && name.len() > prefix_len {
+            if let Some(prefix) = name.get(..prefix_len) {
+                out.entry(prefix.to_string())
+                    .or_default()
+                    .push(entry.path());
+            }
         }
-        let path = entry.path();
-        let recent = std::fs::symlink_metadata(&path).map_or(true, |m| {
+    }
+    out
+}
+
+/// Removes those of `parts` (the partial downloads of one object) that a killed agent left:
+/// nobody holds their lock and they were not written to lately. Failures are logged, never
+/// fatal: the download goes on with a new file.
+fn remove_stale_parts(parts: &[PathBuf]) {
+    for path in parts {
+        let recent = std::fs::symlink_metadata(path).map_or(true, |m| {
             !m.is_file()
                 || m.modified().map_or(true, |t| {
                     t.elapsed().map_or(true, |age| age < STALE_PART_AGE)
@@ -836,11 +875,11 @@ fn remove_stale_parts(dir: &Path, prefix: &str) {
         if recent {
             continue;
         }
-        let Ok(file) = std::fs::File::open(&path) else {
+        let Ok(file) = std::fs::File::open(path) else {
             continue;
         };
         match file.try_lock() {
-            Ok(()) => match std::fs::remove_file(&path) {
+            Ok(()) => match std::fs::remove_file(path) {
                 Ok(()) => {
                     tracing::info!(path = %path.display(), "removed a partial download a stopped agent left")
                 }

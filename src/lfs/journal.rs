@@ -74,18 +74,38 @@ pub fn path(common_dir: &Path) -> PathBuf {
 /// Appends `record` to the journal (creating it), its endpoint redacted ([`crate::redact`]: a
 /// password in an endpoint URL never lands in the journal).
 pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
-    let file = path(common_dir);
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
+    Appender::open(common_dir)?.append(record)
+}
+
+/// The journal kept open for appending: an agent records every object of its transfers
+/// through one. Each record is one `write` of a whole line to a file opened for appending, so
+/// lines of several agents never interleave.
+pub struct Appender {
+    file: std::fs::File,
+}
+
+impl Appender {
+    /// Opens (creating) the journal of the repository whose common git directory is
+    /// `common_dir`.
+    pub fn open(common_dir: &Path) -> std::io::Result<Self> {
+        let file = path(common_dir);
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&file)?;
+        Ok(Self { file })
     }
-    let record = Record {
-        endpoint: crate::redact::redact(&record.endpoint),
-        ..record.clone()
-    };
-    let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    let mut f = OpenOptions::new().create(true).append(true).open(&file)?;
-    f.write_all(&line)
+
+    /// Appends `record`, its endpoint redacted.
+    pub fn append(&mut self, record: &Record) -> std::io::Result<()> {
+        let record = Record {
+            endpoint: crate::redact::redact(&record.endpoint),
+            ..record.clone()
+        };
+        let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.file.write_all(&line)
+    }
 }
 
 /// The latest record per oid (uploads win over downloads of the same content, since they say
