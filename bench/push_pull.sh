@@ -36,6 +36,13 @@ use_recent_git_lfs
 build_release
 
 make_work push-bench
+# The file exists about nine times at once (input, work tree, two LFS object stores, the clone's
+# checkout, hf_xet's download, two server stores): check the space first.
+avail_mib=$(df --output=avail -B1M "$work" | tail -1 | tr -d ' ')
+if (( avail_mib < 9 * size_mib )); then
+    echo "bench: $work has ${avail_mib} MiB free; ${size_mib} MiB needs about $(( 9 * size_mib )) MiB" >&2
+    exit 2
+fi
 
 write_mixed "$work/input.bin" "$size_mib"
 size=$(stat -c %s "$work/input.bin")
