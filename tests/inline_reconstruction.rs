@@ -221,3 +221,48 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
         );
     }
 }
+
+#[test]
+fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
+    use git_xet::pipeline::upload::Endpoint as _;
+    let server = common::server::start();
+    let small = common::splitmix64(11, 150_000);
+    let large = common::splitmix64(12, 5 << 20);
+    let (small_oid, large_oid) = (put(&server, &small), put(&server, &large));
+    let lookup = |oid: &str, query: &str| {
+        client()
+            .get(format!("{}/v1/lfs-files/{oid}{query}", server.url()))
+            .header("Authorization", format!("Bearer {READ_TOKEN}"))
+            .send()
+            .unwrap()
+    };
+    let with: Value = lookup(&small_oid, "?reconstruction=v2").json().unwrap();
+    let plan = serde_json::from_value::<git_xet::store::wire::ReconstructionV2>(
+        with["reconstruction"].clone(),
+    )
+    .expect("the plan comes along")
+    .into_plan(None)
+    .unwrap();
+    assert_eq!(plan.file_size, small.len() as u64);
+    let without: Value = lookup(&small_oid, "").json().unwrap();
+    assert!(without.get("reconstruction").is_none(), "{without}");
+    let large_answer: Value = lookup(&large_oid, "?reconstruction=v2").json().unwrap();
+    assert!(large_answer.get("reconstruction").is_none());
+    assert_eq!(lookup(&small_oid, "?reconstruction=v9").status(), 400);
+
+    // The client keeps the plan for the download that follows: it needs no server for it.
+    let mut config = git_xet::store::RemoteConfig::new(
+        server.url(),
+        git_xet::store::TokenSource::fixed(Some(READ_TOKEN.into())),
+    );
+    config.retry = git_xet::store::RetryPolicy::quick(1);
+    let remote = git_xet::store::RemoteCas::new(config).unwrap();
+    let oid = git_xet::format::LfsOid::from_hex(&small_oid).unwrap();
+    let (file, size) = remote.locate_oid(&oid).unwrap().unwrap();
+    assert_eq!(size, small.len() as u64);
+    drop(server);
+    let kept = remote.reconstruction(&file, None).unwrap().unwrap();
+    assert_eq!((kept.file_size, &kept.terms), (plan.file_size, &plan.terms));
+    // Once: the next request for it goes to the (stopped) server.
+    assert!(remote.reconstruction(&file, None).is_err());
+}

@@ -156,6 +156,8 @@ pub struct RemoteCas {
     session: HeaderMap,
     /// Set once the server has shown it offers only v1 reconstructions.
     v1_only: AtomicBool,
+    /// Plans an oid lookup brought along (see [`RemoteCas::take_plan`]).
+    plans: std::sync::Mutex<std::collections::VecDeque<(FileHash, ReconstructionPlan)>>,
 }
 
 /// A reconstruction request's outcome, before the v1 fallback.
@@ -226,6 +228,7 @@ impl RemoteCas {
             timeout: config.timeout,
             session,
             v1_only: AtomicBool::new(false),
+            plans: Default::default(),
         })
     }
 
@@ -755,7 +758,7 @@ impl CasTarget for RemoteCas {
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         // A file the server holds damaged is not "stored": uploading it again repairs it.
         Ok(self
-            .lookup_oid(oid)?
+            .lookup_oid(oid, false)?
             .filter(|(_, _, intact)| *intact)
             .map(|(file, size, _)| (file, size)))
     }
@@ -764,10 +767,17 @@ impl CasTarget for RemoteCas {
 impl RemoteCas {
     /// `GET /v1/lfs-files/{oid}`: the file registered for `oid`, its size, and whether the
     /// server holds it intact (servers that do not say are taken at their word).
-    fn lookup_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64, bool)>, TargetError> {
+    /// With `with_plan`, asks for the reconstruction of a small file along, and keeps it for
+    /// the [`Endpoint::reconstruction`] that follows (see [`Self::take_plan`]).
+    fn lookup_oid(
+        &self,
+        oid: &LfsOid,
+        with_plan: bool,
+    ) -> Result<Option<(FileHash, u64, bool)>, TargetError> {
+        let query = if with_plan { "?reconstruction=v2" } else { "" };
         let req = self.cas_request(
             Method::GET,
-            &format!("/v1/lfs-files/{oid}"),
+            &format!("/v1/lfs-files/{oid}{query}"),
             format!("looking up SHA-256 {oid}"),
         );
         self.execute(&req, None, |req, resp| match resp.status() {
@@ -788,6 +798,13 @@ impl RemoteCas {
                         ),
                     ));
                 }
+                if let Some(v2) = answer.reconstruction {
+                    match v2.into_plan(None) {
+                        Ok(plan) if plan.file_size == answer.size => self.keep_plan(file, plan),
+                        Ok(_) => tracing::debug!(%oid, "ignoring a plan of another size"),
+                        Err(e) => tracing::debug!(%oid, "ignoring an unusable plan: {}", e.0),
+                    }
+                }
                 Ok(Some((file, answer.size, answer.intact.unwrap_or(true))))
             }
             StatusCode::NOT_FOUND
@@ -795,6 +812,27 @@ impl RemoteCas {
             | StatusCode::NOT_IMPLEMENTED => Ok(None),
             _ => Err(refused(req, resp, "")),
         })
+    }
+}
+
+/// Plans that came with an oid lookup, kept for the download that follows it.
+const KEPT_PLANS: usize = 16;
+
+impl RemoteCas {
+    fn keep_plan(&self, file: FileHash, plan: ReconstructionPlan) {
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        plans.retain(|(f, _)| *f != file);
+        if plans.len() == KEPT_PLANS {
+            plans.pop_front();
+        }
+        plans.push_back((file, plan));
+    }
+
+    /// The plan of `file` an oid lookup brought along, once.
+    fn take_plan(&self, file: &FileHash) -> Option<ReconstructionPlan> {
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let at = plans.iter().position(|(f, _)| f == file)?;
+        plans.remove(at).map(|(_, p)| p)
     }
 }
 
@@ -956,6 +994,11 @@ impl Endpoint for RemoteCas {
         if file.is_zero() {
             return Ok(Some(ReconstructionPlan::default()));
         }
+        if range.is_none() {
+            if let Some(plan) = self.take_plan(file) {
+                return Ok(Some(plan));
+            }
+        }
         if let Some((s, e)) = range {
             if e < s {
                 return Err(TargetError::Remote {
@@ -998,7 +1041,9 @@ impl Endpoint for RemoteCas {
     }
 
     fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
-        Ok(self.lookup_oid(oid)?.map(|(file, size, _)| (file, size)))
+        Ok(self
+            .lookup_oid(oid, true)?
+            .map(|(file, size, _)| (file, size)))
     }
 
     fn describe(&self) -> String {

@@ -106,6 +106,10 @@ pub struct LfsFile {
     /// upload should send it again, which repairs it); absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intact: Option<bool>,
+    /// The file's v2 reconstruction, when asked for (`?reconstruction=v2`) and the file is
+    /// small: a download then needs no second request for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconstruction: Option<ReconstructionV2>,
 }
 
 /// The CAS token JSON (§2.1), answered by token-refresh routes.

@@ -5,22 +5,32 @@
 //! reconstruct, and an uploader can skip a file the server already holds intact. Answers
 //! `{"oid": "<sha256>", "file_hash": "<xet hash>", "size": <bytes>, "intact": <bool>}`
 //! ([`LfsFile`]), or 404. `intact` is false when a xorb the file needs is missing or damaged: an
-//! uploader then sends the file again, which repairs it.
+//! uploader then sends the file again, which repairs it. With `?reconstruction=v2`, an intact
+//! file of up to 4 MiB also comes with its v2 reconstruction (`"reconstruction"`), which saves a
+//! downloading agent the second request.
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
 
 use super::super::auth::Scope;
 use super::super::error::ApiError;
 use super::super::{blocking, SharedState};
+use super::reconstruction::{inline_v2, INLINE_MAX_SIZE};
 use crate::format::LfsOid;
 use crate::store::wire::LfsFile;
+
+/// The query of the route: `reconstruction=v2` asks for the plan of a small file along.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct LookupQuery {
+    reconstruction: Option<String>,
+}
 
 pub async fn get(
     State(state): State<SharedState>,
     params: Result<Path<String>, PathRejection>,
+    query: Result<Query<LookupQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Json<LfsFile>, ApiError> {
     state.authorize(&headers, Scope::Read, "an LFS oid lookup")?;
@@ -28,16 +38,31 @@ pub async fn get(
     let oid = LfsOid::from_hex(&text).map_err(|e| {
         ApiError::bad_request("invalid_oid", format!("{text:?} is not a SHA-256 oid: {e}"))
     })?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.to_string()))?;
+    let with_plan = match query.reconstruction.as_deref() {
+        None => false,
+        Some("v2") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!("reconstruction={other:?}: only v2 is offered"),
+            ))
+        }
+    };
     let st = state.clone();
     let found = blocking(move || {
         let Some((file, size)) = st.store.file_by_oid(&oid)? else {
             return Ok(None);
         };
         let intact = st.store.file_damage(&file)?.is_none();
-        Ok(Some((file, size, intact)))
+        // A plan that cannot be made is left out: the reconstruction route reports why.
+        let plan = (with_plan && intact && size <= INLINE_MAX_SIZE)
+            .then(|| st.store.reconstruction(&file, None).ok().flatten())
+            .flatten();
+        Ok(Some((file, size, intact, plan)))
     })
     .await?;
-    let Some((file, size, intact)) = found else {
+    let Some((file, size, intact, plan)) = found else {
         return Err(ApiError::not_found(
             "oid_not_found",
             format!("no file with LFS oid {oid} is stored on this server"),
@@ -48,5 +73,6 @@ pub async fn get(
         file_hash: file.to_hex(),
         size,
         intact: Some(intact),
+        reconstruction: plan.and_then(|p| inline_v2(&state, &p)),
     }))
 }

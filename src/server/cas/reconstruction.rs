@@ -115,6 +115,24 @@ async fn reconstruct(
     Ok(response)
 }
 
+/// Files up to this size get their reconstruction sent along with the answer that names them
+/// (download actions of the batch API, `GET /v1/lfs-files/{oid}?reconstruction=v2`).
+pub const INLINE_MAX_SIZE: u64 = 4 << 20;
+
+/// The longest reconstruction JSON sent along; longer ones are left to this route.
+pub const INLINE_MAX_JSON: usize = 8 << 10;
+
+/// The v2 answer for `plan`, with presigned URLs, if its JSON is at most [`INLINE_MAX_JSON`]
+/// long: what is sent along with another answer.
+pub fn inline_v2(
+    state: &crate::server::AppState,
+    plan: &crate::store::ReconstructionPlan,
+) -> Option<ReconstructionV2> {
+    let v2 = to_v2(plan, presigned_urls(state));
+    let len = serde_json::to_vec(&v2).ok()?.len();
+    (len <= INLINE_MAX_JSON).then_some(v2)
+}
+
 /// The presigned `xorb-data` URL of each xorb, valid for the server's URL lifetime from now.
 pub fn presigned_urls(state: &crate::server::AppState) -> impl Fn(&XorbHash) -> String + '_ {
     let expires = now_unix().saturating_add(state.url_ttl.as_secs());

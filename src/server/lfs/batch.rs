@@ -29,6 +29,7 @@ use super::{authorize_user, lfs_json, Repo};
 use crate::format::{FileHash, LfsOid};
 use crate::server::auth::{now_unix, Scope};
 use crate::server::body::read_body;
+use crate::server::cas::reconstruction::INLINE_MAX_SIZE;
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
 use crate::store::wire::{CasTokenInfo, RECONSTRUCTION_HEADER};
@@ -301,16 +302,9 @@ pub async fn batch(
     ))
 }
 
-/// Objects up to this size get their reconstruction in the batch answer (see
-/// [`inline_reconstructions`]).
-pub const INLINE_MAX_SIZE: u64 = 4 << 20;
-
-/// The longest reconstruction JSON sent inline; longer ones are left to the CAS route.
-pub const INLINE_MAX_JSON: usize = 8 << 10;
-
 /// For each intact object of at most [`INLINE_MAX_SIZE`] bytes, its v2 reconstruction (the JSON
 /// `GET /v2/reconstructions/{file}` would answer, with presigned URLs) when it is at most
-/// [`INLINE_MAX_JSON`] long. An agent that finds it in [`RECONSTRUCTION_HEADER`] skips that
+/// [`INLINE_MAX_JSON`](crate::server::cas::reconstruction::INLINE_MAX_JSON) long. An agent that finds it in [`RECONSTRUCTION_HEADER`] skips that
 /// request: for small files it is half of the round trips of a download. Agents that do not
 /// know the header ignore it. A plan that cannot be made is left out: the agent asks the CAS
 /// route, which reports the problem.
@@ -338,12 +332,11 @@ async fn inline_reconstructions(
             .collect::<Vec<_>>())
     })
     .await?;
-    let url = crate::server::cas::reconstruction::presigned_urls(state);
     Ok(plans
         .into_iter()
         .map(|plan| {
-            let json = serde_json::to_string(&crate::store::wire::to_v2(&plan?, &url)).ok()?;
-            (json.len() <= INLINE_MAX_JSON).then_some(json)
+            let v2 = crate::server::cas::reconstruction::inline_v2(state, &plan?)?;
+            serde_json::to_string(&v2).ok()
         })
         .collect())
 }
