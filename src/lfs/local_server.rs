@@ -114,10 +114,12 @@ fn start(dir: &Path) -> Result<Child, String> {
     // An upload to a new store: create it first (a store is only made in an empty directory,
     // and the server's log goes into it).
     if !dir.join(crate::lfs::settings::STORE_VERSION_FILE).exists() {
-        drop(
-            crate::store::Store::open(dir)
-                .map_err(|e| format!("cannot create the store {}: {e}", dir.display()))?,
-        );
+        match crate::store::Store::open(dir) {
+            Ok(store) => drop(store),
+            // Another agent (or its server) has it open: it exists now.
+            Err(e) if e.is_locked() => {}
+            Err(e) => return Err(format!("cannot create the store {}: {e}", dir.display())),
+        }
     }
     let log_path = dir.join(LOG_FILE);
     if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > LOG_MAX) {
