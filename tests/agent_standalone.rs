@@ -8,30 +8,6 @@ mod common;
 
 use common::git::{count_files, dir_bytes, tools_available, GitEnv};
 
-/// A world with git-xet installed globally in standalone mode on `store`, a bare remote and a
-/// work repository tracking `*.bin`.
-fn setup(env: &GitEnv, store: &Path, concurrency: u32) {
-    let out = env.run_in(
-        env.path(),
-        "git",
-        &[
-            "xet",
-            "install",
-            "--global",
-            "--endpoint",
-            store.to_str().unwrap(),
-            "--concurrency",
-            &concurrency.to_string(),
-        ],
-    );
-    assert_eq!(out.status, Some(0), "git xet install: {}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
-}
-
 fn lfs_objects(repo: &Path) -> usize {
     count_files(&repo.join(".git/lfs/objects"))
 }
@@ -43,7 +19,7 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
     }
     let env = GitEnv::new();
     let store = env.path().join("store");
-    setup(&env, &store, 8);
+    env.standalone_world(&store, 8);
     let work = env.path().join("work");
 
     let big = common::splitmix64(21, 6 << 20);
@@ -142,7 +118,7 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
     }
     let env = GitEnv::new();
     let store = env.path().join("store");
-    setup(&env, &store, 8);
+    env.standalone_world(&store, 8);
     let work = env.path().join("work");
     let mut files = Vec::new();
     for i in 0..200u64 {
@@ -212,7 +188,7 @@ fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
     }
     let env = GitEnv::new();
     let store = env.path().join("store");
-    setup(&env, &store, 2);
+    env.standalone_world(&store, 2);
     let work = env.path().join("work");
     let data = common::splitmix64(31, 1 << 20);
     std::fs::write(work.join("data.bin"), &data).unwrap();

@@ -16,29 +16,6 @@ use git_xet::format::LfsOid;
 use git_xet::store::local_server::{self, Announce};
 use git_xet::store::Store;
 
-fn setup(env: &GitEnv, store: &Path) -> std::path::PathBuf {
-    let out = env.run_in(
-        env.path(),
-        "git",
-        &[
-            "xet",
-            "install",
-            "--global",
-            "--endpoint",
-            store.to_str().unwrap(),
-            "--concurrency",
-            "8",
-        ],
-    );
-    assert_eq!(out.status, Some(0), "git xet install: {}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
-    work
-}
-
 /// Writes `n` files of a few KiB (seeded by `seed`), commits them; their (name, bytes).
 fn commit_files(env: &GitEnv, work: &Path, seed: u64, n: u64) -> Vec<(String, Vec<u8>)> {
     let files: Vec<(String, Vec<u8>)> = (0..n)
@@ -92,7 +69,7 @@ fn eight_agents_share_one_server_which_stops_by_itself() {
     }
     let env = GitEnv::new();
     let store = env.path().join("store");
-    let work = setup(&env, &store);
+    let work = env.standalone_world(&store, 8);
     let files = commit_files(&env, &work, 1, 120);
     env.git(&work, &["push", "-q", "origin", "main"]);
     let log = env.agent_log();
@@ -136,7 +113,7 @@ fn a_stale_announcement_or_a_killed_server_is_replaced() {
     }
     let env = GitEnv::new();
     let store = env.path().join("store");
-    let work = setup(&env, &store);
+    let work = env.standalone_world(&store, 8);
     let first = commit_files(&env, &work, 2, 10);
     env.git(&work, &["push", "-q", "origin", "main"]);
     drop(stopped(&store));
@@ -187,7 +164,7 @@ fn sharing_turned_off_opens_the_store_in_each_agent() {
     }
     let env = GitEnv::new();
     let store = env.path().join("store");
-    let work = setup(&env, &store);
+    let work = env.standalone_world(&store, 8);
     let files = commit_files(&env, &work, 4, 20);
     let out = env.run_with(
         &work,

@@ -194,6 +194,32 @@ impl GitEnv {
         assert_eq!(out.status, Some(0), "clone of {remote}: {}", out.all());
     }
 
+    /// A world with git-xet installed globally in standalone mode on the directory `store`
+    /// with `concurrency` agents, a bare `remote.git` and a work repository tracking `*.bin`
+    /// with it as `origin`; the work repository's path.
+    pub fn standalone_world(&self, store: &Path, concurrency: u32) -> PathBuf {
+        let out = self.run_in(
+            self.path(),
+            "git",
+            &[
+                "xet",
+                "install",
+                "--global",
+                "--endpoint",
+                store.to_str().unwrap(),
+                "--concurrency",
+                &concurrency.to_string(),
+            ],
+        );
+        assert_eq!(out.status, Some(0), "git xet install: {}", out.all());
+        self.git(self.path(), &["init", "-q", "--bare", "remote.git"]);
+        self.git(self.path(), &["init", "-q", "work"]);
+        let work = self.path().join("work");
+        self.git(&work, &["lfs", "track", "*.bin"]);
+        self.git(&work, &["remote", "add", "origin", "../remote.git"]);
+        work
+    }
+
     /// Runs a git command that must succeed.
     pub fn git(&self, dir: &Path, args: &[&str]) -> Output {
         let out = self.run_in(dir, "git", args);

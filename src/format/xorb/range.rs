@@ -3,7 +3,7 @@
 //! A download asks the server for a byte range of a stored xorb that holds a run of whole
 //! chunks: chunk headers and payloads back to back, no footer. [`ChunkRange::index`] walks the
 //! 8-byte headers once (every header checked as in §3.2, every payload inside the bytes, the
-//! chunk count and uncompressed total within the limits) and remembers where each payload lies;
+//! chunk count, uncompressed total and length within the limits, as the xorb reader checks them) and remembers where each payload lies;
 //! [`ChunkRange::decode_into`] then decompresses only the chunks a file actually uses, each as
 //! often as the file repeats it, without walking the range again.
 //!
@@ -18,6 +18,7 @@
 use super::compress::decompress_chunk_into;
 use super::error::{ChunkProblem, XorbError};
 use super::header::{starts_footer, ChunkHeader, CHUNK_HEADER_LEN};
+use super::reader::next_header;
 use super::XorbLimits;
 use crate::format::cursor::Cursor;
 
@@ -57,22 +58,7 @@ impl ChunkRange {
                     super::header::HeaderError::FooterIdent,
                 )));
             }
-            if index >= limits.max_chunks {
-                return Err(fail(ChunkProblem::TooManyChunks {
-                    limit: limits.max_chunks,
-                }));
-            }
-            let raw = c
-                .array::<CHUNK_HEADER_LEN>("chunk header")
-                .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
-            let header = ChunkHeader::decode(&raw).map_err(|e| fail(e.into()))?;
-            let total = uncompressed + u64::from(header.uncompressed_len());
-            if total > limits.max_uncompressed_bytes {
-                return Err(fail(ChunkProblem::TooMuchData {
-                    total,
-                    limit: limits.max_uncompressed_bytes,
-                }));
-            }
+            let (header, total) = next_header(&mut c, index, uncompressed, limits)?;
             c.skip(u64::from(header.compressed_len()), "chunk payload")
                 .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
             spans.push(Span { header, start });

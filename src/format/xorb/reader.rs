@@ -96,29 +96,8 @@ impl<'a> ParsedXorb<'a> {
                 offset: start,
                 problem,
             };
-            if index >= limits.max_chunks {
-                return Err(fail(ChunkProblem::TooManyChunks {
-                    limit: limits.max_chunks,
-                }));
-            }
-            let raw = c
-                .array::<CHUNK_HEADER_LEN>("chunk header")
-                .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
-            let header = ChunkHeader::decode(&raw).map_err(|e| fail(e.into()))?;
-            let total = uncompressed + u64::from(header.uncompressed_len());
-            if total > limits.max_uncompressed_bytes {
-                return Err(fail(ChunkProblem::TooMuchData {
-                    total,
-                    limit: limits.max_uncompressed_bytes,
-                }));
-            }
+            let (header, total) = next_header(&mut c, index, uncompressed, &limits)?;
             let end = start + header.chunk_len();
-            if end > limits.max_body_bytes {
-                return Err(fail(ChunkProblem::BodyTooLong {
-                    total: end,
-                    limit: limits.max_body_bytes,
-                }));
-            }
             let payload = c
                 .take(u64::from(header.compressed_len()), "chunk payload")
                 .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
@@ -308,6 +287,47 @@ impl<'a> ParsedXorb<'a> {
         let ends: Vec<u64> = self.chunks.iter().map(|c| c.end).collect();
         url_range(&ends, chunks)
     }
+}
+
+/// Reads the header of chunk `index` at the cursor, checking it (§3.2) and the limits: the
+/// chunk count, the uncompressed total (`uncompressed` before this chunk; the new total is
+/// returned) and the chunk region's length. Leaves the cursor at the payload.
+pub(super) fn next_header(
+    c: &mut Cursor<'_>,
+    index: usize,
+    uncompressed: u64,
+    limits: &XorbLimits,
+) -> Result<(ChunkHeader, u64), XorbError> {
+    let start = c.offset();
+    let fail = |problem| XorbError::Chunk {
+        index,
+        offset: start,
+        problem,
+    };
+    if index >= limits.max_chunks {
+        return Err(fail(ChunkProblem::TooManyChunks {
+            limit: limits.max_chunks,
+        }));
+    }
+    let raw = c
+        .array::<CHUNK_HEADER_LEN>("chunk header")
+        .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
+    let header = ChunkHeader::decode(&raw).map_err(|e| fail(e.into()))?;
+    let total = uncompressed + u64::from(header.uncompressed_len());
+    if total > limits.max_uncompressed_bytes {
+        return Err(fail(ChunkProblem::TooMuchData {
+            total,
+            limit: limits.max_uncompressed_bytes,
+        }));
+    }
+    let end = start + header.chunk_len();
+    if end > limits.max_body_bytes {
+        return Err(fail(ChunkProblem::BodyTooLong {
+            total: end,
+            limit: limits.max_body_bytes,
+        }));
+    }
+    Ok((header, total))
 }
 
 /// Checks a footer against the chunks actually found.
