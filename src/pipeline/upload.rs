@@ -5,9 +5,9 @@
 //!
 //! 1. computes SHA-256 alongside content-defined chunking (xet-format.md §2) on the rayon pool;
 //! 2. hashes the block's chunks in parallel;
-//! 3. hands each chunk in order to the file session ([`session`]), which deduplicates it
+//! 3. hands each chunk in order to the file session (`session`), which deduplicates it
 //!    against this upload's own xorbs and, through [`CasTarget::dedup_query`], against the
-//!    target (§5), packs new chunks into xorbs ([`XorbBuilder`], [`CompressionPolicy::Auto`],
+//!    target (§5), packs new chunks into xorbs ([`XorbBuilder`](crate::format::xorb::XorbBuilder), [`CompressionPolicy::Auto`],
 //!    [`XorbLimits::CLIENT`] by default) and builds the reconstruction terms (consecutive chunks
 //!    of one xorb form one term).
 //!

@@ -275,7 +275,7 @@ const SPACE_CHECK_EVERY: u64 = 8 << 20;
 
 /// Streams a body of at most `limit` bytes to a new file in the store's spool directory,
 /// hashing it with SHA-256 if `hash`. The store's free-space reserve is checked for the declared
-/// length before anything is read, then every [`SPACE_CHECK_EVERY`] bytes (507 when it would
+/// length before anything is read, then every `SPACE_CHECK_EVERY` bytes (507 when it would
 /// be crossed). See the module documentation.
 pub async fn spool_body(
     store: &Arc<Store>,

@@ -5,7 +5,7 @@
 //! A xorb is **intact** when its stored object parses as a stored xorb whose chunks hash to the
 //! chunk hashes of its footer and whose chunk hashes hash to its name. Checking that reads the
 //! whole object, so it is done once per object version: the store records the object's
-//! [`ObjectStamp`](super::backend::ObjectStamp) when it writes a validated body or verifies an
+//! [`ObjectStamp`] when it writes a validated body or verifies an
 //! object, and afterwards a `stat` that finds the same stamp is enough. Anything that changes the
 //! object on disk (an in-place write, a truncation, a replacement) changes the stamp and makes the
 //! next check verify the whole object again. Only silent media corruption keeps the stamp; that

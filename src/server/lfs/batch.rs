@@ -15,7 +15,7 @@
 //! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.4: this server's
 //! answer to the oid → hash lookup). Small objects' download actions also carry their v2
 //! reconstruction in `X-Xet-Reconstruction` (this server's extension, see
-//! [`inline_reconstructions`]), which saves the agent a request per object.
+//! `inline_reconstructions`), which saves the agent a request per object.
 
 use std::collections::BTreeMap;
 
