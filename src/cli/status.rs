@@ -1147,7 +1147,7 @@ fn derived_lfs_urls(git: &Git) -> Vec<LfsUrl> {
             (u, format!("remote.{name}.lfsurl"))
         } else if let Some(u) = &lfs_url {
             (u.clone(), "lfs.url".to_string())
-        } else if let Ok(Some(u)) = git.config_get(&format!("remote.{name}.url")) {
+        } else if let Some(u) = remote_url(git, name) {
             (
                 lfs_url_from_remote(&u),
                 format!("remote.{name}.url + /info/lfs"),
@@ -1162,6 +1162,15 @@ fn derived_lfs_urls(git: &Git) -> Vec<LfsUrl> {
         });
     }
     urls
+}
+
+/// The URL of remote `name` with `url.<base>.insteadOf` applied, as git and git-lfs use it
+/// (`git remote get-url`).
+fn remote_url(git: &Git, name: &str) -> Option<String> {
+    git.run(&["remote", "get-url", name])
+        .ok()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
 }
 
 /// git-lfs's rule: `<url>.git/info/lfs`, or `<url>/info/lfs` when it already ends in `.git`;
@@ -1625,6 +1634,23 @@ LocalWorkingDir=/tmp/r\n";
         assert_eq!(urls[0].url, "https://example.com/foo/bar.git/info/lfs");
         assert_eq!(urls[1].remote.as_deref(), Some("up"));
         assert_eq!(urls[1].url, "/tmp/bare.git/info/lfs");
+    }
+
+    #[test]
+    fn derived_lfs_urls_apply_instead_of() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = Git::in_dir(dir.path());
+        git.run(&["init", "-q"]).unwrap();
+        git.run(&["remote", "add", "origin", "gh:team/models"])
+            .unwrap();
+        git.run(&["config", "url.https://git.example.org/.insteadOf", "gh:"])
+            .unwrap();
+        let urls = derived_lfs_urls(&git);
+        assert_eq!(urls.len(), 1, "{urls:?}");
+        assert_eq!(
+            urls[0].url,
+            "https://git.example.org/team/models.git/info/lfs"
+        );
     }
 
     #[test]
