@@ -828,3 +828,41 @@ fn credentials_never_follow_a_redirect_to_another_origin() {
     );
     assert!(seen[0].header("authorization").is_none());
 }
+
+/// The xorb bytes the server has sent, from `/health`.
+fn sent_xorb_bytes(server: &TestServer) -> u64 {
+    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", server.url()))
+        .unwrap()
+        .json()
+        .unwrap();
+    h["sent_xorb_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn a_client_on_the_stores_machine_reads_xorb_ranges_from_its_files() {
+    let server = common::server::start();
+    let data = common::splitmix64(0x10ca1, 2 << 20);
+    let stored = upload(
+        &remote(&server, WRITE_TOKEN),
+        &data[..],
+        &UploadOptions::default(),
+    )
+    .unwrap();
+
+    let mut settings = config(server.url(), TokenSource::fixed(Some(READ_TOKEN.into())));
+    settings.local_xorbs = Some(server.store_dir());
+    let local = RemoteCas::new(settings).unwrap();
+    assert!(download(&local, &stored.file_hash, None) == data);
+    assert_eq!(
+        sent_xorb_bytes(&server),
+        0,
+        "every range came from the files"
+    );
+
+    // A store whose files are elsewhere: the ranges come over HTTP.
+    let mut settings = config(server.url(), TokenSource::fixed(Some(READ_TOKEN.into())));
+    settings.local_xorbs = Some(std::env::temp_dir().join("no-such-git-xet-store"));
+    let elsewhere = RemoteCas::new(settings).unwrap();
+    assert!(download(&elsewhere, &stored.file_hash, None) == data);
+    assert!(sent_xorb_bytes(&server) > 0);
+}

@@ -441,6 +441,7 @@ impl Agent {
         config.retry = retry_policy();
         config.name = Some(dir.display().to_string());
         config.no_proxy = true;
+        config.local_xorbs = Some(dir.to_path_buf());
         let remote = match RemoteCas::new(config) {
             Ok(r) => r,
             Err(e) => {

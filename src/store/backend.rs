@@ -168,6 +168,12 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn list_shards(&self) -> Result<Vec<ShardHash>, BackendError>;
 }
 
+/// The file of xorb `hash` in the store rooted at `root` (layout in the module docs).
+pub fn xorb_path(root: &Path, hash: &XorbHash) -> PathBuf {
+    let hex = hash.to_hex();
+    root.join("xorbs").join(&hex[..2]).join(hex)
+}
+
 /// Objects as files under a root directory (layout in the module docs).
 #[derive(Debug)]
 pub struct FsBackend {
@@ -208,10 +214,7 @@ impl FsBackend {
     /// The file holding `key`.
     pub fn path(&self, key: ObjectKey) -> PathBuf {
         match key {
-            ObjectKey::Xorb(h) => {
-                let hex = h.to_hex();
-                self.root.join("xorbs").join(&hex[..2]).join(hex)
-            }
+            ObjectKey::Xorb(h) => xorb_path(&self.root, &h),
             ObjectKey::Shard(h) => self.root.join("shards").join(format!("{h}.mdb")),
         }
     }

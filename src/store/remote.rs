@@ -117,6 +117,10 @@ pub struct RemoteConfig {
     pub name: Option<String>,
     /// Never through a proxy (a server on this machine).
     pub no_proxy: bool,
+    /// The root of the directory store the server serves, when it is on this machine: xorb
+    /// ranges are read from its files directly (they are immutable once stored), and fetched
+    /// over HTTP only if that fails. What is read is checked like what is fetched.
+    pub local_xorbs: Option<std::path::PathBuf>,
 }
 
 impl RemoteConfig {
@@ -128,6 +132,7 @@ impl RemoteConfig {
             token,
             name: None,
             no_proxy: false,
+            local_xorbs: None,
             session_id: None,
             retry: RetryPolicy::default(),
             user_agent: DEFAULT_USER_AGENT.to_string(),
@@ -144,6 +149,8 @@ pub struct RemoteCas {
     cas_url: String,
     /// What `describe` says.
     name: String,
+    /// See [`RemoteConfig::local_xorbs`].
+    local_xorbs: Option<std::path::PathBuf>,
     /// For requests that carry a credential: follows same-origin redirects only.
     client: Client,
     /// For requests without any (presigned URLs): follows redirects anywhere.
@@ -219,6 +226,7 @@ impl RemoteCas {
         let anonymous = build(reqwest::redirect::Policy::limited(MAX_REDIRECTS))?;
         Ok(Self {
             name: config.name.unwrap_or_else(|| cas_url.clone()),
+            local_xorbs: config.local_xorbs,
             cas_url,
             client,
             anonymous,
@@ -836,9 +844,39 @@ impl RemoteCas {
     }
 }
 
+/// Bytes `start..=end` of the xorb file of `hash` in the directory store at `root`, if they
+/// can be read (any failure: `None`, and the caller fetches them over HTTP).
+fn read_local_range(
+    root: &std::path::Path,
+    hash: &XorbHash,
+    start: u64,
+    end: u64,
+) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt as _;
+    let path = crate::store::backend::xorb_path(root, hash);
+    let file = std::fs::File::open(&path).ok()?;
+    let len = file.metadata().ok()?.len();
+    if end < start || end >= len {
+        return None;
+    }
+    let mut buf = vec![0u8; usize::try_from(end - start + 1).ok()?];
+    match file.read_exact_at(&mut buf, start) {
+        Ok(()) => Some(buf),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), "cannot read a local xorb range: {e}");
+            None
+        }
+    }
+}
+
 impl XorbSource for RemoteCas {
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
+        if let Some(root) = &self.local_xorbs {
+            if let Some(bytes) = read_local_range(root, xorb, start, end) {
+                return Ok(bytes);
+            }
+        }
         let what = format!("downloading bytes {start}-{end} of xorb {xorb}");
         let Some(url) = range.url.as_deref() else {
             return Err(TargetError::Remote {
