@@ -357,18 +357,23 @@ impl XorbSource for CountingSource<'_> {
     }
 }
 
-#[test]
-fn repeated_ranges_are_fetched_once() {
-    let (_d, store) = store();
-    // A 300 KB block repeated 30 times, with a random block between repetitions: the plan names
-    // the block's chunks again and again.
-    let block = random_bytes(21, 300_000);
+/// A 300 KB block repeated 30 times, with a random block between repetitions, stored in small
+/// xorbs (8 chunks) so that the terms alternate between xorbs and the plan names the block's
+/// chunks again and again: the file, its upload and its plan.
+fn repeated_block_file(
+    store: &Store,
+    seed: u64,
+) -> (
+    Vec<u8>,
+    crate::pipeline::upload::UploadSummary,
+    crate::store::ReconstructionPlan,
+) {
+    let block = random_bytes(seed, 300_000);
     let mut data = Vec::new();
     for i in 0..30 {
         data.extend_from_slice(&block);
-        data.extend_from_slice(&random_bytes(100 + i, 70_000));
+        data.extend_from_slice(&random_bytes(seed * 10 + i, 70_000));
     }
-    // Small xorbs, so that the terms alternate between xorbs and each is its own fetch step.
     let options = UploadOptions {
         limits: XorbLimits {
             max_chunks: 8,
@@ -376,8 +381,15 @@ fn repeated_ranges_are_fetched_once() {
         },
         ..Default::default()
     };
-    let s = upload(&store, &data[..], &options).unwrap();
+    let s = upload(store, &data[..], &options).unwrap();
     let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    (data, s, plan)
+}
+
+#[test]
+fn repeated_ranges_are_fetched_once() {
+    let (_d, store) = store();
+    let (data, s, plan) = repeated_block_file(&store, 21);
     let source = CountingSource(&store, Default::default());
     let mut out = Vec::new();
     crate::pipeline::download::write_file(&source, &s.file_hash, &plan, &mut |p| {
@@ -414,21 +426,7 @@ impl crate::pipeline::download::WriteAt for MemFile {
 #[test]
 fn positional_download_writes_every_term_in_place_fetching_each_range_once() {
     let (_d, store) = store();
-    let block = random_bytes(31, 300_000);
-    let mut data = Vec::new();
-    for i in 0..30 {
-        data.extend_from_slice(&block);
-        data.extend_from_slice(&random_bytes(200 + i, 70_000));
-    }
-    let options = UploadOptions {
-        limits: XorbLimits {
-            max_chunks: 8,
-            ..XorbLimits::CLIENT
-        },
-        ..Default::default()
-    };
-    let s = upload(&store, &data[..], &options).unwrap();
-    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    let (data, s, plan) = repeated_block_file(&store, 31);
     let source = CountingSource(&store, Default::default());
     let out = MemFile::default();
     let mut seen = Vec::new();
