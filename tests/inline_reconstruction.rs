@@ -8,14 +8,11 @@
 //! - a stale inline plan (its URLs refused) or a garbled one falls back to asking the CAS
 //!   server, and the download succeeds.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use serde_json::{json, Value};
 
 mod common;
 
-use common::agent::run_agent;
+use common::agent::{run_agent, Sandbox};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 
 fn client() -> reqwest::blocking::Client {
@@ -60,71 +57,24 @@ fn batch(server: &TestServer, objects: &[(&str, usize)], transfers: &[&str]) -> 
     r.json().unwrap()
 }
 
-/// A git repository and a private home, for running the agent.
-struct Sandbox {
-    dir: tempfile::TempDir,
-}
-
-impl Sandbox {
-    fn new() -> Self {
-        let s = Sandbox {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        std::fs::create_dir_all(s.dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(s.repo()).unwrap();
-        assert!(s
-            .command("git")
-            .args(["init", "-q"])
-            .status()
-            .unwrap()
-            .success());
-        s
-    }
-
-    fn repo(&self) -> PathBuf {
-        self.dir.path().join("repo")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let home = self.dir.path().join("home");
-        let mut c = Command::new(program);
-        c.current_dir(self.repo())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_XET_CACHE_DIR", self.dir.path().join("cache"))
-            .env("GIT_XET_LOG", self.dir.path().join("agent.log"))
-            .env("GIT_XET_LOG_LEVEL", "debug")
-            // A dead CAS fails fast instead of being retried for minutes.
-            .env("GIT_XET_RETRY_SECS", "1");
-        c
-    }
-
-    /// Downloads `oid` with `action` through `git-xet transfer`; the file's bytes, or the
-    /// error message.
-    fn download(&self, oid: &str, size: usize, action: &Value) -> Result<Vec<u8>, String> {
-        let _ = std::fs::remove_file(self.dir.path().join("agent.log"));
-        let mut cmd = self.command(env!("CARGO_BIN_EXE_git-xet"));
-        cmd.arg("transfer");
-        let lines = [
-            r#"{"event":"init","operation":"download","remote":"origin","concurrent":true,"concurrenttransfers":1}"#.to_string(),
-            json!({"event": "download", "oid": oid, "size": size, "action": action}).to_string(),
-            r#"{"event":"terminate"}"#.to_string(),
-        ];
-        let run = run_agent(cmd, (lines.join("\n") + "\n").into_bytes());
-        assert_eq!(run.status, Some(0), "{}", run.stderr);
-        let done = run.completes();
-        match done[0]["path"].as_str() {
-            Some(path) => Ok(std::fs::read(path).unwrap()),
-            None => Err(done[0]["error"]["message"].to_string()),
-        }
+/// Downloads `oid` with `action` through `git-xet transfer` in `s`; the file's bytes, or the
+/// error message.
+fn download(s: &Sandbox, oid: &str, size: usize, action: &Value) -> Result<Vec<u8>, String> {
+    let _ = std::fs::remove_file(s.dir.path().join("agent.log"));
+    let mut cmd = s.command(env!("CARGO_BIN_EXE_git-xet"));
+    // A dead CAS fails fast instead of being retried for minutes.
+    cmd.arg("transfer").env("GIT_XET_RETRY_SECS", "1");
+    let lines = [
+        r#"{"event":"init","operation":"download","remote":"origin","concurrent":true,"concurrenttransfers":1}"#.to_string(),
+        json!({"event": "download", "oid": oid, "size": size, "action": action}).to_string(),
+        r#"{"event":"terminate"}"#.to_string(),
+    ];
+    let run = run_agent(cmd, (lines.join("\n") + "\n").into_bytes());
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let done = run.completes();
+    match done[0]["path"].as_str() {
+        Some(path) => Ok(std::fs::read(path).unwrap()),
+        None => Err(done[0]["error"]["message"].to_string()),
     }
 }
 
@@ -174,14 +124,14 @@ fn small_objects_come_with_their_plan_and_the_agent_needs_no_cas_request() {
     // The CAS named by the action is down: only the inline plan's presigned URLs can serve.
     let mut cas_down = small_action.clone();
     cas_down["header"]["X-Xet-Cas-Url"] = dead_url().into();
-    assert!(s.download(&small_oid, small.len(), &cas_down).unwrap() == small);
+    assert!(download(&s, &small_oid, small.len(), &cas_down).unwrap() == small);
     // Without the plan, the same action fails: the agent had to ask the dead CAS.
     let mut no_plan = cas_down.clone();
     no_plan["header"]
         .as_object_mut()
         .unwrap()
         .remove("X-Xet-Reconstruction");
-    let e = s.download(&small_oid, small.len(), &no_plan).unwrap_err();
+    let e = download(&s, &small_oid, small.len(), &no_plan).unwrap_err();
     assert!(e.contains("reconstruction"), "{e}");
 }
 
@@ -201,7 +151,7 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
     assert_ne!(stale, header, "the presigned URLs carry a signature");
     let mut stale_action = action.clone();
     stale_action["header"]["X-Xet-Reconstruction"] = stale.into();
-    assert!(s.download(&oid, data.len(), &stale_action).unwrap() == data);
+    assert!(download(&s, &oid, data.len(), &stale_action).unwrap() == data);
     assert!(
         s.log().contains("asking the CAS server for a new plan"),
         "{}",
@@ -212,7 +162,7 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
     for garbled in ["{not json", r#"{"terms":"none"}"#] {
         let mut bad = action.clone();
         bad["header"]["X-Xet-Reconstruction"] = garbled.into();
-        assert!(s.download(&oid, data.len(), &bad).unwrap() == data);
+        assert!(download(&s, &oid, data.len(), &bad).unwrap() == data);
         assert!(
             s.log()
                 .contains("ignoring the reconstruction sent with the action"),

@@ -10,11 +10,10 @@
 //!   and a failing push's output: the secret appears nowhere.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 
-use common::agent::run_agent;
+use common::agent::{run_agent, Sandbox};
 use common::fake::{reply, Fake, Reply, Seen};
 use common::git::{tools_available, GitEnv};
 use common::server::WRITE_TOKEN;
@@ -54,49 +53,15 @@ impl Run {
     }
 }
 
-/// A sandbox: a git repository, an isolated global configuration and a private cache.
-struct Sandbox {
-    dir: tempfile::TempDir,
+/// What the tests here do with a sandbox ([`Sandbox`]: a git repository, an isolated global
+/// configuration and a private cache).
+trait TrustSandbox {
+    fn git_config(&self, key: &str, value: &str);
+    fn helper_for(&self, url: &str, password: &str);
+    fn agent(&self, vars: &[(&str, &str)], lines: &[String]) -> Run;
 }
 
-impl Sandbox {
-    fn new() -> Self {
-        let s = Sandbox {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        std::fs::create_dir_all(s.home()).unwrap();
-        std::fs::create_dir_all(s.repo()).unwrap();
-        let ok = s.command("git").args(["init", "-q"]).status().unwrap();
-        assert!(ok.success());
-        s
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    fn repo(&self) -> PathBuf {
-        self.dir.path().join("repo")
-    }
-
-    /// `program` in the repository with a cleared environment: `PATH`, an empty `HOME`, no
-    /// system configuration, no prompts.
-    fn command(&self, program: &str) -> Command {
-        let mut c = Command::new(program);
-        c.current_dir(self.repo())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home())
-            .env("XDG_CONFIG_HOME", self.home().join(".config"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_XET_CACHE_DIR", self.dir.path().join("cache"))
-            .env("GIT_XET_LOG", self.dir.path().join("agent.log"))
-            .env("GIT_XET_LOG_LEVEL", "debug")
-            .env("LC_ALL", "C");
-        c
-    }
-
+impl TrustSandbox for Sandbox {
     fn git_config(&self, key: &str, value: &str) {
         let ok = self
             .command("git")
@@ -130,16 +95,8 @@ impl Sandbox {
             status: run.status,
             replies: run.replies,
             stderr: run.stderr,
-            log: std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default(),
+            log: self.log(),
         }
-    }
-
-    /// An object file of `len` bytes; its oid.
-    fn object(&self, seed: u64, len: usize) -> (PathBuf, String, usize) {
-        let data = common::splitmix64(seed, len);
-        let path = self.dir.path().join(format!("object-{seed}"));
-        std::fs::write(&path, &data).unwrap();
-        (path, common::sha256_hex(&data), len)
     }
 }
 

@@ -87,3 +87,62 @@ pub fn run_agent(mut cmd: Command, input: Vec<u8>) -> AgentRun {
         elapsed,
     }
 }
+
+/// A git repository (`repo/`) with a private, empty home, cache and agent log, for running
+/// `git-xet transfer` and git in isolation.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    /// A fresh sandbox with `git init` done in its repository.
+    pub fn new() -> Self {
+        let s = Sandbox {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::create_dir_all(s.home()).unwrap();
+        std::fs::create_dir_all(s.repo()).unwrap();
+        let ok = s.command("git").args(["init", "-q"]).status().unwrap();
+        assert!(ok.success());
+        s
+    }
+
+    pub fn home(&self) -> std::path::PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn repo(&self) -> std::path::PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    /// The agent's log (`GIT_XET_LOG`), empty if there is none.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    /// `program` in the repository with a cleared environment: `PATH`, the private home, no
+    /// system configuration, no prompts, the private cache, a debug log to `agent.log`.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.current_dir(self.repo())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("XDG_CONFIG_HOME", self.home().join(".config"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_XET_CACHE_DIR", self.dir.path().join("cache"))
+            .env("GIT_XET_LOG", self.dir.path().join("agent.log"))
+            .env("GIT_XET_LOG_LEVEL", "debug")
+            .env("LC_ALL", "C");
+        c
+    }
+
+    /// An object file of `len` bytes: (path, oid, size).
+    pub fn object(&self, seed: u64, len: usize) -> (std::path::PathBuf, String, usize) {
+        let data = super::splitmix64(seed, len);
+        let path = self.dir.path().join(format!("object-{seed}"));
+        std::fs::write(&path, &data).unwrap();
+        (path, super::sha256_hex(&data), len)
+    }
+}
