@@ -12,7 +12,7 @@
 //! | request | endpoint |
 //! |---|---|
 //! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
-//! | `action: null` (standalone), endpoint a directory | the store in that directory, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns); a download from a directory without a store fails and creates nothing |
+//! | `action: null` (standalone), endpoint a directory | the store in that directory, through the private server the agents share ([`super::local_server`]; xorb ranges are read from the store's files); if none answers, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns). A download from a directory without a store fails and creates nothing |
 //! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::endpoint_token`] |
 //!
 //! The standalone endpoint is the one of the remote git-lfs names in `init`
