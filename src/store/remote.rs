@@ -846,6 +846,7 @@ impl RemoteCas {
 
 /// Bytes `start..=end` of the xorb file of `hash` in the directory store at `root`, if they
 /// can be read (any failure: `None`, and the caller fetches them over HTTP).
+#[cfg(unix)]
 fn read_local_range(
     root: &std::path::Path,
     hash: &XorbHash,
@@ -867,6 +868,12 @@ fn read_local_range(
             None
         }
     }
+}
+
+/// Elsewhere the ranges are always fetched over HTTP.
+#[cfg(not(unix))]
+fn read_local_range(_: &std::path::Path, _: &XorbHash, _: u64, _: u64) -> Option<Vec<u8>> {
+    None
 }
 
 impl XorbSource for RemoteCas {
