@@ -17,7 +17,7 @@ use axum::Json;
 use super::super::auth::Scope;
 use super::super::error::ApiError;
 use super::super::{blocking, SharedState};
-use super::reconstruction::{inline_v2, INLINE_MAX_SIZE};
+use super::reconstruction::{inline_v2, small_plan};
 use crate::format::LfsOid;
 use crate::store::wire::LfsFile;
 
@@ -56,8 +56,8 @@ pub async fn get(
         };
         let intact = st.store.file_damage(&file)?.is_none();
         // A plan that cannot be made is left out: the reconstruction route reports why.
-        let plan = (with_plan && intact && size <= INLINE_MAX_SIZE)
-            .then(|| st.store.reconstruction(&file, None).ok().flatten())
+        let plan = (with_plan && intact)
+            .then(|| small_plan(&st.store, &file, size))
             .flatten();
         Ok(Some((file, size, intact, plan)))
     })

@@ -122,6 +122,20 @@ pub const INLINE_MAX_SIZE: u64 = 4 << 20;
 /// The longest reconstruction JSON sent along; longer ones are left to this route.
 pub const INLINE_MAX_JSON: usize = 8 << 10;
 
+/// The plan of `file` (of `size` bytes) to send along with another answer: for a file of at
+/// most [`INLINE_MAX_SIZE`] bytes whose plan can be made. A plan that cannot be made is left
+/// out; this route reports why when the client asks it.
+pub fn small_plan(
+    store: &crate::store::Store,
+    file: &FileHash,
+    size: u64,
+) -> Option<crate::store::ReconstructionPlan> {
+    if size > INLINE_MAX_SIZE || file.is_zero() {
+        return None;
+    }
+    store.reconstruction(file, None).ok().flatten()
+}
+
 /// The v2 answer for `plan`, with presigned URLs, if its JSON is at most [`INLINE_MAX_JSON`]
 /// long: what is sent along with another answer.
 pub fn inline_v2(

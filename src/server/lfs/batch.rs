@@ -14,8 +14,8 @@
 //! `X-Xet-Access-Token`, `X-Xet-Token-Expiration` and `X-Xet-Session-Id` on upload actions
 //! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.4: this server's
 //! answer to the oid → hash lookup). Small objects' download actions also carry their v2
-//! reconstruction in `X-Xet-Reconstruction` (this server's extension, see
-//! `inline_reconstructions`), which saves the agent a request per object.
+//! reconstruction in `X-Xet-Reconstruction` (this server's extension), which saves the agent a
+//! request per object.
 
 use std::collections::BTreeMap;
 
@@ -29,10 +29,11 @@ use super::{authorize_user, lfs_json, Repo};
 use crate::format::{FileHash, LfsOid};
 use crate::server::auth::{now_unix, Scope};
 use crate::server::body::read_body;
-use crate::server::cas::reconstruction::INLINE_MAX_SIZE;
+use crate::server::cas::reconstruction::{inline_v2, small_plan};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
 use crate::store::wire::{CasTokenInfo, RECONSTRUCTION_HEADER};
+use crate::store::ReconstructionPlan;
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
 pub const MAX_OBJECTS: usize = 1000;
@@ -249,38 +250,48 @@ pub async fn batch(
         .iter()
         .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
         .collect();
+    // Downloads offered xet get the plans of small intact objects along (`X-Xet-Reconstruction`,
+    // this server's extension): the agent then skips the reconstruction request, half of the
+    // round trips of a small download. Agents that do not know the header ignore it.
+    let with_plans = operation == Operation::Download && transfer == Transfer::Xet;
     let store = std::sync::Arc::clone(&state.store);
-    let stored: Vec<Stored> = blocking(move || {
+    let looked_up: Vec<(Stored, Option<ReconstructionPlan>)> = blocking(move || {
         oids.iter()
             .map(|oid| match oid {
-                Some(oid) if oid.to_hex() == EMPTY_OID => Ok(Stored::Intact(FileHash::ZERO, 0)),
+                Some(oid) if oid.to_hex() == EMPTY_OID => {
+                    Ok((Stored::Intact(FileHash::ZERO, 0), None))
+                }
                 Some(oid) => {
                     let Some((file, size)) = store.file_by_oid(oid)? else {
-                        return Ok(Stored::Absent);
+                        return Ok((Stored::Absent, None));
                     };
                     Ok(match store.file_damage(&file)? {
-                        None => Stored::Intact(file, size),
-                        Some((xorb, why)) => Stored::Damaged { size, xorb, why },
+                        None => {
+                            let plan = with_plans
+                                .then(|| small_plan(&store, &file, size))
+                                .flatten();
+                            (Stored::Intact(file, size), plan)
+                        }
+                        Some((xorb, why)) => (Stored::Damaged { size, xorb, why }, None),
                     })
                 }
-                None => Ok(Stored::Absent),
+                None => Ok((Stored::Absent, None)),
             })
             .collect::<Result<_, crate::store::StoreError>>()
             .map_err(ApiError::from)
     })
     .await?;
-    let inline = if operation == Operation::Download && transfer == Transfer::Xet {
-        inline_reconstructions(state, &stored).await?
-    } else {
-        vec![None; stored.len()]
-    };
 
     let actions = Actions::new(state, repo, operation, transfer);
     let objects: Vec<ObjectOut> = requested
         .into_iter()
-        .zip(stored)
-        .zip(inline)
-        .map(|((r, stored), inline)| actions.object(r, stored, inline))
+        .zip(looked_up)
+        .map(|(r, (stored, plan))| {
+            let inline = plan
+                .and_then(|p| inline_v2(state, &p))
+                .and_then(|v2| serde_json::to_string(&v2).ok());
+            actions.object(r, stored, inline)
+        })
         .collect();
     tracing::info!(
         repo = %repo.id,
@@ -300,45 +311,6 @@ pub async fn batch(
             hash_algo: "sha256",
         },
     ))
-}
-
-/// For each intact object of at most [`INLINE_MAX_SIZE`] bytes, its v2 reconstruction (the JSON
-/// `GET /v2/reconstructions/{file}` would answer, with presigned URLs) when it is at most
-/// [`INLINE_MAX_JSON`](crate::server::cas::reconstruction::INLINE_MAX_JSON) long. An agent that finds it in [`RECONSTRUCTION_HEADER`] skips that
-/// request: for small files it is half of the round trips of a download. Agents that do not
-/// know the header ignore it. A plan that cannot be made is left out: the agent asks the CAS
-/// route, which reports the problem.
-async fn inline_reconstructions(
-    state: &std::sync::Arc<AppState>,
-    stored: &[Stored],
-) -> Result<Vec<Option<String>>, ApiError> {
-    let files: Vec<Option<FileHash>> = stored
-        .iter()
-        .map(|s| match s {
-            Stored::Intact(file, size) if *size <= INLINE_MAX_SIZE && !file.is_zero() => {
-                Some(*file)
-            }
-            _ => None,
-        })
-        .collect();
-    if files.iter().all(Option::is_none) {
-        return Ok(vec![None; stored.len()]);
-    }
-    let store = std::sync::Arc::clone(&state.store);
-    let plans = blocking(move || {
-        Ok(files
-            .iter()
-            .map(|f| f.and_then(|f| store.reconstruction(&f, None).ok().flatten()))
-            .collect::<Vec<_>>())
-    })
-    .await?;
-    Ok(plans
-        .into_iter()
-        .map(|plan| {
-            let v2 = crate::server::cas::reconstruction::inline_v2(state, &plan?)?;
-            serde_json::to_string(&v2).ok()
-        })
-        .collect())
 }
 
 /// What the store holds of a requested object.
