@@ -377,15 +377,11 @@ impl Agent {
                         return Err(no_store_message(dir, source, &why));
                     }
                 }
-                let (dir, cache) = (dir.clone(), cache.clone());
+                let (dir, source, cache) = (dir.clone(), source.clone(), cache.clone());
                 if let Some(shared) = self.shared_server(&dir, cache.as_ref()) {
                     return Ok(Lease::Shared(shared));
                 }
-                let (dir, source, cache) = match self.standalone.as_ref() {
-                    Some(Ok(Standalone::Dir(d, s, c))) => (d, s, c),
-                    _ => return Err("the standalone endpoint changed".into()),
-                };
-                let store = Store::open_waiting(dir, self.options.store_patience, || {
+                let store = Store::open_waiting(&dir, self.options.store_patience, || {
                     tracing::info!(
                         store = %dir.display(),
                         "waiting for another git-xet process to finish with the store"
