@@ -12,7 +12,14 @@ use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Run a self-hosted Xet CAS server and Git LFS server.\n\n\
-Stores xorbs, shards and its index under --data.\n\n\
+Stores xorbs, shards and its index under --data, or with --storage s3://BUCKET/PREFIX its xorbs \
+and shards in an S3-compatible bucket that several servers (nodes) can share, each with its own \
+--data directory for its cache of the index, temporary files and locks. The bucket's endpoint, \
+region and keys come from the standard AWS_* variables (AWS_ENDPOINT, AWS_REGION, \
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; path-style addressing unless \
+AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true). Nodes find each other's uploads within about a second \
+(at once when a lookup misses) and sign tokens with one key kept in the bucket, so any node \
+serves what any other stored.\n\n\
 URL layout: the server has no list of repositories. Every path of the form \
 <public URL>/<repo>/info/lfs is a Git LFS endpoint, where <repo> is any path of one or more \
 segments you choose (team/models, team/models.git); set it as the repository's lfs.url, \
@@ -61,9 +68,14 @@ git-xet serve --data /srv/xet --listen 0.0.0.0:8080 \\\n      --public-url https
 git config -f .lfsconfig lfs.url https://xet.example.org/team/models.git/info/lfs"
 )]
 pub struct ServeArgs {
-    /// Directory of the store (created if missing; must be empty or an existing store).
+    /// Directory of the store (created if missing; must be empty or an existing store). With
+    /// --storage, this node's own directory (cache of the index, temporary files, locks).
     #[arg(long, value_name = "DIR")]
     pub data: PathBuf,
+    /// Keep xorbs and shards in an S3-compatible bucket (s3://BUCKET/PREFIX) instead of --data;
+    /// settings from the AWS_* environment.
+    #[arg(long, value_name = "URL")]
+    pub storage: Option<crate::store::s3::StorageUrl>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
@@ -324,6 +336,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         );
     }
     let mut config = ServeConfig::new(args.data.clone(), secrets);
+    config.storage = args.storage.clone();
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
     config.token_ttl = Duration::from_secs(args.token_ttl);

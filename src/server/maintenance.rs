@@ -32,6 +32,49 @@ impl Default for Maintenance {
 }
 
 /// Starts the scheduled jobs; abort the returned tasks to stop them.
+/// How often a node on shared storage looks for shards other nodes accepted.
+pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// How often it lists every shard, for log entries that arrived too late to be seen.
+pub const FULL_SYNC_INTERVAL: Duration = Duration::from_secs(600);
+
+/// For a store on shared storage, the job that keeps this node's index caught up with the
+/// other nodes (see `store::sync`); nothing for a directory store.
+pub fn spawn_sync(store: &Arc<Store>) -> Option<tokio::task::JoinHandle<()>> {
+    if !store.is_shared() {
+        return None;
+    }
+    let store = Arc::clone(store);
+    Some(tokio::spawn(async move {
+        let mut last_full = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(SYNC_INTERVAL).await;
+            let full = last_full.elapsed() >= FULL_SYNC_INTERVAL;
+            if full {
+                last_full = std::time::Instant::now();
+            }
+            let st = Arc::clone(&store);
+            let job = move || {
+                if full {
+                    st.catch_up_all()
+                } else {
+                    st.catch_up()
+                }
+            };
+            match tokio::task::spawn_blocking(job).await {
+                Ok(Ok(c)) if c.registered > 0 || c.refused > 0 => tracing::info!(
+                    registered = c.registered,
+                    refused = c.refused,
+                    full,
+                    "caught up with shards other nodes accepted"
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot catch up with the other nodes"),
+                Err(e) => tracing::error!(error = %e, "catching up with the other nodes stopped"),
+            }
+        }
+    }))
+}
+
 pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<()>> {
     let mut jobs = Vec::new();
     if let Some(every) = m.gc_interval {

@@ -54,8 +54,11 @@ use crate::store::{Store, StoreOptions};
 /// Everything `git xet serve` is configured with.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    /// The store directory.
+    /// The store directory; with [`Self::storage`], this node's own directory (its cache of
+    /// the index, temporary files, locks).
     pub data_dir: PathBuf,
+    /// Objects in an S3-compatible bucket several nodes share, instead of in `data_dir`.
+    pub storage: Option<crate::store::s3::StorageUrl>,
     pub listen: SocketAddr,
     /// The URL clients reach this server at (used in CAS URLs, token-refresh and presigned
     /// URLs). Default: `http://<bound address>`.
@@ -138,6 +141,7 @@ impl ServeConfig {
     pub fn new(data_dir: PathBuf, secrets: Vec<Secret>) -> Self {
         Self {
             data_dir,
+            storage: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             public_url: None,
             secrets,
@@ -398,8 +402,11 @@ impl Server {
                 addr: config.listen,
                 source,
             })?;
-        let store = Arc::new(Store::open_with(&config.data_dir, config.store)?);
-        let key = Authority::load_or_create_key(&config.data_dir.join("server.key"))?;
+        let store = Arc::new(open_store(&config).await?);
+        let key = match shared_key(&store).await? {
+            Some(key) => key,
+            None => Authority::load_or_create_key(&config.data_dir.join("server.key"))?,
+        };
         let locks = lfs::locks::LockDb::open(&config.data_dir.join("locks.redb"), config.locks)?;
         let local = listener.local_addr().map_err(ServeError::Serve)?;
         let public_url = config
@@ -471,7 +478,8 @@ impl Server {
             }
         };
         let limits = self.state.resources.limits().clone();
-        let jobs = maintenance::spawn(&self.state.store, self.maintenance);
+        let mut jobs = maintenance::spawn(&self.state.store, self.maintenance);
+        jobs.extend(maintenance::spawn_sync(&self.state.store));
         conn::serve(
             self.listener,
             router(self.state),
@@ -511,6 +519,52 @@ impl Server {
             stop: Some(tx),
             thread: Some(thread),
         })
+    }
+}
+
+/// Opens the store `config` names: a directory, or a bucket (then registers what the other
+/// nodes stored before this one serves anything).
+async fn open_store(config: &ServeConfig) -> Result<Store, ServeError> {
+    let Some(url) = config.storage.clone() else {
+        return Ok(Store::open_with(&config.data_dir, config.store)?);
+    };
+    let (dir, options) = (config.data_dir.clone(), config.store);
+    let opened = tokio::task::spawn_blocking(move || {
+        let store = Store::open_s3(&dir, options, &url)?;
+        let caught = store.catch_up_all()?;
+        tracing::info!(
+            storage = %url,
+            registered = caught.registered,
+            refused = caught.refused,
+            "caught up with the shards in storage"
+        );
+        Ok::<_, crate::store::StoreError>(store)
+    })
+    .await
+    .map_err(|e| ServeError::Serve(std::io::Error::other(e.to_string())))?;
+    Ok(opened?)
+}
+
+/// The key that signs tokens and presigned URLs, shared by every node of shared storage (so
+/// that a token or URL one node issued is good at any other); `None` for a directory store.
+async fn shared_key(store: &Arc<Store>) -> Result<Option<[u8; 32]>, ServeError> {
+    if !store.is_shared() {
+        return Ok(None);
+    }
+    let initial = crate::store::random_bytes::<32>()
+        .map_err(|e| ServeError::Serve(std::io::Error::other(format!("no random source: {e}"))))?;
+    let st = Arc::clone(store);
+    let value = tokio::task::spawn_blocking(move || st.shared_value("server.key", &initial))
+        .await
+        .map_err(|e| ServeError::Serve(std::io::Error::other(e.to_string())))??;
+    match value.map(<[u8; 32]>::try_from) {
+        Some(Ok(key)) => Ok(Some(key)),
+        Some(Err(v)) => Err(ServeError::Serve(std::io::Error::other(format!(
+            "the storage's server.key has {} bytes, expected 32; delete it to make a new key \
+             (this invalidates issued tokens)",
+            v.len()
+        )))),
+        None => Ok(None),
     }
 }
 

@@ -166,6 +166,37 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn clean_temp(&self, older_than: std::time::Duration) -> Result<(u64, u64), BackendError>;
     /// Every shard stored, for rebuilding an index.
     fn list_shards(&self) -> Result<Vec<ShardHash>, BackendError>;
+
+    /// Whether other server processes store objects in the same place (several nodes on one
+    /// bucket): the store then catches up with the shards they accept, through
+    /// [`Self::log_shard`] and [`Self::logged_shards`]. `false` for a directory, which one
+    /// process owns.
+    fn is_shared(&self) -> bool {
+        false
+    }
+    /// Tells the other processes sharing the storage that `shard` (already stored) was
+    /// accepted. Nothing to do for unshared storage.
+    fn log_shard(&self, _shard: &ShardHash) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// Shards logged by any process since `cursor`, which it advances. May repeat shards
+    /// returned before (the caller skips those it knows).
+    fn logged_shards(&self, _cursor: &mut LogCursor) -> Result<Vec<ShardHash>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// A small named value every process sharing the storage must agree on (the key that signs
+    /// tokens, the store version): stored as `initial` unless it exists, then read back.
+    /// `None` for unshared storage, whose one process keeps such values in its directory.
+    fn shared_value(&self, _name: &str, _initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(None)
+    }
+}
+
+/// Where a reader of the shard log ([`ObjectBackend::logged_shards`]) is: the newest entry time
+/// it has seen, in milliseconds since the Unix epoch (0: from the start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogCursor {
+    pub newest_ms: u64,
 }
 
 /// The file of xorb `hash` in the store rooted at `root` (layout in the module docs).
@@ -178,16 +209,109 @@ pub fn xorb_path(root: &Path, hash: &XorbHash) -> PathBuf {
 #[derive(Debug)]
 pub struct FsBackend {
     root: PathBuf,
+    spool: Spool,
+}
+
+/// A directory of temporary files on the machine's own disk (`tmp/` of a store directory):
+/// objects and request bodies prepared there before they are stored, with the free-space
+/// reserve checked before each write.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
     /// Makes temporary file names unique within this process.
     counter: AtomicU64,
     /// Writes fail as if the disk were full when they would leave less than this free.
     min_free: u64,
 }
 
+impl Spool {
+    /// The spool in `dir` (created if missing). Files left by a crash more than an hour ago are
+    /// removed; a second process sharing the directory keeps the files it is writing.
+    pub fn open(dir: &Path) -> Result<Self, BackendError> {
+        fs::create_dir_all(dir).map_err(|source| BackendError::Io {
+            op: "create directory",
+            key: dir.display().to_string(),
+            source,
+        })?;
+        let spool = Self {
+            dir: dir.to_path_buf(),
+            counter: AtomicU64::new(0),
+            min_free: 0,
+        };
+        let _ = spool.clean(std::time::Duration::from_secs(3600));
+        Ok(spool)
+    }
+
+    /// See [`FsBackend::with_min_free`].
+    pub fn with_min_free(mut self, bytes: u64) -> Self {
+        self.min_free = bytes;
+        self
+    }
+
+    /// A new unique path in the spool; nothing is created. `what` ends the name.
+    pub fn temp_path(&self, what: &str) -> PathBuf {
+        self.dir.join(format!(
+            "{}-{}-{}-{what}.tmp",
+            std::process::id(),
+            self.counter.fetch_add(1, Ordering::Relaxed),
+            crate::store::random_hex(8),
+        ))
+    }
+
+    /// Fails with `ENOSPC` unless writing `bytes` more leaves the reserve free.
+    pub fn check_space(&self, bytes: u64) -> Result<(), BackendError> {
+        if self.min_free == 0 {
+            return Ok(());
+        }
+        let free = available_space(&self.dir).map_err(|source| BackendError::Io {
+            op: "measure the free space of",
+            key: self.dir.display().to_string(),
+            source,
+        })?;
+        if free < self.min_free.saturating_add(bytes) {
+            return Err(BackendError::Io {
+                op: "make room for",
+                key: format!(
+                    "{bytes} bytes in {} ({free} bytes free, {} kept in reserve)",
+                    self.dir.display(),
+                    self.min_free
+                ),
+                source: storage_full(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes files last written more than `older_than` ago: how many, and their bytes.
+    pub fn clean(&self, older_than: std::time::Duration) -> Result<(u64, u64), BackendError> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| BackendError::Io {
+            op: "list",
+            key: self.dir.display().to_string(),
+            source,
+        })?;
+        let (mut count, mut bytes) = (0u64, 0u64);
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            let old = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= older_than);
+            if meta.is_file() && old && fs::remove_file(entry.path()).is_ok() {
+                count += 1;
+                bytes += meta.len();
+            }
+        }
+        Ok((count, bytes))
+    }
+}
+
 impl FsBackend {
     /// Opens (creating if needed) a backend rooted at `root`.
     pub fn open(root: &Path) -> Result<Self, BackendError> {
-        for dir in ["xorbs", "shards", "tmp"] {
+        for dir in ["xorbs", "shards"] {
             let path = root.join(dir);
             fs::create_dir_all(&path).map_err(|source| BackendError::Io {
                 op: "create directory",
@@ -195,19 +319,16 @@ impl FsBackend {
                 source,
             })?;
         }
-        let backend = Self {
+        Ok(Self {
             root: root.to_path_buf(),
-            counter: AtomicU64::new(0),
-            min_free: 0,
-        };
-        backend.clean_tmp();
-        Ok(backend)
+            spool: Spool::open(&root.join("tmp"))?,
+        })
     }
 
     /// Keeps `bytes` of the filesystem free: a write that would leave less fails with `ENOSPC`
     /// (HTTP 507 at the server). `u64::MAX` makes the store behave as if its disk were full.
     pub fn with_min_free(mut self, bytes: u64) -> Self {
-        self.min_free = bytes;
+        self.spool = self.spool.with_min_free(bytes);
         self
     }
 
@@ -216,25 +337,6 @@ impl FsBackend {
         match key {
             ObjectKey::Xorb(h) => xorb_path(&self.root, &h),
             ObjectKey::Shard(h) => self.root.join("shards").join(format!("{h}.mdb")),
-        }
-    }
-
-    /// Removes temporary files left by a crash. Only files older than an hour are removed, so a
-    /// second process sharing the directory keeps the files it is writing.
-    fn clean_tmp(&self) {
-        let Ok(entries) = fs::read_dir(self.root.join("tmp")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age.as_secs() > 3600);
-            if old {
-                let _ = fs::remove_file(entry.path());
-            }
         }
     }
 
@@ -381,35 +483,11 @@ impl ObjectBackend for FsBackend {
     }
 
     fn temp_path(&self, what: &str) -> PathBuf {
-        self.root.join("tmp").join(format!(
-            "{}-{}-{}-{what}.tmp",
-            std::process::id(),
-            self.counter.fetch_add(1, Ordering::Relaxed),
-            crate::store::random_hex(8),
-        ))
+        self.spool.temp_path(what)
     }
 
     fn check_space(&self, bytes: u64) -> Result<(), BackendError> {
-        if self.min_free == 0 {
-            return Ok(());
-        }
-        let free = available_space(&self.root).map_err(|source| BackendError::Io {
-            op: "measure the free space of",
-            key: self.root.display().to_string(),
-            source,
-        })?;
-        if free < self.min_free.saturating_add(bytes) {
-            return Err(BackendError::Io {
-                op: "make room for",
-                key: format!(
-                    "{bytes} bytes in {} ({free} bytes free, {} kept in reserve)",
-                    self.root.display(),
-                    self.min_free
-                ),
-                source: storage_full(),
-            });
-        }
-        Ok(())
+        self.spool.check_space(bytes)
     }
 
     fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError> {
@@ -517,28 +595,7 @@ impl ObjectBackend for FsBackend {
     }
 
     fn clean_temp(&self, older_than: std::time::Duration) -> Result<(u64, u64), BackendError> {
-        let dir = self.root.join("tmp");
-        let entries = fs::read_dir(&dir).map_err(|source| BackendError::Io {
-            op: "list",
-            key: dir.display().to_string(),
-            source,
-        })?;
-        let (mut count, mut bytes) = (0u64, 0u64);
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else {
-                continue;
-            };
-            let old = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age >= older_than);
-            if meta.is_file() && old && fs::remove_file(entry.path()).is_ok() {
-                count += 1;
-                bytes += meta.len();
-            }
-        }
-        Ok((count, bytes))
+        self.spool.clean(older_than)
     }
 
     fn list_xorbs(&self) -> Result<Vec<ListedXorb>, BackendError> {

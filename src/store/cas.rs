@@ -38,6 +38,9 @@ use crate::format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLi
 use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
 
 const VERSION_FILE: &str = "STORE-VERSION";
+/// In the data directory of a node on object storage: the storage URL, one line. The
+/// directory holds only that node's cache of the index and its temporary files.
+const STORAGE_FILE: &str = "STORAGE";
 /// Chunks a global-dedup answer lists at most (about 4 GiB of data, a shard of about 3 MiB).
 pub const DEDUP_ANSWER_MAX_CHUNKS: usize = 65_536;
 const VERSION_TEXT: &str = "git-xet-store 1\n";
@@ -214,6 +217,8 @@ pub struct Store {
     pub(super) collecting: RwLock<()>,
     /// Xorbs garbage collection is deleting right now: they count as not stored.
     pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
+    /// Where this node is in the shard log of shared storage (see [`super::sync`]).
+    pub(super) sync: Mutex<super::sync::SyncState>,
     root: PathBuf,
 }
 
@@ -278,6 +283,13 @@ impl Store {
             detail,
         };
         fs::create_dir_all(dir).map_err(|e| layout(format!("cannot create: {e}")))?;
+        if let Ok(url) = fs::read_to_string(dir.join(STORAGE_FILE)) {
+            return Err(layout(format!(
+                "it is the local cache of a server on {}; its objects are there, not here \
+                 (start `git xet serve` with --storage {0})",
+                url.trim()
+            )));
+        }
         let version = dir.join(VERSION_FILE);
         match fs::read_to_string(&version) {
             Ok(text) if text == VERSION_TEXT => {}
@@ -306,15 +318,75 @@ impl Store {
         // process that has to wait fails here, before touching anything else.
         let index = Index::open(&dir.join("index.redb"))?;
         let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
-        Ok(Self {
-            backend: Arc::new(backend),
+        Ok(Self::assemble(dir, index, Arc::new(backend)))
+    }
+
+    fn assemble(dir: &Path, index: Index, backend: Arc<dyn ObjectBackend>) -> Self {
+        Self {
+            backend,
             index,
             footers: Mutex::new(FooterCache::default()),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
             doomed: Mutex::new(std::collections::HashSet::new()),
+            sync: Mutex::new(Default::default()),
             root: dir.to_path_buf(),
-        })
+        }
+    }
+
+    /// Opens a store whose objects live in an S3-compatible bucket (see [`super::s3`]), with
+    /// `dir` as this node's own directory: its cache of the index, temporary files. Several
+    /// processes may open the same bucket, each with its own directory; each catches up with
+    /// the others' shards ([`Self::catch_up`], [`Self::catch_up_all`]).
+    pub fn open_s3(
+        dir: &Path,
+        options: StoreOptions,
+        url: &super::s3::StorageUrl,
+    ) -> Result<Self, StoreError> {
+        let layout = |detail: String| StoreError::Layout {
+            path: dir.to_path_buf(),
+            detail,
+        };
+        fs::create_dir_all(dir).map_err(|e| layout(format!("cannot create: {e}")))?;
+        let marker = dir.join(STORAGE_FILE);
+        match fs::read_to_string(&marker) {
+            Ok(text) if text.trim() == url.to_string() => {}
+            Ok(text) => {
+                return Err(layout(format!(
+                    "it is the local cache of a server on {}, not {url}; give each storage its \
+                     own --data directory",
+                    text.trim()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if dir.join(VERSION_FILE).exists() {
+                    return Err(layout(format!(
+                        "it is a directory store (its objects are in it); a server on {url} \
+                         needs a directory of its own"
+                    )));
+                }
+                fs::write(&marker, format!("{url}\n"))
+                    .map_err(|e| layout(format!("cannot write {STORAGE_FILE}: {e}")))?;
+            }
+            Err(e) => return Err(layout(format!("cannot read {STORAGE_FILE}: {e}"))),
+        }
+        let index = Index::open(&dir.join("index.redb"))?;
+        let backend = super::s3::S3Backend::open(url, &dir.join("tmp"), options.min_free_bytes)?;
+        let version = backend.shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
+        if let Some(v) = version.filter(|v| v.as_slice() != VERSION_TEXT.as_bytes()) {
+            return Err(layout(format!(
+                "{url}/{VERSION_FILE} says {:?}; this git-xet understands {:?}",
+                String::from_utf8_lossy(&v).trim(),
+                VERSION_TEXT.trim()
+            )));
+        }
+        Ok(Self::assemble(dir, index, Arc::new(backend)))
+    }
+
+    /// A value every process using this store's storage agrees on, created as `initial` by the
+    /// first (see [`ObjectBackend::shared_value`]); `None` for a directory store.
+    pub fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.backend.shared_value(name, initial)?)
     }
 
     /// [`Store::open`], waiting while another process has the store open (the agent's
@@ -650,6 +722,7 @@ impl Store {
         committing();
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+        self.backend.log_shard(&shard_hash)?;
         let new_files = self.index.add_shard(shard_hash, &entries, now_unix())?;
         Ok(ShardOutcome {
             shard: shard_hash,
@@ -670,7 +743,7 @@ impl Store {
     }
 
     /// cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
-    fn validate(
+    pub(super) fn validate(
         &self,
         shard: &Shard,
         shard_hash: ShardHash,
@@ -842,7 +915,10 @@ impl Store {
 
     /// A registered file's record.
     pub fn file(&self, file: &FileHash) -> Result<Option<FileRecord>, StoreError> {
-        Ok(self.index.file(file)?)
+        match self.index.file(file)? {
+            None if self.caught_up_after_miss() => Ok(self.index.file(file)?),
+            found => Ok(found),
+        }
     }
 
     /// The reconstruction plan of bytes `range` (inclusive) of a file, or `None` if the file is
@@ -855,7 +931,7 @@ impl Store {
         let terms = if file.is_zero() {
             Vec::new()
         } else {
-            match self.index.file(file)? {
+            match self.file(file)? {
                 Some(record) => record.terms,
                 None => return Ok(None),
             }
@@ -896,7 +972,11 @@ impl Store {
 
     /// The Xet file registered for a Git LFS oid, with its size.
     pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
-        let Some(file) = self.index.file_by_oid(oid)? else {
+        let found = match self.index.file_by_oid(oid)? {
+            None if self.caught_up_after_miss() => self.index.file_by_oid(oid)?,
+            found => found,
+        };
+        let Some(file) = found else {
             return Ok(None);
         };
         let size = self.index.file(&file)?.map_or(0, |r| r.size);

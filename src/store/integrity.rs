@@ -187,9 +187,18 @@ impl Store {
         if let Some(f) = self.cached_footer(xorb, &stamp) {
             return Ok(XorbHealth::Intact(f));
         }
-        if self.index.verified(xorb)? == Some(stamp) {
+        // On shared storage an object another node stored is adopted on its footer: that node
+        // validated it whole before storing it (see store::sync).
+        let verified = self.index.verified(xorb)? == Some(stamp);
+        if verified || self.backend.is_shared() {
             match self.read_footer(xorb, stamp.len)? {
                 FooterRead::Footer(footer) => {
+                    if !verified {
+                        self.index.set_verified(xorb, &stamp)?;
+                        if self.index.xorb(xorb)?.is_none() {
+                            self.record_xorb(&footer, stamp.len)?;
+                        }
+                    }
                     let footer = Arc::new(footer);
                     self.cache_footer(stamp, Arc::clone(&footer));
                     return Ok(XorbHealth::Intact(footer));

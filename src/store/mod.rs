@@ -8,6 +8,8 @@
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload, used by the server and by the agent's embedded mode |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
 //! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
+//! | [`s3`] | [`S3Backend`](s3::S3Backend): objects in an S3-compatible bucket that several server nodes share |
+//! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
 //! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
 //! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](target::Endpoint) |
@@ -23,7 +25,9 @@ pub mod integrity;
 pub mod local_server;
 pub mod reconstruction;
 pub mod remote;
+pub mod s3;
 pub mod shard_cache;
+pub mod sync;
 pub mod target;
 pub mod wire;
 

@@ -1,0 +1,629 @@
+//! Objects in an S3-compatible bucket: [`S3Backend`], the storage of
+//! `git xet serve --storage s3://BUCKET/PREFIX`, which several server processes (nodes) can
+//! share.
+//!
+//! Layout under the prefix:
+//!
+//! | key | what |
+//! |---|---|
+//! | `STORE-VERSION` | `git-xet-store 1`: written by the first node, checked by every other |
+//! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
+//! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
+//! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
+//! | `log/<16-digit ms>-<shard hash>` | empty; one per accepted shard, named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]) |
+//! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
+//! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
+//!
+//! Objects are created with a conditional put (`If-None-Match: *`), so of several nodes
+//! storing one xorb exactly one creates it; reads are ranged GETs; an object is sent from a
+//! memory map of its spooled file (xorbs are at most 64 MiB, so one PUT each, no multipart).
+//! Temporary files stay on the node's own disk (its data directory's `tmp/`).
+//!
+//! Settings come from the standard `AWS_*` environment, read by `object_store`'s builder:
+//! `AWS_ENDPOINT` (a self-hosted store; plain `http://` is allowed when the endpoint says
+//! so), `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, and
+//! path-style addressing unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
+//!
+//! The [`ObjectBackend`] methods are blocking (the store is synchronous): each runs its
+//! requests on the backend's own small runtime and waits for the answer.
+
+use std::future::Future;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures_util::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as Key;
+use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, PutMode, PutOptions};
+
+use super::backend::{
+    BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, Spool,
+};
+use crate::format::{ShardHash, XorbHash};
+
+/// How far back each poll of the shard log looks before the newest entry it saw: entries are
+/// named by their writer's clock when the shard was accepted, so one that arrives late (a slow
+/// PUT, a node whose clock is behind) is still found if it is less than this late.
+pub const LOG_WINDOW_MS: u64 = 120_000;
+
+/// `s3://BUCKET/PREFIX`: where [`S3Backend`] keeps a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageUrl {
+    pub bucket: String,
+    /// Without leading or trailing slashes; empty for the bucket's root.
+    pub prefix: String,
+}
+
+impl std::str::FromStr for StorageUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let rest = s.strip_prefix("s3://").ok_or_else(|| {
+            format!(
+                "{s:?} is not an s3://BUCKET/PREFIX URL (other object stores are not supported)"
+            )
+        })?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let valid_bucket = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !valid_bucket {
+            return Err(format!(
+                "{s:?}: {bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, '-' or '.')"
+            ));
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+            && !prefix.is_empty()
+        {
+            return Err(format!("{s:?}: the prefix has an empty, '.' or '..' part"));
+        }
+        Ok(Self {
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for StorageUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.prefix.is_empty() {
+            write!(f, "s3://{}", self.bucket)
+        } else {
+            write!(f, "s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}
+
+/// Objects in an S3-compatible bucket (see the module documentation).
+pub struct S3Backend {
+    store: Arc<dyn ObjectStore>,
+    url: StorageUrl,
+    spool: Spool,
+    /// Runs the requests; `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Backend").field("url", &self.url).finish()
+    }
+}
+
+impl Drop for S3Backend {
+    fn drop(&mut self) {
+        // Dropping a runtime waits for its threads, which is not allowed inside another
+        // runtime (where the server drops its state): let them finish on their own.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn other(op: &'static str, key: impl Into<String>, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Io {
+        op,
+        key: key.into(),
+        source: io::Error::other(e.to_string()),
+    }
+}
+
+fn time_of(meta: &ObjectMeta) -> SystemTime {
+    SystemTime::from(meta.last_modified)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The stamp of an object: its length, and a digest of its ETag, version and time (any
+/// rewrite changes the ETag or the time).
+fn stamp_of(meta: &ObjectMeta) -> ObjectStamp {
+    let mut h = blake3::Hasher::new();
+    h.update(meta.e_tag.as_deref().unwrap_or("").as_bytes());
+    h.update(b"\0");
+    h.update(meta.version.as_deref().unwrap_or("").as_bytes());
+    h.update(b"\0");
+    h.update(meta.last_modified.to_rfc3339().as_bytes());
+    let mut version = [0u8; 24];
+    version.copy_from_slice(&h.finalize().as_bytes()[..24]);
+    ObjectStamp {
+        len: meta.size,
+        version,
+    }
+}
+
+impl S3Backend {
+    /// Connects to the bucket of `url` with the `AWS_*` settings of the environment, keeping
+    /// temporary files in `spool_dir`, whose disk keeps `min_free` bytes free (see [`Spool`]).
+    /// Nothing is sent until the first request.
+    pub fn open(url: &StorageUrl, spool_dir: &Path, min_free: u64) -> Result<Self, BackendError> {
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
+        let endpoint = std::env::var("AWS_ENDPOINT")
+            .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+            .ok();
+        if let Some(endpoint) = endpoint {
+            // An endpoint written as http:// is a deliberate choice (a store on the local
+            // network); AWS_ALLOW_HTTP need not say it again.
+            if endpoint.starts_with("http://") {
+                builder = builder.with_allow_http(true);
+            }
+            builder = builder.with_endpoint(endpoint);
+        }
+        let store = builder
+            .build()
+            .map_err(|e| other("configure", url.to_string(), e))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("git-xet-s3")
+            .enable_all()
+            .build()
+            .map_err(|source| BackendError::Io {
+                op: "start the runtime of",
+                key: url.to_string(),
+                source,
+            })?;
+        Ok(Self {
+            store: Arc::new(store),
+            url: url.clone(),
+            spool: Spool::open(spool_dir)?.with_min_free(min_free),
+            runtime: Some(runtime),
+        })
+    }
+
+    /// The bucket and prefix.
+    pub fn url(&self) -> &StorageUrl {
+        &self.url
+    }
+
+    fn key(&self, rest: &str) -> Key {
+        if self.url.prefix.is_empty() {
+            Key::from(rest)
+        } else {
+            Key::from(format!("{}/{rest}", self.url.prefix))
+        }
+    }
+
+    fn object(&self, key: ObjectKey) -> Key {
+        match key {
+            ObjectKey::Xorb(h) => self.key(&format!("xorbs/{h}")),
+            ObjectKey::Shard(h) => self.key(&format!("shards/{h}.mdb")),
+        }
+    }
+
+    fn touched(&self, xorb: &XorbHash) -> Key {
+        self.key(&format!("touched/{xorb}"))
+    }
+
+    /// Runs `fut` on the backend's runtime and waits for it.
+    fn block<T: Send + 'static>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, BackendError> {
+        let Some(rt) = &self.runtime else {
+            return Err(other("use", what, "the storage client is shutting down"));
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv()
+            .map_err(|_| other("finish a request for", what, "the storage task stopped"))
+    }
+
+    /// The object's metadata, `None` if it does not exist.
+    fn head(&self, path: &Key, what: &str) -> Result<Option<ObjectMeta>, BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(what, async move { store.head(&p).await })? {
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("look up", what, e)),
+        }
+    }
+
+    /// Stores `payload` at `path` if absent (`mode` Create) or whatever is there (Overwrite).
+    /// `Ok(false)`: it existed (Create only).
+    fn put(
+        &self,
+        path: &Key,
+        payload: bytes::Bytes,
+        mode: PutMode,
+        what: &str,
+    ) -> Result<bool, BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        let put = async move { store.put_opts(&p, payload.into(), options).await };
+        match self.block(what, put)? {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Ok(false),
+            Err(e) => Err(other("store", what, e)),
+        }
+    }
+
+    /// The whole of the file `file` as bytes to send: a memory map, not a copy.
+    fn file_bytes(file: &Path, what: &str) -> Result<bytes::Bytes, BackendError> {
+        let f = std::fs::File::open(file).map_err(|source| BackendError::Io {
+            op: "open the prepared copy of",
+            key: what.to_string(),
+            source,
+        })?;
+        let len = f
+            .metadata()
+            .map_err(|source| BackendError::Io {
+                op: "stat the prepared copy of",
+                key: what.to_string(),
+                source,
+            })?
+            .len();
+        if len == 0 {
+            return Ok(bytes::Bytes::new());
+        }
+        // SAFETY: the file is the store's own temporary file (from `temp_path`), complete and
+        // flushed; nothing writes or truncates it while it is mapped.
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|source| BackendError::Io {
+            op: "map the prepared copy of",
+            key: what.to_string(),
+            source,
+        })?;
+        Ok(bytes::Bytes::from_owner(map))
+    }
+
+    /// Every object under `dir/` (relative to the prefix), after `offset` (a full key) if
+    /// given.
+    fn list(&self, dir: &str, offset: Option<Key>) -> Result<Vec<ObjectMeta>, BackendError> {
+        let store = Arc::clone(&self.store);
+        let prefix = self.key(dir);
+        let what = format!("{}/{dir}/", self.url);
+        let listing = async move {
+            let mut stream = match &offset {
+                Some(o) => store.list_with_offset(Some(&prefix), o),
+                None => store.list(Some(&prefix)),
+            };
+            let mut out = Vec::new();
+            while let Some(item) = stream.next().await {
+                out.push(item?);
+            }
+            Ok::<_, object_store::Error>(out)
+        };
+        self.block(&what, listing)?
+            .map_err(|e| other("list", what.clone(), e))
+    }
+
+    fn delete(&self, path: &Key, what: &str) -> Result<(), BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(what, async move { store.delete(&p).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(other("delete", what, e)),
+        }
+    }
+}
+
+/// The name after the last `/` of a listed key.
+fn file_name(meta: &ObjectMeta) -> &str {
+    meta.location.filename().unwrap_or("")
+}
+
+impl ObjectBackend for S3Backend {
+    fn put_if_absent(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
+        let payload = bytes::Bytes::copy_from_slice(bytes);
+        self.put(
+            &self.object(key),
+            payload,
+            PutMode::Create,
+            &key.to_string(),
+        )
+    }
+
+    fn put_file_if_absent(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let result = Self::file_bytes(file, &what)
+            .and_then(|payload| self.put(&self.object(key), payload, PutMode::Create, &what));
+        let _ = std::fs::remove_file(file);
+        result
+    }
+
+    fn replace_file(&self, key: ObjectKey, file: &Path) -> Result<(), BackendError> {
+        let what = key.to_string();
+        let result = Self::file_bytes(file, &what).and_then(|payload| {
+            self.put(&self.object(key), payload, PutMode::Overwrite, &what)
+                .map(|_| ())
+        });
+        let _ = std::fs::remove_file(file);
+        result
+    }
+
+    fn temp_path(&self, what: &str) -> PathBuf {
+        self.spool.temp_path(what)
+    }
+
+    fn check_space(&self, bytes: u64) -> Result<(), BackendError> {
+        self.spool.check_space(bytes)
+    }
+
+    fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError> {
+        Ok(self
+            .head(&self.object(key), &key.to_string())?
+            .map(|m| m.size))
+    }
+
+    fn stamp(&self, key: ObjectKey) -> Result<Option<ObjectStamp>, BackendError> {
+        Ok(self
+            .head(&self.object(key), &key.to_string())?
+            .map(|m| stamp_of(&m)))
+    }
+
+    fn modified(&self, key: ObjectKey) -> Result<Option<SystemTime>, BackendError> {
+        let what = key.to_string();
+        let Some(meta) = self.head(&self.object(key), &what)? else {
+            return Ok(None);
+        };
+        let mut newest = time_of(&meta);
+        if let ObjectKey::Xorb(h) = key {
+            if let Some(t) = self.head(&self.touched(&h), &what)? {
+                newest = newest.max(time_of(&t));
+            }
+        }
+        Ok(Some(newest))
+    }
+
+    fn read_range(
+        &self,
+        key: ObjectKey,
+        range: Range<u64>,
+    ) -> Result<Option<Vec<u8>>, BackendError> {
+        let what = key.to_string();
+        let path = self.object(key);
+        let out_of_bounds = |len: u64| BackendError::RangeOutOfBounds {
+            key,
+            start: range.start,
+            end: range.end,
+            len,
+        };
+        if range.start >= range.end {
+            // Nothing to fetch: only whether the object exists and the range fits.
+            return match self.head(&path, &what)? {
+                None => Ok(None),
+                Some(m) if range.start > range.end || range.end > m.size => {
+                    Err(out_of_bounds(m.size))
+                }
+                Some(_) => Ok(Some(Vec::new())),
+            };
+        }
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        let r = range.clone();
+        let get = async move {
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(r)),
+                ..GetOptions::default()
+            };
+            store.get_opts(&p, options).await?.bytes().await
+        };
+        match self.block(&what, get)? {
+            Ok(bytes) if bytes.len() as u64 == range.end - range.start => Ok(Some(bytes.to_vec())),
+            // A range past the end is answered with what there is.
+            Ok(bytes) => Err(out_of_bounds(range.start + bytes.len() as u64)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => match self.head(&path, &what)? {
+                None => Ok(None),
+                Some(m) if range.end > m.size => Err(out_of_bounds(m.size)),
+                Some(_) => Err(other("read", what, e)),
+            },
+        }
+    }
+
+    fn read_all(&self, key: ObjectKey) -> Result<Option<Vec<u8>>, BackendError> {
+        let what = key.to_string();
+        let store = Arc::clone(&self.store);
+        let p = self.object(key);
+        match self.block(&what, async move { store.get(&p).await?.bytes().await })? {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("read", what, e)),
+        }
+    }
+
+    fn remove(&self, key: ObjectKey) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let path = self.object(key);
+        if self.head(&path, &what)?.is_none() {
+            return Ok(false);
+        }
+        self.delete(&path, &what)?;
+        if let ObjectKey::Xorb(h) = key {
+            self.delete(&self.touched(&h), &what)?;
+        }
+        Ok(true)
+    }
+
+    fn quarantine(&self, key: ObjectKey) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let path = self.object(key);
+        if self.head(&path, &what)?.is_none() {
+            return Ok(false);
+        }
+        let now = now_ms() / 1000;
+        let aside = match key {
+            ObjectKey::Xorb(h) => self.key(&format!("quarantine/xorbs/{h}.{now}")),
+            ObjectKey::Shard(h) => self.key(&format!("quarantine/shards/{h}.mdb.{now}")),
+        };
+        let store = Arc::clone(&self.store);
+        let from = path.clone();
+        match self.block(&what, async move { store.copy(&from, &aside).await })? {
+            Ok(()) => {}
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(other("copy to quarantine", what, e)),
+        }
+        self.delete(&path, &what)?;
+        Ok(true)
+    }
+
+    fn touch(&self, key: ObjectKey) -> Result<(), BackendError> {
+        match key {
+            ObjectKey::Xorb(h) => self
+                .put(
+                    &self.touched(&h),
+                    bytes::Bytes::new(),
+                    PutMode::Overwrite,
+                    &key.to_string(),
+                )
+                .map(|_| ()),
+            // Shards are never collected: their age does not matter.
+            ObjectKey::Shard(_) => Ok(()),
+        }
+    }
+
+    fn list_xorbs(&self) -> Result<Vec<ListedXorb>, BackendError> {
+        let mut touched = std::collections::HashMap::new();
+        for meta in self.list("touched", None)? {
+            if let Ok(h) = XorbHash::from_hex(file_name(&meta)) {
+                touched.insert(h, time_of(&meta));
+            }
+        }
+        let mut out = Vec::new();
+        for meta in self.list("xorbs", None)? {
+            let Ok(hash) = XorbHash::from_hex(file_name(&meta)) else {
+                continue;
+            };
+            let mut modified = time_of(&meta);
+            if let Some(t) = touched.get(&hash) {
+                modified = modified.max(*t);
+            }
+            out.push(ListedXorb {
+                hash,
+                len: meta.size,
+                modified,
+            });
+        }
+        out.sort_by_key(|x| x.hash);
+        Ok(out)
+    }
+
+    fn clean_temp(&self, older_than: std::time::Duration) -> Result<(u64, u64), BackendError> {
+        self.spool.clean(older_than)
+    }
+
+    fn list_shards(&self) -> Result<Vec<ShardHash>, BackendError> {
+        let mut out: Vec<ShardHash> = self
+            .list("shards", None)?
+            .iter()
+            .filter_map(|m| file_name(m).strip_suffix(".mdb"))
+            .filter_map(|stem| ShardHash::from_hex(stem).ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn log_shard(&self, shard: &ShardHash) -> Result<(), BackendError> {
+        let entry = self.key(&format!("log/{:016}-{shard}", now_ms()));
+        self.put(
+            &entry,
+            bytes::Bytes::new(),
+            PutMode::Overwrite,
+            &format!("the log entry of shard {shard}"),
+        )
+        .map(|_| ())
+    }
+
+    fn logged_shards(&self, cursor: &mut LogCursor) -> Result<Vec<ShardHash>, BackendError> {
+        let from = cursor.newest_ms.saturating_sub(LOG_WINDOW_MS);
+        let offset = self.key(&format!("log/{from:016}"));
+        let mut out = Vec::new();
+        for meta in self.list("log", Some(offset))? {
+            let Some((ms, hash)) = file_name(&meta).split_once('-') else {
+                continue;
+            };
+            let (Ok(ms), Ok(hash)) = (ms.parse::<u64>(), ShardHash::from_hex(hash)) else {
+                continue;
+            };
+            cursor.newest_ms = cursor.newest_ms.max(ms);
+            out.push(hash);
+        }
+        Ok(out)
+    }
+
+    fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        let path = self.key(name);
+        let what = format!("{}/{name}", self.url);
+        self.put(
+            &path,
+            bytes::Bytes::copy_from_slice(initial),
+            PutMode::Create,
+            &what,
+        )?;
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(&what, async move { store.get(&p).await?.bytes().await })? {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(e) => Err(other("read", what, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_urls_parse_and_print() {
+        let u: StorageUrl = "s3://my-bucket/teams/ml/".parse().unwrap();
+        assert_eq!(u.bucket, "my-bucket");
+        assert_eq!(u.prefix, "teams/ml");
+        assert_eq!(u.to_string(), "s3://my-bucket/teams/ml");
+        let u: StorageUrl = "s3://xet-data".parse().unwrap();
+        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("xet-data", ""));
+        assert_eq!(u.to_string(), "s3://xet-data");
+        for bad in [
+            "/srv/xet",
+            "http://bucket/x",
+            "s3://",
+            "s3://Upper/x",
+            "s3://b/x",
+            "s3://bucket/a//b",
+            "s3://bucket/a/../b",
+        ] {
+            let e = bad.parse::<StorageUrl>().unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+}
