@@ -336,7 +336,10 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         );
     }
     let mut config = ServeConfig::new(args.data.clone(), secrets);
-    config.storage = args.storage.clone();
+    config.storage = args
+        .storage
+        .clone()
+        .map(crate::store::s3::S3Config::from_env);
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
     config.token_ttl = Duration::from_secs(args.token_ttl);

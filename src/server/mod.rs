@@ -58,7 +58,7 @@ pub struct ServeConfig {
     /// the index, temporary files, locks).
     pub data_dir: PathBuf,
     /// Objects in an S3-compatible bucket several nodes share, instead of in `data_dir`.
-    pub storage: Option<crate::store::s3::StorageUrl>,
+    pub storage: Option<crate::store::s3::S3Config>,
     pub listen: SocketAddr,
     /// The URL clients reach this server at (used in CAS URLs, token-refresh and presigned
     /// URLs). Default: `http://<bound address>`.
@@ -525,15 +525,15 @@ impl Server {
 /// Opens the store `config` names: a directory, or a bucket (then registers what the other
 /// nodes stored before this one serves anything).
 async fn open_store(config: &ServeConfig) -> Result<Store, ServeError> {
-    let Some(url) = config.storage.clone() else {
+    let Some(storage) = config.storage.clone() else {
         return Ok(Store::open_with(&config.data_dir, config.store)?);
     };
     let (dir, options) = (config.data_dir.clone(), config.store);
     let opened = tokio::task::spawn_blocking(move || {
-        let store = Store::open_s3(&dir, options, &url)?;
+        let store = Store::open_s3(&dir, options, &storage)?;
         let caught = store.catch_up_all()?;
         tracing::info!(
-            storage = %url,
+            storage = %storage.url,
             registered = caught.registered,
             refused = caught.refused,
             "caught up with the shards in storage"

@@ -341,8 +341,9 @@ impl Store {
     pub fn open_s3(
         dir: &Path,
         options: StoreOptions,
-        url: &super::s3::StorageUrl,
+        config: &super::s3::S3Config,
     ) -> Result<Self, StoreError> {
+        let url = &config.url;
         let layout = |detail: String| StoreError::Layout {
             path: dir.to_path_buf(),
             detail,
@@ -371,7 +372,7 @@ impl Store {
             Err(e) => return Err(layout(format!("cannot read {STORAGE_FILE}: {e}"))),
         }
         let index = Index::open(&dir.join("index.redb"))?;
-        let backend = super::s3::S3Backend::open(url, &dir.join("tmp"), options.min_free_bytes)?;
+        let backend = super::s3::S3Backend::open(config, &dir.join("tmp"), options.min_free_bytes)?;
         let version = backend.shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
         if let Some(v) = version.filter(|v| v.as_slice() != VERSION_TEXT.as_bytes()) {
             return Err(layout(format!(

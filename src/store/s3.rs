@@ -14,8 +14,10 @@
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
-//! Objects are created with a conditional put (`If-None-Match: *`), so of several nodes
-//! storing one xorb exactly one creates it; reads are ranged GETs; an object is sent from a
+//! Objects are created only when absent: a look, then a conditional put (`If-None-Match: *`),
+//! so of several nodes storing one xorb exactly one creates it where the store honours the
+//! condition, and at worst (Garage 2.5 ignores it) two that raced both write the same name
+//! and one whole copy remains (see [`S3Backend`]'s `put`); reads are ranged GETs; an object is sent from a
 //! memory map of its spooled file (xorbs are at most 64 MiB, so one PUT each, no multipart).
 //! Temporary files stay on the node's own disk (its data directory's `tmp/`).
 //!
@@ -101,6 +103,47 @@ impl std::fmt::Display for StorageUrl {
     }
 }
 
+/// Where a store's bucket is and how to reach it: the URL, and settings that take the place
+/// of `AWS_*` environment variables of the same names (for a caller that must not change the
+/// process environment, such as tests running several servers in one process).
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Config {
+    pub url: StorageUrl,
+    /// `(AWS_… name, value)`, applied over the environment.
+    pub settings: Vec<(String, String)>,
+}
+
+impl S3Config {
+    /// The bucket of `url`, reached with the `AWS_*` settings of the environment.
+    pub fn from_env(url: StorageUrl) -> Self {
+        Self {
+            url,
+            settings: Vec::new(),
+        }
+    }
+
+    /// The value of setting `name`: from [`Self::settings`], else the environment.
+    fn setting(&self, name: &str) -> Option<String> {
+        self.settings
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+    }
+}
+
+impl std::fmt::Debug for S3Config {
+    // The settings hold keys: only their names are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.settings.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("S3Config")
+            .field("url", &self.url)
+            .field("settings", &names)
+            .finish()
+    }
+}
+
 /// Objects in an S3-compatible bucket (see the module documentation).
 pub struct S3Backend {
     store: Arc<dyn ObjectStore>,
@@ -165,11 +208,20 @@ impl S3Backend {
     /// Connects to the bucket of `url` with the `AWS_*` settings of the environment, keeping
     /// temporary files in `spool_dir`, whose disk keeps `min_free` bytes free (see [`Spool`]).
     /// Nothing is sent until the first request.
-    pub fn open(url: &StorageUrl, spool_dir: &Path, min_free: u64) -> Result<Self, BackendError> {
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
-        let endpoint = std::env::var("AWS_ENDPOINT")
-            .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-            .ok();
+    pub fn open(config: &S3Config, spool_dir: &Path, min_free: u64) -> Result<Self, BackendError> {
+        let url = &config.url;
+        let mut builder = AmazonS3Builder::from_env();
+        for (name, value) in &config.settings {
+            let key = name
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|e| other("configure", format!("{url} ({name})"), e))?;
+            builder = builder.with_config(key, value);
+        }
+        builder = builder.with_bucket_name(&url.bucket);
+        let endpoint = config
+            .setting("AWS_ENDPOINT")
+            .or_else(|| config.setting("AWS_ENDPOINT_URL"));
         if let Some(endpoint) = endpoint {
             // An endpoint written as http:// is a deliberate choice (a store on the local
             // network); AWS_ALLOW_HTTP need not say it again.
@@ -253,6 +305,12 @@ impl S3Backend {
 
     /// Stores `payload` at `path` if absent (`mode` Create) or whatever is there (Overwrite).
     /// `Ok(false)`: it existed (Create only).
+    ///
+    /// A create looks first, then puts with `If-None-Match: *`: on a store that honours it
+    /// (Amazon S3, MinIO, R2, Ceph) of several concurrent writers exactly one creates the
+    /// object. Garage 2.5 ignores the condition, so there two writers that both looked before
+    /// either wrote both write; the key still holds one whole object, the last written, and for
+    /// a content-addressed object either copy is equally valid.
     fn put(
         &self,
         path: &Key,
@@ -260,6 +318,9 @@ impl S3Backend {
         mode: PutMode,
         what: &str,
     ) -> Result<bool, BackendError> {
+        if mode == PutMode::Create && self.head(path, what)?.is_some() {
+            return Ok(false);
+        }
         let store = Arc::clone(&self.store);
         let p = path.clone();
         let options = PutOptions {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 pub mod agent;
 pub mod fake;
+pub mod garage;
 pub mod git;
 pub mod hfxet;
 pub mod server;

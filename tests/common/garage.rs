@@ -1,0 +1,231 @@
+//! A single-node Garage (a real distributed S3-compatible object store) for tests: a config file
+//! of its own in a temporary directory, loopback ports, its layout, a key and buckets made with
+//! its CLI. It is killed when dropped, and stops by itself after ten minutes in any case.
+//!
+//! Garage is installed with `cargo install garage --version 2.5.0 --locked` (`.ci/run` does
+//! it). Tests that need it are `#[ignore]`d with that reason, and run under CI with
+//! `--include-ignored`.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use git_xet::store::s3::{S3Config, StorageUrl};
+
+/// The reason on every test that needs Garage.
+#[allow(dead_code)]
+pub const NEEDS_GARAGE: &str = "needs Garage: cargo install garage --version 2.5.0 --locked";
+
+/// The Garage binary: `$GARAGE`, on PATH, or in cargo's bin directory.
+pub fn binary() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("GARAGE") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("garage"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let home = std::env::var_os("CARGO_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+        let p = home.join("bin").join("garage");
+        p.is_file().then_some(p)
+    })
+}
+
+/// A running single-node Garage with one key allowed on every bucket it creates.
+pub struct Garage {
+    child: Child,
+    bin: PathBuf,
+    config: PathBuf,
+    pub dir: tempfile::TempDir,
+    /// `http://127.0.0.1:PORT`
+    pub endpoint: String,
+    pub key_id: String,
+    pub secret: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Garage {
+    /// Starts Garage and sets it up; panics (naming the step) if it cannot.
+    pub fn start() -> Self {
+        let bin = binary().unwrap_or_else(|| panic!("Garage is not installed ({NEEDS_GARAGE})"));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (rpc, s3, admin) = (free_port(), free_port(), free_port());
+        let secret: String = (0..32)
+            .map(|i| format!("{:02x}", (i * 37 + 11) as u8))
+            .collect();
+        let config = dir.path().join("garage.toml");
+        let text = format!(
+            "metadata_dir = \"{meta}\"\n\
+             data_dir = \"{data}\"\n\
+             db_engine = \"sqlite\"\n\
+             replication_factor = 1\n\
+             rpc_bind_addr = \"127.0.0.1:{rpc}\"\n\
+             rpc_public_addr = \"127.0.0.1:{rpc}\"\n\
+             rpc_secret = \"{secret}\"\n\
+             [s3_api]\n\
+             s3_region = \"garage\"\n\
+             api_bind_addr = \"127.0.0.1:{s3}\"\n\
+             root_domain = \".s3.garage.localhost\"\n\
+             [admin]\n\
+             api_bind_addr = \"127.0.0.1:{admin}\"\n",
+            meta = dir.path().join("meta").display(),
+            data = dir.path().join("data").display(),
+        );
+        std::fs::write(&config, text).expect("write garage.toml");
+        let log = std::fs::File::create(dir.path().join("garage.log")).expect("garage.log");
+        // `timeout` bounds its life even if this test process is killed.
+        let child = Command::new("timeout")
+            .args(["--signal=KILL", "600"])
+            .process_group(0)
+            .arg(&bin)
+            .arg("-c")
+            .arg(&config)
+            .arg("server")
+            .env("RUST_LOG", "garage=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start garage");
+        let mut g = Self {
+            child,
+            bin,
+            config,
+            dir,
+            endpoint: format!("http://127.0.0.1:{s3}"),
+            key_id: String::new(),
+            secret: String::new(),
+        };
+        g.set_up();
+        g
+    }
+
+    /// Runs the Garage CLI against this instance; its stdout, or a panic with what it said.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(&self.bin)
+            .arg("-c")
+            .arg(&self.config)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run the garage CLI");
+        assert!(
+            out.status.success(),
+            "garage {args:?}: {}{}\nserver log: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("garage.log")).unwrap_or_default()
+    }
+
+    fn set_up(&mut self) {
+        // The node's id, once its RPC answers.
+        let start = Instant::now();
+        let id = loop {
+            let out = Command::new(&self.bin)
+                .arg("-c")
+                .arg(&self.config)
+                .args(["node", "id", "-q"])
+                .env("RUST_LOG", "warn")
+                .output()
+                .expect("run the garage CLI");
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if out.status.success() && !text.is_empty() {
+                break text.split('@').next().unwrap_or("").to_string();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("garage exited ({status}): {}", self.log());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "garage did not answer within a minute: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        self.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &id]);
+        self.cli(&["layout", "apply", "--version", "1"]);
+        let created = self.cli(&["key", "create", "git-xet-tests"]);
+        let field = |name: &str| {
+            created
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == name).then(|| v.trim().to_string())
+                })
+                .unwrap_or_else(|| panic!("no {name:?} in `garage key create`: {created}"))
+        };
+        self.key_id = field("Key ID");
+        self.secret = field("Secret key");
+    }
+
+    /// Creates `bucket` and allows the test key on it.
+    pub fn create_bucket(&self, bucket: &str) {
+        self.cli(&["bucket", "create", bucket]);
+        self.cli(&[
+            "bucket",
+            "allow",
+            "--read",
+            "--write",
+            "--owner",
+            bucket,
+            "--key",
+            "git-xet-tests",
+        ]);
+    }
+
+    /// The `AWS_*` settings that reach this instance with the test key.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ENDPOINT".into(), self.endpoint.clone()),
+            ("AWS_REGION".into(), "garage".into()),
+            ("AWS_ACCESS_KEY_ID".into(), self.key_id.clone()),
+            ("AWS_SECRET_ACCESS_KEY".into(), self.secret.clone()),
+        ]
+    }
+
+    /// Where a store in `bucket` under `prefix` is, with the test key.
+    pub fn s3_config(&self, bucket: &str, prefix: &str) -> S3Config {
+        let url: StorageUrl = format!("s3://{bucket}/{prefix}")
+            .parse()
+            .expect("storage URL");
+        S3Config {
+            url,
+            settings: self.settings(),
+        }
+    }
+
+    /// The data directory of the instance (to measure what it stores).
+    #[allow(dead_code)]
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Garage {
+    fn drop(&mut self) {
+        // The whole process group: `timeout` and Garage under it.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,346 @@
+//! `git xet serve --storage s3://…` against a real distributed object store (a single-node
+//! Garage started by the test): the object backend's guarantees (create-if-absent under
+//! concurrency, ranged reads, stamps, listing, quarantine, the shard log), and several server
+//! nodes on one bucket: a push through one node cloned through another, a node started on an
+//! empty disk, the reference client across nodes, the same file pushed through two nodes at
+//! once stored once.
+//!
+//! Every test needs Garage and is ignored unless asked for (`--include-ignored`, as CI runs).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::garage::Garage;
+use common::server::{start_with, TestServer, WRITE_TOKEN};
+use git_xet::format::{ShardHash, XorbHash};
+use git_xet::store::backend::{BackendError, LogCursor, ObjectBackend, ObjectKey};
+use git_xet::store::s3::S3Backend;
+
+fn backend(g: &Garage, bucket: &str, prefix: &str) -> (S3Backend, tempfile::TempDir) {
+    let spool = tempfile::tempdir().unwrap();
+    let b = S3Backend::open(&g.s3_config(bucket, prefix), spool.path(), 0).unwrap();
+    (b, spool)
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
+    let g = Garage::start();
+    g.create_bucket("backend");
+    let (b, _spool) = backend(&g, "backend", "team/a");
+    let b = Arc::new(b);
+    let key = ObjectKey::Xorb(XorbHash::from_bytes([7; 32]));
+    assert_eq!(b.len(key).unwrap(), None);
+    assert_eq!(b.stamp(key).unwrap(), None);
+    assert_eq!(b.read_range(key, 0..4).unwrap(), None);
+    assert!(b.put_if_absent(key, b"hello world").unwrap());
+    assert!(
+        !b.put_if_absent(key, b"other bytes").unwrap(),
+        "a second create of the same key must not replace it"
+    );
+    assert_eq!(b.read_all(key).unwrap().unwrap(), b"hello world");
+    assert_eq!(b.read_range(key, 6..11).unwrap().unwrap(), b"world");
+    match b.read_range(key, 6..12) {
+        Err(BackendError::RangeOutOfBounds { len, .. }) => assert_eq!(len, 11),
+        other => panic!("a range past the end: {other:?}"),
+    }
+    assert_eq!(b.len(key).unwrap(), Some(11));
+    let stamp = b.stamp(key).unwrap().unwrap();
+    assert_eq!(stamp.len, 11);
+    assert_eq!(b.stamp(key).unwrap(), Some(stamp), "stable while untouched");
+
+    // Eight writers of one key at once. Garage 2.5 ignores `If-None-Match: *`, so several may
+    // report that they created it; what matters is that one whole copy, one writer's, remains.
+    let shard = ObjectKey::Shard(ShardHash::from_bytes([1; 32]));
+    let created: Vec<bool> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8u8)
+            .map(|i| {
+                let b = Arc::clone(&b);
+                s.spawn(move || b.put_if_absent(shard, &[i; 100_000]).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(created.iter().any(|c| *c), "{created:?}");
+    let stored = b.read_all(shard).unwrap().unwrap();
+    assert_eq!(stored.len(), 100_000);
+    let writer = stored[0] as usize;
+    assert!(
+        created[writer],
+        "the copy that remains is from a writer that wrote"
+    );
+    assert!(
+        stored.iter().all(|&x| x == stored[0]),
+        "one writer's bytes, whole"
+    );
+    assert!(!b.put_if_absent(shard, b"later").unwrap());
+    assert_eq!(
+        b.list_shards().unwrap(),
+        vec![ShardHash::from_bytes([1; 32])]
+    );
+
+    // A file is sent as it is and consumed.
+    let other = ObjectKey::Xorb(XorbHash::from_bytes([8; 32]));
+    let tmp = b.temp_path("xorb");
+    std::fs::write(&tmp, vec![5u8; 3 << 20]).unwrap();
+    assert!(b.put_file_if_absent(other, &tmp).unwrap());
+    assert!(!tmp.exists());
+    assert_eq!(
+        b.read_range(other, (3 << 20) - 4..3 << 20)
+            .unwrap()
+            .unwrap(),
+        vec![5u8; 4]
+    );
+    let listed = b.list_xorbs().unwrap();
+    assert_eq!(
+        listed.iter().map(|x| (x.hash, x.len)).collect::<Vec<_>>(),
+        vec![
+            (XorbHash::from_bytes([7; 32]), 11),
+            (XorbHash::from_bytes([8; 32]), 3 << 20)
+        ]
+    );
+
+    // Touching re-dates a xorb for garbage collection without changing its stamp.
+    let before = b.modified(key).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    b.touch(key).unwrap();
+    assert!(b.modified(key).unwrap().unwrap() > before);
+    assert_eq!(b.stamp(key).unwrap(), Some(stamp));
+
+    // Quarantine moves it aside; the key is free again.
+    assert!(b.quarantine(key).unwrap());
+    assert_eq!(b.len(key).unwrap(), None);
+    assert!(!b.quarantine(key).unwrap());
+    assert!(b.put_if_absent(key, b"repaired").unwrap());
+    assert!(b.remove(key).unwrap());
+    assert!(!b.remove(key).unwrap());
+
+    // The shard log: what one node logs, another finds, and the cursor moves on.
+    let (b2, _spool2) = backend(&g, "backend", "team/a");
+    let mut cursor = LogCursor::default();
+    assert!(b2.logged_shards(&mut cursor).unwrap().is_empty());
+    let logged = ShardHash::from_bytes([9; 32]);
+    b.log_shard(&logged).unwrap();
+    assert_eq!(b2.logged_shards(&mut cursor).unwrap(), vec![logged]);
+    assert!(cursor.newest_ms > 0);
+
+    // Shared values: the first writer's value is everyone's.
+    assert_eq!(
+        b.shared_value("server.key", b"first").unwrap().unwrap(),
+        b"first"
+    );
+    assert_eq!(
+        b2.shared_value("server.key", b"second").unwrap().unwrap(),
+        b"first"
+    );
+
+    // Another prefix of the same bucket is another store.
+    let (b3, _spool3) = backend(&g, "backend", "team/b");
+    assert!(b3.list_xorbs().unwrap().is_empty());
+    assert!(b3.list_shards().unwrap().is_empty());
+}
+
+/// A server node on `bucket`/`prefix` of `g`, with a directory of its own.
+fn node(g: &Garage, bucket: &str, prefix: &str) -> TestServer {
+    let storage = g.s3_config(bucket, prefix);
+    start_with(move |c| c.storage = Some(storage))
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_store_directory_and_a_node_cache_are_not_mixed_up() {
+    let g = Garage::start();
+    g.create_bucket("mixup");
+    let a = node(&g, "mixup", "");
+    let dir = a.store_dir();
+    drop(a.server);
+    // The node's directory is not a directory store.
+    let e = git_xet::store::Store::open(&dir).unwrap_err().to_string();
+    assert!(e.contains("--storage s3://mixup"), "{e}");
+    // A directory store cannot become a node's cache.
+    let store_dir = tempfile::tempdir().unwrap();
+    drop(git_xet::store::Store::open(store_dir.path()).unwrap());
+    let e = git_xet::store::Store::open_s3(
+        store_dir.path(),
+        Default::default(),
+        &g.s3_config("mixup", ""),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("directory store"), "{e}");
+}
+
+/// The xorbs stored in the bucket under `prefix`.
+fn stored_xorbs(g: &Garage, bucket: &str, prefix: &str) -> Vec<(XorbHash, u64)> {
+    let (b, _spool) = backend(g, bucket, prefix);
+    b.list_xorbs()
+        .unwrap()
+        .into_iter()
+        .map(|x| (x.hash, x.len))
+        .collect()
+}
+
+/// Bytes of regular files under `dir` larger than 64 KiB (xorbs would be; the databases and
+/// logs of a node's directory are not).
+fn large_files(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.len() > 64 << 10 && e.path().extension().is_none_or(|x| x != "redb") {
+                eprintln!("large file: {} ({} bytes)", e.path().display(), m.len());
+                total += m.len();
+            }
+        }
+    }
+    total
+}
+
+/// `size` bytes: random with a seeded generator, in 1 KiB runs repeated so that part of it
+/// deduplicates.
+fn content(seed: u64, size: usize) -> Vec<u8> {
+    common::splitmix64(seed, size)
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
+    if !common::git::tools_available() {
+        return;
+    }
+    let g = Garage::start();
+    g.create_bucket("nodes");
+    let a = node(&g, "nodes", "xet");
+    let b = node(&g, "nodes", "xet");
+    let env = common::git::GitEnv::new();
+    let lfs_path = "/team/models.git/info/lfs";
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &format!("{}{lfs_path}", a.url()));
+    let mut edited = content(2, 3 << 20);
+    edited[1 << 20..(1 << 20) + 4096].fill(0x5a);
+    let files = [("a.bin", content(1, 2 << 20)), ("b.bin", edited)];
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "two files"]);
+    env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let in_bucket = stored_xorbs(&g, "nodes", "xet");
+    assert!(
+        !in_bucket.is_empty(),
+        "the push stored no xorb in the bucket"
+    );
+    assert_eq!(
+        large_files(&a.store_dir()),
+        0,
+        "node A kept object bytes on its own disk"
+    );
+
+    // Cloned through node B, right after the push (B finds A's shards on the miss).
+    let clone_through = |server: &TestServer, name: &str| {
+        env.clone_skip_smudge("remote.git", name);
+        let clone = env.path().join(name);
+        env.git(&clone, &["checkout", "-q", "main"]);
+        env.git(
+            &clone,
+            &["config", "lfs.url", &format!("{}{lfs_path}", server.url())],
+        );
+        env.git(&clone, &["lfs", "pull"]);
+        for (file, data) in &files {
+            let got = std::fs::read(clone.join(file)).unwrap();
+            assert!(got == *data, "{name}/{file} differs after lfs pull");
+        }
+    };
+    clone_through(&b, "through-b");
+
+    // A third node on an empty disk serves everything too.
+    let c = node(&g, "nodes", "xet");
+    clone_through(&c, "through-c");
+    assert_eq!(large_files(&c.store_dir()), 0);
+    // Nothing was stored twice.
+    assert_eq!(stored_xorbs(&g, "nodes", "xet"), in_bucket);
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn the_reference_client_uploads_through_one_node_and_downloads_through_another() {
+    let g = Garage::start();
+    g.create_bucket("reference");
+    let a = node(&g, "reference", "");
+    let b = node(&g, "reference", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data = content(7, 5 << 20);
+    let input = work.path().join("model.bin");
+    std::fs::write(&input, &data).unwrap();
+    let uploaded = peer.upload(&a, &work.path().join("cache-up"), &[input]);
+    let (hash, size) = uploaded[0].clone();
+    assert_eq!(size, data.len() as u64);
+    let dest = work.path().join("out.bin");
+    peer.download(
+        &b,
+        &work.path().join("cache-down"),
+        &[(dest.clone(), hash, size)],
+    );
+    assert!(
+        std::fs::read(&dest).unwrap() == data,
+        "downloaded bytes differ"
+    );
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn the_same_file_uploaded_through_two_nodes_at_once_is_stored_once() {
+    let g = Garage::start();
+    g.create_bucket("race");
+    let a = node(&g, "race", "");
+    let b = node(&g, "race", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data = content(11, 6 << 20);
+    let input = work.path().join("same.bin");
+    std::fs::write(&input, &data).unwrap();
+    let up = |server: &TestServer, cache: &str| {
+        peer.upload(
+            server,
+            &work.path().join(cache),
+            std::slice::from_ref(&input),
+        )
+    };
+    let (ha, hb) = std::thread::scope(|s| {
+        let ta = s.spawn(|| up(&a, "cache-a"));
+        let tb = s.spawn(|| up(&b, "cache-b"));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    assert_eq!(ha, hb, "both uploads name the same file");
+    let xorbs = stored_xorbs(&g, "race", "");
+    let stored: u64 = xorbs.iter().map(|x| x.1).sum();
+    // One copy: the stored xorbs hold the file once (compression aside, random data does not
+    // shrink; a second copy would double it).
+    assert!(
+        stored < data.len() as u64 + (data.len() as u64 / 4),
+        "{} bytes stored for a {}-byte file: {xorbs:?}",
+        stored,
+        data.len()
+    );
+    // Either node serves it.
+    for (server, name) in [(&a, "from-a.bin"), (&b, "from-b.bin")] {
+        let dest = work.path().join(name);
+        peer.download(
+            server,
+            &work.path().join(format!("cache-{name}")),
+            &[(dest.clone(), ha[0].0.clone(), ha[0].1)],
+        );
+        assert!(std::fs::read(&dest).unwrap() == data);
+    }
+}
