@@ -344,3 +344,102 @@ fn the_same_file_uploaded_through_two_nodes_at_once_is_stored_once() {
         assert!(std::fs::read(&dest).unwrap() == data);
     }
 }
+
+/// A node as a `git-xet serve` child process on `bucket` of `g` with a fresh directory (it can
+/// be killed like a crashed machine).
+fn node_process(g: &Garage, bucket: &str) -> common::server::ServeProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_git-xet"));
+    cmd.args(common::server::serve_args(&dir.path().join("store")))
+        .args(["--storage", &format!("s3://{bucket}")]);
+    for (k, v) in g.settings() {
+        cmd.env(k, v);
+    }
+    common::server::ServeProcess::from_command(cmd, dir)
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn nodes_killed_mid_upload_and_restarted_on_empty_disks_lose_nothing() {
+    let g = Garage::start();
+    g.create_bucket("crash");
+    let b = node(&g, "crash", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let write = |name: &str, seed: u64, size: usize| {
+        let path = work.path().join(name);
+        let data = content(seed, size);
+        std::fs::write(&path, &data).unwrap();
+        (path, data)
+    };
+    let (first_path, first) = write("first.bin", 21, 4 << 20);
+    let first_hash = peer.upload(&b, &work.path().join("c1"), &[first_path])[0].clone();
+
+    // An upload in flight through node A while node B answers reads of the first file.
+    let mut a = node_process(&g, "crash");
+    let (second_path, second) = write("second.bin", 22, 24 << 20);
+    let second_hash = std::thread::scope(|s| {
+        let up = s.spawn(|| peer.upload_to(&a.url, &work.path().join("c2"), &[second_path]));
+        for i in 0..3 {
+            let dest = work.path().join(format!("read-{i}.bin"));
+            peer.download(
+                &b,
+                &work.path().join(format!("c3-{i}")),
+                &[(dest.clone(), first_hash.0.clone(), first_hash.1)],
+            );
+            assert!(std::fs::read(&dest).unwrap() == first);
+        }
+        up.join().unwrap()[0].clone()
+    });
+
+    // Node A dies with an upload in flight (killed as a machine would crash), and comes back
+    // on an empty disk.
+    let (third_path, third) = write("third.bin", 23, 40 << 20);
+    let upload = {
+        let url = a.url.clone();
+        let cache = work.path().join("c4");
+        let python = peer.python.clone();
+        let path = third_path.clone();
+        std::thread::spawn(move || {
+            let peer = common::hfxet::Peer {
+                python,
+                env: Vec::new(),
+            };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                peer.upload_to(&url, &cache, &[path])
+            }))
+            .is_ok()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let _ = upload.join();
+    drop(a);
+    let a = node_process(&g, "crash");
+
+    // Everything registered before the crash is served by the new node, and by B.
+    for (url, name) in [(a.url.as_str(), "a"), (b.url(), "b")] {
+        for (hash, data, file) in [(&first_hash, &first, "1"), (&second_hash, &second, "2")] {
+            let dest = work.path().join(format!("after-{name}-{file}.bin"));
+            peer.download_from(
+                url,
+                &work.path().join(format!("c5-{name}-{file}")),
+                &[(dest.clone(), hash.0.clone(), hash.1)],
+            );
+            assert!(std::fs::read(&dest).unwrap() == *data, "{name}/{file}");
+        }
+    }
+    // The interrupted upload, tried again through the new node, completes and reads back.
+    let third_hash = peer.upload_to(&a.url, &work.path().join("c6"), &[third_path])[0].clone();
+    let dest = work.path().join("third-back.bin");
+    peer.download(
+        &b,
+        &work.path().join("c7"),
+        &[(dest.clone(), third_hash.0, third_hash.1)],
+    );
+    assert!(std::fs::read(&dest).unwrap() == third);
+}

@@ -78,7 +78,12 @@ impl Peer {
 
     /// Uploads `files`; returns (Xet hash, size) of each.
     pub fn upload(&self, s: &TestServer, cache: &Path, files: &[PathBuf]) -> Vec<(String, u64)> {
-        let mut args = vec![s.url().to_string(), WRITE_TOKEN.to_string()];
+        self.upload_to(s.url(), cache, files)
+    }
+
+    /// [`Self::upload`] to the server at `url` (with the test write token).
+    pub fn upload_to(&self, url: &str, cache: &Path, files: &[PathBuf]) -> Vec<(String, u64)> {
+        let mut args = vec![url.to_string(), WRITE_TOKEN.to_string()];
         args.extend(files.iter().map(|p| p.display().to_string()));
         let out = self.run(cache, UPLOAD, &args);
         let json: Value = serde_json::from_str(out.trim().lines().last().unwrap()).unwrap();
@@ -96,6 +101,11 @@ impl Peer {
 
     /// Downloads each (dest, hash, size).
     pub fn download(&self, s: &TestServer, cache: &Path, files: &[(PathBuf, String, u64)]) {
+        self.download_from(s.url(), cache, files)
+    }
+
+    /// [`Self::download`] from the server at `url` (with the test write token).
+    pub fn download_from(&self, url: &str, cache: &Path, files: &[(PathBuf, String, u64)]) {
         let spec: Vec<Value> = files
             .iter()
             .map(|(dest, hash, size)| {
@@ -103,7 +113,7 @@ impl Peer {
             })
             .collect();
         let args = vec![
-            s.url().to_string(),
+            url.to_string(),
             WRITE_TOKEN.to_string(),
             Value::Array(spec).to_string(),
         ];
