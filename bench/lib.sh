@@ -85,12 +85,12 @@ bench_cleanup() {
     rm -rf "$work"
 }
 
-# start_server NAME: a release `git xet serve` with an empty store in $work/NAME-store on
+# start_server NAME [ARG...]: a release `git xet serve` (with ARGs) with an empty store in $work/NAME-store on
 # 127.0.0.1:0 and the write token $token; sets $server_url (not in a subshell, so that the
 # cleanup knows the server). Exits if it does not start.
 start_server() {
     "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
-        --max-lifetime 3600 > "$work/$1.out" 2> "$work/$1.log" &
+        --max-lifetime 3600 "${@:2}" > "$work/$1.out" 2> "$work/$1.log" &
     pids+=($!)
     server_url=""
     local _

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Benchmark: ingest and download throughput of `git xet serve` on its directory backend and on
+# a real S3-compatible object store (a single-node Garage started here), with one node and with
+# two nodes sharing the bucket.
+#
+# Usage: bench/storage.sh [SIZE_MIB]
+#
+#   SIZE_MIB             size of each of the two test files in MiB (default 256)
+#   GIT_XET_HF_PYTHON    a Python with `hf_xet` (default: .venv/bin/python, then /tmp/hfvenv)
+#   GARAGE               the Garage binary (default: on PATH, then ~/.cargo/bin/garage)
+#
+# The client is the reference client (hf_xet): two files of mixed data (see bench/lib.sh) are
+# uploaded at once, each by its own Python process with a fresh cache, then downloaded at once
+# the same way. Setups:
+#   directory   one server on a store directory (both clients talk to it)
+#   garage-1    one node on a Garage bucket (both clients talk to it)
+#   garage-2    two nodes on one Garage bucket: file 1 is uploaded through node A and file 2
+#               through node B; then file 1 is downloaded through B and file 2 through A (each
+#               node serves what the other stored)
+# Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
+# and the ratios against the directory backend. Everything runs on this machine (Garage,
+# servers, clients), so these measure the whole system on shared cores, not a deployment.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+size_mib="${1:-256}"
+
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
+find_hf_python
+
+garage="${GARAGE:-$(command -v garage || echo "${CARGO_HOME:-$HOME/.cargo}/bin/garage")}"
+if [[ ! -x "$garage" ]]; then
+    echo "bench: Garage is not installed (cargo install garage --version 2.5.0 --locked)" >&2
+    exit 2
+fi
+
+build_release
+make_work storage-bench
+
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# --- Garage, single node, set up through its CLI -------------------------------------------
+g="$work/garage"
+mkdir -p "$g"
+rpc=$(free_port); s3=$(free_port); admin=$(free_port)
+cat > "$g/garage.toml" <<TOML
+metadata_dir = "$g/meta"
+data_dir = "$g/data"
+db_engine = "sqlite"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$rpc"
+rpc_public_addr = "127.0.0.1:$rpc"
+rpc_secret = "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+[s3_api]
+s3_region = "garage"
+api_bind_addr = "127.0.0.1:$s3"
+root_domain = ".s3.garage.localhost"
+[admin]
+api_bind_addr = "127.0.0.1:$admin"
+TOML
+gcli() { RUST_LOG=warn "$garage" -c "$g/garage.toml" "$@"; }
+RUST_LOG=warn "$garage" -c "$g/garage.toml" server > "$g/log" 2>&1 &
+pids+=($!)
+node_id=""
+for _ in $(seq 1 100); do
+    node_id="$(gcli node id -q 2>/dev/null | cut -d@ -f1)" && [[ -n "$node_id" ]] && break
+    sleep 0.2
+done
+[[ -n "$node_id" ]] || { echo "bench: garage did not start" >&2; cat "$g/log" >&2; exit 1; }
+gcli layout assign -z dc1 -c 10G "$node_id" >/dev/null
+gcli layout apply --version 1 >/dev/null
+key="$(gcli key create bench)"
+export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
+AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
+AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
+export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+for bucket in one two; do
+    gcli bucket create "$bucket" >/dev/null
+    gcli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
+done
+
+# --- inputs ---------------------------------------------------------------------------------
+write_mixed "$work/in1.bin" "$size_mib"
+# The second file: the first one with every byte changed (a byte map), so that the two share no
+# chunk but compress alike.
+"$python" - "$work/in1.bin" "$work/in2.bin" <<'PY'
+import sys
+table = bytes((b ^ 0x5A) for b in range(256))
+with open(sys.argv[1], "rb") as src, open(sys.argv[2], "wb") as dst:
+    while block := src.read(8 << 20):
+        dst.write(block.translate(table))
+PY
+size=$(( $(stat -c %s "$work/in1.bin") + $(stat -c %s "$work/in2.bin") ))
+
+# hf MODE URL CACHE FILE [HASH SIZE]: one hf_xet upload or download; prints the Xet hash and size
+# (upload) or "ok" (download).
+hf() {
+    HF_HOME="$work/$3" HF_XET_CACHE="$work/$3/xet" HF_XET_TELEMETRY_ENABLED=false \
+        "$python" - "$@" "$token" <<'PY'
+import sys, time, hf_xet
+mode, url, cache, path = sys.argv[1:5]
+token = sys.argv[-1]
+tok = (token, int(time.time()) + 3600)
+if mode == "up":
+    r = hf_xet.upload_files([path], url, tok, None, None, "model")[0]
+    print(r.hash, r.file_size)
+else:
+    h, n = sys.argv[5], int(sys.argv[6])
+    hf_xet.download_files([hf_xet.PyXetDownloadInfo(path, h, n)], url, tok, None, None)
+    print("ok")
+PY
+}
+
+now() { date +%s.%N; }
+results=()
+# run_setup NAME URL_UP1 URL_UP2 URL_DOWN1 URL_DOWN2
+run_setup() {
+    local name=$1 t0 t1 t2 h1 h2
+    sync
+    t0=$(now)
+    hf up "$2" "$name-c1" "$work/in1.bin" > "$work/$name.h1" &
+    local p1=$!
+    hf up "$3" "$name-c2" "$work/in2.bin" > "$work/$name.h2" &
+    wait $p1 $!
+    t1=$(now)
+    read -r h1 n1 < "$work/$name.h1"
+    read -r h2 n2 < "$work/$name.h2"
+    sync
+    t1=$(now)
+    local t_up
+    t_up=$(echo "$t1 - $t0" | bc -l)
+    t0=$(now)
+    hf down "$4" "$name-d1" "$work/$name-out1.bin" "$h1" "$n1" >/dev/null &
+    p1=$!
+    hf down "$5" "$name-d2" "$work/$name-out2.bin" "$h2" "$n2" >/dev/null &
+    wait $p1 $!
+    t2=$(now)
+    local t_down
+    t_down=$(echo "$t2 - $t0" | bc -l)
+    cmp -s "$work/in1.bin" "$work/$name-out1.bin" && cmp -s "$work/in2.bin" "$work/$name-out2.bin" \
+        || { echo "bench: $name: downloaded bytes differ" >&2; exit 1; }
+    rm -f "$work/$name-out1.bin" "$work/$name-out2.bin"
+    results+=("$name $t_up $t_down")
+    printf 'bench: %-10s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
+}
+
+start_server dir
+run_setup directory "$server_url" "$server_url" "$server_url" "$server_url"
+start_server g1 --storage s3://one
+run_setup garage-1 "$server_url" "$server_url" "$server_url" "$server_url"
+start_server g2a --storage s3://two
+url_a="$server_url"
+start_server g2b --storage s3://two
+url_b="$server_url"
+run_setup garage-2 "$url_a" "$url_b" "$url_b" "$url_a"
+
+echo
+echo "two files of $size_mib MiB each ($size bytes together), hf_xet $("$python" -c 'import importlib.metadata as m; print(m.version("hf-xet"))'), uploaded at once, then downloaded at once"
+printf '%-10s %10s %12s %10s %12s %14s %16s\n' setup "ingest s" "ingest MB/s" "down s" "down MB/s" "ingest vs dir" "download vs dir"
+read -r _ dir_up dir_down <<<"${results[0]}"
+for r in "${results[@]}"; do
+    read -r name up down <<<"$r"
+    printf '%-10s %10.2f %12.1f %10.2f %12.1f %13.2fx %15.2fx\n' "$name" "$up" \
+        "$(echo "$size / $up / 1000000" | bc -l)" "$down" "$(echo "$size / $down / 1000000" | bc -l)" \
+        "$(echo "$dir_up / $up" | bc -l)" "$(echo "$dir_down / $down" | bc -l)"
+done
+echo "(ratios above 1: faster than the directory backend)"
