@@ -263,6 +263,17 @@ fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
     assert_eq!(large_files(&c.store_dir()), 0);
     // Nothing was stored twice.
     assert_eq!(stored_xorbs(&g, "nodes", "xet"), in_bucket);
+
+    // Readiness follows the bucket: ready while it answers, 503 once it is gone.
+    let ready = |s: &TestServer| {
+        reqwest::blocking::get(format!("{}/ready", s.url()))
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(ready(&c), 200);
+    drop(g);
+    assert_eq!(ready(&c), 503);
 }
 
 #[test]

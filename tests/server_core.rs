@@ -104,3 +104,79 @@ fn serve_refuses_to_start_without_tokens_or_with_short_ones() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"));
 }
+
+/// The value of the sample `name` (with its labels, as printed) in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn metrics_count_requests_traffic_and_what_deduplication_saved() {
+    use git_xet::pipeline::upload::{upload, UploadOptions};
+    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+
+    let server = common::server::start();
+    let http = reqwest::blocking::Client::new();
+    for _ in 0..2 {
+        assert_eq!(
+            http.get(format!("{}/health", server.url()))
+                .send()
+                .unwrap()
+                .status(),
+            200
+        );
+    }
+    let ready = http.get(format!("{}/ready", server.url())).send().unwrap();
+    assert_eq!(ready.status(), 200);
+    let missing = http.get(format!("{}/nothing/here", server.url())).send();
+    assert_eq!(missing.unwrap().status(), 404);
+
+    // The same 3 MiB file twice: stored once, registered once.
+    let cas = RemoteCas::new(RemoteConfig::new(
+        server.url(),
+        TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap();
+    let data = common::splitmix64(77, 3 << 20);
+    let first = upload(&cas, &data[..], &UploadOptions::default()).unwrap();
+    upload(&cas, &data[..], &UploadOptions::default()).unwrap();
+
+    let response = http
+        .get(format!("{}/metrics", server.url()))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    let text = response.text().unwrap();
+    let get =
+        |name: &str| sample(&text, name).unwrap_or_else(|| panic!("no sample {name} in:\n{text}"));
+    assert_eq!(
+        get(r#"gitxet_http_requests_total{route="/health",method="GET",status="200"}"#),
+        2.0
+    );
+    // Repository paths are one wildcard route (the LFS API under any <repo>).
+    assert_eq!(
+        get(r#"gitxet_http_requests_total{route="/{*path}",method="GET",status="404"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"gitxet_http_request_duration_seconds_count{route="/health"}"#),
+        2.0
+    );
+    assert_eq!(get("gitxet_files"), 1.0);
+    assert_eq!(get("gitxet_registered_file_bytes_total"), data.len() as f64);
+    let stored = get("gitxet_stored_xorb_bytes_total");
+    assert!(stored > 0.0 && stored < data.len() as f64 * 1.1, "{stored}");
+    assert_eq!(
+        get("gitxet_received_xorb_bytes_total"),
+        stored,
+        "the second upload sent no xorb"
+    );
+    assert!(first.new_xorbs >= 1);
+    assert_eq!(get("gitxet_storage_errors_total"), 0.0);
+    server.server.stop().unwrap();
+}

@@ -143,8 +143,12 @@ impl From<StoreError> for ApiError {
                 source: PlanError::Inverted { .. },
                 ..
             } => Self::bad_request("invalid_range", e.to_string()),
-            _ if e.is_storage_full() => Self::storage_full(&e),
+            _ if e.is_storage_full() => {
+                super::metrics::STORAGE_ERRORS.inc();
+                Self::storage_full(&e)
+            }
             StoreError::DamagedXorb { .. } => {
+                super::metrics::STORAGE_ERRORS.inc();
                 tracing::error!(error = %e, "damaged xorb");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -154,6 +158,7 @@ impl From<StoreError> for ApiError {
             }
             _ => {
                 // The details (paths, system errors) are for the operator's log.
+                super::metrics::STORAGE_ERRORS.inc();
                 tracing::error!(error = %e, "store failure");
                 Self::internal("the server's storage failed; its log has the details")
             }

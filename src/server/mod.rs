@@ -31,6 +31,7 @@ pub mod error;
 pub mod lfs;
 pub mod limits;
 pub mod maintenance;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -207,39 +208,11 @@ pub struct AppState {
     pub shard_heartbeat: Duration,
     /// Concurrency slots, the body budget and ingest slots.
     pub resources: limits::Resources,
-    /// What came in over the wire, for `/health` (and operators comparing traffic with growth).
-    pub traffic: Traffic,
+    /// What the server counts, for `/metrics` and `/health`.
+    pub metrics: metrics::Metrics,
     /// The Git LFS locks (`locks.redb` in the data directory).
     pub locks: Arc<lfs::locks::LockDb>,
     dedup_key: Mutex<DedupKey>,
-}
-
-/// Bytes of upload bodies received, and of xorb data sent, since the server started.
-#[derive(Debug, Default)]
-pub struct Traffic {
-    /// Xorb upload bodies (`POST /v1/xorbs`), whether or not the xorb was new.
-    pub xorb_bytes: std::sync::atomic::AtomicU64,
-    /// Basic-transfer upload bodies (`PUT …/objects/{oid}`).
-    pub object_bytes: std::sync::atomic::AtomicU64,
-    /// Xorb bytes answered to `GET /v1/xorb-data` (what downloads through the CAS API cost).
-    pub sent_xorb_bytes: std::sync::atomic::AtomicU64,
-}
-
-impl Traffic {
-    pub fn add_xorb(&self, n: u64) {
-        self.xorb_bytes
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    pub fn add_sent_xorb(&self, n: u64) {
-        self.sent_xorb_bytes
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    pub fn add_object(&self, n: u64) {
-        self.object_bytes
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 pub type SharedState = Arc<AppState>;
@@ -351,12 +324,36 @@ async fn health(State(state): State<SharedState>) -> Response {
             "version": env!("CARGO_PKG_VERSION"),
             "files": c.files,
             "xorbs": c.xorbs,
-            "received_xorb_bytes": state.traffic.xorb_bytes.load(std::sync::atomic::Ordering::Relaxed),
-            "received_object_bytes": state.traffic.object_bytes.load(std::sync::atomic::Ordering::Relaxed),
-            "sent_xorb_bytes": state.traffic.sent_xorb_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            "received_xorb_bytes": state.metrics.received_xorb_bytes.get(),
+            "received_object_bytes": state.metrics.received_object_bytes.get(),
+            "sent_xorb_bytes": state.metrics.sent_xorb_bytes.get(),
         }))
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `GET /ready`: 200 when the store answers (its index, and for object storage the bucket),
+/// 503 otherwise: for load balancers deciding where to send requests.
+async fn ready(State(state): State<SharedState>) -> Response {
+    let st = state.clone();
+    let probe = tokio::task::spawn_blocking(move || {
+        st.store.counts()?;
+        st.store.probe_storage()
+    })
+    .await;
+    match probe {
+        Ok(Ok(())) => Json(serde_json::json!({"status": "ready"})).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "not ready: the store does not answer");
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                "the server's storage does not answer; its log has the details",
+            )
+            .into_response()
+        }
+        Err(e) => ApiError::internal(format!("worker failed: {e}")).into_response(),
     }
 }
 
@@ -368,12 +365,18 @@ async fn fallback() -> ApiError {
 pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics::serve))
+        .route("/ready", get(ready))
         .merge(cas::routes())
         .merge(lfs::routes())
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             limits::limit,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            metrics::count,
         ))
         .layer(middleware::from_fn(request_context))
         .with_state(state)
@@ -423,7 +426,7 @@ impl Server {
             url_ttl: config.url_ttl,
             shard_heartbeat: config.shard_heartbeat,
             resources: limits::Resources::new(&config.limits),
-            traffic: Traffic::default(),
+            metrics: metrics::Metrics::default(),
             locks: Arc::new(locks),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,

@@ -195,6 +195,8 @@ pub struct ShardOutcome {
     /// Files the shard listed, and how many of them were new.
     pub files: usize,
     pub new_files: usize,
+    /// The sizes of the new files together.
+    pub new_bytes: u64,
 }
 
 /// Progress of a shard validation: terms verified out of the total.
@@ -219,6 +221,9 @@ pub struct Store {
     pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
     /// Where this node is in the shard log of shared storage (see [`super::sync`]).
     pub(super) sync: Mutex<super::sync::SyncState>,
+    /// Sizes of the files this process registered for the first time (from uploads, not from
+    /// other nodes' shards), since it opened the store.
+    registered_bytes: std::sync::atomic::AtomicU64,
     root: PathBuf,
 }
 
@@ -330,6 +335,7 @@ impl Store {
             collecting: RwLock::new(()),
             doomed: Mutex::new(std::collections::HashSet::new()),
             sync: Mutex::new(Default::default()),
+            registered_bytes: std::sync::atomic::AtomicU64::new(0),
             root: dir.to_path_buf(),
         }
     }
@@ -709,6 +715,7 @@ impl Store {
                 newly_registered: false,
                 files: shard.files.len(),
                 new_files: 0,
+                new_bytes: 0,
             });
         }
         let mut entries = self.validate(&shard, shard_hash, progress)?;
@@ -724,12 +731,15 @@ impl Store {
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
         self.backend.log_shard(&shard_hash)?;
-        let new_files = self.index.add_shard(shard_hash, &entries, now_unix())?;
+        let (new_files, new_bytes) = self.index.add_shard(shard_hash, &entries, now_unix())?;
+        self.registered_bytes
+            .fetch_add(new_bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(ShardOutcome {
             shard: shard_hash,
             newly_registered: true,
             files: shard.files.len(),
             new_files,
+            new_bytes,
         })
     }
 
@@ -1109,6 +1119,23 @@ impl Store {
         Ok(self
             .backend
             .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+    }
+
+    /// Sizes of the files this process registered for the first time from uploads (shards
+    /// other nodes accepted are theirs to count), since it opened the store.
+    pub fn registered_file_bytes(&self) -> u64 {
+        self.registered_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the object storage answers (a look at the store's version object on shared
+    /// storage; nothing to ask of a directory, whose index answered already).
+    pub fn probe_storage(&self) -> Result<(), StoreError> {
+        if self.backend.is_shared() {
+            self.backend
+                .shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
+        }
+        Ok(())
     }
 
     /// Entry counts of the index.

@@ -305,15 +305,15 @@ impl Index {
     }
 
     /// Registers a shard's entries in one transaction. Returns the number of files that were
-    /// new. Existing files, oids and dedup entries are kept.
+    /// new, and their bytes. Existing files, oids and dedup entries are kept.
     pub fn add_shard(
         &self,
         shard: ShardHash,
         entries: &ShardEntries,
         now: u64,
-    ) -> Result<usize, IndexError> {
+    ) -> Result<(usize, u64), IndexError> {
         let txn = self.db.begin_write().map_err(db_err)?;
-        let mut new_files = 0;
+        let (mut new_files, mut new_bytes) = (0, 0);
         {
             let mut files = txn.open_table(FILES).map_err(db_err)?;
             for (hash, record) in &entries.files {
@@ -326,6 +326,7 @@ impl Index {
                         .insert(hash.as_bytes().as_slice(), encode_file(record).as_slice())
                         .map_err(db_err)?;
                     new_files += 1;
+                    new_bytes += record.size;
                 }
             }
             let mut oids = txn.open_table(OIDS).map_err(db_err)?;
@@ -350,7 +351,7 @@ impl Index {
                 .map_err(db_err)?;
         }
         txn.commit().map_err(db_err)?;
-        Ok(new_files)
+        Ok((new_files, new_bytes))
     }
 
     /// A registered file's reconstruction.
@@ -663,7 +664,10 @@ mod tests {
                 oids: vec![(oid, file)],
                 ..Default::default()
             };
-            assert_eq!(index.add_shard(record.shard, &entries, 10).unwrap(), 1);
+            assert_eq!(
+                index.add_shard(record.shard, &entries, 10).unwrap(),
+                (1, record.size)
+            );
             // Registering the same file again through another shard keeps the first record.
             let mut other = record.clone();
             other.shard = ShardHash::from_bytes([9; 32]);
@@ -675,7 +679,7 @@ mod tests {
                 index
                     .add_shard(ShardHash::from_bytes([9; 32]), &again, 11)
                     .unwrap(),
-                0
+                (0, 0)
             );
         }
         let index = Index::open(&path).unwrap();

@@ -26,6 +26,10 @@
 //! so), `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, and
 //! path-style addressing unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
 //!
+//! A request that fails for a reason worth retrying (a connection refused, a 5xx) is retried
+//! four times within 20 seconds (backing off from 100 ms); then the store's caller sees the
+//! error, and the client retries the whole request.
+//!
 //! The [`ObjectBackend`] methods are blocking (the store is synchronous): each runs its
 //! requests on the backend's own small runtime and waits for the answer.
 
@@ -39,7 +43,9 @@ use std::time::SystemTime;
 use futures_util::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as Key;
-use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, PutMode, PutOptions};
+use object_store::{
+    GetOptions, GetRange, ObjectMeta, ObjectStore, PutMode, PutOptions, RetryConfig,
+};
 
 use super::backend::{
     BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, Spool,
@@ -218,7 +224,13 @@ impl S3Backend {
                 .map_err(|e| other("configure", format!("{url} ({name})"), e))?;
             builder = builder.with_config(key, value);
         }
-        builder = builder.with_bucket_name(&url.bucket);
+        builder = builder
+            .with_bucket_name(&url.bucket)
+            .with_retry(RetryConfig {
+                backoff: Default::default(),
+                max_retries: 4,
+                retry_timeout: std::time::Duration::from_secs(20),
+            });
         let endpoint = config
             .setting("AWS_ENDPOINT")
             .or_else(|| config.setting("AWS_ENDPOINT_URL"));

@@ -59,7 +59,7 @@ pub async fn post_xorb(
     let st = state.clone();
     if blocking(move || Ok(st.store.already_stored(&xorb)?)).await? {
         let len = drain(body, Some(XORB_BODY_LIMIT), &what).await?;
-        state.traffic.add_xorb(len);
+        state.metrics.received_xorb_bytes.inc_by(len);
         tracing::info!(%xorb, bytes = len, inserted = false, "xorb upload: already stored");
         return Ok(uploaded(false));
     }
@@ -76,7 +76,7 @@ pub async fn post_xorb(
         return Err(empty_body(what));
     }
     let len = spooled.len;
-    state.traffic.add_xorb(len);
+    state.metrics.received_xorb_bytes.inc_by(len);
     let slot = state.resources.ingest_slot().await?;
     let st = state.clone();
     let inserted = blocking(move || {
@@ -85,6 +85,9 @@ pub async fn post_xorb(
         Ok(stored?)
     })
     .await?;
+    if inserted {
+        state.metrics.stored_xorb_bytes.inc_by(len);
+    }
     tracing::info!(%xorb, bytes = len, inserted, "xorb upload");
     Ok(uploaded(inserted))
 }

@@ -231,7 +231,7 @@ async fn fetch(
         }
     };
     let total: u64 = segments.iter().map(Segment::len).sum();
-    state.traffic.add_sent_xorb(total);
+    state.metrics.sent_xorb_bytes.inc_by(total);
     let body = stream(Arc::clone(&state.store), xorb, segments);
     let mut response = (status, body).into_response();
     let h = response.headers_mut();

@@ -100,7 +100,7 @@ pub async fn put(
 
     let what = format!("object {oid}");
     let spooled = spool_body(&state.store, declared, body, declared, true, &what).await?;
-    state.traffic.add_object(spooled.len);
+    state.metrics.received_object_bytes.inc_by(spooled.len);
     if let Some(expected) = declared.filter(|&d| d != spooled.len) {
         return Err(upload_error(
             &oid,

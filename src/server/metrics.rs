@@ -1,0 +1,205 @@
+//! What the server counts for operators, served as Prometheus text at `GET /metrics`
+//! (unauthenticated, like `/health`: volumes and timings, no names or secrets).
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `gitxet_http_requests_total` | `route`, `method`, `status` | requests answered; `route` is the matched route template (`unmatched` for none) |
+//! | `gitxet_http_request_duration_seconds` | `route` | time to the response head (bodies stream after it) |
+//! | `gitxet_received_xorb_bytes_total` | | xorb upload bodies, new or not |
+//! | `gitxet_received_object_bytes_total` | | basic-transfer upload bodies |
+//! | `gitxet_sent_xorb_bytes_total` | | xorb bytes answered to downloads through the CAS API |
+//! | `gitxet_stored_xorb_bytes_total` | | upload bodies of xorbs that were new (what storage grew by, compressed) |
+//! | `gitxet_registered_file_bytes_total` | | sizes of files registered for the first time: what clients stored; minus the line above, what deduplication saved |
+//! | `gitxet_storage_errors_total` | | requests that failed because storage did (5xx from the store, a full disk included) |
+//! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
+use std::sync::LazyLock;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use super::error::ApiError;
+use super::SharedState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+/// Requests that failed because storage did; counted where store errors become responses
+/// ([`super::error`]), which knows no server state, hence one count per process.
+pub static STORAGE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
+
+/// The server's metrics and the registry that encodes them.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram>,
+    pub received_xorb_bytes: Counter,
+    pub received_object_bytes: Counter,
+    pub sent_xorb_bytes: Counter,
+    pub stored_xorb_bytes: Counter,
+    pub registered_file_bytes: Counter,
+    files: Gauge<i64, AtomicI64>,
+    xorbs: Gauge<i64, AtomicI64>,
+}
+
+use std::sync::atomic::AtomicI64;
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("gitxet");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by matched route, method and status",
+            requests.clone(),
+        );
+        // 1 ms to about 65 s.
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 17))
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "Time from the request to the response head, by matched route",
+            latency.clone(),
+        );
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let received_xorb_bytes = counter(
+            &mut registry,
+            "received_xorb_bytes",
+            "Bytes of xorb upload bodies, new or not",
+        );
+        let received_object_bytes = counter(
+            &mut registry,
+            "received_object_bytes",
+            "Bytes of basic-transfer upload bodies",
+        );
+        let sent_xorb_bytes = counter(
+            &mut registry,
+            "sent_xorb_bytes",
+            "Xorb bytes answered to downloads through the CAS API",
+        );
+        let stored_xorb_bytes = counter(
+            &mut registry,
+            "stored_xorb_bytes",
+            "Bytes of upload bodies of xorbs that were new (what storage grew by)",
+        );
+        let registered_file_bytes = counter(
+            &mut registry,
+            "registered_file_bytes",
+            "Sizes of files registered for the first time (minus stored xorb bytes: what \
+             deduplication and compression saved)",
+        );
+        registry.register(
+            "storage_errors",
+            "Requests that failed because storage did",
+            STORAGE_ERRORS.clone(),
+        );
+        let files = Gauge::<i64, AtomicI64>::default();
+        registry.register("files", "Registered files", files.clone());
+        let xorbs = Gauge::<i64, AtomicI64>::default();
+        registry.register("xorbs", "Known xorbs", xorbs.clone());
+        Self {
+            registry,
+            requests,
+            latency,
+            received_xorb_bytes,
+            received_object_bytes,
+            sent_xorb_bytes,
+            stored_xorb_bytes,
+            registered_file_bytes,
+            files,
+            xorbs,
+        }
+    }
+}
+
+impl Metrics {
+    fn observe(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_string(),
+                method: method.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels {
+                route: route.to_string(),
+            })
+            .observe(seconds);
+    }
+}
+
+/// Counts every request by its matched route (added with `Router::layer`, so the route is
+/// known).
+pub async fn count(State(state): State<SharedState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    let method = request.method().as_str().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    state.metrics.observe(
+        &route,
+        &method,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+/// `GET /metrics`: the Prometheus text format.
+pub async fn serve(State(state): State<SharedState>) -> Response {
+    let st = state.clone();
+    if let Ok(Ok(c)) = tokio::task::spawn_blocking(move || st.store.counts()).await {
+        state.metrics.files.set(c.files as i64);
+        state.metrics.xorbs.set(c.xorbs as i64);
+    }
+    // The store counts what it registered (through every route); the counter catches up.
+    let registered = state.store.registered_file_bytes();
+    let counted = state.metrics.registered_file_bytes.get();
+    if registered > counted {
+        state
+            .metrics
+            .registered_file_bytes
+            .inc_by(registered - counted);
+    }
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &state.metrics.registry) {
+        return ApiError::internal(format!("cannot encode the metrics: {e}")).into_response();
+    }
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
