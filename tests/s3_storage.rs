@@ -122,9 +122,18 @@ fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
     let mut cursor = LogCursor::default();
     assert!(b2.logged_shards(&mut cursor).unwrap().is_empty());
     let logged = ShardHash::from_bytes([9; 32]);
-    b.log_shard(&logged).unwrap();
-    assert_eq!(b2.logged_shards(&mut cursor).unwrap(), vec![logged]);
+    b.log_shard(&logged, None).unwrap();
+    b.log_shard(&logged, Some("team/models")).unwrap();
+    assert_eq!(
+        b2.logged_shards(&mut cursor).unwrap(),
+        vec![(logged, None), (logged, Some("team/models".to_string()))]
+    );
     assert!(cursor.newest_ms > 0);
+    // The registration through a repository is also kept for good.
+    assert_eq!(
+        b2.list_access().unwrap(),
+        vec![(logged, "team/models".to_string())]
+    );
 
     // Shared values: the first writer's value is everyone's.
     assert_eq!(
@@ -453,4 +462,60 @@ fn nodes_killed_mid_upload_and_restarted_on_empty_disks_lose_nothing() {
         &[(dest.clone(), third_hash.0, third_hash.1)],
     );
     assert!(std::fs::read(&dest).unwrap() == third);
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
+    use git_xet::server::auth::{RepoPattern, Scope, Secret};
+    const A: &str = "team-a-secret-0123456789";
+    const B: &str = "team-b-secret-0123456789";
+    let g = Garage::start();
+    g.create_bucket("teams");
+    let scoped_node = || {
+        let storage = g.s3_config("teams", "");
+        start_with(move |c| {
+            c.storage = Some(storage);
+            c.secrets = vec![
+                Secret::new(A, Scope::Write, "a")
+                    .unwrap()
+                    .scoped(RepoPattern::parse("team-a/*").unwrap()),
+                Secret::new(B, Scope::Write, "b")
+                    .unwrap()
+                    .scoped(RepoPattern::parse("team-b/*").unwrap()),
+            ];
+        })
+    };
+    let n1 = scoped_node();
+    let n2 = scoped_node();
+    let http = reqwest::blocking::Client::new();
+    let object = |s: &TestServer, repo: &str, oid: &str| {
+        format!("{}/{repo}/info/lfs/objects/{oid}", s.url())
+    };
+    let data = content(51, 200_000);
+    let oid = common::sha256_hex(&data);
+    let put = http
+        .put(object(&n1, "team-a/models", &oid))
+        .basic_auth("git", Some(A))
+        .body(data.clone())
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let get = |s: &TestServer, secret: &str, repo: &str| {
+        let r = http
+            .get(object(s, repo, &oid))
+            .basic_auth("git", Some(secret))
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.bytes().unwrap().to_vec();
+        (status, status == 200 && body == data)
+    };
+    // Node 2 learns A's registration from the bucket (at once, on the miss).
+    assert_eq!(get(&n2, A, "team-a/models"), (200, true));
+    assert_eq!(get(&n2, B, "team-b/x").0, 404);
+    // So does a node started later on an empty disk, from the registrations kept for good.
+    let n3 = scoped_node();
+    assert_eq!(get(&n3, A, "team-a/models"), (200, true));
+    assert_eq!(get(&n3, B, "team-b/x").0, 404);
 }

@@ -88,14 +88,63 @@ pub struct Secret {
     pub scope: Scope,
     /// The user this secret always speaks for (from the token file), if any.
     name: Option<String>,
+    /// The repositories it is good for (a [`RepoPattern`]); `None`: every one.
+    repos: Option<RepoPattern>,
 }
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.name {
-            Some(name) => write!(f, "Secret({:?}, {name:?}, ****)", self.scope),
-            None => write!(f, "Secret({:?}, ****)", self.scope),
+        write!(f, "Secret({:?}", self.scope)?;
+        if let Some(name) = &self.name {
+            write!(f, ", {name:?}")?;
         }
+        if let Some(repos) = &self.repos {
+            write!(f, ", {}", repos.0)?;
+        }
+        write!(f, ", ****)")
+    }
+}
+
+/// The repositories a scoped secret is good for: `team/models` (that one), `team/*` (every
+/// repository under `team/`, at any depth) or `*` (all). Repository ids are URL paths without
+/// a trailing `.git`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoPattern(String);
+
+impl RepoPattern {
+    /// Parses a pattern; `Err` says why it is not one.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let body = text.strip_suffix("/*").unwrap_or(text);
+        if text == "*" {
+            return Ok(Self(text.to_string()));
+        }
+        let ok = !body.is_empty()
+            && body.split('/').all(|seg| {
+                !seg.is_empty()
+                    && !seg.starts_with('.')
+                    && seg
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            });
+        if !ok {
+            return Err(format!(
+                "{text:?} is not a repository pattern (team/models, team/*, or *)"
+            ));
+        }
+        Ok(Self(text.trim_end_matches(".git").to_string()))
+    }
+
+    /// Whether the repository `id` is one of this pattern's.
+    pub fn matches(&self, id: &str) -> bool {
+        match self.0.strip_suffix('*') {
+            Some("") => true,
+            Some(prefix) => id.starts_with(prefix) && id.len() > prefix.len(),
+            None => self.0 == id,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -141,7 +190,15 @@ impl Secret {
             value: value.to_string(),
             scope,
             name: None,
+            repos: None,
         })
+    }
+
+    /// This secret, good only for the repositories `repos` matches. Its CAS tokens then read
+    /// only files registered through that repository (see [`Grant::visibility`]).
+    pub fn scoped(mut self, repos: RepoPattern) -> Self {
+        self.repos = Some(repos);
+        self
     }
 
     /// This secret, speaking for the user `name` whatever user name clients send (see the
@@ -161,9 +218,11 @@ impl Secret {
         self.name.as_deref()
     }
 
-    /// Parses a token file: one `write <secret> [<name>]` or `read <secret> [<name>]` per line,
-    /// fields separated by whitespace (so a secret cannot contain any); `#` comments and blank
-    /// lines are ignored. `<name>` is the user the secret speaks for (lock owner).
+    /// Parses a token file: one `write <secret> [<name>] [<repos>]` or
+    /// `read <secret> [<name>] [<repos>]` per line, fields separated by whitespace (so a secret
+    /// cannot contain any); `#` comments and blank lines are ignored. `<name>` is the user the
+    /// secret speaks for (lock owner); `<repos>`, a field with a `/` or `*` in it, the
+    /// repositories it is good for ([`RepoPattern`]: `team/*`, `team/models`, `*`).
     pub fn parse_file(path: &Path) -> Result<Vec<Secret>, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadTokenFile {
             path: path.display().to_string(),
@@ -180,16 +239,26 @@ impl Secret {
                 line: i + 1,
                 reason,
             };
-            const FORM: &str = "expected `write <secret> [<name>]` or `read <secret> [<name>]`";
+            const FORM: &str = "expected `write <secret> [<name>] [<repos>]` or `read <secret> \
+                                [<name>] [<repos>]`";
             let mut fields = line.split_whitespace();
             let (Some(kind), Some(value)) = (fields.next(), fields.next()) else {
                 return Err(err(FORM.into()));
             };
-            let name = fields.next();
-            if fields.next().is_some() {
-                return Err(err(format!(
-                    "too many fields: {FORM} (a secret or name cannot contain spaces)"
-                )));
+            let (mut name, mut repos) = (None, None);
+            for field in fields {
+                if field.contains('/') || field.contains('*') {
+                    if repos.is_some() {
+                        return Err(err(format!("two repository patterns: {FORM}")));
+                    }
+                    repos = Some(RepoPattern::parse(field).map_err(err)?);
+                } else if name.is_none() {
+                    name = Some(field);
+                } else {
+                    return Err(err(format!(
+                        "too many fields: {FORM} (a secret or name cannot contain spaces)"
+                    )));
+                }
             }
             let scope = match kind {
                 "write" => Scope::Write,
@@ -200,6 +269,9 @@ impl Secret {
             let mut secret = Secret::new(value, scope, &what).map_err(|e| err(e.to_string()))?;
             if let Some(name) = name {
                 secret = secret.named(name, &what).map_err(|e| err(e.to_string()))?;
+            }
+            if let Some(repos) = repos {
+                secret = secret.scoped(repos);
             }
             out.push(secret);
         }
@@ -213,6 +285,9 @@ struct Claims {
     e: u64,
     #[serde(default)]
     r: String,
+    /// Issued to a repository-scoped secret: reads only what that repository registered.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    x: bool,
 }
 
 /// A verified credential.
@@ -225,6 +300,45 @@ pub struct Grant {
     pub repo: String,
     /// The user a secret speaks for (see the module documentation); `None` for CAS tokens.
     pub user: Option<String>,
+    /// A secret's repositories (`None`: all); for a CAS token, whether it was issued to a
+    /// scoped secret (then `Some` of its one repository).
+    pub repos: Option<RepoPattern>,
+}
+
+/// Which registered files a credential may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Visibility {
+    /// Every file (server-wide secrets, and CAS tokens issued to them).
+    All,
+    /// Files registered through this repository (CAS tokens issued to a scoped secret).
+    Repo(String),
+}
+
+impl Grant {
+    /// Whether this credential may act on repository `id` (its LFS API, its CAS tokens).
+    pub fn may_use_repo(&self, id: &str) -> bool {
+        if self.expires.is_some() {
+            return self.repo == id;
+        }
+        self.repos.as_ref().is_none_or(|p| p.matches(id))
+    }
+
+    /// What files this credential may read through the CAS API; `None` for a scoped secret
+    /// presented there directly (it names no one repository: it gets CAS tokens from the batch
+    /// API of each).
+    pub fn visibility(&self) -> Option<Visibility> {
+        match (&self.repos, self.expires) {
+            (None, _) => Some(Visibility::All),
+            (Some(_), Some(_)) => Some(Visibility::Repo(self.repo.clone())),
+            (Some(_), None) => None,
+        }
+    }
+
+    /// The repository files registered with this credential are recorded under: a CAS
+    /// token's repository, if it has one.
+    pub fn registering_repo(&self) -> Option<&str> {
+        (self.expires.is_some() && !self.repo.is_empty()).then_some(self.repo.as_str())
+    }
 }
 
 /// Why a credential was refused.
@@ -312,12 +426,19 @@ impl Authority {
         mac
     }
 
-    /// Issues a CAS access token.
+    /// Issues a CAS access token for `repo`; `restricted`: it reads only what that repository
+    /// registered (for tokens of a scoped secret).
     pub fn issue(&self, scope: Scope, repo: &str, expires: u64) -> String {
+        self.issue_for(scope, repo, expires, false)
+    }
+
+    /// [`Self::issue`], restricted or not.
+    pub fn issue_for(&self, scope: Scope, repo: &str, expires: u64, restricted: bool) -> String {
         let claims = Claims {
             s: scope.letter().to_string(),
             e: expires,
             r: repo.to_string(),
+            x: restricted,
         };
         // Serialising a struct of strings and integers cannot fail.
         let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap_or_default());
@@ -376,6 +497,7 @@ impl Authority {
                 expires: None,
                 repo: String::new(),
                 user: Some(self.user_of(s, declared)),
+                repos: s.repos.clone(),
             });
         }
         let rest = token.strip_prefix("gx1.").ok_or(AuthError::Invalid)?;
@@ -402,11 +524,14 @@ impl Authority {
                 now,
             });
         }
+        // A restricted token's one repository, as a pattern matching only it.
+        let repos = claims.x.then(|| RepoPattern(claims.r.clone()));
         Ok(Grant {
             scope,
             expires: Some(claims.e),
             repo: claims.r,
             user: None,
+            repos,
         })
     }
 

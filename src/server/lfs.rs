@@ -188,14 +188,16 @@ pub fn error_response(e: ApiError) -> Response {
     response
 }
 
-/// Checks a git credential (a configured secret, not a CAS token) for `needed`.
+/// Checks a git credential (a configured secret, not a CAS token) for `needed` on `repo`.
 pub fn authorize_user(
     state: &AppState,
     headers: &HeaderMap,
+    repo: &Repo,
     needed: Scope,
     what: &'static str,
 ) -> Result<Grant, ApiError> {
     let grant = state.authorize(headers, Scope::Read, what)?;
+    check_repo(&grant, repo)?;
     if grant.expires.is_some() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -219,6 +221,7 @@ pub fn authorize_transfer(
     what: &'static str,
 ) -> Result<Grant, ApiError> {
     let grant = state.authorize(headers, Scope::Read, what)?;
+    check_repo(&grant, repo)?;
     if grant.expires.is_some() && grant.repo != repo.id {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -231,6 +234,28 @@ pub fn authorize_transfer(
     }
     require(&grant, needed, what)?;
     Ok(grant)
+}
+
+/// A secret limited to some repositories must name one of them.
+fn check_repo(grant: &Grant, repo: &Repo) -> Result<(), ApiError> {
+    if grant.expires.is_some() || grant.may_use_repo(&repo.id) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "wrong_repository",
+        format!(
+            "this token is for {}, not for repository {:?}",
+            grant.repos.as_ref().map_or("*", |p| p.as_str()),
+            repo.id
+        ),
+    ))
+}
+
+/// Whether `grant` reads only what `repo` registered (a scoped secret, or a CAS token issued
+/// to one): then the repository id to check files against.
+pub fn limited_to<'a>(grant: &Grant, repo: &'a Repo) -> Option<&'a str> {
+    grant.repos.as_ref().map(|_| repo.id.as_str())
 }
 
 fn require(grant: &Grant, needed: Scope, what: &'static str) -> Result<(), ApiError> {

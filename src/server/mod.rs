@@ -235,6 +235,31 @@ impl AppState {
         Ok(grant)
     }
 
+    /// Checks a credential for the CAS API: what [`Self::authorize`] checks, and that it can
+    /// say which files it may read (a repository-scoped secret cannot: it gets CAS tokens
+    /// from the batch API of each of its repositories). Returns the grant and the repository
+    /// whose files it is limited to, if any.
+    pub fn authorize_cas(
+        &self,
+        headers: &HeaderMap,
+        needed: Scope,
+        what: &'static str,
+    ) -> Result<(Grant, Option<String>), ApiError> {
+        let grant = self.authorize(headers, needed, what)?;
+        match grant.visibility() {
+            Some(auth::Visibility::All) => Ok((grant, None)),
+            Some(auth::Visibility::Repo(repo)) => Ok((grant, Some(repo))),
+            None => Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "repository_scoped_token",
+                format!(
+                    "{what}: this token is limited to some repositories and names none here; \
+                     use the CAS token the batch API of one of them hands out"
+                ),
+            )),
+        }
+    }
+
     /// The current global-dedup key, drawing a new one when the old one expired.
     pub fn dedup_key(&self) -> Result<DedupKey, ApiError> {
         let mut k = self.dedup_key.lock().unwrap_or_else(|p| p.into_inner());

@@ -175,13 +175,23 @@ pub trait ObjectBackend: Send + Sync + 'static {
         false
     }
     /// Tells the other processes sharing the storage that `shard` (already stored) was
-    /// accepted. Nothing to do for unshared storage.
-    fn log_shard(&self, _shard: &ShardHash) -> Result<(), BackendError> {
+    /// accepted, through repository `repo` if the uploader's token named one (then also
+    /// recorded for good: see [`Self::list_access`]). Nothing to do for unshared storage.
+    fn log_shard(&self, _shard: &ShardHash, _repo: Option<&str>) -> Result<(), BackendError> {
         Ok(())
     }
-    /// Shards logged by any process since `cursor`, which it advances. May repeat shards
-    /// returned before (the caller skips those it knows).
-    fn logged_shards(&self, _cursor: &mut LogCursor) -> Result<Vec<ShardHash>, BackendError> {
+    /// Shards logged by any process since `cursor`, which it advances, each with the
+    /// repository it was registered through. May repeat entries returned before (the caller
+    /// skips those it knows).
+    fn logged_shards(
+        &self,
+        _cursor: &mut LogCursor,
+    ) -> Result<Vec<(ShardHash, Option<String>)>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Every (shard, repository) registration ever logged with a repository (shared storage
+    /// only; a directory's index is its own record).
+    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
         Ok(Vec::new())
     }
     /// A small named value every process sharing the storage must agree on (the key that signs

@@ -227,6 +227,15 @@ pub struct Store {
     root: PathBuf,
 }
 
+/// Whether a lookup that misses on shared storage first catches up with the other nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// A miss lists what other nodes registered since, then looks again.
+    CatchUpOnMiss,
+    /// The index as it is (the caller caught up already).
+    IndexOnly,
+}
+
 /// How a store is opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -676,7 +685,7 @@ impl Store {
         bytes: &[u8],
         progress: &mut dyn FnMut(ValidationProgress),
     ) -> Result<ShardOutcome, StoreError> {
-        self.register_shard_staged(bytes, progress, &mut || {})
+        self.register_shard_staged(bytes, progress, &mut || {}, None)
     }
 
     /// [`Self::register_shard`], also telling `committing` when validation has passed and the
@@ -687,6 +696,7 @@ impl Store {
         bytes: &[u8],
         progress: &mut dyn FnMut(ValidationProgress),
         committing: &mut dyn FnMut(),
+        repo: Option<&str>,
     ) -> Result<ShardOutcome, StoreError> {
         if bytes.len() as u64 > MAX_SHARD_SIZE {
             return Err(StoreError::ShardTooLarge {
@@ -710,6 +720,15 @@ impl Store {
             // Restores the shard file if it was lost or quarantined.
             self.backend
                 .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+            // Registered through another repository before: this one may read its files too
+            // (its client just proved it knows their chunks).
+            if let Some(repo) = repo {
+                let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
+                if !self.files_in_repo(&files, repo)? {
+                    self.backend.log_shard(&shard_hash, Some(repo))?;
+                    self.index.add_file_repos(&files, repo)?;
+                }
+            }
             return Ok(ShardOutcome {
                 shard: shard_hash,
                 newly_registered: false,
@@ -730,8 +749,12 @@ impl Store {
         committing();
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
-        self.backend.log_shard(&shard_hash)?;
+        self.backend.log_shard(&shard_hash, repo)?;
         let (new_files, new_bytes) = self.index.add_shard(shard_hash, &entries, now_unix())?;
+        if let Some(repo) = repo {
+            let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
+            self.index.add_file_repos(&files, repo)?;
+        }
         self.registered_bytes
             .fetch_add(new_bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(ShardOutcome {
@@ -924,6 +947,54 @@ impl Store {
         Ok(())
     }
 
+    /// Whether every one of `files` was registered through repository `repo`.
+    pub fn files_in_repo(&self, files: &[FileHash], repo: &str) -> Result<bool, StoreError> {
+        for f in files {
+            if !f.is_zero() && !self.index.file_in_repo(f, repo)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether `file` may be read by a credential that sees `repo`'s files only (`None`: it
+    /// sees everything). The empty file is everyone's.
+    pub fn visible_to(&self, file: &FileHash, repo: Option<&str>) -> Result<bool, StoreError> {
+        self.visible_as(file, repo, Freshness::CatchUpOnMiss)
+    }
+
+    /// [`Self::visible_to`] as `freshness` says (see [`Self::file_by_oid_as`]).
+    pub fn visible_as(
+        &self,
+        file: &FileHash,
+        repo: Option<&str>,
+        freshness: Freshness,
+    ) -> Result<bool, StoreError> {
+        match repo {
+            None => Ok(true),
+            Some(_) if file.is_zero() => Ok(true),
+            Some(repo) => match self.index.file_in_repo(file, repo)? {
+                false if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
+                    Ok(self.index.file_in_repo(file, repo)?)
+                }
+                found => Ok(found),
+            },
+        }
+    }
+
+    /// Records that `file` (registered) was stored through repository `repo`: a basic upload,
+    /// which registers its shard through the store directly. On shared storage the other nodes
+    /// learn it through the shard that registered the file.
+    pub fn add_file_repo(&self, file: &FileHash, repo: &str) -> Result<(), StoreError> {
+        if file.is_zero() || self.index.file_in_repo(file, repo)? {
+            return Ok(());
+        }
+        if let Some(record) = self.index.file(file)? {
+            self.backend.log_shard(&record.shard, Some(repo))?;
+        }
+        Ok(self.index.add_file_repos(&[*file], repo)?)
+    }
+
     /// A registered file's record.
     pub fn file(&self, file: &FileHash) -> Result<Option<FileRecord>, StoreError> {
         match self.index.file(file)? {
@@ -983,8 +1054,20 @@ impl Store {
 
     /// The Xet file registered for a Git LFS oid, with its size.
     pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
+        self.file_by_oid_as(oid, Freshness::CatchUpOnMiss)
+    }
+
+    /// [`Self::file_by_oid`] as `freshness` says: for a caller that caught up once for many
+    /// lookups ([`Self::catch_up`]), `IndexOnly` spares a listing per miss.
+    pub fn file_by_oid_as(
+        &self,
+        oid: &LfsOid,
+        freshness: Freshness,
+    ) -> Result<Option<(FileHash, u64)>, StoreError> {
         let found = match self.index.file_by_oid(oid)? {
-            None if self.caught_up_after_miss() => self.index.file_by_oid(oid)?,
+            None if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
+                self.index.file_by_oid(oid)?
+            }
             found => found,
         };
         let Some(file) = found else {

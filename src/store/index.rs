@@ -10,6 +10,7 @@
 //! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
 //! | `damaged` | xorb hash (32) | time found (u64, unix seconds), then why, as UTF-8 text |
 //! | `xorb_file` | xorb hash (32) | the first registered file whose terms use the xorb (32): a dedup hit in the xorb is answered with that file's other xorbs too |
+//! | `file_repos` | file hash (32), then a repository id (UTF-8) | empty: the file was registered through that repository (what a repository-scoped token may read) |
 //!
 //! A xorb in `damaged` is missing or was found damaged and quarantined: no shard may rely on it
 //! and no dedup answer names it until an upload of the same xorb repairs it. Its row in `xorbs`
@@ -41,6 +42,7 @@ const SHARDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("shards");
 const VERIFIED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("verified");
 const DAMAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("damaged");
 const XORB_FILE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorb_file");
+const FILE_REPOS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("file_repos");
 
 /// An index failure.
 #[derive(Debug, thiserror::Error)]
@@ -177,7 +179,7 @@ impl Index {
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
         let tables = [
-            XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE,
+            XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE, FILE_REPOS,
         ];
         // A write transaction (and its fsync) only when a table is missing: the agent's
         // embedded mode opens the store once per object.
@@ -352,6 +354,27 @@ impl Index {
         }
         txn.commit().map_err(db_err)?;
         Ok((new_files, new_bytes))
+    }
+
+    /// Records that `files` were registered through repository `repo` (in one transaction).
+    pub fn add_file_repos(&self, files: &[FileHash], repo: &str) -> Result<(), IndexError> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(FILE_REPOS).map_err(db_err)?;
+            for f in files {
+                let key = file_repo_key(f, repo);
+                t.insert(key.as_slice(), [].as_slice()).map_err(db_err)?;
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Whether `file` was registered through repository `repo`.
+    pub fn file_in_repo(&self, file: &FileHash, repo: &str) -> Result<bool, IndexError> {
+        Ok(self.get(FILE_REPOS, &file_repo_key(file, repo))?.is_some())
     }
 
     /// A registered file's reconstruction.
@@ -608,6 +631,13 @@ pub struct IndexCounts {
     pub oids: u64,
     pub dedup_chunks: u64,
     pub shards: u64,
+}
+
+fn file_repo_key(file: &FileHash, repo: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(32 + repo.len());
+    key.extend_from_slice(file.as_bytes());
+    key.extend_from_slice(repo.as_bytes());
+    key
 }
 
 /// Inserts `value` under `key` unless the key is already there: the first registration wins.

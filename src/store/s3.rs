@@ -10,7 +10,8 @@
 //! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
 //! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
 //! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
-//! | `log/<16-digit ms>-<shard hash>` | empty; one per accepted shard, named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]) |
+//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]); `<repo>` is the repository id in unpadded base64url |
+//! | `access/<shard hash>/<repo>` | empty; the shard's files were registered through that repository (what its scoped tokens may read), for nodes that list everything |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
@@ -40,6 +41,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use futures_util::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as Key;
@@ -407,6 +410,15 @@ impl S3Backend {
     }
 }
 
+/// A repository id from its unpadded base64url form in a key; `None` if it is not one.
+fn decode_repo(encoded: &str) -> Option<String> {
+    URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|r| !r.is_empty())
+}
+
 /// The name after the last `/` of a listed key.
 fn file_name(meta: &ObjectMeta) -> &str {
     meta.location.filename().unwrap_or("")
@@ -627,30 +639,71 @@ impl ObjectBackend for S3Backend {
         true
     }
 
-    fn log_shard(&self, shard: &ShardHash) -> Result<(), BackendError> {
-        let entry = self.key(&format!("log/{:016}-{shard}", now_ms()));
+    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
+        let what = format!("the log entry of shard {shard}");
+        let name = match repo {
+            Some(repo) => {
+                let encoded = URL_SAFE_NO_PAD.encode(repo);
+                // The durable record first: a node that misses the log entry finds it there.
+                self.put(
+                    &self.key(&format!("access/{shard}/{encoded}")),
+                    bytes::Bytes::new(),
+                    PutMode::Overwrite,
+                    &what,
+                )?;
+                format!("log/{:016}-{shard}-{encoded}", now_ms())
+            }
+            None => format!("log/{:016}-{shard}", now_ms()),
+        };
         self.put(
-            &entry,
+            &self.key(&name),
             bytes::Bytes::new(),
             PutMode::Overwrite,
-            &format!("the log entry of shard {shard}"),
+            &what,
         )
         .map(|_| ())
     }
 
-    fn logged_shards(&self, cursor: &mut LogCursor) -> Result<Vec<ShardHash>, BackendError> {
+    fn logged_shards(
+        &self,
+        cursor: &mut LogCursor,
+    ) -> Result<Vec<(ShardHash, Option<String>)>, BackendError> {
         let from = cursor.newest_ms.saturating_sub(LOG_WINDOW_MS);
         let offset = self.key(&format!("log/{from:016}"));
         let mut out = Vec::new();
         for meta in self.list("log", Some(offset))? {
-            let Some((ms, hash)) = file_name(&meta).split_once('-') else {
+            let mut parts = file_name(&meta).splitn(3, '-');
+            let (Some(ms), Some(hash)) = (parts.next(), parts.next()) else {
                 continue;
             };
             let (Ok(ms), Ok(hash)) = (ms.parse::<u64>(), ShardHash::from_hex(hash)) else {
                 continue;
             };
+            let repo = match parts.next().map(decode_repo) {
+                None => None,
+                Some(Some(repo)) => Some(repo),
+                Some(None) => continue,
+            };
             cursor.newest_ms = cursor.newest_ms.max(ms);
-            out.push(hash);
+            out.push((hash, repo));
+        }
+        Ok(out)
+    }
+
+    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
+        let mut out = Vec::new();
+        for meta in self.list("access", None)? {
+            let parts: Vec<String> = meta
+                .location
+                .parts()
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            let [.., shard, repo] = parts.as_slice() else {
+                continue;
+            };
+            if let (Ok(shard), Some(repo)) = (ShardHash::from_hex(shard), decode_repo(repo)) {
+                out.push((shard, repo));
+            }
         }
         Ok(out)
     }

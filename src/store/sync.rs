@@ -16,25 +16,24 @@
 //! but not every chunk; `git xet scrub` verifies them whole.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::backend::{LogCursor, ObjectKey};
 use super::cas::{now_unix, Store, StoreError};
 use crate::format::shard::ParsedShard;
-use crate::format::ShardHash;
-
-/// A lookup that misses catches up first, unless a catch-up finished this recently.
-const MISS_RECHECK: Duration = Duration::from_millis(250);
+use crate::format::{FileHash, ShardHash};
 
 /// Where a node is in the shard log.
 #[derive(Debug, Default)]
 pub struct SyncState {
     cursor: LogCursor,
-    /// When the last catch-up finished.
+    /// When the last catch-up started.
     last: Option<Instant>,
     /// Shards that could not be registered (a xorb they need is missing), with why: not tried
     /// again until the next full catch-up.
     refused: HashSet<ShardHash>,
+    /// (shard, repository) registrations already recorded in the index.
+    access: HashSet<(ShardHash, String)>,
 }
 
 /// What a catch-up did.
@@ -59,11 +58,15 @@ impl Store {
             return Ok(CatchUp::default());
         }
         let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        self.catch_up_locked(&mut state)
+    }
+
+    fn catch_up_locked(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
+        state.last = Some(Instant::now());
         let mut cursor = state.cursor;
         let logged = self.backend.logged_shards(&mut cursor)?;
-        let outcome = self.register_from_storage(&mut state, logged)?;
+        let outcome = self.register_from_storage(state, logged)?;
         state.cursor = cursor;
-        state.last = Some(Instant::now());
         Ok(outcome)
     }
 
@@ -75,32 +78,43 @@ impl Store {
             return Ok(CatchUp::default());
         }
         let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        state.last = Some(Instant::now());
         // From now on the log is read from here (minus its window).
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         state.refused.clear();
-        let all = self.backend.list_shards()?;
+        let mut all: Vec<(ShardHash, Option<String>)> = self
+            .backend
+            .list_shards()?
+            .into_iter()
+            .map(|h| (h, None))
+            .collect();
+        all.extend(
+            self.backend
+                .list_access()?
+                .into_iter()
+                .map(|(h, repo)| (h, Some(repo))),
+        );
         let outcome = self.register_from_storage(&mut state, all)?;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
-        state.last = Some(Instant::now());
         Ok(outcome)
     }
 
-    /// For a lookup that found nothing: catches up (unless that was just done) and says
-    /// whether anything new was registered, in which case the lookup is worth repeating.
+    /// For a lookup that found nothing: makes sure a catch-up that started after the miss has
+    /// run (one that another request started meanwhile counts: concurrent misses share one
+    /// listing) and says whether the lookup is worth repeating.
     pub(super) fn caught_up_after_miss(&self) -> bool {
         if !self.is_shared() {
             return false;
         }
-        {
-            let state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
-            if state.last.is_some_and(|t| t.elapsed() < MISS_RECHECK) {
-                return false;
-            }
+        let missed = Instant::now();
+        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        if state.last.is_some_and(|t| t > missed) {
+            return true;
         }
-        match self.catch_up() {
-            Ok(c) => c.registered > 0,
+        match self.catch_up_locked(&mut state) {
+            Ok(_) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot catch up with the other nodes' shards");
                 false
@@ -111,21 +125,32 @@ impl Store {
     fn register_from_storage(
         &self,
         state: &mut SyncState,
-        shards: Vec<ShardHash>,
+        shards: Vec<(ShardHash, Option<String>)>,
     ) -> Result<CatchUp, StoreError> {
         let mut outcome = CatchUp::default();
-        for shard in shards {
-            if state.refused.contains(&shard) || self.index.has_shard(&shard)? {
+        for (shard, repo) in shards {
+            if state.refused.contains(&shard) {
                 continue;
             }
-            match self.register_stored_shard(shard)? {
-                Stored::Registered => outcome.registered += 1,
+            let known = self.index.has_shard(&shard)?;
+            let granted = match &repo {
+                Some(r) => state.access.contains(&(shard, r.clone())),
+                None => true,
+            };
+            if known && granted {
+                continue;
+            }
+            match self.register_stored_shard(shard, known, repo.as_deref())? {
+                Stored::Registered => outcome.registered += usize::from(!known),
                 Stored::Gone => {}
                 Stored::Refused(why) => {
                     tracing::warn!(%shard, reason = %why, "a shard in storage cannot be registered");
                     state.refused.insert(shard);
                     outcome.refused += 1;
                 }
+            }
+            if let Some(r) = repo {
+                state.access.insert((shard, r));
             }
         }
         if outcome.registered > 0 {
@@ -137,8 +162,14 @@ impl Store {
         Ok(outcome)
     }
 
-    /// Registers a shard found in storage, checked against the stored xorbs as an upload is.
-    fn register_stored_shard(&self, shard: ShardHash) -> Result<Stored, StoreError> {
+    /// Registers a shard found in storage (unless `known`), checked against the stored xorbs as
+    /// an upload is, and records its files as registered through `repo` if given.
+    fn register_stored_shard(
+        &self,
+        shard: ShardHash,
+        known: bool,
+        repo: Option<&str>,
+    ) -> Result<Stored, StoreError> {
         let Some(bytes) = self.backend.read_all(ObjectKey::Shard(shard))? else {
             return Ok(Stored::Gone);
         };
@@ -153,15 +184,21 @@ impl Store {
             Ok(p) => p,
             Err(e) => return Ok(Stored::Refused(e.to_string())),
         };
-        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
-        match self.validate(&parsed.shard, shard, &mut |_| {}) {
-            Ok(entries) => {
-                self.index.add_shard(shard, &entries, now_unix())?;
-                Ok(Stored::Registered)
+        if !known {
+            let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+            match self.validate(&parsed.shard, shard, &mut |_| {}) {
+                Ok(entries) => {
+                    self.index.add_shard(shard, &entries, now_unix())?;
+                }
+                Err(e) if e.is_client_error() => return Ok(Stored::Refused(e.to_string())),
+                Err(e) => return Err(e),
             }
-            Err(e) if e.is_client_error() => Ok(Stored::Refused(e.to_string())),
-            Err(e) => Err(e),
         }
+        if let Some(repo) = repo {
+            let files: Vec<FileHash> = parsed.shard.files.iter().map(|f| f.hash).collect();
+            self.index.add_file_repos(&files, repo)?;
+        }
+        Ok(Stored::Registered)
     }
 }
 

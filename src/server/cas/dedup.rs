@@ -26,7 +26,7 @@ pub async fn get(
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    state.authorize(&headers, Scope::Read, "a global dedup query")?;
+    state.authorize_cas(&headers, Scope::Read, "a global dedup query")?;
     let (prefix, hash) = super::path(params)?;
     super::check_prefix(&prefix, &["default", "default-merkledb"], "dedup queries")?;
     let chunk: ChunkHash = parse_hash(&hash, "chunk hash")?;

@@ -33,7 +33,7 @@ pub async fn get(
     query: Result<Query<LookupQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Json<LfsFile>, ApiError> {
-    state.authorize(&headers, Scope::Read, "an LFS oid lookup")?;
+    let (_, limited_to) = state.authorize_cas(&headers, Scope::Read, "an LFS oid lookup")?;
     let Path(text) = params.map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
     let oid = LfsOid::from_hex(&text).map_err(|e| {
         ApiError::bad_request("invalid_oid", format!("{text:?} is not a SHA-256 oid: {e}"))
@@ -54,6 +54,9 @@ pub async fn get(
         let Some((file, size)) = st.store.file_by_oid(&oid)? else {
             return Ok(None);
         };
+        if !st.store.visible_to(&file, limited_to.as_deref())? {
+            return Ok(None);
+        }
         let intact = st.store.file_damage(&file)?.is_none();
         // A plan that cannot be made is left out: the reconstruction route reports why.
         let plan = (with_plan && intact)

@@ -60,8 +60,8 @@ async fn reconstruct(
     version: Version,
 ) -> Result<Response, Response> {
     let fail = |e: ApiError| e.into_response();
-    state
-        .authorize(headers, Scope::Read, "reading a reconstruction")
+    let (_, limited_to) = state
+        .authorize_cas(headers, Scope::Read, "reading a reconstruction")
         .map_err(fail)?;
     let hash = super::path(hash).map_err(fail)?;
     let file: FileHash = parse_hash(&hash, "file hash").map_err(fail)?;
@@ -73,6 +73,10 @@ async fn reconstruct(
     let planned = blocking(move || {
         // The empty file is answered with an empty plan whatever the range (cas-api.md §5.1).
         let range = if file.is_zero() { None } else { range };
+        // A file another repository registered is not there for a token limited to one.
+        if !st.store.visible_to(&file, limited_to.as_deref())? {
+            return Ok(Ok(None));
+        }
         Ok(st.store.reconstruction(&file, range))
     })
     .await

@@ -47,7 +47,7 @@ pub async fn post_xorb(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    state.authorize(&headers, Scope::Write, "uploading a xorb")?;
+    state.authorize_cas(&headers, Scope::Write, "uploading a xorb")?;
     let (prefix, hash) = super::path(params)?;
     super::check_prefix(&prefix, &["default"], "xorb uploads")?;
     let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;
@@ -96,13 +96,15 @@ fn uploaded(was_inserted: bool) -> Response {
     super::no_store(Json(XorbUploaded { was_inserted }).into_response())
 }
 
-/// Reads a shard upload body (≤ 64 MiB, non-empty).
+/// Reads a shard upload body (≤ 64 MiB, non-empty), with the repository the credential
+/// registers files through (a CAS token's).
 async fn shard_body(
     state: &SharedState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<SmallBody, ApiError> {
-    state.authorize(headers, Scope::Write, "uploading a shard")?;
+) -> Result<(SmallBody, Option<String>), ApiError> {
+    let (grant, _) = state.authorize_cas(headers, Scope::Write, "uploading a shard")?;
+    let repo = grant.registering_repo().map(str::to_string);
     if content_length(headers) == Some(0) {
         return Err(empty_body("shard".into()));
     }
@@ -117,7 +119,7 @@ async fn shard_body(
     if bytes.is_empty() {
         return Err(empty_body("shard".into()));
     }
-    Ok(bytes)
+    Ok((bytes, repo))
 }
 
 /// `POST /v1/shards`: `{"result": 1}` when registered now, `{"result": 0}` when it already was.
@@ -126,9 +128,14 @@ pub async fn post_shard_v1(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = shard_body(&state, &headers, body).await?;
+    let (bytes, repo) = shard_body(&state, &headers, body).await?;
     let st = state.clone();
-    let outcome = blocking(move || Ok(st.store.register_shard(&bytes, &mut |_| {})?)).await?;
+    let outcome = blocking(move || {
+        Ok(st
+            .store
+            .register_shard_staged(&bytes, &mut |_| {}, &mut || {}, repo.as_deref())?)
+    })
+    .await?;
     tracing::info!(
         shard = %outcome.shard,
         new = outcome.newly_registered,
@@ -183,7 +190,7 @@ pub async fn post_shard_v2(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = shard_body(&state, &headers, body).await?;
+    let (bytes, repo) = shard_body(&state, &headers, body).await?;
     check_shard_header(&bytes)?;
     let store = state.store.clone();
     let body = progress::stream(state.shard_heartbeat, move |reporter| {
@@ -200,6 +207,7 @@ pub async fn post_shard_v2(
                     stage: "syncing".into(),
                 })
             },
+            repo.as_deref(),
         );
         match outcome {
             Ok(o) => {
@@ -250,7 +258,7 @@ pub async fn post_grant(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    state.authorize(&headers, Scope::Write, "asking for a xorb upload grant")?;
+    state.authorize_cas(&headers, Scope::Write, "asking for a xorb upload grant")?;
     let (prefix, hash) = super::path(params)?;
     super::check_prefix(&prefix, &["default"], "xorb upload grants")?;
     let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;

@@ -171,7 +171,8 @@ pub async fn batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     check_accept(headers)?;
-    let grant = authorize_user(state, headers, Scope::Read, "the batch API")?;
+    let grant = authorize_user(state, headers, repo, Scope::Read, "the batch API")?;
+    let limited = super::limited_to(&grant, repo).map(str::to_string);
     let bytes = read_body(
         &state.resources.body_budget,
         headers,
@@ -256,15 +257,26 @@ pub async fn batch(
     let with_plans = operation == Operation::Download && transfer == Transfer::Xet;
     let store = std::sync::Arc::clone(&state.store);
     let looked_up: Vec<(Stored, Option<ReconstructionPlan>)> = blocking(move || {
+        // On shared storage, one catch-up with the other nodes for the whole batch instead of
+        // one per object that misses.
+        if let Err(e) = store.catch_up() {
+            tracing::warn!(error = %e, "cannot catch up with the other nodes' shards");
+        }
+        let fresh = crate::store::cas::Freshness::IndexOnly;
         oids.iter()
             .map(|oid| match oid {
                 Some(oid) if oid.to_hex() == EMPTY_OID => {
                     Ok((Stored::Intact(FileHash::ZERO, 0), None))
                 }
                 Some(oid) => {
-                    let Some((file, size)) = store.file_by_oid(oid)? else {
+                    let Some((file, size)) = store.file_by_oid_as(oid, fresh)? else {
                         return Ok((Stored::Absent, None));
                     };
+                    // What another repository stored is absent for a token limited to this
+                    // one: an upload then registers it here (cheaply: its chunks deduplicate).
+                    if !store.visible_as(&file, limited.as_deref(), fresh)? {
+                        return Ok((Stored::Absent, None));
+                    }
                     Ok(match store.file_damage(&file)? {
                         None => {
                             let plan = with_plans
@@ -282,7 +294,7 @@ pub async fn batch(
     })
     .await?;
 
-    let actions = Actions::new(state, repo, operation, transfer);
+    let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
     let objects: Vec<ObjectOut> = requested
         .into_iter()
         .zip(looked_up)
@@ -348,7 +360,13 @@ struct Actions {
 }
 
 impl Actions {
-    fn new(state: &AppState, repo: &Repo, operation: Operation, transfer: Transfer) -> Self {
+    fn new(
+        state: &AppState,
+        repo: &Repo,
+        operation: Operation,
+        transfer: Transfer,
+        restricted: bool,
+    ) -> Self {
         let ttl = state.token_ttl.as_secs().max(1);
         let exp = now_unix() + ttl;
         let scope = match operation {
@@ -360,7 +378,7 @@ impl Actions {
             transfer,
             endpoint: repo.endpoint(state),
             cas_url: state.public_url.clone(),
-            token: state.auth.issue(scope, &repo.id, exp),
+            token: state.auth.issue_for(scope, &repo.id, exp, restricted),
             exp,
             ttl,
             session: crate::store::random_hex(16),
@@ -502,13 +520,15 @@ pub fn token(
         Scope::Read => "refreshing a read token",
         Scope::Write => "refreshing a write token",
     };
-    authorize_user(state, headers, scope, what)?;
+    let grant = authorize_user(state, headers, repo, scope, what)?;
     let exp = now_unix() + state.token_ttl.as_secs().max(1);
     Ok(lfs_json(
         StatusCode::OK,
         &CasTokenInfo {
             cas_url: state.public_url.clone(),
-            access_token: state.auth.issue(scope, &repo.id, exp),
+            access_token: state
+                .auth
+                .issue_for(scope, &repo.id, exp, grant.repos.is_some()),
             exp,
         },
     ))

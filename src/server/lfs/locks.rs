@@ -288,7 +288,7 @@ async fn create(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let grant = authorize_user(state, headers, Scope::Write, "creating a lock")?;
+    let grant = authorize_user(state, headers, repo, Scope::Write, "creating a lock")?;
     let owner = user_of(&grant)?;
     let request = read_object(state, headers, body, "lock request").await?;
     let path = check_path(request.get("path"))?;
@@ -358,7 +358,7 @@ async fn list(
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize_user(state, headers, Scope::Read, "listing locks")?;
+    authorize_user(state, headers, repo, Scope::Read, "listing locks")?;
     let axum::extract::Query(q) = axum::extract::Query::<ListQuery>::try_from_uri(uri)
         .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let limit = match q.limit.as_deref() {
@@ -416,7 +416,7 @@ async fn verify(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let grant = authorize_user(state, headers, Scope::Write, "verifying locks")?;
+    let grant = authorize_user(state, headers, repo, Scope::Write, "verifying locks")?;
     let me = user_of(&grant)?;
     let request = read_object(state, headers, body, "lock verification request").await?;
     let cursor = match request.get("cursor") {
@@ -461,7 +461,7 @@ async fn unlock(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let grant = authorize_user(state, headers, Scope::Write, "unlocking")?;
+    let grant = authorize_user(state, headers, repo, Scope::Write, "unlocking")?;
     let me = user_of(&grant)?;
     let request = read_object(state, headers, body, "unlock request").await?;
     let force = match request.get("force") {

@@ -72,7 +72,8 @@ pub async fn put(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    authorize_transfer(state, headers, repo, Scope::Write, "uploading LFS objects")?;
+    let grant = authorize_transfer(state, headers, repo, Scope::Write, "uploading LFS objects")?;
+    let limited = super::limited_to(&grant, repo).map(str::to_string);
     let oid = parse_oid(oid)?;
     let declared = content_length(headers)?;
 
@@ -80,8 +81,16 @@ pub async fn put(
     let known = if oid.to_hex() == EMPTY_OID {
         Some(0)
     } else {
-        // A damaged copy is not "already stored": this upload replaces it.
-        blocking(move || Ok(store.intact_file_by_oid(&oid)?.map(|(_, size)| size))).await?
+        // A damaged copy is not "already stored": this upload replaces it. Nor is what only
+        // another repository registered, for a token limited to this one: the upload, checked
+        // against its oid, registers it here.
+        blocking(move || {
+            Ok(match store.intact_file_by_oid(&oid)? {
+                Some((file, size)) if store.visible_to(&file, limited.as_deref())? => Some(size),
+                _ => None,
+            })
+        })
+        .await?
     };
     if let Some(size) = known {
         if declared.is_some_and(|d| d != size) {
@@ -142,6 +151,8 @@ pub async fn put(
     .map_err(|e| ApiError::internal(format!("object {oid}: upload worker failed: {e}")))?;
     match result {
         Ok(s) => {
+            let (store, file, id) = (Arc::clone(&state.store), s.file_hash, repo.id.clone());
+            blocking(move || Ok(store.add_file_repo(&file, &id)?)).await?;
             tracing::info!(
                 repo = %repo.id,
                 %oid,
@@ -196,14 +207,19 @@ pub async fn get(
     oid: &str,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize_transfer(state, headers, repo, Scope::Read, "downloading LFS objects")?;
+    let grant = authorize_transfer(state, headers, repo, Scope::Read, "downloading LFS objects")?;
+    let limited = super::limited_to(&grant, repo).map(str::to_string);
     let oid = parse_oid(oid)?;
     let store = Arc::clone(&state.store);
     let found = blocking(move || {
         if oid.to_hex() == EMPTY_OID {
             return Ok(None);
         }
-        let Some((file, size)) = store.file_by_oid(&oid)? else {
+        let visible = |file: &crate::format::FileHash| store.visible_to(file, limited.as_deref());
+        let Some((file, size)) = store
+            .file_by_oid(&oid)?
+            .filter(|(f, _)| visible(f).unwrap_or(false))
+        else {
             return Err(ApiError::not_found(
                 "object_not_found",
                 format!("object {oid} not found"),
