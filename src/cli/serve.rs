@@ -37,8 +37,11 @@ credential helper (`git config --global credential.helper store`, or your platfo
 approve`.\n\n\
 Tokens: --token grants read and write, --read-token read only (each at least 16 characters). \
 Tokens given on the command line are visible to other local users in the process list; prefer \
---token-file (lines `write <secret> [<name>]` / `read <secret> [<name>]`) or the environment \
-variables GIT_XET_TOKEN and GIT_XET_READ_TOKEN (comma-separated).\n\n\
+--token-file (lines `write <secret> [<name>] [<repos>]` / `read <secret> [<name>] [<repos>]`) or \
+the environment variables GIT_XET_TOKEN and GIT_XET_READ_TOKEN (comma-separated). <repos> limits \
+a token to some repositories (team-a/*, team-a/models, or *): it then works only on their LFS \
+API, and reads only files registered through the repository it asks for (a push or upload \
+registers them; deduplication stays global). Tokens without <repos> are server-wide.\n\n\
 Locks (the Git LFS File Locking API, per repository, kept in DIR/locks.redb): a lock's owner is \
 the <name> its token has in the token file, else the user name git sends with the token (set it \
 with `git config credential.<url>.username alice`), else a pseudonym of the token. Read tokens \
