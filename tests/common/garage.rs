@@ -58,6 +58,19 @@ fn free_port() -> u16 {
 impl Garage {
     /// Starts Garage and sets it up; panics (naming the step) if it cannot.
     pub fn start() -> Self {
+        // A port picked free can be taken by another test before Garage binds it: then start
+        // again on other ports.
+        let mut last = String::new();
+        for _ in 0..4 {
+            match Self::try_start() {
+                Ok(g) => return g,
+                Err(why) => last = why,
+            }
+        }
+        panic!("garage did not start: {last}");
+    }
+
+    fn try_start() -> Result<Self, String> {
         let bin = binary().unwrap_or_else(|| panic!("Garage is not installed ({NEEDS_GARAGE})"));
         let dir = tempfile::tempdir().expect("temp dir");
         let (rpc, s3, admin) = (free_port(), free_port(), free_port());
@@ -107,8 +120,9 @@ impl Garage {
             key_id: String::new(),
             secret: String::new(),
         };
+        g.wait_until_up()?;
         g.set_up();
-        g
+        Ok(g)
     }
 
     /// Runs the Garage CLI against this instance; its stdout, or a panic with what it said.
@@ -135,31 +149,36 @@ impl Garage {
         std::fs::read_to_string(self.dir.path().join("garage.log")).unwrap_or_default()
     }
 
-    fn set_up(&mut self) {
-        // The node's id, once its RPC answers.
+    /// Waits until the server answers on its RPC port (`garage status`); `Err` if it exited
+    /// (a port taken) or did not answer within a minute.
+    fn wait_until_up(&mut self) -> Result<(), String> {
         let start = Instant::now();
-        let id = loop {
-            let out = Command::new(&self.bin)
+        loop {
+            let ok = Command::new(&self.bin)
                 .arg("-c")
                 .arg(&self.config)
-                .args(["node", "id", "-q"])
+                .arg("status")
                 .env("RUST_LOG", "warn")
-                .output()
-                .expect("run the garage CLI");
-            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if out.status.success() && !text.is_empty() {
-                break text.split('@').next().unwrap_or("").to_string();
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("garage exited ({status}): {}", self.log());
+                return Err(format!("garage exited ({status}): {}", self.log()));
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "garage did not answer within a minute: {}",
-                self.log()
-            );
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(format!("no answer within a minute: {}", self.log()));
+            }
             std::thread::sleep(Duration::from_millis(200));
-        };
+        }
+    }
+
+    fn set_up(&mut self) {
+        let id = self.cli(&["node", "id", "-q"]);
+        let id = id.trim().split('@').next().unwrap_or("").to_string();
         self.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &id]);
         self.cli(&["layout", "apply", "--version", "1"]);
         let created = self.cli(&["key", "create", "git-xet-tests"]);
