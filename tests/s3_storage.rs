@@ -519,3 +519,65 @@ fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
     assert_eq!(get(&n3, A, "team-a/models"), (200, true));
     assert_eq!(get(&n3, B, "team-b/x").0, 404);
 }
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn garbage_collection_and_scrub_work_on_the_bucket() {
+    use git_xet::format::xorb::ParsedXorb;
+    use git_xet::pipeline::upload::{upload, UploadOptions};
+    use git_xet::store::{GcOptions, Store};
+
+    let g = Garage::start();
+    g.create_bucket("upkeep");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_s3(dir.path(), Default::default(), &g.s3_config("upkeep", "")).unwrap();
+    // A registered file, and an orphan: a fixture xorb no shard names (an interrupted push).
+    let data = content(61, 2 << 20);
+    let kept = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    let m = common::manifest();
+    let parsed_bytes = common::read(&m.sessions[0].xorbs[0]);
+    let parsed = ParsedXorb::parse(&parsed_bytes).unwrap();
+    let orphan = parsed.hash();
+    assert!(store.put_xorb(orphan, parsed.chunk_region()).unwrap());
+    let before = stored_xorbs(&g, "upkeep", "");
+    assert!(before.iter().any(|(h, _)| *h == orphan));
+
+    // Young orphans are kept; past the grace period they go, and only they.
+    let report = store
+        .gc(GcOptions {
+            grace: Duration::from_secs(3600),
+            dry_run: false,
+        })
+        .unwrap();
+    assert_eq!((report.xorbs_removed, report.xorbs_young), (0, 1));
+    let report = store
+        .gc(GcOptions {
+            grace: Duration::ZERO,
+            dry_run: false,
+        })
+        .unwrap();
+    assert_eq!(report.xorbs_removed, 1);
+    let after = stored_xorbs(&g, "upkeep", "");
+    assert!(!after.iter().any(|(h, _)| *h == orphan));
+    assert_eq!(after.len(), before.len() - 1);
+
+    // Scrub reads everything whole: clean now; a xorb damaged in the bucket (same length,
+    // one byte changed, as bit rot would) is found, quarantined and named with its file.
+    let clean = store.scrub(&mut |_| {}).unwrap();
+    assert!(!clean.found_damage(), "{clean:?}");
+    let (b, _spool) = backend(&g, "upkeep", "");
+    let (victim, len) = after[0];
+    let key = ObjectKey::Xorb(victim);
+    let mut bytes = b.read_all(key).unwrap().unwrap();
+    bytes[len as usize / 2] ^= 0xff;
+    let tmp = b.temp_path("rot");
+    std::fs::write(&tmp, &bytes).unwrap();
+    b.replace_file(key, &tmp).unwrap();
+    let report = store.scrub(&mut |_| {}).unwrap();
+    assert_eq!(
+        report.damaged_xorbs.iter().map(|d| d.0).collect::<Vec<_>>(),
+        vec![victim]
+    );
+    assert_eq!(report.affected_files, vec![kept.file_hash]);
+    assert_eq!(b.len(key).unwrap(), None, "moved to quarantine");
+}
