@@ -17,6 +17,8 @@
 #   garage-2    two nodes on one Garage bucket: file 1 is uploaded through node A and file 2
 #               through node B; then file 1 is downloaded through B and file 2 through A (each
 #               node serves what the other stored)
+#   garage-urls one node with --storage-urls: reconstructions name presigned URLs of the bucket,
+#               so downloads read from Garage directly instead of through the node
 # Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
@@ -75,7 +77,7 @@ export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
 AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
 AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
 export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-for bucket in one two; do
+for bucket in one two three; do
     gcli bucket create "$bucket" >/dev/null
     gcli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
 done
@@ -154,6 +156,8 @@ url_a="$server_url"
 start_server g2b --storage s3://two
 url_b="$server_url"
 run_setup garage-2 "$url_a" "$url_b" "$url_b" "$url_a"
+start_server g1u --storage s3://three --storage-urls
+run_setup garage-urls "$server_url" "$server_url" "$server_url" "$server_url"
 
 echo
 echo "two files of $size_mib MiB each ($size bytes together), hf_xet $("$python" -c 'import importlib.metadata as m; print(m.version("hf-xet"))'), uploaded at once, then downloaded at once"

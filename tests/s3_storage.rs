@@ -581,3 +581,66 @@ fn garbage_collection_and_scrub_work_on_the_bucket() {
     assert_eq!(report.affected_files, vec![kept.file_hash]);
     assert_eq!(b.len(key).unwrap(), None, "moved to quarantine");
 }
+
+/// `sent_xorb_bytes` of a server's `/health`.
+fn sent_xorb_bytes(s: &TestServer) -> u64 {
+    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", s.url()))
+        .unwrap()
+        .json()
+        .unwrap();
+    h["sent_xorb_bytes"].as_u64().unwrap()
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn with_storage_urls_downloads_go_straight_to_the_bucket() {
+    use git_xet::pipeline::download::write_plan;
+    use git_xet::pipeline::upload::Endpoint;
+    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+
+    let g = Garage::start();
+    g.create_bucket("direct");
+    let storage = g.s3_config("direct", "");
+    let direct = start_with(move |c| {
+        c.storage = Some(storage);
+        c.storage_urls = true;
+    });
+    let proxied = node(&g, "direct", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data = content(71, 5 << 20);
+    let input = work.path().join("model.bin");
+    std::fs::write(&input, &data).unwrap();
+    let (hash, size) = peer.upload(&direct, &work.path().join("up"), &[input])[0].clone();
+
+    // The reference client, and git-xet's own client, each download through both nodes.
+    for (server, name) in [(&direct, "direct"), (&proxied, "proxied")] {
+        let dest = work.path().join(format!("{name}.bin"));
+        peer.download(
+            server,
+            &work.path().join(format!("down-{name}")),
+            &[(dest.clone(), hash.clone(), size)],
+        );
+        assert!(std::fs::read(&dest).unwrap() == data, "{name}");
+        let cas = RemoteCas::new(RemoteConfig::new(
+            server.url(),
+            TokenSource::fixed(Some(WRITE_TOKEN.into())),
+        ))
+        .unwrap();
+        let file = hash.parse().unwrap();
+        let plan = cas.reconstruction(&file, None).unwrap().unwrap();
+        let mut got = Vec::new();
+        write_plan(&cas, &plan, &mut |b: &[u8]| {
+            got.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert!(got == data, "{name}: git-xet's client");
+    }
+    // The node handing out storage URLs sent no xorb byte itself; the other sent them all.
+    assert_eq!(sent_xorb_bytes(&direct), 0);
+    assert!(sent_xorb_bytes(&proxied) >= 2 * (4 << 20));
+}

@@ -79,6 +79,11 @@ pub struct ServeArgs {
     /// settings from the AWS_* environment.
     #[arg(long, value_name = "URL")]
     pub storage: Option<crate::store::s3::StorageUrl>,
+    /// With --storage: reconstructions name presigned URLs of the bucket, so downloads go
+    /// straight to the object storage (clients must reach its endpoint) instead of through
+    /// this server.
+    #[arg(long, requires = "storage")]
+    pub storage_urls: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
@@ -343,6 +348,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         .storage
         .clone()
         .map(crate::store::s3::S3Config::from_env);
+    config.storage_urls = args.storage_urls;
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
     config.token_ttl = Duration::from_secs(args.token_ttl);

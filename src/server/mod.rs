@@ -60,6 +60,9 @@ pub struct ServeConfig {
     pub data_dir: PathBuf,
     /// Objects in an S3-compatible bucket several nodes share, instead of in `data_dir`.
     pub storage: Option<crate::store::s3::S3Config>,
+    /// Reconstructions name presigned URLs of the bucket itself, so downloads go straight to
+    /// the object storage instead of through this server (object storage only).
+    pub storage_urls: bool,
     pub listen: SocketAddr,
     /// The URL clients reach this server at (used in CAS URLs, token-refresh and presigned
     /// URLs). Default: `http://<bound address>`.
@@ -143,6 +146,7 @@ impl ServeConfig {
         Self {
             data_dir,
             storage: None,
+            storage_urls: false,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             public_url: None,
             secrets,
@@ -204,6 +208,8 @@ pub struct AppState {
     pub public_url: String,
     pub token_ttl: Duration,
     pub url_ttl: Duration,
+    /// See [`ServeConfig::storage_urls`].
+    pub storage_urls: bool,
     /// Heartbeat interval of the `POST /v2/shards` progress stream.
     pub shard_heartbeat: Duration,
     /// Concurrency slots, the body budget and ingest slots.
@@ -449,6 +455,7 @@ impl Server {
             public_url,
             token_ttl: config.token_ttl,
             url_ttl: config.url_ttl,
+            storage_urls: config.storage_urls,
             shard_heartbeat: config.shard_heartbeat,
             resources: limits::Resources::new(&config.limits),
             metrics: metrics::Metrics::default(),

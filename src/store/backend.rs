@@ -194,6 +194,12 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
         Ok(Vec::new())
     }
+    /// A URL that reads the object straight from the storage (with a `Range` header) for
+    /// `ttl`, signed with the storage's own credentials; `None` where there is no such URL
+    /// (a directory) or it cannot be made.
+    fn presigned_get(&self, _key: ObjectKey, _ttl: std::time::Duration) -> Option<String> {
+        None
+    }
     /// A small named value every process sharing the storage must agree on (the key that signs
     /// tokens, the store version): stored as `initial` unless it exists, then read back.
     /// `None` for unshared storage, whose one process keeps such values in its directory.

@@ -1211,6 +1211,12 @@ impl Store {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// A URL that reads the stored object of `xorb` straight from the object storage for `ttl`
+    /// (see [`ObjectBackend::presigned_get`]); `None` for a directory store.
+    pub fn storage_url(&self, xorb: &XorbHash, ttl: Duration) -> Option<String> {
+        self.backend.presigned_get(ObjectKey::Xorb(*xorb), ttl)
+    }
+
     /// Whether the object storage answers (a look at the store's version object on shared
     /// storage; nothing to ask of a directory, whose index answered already).
     pub fn probe_storage(&self) -> Result<(), StoreError> {

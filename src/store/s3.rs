@@ -156,6 +156,8 @@ impl std::fmt::Debug for S3Config {
 /// Objects in an S3-compatible bucket (see the module documentation).
 pub struct S3Backend {
     store: Arc<dyn ObjectStore>,
+    /// The same client, for signing URLs.
+    signer: Arc<object_store::aws::AmazonS3>,
     url: StorageUrl,
     spool: Spool,
     /// Runs the requests; `None` only while dropping.
@@ -258,8 +260,10 @@ impl S3Backend {
                 key: url.to_string(),
                 source,
             })?;
+        let signer = Arc::new(store);
         Ok(Self {
-            store: Arc::new(store),
+            store: Arc::clone(&signer) as Arc<dyn ObjectStore>,
+            signer,
             url: url.clone(),
             spool: Spool::open(spool_dir)?.with_min_free(min_free),
             runtime: Some(runtime),
@@ -706,6 +710,26 @@ impl ObjectBackend for S3Backend {
             }
         }
         Ok(out)
+    }
+
+    fn presigned_get(&self, key: ObjectKey, ttl: std::time::Duration) -> Option<String> {
+        use object_store::signer::Signer as _;
+        let signer = Arc::clone(&self.signer);
+        let path = self.object(key);
+        let what = key.to_string();
+        match self.block(&what, async move {
+            signer.signed_url(reqwest::Method::GET, &path, ttl).await
+        }) {
+            Ok(Ok(url)) => Some(url.to_string()),
+            Ok(Err(e)) => {
+                tracing::warn!(object = %what, error = %e, "cannot sign a storage URL");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(object = %what, error = %e, "cannot sign a storage URL");
+                None
+            }
+        }
     }
 
     fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {

@@ -151,10 +151,17 @@ pub fn inline_v2(
     (len <= INLINE_MAX_JSON).then_some(v2)
 }
 
-/// The presigned `xorb-data` URL of each xorb, valid for the server's URL lifetime from now.
+/// The presigned `xorb-data` URL of each xorb, valid for the server's URL lifetime from now; with
+/// `--storage-urls`, a presigned URL of the object storage itself (the stored object has the
+/// same bytes at the same offsets), falling back to the server's own if it cannot be made.
 pub fn presigned_urls(state: &crate::server::AppState) -> impl Fn(&XorbHash) -> String + '_ {
     let expires = now_unix().saturating_add(state.url_ttl.as_secs());
     move |xorb: &XorbHash| {
+        if state.storage_urls {
+            if let Some(url) = state.store.storage_url(xorb, state.url_ttl) {
+                return url;
+            }
+        }
         format!(
             "{}/v1/xorb-data/{xorb}?{}",
             state.public_url,
