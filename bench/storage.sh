@@ -144,7 +144,7 @@ run_setup() {
         || { echo "bench: $name: downloaded bytes differ" >&2; exit 1; }
     rm -f "$work/$name-out1.bin" "$work/$name-out2.bin"
     results+=("$name $t_up $t_down")
-    printf 'bench: %-10s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
+    printf 'bench: %-12s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
 }
 
 start_server dir
@@ -161,11 +161,11 @@ run_setup garage-urls "$server_url" "$server_url" "$server_url" "$server_url"
 
 echo
 echo "two files of $size_mib MiB each ($size bytes together), hf_xet $("$python" -c 'import importlib.metadata as m; print(m.version("hf-xet"))'), uploaded at once, then downloaded at once"
-printf '%-10s %10s %12s %10s %12s %14s %16s\n' setup "ingest s" "ingest MB/s" "down s" "down MB/s" "ingest vs dir" "download vs dir"
+printf '%-12s %10s %12s %10s %12s %14s %16s\n' setup "ingest s" "ingest MB/s" "down s" "down MB/s" "ingest vs dir" "download vs dir"
 read -r _ dir_up dir_down <<<"${results[0]}"
 for r in "${results[@]}"; do
     read -r name up down <<<"$r"
-    printf '%-10s %10.2f %12.1f %10.2f %12.1f %13.2fx %15.2fx\n' "$name" "$up" \
+    printf '%-12s %10.2f %12.1f %10.2f %12.1f %13.2fx %15.2fx\n' "$name" "$up" \
         "$(echo "$size / $up / 1000000" | bc -l)" "$down" "$(echo "$size / $down / 1000000" | bc -l)" \
         "$(echo "$dir_up / $up" | bc -l)" "$(echo "$dir_down / $down" | bc -l)"
 done
