@@ -1,5 +1,5 @@
 //! Known-answer and property tests for content-defined chunking: every chunking vector of
-//! test-vectors.md §5 (SplitMix64 seed 0, constant 0x3B, the 128 hitting-data cases, streaming in
+//! docs/test-vectors.md §5 (SplitMix64 seed 0, constant 0x3B, the 128 hitting-data cases, streaming in
 //! pieces), and properties tying the streaming and parallel chunkers to the canonical loop.
 
 mod common;

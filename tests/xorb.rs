@@ -1,4 +1,4 @@
-//! Xorb format tests: the vectors of test-vectors.md §6 and §7, the reference client's own xorbs
+//! Xorb format tests: the vectors of docs/test-vectors.md §6 and §7, the reference client's own xorbs
 //! (golden fixtures), round-trip properties for every compression policy and every LZ4 encoder
 //! option, limits, and never-panic checks on truncated, bit-flipped and mutated input (mutated
 //! LZ4 frames are also checked against lz4_flex's FrameDecoder).
@@ -33,7 +33,7 @@ fn f32_bytes(n: usize, scale: f32) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// test-vectors.md §6
+// docs/test-vectors.md §6
 
 #[test]
 fn vectors_6_1_chunk_headers() {
@@ -114,7 +114,7 @@ fn vectors_6_4_bg4_predictor() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// test-vectors.md §7
+// docs/test-vectors.md §7
 
 const UPLOAD_58: &str = "000c0000000c000048656c6c6f20576f726c6421001e000001e8030004224d18
     6040820f0000001f000100ffffffd16000000000000000000000";

@@ -1,4 +1,4 @@
-//! Typed Xet hashes and every hash function of the format (xet-format.md §1).
+//! Typed Xet hashes and every hash function of the format (docs/format.md §1).
 //!
 //! A hash is 32 raw bytes. Each kind of hash gets its own type ([`ChunkHash`], [`XorbHash`],
 //! [`FileHash`], [`ShardHash`], [`VerificationHash`]) so that one can never be passed where another

@@ -1,4 +1,4 @@
-//! The transfer agent: the loop git-lfs talks to as `git-xet transfer` (lfs-agent.md §3–§10).
+//! The transfer agent: the loop git-lfs talks to as `git-xet transfer` (docs/lfs-agent.md §3–§10).
 //!
 //! [`run`] reads one request line at a time from git-lfs, answers `init` at once (no network
 //! or credential work: git-lfs starts up to `lfs.concurrenttransfers` processes per batch),
@@ -147,7 +147,7 @@ pub fn run(
         let request = match request {
             Ok(r) => r,
             Err(e) => match e.oid() {
-                // The failing request names an object: answer it and go on (lfs-agent.md §5).
+                // The failing request names an object: answer it and go on (docs/lfs-agent.md §5).
                 Some(oid) => {
                     tracing::error!(%oid, "{e}");
                     summary.failed += 1;
@@ -697,7 +697,7 @@ impl Agent {
             tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
         }
         // No SHA-256 here: git-lfs hashes the file itself after `complete` and refuses it on
-        // a mismatch before it enters .git/lfs/objects (lfs-agent.md §7). Hashing it here too
+        // a mismatch before it enters .git/lfs/objects (docs/lfs-agent.md §7). Hashing it here too
         // would only word that refusal better, at the cost of a pass over every byte. What
         // the agent checks is what git-lfs cannot: every chunk's hash and the Xet file hash.
         let mut reported = 0u64;
@@ -1079,7 +1079,7 @@ fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoi
         .map_err(|e| format!("cannot use the endpoint {bare}: {e}"))
 }
 
-/// A client for the CAS named in a negotiated action (lfs-agent.md §12.1): the action's token,
+/// A client for the CAS named in a negotiated action (docs/lfs-agent.md §12.1): the action's token,
 /// sent to the action's `X-Xet-Cas-Url` (the CAS the same LFS server named, so the origin the
 /// token was issued for), refreshed through `href` with the credential
 /// [`settings::refresh_authorization`] picks (the action's own `Authorization`, `HF_TOKEN` on

@@ -1,7 +1,7 @@
 //! The storage engine: one [`Store`] behind both front doors, the `git xet serve` HTTP server
 //! and the agent's embedded (serverless) mode.
 //!
-//! It accepts xorb upload bodies and shards, validating everything cas-api.md §9 requires
+//! It accepts xorb upload bodies and shards, validating everything docs/cas-api.md §9 requires
 //! (nothing is trusted: every hash is recomputed and every shard term is checked against the
 //! stored xorb), stores objects through an [`ObjectBackend`] and records what they mean in the
 //! [`Index`]. It answers the queries downloads and deduplication need: a file's
@@ -669,7 +669,7 @@ impl Store {
         Ok(true)
     }
 
-    /// cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
+    /// docs/cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
     fn validate(
         &self,
         shard: &Shard,
@@ -777,7 +777,7 @@ impl Store {
             if let (Some(oid), false) = (file.sha256, id.is_zero()) {
                 entries.oids.push((oid, id));
             }
-            // The first chunk of every file is eligible for global dedup (xet-format.md §5.1).
+            // The first chunk of every file is eligible for global dedup (docs/format.md §5.1).
             if let Some(first) = terms.first() {
                 if let Some(c) = chunks.first() {
                     entries.dedup.push((c.hash, first.xorb, first.chunk_start));
@@ -938,7 +938,7 @@ impl Store {
     /// For a global-dedup query: an unkeyed shard with no files whose xorb section lists the
     /// xorb that holds `chunk` (if the chunk is indexed as dedup-eligible) and, after it, the
     /// other xorbs of the first file that used that xorb, in file order from there (the
-    /// neighbourhood, xet-format.md §5.2): one hit lets the client deduplicate against the whole
+    /// neighbourhood, docs/format.md §5.2): one hit lets the client deduplicate against the whole
     /// file, not one xorb of it. At most [`DEDUP_ANSWER_MAX_CHUNKS`] chunks in all; only intact
     /// xorbs. The caller keys it.
     pub fn dedup_shard(&self, chunk: &ChunkHash) -> Result<Option<Shard>, StoreError> {

@@ -456,7 +456,7 @@ fn read_entry(entry: &Entry) -> Option<Vec<u8>> {
 }
 
 /// The start offset of each of `n` chunks in `bytes`, plus the end: `None` unless `bytes` is
-/// exactly `n` well-formed chunks (header checks of xet-format.md §3.2; payloads are checked
+/// exactly `n` well-formed chunks (header checks of docs/format.md §3.2; payloads are checked
 /// by the decoder).
 fn chunk_spans(bytes: &[u8], n: u32) -> Option<Vec<usize>> {
     let mut spans = Vec::with_capacity(n as usize + 1);

@@ -1,5 +1,5 @@
 //! The HTTP client of a remote Xet CAS server: [`RemoteCas`], an [`Endpoint`] over the CAS API
-//! (cas-api.md) of `git xet serve` or of Hugging Face.
+//! (docs/cas-api.md) of `git xet serve` or of Hugging Face.
 //!
 //! It owns everything between the pipeline's blocking trait calls and the wire: the routes, the
 //! bearer token ([`TokenSource`]: fixed, or renewed through a refresh route), retries with
@@ -22,7 +22,7 @@
 //!
 //! Decisions:
 //! - **Dedup prefix.** Dedup queries use the prefix `default`, what the reference client sends
-//!   (cas-api.md §5.4); the OpenAPI file's `default-merkledb` is accepted by our server too, but
+//!   (docs/cas-api.md §5.4); the OpenAPI file's `default-merkledb` is accepted by our server too, but
 //!   `default` is the one production is known to serve.
 //! - **v2 → v1.** A v2 reconstruction answered with 405 or 501, or with a 404 that is not our
 //!   server's `file_not_found`, is asked again at `/v1/…`; once v1 has answered where v2 did

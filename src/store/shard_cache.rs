@@ -1,6 +1,6 @@
 //! The local shard cache: shards of our own uploads and the server's global-dedup answers, kept
 //! on disk per endpoint so that later uploads (in this process or another) deduplicate against
-//! them without asking the server (xet-format.md §5.3).
+//! them without asking the server (docs/format.md §5.3).
 //!
 //! # Where
 //!
@@ -13,7 +13,7 @@
 //!
 //! # Files
 //!
-//! Every shard is stored in the complete form with all three lookup tables (xet-format.md §4.6)
+//! Every shard is stored in the complete form with all three lookup tables (docs/format.md §4.6)
 //! and named by its hash (§4.10), whatever form it arrived in: an upload-form shard we
 //! registered, or a dedup answer (keyed or not, with its key and expiry in the footer).
 //! Writes go to `.<random>.mdb_temp` in the same directory, are fsynced and renamed into place,

@@ -1,4 +1,4 @@
-//! The JSON bodies of the CAS API (cas-api.md §2.1, §5, §6), written once for both sides: the
+//! The JSON bodies of the CAS API (docs/cas-api.md §2.1, §5, §6), written once for both sides: the
 //! server ([`crate::server`]) serialises them, the remote client ([`super::remote`]) parses them.
 //!
 //! Field names are the wire names; serde ignores unknown fields when parsing, so newer servers

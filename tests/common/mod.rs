@@ -84,7 +84,7 @@ pub fn reference_python() -> PathBuf {
     )
 }
 
-/// The SplitMix64 byte generator of test-vectors.md §5.1 (also used by make_fixtures.py).
+/// The SplitMix64 byte generator of docs/test-vectors.md §5.1 (also used by make_fixtures.py).
 pub fn splitmix64(seed: u64, n: usize) -> Vec<u8> {
     let mut state = seed;
     let mut out = Vec::with_capacity(n + 8);

@@ -1,4 +1,4 @@
-//! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (cas-api.md §5.1, §6):
+//! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (docs/cas-api.md §5.1, §6):
 //! the store's reconstruction plan as the v1 or v2 JSON, with presigned `xorb-data` URLs.
 
 use axum::extract::rejection::PathRejection;
@@ -71,7 +71,7 @@ async fn reconstruct(
     };
     let st = state.clone();
     let planned = blocking(move || {
-        // The empty file is answered with an empty plan whatever the range (cas-api.md §5.1).
+        // The empty file is answered with an empty plan whatever the range (docs/cas-api.md §5.1).
         let range = if file.is_zero() { None } else { range };
         Ok(st.store.reconstruction(&file, range))
     })

@@ -1,4 +1,4 @@
-//! `GET /v1/xorb-data/{xorb}?e=…&s=…`: the presigned xorb byte fetch (cas-api.md §5.9, §10).
+//! `GET /v1/xorb-data/{xorb}?e=…&s=…`: the presigned xorb byte fetch (docs/cas-api.md §5.9, §10).
 //!
 //! No `Authorization`: the query string is the capability (signature over the xorb and the
 //! expiry, see [`super::super::auth`]); a bad or expired one is 403, which makes the reference
