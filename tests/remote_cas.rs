@@ -17,7 +17,7 @@ use git_xet::pipeline::download::write_plan;
 use git_xet::pipeline::upload::{
     upload, CasTarget, Endpoint, TargetError, UploadError, UploadOptions, XorbSource,
 };
-use git_xet::store::remote::token::now_unix;
+use git_xet::util::now_unix;
 use git_xet::store::{
     FetchRange, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource,
 };

@@ -17,12 +17,12 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use super::status::human_size;
 use super::CmdResult;
 use crate::git::{objects, Git};
 use crate::lfs::journal::{self, Direction, Record};
 use crate::lfs::settings;
 use crate::pipeline::hasher::hash_file;
+use crate::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -208,7 +208,7 @@ fn render(rows: &[Row], long: bool, rev: &str, out: &mut impl Write) -> std::io:
             if long {
                 r.size.to_string()
             } else {
-                human_size(r.size)
+                format_size(r.size)
             }
         })
         .collect();

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::status::human_size;
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::agent::{self, AgentOptions};
@@ -21,6 +20,7 @@ use crate::lfs::protocol::Operation;
 use crate::lfs::prune::{self, Verdict};
 use crate::lfs::settings::{self, TransferMode};
 use crate::redact::redact;
+use crate::util::size::format_size;
 
 /// Exit code when some objects were kept because the endpoint does not hold them.
 pub const KEPT: u8 = 2;
@@ -315,7 +315,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
                 out,
                 "  {} {:>10}  {}{}",
                 o.oid,
-                human_size(o.size),
+                format_size(o.size),
                 o.verdict,
                 o.reason
                     .as_deref()
@@ -331,7 +331,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
             if r.dry_run { "Would delete" } else { "Deleted" },
             r.pruned,
             plural(r.pruned),
-            human_size(r.pruned_bytes)
+            format_size(r.pruned_bytes)
         )?;
     }
     for o in r
@@ -363,7 +363,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
                 out,
                 "  {} ({}): {}",
                 o.oid,
-                human_size(o.size),
+                format_size(o.size),
                 o.reason.as_deref().unwrap_or("not held")
             )?;
         }

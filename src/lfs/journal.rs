@@ -58,10 +58,7 @@ impl Record {
             dedup_bytes: 0,
             transferred_bytes: 0,
             endpoint: String::new(),
-            time: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            time: crate::util::now_unix(),
         }
     }
 }

@@ -261,13 +261,7 @@ impl std::fmt::Debug for Authority {
     }
 }
 
-/// Unix seconds now.
-pub fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use crate::util::now_unix;
 
 impl Authority {
     pub fn new(secrets: Vec<Secret>, key: [u8; 32]) -> Self {

@@ -482,10 +482,7 @@ impl ObjectBackend for FsBackend {
         if !from.exists() {
             return Ok(false);
         }
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = crate::util::now_unix();
         let to = match key {
             ObjectKey::Xorb(h) => self
                 .root

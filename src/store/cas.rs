@@ -238,12 +238,7 @@ pub fn is_storage_full(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(28 | 122))
 }
 
-pub(super) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub(super) use crate::util::now_unix;
 
 /// Returns once the process holding the store's index releases it (or after `timeout`):
 /// the index database holds an exclusive `flock` while open, so a shared lock on it is granted

@@ -69,7 +69,7 @@ use self::http::{
     server_says, shown, status_text, transport_failure, Auth, Failure, Request, MAX_REDIRECTS,
 };
 pub use self::http::{origin, parse_retry_after, XORB_DAMAGED};
-use self::token::{now_unix, REFRESH_BUFFER_SECS};
+use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
 use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
@@ -78,6 +78,7 @@ use crate::store::wire::{
     CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
 };
 use crate::store::{FetchRange, ReconstructionPlan};
+use crate::util::now_unix;
 
 /// The default `User-Agent`.
 pub const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));

@@ -8,6 +8,7 @@ use super::*;
 use crate::git::Git;
 use crate::lfs::settings::{self, DirState, EndpointSpec};
 use crate::redact::redact;
+use crate::util::error::{chain_text, root_cause};
 
 pub(super) fn check_endpoint(
     git: &Git,
@@ -156,7 +157,7 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
                 check.error = Some(format!("HTTP {status}"));
             }
         }
-        Err(e) => check.error = Some(error_chain(&e)),
+        Err(e) => check.error = Some(chain_text(&e)),
     }
     check
 }
@@ -207,7 +208,7 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
                 check.error = Some(format!("HTTP {status}"));
             }
         }
-        Err(e) => check.error = Some(error_chain(&e)),
+        Err(e) => check.error = Some(chain_text(&e)),
     }
     check
 }
@@ -281,38 +282,12 @@ pub(super) fn probe(url: &str) -> Reachability {
             check.error = Some(if e.is_timeout() {
                 format!("no answer within {} s", PROBE_TIMEOUT.as_secs())
             } else if e.is_connect() {
-                format!("cannot connect: {}", innermost(&e))
+                format!("cannot connect: {}", root_cause(&e))
             } else {
-                error_chain(&e)
+                chain_text(&e)
             });
         }
     }
     check.millis = start.elapsed().as_millis() as u64;
     check
-}
-
-/// The message of the deepest source of an error (for a refused connection, the OS's words).
-pub(super) fn innermost(e: &dyn std::error::Error) -> String {
-    let mut last = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        last = s.to_string();
-        source = s.source();
-    }
-    last
-}
-
-/// An error and its sources, without repeating a message its parent already includes.
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
 }

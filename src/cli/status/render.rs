@@ -4,21 +4,7 @@ use std::io::Write;
 
 use super::*;
 use crate::redact::redact;
-
-/// `1234567` → `1.2 MiB`.
-pub(crate) fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
+use crate::util::size::format_size;
 
 pub(super) fn setting_text(s: &Option<Setting>) -> String {
     match s {
@@ -34,7 +20,7 @@ pub(super) fn dir_text(info: &DirInfo) -> String {
     } else {
         format!(
             "{path} ({}, {} file{})",
-            human_size(info.bytes),
+            format_size(info.bytes),
             info.files,
             if info.files == 1 { "" } else { "s" }
         )

@@ -4,6 +4,7 @@
 use super::*;
 use crate::git::Git;
 use crate::lfs::settings;
+use crate::util::url::without_userinfo;
 
 /// Whether a remote URL makes git-lfs authenticate over ssh (`ssh://…`, `user@host:path`).
 pub(super) fn is_ssh_url(url: &str) -> bool {
@@ -78,12 +79,12 @@ pub(super) fn lfs_url_from_remote(remote: &str) -> String {
     if !url.contains("://") {
         if let Some((host, path)) = url.split_once(':') {
             if !host.contains('/') && !path.starts_with("//") && host.len() > 1 {
-                let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+                let host = without_userinfo(host);
                 url = format!("https://{host}/{}", path.trim_start_matches('/'));
             }
         }
     } else if let Some(rest) = url.strip_prefix("ssh://") {
-        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+        let rest = without_userinfo(rest);
         let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
         let host = host.split(':').next().unwrap_or(host);
         url = format!("https://{host}/{path}");
@@ -93,19 +94,4 @@ pub(super) fn lfs_url_from_remote(remote: &str) -> String {
     } else {
         format!("{url}.git/info/lfs")
     }
-}
-
-/// `scheme://host[:port]` of an http(s) URL, without user info.
-pub(super) fn http_origin(url: &str) -> Option<String> {
-    let lower = url.to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return None;
-    }
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if host.is_empty() {
-        return None;
-    }
-    Some(format!("{scheme}://{host}"))
 }

@@ -7,13 +7,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::util::now_unix;
 
 /// Refresh this long before the token expires (the reference client's `REFRESH_BUFFER_SEC`).
 pub const REFRESH_BUFFER_SECS: u64 = 30;

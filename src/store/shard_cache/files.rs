@@ -2,13 +2,14 @@
 //! directory scan, and upload claims.
 
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::format::shard::{ParsedShard, Shard, ShardLayout, FOOTER_SIZE, HEADER_SIZE};
 use crate::format::{ChunkHash, ShardHash};
+use crate::util::fs::AtomicWrite;
 
 /// The directory under an endpoint directory holding the upload claims ([`ShardCache::claim`]).
 pub const CLAIMS_SUBDIR: &str = "claims";
@@ -51,36 +52,20 @@ pub(super) fn discard(path: &Path, e: &CacheError) {
     }
 }
 
-/// Writes `bytes` to `path` through a synced temporary file in `dir` and a rename.
+/// Writes `bytes` to `path` in `dir` through a synced temporary file (`.<random>.mdb_temp`)
+/// and a rename ([`AtomicWrite`]).
 pub(super) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     fs::create_dir_all(dir).map_err(CacheError::io("cannot create", dir))?;
-    let tmp = dir.join(format!(".{}{TEMP_SUFFIX}", crate::store::random_hex(16)));
-    let result = (|| {
-        let mut f = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(CacheError::io("cannot create", &tmp))?;
-        f.write_all(bytes)
-            .map_err(CacheError::io("cannot write", &tmp))?;
-        f.sync_all().map_err(CacheError::io("cannot sync", &tmp))?;
-        drop(f);
-        match fs::rename(&tmp, path) {
-            Ok(()) => Ok(()),
-            // Another process put the same shard there first (platforms that do not replace).
-            Err(_) if path.exists() => Ok(()),
-            Err(e) => Err(CacheError::io("cannot rename a temporary file to", path)(e)),
-        }
-    })();
-    if result.is_err() || tmp.exists() {
-        let _ = fs::remove_file(&tmp);
+    match AtomicWrite::new()
+        .temp_name(".", TEMP_SUFFIX)
+        .durable()
+        .write(path, bytes)
+    {
+        Ok(()) => Ok(()),
+        // Another process put the same shard there first (platforms that do not replace).
+        Err(_) if path.exists() => Ok(()),
+        Err(e) => Err(CacheError::io("cannot write", path)(e)),
     }
-    result?;
-    #[cfg(unix)]
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 /// Reads and checks a cached shard's header and footer.

@@ -57,7 +57,6 @@ use files::*;
 pub use files::{Claim, CLAIMS_SUBDIR};
 use index::*;
 use prune::*;
-pub use prune::{format_size, parse_size};
 
 use std::fs::{self};
 use std::io;
@@ -193,14 +192,16 @@ impl ShardCache {
             .ok_or(CacheError::NoCacheDir)
     }
 
-    /// The size limit from `$GIT_XET_CACHE_MAX_SIZE` (see [`parse_size`]), or
+    /// The size limit from `$GIT_XET_CACHE_MAX_SIZE` (see [`crate::util::size::parse_size`]), or
     /// [`DEFAULT_MAX_BYTES`] when it is unset or empty.
     pub fn configured_max_bytes() -> Result<u64, CacheError> {
         match std::env::var(CACHE_MAX_SIZE_ENV) {
-            Ok(v) if !v.trim().is_empty() => parse_size(&v).ok_or(CacheError::InvalidSize {
-                value: v,
-                origin: CACHE_MAX_SIZE_ENV.into(),
-            }),
+            Ok(v) if !v.trim().is_empty() => {
+                crate::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
+                    value: v,
+                    origin: CACHE_MAX_SIZE_ENV.into(),
+                })
+            }
             _ => Ok(DEFAULT_MAX_BYTES),
         }
     }
@@ -271,10 +272,7 @@ impl ShardCache {
         let (readable, hashed) = match e.split_once("://") {
             Some((scheme, rest)) => {
                 let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-                let host = authority
-                    .rsplit_once('@')
-                    .map_or(authority, |(_, h)| h)
-                    .to_ascii_lowercase();
+                let host = crate::util::url::without_userinfo(authority).to_ascii_lowercase();
                 let hashed = format!("{}://{host}{path}", scheme.to_ascii_lowercase());
                 let readable = if host.is_empty() {
                     last_component(path).to_string()
@@ -325,10 +323,4 @@ fn last_component(path: &str) -> &str {
     path.rsplit(['/', '\\'])
         .find(|c| !c.is_empty())
         .unwrap_or(path)
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

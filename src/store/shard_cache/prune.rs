@@ -9,50 +9,6 @@ use super::*;
 use crate::format::shard::ShardLayout;
 use crate::format::{ShardHash, XorbHash};
 
-/// Parses a size: a number of bytes with an optional binary suffix `K`, `M`, `G` or `T`
-/// (powers of 1024, case-insensitive, optionally followed by `B` or `iB`), e.g. `500M`, `2G`,
-/// `1.5G`, `1048576`. `None` if it is not one.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let lower = s.trim().to_ascii_lowercase();
-    let (body, unit_required) = match lower.strip_suffix("ib") {
-        Some(b) => (b, true),
-        None => (lower.strip_suffix('b').unwrap_or(&lower), false),
-    };
-    let (number, shift) = match body.as_bytes().last()? {
-        b'k' => (&body[..body.len() - 1], 10),
-        b'm' => (&body[..body.len() - 1], 20),
-        b'g' => (&body[..body.len() - 1], 30),
-        b't' => (&body[..body.len() - 1], 40),
-        _ if unit_required => return None,
-        _ => (body, 0),
-    };
-    let number = number.trim_end();
-    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return None;
-    }
-    if let Ok(n) = number.parse::<u64>() {
-        return n.checked_mul(1u64 << shift);
-    }
-    let f: f64 = number.parse().ok()?;
-    let bytes = f * (1u64 << shift) as f64;
-    (bytes.is_finite() && bytes < u64::MAX as f64).then_some(bytes as u64)
-}
-
-/// The size in binary units with one decimal, e.g. `1.5 GiB`, or bytes below 1 KiB.
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
 pub(super) fn expired_long_ago(layout: &ShardLayout, now: u64) -> bool {
     !layout.meta.hmac_key.is_zero()
         && now > layout.meta.key_expiry.saturating_add(EXPIRY_BUFFER_SECS)
@@ -113,7 +69,7 @@ impl ShardCache {
         keep: Option<&ShardHash>,
     ) -> Result<PruneReport, CacheError> {
         self.remove_temp_files(Some(STALE_TEMP));
-        let now = unix_now();
+        let now = crate::util::now_unix();
         let mut report = PruneReport::default();
         let mut removed = Vec::new();
         let mut live = Vec::new();

@@ -1,26 +1,7 @@
-//! Unit tests of the shard cache's helpers (the cache itself is tested in tests/shard_cache.rs).
+//! Unit tests of the shard cache's endpoint keys (the cache itself is tested in
+//! tests/shard_cache.rs).
 
 use super::*;
-
-#[test]
-fn sizes_parse() {
-    assert_eq!(parse_size("500M"), Some(500 << 20));
-    assert_eq!(parse_size("2G"), Some(2 << 30));
-    assert_eq!(parse_size("2g"), Some(2 << 30));
-    assert_eq!(parse_size("2GiB"), Some(2 << 30));
-    assert_eq!(parse_size("2GB"), Some(2 << 30));
-    assert_eq!(parse_size("10k"), Some(10 << 10));
-    assert_eq!(parse_size("1.5G"), Some(3 << 29));
-    assert_eq!(parse_size("1234"), Some(1234));
-    assert_eq!(parse_size("1234B"), Some(1234));
-    assert_eq!(parse_size(" 0 "), Some(0));
-    for bad in ["", "G", "-1G", "12X", "1 2", "abc", "1e3", "99999999999T"] {
-        assert_eq!(parse_size(bad), None, "{bad}");
-    }
-    assert_eq!(format_size(0), "0 B");
-    assert_eq!(format_size(1536), "1.5 KiB");
-    assert_eq!(format_size(3 << 29), "1.5 GiB");
-}
 
 #[test]
 fn endpoint_keys_are_readable_safe_and_distinct() {
