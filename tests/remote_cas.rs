@@ -17,10 +17,10 @@ use git_xet::pipeline::download::write_plan;
 use git_xet::pipeline::upload::{
     upload, CasTarget, Endpoint, TargetError, UploadError, UploadOptions, XorbSource,
 };
-use git_xet::util::now_unix;
 use git_xet::store::{
     FetchRange, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource,
 };
+use git_xet::util::now_unix;
 
 fn config(url: &str, token: TokenSource) -> RemoteConfig {
     let mut c = RemoteConfig::new(url, token);

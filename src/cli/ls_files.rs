@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::CmdResult;
+use crate::format::{FileHash, LfsOid};
 use crate::git::{objects, Git};
 use crate::lfs::journal::{self, Direction, Record};
 use crate::lfs::settings;
@@ -57,7 +58,7 @@ pub struct LsFilesArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LfsFile {
     name: String,
-    oid: String,
+    oid: LfsOid,
     size: u64,
 }
 
@@ -65,9 +66,9 @@ struct LfsFile {
 #[derive(Debug, Serialize)]
 struct Row {
     path: String,
-    oid: String,
+    oid: LfsOid,
     size: u64,
-    xet_hash: Option<String>,
+    xet_hash: Option<FileHash>,
     /// `journal`, `computed`, or `None` when the hash is unknown.
     hash_source: Option<&'static str>,
     direction: Option<Direction>,
@@ -107,8 +108,8 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
             None => {
                 let local = object_path(&objects, &file.oid);
                 let hash = match local {
-                    Some(p) if p.is_file() => match hash_file(&p) {
-                        Ok(h) => Some(h.file_hash.to_hex()),
+                    p if p.is_file() => match hash_file(&p) {
+                        Ok(h) => Some(h.file_hash),
                         Err(e) => {
                             eprintln!(
                                 "git-xet: {}: {}",
@@ -161,7 +162,7 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
         path: file.name,
         oid: file.oid,
         size: file.size,
-        xet_hash: Some(record.xet_hash.clone()),
+        xet_hash: Some(record.xet_hash),
         hash_source: Some("journal"),
         direction: Some(record.direction),
         dedup_bytes: dedup,
@@ -175,12 +176,10 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
     }
 }
 
-/// `<objects>/ab/cd/abcd…` for a well-formed oid.
-fn object_path(objects: &Path, oid: &str) -> Option<PathBuf> {
-    if oid.len() != 64 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    Some(objects.join(&oid[0..2]).join(&oid[2..4]).join(oid))
+/// `<objects>/ab/cd/abcd…`, where git-lfs keeps the object `oid`.
+fn object_path(objects: &Path, oid: &LfsOid) -> PathBuf {
+    let hex = oid.to_hex();
+    objects.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
 }
 
 /// The LFS files of the tree `rev` names, in tree order.
@@ -190,7 +189,7 @@ fn lfs_files(git: &Git, rev: &str) -> Result<Vec<LfsFile>, objects::ObjectsError
         .into_iter()
         .map(|p| LfsFile {
             name: p.path,
-            oid: p.pointer.oid.to_hex(),
+            oid: p.pointer.oid,
             size: p.pointer.size,
         })
         .collect())
@@ -218,13 +217,15 @@ fn render(rows: &[Row], long: bool, rev: &str, out: &mut impl Write) -> std::io:
         "{:<hash_width$}  {:<hash_width$}  {:>size_width$}  {:>6}  PATH",
         "XET HASH", "OID", "SIZE", "DEDUP"
     )?;
-    let short = |h: &str| h.get(..hash_width).unwrap_or(h).to_string();
+    let short = |mut h: String| {
+        h.truncate(hash_width);
+        h
+    };
     for (row, size) in rows.iter().zip(&sizes) {
         let hash = row
             .xet_hash
-            .as_deref()
-            .map_or_else(|| "-".to_string(), short);
-        let oid = short(&row.oid);
+            .map_or_else(|| "-".to_string(), |h| short(h.to_hex()));
+        let oid = short(row.oid.to_hex());
         let dedup = row
             .dedup_percent
             .map_or_else(|| "-".to_string(), |p| format!("{p:.1}%"));
@@ -291,7 +292,7 @@ mod tests {
 
         let row = |path: &str| Row {
             path: path.into(),
-            oid: "ab".repeat(32),
+            oid: LfsOid::from_hex(&"ab".repeat(32)).unwrap(),
             size: 5,
             xet_hash: None,
             hash_source: None,
@@ -319,22 +320,21 @@ mod tests {
 
     #[test]
     fn dedup_percent_comes_from_upload_records_only() {
+        let oid = LfsOid::from_hex(&"ab".repeat(32)).unwrap();
         let file = LfsFile {
             name: "x".into(),
-            oid: "ab".repeat(32),
+            oid,
             size: 200,
         };
-        let oid = crate::format::LfsOid::from_hex(&file.oid).unwrap();
-        let hash = crate::format::FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let hash = FileHash::from_hex(&"cd".repeat(32)).unwrap();
         let mut up = Record::new(Direction::Upload, &oid, &hash, 200);
         up.dedup_bytes = 150;
         let row = from_record(file.clone(), &up);
         assert_eq!(row.dedup_percent, Some(75.0));
         let down = Record::new(Direction::Download, &oid, &hash, 200);
         assert_eq!(from_record(file, &down).dedup_percent, None);
-        assert!(object_path(Path::new("/o"), "zz").is_none());
         assert_eq!(
-            object_path(Path::new("/o"), &"ab".repeat(32)).unwrap(),
+            object_path(Path::new("/o"), &oid),
             Path::new("/o/ab/ab").join("ab".repeat(32))
         );
     }

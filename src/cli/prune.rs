@@ -83,7 +83,7 @@ struct Report {
 
 #[derive(Debug, Serialize)]
 struct Object {
-    oid: String,
+    oid: crate::format::LfsOid,
     size: u64,
     /// `held`, `missing`, `unknown` or `gone` (no local copy any more).
     verdict: &'static str,
@@ -175,7 +175,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
             let path = prune::object_path(&objects_dir, oid);
             let Ok(meta) = std::fs::metadata(&path) else {
                 report.objects.push(Object {
-                    oid: oid.to_hex(),
+                    oid: *oid,
                     size: 0,
                     verdict: "gone",
                     reason: Some("no local copy any more".into()),
@@ -206,7 +206,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
                 Verdict::Unknown(why) => ("unknown", Some(why)),
             };
             report.objects.push(Object {
-                oid: oid.to_hex(),
+                oid: *oid,
                 size,
                 verdict: name,
                 reason,
@@ -218,8 +218,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
         for i in held {
             let o = &mut report.objects[i];
             if !args.dry_run {
-                let oid = crate::format::LfsOid::from_hex(&o.oid).expect("an oid we printed");
-                if let Err(e) = prune::delete_object(&objects_dir, &oid) {
+                if let Err(e) = prune::delete_object(&objects_dir, &o.oid) {
                     o.reason = Some(format!("cannot delete the local copy: {e}"));
                     report.delete_failures += 1;
                     continue;
@@ -374,7 +373,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
                 kept.len() - 20
             )?;
         }
-        let ids: Vec<&str> = kept.iter().take(10).map(|o| o.oid.as_str()).collect();
+        let ids: Vec<String> = kept.iter().take(10).map(|o| o.oid.to_hex()).collect();
         writeln!(
             out,
             "Upload them to the endpoint, then run `git xet prune` again:\n  git lfs push \

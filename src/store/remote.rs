@@ -792,19 +792,11 @@ impl RemoteCas {
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK => {
                 let answer: LfsFile = parse_json(req, resp, "{\"oid\", \"file_hash\", \"size\"}")?;
-                let file = FileHash::from_hex(&answer.file_hash).map_err(|e| {
-                    fatal(
-                        req,
-                        format!("{} answered a malformed file_hash: {e}", req.server),
-                    )
-                })?;
-                if LfsOid::from_hex(&answer.oid).ok() != Some(*oid) {
+                let file = answer.file_hash;
+                if answer.oid != *oid {
                     return Err(fatal(
                         req,
-                        format!(
-                            "{} answered about another oid ({:?})",
-                            req.server, answer.oid
-                        ),
+                        format!("{} answered about another oid ({})", req.server, answer.oid),
                     ));
                 }
                 if let Some(v2) = answer.reconstruction {

@@ -69,8 +69,8 @@ pub async fn get(
         ));
     };
     Ok(Json(LfsFile {
-        oid: oid.to_hex(),
-        file_hash: file.to_hex(),
+        oid,
+        file_hash: file,
         size,
         intact: Some(intact),
         reconstruction: plan.and_then(|p| inline_v2(&state, &p)),
