@@ -165,7 +165,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
         options.store_patience = STORE_PATIENCE;
         let lease = agent::open_standalone(options, Some(&remote), Operation::Download);
         if let Err(e) = &lease {
-            report.endpoint_error = Some(redact(e));
+            report.endpoint_error = Some(redact(&e.to_string()));
         }
         let mut held = Vec::new();
         // After an endpoint that did not answer (each request retried for a minute), the rest
@@ -185,7 +185,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
             };
             let size = meta.len();
             let verdict = match (&lease, &unanswered) {
-                (Err(e), _) => Verdict::Unknown(redact(e)),
+                (Err(e), _) => Verdict::Unknown(redact(&e.to_string())),
                 (Ok(_), Some(why)) => Verdict::Unknown(format!("not checked: {why}")),
                 (Ok(l), None) => prune::check(l.get(), oid, size),
             };

@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::error::TransferError;
 use super::journal::{self, Direction, Record};
 use super::protocol::{
     echo, find_oid, parse_request, read_line, Action, LineRead, Operation, ProtocolError,
@@ -200,12 +201,10 @@ pub fn run(
             }
             Request::Download(t) => {
                 let started = Instant::now();
-                let result = agent.download(&t, &mut writer);
-                let result = match &result {
-                    Ok(path) => Ok(Some(path.as_path())),
-                    Err(e) => Err(e.clone()),
-                };
-                finish(&mut writer, &t, result, started, &mut summary)?;
+                match agent.download(&t, &mut writer) {
+                    Ok(path) => finish(&mut writer, &t, Ok(Some(&path)), started, &mut summary)?,
+                    Err(e) => finish(&mut writer, &t, Err(e), started, &mut summary)?,
+                }
             }
             Request::Terminate => {
                 tracing::debug!("terminate");
@@ -247,7 +246,7 @@ fn peak_rss_kib() -> Option<u64> {
 fn finish<W: Write>(
     writer: &mut ProtocolWriter<W>,
     t: &Transfer,
-    result: Result<Option<&Path>, String>,
+    result: Result<Option<&Path>, TransferError>,
     started: Instant,
     summary: &mut RunSummary,
 ) -> Result<(), AgentError> {
@@ -258,7 +257,8 @@ fn finish<W: Write>(
             tracing::info!(oid = %t.oid, size = t.size, secs = started.elapsed().as_secs_f64(), "done");
             writer.complete(&t.oid, Ok(path))?;
         }
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             summary.failed += 1;
             tracing::error!(oid = %t.oid, "{message}");
             writer.complete(&t.oid, Err(&transfer_error(message)))?;
@@ -302,7 +302,7 @@ struct Agent {
     /// The remote git-lfs named in `init` (a name or a URL), which picks the standalone
     /// endpoint.
     remote: Option<String>,
-    standalone: Option<Result<Standalone, String>>,
+    standalone: Option<Result<Standalone, Arc<TransferError>>>,
     /// Negotiated endpoints by CAS URL and refresh route.
     negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
     temp_dir: Option<PathBuf>,
@@ -337,7 +337,7 @@ impl Agent {
     /// Takes note of `init`. Refuses the downloads of a `git lfs prune` that wants objects
     /// verified with a remote git-xet serves in standalone mode: git-lfs would count every
     /// object as present without asking (see [`super::prune`]).
-    fn init(&mut self, init: &super::protocol::Init) -> Result<(), String> {
+    fn init(&mut self, init: &super::protocol::Init) -> Result<(), TransferError> {
         self.remote = Some(init.remote.clone()).filter(|r| !r.trim().is_empty());
         if init.operation != Operation::Download {
             return Ok(());
@@ -350,11 +350,11 @@ impl Agent {
         }
         let message = super::prune::refusal(&caller, &init.remote);
         super::prune::tell_user_once(&self.options.git, &caller, &message);
-        Err(message)
+        Err(TransferError::Setup(message))
     }
 
     /// The endpoint serving `t`.
-    fn endpoint(&mut self, t: &Transfer, op: Operation) -> Result<Lease, String> {
+    fn endpoint(&mut self, t: &Transfer, op: Operation) -> Result<Lease, TransferError> {
         match &t.action {
             Some(action) => self.negotiated(action, op).map(Lease::Shared),
             None => self.standalone_endpoint(op),
@@ -363,18 +363,20 @@ impl Agent {
 
     /// The standalone endpoint of the remote, for one request. A download from a directory
     /// that holds no store fails and creates nothing (only an upload creates a store).
-    fn standalone_endpoint(&mut self, op: Operation) -> Result<Lease, String> {
-        if self.standalone.is_none() {
-            self.standalone = Some(self.resolve_standalone());
-        }
-        match self.standalone.as_ref().expect("just resolved") {
-            Err(e) => Err(e.clone()),
+    fn standalone_endpoint(&mut self, op: Operation) -> Result<Lease, TransferError> {
+        let resolved = match self.standalone.take() {
+            Some(r) => r,
+            None => self.resolve_standalone().map_err(Arc::new),
+        };
+        let resolved = self.standalone.insert(resolved);
+        match resolved {
+            Err(e) => Err(TransferError::Again(e.clone())),
             Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
             Ok(Standalone::Dir(dir, source, cache)) => {
                 if op == Operation::Download {
                     let state = settings::inspect_dir_endpoint(dir);
                     if let Some(why) = state.why_not_a_store() {
-                        return Err(no_store_message(dir, source, &why));
+                        return Err(TransferError::Setup(no_store_message(dir, source, &why)));
                     }
                 }
                 let (dir, source, cache) = (dir.clone(), source.clone(), cache.clone());
@@ -387,8 +389,10 @@ impl Agent {
                         "waiting for another git-xet process to finish with the store"
                     )
                 })
-                .map_err(|e| {
-                    format!("cannot open the store at {} ({source}): {e}", dir.display())
+                .map_err(|e| TransferError::OpenStore {
+                    dir: dir.clone(),
+                    configured: source.clone(),
+                    source: Box::new(e),
                 })?;
                 Ok(Lease::Owned(match cache {
                     Some(c) => Box::new(Cached::shared(store, c.clone())),
@@ -455,18 +459,18 @@ impl Agent {
         Some(endpoint)
     }
 
-    fn resolve_standalone(&self) -> Result<Standalone, String> {
+    fn resolve_standalone(&self) -> Result<Standalone, TransferError> {
         let remote = self.remote.as_deref();
         let found =
             settings::endpoint_for_remote(&self.options.git, &self.options.base_dir, remote)
-                .map_err(|e| format!("cannot read the git-xet endpoint: {e}"))?;
+                .map_err(TransferError::Settings)?;
         let Some((spec, source)) = found else {
             let remote_key =
                 match remote.and_then(|r| settings::configured_remote(&self.options.git, r)) {
                     Some(name) => format!("{}, ", settings::remote_endpoint_key(&name)),
                     None => String::new(),
                 };
-            return Err(format!(
+            return Err(TransferError::Setup(format!(
                 "standalone mode (lfs.standalonetransferagent=xet) needs an endpoint{}, and none \
                  is set: run `git xet install --local --endpoint URL-or-DIR` (add `--remote NAME` \
                  for one remote's own), or set {remote_key}{} or {}",
@@ -475,7 +479,7 @@ impl Agent {
                     .unwrap_or_default(),
                 settings::ENDPOINT_KEY,
                 settings::ENDPOINT_ENV
-            ));
+            )));
         };
         tracing::info!(endpoint = %spec.display(), %source, "standalone endpoint");
         match spec {
@@ -493,11 +497,17 @@ impl Agent {
         }
     }
 
-    fn negotiated(&mut self, action: &Action, op: Operation) -> Result<Arc<dyn Endpoint>, String> {
+    fn negotiated(
+        &mut self,
+        action: &Action,
+        op: Operation,
+    ) -> Result<Arc<dyn Endpoint>, TransferError> {
         let cas_url = action.header("X-Xet-Cas-Url").ok_or_else(|| {
-            "the LFS server chose the xet transfer but sent no X-Xet-Cas-Url header; \
-             ask its administrator, or run `git xet uninstall` to use plain LFS"
-                .to_string()
+            TransferError::Setup(
+                "the LFS server chose the xet transfer but sent no X-Xet-Cas-Url header; \
+                 ask its administrator, or run `git xet uninstall` to use plain LFS"
+                    .to_string(),
+            )
         })?;
         let key = (cas_url.to_string(), action.href.clone());
         if let Some((_, e)) = self.negotiated.iter().find(|(k, _)| *k == key) {
@@ -539,14 +549,16 @@ impl Agent {
         &mut self,
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<Option<&'static Path>, String> {
-        let path = t.path.as_deref().ok_or("upload request without a path")?;
+    ) -> Result<Option<&'static Path>, TransferError> {
+        let path = t.path.as_deref().ok_or(TransferError::NoPath)?;
         let file = open_upload(path)?;
         let lease = self.endpoint(t, Operation::Upload)?;
         let endpoint = lease.get();
         // Releases git-lfs's other workers, which wait for the first worker's credentials.
         if t.size > 0 {
-            writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
+            writer
+                .progress(&t.oid, 1)
+                .map_err(TransferError::Progress)?;
         }
         let mut options = UploadOptions {
             expected_sha256: Some(t.oid),
@@ -594,16 +606,19 @@ impl Agent {
         }
         let summary = attempt.map_err(|e| {
             if e.is_input_error() {
-                format!(
-                    "the LFS object {} does not match its oid and size: {e}",
-                    echo(&path.to_string_lossy())
-                )
+                TransferError::Mismatch {
+                    path: echo(&path.to_string_lossy()),
+                    source: Box::new(e),
+                }
             } else {
-                format!("upload to {} failed: {e}", endpoint.describe())
+                TransferError::Upload {
+                    endpoint: endpoint.describe(),
+                    source: Box::new(e),
+                }
             }
         })?;
         if let Some(e) = stdout_gone {
-            return Err(format!("cannot report progress to git-lfs: {e}"));
+            return Err(TransferError::Progress(e));
         }
         tracing::info!(
             oid = %t.oid,
@@ -632,30 +647,37 @@ impl Agent {
         &mut self,
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, TransferError> {
         let lease = self.endpoint(t, Operation::Download)?;
         let endpoint = lease.get();
         // Shows a large download has started (a small one completes as soon).
         if t.size >= EARLY_PROGRESS_MIN {
-            writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
+            writer
+                .progress(&t.oid, 1)
+                .map_err(TransferError::Progress)?;
         }
         let hash = find_xet_hash(endpoint, t)?;
-        let ask_plan = || -> Result<ReconstructionPlan, String> {
+        let ask_plan = || -> Result<ReconstructionPlan, TransferError> {
             let plan = endpoint
                 .reconstruction(&hash, None)
-                .map_err(|e| format!("cannot get the reconstruction of Xet file {hash}: {e}"))?
+                .map_err(|e| TransferError::Plan {
+                    hash,
+                    source: Box::new(e),
+                })?
                 .ok_or_else(|| {
-                    format!(
+                    TransferError::Lookup(format!(
                         "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
                         endpoint.describe(),
                         t.oid
-                    )
+                    ))
                 })?;
             if plan.file_size != t.size {
-                return Err(format!(
-                    "Xet file {hash} has {} bytes, but LFS object {} should have {}",
-                    plan.file_size, t.oid, t.size
-                ));
+                return Err(TransferError::WrongSize {
+                    hash,
+                    oid: t.oid,
+                    actual: plan.file_size,
+                    expected: t.size,
+                });
             }
             Ok(plan)
         };
@@ -669,17 +691,18 @@ impl Agent {
             }
             None => ask_plan()?,
         };
-        if self.temp_dir.is_none() {
-            let dir = settings::lfs_temp_dir(&self.options.git)
-                .map_err(|e| format!("cannot find git-lfs's temp directory: {e}"))?;
-            self.temp_dir = Some(dir);
-        }
-        let dir = self.temp_dir.clone().expect("just set");
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            format!(
-                "cannot create git-lfs's temp directory {}: {e}",
-                dir.display()
-            )
+        let dir = match &self.temp_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir =
+                    settings::lfs_temp_dir(&self.options.git).map_err(TransferError::TempDir)?;
+                self.temp_dir.insert(dir).clone()
+            }
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
+            what: "cannot create git-lfs's temp directory",
+            path: dir.clone(),
+            source: e,
         })?;
         let parts = self.parts.get_or_insert_with(|| list_parts(&dir));
         if let Some(found) = parts.remove(&part_prefix(&t.oid)) {
@@ -690,7 +713,11 @@ impl Agent {
             .prefix(&prefix)
             .suffix(PART_SUFFIX)
             .tempfile_in(&dir)
-            .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+            .map_err(|e| TransferError::Local {
+                what: "cannot create a file in",
+                path: dir.clone(),
+                source: e,
+            })?;
         // Locked while it is written, so that another agent's clean-up leaves it alone; a
         // killed agent's lock goes with it.
         if let Err(e) = tmp.as_file().try_lock() {
@@ -705,12 +732,15 @@ impl Agent {
         let n = loop {
             attempt += 1;
             if attempt > 3 {
-                return Err(format!("download of {} failed three times", t.oid));
+                return Err(TransferError::GaveUp(t.oid));
             }
             let file = tmp.as_file();
             if attempt > 1 {
-                file.set_len(0)
-                    .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+                file.set_len(0).map_err(|e| TransferError::Local {
+                    what: "cannot write",
+                    path: tmp.path().to_path_buf(),
+                    source: e,
+                })?;
             }
             let mut progress = |written: u64| -> std::io::Result<()> {
                 // Progress only moves forward, also when a second attempt starts over.
@@ -739,24 +769,24 @@ impl Agent {
                     endpoint.forget_cached(&xorbs);
                 }
                 Err(e) => {
-                    return Err(format!(
-                        "download of {} from {} failed: {e}",
-                        t.oid,
-                        endpoint.describe()
-                    ))
+                    return Err(TransferError::Download {
+                        oid: t.oid,
+                        endpoint: endpoint.describe(),
+                        source: Box::new(e),
+                    })
                 }
             }
         };
         endpoint.trim_cache();
         if n != t.size {
-            return Err(format!(
-                "Xet file {hash} rebuilt to {n} bytes, but LFS object {} has {}",
-                t.oid, t.size
-            ));
+            return Err(TransferError::RebuiltSize {
+                hash,
+                oid: t.oid,
+                actual: n,
+                expected: t.size,
+            });
         }
-        let (_, path) = tmp
-            .keep()
-            .map_err(|e| format!("cannot keep the downloaded file: {e}"))?;
+        let (_, path) = tmp.keep().map_err(|e| TransferError::Keep(e.error))?;
         tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
         record.transferred_bytes = n;
@@ -769,7 +799,7 @@ impl Agent {
 
 /// Opens an object to upload without ever blocking: non-blocking (a FIFO would block `open`
 /// until a writer comes), and only if what was opened is a regular file.
-fn open_upload(path: &Path) -> Result<std::fs::File, String> {
+fn open_upload(path: &Path) -> Result<std::fs::File, TransferError> {
     let shown = || echo(&path.to_string_lossy());
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
@@ -778,23 +808,20 @@ fn open_upload(path: &Path) -> Result<std::fs::File, String> {
         use std::os::unix::fs::OpenOptionsExt;
         options.custom_flags(libc::O_NONBLOCK);
     }
-    let file = options
-        .open(path)
-        .map_err(|e| format!("cannot read the LFS object {} for upload: {e}", shown()))?;
-    let kind = file
-        .metadata()
-        .map_err(|e| format!("cannot read the LFS object {} for upload: {e}", shown()))?
-        .file_type();
+    let unreadable = |e| TransferError::ReadObject {
+        path: shown(),
+        source: e,
+    };
+    let file = options.open(path).map_err(unreadable)?;
+    let kind = file.metadata().map_err(unreadable)?.file_type();
     if kind.is_file() {
         // O_NONBLOCK means nothing for a regular file's reads.
         return Ok(file);
     }
-    Err(format!(
-        "the LFS object {} is not a regular file but {}; git-lfs hands over files of \
-         .git/lfs/objects, so something replaced it: check that path, then push again",
-        shown(),
-        file_kind(&kind)
-    ))
+    Err(TransferError::NotAFile {
+        path: shown(),
+        kind: file_kind(&kind),
+    })
 }
 
 /// "a directory", "a FIFO", … for messages.
@@ -977,23 +1004,27 @@ fn inline_plan(t: &Transfer) -> Option<ReconstructionPlan> {
 const MAX_INLINE_RECONSTRUCTION: usize = 64 << 10;
 
 /// The Xet file holding `t`'s content: the action's `X-Xet-Hash`, else the endpoint's oid index.
-fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, String> {
+fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, TransferError> {
     if let Some(text) = t.action.as_ref().and_then(|a| a.header("X-Xet-Hash")) {
-        return FileHash::from_hex(text)
-            .map_err(|e| format!("the LFS server sent a bad X-Xet-Hash {:?}: {e}", echo(text)));
+        return FileHash::from_hex(text).map_err(|e| {
+            TransferError::Setup(format!(
+                "the LFS server sent a bad X-Xet-Hash {:?}: {e}",
+                echo(text)
+            ))
+        });
     }
     match endpoint.locate_oid(&t.oid) {
         Ok(Some((hash, _))) => Ok(hash),
-        Ok(None) => Err(format!(
+        Ok(None) => Err(TransferError::Lookup(format!(
             "{} has no file with LFS oid {}; was it pushed with git-xet?",
             endpoint.describe(),
             t.oid
-        )),
-        Err(e) => Err(format!(
-            "cannot look up LFS oid {} at {}: {e}",
-            t.oid,
-            endpoint.describe()
-        )),
+        ))),
+        Err(e) => Err(TransferError::LookupFailed {
+            oid: t.oid,
+            endpoint: endpoint.describe(),
+            source: Box::new(e),
+        }),
     }
 }
 
@@ -1046,7 +1077,7 @@ pub(crate) fn open_standalone(
     options: AgentOptions,
     remote: Option<&str>,
     op: Operation,
-) -> Result<Lease, String> {
+) -> Result<Lease, TransferError> {
     let mut agent = Agent::new(options);
     agent.remote = remote.map(str::to_string);
     agent.standalone_endpoint(op)
@@ -1066,7 +1097,10 @@ fn no_store_message(dir: &Path, source: &str, why: &str) -> String {
 
 /// A client for the `git xet serve` (or other CAS) at `url` in standalone mode, with `token`
 /// (sent to that origin only; the URL's own userinfo is not part of requests).
-fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoint>, String> {
+fn connect_standalone(
+    url: &str,
+    token: Option<String>,
+) -> Result<Arc<dyn Endpoint>, TransferError> {
     let bare = settings::split_userinfo(url).bare;
     let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token));
     config.retry = retry_policy();
@@ -1076,7 +1110,10 @@ fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoi
     );
     RemoteCas::new(config)
         .map(with_cache)
-        .map_err(|e| format!("cannot use the endpoint {bare}: {e}"))
+        .map_err(|e| TransferError::Connect {
+            what: format!("the endpoint {bare}"),
+            source: Box::new(e),
+        })
 }
 
 /// A client for the CAS named in a negotiated action (docs/lfs-agent.md §12.1): the action's token,
@@ -1089,23 +1126,23 @@ fn connect_negotiated(
     git: &Git,
     action: &Action,
     op: Operation,
-) -> Result<Arc<dyn Endpoint>, String> {
+) -> Result<Arc<dyn Endpoint>, TransferError> {
     let cas_url = action
         .header("X-Xet-Cas-Url")
         .unwrap_or_default()
         .to_string();
     let token = action.header("X-Xet-Access-Token").map(str::to_string);
     if token.is_none() {
-        return Err(
+        return Err(TransferError::Setup(
             "the LFS server chose the xet transfer but sent no X-Xet-Access-Token header".into(),
-        );
+        ));
     }
     let expires_at = match action.header("X-Xet-Token-Expiration") {
         Some(text) => text.trim().parse::<u64>().map_err(|_| {
-            format!(
+            TransferError::Setup(format!(
                 "the LFS server sent a bad X-Xet-Token-Expiration {:?} (want unix seconds)",
                 crate::redact::clip(text, 100)
-            )
+            ))
         })?,
         None => 0,
     };
@@ -1135,5 +1172,8 @@ fn connect_negotiated(
     tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
     RemoteCas::new(config)
         .map(with_cache)
-        .map_err(|e| format!("cannot use the CAS {cas_url} the LFS server named: {e}"))
+        .map_err(|e| TransferError::Connect {
+            what: format!("the CAS {cas_url} the LFS server named"),
+            source: Box::new(e),
+        })
 }
