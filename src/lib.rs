@@ -6,6 +6,9 @@
 //! secrets masked) is used by every layer that shows text, and [`util`] (the clock, sizes, URLs,
 //! error chains, `Range` headers, atomic writes) by every layer above `format`.
 
+// Tests may unwrap, expect and panic: a failing test should stop right there.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod cli;
 pub mod format;
 pub mod git;

@@ -2,6 +2,8 @@
 //! git-lfs in an isolated configuration (temporary HOME, global config file and cache, no system
 //! config).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};

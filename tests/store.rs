@@ -2,6 +2,8 @@
 //! uploaded, every file is rebuilt from its reconstruction plan (whole and in ranges), and every
 //! refusal of docs/cas-api.md §9 is checked; the index survives reopening.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::collections::HashMap;

@@ -3,6 +3,8 @@
 //! option, limits, and never-panic checks on truncated, bit-flipped and mutated input (mutated
 //! LZ4 frames are also checked against lz4_flex's FrameDecoder).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use common::splitmix64;

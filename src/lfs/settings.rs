@@ -557,12 +557,7 @@ fn missing_dir_state(dir: &Path) -> DirState {
 fn may_write(dir: &Path) -> bool {
     #[cfg(unix)]
     {
-        use std::os::unix::ffi::OsStrExt;
-        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
-        unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+        crate::util::os::may_write_dir(dir)
     }
     #[cfg(not(unix))]
     {

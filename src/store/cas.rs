@@ -424,9 +424,9 @@ impl Store {
             .open(spool)
             .map_err(io("open"))?;
         let (footer, region_len) = {
-            // SAFETY: the spool file is this request's own, in the store's tmp directory; nothing
-            // else writes or truncates it while it is mapped (it is mapped only here).
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
+            // The spool file is this request's own, in the store's tmp directory; nothing else
+            // writes or truncates it while it is mapped (it is mapped only here).
+            let map = crate::util::os::map_whole(&file).map_err(io("map"))?;
             let options = ReadOptions {
                 expected_hash: Some(xorb),
                 limits: XorbLimits::SERVER,

@@ -1,12 +1,14 @@
 //! Small helpers every layer above [`format`](crate::format) shares, each written once: the
 //! clock ([`now_unix`]), byte sizes ([`size`]), URLs ([`url`]), error chains ([`error`]), HTTP
-//! `Range` headers ([`range`]) and atomic file writes ([`fs`]).
+//! `Range` headers ([`range`]), atomic file writes ([`fs`]), and the crate's only unsafe code,
+//! file mappings and two system calls ([`os`]).
 //!
 //! Nothing here knows about Xet, git or the agent; the format layer stays free of it (it reads
 //! no clock and writes no file).
 
 pub mod error;
 pub mod fs;
+pub mod os;
 pub mod range;
 pub mod size;
 pub mod url;
