@@ -176,7 +176,7 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
 
 #[test]
 fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
-    use git_xet::pipeline::upload::Endpoint as _;
+    use git_xet::store::Endpoint as _;
     let server = common::server::start();
     let small = common::splitmix64(11, 150_000);
     let large = common::splitmix64(12, 5 << 20);

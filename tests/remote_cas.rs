@@ -16,9 +16,8 @@ use common::fake::{reply, Fake, Reply};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 use git_xet::format::{FileHash, LfsOid, XorbHash};
 use git_xet::pipeline::download::write_plan;
-use git_xet::pipeline::upload::{
-    upload, CasTarget, Endpoint, TargetError, UploadError, UploadOptions, XorbSource,
-};
+use git_xet::pipeline::upload::{upload, UploadError, UploadOptions};
+use git_xet::store::{CasTarget, Endpoint, TargetError, XorbSource};
 use git_xet::store::{
     FetchRange, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource,
 };

@@ -59,8 +59,9 @@ use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::pipeline::cached::Cached;
 use crate::pipeline::download::{write_file_at, DownloadError};
-use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
+use crate::pipeline::upload::{upload_with_progress, UploadOptions, UploadProgress};
 use crate::store::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
+use crate::store::Endpoint;
 use crate::store::ReconstructionPlan;
 use crate::store::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,

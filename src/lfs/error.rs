@@ -13,8 +13,8 @@ use std::sync::Arc;
 use super::settings::SettingsError;
 use crate::format::{FileHash, LfsOid};
 use crate::pipeline::download::DownloadError;
-use crate::pipeline::upload::{TargetError, UploadError};
-use crate::store::StoreError;
+use crate::pipeline::upload::UploadError;
+use crate::store::{StoreError, TargetError};
 
 /// Why one request (or the agent's start) failed. See the module documentation.
 #[derive(Debug, thiserror::Error)]

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::format::LfsOid;
 use crate::git::Git;
-use crate::pipeline::upload::Endpoint;
+use crate::store::Endpoint;
 
 /// The `git-lfs` process that started this agent to verify objects before pruning them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,8 +28,8 @@ use crate::format::hash::file_hash;
 use crate::format::xorb::header::MAX_CHUNK_LEN;
 use crate::format::xorb::{ChunkRange, XorbError, XorbLimits};
 use crate::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
-use crate::pipeline::upload::{TargetError, XorbSource};
 use crate::store::{FetchRange, ReconstructionPlan};
+use crate::store::{TargetError, XorbSource};
 
 /// Why a file could not be rebuilt.
 #[derive(Debug, thiserror::Error)]

@@ -46,7 +46,7 @@ use crate::format::chunking::Chunker;
 use crate::format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
 use crate::format::xorb::{BuiltXorb, CompressionPolicy, XorbLimits};
 use crate::format::{ChunkHash, FileHash, LfsOid};
-pub use crate::store::target::{CasTarget, Endpoint, TargetError, XorbSource};
+use crate::store::{CasTarget, TargetError};
 
 /// Bytes read from the stream per block.
 pub const READ_BLOCK: usize = 8 << 20;

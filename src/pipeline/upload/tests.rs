@@ -3,6 +3,7 @@
 use super::*;
 use crate::pipeline::download::write_plan;
 use crate::store::Store;
+use crate::store::XorbSource;
 
 /// SplitMix64 bytes (docs/test-vectors.md §5.1): incompressible, chunk boundaries everywhere.
 fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
