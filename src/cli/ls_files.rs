@@ -12,7 +12,6 @@
 //! as they are).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde::Serialize;
@@ -21,7 +20,6 @@ use super::CmdResult;
 use crate::format::{FileHash, LfsOid};
 use crate::git::{objects, Git};
 use crate::lfs::journal::{self, Direction, Record};
-use crate::lfs::settings;
 use crate::pipeline::hasher::hash_file;
 use crate::util::size::format_size;
 
@@ -96,17 +94,14 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
             journal::path(&common).display()
         )
     })?;
-    let objects = settings::lfs_temp_dir(&git)?
-        .parent()
-        .map(|storage| storage.join("objects"))
-        .unwrap_or_else(|| common.join("lfs").join("objects"));
+    let objects = crate::lfs::prune::objects_dir(&git)?;
 
     let mut rows = Vec::with_capacity(files.len());
     for file in files {
         let row = match records.get(&file.oid) {
             Some(record) => from_record(file, record),
             None => {
-                let local = object_path(&objects, &file.oid);
+                let local = crate::lfs::prune::object_path(&objects, &file.oid);
                 let hash = match local {
                     p if p.is_file() => match hash_file(&p) {
                         Ok(h) => Some(h.file_hash),
@@ -174,12 +169,6 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
         // Journals written before endpoints were redacted may hold a password.
         endpoint: Some(crate::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
     }
-}
-
-/// `<objects>/ab/cd/abcd…`, where git-lfs keeps the object `oid`.
-fn object_path(objects: &Path, oid: &LfsOid) -> PathBuf {
-    let hex = oid.to_hex();
-    objects.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
 }
 
 /// The LFS files of the tree `rev` names, in tree order.
@@ -333,9 +322,5 @@ mod tests {
         assert_eq!(row.dedup_percent, Some(75.0));
         let down = Record::new(Direction::Download, &oid, &hash, 200);
         assert_eq!(from_record(file, &down).dedup_percent, None);
-        assert_eq!(
-            object_path(Path::new("/o"), &oid),
-            Path::new("/o/ab/ab").join("ab".repeat(32))
-        );
     }
 }

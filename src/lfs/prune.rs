@@ -324,10 +324,14 @@ pub fn parse_dry_run(text: &str) -> Vec<LfsOid> {
     oids
 }
 
+/// git-lfs's storage directory cannot be found.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot find git-lfs's storage directory: {0}")]
+pub struct StorageDirError(#[source] pub super::settings::SettingsError);
+
 /// `<LFS storage>/objects`, where git-lfs keeps objects (honours `lfs.storage`).
-pub fn objects_dir(git: &Git) -> Result<PathBuf, String> {
-    let tmp = super::settings::lfs_temp_dir(git)
-        .map_err(|e| format!("cannot find git-lfs's storage directory: {e}"))?;
+pub fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
+    let tmp = super::settings::lfs_temp_dir(git).map_err(StorageDirError)?;
     Ok(tmp
         .parent()
         .map_or_else(|| tmp.join("objects"), |p| p.join("objects")))
