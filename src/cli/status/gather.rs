@@ -612,17 +612,12 @@ pub(super) fn spec_kind(spec: &EndpointSpec) -> &'static str {
     }
 }
 
-/// How many files of the current checkout git-lfs tracks (`git lfs ls-files --name-only`).
+/// How many LFS files the tree of `HEAD` has, read in-process ([`crate::git::objects`]); 0
+/// when it cannot be read.
 pub(super) fn lfs_file_count(git: &Git) -> usize {
-    git.output(["lfs", "ls-files", "--name-only"])
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or(0, |o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .count()
-        })
+    crate::git::objects::open(git.dir())
+        .and_then(|repo| crate::git::objects::lfs_pointers(&repo, "HEAD"))
+        .map_or(0, |files| files.len())
 }
 
 /// `lfs.<url>.standalonetransferagent` keys and values.
