@@ -18,13 +18,7 @@ use proptest::prelude::*;
 
 mod common;
 
-fn unhex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use common::unhex;
 
 /// docs/test-vectors.md §8, complete form (736 bytes).
 const COMPLETE_HEX: &str = "

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::splitmix64;
+use common::{hex, splitmix64, unhex};
 use git_xet::format::hash::{xorb_hash, ChunkHash, ChunkRef, XorbHash};
 use git_xet::format::xorb::bg4::{bg4_recommended, group_sizes, regroup, split};
 use git_xet::format::xorb::compress::lz4_compress;
@@ -15,18 +15,6 @@ use git_xet::format::xorb::*;
 use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInfo};
 use proptest::prelude::*;
 use std::io::{Read, Write};
-
-fn unhex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 fn f32_bytes(n: usize, scale: f32) -> Vec<u8> {
     (0..n)
