@@ -3,7 +3,11 @@
 //! Layers point one way: [`format`](mod@format) (pure bytes in, bytes out) → `store` (where bytes live) →
 //! [`pipeline`] (upload, download and hashing orchestration) → `lfs`, `git`, `server` → [`cli`]
 //! (the only place that knows about argv and exit codes). [`redact`] (pure text in, text out:
-//! secrets masked) is used by every layer that shows text.
+//! secrets masked) is used by every layer that shows text, and [`util`] (the clock, sizes, URLs,
+//! error chains, `Range` headers, atomic writes) by every layer above `format`.
+
+// Tests may unwrap, expect and panic: a failing test should stop right there.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod cli;
 pub mod format;
@@ -13,3 +17,4 @@ pub mod pipeline;
 pub mod redact;
 pub mod server;
 pub mod store;
+pub mod util;

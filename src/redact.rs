@@ -260,7 +260,9 @@ fn mask_pairs(text: &str) -> String {
     let mut copied = 0;
     let mut i = 0;
     while i < text.len() {
-        let c = text[i..].chars().next().expect("in bounds");
+        let Some(c) = text[i..].chars().next() else {
+            break;
+        };
         if !is_name_char(c) {
             i += c.len_utf8();
             continue;

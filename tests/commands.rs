@@ -2,6 +2,8 @@
 //! git-lfs in an isolated configuration (temporary HOME, global config file and cache, no system
 //! config).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -476,6 +478,77 @@ fn ls_files_joins_the_journal_and_computes_missing_hashes() {
     let out = s.git_xet(s.path(), &["ls-files"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("inside a git repository"));
+}
+
+#[test]
+fn ls_files_lists_a_fresh_clone_and_any_ref_from_the_objects() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    let bare = s.standalone_repo_with_origin();
+    s.git(&repo, &["add", ".gitattributes"]);
+    s.git(&repo, &["commit", "-q", "-m", "base"]);
+    s.git(&repo, &["tag", "base"]);
+    let v1 = content(11, 40_000);
+    let v2 = content(12, 50_000);
+    std::fs::create_dir_all(repo.join("data")).unwrap();
+    std::fs::write(repo.join("data/model.bin"), &v1).unwrap();
+    std::fs::write(repo.join("notes.txt"), "plain git\n").unwrap();
+    s.git(&repo, &["add", "."]);
+    s.git(&repo, &["commit", "-q", "-m", "v1"]);
+    s.git(&repo, &["tag", "v1"]);
+    std::fs::write(repo.join("data/model.bin"), &v2).unwrap();
+    s.git(&repo, &["commit", "-q", "-am", "v2"]);
+    s.git(&repo, &["push", "-q", "origin", "main", "v1"]);
+
+    // A clone that downloaded nothing and has no journal: every file, with oid and size.
+    let mut clone = Command::new("git");
+    s.env(&mut clone);
+    let out = clone
+        .current_dir(s.path())
+        .env("GIT_LFS_SKIP_SMUDGE", "1")
+        .args(["clone", "-q", "-b", "main", bare.to_str().unwrap(), "clone"])
+        .output()
+        .unwrap();
+    ok(&out, "git clone");
+    let clone = s.path().join("clone");
+    assert!(!clone.join(".git/xet/transfers.jsonl").exists());
+    let v: Value = serde_json::from_str(&ok(
+        &s.git_xet(&clone, &["ls-files", "--json"]),
+        "ls-files --json",
+    ))
+    .unwrap();
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{v}");
+    assert_eq!(files[0]["path"], "data/model.bin");
+    assert_eq!(files[0]["oid"], common::sha256_hex(&v2));
+    assert_eq!(files[0]["size"], 50_000);
+    assert!(files[0]["xet_hash"].is_null(), "{v}");
+    let text = ok(&s.git_xet(&clone, &["ls-files", "--long"]), "ls-files");
+    assert!(text.lines().next().unwrap().contains("OID"), "{text}");
+    let line = text.lines().nth(1).unwrap();
+    assert!(line.contains(&common::sha256_hex(&v2)), "{line}");
+    assert!(line.contains(" 50000 "), "{line}");
+    assert!(line.ends_with("data/model.bin  (not downloaded)"), "{line}");
+
+    // An older version by tag, in the work tree that pushed it: hash and dedup from the journal.
+    let v: Value = serde_json::from_str(&ok(
+        &s.git_xet(&repo, &["ls-files", "--json", "v1"]),
+        "ls-files v1",
+    ))
+    .unwrap();
+    let file = &v["files"][0];
+    assert_eq!(file["oid"], common::sha256_hex(&v1), "{v}");
+    assert_eq!(file["hash_source"], "journal", "{v}");
+    assert_eq!(file["direction"], "upload", "{v}");
+    let v1_hash = git_xet::pipeline::hasher::hash_bytes(&v1, Default::default()).file_hash;
+    assert_eq!(file["xet_hash"], v1_hash.to_hex());
+
+    // A tree without LFS files, and a name that is nothing.
+    let empty = ok(&s.git_xet(&repo, &["ls-files", "base"]), "ls-files base");
+    assert_eq!(empty, "no Git LFS files in base\n");
+    let out = s.git_xet(&repo, &["ls-files", "no-such-ref"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("\"no-such-ref\""), "{}", stderr(&out));
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! through the server's basic-transfer bridge) deduplicates an edited copy against the whole
 //! file. Byte counts come from the server's store and the agent's journal.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use common::git::{dir_bytes, tools_available, GitEnv};

@@ -3,6 +3,8 @@
 //! cache, never fetched again, and never trusted blindly. Byte counts are the xorb bytes the
 //! server answered (`sent_xorb_bytes` in `/health`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -8,6 +8,8 @@
 //! bare repository on disk; `lfs.url` (and a committed `.lfsconfig`, which clones read) points
 //! git-lfs at the server.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use common::git::{dir_bytes, tools_available, GitEnv, Output};

@@ -1,6 +1,8 @@
 //! `git xet install`, `uninstall`, `track` and `untrack` with real git and git-lfs, in an
 //! isolated configuration (temporary HOME and global config file, no system config).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

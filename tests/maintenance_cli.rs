@@ -1,6 +1,8 @@
 //! `git xet scrub` and `git xet gc` as a user runs them on a store directory: exit codes,
 //! reports (text and JSON), and what they change.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! object as verified) is refused by the agent, and `git xet prune` deletes only what the
 //! endpoint holds. Real git and git-lfs, embedded stores.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};

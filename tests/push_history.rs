@@ -3,6 +3,8 @@
 //! one agent sends, the bytes counted by the server; and the transfer journal records what was
 //! really sent.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::Path;

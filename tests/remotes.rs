@@ -2,6 +2,8 @@
 //! --local --endpoint … --remote NAME`), and downloads that never create a store. Real git and
 //! git-lfs, embedded stores in temporary directories.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! repository that registered them: another team that guesses an oid or a Xet hash learns
 //! nothing, and gets the file only by uploading it itself (which deduplicates).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use common::server::{start_with, TestServer};

@@ -7,6 +7,8 @@
 //!
 //! Every test needs Garage and is ignored unless asked for (`--include-ignored`, as CI runs).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::sync::Arc;
@@ -595,7 +597,7 @@ fn sent_xorb_bytes(s: &TestServer) -> u64 {
 #[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn with_storage_urls_downloads_go_straight_to_the_bucket() {
     use git_xet::pipeline::download::write_plan;
-    use git_xet::pipeline::upload::Endpoint;
+    use git_xet::store::target::Endpoint;
     use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
 
     let g = Garage::start();

@@ -5,6 +5,8 @@
 //! over the limit, shutdown within its deadline, damaged chunks never sent, and (where a tiny
 //! filesystem can be mounted) 507 for a full disk.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

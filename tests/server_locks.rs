@@ -5,6 +5,8 @@
 //! Every server listens on 127.0.0.1 and stops by itself; every git command runs under a
 //! timeout in an isolated environment (tests/common/git.rs).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 use std::io::{Read as _, Write as _};
 use std::path::Path;
 

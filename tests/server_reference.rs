@@ -11,6 +11,8 @@
 //! itself too. The tests are `#[ignore]`d: `cargo test -- --include-ignored` (what CI runs) runs
 //! them, and they fail when the reference client is missing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
-//! Shard reader and writer: the worked example of test-vectors.md §8 byte-for-byte, keyed shards,
+//! Shard reader and writer: the worked example of docs/test-vectors.md §8 byte-for-byte, keyed shards,
 //! the reference client's shards (tests/fixtures/reference), property round trips, and no panic
 //! (or hang, or huge allocation) on truncated, bit-flipped or random input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::path::{Path, PathBuf};
 
@@ -16,15 +18,9 @@ use proptest::prelude::*;
 
 mod common;
 
-fn unhex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use common::unhex;
 
-/// test-vectors.md §8, complete form (736 bytes).
+/// docs/test-vectors.md §8, complete form (736 bytes).
 const COMPLETE_HEX: &str = "
 48465265706f4d6574614461746100556967456a7b815783a5bdd95ccdd14aa90200000000000000c800000000000000
 71843d854985b2fcc40ae5d119a2af2b871b107d8bc61083937cb3867f1eb240000000c0010000000000000000000000
@@ -59,7 +55,7 @@ f403000000000000
 1802000000000000
 ";
 
-/// test-vectors.md §8, upload form (480 bytes).
+/// docs/test-vectors.md §8, upload form (480 bytes).
 const UPLOAD_HEX: &str = "
 48465265706f4d6574614461746100556967456a7b815783a5bdd95ccdd14aa902000000000000000000000000000000
 71843d854985b2fcc40ae5d119a2af2b871b107d8bc61083937cb3867f1eb240000000c0010000000000000000000000

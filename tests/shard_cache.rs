@@ -1,6 +1,8 @@
 //! The local shard cache: lookups (raw and keyed, expiry), damaged files, pruning, eight
 //! processes writing at once, `git-xet cache`, and uploads that deduplicate through it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -12,7 +14,8 @@ use git_xet::format::shard::{ParsedShard, Shard, ShardMeta, XorbInfo};
 use git_xet::format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, ShardHash, XorbHash};
 use git_xet::pipeline::cached::Cached;
 use git_xet::pipeline::download::write_plan;
-use git_xet::pipeline::upload::{upload, CasTarget, TargetError, UploadOptions};
+use git_xet::pipeline::upload::{upload, UploadOptions};
+use git_xet::store::{CasTarget, TargetError};
 use git_xet::store::{ShardCache, Store};
 
 // ---- helpers ----

@@ -6,6 +6,8 @@
 //! - a stale announcement (a dead port) and a killed server are replaced by a new server;
 //! - `GIT_XET_LOCAL_SERVER=0` opens the store in each agent, as before.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -9,6 +9,8 @@
 //!   `git xet install`, push, clone, the agent's log, the journal, `ls-files --json`, `status`
 //!   and a failing push's output: the secret appears nowhere.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 use std::path::{Path, PathBuf};
 
 mod common;

@@ -1,11 +1,13 @@
-//! Xorb format tests: the vectors of test-vectors.md §6 and §7, the reference client's own xorbs
+//! Xorb format tests: the vectors of docs/test-vectors.md §6 and §7, the reference client's own xorbs
 //! (golden fixtures), round-trip properties for every compression policy and every LZ4 encoder
 //! option, limits, and never-panic checks on truncated, bit-flipped and mutated input (mutated
 //! LZ4 frames are also checked against lz4_flex's FrameDecoder).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
 mod common;
 
-use common::splitmix64;
+use common::{hex, splitmix64, unhex};
 use git_xet::format::hash::{xorb_hash, ChunkHash, ChunkRef, XorbHash};
 use git_xet::format::xorb::bg4::{bg4_recommended, group_sizes, regroup, split};
 use git_xet::format::xorb::compress::lz4_compress;
@@ -14,18 +16,6 @@ use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInf
 use proptest::prelude::*;
 use std::io::{Read, Write};
 
-fn unhex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn f32_bytes(n: usize, scale: f32) -> Vec<u8> {
     (0..n)
         .flat_map(|i| (i as f32 * scale).to_le_bytes())
@@ -33,7 +23,7 @@ fn f32_bytes(n: usize, scale: f32) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// test-vectors.md §6
+// docs/test-vectors.md §6
 
 #[test]
 fn vectors_6_1_chunk_headers() {
@@ -114,7 +104,7 @@ fn vectors_6_4_bg4_predictor() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// test-vectors.md §7
+// docs/test-vectors.md §7
 
 const UPLOAD_58: &str = "000c0000000c000048656c6c6f20576f726c6421001e000001e8030004224d18
     6040820f0000001f000100ffffffd16000000000000000000000";

@@ -10,10 +10,9 @@ use std::process::ExitCode;
 
 use super::CmdResult;
 use crate::store::chunk_cache::{CHUNKS_SUBDIR, MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV};
-use crate::store::shard_cache::{
-    format_size, parse_size, CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, SHARDS_SUBDIR,
-};
+use crate::store::shard_cache::{CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, SHARDS_SUBDIR};
 use crate::store::{ChunkCache, ShardCache};
+use crate::util::size::{format_size, parse_size};
 
 #[derive(Debug, clap::Args)]
 // The one-line description is the `about` of `Command::Cache` in `cli/mod.rs`; the details

@@ -38,7 +38,7 @@ pub struct HashArgs {
 #[derive(serde::Serialize)]
 struct Record<'a> {
     path: &'a str,
-    hash: String,
+    hash: crate::format::FileHash,
     size: u64,
 }
 
@@ -63,7 +63,7 @@ fn report(args: &HashArgs, out: &mut impl Write, err: &mut impl Write) -> std::i
                 if args.json {
                     let record = Record {
                         path: &shown,
-                        hash: hashed.file_hash.to_hex(),
+                        hash: hashed.file_hash,
                         size: hashed.size,
                     };
                     serde_json::to_writer(&mut *out, &record)?;

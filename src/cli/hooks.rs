@@ -124,15 +124,11 @@ fn shared_hooks_path(git: &Git) -> Result<Option<(String, String)>, Error> {
 }
 
 fn write_hook(path: &Path, text: &str) -> std::io::Result<()> {
-    // Write beside and rename, so a push running now sees the old hook or the new one.
-    let tmp = path.with_extension("git-xet-tmp");
-    std::fs::write(&tmp, text)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-    }
-    std::fs::rename(&tmp, path)
+    // Written beside and renamed, so a push running now sees the old hook or the new one.
+    crate::util::fs::AtomicWrite::new()
+        .temp_name(".git-xet-", ".tmp")
+        .mode(0o755)
+        .write(path, text.as_bytes())
 }
 
 /// Installs the hooks in the current repository; returns one line per hook saying what was done.

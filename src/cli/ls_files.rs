@@ -1,32 +1,36 @@
-//! `git xet ls-files`: the repository's LFS files with their Xet hashes and how much of each was
-//! deduplicated.
+//! `git xet ls-files [REF]`: the LFS files of a tree with their oids, sizes, Xet hashes and how
+//! much of each was deduplicated.
 //!
-//! The file list (path, LFS oid, size) comes from `git lfs ls-files --json` (git-lfs ≥ 3.3; older
-//! versions are read through `--debug`). Each oid is joined with the transfer journal
-//! ([`crate::lfs::journal`]), which the agent writes as it uploads and downloads. An object the
-//! journal does not know but that is in the local LFS store (`.git/lfs/objects/xx/yy/<oid>`) is
-//! hashed on the spot and marked `(computed)`; its dedup is unknown. Endpoints are shown
-//! redacted ([`crate::redact`]), also those of journals written before redaction (the rest is
-//! hashes, sizes and the user's own paths, shown as they are).
+//! The files are the Git LFS pointers of the tree `REF` names (`HEAD` by default), read
+//! in-process with `git2` ([`crate::git::objects`]): no journal, no git-lfs and no checkout are
+//! needed, so a fresh clone (even one made with `GIT_LFS_SKIP_SMUDGE=1`) lists every file. Each
+//! oid is joined with the transfer journal ([`crate::lfs::journal`]), which the agent writes as
+//! it uploads and downloads. An object the journal does not know but that is in the local LFS
+//! store (`<lfs storage>/objects/xx/yy/<oid>`) is hashed on the spot and marked `(computed)`;
+//! its dedup is unknown. Endpoints are shown redacted ([`crate::redact`]), also those of
+//! journals written before redaction (the rest is hashes, sizes and the user's own paths, shown
+//! as they are).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::status::human_size;
 use super::CmdResult;
-use crate::git::Git;
+use crate::format::{FileHash, LfsOid};
+use crate::git::{objects, Git};
 use crate::lfs::journal::{self, Direction, Record};
-use crate::lfs::settings;
 use crate::pipeline::hasher::hash_file;
+use crate::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_long_help = "Columns: the Xet file hash (first 12 digits; all 64 with --long), \
-the size, the share of the file that was already stored when it was uploaded (dedup, from the \
-transfer journal .git/xet/transfers.jsonl), and the path.\n\n\
+    after_long_help = "Lists the Git LFS files of the tree REF names (HEAD by default; any \
+commit, branch, tag or tree, such as HEAD~1 or main:data). The pointers are read from the \
+repository's objects, so a fresh clone lists every file, downloaded or not.\n\n\
+Columns: the Xet file hash (first 12 digits; all 64 with --long), the LFS oid (SHA-256, \
+likewise), the size, the share of the file that was already stored when it was uploaded \
+(dedup, from the transfer journal .git/xet/transfers.jsonl), and the path.\n\n\
 A file with no journal record but whose object is in the local LFS store is hashed now and \
 marked \"(computed)\"; its dedup is unknown (\"-\"). A file that is neither is marked \
 \"(not downloaded)\". A path with a control character (a newline, say), `\"` or `\\` is shown \
@@ -34,10 +38,13 @@ quoted as git quotes it (\"a\\nb.bin\"); --json has it exactly.\n\n\
 With --json, one object {\"files\": [...]} with, per file: path, oid, size, xet_hash, \
 hash_source (journal, computed or null), direction (upload, download or null), dedup_bytes, \
 dedup_percent, transferred_bytes and endpoint (null when unknown).\n\n\
-Examples:\n  git xet ls-files\n  git xet ls-files --long\n  git xet ls-files --json | jq '.files[] | select(.dedup_percent > 50)'"
+Examples:\n  git xet ls-files\n  git xet ls-files --long v1.0\n  git xet ls-files --json | jq '.files[] | select(.dedup_percent > 50)'"
 )]
 pub struct LsFilesArgs {
-    /// Show whole Xet hashes and sizes in bytes.
+    /// The commit or tree to list (default: HEAD).
+    #[arg(value_name = "REF", default_value = "HEAD")]
+    pub rev: String,
+    /// Show whole hashes and oids, and sizes in bytes.
     #[arg(short, long)]
     pub long: bool,
     /// Print JSON instead of text.
@@ -45,13 +52,11 @@ pub struct LsFilesArgs {
     pub json: bool,
 }
 
-type Error = Box<dyn std::error::Error>;
-
-/// One LFS file, as git-lfs lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// One LFS file of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct LfsFile {
     name: String,
-    oid: String,
+    oid: LfsOid,
     size: u64,
 }
 
@@ -59,9 +64,9 @@ struct LfsFile {
 #[derive(Debug, Serialize)]
 struct Row {
     path: String,
-    oid: String,
+    oid: LfsOid,
     size: u64,
-    xet_hash: Option<String>,
+    xet_hash: Option<FileHash>,
     /// `journal`, `computed`, or `None` when the hash is unknown.
     hash_source: Option<&'static str>,
     direction: Option<Direction>,
@@ -81,14 +86,7 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
     if !git.in_repository() {
         return Err("`git xet ls-files` needs to run inside a git repository".into());
     }
-    if !git.has_git_lfs() {
-        return Err(
-            "git-lfs is not installed: install it (https://git-lfs.com), then run \
-                    this again"
-                .into(),
-        );
-    }
-    let files = lfs_files(&git)?;
+    let files = lfs_files(&git, &args.rev)?;
     let common = git.common_dir()?;
     let records = journal::read(&common).map_err(|e| {
         format!(
@@ -96,20 +94,17 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
             journal::path(&common).display()
         )
     })?;
-    let objects = settings::lfs_temp_dir(&git)?
-        .parent()
-        .map(|storage| storage.join("objects"))
-        .unwrap_or_else(|| common.join("lfs").join("objects"));
+    let objects = crate::lfs::prune::objects_dir(&git)?;
 
     let mut rows = Vec::with_capacity(files.len());
     for file in files {
         let row = match records.get(&file.oid) {
             Some(record) => from_record(file, record),
             None => {
-                let local = object_path(&objects, &file.oid);
+                let local = crate::lfs::prune::object_path(&objects, &file.oid);
                 let hash = match local {
-                    Some(p) if p.is_file() => match hash_file(&p) {
-                        Ok(h) => Some(h.file_hash.to_hex()),
+                    p if p.is_file() => match hash_file(&p) {
+                        Ok(h) => Some(h.file_hash),
                         Err(e) => {
                             eprintln!(
                                 "git-xet: {}: {}",
@@ -144,7 +139,7 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
         serde_json::to_writer_pretty(&mut out, &Listing { files: rows })?;
         writeln!(out)?;
     } else {
-        render(&rows, args.long, &mut out)?;
+        render(&rows, args.long, &args.rev, &mut out)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -162,7 +157,7 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
         path: file.name,
         oid: file.oid,
         size: file.size,
-        xet_hash: Some(record.xet_hash.clone()),
+        xet_hash: Some(record.xet_hash),
         hash_source: Some("journal"),
         direction: Some(record.direction),
         dedup_bytes: dedup,
@@ -176,76 +171,22 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
     }
 }
 
-/// `<objects>/ab/cd/abcd…` for a well-formed oid.
-fn object_path(objects: &Path, oid: &str) -> Option<PathBuf> {
-    if oid.len() != 64 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    Some(objects.join(&oid[0..2]).join(&oid[2..4]).join(oid))
+/// The LFS files of the tree `rev` names, in tree order.
+fn lfs_files(git: &Git, rev: &str) -> Result<Vec<LfsFile>, objects::ObjectsError> {
+    let repo = objects::open(git.dir())?;
+    Ok(objects::lfs_pointers(&repo, rev)?
+        .into_iter()
+        .map(|p| LfsFile {
+            name: p.path,
+            oid: p.pointer.oid,
+            size: p.pointer.size,
+        })
+        .collect())
 }
 
-/// The LFS files of the checked-out tree.
-fn lfs_files(git: &Git) -> Result<Vec<LfsFile>, Error> {
-    let out = git.output(["lfs", "ls-files", "--json"])?;
-    if out.status.success() {
-        return parse_json(&out.stdout);
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if stderr.contains("unknown flag") {
-        // git-lfs before 3.3 has no --json; --debug has the exact size and the whole oid.
-        let out = git.run(&["lfs", "ls-files", "--debug"])?;
-        return Ok(parse_debug(&out));
-    }
-    Err(format!("`git lfs ls-files --json` failed: {}", stderr.trim()).into())
-}
-
-fn parse_json(bytes: &[u8]) -> Result<Vec<LfsFile>, Error> {
-    #[derive(Deserialize)]
-    struct Out {
-        files: Option<Vec<LfsFile>>,
-    }
-    let out: Out = serde_json::from_slice(bytes)
-        .map_err(|e| format!("cannot read `git lfs ls-files --json` output: {e}"))?;
-    Ok(out.files.unwrap_or_default())
-}
-
-/// Blocks of `key: value` lines separated by blank lines (`filepath`, `size`, `oid: sha256 …`).
-fn parse_debug(text: &str) -> Vec<LfsFile> {
-    let mut files = Vec::new();
-    let (mut name, mut size, mut oid) = (None, None, None);
-    for line in text.lines().chain(std::iter::once("")) {
-        let line = line.trim();
-        if line.is_empty() {
-            if let (Some(n), Some(s), Some(o)) = (name.take(), size.take(), oid.take()) {
-                files.push(LfsFile {
-                    name: n,
-                    oid: o,
-                    size: s,
-                });
-            }
-            continue;
-        }
-        if let Some((key, value)) = line.split_once(':') {
-            let value = value.trim();
-            match key.trim() {
-                "filepath" => name = Some(value.to_string()),
-                "size" => size = value.parse().ok(),
-                "oid" => {
-                    oid = value
-                        .split_whitespace()
-                        .last()
-                        .map(|s| s.to_ascii_lowercase())
-                }
-                _ => {}
-            }
-        }
-    }
-    files
-}
-
-fn render(rows: &[Row], long: bool, out: &mut impl Write) -> std::io::Result<()> {
+fn render(rows: &[Row], long: bool, rev: &str, out: &mut impl Write) -> std::io::Result<()> {
     if rows.is_empty() {
-        writeln!(out, "no Git LFS files in the checked-out tree")?;
+        writeln!(out, "no Git LFS files in {}", quote_path(rev))?;
         return Ok(());
     }
     let hash_width = if long { 64 } else { 12 };
@@ -255,21 +196,25 @@ fn render(rows: &[Row], long: bool, out: &mut impl Write) -> std::io::Result<()>
             if long {
                 r.size.to_string()
             } else {
-                human_size(r.size)
+                format_size(r.size)
             }
         })
         .collect();
     let size_width = sizes.iter().map(String::len).max().unwrap_or(4).max(4);
     writeln!(
         out,
-        "{:<hash_width$}  {:>size_width$}  {:>6}  PATH",
-        "XET HASH", "SIZE", "DEDUP"
+        "{:<hash_width$}  {:<hash_width$}  {:>size_width$}  {:>6}  PATH",
+        "XET HASH", "OID", "SIZE", "DEDUP"
     )?;
+    let short = |mut h: String| {
+        h.truncate(hash_width);
+        h
+    };
     for (row, size) in rows.iter().zip(&sizes) {
-        let hash = match &row.xet_hash {
-            Some(h) => h.get(..hash_width).unwrap_or(h).to_string(),
-            None => "-".to_string(),
-        };
+        let hash = row
+            .xet_hash
+            .map_or_else(|| "-".to_string(), |h| short(h.to_hex()));
+        let oid = short(row.oid.to_hex());
         let dedup = row
             .dedup_percent
             .map_or_else(|| "-".to_string(), |p| format!("{p:.1}%"));
@@ -280,7 +225,7 @@ fn render(rows: &[Row], long: bool, out: &mut impl Write) -> std::io::Result<()>
         };
         writeln!(
             out,
-            "{hash:<hash_width$}  {size:>size_width$}  {dedup:>6}  {}{note}",
+            "{hash:<hash_width$}  {oid:<hash_width$}  {size:>size_width$}  {dedup:>6}  {}{note}",
             quote_path(&row.path)
         )?;
     }
@@ -324,26 +269,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_git_lfs_outputs_parse() {
-        let json = br#"{"files":[{"name":"a b.bin","size":16,"checkout":true,"downloaded":true,
-            "oid_type":"sha256","oid":"1136e8cf83c904fc13a46e912fd92f662f54ade417080d502088065da68c5750",
-            "version":"https://git-lfs.github.com/spec/v1"}]}"#;
-        let files = parse_json(json).unwrap();
-        assert_eq!(files.len(), 1);
-        assert_eq!(files[0].name, "a b.bin");
-        assert!(parse_json(br#"{"files":null}"#).unwrap().is_empty());
-
-        let debug = "filepath: a b.bin\n    size: 16\ncheckout: true\ndownload: true\n     oid: \
-sha256 1136e8cf83c904fc13a46e912fd92f662f54ade417080d502088065da68c5750\n version: \
-https://git-lfs.github.com/spec/v1\n\nfilepath: c\n    size: 3\n     oid: sha256 \
-887fcea6a80333c6c02ae7e79735f0edad8d811f0b61431495f796f4bf6a7c19\n";
-        let from_debug = parse_debug(debug);
-        assert_eq!(from_debug.len(), 2);
-        assert_eq!(from_debug[0], files[0]);
-        assert_eq!(from_debug[1].size, 3);
-    }
-
-    #[test]
     fn control_characters_in_names_cannot_break_the_table() {
         assert_eq!(quote_path("data/a b.bin"), "data/a b.bin");
         assert_eq!(quote_path("ä.bin"), "ä.bin");
@@ -356,7 +281,7 @@ https://git-lfs.github.com/spec/v1\n\nfilepath: c\n    size: 3\n     oid: sha256
 
         let row = |path: &str| Row {
             path: path.into(),
-            oid: "ab".repeat(32),
+            oid: LfsOid::from_hex(&"ab".repeat(32)).unwrap(),
             size: 5,
             xet_hash: None,
             hash_source: None,
@@ -367,7 +292,13 @@ https://git-lfs.github.com/spec/v1\n\nfilepath: c\n    size: 3\n     oid: sha256
             endpoint: None,
         };
         let mut out = Vec::new();
-        render(&[row("evil\nXET HASH.bin"), row("ok.bin")], false, &mut out).unwrap();
+        render(
+            &[row("evil\nXET HASH.bin"), row("ok.bin")],
+            false,
+            "HEAD",
+            &mut out,
+        )
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
         assert!(
@@ -378,23 +309,18 @@ https://git-lfs.github.com/spec/v1\n\nfilepath: c\n    size: 3\n     oid: sha256
 
     #[test]
     fn dedup_percent_comes_from_upload_records_only() {
+        let oid = LfsOid::from_hex(&"ab".repeat(32)).unwrap();
         let file = LfsFile {
             name: "x".into(),
-            oid: "ab".repeat(32),
+            oid,
             size: 200,
         };
-        let oid = crate::format::LfsOid::from_hex(&file.oid).unwrap();
-        let hash = crate::format::FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let hash = FileHash::from_hex(&"cd".repeat(32)).unwrap();
         let mut up = Record::new(Direction::Upload, &oid, &hash, 200);
         up.dedup_bytes = 150;
         let row = from_record(file.clone(), &up);
         assert_eq!(row.dedup_percent, Some(75.0));
         let down = Record::new(Direction::Download, &oid, &hash, 200);
         assert_eq!(from_record(file, &down).dedup_percent, None);
-        assert!(object_path(Path::new("/o"), "zz").is_none());
-        assert_eq!(
-            object_path(Path::new("/o"), &"ab".repeat(32)).unwrap(),
-            Path::new("/o/ab/ab").join("ab".repeat(32))
-        );
     }
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::settings::{self, EndpointSpec};
-use crate::store::shard_cache::format_size;
 use crate::store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
+use crate::util::size::format_size;
 
 /// Exit code of `scrub` when it found damage.
 pub const DAMAGE_FOUND: u8 = 2;

@@ -136,11 +136,11 @@ pub fn main() -> ExitCode {
         // The reader of our output went away (`git xet status --json | head`): nothing to say.
         Err(err) if is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,
         Err(err) => {
-            // Whatever failed, a secret in its message is not shown.
+            // Whatever failed, a secret in its message is not shown; every cause is, once.
             crate::lfs::settings::register_env_secrets();
             eprintln!(
                 "git-xet: error: {}",
-                crate::redact::redact(&err.to_string())
+                crate::redact::redact(&crate::util::error::chain_text(err.as_ref()))
             );
             ExitCode::FAILURE
         }
@@ -149,16 +149,10 @@ pub fn main() -> ExitCode {
 
 /// Whether `err`, or an error it wraps, is an `EPIPE` (the other end of a pipe was closed).
 fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if e.downcast_ref::<std::io::Error>()
+    crate::util::error::chain(err).any(|e| {
+        e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-        {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    })
 }
 
 /// Makes `println!` into a closed pipe end the process quietly (exit 0) instead of panicking

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::status::human_size;
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::agent::{self, AgentOptions};
@@ -21,6 +20,7 @@ use crate::lfs::protocol::Operation;
 use crate::lfs::prune::{self, Verdict};
 use crate::lfs::settings::{self, TransferMode};
 use crate::redact::redact;
+use crate::util::size::format_size;
 
 /// Exit code when some objects were kept because the endpoint does not hold them.
 pub const KEPT: u8 = 2;
@@ -83,7 +83,7 @@ struct Report {
 
 #[derive(Debug, Serialize)]
 struct Object {
-    oid: String,
+    oid: crate::format::LfsOid,
     size: u64,
     /// `held`, `missing`, `unknown` or `gone` (no local copy any more).
     verdict: &'static str,
@@ -165,7 +165,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
         options.store_patience = STORE_PATIENCE;
         let lease = agent::open_standalone(options, Some(&remote), Operation::Download);
         if let Err(e) = &lease {
-            report.endpoint_error = Some(redact(e));
+            report.endpoint_error = Some(redact(&e.to_string()));
         }
         let mut held = Vec::new();
         // After an endpoint that did not answer (each request retried for a minute), the rest
@@ -175,7 +175,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
             let path = prune::object_path(&objects_dir, oid);
             let Ok(meta) = std::fs::metadata(&path) else {
                 report.objects.push(Object {
-                    oid: oid.to_hex(),
+                    oid: *oid,
                     size: 0,
                     verdict: "gone",
                     reason: Some("no local copy any more".into()),
@@ -185,7 +185,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
             };
             let size = meta.len();
             let verdict = match (&lease, &unanswered) {
-                (Err(e), _) => Verdict::Unknown(redact(e)),
+                (Err(e), _) => Verdict::Unknown(redact(&e.to_string())),
                 (Ok(_), Some(why)) => Verdict::Unknown(format!("not checked: {why}")),
                 (Ok(l), None) => prune::check(l.get(), oid, size),
             };
@@ -206,7 +206,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
                 Verdict::Unknown(why) => ("unknown", Some(why)),
             };
             report.objects.push(Object {
-                oid: oid.to_hex(),
+                oid: *oid,
                 size,
                 verdict: name,
                 reason,
@@ -218,8 +218,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
         for i in held {
             let o = &mut report.objects[i];
             if !args.dry_run {
-                let oid = crate::format::LfsOid::from_hex(&o.oid).expect("an oid we printed");
-                if let Err(e) = prune::delete_object(&objects_dir, &oid) {
+                if let Err(e) = prune::delete_object(&objects_dir, &o.oid) {
                     o.reason = Some(format!("cannot delete the local copy: {e}"));
                     report.delete_failures += 1;
                     continue;
@@ -315,7 +314,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
                 out,
                 "  {} {:>10}  {}{}",
                 o.oid,
-                human_size(o.size),
+                format_size(o.size),
                 o.verdict,
                 o.reason
                     .as_deref()
@@ -331,7 +330,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
             if r.dry_run { "Would delete" } else { "Deleted" },
             r.pruned,
             plural(r.pruned),
-            human_size(r.pruned_bytes)
+            format_size(r.pruned_bytes)
         )?;
     }
     for o in r
@@ -363,7 +362,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
                 out,
                 "  {} ({}): {}",
                 o.oid,
-                human_size(o.size),
+                format_size(o.size),
                 o.reason.as_deref().unwrap_or("not held")
             )?;
         }
@@ -374,7 +373,7 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
                 kept.len() - 20
             )?;
         }
-        let ids: Vec<&str> = kept.iter().take(10).map(|o| o.oid.as_str()).collect();
+        let ids: Vec<String> = kept.iter().take(10).map(|o| o.oid.to_hex()).collect();
         writeln!(
             out,
             "Upload them to the endpoint, then run `git xet prune` again:\n  git lfs push \

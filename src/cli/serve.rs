@@ -145,7 +145,7 @@ pub struct StoreArgs {
 }
 
 fn size(s: &str) -> Result<u64, String> {
-    crate::store::shard_cache::parse_size(s).ok_or_else(|| {
+    crate::util::size::parse_size(s).ok_or_else(|| {
         format!("`{s}` is not a size: use bytes or a number with K, M, G or T (e.g. 500M, 2G)")
     })
 }

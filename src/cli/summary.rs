@@ -6,10 +6,10 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::status::human_size;
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::journal::{self, Direction};
+use crate::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -56,9 +56,9 @@ pub fn line(t: &Totals) -> Option<String> {
         "git-xet: pushed {} object{} ({}): sent {}, {} ({percent:.0}%) was already on the server",
         t.objects,
         if t.objects == 1 { "" } else { "s" },
-        human_size(t.bytes),
-        human_size(t.sent),
-        human_size(t.deduplicated),
+        format_size(t.bytes),
+        format_size(t.sent),
+        format_size(t.deduplicated),
     ))
 }
 

@@ -1,4 +1,4 @@
-//! Gearhash content-defined chunking (xet-format.md §2): where a byte stream is cut into chunks.
+//! Gearhash content-defined chunking (docs/format.md §2): where a byte stream is cut into chunks.
 //!
 //! This module owns the chunking constants, the gear table, and three ways to find the chunk
 //! boundaries of a byte sequence, all of which produce exactly the same cuts:
@@ -18,7 +18,7 @@
 //! every tested value equals the window hash at that position, which does not depend on where
 //! the chunk started and can be computed for any part of the input independently.
 //!
-//! The gear hash is hand-written rather than taken from a crate because it must match the spec's
+//! The gear hash is hand-written rather than taken from a crate because it must match the format's
 //! table and loop byte for byte, and because the scanning kernel's speed is the point of this
 //! module. Pure code: no I/O; the parallel scan uses rayon threads but its output does not depend
 //! on scheduling.
@@ -36,8 +36,8 @@ pub const BOUNDARY_MASK: u64 = 0xFFFF_0000_0000_0000;
 /// The gear hash forgets a byte after this many further updates.
 pub const WINDOW: usize = 64;
 
-/// The gear table of Appendix A (the `DEFAULT_TABLE` of the `gearhash` crate 0.1.3), four values
-/// per line as in the spec; a unit test checks its SHA-256 against the spec's.
+/// The gear table (the `DEFAULT_TABLE` of the `gearhash` crate 0.1.3), four values per line; a
+/// unit test checks its SHA-256 against the one in docs/format.md §2.1.
 #[rustfmt::skip]
 pub static GEAR_TABLE: [u64; 256] = [
     0xb088d3a9e840f559, 0x5652c7f739ed20d6, 0x45b28969898972ab, 0x6b0a89d5b68ec777,

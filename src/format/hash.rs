@@ -1,4 +1,4 @@
-//! Typed Xet hashes and every hash function of the format (xet-format.md §1).
+//! Typed Xet hashes and every hash function of the format (docs/format.md §1).
 //!
 //! A hash is 32 raw bytes. Each kind of hash gets its own type ([`ChunkHash`], [`XorbHash`],
 //! [`FileHash`], [`ShardHash`], [`VerificationHash`]) so that one can never be passed where another
@@ -29,6 +29,8 @@ const fn hex32(s: &str) -> [u8; 32] {
         match c {
             b'0'..=b'9' => c - b'0',
             b'a'..=b'f' => c - b'a' + 10,
+            // Evaluated at compile time only: a malformed key constant fails the build.
+            #[allow(clippy::panic)]
             _ => panic!("key constants are lowercase hex"),
         }
     }
@@ -114,6 +116,40 @@ fn word(raw: &[u8; 32], w: usize) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&raw[w * 8..w * 8 + 8]);
     u64::from_le_bytes(b)
+}
+
+/// Serde through the string form: a hash is a JSON string of 64 hex digits (the Xet string form
+/// for Xet hashes, plain hex for [`LfsOid`]), also as a map key; parsing accepts either case.
+macro_rules! serde_as_hex {
+    ($name:ident) => {
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Hex;
+                impl serde::de::Visitor<'_> for Hex {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("a ", stringify!($name), " as 64 hex digits"))
+                    }
+                    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<$name, E> {
+                        $name::from_hex(text).map_err(|e| {
+                            let shown: String = text.chars().take(80).collect();
+                            E::custom(format_args!(
+                                concat!("{:?} is not a ", stringify!($name), ": {}"),
+                                shown, e
+                            ))
+                        })
+                    }
+                }
+                deserializer.deserialize_str(Hex)
+            }
+        }
+    };
 }
 
 macro_rules! xet_hash {
@@ -203,6 +239,8 @@ macro_rules! xet_hash {
                 Self::from_hex(s)
             }
         }
+
+        serde_as_hex!($name);
     };
 }
 
@@ -412,6 +450,8 @@ impl fmt::Display for LfsOid {
     }
 }
 
+serde_as_hex!(LfsOid);
+
 impl fmt::Debug for LfsOid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "LfsOid({self})")
@@ -502,5 +542,33 @@ mod tests {
             ChunkHash::from_hex("d8d408e608fb9ca213b9909a65d86d725f2de4d8d540324be8a363e7a6e228cb")
                 .unwrap();
         assert!(a < b);
+    }
+
+    #[test]
+    fn serde_uses_the_string_form() {
+        let text = "07060504030201000f0e0d0c0b0a090817161514131211101f1e1d1c1b1a1918";
+        let hash = FileHash::from_hex(text).unwrap();
+        assert_eq!(serde_json::to_string(&hash).unwrap(), format!("\"{text}\""));
+        let back: FileHash = serde_json::from_str(&format!("\"{}\"", text.to_uppercase())).unwrap();
+        assert_eq!(back, hash);
+        let oid = LfsOid::of(b"Hello World!");
+        let json = serde_json::to_string(&oid).unwrap();
+        assert_eq!(json, format!("\"{}\"", oid.to_hex()));
+        assert_eq!(serde_json::from_str::<LfsOid>(&json).unwrap(), oid);
+
+        // As map keys, in the order of the hashes (which is the order of their strings).
+        let map: std::collections::BTreeMap<XorbHash, u8> =
+            serde_json::from_str(&format!("{{\"{text}\": 1, \"{}\": 2}}", "ff".repeat(32)))
+                .unwrap();
+        assert_eq!(map.len(), 2);
+        let again = serde_json::to_string(&map).unwrap();
+        assert!(again.starts_with(&format!("{{\"{text}\":1")), "{again}");
+
+        let err = serde_json::from_str::<XorbHash>("\"abc\"").unwrap_err();
+        assert!(
+            err.to_string().contains("\"abc\" is not a XorbHash"),
+            "{err}"
+        );
+        assert!(serde_json::from_str::<ChunkHash>("42").is_err());
     }
 }

@@ -7,10 +7,10 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`hash`] | typed hashes, their string form, and every hash function (spec §1) |
-//! | [`chunking`] | gearhash content-defined chunking, streaming and parallel (spec §2) |
-//! | [`xorb`] | chunk headers, compression, the xorb builder, footers and the validating reader (spec §3) |
-//! | [`shard`] | the shard reader and writer (spec §4) |
+//! | [`hash`] | typed hashes, their string form, and every hash function (docs/format.md §1) |
+//! | [`chunking`] | gearhash content-defined chunking, streaming and parallel (docs/format.md §2) |
+//! | [`xorb`] | chunk headers, compression, the xorb builder, footers and the validating reader (docs/format.md §3) |
+//! | [`shard`] | the shard reader and writer (docs/format.md §4) |
 //! | [`pointer`](mod@pointer) | Git LFS pointer files |
 //! | [`cursor`] | the bounds-checked byte reader the parsers share |
 

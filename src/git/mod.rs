@@ -1,10 +1,15 @@
 //! Running git: configuration in a chosen scope, and the few repository queries the agent and
 //! the `git xet` commands need.
 //!
-//! Everything goes through the `git` program rather than a library, so that configuration
-//! includes, scopes and `urlmatch` rules are exactly what git and git-lfs themselves see, and
-//! `git lfs` is found through git's exec path (as `git lfs …`), not by looking for a `git-lfs`
-//! binary.
+//! Configuration and repository queries go through the `git` program rather than a library, so
+//! that configuration includes, scopes and `urlmatch` rules are exactly what git and git-lfs
+//! themselves see, and `git lfs` is found through git's exec path (as `git lfs …`), not by
+//! looking for a `git-lfs` binary.
+//!
+//! Objects are the exception: [`objects`] reads trees and blobs in-process with `git2` (listing
+//! the LFS pointers of a tree is one read per blob, too many for a process each).
+
+pub mod objects;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

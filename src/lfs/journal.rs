@@ -28,10 +28,10 @@ pub enum Direction {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     pub direction: Direction,
-    /// The LFS oid (SHA-256), 64 hex digits.
-    pub oid: String,
-    /// The Xet file hash, in the Xet string form.
-    pub xet_hash: String,
+    /// The LFS oid (SHA-256; 64 hex digits in the file).
+    pub oid: LfsOid,
+    /// The Xet file hash (the Xet string form in the file).
+    pub xet_hash: FileHash,
     pub size: u64,
     /// Bytes of the file found already stored (uploads).
     #[serde(default)]
@@ -52,16 +52,13 @@ impl Record {
     pub fn new(direction: Direction, oid: &LfsOid, xet_hash: &FileHash, size: u64) -> Self {
         Self {
             direction,
-            oid: oid.to_hex(),
-            xet_hash: xet_hash.to_hex(),
+            oid: *oid,
+            xet_hash: *xet_hash,
             size,
             dedup_bytes: 0,
             transferred_bytes: 0,
             endpoint: String::new(),
-            time: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            time: crate::util::now_unix(),
         }
     }
 }
@@ -110,13 +107,13 @@ impl Appender {
 
 /// The latest record per oid (uploads win over downloads of the same content, since they say
 /// how much was deduplicated). A missing journal is empty.
-pub fn read(common_dir: &Path) -> std::io::Result<HashMap<String, Record>> {
+pub fn read(common_dir: &Path) -> std::io::Result<HashMap<LfsOid, Record>> {
     let text = match std::fs::read_to_string(path(common_dir)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
         Err(e) => return Err(e),
     };
-    let mut out: HashMap<String, Record> = HashMap::new();
+    let mut out: HashMap<LfsOid, Record> = HashMap::new();
     for line in text.lines() {
         let Ok(record) = serde_json::from_str::<Record>(line) else {
             continue;
@@ -128,7 +125,7 @@ pub fn read(common_dir: &Path) -> std::io::Result<HashMap<String, Record>> {
             None => true,
         };
         if replace {
-            out.insert(record.oid.clone(), record);
+            out.insert(record.oid, record);
         }
     }
     Ok(out)
@@ -180,7 +177,7 @@ mod tests {
         .unwrap();
         let all = read(dir.path()).unwrap();
         assert_eq!(all.len(), 1);
-        assert_eq!(all[&oid.to_hex()], up, "the upload record is kept");
+        assert_eq!(all[&oid], up, "the upload record is kept");
 
         // Endpoints are written redacted.
         let mut secret = Record::new(Direction::Upload, &oid, &hash, 10);

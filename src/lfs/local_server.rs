@@ -32,6 +32,38 @@ pub const START_PATIENCE: Duration = Duration::from_secs(20);
 const LOG_FILE: &str = "local-server.log";
 const LOG_MAX: u64 = 1 << 20;
 
+/// Why the shared server of a store cannot be had (the agent then opens the store itself).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalServerError {
+    #[error("cannot find the git-xet program to start a server: {0}")]
+    NoProgram(#[source] std::io::Error),
+    #[error("cannot create the store {}: {source}", dir.display())]
+    CreateStore {
+        dir: std::path::PathBuf,
+        #[source]
+        source: Box<crate::store::StoreError>,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Log {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start a server for the store {}: {source}", dir.display())]
+    Spawn {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the private server of the store {} did not answer within {} s (its log is {})",
+        dir.display(),
+        START_PATIENCE.as_secs(),
+        dir.join(LOG_FILE).display()
+    )]
+    NoAnswer { dir: std::path::PathBuf },
+}
+
 /// Whether agents share a server for a directory store (the default).
 pub fn enabled() -> bool {
     std::env::var(ENABLE_ENV).map_or(true, |v| v.trim() != "0")
@@ -40,7 +72,7 @@ pub fn enabled() -> bool {
 /// The shared server of the store in `dir`: the one announced there if it answers, else one
 /// started now (several agents may start one at once; the store's lock lets one win, and
 /// everyone uses the winner's announcement).
-pub fn connect_or_start(dir: &Path) -> Result<Announce, String> {
+pub fn connect_or_start(dir: &Path) -> Result<Announce, LocalServerError> {
     let deadline = Instant::now() + START_PATIENCE;
     let mut child: Option<Child> = None;
     let mut next_start = Instant::now();
@@ -65,12 +97,9 @@ pub fn connect_or_start(dir: &Path) -> Result<Announce, String> {
             child = Some(start(dir)?);
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "the private server of the store {} did not answer within {} s (its log is {})",
-                dir.display(),
-                START_PATIENCE.as_secs(),
-                dir.join(LOG_FILE).display()
-            ));
+            return Err(LocalServerError::NoAnswer {
+                dir: dir.to_path_buf(),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -108,9 +137,8 @@ fn answers(url: &str) -> bool {
 /// Starts `git-xet serve --announce` on `dir`, detached: no stdin or stdout (git-lfs waits for
 /// the agent's stdout to close), stderr to the store's `local-server.log`, its own process
 /// group (a terminal's Ctrl-C stops the agents; the server then stops when idle).
-fn start(dir: &Path) -> Result<Child, String> {
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find the git-xet program to start a server: {e}"))?;
+fn start(dir: &Path) -> Result<Child, LocalServerError> {
+    let exe = std::env::current_exe().map_err(LocalServerError::NoProgram)?;
     // An upload to a new store: create it first (a store is only made in an empty directory,
     // and the server's log goes into it).
     if !dir.join(crate::lfs::settings::STORE_VERSION_FILE).exists() {
@@ -118,7 +146,12 @@ fn start(dir: &Path) -> Result<Child, String> {
             Ok(store) => drop(store),
             // Another agent (or its server) has it open: it exists now.
             Err(e) if e.is_locked() => {}
-            Err(e) => return Err(format!("cannot create the store {}: {e}", dir.display())),
+            Err(e) => {
+                return Err(LocalServerError::CreateStore {
+                    dir: dir.to_path_buf(),
+                    source: Box::new(e),
+                })
+            }
         }
     }
     let log_path = dir.join(LOG_FILE);
@@ -129,7 +162,10 @@ fn start(dir: &Path) -> Result<Child, String> {
         .create(true)
         .append(true)
         .open(&log_path)
-        .map_err(|e| format!("cannot write {}: {e}", log_path.display()))?;
+        .map_err(|e| LocalServerError::Log {
+            path: log_path.clone(),
+            source: e,
+        })?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve")
         .arg("--data")
@@ -145,9 +181,10 @@ fn start(dir: &Path) -> Result<Child, String> {
         .env("RUST_LOG", "warn");
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start a server for the store {}: {e}", dir.display()))?;
+    let child = cmd.spawn().map_err(|e| LocalServerError::Spawn {
+        dir: dir.to_path_buf(),
+        source: e,
+    })?;
     tracing::debug!(store = %dir.display(), pid = child.id(), "started the store's private server");
     Ok(child)
 }

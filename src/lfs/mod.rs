@@ -6,11 +6,13 @@
 //! | [`protocol`] | messages, the per-process state machine, and the stdout writer |
 //! | [`journal`] | the per-repository record of transferred objects (Xet hash, dedup) behind `git xet ls-files` |
 //! | [`settings`] | the standalone endpoint, its token, and the download temp dir, from env and git config |
-//! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::pipeline::upload::Endpoint) |
+//! | [`error`] | [`TransferError`](error::TransferError), why a request failed, in words git-lfs shows the user |
+//! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::store::Endpoint) |
 //! | [`local_server`] | the private `git xet serve` the agents of one directory store share, started by the first that needs it |
 //! | [`prune`] | pruning local objects safely in standalone mode: the check `git lfs prune --verify-remote` cannot do, and the agent's refusal to fake it |
 
 pub mod agent;
+pub mod error;
 pub mod journal;
 pub mod local_server;
 pub mod protocol;

@@ -1,4 +1,4 @@
-//! The Git LFS custom transfer protocol (lfs-agent.md §3–§6): messages, the per-process state
+//! The Git LFS custom transfer protocol (docs/lfs-agent.md §3–§6): messages, the per-process state
 //! machine, and the writer that owns stdout.
 //!
 //! git-lfs writes one JSON object per line on the agent's stdin; the agent answers on stdout,

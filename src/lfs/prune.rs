@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::format::LfsOid;
 use crate::git::Git;
-use crate::pipeline::upload::Endpoint;
+use crate::store::Endpoint;
 
 /// The `git-lfs` process that started this agent to verify objects before pruning them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -324,10 +324,14 @@ pub fn parse_dry_run(text: &str) -> Vec<LfsOid> {
     oids
 }
 
+/// git-lfs's storage directory cannot be found.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot find git-lfs's storage directory: {0}")]
+pub struct StorageDirError(#[source] pub super::settings::SettingsError);
+
 /// `<LFS storage>/objects`, where git-lfs keeps objects (honours `lfs.storage`).
-pub fn objects_dir(git: &Git) -> Result<PathBuf, String> {
-    let tmp = super::settings::lfs_temp_dir(git)
-        .map_err(|e| format!("cannot find git-lfs's storage directory: {e}"))?;
+pub fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
+    let tmp = super::settings::lfs_temp_dir(git).map_err(StorageDirError)?;
     Ok(tmp
         .parent()
         .map_or_else(|| tmp.join("objects"), |p| p.join("objects")))

@@ -8,7 +8,7 @@
 //! | token for an http(s) endpoint | `GIT_XET_TOKEN`, then the password in the endpoint URL (`http://user:TOKEN@host`), then `git credential fill` for the endpoint URL (the password is the token) |
 //! | credential of a negotiated token refresh (`GET href`) | the action's own `Authorization` header, then `HF_TOKEN` if `href` is https on Hugging Face's hosts, then `git credential fill` for `href` |
 //! | retry horizon | `GIT_XET_RETRY_SECS` (seconds), else 60 |
-//! | download temp dir | `<lfs.storage or <git common dir>/lfs>/tmp` (lfs-agent.md §7) |
+//! | download temp dir | `<lfs.storage or <git common dir>/lfs>/tmp` (docs/lfs-agent.md §7) |
 //!
 //! **The credential rule: a secret goes only to the origin it was issued for.** `GIT_XET_TOKEN`
 //! and a password in the endpoint URL are for the standalone endpoint; they never go to an
@@ -357,7 +357,7 @@ pub fn lfs_url_of(
     }
 }
 
-/// How git-lfs moves a remote's objects, by its rule (lfs-agent.md §10, git-lfs's
+/// How git-lfs moves a remote's objects, by its rule (docs/lfs-agent.md §10, git-lfs's
 /// `tq/manifest.go`): the standalone agent `lfs.<url>.standalonetransferagent` names for the
 /// LFS URL (git's URL matching), else `lfs.standalonetransferagent`, else its own file adapter
 /// for a `file://` URL, else the batch API of the LFS server.
@@ -557,12 +557,7 @@ fn missing_dir_state(dir: &Path) -> DirState {
 fn may_write(dir: &Path) -> bool {
     #[cfg(unix)]
     {
-        use std::os::unix::ffi::OsStrExt;
-        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: `c` is a valid NUL-terminated path; access only reads it.
-        unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+        crate::util::os::may_write_dir(dir)
     }
     #[cfg(not(unix))]
     {
@@ -877,7 +872,7 @@ fn credential_url(url: &str) -> Option<String> {
 }
 
 /// The directory git-lfs moves finished downloads from: `<LFS storage>/tmp`, on the same
-/// filesystem as `.git/lfs/objects` (lfs-agent.md §7). Honours `lfs.storage`.
+/// filesystem as `.git/lfs/objects` (docs/lfs-agent.md §7). Honours `lfs.storage`.
 pub fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
     let common = git.common_dir()?;
     let storage = match git.config_get("lfs.storage")? {

@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use crate::format::shard::{ParsedShard, Shard};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use crate::pipeline::upload::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::store::{CacheError, ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
+use crate::store::{CasTarget, Endpoint, TargetError, XorbSource};
 
 /// See the module documentation.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Rebuilding a file from its reconstruction plan.
 //!
 //! The plan's terms are grouped into steps: each run of consecutive terms served by the same
-//! fetch range (a byte range of whole chunks of one stored xorb, cas-api.md §6.3) is one step.
+//! fetch range (a byte range of whole chunks of one stored xorb, docs/cas-api.md §6.3) is one step.
 //! A step's range is read from a [`XorbSource`], its chunk headers indexed once
 //! ([`ChunkRange`]), and only the chunks its terms use are decompressed; for the Xet file hash,
 //! each chunk is hashed the first time it is used. Two ways to write the result:
@@ -28,8 +28,8 @@ use crate::format::hash::file_hash;
 use crate::format::xorb::header::MAX_CHUNK_LEN;
 use crate::format::xorb::{ChunkRange, XorbError, XorbLimits};
 use crate::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
-use crate::pipeline::upload::{TargetError, XorbSource};
 use crate::store::{FetchRange, ReconstructionPlan};
+use crate::store::{TargetError, XorbSource};
 
 /// Why a file could not be rebuilt.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,7 @@ pub enum DownloadError {
 }
 
 /// Writes the whole file `expected` from its (unranged) `plan` to `sink`, like [`write_plan`],
-/// and checks end to end that the chunks written hash to `expected` (xet-format.md §1.6): a
+/// and checks end to end that the chunks written hash to `expected` (docs/format.md §1.6): a
 /// fetch range of damaged or substituted chunks that still decodes is caught here, even though
 /// reconstruction answers carry no chunk hashes. Returns the number of bytes written.
 pub fn write_file(
@@ -202,7 +202,7 @@ fn covers(chunks: &std::ops::Range<u32>, r: &std::ops::Range<u32>) -> bool {
 }
 
 /// Groups the plan's terms into fetches: each run of consecutive terms served by the same fetch
-/// range is one fetch (cas-api.md §6.3).
+/// range is one fetch (docs/cas-api.md §6.3).
 fn steps(plan: &ReconstructionPlan) -> Result<Vec<Step<'_>>, DownloadError> {
     let mut out = Vec::new();
     let mut i = 0;

@@ -143,16 +143,9 @@ pub fn hash_file_with(path: &Path, options: HashOptions) -> Result<HashedFile, H
 /// Maps `[offset, offset + MAP_WINDOW_LEN)` of the file (less at its end).
 fn map_window(file: &File, offset: u64, file_len: u64) -> io::Result<memmap2::Mmap> {
     let len = file_len.saturating_sub(offset).min(MAP_WINDOW_LEN as u64) as usize;
-    // SAFETY: the map is read-only and private to this module. Another process truncating or
-    // rewriting the file while we hash it would change what we read (or raise SIGBUS on
-    // truncation); every mmap-based tool shares this caveat, and the speed on large files is
-    // the reason to accept it.
-    let map = unsafe {
-        memmap2::MmapOptions::new()
-            .offset(offset)
-            .len(len)
-            .map(file)?
-    };
+    // Another process truncating or rewriting the file while we hash it would change what we
+    // read; see `map_readonly` for why that is accepted.
+    let map = crate::util::os::map_readonly(file, offset, len)?;
     // Advisory only: it makes the kernel read ahead if the file is not cached.
     let _ = map.advise(memmap2::Advice::Sequential);
     Ok(map)
@@ -535,6 +528,11 @@ fn segment_task(
     let seg_base = base + start as u64;
     // `preceding` is the stream's last 63 bytes before the segment (all of them near its start):
     // `Stitch::tail` keeps them across blocks and later segments start 63+ bytes into the block.
+    #[allow(
+        clippy::expect_used,
+        reason = "scan_segments always passes the whole window: without it the candidates would \
+                  be wrong, so stopping is the only right answer"
+    )]
     let mut scanner = CandidateScanner::resume(seg_base, preceding)
         .expect("the window before a segment is always available");
     let mut candidates = Vec::new();

@@ -3,7 +3,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`hasher`] | hashing whole files as fast as the machine allows |
-//! | [`upload`] | one stream in, one registered Xet file out, against any [`upload::CasTarget`] |
+//! | [`upload`] | one stream in, one registered Xet file out, against any [`CasTarget`](crate::store::CasTarget) |
 //! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
 //! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
 pub mod cached;

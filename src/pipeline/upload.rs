@@ -3,7 +3,7 @@
 //!
 //! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes and, per block:
 //!
-//! 1. computes SHA-256 alongside content-defined chunking (xet-format.md §2) on the rayon pool;
+//! 1. computes SHA-256 alongside content-defined chunking (docs/format.md §2) on the rayon pool;
 //! 2. hashes the block's chunks in parallel;
 //! 3. hands each chunk in order to the file session (`session`), which deduplicates it
 //!    against this upload's own xorbs and, through [`CasTarget::dedup_query`], against the
@@ -16,7 +16,7 @@
 //! the stream the declared size and SHA-256 are checked; only then is the last xorb put, and
 //! only once every xorb is stored is the shard built — one file block with verification entries
 //! and the `FileMetadataExt` SHA-256 (§4.3), plus the blocks of the xorbs this upload built —
-//! and registered (cas-api.md §7). A mismatch ends the upload before any shard is registered;
+//! and registered (docs/cas-api.md §7). A mismatch ends the upload before any shard is registered;
 //! wrap the target in [`Staging`] to keep even the xorbs out of it.
 //!
 //! Shortcuts: when the caller declares the SHA-256 and the target already has a file with it,
@@ -46,7 +46,7 @@ use crate::format::chunking::Chunker;
 use crate::format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
 use crate::format::xorb::{BuiltXorb, CompressionPolicy, XorbLimits};
 use crate::format::{ChunkHash, FileHash, LfsOid};
-pub use crate::store::target::{CasTarget, Endpoint, TargetError, XorbSource};
+use crate::store::{CasTarget, TargetError};
 
 /// Bytes read from the stream per block.
 pub const READ_BLOCK: usize = 8 << 20;
@@ -62,7 +62,7 @@ pub struct UploadOptions {
     pub policy: CompressionPolicy,
     /// Xorb size limits (tests use small ones to get several xorbs from small inputs).
     pub limits: XorbLimits,
-    /// Ask the target about dedup-eligible chunks (xet-format.md §5.1).
+    /// Ask the target about dedup-eligible chunks (docs/format.md §5.1).
     pub global_dedup: bool,
     /// Shards larger than this are split (see the module documentation).
     pub max_shard_bytes: u64,

@@ -10,7 +10,7 @@
 //!   HMAC-SHA256(server key, "cas-token\0" ‖ payload). They expire (default 15 minutes).
 //! - **Presigned URLs** for xorb bytes carry `e=<expiry>&s=<mac>` with
 //!   mac = HMAC-SHA256(server key, "xorb\0" ‖ hash ‖ "\0" ‖ expiry). The signature does not
-//!   cover the `Range` header (cas-api.md §5.3).
+//!   cover the `Range` header (docs/cas-api.md §5.3).
 //!
 //! The server key is 32 random bytes kept in the data directory (`server.key`, mode 0600), so
 //! tokens and URLs stay valid across restarts. Secrets are compared in constant time.
@@ -358,7 +358,7 @@ pub enum AuthError {
     Forbidden { what: &'static str },
 }
 
-/// Seconds of clock skew tolerated past a token's expiry (cas-api.md §2.3).
+/// Seconds of clock skew tolerated past a token's expiry (docs/cas-api.md §2.3).
 pub const EXPIRY_SKEW_SECS: u64 = 60;
 
 /// The server's credentials and signing key.
@@ -375,13 +375,7 @@ impl std::fmt::Debug for Authority {
     }
 }
 
-/// Unix seconds now.
-pub fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use crate::util::now_unix;
 
 impl Authority {
     pub fn new(secrets: Vec<Secret>, key: [u8; 32]) -> Self {

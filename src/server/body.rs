@@ -123,13 +123,9 @@ pub async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
 /// `body_read_failed` (the client closed the connection half-way, or broke the framing).
 pub fn read_error(what: &str, e: axum::Error) -> ApiError {
     let inner = e.into_inner();
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
-    while let Some(c) = cause {
-        if let Some(t) = c.downcast_ref::<BodyTimedOut>() {
-            tracing::info!(what, "request body timed out");
-            return ApiError::body_timeout(what, t.0);
-        }
-        cause = c.source();
+    if let Some(t) = crate::util::error::find::<BodyTimedOut>(inner.as_ref()) {
+        tracing::info!(what, "request body timed out");
+        return ApiError::body_timeout(what, t.0);
     }
     ApiError::bad_request(
         "body_read_failed",

@@ -1,4 +1,4 @@
-//! The CAS API (cas-api.md) that the reference client (hf-xet 1.8) and our agent call.
+//! The CAS API (docs/cas-api.md) that the reference client (hf-xet 1.8) and our agent call.
 //!
 //! | endpoint | scope | what it does |
 //! |---|---|---|
@@ -20,7 +20,7 @@
 //!
 //! Decisions:
 //! - **Xorb grants.** hf-xet 1.8 asks `POST /v1/xorb-grants/default/{xorb}` before each xorb
-//!   upload and falls back to the direct `POST /v1/xorbs/default/{xorb}` on 404 (cas-api.md
+//!   upload and falls back to the direct `POST /v1/xorbs/default/{xorb}` on 404 (docs/cas-api.md
 //!   §5.11). This server stores xorbs itself, so a grant (a presigned upload URL elsewhere) would
 //!   only add a round trip: after checking the token (write scope), the prefix and the hash it
 //!   answers 404 `xorb_grants_not_offered`. A scaled-out server in front of an object store

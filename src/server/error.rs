@@ -1,5 +1,5 @@
 //! The JSON error every refused request gets: a status, a stable machine-readable code and one
-//! sentence saying what was wrong (cas-api.md §9). The request-id middleware adds
+//! sentence saying what was wrong (docs/cas-api.md §9). The request-id middleware adds
 //! `request_id` to the body.
 //!
 //! This module is the one place where failures become statuses:

@@ -1,5 +1,5 @@
 //! The Git LFS side of `git xet serve`: the batch API with `xet` and `basic` transfers
-//! (lfs-agent.md §11, §12), basic object transfers through the upload pipeline, the
+//! (docs/lfs-agent.md §11, §12), basic object transfers through the upload pipeline, the
 //! token-refresh route the Xet agent calls, and the File Locking API ([`locks`]).
 //!
 //! Every route lives under an LFS endpoint `{repo}/info/lfs`, where `{repo}` is one or more path
@@ -10,7 +10,7 @@
 //! | route | credential, scope | behaviour |
 //! |---|---|---|
 //! | `POST {repo}/info/lfs/objects/batch` | git token; read (download), write (upload) | validates every object (oid 64 lowercase hex, size ≥ 0; per-object 422), at most [`batch::MAX_OBJECTS`] (else 413). Client offers `xet`: `"transfer":"xet"`, actions whose `href` is the token-refresh route and whose `header` carries `X-Xet-Cas-Url`, `X-Xet-Access-Token`, `X-Xet-Token-Expiration`, `X-Xet-Session-Id`, and for downloads `X-Xet-Hash`. Otherwise `"transfer":"basic"` with `href`s to the object routes below, a short-lived `Authorization` header, and a `verify` action for uploads. Stored objects get no upload action; unknown ones get a per-object 404 on download |
-//! | `GET {repo}/info/lfs/xet-token/read` | git token; read | `{"casUrl","accessToken","exp"}` (cas-api.md §2.1), a read CAS token |
+//! | `GET {repo}/info/lfs/xet-token/read` | git token; read | `{"casUrl","accessToken","exp"}` (docs/cas-api.md §2.1), a read CAS token |
 //! | `GET {repo}/info/lfs/xet-token/write` | git token; write | the same with a write CAS token |
 //! | `PUT {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; write | basic upload: the body is spooled to disk, then runs through the upload pipeline (chunk dedup against the store); its length must equal `Content-Length` (400) and its SHA-256 the oid (422); nothing is stored or registered otherwise. An object already stored is acknowledged (the body is drained) |
 //! | `GET {repo}/info/lfs/objects/{oid}` | git token or CAS token of the repo; read | basic download: the file rebuilt from the store, streamed chunk by chunk |

@@ -7,8 +7,8 @@
 //! | [`conn`] | the accept loop, connection cap, HTTP/1.1 settings, stall guard, shutdown deadline |
 //! | [`limits`] | per-route concurrency limits (503), the body budget and ingest slots |
 //! | [`body`] | request bodies: idle timeout, small bodies in memory, large ones spooled to disk |
-//! | [`cas`] | the CAS API the reference client calls (cas-api.md) |
-//! | [`lfs`] | the Git LFS batch API, xet and basic transfers (lfs-agent.md §11), file locking |
+//! | [`cas`] | the CAS API the reference client calls (docs/cas-api.md) |
+//! | [`lfs`] | the Git LFS batch API, xet and basic transfers (docs/lfs-agent.md §11), file locking |
 //! | [`maintenance`] | garbage collection and scrubbing of the store on a schedule |
 //!
 //! This module owns configuration ([`ServeConfig`], [`Limits`]), shared state, the middleware
@@ -77,7 +77,7 @@ pub struct ServeConfig {
     /// Stop by itself once no connection has been open for this long (the private server
     /// agents share for a directory store).
     pub idle_exit: Option<Duration>,
-    /// How often `POST /v2/shards` repeats its last frame while it works (cas-api.md §5.6).
+    /// How often `POST /v2/shards` repeats its last frame while it works (docs/cas-api.md §5.6).
     /// 20 s; tests shorten it.
     pub shard_heartbeat: Duration,
     /// Connection, concurrency, memory and time limits.

@@ -438,19 +438,7 @@ fn stamp_of(m: &fs::Metadata) -> ObjectStamp {
 /// Bytes an unprivileged writer may still use on the filesystem holding `path`.
 #[cfg(unix)]
 fn available_space(path: &Path) -> io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
-    // Written by hand because neither std nor a crate already in the tree exposes statvfs.
-    // SAFETY: `c` is a NUL-terminated path and `stat` a writable, properly sized struct that
-    // statvfs(3) only writes into.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut stat) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
-    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+    crate::util::os::available_space(path)
 }
 
 #[cfg(not(unix))]
@@ -576,10 +564,7 @@ impl ObjectBackend for FsBackend {
         if !from.exists() {
             return Ok(false);
         }
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = crate::util::now_unix();
         let to = match key {
             ObjectKey::Xorb(h) => self
                 .root

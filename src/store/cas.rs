@@ -1,7 +1,7 @@
 //! The storage engine: one [`Store`] behind both front doors, the `git xet serve` HTTP server
 //! and the agent's embedded (serverless) mode.
 //!
-//! It accepts xorb upload bodies and shards, validating everything cas-api.md §9 requires
+//! It accepts xorb upload bodies and shards, validating everything docs/cas-api.md §9 requires
 //! (nothing is trusted: every hash is recomputed and every shard term is checked against the
 //! stored xorb), stores objects through an [`ObjectBackend`] and records what they mean in the
 //! [`Index`]. It answers the queries downloads and deduplication need: a file's
@@ -257,12 +257,7 @@ pub fn is_storage_full(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(28 | 122))
 }
 
-pub(super) fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub(super) use crate::util::now_unix;
 
 /// Returns once the process holding the store's index releases it (or after `timeout`):
 /// the index database holds an exclusive `flock` while open, so a shared lock on it is granted
@@ -517,9 +512,9 @@ impl Store {
             .open(spool)
             .map_err(io("open"))?;
         let (footer, region_len) = {
-            // SAFETY: the spool file is this request's own, in the store's tmp directory; nothing
-            // else writes or truncates it while it is mapped (it is mapped only here).
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
+            // The spool file is this request's own, in the store's tmp directory; nothing else
+            // writes or truncates it while it is mapped (it is mapped only here).
+            let map = crate::util::os::map_whole(&file).map_err(io("map"))?;
             let options = ReadOptions {
                 expected_hash: Some(xorb),
                 limits: XorbLimits::SERVER,
@@ -776,7 +771,7 @@ impl Store {
         Ok(true)
     }
 
-    /// cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
+    /// docs/cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
     pub(super) fn validate(
         &self,
         shard: &Shard,
@@ -884,7 +879,7 @@ impl Store {
             if let (Some(oid), false) = (file.sha256, id.is_zero()) {
                 entries.oids.push((oid, id));
             }
-            // The first chunk of every file is eligible for global dedup (xet-format.md §5.1).
+            // The first chunk of every file is eligible for global dedup (docs/format.md §5.1).
             if let Some(first) = terms.first() {
                 if let Some(c) = chunks.first() {
                     entries.dedup.push((c.hash, first.xorb, first.chunk_start));
@@ -1112,7 +1107,7 @@ impl Store {
     /// For a global-dedup query: an unkeyed shard with no files whose xorb section lists the
     /// xorb that holds `chunk` (if the chunk is indexed as dedup-eligible) and, after it, the
     /// other xorbs of the first file that used that xorb, in file order from there (the
-    /// neighbourhood, xet-format.md §5.2): one hit lets the client deduplicate against the whole
+    /// neighbourhood, docs/format.md §5.2): one hit lets the client deduplicate against the whole
     /// file, not one xorb of it. At most [`DEDUP_ANSWER_MAX_CHUNKS`] chunks in all; only intact
     /// xorbs. The caller keys it.
     pub fn dedup_shard(&self, chunk: &ChunkHash) -> Result<Option<Shard>, StoreError> {

@@ -32,15 +32,15 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
 use crate::format::XorbHash;
-use crate::store::shard_cache::{parse_size, CacheError, ShardCache};
+use crate::store::shard_cache::{CacheError, ShardCache};
 use crate::store::target::TargetError;
 use crate::store::FetchRange;
+use crate::util::size::parse_size;
 
 /// The cache's part of the cache root.
 pub const CHUNKS_SUBDIR: &str = "chunks";
@@ -312,13 +312,8 @@ impl ChunkCache {
             gap.chunks.end,
             gap.bytes.start()
         );
-        let result = (|| -> std::io::Result<()> {
-            let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-            tmp.write_all(bytes)?;
-            tmp.persist(dir.join(&name)).map_err(|e| e.error)?;
-            Ok(())
-        })();
-        if let Err(e) = result {
+        // Not synced: losing an entry to a crash only costs a fetch.
+        if let Err(e) = crate::util::fs::AtomicWrite::new().write(&dir.join(&name), bytes) {
             tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
         }
     }
@@ -456,7 +451,7 @@ fn read_entry(entry: &Entry) -> Option<Vec<u8>> {
 }
 
 /// The start offset of each of `n` chunks in `bytes`, plus the end: `None` unless `bytes` is
-/// exactly `n` well-formed chunks (header checks of xet-format.md §3.2; payloads are checked
+/// exactly `n` well-formed chunks (header checks of docs/format.md §3.2; payloads are checked
 /// by the decoder).
 fn chunk_spans(bytes: &[u8], n: u32) -> Option<Vec<usize>> {
     let mut spans = Vec::with_capacity(n as usize + 1);

@@ -1,6 +1,6 @@
 //! Garbage collection: [`Store::gc`] removes xorbs that no registered file uses.
 //!
-//! A xorb is stored before the shard that uses it is registered (cas-api.md §7), so a push that
+//! A xorb is stored before the shard that uses it is registered (docs/cas-api.md §7), so a push that
 //! is interrupted after some xorbs leaves them behind, used by nothing. They are collected only
 //! once they are older than a grace period (a day by default): an upload in flight registers its
 //! shard well within it, and an upload that finds a xorb already stored refreshes its time

@@ -335,7 +335,7 @@ impl Store {
                 false
             }
         };
-        self.index.set_damaged(xorb, why, super::cas::now_unix())?;
+        self.index.set_damaged(xorb, why, crate::util::now_unix())?;
         self.forget_footer(xorb);
         let only: HashSet<XorbHash> = [*xorb].into();
         let (_, files) = self.index.files_using(&only, 0).unwrap_or_default();

@@ -15,7 +15,6 @@
 //! The server removes the file when it stops; a file left by a killed server names a port
 //! nothing answers on, which readers detect.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -57,15 +56,12 @@ pub fn read(dir: &Path) -> Option<Announce> {
 
 /// Writes `announce` to `dir` atomically, readable by this user only.
 pub fn write(dir: &Path, announce: &Announce) -> std::io::Result<()> {
-    // A temporary file is created with mode 0600.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".local-server")
-        .tempfile_in(dir)?;
     let json = serde_json::to_vec(announce).map_err(std::io::Error::other)?;
-    tmp.write_all(&json)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path(dir)).map_err(|e| e.error)?;
-    Ok(())
+    // Mode 0600, the temporary file's.
+    crate::util::fs::AtomicWrite::new()
+        .temp_name(".local-server", "")
+        .durable()
+        .write(&path(dir), &json)
 }
 
 /// Removes the announcement in `dir` if it is still the one of process `pid`.

@@ -12,8 +12,8 @@
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
 //! | [`wire`] | the JSON bodies of the CAS API, shared by the server and the remote client |
-//! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](target::Endpoint) |
-//! | [`target`] | the traits every place objects live implements: [`CasTarget`](target::CasTarget) (uploads), [`XorbSource`](target::XorbSource) (downloads), [`Endpoint`](target::Endpoint) (both, plus reconstruction plans), implemented by [`Store`] and [`RemoteCas`] |
+//! | [`remote`] | [`RemoteCas`]: the blocking HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`] |
+//! | [`target`] | the traits every place objects live implements: [`CasTarget`] (uploads), [`XorbSource`] (downloads), [`Endpoint`] (both, plus reconstruction plans), implemented by [`Store`] and [`RemoteCas`] |
 //! | [`shard_cache`] | [`ShardCache`]: the client's per-endpoint cache of shards (its uploads and dedup answers) in the user's cache directory |
 
 pub mod backend;
@@ -38,6 +38,7 @@ pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
 pub use remote::{RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 pub use shard_cache::{CacheError, CacheStats, PruneReport, ShardCache};
+pub use target::{CasTarget, Endpoint, TargetError, XorbSource};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.
 pub fn random_hex(n: usize) -> String {

@@ -1,4 +1,4 @@
-//! Planning a file's reconstruction (cas-api.md §6.3): which chunks of which xorbs rebuild a byte
+//! Planning a file's reconstruction (docs/cas-api.md §6.3): which chunks of which xorbs rebuild a byte
 //! range of a file, and which byte ranges of the stored xorbs to fetch.
 //!
 //! Pure: given the file's terms and the footers of its xorbs, no I/O. For a ranged query the
@@ -7,7 +7,7 @@
 //! after the range end, and `offset_into_first_range` says how many bytes of the first kept
 //! chunk precede the range. Fetch ranges are the chunk ranges the kept terms need, per xorb,
 //! sorted and merged when they overlap or touch, with their inclusive byte ranges in the stored
-//! xorb by the `url_range` rule (xet-format.md §3.10).
+//! xorb by the `url_range` rule (docs/format.md §3.10).
 
 use std::collections::HashMap;
 use std::ops::{Range, RangeInclusive};

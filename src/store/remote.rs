@@ -1,5 +1,5 @@
 //! The HTTP client of a remote Xet CAS server: [`RemoteCas`], an [`Endpoint`] over the CAS API
-//! (cas-api.md) of `git xet serve` or of Hugging Face.
+//! (docs/cas-api.md) of `git xet serve` or of Hugging Face.
 //!
 //! It owns everything between the pipeline's blocking trait calls and the wire: the routes, the
 //! bearer token ([`TokenSource`]: fixed, or renewed through a refresh route), retries with
@@ -22,7 +22,7 @@
 //!
 //! Decisions:
 //! - **Dedup prefix.** Dedup queries use the prefix `default`, what the reference client sends
-//!   (cas-api.md §5.4); the OpenAPI file's `default-merkledb` is accepted by our server too, but
+//!   (docs/cas-api.md §5.4); the OpenAPI file's `default-merkledb` is accepted by our server too, but
 //!   `default` is the one production is known to serve.
 //! - **v2 → v1.** A v2 reconstruction answered with 405 or 501, or with a 404 that is not our
 //!   server's `file_not_found`, is asked again at `/v1/…`; once v1 has answered where v2 did
@@ -69,7 +69,7 @@ use self::http::{
     server_says, shown, status_text, transport_failure, Auth, Failure, Request, MAX_REDIRECTS,
 };
 pub use self::http::{origin, parse_retry_after, XORB_DAMAGED};
-use self::token::{now_unix, REFRESH_BUFFER_SECS};
+use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
 use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
@@ -78,6 +78,7 @@ use crate::store::wire::{
     CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
 };
 use crate::store::{FetchRange, ReconstructionPlan};
+use crate::util::now_unix;
 
 /// The default `User-Agent`.
 pub const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));
@@ -791,19 +792,11 @@ impl RemoteCas {
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK => {
                 let answer: LfsFile = parse_json(req, resp, "{\"oid\", \"file_hash\", \"size\"}")?;
-                let file = FileHash::from_hex(&answer.file_hash).map_err(|e| {
-                    fatal(
-                        req,
-                        format!("{} answered a malformed file_hash: {e}", req.server),
-                    )
-                })?;
-                if LfsOid::from_hex(&answer.oid).ok() != Some(*oid) {
+                let file = answer.file_hash;
+                if answer.oid != *oid {
                     return Err(fatal(
                         req,
-                        format!(
-                            "{} answered about another oid ({:?})",
-                            req.server, answer.oid
-                        ),
+                        format!("{} answered about another oid ({})", req.server, answer.oid),
                     ));
                 }
                 if let Some(v2) = answer.reconstruction {

@@ -373,9 +373,9 @@ impl S3Backend {
         if len == 0 {
             return Ok(bytes::Bytes::new());
         }
-        // SAFETY: the file is the store's own temporary file (from `temp_path`), complete and
-        // flushed; nothing writes or truncates it while it is mapped.
-        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|source| BackendError::Io {
+        // The file is the store's own temporary file (from `temp_path`), complete and flushed;
+        // nothing writes or truncates it while it is mapped (what `map_whole` requires).
+        let map = crate::util::os::map_whole(&f).map_err(|source| BackendError::Io {
             op: "map the prepared copy of",
             key: what.to_string(),
             source,

@@ -4,7 +4,7 @@
 //! implements them without depending on the pipeline, which uses them; `pipeline::upload`
 //! re-exports them.
 //!
-//! The trait is the set of CAS operations an upload needs (cas-api.md §5.4–§5.7) and nothing
+//! The trait is the set of CAS operations an upload needs (docs/cas-api.md §5.4–§5.7) and nothing
 //! more. It is **blocking** and object-safe (`&dyn CasTarget`), for three reasons:
 //!
 //! - the work around it is CPU-bound (chunking, hashing, compression) and runs on plain threads
@@ -106,7 +106,7 @@ pub trait CasTarget: Send + Sync {
     /// `false` and relies on [`CasTarget::put_xorb`] being idempotent.
     fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError>;
 
-    /// Stores a xorb given in upload form (chunk region, no footer; xet-format.md §3.9). Returns
+    /// Stores a xorb given in upload form (chunk region, no footer; docs/format.md §3.9). Returns
     /// whether it was newly stored (`false`: it was already there). Idempotent.
     fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError>;
 
@@ -116,11 +116,11 @@ pub trait CasTarget: Send + Sync {
         self.put_xorb(xorb, &body)
     }
 
-    /// Registers a shard in upload form (xet-format.md §4.8). Every xorb it names must have been
-    /// put before (cas-api.md §7). Idempotent.
+    /// Registers a shard in upload form (docs/format.md §4.8). Every xorb it names must have been
+    /// put before (docs/cas-api.md §7). Idempotent.
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError>;
 
-    /// Global dedup (xet-format.md §5.2): a shard whose xorb section lists a xorb holding
+    /// Global dedup (docs/format.md §5.2): a shard whose xorb section lists a xorb holding
     /// `chunk`, possibly keyed, or `None`. The default answers `None` (no global dedup).
     fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
         let _ = chunk;
@@ -136,7 +136,7 @@ pub trait CasTarget: Send + Sync {
         Ok(None)
     }
 
-    /// Local dedup (xet-format.md §5.3): a shard known locally, without asking the target (a
+    /// Local dedup (docs/format.md §5.3): a shard known locally, without asking the target (a
     /// shard cache), whose xorb section lists a xorb holding `chunk` (a raw hash; the shard may
     /// be keyed), or `None`. The upload asks for every chunk that matched nothing else, before
     /// any global query, so this must be cheap. The default knows no shards.

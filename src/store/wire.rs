@@ -1,4 +1,4 @@
-//! The JSON bodies of the CAS API (cas-api.md §2.1, §5, §6), written once for both sides: the
+//! The JSON bodies of the CAS API (docs/cas-api.md §2.1, §5, §6), written once for both sides: the
 //! server ([`crate::server`]) serialises them, the remote client ([`super::remote`]) parses them.
 //!
 //! Field names are the wire names; serde ignores unknown fields when parsing, so newer servers
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::format::xorb::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN, MAX_COMPRESSED_LEN};
 use crate::format::xorb::MAX_XORB_CHUNKS;
-use crate::format::XorbHash;
+use crate::format::{FileHash, LfsOid, XorbHash};
 use crate::store::{FetchRange, PlannedTerm, ReconstructionPlan};
 
 /// At most this many ranges in one v2 `xorbs` entry (one URL); longer lists are split into
@@ -37,8 +37,8 @@ pub struct ByteRange {
 /// One term of a reconstruction (same in v1 and v2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Term {
-    /// The xorb, in the Xet string form.
-    pub hash: String,
+    /// The xorb (the Xet string form on the wire).
+    pub hash: XorbHash,
     pub unpacked_length: u32,
     pub range: ChunkRange,
 }
@@ -56,7 +56,7 @@ pub struct FetchInfoV1 {
 pub struct ReconstructionV1 {
     pub offset_into_first_range: u64,
     pub terms: Vec<Term>,
-    pub fetch_info: BTreeMap<String, Vec<FetchInfoV1>>,
+    pub fetch_info: BTreeMap<XorbHash, Vec<FetchInfoV1>>,
 }
 
 /// One range of a v2 entry.
@@ -78,7 +78,7 @@ pub struct XorbEntryV2 {
 pub struct ReconstructionV2 {
     pub offset_into_first_range: u64,
     pub terms: Vec<Term>,
-    pub xorbs: BTreeMap<String, Vec<XorbEntryV2>>,
+    pub xorbs: BTreeMap<XorbHash, Vec<XorbEntryV2>>,
 }
 
 /// The answer to `POST /v1/xorbs/{prefix}/{xorb}` (§5.5).
@@ -97,19 +97,38 @@ pub struct ShardRegistered {
 /// oid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LfsFile {
-    /// The SHA-256, plain hex.
-    pub oid: String,
-    /// The Xet file hash, string form.
-    pub file_hash: String,
+    /// The SHA-256 (plain hex on the wire).
+    pub oid: LfsOid,
+    /// The Xet file hash (string form on the wire).
+    pub file_hash: FileHash,
     pub size: u64,
     /// `false` when the server holds the file but a xorb it needs is missing or damaged (an
     /// upload should send it again, which repairs it); absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intact: Option<bool>,
     /// The file's v2 reconstruction, when asked for (`?reconstruction=v2`) and the file is
-    /// small: a download then needs no second request for it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// small: a download then needs no second request for it. One that does not parse is
+    /// dropped (the download asks for the plan again) rather than failing the lookup.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_plan"
+    )]
     pub reconstruction: Option<ReconstructionV2>,
+}
+
+/// `reconstruction` of an [`LfsFile`]: `None` when absent, null or not a v2 reconstruction.
+fn optional_plan<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ReconstructionV2>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|v| match serde_json::from_value(v) {
+        Ok(plan) => Some(plan),
+        Err(e) => {
+            tracing::debug!("ignoring an unusable reconstruction sent along: {e}");
+            None
+        }
+    }))
 }
 
 /// The CAS token JSON (§2.1), answered by token-refresh routes.
@@ -139,7 +158,7 @@ fn term_json(plan: &ReconstructionPlan) -> Vec<Term> {
     plan.terms
         .iter()
         .map(|t| Term {
-            hash: t.xorb.to_string(),
+            hash: t.xorb,
             unpacked_length: t.unpacked_len,
             range: ChunkRange {
                 start: t.chunks.start,
@@ -181,7 +200,7 @@ pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> Re
                 url_range: byte_range(r),
             })
             .collect();
-        fetch_info.insert(xorb.to_string(), entries);
+        fetch_info.insert(*xorb, entries);
     }
     ReconstructionV1 {
         offset_into_first_range: plan.offset_into_first_range,
@@ -209,7 +228,7 @@ pub fn to_v2(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> Re
                     .collect(),
             })
             .collect();
-        xorbs.insert(xorb.to_string(), entries);
+        xorbs.insert(*xorb, entries);
     }
     ReconstructionV2 {
         offset_into_first_range: plan.offset_into_first_range,
@@ -250,13 +269,6 @@ impl ReconstructionV1 {
             xorbs,
         }
     }
-}
-
-fn xorb_hash(text: &str, what: &str) -> Result<XorbHash, WireError> {
-    XorbHash::from_hex(text).map_err(|e| {
-        let shown: String = text.chars().take(80).collect();
-        WireError(format!("{what} {shown:?} is not a xorb hash: {e}"))
-    })
 }
 
 /// Checks one fetch range: ordered, within the chunk limit of a xorb, and with a byte length
@@ -316,8 +328,7 @@ impl ReconstructionV2 {
     pub fn into_plan(self, range_start: Option<u64>) -> Result<ReconstructionPlan, WireError> {
         // Fetch ranges per xorb, flattened over entries, each with its URL.
         let mut fetch_of: HashMap<XorbHash, Vec<FetchRange>> = HashMap::new();
-        for (text, entries) in self.xorbs {
-            let xorb = xorb_hash(&text, "fetch entry key")?;
+        for (xorb, entries) in self.xorbs {
             if entries.is_empty() {
                 return Err(WireError(format!("xorb {xorb} has no fetch entry")));
             }
@@ -350,7 +361,7 @@ impl ReconstructionV2 {
         };
         let mut total: u64 = 0;
         for (i, t) in self.terms.iter().enumerate() {
-            let xorb = xorb_hash(&t.hash, &format!("term {i}"))?;
+            let xorb = t.hash;
             let (s, e) = (t.range.start, t.range.end);
             let bad = |why: String| {
                 Err(WireError(format!(
@@ -420,12 +431,16 @@ mod tests {
 
     const X: &str = "0101010101010101020202020202020203030303030303030404040404040404";
 
+    fn xorb() -> XorbHash {
+        XorbHash::from_hex(X).unwrap()
+    }
+
     fn v2(terms: Vec<Term>, ranges: Vec<RangeV2>) -> ReconstructionV2 {
         ReconstructionV2 {
             offset_into_first_range: 0,
             terms,
             xorbs: BTreeMap::from([(
-                X.to_string(),
+                xorb(),
                 vec![XorbEntryV2 {
                     url: "http://cas.test/v1/xorb-data/x?e=1&s=2".into(),
                     ranges,
@@ -436,7 +451,7 @@ mod tests {
 
     fn term(s: u32, e: u32, len: u32) -> Term {
         Term {
-            hash: X.into(),
+            hash: xorb(),
             unpacked_length: len,
             range: ChunkRange { start: s, end: e },
         }
@@ -532,17 +547,18 @@ mod tests {
                 xorbs: BTreeMap::new(),
                 ..ok.clone()
             },
-            ReconstructionV2 {
-                terms: vec![Term {
-                    hash: "zz".into(),
-                    ..term(0, 2, 200)
-                }],
-                ..ok.clone()
-            },
         ];
         for (i, case) in cases.into_iter().enumerate() {
             assert!(case.into_plan(None).is_err(), "case {i}");
         }
+        // Hashes are checked as the JSON is read.
+        let bad_hash = r#"{"offset_into_first_range":0,"xorbs":{},
+            "terms":[{"hash":"zz","unpacked_length":1,"range":{"start":0,"end":1}}]}"#;
+        let err = serde_json::from_str::<ReconstructionV2>(bad_hash).unwrap_err();
+        assert!(
+            err.to_string().contains("\"zz\" is not a XorbHash"),
+            "{err}"
+        );
         let mut bad_url = ok;
         bad_url.xorbs.values_mut().next().unwrap()[0].url = "file:///etc/passwd".into();
         assert!(bad_url.into_plan(None).is_err());

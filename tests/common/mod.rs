@@ -85,7 +85,7 @@ pub fn reference_python() -> PathBuf {
     )
 }
 
-/// The SplitMix64 byte generator of test-vectors.md §5.1 (also used by make_fixtures.py).
+/// The SplitMix64 byte generator of docs/test-vectors.md §5.1 (also used by make_fixtures.py).
 pub fn splitmix64(seed: u64, n: usize) -> Vec<u8> {
     let mut state = seed;
     let mut out = Vec::with_capacity(n + 8);
@@ -99,6 +99,20 @@ pub fn splitmix64(seed: u64, n: usize) -> Vec<u8> {
     }
     out.truncate(n);
     out
+}
+
+/// Bytes from hex digits, whitespace ignored (the layout of the worked examples).
+pub fn unhex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Bytes as lowercase hex digits.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The SHA-256 of `data` as 64 lowercase hex digits (a Git LFS oid).

@@ -1,5 +1,5 @@
 //! Shards: the binary metadata files ("MDB shards") that record file reconstructions and the xorbs
-//! they use (xet-format.md §4), read and written byte-for-byte as xet-core does.
+//! they use (docs/format.md §4), read and written byte-for-byte as xet-core does.
 //!
 //! This module owns the in-memory model of a shard ([`model`]), the writer ([`write`](mod@write)), the
 //! validating reader for untrusted bytes ([`read`]) and the error type ([`error`]). Everything is

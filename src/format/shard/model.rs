@@ -108,7 +108,7 @@ pub struct FileInfo {
     /// zero bytes for a file it never fed to SHA-256 (the empty file).
     pub sha256: Option<LfsOid>,
     /// Flag bits other than WITH_VERIFICATION and WITH_METADATA_EXT, as read. xet-core writes 0
-    /// and ignores them on read; our server rejects them (cas-api.md §9.3). Kept so that a shard
+    /// and ignores them on read; our server rejects them (docs/cas-api.md §9.3). Kept so that a shard
     /// re-serialises to the same bytes; must not contain the two known bits.
     pub unknown_flags: u32,
 }

@@ -1,4 +1,4 @@
-//! BG4 byte grouping (xet-format.md §3.3) and the BG4 predictor (§3.5).
+//! BG4 byte grouping and the BG4 predictor (docs/format.md §3.5).
 //!
 //! Hand-written: both are specific to Xet, no crate implements them.
 //!
@@ -151,7 +151,7 @@ pub fn bg4_recommended(data: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    /// The rule of §3.3 written in the most obvious way, to check the fast version against.
+    /// The rule of §3.5 written in the most obvious way, to check the fast version against.
     fn split_naive(data: &[u8]) -> Vec<u8> {
         (0..4)
             .flat_map(|g| data.iter().skip(g).step_by(4).copied())

@@ -1,4 +1,4 @@
-//! The xorb builder: packs chunks into one xorb within the limits of xet-format.md §3.6 and
+//! The xorb builder: packs chunks into one xorb within the limits of docs/format.md §3.6 and
 //! yields its hash, its upload form (chunk region only, §3.9) and its stored form (chunk region,
 //! V1 footer, `info_length`, §3.7).
 //!

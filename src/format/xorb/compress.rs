@@ -1,4 +1,4 @@
-//! Chunk compression (xet-format.md §3.3–§3.5): LZ4 frames, BG4-LZ4, the None fallback, the
+//! Chunk compression (docs/format.md §3.3–§3.5): LZ4 frames, BG4-LZ4, the None fallback, the
 //! compression policy and Auto scheme selection, and bomb-safe decompression.
 //!
 //! - **LZ4** payloads are one LZ4 *frame*, written by `lz4_flex`'s `FrameEncoder` with default

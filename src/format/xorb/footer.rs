@@ -1,4 +1,4 @@
-//! Xorb footers: version 1 written and read (xet-format.md §3.7), the legacy version 0 read only
+//! Xorb footers: version 1 written and read (docs/format.md §3.7), the legacy version 0 read only
 //! (§3.8), and the `url_range` rule (§3.10).
 //!
 //! V1 footer (`XorbObjectInfoV1`), offsets relative to the footer's start, `N` chunks:

@@ -1,4 +1,4 @@
-//! The 8-byte chunk header (xet-format.md §3.2) and the compression scheme codes.
+//! The 8-byte chunk header (docs/format.md §3.2) and the compression scheme codes.
 //!
 //! | Offset | Size | Field | Notes |
 //! |---|---|---|---|

@@ -1,5 +1,5 @@
 //! LZ4 frame decoding whose memory and work are bounded by the chunk, never by what the frame
-//! declares (xet-format.md §3.3).
+//! declares (docs/format.md §3.3).
 //!
 //! The reference client decodes a chunk payload with `lz4_flex::frame::FrameDecoder`, which
 //! allocates and zero-fills buffers sized from the block maximum size the frame *declares* (4 MiB

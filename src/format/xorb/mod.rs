@@ -1,4 +1,4 @@
-//! Xorbs (xet-format.md §3): chunk headers, compression, the xorb builder, footers and the
+//! Xorbs (docs/format.md §3): chunk headers, compression, the xorb builder, footers and the
 //! validating reader.
 //!
 //! A xorb is a content-addressed object holding up to 8192 compressed chunks. Its bytes are:
@@ -12,7 +12,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`header`] | the 8-byte chunk header and [`CompressionScheme`] (§3.2) |
-//! | [`bg4`] | the BG4 byte-grouping transform and the BG4 predictor (§3.3, §3.5) |
+//! | [`bg4`] | the BG4 byte-grouping transform and the BG4 predictor (§3.5) |
 //! | [`compress`] | LZ4 frames, the None fallback, [`CompressionPolicy`] and Auto scheme selection, bomb-safe decompression (§3.3–§3.5) |
 //! | [`lz4_frame`] | the LZ4 frame decoder: memory and work bounded by the chunk, not by what the frame declares |
 //! | [`footer`] | the V1 footer (write and read), the legacy V0 footer (read only), the `url_range` rule (§3.7, §3.8, §3.10) |

@@ -1,4 +1,4 @@
-//! The validating xorb reader (xet-format.md §3.2, §3.7–§3.10), and the server's rebuild of the
+//! The validating xorb reader (docs/format.md §3.2, §3.7–§3.10), and the server's rebuild of the
 //! stored form from an upload body.
 //!
 //! [`ParsedXorb::parse`] accepts the three shapes a xorb arrives in:

@@ -11,7 +11,7 @@
 //! content inside one file).
 //!
 //! A chunk that matches nothing the session knows is first looked up locally
-//! ([`CasTarget::local_dedup`], e.g. a shard cache, xet-format.md §5.3), for every such chunk.
+//! ([`CasTarget::local_dedup`], e.g. a shard cache, docs/format.md §5.3), for every such chunk.
 //! Global-dedup queries (§5.1) go out for the file's first chunk and for chunks whose hash is
 //! `0 mod 1024`, once per hash, when nothing local matched. A local or global answer teaches
 //! every chunk of the xorbs it lists, so the chunks following the queried one match too. Keyed

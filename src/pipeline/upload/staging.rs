@@ -3,7 +3,7 @@
 //! The server's basic-transfer uploads learn whether the body matches its oid only at the end
 //! of the body, after xorbs were built. [`Staging`] writes each new xorb to a file in a local
 //! directory instead of the inner target; [`CasTarget::register_shard`] first puts every staged
-//! xorb into the inner target (so xorbs still precede the shard, cas-api.md §7) and then
+//! xorb into the inner target (so xorbs still precede the shard, docs/cas-api.md §7) and then
 //! registers the shard. If the upload fails before that, dropping the `Staging` deletes the
 //! files and the inner target never sees a byte of it.
 //!

@@ -3,8 +3,9 @@
 use super::*;
 use crate::pipeline::download::write_plan;
 use crate::store::Store;
+use crate::store::XorbSource;
 
-/// SplitMix64 bytes (test-vectors.md §5.1): incompressible, chunk boundaries everywhere.
+/// SplitMix64 bytes (docs/test-vectors.md §5.1): incompressible, chunk boundaries everywhere.
 fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
     let mut state = seed;
     let mut out = Vec::with_capacity(n + 8);

@@ -1,5 +1,5 @@
-//! `GET /v1/chunks/{prefix}/{chunk}`: the global dedup query (cas-api.md §5.4, §9.4,
-//! xet-format.md §5.2).
+//! `GET /v1/chunks/{prefix}/{chunk}`: the global dedup query (docs/cas-api.md §5.4, §9.4,
+//! docs/format.md §5.2).
 //!
 //! The store finds the xorb holding a dedup-eligible chunk; the answer is a complete shard
 //! (all lookup tables and the footer) with no files and that xorb's block, its chunk hashes

@@ -1,5 +1,5 @@
 //! `GET /v1/lfs-files/{oid}`: this server's extension for git: the Xet file registered for a Git
-//! LFS oid (the SHA-256 a shard's `FileMetadataExt` carries, cas-api.md §9.3 item 7).
+//! LFS oid (the SHA-256 a shard's `FileMetadataExt` carries, docs/cas-api.md §9.3 item 7).
 //!
 //! A standalone agent has only the oid from the pointer; this tells it which file hash to
 //! reconstruct, and an uploader can skip a file the server already holds intact. Answers
@@ -72,8 +72,8 @@ pub async fn get(
         ));
     };
     Ok(Json(LfsFile {
-        oid: oid.to_hex(),
-        file_hash: file.to_hex(),
+        oid,
+        file_hash: file,
         size,
         intact: Some(intact),
         reconstruction: plan.and_then(|p| inline_v2(&state, &p)),

@@ -1,4 +1,4 @@
-//! The NDJSON progress stream of `POST /v2/shards` (cas-api.md §5.6): one JSON frame per line,
+//! The NDJSON progress stream of `POST /v2/shards` (docs/cas-api.md §5.6): one JSON frame per line,
 //! tagged by `type`, ending with `result` or `error`.
 //!
 //! The work runs on a blocking thread and reports through a [`Reporter`] (a watch channel: only

@@ -1,4 +1,4 @@
-//! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (cas-api.md §5.1, §6):
+//! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (docs/cas-api.md §5.1, §6):
 //! the store's reconstruction plan as the v1 or v2 JSON, with presigned `xorb-data` URLs.
 
 use axum::extract::rejection::PathRejection;
@@ -13,6 +13,7 @@ use super::super::{blocking, parse_hash, SharedState};
 use crate::format::{FileHash, XorbHash};
 use crate::store::reconstruction::PlanError;
 use crate::store::StoreError;
+use crate::util::range::{parse_byte_ranges, ByteRangeSpec};
 
 pub use crate::store::wire::{
     to_v1, to_v2, ByteRange, ChunkRange, FetchInfoV1, RangeV2, ReconstructionV1, ReconstructionV2,
@@ -71,7 +72,7 @@ async fn reconstruct(
     };
     let st = state.clone();
     let planned = blocking(move || {
-        // The empty file is answered with an empty plan whatever the range (cas-api.md §5.1).
+        // The empty file is answered with an empty plan whatever the range (docs/cas-api.md §5.1).
         let range = if file.is_zero() { None } else { range };
         // A file another repository registered is not there for a token limited to one.
         if !st.store.visible_to(&file, limited_to.as_deref())? {
@@ -181,33 +182,12 @@ fn parse_range(value: &HeaderValue) -> Result<(u64, u64), ApiError> {
             ),
         )
     };
-    let text = value.to_str().map_err(|_| bad("is not ASCII"))?.trim();
-    let spec = text
-        .get(..6)
-        .filter(|u| u.eq_ignore_ascii_case("bytes="))
-        .map(|_| &text[6..])
-        .ok_or_else(|| bad("is not a byte range"))?;
-    let (s, e) = spec
-        .trim()
-        .split_once('-')
-        .ok_or_else(|| bad("has no '-'"))?;
-    let number = |t: &str| -> Result<u64, ApiError> {
-        let t = t.trim();
-        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad("is malformed"));
-        }
-        t.parse().map_err(|_| bad("has a number that is too large"))
-    };
-    let start = number(s)?;
-    let end = if e.trim().is_empty() {
-        u64::MAX
-    } else {
-        number(e)?
-    };
-    if end < start {
-        return Err(bad("ends before it starts"));
+    let text = value.to_str().map_err(|_| bad("is not ASCII"))?;
+    let specs = parse_byte_ranges(text).map_err(|e| bad(&e.to_string()))?;
+    match specs[..] {
+        [ByteRangeSpec::From { first, last }] => Ok((first, last.unwrap_or(u64::MAX))),
+        _ => Err(bad("is not one START-END range")),
     }
-    Ok((start, end))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The write side of the CAS API: xorb uploads (cas-api.md §5.5, §9.2), shard uploads v1 and v2
+//! The write side of the CAS API: xorb uploads (docs/cas-api.md §5.5, §9.2), shard uploads v1 and v2
 //! (§5.6, §5.7, §9.3), the xorb-grant probe (§5.11) and telemetry (§5.10).
 //!
 //! Sizes are checked against `Content-Length` before a body is read (413), and again as the
@@ -30,7 +30,7 @@ use crate::store::StoreError;
 /// The largest xorb upload body: the chunk-region limit plus a trailing V1 footer of
 /// [`MAX_XORB_CHUNKS`] chunks with its `info_length` (older clients send one).
 pub const XORB_BODY_LIMIT: u64 = MAX_ACCEPTED_BODY + v1_len(MAX_XORB_CHUNKS as u64) + 4;
-/// The largest telemetry body (cas-api.md §5.10).
+/// The largest telemetry body (docs/cas-api.md §5.10).
 pub const TELEMETRY_LIMIT: u64 = 1024 * 1024;
 /// The body of a grant request is a small JSON object; at most this much is read.
 const GRANT_BODY_LIMIT: u64 = 64 * 1024;
@@ -151,7 +151,7 @@ pub async fn post_shard_v1(
     ))
 }
 
-/// The checks of the shard header (cas-api.md §9.3 item 2) made before the v2 stream starts,
+/// The checks of the shard header (docs/cas-api.md §9.3 item 2) made before the v2 stream starts,
 /// so that a body that is not a shard at all gets an ordinary 400.
 fn check_shard_header(bytes: &[u8]) -> Result<(), ApiError> {
     let bad = |why: String| ApiError::bad_request("invalid_shard", format!("shard: {why}"));

@@ -1,4 +1,4 @@
-//! `GET /v1/xorb-data/{xorb}?e=…&s=…`: the presigned xorb byte fetch (cas-api.md §5.9, §10).
+//! `GET /v1/xorb-data/{xorb}?e=…&s=…`: the presigned xorb byte fetch (docs/cas-api.md §5.9, §10).
 //!
 //! No `Authorization`: the query string is the capability (signature over the xorb and the
 //! expiry, see [`super::super::auth`]); a bad or expired one is 403, which makes the reference
@@ -26,6 +26,7 @@ use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use crate::format::XorbHash;
 use crate::store::Store;
+use crate::util::range::{parse_byte_ranges, ByteRangeSpec};
 
 /// At most this many ranges in one request.
 pub const MAX_RANGES: usize = 1024;
@@ -50,54 +51,26 @@ pub enum RangeProblem {
 /// request order, each clamped to the object (RFC 9110 §14.1.2).
 pub fn parse_ranges(value: &str, len: u64) -> Result<Vec<RangeInclusive<u64>>, RangeProblem> {
     let malformed = || RangeProblem::Malformed(value.chars().take(200).collect());
-    let value_t = value.trim();
-    let list = value_t
-        .get(..6)
-        .filter(|u| u.eq_ignore_ascii_case("bytes="))
-        .map(|_| &value_t[6..])
-        .ok_or_else(malformed)?;
-    let specs: Vec<&str> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if specs.is_empty() {
-        return Err(malformed());
-    }
+    let specs = parse_byte_ranges(value).map_err(|_| malformed())?;
     if specs.len() > MAX_RANGES {
         return Err(RangeProblem::TooMany { count: specs.len() });
     }
-    let number = |t: &str| -> Result<u64, RangeProblem> {
-        let t = t.trim();
-        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(malformed());
-        }
-        t.parse().map_err(|_| malformed())
-    };
     let mut out = Vec::with_capacity(specs.len());
     let mut total: u64 = 0;
     for spec in specs {
-        let (a, b) = spec.split_once('-').ok_or_else(malformed)?;
-        let range = if a.trim().is_empty() {
-            let suffix = number(b)?;
-            if suffix == 0 || len == 0 {
-                continue;
+        let range = match spec {
+            ByteRangeSpec::Suffix(suffix) => {
+                if suffix == 0 || len == 0 {
+                    continue;
+                }
+                len - suffix.min(len)..=len - 1
             }
-            len - suffix.min(len)..=len - 1
-        } else {
-            let first = number(a)?;
-            let last = if b.trim().is_empty() {
-                u64::MAX
-            } else {
-                number(b)?
-            };
-            if last < first {
-                return Err(malformed());
+            ByteRangeSpec::From { first, last } => {
+                if first >= len {
+                    continue;
+                }
+                first..=last.unwrap_or(u64::MAX).min(len - 1)
             }
-            if first >= len {
-                continue;
-            }
-            first..=last.min(len - 1)
         };
         total = total.saturating_add(range.end() - range.start() + 1);
         if total > len {

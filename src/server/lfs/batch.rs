@@ -1,5 +1,5 @@
 //! The batch API (`POST {repo}/info/lfs/objects/batch`, git-lfs `docs/api/batch.md`) and the
-//! Xet token-refresh route (lfs-agent.md §12.2).
+//! Xet token-refresh route (docs/lfs-agent.md §12.2).
 //!
 //! The request is parsed as loose JSON so that every object can be judged on its own: a bad oid
 //! or size is a per-object 422 in a 200 answer, never a failure of the whole batch. Whole-request
@@ -12,7 +12,7 @@
 //! objects it has not started when the token is about to expire, and an agent in the middle of
 //! a transfer refreshes through `href`. Hugging Face's Hub sends `X-Xet-Cas-Url`,
 //! `X-Xet-Access-Token`, `X-Xet-Token-Expiration` and `X-Xet-Session-Id` on upload actions
-//! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.4: this server's
+//! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.3: this server's
 //! answer to the oid → hash lookup). Small objects' download actions also carry their v2
 //! reconstruction in `X-Xet-Reconstruction` (this server's extension), which saves the agent a
 //! request per object.

@@ -11,6 +11,7 @@ use reqwest::header::{HeaderMap, AUTHORIZATION, CONTENT_RANGE, RANGE, RETRY_AFTE
 use reqwest::{Method, StatusCode};
 
 use crate::store::wire::ErrorBody;
+use crate::util::error::root_cause_text;
 
 /// How often and how patiently a request is tried.
 ///
@@ -163,25 +164,15 @@ pub(super) enum Failure {
     Fatal(crate::store::target::TargetError),
 }
 
-/// The URL without its query string or fragment.
+/// The URL without its query string or fragment ([`crate::util::url::without_query`]).
 pub(super) fn shown(url: &str) -> String {
-    let end = url.find(['?', '#']).unwrap_or(url.len());
-    url[..end].to_string()
+    crate::util::url::without_query(url).to_string()
 }
 
-/// The scheme, host and port of a URL: `http://host:port` (no user, path or query; the port
-/// only when it is not the scheme's default).
+/// The scheme, host and port of a URL ([`crate::util::url::origin`]); a URL without a host is
+/// shown without its query.
 pub fn origin(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => {
-            let mut s = format!("{}://{}", u.scheme(), u.host_str().unwrap_or(""));
-            if let Some(p) = u.port() {
-                s.push_str(&format!(":{p}"));
-            }
-            s
-        }
-        Err(_) => shown(url),
-    }
+    crate::util::url::origin(url).unwrap_or_else(|| shown(url))
 }
 
 /// Redirects followed per request, at most.
@@ -241,34 +232,16 @@ pub(super) fn send(
     rb.send()
 }
 
-/// The innermost cause of an error, worded for a user.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    if let Some(io) = cur.downcast_ref::<std::io::Error>() {
-        match io.kind() {
-            std::io::ErrorKind::ConnectionRefused => return "connection refused".into(),
-            std::io::ErrorKind::ConnectionReset => return "connection reset".into(),
-            std::io::ErrorKind::TimedOut => return "timed out".into(),
-            _ => {}
-        }
-    }
-    let text = cur.to_string();
-    if text.is_empty() {
-        e.to_string()
-    } else {
-        text
-    }
-}
-
 /// What a transport error means.
 pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
     if e.is_builder() {
         return Failure::Fatal(crate::store::target::TargetError::Remote {
             what: req.what.clone(),
-            message: format!("invalid request to {}: {}", req.shown_url, root_cause(e)),
+            message: format!(
+                "invalid request to {}: {}",
+                req.shown_url,
+                root_cause_text(e)
+            ),
             retryable: false,
             code: None,
         });
@@ -276,7 +249,7 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
     if e.is_redirect() {
         return Failure::Fatal(crate::store::target::TargetError::Remote {
             what: req.what.clone(),
-            message: format!("{}: {}", req.server, root_cause(e)),
+            message: format!("{}: {}", req.server, root_cause_text(e)),
             retryable: false,
             code: None,
         });
@@ -288,9 +261,13 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
             req.timeout.as_secs()
         )
     } else if e.is_connect() {
-        format!("cannot reach {}: {}", req.server, root_cause(e))
+        format!("cannot reach {}: {}", req.server, root_cause_text(e))
     } else {
-        format!("connection to {} failed: {}", req.server, root_cause(e))
+        format!(
+            "connection to {} failed: {}",
+            req.server,
+            root_cause_text(e)
+        )
     };
     Failure::Retry {
         reason,
@@ -369,7 +346,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
                 "the answer of {} broke off after {} bytes: {}",
                 req.server,
                 buf.len(),
-                root_cause(&e)
+                root_cause_text(&e)
             ),
             retry_after: None,
             code: None,

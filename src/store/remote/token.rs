@@ -1,5 +1,5 @@
 //! Where the CAS bearer token comes from: a fixed token (standalone mode) or a token handed out
-//! with the LFS actions and renewed through a refresh route (negotiated mode, lfs-agent.md
+//! with the LFS actions and renewed through a refresh route (negotiated mode, docs/lfs-agent.md
 //! §12.2). The HTTP side of a refresh lives in [`super::RemoteCas`]; this module holds the state
 //! and the decisions (when to refresh, which answer to keep). Every token it is given or
 //! receives is registered with [`crate::redact`].
@@ -7,13 +7,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::util::now_unix;
 
 /// Refresh this long before the token expires (the reference client's `REFRESH_BUFFER_SEC`).
 pub const REFRESH_BUFFER_SECS: u64 = 30;
@@ -71,7 +65,7 @@ impl fmt::Debug for TokenSource {
 }
 
 /// A CAS token with its expiry and the route that renews it: `GET href` (with the optional
-/// `Authorization` value) answers `{"casUrl", "accessToken", "exp"}` (cas-api.md §2.1).
+/// `Authorization` value) answers `{"casUrl", "accessToken", "exp"}` (docs/cas-api.md §2.1).
 ///
 /// The token is refreshed before a request when it expires within [`REFRESH_BUFFER_SECS`]
 /// (never when its expiry is 0, i.e. unknown), when there is none yet, and once when the server

@@ -1,4 +1,4 @@
-//! The transfer agent: the loop git-lfs talks to as `git-xet transfer` (lfs-agent.md §3–§10).
+//! The transfer agent: the loop git-lfs talks to as `git-xet transfer` (docs/lfs-agent.md §3–§10).
 //!
 //! [`run`] reads one request line at a time from git-lfs, answers `init` at once (no network
 //! or credential work: git-lfs starts up to `lfs.concurrenttransfers` processes per batch),
@@ -14,6 +14,9 @@
 //! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
 //! | `action: null` (standalone), endpoint a directory | the store in that directory, through the private server the agents share ([`super::local_server`]; xorb ranges are read from the store's files); if none answers, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns). A download from a directory without a store fails and creates nothing |
 //! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::endpoint_token`] |
+//!
+//! Choosing the endpoint of a request (this table) is `agent/endpoint.rs`; the request loop and
+//! the transfers themselves are here.
 //!
 //! The standalone endpoint is the one of the remote git-lfs names in `init`
 //! ([`settings::endpoint_for_remote`]: `GIT_XET_ENDPOINT`, `remote.<name>.xetEndpoint`,
@@ -43,11 +46,17 @@
 //! - **Secrets.** What goes to git-lfs and to the log is redacted ([`crate::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
+mod endpoint;
+
+use endpoint::*;
+pub(crate) use endpoint::{open_standalone, Lease};
+
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::error::TransferError;
 use super::journal::{self, Direction, Record};
 use super::protocol::{
     echo, find_oid, parse_request, read_line, Action, LineRead, Operation, ProtocolError,
@@ -58,8 +67,9 @@ use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::pipeline::cached::Cached;
 use crate::pipeline::download::{write_file_at, DownloadError};
-use crate::pipeline::upload::{upload_with_progress, Endpoint, UploadOptions, UploadProgress};
+use crate::pipeline::upload::{upload_with_progress, UploadOptions, UploadProgress};
 use crate::store::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
+use crate::store::Endpoint;
 use crate::store::ReconstructionPlan;
 use crate::store::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,
@@ -147,7 +157,7 @@ pub fn run(
         let request = match request {
             Ok(r) => r,
             Err(e) => match e.oid() {
-                // The failing request names an object: answer it and go on (lfs-agent.md §5).
+                // The failing request names an object: answer it and go on (docs/lfs-agent.md §5).
                 Some(oid) => {
                     tracing::error!(%oid, "{e}");
                     summary.failed += 1;
@@ -200,12 +210,10 @@ pub fn run(
             }
             Request::Download(t) => {
                 let started = Instant::now();
-                let result = agent.download(&t, &mut writer);
-                let result = match &result {
-                    Ok(path) => Ok(Some(path.as_path())),
-                    Err(e) => Err(e.clone()),
-                };
-                finish(&mut writer, &t, result, started, &mut summary)?;
+                match agent.download(&t, &mut writer) {
+                    Ok(path) => finish(&mut writer, &t, Ok(Some(&path)), started, &mut summary)?,
+                    Err(e) => finish(&mut writer, &t, Err(e), started, &mut summary)?,
+                }
             }
             Request::Terminate => {
                 tracing::debug!("terminate");
@@ -247,7 +255,7 @@ fn peak_rss_kib() -> Option<u64> {
 fn finish<W: Write>(
     writer: &mut ProtocolWriter<W>,
     t: &Transfer,
-    result: Result<Option<&Path>, String>,
+    result: Result<Option<&Path>, TransferError>,
     started: Instant,
     summary: &mut RunSummary,
 ) -> Result<(), AgentError> {
@@ -258,7 +266,8 @@ fn finish<W: Write>(
             tracing::info!(oid = %t.oid, size = t.size, secs = started.elapsed().as_secs_f64(), "done");
             writer.complete(&t.oid, Ok(path))?;
         }
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             summary.failed += 1;
             tracing::error!(oid = %t.oid, "{message}");
             writer.complete(&t.oid, Err(&transfer_error(message)))?;
@@ -274,35 +283,12 @@ fn transfer_error(message: String) -> WireError {
     }
 }
 
-/// An endpoint for one request: a store opened for it, or a shared remote client.
-pub(crate) enum Lease {
-    Owned(Box<dyn Endpoint>),
-    Shared(Arc<dyn Endpoint>),
-}
-
-impl Lease {
-    pub(crate) fn get(&self) -> &dyn Endpoint {
-        match self {
-            Lease::Owned(e) => e.as_ref(),
-            Lease::Shared(e) => e.as_ref(),
-        }
-    }
-}
-
-/// The standalone endpoint, resolved on first use.
-enum Standalone {
-    /// A store directory, opened per transfer, where it was configured, and its shard cache,
-    /// kept across transfers.
-    Dir(PathBuf, String, Option<Arc<ShardCache>>),
-    Remote(Arc<dyn Endpoint>),
-}
-
 struct Agent {
     options: AgentOptions,
     /// The remote git-lfs named in `init` (a name or a URL), which picks the standalone
     /// endpoint.
     remote: Option<String>,
-    standalone: Option<Result<Standalone, String>>,
+    standalone: Option<Result<Standalone, Arc<TransferError>>>,
     /// Negotiated endpoints by CAS URL and refresh route.
     negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
     temp_dir: Option<PathBuf>,
@@ -337,7 +323,7 @@ impl Agent {
     /// Takes note of `init`. Refuses the downloads of a `git lfs prune` that wants objects
     /// verified with a remote git-xet serves in standalone mode: git-lfs would count every
     /// object as present without asking (see [`super::prune`]).
-    fn init(&mut self, init: &super::protocol::Init) -> Result<(), String> {
+    fn init(&mut self, init: &super::protocol::Init) -> Result<(), TransferError> {
         self.remote = Some(init.remote.clone()).filter(|r| !r.trim().is_empty());
         if init.operation != Operation::Download {
             return Ok(());
@@ -350,162 +336,7 @@ impl Agent {
         }
         let message = super::prune::refusal(&caller, &init.remote);
         super::prune::tell_user_once(&self.options.git, &caller, &message);
-        Err(message)
-    }
-
-    /// The endpoint serving `t`.
-    fn endpoint(&mut self, t: &Transfer, op: Operation) -> Result<Lease, String> {
-        match &t.action {
-            Some(action) => self.negotiated(action, op).map(Lease::Shared),
-            None => self.standalone_endpoint(op),
-        }
-    }
-
-    /// The standalone endpoint of the remote, for one request. A download from a directory
-    /// that holds no store fails and creates nothing (only an upload creates a store).
-    fn standalone_endpoint(&mut self, op: Operation) -> Result<Lease, String> {
-        if self.standalone.is_none() {
-            self.standalone = Some(self.resolve_standalone());
-        }
-        match self.standalone.as_ref().expect("just resolved") {
-            Err(e) => Err(e.clone()),
-            Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
-            Ok(Standalone::Dir(dir, source, cache)) => {
-                if op == Operation::Download {
-                    let state = settings::inspect_dir_endpoint(dir);
-                    if let Some(why) = state.why_not_a_store() {
-                        return Err(no_store_message(dir, source, &why));
-                    }
-                }
-                let (dir, source, cache) = (dir.clone(), source.clone(), cache.clone());
-                if let Some(shared) = self.shared_server(&dir, cache.as_ref()) {
-                    return Ok(Lease::Shared(shared));
-                }
-                let store = Store::open_waiting(&dir, self.options.store_patience, || {
-                    tracing::info!(
-                        store = %dir.display(),
-                        "waiting for another git-xet process to finish with the store"
-                    )
-                })
-                .map_err(|e| {
-                    format!("cannot open the store at {} ({source}): {e}", dir.display())
-                })?;
-                Ok(Lease::Owned(match cache {
-                    Some(c) => Box::new(Cached::shared(store, c.clone())),
-                    None => Box::new(store),
-                }))
-            }
-        }
-    }
-
-    /// The private server the agents of the store in `dir` share (see [`super::local_server`]),
-    /// behind the store's shard cache; `None` (the agent then opens the store itself) when
-    /// sharing is off or no server answers. Checked again before a transfer that follows a
-    /// pause, in which the server may have stopped.
-    fn shared_server(
-        &mut self,
-        dir: &Path,
-        cache: Option<&Arc<ShardCache>>,
-    ) -> Option<Arc<dyn Endpoint>> {
-        if !super::local_server::enabled() || self.shared_failed {
-            return None;
-        }
-        if let Some((endpoint, _, used)) = &mut self.shared {
-            if used.elapsed() < SHARED_RECHECK {
-                *used = Instant::now();
-                return Some(endpoint.clone());
-            }
-        }
-        let announce = match super::local_server::connect_or_start(dir) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("{e}; opening the store in this process instead");
-                self.shared_failed = true;
-                return None;
-            }
-        };
-        if let Some((endpoint, url, used)) = &mut self.shared {
-            if *url == announce.url {
-                *used = Instant::now();
-                return Some(endpoint.clone());
-            }
-        }
-        let mut config = RemoteConfig::new(
-            announce.url.clone(),
-            TokenSource::fixed(Some(announce.token)),
-        );
-        config.retry = retry_policy();
-        config.name = Some(dir.display().to_string());
-        config.no_proxy = true;
-        config.local_xorbs = Some(dir.to_path_buf());
-        let remote = match RemoteCas::new(config) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!("cannot use the store's private server: {e}; opening the store in this process instead");
-                self.shared_failed = true;
-                return None;
-            }
-        };
-        tracing::info!(store = %dir.display(), url = %announce.url, "using the store's shared server");
-        let endpoint: Arc<dyn Endpoint> = match cache {
-            Some(c) => Arc::new(Cached::shared(remote, c.clone())),
-            None => Arc::new(remote),
-        };
-        self.shared = Some((endpoint.clone(), announce.url, Instant::now()));
-        Some(endpoint)
-    }
-
-    fn resolve_standalone(&self) -> Result<Standalone, String> {
-        let remote = self.remote.as_deref();
-        let found =
-            settings::endpoint_for_remote(&self.options.git, &self.options.base_dir, remote)
-                .map_err(|e| format!("cannot read the git-xet endpoint: {e}"))?;
-        let Some((spec, source)) = found else {
-            let remote_key =
-                match remote.and_then(|r| settings::configured_remote(&self.options.git, r)) {
-                    Some(name) => format!("{}, ", settings::remote_endpoint_key(&name)),
-                    None => String::new(),
-                };
-            return Err(format!(
-                "standalone mode (lfs.standalonetransferagent=xet) needs an endpoint{}, and none \
-                 is set: run `git xet install --local --endpoint URL-or-DIR` (add `--remote NAME` \
-                 for one remote's own), or set {remote_key}{} or {}",
-                remote
-                    .map(|r| format!(" for remote {:?}", crate::redact::redact(r)))
-                    .unwrap_or_default(),
-                settings::ENDPOINT_KEY,
-                settings::ENDPOINT_ENV
-            ));
-        };
-        tracing::info!(endpoint = %spec.display(), %source, "standalone endpoint");
-        match spec {
-            EndpointSpec::Dir(dir) => {
-                let cache = shard_cache(&dir.display().to_string()).map(Arc::new);
-                Ok(Standalone::Dir(dir, source, cache))
-            }
-            EndpointSpec::Http(url) => {
-                let token = settings::endpoint_token(&self.options.git, &url);
-                if let Some((_, origin)) = &token {
-                    tracing::debug!(?origin, "token for the standalone endpoint");
-                }
-                connect_standalone(&url, token.map(|(t, _)| t)).map(Standalone::Remote)
-            }
-        }
-    }
-
-    fn negotiated(&mut self, action: &Action, op: Operation) -> Result<Arc<dyn Endpoint>, String> {
-        let cas_url = action.header("X-Xet-Cas-Url").ok_or_else(|| {
-            "the LFS server chose the xet transfer but sent no X-Xet-Cas-Url header; \
-             ask its administrator, or run `git xet uninstall` to use plain LFS"
-                .to_string()
-        })?;
-        let key = (cas_url.to_string(), action.href.clone());
-        if let Some((_, e)) = self.negotiated.iter().find(|(k, _)| *k == key) {
-            return Ok(e.clone());
-        }
-        let endpoint = connect_negotiated(&self.options.git, action, op)?;
-        self.negotiated.push((key, endpoint.clone()));
-        Ok(endpoint)
+        Err(TransferError::Setup(message))
     }
 
     fn common_dir(&mut self) -> Option<PathBuf> {
@@ -539,14 +370,16 @@ impl Agent {
         &mut self,
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<Option<&'static Path>, String> {
-        let path = t.path.as_deref().ok_or("upload request without a path")?;
+    ) -> Result<Option<&'static Path>, TransferError> {
+        let path = t.path.as_deref().ok_or(TransferError::NoPath)?;
         let file = open_upload(path)?;
         let lease = self.endpoint(t, Operation::Upload)?;
         let endpoint = lease.get();
         // Releases git-lfs's other workers, which wait for the first worker's credentials.
         if t.size > 0 {
-            writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
+            writer
+                .progress(&t.oid, 1)
+                .map_err(TransferError::Progress)?;
         }
         let mut options = UploadOptions {
             expected_sha256: Some(t.oid),
@@ -594,16 +427,19 @@ impl Agent {
         }
         let summary = attempt.map_err(|e| {
             if e.is_input_error() {
-                format!(
-                    "the LFS object {} does not match its oid and size: {e}",
-                    echo(&path.to_string_lossy())
-                )
+                TransferError::Mismatch {
+                    path: echo(&path.to_string_lossy()),
+                    source: Box::new(e),
+                }
             } else {
-                format!("upload to {} failed: {e}", endpoint.describe())
+                TransferError::Upload {
+                    endpoint: endpoint.describe(),
+                    source: Box::new(e),
+                }
             }
         })?;
         if let Some(e) = stdout_gone {
-            return Err(format!("cannot report progress to git-lfs: {e}"));
+            return Err(TransferError::Progress(e));
         }
         tracing::info!(
             oid = %t.oid,
@@ -632,30 +468,37 @@ impl Agent {
         &mut self,
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, TransferError> {
         let lease = self.endpoint(t, Operation::Download)?;
         let endpoint = lease.get();
         // Shows a large download has started (a small one completes as soon).
         if t.size >= EARLY_PROGRESS_MIN {
-            writer.progress(&t.oid, 1).map_err(|e| e.to_string())?;
+            writer
+                .progress(&t.oid, 1)
+                .map_err(TransferError::Progress)?;
         }
         let hash = find_xet_hash(endpoint, t)?;
-        let ask_plan = || -> Result<ReconstructionPlan, String> {
+        let ask_plan = || -> Result<ReconstructionPlan, TransferError> {
             let plan = endpoint
                 .reconstruction(&hash, None)
-                .map_err(|e| format!("cannot get the reconstruction of Xet file {hash}: {e}"))?
+                .map_err(|e| TransferError::Plan {
+                    hash,
+                    source: Box::new(e),
+                })?
                 .ok_or_else(|| {
-                    format!(
+                    TransferError::Lookup(format!(
                         "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
                         endpoint.describe(),
                         t.oid
-                    )
+                    ))
                 })?;
             if plan.file_size != t.size {
-                return Err(format!(
-                    "Xet file {hash} has {} bytes, but LFS object {} should have {}",
-                    plan.file_size, t.oid, t.size
-                ));
+                return Err(TransferError::WrongSize {
+                    hash,
+                    oid: t.oid,
+                    actual: plan.file_size,
+                    expected: t.size,
+                });
             }
             Ok(plan)
         };
@@ -669,17 +512,18 @@ impl Agent {
             }
             None => ask_plan()?,
         };
-        if self.temp_dir.is_none() {
-            let dir = settings::lfs_temp_dir(&self.options.git)
-                .map_err(|e| format!("cannot find git-lfs's temp directory: {e}"))?;
-            self.temp_dir = Some(dir);
-        }
-        let dir = self.temp_dir.clone().expect("just set");
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            format!(
-                "cannot create git-lfs's temp directory {}: {e}",
-                dir.display()
-            )
+        let dir = match &self.temp_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir =
+                    settings::lfs_temp_dir(&self.options.git).map_err(TransferError::TempDir)?;
+                self.temp_dir.insert(dir).clone()
+            }
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
+            what: "cannot create git-lfs's temp directory",
+            path: dir.clone(),
+            source: e,
         })?;
         let parts = self.parts.get_or_insert_with(|| list_parts(&dir));
         if let Some(found) = parts.remove(&part_prefix(&t.oid)) {
@@ -690,14 +534,18 @@ impl Agent {
             .prefix(&prefix)
             .suffix(PART_SUFFIX)
             .tempfile_in(&dir)
-            .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+            .map_err(|e| TransferError::Local {
+                what: "cannot create a file in",
+                path: dir.clone(),
+                source: e,
+            })?;
         // Locked while it is written, so that another agent's clean-up leaves it alone; a
         // killed agent's lock goes with it.
         if let Err(e) = tmp.as_file().try_lock() {
             tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
         }
         // No SHA-256 here: git-lfs hashes the file itself after `complete` and refuses it on
-        // a mismatch before it enters .git/lfs/objects (lfs-agent.md §7). Hashing it here too
+        // a mismatch before it enters .git/lfs/objects (docs/lfs-agent.md §7). Hashing it here too
         // would only word that refusal better, at the cost of a pass over every byte. What
         // the agent checks is what git-lfs cannot: every chunk's hash and the Xet file hash.
         let mut reported = 0u64;
@@ -705,12 +553,15 @@ impl Agent {
         let n = loop {
             attempt += 1;
             if attempt > 3 {
-                return Err(format!("download of {} failed three times", t.oid));
+                return Err(TransferError::GaveUp(t.oid));
             }
             let file = tmp.as_file();
             if attempt > 1 {
-                file.set_len(0)
-                    .map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+                file.set_len(0).map_err(|e| TransferError::Local {
+                    what: "cannot write",
+                    path: tmp.path().to_path_buf(),
+                    source: e,
+                })?;
             }
             let mut progress = |written: u64| -> std::io::Result<()> {
                 // Progress only moves forward, also when a second attempt starts over.
@@ -739,24 +590,24 @@ impl Agent {
                     endpoint.forget_cached(&xorbs);
                 }
                 Err(e) => {
-                    return Err(format!(
-                        "download of {} from {} failed: {e}",
-                        t.oid,
-                        endpoint.describe()
-                    ))
+                    return Err(TransferError::Download {
+                        oid: t.oid,
+                        endpoint: endpoint.describe(),
+                        source: Box::new(e),
+                    })
                 }
             }
         };
         endpoint.trim_cache();
         if n != t.size {
-            return Err(format!(
-                "Xet file {hash} rebuilt to {n} bytes, but LFS object {} has {}",
-                t.oid, t.size
-            ));
+            return Err(TransferError::RebuiltSize {
+                hash,
+                oid: t.oid,
+                actual: n,
+                expected: t.size,
+            });
         }
-        let (_, path) = tmp
-            .keep()
-            .map_err(|e| format!("cannot keep the downloaded file: {e}"))?;
+        let (_, path) = tmp.keep().map_err(|e| TransferError::Keep(e.error))?;
         tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
         record.transferred_bytes = n;
@@ -769,7 +620,7 @@ impl Agent {
 
 /// Opens an object to upload without ever blocking: non-blocking (a FIFO would block `open`
 /// until a writer comes), and only if what was opened is a regular file.
-fn open_upload(path: &Path) -> Result<std::fs::File, String> {
+fn open_upload(path: &Path) -> Result<std::fs::File, TransferError> {
     let shown = || echo(&path.to_string_lossy());
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
@@ -778,23 +629,20 @@ fn open_upload(path: &Path) -> Result<std::fs::File, String> {
         use std::os::unix::fs::OpenOptionsExt;
         options.custom_flags(libc::O_NONBLOCK);
     }
-    let file = options
-        .open(path)
-        .map_err(|e| format!("cannot read the LFS object {} for upload: {e}", shown()))?;
-    let kind = file
-        .metadata()
-        .map_err(|e| format!("cannot read the LFS object {} for upload: {e}", shown()))?
-        .file_type();
+    let unreadable = |e| TransferError::ReadObject {
+        path: shown(),
+        source: e,
+    };
+    let file = options.open(path).map_err(unreadable)?;
+    let kind = file.metadata().map_err(unreadable)?.file_type();
     if kind.is_file() {
         // O_NONBLOCK means nothing for a regular file's reads.
         return Ok(file);
     }
-    Err(format!(
-        "the LFS object {} is not a regular file but {}; git-lfs hands over files of \
-         .git/lfs/objects, so something replaced it: check that path, then push again",
-        shown(),
-        file_kind(&kind)
-    ))
+    Err(TransferError::NotAFile {
+        path: shown(),
+        kind: file_kind(&kind),
+    })
 }
 
 /// "a directory", "a FIFO", … for messages.
@@ -894,10 +742,6 @@ fn remove_stale_parts(parts: &[PathBuf]) {
     }
 }
 
-/// After this long without a transfer, the shared server is checked (and started again if it
-/// stopped) before the next one.
-const SHARED_RECHECK: Duration = Duration::from_secs(1);
-
 /// How long an upload waits for another agent uploading a related file (see
 /// [`claim_related_uploads`]) before it goes ahead anyway.
 const RELATED_UPLOAD_PATIENCE: Duration = Duration::from_secs(3600);
@@ -977,163 +821,26 @@ fn inline_plan(t: &Transfer) -> Option<ReconstructionPlan> {
 const MAX_INLINE_RECONSTRUCTION: usize = 64 << 10;
 
 /// The Xet file holding `t`'s content: the action's `X-Xet-Hash`, else the endpoint's oid index.
-fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, String> {
+fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, TransferError> {
     if let Some(text) = t.action.as_ref().and_then(|a| a.header("X-Xet-Hash")) {
-        return FileHash::from_hex(text)
-            .map_err(|e| format!("the LFS server sent a bad X-Xet-Hash {:?}: {e}", echo(text)));
+        return FileHash::from_hex(text).map_err(|e| {
+            TransferError::Setup(format!(
+                "the LFS server sent a bad X-Xet-Hash {:?}: {e}",
+                echo(text)
+            ))
+        });
     }
     match endpoint.locate_oid(&t.oid) {
         Ok(Some((hash, _))) => Ok(hash),
-        Ok(None) => Err(format!(
+        Ok(None) => Err(TransferError::Lookup(format!(
             "{} has no file with LFS oid {}; was it pushed with git-xet?",
             endpoint.describe(),
             t.oid
-        )),
-        Err(e) => Err(format!(
-            "cannot look up LFS oid {} at {}: {e}",
-            t.oid,
-            endpoint.describe()
-        )),
+        ))),
+        Err(e) => Err(TransferError::LookupFailed {
+            oid: t.oid,
+            endpoint: endpoint.describe(),
+            source: Box::new(e),
+        }),
     }
-}
-
-/// The local shard cache of `endpoint`, or `None` (with a warning) if it cannot be used:
-/// transfers work without it, they only deduplicate less.
-fn shard_cache(endpoint: &str) -> Option<ShardCache> {
-    match ShardCache::for_endpoint(endpoint) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!("the local shard cache is not available ({e}); continuing without it");
-            None
-        }
-    }
-}
-
-/// `remote` behind the local shard cache and the download chunk cache of its URL, as far as
-/// they can be used.
-fn with_cache(remote: RemoteCas) -> Arc<dyn Endpoint> {
-    let chunks = match ChunkCache::for_endpoint(remote.cas_url()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(
-                "the download chunk cache is not available ({e}); continuing without it"
-            );
-            None
-        }
-    };
-    match shard_cache(remote.cas_url()) {
-        Some(cache) => {
-            let cached = Cached::new(remote, cache);
-            Arc::new(match chunks {
-                Some(c) => cached.with_chunk_cache(c),
-                None => cached,
-            })
-        }
-        None => Arc::new(remote),
-    }
-}
-
-/// The retry policy of remote requests: the default, or the horizon of
-/// [`settings::RETRY_SECS_ENV`].
-fn retry_policy() -> RetryPolicy {
-    settings::retry_horizon().map_or_else(RetryPolicy::default, RetryPolicy::for_horizon)
-}
-
-/// The standalone endpoint of `remote` (a remote name or URL; `None`: the repository's), opened
-/// as the agent would for `op`: for a download from a directory, only if it holds a store.
-/// For `git xet prune`, which checks objects there.
-pub(crate) fn open_standalone(
-    options: AgentOptions,
-    remote: Option<&str>,
-    op: Operation,
-) -> Result<Lease, String> {
-    let mut agent = Agent::new(options);
-    agent.remote = remote.map(str::to_string);
-    agent.standalone_endpoint(op)
-}
-
-/// Why a download from the directory endpoint `dir` (configured in `source`) cannot be
-/// served, and what to do.
-fn no_store_message(dir: &Path, source: &str, why: &str) -> String {
-    format!(
-        "the endpoint directory {} ({source}) {why}, so it holds no git-xet store to download \
-         from; nothing was created there. If the objects are elsewhere, point this repository at \
-         that store (`git xet install --local --endpoint DIR`, or `--remote NAME` for one \
-         remote); `git xet status` shows the endpoint of each remote",
-        dir.display()
-    )
-}
-
-/// A client for the `git xet serve` (or other CAS) at `url` in standalone mode, with `token`
-/// (sent to that origin only; the URL's own userinfo is not part of requests).
-fn connect_standalone(url: &str, token: Option<String>) -> Result<Arc<dyn Endpoint>, String> {
-    let bare = settings::split_userinfo(url).bare;
-    let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token));
-    config.retry = retry_policy();
-    config.token_hint = format!(
-        "set {}, or store the token for {bare} with a git credential helper",
-        settings::TOKEN_ENV
-    );
-    RemoteCas::new(config)
-        .map(with_cache)
-        .map_err(|e| format!("cannot use the endpoint {bare}: {e}"))
-}
-
-/// A client for the CAS named in a negotiated action (lfs-agent.md §12.1): the action's token,
-/// sent to the action's `X-Xet-Cas-Url` (the CAS the same LFS server named, so the origin the
-/// token was issued for), refreshed through `href` with the credential
-/// [`settings::refresh_authorization`] picks (the action's own `Authorization`, `HF_TOKEN` on
-/// Hugging Face, or a git credential for `href`; never `GIT_XET_TOKEN`), asked for only when a
-/// refresh is due.
-fn connect_negotiated(
-    git: &Git,
-    action: &Action,
-    op: Operation,
-) -> Result<Arc<dyn Endpoint>, String> {
-    let cas_url = action
-        .header("X-Xet-Cas-Url")
-        .unwrap_or_default()
-        .to_string();
-    let token = action.header("X-Xet-Access-Token").map(str::to_string);
-    if token.is_none() {
-        return Err(
-            "the LFS server chose the xet transfer but sent no X-Xet-Access-Token header".into(),
-        );
-    }
-    let expires_at = match action.header("X-Xet-Token-Expiration") {
-        Some(text) => text.trim().parse::<u64>().map_err(|_| {
-            format!(
-                "the LFS server sent a bad X-Xet-Token-Expiration {:?} (want unix seconds)",
-                crate::redact::clip(text, 100)
-            )
-        })?,
-        None => 0,
-    };
-    let href = action.href.clone();
-    let action_authorization = action.header("Authorization").map(str::to_string);
-    if let Some(a) = &action_authorization {
-        crate::redact::register_authorization(a);
-    }
-    let credential_git = git.clone();
-    let credential_url = href.clone();
-    let refresher =
-        RefreshingToken::new(href.clone(), token, expires_at).with_authorization_fn(move || {
-            Ok(settings::refresh_authorization(
-                &credential_git,
-                &credential_url,
-                action_authorization.as_deref(),
-            ))
-        });
-    let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
-    config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
-    config.retry = retry_policy();
-    config.token_hint = format!(
-        "the token from the LFS server was refused; it is refreshed through {} with the \
-         action's Authorization header or your git credential for that URL",
-        crate::redact::clip(&crate::redact::redact(&href), 300)
-    );
-    tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
-    RemoteCas::new(config)
-        .map(with_cache)
-        .map_err(|e| format!("cannot use the CAS {cas_url} the LFS server named: {e}"))
 }

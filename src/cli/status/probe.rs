@@ -1,0 +1,293 @@
+//! Network checks: reachability (`GET /health`) and whether the endpoint or LFS server accepts the
+//! credential that would be sent, with a short timeout and never prompting.
+
+use std::io::Read;
+use std::time::Instant;
+
+use super::*;
+use crate::git::Git;
+use crate::lfs::settings::{self, DirState, EndpointSpec};
+use crate::redact::redact;
+use crate::util::error::{chain_text, root_cause};
+
+pub(super) fn check_endpoint(
+    git: &Git,
+    spec: &EndpointSpec,
+    source: &str,
+    no_network: bool,
+    warnings: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> EndpointCheck {
+    // What to run to point git-xet elsewhere, for the place this endpoint was configured.
+    let fix = match source
+        .strip_prefix("git config remote.")
+        .and_then(|r| r.rsplit_once('.'))
+    {
+        Some((remote, _)) => {
+            format!("`git xet install --local --endpoint URL-or-DIR --remote {remote}`")
+        }
+        None if source.starts_with("environment") => {
+            format!("a right {}, or unset it", settings::ENDPOINT_ENV)
+        }
+        None => "`git xet install --local --endpoint URL-or-DIR`".to_string(),
+    };
+    let mut c = EndpointCheck::default();
+    match spec {
+        EndpointSpec::Http(url) => {
+            if no_network {
+                return c;
+            }
+            let health = probe(&format!("{url}/health"));
+            if !health.reachable {
+                warnings.push(format!(
+                    "the endpoint {} ({source}) does not answer ({}): is the server running and \
+                     the URL right?",
+                    redact(url),
+                    health.error.as_deref().unwrap_or("no answer")
+                ));
+            } else {
+                let cred = probe_endpoint_credential(git, url);
+                let bare = settings::split_userinfo(url).bare;
+                match cred.verdict {
+                    "refused" => warnings.push(format!(
+                        "the endpoint {} refused the credential git-xet would send (from {}; \
+                         HTTP {}): the stored credential is wrong or expired. Store the right \
+                         token: `printf 'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git \
+                         credential approve` (after `git credential reject` of the old one), or \
+                         set GIT_XET_TOKEN",
+                        redact(url),
+                        cred.source.as_deref().unwrap_or("?"),
+                        cred.http_status.unwrap_or(0)
+                    )),
+                    "missing" => warnings.push(format!(
+                        "the endpoint {} needs a token (HTTP {}) and git-xet has none: set \
+                         GIT_XET_TOKEN, or store it with `printf \
+                         'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git credential \
+                         approve`",
+                        redact(url),
+                        cred.http_status.unwrap_or(0)
+                    )),
+                    "unknown" => notes.push(format!(
+                        "could not check the credential for {}: {}",
+                        redact(url),
+                        cred.error.as_deref().unwrap_or("unexpected answer")
+                    )),
+                    _ => {}
+                }
+                c.credential = Some(cred);
+            }
+            c.health = Some(health);
+        }
+        EndpointSpec::Dir(dir) => {
+            let state = settings::inspect_dir_endpoint(dir);
+            let shown = format!("{} ({source})", dir.display());
+            c.state = Some(match &state {
+                DirState::Store { .. } => "store",
+                DirState::OtherVersion(_) => "other_version",
+                DirState::Empty { .. } => "empty",
+                DirState::Missing => "missing",
+                DirState::NotAStore => "not_a_store",
+                DirState::NotADirectory => "not_a_directory",
+                DirState::CannotCreate(_) => "cannot_create",
+                DirState::Unreadable(_) => "unreadable",
+            });
+            match &state {
+                DirState::Store { writable: true } => {}
+                DirState::Store { writable: false } | DirState::Empty { writable: false } => {
+                    warnings.push(format!(
+                        "the endpoint directory {shown} is not writable by you, so pushes will \
+                         fail: fix its permissions, or use another endpoint: {fix}"
+                    ))
+                }
+                DirState::Empty { writable: true } => notes.push(format!(
+                    "the endpoint directory {shown} is empty: the first push makes it a store"
+                )),
+                DirState::Missing => notes.push(format!(
+                    "the endpoint directory {shown} does not exist yet: the first push creates \
+                     it (nothing can be downloaded from it until then)"
+                )),
+                DirState::OtherVersion(_) | DirState::NotAStore | DirState::NotADirectory => {
+                    warnings.push(format!(
+                        "the endpoint directory {shown} {}: git-xet can neither push to it nor \
+                         pull from it; point git-xet at a store directory (a new or empty one \
+                         for a fresh store): {fix}",
+                        state.why_not_a_store().unwrap_or_default()
+                    ))
+                }
+                DirState::CannotCreate(_) | DirState::Unreadable(_) => warnings.push(format!(
+                    "the endpoint directory {shown} {}: pushes will fail; fix the path or its \
+                     permissions, or use another endpoint: {fix}",
+                    state.why_not_a_store().unwrap_or_default()
+                )),
+            }
+            c.store = Some(dir_info(Some(dir.clone())));
+        }
+    }
+    c
+}
+
+/// `GET <endpoint>/v1/lfs-files/<zero oid>` with the token the agent would send (without
+/// prompting for one): a 404 means the server accepted it, a 401/403 that it did not.
+pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck {
+    let bare = settings::split_userinfo(url).bare;
+    let token = settings::endpoint_token_quiet(git, url);
+    let target = format!("{bare}/v1/lfs-files/{}", "0".repeat(64));
+    let mut check = CredentialCheck {
+        url: redact(&target),
+        source: token.as_ref().map(|(_, o)| o.describe().to_string()),
+        http_status: None,
+        verdict: "unknown",
+        error: None,
+    };
+    let Ok(client) = probe_client() else {
+        check.error = Some("cannot build an HTTP client".into());
+        return check;
+    };
+    let mut request = client.get(&target);
+    if let Some((t, _)) = &token {
+        request = request.bearer_auth(t);
+    }
+    match request.send() {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            check.http_status = Some(status);
+            // 404: the server looked the (made-up) oid up, so it accepted the request.
+            check.verdict = credential_verdict(status, token.is_some(), true);
+            if check.verdict == "unknown" {
+                check.error = Some(format!("HTTP {status}"));
+            }
+        }
+        Err(e) => check.error = Some(chain_text(&e)),
+    }
+    check
+}
+
+/// A download batch request without objects to the LFS server `lfs_url`, as git-lfs would
+/// send it: without a credential first, then with the one git's credential helpers hold (never
+/// prompting) if the server asks for one.
+pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck {
+    let split = settings::split_userinfo(lfs_url);
+    let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
+    let mut check = CredentialCheck {
+        url: redact(&target),
+        source: None,
+        http_status: None,
+        verdict: "unknown",
+        error: None,
+    };
+    let Ok(client) = probe_client() else {
+        check.error = Some("cannot build an HTTP client".into());
+        return check;
+    };
+    let send = |auth: Option<(&str, &str)>| {
+        let mut r = client
+            .post(&target)
+            .header("Accept", "application/vnd.git-lfs+json")
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .body(r#"{"operation":"download","transfers":["basic"],"objects":[]}"#);
+        if let Some((user, password)) = auth {
+            r = r.basic_auth(user, Some(password));
+        }
+        r.send().map(|resp| resp.status().as_u16())
+    };
+    let mut result = send(None);
+    if let Ok(401 | 403) = result {
+        let credential = settings::stored_credential(git, &split.with_user)
+            .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
+        if let Some((user, password)) = credential {
+            check.source = Some("your git credential helper".into());
+            result = send(Some((&user, &password)));
+        }
+    }
+    match result {
+        Ok(status) => {
+            check.http_status = Some(status);
+            // 404 here is "no such repository", which says nothing about the credential.
+            check.verdict = credential_verdict(status, check.source.is_some(), false);
+            if check.verdict == "unknown" {
+                check.error = Some(format!("HTTP {status}"));
+            }
+        }
+        Err(e) => check.error = Some(chain_text(&e)),
+    }
+    check
+}
+
+/// `accepted` / `not_needed` / `refused` / `missing` / `unknown` for an answer (`sent`: with a
+/// credential; `not_found_ok`: a 404 means the request itself was accepted).
+pub(super) fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) -> &'static str {
+    let ok = (200..300).contains(&status) || (status == 404 && not_found_ok);
+    match (ok, status, sent) {
+        (true, _, true) => "accepted",
+        (true, _, false) => "not_needed",
+        (false, 401 | 403, true) => "refused",
+        (false, 401 | 403, false) => "missing",
+        _ => "unknown",
+    }
+}
+
+pub(super) fn probe_client() -> reqwest::Result<reqwest::blocking::Client> {
+    reqwest::blocking::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .connect_timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// `GET url` with a [`PROBE_TIMEOUT`]: reachable if anything answers over HTTP; a git-xet
+/// server's `/health` answers `{"status":"ok","version":…}`.
+pub(super) fn probe(url: &str) -> Reachability {
+    let start = Instant::now();
+    let mut check = Reachability {
+        url: redact(url),
+        reachable: false,
+        http_status: None,
+        git_xet_server: false,
+        server_version: None,
+        millis: 0,
+        error: None,
+    };
+    // `/health` needs no credential: a password in the URL is not sent, and a redirect is
+    // an answer, not followed.
+    let bare = settings::split_userinfo(url).bare;
+    let client = reqwest::blocking::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .connect_timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
+        .build();
+    let result = client.and_then(|c| c.get(&bare).send());
+    match result {
+        Ok(response) => {
+            check.reachable = true;
+            let status = response.status();
+            check.http_status = Some(status.as_u16());
+            if status.is_success() {
+                let mut body = Vec::new();
+                // /health is tiny; read no more than 64 KiB of whatever answered.
+                let _ = response.take(64 << 10).read_to_end(&mut body);
+                if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) {
+                    if value.get("status").and_then(|s| s.as_str()) == Some("ok") {
+                        check.git_xet_server = true;
+                        check.server_version = value
+                            .get("version")
+                            .and_then(|v| v.as_str())
+                            .map(String::from);
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            check.error = Some(if e.is_timeout() {
+                format!("no answer within {} s", PROBE_TIMEOUT.as_secs())
+            } else if e.is_connect() {
+                format!("cannot connect: {}", root_cause(&e))
+            } else {
+                chain_text(&e)
+            });
+        }
+    }
+    check.millis = start.elapsed().as_millis() as u64;
+    check
+}

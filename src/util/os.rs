@@ -1,0 +1,87 @@
+//! The crate's only unsafe code: file mappings and two system calls that neither std nor a
+//! crate already in the tree wraps safely. Everything else in git-xet is safe Rust, which the
+//! `unsafe_code = "deny"` lint of Cargo.toml enforces; this module is the one place that allows
+//! it, and each block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+#[cfg(unix)]
+use std::path::Path;
+
+/// Maps `len` bytes of `file` from `offset`, read-only.
+///
+/// A mapping reflects the file: if another process truncates or rewrites it while it is mapped,
+/// what is read changes (or, past a truncation, the process gets `SIGBUS`). Callers map files
+/// that are theirs (a spooled upload) or that they only hash (an LFS object), and accept that
+/// caveat, which every mmap-based tool shares, for the speed on large files.
+pub fn map_readonly(file: &File, offset: u64, len: usize) -> io::Result<memmap2::Mmap> {
+    // SAFETY: the map is read-only; the caveat about concurrent writers is documented above
+    // and accepted by every caller.
+    unsafe {
+        memmap2::MmapOptions::new()
+            .offset(offset)
+            .len(len)
+            .map(file)
+    }
+}
+
+/// Maps the whole of `file`, read-only; see [`map_readonly`].
+pub fn map_whole(file: &File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: as in `map_readonly`.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+/// Whether this user may create and remove entries in the directory `path`
+/// (`access(W_OK | X_OK)`). `false` for a path with a NUL byte.
+#[cfg(unix)]
+pub fn may_write_dir(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call; access(2) only reads
+    // it.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem holding `path` (statvfs(3):
+/// available blocks times the fragment size).
+#[cfg(unix)]
+pub fn available_space(path: &Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct of integers.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `stat` a writable, properly sized struct that
+    // statvfs(3) only writes into; both outlive the call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut stat) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn maps_and_system_calls() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"0123456789").unwrap();
+        assert_eq!(&map_whole(&f).unwrap()[..], b"0123456789");
+        assert_eq!(&map_readonly(&f, 0, 4).unwrap()[..], b"0123");
+        #[cfg(unix)]
+        {
+            let dir = tempfile::tempdir().unwrap();
+            assert!(may_write_dir(dir.path()));
+            assert!(!may_write_dir(&dir.path().join("missing")));
+            assert!(available_space(dir.path()).unwrap() > 0);
+            assert!(available_space(&dir.path().join("missing")).is_err());
+        }
+    }
+}
