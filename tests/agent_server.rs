@@ -15,11 +15,7 @@ use common::git::{dir_bytes, tools_available, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn registered_files(server: &TestServer) -> u64 {
-    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", server.url()))
-        .unwrap()
-        .json()
-        .unwrap();
-    h["files"].as_u64().unwrap()
+    server.health("files")
 }
 
 fn xet(env: &GitEnv, args: &[&str]) {

@@ -17,11 +17,7 @@ const SIZE: usize = 16 * MIB;
 const EDIT: usize = 256 << 10;
 
 fn sent(server: &TestServer) -> u64 {
-    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", server.url()))
-        .unwrap()
-        .json()
-        .unwrap();
-    h["sent_xorb_bytes"].as_u64().unwrap()
+    server.health("sent_xorb_bytes")
 }
 
 /// The versions: each one edits `EDIT` bytes of the one before, at a different place.

@@ -20,11 +20,7 @@ fn stored_xorb_bytes(server: &TestServer) -> u64 {
 }
 
 fn registered_files(server: &TestServer) -> u64 {
-    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", server.url()))
-        .unwrap()
-        .json()
-        .unwrap();
-    h["files"].as_u64().unwrap()
+    server.health("files")
 }
 
 /// Output a push or clone must not contain: lock-API hints, warnings, prompts.

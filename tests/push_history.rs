@@ -13,13 +13,8 @@ use std::time::Instant;
 use common::git::{tools_available, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
-/// Xorb body bytes the server received (whether or not it already had the xorbs).
 fn received(server: &TestServer) -> u64 {
-    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", server.url()))
-        .unwrap()
-        .json()
-        .unwrap();
-    h["received_xorb_bytes"].as_u64().unwrap()
+    server.health("received_xorb_bytes")
 }
 
 fn journal_sent(repo: &Path) -> u64 {

@@ -830,13 +830,8 @@ fn credentials_never_follow_a_redirect_to_another_origin() {
     assert!(seen[0].header("authorization").is_none());
 }
 
-/// The xorb bytes the server has sent, from `/health`.
 fn sent_xorb_bytes(server: &TestServer) -> u64 {
-    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", server.url()))
-        .unwrap()
-        .json()
-        .unwrap();
-    h["sent_xorb_bytes"].as_u64().unwrap()
+    server.health("sent_xorb_bytes")
 }
 
 #[test]

@@ -584,13 +584,8 @@ fn garbage_collection_and_scrub_work_on_the_bucket() {
     assert_eq!(b.len(key).unwrap(), None, "moved to quarantine");
 }
 
-/// `sent_xorb_bytes` of a server's `/health`.
 fn sent_xorb_bytes(s: &TestServer) -> u64 {
-    let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", s.url()))
-        .unwrap()
-        .json()
-        .unwrap();
-    h["sent_xorb_bytes"].as_u64().unwrap()
+    s.health("sent_xorb_bytes")
 }
 
 #[test]

@@ -105,6 +105,16 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Whether `seg` can be one segment of a repository path: `[A-Za-z0-9._-]+`, not starting with
+/// `.` (so no `.` or `..`).
+pub fn is_repo_segment(seg: &str) -> bool {
+    !seg.is_empty()
+        && !seg.starts_with('.')
+        && seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// The repositories a scoped secret is good for: `team/models` (that one), `team/*` (every
 /// repository under `team/`, at any depth) or `*` (all). Repository ids are URL paths without
 /// a trailing `.git`.
@@ -118,15 +128,7 @@ impl RepoPattern {
         if text == "*" {
             return Ok(Self(text.to_string()));
         }
-        let ok = !body.is_empty()
-            && body.split('/').all(|seg| {
-                !seg.is_empty()
-                    && !seg.starts_with('.')
-                    && seg
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-            });
-        if !ok {
+        if body.is_empty() || !body.split('/').all(is_repo_segment) {
             return Err(format!(
                 "{text:?} is not a repository pattern (team/models, team/*, or *)"
             ));

@@ -83,14 +83,7 @@ impl Repo {
         if path.is_empty() || path.len() > 256 || path.split('/').count() > 16 {
             return None;
         }
-        let ok = path.split('/').all(|seg| {
-            !seg.is_empty()
-                && !seg.starts_with('.')
-                && seg
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        });
-        if !ok {
+        if !path.split('/').all(super::auth::is_repo_segment) {
             return None;
         }
         let id = path.strip_suffix(".git").unwrap_or(path);

@@ -25,6 +25,16 @@ impl TestServer {
     pub fn store_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("store")
     }
+
+    /// A number from the server's `/health` (`files`, `sent_xorb_bytes`, …).
+    pub fn health(&self, field: &str) -> u64 {
+        let h: serde_json::Value = reqwest::blocking::get(format!("{}/health", self.url()))
+            .and_then(|r| r.json())
+            .unwrap_or_else(|e| panic!("GET /health: {e}"));
+        h[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no number {field:?} in /health: {h}"))
+    }
 }
 
 /// Starts a server on 127.0.0.1:0 with a fresh store, tuned by `configure`.
