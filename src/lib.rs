@@ -10,7 +10,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod cli;
-pub mod format;
+/// The Xet formats: the `xet-format` crate (crates/xet-format), under its old name.
+pub use xet_format as format;
 pub mod git;
 pub mod lfs;
 pub mod pipeline;

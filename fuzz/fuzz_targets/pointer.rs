@@ -1,7 +1,7 @@
 //! Any bytes given to the pointer parser: an error or a pointer whose canonical encoding is
 //! exactly the input (the only accepted variation is a historical version URL).
 #![no_main]
-use git_xet::format::pointer::Pointer;
+use xet_format::pointer::Pointer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! Any bytes given to the shard reader: an error or a valid shard, never a panic or a hang. A valid
 //! shard must re-serialise and read back to the same model.
 #![no_main]
-use git_xet::format::shard::ParsedShard;
+use xet_format::shard::ParsedShard;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! Any bytes given to the xorb reader: an error or a valid xorb, never a panic or a hang. A valid
 //! parse must also survive the operations the server and client perform on it.
 #![no_main]
-use git_xet::format::xorb::{footer::XorbFooter, ParsedXorb};
+use xet_format::xorb::{footer::XorbFooter, ParsedXorb};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -565,7 +565,7 @@ fn segment_task(
 mod tests {
     use super::*;
     use crate::format::chunking::chunk_boundaries;
-    use crate::format::chunking::tests::pseudo_random;
+    use crate::format::test_util::pseudo_random;
 
     /// The straightforward computation: canonical boundaries, then each chunk hashed in turn.
     fn reference(data: &[u8]) -> HashedFile {

@@ -32,8 +32,8 @@ use std::ops::{Range, RangeInclusive};
 
 use super::error::{FooterProblem, XorbError};
 use super::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN, MAX_COMPRESSED_LEN};
-use crate::format::cursor::{Cursor, Truncated};
-use crate::format::hash::{ChunkHash, XorbHash};
+use crate::cursor::{Cursor, Truncated};
+use crate::hash::{ChunkHash, XorbHash};
 
 /// The footer ident; also what ends the chunk region for stream parsers.
 pub const FOOTER_IDENT: [u8; 7] = *b"XETBLOB";
@@ -440,10 +440,10 @@ impl XorbFooter {
     }
 
     /// Every chunk's hash and uncompressed length, in order (what the xorb hash is over).
-    pub fn chunk_refs(&self) -> Vec<crate::format::ChunkRef> {
+    pub fn chunk_refs(&self) -> Vec<crate::ChunkRef> {
         (0..self.num_chunks())
             .map(|i| {
-                crate::format::ChunkRef::new(
+                crate::ChunkRef::new(
                     self.chunk_hashes[i],
                     u64::from(self.chunk_len(i).unwrap_or(0)),
                 )
@@ -550,11 +550,11 @@ mod tests {
 
     #[test]
     fn from_tail_reads_a_footer_from_the_end_of_an_object() {
-        use crate::format::xorb::{CompressionPolicy, XorbBuilder};
+        use crate::xorb::{CompressionPolicy, XorbBuilder};
         let mut b = XorbBuilder::new(CompressionPolicy::Auto);
         for i in 0..5u8 {
             let pushed = b.add_chunk(&vec![i; 1000 + usize::from(i)]).unwrap();
-            assert!(matches!(pushed, crate::format::xorb::Push::Added(_)));
+            assert!(matches!(pushed, crate::xorb::Push::Added(_)));
         }
         let stored = b.finish().unwrap().stored_form();
         let (whole, start) = XorbFooter::from_stored(&stored).unwrap();

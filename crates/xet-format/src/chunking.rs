@@ -556,17 +556,7 @@ pub(crate) mod tests {
         ends
     }
 
-    /// A cheap deterministic byte generator for unit tests (an LCG's top byte).
-    pub(crate) fn pseudo_random(n: usize, mut s: u64) -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 56) as u8
-            })
-            .collect()
-    }
+    pub(crate) use crate::test_util::pseudo_random;
 
     #[test]
     fn small_inputs() {

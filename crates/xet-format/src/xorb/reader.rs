@@ -29,8 +29,8 @@ use super::error::{ChunkProblem, FooterProblem, XorbError};
 use super::footer::{url_range, XorbFooter, BUFFER_LEN, NONCE_LEN};
 use super::header::{starts_footer, ChunkHeader, CHUNK_HEADER_LEN, MAX_CHUNK_LEN};
 use super::{XorbChunk, XorbLimits};
-use crate::format::cursor::Cursor;
-use crate::format::hash::{xorb_hash, ChunkHash, ChunkRef, XorbHash};
+use crate::cursor::Cursor;
+use crate::hash::{xorb_hash, ChunkHash, ChunkRef, XorbHash};
 
 /// The shape a xorb arrived in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -405,9 +405,9 @@ pub fn stored_from_upload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::xorb::{CompressionPolicy, XorbBuilder};
+    use crate::xorb::{CompressionPolicy, XorbBuilder};
 
-    fn sample() -> crate::format::xorb::BuiltXorb {
+    fn sample() -> crate::xorb::BuiltXorb {
         let mut b = XorbBuilder::new(CompressionPolicy::Auto);
         let _ = b.add_chunk(b"Hello World!").unwrap();
         let _ = b.add_chunk(&[0u8; 1000]).unwrap();

@@ -77,7 +77,7 @@ use lz4_flex::block::{decompress_into, decompress_into_with_dict, DecompressErro
 use twox_hash::XxHash32;
 
 use super::compress::DecompressError;
-use crate::format::cursor::{Cursor, Truncated};
+use crate::cursor::{Cursor, Truncated};
 
 /// Magic number of an LZ4 frame.
 pub const FRAME_MAGIC: u32 = 0x184D_2204;

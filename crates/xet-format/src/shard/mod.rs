@@ -33,7 +33,7 @@
 //! of the hash types, which is xet-core's), so the same model always gives the same bytes. The
 //! reader accepts any order and keeps the order it read.
 //!
-//! [`ShardHash::of`]: crate::format::hash::ShardHash::of
+//! [`ShardHash::of`]: crate::hash::ShardHash::of
 
 pub mod error;
 pub mod model;

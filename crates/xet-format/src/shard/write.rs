@@ -26,7 +26,7 @@ use super::{
     FOOTER_VERSION, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE, RECORD_SIZE,
     XORB_LOOKUP_ENTRY_SIZE,
 };
-use crate::format::hash::ShardHash;
+use crate::hash::ShardHash;
 
 /// Which lookup tables a complete shard carries. xet-core's stored shards have all three;
 /// its dedup shards (and the reference local server's stored copies) have none. A table that is
@@ -362,8 +362,8 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::hash::{ChunkHash, FileHash, HmacKey, XorbHash};
-    use crate::format::shard::{ChunkInfo, Term};
+    use crate::hash::{ChunkHash, FileHash, HmacKey, XorbHash};
+    use crate::shard::{ChunkInfo, Term};
 
     fn xorb_with(hash: u8, chunk_hashes: &[ChunkHash]) -> XorbInfo {
         XorbInfo {

@@ -54,8 +54,8 @@ use super::{
     FILE_FLAG_WITH_VERIFICATION, FILE_LOOKUP_ENTRY_SIZE, FOOTER_SIZE, FOOTER_VERSION, HEADER_SIZE,
     HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE, RECORD_SIZE, XORB_LOOKUP_ENTRY_SIZE,
 };
-use crate::format::cursor::Cursor;
-use crate::format::hash::{ChunkHash, FileHash, HmacKey, LfsOid, VerificationHash, XorbHash};
+use crate::cursor::Cursor;
+use crate::hash::{ChunkHash, FileHash, HmacKey, LfsOid, VerificationHash, XorbHash};
 
 /// What the footer of a complete-form shard declared, beyond the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -667,7 +667,7 @@ impl ShardLayout {
         // Header, file bookend, xorb bookend, footer.
         let min = HEADER_SIZE + 2 * RECORD_SIZE + FOOTER_SIZE;
         if len < min {
-            return Err(ShardError::Truncated(crate::format::cursor::Truncated {
+            return Err(ShardError::Truncated(crate::cursor::Truncated {
                 what: "complete shard",
                 offset: 0,
                 needed: min,
@@ -803,7 +803,7 @@ impl ShardLayout {
         let mut c = Cursor::with_base(table, self.chunk_lookup_offset);
         let n = self.chunk_lookup_num_entry;
         if table.len() as u64 != n * CHUNK_LOOKUP_ENTRY_SIZE {
-            return Err(ShardError::Truncated(crate::format::cursor::Truncated {
+            return Err(ShardError::Truncated(crate::cursor::Truncated {
                 what: "chunk lookup table",
                 offset: self.chunk_lookup_offset,
                 needed: n * CHUNK_LOOKUP_ENTRY_SIZE,
@@ -835,7 +835,7 @@ impl ShardLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::hash::ChunkHash;
+    use crate::hash::ChunkHash;
 
     fn one_xorb(n: u32) -> Shard {
         let mut s = Shard::new();

@@ -55,7 +55,7 @@ use super::error::ShardError;
 use super::{
     CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION,
 };
-use crate::format::hash::{
+use crate::hash::{
     keyed_chunk_hash, ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, VerificationHash, XorbHash,
 };
 
@@ -522,7 +522,7 @@ impl<'a> ShardIndex<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::hash::verification_hash;
+    use crate::hash::verification_hash;
 
     fn h(n: u8) -> [u8; 32] {
         [n; 32]

@@ -6,8 +6,8 @@
 
 use std::fmt;
 
-use crate::format::cursor::Truncated;
-use crate::format::hash::{FileHash, XorbHash};
+use crate::cursor::Truncated;
+use crate::hash::{FileHash, XorbHash};
 
 /// A block of one of the two info sections, by its position in the section (0-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub enum ShardError {
     #[error(
         "{len} bytes at offset {offset}, after the xorb section, are neither the end of an \
          upload-form shard nor lookup tables followed by a {footer}-byte footer",
-        footer = crate::format::shard::FOOTER_SIZE
+        footer = crate::shard::FOOTER_SIZE
     )]
     TrailingBytes { offset: u64, len: u64 },
 

@@ -20,7 +20,7 @@ use super::error::{ChunkProblem, XorbError};
 use super::header::{starts_footer, ChunkHeader, CHUNK_HEADER_LEN};
 use super::reader::next_header;
 use super::XorbLimits;
-use crate::format::cursor::Cursor;
+use crate::cursor::Cursor;
 
 /// Where one chunk's payload lies in the range's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,14 +101,12 @@ impl ChunkRange {
             problem,
         };
         if bytes.len() as u64 != self.len {
-            return Err(fail(ChunkProblem::Truncated(
-                crate::format::cursor::Truncated {
-                    what: "indexed chunk range",
-                    offset: 0,
-                    needed: self.len,
-                    available: bytes.len() as u64,
-                },
-            )));
+            return Err(fail(ChunkProblem::Truncated(crate::cursor::Truncated {
+                what: "indexed chunk range",
+                offset: 0,
+                needed: self.len,
+                available: bytes.len() as u64,
+            })));
         }
         let mut c = Cursor::new(bytes);
         c.skip(span.start + CHUNK_HEADER_LEN as u64, "chunk region")
@@ -123,13 +121,13 @@ impl ChunkRange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::xorb::{CompressionPolicy, XorbBuilder};
+    use crate::xorb::{CompressionPolicy, XorbBuilder};
 
     fn built(chunks: &[Vec<u8>]) -> Vec<u8> {
         let mut b = XorbBuilder::new(CompressionPolicy::Auto);
         for c in chunks {
             let pushed = b.add_chunk(c).expect("a valid chunk");
-            assert!(matches!(pushed, crate::format::xorb::Push::Added(_)));
+            assert!(matches!(pushed, crate::xorb::Push::Added(_)));
         }
         b.finish().expect("builds").into_upload_body()
     }

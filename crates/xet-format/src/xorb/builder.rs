@@ -21,7 +21,7 @@ use super::compress::{CompressedChunk, CompressionPolicy, SchemeSelector, AUTO_R
 use super::footer::{url_range, XorbFooter, BUFFER_LEN, NONCE_LEN};
 use super::header::{CompressionScheme, CHUNK_HEADER_LEN, MAX_CHUNK_LEN};
 use super::{XorbChunk, XorbError, XorbLimits};
-use crate::format::hash::{xorb_hash, ChunkRef, XorbHash};
+use crate::hash::{xorb_hash, ChunkRef, XorbHash};
 
 /// What happened to a chunk offered to the builder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use super::bg4;
 use super::header::{ChunkHeader, CompressionScheme, MAX_CHUNK_LEN};
 use super::lz4_frame::{decode_frame, Lz4FrameError};
 use super::XorbError;
-use crate::format::hash::ChunkHash;
+use crate::hash::ChunkHash;
 
 /// Default Auto block length in chunks (`HF_XET_XORB_COMPRESSION_SCHEME_RETEST_INTERVAL`).
 /// 0 means one block per segment.
@@ -547,7 +547,7 @@ mod tests {
     // -----------------------------------------------------------------------------------------
     // The LZ4 frame decoder (lz4_frame.rs), through decompress_chunk.
 
-    use crate::format::chunking::tests::pseudo_random;
+    use crate::test_util::pseudo_random;
     use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameInfo};
     use std::io::Read as _;
 

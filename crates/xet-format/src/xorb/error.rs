@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use super::compress::DecompressError;
 use super::header::HeaderError;
-use crate::format::cursor::Truncated;
-use crate::format::hash::{ChunkHash, XorbHash};
+use crate::cursor::Truncated;
+use crate::hash::{ChunkHash, XorbHash};
 
 /// Why a xorb could not be built or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

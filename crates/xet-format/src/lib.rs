@@ -14,12 +14,18 @@
 //! | [`pointer`](mod@pointer) | Git LFS pointer files |
 //! | [`cursor`] | the bounds-checked byte reader the parsers share |
 
+// Tests may unwrap, expect and panic: a failing test should stop right there.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod chunking;
 pub mod cursor;
 pub mod hash;
 pub mod pointer;
 pub mod shard;
 pub mod xorb;
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 
 pub use hash::{
     ChunkHash, ChunkRef, FileHash, HashParseError, HmacKey, LfsOid, ShardHash, VerificationHash,
