@@ -206,3 +206,40 @@ fn token_file_lines_scope_secrets_to_repositories() {
         assert!(e.contains("line 1"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn two_teams_push_the_same_file_through_the_agent_and_each_reads_only_its_own() {
+    if !common::git::tools_available() {
+        return;
+    }
+    let s = server();
+    let data = common::splitmix64(43, 3 << 20);
+    // Each team in its own world (home, credential helper answering its own token).
+    let push = |secret: &str, repo: &str| {
+        let env = common::git::GitEnv::new();
+        let work = env.negotiated_work_tree(secret, &[], &format!("{}/{repo}/info/lfs", s.url()));
+        std::fs::write(work.join("model.bin"), &data).unwrap();
+        env.git(&work, &["add", "."]);
+        env.git(&work, &["commit", "-q", "-m", "model"]);
+        env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        env
+    };
+    let _a = push(TEAM_A, "team-a/models");
+    let stored_after_a = s.health("xorbs");
+    let c = Client {
+        http: reqwest::blocking::Client::new(),
+        s: &s,
+    };
+    let oid = common::sha256_hex(&data);
+    assert_eq!(c.get(TEAM_B, "team-b/models", &oid).0, 404);
+    // B's push of the same bytes uploads no new xorb (global dedup) and registers the file
+    // for B, which can then read it.
+    let _b = push(TEAM_B, "team-b/models");
+    assert_eq!(
+        s.health("xorbs"),
+        stored_after_a,
+        "B's push stored xorbs again"
+    );
+    assert_eq!(c.get(TEAM_B, "team-b/models", &oid), (200, data.clone()));
+    assert_eq!(c.get(TEAM_A, "team-a/models", &oid), (200, data));
+}
