@@ -133,6 +133,12 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
     assert_eq!(ready.status(), 200);
     let missing = http.get(format!("{}/nothing/here", server.url())).send();
     assert_eq!(missing.unwrap().status(), 404);
+    // A made-up method adds no series of its own.
+    let brew = reqwest::Method::from_bytes(b"BREW").unwrap();
+    let odd = http
+        .request(brew, format!("{}/health", server.url()))
+        .send();
+    assert_eq!(odd.unwrap().status(), 405);
 
     // The same 3 MiB file twice: stored once, registered once.
     let cas = RemoteCas::new(RemoteConfig::new(
@@ -166,8 +172,13 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
         1.0
     );
     assert_eq!(
+        get(r#"gitxet_http_requests_total{route="/health",method="other",status="405"}"#),
+        1.0
+    );
+    assert!(!text.contains("BREW"));
+    assert_eq!(
         get(r#"gitxet_http_request_duration_seconds_count{route="/health"}"#),
-        2.0
+        3.0
     );
     assert_eq!(get("gitxet_files"), 1.0);
     assert_eq!(get("gitxet_registered_file_bytes_total"), data.len() as f64);

@@ -221,6 +221,12 @@ impl S3Backend {
     /// Nothing is sent until the first request.
     pub fn open(config: &S3Config, spool_dir: &Path, min_free: u64) -> Result<Self, BackendError> {
         let url = &config.url;
+        // Never in a log line or an error, whatever prints it.
+        for secret in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
+            if let Some(value) = config.setting(secret) {
+                crate::redact::register_secret(&value);
+            }
+        }
         let mut builder = AmazonS3Builder::from_env();
         for (name, value) in &config.settings {
             let key = name
