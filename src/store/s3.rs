@@ -410,6 +410,17 @@ impl S3Backend {
             .map_err(|e| other("list", what.clone(), e))
     }
 
+    /// The whole object at `path`; `None` if it does not exist.
+    fn get_whole(&self, path: &Key, what: &str) -> Result<Option<Vec<u8>>, BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(what, async move { store.get(&p).await?.bytes().await })? {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("read", what, e)),
+        }
+    }
+
     fn delete(&self, path: &Key, what: &str) -> Result<(), BackendError> {
         let store = Arc::clone(&self.store);
         let p = path.clone();
@@ -544,14 +555,7 @@ impl ObjectBackend for S3Backend {
     }
 
     fn read_all(&self, key: ObjectKey) -> Result<Option<Vec<u8>>, BackendError> {
-        let what = key.to_string();
-        let store = Arc::clone(&self.store);
-        let p = self.object(key);
-        match self.block(&what, async move { store.get(&p).await?.bytes().await })? {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(other("read", what, e)),
-        }
+        self.get_whole(&self.object(key), &key.to_string())
     }
 
     fn remove(&self, key: ObjectKey) -> Result<bool, BackendError> {
@@ -723,16 +727,15 @@ impl ObjectBackend for S3Backend {
         let signer = Arc::clone(&self.signer);
         let path = self.object(key);
         let what = key.to_string();
-        match self.block(&what, async move {
-            signer.signed_url(reqwest::Method::GET, &path, ttl).await
-        }) {
-            Ok(Ok(url)) => Some(url.to_string()),
-            Ok(Err(e)) => {
-                tracing::warn!(object = %what, error = %e, "cannot sign a storage URL");
-                None
-            }
+        let signed = self
+            .block(&what, async move {
+                signer.signed_url(reqwest::Method::GET, &path, ttl).await
+            })
+            .and_then(|r| r.map_err(|e| other("sign a URL for", what.clone(), e)));
+        match signed {
+            Ok(url) => Some(url.to_string()),
             Err(e) => {
-                tracing::warn!(object = %what, error = %e, "cannot sign a storage URL");
+                tracing::warn!(error = %e, "cannot sign a storage URL; the node's own URL is used");
                 None
             }
         }
@@ -747,11 +750,13 @@ impl ObjectBackend for S3Backend {
             PutMode::Create,
             &what,
         )?;
-        let store = Arc::clone(&self.store);
-        let p = path.clone();
-        match self.block(&what, async move { store.get(&p).await?.bytes().await })? {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
-            Err(e) => Err(other("read", what, e)),
+        match self.get_whole(&path, &what)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => Err(other(
+                "read",
+                what,
+                "it disappeared right after it was stored",
+            )),
         }
     }
 }
