@@ -541,6 +541,7 @@ const NO_GLOBAL: UploadOptions = UploadOptions {
     global_dedup: false,
     max_shard_bytes: git_xet::format::shard::MAX_SHARD_SIZE,
     parallel_puts: 2,
+    sha256_declared_by_namer: false,
 };
 
 #[test]

@@ -8,6 +8,7 @@
 //! | token for an http(s) endpoint | `GIT_XET_TOKEN`, then the password in the endpoint URL (`http://user:TOKEN@host`), then `git credential fill` for the endpoint URL (the password is the token) |
 //! | credential of a negotiated token refresh (`GET href`) | the action's own `Authorization` header, then `HF_TOKEN` if `href` is https on Hugging Face's hosts, then `git credential fill` for `href` |
 //! | retry horizon | `GIT_XET_RETRY_SECS` (seconds), else 60 |
+//! | hash uploads with SHA-256 even where the server checks the oid itself | `GIT_XET_HASH_UPLOADS=1` (default: git-lfs named the object by its SHA-256 when it stored it; a server that answers `X-Xet-Checks-Sha256: 1` checks that claim before it relies on it, so the agent does not hash the file a second time) |
 //! | download temp dir | `<lfs.storage or <git common dir>/lfs>/tmp` (docs/lfs-agent.md §7) |
 //!
 //! **The credential rule: a secret goes only to the origin it was issued for.** `GIT_XET_TOKEN`
@@ -39,6 +40,14 @@ pub const TOKEN_ENV: &str = "GIT_XET_TOKEN";
 pub const HF_TOKEN_ENV: &str = "HF_TOKEN";
 /// Environment variable with the retry horizon of remote requests, in seconds.
 pub const RETRY_SECS_ENV: &str = "GIT_XET_RETRY_SECS";
+/// Environment variable that makes the agent hash every upload with SHA-256 (see the table).
+pub const HASH_UPLOADS_ENV: &str = "GIT_XET_HASH_UPLOADS";
+
+/// Whether the agent must hash uploads itself even for a server that checks SHA-256 claims
+/// (`GIT_XET_HASH_UPLOADS` set to anything but empty or `0`).
+pub fn hash_uploads_forced() -> bool {
+    std::env::var_os(HASH_UPLOADS_ENV).is_some_and(|v| !v.is_empty() && v != "0")
+}
 
 /// Where objects live in standalone mode.
 #[derive(Debug, Clone, PartialEq, Eq)]

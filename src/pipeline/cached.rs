@@ -172,6 +172,14 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         Ok(answer)
     }
 
+    fn checks_sha256_claims(&self) -> bool {
+        self.inner.checks_sha256_claims()
+    }
+
+    fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {
+        self.inner.sha256_computed(oid, file)
+    }
+
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         self.inner.file_by_sha256(oid)
     }

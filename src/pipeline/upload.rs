@@ -3,7 +3,9 @@
 //!
 //! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes and, per block:
 //!
-//! 1. computes SHA-256 alongside content-defined chunking (docs/format.md §2) on the rayon pool;
+//! 1. computes SHA-256 alongside content-defined chunking (docs/format.md §2) on the rayon pool
+//!    (not when the caller got the SHA-256 from whoever named the bytes and the target checks
+//!    claims itself: [`UploadOptions::sha256_declared_by_namer`]);
 //! 2. hashes the block's chunks in parallel;
 //! 3. hands each chunk in order to the file session (`session`), which deduplicates it
 //!    against this upload's own xorbs and, through [`CasTarget::dedup_query`], against the
@@ -68,6 +70,11 @@ pub struct UploadOptions {
     pub max_shard_bytes: u64,
     /// Xorbs put at once (uploader threads). Each holds one xorb of up to 64 MiB in memory.
     pub parallel_puts: usize,
+    /// Whoever declared `expected_sha256` computed it from these very bytes (git-lfs names
+    /// its objects by their SHA-256): when the target checks SHA-256 claims itself
+    /// ([`CasTarget::checks_sha256_claims`]), the stream is not hashed again and the declared
+    /// SHA-256 goes into the shard as a claim. Otherwise it is hashed and checked as usual.
+    pub sha256_declared_by_namer: bool,
 }
 
 impl Default for UploadOptions {
@@ -80,6 +87,7 @@ impl Default for UploadOptions {
             global_dedup: true,
             max_shard_bytes: MAX_SHARD_SIZE,
             parallel_puts: 2,
+            sha256_declared_by_namer: false,
         }
     }
 }
@@ -108,6 +116,9 @@ pub struct UploadSummary {
     pub existing_xorbs: u64,
     /// Shards registered (0 for the empty file or a skipped one).
     pub shards: u64,
+    /// The stream was hashed with SHA-256 here (`false`: the declared SHA-256 was sent as a
+    /// claim for the target to check, see [`UploadOptions::sha256_declared_by_namer`]).
+    pub sha256_computed: bool,
 }
 
 /// Progress of an upload, reported after every block read and, while the last xorbs are being
@@ -218,11 +229,17 @@ pub fn upload_with_progress(
                     uploaded_bytes: 0,
                     existing_xorbs: 0,
                     shards: 0,
+                    sha256_computed: false,
                 });
             }
         }
     }
 
+    // Asked after the lookup above, which is how a remote target learns whether it checks.
+    let trusted = match options.expected_sha256 {
+        Some(oid) if options.sha256_declared_by_namer && target.checks_sha256_claims() => Some(oid),
+        _ => None,
+    };
     let uploaded = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let done = Done::default();
@@ -246,7 +263,16 @@ pub fn upload_with_progress(
             })
             .collect();
         drop((rx, finished_tx));
-        let read = read_file(target, &mut reader, options, tx, uploaded, done, progress);
+        let read = read_file(
+            target,
+            &mut reader,
+            options,
+            trusted,
+            tx,
+            uploaded,
+            done,
+            progress,
+        );
         // The last xorbs are still on their way: keep the counter moving with the wire.
         let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
         let mut running = uploaders.len();
@@ -293,6 +319,7 @@ pub fn upload_with_progress(
         uploaded_bytes: uploader.bytes,
         existing_xorbs: uploader.existing_xorbs,
         shards: 0,
+        sha256_computed: trusted.is_none(),
     };
     if size == 0 {
         return Ok(summary);
@@ -310,6 +337,13 @@ pub fn upload_with_progress(
             )))?;
     }
     summary.shards = shards.len() as u64;
+    if summary.sha256_computed {
+        target
+            .sha256_computed(&sha256, &hash)
+            .map_err(UploadError::target(format!(
+                "recording SHA-256 {sha256} of file {hash}"
+            )))?;
+    }
     tracing::debug!(file = %hash, %sha256, size, new_xorbs = summary.new_xorbs,
         uploaded_bytes = summary.uploaded_bytes, dedup_chunks = summary.dedup_chunks, "file uploaded");
     Ok(summary)
@@ -413,10 +447,12 @@ fn put_xorbs_until_done(
 
 /// Reads, chunks and deduplicates the whole stream, sending full xorbs to `tx`. Returns the
 /// file's block and its size once the size and SHA-256 were checked and every xorb was sent.
+#[allow(clippy::too_many_arguments)]
 fn read_file(
     target: &dyn CasTarget,
     reader: &mut dyn Read,
     options: &UploadOptions,
+    trusted: Option<LfsOid>,
     tx: mpsc::SyncSender<(u32, BuiltXorb)>,
     uploaded: &AtomicU64,
     done: &Done,
@@ -469,7 +505,9 @@ fn read_file(
         .expected_size
         .is_none_or(|size| size >= SHA_THREAD_MIN);
     std::thread::scope(|scope| {
-        let mut sha = if big {
+        let mut sha = if let Some(oid) = trusted {
+            Sha::Declared(oid)
+        } else if big {
             Sha::spawn(scope)
         } else {
             Sha::Inline(sha2::Sha256::new())
@@ -508,8 +546,9 @@ const SHA_QUEUE: usize = 3;
 
 /// The SHA-256 of the stream: computed on the reading thread, or on a thread of its own that
 /// gets a copy of each block (buffers are handed back for reuse, so memory stays at
-/// [`SHA_QUEUE`] + 1 blocks).
+/// [`SHA_QUEUE`] + 1 blocks), or not computed: the declared one, for a target that checks it.
 enum Sha<'scope> {
+    Declared(LfsOid),
     Inline(sha2::Sha256),
     Thread {
         blocks: mpsc::SyncSender<Vec<u8>>,
@@ -539,6 +578,7 @@ impl<'scope> Sha<'scope> {
 
     fn update(&mut self, data: &[u8]) -> Result<(), UploadError> {
         match self {
+            Sha::Declared(_) => {}
             Sha::Inline(sha) => sha.update(data),
             Sha::Thread { blocks, spare, .. } => {
                 let mut block = spare.try_recv().unwrap_or_default();
@@ -552,6 +592,7 @@ impl<'scope> Sha<'scope> {
 
     fn finish(self) -> Result<LfsOid, UploadError> {
         match self {
+            Sha::Declared(oid) => Ok(oid),
             Sha::Inline(sha) => Ok(LfsOid::from_digest(sha.finalize().into())),
             Sha::Thread { blocks, digest, .. } => {
                 drop(blocks);
@@ -607,7 +648,7 @@ fn read_chunks(
             Sha::Inline(inline) => {
                 rayon::join(|| inline.update(new), || chunker.update(new, &mut ends)).0
             }
-            Sha::Thread { .. } => {
+            Sha::Thread { .. } | Sha::Declared(_) => {
                 sha.update(new)?;
                 chunker.update(new, &mut ends);
             }

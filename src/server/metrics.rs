@@ -12,6 +12,7 @@
 //! | `gitxet_registered_file_bytes_total` | | sizes of files registered for the first time: what clients stored; minus the line above, what deduplication saved |
 //! | `gitxet_storage_errors_total` | | requests that failed because storage did (5xx from the store, a full disk included) |
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
+//! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
 use std::sync::LazyLock;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -56,6 +57,7 @@ pub struct Metrics {
     pub registered_file_bytes: Counter,
     files: Gauge<i64, AtomicI64>,
     xorbs: Gauge<i64, AtomicI64>,
+    claims: Gauge<i64, AtomicI64>,
 }
 
 use std::sync::atomic::AtomicI64;
@@ -124,6 +126,12 @@ impl Default for Metrics {
         registry.register("files", "Registered files", files.clone());
         let xorbs = Gauge::<i64, AtomicI64>::default();
         registry.register("xorbs", "Known xorbs", xorbs.clone());
+        let claims = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "unchecked_sha256_claims",
+            "SHA-256 claims of shards not checked yet",
+            claims.clone(),
+        );
         Self {
             registry,
             requests,
@@ -135,6 +143,7 @@ impl Default for Metrics {
             registered_file_bytes,
             files,
             xorbs,
+            claims,
         }
     }
 }
@@ -187,6 +196,7 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
     if let Ok(Ok(c)) = tokio::task::spawn_blocking(move || st.store.counts()).await {
         state.metrics.files.set(c.files as i64);
         state.metrics.xorbs.set(c.xorbs as i64);
+        state.metrics.claims.set(c.claims as i64);
     }
     // The store counts what it registered (through every route); the counter catches up.
     let registered = state.store.registered_file_bytes();

@@ -26,6 +26,7 @@
 pub mod auth;
 pub mod body;
 pub mod cas;
+pub mod claims;
 pub mod conn;
 pub mod error;
 pub mod lfs;
@@ -515,6 +516,7 @@ impl Server {
         let limits = self.state.resources.limits().clone();
         let mut jobs = maintenance::spawn(&self.state.store, self.maintenance);
         jobs.extend(maintenance::spawn_sync(&self.state.store));
+        jobs.push(claims::spawn(&self.state.store));
         conn::serve(
             self.listener,
             router(self.state),

@@ -187,7 +187,7 @@ impl StoreError {
 }
 
 /// The outcome of registering a shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardOutcome {
     pub shard: ShardHash,
     /// False when this exact shard was registered before.
@@ -197,6 +197,9 @@ pub struct ShardOutcome {
     pub new_files: usize,
     /// The sizes of the new files together.
     pub new_bytes: u64,
+    /// The SHA-256 claims the shard made that are not checked mappings: `(oid, file, size)`
+    /// (see [`Self::oid_checked`]; the server checks small ones before it answers).
+    pub claims: Vec<(LfsOid, FileHash, u64)>,
 }
 
 /// Progress of a shard validation: terms verified out of the total.
@@ -730,6 +733,7 @@ impl Store {
                 files: shard.files.len(),
                 new_files: 0,
                 new_bytes: 0,
+                claims: Vec::new(),
             });
         }
         let mut entries = self.validate(&shard, shard_hash, progress)?;
@@ -746,6 +750,17 @@ impl Store {
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
         self.backend.log_shard(&shard_hash, repo)?;
         let (new_files, new_bytes) = self.index.add_shard(shard_hash, &entries, now_unix())?;
+        let mut claims = Vec::new();
+        for (oid, file) in &entries.oids {
+            if !self.oid_checked(oid)? {
+                let size = entries
+                    .files
+                    .iter()
+                    .find(|(f, _)| f == file)
+                    .map_or(0, |(_, r)| r.size);
+                claims.push((*oid, *file, size));
+            }
+        }
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
             self.index.add_file_repos(&files, repo)?;
@@ -758,6 +773,7 @@ impl Store {
             files: shard.files.len(),
             new_files,
             new_bytes,
+            claims,
         })
     }
 
@@ -1047,7 +1063,9 @@ impl Store {
             })
     }
 
-    /// The Xet file registered for a Git LFS oid, with its size.
+    /// The Xet file registered for a Git LFS oid, with its size: a checked mapping, else the
+    /// oldest unchecked claim (see [`Self::oid_checked`]). What a download may use: git-lfs
+    /// checks the SHA-256 of what it downloads.
     pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
         self.file_by_oid_as(oid, Freshness::CatchUpOnMiss)
     }
@@ -1059,9 +1077,15 @@ impl Store {
         oid: &LfsOid,
         freshness: Freshness,
     ) -> Result<Option<(FileHash, u64)>, StoreError> {
-        let found = match self.index.file_by_oid(oid)? {
+        let lookup = || -> Result<Option<FileHash>, StoreError> {
+            Ok(match self.index.file_by_oid(oid)? {
+                Some(f) => Some(f),
+                None => self.index.claimed_file(oid)?,
+            })
+        };
+        let found = match lookup()? {
             None if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
-                self.index.file_by_oid(oid)?
+                lookup()?
             }
             found => found,
         };
@@ -1072,16 +1096,44 @@ impl Store {
         Ok(Some((file, size)))
     }
 
-    /// [`Self::file_by_oid`], only if every xorb the file needs is intact: what an upload may
-    /// skip as already stored (a damaged file is uploaded again, which repairs it).
+    /// Whether the mapping of `oid` was checked: this store hashed the file and found that
+    /// SHA-256. A shard's SHA-256 is only a claim until then (any client could name any oid).
+    pub fn oid_checked(&self, oid: &LfsOid) -> Result<bool, StoreError> {
+        Ok(self.index.file_by_oid(oid)?.is_some())
+    }
+
+    /// The checked mapping of `oid`, only if every xorb the file needs is intact: what an
+    /// upload may skip as already stored (a damaged file is uploaded again, which repairs it;
+    /// an unchecked claim is not trusted to stand for the oid).
     pub fn intact_file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
         let Some((file, size)) = self.file_by_oid(oid)? else {
             return Ok(None);
         };
-        if self.file_damage(&file)?.is_some() {
+        if !self.oid_checked(oid)? || self.file_damage(&file)?.is_some() {
             return Ok(None);
         }
         Ok(Some((file, size)))
+    }
+
+    /// Up to `limit` SHA-256 claims not checked yet, in a fixed order from `after` (exclusive).
+    pub fn pending_claims(
+        &self,
+        after: Option<&(LfsOid, FileHash)>,
+        limit: usize,
+    ) -> Result<Vec<(LfsOid, FileHash)>, StoreError> {
+        Ok(self.index.claims(after, limit)?)
+    }
+
+    /// Records whether `file` has SHA-256 `oid`, as the caller found by hashing it: when it
+    /// does, the mapping is checked (what [`Self::intact_file_by_oid`] trusts); either way the
+    /// claim, if any, is gone.
+    pub fn settle_claim(
+        &self,
+        oid: &LfsOid,
+        file: &FileHash,
+        holds: bool,
+    ) -> Result<(), StoreError> {
+        Ok(self.index.settle_claim(oid, file, holds)?)
     }
 
     /// The first xorb a registered file needs that is missing or damaged, with why; `None` when

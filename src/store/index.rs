@@ -4,7 +4,8 @@
 //! |---|---|---|
 //! | `xorbs` | xorb hash (32) | num_chunks u32, stored_len u64, unpacked_len u64 (20 bytes) |
 //! | `files` | file hash (32) | size u64, shard hash (32), then per term: xorb hash (32), chunk start u32, chunk end u32, unpacked_len u32 (44 bytes each) |
-//! | `oids` | SHA-256 digest (32, usual byte order) | file hash (32) |
+//! | `oids` | SHA-256 digest (32, usual byte order) | file hash (32): a mapping whose SHA-256 was checked (the store hashed the file) |
+//! | `claims` | SHA-256 digest (32), then file hash (32) | time claimed (u64, unix seconds): a shard said the file has that SHA-256 and nobody has checked it yet |
 //! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32 |
 //! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
 //! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
@@ -15,6 +16,12 @@
 //! A xorb in `damaged` is missing or was found damaged and quarantined: no shard may rely on it
 //! and no dedup answer names it until an upload of the same xorb repairs it. Its row in `xorbs`
 //! is removed when it is quarantined and written again by the repair.
+//!
+//! A shard's `FileMetadataExt` SHA-256 is only a claim: a client could name any oid. It becomes
+//! an `oids` row once the store has hashed the file itself (`settle_claim`), or at once when the
+//! store computed the SHA-256 while receiving the bytes (both through `settle_claim`). Downloads may use a
+//! claim (git-lfs checks what it downloads); what lets an upload be skipped uses `oids` only.
+//! Stores written before claims existed keep their `oids` rows as they were.
 //!
 //! All integers are little-endian. A shard's files, oids and dedup entries are written in one
 //! transaction, so a shard is registered whole or not at all, and a commit is durable when it
@@ -37,6 +44,7 @@ use crate::format::{ChunkHash, FileHash, LfsOid, ShardHash, XorbHash};
 const XORBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorbs");
 const FILES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("files");
 const OIDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("oids");
+const CLAIMS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("claims");
 const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup");
 const SHARDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("shards");
 const VERIFIED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("verified");
@@ -179,7 +187,7 @@ impl Index {
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
         let tables = [
-            XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE, FILE_REPOS,
+            XORBS, FILES, OIDS, CLAIMS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE, FILE_REPOS,
         ];
         // A write transaction (and its fsync) only when a table is missing: the agent's
         // embedded mode opens the store once per object.
@@ -331,9 +339,13 @@ impl Index {
                     new_bytes += record.size;
                 }
             }
-            let mut oids = txn.open_table(OIDS).map_err(db_err)?;
+            let oids = txn.open_table(OIDS).map_err(db_err)?;
+            let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
             for (oid, file) in &entries.oids {
-                insert_new(&mut oids, oid.digest(), file.as_bytes())?;
+                // A checked mapping stands; anything else waits to be checked.
+                if oids.get(oid.digest().as_slice()).map_err(db_err)?.is_none() {
+                    insert_new(&mut claims, &claim_key(oid, file), &now.to_le_bytes())?;
+                }
             }
             let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
             for (chunk, xorb, index) in &entries.dedup {
@@ -397,6 +409,86 @@ impl Index {
             });
         }
         Ok(Some(FileHash::from_bytes(hash_at(&b, 0))))
+    }
+
+    /// The file of the oldest unchecked claim on `oid`, if any.
+    pub fn claimed_file(&self, oid: &LfsOid) -> Result<Option<FileHash>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(CLAIMS).map_err(db_err)?;
+        let (lo, hi) = (
+            claim_key(oid, &FileHash::from_bytes([0; 32])),
+            claim_key(oid, &FileHash::from_bytes([0xff; 32])),
+        );
+        let mut best: Option<(u64, FileHash)> = None;
+        for row in t.range(lo.as_slice()..=hi.as_slice()).map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            let (k, v) = (k.value(), v.value());
+            if k.len() != 64 || v.len() != 8 {
+                continue;
+            }
+            let at = u64_at(v, 0);
+            if best.is_none_or(|(t, _)| at < t) {
+                best = Some((at, FileHash::from_bytes(hash_at(k, 32))));
+            }
+        }
+        Ok(best.map(|(_, f)| f))
+    }
+
+    /// Up to `limit` unchecked claims, `(oid, file)`, in key order from `after` (exclusive).
+    pub fn claims(
+        &self,
+        after: Option<&(LfsOid, FileHash)>,
+        limit: usize,
+    ) -> Result<Vec<(LfsOid, FileHash)>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(CLAIMS).map_err(db_err)?;
+        let start = after.map(|(o, f)| claim_key(o, f));
+        let rows = match &start {
+            Some(k) => t.range::<&[u8]>((
+                std::ops::Bound::Excluded(k.as_slice()),
+                std::ops::Bound::Unbounded,
+            )),
+            None => t.range::<&[u8]>(..),
+        }
+        .map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            if out.len() == limit {
+                break;
+            }
+            let (k, _) = row.map_err(db_err)?;
+            let k = k.value();
+            if k.len() != 64 {
+                continue;
+            }
+            out.push((
+                LfsOid::from_digest(hash_at(k, 0)),
+                FileHash::from_bytes(hash_at(k, 32)),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Ends the claim that `file` has SHA-256 `oid`: when `holds`, the mapping becomes checked
+    /// (unless another file was checked for the oid first); either way the claim is removed.
+    pub fn settle_claim(
+        &self,
+        oid: &LfsOid,
+        file: &FileHash,
+        holds: bool,
+    ) -> Result<(), IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
+            claims
+                .remove(claim_key(oid, file).as_slice())
+                .map_err(db_err)?;
+            if holds {
+                let mut oids = txn.open_table(OIDS).map_err(db_err)?;
+                insert_new(&mut oids, oid.digest(), file.as_bytes())?;
+            }
+        }
+        txn.commit().map_err(db_err)
     }
 
     /// The xorb and chunk index holding a dedup-eligible chunk.
@@ -617,6 +709,7 @@ impl Index {
             xorbs: count(XORBS)?,
             files: count(FILES)?,
             oids: count(OIDS)?,
+            claims: count(CLAIMS)?,
             dedup_chunks: count(DEDUP)?,
             shards: count(SHARDS)?,
         })
@@ -629,6 +722,8 @@ pub struct IndexCounts {
     pub xorbs: u64,
     pub files: u64,
     pub oids: u64,
+    /// SHA-256 claims not checked yet.
+    pub claims: u64,
     pub dedup_chunks: u64,
     pub shards: u64,
 }
@@ -650,6 +745,14 @@ fn insert_new(
         table.insert(key, value).map_err(db_err)?;
     }
     Ok(())
+}
+
+/// A `claims` row's key: the oid, then the file.
+fn claim_key(oid: &LfsOid, file: &FileHash) -> [u8; 64] {
+    let mut k = [0u8; 64];
+    k[..32].copy_from_slice(oid.digest());
+    k[32..].copy_from_slice(file.as_bytes());
+    k
 }
 
 /// A `dedup` row's value: the xorb and the chunk's index in it.
@@ -714,7 +817,14 @@ mod tests {
         }
         let index = Index::open(&path).unwrap();
         assert_eq!(index.file(&file).unwrap(), Some(record));
+        // The shard's SHA-256 is a claim until it is checked; then it is the oid's mapping.
+        assert_eq!(index.file_by_oid(&oid).unwrap(), None);
+        assert_eq!(index.claimed_file(&oid).unwrap(), Some(file));
+        assert_eq!(index.claims(None, 10).unwrap(), vec![(oid, file)]);
+        index.settle_claim(&oid, &file, true).unwrap();
         assert_eq!(index.file_by_oid(&oid).unwrap(), Some(file));
+        assert_eq!(index.claimed_file(&oid).unwrap(), None);
+        assert_eq!(index.counts().unwrap().claims, 0);
         assert_eq!(index.dedup(&chunk).unwrap(), Some((xorb, 0)));
         assert_eq!(index.xorb(&xorb).unwrap().unwrap().num_chunks, 3);
         assert!(index.has_shard(&ShardHash::from_bytes([9; 32])).unwrap());

@@ -75,7 +75,7 @@ use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use crate::store::wire::{
-    CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
+    self, CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
 };
 use crate::store::{FetchRange, ReconstructionPlan};
 use crate::util::now_unix;
@@ -166,6 +166,9 @@ pub struct RemoteCas {
     v1_only: AtomicBool,
     /// Plans an oid lookup brought along (see [`RemoteCas::take_plan`]).
     plans: std::sync::Mutex<std::collections::VecDeque<(FileHash, ReconstructionPlan)>>,
+    /// Set once an oid lookup's answer said the server checks SHA-256 claims
+    /// (`X-Xet-Checks-Sha256: 1`, see [`CasTarget::checks_sha256_claims`]).
+    checks_claims: AtomicBool,
 }
 
 /// A reconstruction request's outcome, before the v1 fallback.
@@ -238,6 +241,7 @@ impl RemoteCas {
             session,
             v1_only: AtomicBool::new(false),
             plans: Default::default(),
+            checks_claims: AtomicBool::new(false),
         })
     }
 
@@ -765,12 +769,25 @@ impl CasTarget for RemoteCas {
     }
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
-        // A file the server holds damaged is not "stored": uploading it again repairs it.
+        // A file the server holds damaged is not "stored": uploading it again repairs it. Nor
+        // is one whose SHA-256 is only an unchecked claim.
         Ok(self
             .lookup_oid(oid, false)?
-            .filter(|(_, _, intact)| *intact)
-            .map(|(file, size, _)| (file, size)))
+            .filter(|found| found.intact && found.sha256_checked)
+            .map(|found| (found.file, found.size)))
     }
+
+    fn checks_sha256_claims(&self) -> bool {
+        self.checks_claims.load(Ordering::Relaxed)
+    }
+}
+
+/// What an oid lookup found.
+struct FoundOid {
+    file: FileHash,
+    size: u64,
+    intact: bool,
+    sha256_checked: bool,
 }
 
 impl RemoteCas {
@@ -778,18 +795,32 @@ impl RemoteCas {
     /// server holds it intact (servers that do not say are taken at their word).
     /// With `with_plan`, asks for the reconstruction of a small file along, and keeps it for
     /// the [`Endpoint::reconstruction`] that follows (see [`Self::take_plan`]).
-    fn lookup_oid(
-        &self,
-        oid: &LfsOid,
-        with_plan: bool,
-    ) -> Result<Option<(FileHash, u64, bool)>, TargetError> {
+    fn lookup_oid(&self, oid: &LfsOid, with_plan: bool) -> Result<Option<FoundOid>, TargetError> {
         let query = if with_plan { "?reconstruction=v2" } else { "" };
         let req = self.cas_request(
             Method::GET,
             &format!("/v1/lfs-files/{oid}{query}"),
             format!("looking up SHA-256 {oid}"),
         );
-        self.execute(&req, None, |req, resp| match resp.status() {
+        self.execute(&req, None, |req, resp| {
+            if resp
+                .headers()
+                .get(wire::CHECKS_SHA256_HEADER)
+                .is_some_and(|v| v.as_bytes() == b"1")
+            {
+                self.checks_claims.store(true, Ordering::Relaxed);
+            }
+            self.oid_answer(oid, req, resp)
+        })
+    }
+
+    fn oid_answer(
+        &self,
+        oid: &LfsOid,
+        req: &Request,
+        resp: Response,
+    ) -> Result<Option<FoundOid>, Failure> {
+        match resp.status() {
             StatusCode::OK => {
                 let answer: LfsFile = parse_json(req, resp, "{\"oid\", \"file_hash\", \"size\"}")?;
                 let file = answer.file_hash;
@@ -806,13 +837,18 @@ impl RemoteCas {
                         Err(e) => tracing::debug!(%oid, "ignoring an unusable plan: {}", e.0),
                     }
                 }
-                Ok(Some((file, answer.size, answer.intact.unwrap_or(true))))
+                Ok(Some(FoundOid {
+                    file,
+                    size: answer.size,
+                    intact: answer.intact.unwrap_or(true),
+                    sha256_checked: answer.sha256_checked.unwrap_or(true),
+                }))
             }
             StatusCode::NOT_FOUND
             | StatusCode::METHOD_NOT_ALLOWED
             | StatusCode::NOT_IMPLEMENTED => Ok(None),
             _ => Err(refused(req, resp, "")),
-        })
+        }
     }
 }
 
@@ -1081,7 +1117,7 @@ impl Endpoint for RemoteCas {
     fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         Ok(self
             .lookup_oid(oid, true)?
-            .map(|(file, size, _)| (file, size)))
+            .map(|found| (found.file, found.size)))
     }
 
     fn describe(&self) -> String {

@@ -136,6 +136,22 @@ pub trait CasTarget: Send + Sync {
         Ok(None)
     }
 
+    /// Whether the target checks the SHA-256 a shard claims for a file (by hashing the file
+    /// itself) before it lets that SHA-256 stand for the file. An uploader handed the SHA-256
+    /// by whoever named the content (git-lfs names its objects by it) may then leave the
+    /// hashing to the target. Known after [`CasTarget::file_by_sha256`]. The default: `false`.
+    fn checks_sha256_claims(&self) -> bool {
+        false
+    }
+
+    /// Tells the target that the uploader hashed `file` itself and found SHA-256 `oid` (after
+    /// the file's shard was registered). A target that trusts its uploader (a store this
+    /// process owns) records the mapping as checked; the default ignores it.
+    fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {
+        let _ = (oid, file);
+        Ok(())
+    }
+
     /// Local dedup (docs/format.md §5.3): a shard known locally, without asking the target (a
     /// shard cache), whose xorb section lists a xorb holding `chunk` (a raw hash; the shard may
     /// be keyed), or `None`. The upload asks for every chunk that matched nothing else, before
@@ -177,6 +193,14 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
         (**self).file_by_sha256(oid)
     }
 
+    fn checks_sha256_claims(&self) -> bool {
+        (**self).checks_sha256_claims()
+    }
+
+    fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {
+        (**self).sha256_computed(oid, file)
+    }
+
     fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
         (**self).local_dedup(chunk)
     }
@@ -207,6 +231,10 @@ impl CasTarget for Store {
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         Ok(self.intact_file_by_oid(oid)?)
+    }
+
+    fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {
+        Ok(self.settle_claim(oid, file, true)?)
     }
 }
 

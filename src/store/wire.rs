@@ -93,6 +93,10 @@ pub struct ShardRegistered {
     pub result: u8,
 }
 
+/// The header on oid lookups (`GET /v1/lfs-files/{oid}`) by which a server says it checks the
+/// SHA-256 claims of shards itself (value `1`; see `server::claims`).
+pub const CHECKS_SHA256_HEADER: &str = "x-xet-checks-sha256";
+
 /// The answer to this server's `GET /v1/lfs-files/{oid}`: the Xet file registered for a Git LFS
 /// oid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +110,10 @@ pub struct LfsFile {
     /// upload should send it again, which repairs it); absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intact: Option<bool>,
+    /// `false` while the SHA-256 is only a shard's claim the server has not checked yet (an
+    /// uploader should not skip the file on its strength); absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256_checked: Option<bool>,
     /// The file's v2 reconstruction, when asked for (`?reconstruction=v2`) and the file is
     /// small: a download then needs no second request for it. One that does not parse is
     /// dropped (the download asks for the plan again) rather than failing the lookup.

@@ -384,6 +384,10 @@ impl Agent {
         let mut options = UploadOptions {
             expected_sha256: Some(t.oid),
             expected_size: Some(t.size),
+            // git-lfs named the object by hashing it (`…/objects/ab/cd/abcd…`); a server that
+            // checks claims need not have it hashed again here (see `server::claims`).
+            sha256_declared_by_namer: named_by_oid(path, &t.oid)
+                && !crate::lfs::settings::hash_uploads_forced(),
             ..self.options.upload
         };
         if matches!(lease, Lease::Owned(_)) {
@@ -449,6 +453,7 @@ impl Agent {
             dedup_bytes = summary.dedup_bytes,
             uploaded_bytes = summary.uploaded_bytes,
             new_xorbs = summary.new_xorbs,
+            sha256_computed = summary.sha256_computed,
             "uploaded"
         );
         let mut record = Record::new(Direction::Upload, &t.oid, &summary.file_hash, summary.size);
@@ -843,4 +848,14 @@ fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, Tran
             source: Box::new(e),
         }),
     }
+}
+
+/// Whether `path` is where git-lfs keeps the object `oid` in its storage (`…/ab/cd/abcd…`): a file
+/// git-lfs named by hashing it.
+fn named_by_oid(path: &Path, oid: &LfsOid) -> bool {
+    let hex = oid.to_hex();
+    let mut names = path.iter().rev().map(|c| c.to_str());
+    names.next() == Some(Some(hex.as_str()))
+        && names.next() == Some(Some(&hex[2..4]))
+        && names.next() == Some(Some(&hex[0..2]))
 }

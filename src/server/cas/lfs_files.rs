@@ -7,14 +7,18 @@
 //! ([`LfsFile`]), or 404. `intact` is false when a xorb the file needs is missing or damaged: an
 //! uploader then sends the file again, which repairs it. With `?reconstruction=v2`, an intact
 //! file of up to 4 MiB also comes with its v2 reconstruction (`"reconstruction"`), which saves a
-//! downloading agent the second request.
+//! downloading agent the second request. `"sha256_checked": false` marks a mapping that is only
+//! a shard's claim so far (see `server::claims`); every answer, 404 included, carries
+//! `X-Xet-Checks-Sha256: 1`, which tells an uploader that claims are checked here.
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::super::auth::Scope;
+use super::super::claims::CHECKS_SHA256_HEADER;
 use super::super::error::ApiError;
 use super::super::{blocking, SharedState};
 use super::reconstruction::{inline_v2, small_plan};
@@ -32,7 +36,7 @@ pub async fn get(
     params: Result<Path<String>, PathRejection>,
     query: Result<Query<LookupQuery>, QueryRejection>,
     headers: HeaderMap,
-) -> Result<Json<LfsFile>, ApiError> {
+) -> Result<Response, ApiError> {
     let (_, limited_to) = state.authorize_cas(&headers, Scope::Read, "an LFS oid lookup")?;
     let Path(text) = params.map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
     let oid = LfsOid::from_hex(&text).map_err(|e| {
@@ -58,24 +62,32 @@ pub async fn get(
             return Ok(None);
         }
         let intact = st.store.file_damage(&file)?.is_none();
+        let checked = st.store.oid_checked(&oid)?;
         // A plan that cannot be made is left out: the reconstruction route reports why.
         let plan = (with_plan && intact)
             .then(|| small_plan(&st.store, &file, size))
             .flatten();
-        Ok(Some((file, size, intact, plan)))
+        Ok(Some((file, size, intact, checked, plan)))
     })
     .await?;
-    let Some((file, size, intact, plan)) = found else {
-        return Err(ApiError::not_found(
+    let mut response = match found {
+        Some((file, size, intact, checked, plan)) => Json(LfsFile {
+            oid,
+            file_hash: file,
+            size,
+            intact: Some(intact),
+            sha256_checked: Some(checked),
+            reconstruction: plan.and_then(|p| inline_v2(&state, &p)),
+        })
+        .into_response(),
+        None => ApiError::not_found(
             "oid_not_found",
             format!("no file with LFS oid {oid} is stored on this server"),
-        ));
+        )
+        .into_response(),
     };
-    Ok(Json(LfsFile {
-        oid,
-        file_hash: file,
-        size,
-        intact: Some(intact),
-        reconstruction: plan.and_then(|p| inline_v2(&state, &p)),
-    }))
+    response
+        .headers_mut()
+        .insert(CHECKS_SHA256_HEADER, HeaderValue::from_static("1"));
+    Ok(response)
 }

@@ -17,6 +17,7 @@ use axum::Json;
 
 use super::super::auth::Scope;
 use super::super::body::{check_declared, content_length, drain, read_body, spool_body, SmallBody};
+use super::super::claims;
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::progress::{self, Failure, Frame};
@@ -131,9 +132,11 @@ pub async fn post_shard_v1(
     let (bytes, repo) = shard_body(&state, &headers, body).await?;
     let st = state.clone();
     let outcome = blocking(move || {
-        Ok(st
-            .store
-            .register_shard_staged(&bytes, &mut |_| {}, &mut || {}, repo.as_deref())?)
+        let outcome =
+            st.store
+                .register_shard_staged(&bytes, &mut |_| {}, &mut || {}, repo.as_deref())?;
+        claims::check_now(&st.store, &outcome.claims);
+        Ok(outcome)
     })
     .await?;
     tracing::info!(
@@ -211,6 +214,7 @@ pub async fn post_shard_v2(
         );
         match outcome {
             Ok(o) => {
+                claims::check_now(&store, &o.claims);
                 tracing::info!(
                     shard = %o.shard,
                     new = o.newly_registered,

@@ -1,0 +1,313 @@
+//! A shard's SHA-256 is a claim until the server has hashed the file itself:
+//!
+//! - a wrong claim (a client naming the oid of content it did not upload) never keeps the
+//!   right content out: the upload of the real content is not skipped, it becomes the oid's
+//!   mapping, and the checking job drops the wrong claim;
+//! - a right claim becomes the oid's mapping once checked, and only then lets an upload skip;
+//! - the agent does not hash again what git-lfs hashed when the server checks claims
+//!   (`X-Xet-Checks-Sha256`), and does when told to (`GIT_XET_HASH_UPLOADS=1`);
+//! - a push of a damaged local object (bytes that are not its oid's) never reaches a clone as
+//!   that oid: the server drops the claim and the clone is told the object is missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use std::time::{Duration, Instant};
+
+use git_xet::format::shard::Shard;
+use git_xet::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use git_xet::pipeline::upload::{upload, UploadOptions};
+use git_xet::server::claims::{check_pending, Deferred};
+use git_xet::store::{CasTarget, Store, TargetError};
+
+mod common;
+
+use common::git::{tools_available, GitEnv};
+use common::server::{TestServer, WRITE_TOKEN};
+
+/// A store that says it checks claims, as a server does: uploads through it with
+/// `sha256_declared_by_namer` send the declared SHA-256 unhashed.
+struct Checking<'a>(&'a Store);
+
+impl CasTarget for Checking<'_> {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        CasTarget::has_xorb(self.0, xorb)
+    }
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        CasTarget::put_xorb(self.0, xorb, body)
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        CasTarget::register_shard(self.0, shard)
+    }
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        CasTarget::dedup_query(self.0, chunk)
+    }
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        CasTarget::file_by_sha256(self.0, oid)
+    }
+    fn checks_sha256_claims(&self) -> bool {
+        true
+    }
+}
+
+fn oid_of(data: &[u8]) -> LfsOid {
+    LfsOid::from_hex(&common::sha256_hex(data)).unwrap()
+}
+
+fn declared(oid: LfsOid, size: usize) -> UploadOptions {
+    UploadOptions {
+        expected_sha256: Some(oid),
+        expected_size: Some(size as u64),
+        sha256_declared_by_namer: true,
+        ..UploadOptions::default()
+    }
+}
+
+#[test]
+fn a_wrong_claim_never_keeps_the_right_content_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let real = common::splitmix64(1, 300_000);
+    let garbage = common::splitmix64(2, 300_000);
+    let oid = oid_of(&real);
+
+    // Someone uploads garbage under the real content's oid, unhashed.
+    let lie = upload(
+        &Checking(&store),
+        &garbage[..],
+        &declared(oid, garbage.len()),
+    )
+    .unwrap();
+    assert!(!lie.sha256_computed);
+    assert_eq!(
+        store.file_by_oid(&oid).unwrap().map(|(f, _)| f),
+        Some(lie.file_hash),
+        "a claim is usable for downloads (git-lfs checks what it downloads)"
+    );
+    assert!(!store.oid_checked(&oid).unwrap());
+    assert_eq!(
+        store.intact_file_by_oid(&oid).unwrap(),
+        None,
+        "nothing that lets an upload be skipped trusts a claim"
+    );
+
+    // The real content's upload is not skipped (the target does not offer the claim as
+    // stored), and because this upload hashed the bytes, its mapping is checked at once.
+    let honest = upload(&store, &real[..], &declared(oid, real.len())).unwrap();
+    assert!(!honest.already_stored, "the upload was not skipped");
+    assert!(honest.sha256_computed);
+    assert_eq!(
+        store.file_by_oid(&oid).unwrap().map(|(f, _)| f),
+        Some(honest.file_hash)
+    );
+    assert!(store.oid_checked(&oid).unwrap());
+
+    // The checking job drops the wrong claim; the right mapping stands.
+    let pass = check_pending(&store, &mut Deferred::new()).unwrap();
+    assert_eq!((pass.held, pass.wrong, pass.deferred), (0, 1, 0));
+    assert!(store.pending_claims(None, 10).unwrap().is_empty());
+    assert_eq!(
+        store.intact_file_by_oid(&oid).unwrap().map(|(f, _)| f),
+        Some(honest.file_hash)
+    );
+}
+
+#[test]
+fn a_right_claim_is_checked_then_trusted_and_a_lone_wrong_one_disappears() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let data = common::splitmix64(3, 200_000);
+    let oid = oid_of(&data);
+    let first = upload(&Checking(&store), &data[..], &declared(oid, data.len())).unwrap();
+    assert!(!first.sha256_computed);
+    // Until it is checked, a second upload of the same content is not skipped.
+    let again = upload(&Checking(&store), &data[..], &declared(oid, data.len())).unwrap();
+    assert!(!again.already_stored);
+    assert_eq!(
+        again.new_xorbs, 0,
+        "its chunks were deduplicated all the same"
+    );
+
+    let pass = check_pending(&store, &mut Deferred::new()).unwrap();
+    assert_eq!((pass.held, pass.wrong), (1, 0));
+    assert!(store.oid_checked(&oid).unwrap());
+    let third = upload(&Checking(&store), &data[..], &declared(oid, data.len())).unwrap();
+    assert!(
+        third.already_stored,
+        "a checked mapping lets the upload be skipped"
+    );
+
+    // A claim with no right content anywhere: usable for downloads until checked, then gone.
+    let other = common::splitmix64(4, 100_000);
+    let made_up = oid_of(b"content nobody uploaded");
+    upload(
+        &Checking(&store),
+        &other[..],
+        &declared(made_up, other.len()),
+    )
+    .unwrap();
+    assert!(store.file_by_oid(&made_up).unwrap().is_some());
+    let pass = check_pending(&store, &mut Deferred::new()).unwrap();
+    assert_eq!((pass.held, pass.wrong), (0, 1));
+    assert_eq!(store.file_by_oid(&made_up).unwrap(), None);
+}
+
+/// Polls `GET /v1/lfs-files/{oid}` until `sha256_checked` is true (at most 30 s); returns the
+/// last answer's status and body.
+fn wait_until_checked(server: &TestServer, oid: &str) -> (u16, serde_json::Value) {
+    let client = reqwest::blocking::Client::new();
+    let start = Instant::now();
+    loop {
+        let resp = client
+            .get(format!("{}/v1/lfs-files/{oid}", server.url()))
+            .header("Authorization", format!("Bearer {WRITE_TOKEN}"))
+            .send()
+            .unwrap();
+        assert_eq!(
+            resp.headers()
+                .get("x-xet-checks-sha256")
+                .map(|v| v.as_bytes()),
+            Some(&b"1"[..]),
+            "the server says it checks claims"
+        );
+        let status = resp.status().as_u16();
+        let body: serde_json::Value = resp.json().unwrap_or_default();
+        if status != 200 || body["sha256_checked"] == true || start.elapsed().as_secs() > 30 {
+            return (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn negotiated_repo(env: &GitEnv, server: &TestServer) -> std::path::PathBuf {
+    env.credential_helper(WRITE_TOKEN);
+    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
+    env.git(env.path(), &["init", "-q", "work"]);
+    let work = env.path().join("work");
+    env.git(&work, &["lfs", "track", "*.bin"]);
+    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+    let url = format!("{}/team/repo.git/info/lfs", server.url());
+    std::fs::write(work.join(".lfsconfig"), format!("[lfs]\n\turl = {url}\n")).unwrap();
+    work
+}
+
+#[test]
+fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start();
+    let env = GitEnv::new();
+    let work = negotiated_repo(&env, &server);
+    // Larger than what is checked before the shard upload is answered: the job checks it.
+    let data = common::splitmix64(5, 9 << 20);
+    let oid = common::sha256_hex(&data);
+    std::fs::write(work.join("model.bin"), &data).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    let log = env.agent_log();
+    assert!(
+        log.contains("sha256_computed=false"),
+        "the agent did not hash the object again:\n{log}"
+    );
+    let (status, body) = wait_until_checked(&server, &oid);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["sha256_checked"], true,
+        "the server checked the claim: {body}"
+    );
+
+    // Told to, the agent hashes (a second object, so that the upload is not skipped).
+    let more = common::splitmix64(6, 1 << 20);
+    std::fs::write(work.join("more.bin"), &more).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "more"]);
+    let out = env.run_with(
+        &work,
+        "git",
+        &["push", "-q", "origin", "main"],
+        &[("GIT_XET_HASH_UPLOADS", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(
+        env.agent_log().contains("sha256_computed=true"),
+        "{}",
+        env.agent_log()
+    );
+    // The server checks it all the same: a client's hashing is not proof to the server.
+    let (status, body) = wait_until_checked(&server, &common::sha256_hex(&more));
+    assert_eq!(
+        (status, body["sha256_checked"].clone()),
+        (200, true.into()),
+        "{body}"
+    );
+}
+
+#[test]
+fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start();
+    let env = GitEnv::new();
+    let work = negotiated_repo(&env, &server);
+    let data = common::splitmix64(7, 2 << 20);
+    let oid = common::sha256_hex(&data);
+    std::fs::write(work.join("model.bin"), &data).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
+    // Bit rot in git-lfs's copy, after git-lfs named it.
+    let object = work
+        .join(".git/lfs/objects")
+        .join(&oid[0..2])
+        .join(&oid[2..4])
+        .join(&oid);
+    let mut damaged = std::fs::read(&object).unwrap();
+    damaged[1_000_000] ^= 0x40;
+    std::fs::write(&object, &damaged).unwrap();
+    let out = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let (status, body) = wait_until_checked(&server, &oid);
+    assert_eq!(
+        status, 404,
+        "the server dropped the wrong claim instead of serving it: {body}"
+    );
+
+    // A clone is told the object is missing; it never gets the damaged bytes as that oid.
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &["clone", "-q", "remote.git", "clone"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let clone = env.path().join("clone");
+    let out = env.run_in(&clone, "git", &["lfs", "fetch"]);
+    assert_ne!(out.status, Some(0), "the fetch fails: {}", out.all());
+    assert!(!clone
+        .join(".git/lfs/objects")
+        .join(&oid[0..2])
+        .join(&oid[2..4])
+        .join(&oid)
+        .exists());
+
+    // Repaired locally and pushed again, it is uploaded (not skipped) and then served.
+    std::fs::write(&object, &data).unwrap();
+    let out = env.run_with(
+        &work,
+        "git",
+        &["lfs", "push", "--object-id", "origin", &oid],
+        &[],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let (status, body) = wait_until_checked(&server, &oid);
+    assert_eq!(
+        (status, body["sha256_checked"].clone()),
+        (200, true.into()),
+        "{body}"
+    );
+    let out = env.run_in(&clone, "git", &["lfs", "fetch"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+}
