@@ -362,7 +362,10 @@ pub fn check(endpoint: &dyn Endpoint, oid: &LfsOid, size: u64) -> Verdict {
         Ok(Some((_, stored))) => Verdict::Missing(format!(
             "the endpoint's file has {stored} bytes, the local object {size}"
         )),
-        Ok(None) => Verdict::Missing("not held intact at the endpoint".into()),
+        Ok(None) => Verdict::Missing(
+            "not held intact at the endpoint (or, pushed moments ago, not checked there yet)"
+                .into(),
+        ),
         Err(e) => Verdict::Unknown(crate::redact::redact(&e.to_string())),
     }
 }
