@@ -74,8 +74,12 @@ print(f"{dt:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
 PY
 }
 # `sync` before each timed step: dirty pages of the previous step (the file just written, the
-# server's new xorbs) must not be flushed on the next step's time, for either side.
+# server's new xorbs) must not be flushed on the next step's time, for either side. After each
+# upload, `settle_server` waits until the server has checked the upload's SHA-256 claim (it
+# hashes large files in the background; on a server of its own that costs the client nothing),
+# for both sides alike.
 sync; read -r hf_up hf_up_rss < <(hf up cache-up)
+settle_server "$url_a"
 sync; read -r hf_down hf_down_rss < <(hf down cache-down)
 cmp -s "$work/input.bin" "$work/hf-out.bin" || { echo "bench: hf_xet round trip differs" >&2; exit 1; }
 
@@ -106,6 +110,7 @@ git remote add origin ../remote.git
 now() { date +%s.%N; }
 sync; t0=$(now); git push -q origin main; t1=$(now)
 push_s=$(echo "$t1 - $t0" | bc)
+settle_server "$url_b"
 push_rss=$(grep -o 'peak_rss_kib=[0-9]*' "$work/agent.log" | cut -d= -f2 | sort -n | tail -1)
 # The agents' own time: the longest request ("done … secs=") of any agent process.
 agent_secs() { grep -o ' done oid=.* secs=[0-9.]*' "$work/agent.log" | sed 's/.*secs=//' | sort -n | tail -1; }

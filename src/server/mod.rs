@@ -356,6 +356,7 @@ async fn health(State(state): State<SharedState>) -> Response {
             "version": env!("CARGO_PKG_VERSION"),
             "files": c.files,
             "xorbs": c.xorbs,
+            "unchecked_sha256_claims": c.claims,
             "received_xorb_bytes": state.metrics.received_xorb_bytes.get(),
             "received_object_bytes": state.metrics.received_object_bytes.get(),
             "sent_xorb_bytes": state.metrics.sent_xorb_bytes.get(),
