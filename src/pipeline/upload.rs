@@ -210,6 +210,15 @@ pub fn upload_with_progress(
     options: &UploadOptions,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<UploadSummary, UploadError> {
+    upload_blocks(target, &mut ReadBlocks::new(&mut reader), options, progress)
+}
+
+fn upload_blocks(
+    target: &dyn CasTarget,
+    blocks: &mut dyn Blocks,
+    options: &UploadOptions,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
     if let Some(oid) = options.expected_sha256 {
         let known = target
             .file_by_sha256(&oid)
@@ -264,14 +273,7 @@ pub fn upload_with_progress(
             .collect();
         drop((rx, finished_tx));
         let read = read_file(
-            target,
-            &mut reader,
-            options,
-            trusted,
-            tx,
-            uploaded,
-            done,
-            progress,
+            target, blocks, options, trusted, tx, uploaded, done, progress,
         );
         // The last xorbs are still on their way: keep the counter moving with the wire.
         let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
@@ -450,7 +452,7 @@ fn put_xorbs_until_done(
 #[allow(clippy::too_many_arguments)]
 fn read_file(
     target: &dyn CasTarget,
-    reader: &mut dyn Read,
+    blocks: &mut dyn Blocks,
     options: &UploadOptions,
     trusted: Option<LfsOid>,
     tx: mpsc::SyncSender<(u32, BuiltXorb)>,
@@ -513,7 +515,7 @@ fn read_file(
             Sha::Inline(sha2::Sha256::new())
         };
         read_chunks(
-            reader,
+            blocks,
             options,
             &mut sha,
             chunker,
@@ -602,11 +604,66 @@ impl<'scope> Sha<'scope> {
     }
 }
 
+/// Where an upload's bytes come from, a block at a time.
+trait Blocks {
+    /// The next block of at most `want` bytes, starting at stream offset `pos` (empty at the
+    /// end). Valid until the next call.
+    fn next_block(&mut self, want: usize, pos: u64) -> Result<&[u8], UploadError>;
+}
+
+/// Blocks read from a stream into one reused buffer.
+struct ReadBlocks<'r> {
+    reader: &'r mut dyn Read,
+    buf: Vec<u8>,
+}
+
+impl<'r> ReadBlocks<'r> {
+    fn new(reader: &'r mut dyn Read) -> Self {
+        Self {
+            reader,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl Blocks for ReadBlocks<'_> {
+    fn next_block(&mut self, want: usize, pos: u64) -> Result<&[u8], UploadError> {
+        // Zeroed once, when it grows: a block is read over what the last one left.
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        let n = fill_slice(self.reader, &mut self.buf[..want], pos)?;
+        Ok(&self.buf[..n])
+    }
+}
+
+/// Fills as much of `buf` as `reader` has; returns how many bytes (fewer only at the end).
+fn fill_slice(reader: &mut dyn Read, buf: &mut [u8], pos: u64) -> Result<usize, UploadError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(UploadError::Read {
+                    offset: pos + got as u64,
+                    source,
+                })
+            }
+        }
+    }
+    Ok(got)
+}
+
 /// The reading loop of [`read_file`]: reads, chunks and deduplicates the whole stream, feeding
 /// `sha` every byte. Returns the number of bytes read, once the size was checked.
+///
+/// Chunks are hashed and packed where the block holds them; only a chunk that spans two blocks
+/// is assembled (from `carry`, the bytes of the chunk in progress at the end of a block).
 #[allow(clippy::too_many_arguments)]
 fn read_chunks(
-    reader: &mut dyn Read,
+    blocks: &mut dyn Blocks,
     options: &UploadOptions,
     sha: &mut Sha<'_>,
     mut chunker: Chunker,
@@ -615,13 +672,12 @@ fn read_chunks(
     read_so_far: &std::cell::Cell<u64>,
     report: &dyn Fn(),
 ) -> Result<u64, UploadError> {
-    // `buf` holds the stream from offset `buf_start` (the start of the chunk in progress).
-    let mut buf: Vec<u8> = Vec::new();
-    let mut buf_start: u64 = 0;
+    // The chunk in progress starts at `start`; `carry` holds its bytes before the block.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut start: u64 = 0;
     let mut pos: u64 = 0;
     let mut ends: Vec<u64> = Vec::new();
     loop {
-        let old = buf.len();
         // A file of known size is read in blocks of at most what is left of it (plus one
         // byte, which finds a file longer than expected): a small file zeroes and reads into
         // a small buffer, not a block-sized one (that was 9% of an embedded push of small files).
@@ -631,11 +687,12 @@ fn read_chunks(
                 .saturating_add(1)
                 .min(READ_BLOCK)
         });
-        let n = fill(reader, &mut buf, want, pos)?;
-        if n == 0 {
+        let block = blocks.next_block(want, pos)?;
+        if block.is_empty() {
             break;
         }
-        pos += n as u64;
+        let block_start = pos;
+        pos += block.len() as u64;
         read_so_far.set(pos);
         if let Some(expected) = options.expected_size {
             if pos > expected {
@@ -643,35 +700,45 @@ fn read_chunks(
             }
         }
         ends.clear();
-        let new = &buf[old..];
         match sha {
             Sha::Inline(inline) => {
-                rayon::join(|| inline.update(new), || chunker.update(new, &mut ends)).0
+                rayon::join(|| inline.update(block), || chunker.update(block, &mut ends)).0
             }
             Sha::Thread { .. } | Sha::Declared(_) => {
-                sha.update(new)?;
-                chunker.update(new, &mut ends);
+                sha.update(block)?;
+                chunker.update(block, &mut ends);
             }
         }
-        let mut start = buf_start;
-        let pieces: Vec<&[u8]> = ends
-            .iter()
-            .map(|&end| {
-                let piece = &buf[(start - buf_start) as usize..(end - buf_start) as usize];
-                start = end;
-                piece
-            })
-            .collect();
+        // Only the first chunk ending in this block can have begun before it.
+        let mut spanning: Option<Vec<u8>> = None;
+        let mut inside: Vec<&[u8]> = Vec::with_capacity(ends.len());
+        for &end in &ends {
+            let to = (end - block_start) as usize;
+            if start < block_start {
+                let mut piece = std::mem::take(&mut carry);
+                piece.extend_from_slice(&block[..to]);
+                spanning = Some(piece);
+            } else {
+                inside.push(&block[(start - block_start) as usize..to]);
+            }
+            start = end;
+        }
+        let pieces: Vec<&[u8]> = spanning.as_deref().into_iter().chain(inside).collect();
         let hashes: Vec<ChunkHash> = pieces.par_iter().map(|p| ChunkHash::of(p)).collect();
         for (piece, hash) in pieces.iter().zip(hashes) {
             session.add_chunk(piece, hash, emit)?;
         }
-        buf.drain(..(start - buf_start) as usize);
-        buf_start = start;
+        // What is left of the block belongs to the next chunk.
+        if start >= block_start {
+            carry.clear();
+            carry.extend_from_slice(&block[(start - block_start) as usize..]);
+        } else {
+            carry.extend_from_slice(block);
+        }
         report();
     }
     if let Some(end) = chunker.finish() {
-        let piece = &buf[..(end - buf_start) as usize];
+        let piece = &carry[..(end - start) as usize];
         session.add_chunk(piece, ChunkHash::of(piece), emit)?;
     }
     if let Some(expected) = options.expected_size {
@@ -683,34 +750,6 @@ fn read_chunks(
         }
     }
     Ok(pos)
-}
-
-/// Appends up to `want` bytes from `reader` to `buf`; returns how many (0 at the end).
-fn fill(
-    reader: &mut dyn Read,
-    buf: &mut Vec<u8>,
-    want: usize,
-    pos: u64,
-) -> Result<usize, UploadError> {
-    let old = buf.len();
-    buf.resize(old + want, 0);
-    let mut got = 0;
-    while got < want {
-        match reader.read(&mut buf[old + got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                buf.truncate(old + got);
-                return Err(UploadError::Read {
-                    offset: pos + got as u64,
-                    source,
-                });
-            }
-        }
-    }
-    buf.truncate(old + got);
-    Ok(got)
 }
 
 /// Serialised size of a shard holding `file` (or none) and `blocks`, in upload form.

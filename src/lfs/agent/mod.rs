@@ -411,8 +411,7 @@ impl Agent {
                 stdout_gone.get_or_insert(e);
             }
         };
-        let reader = std::io::BufReader::with_capacity(1 << 20, file);
-        let mut attempt = upload_with_progress(endpoint, reader, &options, &mut report);
+        let mut attempt = upload_with_progress(endpoint, &file, &options, &mut report);
         let mut sent_before = 0u64;
         if let Err(e) = &attempt {
             if e.is_lost_xorb() {
@@ -425,8 +424,8 @@ impl Agent {
                     crate::redact::redact(&e.to_string())
                 );
                 sent_before = sent.get();
-                let again = std::io::BufReader::with_capacity(1 << 20, open_upload(path)?);
-                attempt = upload_with_progress(endpoint, again, &options, &mut report);
+                let again = open_upload(path)?;
+                attempt = upload_with_progress(endpoint, &again, &options, &mut report);
             }
         }
         let summary = attempt.map_err(|e| {

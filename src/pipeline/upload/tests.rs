@@ -67,6 +67,26 @@ fn round_trip_and_summary() {
 }
 
 #[test]
+fn chunks_spanning_blocks_upload_as_in_one_piece() {
+    // Random bytes across the first block end, a run of zeros (maximal chunks) across the
+    // second, then random bytes: the file hash and chunks are those of the whole at once.
+    let mut data = random_bytes(7, 2 * READ_BLOCK - (1 << 20));
+    data.extend(std::iter::repeat_n(0u8, 2 << 20));
+    data.extend(random_bytes(8, 700_001));
+    let whole = crate::pipeline::hasher::hash_bytes(&data, Default::default());
+    let (_d, store) = store();
+    let options = UploadOptions {
+        expected_sha256: Some(LfsOid::of(&data)),
+        expected_size: Some(data.len() as u64),
+        ..UploadOptions::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    assert_eq!(s.file_hash, whole.file_hash);
+    assert_eq!(s.chunks, whole.chunks.len() as u64);
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
 fn repeated_upload_stores_nothing_new() {
     let (_d, store) = store();
     let data = random_bytes(2, 2 << 20);
