@@ -179,17 +179,16 @@ fn wait_until_checked(server: &TestServer, oid: &str) -> (u16, serde_json::Value
 }
 
 fn negotiated_repo(env: &GitEnv, server: &TestServer) -> std::path::PathBuf {
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let url = format!("{}/team/repo.git/info/lfs", server.url());
-    std::fs::write(work.join(".lfsconfig"), format!("[lfs]\n\turl = {url}\n")).unwrap();
-    work
+    env.negotiated_work_tree(WRITE_TOKEN, &[], &url)
+}
+
+/// Writes `data` to `name` in `work` and commits it; returns its oid.
+fn commit_file(env: &GitEnv, work: &std::path::Path, name: &str, data: &[u8]) -> String {
+    std::fs::write(work.join(name), data).unwrap();
+    env.git(work, &["add", "."]);
+    env.git(work, &["commit", "-q", "-m", name]);
+    common::sha256_hex(data)
 }
 
 #[test]
@@ -202,10 +201,7 @@ fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
     let work = negotiated_repo(&env, &server);
     // Larger than what is checked before the shard upload is answered: the job checks it.
     let data = common::splitmix64(5, 9 << 20);
-    let oid = common::sha256_hex(&data);
-    std::fs::write(work.join("model.bin"), &data).unwrap();
-    env.git(&work, &["add", "."]);
-    env.git(&work, &["commit", "-q", "-m", "model"]);
+    let oid = commit_file(&env, &work, "model.bin", &data);
     env.git(&work, &["push", "-q", "origin", "main"]);
     let log = env.agent_log();
     assert!(
@@ -221,9 +217,7 @@ fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
 
     // Told to, the agent hashes (a second object, so that the upload is not skipped).
     let more = common::splitmix64(6, 1 << 20);
-    std::fs::write(work.join("more.bin"), &more).unwrap();
-    env.git(&work, &["add", "."]);
-    env.git(&work, &["commit", "-q", "-m", "more"]);
+    let more_oid = commit_file(&env, &work, "more.bin", &more);
     let out = env.run_with(
         &work,
         "git",
@@ -237,7 +231,7 @@ fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
         env.agent_log()
     );
     // The server checks it all the same: a client's hashing is not proof to the server.
-    let (status, body) = wait_until_checked(&server, &common::sha256_hex(&more));
+    let (status, body) = wait_until_checked(&server, &more_oid);
     assert_eq!(
         (status, body["sha256_checked"].clone()),
         (200, true.into()),
@@ -254,10 +248,7 @@ fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
     let env = GitEnv::new();
     let work = negotiated_repo(&env, &server);
     let data = common::splitmix64(7, 2 << 20);
-    let oid = common::sha256_hex(&data);
-    std::fs::write(work.join("model.bin"), &data).unwrap();
-    env.git(&work, &["add", "."]);
-    env.git(&work, &["commit", "-q", "-m", "model"]);
+    let oid = commit_file(&env, &work, "model.bin", &data);
     // Bit rot in git-lfs's copy, after git-lfs named it.
     let object = work
         .join(".git/lfs/objects")
@@ -276,13 +267,7 @@ fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
     );
 
     // A clone is told the object is missing; it never gets the damaged bytes as that oid.
-    let out = env.run_with(
-        env.path(),
-        "git",
-        &["clone", "-q", "remote.git", "clone"],
-        &[("GIT_LFS_SKIP_SMUDGE", "1")],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.clone_skip_smudge("remote.git", "clone");
     let clone = env.path().join("clone");
     let out = env.run_in(&clone, "git", &["lfs", "fetch"]);
     assert_ne!(out.status, Some(0), "the fetch fails: {}", out.all());
