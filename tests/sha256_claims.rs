@@ -151,6 +151,59 @@ fn a_right_claim_is_checked_then_trusted_and_a_lone_wrong_one_disappears() {
     assert_eq!(store.file_by_oid(&made_up).unwrap(), None);
 }
 
+#[test]
+fn the_batch_api_asks_for_an_upload_while_the_oid_is_only_claimed() {
+    // A wrong claim registered before the server starts, and a server that does not check
+    // claims in the background: the claim stays a claim for the whole test.
+    let dir = tempfile::tempdir().unwrap();
+    let real = common::splitmix64(9, 300_000);
+    let garbage = common::splitmix64(10, 300_000);
+    let oid = oid_of(&real);
+    {
+        let store = Store::open(&dir.path().join("store")).unwrap();
+        upload(
+            &Checking(&store),
+            &garbage[..],
+            &declared(oid, garbage.len()),
+        )
+        .unwrap();
+    }
+    let server = common::server::start_on_with(dir, |c| c.maintenance.claims_interval = None);
+    let batch = |operation: &str| -> serde_json::Value {
+        reqwest::blocking::Client::new()
+            .post(format!(
+                "{}/team/repo.git/info/lfs/objects/batch",
+                server.url()
+            ))
+            .header("Accept", "application/vnd.git-lfs+json")
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .bearer_auth(WRITE_TOKEN)
+            .body(
+                serde_json::json!({
+                    "operation": operation,
+                    "transfers": ["xet", "basic"],
+                    "objects": [{"oid": oid.to_hex(), "size": real.len()}],
+                })
+                .to_string(),
+            )
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let up = batch("upload");
+    assert!(
+        up["objects"][0]["actions"]["upload"].is_object(),
+        "an upload is asked for, although a shard claimed the oid: {up}"
+    );
+    // Downloads may use the claim (git-lfs would find the bytes wrong and refuse them).
+    let down = batch("download");
+    assert!(
+        down["objects"][0]["actions"]["download"].is_object(),
+        "{down}"
+    );
+}
+
 /// Polls `GET /v1/lfs-files/{oid}` until `sha256_checked` is true (at most 30 s); returns the
 /// last answer's status and body.
 fn wait_until_checked(server: &TestServer, oid: &str) -> (u16, serde_json::Value) {

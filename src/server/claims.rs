@@ -34,7 +34,7 @@ use crate::store::{Store, StoreError};
 
 pub use crate::store::wire::CHECKS_SHA256_HEADER;
 
-/// How often the job looks for new claims.
+/// How often the job looks for new claims, by default.
 pub const PASS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a claim whose file could not be rebuilt waits before it is tried again.
@@ -154,13 +154,14 @@ fn sha256_of(store: &Store, file: &FileHash) -> Result<Option<LfsOid>, String> {
     Ok(Some(LfsOid::from_digest(sha.finalize().into())))
 }
 
-/// The job: a pass every [`PASS_INTERVAL`], on a blocking thread; abort the task to stop it.
-pub fn spawn(store: &Arc<Store>) -> tokio::task::JoinHandle<()> {
+/// The job: a pass every `every` ([`PASS_INTERVAL`] by default), on a blocking thread; abort
+/// the task to stop it.
+pub fn spawn(store: &Arc<Store>, every: Duration) -> tokio::task::JoinHandle<()> {
     let store = Arc::clone(store);
     tokio::spawn(async move {
         let mut deferred = Deferred::new();
         loop {
-            tokio::time::sleep(PASS_INTERVAL).await;
+            tokio::time::sleep(every).await;
             let st = Arc::clone(&store);
             let mut d = std::mem::take(&mut deferred);
             let job = move || {

@@ -19,6 +19,10 @@ pub struct Maintenance {
     pub gc_grace: Duration,
     /// How often every stored object is verified; `None` (the default): never.
     pub scrub_interval: Option<Duration>,
+    /// How often the server looks for SHA-256 claims to check (see `server::claims`); `None`:
+    /// never (claims on small files are still checked as they are registered). Default: every
+    /// second.
+    pub claims_interval: Option<Duration>,
 }
 
 impl Default for Maintenance {
@@ -27,6 +31,7 @@ impl Default for Maintenance {
             gc_interval: Some(Duration::from_secs(24 * 3600)),
             gc_grace: crate::store::gc::DEFAULT_GRACE,
             scrub_interval: None,
+            claims_interval: Some(super::claims::PASS_INTERVAL),
         }
     }
 }

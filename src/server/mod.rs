@@ -517,7 +517,9 @@ impl Server {
         let limits = self.state.resources.limits().clone();
         let mut jobs = maintenance::spawn(&self.state.store, self.maintenance);
         jobs.extend(maintenance::spawn_sync(&self.state.store));
-        jobs.push(claims::spawn(&self.state.store));
+        if let Some(every) = self.maintenance.claims_interval {
+            jobs.push(claims::spawn(&self.state.store, every));
+        }
         conn::serve(
             self.listener,
             router(self.state),

@@ -272,6 +272,12 @@ pub async fn batch(
                     let Some((file, size)) = store.file_by_oid_as(oid, fresh)? else {
                         return Ok((Stored::Absent, None));
                     };
+                    // A download may use an unchecked SHA-256 claim (git-lfs checks what it
+                    // downloads); an upload is skipped only for a checked mapping, so that a
+                    // wrong claim never keeps the right content out (see `server::claims`).
+                    if operation == Operation::Upload && !store.oid_checked(oid)? {
+                        return Ok((Stored::Absent, None));
+                    }
                     // What another repository stored is absent for a token limited to this
                     // one: an upload then registers it here (cheaply: its chunks deduplicate).
                     if !store.visible_as(&file, limited.as_deref(), fresh)? {
