@@ -198,7 +198,7 @@ pub struct ShardOutcome {
     /// The sizes of the new files together.
     pub new_bytes: u64,
     /// The SHA-256 claims the shard made that are not checked mappings: `(oid, file, size)`
-    /// (see [`Self::oid_checked`]; the server checks small ones before it answers).
+    /// (see [`Store::oid_checked`]; the server checks small ones before it answers).
     pub claims: Vec<(LfsOid, FileHash, u64)>,
 }
 
