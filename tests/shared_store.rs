@@ -183,3 +183,29 @@ fn sharing_turned_off_opens_the_store_in_each_agent() {
     let opened = Store::open(&store).unwrap();
     assert_eq!(opened.counts().unwrap().files, files.len() as u64);
 }
+
+#[test]
+fn the_shared_server_checks_a_large_pushed_object_before_it_stops() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    let work = env.standalone_world(&store, 2);
+    // Larger than what is checked before the shard upload is answered: the server's job
+    // checks it, and the server does not stop before it has.
+    let data = common::splitmix64(77, 12 << 20);
+    std::fs::write(work.join("model.bin"), &data).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    assert!(
+        env.agent_log().contains("sha256_computed=false"),
+        "{}",
+        env.agent_log()
+    );
+    let opened = stopped(&store);
+    let oid = LfsOid::from_hex(&common::sha256_hex(&data)).unwrap();
+    assert!(opened.oid_checked(&oid).unwrap(), "the oid was checked");
+    assert!(opened.pending_claims(None, 10).unwrap().is_empty());
+}

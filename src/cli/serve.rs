@@ -110,7 +110,7 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "SECS")]
     pub max_lifetime: Option<u64>,
     /// Stop once no connection has been open for this many seconds (the private server agents
-    /// share for a directory store).
+    /// share for a directory store), and the SHA-256 claims registered so far are checked.
     #[arg(long, hide = true, value_name = "SECS", value_parser = seconds)]
     pub idle_exit: Option<Duration>,
     /// Make up a write token and write it, with the URL and the process id, to

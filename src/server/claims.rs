@@ -23,6 +23,7 @@
 //! with (each keeps its own index).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -155,20 +156,30 @@ fn sha256_of(store: &Store, file: &FileHash) -> Result<Option<LfsOid>, String> {
 }
 
 /// The job: a pass every `every` ([`PASS_INTERVAL`] by default), on a blocking thread; abort
-/// the task to stop it.
-pub fn spawn(store: &Arc<Store>, every: Duration) -> tokio::task::JoinHandle<()> {
+/// the task to stop it. `busy` is true while a pass runs and after one that checked something
+/// (there may be more): a server that exits when idle waits for it (an embedded store's private
+/// server would otherwise leave large files unchecked).
+pub fn spawn(
+    store: &Arc<Store>,
+    every: Duration,
+    busy: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
     let store = Arc::clone(store);
     tokio::spawn(async move {
         let mut deferred = Deferred::new();
         loop {
             tokio::time::sleep(every).await;
+            busy.store(true, Ordering::Relaxed);
             let st = Arc::clone(&store);
             let mut d = std::mem::take(&mut deferred);
             let job = move || {
                 let r = check_pending(&st, &mut d);
                 (r, d)
             };
-            match tokio::task::spawn_blocking(job).await {
+            let outcome = tokio::task::spawn_blocking(job).await;
+            let worked = matches!(&outcome, Ok((Ok(p), _)) if p.held + p.wrong > 0);
+            busy.store(worked, Ordering::Relaxed);
+            match outcome {
                 Ok((r, d)) => {
                     deferred = d;
                     match r {

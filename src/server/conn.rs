@@ -14,6 +14,8 @@
 //! - **Shutdown.** When asked to stop, the listener closes, every connection finishes the request
 //!   in flight (idle keep-alive connections close at once), and after
 //!   [`Limits::shutdown_timeout`] whatever is left is closed.
+//! - **Idle exit** (optional, [`IdleExit`]): with no connection open for a while, the server
+//!   stops, unless background work it must finish is running (checking SHA-256 claims).
 
 use std::future::Future;
 use std::io;
@@ -42,13 +44,23 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
 Content-Type: application/json\r\nContent-Length: 91\r\nConnection: close\r\n\r\n\
 {\"error\":\"server_busy\",\"message\":\"too many open connections to this server; retry shortly\"}";
 
+/// When a server with no connection open stops by itself.
+#[derive(Debug, Clone)]
+pub struct IdleExit {
+    /// After this long without a connection...
+    pub after: Duration,
+    /// ...unless this is true then (background work the server must finish first); the wait
+    /// starts again.
+    pub unless: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// Serves `router` on `listener` until `stop` completes, then shuts down gracefully within
 /// `limits.shutdown_timeout`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: &Limits,
-    idle_exit: Option<Duration>,
+    idle_exit: Option<IdleExit>,
     stop: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -64,7 +76,10 @@ pub async fn serve(
     let mut stop = std::pin::pin!(stop);
     loop {
         // With no connection open, the idle time starts (again).
-        let idle_for = idle_exit.filter(|_| connections.is_empty());
+        let idle_for = idle_exit
+            .as_ref()
+            .map(|i| i.after)
+            .filter(|_| connections.is_empty());
         let idle = async {
             match idle_for {
                 Some(d) => tokio::time::sleep(d).await,
@@ -78,6 +93,12 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => accepted,
             () = idle => {
+                if idle_exit
+                    .as_ref()
+                    .is_some_and(|i| i.unless.load(std::sync::atomic::Ordering::Relaxed))
+                {
+                    continue;
+                }
                 tracing::info!("no connection for the idle time, shutting down");
                 break;
             }

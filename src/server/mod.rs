@@ -517,14 +517,22 @@ impl Server {
         let limits = self.state.resources.limits().clone();
         let mut jobs = maintenance::spawn(&self.state.store, self.maintenance);
         jobs.extend(maintenance::spawn_sync(&self.state.store));
+        let checking = Arc::new(std::sync::atomic::AtomicBool::new(false));
         if let Some(every) = self.maintenance.claims_interval {
-            jobs.push(claims::spawn(&self.state.store, every));
+            jobs.push(claims::spawn(
+                &self.state.store,
+                every,
+                Arc::clone(&checking),
+            ));
         }
         conn::serve(
             self.listener,
             router(self.state),
             &limits,
-            self.idle_exit,
+            self.idle_exit.map(|after| conn::IdleExit {
+                after,
+                unless: checking,
+            }),
             stop,
         )
         .await;
