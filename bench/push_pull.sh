@@ -78,9 +78,15 @@ PY
 # upload, `settle_server` waits until the server has checked the upload's SHA-256 claim (it
 # hashes large files in the background; on a server of its own that costs the client nothing),
 # for both sides alike.
-# Each upload's input is read once before it is timed, so that both sides start with it in the
-# page cache (at 4 GiB, what the earlier steps wrote may have pushed part of it out).
-warm() { cat "$1" > /dev/null; }
+# Each upload starts from the same state: when this runs as root, clean page-cache pages are
+# dropped first (the steps before the git side wrote three times more than those before
+# hf_xet's, and a full page cache made the second upload pay for reclaim), then the input is
+# read once, so that both sides start with it, and only it, in the page cache.
+warm() {
+    sync
+    if [[ -w /proc/sys/vm/drop_caches ]]; then echo 1 > /proc/sys/vm/drop_caches; fi
+    cat "$1" > /dev/null
+}
 warm "$work/input.bin"
 sync; read -r hf_up hf_up_rss < <(hf up cache-up)
 settle_server "$url_a"
