@@ -64,6 +64,36 @@ pub struct Pass {
 /// Claims that could not be checked, and when that was.
 pub type Deferred = HashMap<(LfsOid, FileHash), Instant>;
 
+/// What checking one claim found.
+enum Checked {
+    /// The file has the claimed SHA-256: the oid now maps to it.
+    Held,
+    /// It has another one (or is not registered): the claim is dropped.
+    Wrong,
+    /// The file could not be rebuilt now (why): the claim is left as it is.
+    Unreadable(String),
+}
+
+/// Hashes the file of one claim and settles the claim by what it found.
+fn check_one(store: &Store, oid: LfsOid, file: FileHash) -> Result<Checked, StoreError> {
+    let holds = match sha256_of(store, &file) {
+        Ok(Some(actual)) if actual == oid => true,
+        Ok(Some(actual)) => {
+            tracing::warn!(%oid, %file, %actual,
+                "a shard claimed that this file has SHA-256 {oid}, but it has {actual}: the \
+                 claim is dropped (a client with a damaged local object, or a wrong one)");
+            false
+        }
+        Ok(None) => {
+            tracing::warn!(%oid, %file, "a SHA-256 claim names a file that is not registered; dropped");
+            false
+        }
+        Err(why) => return Ok(Checked::Unreadable(why)),
+    };
+    store.settle_claim(&oid, &file, holds)?;
+    Ok(if holds { Checked::Held } else { Checked::Wrong })
+}
+
 /// Checks every pending claim once (except those deferred less than [`RETRY_AFTER`] ago).
 pub fn check_pending(store: &Store, deferred: &mut Deferred) -> Result<Pass, StoreError> {
     deferred.retain(|_, at| at.elapsed() < RETRY_AFTER);
@@ -78,24 +108,10 @@ pub fn check_pending(store: &Store, deferred: &mut Deferred) -> Result<Pass, Sto
             if deferred.contains_key(&(oid, file)) {
                 continue;
             }
-            match sha256_of(store, &file) {
-                Ok(Some(actual)) if actual == oid => {
-                    store.settle_claim(&oid, &file, true)?;
-                    pass.held += 1;
-                }
-                Ok(Some(actual)) => {
-                    tracing::warn!(%oid, %file, %actual,
-                        "a shard claimed that this file has SHA-256 {oid}, but it has {actual}: \
-                         the claim is dropped (a client with a damaged local object, or a wrong one)");
-                    store.settle_claim(&oid, &file, false)?;
-                    pass.wrong += 1;
-                }
-                Ok(None) => {
-                    tracing::warn!(%oid, %file, "a SHA-256 claim names a file that is not registered; dropped");
-                    store.settle_claim(&oid, &file, false)?;
-                    pass.wrong += 1;
-                }
-                Err(why) => {
+            match check_one(store, oid, file)? {
+                Checked::Held => pass.held += 1,
+                Checked::Wrong => pass.wrong += 1,
+                Checked::Unreadable(why) => {
                     tracing::warn!(%oid, %file,
                         "cannot check the SHA-256 claim now ({why}); trying again in {} minutes",
                         RETRY_AFTER.as_secs() / 60);
@@ -117,22 +133,14 @@ pub fn check_now(store: &Store, claims: &[(LfsOid, FileHash, u64)]) {
             continue;
         }
         budget -= size;
-        let settled = match sha256_of(store, &file) {
-            Ok(Some(actual)) if actual == oid => store.settle_claim(&oid, &file, true),
-            Ok(Some(actual)) => {
-                tracing::warn!(%oid, %file, %actual,
-                    "a shard claimed that this file has SHA-256 {oid}, but it has {actual}: \
-                     the claim is dropped (a client with a damaged local object, or a wrong one)");
-                store.settle_claim(&oid, &file, false)
+        match check_one(store, oid, file) {
+            Ok(Checked::Held | Checked::Wrong) => {}
+            Ok(Checked::Unreadable(why)) => {
+                tracing::debug!(%oid, %file, "SHA-256 claim left for the job: {why}")
             }
-            Ok(None) => Ok(()),
-            Err(why) => {
-                tracing::debug!(%oid, %file, "SHA-256 claim left for the job: {why}");
-                Ok(())
+            Err(e) => {
+                tracing::warn!(%oid, %file, error = %e, "cannot record the check of a SHA-256 claim")
             }
-        };
-        if let Err(e) = settled {
-            tracing::warn!(%oid, %file, error = %e, "cannot record the check of a SHA-256 claim");
         }
     }
 }
