@@ -883,7 +883,11 @@ fn credential_url(url: &str) -> Option<String> {
 /// The directory git-lfs moves finished downloads from: `<LFS storage>/tmp`, on the same
 /// filesystem as `.git/lfs/objects` (docs/lfs-agent.md §7). Honours `lfs.storage`.
 pub fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
-    let common = git.common_dir()?;
+    lfs_temp_dir_in(git, &git.common_dir()?)
+}
+
+/// [`lfs_temp_dir`] for a caller that knows the common git directory already.
+pub fn lfs_temp_dir_in(git: &Git, common: &Path) -> Result<PathBuf, SettingsError> {
     let storage = match git.config_get("lfs.storage")? {
         Some(s) if !s.trim().is_empty() => {
             let p = PathBuf::from(s.trim());

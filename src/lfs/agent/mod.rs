@@ -519,8 +519,11 @@ impl Agent {
         let dir = match &self.temp_dir {
             Some(dir) => dir.clone(),
             None => {
-                let dir =
-                    settings::lfs_temp_dir(&self.options.git).map_err(TransferError::TempDir)?;
+                let dir = match self.common_dir() {
+                    Some(common) => settings::lfs_temp_dir_in(&self.options.git, &common),
+                    None => settings::lfs_temp_dir(&self.options.git),
+                }
+                .map_err(TransferError::TempDir)?;
                 self.temp_dir.insert(dir).clone()
             }
         };

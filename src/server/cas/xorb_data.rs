@@ -140,48 +140,72 @@ async fn fetch(
         }
     }
 
-    let st = state.clone();
-    let len = blocking(move || Ok(st.store.xorb_len(&xorb)?))
-        .await
-        .map_err(fail)?
-        .ok_or_else(|| {
-            fail(ApiError::not_found(
-                "xorb_not_found",
-                format!("xorb {xorb} is not stored on this server"),
-            ))
-        })?;
-
-    let ranges = match headers.get(header::RANGE) {
+    let range_text = match headers.get(header::RANGE) {
         None => None,
-        Some(v) => {
-            let text = v.to_str().map_err(|_| {
-                fail(ApiError::bad_request(
-                    "invalid_range",
-                    "the Range header is not ASCII",
-                ))
-            })?;
-            match parse_ranges(text, len) {
-                Ok(r) => Some(r),
-                Err(RangeProblem::Unsatisfiable { len }) => {
-                    let mut r = ApiError::new(
-                        StatusCode::RANGE_NOT_SATISFIABLE,
-                        "range_not_satisfiable",
-                        format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
-                    )
-                    .into_response();
-                    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
-                        r.headers_mut().insert(header::CONTENT_RANGE, v);
-                    }
-                    return Err(r);
-                }
-                Err(e) => {
-                    return Err(fail(ApiError::bad_request(
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    fail(ApiError::bad_request(
                         "invalid_range",
-                        format!("xorb {xorb}: {e}"),
-                    )))
+                        "the Range header is not ASCII",
+                    ))
+                })?
+                .to_string(),
+        ),
+    };
+    // One trip to a blocking thread for the xorb's length and, when one range of at most
+    // PIECE bytes is asked for (every small file's download), its bytes too.
+    let st = state.clone();
+    let text = range_text.clone();
+    let (len, small) = blocking(move || {
+        let Some(len) = st.store.xorb_len(&xorb)? else {
+            return Ok((None, None));
+        };
+        let one = text
+            .as_deref()
+            .and_then(|t| parse_ranges(t, len).ok())
+            .filter(|r| r.len() == 1 && r[0].end() - r[0].start() < PIECE);
+        let small = match one {
+            Some(r) => st
+                .store
+                .read_xorb(&xorb, r[0].clone())?
+                .map(|bytes| (r[0].clone(), Bytes::from(bytes))),
+            None => None,
+        };
+        Ok((Some(len), small))
+    })
+    .await
+    .map_err(fail)?;
+    let len = len.ok_or_else(|| {
+        fail(ApiError::not_found(
+            "xorb_not_found",
+            format!("xorb {xorb} is not stored on this server"),
+        ))
+    })?;
+
+    let ranges = match range_text.as_deref() {
+        None => None,
+        Some(text) => match parse_ranges(text, len) {
+            Ok(r) => Some(r),
+            Err(RangeProblem::Unsatisfiable { len }) => {
+                let mut r = ApiError::new(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    "range_not_satisfiable",
+                    format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
+                )
+                .into_response();
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                    r.headers_mut().insert(header::CONTENT_RANGE, v);
                 }
+                return Err(r);
             }
-        }
+            Err(e) => {
+                return Err(fail(ApiError::bad_request(
+                    "invalid_range",
+                    format!("xorb {xorb}: {e}"),
+                )))
+            }
+        },
     };
 
     tracing::debug!(
@@ -205,7 +229,12 @@ async fn fetch(
     };
     let total: u64 = segments.iter().map(Segment::len).sum();
     state.metrics.sent_xorb_bytes.inc_by(total);
-    let body = stream(Arc::clone(&state.store), xorb, segments);
+    let body = match small {
+        Some((range, bytes)) if matches!(&segments[..], [Segment::Stored(r)] if *r == range) => {
+            Body::from(bytes)
+        }
+        _ => stream(Arc::clone(&state.store), xorb, segments),
+    };
     let mut response = (status, body).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(total));
