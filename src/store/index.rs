@@ -191,13 +191,23 @@ impl Index {
         ];
         // A write transaction (and its fsync) only when a table is missing: the agent's
         // embedded mode opens the store once per object.
-        let complete = db
-            .begin_read()
-            .is_ok_and(|txn| tables.iter().all(|&t| txn.open_table(t).is_ok()));
+        let (complete, had_claims) = match db.begin_read() {
+            Ok(txn) => (
+                tables.iter().all(|&t| txn.open_table(t).is_ok()),
+                txn.open_table(CLAIMS).is_ok(),
+            ),
+            Err(_) => (false, false),
+        };
         if !complete {
             let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
             for table in tables {
                 txn.open_table(table).map_err(|e| open_err(e.into()))?;
+            }
+            if !had_claims {
+                demote_unchecked_oids(&txn).map_err(|e| IndexError::Open {
+                    path: path.display().to_string(),
+                    source: Box::new(e),
+                })?;
             }
             txn.commit().map_err(|e| open_err(e.into()))?;
         }
@@ -753,6 +763,39 @@ fn insert_new(
 }
 
 /// A `claims` row's key: the oid, then the file.
+/// In a store written before the `claims` table existed, every `oids` row is the first claim
+/// a client made, never checked: each becomes a claim (dated 0, so that it is checked first),
+/// to be checked like new ones. Downloads may use claims meanwhile; an upload of one of these
+/// oids is no longer skipped until the server has hashed the file.
+fn demote_unchecked_oids(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
+    let mut oids = txn.open_table(OIDS)?;
+    let mut claims = txn.open_table(CLAIMS)?;
+    let mut moved = 0u64;
+    for row in oids.iter()? {
+        let (k, v) = row?;
+        let (k, v) = (k.value(), v.value());
+        if k.len() != 32 || v.len() != 32 {
+            continue;
+        }
+        let oid = LfsOid::from_digest(hash_at(k, 0));
+        let file = FileHash::from_bytes(hash_at(v, 0));
+        claims.insert(
+            claim_key(&oid, &file).as_slice(),
+            0u64.to_le_bytes().as_slice(),
+        )?;
+        moved += 1;
+    }
+    oids.retain(|_, _| false)?;
+    if moved > 0 {
+        tracing::info!(
+            oids = moved,
+            "store index: the oid mappings written before SHA-256 claims were checked are claims \
+             now, to be checked by `git xet serve`"
+        );
+    }
+    Ok(())
+}
+
 fn claim_key(oid: &LfsOid, file: &FileHash) -> [u8; 64] {
     let mut k = [0u8; 64];
     k[..32].copy_from_slice(oid.digest());
@@ -770,6 +813,43 @@ fn dedup_value(xorb: &XorbHash, index: u32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mappings_of_a_store_from_before_claims_become_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.redb");
+        let oid = LfsOid::from_digest([5; 32]);
+        let file = FileHash::from_bytes([6; 32]);
+        // An index as written before the claims table existed: an oid mapped on first claim.
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            for t in [
+                XORBS, FILES, OIDS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE,
+            ] {
+                txn.open_table(t).unwrap();
+            }
+            txn.open_table(OIDS)
+                .unwrap()
+                .insert(oid.digest().as_slice(), file.as_bytes().as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let index = Index::open(&path).unwrap();
+        assert_eq!(
+            index.file_by_oid(&oid).unwrap(),
+            None,
+            "not a checked mapping"
+        );
+        assert_eq!(index.claimed_file(&oid).unwrap(), Some(file));
+        assert_eq!(index.claims(None, 10).unwrap(), vec![(oid, file)]);
+        // Checked once, it is a mapping again, and opening again moves nothing back.
+        index.settle_claim(&oid, &file, true).unwrap();
+        drop(index);
+        let index = Index::open(&path).unwrap();
+        assert_eq!(index.file_by_oid(&oid).unwrap(), Some(file));
+        assert!(index.claims(None, 10).unwrap().is_empty());
+    }
 
     #[test]
     fn entries_survive_reopening_and_first_registration_wins() {
