@@ -204,10 +204,7 @@ impl Index {
                 txn.open_table(table).map_err(|e| open_err(e.into()))?;
             }
             if !had_claims {
-                demote_unchecked_oids(&txn).map_err(|e| IndexError::Open {
-                    path: path.display().to_string(),
-                    source: Box::new(e),
-                })?;
+                demote_unchecked_oids(&txn)?;
             }
             txn.commit().map_err(|e| open_err(e.into()))?;
         }
@@ -767,25 +764,27 @@ fn insert_new(
 /// a client made, never checked: each becomes a claim (dated 0, so that it is checked first),
 /// to be checked like new ones. Downloads may use claims meanwhile; an upload of one of these
 /// oids is no longer skipped until the server has hashed the file.
-fn demote_unchecked_oids(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
-    let mut oids = txn.open_table(OIDS)?;
-    let mut claims = txn.open_table(CLAIMS)?;
+fn demote_unchecked_oids(txn: &redb::WriteTransaction) -> Result<(), IndexError> {
+    let mut oids = txn.open_table(OIDS).map_err(db_err)?;
+    let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
     let mut moved = 0u64;
-    for row in oids.iter()? {
-        let (k, v) = row?;
+    for row in oids.iter().map_err(db_err)? {
+        let (k, v) = row.map_err(db_err)?;
         let (k, v) = (k.value(), v.value());
         if k.len() != 32 || v.len() != 32 {
             continue;
         }
         let oid = LfsOid::from_digest(hash_at(k, 0));
         let file = FileHash::from_bytes(hash_at(v, 0));
-        claims.insert(
-            claim_key(&oid, &file).as_slice(),
-            0u64.to_le_bytes().as_slice(),
-        )?;
+        claims
+            .insert(
+                claim_key(&oid, &file).as_slice(),
+                0u64.to_le_bytes().as_slice(),
+            )
+            .map_err(db_err)?;
         moved += 1;
     }
-    oids.retain(|_, _| false)?;
+    oids.retain(|_, _| false).map_err(db_err)?;
     if moved > 0 {
         tracing::info!(
             oids = moved,
