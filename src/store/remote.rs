@@ -6,7 +6,8 @@
 //! backoff ([`RetryPolicy`]), timeouts, validation of every answer, and error messages that say
 //! which server refused what and what to do about it. It is blocking and `Sync`: one
 //! `reqwest` client (with its connection pool) is shared by every thread of an upload or
-//! download.
+//! download, and each request runs on the thread that makes it, on a runtime without threads
+//! of its own (`http::runtime`), so that a small request costs no hand-off between threads.
 //!
 //! | operation | request | answers |
 //! |---|---|---|
@@ -59,14 +60,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use reqwest::blocking::{Client, Response};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::Client;
 use reqwest::{Method, StatusCode};
 
 pub use self::http::RetryPolicy;
 use self::http::{
-    content_range, read_body, retry_after, retryable_status, same_origin_redirects, send,
-    server_says, shown, status_text, transport_failure, Auth, Failure, Request, MAX_REDIRECTS,
+    content_range, read_body, retry_after, retryable_status, runtime, same_origin_redirects, send,
+    server_says, shown, status_text, transport_failure, Auth, Failure, Request, Response,
+    MAX_REDIRECTS,
 };
 pub use self::http::{origin, parse_retry_after, XORB_DAMAGED};
 use self::token::REFRESH_BUFFER_SECS;
@@ -156,6 +158,9 @@ pub struct RemoteCas {
     client: Client,
     /// For requests without any (presigned URLs): follows redirects anywhere.
     anonymous: Client,
+    /// What both clients' requests run on (see `http::runtime`); declared after them, so
+    /// that it is dropped last.
+    rt: std::sync::Arc<tokio::runtime::Runtime>,
     retry: RetryPolicy,
     token: TokenSource,
     token_hint: String,
@@ -212,6 +217,8 @@ impl RemoteCas {
                 .map_err(|_| invalid(format!("session id {id:?} is not a valid header value")))?;
             session.insert(HeaderName::from_static("x-xet-session-id"), value);
         }
+        let rt = runtime().map_err(|e| invalid(format!("cannot start the HTTP runtime: {e}")))?;
+        let _inside = rt.enter();
         let build = |redirects: reqwest::redirect::Policy| {
             let builder = if config.no_proxy {
                 Client::builder().no_proxy()
@@ -220,7 +227,6 @@ impl RemoteCas {
             };
             builder
                 .connect_timeout(config.connect_timeout)
-                .timeout(None::<Duration>)
                 .user_agent(config.user_agent.clone())
                 .redirect(redirects)
                 .build()
@@ -234,6 +240,7 @@ impl RemoteCas {
             cas_url,
             client,
             anonymous,
+            rt: std::sync::Arc::clone(&rt),
             retry: config.retry,
             token: config.token,
             token_hint: config.token_hint,
@@ -415,7 +422,7 @@ impl RemoteCas {
                 (None, Auth::None) => &self.anonymous,
                 _ => &self.client,
             };
-            let failure = match send(client, req, auth.as_deref(), extra) {
+            let failure = match send(&self.rt, client, req, auth.as_deref(), extra) {
                 Err(e) => transport_failure(req, &e),
                 Ok(resp) => {
                     let status = resp.status();
