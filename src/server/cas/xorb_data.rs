@@ -156,23 +156,18 @@ async fn fetch(
     // One trip to a blocking thread for the xorb's length and, when one range of at most
     // PIECE bytes is asked for (every small file's download), its bytes too.
     let st = state.clone();
-    let text = range_text.clone();
-    let (len, small) = blocking(move || {
+    let (len, parsed, small) = blocking(move || {
         let Some(len) = st.store.xorb_len(&xorb)? else {
-            return Ok((None, None));
+            return Ok((None, None, None));
         };
-        let one = text
-            .as_deref()
-            .and_then(|t| parse_ranges(t, len).ok())
-            .filter(|r| r.len() == 1 && r[0].end() - r[0].start() < PIECE);
-        let small = match one {
-            Some(r) => st
-                .store
-                .read_xorb(&xorb, r[0].clone())?
-                .map(|bytes| (r[0].clone(), Bytes::from(bytes))),
-            None => None,
+        let parsed = range_text.as_deref().map(|t| parse_ranges(t, len));
+        let small = match &parsed {
+            Some(Ok(r)) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => {
+                st.store.read_xorb(&xorb, r[0].clone())?.map(Bytes::from)
+            }
+            _ => None,
         };
-        Ok((Some(len), small))
+        Ok((Some(len), parsed, small))
     })
     .await
     .map_err(fail)?;
@@ -183,29 +178,27 @@ async fn fetch(
         ))
     })?;
 
-    let ranges = match range_text.as_deref() {
+    let ranges = match parsed {
         None => None,
-        Some(text) => match parse_ranges(text, len) {
-            Ok(r) => Some(r),
-            Err(RangeProblem::Unsatisfiable { len }) => {
-                let mut r = ApiError::new(
-                    StatusCode::RANGE_NOT_SATISFIABLE,
-                    "range_not_satisfiable",
-                    format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
-                )
-                .into_response();
-                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
-                    r.headers_mut().insert(header::CONTENT_RANGE, v);
-                }
-                return Err(r);
+        Some(Ok(r)) => Some(r),
+        Some(Err(RangeProblem::Unsatisfiable { len })) => {
+            let mut r = ApiError::new(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "range_not_satisfiable",
+                format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
+            )
+            .into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
             }
-            Err(e) => {
-                return Err(fail(ApiError::bad_request(
-                    "invalid_range",
-                    format!("xorb {xorb}: {e}"),
-                )))
-            }
-        },
+            return Err(r);
+        }
+        Some(Err(e)) => {
+            return Err(fail(ApiError::bad_request(
+                "invalid_range",
+                format!("xorb {xorb}: {e}"),
+            )))
+        }
     };
 
     tracing::debug!(
@@ -229,11 +222,10 @@ async fn fetch(
     };
     let total: u64 = segments.iter().map(Segment::len).sum();
     state.metrics.sent_xorb_bytes.inc_by(total);
+    // `small` holds the bytes of the one range asked for, when it is small.
     let body = match small {
-        Some((range, bytes)) if matches!(&segments[..], [Segment::Stored(r)] if *r == range) => {
-            Body::from(bytes)
-        }
-        _ => stream(Arc::clone(&state.store), xorb, segments),
+        Some(bytes) => Body::from(bytes),
+        None => stream(Arc::clone(&state.store), xorb, segments),
     };
     let mut response = (status, body).into_response();
     let h = response.headers_mut();
