@@ -237,7 +237,7 @@ fn upload_paths_that_are_not_regular_files_are_refused_at_once() {
 }
 
 #[test]
-fn a_download_removes_the_stale_partial_files_of_its_object() {
+fn the_next_transfer_removes_partial_files_whose_agent_is_gone() {
     let s = Sandbox::new();
     let object = s.object(4, 300_000);
     let run = s.agent(lines(&[INIT_UPLOAD, &upload(&object), TERMINATE]));
@@ -245,21 +245,47 @@ fn a_download_removes_the_stale_partial_files_of_its_object() {
 
     let tmp = s.repo().join(".git/lfs/tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    let prefix = format!("xet-{}-", &object.1[..16]);
+    let oid16 = &object.1[..16];
     let part = |name: &str, age: Duration| {
         let path = tmp.join(name);
         let f = std::fs::File::create(&path).unwrap();
         f.set_modified(SystemTime::now() - age).unwrap();
         (path, f)
     };
+    // A pid no process has: a child that has exited.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let alive = std::process::id();
     let minute = Duration::from_secs(60);
-    let (killed, _) = part(&format!("{prefix}killed.part"), minute);
-    let (busy, busy_file) = part(&format!("{prefix}busy.part"), minute);
-    busy_file.try_lock().unwrap(); // another agent, still downloading
-    let (young, _) = part(&format!("{prefix}young.part"), Duration::ZERO);
-    let (other, _) = part("xet-0123456789abcdef-other.part", minute);
-    let (unrelated, _) = part(&format!("{prefix}notes.txt"), minute);
+    // An agent killed a moment ago: its file is fresh, but its process is gone.
+    let (just_killed, _) = part(&format!("xet-{oid16}-{dead}-a1b2.part"), Duration::ZERO);
+    // Another object's, left the same way: any transfer removes it.
+    let (other_object, _) = part(&format!("xet-0123456789abcdef-{dead}-c3.part"), minute);
+    // A live agent's (this test's pid stands for it), however old.
+    let (live, _) = part(&format!("xet-{oid16}-{alive}-d4.part"), minute);
+    // The pid is gone but someone holds the lock (an agent in another pid namespace).
+    let (held, held_file) = part(&format!("xet-{oid16}-{dead}-e5.part"), minute);
+    held_file.try_lock().unwrap();
+    // The older naming (no pid): the age and the lock decide.
+    let (old_killed, _) = part(&format!("xet-{oid16}-killed.part"), minute);
+    let (old_young, _) = part(&format!("xet-{oid16}-young.part"), Duration::ZERO);
+    let (unrelated, _) = part(&format!("xet-{oid16}-{dead}-notes.txt"), minute);
 
+    // An upload of an unrelated object is the next transfer.
+    let another = s.object(5, 1000);
+    let run = s.agent(lines(&[INIT_UPLOAD, &upload(&another), TERMINATE]));
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(run.completes()[0].get("error").is_none(), "{}", run.stderr);
+    for removed in [&just_killed, &other_object, &old_killed] {
+        assert!(!removed.exists(), "{} is removed", removed.display());
+    }
+    for kept in [&live, &held, &old_young, &unrelated] {
+        assert!(kept.exists(), "{} is kept", kept.display());
+    }
+    drop(held_file);
+
+    // A download writes its own partial file under its pid and hands over a complete file.
     let download = serde_json::json!({
         "event": "download", "oid": object.1, "size": object.2, "action": null,
     })
@@ -268,14 +294,22 @@ fn a_download_removes_the_stale_partial_files_of_its_object() {
     assert_eq!(run.status, Some(0), "{}", run.stderr);
     let done = run.completes();
     let path = done[0]["path"].as_str().expect("downloaded");
-    assert_eq!(
-        std::fs::read(path).unwrap().len(),
-        object.2,
-        "the new file is complete"
+    assert_eq!(std::fs::read(path).unwrap().len(), object.2);
+    let name = std::path::Path::new(path)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert!(
+        name.starts_with(&format!("xet-{oid16}-")) && name.ends_with(".part"),
+        "{name}"
     );
-    assert!(!killed.exists(), "the killed agent's part is removed");
-    for kept in [&busy, &young, &other, &unrelated] {
-        assert!(kept.exists(), "{} is kept", kept.display());
-    }
-    drop(busy_file);
+    let pid: String = name[4 + 16 + 1..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    assert!(
+        !pid.is_empty() && pid != alive.to_string(),
+        "{name}: the agent's own pid"
+    );
 }

@@ -31,7 +31,7 @@ fn held(dir: &Path, oid: &str) -> bool {
     }
     let store = common::open_store_after_transfers(dir);
     store
-        .intact_file_by_oid(&LfsOid::from_hex(oid).unwrap())
+        .intact_file_by_oid(&LfsOid::from_hex(oid).unwrap(), None)
         .unwrap()
         .is_some()
 }

@@ -637,6 +637,53 @@ fn with_storage_urls_downloads_go_straight_to_the_bucket() {
         .unwrap();
         assert!(got == data, "{name}: git-xet's client");
     }
+    // Each storage URL is signed for its one range (the signature covers the Range header):
+    // the bucket serves that range and refuses anything else, a request without Range too.
+    let recon: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{}/v2/reconstructions/{hash}", direct.url()))
+        .bearer_auth(WRITE_TOKEN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let mut checked = 0;
+    for entries in recon["xorbs"].as_object().unwrap().values() {
+        for e in entries.as_array().unwrap() {
+            let url = e["url"].as_str().unwrap();
+            assert!(url.starts_with(&g.endpoint), "{url}");
+            assert!(git_xet::util::url::signs_range(url), "{url}");
+            let ranges = e["ranges"].as_array().unwrap();
+            assert_eq!(ranges.len(), 1, "one range per storage URL");
+            let (start, end) = (
+                ranges[0]["bytes"]["start"].as_u64().unwrap(),
+                ranges[0]["bytes"]["end"].as_u64().unwrap(),
+            );
+            let get = |range: Option<String>| {
+                let mut r = reqwest::blocking::Client::new().get(url);
+                if let Some(range) = range {
+                    r = r.header("Range", range);
+                }
+                r.send().unwrap()
+            };
+            let exact = get(Some(format!("bytes={start}-{end}")));
+            assert_eq!(exact.status(), 206);
+            assert_eq!(exact.bytes().unwrap().len() as u64, end - start + 1);
+            for other in [
+                None,
+                Some("bytes=0-".to_string()),
+                Some(format!("bytes={start}-{}", end + 1)),
+                Some(format!("bytes={}-{end}", start + 1)),
+            ] {
+                let status = get(other.clone()).status();
+                assert!(
+                    status.is_client_error(),
+                    "{other:?} on a URL signed for {start}-{end}: {status}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
     // The node handing out storage URLs sent no xorb byte itself; the other sent them all.
     assert_eq!(sent_xorb_bytes(&direct), 0);
     assert!(sent_xorb_bytes(&proxied) >= 2 * (4 << 20));

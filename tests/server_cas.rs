@@ -17,6 +17,7 @@ use git_xet::format::shard::Shard;
 use git_xet::format::xorb::{CompressionPolicy, ParsedXorb, Push, XorbBuilder};
 use git_xet::format::{ChunkHash, FileHash, XorbHash};
 use git_xet::server::auth::{now_unix, Authority, Scope};
+use git_xet::util::range::GrantedRanges;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::Value;
 
@@ -582,6 +583,12 @@ fn bad_xorb_bodies_are_400_and_name_the_xorb() {
     assert_eq!(r.json::<Value>().unwrap()["was_inserted"], true);
 }
 
+/// A grant of every byte of an object of `len` bytes (what no reconstruction hands out, but a
+/// test of the byte server may sign with the server's key).
+fn whole_of(len: usize) -> GrantedRanges {
+    GrantedRanges::new([0..=len as u64 - 1]).unwrap()
+}
+
 #[test]
 fn a_xorb_larger_than_axum_defaults_uploads_and_downloads_whole() {
     let s = common::server::start();
@@ -599,10 +606,15 @@ fn a_xorb_larger_than_axum_defaults_uploads_and_downloads_whole() {
     let url = format!(
         "{}/v1/xorb-data/{h}?{}",
         s.url(),
-        server_key(&s).presign(&built.hash(), now_unix() + 60)
+        server_key(&s).presign(
+            &built.hash(),
+            now_unix() + 60,
+            &whole_of(built.stored_form().len())
+        )
     );
+    // No Range: the granted range, here the whole object.
     let r = http().get(&url).send().unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), 206);
     assert_eq!(r.headers()["accept-ranges"], "bytes");
     assert_eq!(r.headers()["etag"], format!("\"{h}\"").as_str());
     assert_eq!(r.headers()["content-type"], "application/octet-stream");
@@ -719,25 +731,35 @@ fn presigned_urls_refuse_bad_signatures_and_expiry_and_unsatisfiable_ranges() {
     let h = hash.to_hex();
     let key = server_key(&s);
     let base = format!("{}/v1/xorb-data/{h}", s.url());
-    let good = format!("{base}?{}", key.presign(&hash, now_unix() + 60));
-    assert_eq!(http().get(&good).send().unwrap().status(), 200);
+    let all = whole_of(stored.len());
+    let good = format!("{base}?{}", key.presign(&hash, now_unix() + 60, &all));
+    assert_eq!(http().get(&good).send().unwrap().status(), 206);
 
     let other = XorbHash::from_bytes([9; 32]);
     let tampered = good.replace("&s=", "&s=A");
-    let foreign = format!("{base}?{}", key.presign(&other, now_unix() + 60));
+    let foreign = format!("{base}?{}", key.presign(&other, now_unix() + 60, &all));
     let other_key = Authority::new(vec![], [3; 32]);
-    let forged = format!("{base}?{}", other_key.presign(&hash, now_unix() + 60));
+    let forged = format!("{base}?{}", other_key.presign(&hash, now_unix() + 60, &all));
+    // Ranges other than those signed: widened, or dropped (a URL of the old form).
+    let widened = good.replace(
+        &format!("&r=0-{}&", stored.len() - 1),
+        &format!("&r=0-{}&", stored.len()),
+    );
+    assert_ne!(widened, good);
+    let unbound = good.replace(&format!("&r=0-{}", stored.len() - 1), "");
     for url in [
         tampered,
         foreign,
         forged,
+        widened,
+        unbound,
         base.clone(),
         format!("{base}?e=99999999999"),
     ] {
         let m = refused(http().get(&url).send().unwrap(), 403, "invalid_signature");
         assert!(m.contains(&h), "{m}");
     }
-    let expired = format!("{base}?{}", key.presign(&hash, now_unix() - 5));
+    let expired = format!("{base}?{}", key.presign(&hash, now_unix() - 5, &all));
     let m = refused(http().get(&expired).send().unwrap(), 403, "url_expired");
     assert!(m.contains("new reconstruction"), "{m}");
     // An Authorization header does not replace the signature.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use git_xet::format::shard::Shard;
 use git_xet::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use git_xet::pipeline::upload::{upload, UploadOptions};
-use git_xet::server::claims::{check_pending, Deferred};
+use git_xet::server::claims::{check_pending, Checker, Pass};
 use git_xet::store::{CasTarget, Store, TargetError};
 
 mod common;
@@ -43,6 +43,33 @@ impl CasTarget for Checking<'_> {
     }
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         CasTarget::file_by_sha256(self.0, oid)
+    }
+    fn checks_sha256_claims(&self) -> bool {
+        true
+    }
+}
+
+/// [`Checking`] that registers shards through repository `.1`, as a scoped token's upload
+/// does: its claims are made in that repository's name.
+struct AsRepo<'a>(&'a Store, &'a str);
+
+impl CasTarget for AsRepo<'_> {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        CasTarget::has_xorb(self.0, xorb)
+    }
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        CasTarget::put_xorb(self.0, xorb, body)
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        self.0
+            .register_shard_staged(shard, &mut |_| {}, &mut || {}, Some(self.1))?;
+        Ok(())
+    }
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        CasTarget::dedup_query(self.0, chunk)
+    }
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        Ok(self.0.intact_file_by_oid(oid, Some(self.1))?)
     }
     fn checks_sha256_claims(&self) -> bool {
         true
@@ -85,7 +112,7 @@ fn a_wrong_claim_never_keeps_the_right_content_out() {
     );
     assert!(!store.oid_checked(&oid).unwrap());
     assert_eq!(
-        store.intact_file_by_oid(&oid).unwrap(),
+        store.intact_file_by_oid(&oid, None).unwrap(),
         None,
         "nothing that lets an upload be skipped trusts a claim"
     );
@@ -102,11 +129,14 @@ fn a_wrong_claim_never_keeps_the_right_content_out() {
     assert!(store.oid_checked(&oid).unwrap());
 
     // The checking job drops the wrong claim; the right mapping stands.
-    let pass = check_pending(&store, &mut Deferred::new()).unwrap();
+    let pass = check_pending(&store, &mut Checker::default()).unwrap();
     assert_eq!((pass.held, pass.wrong, pass.deferred), (0, 1, 0));
-    assert!(store.pending_claims(None, 10).unwrap().is_empty());
+    assert!(store.claim_uploaders().unwrap().is_empty());
     assert_eq!(
-        store.intact_file_by_oid(&oid).unwrap().map(|(f, _)| f),
+        store
+            .intact_file_by_oid(&oid, None)
+            .unwrap()
+            .map(|(f, _)| f),
         Some(honest.file_hash)
     );
 }
@@ -127,7 +157,7 @@ fn a_right_claim_is_checked_then_trusted_and_a_lone_wrong_one_disappears() {
         "its chunks were deduplicated all the same"
     );
 
-    let pass = check_pending(&store, &mut Deferred::new()).unwrap();
+    let pass = check_pending(&store, &mut Checker::default()).unwrap();
     assert_eq!((pass.held, pass.wrong), (1, 0));
     assert!(store.oid_checked(&oid).unwrap());
     let third = upload(&Checking(&store), &data[..], &declared(oid, data.len())).unwrap();
@@ -146,7 +176,7 @@ fn a_right_claim_is_checked_then_trusted_and_a_lone_wrong_one_disappears() {
     )
     .unwrap();
     assert!(store.file_by_oid(&made_up).unwrap().is_some());
-    let pass = check_pending(&store, &mut Deferred::new()).unwrap();
+    let pass = check_pending(&store, &mut Checker::default()).unwrap();
     assert_eq!((pass.held, pass.wrong), (0, 1));
     assert_eq!(store.file_by_oid(&made_up).unwrap(), None);
 }
@@ -348,4 +378,162 @@ fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
     );
     let out = env.run_in(&clone, "git", &["lfs", "fetch"]);
     assert_eq!(out.status, Some(0), "{}", out.all());
+}
+
+#[test]
+fn claim_checks_take_turns_among_uploaders() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    // Pieces stored (and hashed) first, so that files made of them have several terms, as a
+    // file assembled from deduplicated data has: the flood costs its uploader nothing.
+    let pieces: Vec<Vec<u8>> = (0..3)
+        .map(|i| common::splitmix64(90 + i, 1 << 20))
+        .collect();
+    for p in &pieces {
+        upload(&store, &p[..], &UploadOptions::default()).unwrap();
+    }
+    // One uploader floods the queue with claims on such files (wrong ones, as an attacker's
+    // are)...
+    let mut flood = Vec::new();
+    for i in 0..4 {
+        let data: Vec<u8> = (0..3).flat_map(|k| pieces[(i + k) % 3].clone()).collect();
+        let oid = oid_of(&common::splitmix64(200 + i as u64, 10));
+        let up = upload(
+            &AsRepo(&store, "flood"),
+            &data[..],
+            &declared(oid, data.len()),
+        )
+        .unwrap();
+        assert!(
+            up.new_xorbs <= 1,
+            "made of stored pieces (new chunks only at the joins)"
+        );
+        flood.push(oid);
+    }
+    // ...then another makes one honest claim.
+    let honest = common::splitmix64(300, 1 << 20);
+    let honest_oid = oid_of(&honest);
+    upload(
+        &AsRepo(&store, "team"),
+        &honest[..],
+        &declared(honest_oid, honest.len()),
+    )
+    .unwrap();
+    assert_eq!(
+        store.claim_uploaders().unwrap(),
+        vec!["flood".to_string(), "team".to_string()]
+    );
+
+    // One term per turn: each flood file takes several turns, and the honest claim is checked
+    // on the second turn, before any of the flood is done.
+    let mut checker = Checker::with_slice(1);
+    let mut order = Vec::new();
+    let mut total = Pass::default();
+    while !store.oid_checked(&honest_oid).unwrap() {
+        let pass = checker.turn(&store).unwrap().expect("claims are left");
+        order.push(checker.last_uploader().unwrap().to_string());
+        total.wrong += pass.wrong;
+        assert!(order.len() <= 2, "the honest claim waited: {order:?}");
+    }
+    assert_eq!(order, ["flood", "team"]);
+    assert_eq!(
+        total.wrong, 0,
+        "the first flood file was only partly hashed"
+    );
+    assert_eq!(store.claim_load_of("flood").unwrap().0, 4);
+    // The flood is checked (and dropped: wrong) in later turns.
+    let pass = check_pending(&store, &mut checker).unwrap();
+    assert_eq!((pass.held, pass.wrong), (0, 4));
+    assert!(store.claim_uploaders().unwrap().is_empty());
+    for oid in flood {
+        assert_eq!(store.file_by_oid(&oid).unwrap(), None);
+    }
+}
+
+#[test]
+fn another_repositorys_claim_never_shadows_this_repositorys_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let real = common::splitmix64(400, 400_000);
+    let garbage = common::splitmix64(401, 400_000);
+    let oid = oid_of(&real);
+    // Team A claims B's oid for garbage before B pushes.
+    let lie = upload(
+        &AsRepo(&store, "team-a"),
+        &garbage[..],
+        &declared(oid, garbage.len()),
+    )
+    .unwrap();
+    // Team B pushes the real content, declared unhashed (as the agent does with a checking
+    // server): a claim of B's own.
+    let real_up = upload(
+        &AsRepo(&store, "team-b"),
+        &real[..],
+        &declared(oid, real.len()),
+    )
+    .unwrap();
+    assert!(!real_up.sha256_computed);
+    let fresh = git_xet::store::cas::Freshness::IndexOnly;
+    let for_b = store
+        .oid_file(&oid, Some("team-b"), fresh)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        for_b.file, real_up.file_hash,
+        "B's lookups resolve to B's upload"
+    );
+    assert!(!for_b.checked);
+    let for_a = store
+        .oid_file(&oid, Some("team-a"), fresh)
+        .unwrap()
+        .unwrap();
+    assert_eq!(for_a.file, lie.file_hash);
+    assert_eq!(
+        store.oid_file(&oid, Some("team-c"), fresh).unwrap(),
+        None,
+        "a third repository sees neither"
+    );
+    // Once checked, B's mapping is checked and A's claim is gone.
+    let pass = check_pending(&store, &mut Checker::default()).unwrap();
+    assert_eq!((pass.held, pass.wrong), (1, 1));
+    let for_b = store
+        .oid_file(&oid, Some("team-b"), fresh)
+        .unwrap()
+        .unwrap();
+    assert!(for_b.checked && for_b.file == real_up.file_hash);
+    assert_eq!(store.oid_file(&oid, Some("team-a"), fresh).unwrap(), None);
+}
+
+#[test]
+fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = git_xet::store::StoreOptions {
+        max_pending_claims: 2,
+        ..Default::default()
+    };
+    let store = Store::open_with(&dir.path().join("store"), options).unwrap();
+    let claim = |repo: &str, seed: u64| {
+        let data = common::splitmix64(seed, 1000);
+        let oid = oid_of(&common::splitmix64(seed + 1000, 8));
+        upload(&AsRepo(&store, repo), &data[..], &declared(oid, data.len()))
+    };
+    claim("busy", 500).unwrap();
+    claim("busy", 501).unwrap();
+    let refused = claim("busy", 502).unwrap_err().to_string();
+    assert!(
+        refused.contains("2 SHA-256 claims") && refused.contains("repository busy"),
+        "{refused}"
+    );
+    // Another uploader is not held back by it.
+    claim("calm", 503).unwrap();
+    // Once checked, the busy one may claim again.
+    check_pending(&store, &mut Checker::default()).unwrap();
+    claim("busy", 502).unwrap();
+    // On the wire it is a 429 with Retry-After.
+    let api = git_xet::server::error::ApiError::from(git_xet::store::StoreError::ClaimBacklog {
+        uploader: "repository busy".into(),
+        count: 2,
+        bytes: 2000,
+    });
+    assert_eq!((api.status.as_u16(), api.retry_after), (429, Some(60)));
 }

@@ -365,6 +365,7 @@ fn a_full_disk_refuses_writes_as_storage_full() {
         dir.path(),
         StoreOptions {
             min_free_bytes: u64::MAX,
+            ..Default::default()
         },
     )
     .unwrap();

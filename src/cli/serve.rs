@@ -181,6 +181,7 @@ fn store_settings(args: &StoreArgs) -> Result<(crate::store::StoreOptions, Maint
     }
     let options = crate::store::StoreOptions {
         min_free_bytes: args.min_free.unwrap_or(0),
+        ..Default::default()
     };
     Ok((options, m))
 }

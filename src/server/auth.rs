@@ -8,9 +8,11 @@
 //!   `gx1.<payload>.<mac>`, where payload is base64url (no padding) of
 //!   `{"s":"r"|"w","e":<unix expiry>,"r":"<repo>"}` and mac is base64url of
 //!   HMAC-SHA256(server key, "cas-token\0" ‖ payload). They expire (default 15 minutes).
-//! - **Presigned URLs** for xorb bytes carry `e=<expiry>&s=<mac>` with
-//!   mac = HMAC-SHA256(server key, "xorb\0" ‖ hash ‖ "\0" ‖ expiry). The signature does not
-//!   cover the `Range` header (docs/cas-api.md §5.3).
+//! - **Presigned URLs** for xorb bytes carry `e=<expiry>&r=<ranges>&s=<mac>` with
+//!   mac = HMAC-SHA256(server key, "xorb-ranges\0" ‖ hash ‖ "\0" ‖ expiry ‖ "\0" ‖ ranges),
+//!   where ranges is the [`GrantedRanges`] the URL grants (`S-E,S-E…`, inclusive): exactly the
+//!   byte ranges of the reconstruction entry it was issued for. A request for any other byte
+//!   is refused (docs/cas-api.md §5.9).
 //!
 //! The server key is 32 random bytes kept in the data directory (`server.key`, mode 0600), so
 //! tokens and URLs stay valid across restarts. Secrets are compared in constant time.
@@ -40,6 +42,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::format::XorbHash;
+use crate::util::range::GrantedRanges;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -552,40 +555,60 @@ impl Authority {
         }
     }
 
-    /// The query string (`e=…&s=…`) presigning a fetch of `xorb` until `expires`.
-    pub fn presign(&self, xorb: &XorbHash, expires: u64) -> String {
+    /// The query string (`e=…&r=…&s=…`) presigning fetches of `ranges` of `xorb` until
+    /// `expires`.
+    pub fn presign(&self, xorb: &XorbHash, expires: u64, ranges: &GrantedRanges) -> String {
         let e = expires.to_string();
+        let r = ranges.to_param();
         let mac = self
-            .mac(&[b"xorb", xorb.to_hex().as_bytes(), e.as_bytes()])
+            .mac(&[
+                PRESIGN_TAG,
+                xorb.to_hex().as_bytes(),
+                e.as_bytes(),
+                r.as_bytes(),
+            ])
             .finalize()
             .into_bytes();
-        format!("e={e}&s={}", URL_SAFE_NO_PAD.encode(mac))
+        format!("e={e}&r={r}&s={}", URL_SAFE_NO_PAD.encode(mac))
     }
 
-    /// Checks a presigned fetch: the signature matches and has not expired.
+    /// Checks a presigned fetch (`ranges` as written in the URL): the signature matches and
+    /// has not expired. The answer is the ranges the URL grants.
     pub fn verify_presigned(
         &self,
         xorb: &XorbHash,
         expires: u64,
+        ranges: &str,
         signature: &str,
         now: u64,
-    ) -> Result<(), AuthError> {
+    ) -> Result<GrantedRanges, AuthError> {
         let mac = URL_SAFE_NO_PAD
             .decode(signature)
             .map_err(|_| AuthError::Invalid)?;
         let e = expires.to_string();
-        self.mac(&[b"xorb", xorb.to_hex().as_bytes(), e.as_bytes()])
-            .verify_slice(&mac)
-            .map_err(|_| AuthError::Invalid)?;
+        self.mac(&[
+            PRESIGN_TAG,
+            xorb.to_hex().as_bytes(),
+            e.as_bytes(),
+            ranges.as_bytes(),
+        ])
+        .verify_slice(&mac)
+        .map_err(|_| AuthError::Invalid)?;
+        // Signed by this server, so well formed; checked all the same.
+        let granted = GrantedRanges::parse_param(ranges).map_err(|_| AuthError::Invalid)?;
         if expires < now {
             return Err(AuthError::Expired {
                 expired: expires,
                 now,
             });
         }
-        Ok(())
+        Ok(granted)
     }
 }
+
+/// What a presigned-URL signature starts with (URLs signed before ranges were bound used
+/// another tag, so none of them can pass for a grant of every byte).
+const PRESIGN_TAG: &[u8] = b"xorb-ranges";
 
 /// Writes a file readable only by its owner.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -729,19 +752,36 @@ mod tests {
     }
 
     #[test]
-    fn presigned_urls_bind_hash_and_expiry() {
+    fn presigned_urls_bind_hash_expiry_and_ranges() {
         let a = authority();
         let x = XorbHash::from_bytes([1; 32]);
-        let q = a.presign(&x, 500);
+        let granted = GrantedRanges::new([0..=99, 200..=299]).unwrap();
+        let q = a.presign(&x, 500, &granted);
+        assert!(q.starts_with("e=500&r=0-99,200-299&s="), "{q}");
         let sig = q.split("&s=").nth(1).unwrap();
-        assert!(a.verify_presigned(&x, 500, sig, 499).is_ok());
+        let r = "0-99,200-299";
+        assert_eq!(a.verify_presigned(&x, 500, r, sig, 499), Ok(granted));
         assert!(matches!(
-            a.verify_presigned(&x, 500, sig, 501),
+            a.verify_presigned(&x, 500, r, sig, 501),
             Err(AuthError::Expired { .. })
         ));
-        assert_eq!(a.verify_presigned(&x, 501, sig, 0), Err(AuthError::Invalid));
+        assert_eq!(
+            a.verify_presigned(&x, 501, r, sig, 0),
+            Err(AuthError::Invalid)
+        );
         let y = XorbHash::from_bytes([2; 32]);
-        assert_eq!(a.verify_presigned(&y, 500, sig, 0), Err(AuthError::Invalid));
+        assert_eq!(
+            a.verify_presigned(&y, 500, r, sig, 0),
+            Err(AuthError::Invalid)
+        );
+        // Another range set (wider, or the whole object) is not covered by the signature.
+        for other in ["0-299", "0-99", "0-99,200-300", ""] {
+            assert_eq!(
+                a.verify_presigned(&x, 500, other, sig, 0),
+                Err(AuthError::Invalid),
+                "{other}"
+            );
+        }
     }
 
     #[test]

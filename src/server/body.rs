@@ -449,6 +449,7 @@ mod tests {
                 full_dir.path(),
                 crate::store::StoreOptions {
                     min_free_bytes: u64::MAX,
+                    ..Default::default()
                 },
             )
             .unwrap(),

@@ -3,7 +3,7 @@
 //! | endpoint | scope | what it does |
 //! |---|---|---|
 //! | `GET /v1/reconstructions/{file}`, `/v2/…`, `/reconstructions/{file}` | read | the file's terms and presigned fetch URLs, v1 or v2 JSON (§6); optional `Range: bytes=S-E` (inclusive, end clamped, 416 past the end) |
-//! | `GET /v1/xorb-data/{xorb}?e=…&s=…` | URL signature | bytes of the stored xorb: whole (200), one range (206), several ranges (206 `multipart/byteranges`) |
+//! | `GET /v1/xorb-data/{xorb}?e=…&r=…&s=…` | URL signature | the byte ranges of the stored xorb the URL grants (`r`), and no others: one range (206), several ranges (206 `multipart/byteranges`) |
 //! | `GET /v1/chunks/{prefix}/{chunk}`, `/chunks/…` | read | global dedup: a keyed shard with the xorb holding the chunk, or 404 |
 //! | `POST /v1/xorb-grants/{prefix}/{xorb}` | write | always 404: no upload grants (see below) |
 //! | `POST /v1/xorbs/{prefix}/{xorb}`, `/xorbs/…` | write | stores a validated xorb: `{"was_inserted": bool}` |
@@ -30,7 +30,8 @@
 //!   (so overlapping ranges cannot multiply the work); more is 400. Unsatisfiable ranges are
 //!   dropped; if none is left, 416 with `Content-Range: bytes */LEN`. v2 reconstruction entries
 //!   carry at most [`reconstruction::RANGES_PER_ENTRY`] ranges, so a client in multi-range mode
-//!   stays within the limit. The signature covers the xorb and the expiry, never the `Range`.
+//!   stays within the limit. The signature covers the xorb, the expiry and the granted ranges;
+//!   every requested range must lie within a granted one (403 `range_not_granted`).
 //! - **Shard progress.** `POST /v2/shards` answers 200 once auth, size and the shard header have
 //!   been checked; then `validating` frames (at most every 100 ms), `committing` (stage
 //!   `syncing`) when validation passed, and `result` or `error`. While nothing new happens the

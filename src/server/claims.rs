@@ -16,7 +16,14 @@
 //! [`CHECK_NOW_BYTES`] per shard), so that an object pushed a moment ago is a checked mapping
 //! when the next push or `git xet prune` asks; larger ones wait for the job, seconds later.
 //!
-//! Resources: one claim at a time on one blocking thread, a file streamed through the hasher
+//! Fairness: claims are checked in turns that go round the uploaders (the repository of a
+//! scoped credential; server-wide credentials count as one), each turn hashing at most
+//! [`SLICE_BYTES`] of one claimed file, so nobody's many or huge claims hold up another's. Each
+//! uploader may have at most `store::cas::MAX_PENDING_CLAIMS` claims and
+//! `MAX_PENDING_CLAIM_BYTES` bytes of files waiting; a shard that would make more is refused
+//! for now (429).
+//!
+//! Resources: one slice at a time on one blocking thread, a file streamed through the hasher
 //! (memory: the download pipeline's read-ahead), a pass at most every [`PASS_INTERVAL`]. A
 //! claim whose file cannot be rebuilt (a xorb lost or damaged) is tried again after
 //! [`RETRY_AFTER`]. On shared storage every node checks the claims it registers or catches up
@@ -30,7 +37,7 @@ use std::time::{Duration, Instant};
 use sha2::Digest as _;
 
 use crate::format::{FileHash, LfsOid};
-use crate::pipeline::download::write_file;
+use crate::pipeline::download::{write_file, write_plan};
 use crate::store::{Store, StoreError};
 
 pub use crate::store::wire::CHECKS_SHA256_HEADER;
@@ -47,8 +54,12 @@ pub const CHECK_NOW_MAX_FILE: u64 = 8 << 20;
 /// At most this many bytes of files are checked at once per shard; the rest wait for the job.
 pub const CHECK_NOW_BYTES: u64 = 64 << 20;
 
-/// Claims read from the index at a time.
-const BATCH: usize = 64;
+/// Bytes of one claimed file hashed in one turn: a larger file is hashed over several turns,
+/// between other uploaders' claims.
+pub const SLICE_BYTES: u64 = 256 << 20;
+
+/// Claims of one uploader looked at per turn (deferred ones are skipped).
+const CANDIDATES: usize = 64;
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -61,10 +72,31 @@ pub struct Pass {
     pub deferred: u64,
 }
 
-/// Claims that could not be checked, and when that was.
-pub type Deferred = HashMap<(LfsOid, FileHash), Instant>;
+/// A claim partly hashed: the SHA-256 so far and the next term of the file to hash.
+struct Partial {
+    oid: LfsOid,
+    file: FileHash,
+    sha: sha2::Sha256,
+    next_term: usize,
+}
 
-/// What checking one claim found.
+/// The checker's memory between turns and passes: claims that could not be checked and when,
+/// the file each uploader is half-way through, and whose turn was last. Bounded: one partial
+/// hash per uploader, one entry per deferred claim (dropped after [`RETRY_AFTER`]).
+pub struct Checker {
+    deferred: HashMap<(LfsOid, FileHash), Instant>,
+    partial: HashMap<String, Partial>,
+    last: Option<String>,
+    slice: u64,
+}
+
+impl Default for Checker {
+    fn default() -> Self {
+        Self::with_slice(SLICE_BYTES)
+    }
+}
+
+/// What checking (part of) one claim found.
 enum Checked {
     /// The file has the claimed SHA-256: the oid now maps to it.
     Held,
@@ -72,56 +104,165 @@ enum Checked {
     Wrong,
     /// The file could not be rebuilt now (why): the claim is left as it is.
     Unreadable(String),
+    /// A slice was hashed; more of the file is left for the uploader's next turn.
+    Unfinished,
 }
 
-/// Hashes the file of one claim and settles the claim by what it found.
-fn check_one(store: &Store, oid: LfsOid, file: FileHash) -> Result<Checked, StoreError> {
-    let holds = match sha256_of(store, &file) {
-        Ok(Some(actual)) if actual == oid => true,
-        Ok(Some(actual)) => {
-            tracing::warn!(%oid, %file, %actual,
-                "a shard claimed that this file has SHA-256 {oid}, but it has {actual}: the \
-                 claim is dropped (a client with a damaged local object, or a wrong one)");
-            false
+impl Checker {
+    /// A checker that hashes at most `bytes` of a file per turn (at least one term).
+    pub fn with_slice(bytes: u64) -> Self {
+        Self {
+            deferred: HashMap::new(),
+            partial: HashMap::new(),
+            last: None,
+            slice: bytes,
         }
-        Ok(None) => {
-            tracing::warn!(%oid, %file, "a SHA-256 claim names a file that is not registered; dropped");
-            false
-        }
-        Err(why) => return Ok(Checked::Unreadable(why)),
-    };
-    store.settle_claim(&oid, &file, holds)?;
-    Ok(if holds { Checked::Held } else { Checked::Wrong })
-}
+    }
 
-/// Checks every pending claim once (except those deferred less than [`RETRY_AFTER`] ago).
-pub fn check_pending(store: &Store, deferred: &mut Deferred) -> Result<Pass, StoreError> {
-    deferred.retain(|_, at| at.elapsed() < RETRY_AFTER);
-    let mut pass = Pass::default();
-    let mut after: Option<(LfsOid, FileHash)> = None;
-    loop {
-        let batch = store.pending_claims(after.as_ref(), BATCH)?;
-        let Some(last) = batch.last().copied() else {
-            return Ok(pass);
+    /// The uploader whose claim the last turn worked on.
+    pub fn last_uploader(&self) -> Option<&str> {
+        self.last.as_deref()
+    }
+
+    /// One turn: the next uploader after the last one (in name order, wrapping) with a claim
+    /// that can be checked now gets [`SLICE_BYTES`] of its oldest claim hashed, or the rest of
+    /// the claim it is half-way through. `None` when no claim is left to check now.
+    ///
+    /// Turns go round the uploaders, so one with many or huge claims (each can name terabytes
+    /// of deduplicated data) delays another's check by one slice per turn, never by its whole
+    /// backlog.
+    pub fn turn(&mut self, store: &Store) -> Result<Option<Pass>, StoreError> {
+        self.deferred.retain(|_, at| at.elapsed() < RETRY_AFTER);
+        let uploaders = store.claim_uploaders()?;
+        self.partial.retain(|u, _| uploaders.contains(u));
+        let first = match &self.last {
+            Some(last) => uploaders.partition_point(|u| u <= last),
+            None => 0,
         };
-        for (oid, file) in batch {
-            if deferred.contains_key(&(oid, file)) {
-                continue;
-            }
-            match check_one(store, oid, file)? {
-                Checked::Held => pass.held += 1,
-                Checked::Wrong => pass.wrong += 1,
-                Checked::Unreadable(why) => {
-                    tracing::warn!(%oid, %file,
+        for i in 0..uploaders.len() {
+            let uploader = &uploaders[(first + i) % uploaders.len()];
+            let candidates = store.oldest_claims(uploader, CANDIDATES)?;
+            // The claim half-way through goes on, if it is still pending.
+            let resumed = self.partial.remove(uploader).filter(|p| {
+                candidates
+                    .iter()
+                    .any(|c| (c.oid, c.file) == (p.oid, p.file))
+                    || store.claim_pending(&p.oid, &p.file).unwrap_or(false)
+            });
+            let partial = match resumed {
+                Some(p) => p,
+                None => {
+                    let Some(c) = candidates
+                        .iter()
+                        .find(|c| !self.deferred.contains_key(&(c.oid, c.file)))
+                    else {
+                        continue;
+                    };
+                    Partial {
+                        oid: c.oid,
+                        file: c.file,
+                        sha: sha2::Sha256::new(),
+                        next_term: 0,
+                    }
+                }
+            };
+            self.last = Some(uploader.clone());
+            let (oid, file) = (partial.oid, partial.file);
+            let mut pass = Pass::default();
+            match check_slice(store, partial, self.slice)? {
+                (Checked::Held, _) => pass.held += 1,
+                (Checked::Wrong, _) => pass.wrong += 1,
+                (Checked::Unreadable(why), _) => {
+                    tracing::warn!(%oid, %file, %uploader,
                         "cannot check the SHA-256 claim now ({why}); trying again in {} minutes",
                         RETRY_AFTER.as_secs() / 60);
-                    deferred.insert((oid, file), Instant::now());
+                    self.deferred.insert((oid, file), Instant::now());
                     pass.deferred += 1;
                 }
+                (Checked::Unfinished, partial) => {
+                    if let Some(p) = partial {
+                        self.partial.insert(uploader.clone(), p);
+                    }
+                }
             }
+            return Ok(Some(pass));
         }
-        after = Some(last);
+        Ok(None)
     }
+}
+
+/// Checks every pending claim that can be checked now (except those deferred less than
+/// [`RETRY_AFTER`] ago), turn by turn (see [`Checker::turn`]).
+pub fn check_pending(store: &Store, checker: &mut Checker) -> Result<Pass, StoreError> {
+    let mut pass = Pass::default();
+    while let Some(p) = checker.turn(store)? {
+        pass.held += p.held;
+        pass.wrong += p.wrong;
+        pass.deferred += p.deferred;
+    }
+    Ok(pass)
+}
+
+/// Hashes the next slice of a claimed file; settles the claim when the file is done. A file
+/// hashed in one slice is also checked against its Xet file hash (end to end); a longer one
+/// is checked chunk by chunk only (its file hash would need every chunk's hash kept).
+fn check_slice(
+    store: &Store,
+    mut partial: Partial,
+    slice: u64,
+) -> Result<(Checked, Option<Partial>), StoreError> {
+    let (oid, file) = (partial.oid, partial.file);
+    let plan = match store.reconstruction(&file, None) {
+        Ok(Some(plan)) => plan,
+        Ok(None) => {
+            tracing::warn!(%oid, %file, "a SHA-256 claim names a file that is not registered; dropped");
+            store.settle_claim(&oid, &file, false)?;
+            return Ok((Checked::Wrong, None));
+        }
+        Err(e) => return Ok((Checked::Unreadable(e.to_string()), None)),
+    };
+    let start = partial.next_term.min(plan.terms.len());
+    let mut end = start;
+    let mut bytes = 0u64;
+    while end < plan.terms.len() && (end == start || bytes < slice) {
+        bytes += u64::from(plan.terms[end].unpacked_len);
+        end += 1;
+    }
+    let whole = start == 0 && end == plan.terms.len();
+    let sha = &mut partial.sha;
+    let written = if whole {
+        write_file(store, &file, &plan, &mut |b| {
+            sha.update(b);
+            Ok(())
+        })
+    } else {
+        let slice = crate::store::ReconstructionPlan {
+            terms: plan.terms[start..end].to_vec(),
+            file_size: bytes,
+            offset_into_first_range: 0,
+            fetch: plan.fetch.clone(),
+        };
+        write_plan(store, &slice, &mut |b| {
+            sha.update(b);
+            Ok(())
+        })
+    };
+    if let Err(e) = written {
+        return Ok((Checked::Unreadable(e.to_string()), None));
+    }
+    if end < plan.terms.len() {
+        partial.next_term = end;
+        return Ok((Checked::Unfinished, Some(partial)));
+    }
+    let actual = LfsOid::from_digest(partial.sha.finalize().into());
+    let holds = actual == oid;
+    if !holds {
+        tracing::warn!(%oid, %file, %actual,
+            "a shard claimed that this file has SHA-256 {oid}, but it has {actual}: the \
+             claim is dropped (a client with a damaged local object, or a wrong one)");
+    }
+    store.settle_claim(&oid, &file, holds)?;
+    Ok((if holds { Checked::Held } else { Checked::Wrong }, None))
 }
 
 /// Checks the claims a shard upload just made on small files (see the module documentation).
@@ -133,34 +274,25 @@ pub fn check_now(store: &Store, claims: &[(LfsOid, FileHash, u64)]) {
             continue;
         }
         budget -= size;
-        match check_one(store, oid, file) {
-            Ok(Checked::Held | Checked::Wrong) => {}
-            Ok(Checked::Unreadable(why)) => {
+        let partial = Partial {
+            oid,
+            file,
+            sha: sha2::Sha256::new(),
+            next_term: 0,
+        };
+        match check_slice(store, partial, CHECK_NOW_MAX_FILE) {
+            Ok((Checked::Held | Checked::Wrong, _)) => {}
+            Ok((Checked::Unreadable(why), _)) => {
                 tracing::debug!(%oid, %file, "SHA-256 claim left for the job: {why}")
+            }
+            Ok((Checked::Unfinished, _)) => {
+                tracing::debug!(%oid, %file, "SHA-256 claim left for the job: larger than a slice")
             }
             Err(e) => {
                 tracing::warn!(%oid, %file, error = %e, "cannot record the check of a SHA-256 claim")
             }
         }
     }
-}
-
-/// The SHA-256 of a registered file, rebuilt from its xorbs (every chunk checked on the way);
-/// `None` when it is not registered.
-fn sha256_of(store: &Store, file: &FileHash) -> Result<Option<LfsOid>, String> {
-    let Some(plan) = store
-        .reconstruction(file, None)
-        .map_err(|e| e.to_string())?
-    else {
-        return Ok(None);
-    };
-    let mut sha = sha2::Sha256::new();
-    write_file(store, file, &plan, &mut |bytes| {
-        sha.update(bytes);
-        Ok(())
-    })
-    .map_err(|e| e.to_string())?;
-    Ok(Some(LfsOid::from_digest(sha.finalize().into())))
 }
 
 /// The job: a pass every `every` ([`PASS_INTERVAL`] by default), on a blocking thread; abort
@@ -174,22 +306,22 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     let store = Arc::clone(store);
     tokio::spawn(async move {
-        let mut deferred = Deferred::new();
+        let mut checker = Checker::default();
         loop {
             tokio::time::sleep(every).await;
             busy.store(true, Ordering::Relaxed);
             let st = Arc::clone(&store);
-            let mut d = std::mem::take(&mut deferred);
+            let mut c = std::mem::take(&mut checker);
             let job = move || {
-                let r = check_pending(&st, &mut d);
-                (r, d)
+                let r = check_pending(&st, &mut c);
+                (r, c)
             };
             let outcome = tokio::task::spawn_blocking(job).await;
             let worked = matches!(&outcome, Ok((Ok(p), _)) if p.held + p.wrong > 0);
             busy.store(worked, Ordering::Relaxed);
             match outcome {
-                Ok((r, d)) => {
-                    deferred = d;
+                Ok((r, c)) => {
+                    checker = c;
                     match r {
                         Ok(p) if p.held + p.wrong + p.deferred > 0 => tracing::info!(
                             held = p.held,

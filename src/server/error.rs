@@ -131,6 +131,14 @@ impl From<StoreError> for ApiError {
             }
             StoreError::ShardRejected(r) => Self::bad_request(r.code(), e.to_string()),
             StoreError::ShardTooLarge { len, max } => Self::too_large("shard", *len as u64, *max),
+            StoreError::ClaimBacklog { .. } => Self {
+                retry_after: Some(60),
+                ..Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "claims_backlog",
+                    e.to_string(),
+                )
+            },
             StoreError::Plan {
                 source: PlanError::NotSatisfiable { .. },
                 ..

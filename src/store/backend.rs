@@ -194,10 +194,10 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
         Ok(Vec::new())
     }
-    /// A URL that reads the object straight from the storage (with a `Range` header) for
-    /// `ttl`, signed with the storage's own credentials; `None` where there is no such URL
-    /// (a directory) or it cannot be made.
-    fn presigned_get(&self, _key: ObjectKey, _ttl: std::time::Duration) -> Option<String> {
+    /// Signs URLs that read byte ranges of stored xorbs straight from the storage for `ttl`,
+    /// with the storage's own credentials; `None` where there are no such URLs (a directory)
+    /// or none can be made now. May wait for credentials: not for async workers.
+    fn range_signer(&self, _ttl: std::time::Duration) -> Option<Box<dyn RangeSigner>> {
         None
     }
     /// A small named value every process sharing the storage must agree on (the key that signs
@@ -206,6 +206,16 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn shared_value(&self, _name: &str, _initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
         Ok(None)
     }
+}
+
+/// Presigned URLs of the storage for one answer ([`ObjectBackend::range_signer`]): each reads
+/// one byte range of one xorb, and its signature covers the `Range` header, so the URL serves
+/// that range and nothing else (a request with another `Range`, or none, is refused by the
+/// storage).
+pub trait RangeSigner: Send {
+    /// The URL for bytes `range` (inclusive) of `xorb`; the request must send
+    /// `Range: bytes=START-END` exactly. `None` if it cannot be signed.
+    fn sign(&self, xorb: &XorbHash, range: &std::ops::RangeInclusive<u64>) -> Option<String>;
 }
 
 /// Where a reader of the shard log ([`ObjectBackend::logged_shards`]) is: the newest entry time

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
 use super::index::{
-    FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
+    Claim, FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
 };
 use super::integrity::FooterCache;
 pub use super::integrity::XorbHealth;
@@ -150,6 +150,32 @@ pub enum StoreError {
     Index(#[from] IndexError),
     #[error("store directory {path}: {detail}")]
     Layout { path: PathBuf, detail: String },
+    #[error(
+        "{count} SHA-256 claims ({bytes} bytes of files) of {uploader} wait for the server to \
+         check them, the most one uploader may have pending: try again in a minute"
+    )]
+    ClaimBacklog {
+        uploader: String,
+        count: u64,
+        bytes: u64,
+    },
+}
+
+/// Unchecked SHA-256 claims one uploader may have pending (see `server::claims`); a shard
+/// that would make more is refused for now (HTTP 429), so that nobody fills the index with
+/// claims or the server's hashing with work.
+pub const MAX_PENDING_CLAIMS: u64 = 50_000;
+
+/// Bytes of files one uploader's pending claims may name together.
+pub const MAX_PENDING_CLAIM_BYTES: u64 = 4 << 40;
+
+/// What a Git LFS oid resolves to for one reader ([`Store::oid_file`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OidFile {
+    pub file: FileHash,
+    pub size: u64,
+    /// The store hashed the file and found that SHA-256; `false`: only a shard's claim.
+    pub checked: bool,
 }
 
 impl StoreError {
@@ -227,6 +253,8 @@ pub struct Store {
     /// Sizes of the files this process registered for the first time (from uploads, not from
     /// other nodes' shards), since it opened the store.
     registered_bytes: std::sync::atomic::AtomicU64,
+    /// The claim limits of [`StoreOptions`].
+    claim_limits: (u64, u64),
     root: PathBuf,
 }
 
@@ -240,11 +268,25 @@ pub enum Freshness {
 }
 
 /// How a store is opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
     /// Keep this many bytes of the store's filesystem free: writes that would leave less fail as
     /// on a full disk (`ENOSPC`, HTTP 507). 0: no reserve.
     pub min_free_bytes: u64,
+    /// Unchecked SHA-256 claims one uploader may have pending ([`MAX_PENDING_CLAIMS`]).
+    pub max_pending_claims: u64,
+    /// Bytes of files one uploader's pending claims may name ([`MAX_PENDING_CLAIM_BYTES`]).
+    pub max_pending_claim_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            min_free_bytes: 0,
+            max_pending_claims: MAX_PENDING_CLAIMS,
+            max_pending_claim_bytes: MAX_PENDING_CLAIM_BYTES,
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -330,10 +372,15 @@ impl Store {
         // process that has to wait fails here, before touching anything else.
         let index = Index::open(&dir.join("index.redb"))?;
         let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
-        Ok(Self::assemble(dir, index, Arc::new(backend)))
+        Ok(Self::assemble(dir, index, Arc::new(backend), options))
     }
 
-    fn assemble(dir: &Path, index: Index, backend: Arc<dyn ObjectBackend>) -> Self {
+    fn assemble(
+        dir: &Path,
+        index: Index,
+        backend: Arc<dyn ObjectBackend>,
+        options: StoreOptions,
+    ) -> Self {
         Self {
             backend,
             index,
@@ -343,6 +390,7 @@ impl Store {
             doomed: Mutex::new(std::collections::HashSet::new()),
             sync: Mutex::new(Default::default()),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
+            claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
             root: dir.to_path_buf(),
         }
     }
@@ -394,7 +442,7 @@ impl Store {
                 VERSION_TEXT.trim()
             )));
         }
-        Ok(Self::assemble(dir, index, Arc::new(backend)))
+        Ok(Self::assemble(dir, index, Arc::new(backend), options))
     }
 
     /// A value every process using this store's storage agrees on, created as `initial` by the
@@ -749,10 +797,14 @@ impl Store {
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
         self.backend.log_shard(&shard_hash, repo)?;
-        let (new_files, new_bytes) = self.index.add_shard(shard_hash, &entries, now_unix())?;
+        let uploader = repo.unwrap_or("");
+        self.check_claim_backlog(&entries, uploader)?;
+        let (new_files, new_bytes) =
+            self.index
+                .add_shard(shard_hash, &entries, now_unix(), uploader)?;
         let mut claims = Vec::new();
         for (oid, file) in &entries.oids {
-            if !self.oid_checked(oid)? {
+            if !self.index.checked_files(oid)?.contains(file) {
                 let size = entries
                     .files
                     .iter()
@@ -775,6 +827,36 @@ impl Store {
             new_bytes,
             claims,
         })
+    }
+
+    /// Refuses `entries` if the claims they would add took `uploader` past
+    /// [`MAX_PENDING_CLAIMS`] or [`MAX_PENDING_CLAIM_BYTES`].
+    fn check_claim_backlog(
+        &self,
+        entries: &ShardEntries,
+        uploader: &str,
+    ) -> Result<(), StoreError> {
+        if entries.oids.is_empty() {
+            return Ok(());
+        }
+        let (count, bytes) = self.index.claim_load(uploader)?;
+        let adding = entries.oids.len() as u64;
+        let adding_bytes: u64 = entries.files.iter().map(|(_, r)| r.size).sum();
+        let (max_count, max_bytes) = self.claim_limits;
+        if count.saturating_add(adding) > max_count
+            || bytes.saturating_add(adding_bytes) > max_bytes
+        {
+            return Err(StoreError::ClaimBacklog {
+                uploader: if uploader.is_empty() {
+                    "server-wide credentials".to_string()
+                } else {
+                    format!("repository {uploader}")
+                },
+                count,
+                bytes,
+            });
+        }
+        Ok(())
     }
 
     /// Whether every xorb the files of `shard` need is intact.
@@ -974,7 +1056,7 @@ impl Store {
         self.visible_as(file, repo, Freshness::CatchUpOnMiss)
     }
 
-    /// [`Self::visible_to`] as `freshness` says (see [`Self::file_by_oid_as`]).
+    /// [`Self::visible_to`] as `freshness` says (see [`Freshness`]).
     pub fn visible_as(
         &self,
         file: &FileHash,
@@ -1063,25 +1145,37 @@ impl Store {
             })
     }
 
-    /// The Xet file registered for a Git LFS oid, with its size: a checked mapping, else the
-    /// oldest unchecked claim (see [`Self::oid_checked`]). What a download may use: git-lfs
-    /// checks the SHA-256 of what it downloads.
+    /// The Xet file registered for a Git LFS oid, with its size, for a reader who sees every
+    /// repository (see [`Self::oid_file`]). What a download may use: git-lfs checks the SHA-256
+    /// of what it downloads.
     pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
-        self.file_by_oid_as(oid, Freshness::CatchUpOnMiss)
+        Ok(self
+            .oid_file(oid, None, Freshness::CatchUpOnMiss)?
+            .map(|f| (f.file, f.size)))
     }
 
-    /// [`Self::file_by_oid`] as `freshness` says: for a caller that caught up once for many
-    /// lookups ([`Self::catch_up`]), `IndexOnly` spares a listing per miss.
-    pub fn file_by_oid_as(
+    /// The file `oid` stands for, to a credential that sees `reader`'s files only (`None`:
+    /// every file), looked up as `freshness` says: a checked mapping it can see (the oid's
+    /// first, then any other), else the oldest unchecked claim on a file it can see. Another
+    /// repository's registrations and claims never answer, nor hide this one's.
+    pub fn oid_file(
         &self,
         oid: &LfsOid,
+        reader: Option<&str>,
         freshness: Freshness,
-    ) -> Result<Option<(FileHash, u64)>, StoreError> {
-        let lookup = || -> Result<Option<FileHash>, StoreError> {
-            Ok(match self.index.file_by_oid(oid)? {
-                Some(f) => Some(f),
-                None => self.index.claimed_file(oid)?,
-            })
+    ) -> Result<Option<OidFile>, StoreError> {
+        let lookup = || -> Result<Option<(FileHash, bool)>, StoreError> {
+            for file in self.index.checked_files(oid)? {
+                if self.visible_as(&file, reader, Freshness::IndexOnly)? {
+                    return Ok(Some((file, true)));
+                }
+            }
+            for claim in self.index.claims_on(oid)? {
+                if self.visible_as(&claim.file, reader, Freshness::IndexOnly)? {
+                    return Ok(Some((claim.file, false)));
+                }
+            }
+            Ok(None)
         };
         let found = match lookup()? {
             None if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
@@ -1089,39 +1183,61 @@ impl Store {
             }
             found => found,
         };
-        let Some(file) = found else {
+        let Some((file, checked)) = found else {
             return Ok(None);
         };
         let size = self.index.file(&file)?.map_or(0, |r| r.size);
-        Ok(Some((file, size)))
+        Ok(Some(OidFile {
+            file,
+            size,
+            checked,
+        }))
     }
 
-    /// Whether the mapping of `oid` was checked: this store hashed the file and found that
-    /// SHA-256. A shard's SHA-256 is only a claim until then (any client could name any oid).
+    /// Whether `oid` has a checked mapping (to any file): this store hashed a file and found
+    /// that SHA-256. A shard's SHA-256 is only a claim until then (any client could name any
+    /// oid).
     pub fn oid_checked(&self, oid: &LfsOid) -> Result<bool, StoreError> {
         Ok(self.index.file_by_oid(oid)?.is_some())
     }
 
-    /// The checked mapping of `oid`, only if every xorb the file needs is intact: what an
-    /// upload may skip as already stored (a damaged file is uploaded again, which repairs it;
-    /// an unchecked claim is not trusted to stand for the oid).
-    pub fn intact_file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
-        let Some((file, size)) = self.file_by_oid(oid)? else {
+    /// The checked mapping of `oid` that `reader` can see (see [`Self::oid_file`]), only if
+    /// every xorb the file needs is intact: what an upload may skip as already stored (a
+    /// damaged file is uploaded again, which repairs it; an unchecked claim is not trusted to
+    /// stand for the oid).
+    pub fn intact_file_by_oid(
+        &self,
+        oid: &LfsOid,
+        reader: Option<&str>,
+    ) -> Result<Option<(FileHash, u64)>, StoreError> {
+        let Some(found) = self.oid_file(oid, reader, Freshness::CatchUpOnMiss)? else {
             return Ok(None);
         };
-        if !self.oid_checked(oid)? || self.file_damage(&file)?.is_some() {
+        if !found.checked || self.file_damage(&found.file)?.is_some() {
             return Ok(None);
         }
-        Ok(Some((file, size)))
+        Ok(Some((found.file, found.size)))
     }
 
-    /// Up to `limit` SHA-256 claims not checked yet, in a fixed order from `after` (exclusive).
-    pub fn pending_claims(
-        &self,
-        after: Option<&(LfsOid, FileHash)>,
-        limit: usize,
-    ) -> Result<Vec<(LfsOid, FileHash)>, StoreError> {
-        Ok(self.index.claims(after, limit)?)
+    /// Everyone with SHA-256 claims waiting to be checked, in name order (see
+    /// [`Claim::uploader`]).
+    pub fn claim_uploaders(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.index.claim_uploaders()?)
+    }
+
+    /// Up to `limit` of `uploader`'s claims waiting to be checked, oldest first.
+    pub fn oldest_claims(&self, uploader: &str, limit: usize) -> Result<Vec<Claim>, StoreError> {
+        Ok(self.index.oldest_claims(uploader, limit)?)
+    }
+
+    /// How many of `uploader`'s claims wait to be checked, and the bytes of their files.
+    pub fn claim_load_of(&self, uploader: &str) -> Result<(u64, u64), StoreError> {
+        Ok(self.index.claim_load(uploader)?)
+    }
+
+    /// Whether the claim that `file` has SHA-256 `oid` still waits to be checked.
+    pub fn claim_pending(&self, oid: &LfsOid, file: &FileHash) -> Result<bool, StoreError> {
+        Ok(self.index.claims_on(oid)?.iter().any(|c| c.file == *file))
     }
 
     /// Records whether `file` has SHA-256 `oid`, as the caller found by hashing it: when it
@@ -1258,10 +1374,10 @@ impl Store {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A URL that reads the stored object of `xorb` straight from the object storage for `ttl`
-    /// (see [`ObjectBackend::presigned_get`]); `None` for a directory store.
-    pub fn storage_url(&self, xorb: &XorbHash, ttl: Duration) -> Option<String> {
-        self.backend.presigned_get(ObjectKey::Xorb(*xorb), ttl)
+    /// Signs URLs of the storage itself for byte ranges of xorbs (see
+    /// [`ObjectBackend::range_signer`]); `None` for a directory store. May block.
+    pub fn range_signer(&self, ttl: Duration) -> Option<Box<dyn super::backend::RangeSigner>> {
+        self.backend.range_signer(ttl)
     }
 
     /// Whether the object storage answers (a look at the store's version object on shared

@@ -200,6 +200,11 @@ impl ChunkCache {
         if c >= d || e < s {
             return Ok(None);
         }
+        // A URL whose signature covers its Range is fetched whole or not at all.
+        let exact = range
+            .url
+            .as_deref()
+            .is_some_and(crate::util::url::signs_range);
         // Byte offsets of chunk boundaries known so far: the range's own ends, then entries'.
         let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
         let mut entries = Vec::new();
@@ -249,6 +254,15 @@ impl ChunkCache {
             };
             if to <= from {
                 return Ok(None);
+            }
+            if exact && (k, end) != (c, d) {
+                // The URL serves its whole range only: fetch it all, keep it as one entry.
+                let bytes = fetch(range)?;
+                let n = bytes.len() as u64;
+                if chunk_spans(&bytes, d - c).is_some() {
+                    self.store(dir, range, &bytes);
+                }
+                return Ok(Some((bytes, n)));
             }
             let gap = FetchRange {
                 chunks: k..end,

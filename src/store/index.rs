@@ -5,7 +5,10 @@
 //! | `xorbs` | xorb hash (32) | num_chunks u32, stored_len u64, unpacked_len u64 (20 bytes) |
 //! | `files` | file hash (32) | size u64, shard hash (32), then per term: xorb hash (32), chunk start u32, chunk end u32, unpacked_len u32 (44 bytes each) |
 //! | `oids` | SHA-256 digest (32, usual byte order) | file hash (32): a mapping whose SHA-256 was checked (the store hashed the file) |
-//! | `claims` | SHA-256 digest (32), then file hash (32) | time claimed (u64, unix seconds): a shard said the file has that SHA-256 and nobody has checked it yet |
+//! | `oid_files` | SHA-256 digest (32), then file hash (32) | empty: every checked mapping, the first one (`oids`) and any other file found to have the same SHA-256 (registered through another repository) |
+//! | `claims` | SHA-256 digest (32), then file hash (32) | time claimed (u64, unix seconds), the file's size (u64), then the uploader (UTF-8: the repository of a scoped credential, empty for server-wide ones): a shard said the file has that SHA-256 and nobody has checked it yet. Rows of older stores hold the time only |
+//! | `claim_load` | uploader (UTF-8) | count (u64), bytes (u64): the uploader's claims not checked yet |
+//! | `claim_queue` | uploader's length (u16), uploader, time claimed (u64 big-endian), SHA-256 digest (32), file hash (32) | the file's size (u64): each uploader's claims, oldest first |
 //! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32 |
 //! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
 //! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
@@ -51,6 +54,9 @@ const VERIFIED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("verified")
 const DAMAGED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("damaged");
 const XORB_FILE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorb_file");
 const FILE_REPOS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("file_repos");
+const OID_FILES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("oid_files");
+const CLAIM_LOAD: TableDefinition<&[u8], &[u8]> = TableDefinition::new("claim_load");
+const CLAIM_QUEUE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("claim_queue");
 
 /// An index failure.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +118,21 @@ pub struct ShardEntries {
     pub replace: Vec<FileHash>,
     pub oids: Vec<(LfsOid, FileHash)>,
     pub dedup: Vec<(ChunkHash, XorbHash, u32)>,
+}
+
+/// A SHA-256 claim not checked yet: a shard said `file` has SHA-256 `oid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub oid: LfsOid,
+    pub file: FileHash,
+    /// When it was made (unix seconds; 0 for claims made of a pre-claims store's mappings).
+    pub claimed_at: u64,
+    /// The file's size (0 when the claim predates this field).
+    pub size: u64,
+    /// Who made it: the repository of a scoped credential, empty for server-wide credentials
+    /// (and for claims older than this field). Claim checks are shared out fairly among
+    /// uploaders, and each uploader's pending claims are bounded (`server::claims`).
+    pub uploader: String,
 }
 
 const TERM_LEN: usize = 44;
@@ -187,7 +208,19 @@ impl Index {
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
         let tables = [
-            XORBS, FILES, OIDS, CLAIMS, DEDUP, SHARDS, VERIFIED, DAMAGED, XORB_FILE, FILE_REPOS,
+            XORBS,
+            FILES,
+            OIDS,
+            CLAIMS,
+            DEDUP,
+            SHARDS,
+            VERIFIED,
+            DAMAGED,
+            XORB_FILE,
+            FILE_REPOS,
+            OID_FILES,
+            CLAIM_LOAD,
+            CLAIM_QUEUE,
         ];
         // A write transaction (and its fsync) only when a table is missing: the agent's
         // embedded mode opens the store once per object.
@@ -210,6 +243,7 @@ impl Index {
         }
         let index = Self { db };
         index.backfill_xorb_files()?;
+        index.backfill_claim_queue()?;
         Ok(index)
     }
 
@@ -317,17 +351,47 @@ impl Index {
     }
 
     /// Whether a shard with this hash was registered.
+    /// Fills `claim_queue` and `claim_load` from `claims` when the queue is empty and claims
+    /// exist (a store written before the queue was): one pass, once.
+    fn backfill_claim_queue(&self) -> Result<(), IndexError> {
+        {
+            let txn = self.db.begin_read().map_err(db_err)?;
+            let queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
+            let claims = txn.open_table(CLAIMS).map_err(db_err)?;
+            if !queue.is_empty().map_err(db_err)? || claims.is_empty().map_err(db_err)? {
+                return Ok(());
+            }
+        }
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let claims = txn.open_table(CLAIMS).map_err(db_err)?;
+            let mut queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
+            let mut load = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
+            load.retain(|_, _| false).map_err(db_err)?;
+            for row in claims.iter().map_err(db_err)? {
+                let (k, v) = row.map_err(db_err)?;
+                if let Some(claim) = decode_claim(k.value(), v.value()) {
+                    enqueue(&mut queue, &claim)?;
+                    add_load(&mut load, &claim.uploader, 1, claim.size)?;
+                }
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
     pub fn has_shard(&self, shard: &ShardHash) -> Result<bool, IndexError> {
         Ok(self.get(SHARDS, shard.as_bytes())?.is_some())
     }
 
-    /// Registers a shard's entries in one transaction. Returns the number of files that were
-    /// new, and their bytes. Existing files, oids and dedup entries are kept.
+    /// Registers a shard's entries in one transaction, its SHA-256 claims in the name of
+    /// `uploader` (see [`Claim::uploader`]). Returns the number of files that were new, and
+    /// their bytes. Existing files, oids and dedup entries are kept.
     pub fn add_shard(
         &self,
         shard: ShardHash,
         entries: &ShardEntries,
         now: u64,
+        uploader: &str,
     ) -> Result<(usize, u64), IndexError> {
         let txn = self.db.begin_write().map_err(db_err)?;
         let (mut new_files, mut new_bytes) = (0, 0);
@@ -347,12 +411,42 @@ impl Index {
                 }
             }
             let oids = txn.open_table(OIDS).map_err(db_err)?;
+            let oid_files = txn.open_table(OID_FILES).map_err(db_err)?;
             let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
+            let mut load = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
+            let mut queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
             for (oid, file) in &entries.oids {
-                // A checked mapping stands; anything else waits to be checked.
-                if oids.get(oid.digest().as_slice()).map_err(db_err)?.is_none() {
-                    insert_new(&mut claims, &claim_key(oid, file), &now.to_le_bytes())?;
+                // A checked pair stands; anything else waits to be checked (another file
+                // checked for the same oid does not make this one true, nor hide it).
+                let key = claim_key(oid, file);
+                let checked = oids
+                    .get(oid.digest().as_slice())
+                    .map_err(db_err)?
+                    .is_some_and(|v| v.value() == file.as_bytes().as_slice())
+                    || oid_files.get(key.as_slice()).map_err(db_err)?.is_some();
+                if checked || claims.get(key.as_slice()).map_err(db_err)?.is_some() {
+                    continue;
                 }
+                let size = entries
+                    .files
+                    .iter()
+                    .find(|(f, _)| f == file)
+                    .map_or(0, |(_, r)| r.size);
+                let mut v = now.to_le_bytes().to_vec();
+                v.extend_from_slice(&size.to_le_bytes());
+                v.extend_from_slice(uploader.as_bytes());
+                claims
+                    .insert(key.as_slice(), v.as_slice())
+                    .map_err(db_err)?;
+                add_load(&mut load, uploader, 1, size)?;
+                let claim = Claim {
+                    oid: *oid,
+                    file: *file,
+                    claimed_at: now,
+                    size,
+                    uploader: uploader.to_string(),
+                };
+                enqueue(&mut queue, &claim)?;
             }
             let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
             for (chunk, xorb, index) in &entries.dedup {
@@ -418,35 +512,53 @@ impl Index {
         Ok(Some(FileHash::from_bytes(hash_at(&b, 0))))
     }
 
-    /// The file of the oldest unchecked claim on `oid`, if any.
-    pub fn claimed_file(&self, oid: &LfsOid) -> Result<Option<FileHash>, IndexError> {
+    /// Every file checked to have SHA-256 `oid`: the first mapping first, then the others in
+    /// file-hash order.
+    pub fn checked_files(&self, oid: &LfsOid) -> Result<Vec<FileHash>, IndexError> {
+        let mut out: Vec<FileHash> = self.file_by_oid(oid)?.into_iter().collect();
         let txn = self.db.begin_read().map_err(db_err)?;
-        let t = txn.open_table(CLAIMS).map_err(db_err)?;
-        let (lo, hi) = (
-            claim_key(oid, &FileHash::from_bytes([0; 32])),
-            claim_key(oid, &FileHash::from_bytes([0xff; 32])),
-        );
-        let mut best: Option<(u64, FileHash)> = None;
+        let t = txn.open_table(OID_FILES).map_err(db_err)?;
+        let (lo, hi) = oid_key_span(oid);
         for row in t.range(lo.as_slice()..=hi.as_slice()).map_err(db_err)? {
-            let (k, v) = row.map_err(db_err)?;
-            let (k, v) = (k.value(), v.value());
-            if k.len() != 64 || v.len() != 8 {
-                continue;
-            }
-            let at = u64_at(v, 0);
-            if best.is_none_or(|(t, _)| at < t) {
-                best = Some((at, FileHash::from_bytes(hash_at(k, 32))));
+            let (k, _) = row.map_err(db_err)?;
+            let k = k.value();
+            if k.len() == 64 {
+                let file = FileHash::from_bytes(hash_at(k, 32));
+                if !out.contains(&file) {
+                    out.push(file);
+                }
             }
         }
-        Ok(best.map(|(_, f)| f))
+        Ok(out)
     }
 
-    /// Up to `limit` unchecked claims, `(oid, file)`, in key order from `after` (exclusive).
+    /// The unchecked claims on `oid`, oldest first.
+    pub fn claims_on(&self, oid: &LfsOid) -> Result<Vec<Claim>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(CLAIMS).map_err(db_err)?;
+        let (lo, hi) = oid_key_span(oid);
+        let mut out = Vec::new();
+        for row in t.range(lo.as_slice()..=hi.as_slice()).map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            if let Some(claim) = decode_claim(k.value(), v.value()) {
+                out.push(claim);
+            }
+        }
+        out.sort_by_key(|c| c.claimed_at);
+        Ok(out)
+    }
+
+    /// The file of the oldest unchecked claim on `oid`, if any.
+    pub fn claimed_file(&self, oid: &LfsOid) -> Result<Option<FileHash>, IndexError> {
+        Ok(self.claims_on(oid)?.first().map(|c| c.file))
+    }
+
+    /// Up to `limit` unchecked claims, in key order from `after` (exclusive).
     pub fn claims(
         &self,
         after: Option<&(LfsOid, FileHash)>,
         limit: usize,
-    ) -> Result<Vec<(LfsOid, FileHash)>, IndexError> {
+    ) -> Result<Vec<Claim>, IndexError> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(CLAIMS).map_err(db_err)?;
         let start = after.map(|(o, f)| claim_key(o, f));
@@ -463,21 +575,68 @@ impl Index {
             if out.len() == limit {
                 break;
             }
-            let (k, _) = row.map_err(db_err)?;
-            let k = k.value();
-            if k.len() != 64 {
-                continue;
+            let (k, v) = row.map_err(db_err)?;
+            if let Some(claim) = decode_claim(k.value(), v.value()) {
+                out.push(claim);
             }
-            out.push((
-                LfsOid::from_digest(hash_at(k, 0)),
-                FileHash::from_bytes(hash_at(k, 32)),
-            ));
         }
         Ok(out)
     }
 
-    /// Ends the claim that `file` has SHA-256 `oid`: when `holds`, the mapping becomes checked
-    /// (unless another file was checked for the oid first); either way the claim is removed.
+    /// Everyone with claims waiting to be checked, in name order.
+    pub fn claim_uploaders(&self) -> Result<Vec<String>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(db_err)? {
+            let (k, _) = row.map_err(db_err)?;
+            out.push(String::from_utf8_lossy(k.value()).into_owned());
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` of `uploader`'s claims waiting to be checked, oldest first.
+    pub fn oldest_claims(&self, uploader: &str, limit: usize) -> Result<Vec<Claim>, IndexError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
+        let prefix = queue_prefix(uploader);
+        let mut out = Vec::new();
+        for row in t.range(prefix.as_slice()..).map_err(db_err)? {
+            if out.len() == limit {
+                break;
+            }
+            let (k, v) = row.map_err(db_err)?;
+            let (k, v) = (k.value(), v.value());
+            let Some(rest) = k.strip_prefix(prefix.as_slice()) else {
+                break;
+            };
+            if rest.len() != 8 + 64 || v.len() != 8 {
+                continue;
+            }
+            let mut at = [0u8; 8];
+            at.copy_from_slice(&rest[..8]);
+            out.push(Claim {
+                oid: LfsOid::from_digest(hash_at(rest, 8)),
+                file: FileHash::from_bytes(hash_at(rest, 40)),
+                claimed_at: u64::from_be_bytes(at),
+                size: u64_at(v, 0),
+                uploader: uploader.to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// How many claims of `uploader` wait to be checked, and the bytes of their files.
+    pub fn claim_load(&self, uploader: &str) -> Result<(u64, u64), IndexError> {
+        Ok(match self.get(CLAIM_LOAD, uploader.as_bytes())? {
+            Some(v) if v.len() == 16 => (u64_at(&v, 0), u64_at(&v, 8)),
+            _ => (0, 0),
+        })
+    }
+
+    /// Ends the claim that `file` has SHA-256 `oid`: when `holds`, the pair becomes a checked
+    /// mapping (the oid's first one, unless another file was checked for it first); either
+    /// way the claim is removed.
     ///
     /// Not synced to disk by itself (the next durable commit carries it): a crash before then
     /// only leaves the claim pending, to be checked again, so an fsync per checked file (one
@@ -492,12 +651,19 @@ impl Index {
         txn.set_durability(redb::Durability::None);
         {
             let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
-            claims
-                .remove(claim_key(oid, file).as_slice())
-                .map_err(db_err)?;
+            let key = claim_key(oid, file);
+            let removed = claims.remove(key.as_slice()).map_err(db_err)?;
+            if let Some(claim) = removed.and_then(|v| decode_claim(&key, v.value())) {
+                let mut load = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
+                sub_load(&mut load, &claim.uploader, 1, claim.size)?;
+                let mut queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
+                queue.remove(queue_key(&claim).as_slice()).map_err(db_err)?;
+            }
             if holds {
                 let mut oids = txn.open_table(OIDS).map_err(db_err)?;
                 insert_new(&mut oids, oid.digest(), file.as_bytes())?;
+                let mut oid_files = txn.open_table(OID_FILES).map_err(db_err)?;
+                insert_new(&mut oid_files, &key, &[])?;
             }
         }
         txn.commit().map_err(db_err)
@@ -795,6 +961,104 @@ fn demote_unchecked_oids(txn: &redb::WriteTransaction) -> Result<(), IndexError>
     Ok(())
 }
 
+/// A `claims` row, if well formed (a row of another shape is skipped, never trusted).
+fn decode_claim(k: &[u8], v: &[u8]) -> Option<Claim> {
+    if k.len() != 64 || v.len() < 8 {
+        return None;
+    }
+    let (size, uploader) = if v.len() >= 16 {
+        (u64_at(v, 8), String::from_utf8_lossy(&v[16..]).into_owned())
+    } else {
+        (0, String::new())
+    };
+    Some(Claim {
+        oid: LfsOid::from_digest(hash_at(k, 0)),
+        file: FileHash::from_bytes(hash_at(k, 32)),
+        claimed_at: u64_at(v, 0),
+        size,
+        uploader,
+    })
+}
+
+/// The start of `uploader`'s rows in `claim_queue`.
+fn queue_prefix(uploader: &str) -> Vec<u8> {
+    // Uploaders are repository ids (short); a longer name is cut, which only merges queues.
+    let name = &uploader.as_bytes()[..uploader.len().min(u16::MAX as usize)];
+    let mut k = Vec::with_capacity(2 + name.len() + 72);
+    k.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
+/// A claim's row key in `claim_queue`.
+fn queue_key(claim: &Claim) -> Vec<u8> {
+    let mut k = queue_prefix(&claim.uploader);
+    k.extend_from_slice(&claim.claimed_at.to_be_bytes());
+    k.extend_from_slice(claim.oid.digest());
+    k.extend_from_slice(claim.file.as_bytes());
+    k
+}
+
+/// Puts `claim` in its uploader's queue.
+fn enqueue(queue: &mut redb::Table<&[u8], &[u8]>, claim: &Claim) -> Result<(), IndexError> {
+    queue
+        .insert(
+            queue_key(claim).as_slice(),
+            claim.size.to_le_bytes().as_slice(),
+        )
+        .map_err(db_err)?;
+    Ok(())
+}
+
+/// The first and last keys of `oid`'s rows in tables keyed by oid, then file.
+fn oid_key_span(oid: &LfsOid) -> ([u8; 64], [u8; 64]) {
+    (
+        claim_key(oid, &FileHash::from_bytes([0; 32])),
+        claim_key(oid, &FileHash::from_bytes([0xff; 32])),
+    )
+}
+
+/// Adds `count` claims of `bytes` to `uploader`'s load.
+fn add_load(
+    load: &mut redb::Table<&[u8], &[u8]>,
+    uploader: &str,
+    count: u64,
+    bytes: u64,
+) -> Result<(), IndexError> {
+    let (c, b) = match load.get(uploader.as_bytes()).map_err(db_err)? {
+        Some(v) if v.value().len() == 16 => (u64_at(v.value(), 0), u64_at(v.value(), 8)),
+        _ => (0, 0),
+    };
+    let mut v = c.saturating_add(count).to_le_bytes().to_vec();
+    v.extend_from_slice(&b.saturating_add(bytes).to_le_bytes());
+    load.insert(uploader.as_bytes(), v.as_slice())
+        .map_err(db_err)?;
+    Ok(())
+}
+
+/// Takes `count` claims of `bytes` off `uploader`'s load (the row goes when it reaches 0).
+fn sub_load(
+    load: &mut redb::Table<&[u8], &[u8]>,
+    uploader: &str,
+    count: u64,
+    bytes: u64,
+) -> Result<(), IndexError> {
+    let (c, b) = match load.get(uploader.as_bytes()).map_err(db_err)? {
+        Some(v) if v.value().len() == 16 => (u64_at(v.value(), 0), u64_at(v.value(), 8)),
+        _ => return Ok(()),
+    };
+    let (c, b) = (c.saturating_sub(count), b.saturating_sub(bytes));
+    if c == 0 {
+        load.remove(uploader.as_bytes()).map_err(db_err)?;
+    } else {
+        let mut v = c.to_le_bytes().to_vec();
+        v.extend_from_slice(&b.to_le_bytes());
+        load.insert(uploader.as_bytes(), v.as_slice())
+            .map_err(db_err)?;
+    }
+    Ok(())
+}
+
 fn claim_key(oid: &LfsOid, file: &FileHash) -> [u8; 64] {
     let mut k = [0u8; 64];
     k[..32].copy_from_slice(oid.digest());
@@ -841,7 +1105,17 @@ mod tests {
             "not a checked mapping"
         );
         assert_eq!(index.claimed_file(&oid).unwrap(), Some(file));
-        assert_eq!(index.claims(None, 10).unwrap(), vec![(oid, file)]);
+        let pairs = |i: &Index| -> Vec<(LfsOid, FileHash)> {
+            i.claims(None, 10)
+                .unwrap()
+                .into_iter()
+                .map(|c| (c.oid, c.file))
+                .collect()
+        };
+        assert_eq!(pairs(&index), vec![(oid, file)]);
+        // Queued in the name of nobody in particular (the uploader was not recorded then).
+        assert_eq!(index.claim_uploaders().unwrap(), vec![String::new()]);
+        assert_eq!(index.oldest_claims("", 5).unwrap().len(), 1);
         // Checked once, it is a mapping again, and opening again moves nothing back.
         index.settle_claim(&oid, &file, true).unwrap();
         drop(index);
@@ -882,7 +1156,9 @@ mod tests {
                 ..Default::default()
             };
             assert_eq!(
-                index.add_shard(record.shard, &entries, 10).unwrap(),
+                index
+                    .add_shard(record.shard, &entries, 10, "team-a")
+                    .unwrap(),
                 (1, record.size)
             );
             // Registering the same file again through another shard keeps the first record.
@@ -894,7 +1170,7 @@ mod tests {
             };
             assert_eq!(
                 index
-                    .add_shard(ShardHash::from_bytes([9; 32]), &again, 11)
+                    .add_shard(ShardHash::from_bytes([9; 32]), &again, 11, "team-a")
                     .unwrap(),
                 (0, 0)
             );
@@ -904,9 +1180,27 @@ mod tests {
         // The shard's SHA-256 is a claim until it is checked; then it is the oid's mapping.
         assert_eq!(index.file_by_oid(&oid).unwrap(), None);
         assert_eq!(index.claimed_file(&oid).unwrap(), Some(file));
-        assert_eq!(index.claims(None, 10).unwrap(), vec![(oid, file)]);
+        let claims = index.claims(None, 10).unwrap();
+        assert_eq!(
+            claims,
+            vec![Claim {
+                oid,
+                file,
+                claimed_at: 10,
+                size: 300,
+                uploader: "team-a".into()
+            }]
+        );
+        assert_eq!(index.claim_load("team-a").unwrap(), (1, 300));
+        assert_eq!(index.claim_uploaders().unwrap(), vec!["team-a".to_string()]);
+        assert_eq!(index.oldest_claims("team-a", 5).unwrap(), claims);
+        assert!(index.oldest_claims("team-", 5).unwrap().is_empty());
         index.settle_claim(&oid, &file, true).unwrap();
+        assert_eq!(index.claim_load("team-a").unwrap(), (0, 0));
+        assert!(index.claim_uploaders().unwrap().is_empty());
+        assert!(index.oldest_claims("team-a", 5).unwrap().is_empty());
         assert_eq!(index.file_by_oid(&oid).unwrap(), Some(file));
+        assert_eq!(index.checked_files(&oid).unwrap(), vec![file]);
         assert_eq!(index.claimed_file(&oid).unwrap(), None);
         assert_eq!(index.counts().unwrap().claims, 0);
         assert_eq!(index.dedup(&chunk).unwrap(), Some((xorb, 0)));
@@ -914,5 +1208,44 @@ mod tests {
         assert!(index.has_shard(&ShardHash::from_bytes([9; 32])).unwrap());
         let counts = index.counts().unwrap();
         assert_eq!((counts.files, counts.shards, counts.xorbs), (1, 2, 1));
+    }
+
+    #[test]
+    fn another_file_with_a_checked_oid_is_claimed_and_checked_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Index::open(&dir.path().join("index.redb")).unwrap();
+        let oid = LfsOid::from_digest([7; 32]);
+        let (a, b) = (FileHash::from_bytes([1; 32]), FileHash::from_bytes([2; 32]));
+        let entries = |file: FileHash| ShardEntries {
+            oids: vec![(oid, file)],
+            ..Default::default()
+        };
+        index
+            .add_shard(ShardHash::from_bytes([1; 32]), &entries(a), 5, "team-a")
+            .unwrap();
+        index.settle_claim(&oid, &a, true).unwrap();
+        // Team B registers another file (other chunking) for the same oid: a claim of its own,
+        // not hidden by A's checked mapping.
+        index
+            .add_shard(ShardHash::from_bytes([2; 32]), &entries(b), 6, "team-b")
+            .unwrap();
+        let on = index.claims_on(&oid).unwrap();
+        assert_eq!(on.len(), 1);
+        assert_eq!((on[0].file, on[0].uploader.as_str()), (b, "team-b"));
+        assert_eq!(index.claim_load("team-b").unwrap(), (1, 0));
+        // A registering its own checked file again claims nothing.
+        index
+            .add_shard(ShardHash::from_bytes([3; 32]), &entries(a), 7, "team-a")
+            .unwrap();
+        assert_eq!(index.claims_on(&oid).unwrap().len(), 1);
+        index.settle_claim(&oid, &b, true).unwrap();
+        assert_eq!(
+            index.file_by_oid(&oid).unwrap(),
+            Some(a),
+            "the first mapping stays"
+        );
+        assert_eq!(index.checked_files(&oid).unwrap(), vec![a, b]);
+        assert!(index.claims_on(&oid).unwrap().is_empty());
+        assert_eq!(index.claim_load("team-b").unwrap(), (0, 0));
     }
 }

@@ -31,7 +31,9 @@ pub mod sync;
 pub mod target;
 pub mod wire;
 
-pub use cas::{ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress};
+pub use cas::{
+    OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress,
+};
 pub use chunk_cache::ChunkCache;
 pub use gc::{GcOptions, GcReport};
 pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};

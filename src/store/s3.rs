@@ -51,7 +51,7 @@ use object_store::{
 };
 
 use super::backend::{
-    BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, Spool,
+    BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, RangeSigner, Spool,
 };
 use crate::format::{ShardHash, XorbHash};
 
@@ -159,6 +159,8 @@ pub struct S3Backend {
     /// The same client, for signing URLs.
     signer: Arc<object_store::aws::AmazonS3>,
     url: StorageUrl,
+    /// The region requests are signed for (object_store's: `AWS_REGION`, else us-east-1).
+    region: String,
     spool: Spool,
     /// Runs the requests; `None` only while dropping.
     runtime: Option<tokio::runtime::Runtime>,
@@ -253,6 +255,9 @@ impl S3Backend {
             }
             builder = builder.with_endpoint(endpoint);
         }
+        let region = builder
+            .get_config_value(&object_store::aws::AmazonS3ConfigKey::Region)
+            .unwrap_or_else(|| "us-east-1".to_string());
         let store = builder
             .build()
             .map_err(|e| other("configure", url.to_string(), e))?;
@@ -271,6 +276,7 @@ impl S3Backend {
             store: Arc::clone(&signer) as Arc<dyn ObjectStore>,
             signer,
             url: url.clone(),
+            region,
             spool: Spool::open(spool_dir)?.with_min_free(min_free),
             runtime: Some(runtime),
         })
@@ -722,23 +728,48 @@ impl ObjectBackend for S3Backend {
         Ok(out)
     }
 
-    fn presigned_get(&self, key: ObjectKey, ttl: std::time::Duration) -> Option<String> {
+    fn range_signer(&self, ttl: std::time::Duration) -> Option<Box<dyn RangeSigner>> {
         use object_store::signer::Signer as _;
         let signer = Arc::clone(&self.signer);
-        let path = self.object(key);
-        let what = key.to_string();
-        let signed = self
+        // A xorb's URL up to its name, from object_store's URL of one (path or virtual-host
+        // style and encoding as it reaches the bucket); the credential of the moment.
+        let sample = self.object(ObjectKey::Xorb(XorbHash::from_bytes([0; 32])));
+        let what = format!("{}/xorbs", self.url);
+        let fetched = self
             .block(&what, async move {
-                signer.signed_url(reqwest::Method::GET, &path, ttl).await
+                let url = signer
+                    .signed_url(reqwest::Method::GET, &sample, ttl)
+                    .await?;
+                let credential = signer.credentials().get_credential().await?;
+                Ok::<_, object_store::Error>((url, credential))
             })
-            .and_then(|r| r.map_err(|e| other("sign a URL for", what.clone(), e)));
-        match signed {
-            Ok(url) => Some(url.to_string()),
+            .and_then(|r| r.map_err(|e| other("sign URLs for", what.clone(), e)));
+        let (mut url, credential) = match fetched {
+            Ok(found) => found,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot sign a storage URL; the node's own URL is used");
-                None
+                tracing::warn!(error = %e, "cannot sign storage URLs; the node's own URLs are used");
+                return None;
             }
-        }
+        };
+        url.set_query(None);
+        let base = url
+            .as_str()
+            .strip_suffix(&XorbHash::from_bytes([0; 32]).to_hex())?;
+        let identity = aws_credential_types::Credentials::new(
+            credential.key_id.clone(),
+            credential.secret_key.clone(),
+            credential.token.clone(),
+            None,
+            "git-xet",
+        )
+        .into();
+        Some(Box::new(S3RangeSigner {
+            identity,
+            region: self.region.clone(),
+            base: base.to_string(),
+            ttl,
+            time: SystemTime::now(),
+        }))
     }
 
     fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
@@ -758,6 +789,60 @@ impl ObjectBackend for S3Backend {
                 "it disappeared right after it was stored",
             )),
         }
+    }
+}
+
+/// Range-bound URLs of the bucket for one answer ([`RangeSigner`]): the credential and the
+/// xorbs' URL were fetched once, each URL is then signed here by AWS's SigV4 signer with the
+/// `Range` header among the signed headers (`X-Amz-SignedHeaders=host;range`).
+struct S3RangeSigner {
+    identity: aws_smithy_runtime_api::client::identity::Identity,
+    region: String,
+    /// A xorb's URL without its hash.
+    base: String,
+    ttl: std::time::Duration,
+    time: SystemTime,
+}
+
+impl RangeSigner for S3RangeSigner {
+    fn sign(&self, xorb: &XorbHash, range: &std::ops::RangeInclusive<u64>) -> Option<String> {
+        use aws_sigv4::http_request::{
+            sign, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation,
+            SigningSettings, UriPathNormalizationMode,
+        };
+        let url = format!("{}{xorb}", self.base);
+        let range = format!("bytes={}-{}", range.start(), range.end());
+        let mut settings = SigningSettings::default();
+        settings.signature_location = SignatureLocation::QueryParams;
+        settings.expires_in = Some(self.ttl);
+        // S3 signs the path as sent (encoded once), never normalised.
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region(&self.region)
+            .name("s3")
+            .time(self.time)
+            .settings(settings)
+            .build()
+            .ok()?
+            .into();
+        let request = SignableRequest::new(
+            "GET",
+            &url,
+            [("range", range.as_str())].into_iter(),
+            SignableBody::UnsignedPayload,
+        )
+        .ok()?;
+        let (instructions, _) = sign(request, &params).ok()?.into_parts();
+        let mut url = reqwest::Url::parse(&url).ok()?;
+        {
+            let mut query = url.query_pairs_mut();
+            for (name, value) in instructions.params() {
+                query.append_pair(name, value);
+            }
+        }
+        Some(url.into())
     }
 }
 

@@ -188,7 +188,8 @@ impl Store {
             let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
             match self.validate(&parsed.shard, shard, &mut |_| {}) {
                 Ok(entries) => {
-                    self.index.add_shard(shard, &entries, now_unix())?;
+                    self.index
+                        .add_shard(shard, &entries, now_unix(), repo.unwrap_or(""))?;
                 }
                 Err(e) if e.is_client_error() => return Ok(Stored::Refused(e.to_string())),
                 Err(e) => return Err(e),

@@ -230,7 +230,7 @@ impl CasTarget for Store {
     }
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
-        Ok(self.intact_file_by_oid(oid)?)
+        Ok(self.intact_file_by_oid(oid, None)?)
     }
 
     fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {

@@ -7,6 +7,7 @@
 //! checks everything and turns nonsense into a [`WireError`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
 
 use serde::{Deserialize, Serialize};
 
@@ -16,9 +17,22 @@ use crate::format::{FileHash, LfsOid, XorbHash};
 use crate::store::{FetchRange, PlannedTerm, ReconstructionPlan};
 
 /// At most this many ranges in one v2 `xorbs` entry (one URL); longer lists are split into
-/// several entries with the same URL, so that a client in multi-range mode stays within the
-/// server's limit on ranges per request.
+/// several entries, each with its own URL, so that a client in multi-range mode stays within
+/// the server's limit on ranges per request.
 pub const RANGES_PER_ENTRY: usize = 256;
+
+/// Where the bytes of a plan are fetched from: the URL of each v1 fetch entry or v2 `xorbs`
+/// entry, which grants exactly that entry's byte ranges of the xorb and nothing else.
+pub trait FetchUrls {
+    /// The URL that serves `ranges` (sorted, inclusive byte ranges) of `xorb`.
+    fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String;
+
+    /// How many ranges one URL may serve (a v2 entry holds at most this many): 1 for URLs
+    /// whose signature covers the `Range` header itself.
+    fn ranges_per_url(&self) -> usize {
+        RANGES_PER_ENTRY
+    }
+}
 
 /// A chunk-index range, end exclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,16 +209,15 @@ fn byte_range(r: &FetchRange) -> ByteRange {
 /// `GET /v2/reconstructions/{file}`).
 pub const RECONSTRUCTION_HEADER: &str = "X-Xet-Reconstruction";
 
-/// The v1 JSON of a plan; `url` presigns a xorb.
-pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV1 {
+/// The v1 JSON of a plan: one URL per fetch entry, granting that entry's range.
+pub fn to_v1(plan: &ReconstructionPlan, urls: &dyn FetchUrls) -> ReconstructionV1 {
     let mut fetch_info = BTreeMap::new();
     for (xorb, ranges) in &plan.fetch {
-        let u = url(xorb);
         let entries = ranges
             .iter()
             .map(|r| FetchInfoV1 {
                 range: chunk_range(r),
-                url: u.clone(),
+                url: urls.url(xorb, std::slice::from_ref(&r.bytes)),
                 url_range: byte_range(r),
             })
             .collect();
@@ -217,23 +230,27 @@ pub fn to_v1(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> Re
     }
 }
 
-/// The v2 JSON of a plan; `url` presigns a xorb. Entries carry at most [`RANGES_PER_ENTRY`]
-/// ranges.
-pub fn to_v2(plan: &ReconstructionPlan, url: impl Fn(&XorbHash) -> String) -> ReconstructionV2 {
+/// The v2 JSON of a plan: entries of at most [`FetchUrls::ranges_per_url`] ranges (and never
+/// more than [`RANGES_PER_ENTRY`]), each with a URL granting its ranges.
+pub fn to_v2(plan: &ReconstructionPlan, urls: &dyn FetchUrls) -> ReconstructionV2 {
+    let per_entry = urls.ranges_per_url().clamp(1, RANGES_PER_ENTRY);
     let mut xorbs = BTreeMap::new();
     for (xorb, ranges) in &plan.fetch {
-        let u = url(xorb);
         let entries = ranges
-            .chunks(RANGES_PER_ENTRY)
-            .map(|group| XorbEntryV2 {
-                url: u.clone(),
-                ranges: group
-                    .iter()
-                    .map(|r| RangeV2 {
-                        chunks: chunk_range(r),
-                        bytes: byte_range(r),
-                    })
-                    .collect(),
+            .chunks(per_entry)
+            .map(|group| {
+                let bytes: Vec<RangeInclusive<u64>> =
+                    group.iter().map(|r| r.bytes.clone()).collect();
+                XorbEntryV2 {
+                    url: urls.url(xorb, &bytes),
+                    ranges: group
+                        .iter()
+                        .map(|r| RangeV2 {
+                            chunks: chunk_range(r),
+                            bytes: byte_range(r),
+                        })
+                        .collect(),
+                }
             })
             .collect();
         xorbs.insert(*xorb, entries);
@@ -439,6 +456,79 @@ mod tests {
 
     const X: &str = "0101010101010101020202020202020203030303030303030404040404040404";
 
+    /// URLs that name the ranges they grant, as the server's do.
+    struct TestUrls;
+
+    impl FetchUrls for TestUrls {
+        fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String {
+            let r: Vec<String> = ranges
+                .iter()
+                .map(|r| format!("{}-{}", r.start(), r.end()))
+                .collect();
+            format!(
+                "http://cas.test/v1/xorb-data/{xorb}?e=1&r={}&s=2",
+                r.join(",")
+            )
+        }
+    }
+
+    /// [`TestUrls`] with one range per URL.
+    struct OneRangeUrls;
+
+    impl FetchUrls for OneRangeUrls {
+        fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String {
+            TestUrls.url(xorb, ranges)
+        }
+        fn ranges_per_url(&self) -> usize {
+            1
+        }
+    }
+
+    #[test]
+    fn every_entry_has_a_url_for_its_own_ranges() {
+        let xorb = XorbHash::from_hex(X).unwrap();
+        let fetch = |c: u32, b: u64| FetchRange {
+            chunks: c..c + 1,
+            bytes: b..=b + 99,
+            url: None,
+        };
+        let plan = ReconstructionPlan {
+            file_size: 0,
+            offset_into_first_range: 0,
+            terms: Vec::new(),
+            fetch: vec![(xorb, vec![fetch(0, 0), fetch(5, 500), fetch(9, 900)])],
+        };
+        let v1 = to_v1(&plan, &TestUrls);
+        let urls: Vec<&str> = v1.fetch_info[&xorb]
+            .iter()
+            .map(|f| f.url.as_str())
+            .collect();
+        assert!(urls[0].contains("&r=0-99&"), "{}", urls[0]);
+        assert!(urls[1].contains("&r=500-599&"), "{}", urls[1]);
+        assert!(urls[2].contains("&r=900-999&"), "{}", urls[2]);
+        let v2 = to_v2(&plan, &TestUrls);
+        assert_eq!(v2.xorbs[&xorb].len(), 1);
+        assert!(v2.xorbs[&xorb][0].url.contains("&r=0-99,500-599,900-999&"));
+        let one = to_v2(&plan, &OneRangeUrls);
+        let entries = &one.xorbs[&xorb];
+        assert_eq!(entries.len(), 3);
+        assert!(entries.iter().all(|e| e.ranges.len() == 1));
+        assert!(entries[1].url.contains("&r=500-599&"), "{}", entries[1].url);
+        let many = ReconstructionPlan {
+            fetch: vec![(
+                xorb,
+                (0..RANGES_PER_ENTRY as u32 + 1)
+                    .map(|i| fetch(i, 200 * u64::from(i)))
+                    .collect(),
+            )],
+            ..plan
+        };
+        let split = to_v2(&many, &TestUrls);
+        let sizes: Vec<usize> = split.xorbs[&xorb].iter().map(|e| e.ranges.len()).collect();
+        assert_eq!(sizes, vec![RANGES_PER_ENTRY, 1]);
+        assert_ne!(split.xorbs[&xorb][0].url, split.xorbs[&xorb][1].url);
+    }
+
     fn xorb() -> XorbHash {
         XorbHash::from_hex(X).unwrap()
     }
@@ -499,12 +589,12 @@ mod tests {
                 }],
             )],
         };
-        let url = |x: &XorbHash| format!("http://cas.test/v1/xorb-data/{x}?e=1&s=2");
+        let url = |x: &XorbHash| format!("http://cas.test/v1/xorb-data/{x}?e=1&r=0-323&s=2");
         for json in [
-            serde_json::to_string(&to_v2(&plan, url)).unwrap(),
+            serde_json::to_string(&to_v2(&plan, &TestUrls)).unwrap(),
             serde_json::to_string(
                 &serde_json::from_str::<ReconstructionV1>(
-                    &serde_json::to_string(&to_v1(&plan, url)).unwrap(),
+                    &serde_json::to_string(&to_v1(&plan, &TestUrls)).unwrap(),
                 )
                 .unwrap()
                 .into_v2(),

@@ -1,4 +1,4 @@
-//! The crate's only unsafe code: file mappings and two system calls that neither std nor a
+//! The crate's only unsafe code: file mappings and three system calls that neither std nor a
 //! crate already in the tree wraps safely. Everything else in git-xet is safe Rust, which the
 //! `unsafe_code = "deny"` lint of Cargo.toml enforces; this module is the one place that allows
 //! it, and each block says why it is sound.
@@ -64,10 +64,48 @@ pub fn available_space(path: &Path) -> io::Result<u64> {
     Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
 }
 
+/// Whether process `pid` exists (`kill(pid, 0)`): `Some(false)` only when the system says
+/// there is no such process; `None` when that cannot be told (an impossible pid, another
+/// platform).
+#[cfg(unix)]
+pub fn process_exists(pid: u32) -> Option<bool> {
+    let pid = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+    // SAFETY: signal 0 sends nothing; kill(2) only checks that the process exists and may be
+    // signalled. No memory is passed.
+    let rc = unsafe { libc::kill(pid, 0) };
+    if rc == 0 {
+        return Some(true);
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ESRCH) => Some(false),
+        // EPERM: it exists, as another user's.
+        Some(libc::EPERM) => Some(true),
+        _ => None,
+    }
+}
+
+/// See the Unix version: nothing can be told here.
+#[cfg(not(unix))]
+pub fn process_exists(_pid: u32) -> Option<bool> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn processes_that_exist() {
+        assert_eq!(process_exists(std::process::id()), Some(true));
+        assert_eq!(process_exists(0), None);
+        assert_eq!(process_exists(u32::MAX), None);
+        // A child that has exited and been waited for is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert_eq!(process_exists(pid), Some(false));
+    }
 
     #[test]
     fn maps_and_system_calls() {

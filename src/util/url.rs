@@ -32,9 +32,34 @@ pub fn without_userinfo(authority: &str) -> &str {
         .map_or(authority, |(_, host)| host)
 }
 
+/// Whether the signature of a presigned URL covers the `Range` header (an S3 URL whose
+/// `X-Amz-SignedHeaders` lists `range`): such a URL serves exactly the range it was signed
+/// for, so it must be fetched with that range and no part of it.
+pub fn signs_range(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    u.query_pairs().any(|(name, value)| {
+        name.eq_ignore_ascii_case("x-amz-signedheaders")
+            && value.split(';').any(|h| h.eq_ignore_ascii_case("range"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn range_signing_urls() {
+        assert!(signs_range(
+            "http://s3.test/b/xorbs/x?X-Amz-Expires=9&X-Amz-SignedHeaders=host%3Brange&X-Amz-Signature=1"
+        ));
+        assert!(!signs_range(
+            "http://s3.test/b/xorbs/x?X-Amz-SignedHeaders=host&X-Amz-Signature=1"
+        ));
+        assert!(!signs_range("http://cas.test/v1/xorb-data/x?e=1&r=0-9&s=2"));
+        assert!(!signs_range("not a url"));
+    }
 
     #[test]
     fn origins_and_parts() {

@@ -106,6 +106,17 @@ impl Peer {
 
     /// [`Self::download`] from the server at `url` (with the test write token).
     pub fn download_from(&self, url: &str, cache: &Path, files: &[(PathBuf, String, u64)]) {
+        self.download_as(url, WRITE_TOKEN, cache, files)
+    }
+
+    /// [`Self::download_from`] with `token` (a secret or a CAS token).
+    pub fn download_as(
+        &self,
+        url: &str,
+        token: &str,
+        cache: &Path,
+        files: &[(PathBuf, String, u64)],
+    ) {
         let spec: Vec<Value> = files
             .iter()
             .map(|(dest, hash, size)| {
@@ -114,7 +125,7 @@ impl Peer {
             .collect();
         let args = vec![
             url.to_string(),
-            WRITE_TOKEN.to_string(),
+            token.to_string(),
             Value::Array(spec).to_string(),
         ];
         assert_eq!(self.run(cache, DOWNLOAD, &args).trim(), "ok");

@@ -40,9 +40,11 @@
 //!   "EOF", `GIT_TRACE=1` shows this, `git xet uninstall` falls back to plain LFS, report the
 //!   bug), and before `init` in the `init` error reply, which git-lfs does show.
 //! - **Upload paths** are opened non-blocking and must be regular files (a FIFO would block).
-//! - **Partial downloads** (`xet-<oid16>-*.part`) are locked while written; the next download
-//!   of the same object removes the ones a killed agent left (unlocked, not written to for
-//!   5 s; the temp directory is read once per agent process).
+//! - **Partial downloads** (`xet-<oid16>-<pid>-*.part`) name the agent process that writes
+//!   them and are locked while written. The first transfer of each agent process (upload or
+//!   download, of any object) removes those whose agent is gone: no process has that pid and
+//!   nobody holds the lock. Files of an older naming (no pid) go once unlocked and not written
+//!   to for 5 s.
 //! - **Secrets.** What goes to git-lfs and to the log is redacted ([`crate::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
@@ -299,9 +301,9 @@ struct Agent {
     shared_failed: bool,
     /// The transfer journal, opened at the first record.
     journal: Option<journal::Appender>,
-    /// Partial downloads in git-lfs's temp directory when this process first looked, by name
-    /// prefix (see [`remove_stale_parts`]).
-    parts: Option<std::collections::HashMap<String, Vec<PathBuf>>>,
+    /// Whether this process has removed the partial downloads stopped agents left (see
+    /// [`remove_stale_parts`]).
+    parts_cleaned: bool,
 }
 
 impl Agent {
@@ -316,7 +318,7 @@ impl Agent {
             shared: None,
             shared_failed: false,
             journal: None,
-            parts: None,
+            parts_cleaned: false,
         }
     }
 
@@ -366,11 +368,37 @@ impl Agent {
         }
     }
 
+    /// git-lfs's temp directory (where downloads are written), found once.
+    fn lfs_temp_dir(&mut self) -> Result<PathBuf, TransferError> {
+        if let Some(dir) = &self.temp_dir {
+            return Ok(dir.clone());
+        }
+        let dir = match self.common_dir() {
+            Some(common) => settings::lfs_temp_dir_in(&self.options.git, &common),
+            None => settings::lfs_temp_dir(&self.options.git),
+        }
+        .map_err(TransferError::TempDir)?;
+        Ok(self.temp_dir.insert(dir).clone())
+    }
+
+    /// Removes, once per process, the partial downloads stopped agents left in git-lfs's temp
+    /// directory (see [`remove_stale_parts`]). Never fails a transfer.
+    fn clean_parts_once(&mut self) {
+        if std::mem::replace(&mut self.parts_cleaned, true) {
+            return;
+        }
+        match self.lfs_temp_dir() {
+            Ok(dir) => remove_stale_parts(&dir),
+            Err(e) => tracing::debug!("partial downloads not looked for: {e}"),
+        }
+    }
+
     fn upload<W: Write>(
         &mut self,
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Option<&'static Path>, TransferError> {
+        self.clean_parts_once();
         let path = t.path.as_deref().ok_or(TransferError::NoPath)?;
         let file = open_upload(path)?;
         let lease = self.endpoint(t, Operation::Upload)?;
@@ -516,26 +544,13 @@ impl Agent {
             }
             None => ask_plan()?,
         };
-        let dir = match &self.temp_dir {
-            Some(dir) => dir.clone(),
-            None => {
-                let dir = match self.common_dir() {
-                    Some(common) => settings::lfs_temp_dir_in(&self.options.git, &common),
-                    None => settings::lfs_temp_dir(&self.options.git),
-                }
-                .map_err(TransferError::TempDir)?;
-                self.temp_dir.insert(dir).clone()
-            }
-        };
+        let dir = self.lfs_temp_dir()?;
         std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
             what: "cannot create git-lfs's temp directory",
             path: dir.clone(),
             source: e,
         })?;
-        let parts = self.parts.get_or_insert_with(|| list_parts(&dir));
-        if let Some(found) = parts.remove(&part_prefix(&t.oid)) {
-            remove_stale_parts(&found);
-        }
+        self.clean_parts_once();
         let prefix = part_prefix(&t.oid);
         let tmp = tempfile::Builder::new()
             .prefix(&prefix)
@@ -677,61 +692,74 @@ fn file_kind(kind: &std::fs::FileType) -> &'static str {
 /// The suffix of partial downloads in git-lfs's temp directory.
 const PART_SUFFIX: &str = ".part";
 
-/// A partial download not written to for this long, whose lock can be taken, is stale (the
-/// age covers the moment between another agent creating its file and locking it, and between
-/// handing a finished file over and git-lfs moving it).
+/// A partial download of the older naming (no pid) not written to for this long, whose lock
+/// can be taken, is stale (the age covers the moment between another agent creating its file
+/// and locking it, and between handing a finished file over and git-lfs moving it).
 const STALE_PART_AGE: Duration = Duration::from_secs(5);
 
-/// `xet-<first 16 hex digits of the oid>-`: the name prefix of `oid`'s partial downloads.
+/// `xet-<first 16 hex digits of the oid>-<this process's pid>-`: the name prefix of the
+/// partial downloads this process writes.
 fn part_prefix(oid: &LfsOid) -> String {
-    format!("xet-{}-", &oid.to_hex()[..16])
+    format!("xet-{}-{}-", &oid.to_hex()[..16], std::process::id())
+}
+
+/// The pid in a partial download's name (`xet-<16 hex>-<pid>-<random>.part`); `None` for
+/// names of another shape (the older `xet-<16 hex>-<random>.part`).
+fn part_holder(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("xet-")?.strip_suffix(PART_SUFFIX)?;
+    let (oid16, rest) = rest.split_at_checked(16)?;
+    if !oid16.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (pid, random) = rest.strip_prefix('-')?.split_once('-')?;
+    if pid.is_empty() || random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
 }
 
 /// Objects from this size on get a progress message as soon as their download starts.
 const EARLY_PROGRESS_MIN: u64 = 1 << 20;
 
-/// The partial downloads in `dir`, by [`part_prefix`]: the directory is read once per agent
-/// process, not once per download.
-fn list_parts(dir: &Path) -> std::collections::HashMap<String, Vec<PathBuf>> {
-    let mut out: std::collections::HashMap<String, Vec<PathBuf>> = Default::default();
+/// Removes the partial downloads in `dir` that stopped agents left: those whose agent process
+/// is gone (no process has the pid in the name) and whose lock nobody holds, however recent;
+/// for names without a pid, those unlocked and not written to for [`STALE_PART_AGE`]. Failures
+/// are logged, never fatal.
+fn remove_stale_parts(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
+        return;
     };
+    let me = std::process::id();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        // `xet-` + 16 hex digits + `-`.
-        let prefix_len = "xet-".len() + 16 + 1;
-        if name.starts_with("xet-") && name.ends_with(PART_SUFFIX) && name.len() > prefix_len {
-            if let Some(prefix) = name.get(..prefix_len) {
-                out.entry(prefix.to_string())
-                    .or_default()
-                    .push(entry.path());
-            }
-        }
-    }
-    out
-}
-
-/// Removes those of `parts` (the partial downloads of one object) that a killed agent left:
-/// nobody holds their lock and they were not written to lately. Failures are logged, never
-/// fatal: the download goes on with a new file.
-fn remove_stale_parts(parts: &[PathBuf]) {
-    for path in parts {
-        let recent = std::fs::symlink_metadata(path).map_or(true, |m| {
-            !m.is_file()
-                || m.modified().map_or(true, |t| {
-                    t.elapsed().map_or(true, |age| age < STALE_PART_AGE)
-                })
-        });
-        if recent {
+        if !name.starts_with("xet-") || !name.ends_with(PART_SUFFIX) {
             continue;
         }
-        let Ok(file) = std::fs::File::open(path) else {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
+        if !meta.is_file() {
+            continue;
+        }
+        let gone = match part_holder(&name) {
+            Some(pid) if pid == me => false,
+            // The holder's pid decides; a pid that cannot be checked leaves the file alone.
+            Some(pid) => crate::util::os::process_exists(pid) == Some(false),
+            None => meta
+                .modified()
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_PART_AGE)),
+        };
+        if !gone {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        // The lock as well: a holder in another pid namespace still holds it.
         match file.try_lock() {
-            Ok(()) => match std::fs::remove_file(path) {
+            Ok(()) => match std::fs::remove_file(&path) {
                 Ok(()) => {
                     tracing::info!(path = %path.display(), "removed a partial download a stopped agent left")
                 }

@@ -55,18 +55,17 @@ pub async fn get(
     };
     let st = state.clone();
     let found = blocking(move || {
-        let Some((file, size)) = st.store.file_by_oid(&oid)? else {
+        let fresh = crate::store::cas::Freshness::CatchUpOnMiss;
+        let Some(found) = st.store.oid_file(&oid, limited_to.as_deref(), fresh)? else {
             return Ok(None);
         };
-        if !st.store.visible_to(&file, limited_to.as_deref())? {
-            return Ok(None);
-        }
+        let (file, size, checked) = (found.file, found.size, found.checked);
         let intact = st.store.file_damage(&file)?.is_none();
-        let checked = st.store.oid_checked(&oid)?;
         // A plan that cannot be made is left out: the reconstruction route reports why.
         let plan = (with_plan && intact)
             .then(|| small_plan(&st.store, &file, size))
-            .flatten();
+            .flatten()
+            .and_then(|p| inline_v2(&st, &p));
         Ok(Some((file, size, intact, checked, plan)))
     })
     .await?;
@@ -77,7 +76,7 @@ pub async fn get(
             size,
             intact: Some(intact),
             sha256_checked: Some(checked),
-            reconstruction: plan.and_then(|p| inline_v2(&state, &p)),
+            reconstruction: plan,
         })
         .into_response(),
         None => ApiError::not_found(

@@ -1,5 +1,7 @@
 //! `GET /v1/reconstructions/{file}` and `GET /v2/reconstructions/{file}` (docs/cas-api.md §5.1, §6):
-//! the store's reconstruction plan as the v1 or v2 JSON, with presigned `xorb-data` URLs.
+//! the store's reconstruction plan as the v1 or v2 JSON, with presigned `xorb-data` URLs
+//! ([`Presigner`]): each URL grants exactly the byte ranges of the entry it is issued for, so a
+//! reader of one file never gets the other bytes of a xorb it shares with other files.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -10,14 +12,17 @@ use axum::Json;
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
+use std::ops::RangeInclusive;
+
 use crate::format::{FileHash, XorbHash};
+use crate::store::backend::RangeSigner;
 use crate::store::reconstruction::PlanError;
 use crate::store::StoreError;
-use crate::util::range::{parse_byte_ranges, ByteRangeSpec};
+use crate::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 
 pub use crate::store::wire::{
-    to_v1, to_v2, ByteRange, ChunkRange, FetchInfoV1, RangeV2, ReconstructionV1, ReconstructionV2,
-    Term, XorbEntryV2, RANGES_PER_ENTRY,
+    to_v1, to_v2, ByteRange, ChunkRange, FetchInfoV1, FetchUrls, RangeV2, ReconstructionV1,
+    ReconstructionV2, Term, XorbEntryV2, RANGES_PER_ENTRY,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,19 +76,30 @@ async fn reconstruct(
         Some(v) => Some(parse_range(v).map_err(fail)?),
     };
     let st = state.clone();
-    let planned = blocking(move || {
+    let answered = blocking(move || {
         // The empty file is answered with an empty plan whatever the range (docs/cas-api.md §5.1).
         let range = if file.is_zero() { None } else { range };
         // A file another repository registered is not there for a token limited to one.
         if !st.store.visible_to(&file, limited_to.as_deref())? {
             return Ok(Ok(None));
         }
-        Ok(st.store.reconstruction(&file, range))
+        let plan = match st.store.reconstruction(&file, range) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return Ok(Ok(None)),
+            Err(e) => return Ok(Err(e)),
+        };
+        tracing::debug!(%file, terms = plan.terms.len(), v = ?version, "reconstruction");
+        // Signing URLs of the bucket may ask for its credentials: done here, off the workers.
+        let urls = Presigner::new(&st);
+        Ok(Ok(Some(match version {
+            Version::V1 => Json(to_v1(&plan, &urls)).into_response(),
+            Version::V2 => Json(to_v2(&plan, &urls)).into_response(),
+        })))
     })
     .await
     .map_err(fail)?;
-    let plan = match planned {
-        Ok(Some(plan)) => plan,
+    let mut response = match answered {
+        Ok(Some(response)) => response,
         Ok(None) => {
             return Err(fail(ApiError::not_found(
                 "file_not_found",
@@ -106,12 +122,6 @@ async fn reconstruct(
             }
             return Err(response);
         }
-    };
-    let url = presigned_urls(&state);
-    tracing::debug!(%file, terms = plan.terms.len(), v = ?version, "reconstruction");
-    let mut response = match version {
-        Version::V1 => Json(to_v1(&plan, url)).into_response(),
-        Version::V2 => Json(to_v2(&plan, url)).into_response(),
     };
     response.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -142,32 +152,70 @@ pub fn small_plan(
 }
 
 /// The v2 answer for `plan`, with presigned URLs, if its JSON is at most [`INLINE_MAX_JSON`]
-/// long: what is sent along with another answer.
+/// long: what is sent along with another answer. Blocking with `--storage-urls` (see
+/// [`Presigner::new`]).
 pub fn inline_v2(
     state: &crate::server::AppState,
     plan: &crate::store::ReconstructionPlan,
 ) -> Option<ReconstructionV2> {
-    let v2 = to_v2(plan, presigned_urls(state));
+    let v2 = to_v2(plan, &Presigner::new(state));
     let len = serde_json::to_vec(&v2).ok()?.len();
     (len <= INLINE_MAX_JSON).then_some(v2)
 }
 
-/// The presigned `xorb-data` URL of each xorb, valid for the server's URL lifetime from now; with
-/// `--storage-urls`, a presigned URL of the object storage itself (the stored object has the
-/// same bytes at the same offsets), falling back to the server's own if it cannot be made.
-pub fn presigned_urls(state: &crate::server::AppState) -> impl Fn(&XorbHash) -> String + '_ {
-    let expires = now_unix().saturating_add(state.url_ttl.as_secs());
-    move |xorb: &XorbHash| {
-        if state.storage_urls {
-            if let Some(url) = state.store.storage_url(xorb, state.url_ttl) {
+/// The fetch URLs of one answer (see the module documentation): presigned `xorb-data` URLs of
+/// this server, valid for the server's URL lifetime from now, each granting exactly the byte
+/// ranges of its entry; with `--storage-urls`, presigned URLs of the object storage itself (the
+/// stored object has the same bytes at the same offsets), one per range, whose signature
+/// covers that `Range` header, falling back to the server's own where one cannot be made.
+pub struct Presigner<'a> {
+    state: &'a crate::server::AppState,
+    expires: u64,
+    storage: Option<Box<dyn RangeSigner>>,
+}
+
+impl<'a> Presigner<'a> {
+    /// The URLs of an answer made now. With `--storage-urls` this may wait for the storage's
+    /// credentials: call it where blocking is allowed.
+    pub fn new(state: &'a crate::server::AppState) -> Self {
+        let storage = if state.storage_urls {
+            state.store.range_signer(state.url_ttl)
+        } else {
+            None
+        };
+        Self {
+            state,
+            expires: now_unix().saturating_add(state.url_ttl.as_secs()),
+            storage,
+        }
+    }
+}
+
+impl FetchUrls for Presigner<'_> {
+    fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String {
+        if let (Some(signer), [range]) = (&self.storage, ranges) {
+            if let Some(url) = signer.sign(xorb, range) {
                 return url;
             }
         }
-        format!(
-            "{}/v1/xorb-data/{xorb}?{}",
-            state.public_url,
-            state.auth.presign(xorb, expires)
-        )
+        let query = match GrantedRanges::new(ranges.iter().cloned()) {
+            Some(granted) => self.state.auth.presign(xorb, self.expires, &granted),
+            None => {
+                // Entries hold 1 to RANGES_PER_ENTRY ranges: never reached. A URL that
+                // grants nothing is refused by xorb-data with a clear error.
+                tracing::error!(%xorb, ranges = ranges.len(), "no URL can grant these ranges");
+                String::from("e=0")
+            }
+        };
+        format!("{}/v1/xorb-data/{xorb}?{query}", self.state.public_url)
+    }
+
+    fn ranges_per_url(&self) -> usize {
+        if self.storage.is_some() {
+            1
+        } else {
+            RANGES_PER_ENTRY
+        }
     }
 }
 

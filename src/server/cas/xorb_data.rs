@@ -1,9 +1,13 @@
-//! `GET /v1/xorb-data/{xorb}?e=…&s=…`: the presigned xorb byte fetch (docs/cas-api.md §5.9, §10).
+//! `GET /v1/xorb-data/{xorb}?e=…&r=…&s=…`: the presigned xorb byte fetch (docs/cas-api.md §5.9,
+//! §10).
 //!
-//! No `Authorization`: the query string is the capability (signature over the xorb and the
-//! expiry, see [`super::super::auth`]); a bad or expired one is 403, which makes the reference
-//! client ask for a fresh reconstruction. Whole object → 200; one range → 206 with
-//! `Content-Range`; several → 206 `multipart/byteranges`; none satisfiable → 416.
+//! No `Authorization`: the query string is the capability, a signature over the xorb, the
+//! expiry and the byte ranges `r` the URL grants (see [`super::super::auth`]); a bad or expired
+//! one is 403, which makes the reference client ask for a fresh reconstruction. The URL serves
+//! the granted bytes and no others: every requested range must lie within a granted one (403
+//! `range_not_granted` otherwise, whatever else the xorb holds); a request without `Range`
+//! gets the granted ranges. One range → 206 with `Content-Range`; several → 206
+//! `multipart/byteranges`; none satisfiable → 416.
 //!
 //! The body streams: the stored bytes are read in pieces of at most [`PIECE`] bytes, each on a
 //! blocking thread when the connection asks for more, so a client that does not read holds one
@@ -26,7 +30,7 @@ use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use crate::format::XorbHash;
 use crate::store::Store;
-use crate::util::range::{parse_byte_ranges, ByteRangeSpec};
+use crate::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 
 /// At most this many ranges in one request.
 pub const MAX_RANGES: usize = 1024;
@@ -45,6 +49,48 @@ pub enum RangeProblem {
     TooMany { count: usize },
     #[error("the ranges add up to {total} bytes, more than the {len}-byte object: overlapping ranges are refused")]
     TooMuch { total: u64, len: u64 },
+    #[error("bytes {start}-{end} are not among the bytes this URL grants ({granted}); fetch what the reconstruction lists, with the URL it gives for it")]
+    NotGranted {
+        start: u64,
+        end: u64,
+        granted: String,
+    },
+}
+
+/// `ranges` (satisfiable ranges of the object), if each lies within a range of `granted`.
+fn within(
+    ranges: Vec<RangeInclusive<u64>>,
+    granted: &GrantedRanges,
+) -> Result<Vec<RangeInclusive<u64>>, RangeProblem> {
+    match ranges.iter().find(|r| !granted.covers(r)) {
+        None => Ok(ranges),
+        Some(r) => Err(RangeProblem::NotGranted {
+            start: *r.start(),
+            end: *r.end(),
+            granted: clip(&granted.to_param(), 200),
+        }),
+    }
+}
+
+/// The granted ranges of an object of `len` bytes, when the request names none: all of them,
+/// which must lie within the object.
+fn granted_within(
+    granted: &GrantedRanges,
+    len: u64,
+) -> Result<Vec<RangeInclusive<u64>>, RangeProblem> {
+    match granted.ranges().last() {
+        Some(last) if *last.end() < len => Ok(granted.ranges().to_vec()),
+        _ => Err(RangeProblem::Unsatisfiable { len }),
+    }
+}
+
+/// `text`, cut to at most `max` characters.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    }
 }
 
 /// Parses a `Range` header against an object of `len` bytes into the satisfiable ranges, in
@@ -109,23 +155,28 @@ async fn fetch(
     let fail = |e: ApiError| e.into_response();
     let hash = super::path(hash).map_err(fail)?;
     let xorb: XorbHash = parse_hash(&hash, "xorb hash").map_err(fail)?;
-    let (mut expires, mut signature) = (None, None);
+    let (mut expires, mut granted_text, mut signature) = (None, None, None);
     for pair in query.as_deref().unwrap_or("").split('&') {
         match pair.split_once('=') {
             Some(("e", v)) => expires = v.parse::<u64>().ok(),
+            Some(("r", v)) => granted_text = Some(v),
             Some(("s", v)) => signature = Some(v),
             _ => {}
         }
     }
-    let (Some(expires), Some(signature)) = (expires, signature) else {
+    let (Some(expires), Some(granted_text), Some(signature)) = (expires, granted_text, signature)
+    else {
         return Err(fail(forbidden(
             "invalid_signature",
-            format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&s=<signature>; get one from a reconstruction"),
+            format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&r=<ranges>&s=<signature>; get one from a reconstruction"),
         )));
     };
     let now = now_unix();
-    match state.auth.verify_presigned(&xorb, expires, signature, now) {
-        Ok(()) => {}
+    let granted = match state
+        .auth
+        .verify_presigned(&xorb, expires, granted_text, signature, now)
+    {
+        Ok(granted) => granted,
         Err(AuthError::Expired { expired, now }) => {
             return Err(fail(forbidden(
                 "url_expired",
@@ -138,7 +189,7 @@ async fn fetch(
                 format!("the signature of the URL for xorb {xorb} is not valid"),
             )))
         }
-    }
+    };
 
     let range_text = match headers.get(header::RANGE) {
         None => None,
@@ -156,22 +207,26 @@ async fn fetch(
     // One trip to a blocking thread for the xorb's length and, when one range of at most
     // PIECE bytes is asked for (every small file's download), its bytes too.
     let st = state.clone();
-    let (len, parsed, small) = blocking(move || {
+    let found = blocking(move || {
         let Some(len) = st.store.xorb_len(&xorb)? else {
-            return Ok((None, None, None));
+            return Ok(None);
         };
-        let parsed = range_text.as_deref().map(|t| parse_ranges(t, len));
+        let parsed = match range_text.as_deref() {
+            Some(text) => parse_ranges(text, len).and_then(|r| within(r, &granted)),
+            // No Range: the granted ranges, as if asked for.
+            None => granted_within(&granted, len),
+        };
         let small = match &parsed {
-            Some(Ok(r)) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => {
+            Ok(r) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => {
                 st.store.read_xorb(&xorb, r[0].clone())?.map(Bytes::from)
             }
             _ => None,
         };
-        Ok((Some(len), parsed, small))
+        Ok(Some((len, parsed, small)))
     })
     .await
     .map_err(fail)?;
-    let len = len.ok_or_else(|| {
+    let (len, parsed, small) = found.ok_or_else(|| {
         fail(ApiError::not_found(
             "xorb_not_found",
             format!("xorb {xorb} is not stored on this server"),
@@ -179,9 +234,8 @@ async fn fetch(
     })?;
 
     let ranges = match parsed {
-        None => None,
-        Some(Ok(r)) => Some(r),
-        Some(Err(RangeProblem::Unsatisfiable { len })) => {
+        Ok(r) => r,
+        Err(RangeProblem::Unsatisfiable { len }) => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "range_not_satisfiable",
@@ -193,7 +247,13 @@ async fn fetch(
             }
             return Err(r);
         }
-        Some(Err(e)) => {
+        Err(e @ RangeProblem::NotGranted { .. }) => {
+            return Err(fail(forbidden(
+                "range_not_granted",
+                format!("xorb {xorb}: {e}"),
+            )))
+        }
+        Err(e) => {
             return Err(fail(ApiError::bad_request(
                 "invalid_range",
                 format!("xorb {xorb}: {e}"),
@@ -201,25 +261,15 @@ async fn fetch(
         }
     };
 
-    tracing::debug!(
-        %xorb,
-        ranges = ranges.as_ref().map_or(0, Vec::len),
-        "xorb data"
-    );
-    let (status, segments, boundary) = match &ranges {
-        None if len == 0 => (StatusCode::OK, Vec::new(), None),
-        None => (StatusCode::OK, vec![Segment::Stored(0..=len - 1)], None),
-        Some(r) if r.len() == 1 => (
-            StatusCode::PARTIAL_CONTENT,
-            vec![Segment::Stored(r[0].clone())],
-            None,
-        ),
-        Some(r) => {
-            let boundary = format!("gitxet-{}", crate::store::random_hex(12));
-            let segments = multipart(&boundary, r, len);
-            (StatusCode::PARTIAL_CONTENT, segments, Some(boundary))
-        }
+    tracing::debug!(%xorb, ranges = ranges.len(), "xorb data");
+    let (segments, boundary) = if ranges.len() == 1 {
+        (vec![Segment::Stored(ranges[0].clone())], None)
+    } else {
+        let boundary = format!("gitxet-{}", crate::store::random_hex(12));
+        let segments = multipart(&boundary, &ranges, len);
+        (segments, Some(boundary))
     };
+    let status = StatusCode::PARTIAL_CONTENT;
     let total: u64 = segments.iter().map(Segment::len).sum();
     state.metrics.sent_xorb_bytes.inc_by(total);
     // `small` holds the bytes of the one range asked for, when it is small.
@@ -230,20 +280,19 @@ async fn fetch(
     let mut response = (status, body).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(total));
-    match (&ranges, boundary) {
-        (Some(_), Some(boundary)) => {
+    match boundary {
+        Some(boundary) => {
             if let Ok(v) =
                 HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}"))
             {
                 h.insert(header::CONTENT_TYPE, v);
             }
         }
-        (Some(r), None) => {
-            if let Ok(v) = HeaderValue::from_str(&content_range(&r[0], len)) {
+        None => {
+            if let Ok(v) = HeaderValue::from_str(&content_range(&ranges[0], len)) {
                 h.insert(header::CONTENT_RANGE, v);
             }
         }
-        _ => {}
     }
     let h = response.headers_mut();
     h.entry(header::CONTENT_TYPE)

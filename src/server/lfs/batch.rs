@@ -255,8 +255,14 @@ pub async fn batch(
     // this server's extension): the agent then skips the reconstruction request, half of the
     // round trips of a small download. Agents that do not know the header ignore it.
     let with_plans = operation == Operation::Download && transfer == Transfer::Xet;
-    let store = std::sync::Arc::clone(&state.store);
-    let looked_up: Vec<(Stored, Option<ReconstructionPlan>)> = blocking(move || {
+    let st = std::sync::Arc::clone(state);
+    let looked_up: Vec<(Stored, Option<String>)> = blocking(move || {
+        let store = &st.store;
+        // The plan's JSON with presigned URLs (signing may wait for storage credentials).
+        let inline = |plan: Option<ReconstructionPlan>| {
+            plan.and_then(|p| inline_v2(&st, &p))
+                .and_then(|v2| serde_json::to_string(&v2).ok())
+        };
         // On shared storage, one catch-up with the other nodes for the whole batch instead of
         // one per object that misses.
         if let Err(e) = store.catch_up() {
@@ -269,26 +275,23 @@ pub async fn batch(
                     Ok((Stored::Intact(FileHash::ZERO, 0), None))
                 }
                 Some(oid) => {
-                    let Some((file, size)) = store.file_by_oid_as(oid, fresh)? else {
+                    // What another repository stored (or claimed) is absent for a token
+                    // limited to this one: an upload then registers it here (cheaply: its
+                    // chunks deduplicate).
+                    let Some(found) = store.oid_file(oid, limited.as_deref(), fresh)? else {
                         return Ok((Stored::Absent, None));
                     };
+                    let (file, size) = (found.file, found.size);
                     // A download may use an unchecked SHA-256 claim (git-lfs checks what it
                     // downloads); an upload is skipped only for a checked mapping, so that a
                     // wrong claim never keeps the right content out (see `server::claims`).
-                    if operation == Operation::Upload && !store.oid_checked(oid)? {
-                        return Ok((Stored::Absent, None));
-                    }
-                    // What another repository stored is absent for a token limited to this
-                    // one: an upload then registers it here (cheaply: its chunks deduplicate).
-                    if !store.visible_as(&file, limited.as_deref(), fresh)? {
+                    if operation == Operation::Upload && !found.checked {
                         return Ok((Stored::Absent, None));
                     }
                     Ok(match store.file_damage(&file)? {
                         None => {
-                            let plan = with_plans
-                                .then(|| small_plan(&store, &file, size))
-                                .flatten();
-                            (Stored::Intact(file, size), plan)
+                            let plan = with_plans.then(|| small_plan(store, &file, size)).flatten();
+                            (Stored::Intact(file, size), inline(plan))
                         }
                         Some((xorb, why)) => (Stored::Damaged { size, xorb, why }, None),
                     })
@@ -304,12 +307,7 @@ pub async fn batch(
     let objects: Vec<ObjectOut> = requested
         .into_iter()
         .zip(looked_up)
-        .map(|(r, (stored, plan))| {
-            let inline = plan
-                .and_then(|p| inline_v2(state, &p))
-                .and_then(|v2| serde_json::to_string(&v2).ok());
-            actions.object(r, stored, inline)
-        })
+        .map(|(r, (stored, inline))| actions.object(r, stored, inline))
         .collect();
     tracing::info!(
         repo = %repo.id,

@@ -85,10 +85,9 @@ pub async fn put(
         // another repository registered, for a token limited to this one: the upload, checked
         // against its oid, registers it here.
         blocking(move || {
-            Ok(match store.intact_file_by_oid(&oid)? {
-                Some((file, size)) if store.visible_to(&file, limited.as_deref())? => Some(size),
-                _ => None,
-            })
+            Ok(store
+                .intact_file_by_oid(&oid, limited.as_deref())?
+                .map(|(_, size)| size))
         })
         .await?
     };
@@ -215,10 +214,9 @@ pub async fn get(
         if oid.to_hex() == EMPTY_OID {
             return Ok(None);
         }
-        let visible = |file: &crate::format::FileHash| store.visible_to(file, limited.as_deref());
-        let Some((file, size)) = store
-            .file_by_oid(&oid)?
-            .filter(|(f, _)| visible(f).unwrap_or(false))
+        let fresh = crate::store::cas::Freshness::CatchUpOnMiss;
+        let Some(crate::store::OidFile { file, size, .. }) =
+            store.oid_file(&oid, limited.as_deref(), fresh)?
         else {
             return Err(ApiError::not_found(
                 "object_not_found",

@@ -83,6 +83,36 @@ fn fetches_only_the_gaps_and_returns_what_the_server_would() {
 }
 
 #[test]
+fn a_url_signed_for_its_range_is_fetched_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = ChunkCache::open(dir.path()).with_min_range(0);
+    let (bytes, offsets) = xorb(20);
+    let server = Server {
+        bytes: bytes.clone(),
+        asked: Mutex::new(Vec::new()),
+    };
+    let x = XorbHash::from_hex(&"cd".repeat(32)).unwrap();
+    let fetch = |r: &FetchRange| server.fetch(r);
+    cache
+        .read_through(&x, &range(&offsets, 2..5), &fetch)
+        .unwrap();
+    server.asked();
+    // An object-store URL whose signature covers its Range: the gaps cannot be asked for
+    // alone, so the whole range is.
+    let mut r = range(&offsets, 0..8);
+    r.url =
+        Some("http://s3.test/b/xorbs/x?X-Amz-SignedHeaders=host%3Brange&X-Amz-Signature=0".into());
+    let (got, fetched) = cache.read_through(&x, &r, &fetch).unwrap();
+    assert_eq!(got, bytes[..offsets[8] as usize].to_vec());
+    assert_eq!(fetched, offsets[8]);
+    assert_eq!(server.asked(), vec![(0..8)]);
+    // What is cached then serves it with no fetch at all.
+    let (got, fetched) = cache.read_through(&x, &r, &fetch).unwrap();
+    assert_eq!((got.len() as u64, fetched), (offsets[8], 0));
+    assert!(server.asked().is_empty());
+}
+
+#[test]
 fn a_damaged_entry_is_deleted_and_the_range_fetched_whole() {
     let dir = tempfile::tempdir().unwrap();
     let cache = ChunkCache::open(dir.path()).with_min_range(0);
