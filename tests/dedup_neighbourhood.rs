@@ -144,3 +144,55 @@ fn a_plain_lfs_push_of_a_one_mib_edit_stores_under_3_mb() {
     eprintln!("plain-LFS edit of 1 MiB in 100 MiB: store grew {grown} bytes");
     assert!(grown < 3_000_000, "the store grew {grown} bytes");
 }
+
+#[test]
+fn an_edit_at_the_start_of_a_file_is_found_by_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let original = common::splitmix64(93, 24 << 20);
+    let first = upload(&store, &original[..], &UploadOptions::default()).unwrap();
+    assert!(first.uploaded_bytes > 24 << 20);
+
+    // A rewritten header (the first 100 bytes), and 1 KiB inserted before everything else:
+    // the first chunk is new, the next ones are the original's.
+    let mut header = original.clone();
+    for b in &mut header[..100] {
+        *b ^= 0x5a;
+    }
+    let inserted: Vec<u8> = common::splitmix64(94, 1024)
+        .into_iter()
+        .chain(original.iter().copied())
+        .collect();
+    for (what, data) in [("header", &header), ("insertion", &inserted)] {
+        let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+        assert!(
+            s.uploaded_bytes < 300 << 10,
+            "{what}: sent {} bytes of a {} byte file",
+            s.uploaded_bytes,
+            data.len()
+        );
+        assert!(
+            (1..=2).contains(&s.probe_queries),
+            "{what}: {} probes",
+            s.probe_queries
+        );
+    }
+
+    // A new, unrelated file: at most the probe budget in extra queries, and nothing found.
+    let unrelated = common::splitmix64(95, 24 << 20);
+    let s = upload(&store, &unrelated[..], &UploadOptions::default()).unwrap();
+    assert_eq!(
+        s.probe_queries,
+        git_xet::format::dedup::MAX_PROBES as u64,
+        "every probe asked"
+    );
+    assert_eq!(s.dedup_chunks, 0);
+    // A small file (its size declared, as the agent does) is not probed.
+    let small = common::splitmix64(96, 600 << 10);
+    let options = UploadOptions {
+        expected_size: Some(small.len() as u64),
+        ..UploadOptions::default()
+    };
+    let s = upload(&store, &small[..], &options).unwrap();
+    assert_eq!(s.probe_queries, 0);
+}

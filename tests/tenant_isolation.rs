@@ -395,3 +395,115 @@ fn the_reference_client_downloads_through_range_bound_urls() {
         }
     }
 }
+
+#[test]
+fn a_dedup_answer_tells_chunk_existence_and_never_lets_a_team_read_anothers_bytes() {
+    use git_xet::format::chunking::chunk_boundaries;
+    use git_xet::format::hash::{file_hash, verification_hash};
+    use git_xet::format::shard::{FileInfo, ParsedShard, Shard, Term};
+    use git_xet::format::{ChunkHash, ChunkRef};
+
+    let s = server();
+    let public = common::splitmix64(7, 1 << 20);
+    let secret = common::splitmix64(8, 1 << 20);
+    let b_data: Vec<u8> = [public.clone(), secret.clone()].concat();
+    put(&s, TEAM_B, "team-b/models", &b_data);
+    // B's chunks as the server stored them; which of them hold S's bytes.
+    let ends = chunk_boundaries(&b_data);
+    let mut raw: Vec<(ChunkHash, u64, bool)> = Vec::new();
+    let mut start = 0;
+    for &end in &ends {
+        let c = &b_data[start..end];
+        raw.push((ChunkHash::of(c), c.len() as u64, end > public.len()));
+        start = end;
+    }
+
+    // A has P: it asks about its first chunk (the same as B's) and gets B's xorb, keyed.
+    let a_write = cas_token(&s, TEAM_A, "team-a/models", "write");
+    let r = http()
+        .get(format!(
+            "{}/v1/chunks/default-merkledb/{}",
+            s.url(),
+            raw[0].0.to_hex()
+        ))
+        .bearer_auth(&a_write)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let answer = ParsedShard::parse(&r.bytes().unwrap()).unwrap().shard;
+    assert!(
+        answer.is_keyed(),
+        "dedup answers carry keyed chunk hashes only"
+    );
+    let block = answer.xorbs[0].clone();
+    assert_eq!(
+        block.chunks.len(),
+        raw.len(),
+        "one xorb holds all of B's file"
+    );
+    // A can match the chunks it has (it keys its own raw hashes)...
+    assert!(answer.find_chunk(&raw[0].0).is_some());
+    // ...and learns no raw hash of B's secret chunks.
+    let listed: Vec<ChunkHash> = block.chunks.iter().map(|c| c.hash).collect();
+    for (hash, _, in_secret) in &raw {
+        if *in_secret {
+            assert!(
+                !listed.contains(hash),
+                "a raw hash of B's secret was listed"
+            );
+        }
+    }
+
+    // A shard that claims B's secret chunks with what the answer gave fails validation, so
+    // nothing is registered for A to read.
+    let first_secret = raw.iter().position(|c| c.2).unwrap() as u32;
+    let n = raw.len() as u32;
+    let forge = |hashes: &[ChunkHash]| {
+        let refs: Vec<ChunkRef> = hashes
+            .iter()
+            .zip(&raw[first_secret as usize..])
+            .map(|(h, c)| ChunkRef::new(*h, c.1))
+            .collect();
+        let size: u64 = refs.iter().map(|c| c.len).sum();
+        let mut file = FileInfo::new(
+            file_hash(&refs),
+            vec![Term::new(block.hash, size as u32, first_secret, n)],
+        );
+        file.verification = Some(vec![verification_hash(hashes)]);
+        let mut shard = Shard::new();
+        shard.files.push(file.clone());
+        (shard.to_upload_bytes().unwrap(), file.hash)
+    };
+    let (forged, forged_hash) = forge(&listed[first_secret as usize..]);
+    let r = http()
+        .post(format!("{}/v1/shards", s.url()))
+        .bearer_auth(&a_write)
+        .body(forged)
+        .send()
+        .unwrap();
+    let (status, code) = status_and_code(r);
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "verification_mismatch"),
+        "a shard built from keyed hashes"
+    );
+    let r = http()
+        .get(format!("{}/v2/reconstructions/{forged_hash}", s.url()))
+        .bearer_auth(&a_write)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // The same shard with the raw hashes (what only S's bytes give) is accepted: the check
+    // that stopped A is knowledge of the bytes.
+    let raw_hashes: Vec<ChunkHash> = raw[first_secret as usize..].iter().map(|c| c.0).collect();
+    let (honest, honest_hash) = forge(&raw_hashes);
+    let b_write = cas_token(&s, TEAM_B, "team-b/models", "write");
+    let r = http()
+        .post(format!("{}/v1/shards", s.url()))
+        .bearer_auth(&b_write)
+        .body(honest)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let _: FileHash = honest_hash;
+}

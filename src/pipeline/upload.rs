@@ -107,6 +107,8 @@ pub struct UploadSummary {
     pub dedup_bytes: u64,
     /// Global-dedup queries sent.
     pub dedup_queries: u64,
+    /// Of `dedup_queries`, the probes (docs/format.md §5.5).
+    pub probe_queries: u64,
     /// Xorbs the target newly stored.
     pub new_xorbs: u64,
     /// Bytes of xorb bodies sent to the target (what went over the wire, whether or not the
@@ -234,6 +236,7 @@ fn upload_blocks(
                     dedup_chunks: 0,
                     dedup_bytes: 0,
                     dedup_queries: 0,
+                    probe_queries: 0,
                     new_xorbs: 0,
                     uploaded_bytes: 0,
                     existing_xorbs: 0,
@@ -317,6 +320,7 @@ fn upload_blocks(
         dedup_chunks: file.dedup_chunks,
         dedup_bytes: file.dedup_bytes,
         dedup_queries: file.dedup_queries,
+        probe_queries: file.probe_queries,
         new_xorbs: uploader.new_xorbs,
         uploaded_bytes: uploader.bytes,
         existing_xorbs: uploader.existing_xorbs,
@@ -495,11 +499,15 @@ fn read_file(
             pause = (pause * 2).min(std::time::Duration::from_millis(2));
         }
     };
+    let probe = options
+        .expected_size
+        .is_none_or(|size| size >= crate::format::dedup::MIN_PROBED_FILE);
     let mut session = FileSession::new(
         target,
         options.policy,
         options.limits,
         options.global_dedup,
+        probe,
         done,
     );
     let chunker = Chunker::parallel();

@@ -977,10 +977,25 @@ impl Store {
             if let (Some(oid), false) = (file.sha256, id.is_zero()) {
                 entries.oids.push((oid, id));
             }
-            // The first chunk of every file is eligible for global dedup (docs/format.md §5.1).
-            if let Some(first) = terms.first() {
-                if let Some(c) = chunks.first() {
-                    entries.dedup.push((c.hash, first.xorb, first.chunk_start));
+            // The first chunk of every file, and its dedup probes, are indexed for global
+            // dedup (docs/format.md §5.1, §5.5).
+            let mut position = 0usize;
+            let mut offset = 0u64;
+            'probes: for t in &terms {
+                for index in t.chunk_start..t.chunk_end {
+                    let Some(c) = chunks.get(position) else {
+                        break 'probes;
+                    };
+                    if crate::format::dedup::is_probe(position, offset, offset + c.len) {
+                        entries.dedup.push((c.hash, t.xorb, index));
+                    }
+                    offset += c.len;
+                    position += 1;
+                    if offset > crate::format::dedup::LAST_PROBE_OFFSET
+                        && position >= crate::format::dedup::LEADING_PROBES
+                    {
+                        break 'probes;
+                    }
                 }
             }
             entries.files.push((

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`hash`] | typed hashes, their string form, and every hash function (docs/format.md §1) |
 //! | [`chunking`] | gearhash content-defined chunking, streaming and parallel (docs/format.md §2) |
+//! | [`dedup`] | which chunks of a file are dedup probes (docs/format.md §5.5) |
 //! | [`xorb`] | chunk headers, compression, the xorb builder, footers and the validating reader (docs/format.md §3) |
 //! | [`shard`] | the shard reader and writer (docs/format.md §4) |
 //! | [`pointer`](mod@pointer) | Git LFS pointer files |
@@ -19,6 +20,7 @@
 
 pub mod chunking;
 pub mod cursor;
+pub mod dedup;
 pub mod hash;
 pub mod pointer;
 pub mod shard;

@@ -13,7 +13,9 @@
 //! A chunk that matches nothing the session knows is first looked up locally
 //! ([`CasTarget::local_dedup`], e.g. a shard cache, docs/format.md §5.3), for every such chunk.
 //! Global-dedup queries (§5.1) go out for the file's first chunk and for chunks whose hash is
-//! `0 mod 1024`, once per hash, when nothing local matched. A local or global answer teaches
+//! `0 mod 1024`, once per hash, when nothing local matched; and, while no chunk of the file has
+//! matched stored data yet, for its probes (§5.5, at most [`MAX_PROBES`]), so that an edit at
+//! the very start of a file still finds the rest of it. A local or global answer teaches
 //! every chunk of the xorbs it lists, so the chunks following the queried one match too. Keyed
 //! answers (§5.2) are looked up by keying the local hash with each key seen. There is no
 //! fragmentation guard (§5.4) yet: every match is taken.
@@ -21,6 +23,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::UploadError;
+use crate::format::dedup::{is_probe, MAX_PROBES};
 use crate::format::hash::{file_hash, keyed_chunk_hash, verification_hash};
 use crate::format::shard::{FileInfo, Shard, Term, XorbInfo};
 use crate::format::xorb::{BuiltXorb, CompressionPolicy, Push, XorbBuilder, XorbLimits};
@@ -64,6 +67,8 @@ pub(super) struct FileResult {
     pub dedup_chunks: u64,
     pub dedup_bytes: u64,
     pub dedup_queries: u64,
+    /// Of `dedup_queries`, the probes (§5.5).
+    pub probe_queries: u64,
 }
 
 /// See the module documentation.
@@ -74,6 +79,8 @@ pub(super) struct FileSession<'t> {
     policy: CompressionPolicy,
     limits: XorbLimits,
     global_dedup: bool,
+    /// Ask about probes while nothing has matched stored data (see the module documentation).
+    probe: bool,
     builder: XorbBuilder,
     builder_refs: Vec<ChunkRef>,
     /// Hashes of the finished session xorbs, by sequence number.
@@ -89,14 +96,22 @@ pub(super) struct FileSession<'t> {
     dedup_chunks: u64,
     dedup_bytes: u64,
     dedup_queries: u64,
+    probe_queries: u64,
+    /// Bytes of the file before the next chunk.
+    offset: u64,
+    /// Chunks matched to stored xorbs so far.
+    stored_matches: u64,
 }
 
 impl<'t> FileSession<'t> {
+    /// `probe`: ask about the file's probes while nothing of it matched (for files large
+    /// enough to be worth it).
     pub fn new(
         target: &'t dyn CasTarget,
         policy: CompressionPolicy,
         limits: XorbLimits,
         global_dedup: bool,
+        probe: bool,
         done: &'t super::done::Done,
     ) -> Self {
         Self {
@@ -105,6 +120,7 @@ impl<'t> FileSession<'t> {
             policy,
             limits,
             global_dedup,
+            probe,
             builder: XorbBuilder::with_limits(policy, limits),
             builder_refs: Vec::new(),
             resolved: Vec::new(),
@@ -117,6 +133,9 @@ impl<'t> FileSession<'t> {
             dedup_chunks: 0,
             dedup_bytes: 0,
             dedup_queries: 0,
+            probe_queries: 0,
+            offset: 0,
+            stored_matches: 0,
         }
     }
 
@@ -190,17 +209,27 @@ impl<'t> FileSession<'t> {
     ) -> Result<(), UploadError> {
         let len = data.len() as u64;
         let position = self.chunks.len();
+        let start = self.offset;
+        self.offset += len;
         self.chunks.push(ChunkRef::new(hash, len));
         let mut loc = self.lookup(&hash);
         if loc.is_none() {
             self.local(&hash);
             loc = self.lookup(&hash);
         }
+        let probe = self.probe
+            && position > 0
+            && self.stored_matches == 0
+            && self.probe_queries < MAX_PROBES as u64
+            && is_probe(position, start, start + len);
         if loc.is_none()
             && self.global_dedup
-            && (position == 0 || hash.is_global_dedup_eligible())
+            && (position == 0 || hash.is_global_dedup_eligible() || probe)
             && self.queried.insert(hash)
         {
+            if probe && !hash.is_global_dedup_eligible() {
+                self.probe_queries += 1;
+            }
             self.query(&hash);
             loc = self.lookup(&hash);
         }
@@ -213,7 +242,10 @@ impl<'t> FileSession<'t> {
             None => self.pack(data, hash, emit)?,
         };
         match loc.xorb {
-            XorbId::Stored(_) => self.done.deduplicated(len),
+            XorbId::Stored(_) => {
+                self.stored_matches += 1;
+                self.done.deduplicated(len)
+            }
             XorbId::Session(n) => self.done.in_xorb(n, len),
         }
         match self.terms.last_mut() {
@@ -353,6 +385,7 @@ impl<'t> FileSession<'t> {
             dedup_chunks: self.dedup_chunks,
             dedup_bytes: self.dedup_bytes,
             dedup_queries: self.dedup_queries,
+            probe_queries: self.probe_queries,
         })
     }
 }
