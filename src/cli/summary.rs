@@ -15,7 +15,8 @@ use crate::util::size::format_size;
 #[command(
     after_long_help = "Reads the uploads recorded in .git/xet/transfers.jsonl since \
 --since (unix seconds; default: all) and prints one line: how many objects and bytes were \
-pushed, how many bytes went over the wire, and how much was deduplicated. Prints nothing when \
+pushed, how many bytes went over the wire, and how much was deduplicated (and of that, how much \
+through an earlier version of the same file found in the history). Prints nothing when \
 no upload was recorded. --after-byte counts only records appended after the journal had that \
 length. The pre-push hook installed by `git xet install --local` runs it after \
 each push.\n\nExample:\n  git xet push-summary --since $(date +%s)"
@@ -40,6 +41,8 @@ pub struct Totals {
     pub bytes: u64,
     pub sent: u64,
     pub deduplicated: u64,
+    /// Of `deduplicated`, bytes matched through earlier versions of the files.
+    pub from_history: u64,
 }
 
 /// The line the hook prints, or `None` when nothing was uploaded.
@@ -52,8 +55,16 @@ pub fn line(t: &Totals) -> Option<String> {
     } else {
         t.deduplicated as f64 * 100.0 / t.bytes as f64
     };
+    let history = if t.from_history > 0 {
+        format!(
+            " ({} found through earlier versions)",
+            format_size(t.from_history)
+        )
+    } else {
+        String::new()
+    };
     Some(format!(
-        "git-xet: pushed {} object{} ({}): sent {}, {} ({percent:.0}%) was already on the server",
+        "git-xet: pushed {} object{} ({}): sent {}, {} ({percent:.0}%) was already on the server{history}",
         t.objects,
         if t.objects == 1 { "" } else { "s" },
         format_size(t.bytes),
@@ -75,6 +86,7 @@ pub fn run(args: &SummaryArgs) -> CmdResult {
         t.bytes += r.size;
         t.sent += r.transferred_bytes;
         t.deduplicated += r.dedup_bytes.min(r.size);
+        t.from_history += r.history_bytes.min(r.dedup_bytes);
     }
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -86,6 +98,7 @@ pub fn run(args: &SummaryArgs) -> CmdResult {
                 "bytes": t.bytes,
                 "sent_bytes": t.sent,
                 "deduplicated_bytes": t.deduplicated,
+                "history_deduplicated_bytes": t.from_history,
             })
         )?;
     } else if let Some(l) = line(&t) {
@@ -106,9 +119,20 @@ mod tests {
             bytes: 400 << 20,
             sent: 43 << 20,
             deduplicated: 357 << 20,
+            from_history: 0,
         };
         let l = line(&t).unwrap();
         assert!(l.contains("pushed 4 objects"), "{l}");
         assert!(l.contains("(89%)"), "{l}");
+        assert!(!l.contains("earlier"), "{l}");
+        let l = line(&Totals {
+            from_history: 300 << 20,
+            ..t
+        })
+        .unwrap();
+        assert!(
+            l.ends_with("(300.0 MiB found through earlier versions)"),
+            "{l}"
+        );
     }
 }

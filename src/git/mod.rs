@@ -7,8 +7,10 @@
 //! looking for a `git-lfs` binary.
 //!
 //! Objects are the exception: [`objects`] reads trees and blobs in-process with `git2` (listing
-//! the LFS pointers of a tree is one read per blob, too many for a process each).
+//! the LFS pointers of a tree is one read per blob, too many for a process each), and
+//! [`history`] finds the earlier versions of LFS files in recent commits the same way.
 
+pub mod history;
 pub mod objects;
 
 use std::ffi::OsStr;

@@ -39,6 +39,10 @@ pub struct Record {
     /// Bytes of xorb bodies sent (uploads) or fetched (downloads).
     #[serde(default)]
     pub transferred_bytes: u64,
+    /// Bytes of the file matched against an earlier version of it on this machine:
+    /// deduplicated through it (uploads, part of `dedup_bytes`) or copied from it (downloads).
+    #[serde(default)]
+    pub history_bytes: u64,
     /// Where the object went or came from (URL or directory).
     #[serde(default)]
     pub endpoint: String,
@@ -57,6 +61,7 @@ impl Record {
             size,
             dedup_bytes: 0,
             transferred_bytes: 0,
+            history_bytes: 0,
             endpoint: String::new(),
             time: crate::util::now_unix(),
         }

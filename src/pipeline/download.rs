@@ -28,6 +28,7 @@ use crate::format::hash::file_hash;
 use crate::format::xorb::header::MAX_CHUNK_LEN;
 use crate::format::xorb::{ChunkRange, XorbError, XorbLimits};
 use crate::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
+use crate::pipeline::prior::LocalChunks;
 use crate::store::{FetchRange, ReconstructionPlan};
 use crate::store::{TargetError, XorbSource};
 
@@ -522,6 +523,31 @@ pub fn write_file_at(
     out: &dyn WriteAt,
     progress: &mut dyn FnMut(u64) -> io::Result<()>,
 ) -> Result<u64, DownloadError> {
+    let local = LocalChunks::default();
+    write_file_at_with(source, expected, plan, out, &local, progress).map(|w| w.written)
+}
+
+/// What [`write_file_at_with`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Written {
+    /// Bytes of the file written.
+    pub written: u64,
+    /// Of those, bytes copied from local chunks instead of fetched.
+    pub local: u64,
+}
+
+/// [`write_file_at`], copying the chunks `local` holds instead of fetching them: a run of terms
+/// whose every chunk is local is read from the local files (each chunk's hash checked as it is
+/// read) and its fetch range is not fetched for it. A local chunk that no longer reads back
+/// right makes its terms fetched after all.
+pub fn write_file_at_with(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    out: &dyn WriteAt,
+    local: &LocalChunks,
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<Written, DownloadError> {
     if plan.offset_into_first_range != 0 {
         return Err(DownloadError::Plan(format!(
             "a whole-file plan of {expected} starts {} bytes into its first term",
@@ -538,10 +564,24 @@ pub fn write_file_at(
             at += u64::from(t.unpacked_len);
         }
     }
-    // Steps grouped by the range they need, in order of first use.
+    // Steps whose every chunk is on this machine.
+    let is_local: Vec<bool> = steps
+        .iter()
+        .map(|s| {
+            !local.is_empty()
+                && plan.terms[s.terms.clone()]
+                    .iter()
+                    .all(|t| t.chunks.clone().all(|c| local.has(&t.xorb, c)))
+        })
+        .collect();
+    // Steps grouped by the range they need, in order of first use; each local step alone.
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut group_of: HashMap<(XorbHash, u64, u64), usize> = HashMap::new();
     for (i, s) in steps.iter().enumerate() {
+        if is_local[i] {
+            groups.push(vec![i]);
+            continue;
+        }
         let key = (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
         let g = *group_of.entry(key).or_insert_with(|| {
             groups.push(Vec::new());
@@ -551,8 +591,55 @@ pub fn write_file_at(
     }
     let abort = AtomicBool::new(false);
     let written = AtomicU64::new(0);
-    // One group: fetch, decode and write each of its steps; the chunk refs of each step.
+    let copied = AtomicU64::new(0);
+    // Copies step `i` from the local chunks; `None` if one of them does not read back right.
+    let copy_step = |i: usize, buf: &mut Vec<u8>| -> Result<Option<Vec<ChunkRef>>, DownloadError> {
+        let mut refs = Vec::new();
+        let mut offset = offsets[i];
+        let mut step_bytes = 0u64;
+        buf.clear();
+        for t in &plan.terms[steps[i].terms.clone()] {
+            let mut term_len = 0u64;
+            for c in t.chunks.clone() {
+                let before = buf.len();
+                let Some(hash) = local.read(&t.xorb, c, buf) else {
+                    return Ok(None);
+                };
+                let len = (buf.len() - before) as u64;
+                term_len += len;
+                refs.push(ChunkRef { hash, len });
+                if buf.len() >= EMIT_BYTES {
+                    out.write_all_at(buf, offset)
+                        .map_err(DownloadError::Write)?;
+                    offset += buf.len() as u64;
+                    step_bytes += buf.len() as u64;
+                    buf.clear();
+                }
+            }
+            if term_len != u64::from(t.unpacked_len) {
+                return Ok(None);
+            }
+        }
+        if !buf.is_empty() {
+            out.write_all_at(buf, offset)
+                .map_err(DownloadError::Write)?;
+            step_bytes += buf.len() as u64;
+            buf.clear();
+        }
+        written.fetch_add(step_bytes, Ordering::Relaxed);
+        copied.fetch_add(step_bytes, Ordering::Relaxed);
+        Ok(Some(refs))
+    };
+    // One group: fetch, decode and write each of its steps (or copy a local one); the chunk
+    // refs of each step.
     let run_group = |group: &[usize], buf: &mut Vec<u8>| {
+        if let [i] = group {
+            if is_local[*i] {
+                if let Some(refs) = copy_step(*i, buf)? {
+                    return Ok(vec![(*i, refs)]);
+                }
+            }
+        }
         let first = &steps[group[0]];
         let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
         let bytes = source
@@ -612,7 +699,10 @@ pub fn write_file_at(
         chunks.extend(refs);
     }
     check_file_hash(expected, plan, &chunks)?;
-    Ok(written.into_inner())
+    Ok(Written {
+        written: written.into_inner(),
+        local: copied.into_inner(),
+    })
 }
 
 /// The refs of the chunks of each step a group wrote.

@@ -6,7 +6,9 @@
 //! | [`upload`] | one stream in, one registered Xet file out, against any [`CasTarget`](crate::store::CasTarget) |
 //! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
 //! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
+//! | [`prior`] | earlier versions of a file on this machine, matched against the endpoint's record |
 pub mod cached;
 pub mod download;
 pub mod hasher;
+pub mod prior;
 pub mod upload;

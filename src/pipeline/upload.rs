@@ -109,6 +109,9 @@ pub struct UploadSummary {
     pub dedup_queries: u64,
     /// Of `dedup_queries`, the probes (docs/format.md §5.5).
     pub probe_queries: u64,
+    /// Of `dedup_bytes`, the bytes matched against an earlier version of the file (the seeds
+    /// of [`upload_with_seeds`]).
+    pub history_dedup_bytes: u64,
     /// Xorbs the target newly stored.
     pub new_xorbs: u64,
     /// Bytes of xorb bodies sent to the target (what went over the wire, whether or not the
@@ -208,17 +211,38 @@ pub fn upload(
 /// [`upload`], calling `progress` after every block.
 pub fn upload_with_progress(
     target: &dyn CasTarget,
-    mut reader: impl Read,
+    reader: impl Read,
     options: &UploadOptions,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<UploadSummary, UploadError> {
-    upload_blocks(target, &mut ReadBlocks::new(&mut reader), options, progress)
+    upload_with_seeds(target, reader, options, &[], progress)
+}
+
+/// [`upload_with_progress`], deduplicating also against `seeds`: chunks known to be stored at
+/// the target, each with its xorb and index there (the chunks of an earlier version of the
+/// file, [`crate::pipeline::prior::PriorVersion::seeds`]). Bytes matched through them are
+/// counted in [`UploadSummary::history_dedup_bytes`].
+pub fn upload_with_seeds(
+    target: &dyn CasTarget,
+    mut reader: impl Read,
+    options: &UploadOptions,
+    seeds: &[(ChunkHash, crate::format::XorbHash, u32)],
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
+    upload_blocks(
+        target,
+        &mut ReadBlocks::new(&mut reader),
+        options,
+        seeds,
+        progress,
+    )
 }
 
 fn upload_blocks(
     target: &dyn CasTarget,
     blocks: &mut dyn Blocks,
     options: &UploadOptions,
+    seeds: &[(ChunkHash, crate::format::XorbHash, u32)],
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<UploadSummary, UploadError> {
     if let Some(oid) = options.expected_sha256 {
@@ -237,6 +261,7 @@ fn upload_blocks(
                     dedup_bytes: 0,
                     dedup_queries: 0,
                     probe_queries: 0,
+                    history_dedup_bytes: 0,
                     new_xorbs: 0,
                     uploaded_bytes: 0,
                     existing_xorbs: 0,
@@ -276,7 +301,7 @@ fn upload_blocks(
             .collect();
         drop((rx, finished_tx));
         let read = read_file(
-            target, blocks, options, trusted, tx, uploaded, done, progress,
+            target, blocks, options, seeds, trusted, tx, uploaded, done, progress,
         );
         // The last xorbs are still on their way: keep the counter moving with the wire.
         let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
@@ -321,6 +346,7 @@ fn upload_blocks(
         dedup_bytes: file.dedup_bytes,
         dedup_queries: file.dedup_queries,
         probe_queries: file.probe_queries,
+        history_dedup_bytes: file.history_dedup_bytes,
         new_xorbs: uploader.new_xorbs,
         uploaded_bytes: uploader.bytes,
         existing_xorbs: uploader.existing_xorbs,
@@ -458,6 +484,7 @@ fn read_file(
     target: &dyn CasTarget,
     blocks: &mut dyn Blocks,
     options: &UploadOptions,
+    seeds: &[(ChunkHash, crate::format::XorbHash, u32)],
     trusted: Option<LfsOid>,
     tx: mpsc::SyncSender<(u32, BuiltXorb)>,
     uploaded: &AtomicU64,
@@ -510,6 +537,7 @@ fn read_file(
         probe,
         done,
     );
+    session.seed(seeds);
     let chunker = Chunker::parallel();
     // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a thread
     // of its own, fed copies of the blocks, while this thread chunks, hashes and packs.

@@ -49,6 +49,7 @@
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
 mod endpoint;
+mod prior;
 
 use endpoint::*;
 pub(crate) use endpoint::{open_standalone, Lease};
@@ -68,8 +69,9 @@ use super::settings::{self, EndpointSpec};
 use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::pipeline::cached::Cached;
-use crate::pipeline::download::{write_file_at, DownloadError};
-use crate::pipeline::upload::{upload_with_progress, UploadOptions, UploadProgress};
+use crate::pipeline::download::{write_file_at_with, DownloadError};
+use crate::pipeline::prior::{LocalChunks, PriorVersion};
+use crate::pipeline::upload::{upload_with_seeds, UploadOptions, UploadProgress};
 use crate::store::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
 use crate::store::Endpoint;
 use crate::store::ReconstructionPlan;
@@ -304,6 +306,8 @@ struct Agent {
     /// Whether this process has removed the partial downloads stopped agents left (see
     /// [`remove_stale_parts`]).
     parts_cleaned: bool,
+    /// Earlier versions of objects, from the repository's history (read at first use).
+    earlier: prior::Earlier,
 }
 
 impl Agent {
@@ -319,6 +323,7 @@ impl Agent {
             shared_failed: false,
             journal: None,
             parts_cleaned: false,
+            earlier: prior::Earlier::default(),
         }
     }
 
@@ -381,6 +386,26 @@ impl Agent {
         Ok(self.temp_dir.insert(dir).clone())
     }
 
+    /// The earlier versions of `t`'s object on this machine that match `endpoint` (see
+    /// [`prior`]); `work_tree`: also the work tree's files.
+    fn prior_versions(
+        &mut self,
+        endpoint: &dyn Endpoint,
+        t: &Transfer,
+        work_tree: bool,
+    ) -> Vec<PriorVersion> {
+        if t.size < prior::MIN_PRIOR_SIZE {
+            return Vec::new();
+        }
+        // `<LFS storage>/objects`, beside git-lfs's temp directory.
+        let objects = self
+            .lfs_temp_dir()
+            .ok()
+            .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")));
+        self.earlier
+            .on_this_machine(endpoint, &t.oid, t.size, objects.as_deref(), work_tree)
+    }
+
     /// Removes, once per process, the partial downloads stopped agents left in git-lfs's temp
     /// directory (see [`remove_stale_parts`]). Never fails a transfer.
     fn clean_parts_once(&mut self) {
@@ -426,6 +451,13 @@ impl Agent {
         // Another version of this file in the same push (same first chunk) may be on its way
         // in another agent: wait for it, then send only what differs from it.
         let _claim = claim_related_uploads(endpoint, path, t);
+        // Earlier versions of the file (from the history) that are here and stored there:
+        // their chunks are deduplicated against wherever the edit is.
+        let seeds: Vec<_> = self
+            .prior_versions(endpoint, t, false)
+            .iter()
+            .flat_map(|v| v.seeds().collect::<Vec<_>>())
+            .collect();
         let size = t.size;
         let mut stdout_gone = None;
         // Bytes sent by an attempt that had to be repeated, for the journal.
@@ -439,7 +471,7 @@ impl Agent {
                 stdout_gone.get_or_insert(e);
             }
         };
-        let mut attempt = upload_with_progress(endpoint, &file, &options, &mut report);
+        let mut attempt = upload_with_seeds(endpoint, &file, &options, &seeds, &mut report);
         let mut sent_before = 0u64;
         if let Err(e) = &attempt {
             if e.is_lost_xorb() {
@@ -453,7 +485,7 @@ impl Agent {
                 );
                 sent_before = sent.get();
                 let again = open_upload(path)?;
-                attempt = upload_with_progress(endpoint, &again, &options, &mut report);
+                attempt = upload_with_seeds(endpoint, &again, &options, &seeds, &mut report);
             }
         }
         let summary = attempt.map_err(|e| {
@@ -478,6 +510,7 @@ impl Agent {
             size = summary.size,
             already_stored = summary.already_stored,
             dedup_bytes = summary.dedup_bytes,
+            history_dedup_bytes = summary.history_dedup_bytes,
             uploaded_bytes = summary.uploaded_bytes,
             new_xorbs = summary.new_xorbs,
             sha256_computed = summary.sha256_computed,
@@ -490,6 +523,7 @@ impl Agent {
             summary.dedup_bytes
         };
         record.transferred_bytes = sent_before + summary.uploaded_bytes;
+        record.history_bytes = summary.history_dedup_bytes;
         record.endpoint = crate::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
@@ -551,6 +585,11 @@ impl Agent {
             source: e,
         })?;
         self.clean_parts_once();
+        // Chunks of earlier versions on this machine are copied, not fetched.
+        let mut local = LocalChunks::default();
+        for version in self.prior_versions(endpoint, t, true) {
+            local.add(&version);
+        }
         let prefix = part_prefix(&t.oid);
         let tmp = tempfile::Builder::new()
             .prefix(&prefix)
@@ -593,7 +632,7 @@ impl Agent {
                 }
                 Ok(())
             };
-            match write_file_at(endpoint, &hash, &plan, file, &mut progress) {
+            match write_file_at_with(endpoint, &hash, &plan, file, &local, &mut progress) {
                 Ok(n) => break n,
                 // The plan that came with the action may be stale (its URLs expired while
                 // git-lfs queued the object): ask the CAS server for a fresh one, once.
@@ -621,6 +660,7 @@ impl Agent {
             }
         };
         endpoint.trim_cache();
+        let (n, copied) = (n.written, n.local);
         if n != t.size {
             return Err(TransferError::RebuiltSize {
                 hash,
@@ -631,8 +671,12 @@ impl Agent {
         }
         let (_, path) = tmp.keep().map_err(|e| TransferError::Keep(e.error))?;
         tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");
+        if copied > 0 {
+            tracing::info!(oid = %t.oid, copied, "bytes copied from earlier versions on this machine");
+        }
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
-        record.transferred_bytes = n;
+        record.transferred_bytes = n - copied;
+        record.history_bytes = copied;
         record.endpoint = crate::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);

@@ -44,6 +44,8 @@ enum XorbId {
 struct Loc {
     xorb: XorbId,
     index: u32,
+    /// Learned from an earlier version of the file ([`FileSession::seed`]).
+    history: bool,
 }
 
 /// A term under construction: chunks `[start, end)` of `xorb`, which are chunks
@@ -69,6 +71,8 @@ pub(super) struct FileResult {
     pub dedup_queries: u64,
     /// Of `dedup_queries`, the probes (§5.5).
     pub probe_queries: u64,
+    /// Of `dedup_bytes`, bytes matched through [`FileSession::seed`].
+    pub history_dedup_bytes: u64,
 }
 
 /// See the module documentation.
@@ -97,6 +101,7 @@ pub(super) struct FileSession<'t> {
     dedup_bytes: u64,
     dedup_queries: u64,
     probe_queries: u64,
+    history_dedup_bytes: u64,
     /// Bytes of the file before the next chunk.
     offset: u64,
     /// Chunks matched to stored xorbs so far.
@@ -134,8 +139,21 @@ impl<'t> FileSession<'t> {
             dedup_bytes: 0,
             dedup_queries: 0,
             probe_queries: 0,
+            history_dedup_bytes: 0,
             offset: 0,
             stored_matches: 0,
+        }
+    }
+
+    /// Learns chunks known to be stored at the target (an earlier version of the file): each
+    /// hash with its xorb and index there.
+    pub fn seed(&mut self, seeds: &[(ChunkHash, XorbHash, u32)]) {
+        for &(hash, xorb, index) in seeds {
+            self.known.entry(hash).or_insert(Loc {
+                xorb: XorbId::Stored(xorb),
+                index,
+                history: true,
+            });
         }
     }
 
@@ -195,6 +213,7 @@ impl<'t> FileSession<'t> {
                 table.entry(c.hash).or_insert(Loc {
                     xorb: XorbId::Stored(block.hash),
                     index,
+                    history: false,
                 });
             }
         }
@@ -237,6 +256,9 @@ impl<'t> FileSession<'t> {
             Some(loc) => {
                 self.dedup_chunks += 1;
                 self.dedup_bytes += len;
+                if loc.history {
+                    self.history_dedup_bytes += len;
+                }
                 loc
             }
             None => self.pack(data, hash, emit)?,
@@ -293,6 +315,7 @@ impl<'t> FileSession<'t> {
         self.builder_refs
             .push(ChunkRef::new(hash, data.len() as u64));
         let loc = Loc {
+            history: false,
             xorb: XorbId::Session(self.resolved.len() as u32),
             index: u32::try_from(index).map_err(|_| UploadError::Build {
                 what: format!("chunk {hash}"),
@@ -386,6 +409,7 @@ impl<'t> FileSession<'t> {
             dedup_bytes: self.dedup_bytes,
             dedup_queries: self.dedup_queries,
             probe_queries: self.probe_queries,
+            history_dedup_bytes: self.history_dedup_bytes,
         })
     }
 }
