@@ -862,3 +862,40 @@ fn a_client_on_the_stores_machine_reads_xorb_ranges_from_its_files() {
     assert!(download(&elsewhere, &stored.file_hash, None) == data);
     assert!(sent_xorb_bytes(&server) > 0);
 }
+
+#[test]
+fn upload_progress_follows_the_wire_on_a_slow_link() {
+    use git_xet::pipeline::upload::{upload_with_progress, UploadOptions, UploadProgress};
+    let s = common::server::start();
+    let addr: std::net::SocketAddr = s.url().trim_start_matches("http://").parse().unwrap();
+    // 16 MB/s up: a 40 MiB file (one xorb) takes about 2.6 s to go out.
+    let slow = common::throttle::Throttle::start(addr, 16_000_000);
+    let cas = RemoteCas::new(config(
+        &slow.url(),
+        TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap();
+    let data = common::splitmix64(77, 40 << 20);
+    let mut seen: Vec<u64> = Vec::new();
+    let summary = upload_with_progress(
+        &cas,
+        &data[..],
+        &UploadOptions::default(),
+        &mut |p: UploadProgress| seen.push(p.bytes_done),
+    )
+    .unwrap();
+    assert_eq!(summary.new_xorbs, 1, "one xorb");
+    // The counter moves while the one xorb goes out, in steps far smaller than the xorb,
+    // and never backwards.
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    let mut steps: Vec<u64> = seen
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|&d| d > 0)
+        .collect();
+    steps.sort_unstable();
+    assert!(steps.len() >= 10, "{} steps: {seen:?}", steps.len());
+    let largest = *steps.last().unwrap();
+    assert!(largest < 8 << 20, "a jump of {largest} bytes: {seen:?}");
+    assert_eq!(*seen.last().unwrap(), data.len() as u64);
+}

@@ -147,6 +147,15 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         self.inner.put_xorb_owned(xorb, body)
     }
 
+    fn put_xorb_with_progress(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: crate::store::target::SentBytes,
+    ) -> Result<bool, TargetError> {
+        self.inner.put_xorb_with_progress(xorb, body, sent)
+    }
+
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
         if let Err(e) = self.inner.register_shard(shard) {
             self.forget_relied_on(shard, &e);

@@ -462,8 +462,13 @@ fn put_xorbs_until_done(
         }
         let body = xorb.into_upload_body();
         let len = body.len() as u64;
+        // Progress follows the body as it goes out (see `done`).
+        let sent: crate::store::target::SentBytes = {
+            let progress = done.clone();
+            Arc::new(move |n: u64| progress.sending(seq, n, len))
+        };
         let inserted = target
-            .put_xorb_owned(hash, body)
+            .put_xorb_with_progress(hash, body, sent)
             .map_err(UploadError::target(format!("uploading xorb {hash}")))?;
         // Sent either way: the journal and the summary say what went over the wire.
         stats.bytes += len;

@@ -73,7 +73,7 @@ use self::http::{
 pub use self::http::{origin, parse_retry_after, XORB_DAMAGED};
 use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
-use super::target::{CasTarget, Endpoint, TargetError, XorbSource};
+use super::target::{CasTarget, Endpoint, SentBytes, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use crate::store::wire::{
@@ -274,6 +274,7 @@ impl RemoteCas {
             body: None,
             range: None,
             timeout: self.timeout,
+            sent: None,
         }
     }
 
@@ -335,6 +336,7 @@ impl RemoteCas {
             body: None,
             range: None,
             timeout: self.timeout.min(Duration::from_secs(60)),
+            sent: None,
         };
         let info: CasTokenInfo = self.execute(&req, authorization.as_deref(), |req, resp| {
             let status = resp.status();
@@ -698,29 +700,16 @@ impl CasTarget for RemoteCas {
     }
 
     fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
-        let mut req = self.cas_request(
-            Method::POST,
-            &format!("/v1/xorbs/default/{xorb}"),
-            format!("uploading xorb {xorb}"),
-        );
-        req.timeout = self.upload_timeout(body.len());
-        // `Bytes` from the vector takes it over without copying; retries clone the handle.
-        req.body = Some(Bytes::from(body));
-        self.execute(&req, None, |req, resp| match resp.status() {
-            StatusCode::OK | StatusCode::CREATED => {
-                let answer: XorbUploaded = parse_json(req, resp, "{\"was_inserted\": bool}")?;
-                Ok(answer.was_inserted)
-            }
-            StatusCode::BAD_REQUEST => {
-                let says = server_says(resp);
-                Err(fatal_coded(
-                    req,
-                    format!("{} rejected the xorb{}", req.server, says.suffix()),
-                    says.code,
-                ))
-            }
-            _ => Err(refused(req, resp, WRITE_HINT)),
-        })
+        self.put_xorb_sending(xorb, body, None)
+    }
+
+    fn put_xorb_with_progress(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: SentBytes,
+    ) -> Result<bool, TargetError> {
+        self.put_xorb_sending(xorb, body, Some(sent))
     }
 
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
@@ -798,6 +787,39 @@ struct FoundOid {
 }
 
 impl RemoteCas {
+    /// `POST /v1/xorbs/default/{xorb}`, telling `sent` how much of the body went out.
+    fn put_xorb_sending(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: Option<SentBytes>,
+    ) -> Result<bool, TargetError> {
+        let mut req = self.cas_request(
+            Method::POST,
+            &format!("/v1/xorbs/default/{xorb}"),
+            format!("uploading xorb {xorb}"),
+        );
+        req.sent = sent;
+        req.timeout = self.upload_timeout(body.len());
+        // `Bytes` from the vector takes it over without copying; retries clone the handle.
+        req.body = Some(Bytes::from(body));
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::OK | StatusCode::CREATED => {
+                let answer: XorbUploaded = parse_json(req, resp, "{\"was_inserted\": bool}")?;
+                Ok(answer.was_inserted)
+            }
+            StatusCode::BAD_REQUEST => {
+                let says = server_says(resp);
+                Err(fatal_coded(
+                    req,
+                    format!("{} rejected the xorb{}", req.server, says.suffix()),
+                    says.code,
+                ))
+            }
+            _ => Err(refused(req, resp, WRITE_HINT)),
+        })
+    }
+
     /// `GET /v1/lfs-files/{oid}`: the file registered for `oid`, its size, and whether the
     /// server holds it intact (servers that do not say are taken at their word).
     /// With `with_plan`, asks for the reconstruction of a small file along, and keeps it for
@@ -948,6 +970,7 @@ impl XorbSource for RemoteCas {
             body: None,
             range: Some((start, end)),
             timeout: self.timeout,
+            sent: None,
         };
         // A stored xorb shorter than the reconstruction says shows as a short range, a short
         // body or a 416: the server's copy is damaged, which no retry mends.

@@ -26,6 +26,10 @@ use super::{FetchRange, ReconstructionPlan, ShardCache, Store, StoreError};
 use crate::format::shard::Shard;
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
 
+/// Told how many bytes of an upload's body have gone out so far
+/// ([`CasTarget::put_xorb_with_progress`]).
+pub type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
+
 /// A failed CAS operation.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -116,6 +120,21 @@ pub trait CasTarget: Send + Sync {
         self.put_xorb(xorb, &body)
     }
 
+    /// [`CasTarget::put_xorb_owned`], telling `sent` how many bytes of the body have gone out
+    /// so far (progress that follows the wire; a retry starts again from 0). The default
+    /// tells it once, when the put is done.
+    fn put_xorb_with_progress(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: SentBytes,
+    ) -> Result<bool, TargetError> {
+        let len = body.len() as u64;
+        let inserted = self.put_xorb_owned(xorb, body)?;
+        sent(len);
+        Ok(inserted)
+    }
+
     /// Registers a shard in upload form (docs/format.md §4.8). Every xorb it names must have been
     /// put before (docs/cas-api.md §7). Idempotent.
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError>;
@@ -179,6 +198,15 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
 
     fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
         (**self).put_xorb_owned(xorb, body)
+    }
+
+    fn put_xorb_with_progress(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: SentBytes,
+    ) -> Result<bool, TargetError> {
+        (**self).put_xorb_with_progress(xorb, body, sent)
     }
 
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {

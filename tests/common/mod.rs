@@ -10,6 +10,7 @@ pub mod garage;
 pub mod git;
 pub mod hfxet;
 pub mod server;
+pub mod throttle;
 
 use serde::Deserialize;
 

@@ -1,18 +1,41 @@
 //! Which bytes of an upload are done, for progress that follows the wire: a chunk's bytes count
 //! when the chunk was deduplicated against a xorb the target already stores, or when the xorb
-//! of this upload that holds it has been stored by the target (its put returned). Bytes that
-//! wait for a xorb still being built or sent are held back per xorb until it is stored.
+//! of this upload that holds it has been stored by the target (its put returned). While a xorb
+//! is being sent, its bytes count in proportion to the share of its body that went out
+//! ([`Done::sending`]); the rest is held back until it is stored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-/// See the module documentation.
+/// See the module documentation. Clones share the count (an uploader's progress callback
+/// holds one).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Done(Arc<Counts>);
+
 #[derive(Debug, Default)]
-pub(super) struct Done {
+pub(super) struct Counts {
     bytes: AtomicU64,
-    /// Per xorb of this upload (by sequence number): the bytes waiting for it, and whether the
-    /// target has stored it.
-    waiting: Mutex<Vec<(u64, bool)>>,
+    /// Per xorb of this upload (by sequence number).
+    waiting: Mutex<Vec<Slot>>,
+}
+
+impl std::ops::Deref for Done {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.0
+    }
+}
+
+/// One xorb of the upload.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    /// File bytes in the xorb.
+    bytes: u64,
+    /// Of those, counted while the xorb was being sent.
+    counted: u64,
+    /// The target has stored it.
+    stored: bool,
 }
 
 impl Done {
@@ -30,10 +53,27 @@ impl Done {
     pub fn in_xorb(&self, seq: u32, n: u64) {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         let slot = Self::slot(&mut w, seq);
-        if slot.1 {
+        slot.bytes += n;
+        if slot.stored {
             self.bytes.fetch_add(n, Ordering::Relaxed);
-        } else {
-            slot.0 += n;
+        }
+    }
+
+    /// `sent` of the `total` body bytes of xorb `seq` have gone out: that share of its file
+    /// bytes counts (never less than counted before; a retry that starts over does not make
+    /// progress go back).
+    pub fn sending(&self, seq: u32, sent: u64, total: u64) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = Self::slot(&mut w, seq);
+        if slot.stored || total == 0 {
+            return;
+        }
+        let share =
+            (u128::from(slot.bytes) * u128::from(sent.min(total)) / u128::from(total)) as u64;
+        if share > slot.counted {
+            self.bytes
+                .fetch_add(share - slot.counted, Ordering::Relaxed);
+            slot.counted = share;
         }
     }
 
@@ -41,15 +81,18 @@ impl Done {
     pub fn xorb_stored(&self, seq: u32) {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         let slot = Self::slot(&mut w, seq);
-        slot.1 = true;
-        self.bytes
-            .fetch_add(std::mem::take(&mut slot.0), Ordering::Relaxed);
+        if !slot.stored {
+            slot.stored = true;
+            self.bytes
+                .fetch_add(slot.bytes - slot.counted, Ordering::Relaxed);
+            slot.counted = slot.bytes;
+        }
     }
 
-    fn slot(w: &mut Vec<(u64, bool)>, seq: u32) -> &mut (u64, bool) {
+    fn slot(w: &mut Vec<Slot>, seq: u32) -> &mut Slot {
         let i = seq as usize;
         if w.len() <= i {
-            w.resize(i + 1, (0, false));
+            w.resize(i + 1, Slot::default());
         }
         &mut w[i]
     }
@@ -74,5 +117,24 @@ mod tests {
         assert_eq!(d.get(), 125);
         d.xorb_stored(0);
         assert_eq!(d.get(), 142);
+    }
+
+    #[test]
+    fn a_xorb_being_sent_counts_by_its_share_on_the_wire() {
+        let d = Done::default();
+        d.in_xorb(0, 1000);
+        d.sending(0, 250, 1000);
+        assert_eq!(d.get(), 250);
+        d.sending(0, 500, 1000);
+        assert_eq!(d.get(), 500);
+        // A retry starting over does not make it go back.
+        d.sending(0, 10, 1000);
+        assert_eq!(d.get(), 500);
+        d.sending(0, 5000, 1000);
+        assert_eq!(d.get(), 1000);
+        d.xorb_stored(0);
+        assert_eq!(d.get(), 1000, "counted once");
+        d.xorb_stored(0);
+        assert_eq!(d.get(), 1000);
     }
 }

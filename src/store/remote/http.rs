@@ -151,7 +151,13 @@ pub(super) struct Request {
     pub body: Option<Bytes>,
     pub range: Option<(u64, u64)>,
     pub timeout: Duration,
+    /// Told how many bytes of the body each attempt has handed to the connection so far
+    /// (the body then goes out in pieces of [`BODY_PIECE`] bytes).
+    pub sent: Option<crate::store::target::SentBytes>,
 }
+
+/// Bytes of a request body handed to the connection at a time when its progress is followed.
+pub(super) const BODY_PIECE: usize = 256 << 10;
 
 /// The result of one attempt that did not succeed.
 pub(super) enum Failure {
@@ -293,7 +299,27 @@ pub(super) fn send(
         rb = rb.header(RANGE, format!("bytes={s}-{e}"));
     }
     if let Some(body) = &req.body {
-        rb = rb.body(body.clone());
+        match &req.sent {
+            None => rb = rb.body(body.clone()),
+            Some(sent) => {
+                // Pieces of the same buffer (no copy), counted as the connection takes them;
+                // the length is declared, so the body is not sent chunked.
+                let sent = std::sync::Arc::clone(sent);
+                let pieces: Vec<Bytes> = (0..body.len())
+                    .step_by(BODY_PIECE)
+                    .map(|at| body.slice(at..(at + BODY_PIECE).min(body.len())))
+                    .collect();
+                let mut total = 0u64;
+                let stream = futures_util::stream::iter(pieces.into_iter().map(move |piece| {
+                    total += piece.len() as u64;
+                    sent(total);
+                    Ok::<Bytes, std::io::Error>(piece)
+                }));
+                rb = rb
+                    .header(reqwest::header::CONTENT_LENGTH, body.len())
+                    .body(reqwest::Body::wrap_stream(stream));
+            }
+        }
     }
     // The future is made inside the runtime: it starts its timeout timer when made.
     let resp = rt.block_on(async move { rb.send().await })?;
