@@ -911,6 +911,10 @@ fn pre_push_prints_what_the_push_sent_and_what_deduplication_saved() {
         .map(|(p, _)| p.parse().unwrap())
         .unwrap_or_else(|| panic!("{line}"));
     assert!(percent >= 90, "most of the edit was deduplicated: {line}");
+    assert!(
+        line.ends_with("of it found through earlier versions"),
+        "the earlier version of model.bin was used: {line}"
+    );
 
     // A replaced hook that fails still stops the push, after the summary logic.
     let hooks = s.hooks();

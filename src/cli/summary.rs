@@ -57,7 +57,7 @@ pub fn line(t: &Totals) -> Option<String> {
     };
     let history = if t.from_history > 0 {
         format!(
-            " ({} found through earlier versions)",
+            ", {} of it found through earlier versions",
             format_size(t.from_history)
         )
     } else {
