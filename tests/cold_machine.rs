@@ -224,18 +224,14 @@ fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
     if !tools_available() {
         return;
     }
-    use git_xet::server::auth::{RepoPattern, Scope, Secret};
+    use git_xet::server::auth::Scope;
     const TEAM_A: &str = "team-a-secret-0123456789";
     const TEAM_B: &str = "team-b-secret-0123456789";
     let s = common::server::start_with(|c| {
-        c.secrets = vec![
-            Secret::new(TEAM_A, Scope::Write, "a")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-a/*").unwrap()),
-            Secret::new(TEAM_B, Scope::Write, "b")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-b/*").unwrap()),
-        ];
+        c.secrets = common::server::team_secrets(&[
+            (TEAM_A, Scope::Write, "a", Some("team-a/*")),
+            (TEAM_B, Scope::Write, "b", Some("team-b/*")),
+        ]);
     });
     // Team A pushes v0 to its repository.
     let a = machine(TEAM_A);

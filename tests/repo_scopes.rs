@@ -8,7 +8,7 @@
 mod common;
 
 use common::server::{start_with, TestServer};
-use git_xet::server::auth::{RepoPattern, Scope, Secret};
+use git_xet::server::auth::{Scope, Secret};
 use serde_json::{json, Value};
 
 const TEAM_A: &str = "team-a-secret-0123456789";
@@ -17,15 +17,11 @@ const ADMIN: &str = "admin-secret-0123456789ab";
 
 fn server() -> TestServer {
     start_with(|c| {
-        c.secrets = vec![
-            Secret::new(TEAM_A, Scope::Write, "a")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-a/*").unwrap()),
-            Secret::new(TEAM_B, Scope::Write, "b")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-b/*").unwrap()),
-            Secret::new(ADMIN, Scope::Write, "admin").unwrap(),
-        ];
+        c.secrets = common::server::team_secrets(&[
+            (TEAM_A, Scope::Write, "a", Some("team-a/*")),
+            (TEAM_B, Scope::Write, "b", Some("team-b/*")),
+            (ADMIN, Scope::Write, "admin", None),
+        ]);
     })
 }
 

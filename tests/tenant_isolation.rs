@@ -13,10 +13,10 @@
 
 mod common;
 
-use common::server::{start_with, TestServer};
+use common::server::{start_with, team_secrets, TestServer};
 use git_xet::format::{FileHash, LfsOid};
 use git_xet::pipeline::upload::{upload, UploadOptions};
-use git_xet::server::auth::{RepoPattern, Scope, Secret};
+use git_xet::server::auth::Scope;
 use git_xet::store::{RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 use serde_json::{json, Value};
 
@@ -27,18 +27,12 @@ const ADMIN: &str = "admin-secret-0123456789ab";
 
 fn server() -> TestServer {
     start_with(|c| {
-        c.secrets = vec![
-            Secret::new(TEAM_A, Scope::Write, "a")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-a/*").unwrap()),
-            Secret::new(TEAM_A_READ, Scope::Read, "a-reader")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-a/*").unwrap()),
-            Secret::new(TEAM_B, Scope::Write, "b")
-                .unwrap()
-                .scoped(RepoPattern::parse("team-b/*").unwrap()),
-            Secret::new(ADMIN, Scope::Write, "admin").unwrap(),
-        ];
+        c.secrets = team_secrets(&[
+            (TEAM_A, Scope::Write, "a", Some("team-a/*")),
+            (TEAM_A_READ, Scope::Read, "a-reader", Some("team-a/*")),
+            (TEAM_B, Scope::Write, "b", Some("team-b/*")),
+            (ADMIN, Scope::Write, "admin", None),
+        ]);
         // No background claim checks: what is found must not depend on them.
         c.maintenance.claims_interval = None;
     })

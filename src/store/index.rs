@@ -628,10 +628,10 @@ impl Index {
 
     /// How many claims of `uploader` wait to be checked, and the bytes of their files.
     pub fn claim_load(&self, uploader: &str) -> Result<(u64, u64), IndexError> {
-        Ok(match self.get(CLAIM_LOAD, uploader.as_bytes())? {
-            Some(v) if v.len() == 16 => (u64_at(&v, 0), u64_at(&v, 8)),
-            _ => (0, 0),
-        })
+        Ok(self
+            .get(CLAIM_LOAD, uploader.as_bytes())?
+            .and_then(|v| load_of(&v))
+            .unwrap_or((0, 0)))
     }
 
     /// Ends the claim that `file` has SHA-256 `oid`: when `holds`, the pair becomes a checked
@@ -1018,6 +1018,11 @@ fn oid_key_span(oid: &LfsOid) -> ([u8; 64], [u8; 64]) {
     )
 }
 
+/// A `claim_load` row's count and bytes, if well formed.
+fn load_of(v: &[u8]) -> Option<(u64, u64)> {
+    (v.len() == 16).then(|| (u64_at(v, 0), u64_at(v, 8)))
+}
+
 /// Adds `count` claims of `bytes` to `uploader`'s load.
 fn add_load(
     load: &mut redb::Table<&[u8], &[u8]>,
@@ -1025,10 +1030,11 @@ fn add_load(
     count: u64,
     bytes: u64,
 ) -> Result<(), IndexError> {
-    let (c, b) = match load.get(uploader.as_bytes()).map_err(db_err)? {
-        Some(v) if v.value().len() == 16 => (u64_at(v.value(), 0), u64_at(v.value(), 8)),
-        _ => (0, 0),
-    };
+    let (c, b) = load
+        .get(uploader.as_bytes())
+        .map_err(db_err)?
+        .and_then(|v| load_of(v.value()))
+        .unwrap_or((0, 0));
     let mut v = c.saturating_add(count).to_le_bytes().to_vec();
     v.extend_from_slice(&b.saturating_add(bytes).to_le_bytes());
     load.insert(uploader.as_bytes(), v.as_slice())
@@ -1043,9 +1049,12 @@ fn sub_load(
     count: u64,
     bytes: u64,
 ) -> Result<(), IndexError> {
-    let (c, b) = match load.get(uploader.as_bytes()).map_err(db_err)? {
-        Some(v) if v.value().len() == 16 => (u64_at(v.value(), 0), u64_at(v.value(), 8)),
-        _ => return Ok(()),
+    let Some((c, b)) = load
+        .get(uploader.as_bytes())
+        .map_err(db_err)?
+        .and_then(|v| load_of(v.value()))
+    else {
+        return Ok(());
     };
     let (c, b) = (c.saturating_sub(count), b.saturating_sub(bytes));
     if c == 0 {

@@ -9,6 +9,21 @@ pub const WRITE_TOKEN: &str = "test-write-token-0123456789";
 /// A read-only token every test server accepts.
 pub const READ_TOKEN: &str = "test-read-token-0123456789";
 
+/// Secrets for a server shared by teams: `(secret, scope, name, repository pattern)`; a
+/// pattern of `None` makes a server-wide secret.
+pub fn team_secrets(teams: &[(&str, Scope, &str, Option<&str>)]) -> Vec<Secret> {
+    teams
+        .iter()
+        .map(|&(secret, scope, name, pattern)| {
+            let s = Secret::new(secret, scope, name).unwrap();
+            match pattern {
+                Some(p) => s.scoped(git_xet::server::auth::RepoPattern::parse(p).unwrap()),
+                None => s,
+            }
+        })
+        .collect()
+}
+
 /// A running server and the directory holding its store (removed after the server stops).
 pub struct TestServer {
     pub server: RunningServer,
