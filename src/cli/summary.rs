@@ -131,7 +131,7 @@ mod tests {
         })
         .unwrap();
         assert!(
-            l.ends_with("(300.0 MiB found through earlier versions)"),
+            l.ends_with("on the server, 300.0 MiB of it found through earlier versions"),
             "{l}"
         );
     }
