@@ -6,6 +6,7 @@
 //! | [`protocol`] | messages, the per-process state machine, and the stdout writer |
 //! | [`journal`] | the per-repository record of transferred objects (Xet hash, dedup) behind `git xet ls-files` |
 //! | [`settings`] | the standalone endpoint, its token, and the download temp dir, from env and git config |
+//! | [`http_settings`] | git's `http.*` settings (CAs, certificate checks, client certificate, proxy) for git-xet's own requests |
 //! | [`error`] | [`TransferError`](error::TransferError), why a request failed, in words git-lfs shows the user |
 //! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::store::Endpoint) |
 //! | [`local_server`] | the private `git xet serve` the agents of one directory store share, started by the first that needs it |
@@ -13,6 +14,7 @@
 
 pub mod agent;
 pub mod error;
+pub mod http_settings;
 pub mod journal;
 pub mod local_server;
 pub mod protocol;

@@ -38,7 +38,7 @@ pub use chunk_cache::ChunkCache;
 pub use gc::{GcOptions, GcReport};
 pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
-pub use remote::{RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
+pub use remote::{HttpOptions, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 pub use shard_cache::{CacheError, CacheStats, PruneReport, ShardCache};
 pub use target::{CasTarget, Endpoint, TargetError, XorbSource};
 

@@ -65,12 +65,15 @@ use reqwest::Client;
 use reqwest::{Method, StatusCode};
 
 pub use self::http::RetryPolicy;
+pub use self::http::{
+    cert_advice, cert_problem, origin, parse_retry_after, CertProblem, TLS_CERTIFICATE,
+    XORB_DAMAGED,
+};
 use self::http::{
     content_range, read_body, retry_after, retryable_status, runtime, same_origin_redirects, send,
     server_says, shown, status_text, transport_failure, Auth, Failure, Request, Response,
     MAX_REDIRECTS,
 };
-pub use self::http::{origin, parse_retry_after, XORB_DAMAGED};
 use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
 use super::target::{CasTarget, Endpoint, SentBytes, TargetError, XorbSource};
@@ -120,10 +123,146 @@ pub struct RemoteConfig {
     pub name: Option<String>,
     /// Never through a proxy (a server on this machine).
     pub no_proxy: bool,
+    /// TLS trust, client certificate and proxy (git's `http.*` settings).
+    pub http: HttpOptions,
     /// The root of the directory store the server serves, when it is on this machine: xorb
     /// ranges are read from its files directly (they are immutable once stored), and fetched
     /// over HTTP only if that fails. What is read is checked like what is fetched.
     pub local_xorbs: Option<std::path::PathBuf>,
+}
+
+/// How the HTTP client reaches servers: whom it trusts, which certificate it shows, which
+/// proxy it goes through. Filled from git's `http.*` settings by `lfs::settings::http_options`;
+/// the default is what a client with no settings does (the system's and the compiled-in
+/// roots, no client certificate, proxies from the environment).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// PEM files of more CA certificates to trust (`http.sslCAInfo`, `GIT_SSL_CAINFO`).
+    pub ca_files: Vec<std::path::PathBuf>,
+    /// Directories of CA certificates in PEM files (`http.sslCAPath`, `GIT_SSL_CAPATH`).
+    pub ca_dirs: Vec<std::path::PathBuf>,
+    /// `false`: certificates are not checked at all (`http.sslVerify=false`,
+    /// `GIT_SSL_NO_VERIFY`).
+    pub verify: bool,
+    /// A client certificate (PEM) and its key (PEM; `None`: in the certificate's file), for
+    /// servers that ask for one (`http.sslCert`, `http.sslKey`).
+    pub client_cert: Option<(std::path::PathBuf, Option<std::path::PathBuf>)>,
+    /// The proxy for every request (`http.proxy`); `None`: `HTTPS_PROXY`, `HTTP_PROXY`,
+    /// `ALL_PROXY` and `NO_PROXY` from the environment, as curl reads them.
+    pub proxy: Option<String>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            ca_files: Vec::new(),
+            ca_dirs: Vec::new(),
+            verify: true,
+            client_cert: None,
+            proxy: None,
+        }
+    }
+}
+
+impl HttpOptions {
+    /// The CA certificates to trust besides the system's, each with the file it came from; an
+    /// unreadable or empty `ca_files` entry is an error naming it.
+    pub fn certificates(&self) -> Result<Vec<(reqwest::Certificate, std::path::PathBuf)>, String> {
+        let mut out = Vec::new();
+        for file in &self.ca_files {
+            let bytes = std::fs::read(file)
+                .map_err(|e| format!("cannot read the CA file {}: {e}", file.display()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&bytes)
+                .ok()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| {
+                    format!("the CA file {} holds no PEM certificate", file.display())
+                })?;
+            out.extend(certs.into_iter().map(|c| (c, file.clone())));
+        }
+        for dir in &self.ca_dirs {
+            let entries = std::fs::read_dir(dir)
+                .map_err(|e| format!("cannot list the CA directory {}: {e}", dir.display()))?;
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if !path.is_file() {
+                    continue;
+                }
+                // c_rehash links and .pem/.crt files alike; what does not parse is skipped.
+                let Ok(bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                for cert in reqwest::Certificate::from_pem_bundle(&bytes).unwrap_or_default() {
+                    out.push((cert, path.clone()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The client certificate with its key, if one is configured.
+    pub fn identity(&self) -> Result<Option<reqwest::Identity>, String> {
+        let Some((cert, key)) = &self.client_cert else {
+            return Ok(None);
+        };
+        let read = |path: &std::path::Path, what: &str| {
+            std::fs::read(path)
+                .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+        };
+        let mut pem = read(cert, "client certificate")?;
+        if let Some(key) = key {
+            pem.push(b'\n');
+            pem.extend_from_slice(&read(key, "client key")?);
+        }
+        reqwest::Identity::from_pem(&pem).map(Some).map_err(|e| {
+            format!(
+                "the client certificate {} (with its key) cannot be used: {e}",
+                cert.display()
+            )
+        })
+    }
+
+    /// The configured proxy (with `NO_PROXY` from the environment), if any; its password is
+    /// registered for redaction.
+    pub fn proxy(&self) -> Result<Option<reqwest::Proxy>, String> {
+        let Some(proxy) = &self.proxy else {
+            return Ok(None);
+        };
+        if let Ok(u) = reqwest::Url::parse(proxy) {
+            if let Some(password) = u.password() {
+                crate::redact::register_secret(password);
+            }
+        }
+        reqwest::Proxy::all(proxy)
+            .map(|p| Some(p.no_proxy(reqwest::NoProxy::from_env())))
+            .map_err(|e| {
+                format!(
+                    "http.proxy {:?} is not a proxy URL: {e}",
+                    crate::redact::redact(proxy)
+                )
+            })
+    }
+
+    /// Applies these options to a client being built; an unreadable file is an error naming
+    /// it.
+    pub fn apply(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+    ) -> Result<reqwest::ClientBuilder, String> {
+        for (cert, _) in self.certificates()? {
+            builder = builder.add_root_certificate(cert);
+        }
+        if !self.verify {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        if let Some(identity) = self.identity()? {
+            builder = builder.identity(identity);
+        }
+        if let Some(proxy) = self.proxy()? {
+            builder = builder.proxy(proxy);
+        }
+        Ok(builder)
+    }
 }
 
 impl RemoteConfig {
@@ -135,6 +274,7 @@ impl RemoteConfig {
             token,
             name: None,
             no_proxy: false,
+            http: HttpOptions::default(),
             local_xorbs: None,
             session_id: None,
             retry: RetryPolicy::default(),
@@ -220,10 +360,11 @@ impl RemoteCas {
         let rt = runtime().map_err(|e| invalid(format!("cannot start the HTTP runtime: {e}")))?;
         let _inside = rt.enter();
         let build = |redirects: reqwest::redirect::Policy| {
+            let builder = config.http.apply(Client::builder()).map_err(&invalid)?;
             let builder = if config.no_proxy {
-                Client::builder().no_proxy()
+                builder.no_proxy()
             } else {
-                Client::builder()
+                builder
             };
             builder
                 .connect_timeout(config.connect_timeout)

@@ -460,7 +460,8 @@ pub(super) fn repository(
                 let url = format!("{origin}/health");
                 if !seen.contains(&url) {
                     seen.push(url.clone());
-                    let check = probe(&url);
+                    warn_if_unverified(git, &origin, warnings);
+                    let check = probe(git, &url);
                     if !check.reachable {
                         warnings.push(format!(
                             "the LFS server {} does not answer ({})",

@@ -37,7 +37,8 @@ pub(super) fn check_endpoint(
             if no_network {
                 return c;
             }
-            let health = probe(&format!("{url}/health"));
+            warn_if_unverified(git, url, warnings);
+            let health = probe(git, &format!("{url}/health"));
             if !health.reachable {
                 warnings.push(format!(
                     "the endpoint {} ({source}) does not answer ({}): is the server running and \
@@ -139,9 +140,12 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
         verdict: "unknown",
         error: None,
     };
-    let Ok(client) = probe_client() else {
-        check.error = Some("cannot build an HTTP client".into());
-        return check;
+    let client = match probe_client(git, &bare) {
+        Ok(c) => c,
+        Err(e) => {
+            check.error = Some(e);
+            return check;
+        }
     };
     let mut request = client.get(&target);
     if let Some((t, _)) = &token {
@@ -157,7 +161,7 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
                 check.error = Some(format!("HTTP {status}"));
             }
         }
-        Err(e) => check.error = Some(chain_text(&e)),
+        Err(e) => check.error = Some(error_text(&target, &e)),
     }
     check
 }
@@ -175,9 +179,12 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
         verdict: "unknown",
         error: None,
     };
-    let Ok(client) = probe_client() else {
-        check.error = Some("cannot build an HTTP client".into());
-        return check;
+    let client = match probe_client(git, &split.bare) {
+        Ok(c) => c,
+        Err(e) => {
+            check.error = Some(e);
+            return check;
+        }
     };
     let send = |auth: Option<(&str, &str)>| {
         let mut r = client
@@ -208,7 +215,7 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
                 check.error = Some(format!("HTTP {status}"));
             }
         }
-        Err(e) => check.error = Some(chain_text(&e)),
+        Err(e) => check.error = Some(error_text(&target, &e)),
     }
     check
 }
@@ -226,18 +233,74 @@ pub(super) fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) ->
     }
 }
 
-pub(super) fn probe_client() -> reqwest::Result<reqwest::blocking::Client> {
-    reqwest::blocking::Client::builder()
+/// A warning when git's settings turn certificate checks off for `url`.
+pub(super) fn warn_if_unverified(git: &Git, url: &str, warnings: &mut Vec<String>) {
+    let bare = settings::split_userinfo(url).bare;
+    if bare.starts_with("https://") && !crate::lfs::http_settings::http_options(git, &bare).verify {
+        warnings.push(format!(
+            "TLS certificates of {} are not checked (http.sslVerify=false or GIT_SSL_NO_VERIFY): \
+             anyone on the network path can read and change transfers; trust the server's CA \
+             instead (`git config --global http.sslCAInfo /path/to/ca.pem`)",
+            redact(&bare)
+        ));
+    }
+}
+
+/// A client for probing `url` with git's HTTP settings for it (trusted CAs, certificate
+/// checks, client certificate, proxy), as the agent's own requests have them.
+pub(super) fn probe_client(git: &Git, url: &str) -> Result<reqwest::blocking::Client, String> {
+    let options = crate::lfs::http_settings::http_options(git, url);
+    let mut builder = reqwest::blocking::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .connect_timeout(PROBE_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
+        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")));
+    builder = apply_blocking(&options, builder)?;
+    builder
         .build()
+        .map_err(|e| format!("cannot build an HTTP client: {}", chain_text(&e)))
+}
+
+/// [`crate::store::HttpOptions::apply`] for a blocking client builder.
+fn apply_blocking(
+    options: &crate::store::HttpOptions,
+    mut builder: reqwest::blocking::ClientBuilder,
+) -> Result<reqwest::blocking::ClientBuilder, String> {
+    for (cert, _) in options.certificates()? {
+        builder = builder.add_root_certificate(cert);
+    }
+    if !options.verify {
+        builder = builder.danger_accept_invalid_certs(true);
+    }
+    if let Some(identity) = options.identity()? {
+        builder = builder.identity(identity);
+    }
+    if let Some(proxy) = options.proxy()? {
+        builder = builder.proxy(proxy);
+    }
+    Ok(builder)
+}
+
+/// What a request error says, TLS certificate problems in the words that tell what to do.
+fn error_text(url: &str, e: &reqwest::Error) -> String {
+    if let Some(problem) = crate::store::remote::cert_problem(e) {
+        let host = crate::util::url::origin(url)
+            .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
+            .unwrap_or_default();
+        return crate::store::remote::cert_advice(&host, problem);
+    }
+    if e.is_timeout() {
+        format!("no answer within {} s", PROBE_TIMEOUT.as_secs())
+    } else if e.is_connect() {
+        format!("cannot connect: {}", root_cause(e))
+    } else {
+        chain_text(e)
+    }
 }
 
 /// `GET url` with a [`PROBE_TIMEOUT`]: reachable if anything answers over HTTP; a git-xet
 /// server's `/health` answers `{"status":"ok","version":…}`.
-pub(super) fn probe(url: &str) -> Reachability {
+pub(super) fn probe(git: &Git, url: &str) -> Reachability {
     let start = Instant::now();
     let mut check = Reachability {
         url: redact(url),
@@ -251,14 +314,14 @@ pub(super) fn probe(url: &str) -> Reachability {
     // `/health` needs no credential: a password in the URL is not sent, and a redirect is
     // an answer, not followed.
     let bare = settings::split_userinfo(url).bare;
-    let client = reqwest::blocking::Client::builder()
-        .timeout(PROBE_TIMEOUT)
-        .connect_timeout(PROBE_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")))
-        .build();
-    let result = client.and_then(|c| c.get(&bare).send());
-    match result {
+    let client = match probe_client(git, &bare) {
+        Ok(c) => c,
+        Err(e) => {
+            check.error = Some(e);
+            return check;
+        }
+    };
+    match client.get(&bare).send() {
         Ok(response) => {
             check.reachable = true;
             let status = response.status();
@@ -278,15 +341,7 @@ pub(super) fn probe(url: &str) -> Reachability {
                 }
             }
         }
-        Err(e) => {
-            check.error = Some(if e.is_timeout() {
-                format!("no answer within {} s", PROBE_TIMEOUT.as_secs())
-            } else if e.is_connect() {
-                format!("cannot connect: {}", root_cause(&e))
-            } else {
-                chain_text(&e)
-            });
-        }
+        Err(e) => check.error = Some(error_text(&bare, &e)),
     }
     check.millis = start.elapsed().as_millis() as u64;
     check

@@ -109,12 +109,14 @@ pub(super) fn no_store_message(dir: &Path, source: &str, why: &str) -> String {
 /// A client for the `git xet serve` (or other CAS) at `url` in standalone mode, with `token`
 /// (sent to that origin only; the URL's own userinfo is not part of requests).
 pub(super) fn connect_standalone(
+    git: &Git,
     url: &str,
     token: Option<String>,
 ) -> Result<Arc<dyn Endpoint>, TransferError> {
     let bare = settings::split_userinfo(url).bare;
     let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token));
     config.retry = retry_policy();
+    config.http = crate::lfs::http_settings::http_options(git, &bare);
     config.token_hint = format!(
         "set {}, or store the token for {bare} with a git credential helper",
         settings::TOKEN_ENV
@@ -175,6 +177,7 @@ pub(super) fn connect_negotiated(
     let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
     config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
     config.retry = retry_policy();
+    config.http = crate::lfs::http_settings::http_options(git, &cas_url);
     config.token_hint = format!(
         "the token from the LFS server was refused; it is refreshed through {} with the \
          action's Authorization header or your git credential for that URL",
@@ -329,7 +332,8 @@ impl Agent {
                 if let Some((_, origin)) = &token {
                     tracing::debug!(?origin, "token for the standalone endpoint");
                 }
-                connect_standalone(&url, token.map(|(t, _)| t)).map(Standalone::Remote)
+                connect_standalone(&self.options.git, &url, token.map(|(t, _)| t))
+                    .map(Standalone::Remote)
             }
         }
     }

@@ -330,8 +330,91 @@ pub(super) fn send(
     })
 }
 
+/// A certificate the client did not accept, found under a transport error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertProblem {
+    /// Issued by a CA the client does not trust.
+    UnknownIssuer,
+    /// Not valid for the host name.
+    WrongName,
+    /// Expired, or not valid yet.
+    Expired,
+    /// Revoked, self-signed without trust, or otherwise refused.
+    Other,
+}
+
+/// The certificate problem under `e`, if a TLS handshake refused the server's certificate.
+pub fn cert_problem(e: &(dyn std::error::Error + 'static)) -> Option<CertProblem> {
+    use rustls::CertificateError as C;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        // An io::Error's source() skips the error it wraps: look inside it.
+        let inner = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|i| i as &(dyn std::error::Error + 'static));
+        for candidate in [Some(err), inner].into_iter().flatten() {
+            if let Some(rustls::Error::InvalidCertificate(c)) =
+                candidate.downcast_ref::<rustls::Error>()
+            {
+                return Some(match c {
+                    C::UnknownIssuer => CertProblem::UnknownIssuer,
+                    C::NotValidForName | C::NotValidForNameContext { .. } => CertProblem::WrongName,
+                    C::Expired
+                    | C::ExpiredContext { .. }
+                    | C::NotValidYet
+                    | C::NotValidYetContext { .. } => CertProblem::Expired,
+                    _ => CertProblem::Other,
+                });
+            }
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// What to tell a user whose client refused `host`'s certificate for `problem`.
+pub fn cert_advice(host: &str, problem: CertProblem) -> String {
+    match problem {
+        CertProblem::UnknownIssuer => format!(
+            "the TLS certificate of {host} is issued by a CA this machine does not trust. If it is \
+             your organisation's own CA, install it in the system's trust store, or point git at \
+             it: `git config --global http.sslCAInfo /path/to/ca.pem` (or \
+             `http.https://{host}/.sslCAInfo` for this server only; GIT_SSL_CAINFO for one command)"
+        ),
+        CertProblem::WrongName => format!(
+            "the TLS certificate of {host} is not valid for that name: use the name the \
+             certificate was issued for, or ask the server's administrator for a certificate \
+             naming {host}"
+        ),
+        CertProblem::Expired => format!(
+            "the TLS certificate of {host} has expired or is not valid yet (or this machine's clock \
+             is wrong): the server's administrator must renew it"
+        ),
+        CertProblem::Other => format!(
+            "the TLS certificate of {host} was refused; if you trust this server anyway, \
+             `git config http.sslVerify false` turns checks off (unsafe)"
+        ),
+    }
+}
+
 /// What a transport error means.
 pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
+    if let Some(problem) = cert_problem(e) {
+        // No retry mends a certificate: say what to do instead.
+        let host = crate::util::url::origin(&req.url)
+            .map(|o| {
+                o.split_once("://")
+                    .map_or(o.clone(), |(_, h)| h.to_string())
+            })
+            .unwrap_or_else(|| req.server.clone());
+        return Failure::Fatal(crate::store::target::TargetError::Remote {
+            what: req.what.clone(),
+            message: format!("{}: {}", req.server, cert_advice(&host, problem)),
+            retryable: false,
+            code: Some(TLS_CERTIFICATE.to_string()),
+        });
+    }
     if e.is_builder() {
         return Failure::Fatal(crate::store::target::TargetError::Remote {
             what: req.what.clone(),
@@ -387,6 +470,9 @@ pub(super) fn retryable_status(status: StatusCode) -> bool {
         || status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
 }
+
+/// The code of a [`crate::store::target::TargetError::Remote`] for a refused TLS certificate.
+pub const TLS_CERTIFICATE: &str = "tls_certificate";
 
 /// The error code with which a server says its stored copy of an object is damaged
 /// (HTTP 500): final, since every retry would read the same bytes.
