@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 
 pub mod agent;
 pub mod fake;
+pub mod forward_proxy;
 pub mod garage;
 pub mod git;
 pub mod hfxet;
 pub mod server;
 pub mod throttle;
+pub mod tls;
 
 use serde::Deserialize;
 

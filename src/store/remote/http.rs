@@ -346,27 +346,27 @@ pub enum CertProblem {
 /// The certificate problem under `e`, if a TLS handshake refused the server's certificate.
 pub fn cert_problem(e: &(dyn std::error::Error + 'static)) -> Option<CertProblem> {
     use rustls::CertificateError as C;
+    let classify = |c: &C| match c {
+        C::UnknownIssuer => CertProblem::UnknownIssuer,
+        C::NotValidForName | C::NotValidForNameContext { .. } => CertProblem::WrongName,
+        C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => {
+            CertProblem::Expired
+        }
+        _ => CertProblem::Other,
+    };
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = next {
-        // An io::Error's source() skips the error it wraps: look inside it.
-        let inner = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .map(|i| i as &(dyn std::error::Error + 'static));
-        for candidate in [Some(err), inner].into_iter().flatten() {
-            if let Some(rustls::Error::InvalidCertificate(c)) =
-                candidate.downcast_ref::<rustls::Error>()
-            {
-                return Some(match c {
-                    C::UnknownIssuer => CertProblem::UnknownIssuer,
-                    C::NotValidForName | C::NotValidForNameContext { .. } => CertProblem::WrongName,
-                    C::Expired
-                    | C::ExpiredContext { .. }
-                    | C::NotValidYet
-                    | C::NotValidYetContext { .. } => CertProblem::Expired,
-                    _ => CertProblem::Other,
-                });
+        // An io::Error's source() skips the error it wraps (itself often another io::Error):
+        // look inside, layer by layer.
+        let mut layer: Option<&(dyn std::error::Error + 'static)> = Some(err);
+        while let Some(l) = layer {
+            if let Some(rustls::Error::InvalidCertificate(c)) = l.downcast_ref::<rustls::Error>() {
+                return Some(classify(c));
             }
+            layer = l
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|i| i as &(dyn std::error::Error + 'static));
         }
         next = err.source();
     }
