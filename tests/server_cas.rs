@@ -919,17 +919,109 @@ fn fixtures_upload_reconstruct_and_rebuild_through_presigned_urls() {
     assert_eq!(ok.headers()["cache-control"], "no-store");
     refused(tele("{not json"), 400, "invalid_telemetry");
     refused(tele("[1,2]"), 400, "invalid_telemetry");
-    // Grants are not offered: 404 so that the client uploads directly.
+    // Upload grants: a grant for a stored xorb is 200, for a new one 201 with a URL on this
+    // server; the body must match the grant; the commit finds the xorb stored.
     let h = hello_xorb_hash();
+    let grant = |xorb: &str, body: &str| {
+        auth(
+            http().post(format!("{}/v1/xorb-grants/default/{xorb}", s.url())),
+            WRITE_TOKEN,
+        )
+        .body(body.to_string())
+        .send()
+        .unwrap()
+    };
+    let r = grant(
+        &h,
+        r#"{"length": 10, "checksum": {"algo": "crc64nvme", "value": "1"}}"#,
+    );
+    assert_eq!(r.status(), 200, "stored already");
+    refused(
+        grant(
+            &h,
+            r#"{"length": 10, "checksum": {"algo": "md5", "value": "1"}}"#,
+        ),
+        404,
+        "xorb_grants_not_offered",
+    );
+    refused(grant(&h, "{}"), 400, "invalid_grant_request");
+    let mut b = XorbBuilder::new(CompressionPolicy::None);
+    assert!(matches!(
+        b.add_chunk(b"granted bytes").unwrap(),
+        Push::Added(_)
+    ));
+    let built = b.finish().unwrap();
+    let body = built.upload_body().to_vec();
+    let x = built.hash().to_hex();
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &body);
+    let r = grant(
+        &x,
+        &format!(
+            r#"{{"length": {}, "checksum": {{"algo": "crc64nvme", "value": "{crc}"}}}}"#,
+            body.len()
+        ),
+    );
+    assert_eq!(r.status(), 201);
+    let g: Value = r.json().unwrap();
+    assert_eq!(g["method"], "PUT");
+    let url = g["url"].as_str().unwrap().to_string();
+    assert!(
+        url.starts_with(&format!("{}/v1/xorb-uploads/", s.url())),
+        "{url}"
+    );
+    let id = g["id"].as_str().unwrap().to_string();
+    let commit = || {
+        auth(
+            http().post(format!(
+                "{}/v1/xorb-commits/default/{x}/grant/{id}",
+                s.url()
+            )),
+            WRITE_TOKEN,
+        )
+        .send()
+        .unwrap()
+    };
+    refused(commit(), 404, "grant_not_found");
+    // Wrong bytes, or a tampered grant, are refused; the right ones are stored.
+    let mut wrong = body.clone();
+    wrong[0] ^= 1;
+    refused(
+        http().put(&url).body(wrong).send().unwrap(),
+        400,
+        "checksum_mismatch",
+    );
+    refused(
+        http().put(&url).body(body[1..].to_vec()).send().unwrap(),
+        400,
+        "length_mismatch",
+    );
+    let tampered = url.replace("/g1.", "/g1.A");
+    refused(
+        http().put(&tampered).body(body.clone()).send().unwrap(),
+        403,
+        "invalid_grant",
+    );
+    assert_eq!(
+        http().put(&url).body(body.clone()).send().unwrap().status(),
+        200
+    );
+    assert_eq!(
+        http().put(&url).body(body.clone()).send().unwrap().status(),
+        412,
+        "a repeated upload is already done"
+    );
+    assert_eq!(commit().status(), 200);
+    // A commit needs a write credential.
     let r = auth(
-        http().post(format!("{}/v1/xorb-grants/default/{h}", s.url())),
-        WRITE_TOKEN,
+        http().post(format!(
+            "{}/v1/xorb-commits/default/{x}/grant/{id}",
+            s.url()
+        )),
+        READ_TOKEN,
     )
-    .body(r#"{"length": 10, "checksum": {"algo": "crc64nvme", "value": "1"}}"#)
     .send()
     .unwrap();
-    let m = refused(r, 404, "xorb_grants_not_offered");
-    assert!(m.contains(&format!("/v1/xorbs/default/{h}")), "{m}");
+    assert_eq!(r.status(), 403);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The reference client (PyPI `hf-xet`) as the peer of `git xet serve`: it uploads files to the
-//! server and downloads them again by Xet hash, with its default settings (xorb grants probed,
-//! `/v2/shards`, v2 reconstructions, single-range fetches) and with the legacy settings (direct
+//! server and downloads them again by Xet hash, with its default settings (xorbs uploaded
+//! through upload grants, `/v2/shards`, v2 reconstructions, single-range fetches) and with the legacy settings (direct
 //! xorb upload, `/v1/shards`; here also v1 reconstructions); a second upload of an edited copy
 //! stores only the changed chunks (global dedup across fresh client caches), and downloading it
 //! in multi-range mode gets `multipart/byteranges` answers. The server's request log is captured
@@ -230,14 +230,22 @@ fn reference_client_round_trip_with_default_settings() {
     let r = requests(&log);
     for expected in [
         "GET /v1/chunks/default/H 404",
-        "POST /v1/xorb-grants/default/H 404",
-        "POST /v1/xorbs/default/H 200",
+        "POST /v1/xorb-grants/default/H 201",
+        "PUT /v1/xorb-uploads/",
+        "POST /v1/xorb-commits/default/H/grant/",
         "POST /v2/shards 200",
         "GET /v2/reconstructions/H 200",
         "GET /v1/xorb-data/H 206",
     ] {
         assert!(saw(&r, expected), "{expected} missing from {r:#?}");
     }
+    for line in &r {
+        if line.starts_with("PUT /v1/xorb-uploads/") || line.starts_with("POST /v1/xorb-commits/") {
+            assert!(line.ends_with(" 200"), "{line}");
+        }
+    }
+    // Every xorb went through a grant: none by the direct upload route.
+    assert!(!saw(&r, "POST /v1/xorbs/"), "{r:#?}");
     assert!(!saw(&r, "POST /v1/shards"), "{r:#?}");
     assert_eq!(most_ranges(&log), 1, "single-range fetches by default");
 }

@@ -606,6 +606,70 @@ impl Authority {
     }
 }
 
+/// A xorb upload grant (docs/cas-api.md §5.11): what `PUT /v1/xorb-uploads/{id}` may store,
+/// carried in the grant id itself (signed), so any node sharing the key honours it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadGrant {
+    pub xorb: XorbHash,
+    /// The body's length in bytes.
+    pub length: u64,
+    /// The body's CRC-64/NVME.
+    pub crc64nvme: u64,
+    /// Unix seconds after which the upload is refused (the commit is not).
+    pub expires: u64,
+}
+
+impl Authority {
+    /// The id of `grant`: `g1.<payload>.<mac>`, base64url, with payload
+    /// `<xorb hex>:<length>:<crc>:<expiry>` and mac = HMAC-SHA256(server key, "upload-grant\0" ‖
+    /// payload). URL-safe as it is.
+    pub fn issue_upload_grant(&self, grant: &UploadGrant) -> String {
+        let payload = format!(
+            "{}:{}:{}:{}",
+            grant.xorb.to_hex(),
+            grant.length,
+            grant.crc64nvme,
+            grant.expires
+        );
+        let mac = self
+            .mac(&[b"upload-grant", payload.as_bytes()])
+            .finalize()
+            .into_bytes();
+        format!(
+            "g1.{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(mac)
+        )
+    }
+
+    /// The grant an id stands for, if this server (or one sharing its key) issued it. The
+    /// caller checks the expiry where it matters.
+    pub fn verify_upload_grant(&self, id: &str) -> Result<UploadGrant, AuthError> {
+        let rest = id.strip_prefix("g1.").ok_or(AuthError::Invalid)?;
+        let (payload, mac) = rest.split_once('.').ok_or(AuthError::Invalid)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| AuthError::Invalid)?;
+        let mac = URL_SAFE_NO_PAD
+            .decode(mac)
+            .map_err(|_| AuthError::Invalid)?;
+        self.mac(&[b"upload-grant", &payload])
+            .verify_slice(&mac)
+            .map_err(|_| AuthError::Invalid)?;
+        let text = String::from_utf8(payload).map_err(|_| AuthError::Invalid)?;
+        let parts: Vec<&str> = text.split(':').collect();
+        let [xorb, length, crc, expires] = parts[..] else {
+            return Err(AuthError::Invalid);
+        };
+        Ok(UploadGrant {
+            xorb: XorbHash::from_hex(xorb).map_err(|_| AuthError::Invalid)?,
+            length: length.parse().map_err(|_| AuthError::Invalid)?,
+            crc64nvme: crc.parse().map_err(|_| AuthError::Invalid)?,
+            expires: expires.parse().map_err(|_| AuthError::Invalid)?,
+        })
+    }
+}
+
 /// What a presigned-URL signature starts with (URLs signed before ranges were bound used
 /// another tag, so none of them can pass for a grant of every byte).
 const PRESIGN_TAG: &[u8] = b"xorb-ranges";
@@ -781,6 +845,38 @@ mod tests {
                 Err(AuthError::Invalid),
                 "{other}"
             );
+        }
+    }
+
+    #[test]
+    fn upload_grants_round_trip_and_cannot_be_altered() {
+        let a = authority();
+        let grant = UploadGrant {
+            xorb: XorbHash::from_bytes([3; 32]),
+            length: 1234,
+            crc64nvme: u64::MAX,
+            expires: 99,
+        };
+        let id = a.issue_upload_grant(&grant);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+        assert_eq!(a.verify_upload_grant(&id), Ok(grant));
+        let other = Authority::new(vec![], [9; 32]);
+        assert_eq!(other.verify_upload_grant(&id), Err(AuthError::Invalid));
+        let forged = a
+            .issue_upload_grant(&UploadGrant { length: 1, ..grant })
+            .split('.')
+            .nth(1)
+            .unwrap()
+            .to_string();
+        let mac = id.rsplit('.').next().unwrap();
+        assert_eq!(
+            a.verify_upload_grant(&format!("g1.{forged}.{mac}")),
+            Err(AuthError::Invalid)
+        );
+        for bad in ["", "g1.", "g1.a.b", "x1.a.b", "g1..."] {
+            assert_eq!(a.verify_upload_grant(bad), Err(AuthError::Invalid), "{bad}");
         }
     }
 

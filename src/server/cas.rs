@@ -5,7 +5,9 @@
 //! | `GET /v1/reconstructions/{file}`, `/v2/…`, `/reconstructions/{file}` | read | the file's terms and presigned fetch URLs, v1 or v2 JSON (§6); optional `Range: bytes=S-E` (inclusive, end clamped, 416 past the end) |
 //! | `GET /v1/xorb-data/{xorb}?e=…&r=…&s=…` | URL signature | the byte ranges of the stored xorb the URL grants (`r`), and no others: one range (206), several ranges (206 `multipart/byteranges`) |
 //! | `GET /v1/chunks/{prefix}/{chunk}`, `/chunks/…` | read | global dedup: a keyed shard with the xorb holding the chunk, or 404 |
-//! | `POST /v1/xorb-grants/{prefix}/{xorb}` | write | always 404: no upload grants (see below) |
+//! | `POST /v1/xorb-grants/{prefix}/{xorb}` | write | an upload grant (201), or 200 when the xorb is stored ([`grants`]) |
+//! | `PUT /v1/xorb-uploads/{grant}` | the grant | a granted xorb body: checked against the grant's length and CRC-64/NVME, validated, stored |
+//! | `POST /v1/xorb-commits/{prefix}/{xorb}/grant/{grant}` | write | 200 once the granted xorb is stored, else 404 |
 //! | `POST /v1/xorbs/{prefix}/{xorb}`, `/xorbs/…` | write | stores a validated xorb: `{"was_inserted": bool}` |
 //! | `POST /v1/shards`, `/shards` | write | registers a shard: `{"result": 0 \| 1}` |
 //! | `POST /v2/shards` | write | registers a shard, answering with an NDJSON progress stream |
@@ -19,12 +21,9 @@
 //! optional, unused by the client) and `GET /v2/file-chunk-hashes` (optional); both answer 404.
 //!
 //! Decisions:
-//! - **Xorb grants.** hf-xet 1.8 asks `POST /v1/xorb-grants/default/{xorb}` before each xorb
-//!   upload and falls back to the direct `POST /v1/xorbs/default/{xorb}` on 404 (docs/cas-api.md
-//!   §5.11). This server stores xorbs itself, so a grant (a presigned upload URL elsewhere) would
-//!   only add a round trip: after checking the token (write scope), the prefix and the hash it
-//!   answers 404 `xorb_grants_not_offered`. A scaled-out server in front of an object store
-//!   would answer with a presigned upload URL instead.
+//! - **Xorb grants.** hf-xet 1.8 asks for an upload grant before each xorb (docs/cas-api.md
+//!   §5.11); this server grants an upload to itself ([`grants`]), so the reference client
+//!   uploads with its default settings and every xorb is still validated before it is stored.
 //! - **Ranges of xorb data.** `bytes=S-E`, `S-` and `-N` forms, comma-separated. At most
 //!   [`xorb_data::MAX_RANGES`] ranges, whose lengths may not add up to more than the object
 //!   (so overlapping ranges cannot multiply the work); more is 400. Unsatisfiable ranges are
@@ -39,6 +38,7 @@
 //!   true only when the store failed (not the shard).
 
 pub mod dedup;
+pub mod grants;
 pub mod lfs_files;
 pub mod progress;
 pub mod reconstruction;
@@ -49,7 +49,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{get, post, put, MethodRouter};
 use axum::Router;
 
 use super::error::ApiError;
@@ -75,7 +75,12 @@ pub fn routes() -> Router<SharedState> {
         .route("/chunks/{prefix}/{chunk_hash}", only(get(dedup::get)))
         .route(
             "/v1/xorb-grants/{prefix}/{xorb_hash}",
-            only(post(upload::post_grant)),
+            only(post(grants::post_grant)),
+        )
+        .route("/v1/xorb-uploads/{grant}", only(put(grants::put_upload)))
+        .route(
+            "/v1/xorb-commits/{prefix}/{xorb_hash}/grant/{grant}",
+            only(post(grants::post_commit)),
         )
         .route(
             "/v1/xorbs/{prefix}/{xorb_hash}",

@@ -52,6 +52,9 @@ impl RouteClass {
         if *method == Method::POST && upload_path {
             return Some(Self::Upload);
         }
+        if *method == Method::PUT && path.starts_with("/v1/xorb-uploads/") {
+            return Some(Self::Upload);
+        }
         if *method == Method::GET && path.starts_with("/v1/xorb-data/") {
             return Some(Self::Download);
         }

@@ -1,5 +1,5 @@
 //! The write side of the CAS API: xorb uploads (docs/cas-api.md §5.5, §9.2), shard uploads v1 and v2
-//! (§5.6, §5.7, §9.3), the xorb-grant probe (§5.11) and telemetry (§5.10).
+//! (§5.6, §5.7, §9.3) and telemetry (§5.10); upload grants are [`super::grants`].
 //!
 //! Sizes are checked against `Content-Length` before a body is read (413), and again as the
 //! body arrives. A xorb body is spooled to a file in the store's spool directory
@@ -33,8 +33,6 @@ use crate::store::StoreError;
 pub const XORB_BODY_LIMIT: u64 = MAX_ACCEPTED_BODY + v1_len(MAX_XORB_CHUNKS as u64) + 4;
 /// The largest telemetry body (docs/cas-api.md §5.10).
 pub const TELEMETRY_LIMIT: u64 = 1024 * 1024;
-/// The body of a grant request is a small JSON object; at most this much is read.
-const GRANT_BODY_LIMIT: u64 = 64 * 1024;
 
 fn empty_body(what: String) -> ApiError {
     ApiError::bad_request("empty_body", format!("{what}: the body is empty"))
@@ -252,33 +250,6 @@ pub async fn post_shard_v2(
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
-}
-
-/// `POST /v1/xorb-grants/{prefix}/{xorb}`: no grants are offered (see the module docs of
-/// [`super`]); the reference client then uploads directly.
-pub async fn post_grant(
-    State(state): State<SharedState>,
-    params: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    state.authorize_cas(&headers, Scope::Write, "asking for a xorb upload grant")?;
-    let (prefix, hash) = super::path(params)?;
-    super::check_prefix(&prefix, &["default"], "xorb upload grants")?;
-    let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;
-    // Read (and drop) the small JSON body so the connection can be reused.
-    read_body(
-        &state.resources.body_budget,
-        &headers,
-        body,
-        GRANT_BODY_LIMIT,
-        "xorb grant request",
-    )
-    .await?;
-    Err(ApiError::not_found(
-        "xorb_grants_not_offered",
-        format!("this server takes no upload grants: upload xorb {xorb} with POST /v1/xorbs/default/{xorb}"),
-    ))
 }
 
 /// `POST /v1/telemetry`: a JSON object of at most 1 MiB is accepted and discarded.
