@@ -688,3 +688,106 @@ fn with_storage_urls_downloads_go_straight_to_the_bucket() {
     assert_eq!(sent_xorb_bytes(&direct), 0);
     assert!(sent_xorb_bytes(&proxied) >= 2 * (4 << 20));
 }
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn locks_taken_through_one_node_hold_at_every_node() {
+    use base64::Engine as _;
+    let g = Garage::start();
+    g.create_bucket("locking");
+    let owner = node(&g, "locking", "");
+    let owner_url = owner.url().to_string();
+    let storage = g.s3_config("locking", "");
+    let other = start_with(move |c| {
+        c.storage = Some(storage);
+        c.lock_owner = Some(owner_url);
+    });
+    let client = reqwest::blocking::Client::new();
+    let auth = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("alice:{WRITE_TOKEN}"))
+    );
+    let lock = |node: &TestServer, path: &str| -> u16 {
+        client
+            .post(format!("{}/team/repo/info/lfs/locks", node.url()))
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .body(serde_json::json!({ "path": path }).to_string())
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let list = |node: &TestServer| -> Vec<String> {
+        let v: serde_json::Value = client
+            .get(format!("{}/team/repo/info/lfs/locks", node.url()))
+            .header("Authorization", &auth)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        v["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // A lock taken through the other node is the owner's, seen and enforced by both.
+    assert_eq!(lock(&other, "model.bin"), 201);
+    assert_eq!(list(&owner), ["model.bin"]);
+    assert_eq!(list(&other), ["model.bin"]);
+    assert_eq!(lock(&owner, "model.bin"), 409);
+    assert_eq!(lock(&other, "model.bin"), 409);
+
+    // Two users racing for one path through two nodes: exactly one lock.
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let node = if i % 2 == 0 { &owner } else { &other };
+                let lock = &lock;
+                scope.spawn(move || lock(node, "race.bin"))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 201).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 409).count(),
+        7,
+        "{statuses:?}"
+    );
+
+    // The owner gone: locking through the other node fails clearly, uploads go on.
+    drop(owner);
+    let r = client
+        .post(format!("{}/team/repo/info/lfs/locks", other.url()))
+        .header("Authorization", &auth)
+        .header("Content-Type", "application/vnd.git-lfs+json")
+        .body(r#"{"path":"other.bin"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: serde_json::Value = r.json().unwrap();
+    assert_eq!(body["error"], "lock_owner_unreachable");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("pushes and clones"),
+        "{body}"
+    );
+    let data = content(91, 300_000);
+    let oid = common::sha256_hex(&data);
+    let put = client
+        .put(format!("{}/team/repo/info/lfs/objects/{oid}", other.url()))
+        .header("Authorization", &auth)
+        .body(data)
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+}

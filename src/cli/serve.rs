@@ -84,6 +84,11 @@ pub struct ServeArgs {
     /// this server.
     #[arg(long, requires = "storage")]
     pub storage_urls: bool,
+    /// With several nodes on one --storage: the URL of the node that keeps Git LFS locks.
+    /// Every other node forwards the locking API to it (one lock database decides); give the
+    /// owner itself none (or its own --public-url).
+    #[arg(long, value_name = "URL")]
+    pub lock_owner: Option<String>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
@@ -350,6 +355,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         .clone()
         .map(crate::store::s3::S3Config::from_env);
     config.storage_urls = args.storage_urls;
+    config.lock_owner = args.lock_owner.clone();
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
     config.token_ttl = Duration::from_secs(args.token_ttl);

@@ -89,6 +89,10 @@ pub struct ServeConfig {
     pub maintenance: Maintenance,
     /// How many Git LFS locks the server keeps.
     pub locks: lfs::locks::LockLimits,
+    /// The node that owns Git LFS locks for every node of a shared store (its URL, as nodes
+    /// reach it): this node forwards the locking API to it instead of keeping locks itself
+    /// (see [`lfs::locks::forward`]). `None`, or this node's own public URL: locks are here.
+    pub lock_owner: Option<String>,
 }
 
 /// What the server allows each client and all of them together. The defaults suit a small
@@ -160,6 +164,7 @@ impl ServeConfig {
             store: StoreOptions::default(),
             maintenance: Maintenance::default(),
             locks: lfs::locks::LockLimits::default(),
+            lock_owner: None,
         }
     }
 }
@@ -182,6 +187,8 @@ pub enum ServeError {
     Runtime(std::io::Error),
     #[error("{0}")]
     Locks(#[from] lfs::locks::LockDbError),
+    #[error("--lock-owner: {0}")]
+    LockOwner(String),
 }
 
 impl From<crate::store::StoreError> for ServeError {
@@ -219,6 +226,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// The Git LFS locks (`locks.redb` in the data directory).
     pub locks: Arc<lfs::locks::LockDb>,
+    /// Where the locking API is forwarded, when another node owns locks.
+    pub lock_owner: Option<lfs::locks::forward::LockOwner>,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -451,6 +460,12 @@ impl Server {
             .unwrap_or_else(|| format!("http://{local}"))
             .trim_end_matches('/')
             .to_string();
+        let lock_owner = match &config.lock_owner {
+            Some(url) if url.trim_end_matches('/') != public_url => {
+                Some(lfs::locks::forward::LockOwner::new(url).map_err(ServeError::LockOwner)?)
+            }
+            _ => None,
+        };
         let state = Arc::new(AppState {
             store,
             auth: Authority::new(config.secrets, key),
@@ -462,6 +477,7 @@ impl Server {
             resources: limits::Resources::new(&config.limits),
             metrics: metrics::Metrics::default(),
             locks: Arc::new(locks),
+            lock_owner,
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,

@@ -35,9 +35,11 @@
 //! `too_many_locks`. A bad `cursor` or `limit` is 400; an id that names no lock of the
 //! repository is 404 (ids are opaque to clients: any string that is not one is just unknown).
 //!
-//! **Storage.** [`db::LockDb`], `locks.redb` in the data directory, opened by the server.
+//! **Storage.** [`db::LockDb`], `locks.redb` in the data directory, opened by the server. With
+//! several nodes, one owns locks and the others forward the locking API to it ([`forward`]).
 
 pub mod db;
+pub mod forward;
 
 use std::sync::Arc;
 
@@ -77,6 +79,9 @@ pub async fn route(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    if let Some(owner) = &state.lock_owner {
+        return forward::forward(state, owner, method, uri, headers, body).await;
+    }
     match (rest, method) {
         ("locks", &Method::GET) => list(state, repo, uri, headers).await,
         ("locks", &Method::POST) => create(state, repo, headers, body).await,

@@ -1,0 +1,158 @@
+//! Locks with several nodes: one node owns them, the others forward the locking API to it.
+//!
+//! Nodes on one bucket share objects but not `locks.redb`. Object stores differ in whether they
+//! honour conditional writes (Garage ignores `If-None-Match: *`), so locks do not live in the
+//! bucket: one node keeps them, named in every other node's configuration (`git xet serve
+//! --lock-owner URL`), and the others pass each locking request to it as it came (method, path
+//! and query, body, `Authorization`, `Content-Type`, `Accept`) and its answer back. One lock
+//! database decides, so two users racing for one path through two nodes get exactly one lock,
+//! and a lock taken anywhere is seen and enforced everywhere.
+//!
+//! If the owner does not answer, locking requests fail with 503 `lock_owner_unreachable`,
+//! saying so; pushes and clones do not depend on it (git-lfs only warns when it cannot verify
+//! locks before a push, unless `lfs.<url>.locksverify` is `true`).
+//!
+//! The credential is forwarded to the owner: it is another node of the same deployment, which
+//! the operator configured with the same secrets. A request already forwarded once is not
+//! forwarded again (a misconfigured loop is refused with 508).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+use crate::server::body::read_body;
+use crate::server::error::ApiError;
+use crate::server::AppState;
+
+/// The header a forwarding node adds.
+pub const FORWARDED_HEADER: &str = "x-git-xet-lock-forwarded";
+
+/// How long a forwarded request may take.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest answer taken from the owner (a page of 1000 locks is about 200 KB).
+const MAX_ANSWER: usize = 4 << 20;
+
+/// The node that owns locks, and the client that reaches it.
+#[derive(Debug, Clone)]
+pub struct LockOwner {
+    url: String,
+    client: reqwest::Client,
+}
+
+impl LockOwner {
+    /// The owner at `url` (`http(s)://host[:port]`, the node's public URL).
+    pub fn new(url: &str) -> Result<Self, String> {
+        let url = url.trim().trim_end_matches('/').to_string();
+        match reqwest::Url::parse(&url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+            _ => {
+                return Err(format!(
+                    "{url:?} is not an http(s) URL of the node that owns locks"
+                ))
+            }
+        }
+        let client = reqwest::Client::builder()
+            .timeout(FORWARD_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self { url, client })
+    }
+
+    /// The owner's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// Passes a locking request to the owner and its answer back.
+pub async fn forward(
+    state: &AppState,
+    owner: &LockOwner,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if headers.contains_key(FORWARDED_HEADER) {
+        return Err(ApiError::new(
+            StatusCode::LOOP_DETECTED,
+            "lock_forward_loop",
+            format!(
+                "this node forwards locks to {} and was itself reached by a forwarded request: \
+                 give every node the same --lock-owner, and the owner none",
+                owner.url
+            ),
+        ));
+    }
+    let body = read_body(
+        &state.resources.body_budget,
+        headers,
+        body,
+        super::MAX_BODY,
+        "lock request",
+    )
+    .await?;
+    let target = format!(
+        "{}{}",
+        owner.url,
+        uri.path_and_query().map_or(uri.path(), |p| p.as_str())
+    );
+    let mut request = owner
+        .client
+        .request(method.clone(), &target)
+        .header(FORWARDED_HEADER, "1")
+        .body(body.to_vec());
+    for name in [header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT] {
+        if let Some(v) = headers.get(&name) {
+            request = request.header(name, v);
+        }
+    }
+    let unreachable = |why: String| {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "lock_owner_unreachable",
+            format!(
+                "file locking is unavailable: the node that owns locks ({}) {why}; try again \
+                 later (pushes and clones do not need it)",
+                owner.url
+            ),
+        );
+        e.retry_after = Some(5);
+        e
+    };
+    let answer = request.send().await.map_err(|e| {
+        unreachable(format!(
+            "does not answer: {}",
+            crate::util::error::root_cause_text(&e)
+        ))
+    })?;
+    let status = answer.status();
+    let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();
+    let mut stream = answer;
+    let mut bytes = Vec::new();
+    while let Some(piece) = stream
+        .chunk()
+        .await
+        .map_err(|e| unreachable(format!("broke off its answer: {e}")))?
+    {
+        if bytes.len() + piece.len() > MAX_ANSWER {
+            return Err(unreachable(format!(
+                "answered with more than {MAX_ANSWER} bytes"
+            )));
+        }
+        bytes.extend_from_slice(&piece);
+    }
+    let mut response = (status, bytes).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        content_type.unwrap_or(HeaderValue::from_static("application/vnd.git-lfs+json")),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
