@@ -53,7 +53,7 @@ enum Command {
     #[command(about = "Print a readable dump of a xorb or a shard, validating every field.")]
     Inspect(inspect::InspectArgs),
     #[command(about = "Run a self-hosted Xet CAS server and Git LFS server.")]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     #[command(
         about = "Register git-xet as Git LFS's `xet` transfer agent (optionally in standalone mode)."
     )]
