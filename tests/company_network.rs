@@ -25,6 +25,33 @@ fn behind_nginx(pki: &Pki, client_certs: bool) -> Option<(TestServer, Nginx)> {
     Some((s, n))
 }
 
+/// A company's server behind nginx, with the PKI, the LFS URL and the CA file's path.
+struct Site {
+    pki: Pki,
+    _server: TestServer,
+    nginx: Nginx,
+    lfs_url: String,
+    ca: String,
+}
+
+/// A [`Site`], when git, git-lfs and nginx are there (`None`: the test skips, saying why).
+fn site(client_certs: bool) -> Option<Site> {
+    if !tools_available() {
+        return None;
+    }
+    let pki = Pki::new();
+    let (server, nginx) = behind_nginx(&pki, client_certs)?;
+    let lfs_url = format!("{}/team/model.git/info/lfs", nginx.url());
+    let ca = pki.ca.display().to_string();
+    Some(Site {
+        pki,
+        _server: server,
+        nginx,
+        lfs_url,
+        ca,
+    })
+}
+
 /// A machine with git-xet installed and `config` set globally.
 fn machine(config: &[(&str, &str)]) -> GitEnv {
     let env = GitEnv::new();
@@ -71,28 +98,23 @@ fn clone(env: &GitEnv, remote: &Path, name: &str, extra: &[(&str, &str)]) -> Vec
 
 #[test]
 fn push_and_clone_with_the_company_ca_from_git_settings() {
-    if !tools_available() {
-        return;
-    }
-    let pki = Pki::new();
-    let Some((_s, n)) = behind_nginx(&pki, false) else {
+    let Some(site) = site(false) else {
         return;
     };
-    let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
-    let ca = pki.ca.display().to_string();
+    let (n, lfs_url, ca) = (&site.nginx, &site.lfs_url, &site.ca);
     // 70 MiB: a 64 MiB xorb goes through nginx in one request.
     let data = common::splitmix64(3, 70 << 20);
-    let first = machine(&[("http.sslCAInfo", &ca)]);
-    push(&first, &lfs_url, &data);
+    let first = machine(&[("http.sslCAInfo", ca)]);
+    push(&first, lfs_url, &data);
     let remote = first.path().join("remote.git");
 
     // The CA from the environment, for one command.
     let second = machine(&[]);
-    let got = clone(&second, &remote, "by-env", &[("GIT_SSL_CAINFO", &ca)]);
+    let got = clone(&second, &remote, "by-env", &[("GIT_SSL_CAINFO", ca)]);
     assert!(got == data, "GIT_SSL_CAINFO");
     // The CA for this server only, with git's URL matching.
     let key = format!("http.{}/.sslCAInfo", n.url());
-    let third = machine(&[(&key, &ca)]);
+    let third = machine(&[(&key, ca)]);
     assert!(clone(&third, &remote, "by-url", &[]) == data, "{key}");
     // No certificate was refused along the way (the clones' downloads are ranged GETs of
     // presigned URLs, through nginx).
@@ -156,17 +178,13 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
 
 #[test]
 fn ssl_verify_false_is_honoured_with_a_warning() {
-    if !tools_available() {
-        return;
-    }
-    let pki = Pki::new();
-    let Some((_s, n)) = behind_nginx(&pki, false) else {
+    let Some(site) = site(false) else {
         return;
     };
-    let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
+    let lfs_url = &site.lfs_url;
     let env = machine(&[("http.sslVerify", "false")]);
     let data = common::splitmix64(4, 2 << 20);
-    let work = push(&env, &lfs_url, &data);
+    let work = push(&env, lfs_url, &data);
     assert!(
         env.agent_log().contains("TLS certificates are not checked"),
         "{}",
@@ -218,28 +236,23 @@ fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
 
 #[test]
 fn a_server_that_asks_for_client_certificates_gets_git_s() {
-    if !tools_available() {
-        return;
-    }
-    let pki = Pki::new();
-    let Some((_s, n)) = behind_nginx(&pki, true) else {
+    let Some(site) = site(true) else {
         return;
     };
-    let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
-    let ca = pki.ca.display().to_string();
+    let (pki, lfs_url, ca) = (&site.pki, &site.lfs_url, &site.ca);
     let (cert, key) = (
         pki.client_cert.display().to_string(),
         pki.client_key.display().to_string(),
     );
     let env = machine(&[
-        ("http.sslCAInfo", &ca),
+        ("http.sslCAInfo", ca),
         ("http.sslCert", &cert),
         ("http.sslKey", &key),
     ]);
     let data = common::splitmix64(6, 3 << 20);
-    push(&env, &lfs_url, &data);
+    push(&env, lfs_url, &data);
     let other = machine(&[
-        ("http.sslCAInfo", &ca),
+        ("http.sslCAInfo", ca),
         ("http.sslCert", &cert),
         ("http.sslKey", &key),
     ]);
