@@ -195,6 +195,11 @@ fi
 command -v git-xet >/dev/null 2>&1 || die "git-xet was built but cannot be found in $bin_dir or on PATH"
 say "installed $(command -v git-xet) ($(git-xet --version))"
 
+# `git xet mount` needs FUSE 3 (everything else works without it): only a note.
+if [ "$os" = Linux ] && ! command -v fusermount3 >/dev/null 2>&1; then
+    warn "fusermount3 is missing: \`git xet mount\` needs it (Debian/Ubuntu: apt-get install fuse3); \`git xet cat\` and everything else work without it"
+fi
+
 # The man pages, beside the binary: `man` searches <dir>/../share/man for each <dir> on PATH, so
 # `git xet --help` (which git turns into `git help xet`, i.e. `man git-xet`) finds them.
 if "$bin_dir/git-xet" man --help >/dev/null 2>&1; then

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cache;
+mod cat;
 mod demo;
 mod hash;
 mod hooks;
@@ -16,6 +17,7 @@ mod install;
 mod ls_files;
 mod maintenance;
 mod man;
+mod mount;
 mod prune;
 mod serve;
 mod status;
@@ -101,6 +103,14 @@ enum Command {
     Prune(prune::PruneArgs),
     #[command(about = "Write the manual pages (git help xet, man git-xet-install, …).")]
     Man(man::ManArgs),
+    #[command(
+        about = "Print a file (or a byte range of it) at a ref, fetching only what is read."
+    )]
+    Cat(cat::CatArgs),
+    #[command(
+        about = "Mount the tree at a ref read-only with FUSE; files are fetched as they are read."
+    )]
+    Mount(mount::MountArgs),
 }
 
 /// The whole command line definition (for the man pages).
@@ -130,6 +140,8 @@ pub fn main() -> ExitCode {
         Command::PushSummary(args) => summary::run(args),
         Command::Prune(args) => prune::run(args),
         Command::Man(args) => man::run(args),
+        Command::Cat(args) => cat::run(args),
+        Command::Mount(args) => mount::run(args),
     };
     match result {
         Ok(code) => code,

@@ -43,7 +43,7 @@ pub fn run(_args: &TransferArgs) -> CmdResult {
 }
 
 /// Logs to stderr and, with `GIT_XET_LOG`, to that file too. Never to stdout.
-fn init_logging() {
+pub(super) fn init_logging() {
     use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
     let filter = std::env::var(LOG_LEVEL_ENV)
         .ok()

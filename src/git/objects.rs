@@ -84,6 +84,60 @@ pub fn lfs_pointers(repo: &Repository, rev: &str) -> Result<Vec<TreePointer>, Ob
     Ok(walk.out)
 }
 
+/// What a tree entry is ([`tree_entries`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    Dir,
+    /// A regular file: its blob, the blob's size, whether it is executable, and the pointer it
+    /// holds if it is a Git LFS pointer.
+    File {
+        blob: Oid,
+        size: u64,
+        executable: bool,
+        pointer: Option<Pointer>,
+    },
+    /// A symbolic link; the blob holds its target.
+    Symlink {
+        blob: Oid,
+    },
+}
+
+/// One entry of a tree, with its path from the tree's root (`/`-separated, lossy UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    pub path: String,
+    pub kind: EntryKind,
+}
+
+/// Every entry of the tree `rev` names, recursively, directories before what they hold (git's
+/// order within a directory). Submodules are left out. Large blobs are never read: sizes come
+/// from object headers.
+pub fn tree_entries(repo: &Repository, rev: &str) -> Result<Vec<TreeEntry>, ObjectsError> {
+    let tree = repo
+        .revparse_single(rev)
+        .and_then(|o| o.peel_to_tree())
+        .map_err(|source| ObjectsError::Resolve {
+            rev: rev.to_string(),
+            source,
+        })?;
+    let mut walk = Walk {
+        repo,
+        odb: repo.odb().map_err(ObjectsError::Open)?,
+        seen: HashMap::new(),
+        out: Vec::new(),
+    };
+    let mut out = Vec::new();
+    walk.entries(&tree, "", &mut out)?;
+    Ok(out)
+}
+
+/// The bytes of blob `oid`.
+pub fn blob_bytes(repo: &Repository, oid: Oid) -> Result<Vec<u8>, ObjectsError> {
+    repo.find_blob(oid)
+        .map(|b| b.content().to_vec())
+        .map_err(|source| ObjectsError::Read { oid, source })
+}
+
 /// Whether `HEAD` points at a branch that has no commit yet.
 fn is_unborn(repo: &Repository) -> bool {
     matches!(repo.head(), Err(e) if e.code() == ErrorCode::UnbornBranch)
@@ -126,6 +180,56 @@ impl Walk<'_> {
                     }
                 }
                 // Symbolic links, submodules (commits).
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn entries(
+        &mut self,
+        tree: &Tree<'_>,
+        prefix: &str,
+        out: &mut Vec<TreeEntry>,
+    ) -> Result<(), ObjectsError> {
+        for entry in tree.iter() {
+            let name = String::from_utf8_lossy(entry.name_bytes());
+            let path = if prefix.is_empty() {
+                name.into_owned()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let read = |source| ObjectsError::Read {
+                oid: entry.id(),
+                source,
+            };
+            match entry.kind() {
+                Some(ObjectType::Tree) => {
+                    let sub = self.repo.find_tree(entry.id()).map_err(read)?;
+                    out.push(TreeEntry {
+                        path: path.clone(),
+                        kind: EntryKind::Dir,
+                    });
+                    self.entries(&sub, &path, out)?;
+                }
+                Some(ObjectType::Blob) if entry.filemode() == 0o120000 => out.push(TreeEntry {
+                    path,
+                    kind: EntryKind::Symlink { blob: entry.id() },
+                }),
+                Some(ObjectType::Blob) => {
+                    let (size, _) = self.odb.read_header(entry.id()).map_err(read)?;
+                    let pointer = self.pointer(entry.id())?;
+                    out.push(TreeEntry {
+                        path,
+                        kind: EntryKind::File {
+                            blob: entry.id(),
+                            size: size as u64,
+                            executable: entry.filemode() == 0o100755,
+                            pointer,
+                        },
+                    });
+                }
+                // Submodules (commits).
                 _ => {}
             }
         }

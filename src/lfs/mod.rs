@@ -10,6 +10,7 @@
 //! | [`error`] | [`TransferError`](error::TransferError), why a request failed, in words git-lfs shows the user |
 //! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::store::Endpoint) |
 //! | [`local_server`] | the private `git xet serve` the agents of one directory store share, started by the first that needs it |
+//! | [`reader`] | reading LFS objects outside a transfer (`git xet cat`, `mount`): the local copy, or the remote's endpoint and the object's Xet file |
 //! | [`prune`] | pruning local objects safely in standalone mode: the check `git lfs prune --verify-remote` cannot do, and the agent's refusal to fake it |
 
 pub mod agent;
@@ -19,4 +20,5 @@ pub mod journal;
 pub mod local_server;
 pub mod protocol;
 pub mod prune;
+pub mod reader;
 pub mod settings;

@@ -257,6 +257,13 @@ impl<T: Endpoint> Endpoint for Cached<T> {
         self.inner.locate_oid(oid)
     }
 
+    fn file_chunks(
+        &self,
+        file: &crate::format::FileHash,
+    ) -> Result<Option<Vec<crate::format::ChunkRef>>, TargetError> {
+        self.inner.file_chunks(file)
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

@@ -118,6 +118,19 @@ pub fn write_plan(
     write_terms(source, plan, sink, None)
 }
 
+/// [`write_plan`], also returning every chunk the plan's terms decode (hash and length, in
+/// order, from the first term's first chunk, whatever `offset_into_first_range` skips): what
+/// a reader of part of a file checks against the file's chunk list.
+pub fn write_plan_with_chunks(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> Result<(u64, Vec<ChunkRef>), DownloadError> {
+    let mut chunks = Vec::new();
+    let written = write_terms(source, plan, sink, Some(&mut chunks))?;
+    Ok((written, chunks))
+}
+
 /// Fetch ranges read ahead of the one being decoded. Each holds at most one xorb (64 MiB).
 pub const READ_AHEAD: usize = 2;
 

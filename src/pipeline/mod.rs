@@ -7,8 +7,10 @@
 //! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
 //! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
 //! | [`prior`] | earlier versions of a file on this machine, matched against the endpoint's record |
+//! | [`ranged`] | reading byte ranges of a stored file without downloading it, every chunk checked |
 pub mod cached;
 pub mod download;
 pub mod hasher;
 pub mod prior;
+pub mod ranged;
 pub mod upload;

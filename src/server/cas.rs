@@ -13,12 +13,14 @@
 //! | `POST /v2/shards` | write | registers a shard, answering with an NDJSON progress stream |
 //! | `POST /v1/telemetry` | read | accepts a JSON object of at most 1 MiB and discards it |
 //! | `GET /v1/lfs-files/{oid}` | read | extension for git: the Xet file hash and size registered for a Git LFS oid, or 404 |
+//! | `GET /v1/file-chunks/{file}` | read | extension: the file's chunk hashes and lengths, what a ranged reader checks against ([`file_chunks`]) |
 //!
 //! `prefix` is `default` for xorbs and grants, `default` or `default-merkledb` for dedup
 //! queries; anything else is 400. Every hash in a path is parsed into its typed hash before it
 //! is used (400 otherwise), so no request names a file path. Every refusal is a JSON
 //! [`ApiError`]. Not implemented: the batch reconstruction (`GET /v1/reconstructions?file_id=`,
-//! optional, unused by the client) and `GET /v2/file-chunk-hashes` (optional); both answer 404.
+//! optional, unused by the client) and `GET /v2/file-chunk-hashes` (optional, for the reference
+//! client's ranged edits); both answer 404.
 //!
 //! Decisions:
 //! - **Xorb grants.** hf-xet 1.8 asks for an upload grant before each xorb (docs/cas-api.md
@@ -38,6 +40,7 @@
 //!   true only when the store failed (not the shard).
 
 pub mod dedup;
+pub mod file_chunks;
 pub mod grants;
 pub mod lfs_files;
 pub mod progress;
@@ -92,6 +95,7 @@ pub fn routes() -> Router<SharedState> {
         .route("/v2/shards", only(post(upload::post_shard_v2)))
         .route("/v1/telemetry", only(post(upload::post_telemetry)))
         .route("/v1/lfs-files/{oid}", only(get(lfs_files::get)))
+        .route("/v1/file-chunks/{file_hash}", only(get(file_chunks::get)))
 }
 
 /// A route's methods, answering any other method with a JSON 405.

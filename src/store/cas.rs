@@ -1160,6 +1160,48 @@ impl Store {
             })
     }
 
+    /// The chunks of a registered file in order, from the footers of the xorbs it uses; `None`
+    /// if it is not registered. A xorb that is missing or damaged is an error naming it.
+    pub fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, StoreError> {
+        if file.is_zero() {
+            return Ok(Some(Vec::new()));
+        }
+        let Some(record) = self.index.file(file)? else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for t in &record.terms {
+            let footer = match self.check_xorb(&t.xorb)? {
+                XorbHealth::Intact(f) => f,
+                XorbHealth::Missing => {
+                    return Err(StoreError::DamagedXorb {
+                        xorb: t.xorb,
+                        detail: format!("file {file} needs it and it is not stored"),
+                    })
+                }
+                XorbHealth::Damaged(detail) => {
+                    return Err(StoreError::DamagedXorb {
+                        xorb: t.xorb,
+                        detail,
+                    })
+                }
+            };
+            for c in t.chunk_start..t.chunk_end {
+                let (Some(hash), Some(len)) = (
+                    footer.chunk_hashes.get(c as usize),
+                    footer.chunk_len(c as usize),
+                ) else {
+                    return Err(StoreError::DamagedXorb {
+                        xorb: t.xorb,
+                        detail: format!("file {file} names chunk {c}, which it does not hold"),
+                    });
+                };
+                out.push(ChunkRef::new(*hash, u64::from(len)));
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// The Xet file registered for a Git LFS oid, with its size, for a reader who sees every
     /// repository (see [`Self::oid_file`]). What a download may use: git-lfs checks the SHA-256
     /// of what it downloads.

@@ -78,7 +78,7 @@ use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
 use super::target::{CasTarget, Endpoint, SentBytes, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
-use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 use crate::store::wire::{
     self, CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
 };
@@ -263,6 +263,38 @@ impl HttpOptions {
         }
         Ok(builder)
     }
+}
+
+/// A blocking client (for a command's few requests: `git xet status` probes, LFS batch
+/// requests of readers) with `options` applied, a `timeout` per request (connecting: at most
+/// 10 s of it), and no redirects (an answer, not followed).
+pub fn blocking_client(
+    options: &HttpOptions,
+    timeout: Duration,
+) -> Result<reqwest::blocking::Client, String> {
+    let mut builder = reqwest::blocking::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(DEFAULT_USER_AGENT);
+    for (cert, _) in options.certificates()? {
+        builder = builder.add_root_certificate(cert);
+    }
+    if !options.verify {
+        builder = builder.danger_accept_invalid_certs(true);
+    }
+    if let Some(identity) = options.identity()? {
+        builder = builder.identity(identity);
+    }
+    if let Some(proxy) = options.proxy()? {
+        builder = builder.proxy(proxy);
+    }
+    builder.build().map_err(|e| {
+        format!(
+            "cannot build an HTTP client: {}",
+            crate::util::error::chain_text(&e)
+        )
+    })
 }
 
 impl RemoteConfig {
@@ -1289,6 +1321,31 @@ impl Endpoint for RemoteCas {
         Ok(self
             .lookup_oid(oid, true)?
             .map(|found| (found.file, found.size)))
+    }
+
+    /// `GET /v1/file-chunks/{file}` (`git xet serve`'s extension); `None` on 404 (unknown file,
+    /// or a server without the route) and on 413 (a list too long to be given).
+    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+        if file.is_zero() {
+            return Ok(Some(Vec::new()));
+        }
+        let req = self.cas_request(
+            Method::GET,
+            &format!("/v1/file-chunks/{file}"),
+            format!("listing the chunks of file {file}"),
+        );
+        self.execute(&req, None, |req, resp| match resp.status() {
+            StatusCode::OK => {
+                let limit = (crate::store::wire::MAX_LISTED_CHUNKS
+                    * crate::store::wire::FILE_CHUNK_RECORD) as u64;
+                let body = read_body(req, resp, limit)?;
+                crate::store::wire::decode_file_chunks(&body)
+                    .map(Some)
+                    .map_err(|e| fatal(req, format!("{} answered {e}", req.server)))
+            }
+            StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => Ok(None),
+            _ => Err(refused(req, resp, "")),
+        })
     }
 
     fn describe(&self) -> String {

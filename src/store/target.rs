@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use super::{FetchRange, ReconstructionPlan, ShardCache, Store, StoreError};
 use crate::format::shard::Shard;
-use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 
 /// Told how many bytes of an upload's body have gone out so far
 /// ([`CasTarget::put_xorb_with_progress`]).
@@ -333,6 +333,15 @@ pub trait Endpoint: CasTarget + XorbSource {
         self.file_by_sha256(oid)
     }
 
+    /// The chunks of a file in order (hash and length): what a reader of part of the file
+    /// checks what it reads against (their Xet file hash must be the file's, which the caller
+    /// checks). `None` when the endpoint cannot say (not registered, or another server that
+    /// does not offer the list). The default answers `None`.
+    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+        let _ = file;
+        Ok(None)
+    }
+
     /// A short description for messages, e.g. the URL or the directory.
     fn describe(&self) -> String;
 }
@@ -348,6 +357,10 @@ impl<T: Endpoint + ?Sized> Endpoint for &T {
 
     fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         (**self).locate_oid(oid)
+    }
+
+    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+        (**self).file_chunks(file)
     }
 
     fn describe(&self) -> String {
@@ -366,6 +379,10 @@ impl Endpoint for Store {
 
     fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         Ok(self.file_by_oid(oid)?)
+    }
+
+    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+        Ok(Store::file_chunks(self, file)?)
     }
 
     fn describe(&self) -> String {

@@ -262,6 +262,57 @@ pub fn to_v2(plan: &ReconstructionPlan, urls: &dyn FetchUrls) -> ReconstructionV
     }
 }
 
+/// The answer of `GET /v1/file-chunks/{file}` (this server's extension): per chunk of the file,
+/// in order, its hash (32 bytes) and length (u32, little-endian).
+pub const FILE_CHUNK_RECORD: usize = 36;
+
+/// At most this many chunks are listed by `GET /v1/file-chunks/{file}` (files up to about
+/// 64 GiB); a longer file's list is refused, and a reader goes without it.
+pub const MAX_LISTED_CHUNKS: usize = 1 << 20;
+
+/// The body of a chunk list.
+pub fn encode_file_chunks(chunks: &[crate::format::ChunkRef]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(chunks.len() * FILE_CHUNK_RECORD);
+    for c in chunks {
+        out.extend_from_slice(c.hash.as_bytes());
+        out.extend_from_slice(&u32::try_from(c.len).unwrap_or(u32::MAX).to_le_bytes());
+    }
+    out
+}
+
+/// A chunk list read back, checked: whole records, at most [`MAX_LISTED_CHUNKS`], no chunk
+/// longer than a chunk can be.
+pub fn decode_file_chunks(body: &[u8]) -> Result<Vec<crate::format::ChunkRef>, WireError> {
+    if !body.len().is_multiple_of(FILE_CHUNK_RECORD) {
+        return Err(WireError(format!(
+            "a chunk list of {} bytes is not whole {FILE_CHUNK_RECORD}-byte records",
+            body.len()
+        )));
+    }
+    let n = body.len() / FILE_CHUNK_RECORD;
+    if n > MAX_LISTED_CHUNKS {
+        return Err(WireError(format!(
+            "a chunk list of {n} chunks is longer than {MAX_LISTED_CHUNKS}"
+        )));
+    }
+    let mut out = Vec::with_capacity(n);
+    for record in body.chunks_exact(FILE_CHUNK_RECORD) {
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&record[..32]);
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&record[32..]);
+        let len = u32::from_le_bytes(len);
+        if len == 0 || len > MAX_CHUNK_LEN {
+            return Err(WireError(format!("a chunk of {len} bytes in a chunk list")));
+        }
+        out.push(crate::format::ChunkRef::new(
+            crate::format::ChunkHash::from_bytes(hash),
+            u64::from(len),
+        ));
+    }
+    Ok(out)
+}
+
 /// Why a reconstruction received from a server cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid reconstruction: {0}")]
@@ -608,6 +659,23 @@ mod tests {
             assert_eq!(got.fetch[0].1[0].bytes, 0..=323);
             assert_eq!(got.fetch[0].1[0].url.as_deref(), Some(url(&xorb).as_str()));
         }
+    }
+
+    #[test]
+    fn chunk_lists_round_trip_and_nonsense_is_refused() {
+        use crate::format::{ChunkHash, ChunkRef};
+        let list = vec![
+            ChunkRef::new(ChunkHash::from_bytes([1; 32]), 65_536),
+            ChunkRef::new(ChunkHash::from_bytes([2; 32]), 9),
+        ];
+        let body = encode_file_chunks(&list);
+        assert_eq!(body.len(), 2 * FILE_CHUNK_RECORD);
+        assert_eq!(decode_file_chunks(&body).unwrap(), list);
+        assert!(decode_file_chunks(&body[1..]).is_err());
+        let mut zero = body.clone();
+        zero[32..36].copy_from_slice(&0u32.to_le_bytes());
+        assert!(decode_file_chunks(&zero).is_err());
+        assert!(decode_file_chunks(&[]).unwrap().is_empty());
     }
 
     #[test]

@@ -247,38 +247,11 @@ pub(super) fn warn_if_unverified(git: &Git, url: &str, warnings: &mut Vec<String
 }
 
 /// A client for probing `url` with git's HTTP settings for it (trusted CAs, certificate
-/// checks, client certificate, proxy), as the agent's own requests have them.
+/// checks, client certificate, proxy), as the agent's own requests have them, and the probe's
+/// short timeout.
 pub(super) fn probe_client(git: &Git, url: &str) -> Result<reqwest::blocking::Client, String> {
     let options = crate::lfs::http_settings::http_options(git, url);
-    let mut builder = reqwest::blocking::Client::builder()
-        .timeout(PROBE_TIMEOUT)
-        .connect_timeout(PROBE_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("git-xet/", env!("CARGO_PKG_VERSION")));
-    builder = apply_blocking(&options, builder)?;
-    builder
-        .build()
-        .map_err(|e| format!("cannot build an HTTP client: {}", chain_text(&e)))
-}
-
-/// [`crate::store::HttpOptions::apply`] for a blocking client builder.
-fn apply_blocking(
-    options: &crate::store::HttpOptions,
-    mut builder: reqwest::blocking::ClientBuilder,
-) -> Result<reqwest::blocking::ClientBuilder, String> {
-    for (cert, _) in options.certificates()? {
-        builder = builder.add_root_certificate(cert);
-    }
-    if !options.verify {
-        builder = builder.danger_accept_invalid_certs(true);
-    }
-    if let Some(identity) = options.identity()? {
-        builder = builder.identity(identity);
-    }
-    if let Some(proxy) = options.proxy()? {
-        builder = builder.proxy(proxy);
-    }
-    Ok(builder)
+    crate::store::remote::blocking_client(&options, PROBE_TIMEOUT)
 }
 
 /// What a request error says, TLS certificate problems in the words that tell what to do.

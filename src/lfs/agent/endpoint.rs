@@ -135,7 +135,7 @@ pub(super) fn connect_standalone(
 /// [`settings::refresh_authorization`] picks (the action's own `Authorization`, `HF_TOKEN` on
 /// Hugging Face, or a git credential for `href`; never `GIT_XET_TOKEN`), asked for only when a
 /// refresh is due.
-pub(super) fn connect_negotiated(
+pub(crate) fn connect_negotiated(
     git: &Git,
     action: &Action,
     op: Operation,

@@ -52,7 +52,7 @@ mod endpoint;
 mod prior;
 
 use endpoint::*;
-pub(crate) use endpoint::{open_standalone, Lease};
+pub(crate) use endpoint::{connect_negotiated, open_standalone, Lease};
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};

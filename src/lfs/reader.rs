@@ -1,0 +1,375 @@
+//! Reading Git LFS objects outside a transfer (`git xet cat`, `git xet mount`): for each object,
+//! where its bytes are.
+//!
+//! In order: the object in `<LFS storage>/objects` (read as it is: git-lfs checked its SHA-256
+//! when it stored it); else the remote's endpoint, as a transfer would reach it:
+//!
+//! - **standalone mode** (`lfs.standalonetransferagent=xet`): the configured endpoint (a `git xet
+//!   serve` URL or a store directory), opened as the agent opens it;
+//! - **negotiated mode**: the LFS server's batch API, asked for downloads offering `xet` only, with
+//!   the credential git's helpers hold for the LFS URL (never prompting); each object's action
+//!   names the CAS and its token (refreshed through the action's `href` as in transfers) and the
+//!   object's Xet hash. A server that answers with basic transfers only cannot serve ranges:
+//!   the error says to fetch the objects first (`git lfs fetch`).
+//!
+//! The remote's HTTP requests use git's `http.*` settings ([`super::http_settings`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+
+use super::agent::{AgentOptions, Lease};
+use super::error::TransferError;
+use super::protocol::{Action, Operation};
+use super::settings::{self, TransferMode};
+use crate::format::{FileHash, LfsOid};
+use crate::git::Git;
+use crate::store::Endpoint;
+
+/// Objects asked about per batch request.
+const BATCH_OBJECTS: usize = 100;
+
+/// Where an object's bytes are.
+#[derive(Clone)]
+pub enum ObjectLocation {
+    /// A complete local copy.
+    Local(PathBuf),
+    /// A file of an endpoint.
+    Remote {
+        file: FileHash,
+        endpoint: EndpointHandle,
+    },
+    /// The LFS server answered for the object with an error other than "not found" (for
+    /// example, its copy is damaged): its message, as the server wrote it. Not remembered, so
+    /// that the next open asks again.
+    Refused(String),
+}
+
+/// An endpoint objects are read from, shared by everything that reads it.
+#[derive(Clone)]
+pub struct EndpointHandle(Arc<Lease>);
+
+impl EndpointHandle {
+    pub fn get(&self) -> &dyn Endpoint {
+        self.0.get()
+    }
+}
+
+/// Finds where objects of one remote are (see the module documentation).
+pub struct ObjectReader {
+    git: Git,
+    objects: Option<PathBuf>,
+    route: Route,
+    found: Mutex<HashMap<LfsOid, ObjectLocation>>,
+}
+
+enum Route {
+    Standalone(EndpointHandle),
+    Negotiated {
+        lfs_url: String,
+        client: reqwest::blocking::Client,
+        /// One endpoint per CAS URL.
+        endpoints: Mutex<HashMap<String, EndpointHandle>>,
+    },
+}
+
+/// A batch answer, as far as it is read here.
+#[derive(Debug, Deserialize)]
+struct BatchAnswer {
+    #[serde(default)]
+    transfer: Option<String>,
+    #[serde(default)]
+    objects: Vec<BatchObject>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchObject {
+    oid: String,
+    #[serde(default)]
+    actions: Option<BatchActions>,
+    #[serde(default)]
+    error: Option<BatchError>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchActions {
+    download: Option<Action>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchError {
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    message: String,
+}
+
+impl ObjectReader {
+    /// The reader for `remote` (default: the remote git-lfs would use, usually `origin`) of the
+    /// repository `git` is in.
+    pub fn open(git: &Git, remote: Option<&str>) -> Result<Self, TransferError> {
+        let objects = git.common_dir().ok().and_then(|common| {
+            settings::lfs_temp_dir_in(git, &common)
+                .ok()
+                .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")))
+        });
+        let remote_name = remote.unwrap_or("origin").to_string();
+        let endpoints = settings::lfs_env_endpoints(git);
+        let remotes = settings::remotes(git);
+        let lfs_url = settings::lfs_url_of(&endpoints, &remotes, &remote_name).or_else(|| {
+            endpoints
+                .iter()
+                .find(|(r, _)| r.is_none())
+                .map(|(_, u)| u.clone())
+        });
+        let route = match settings::transfer_mode(git, lfs_url.as_deref()) {
+            TransferMode::Standalone(agent) if agent == "xet" => {
+                let options = AgentOptions::in_dir(git.dir().unwrap_or(Path::new(".")));
+                let lease = super::agent::open_standalone(
+                    options,
+                    Some(&remote_name),
+                    Operation::Download,
+                )?;
+                Route::Standalone(EndpointHandle(Arc::new(lease)))
+            }
+            _ => {
+                let Some(lfs_url) = lfs_url else {
+                    return Err(TransferError::Setup(format!(
+                        "the remote {remote_name:?} has no Git LFS URL (no such remote, or \
+                         `git lfs env` cannot tell): add the remote, or set `lfs.url`"
+                    )));
+                };
+                let options = super::http_settings::http_options(git, &lfs_url);
+                let client = crate::store::remote::blocking_client(
+                    &options,
+                    std::time::Duration::from_secs(60),
+                )
+                .map_err(|e| TransferError::Setup(format!("LFS server {lfs_url}: {e}")))?;
+                Route::Negotiated {
+                    lfs_url,
+                    client,
+                    endpoints: Mutex::new(HashMap::new()),
+                }
+            }
+        };
+        Ok(Self {
+            git: git.clone(),
+            objects,
+            route,
+            found: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The local copy of `oid`, if `<LFS storage>/objects` holds one of `size` bytes.
+    pub fn local_copy(&self, oid: &LfsOid, size: u64) -> Option<PathBuf> {
+        let hex = oid.to_hex();
+        let path = self
+            .objects
+            .as_ref()?
+            .join(&hex[..2])
+            .join(&hex[2..4])
+            .join(&hex);
+        let meta = std::fs::metadata(&path).ok()?;
+        (meta.is_file() && meta.len() == size).then_some(path)
+    }
+
+    /// Where each of `objects` (oid, size) is; objects the remote does not have are missing
+    /// from the answer. Asks the remote only about objects without a local copy, in batches.
+    pub fn locate(
+        &self,
+        objects: &[(LfsOid, u64)],
+    ) -> Result<HashMap<LfsOid, ObjectLocation>, TransferError> {
+        let mut out = HashMap::new();
+        let mut wanted = Vec::new();
+        {
+            let found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+            for (oid, size) in objects {
+                if let Some(path) = self.local_copy(oid, *size) {
+                    out.insert(*oid, ObjectLocation::Local(path));
+                } else if let Some(known) = found.get(oid) {
+                    out.insert(*oid, known.clone());
+                } else {
+                    wanted.push((*oid, *size));
+                }
+            }
+        }
+        let mut learned = HashMap::new();
+        match &self.route {
+            Route::Standalone(lease) => {
+                for (oid, size) in wanted {
+                    let located =
+                        lease
+                            .get()
+                            .locate_oid(&oid)
+                            .map_err(|e| TransferError::LookupFailed {
+                                oid,
+                                endpoint: lease.get().describe(),
+                                source: Box::new(e),
+                            })?;
+                    if let Some((file, stored)) = located {
+                        if stored == size {
+                            learned.insert(
+                                oid,
+                                ObjectLocation::Remote {
+                                    file,
+                                    endpoint: lease.clone(),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            Route::Negotiated {
+                lfs_url,
+                client,
+                endpoints,
+            } => {
+                for batch in wanted.chunks(BATCH_OBJECTS) {
+                    self.ask_batch(lfs_url, client, endpoints, batch, &mut learned)?;
+                }
+            }
+        }
+        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        for (oid, location) in learned {
+            if !matches!(location, ObjectLocation::Refused(_)) {
+                found.insert(oid, location.clone());
+            }
+            out.insert(oid, location);
+        }
+        Ok(out)
+    }
+
+    /// One download batch request for `objects`, offering `xet` only.
+    fn ask_batch(
+        &self,
+        lfs_url: &str,
+        client: &reqwest::blocking::Client,
+        endpoints: &Mutex<HashMap<String, EndpointHandle>>,
+        objects: &[(LfsOid, u64)],
+        learned: &mut HashMap<LfsOid, ObjectLocation>,
+    ) -> Result<(), TransferError> {
+        let split = settings::split_userinfo(lfs_url);
+        let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
+        let body = serde_json::json!({
+            "operation": "download",
+            "transfers": ["xet"],
+            "objects": objects
+                .iter()
+                .map(|(oid, size)| serde_json::json!({"oid": oid.to_hex(), "size": size}))
+                .collect::<Vec<_>>(),
+        })
+        .to_string();
+        let send = |auth: Option<&(String, String)>| {
+            let mut r = client
+                .post(&target)
+                .header("Accept", "application/vnd.git-lfs+json")
+                .header("Content-Type", "application/vnd.git-lfs+json")
+                .body(body.clone());
+            if let Some((user, password)) = auth {
+                r = r.basic_auth(user, Some(password));
+            }
+            r.send()
+        };
+        let failed = |e: String| {
+            TransferError::Setup(format!(
+                "the LFS server {} cannot be asked about objects: {e}",
+                crate::redact::redact(&split.bare)
+            ))
+        };
+        let describe = |e: &reqwest::Error| {
+            crate::store::remote::cert_problem(e)
+                .map(|p| {
+                    let host = crate::util::url::origin(&target)
+                        .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
+                        .unwrap_or_default();
+                    crate::store::remote::cert_advice(&host, p)
+                })
+                .unwrap_or_else(|| crate::util::error::chain_text(e))
+        };
+        let mut response = send(None).map_err(|e| failed(describe(&e)))?;
+        if matches!(response.status().as_u16(), 401 | 403) {
+            let credential = settings::stored_credential(&self.git, &split.with_user)
+                .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
+            if let Some(c) = credential {
+                response = send(Some(&c)).map_err(|e| failed(describe(&e)))?;
+            }
+        }
+        let status = response.status();
+        if !status.is_success() {
+            return Err(failed(format!(
+                "HTTP {status}{}",
+                if matches!(status.as_u16(), 401 | 403) {
+                    " (store the credential with `git credential approve`, or run `git lfs \
+                     fetch` once so that your credential helper keeps it)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let answer: BatchAnswer = response
+            .json()
+            .map_err(|e| failed(format!("its batch answer does not parse: {e}")))?;
+        if answer.transfer.as_deref() != Some("xet") {
+            return Err(TransferError::Setup(format!(
+                "the LFS server {} does not offer the xet transfer, so objects cannot be read \
+                 in part: fetch them first (`git lfs fetch`), then they are read locally",
+                crate::redact::redact(&split.bare)
+            )));
+        }
+        for object in answer.objects {
+            let Ok(oid) = LfsOid::from_hex(&object.oid) else {
+                continue;
+            };
+            if let Some(e) = object.error {
+                tracing::debug!(%oid, code = e.code, "the LFS server has no object: {}", e.message);
+                if e.code != 404 {
+                    let message = crate::redact::clip(&e.message, 1024).into_owned();
+                    learned.insert(oid, ObjectLocation::Refused(message));
+                }
+                continue;
+            }
+            let Some(action) = object.actions.and_then(|a| a.download) else {
+                continue;
+            };
+            let Some(file) = action
+                .header("X-Xet-Hash")
+                .and_then(|h| FileHash::from_hex(h).ok())
+            else {
+                continue;
+            };
+            let cas = action
+                .header("X-Xet-Cas-Url")
+                .unwrap_or_default()
+                .to_string();
+            let endpoint = {
+                let mut known = endpoints.lock().unwrap_or_else(|p| p.into_inner());
+                match known.get(&cas) {
+                    Some(e) => e.clone(),
+                    None => {
+                        let e = EndpointHandle(Arc::new(Lease::Shared(
+                            super::agent::connect_negotiated(
+                                &self.git,
+                                &action,
+                                Operation::Download,
+                            )?,
+                        )));
+                        known.insert(cas, e.clone());
+                        e
+                    }
+                }
+            };
+            learned.insert(oid, ObjectLocation::Remote { file, endpoint });
+        }
+        Ok(())
+    }
+
+    /// A description of where objects come from, for messages.
+    pub fn describe(&self) -> String {
+        match &self.route {
+            Route::Standalone(lease) => lease.get().describe(),
+            Route::Negotiated { lfs_url, .. } => crate::redact::redact(lfs_url),
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Reading a repository's files at a ref without downloading them: `git xet cat` and `git xet
+//! mount`.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`view`] | the tree at a ref and the bytes of each file: git's objects for ordinary files, the local LFS store or ranged reads of the remote for LFS files |
+//! | [`fs`] | the read-only FUSE filesystem over a [`view::View`], with read-ahead |
+
+pub mod fs;
+pub mod view;

@@ -1,0 +1,314 @@
+//! The tree of a repository at a ref, and the bytes of each of its files, read on demand.
+//!
+//! Ordinary files come from git's objects (read whole when first read; they are small by the
+//! nature of LFS repositories). A Git LFS file is read from its object in the local LFS store
+//! when that is there, else in ranges from the remote ([`crate::pipeline::ranged`]), every
+//! chunk checked. Where each LFS object is, is asked of the remote the first time a file is
+//! opened, for every LFS file of its directory at once (one batch request for many files).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::format::pointer::Pointer;
+use crate::format::LfsOid;
+use crate::git::objects::{self, EntryKind, ObjectsError};
+use crate::lfs::error::TransferError;
+use crate::lfs::reader::{EndpointHandle, ObjectLocation, ObjectReader};
+use crate::pipeline::ranged::{RangedError, RangedFile};
+
+/// Why a view cannot be made, or a file read.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("{0}")]
+    Git(#[from] ObjectsError),
+    #[error("{0}")]
+    Remote(#[from] TransferError),
+    #[error("{0}")]
+    Ranged(#[from] Box<RangedError>),
+    #[error("{path}: {source}")]
+    Local {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} (LFS object {oid}) is neither in the local LFS store nor on the remote ({remote})"
+    )]
+    Missing {
+        path: String,
+        oid: LfsOid,
+        remote: String,
+    },
+    #[error("{path} cannot be read from the remote ({remote}): {message}")]
+    Refused {
+        path: String,
+        remote: String,
+        message: String,
+    },
+}
+
+impl From<RangedError> for ViewError {
+    fn from(e: RangedError) -> Self {
+        Self::Ranged(Box::new(e))
+    }
+}
+
+/// One node of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Dir {
+        /// Entry names and their node ids, in git's order.
+        children: Vec<(String, usize)>,
+    },
+    File {
+        path: String,
+        size: u64,
+        executable: bool,
+        content: Content,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+}
+
+/// Where a file's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    Blob(git2::Oid),
+    Lfs(Pointer),
+}
+
+/// An opened file's bytes.
+pub enum Opened {
+    Bytes(Arc<Vec<u8>>),
+    Local(std::fs::File),
+    Ranged {
+        file: Arc<RangedFile>,
+        endpoint: EndpointHandle,
+    },
+}
+
+impl Opened {
+    /// Up to `len` bytes from `offset` (fewer at the end).
+    pub fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, ViewError> {
+        match self {
+            Opened::Bytes(b) => {
+                let start = offset.min(b.len() as u64) as usize;
+                let end = offset.saturating_add(len).min(b.len() as u64) as usize;
+                Ok(b[start..end].to_vec())
+            }
+            Opened::Local(f) => read_local(f, offset, len),
+            Opened::Ranged { file, endpoint } => Ok(file.read(endpoint.get(), offset, len)?),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn read_local(f: &std::fs::File, offset: u64, len: u64) -> Result<Vec<u8>, ViewError> {
+    use std::os::unix::fs::FileExt as _;
+    let size = f
+        .metadata()
+        .map_err(|source| ViewError::Local {
+            path: PathBuf::from("(local LFS object)"),
+            source,
+        })?
+        .len();
+    let end = offset.saturating_add(len).min(size);
+    if offset >= end {
+        return Ok(Vec::new());
+    }
+    let mut buf = vec![0u8; (end - offset) as usize];
+    f.read_exact_at(&mut buf, offset)
+        .map_err(|source| ViewError::Local {
+            path: PathBuf::from("(local LFS object)"),
+            source,
+        })?;
+    Ok(buf)
+}
+
+#[cfg(not(unix))]
+fn read_local(_f: &std::fs::File, _offset: u64, _len: u64) -> Result<Vec<u8>, ViewError> {
+    Err(ViewError::Local {
+        path: PathBuf::from("(local LFS object)"),
+        source: std::io::Error::other("positional reads are not supported here"),
+    })
+}
+
+/// The tree of a repository at one ref (see the module documentation).
+pub struct View {
+    repo: Mutex<git2::Repository>,
+    /// Node 0 is the root.
+    pub nodes: Vec<Node>,
+    reader: ObjectReader,
+    /// Opened LFS objects, shared by every open of the same object.
+    ranged: Mutex<HashMap<LfsOid, Arc<RangedFile>>>,
+}
+
+impl View {
+    /// The tree `rev` names in the repository `git` is in, with objects from `remote`.
+    pub fn open(git: &crate::git::Git, rev: &str, remote: Option<&str>) -> Result<Self, ViewError> {
+        let repo = objects::open(git.dir())?;
+        let entries = objects::tree_entries(&repo, rev)?;
+        let mut nodes = vec![Node::Dir {
+            children: Vec::new(),
+        }];
+        let mut dirs: HashMap<String, usize> = HashMap::from([(String::new(), 0)]);
+        for entry in entries {
+            let (parent, name) = match entry.path.rsplit_once('/') {
+                Some((p, n)) => (p.to_string(), n.to_string()),
+                None => (String::new(), entry.path.clone()),
+            };
+            let Some(&parent_id) = dirs.get(&parent) else {
+                continue;
+            };
+            let id = nodes.len();
+            let node = match entry.kind {
+                EntryKind::Dir => {
+                    dirs.insert(entry.path.clone(), id);
+                    Node::Dir {
+                        children: Vec::new(),
+                    }
+                }
+                EntryKind::File {
+                    blob,
+                    size,
+                    executable,
+                    pointer,
+                } => match pointer {
+                    Some(p) => Node::File {
+                        path: entry.path.clone(),
+                        size: p.size,
+                        executable,
+                        content: Content::Lfs(p),
+                    },
+                    None => Node::File {
+                        path: entry.path.clone(),
+                        size,
+                        executable,
+                        content: Content::Blob(blob),
+                    },
+                },
+                EntryKind::Symlink { blob } => Node::Symlink {
+                    target: objects::blob_bytes(&repo, blob)?,
+                },
+            };
+            nodes.push(node);
+            if let Some(Node::Dir { children }) = nodes.get_mut(parent_id) {
+                children.push((name, id));
+            }
+        }
+        let reader = ObjectReader::open(git, remote)?;
+        Ok(Self {
+            repo: Mutex::new(repo),
+            nodes,
+            reader,
+            ranged: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The node at `path` (`/`-separated, from the root; empty: the root).
+    pub fn lookup(&self, path: &str) -> Option<usize> {
+        let mut at = 0usize;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            let Node::Dir { children } = &self.nodes[at] else {
+                return None;
+            };
+            at = children.iter().find(|(n, _)| n == part)?.1;
+        }
+        Some(at)
+    }
+
+    /// Opens file node `id` for reading.
+    pub fn open_file(&self, id: usize) -> Result<Opened, ViewError> {
+        let Some(Node::File { path, content, .. }) = self.nodes.get(id) else {
+            return Err(ViewError::Local {
+                path: PathBuf::from(format!("node {id}")),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            });
+        };
+        match content {
+            Content::Blob(oid) => {
+                let repo = self.repo.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(Opened::Bytes(Arc::new(objects::blob_bytes(&repo, *oid)?)))
+            }
+            Content::Lfs(pointer) => self.open_lfs(path, pointer),
+        }
+    }
+
+    fn open_lfs(&self, path: &str, pointer: &Pointer) -> Result<Opened, ViewError> {
+        if let Some(local) = self.reader.local_copy(&pointer.oid, pointer.size) {
+            let f = std::fs::File::open(&local).map_err(|source| ViewError::Local {
+                path: local.clone(),
+                source,
+            })?;
+            return Ok(Opened::Local(f));
+        }
+        let located = self.reader.locate(&self.lfs_near(path, pointer))?;
+        match located.get(&pointer.oid) {
+            Some(ObjectLocation::Local(local)) => {
+                let f = std::fs::File::open(local).map_err(|source| ViewError::Local {
+                    path: local.clone(),
+                    source,
+                })?;
+                Ok(Opened::Local(f))
+            }
+            Some(ObjectLocation::Remote { file, endpoint }) => {
+                let known = self
+                    .ranged
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&pointer.oid)
+                    .cloned();
+                let ranged = match known {
+                    Some(r) => r,
+                    None => {
+                        let r = Arc::new(RangedFile::open(endpoint.get(), *file, pointer.size)?);
+                        self.ranged
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(pointer.oid, Arc::clone(&r));
+                        r
+                    }
+                };
+                Ok(Opened::Ranged {
+                    file: ranged,
+                    endpoint: endpoint.clone(),
+                })
+            }
+            Some(ObjectLocation::Refused(message)) => Err(ViewError::Refused {
+                path: path.to_string(),
+                remote: self.reader.describe(),
+                message: message.clone(),
+            }),
+            None => Err(ViewError::Missing {
+                path: path.to_string(),
+                oid: pointer.oid,
+                remote: self.reader.describe(),
+            }),
+        }
+    }
+
+    /// The LFS objects of `path`'s directory (at most 100), `pointer`'s first: located
+    /// together, in one request.
+    fn lfs_near(&self, path: &str, pointer: &Pointer) -> Vec<(LfsOid, u64)> {
+        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+        let mut out = vec![(pointer.oid, pointer.size)];
+        if let Some(Node::Dir { children }) = self.lookup(dir).and_then(|id| self.nodes.get(id)) {
+            for (_, id) in children {
+                if out.len() >= 100 {
+                    break;
+                }
+                if let Some(Node::File {
+                    content: Content::Lfs(p),
+                    ..
+                }) = self.nodes.get(*id)
+                {
+                    if !out.iter().any(|(o, _)| *o == p.oid) {
+                        out.push((p.oid, p.size));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
