@@ -5,6 +5,8 @@
 # Usage: bench/mount.sh [SIZE_MIB]
 #
 #   SIZE_MIB             size of the safetensors checkpoint in MiB (default 4096)
+#   GIT_XET_BENCH_LOGS   a directory to keep each mount's log in (with GIT_XET_LOG_LEVEL=
+#                        info,git_xet::mount=trace, every FUSE read is logged)
 #   GIT_XET_HF_PYTHON    a Python with `safetensors`, `numpy` and `pyarrow` (default:
 #                        .venv/bin/python; install them with
 #                        .venv/bin/pip install safetensors numpy pyarrow)
@@ -133,6 +135,9 @@ mount_fresh() {
 unmount() {
     git-xet mount --unmount "$mnt" 2>/dev/null
     wait "$mount_pid" || true
+    if [[ -n "${GIT_XET_BENCH_LOGS:-}" ]]; then
+        mkdir -p "$GIT_XET_BENCH_LOGS" && cp "$work/mount$step.log" "$GIT_XET_BENCH_LOGS/"
+    fi
     mounted=""
     rm -rf "$work/cache$step"
 }

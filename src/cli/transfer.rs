@@ -48,7 +48,9 @@ pub(super) fn init_logging() {
     let filter = std::env::var(LOG_LEVEL_ENV)
         .ok()
         .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+        // fuser warns when its own unmount at exit finds the mount gone, which is how every
+        // `git xet mount --unmount` ends: not worth a warning.
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,fuser::mnt=error"));
     let file = std::env::var_os(LOG_ENV).and_then(|path| {
         match std::fs::OpenOptions::new()
             .create(true)

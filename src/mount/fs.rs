@@ -5,19 +5,21 @@
 //! pointers, so `ls -l` downloads nothing.
 //!
 //! Reads of an LFS file read from the remote go through [`RangedFile`]: a read that misses
-//! what is in memory fetches just what it asks for. A handle that goes on reading where its
-//! last read ended is sequential, and its fetches grow with the run (twice what it has read so
-//! far, up to [`SEQUENTIAL_SPAN`]); once the run passes [`READ_AHEAD_AFTER`], spans ahead of it
-//! are fetched in the background too (up to [`READ_AHEAD_SPANS`], at most [`MAX_PREFETCH`]
-//! fetches at once in the whole mount), so a scan does not pay a round trip per 128 KiB
-//! request, while a reader of a header or of one tensor fetches little more than it reads. The kernel's requests are handled on
-//! [`THREADS`] threads, so several reads are in flight at once. A read that fails (the server
-//! gone past the retry horizon, damaged data) answers `EIO` for that read only and is logged
-//! with the file and offset; the mount stays up.
+//! what is in memory fetches the whole chunks it covers and no more. A handle that goes on
+//! reading where its last read ended is sequential; once its run passes [`GROW_AFTER`], a miss
+//! fetches as much as the run so far (up to [`SEQUENTIAL_SPAN`]), and spans ahead of it are
+//! fetched in the background, half the run ahead (at most [`READ_AHEAD_SPANS`] spans, and
+//! [`MAX_PREFETCH`] fetches at once in the whole mount). So a scan does not wait a round trip
+//! per request, while a reader of a header or of one tensor fetches little more than it reads.
+//! The kernel's own read-ahead is capped at [`KERNEL_READ_AHEAD`] (it would otherwise turn a
+//! 64 KiB read into a 128 KiB one). The kernel's requests are handled on [`THREADS`] threads,
+//! so several reads are in flight at once. A read that fails (the server gone past the retry
+//! horizon, damaged data) answers `EIO` for that read only and is logged with the file and
+//! offset; the mount stays up.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -33,17 +35,21 @@ use crate::pipeline::ranged::RangedFile;
 pub const SEQUENTIAL_SPAN: u64 = 8 << 20;
 
 /// Spans fetched ahead of a sequential reader.
-pub const READ_AHEAD_SPANS: u64 = 3;
-
-/// A sequential run this long (bytes) starts the read-ahead.
-pub const READ_AHEAD_AFTER: u64 = 2 << 20;
+pub const READ_AHEAD_SPANS: u64 = 4;
 
 /// The most the kernel reads ahead by itself, per file (its own page-cache read-ahead, in
 /// requests to us); ours is sized by the reader's run instead.
-pub const KERNEL_READ_AHEAD: u32 = 128 << 10;
+pub const KERNEL_READ_AHEAD: u32 = 64 << 10;
 
-/// Background fetches at once, in the whole mount.
+/// Background fetches at once, in the whole mount (threads, and the queue before them).
 pub const MAX_PREFETCH: usize = 4;
+
+/// A sequential run this long (bytes) makes a miss fetch more than the read asks for, and
+/// starts the read-ahead.
+pub const GROW_AFTER: u64 = 2 << 20;
+
+/// How far from where a sequential run has got to a read may start and still go on it.
+pub const SEQUENTIAL_SLACK: u64 = 1 << 20;
 
 /// Threads handling the kernel's requests.
 pub const THREADS: usize = 4;
@@ -62,12 +68,33 @@ struct Handle {
     ahead: AtomicU64,
 }
 
+impl Handle {
+    /// Records a read of `size` bytes at `offset`; returns whether it goes on the handle's
+    /// sequential run and the run's length before it. The kernel's requests reach several
+    /// threads and may be handled slightly out of order, so a read that starts within
+    /// [`SEQUENTIAL_SLACK`] of where the run has got to still counts as sequential.
+    fn advance(&self, offset: u64, size: u64) -> (bool, u64) {
+        let end = offset.saturating_add(size);
+        let last = self.last_end.load(Ordering::Relaxed);
+        let sequential = offset <= last.saturating_add(SEQUENTIAL_SLACK)
+            && last <= end.saturating_add(SEQUENTIAL_SLACK);
+        if sequential {
+            self.last_end.fetch_max(end, Ordering::Relaxed);
+            (true, self.run.fetch_add(size, Ordering::Relaxed))
+        } else {
+            self.last_end.store(end, Ordering::Relaxed);
+            self.run.store(size, Ordering::Relaxed);
+            (false, 0)
+        }
+    }
+}
+
 /// The filesystem (see the module documentation).
 pub struct XetFs {
     view: Arc<View>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_handle: AtomicU64,
-    prefetching: Arc<AtomicUsize>,
+    prefetcher: Prefetcher,
     uid: u32,
     gid: u32,
     mounted_at: SystemTime,
@@ -86,7 +113,7 @@ impl XetFs {
             view: Arc::new(view),
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
-            prefetching: Arc::new(AtomicUsize::new(0)),
+            prefetcher: Prefetcher::new(MAX_PREFETCH),
             uid,
             gid,
             mounted_at: SystemTime::now(),
@@ -137,7 +164,8 @@ impl XetFs {
             .cloned()
     }
 
-    /// Fetches the spans after `from` in the background, up to the read-ahead window.
+    /// Queues fetches of the spans after `from`, up to the read-ahead window of the
+    /// handle's sequential run (nothing before the run reaches [`GROW_AFTER`]).
     fn read_ahead(
         &self,
         handle: &Handle,
@@ -146,40 +174,30 @@ impl XetFs {
         from: u64,
     ) {
         let run = handle.run.load(Ordering::Relaxed);
-        if run < READ_AHEAD_AFTER {
+        if run < GROW_AFTER {
             return;
         }
-        let limit = from
-            .saturating_add((READ_AHEAD_SPANS * SEQUENTIAL_SPAN).min(run.saturating_mul(2)))
-            .min(file.size());
+        // Ahead by half the run so far: a reader that stops (at the end of a tensor, a
+        // column chunk) leaves at most that much fetched for nothing.
+        let window = (run / 2).min(READ_AHEAD_SPANS * SEQUENTIAL_SPAN);
+        let span = window.clamp(1, SEQUENTIAL_SPAN);
+        let limit = from.saturating_add(window).min(file.size());
         loop {
             let start = handle.ahead.load(Ordering::Relaxed).max(from);
             if start >= limit {
                 return;
             }
-            if self.prefetching.fetch_add(1, Ordering::AcqRel) >= MAX_PREFETCH {
-                self.prefetching.fetch_sub(1, Ordering::AcqRel);
+            let end = start.saturating_add(span).min(file.size());
+            let (job_file, job_endpoint) = (Arc::clone(file), endpoint.clone());
+            let queued = self.prefetcher.try_submit(Box::new(move || {
+                if let Err(e) = job_file.prefetch(job_endpoint.get(), start, end) {
+                    tracing::debug!(start, end, "read-ahead failed (a read will try again): {e}");
+                }
+            }));
+            if !queued {
                 return;
             }
-            let end = start.saturating_add(SEQUENTIAL_SPAN).min(file.size());
-            handle.ahead.store(end, Ordering::Relaxed);
-            let (file, endpoint, count) = (
-                Arc::clone(file),
-                endpoint.clone(),
-                Arc::clone(&self.prefetching),
-            );
-            std::thread::spawn(move || {
-                if !file.is_cached(start, end - start) {
-                    if let Err(e) = file.fetch(endpoint.get(), start, end) {
-                        tracing::debug!(
-                            start,
-                            end,
-                            "read-ahead failed (a read will try again): {e}"
-                        );
-                    }
-                }
-                count.fetch_sub(1, Ordering::AcqRel);
-            });
+            handle.ahead.fetch_max(end, Ordering::Relaxed);
         }
     }
 
@@ -189,40 +207,66 @@ impl XetFs {
         handle: &Handle,
         offset: u64,
         size: u64,
-    ) -> Result<Vec<u8>, super::view::ViewError> {
-        let sequential = handle
-            .last_end
-            .swap(offset.saturating_add(size), Ordering::Relaxed)
-            == offset;
-        let run = if sequential {
-            handle.run.fetch_add(size, Ordering::Relaxed)
-        } else {
-            handle.run.store(size, Ordering::Relaxed);
-            0
-        };
+    ) -> Result<bytes::Bytes, super::view::ViewError> {
+        let (sequential, run) = handle.advance(offset, size);
         match handle.opened.as_ref() {
             Opened::Ranged { file, endpoint } => {
-                if !file.is_cached(offset, size) {
-                    let span = if sequential {
-                        run.saturating_mul(2).min(SEQUENTIAL_SPAN).max(size)
-                    } else {
-                        size
-                    };
-                    file.fetch(endpoint.get(), offset, offset.saturating_add(span))?;
-                    if sequential {
-                        handle
-                            .ahead
-                            .fetch_max(offset.saturating_add(span), Ordering::Relaxed);
-                    }
-                }
-                let data = file.read(endpoint.get(), offset, size)?;
-                if sequential {
+                // A miss of a long sequential run fetches more than the read in one request,
+                // and the spans after it are queued before this read waits for anything.
+                let long = sequential && run >= GROW_AFTER;
+                let fetch_len = if long {
+                    run.min(SEQUENTIAL_SPAN).max(size)
+                } else {
+                    size
+                };
+                if long {
+                    handle
+                        .ahead
+                        .fetch_max(offset.saturating_add(fetch_len), Ordering::Relaxed);
                     self.read_ahead(handle, file, endpoint, offset.saturating_add(size));
                 }
-                Ok(data)
+                Ok(file.read_fetching(endpoint.get(), offset, size, fetch_len)?)
             }
             other => other.read(offset, size),
         }
+    }
+}
+
+/// A background job: one read-ahead fetch.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed set of threads running read-ahead fetches from a short queue: a job that does not
+/// fit is dropped (the read that needs its bytes fetches them), so read-ahead never piles up.
+struct Prefetcher {
+    queue: std::sync::mpsc::SyncSender<Job>,
+}
+
+impl Prefetcher {
+    fn new(threads: usize) -> Self {
+        let (queue, jobs) = std::sync::mpsc::sync_channel::<Job>(threads);
+        let jobs = Arc::new(Mutex::new(jobs));
+        for i in 0..threads {
+            let jobs = Arc::clone(&jobs);
+            let spawned = std::thread::Builder::new()
+                .name(format!("xet-read-ahead-{i}"))
+                .spawn(move || loop {
+                    let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(
+                    "cannot start a read-ahead thread ({e}); reads fetch for themselves"
+                );
+            }
+        }
+        Self { queue }
+    }
+
+    fn try_submit(&self, job: Job) -> bool {
+        self.queue.try_send(job).is_ok()
     }
 }
 
@@ -310,6 +354,7 @@ impl Filesystem for XetFs {
         let Some(handle) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
+        tracing::trace!(ino = ino.0, offset, size, "read");
         match self.read_at(&handle, offset, u64::from(size)) {
             Ok(data) => reply.data(&data),
             Err(e) => {
@@ -346,10 +391,18 @@ impl Filesystem for XetFs {
         _flush: bool,
         reply: fuser::ReplyEmpty,
     ) {
-        self.handles
+        let closed = self
+            .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0);
+        // The last handle of a remote file closed: its spans leave memory (the view keeps
+        // one reference to the file, this handle the other).
+        if let Some(Opened::Ranged { file, .. }) = closed.as_ref().map(|h| h.opened.as_ref()) {
+            if Arc::strong_count(file) <= 2 {
+                file.forget_spans();
+            }
+        }
         reply.ok();
     }
 

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+
 use crate::format::pointer::Pointer;
 use crate::format::LfsOid;
 use crate::git::objects::{self, EntryKind, ObjectsError};
@@ -90,14 +92,14 @@ pub enum Opened {
 
 impl Opened {
     /// Up to `len` bytes from `offset` (fewer at the end).
-    pub fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, ViewError> {
+    pub fn read(&self, offset: u64, len: u64) -> Result<Bytes, ViewError> {
         match self {
             Opened::Bytes(b) => {
                 let start = offset.min(b.len() as u64) as usize;
                 let end = offset.saturating_add(len).min(b.len() as u64) as usize;
-                Ok(b[start..end].to_vec())
+                Ok(Bytes::copy_from_slice(&b[start..end]))
             }
-            Opened::Local(f) => read_local(f, offset, len),
+            Opened::Local(f) => read_local(f, offset, len).map(Bytes::from),
             Opened::Ranged { file, endpoint } => Ok(file.read(endpoint.get(), offset, len)?),
         }
     }

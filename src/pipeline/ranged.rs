@@ -12,7 +12,9 @@
 //! Decoded spans are kept in a small cache per file ([`SPAN_CACHE_BYTES`]), so that the reads of
 //! a span the kernel splits into 128 KiB requests cost one fetch.
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use bytes::Bytes;
 
 use crate::format::hash::file_hash;
 use crate::format::{ChunkRef, FileHash};
@@ -20,7 +22,7 @@ use crate::pipeline::download::{write_plan_with_chunks, DownloadError};
 use crate::store::{Endpoint, TargetError};
 
 /// Bytes of decoded spans kept per file.
-pub const SPAN_CACHE_BYTES: usize = 48 << 20;
+pub const SPAN_CACHE_BYTES: usize = 64 << 20;
 
 /// Why part of a file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -69,42 +71,170 @@ pub struct RangedFile {
     chunks: Vec<ChunkRef>,
     /// `starts[i]`: the offset of chunk `i`; `starts[n]` is the size.
     starts: Vec<u64>,
-    cache: Mutex<SpanCache>,
+    state: Mutex<State>,
+    /// Signalled whenever a fetch ends (kept or failed).
+    fetched: Condvar,
+}
+
+/// What is in memory, and what is being fetched.
+#[derive(Default)]
+struct State {
+    cache: SpanCache,
+    /// Ranges being fetched now: a read that needs one of them waits for it instead of
+    /// fetching the same bytes again.
+    in_flight: Vec<(u64, u64)>,
+}
+
+impl State {
+    /// The first byte at or after `at` that memory holds or a fetch is getting.
+    fn next_held(&self, at: u64) -> Option<u64> {
+        let cached = self.cache.spans.iter().filter(|s| s.end() > at);
+        let fetching = self.in_flight.iter().filter(|&&(_, e)| e > at);
+        cached
+            .map(|s| s.start.max(at))
+            .chain(fetching.map(|&(s, _)| s.max(at)))
+            .min()
+    }
+
+    fn overlaps_in_flight(&self, start: u64, end: u64) -> bool {
+        self.in_flight.iter().any(|&(s, e)| s < end && start < e)
+    }
 }
 
 /// Decoded spans, most recently used last.
 #[derive(Default)]
 struct SpanCache {
-    spans: Vec<(u64, std::sync::Arc<Vec<u8>>)>,
+    spans: Vec<Span>,
     bytes: usize,
 }
 
+/// Bytes `start..start + data.len()` of the file.
+struct Span {
+    start: u64,
+    data: Bytes,
+    /// Whether a read has taken bytes from it (a span fetched ahead has not, yet).
+    read: bool,
+}
+
+impl Span {
+    fn end(&self) -> u64 {
+        self.start.saturating_add(self.data.len() as u64)
+    }
+
+    fn holds(&self, at: u64) -> bool {
+        self.start <= at && at < self.end()
+    }
+}
+
 impl SpanCache {
-    /// The bytes `start..end`, if one span holds them all.
-    fn get(&mut self, start: u64, end: u64) -> Option<Vec<u8>> {
-        let i = self
-            .spans
-            .iter()
-            .rposition(|(s, data)| *s <= start && end <= s.saturating_add(data.len() as u64))?;
-        let (s, data) = self.spans.remove(i);
-        let piece = data[(start - s) as usize..(end - s) as usize].to_vec();
-        self.spans.push((s, data));
-        Some(piece)
+    /// The index of the most recently used span holding byte `at`.
+    fn holding(&self, at: u64) -> Option<usize> {
+        self.spans.iter().rposition(|s| s.holds(at))
     }
 
-    fn has(&self, start: u64, end: u64) -> bool {
-        self.spans
-            .iter()
-            .any(|(s, data)| *s <= start && end <= s.saturating_add(data.len() as u64))
+    /// How far from `start` (at most to `end`) the spans hold every byte.
+    fn covered_until(&self, start: u64, end: u64) -> u64 {
+        let mut at = start;
+        while at < end {
+            match self
+                .spans
+                .iter()
+                .filter(|s| s.holds(at))
+                .map(Span::end)
+                .max()
+            {
+                Some(r) => at = r,
+                None => return at,
+            }
+        }
+        end
     }
 
+    /// Whether `span` is the one a read took bytes from last.
+    fn last_read(&self, span: &Span) -> bool {
+        self.spans.iter().rev().find(|s| s.read).map(|s| s.start) == Some(span.start)
+    }
+
+    /// Marks span `i` read and most recently used; returns its new index.
+    fn touch(&mut self, i: usize) -> usize {
+        let mut span = self.spans.remove(i);
+        span.read = true;
+        self.spans.push(span);
+        self.spans.len() - 1
+    }
+
+    /// The bytes `start..end`, if the spans hold them all: a view of one span when one holds
+    /// them (no copy), else pieced together from several.
+    fn get(&mut self, start: u64, end: u64) -> Option<Bytes> {
+        if self.covered_until(start, end) < end {
+            return None;
+        }
+        if let Some(i) = self.holding(start) {
+            let i = self.touch(i);
+            let span = &self.spans[i];
+            if end <= span.end() {
+                let from = (start - span.start) as usize;
+                return Some(span.data.slice(from..(end - span.start) as usize));
+            }
+        }
+        let mut out = Vec::with_capacity((end - start) as usize);
+        let mut at = start;
+        while at < end {
+            let i = self.touch(self.holding(at)?);
+            let span = &self.spans[i];
+            let stop = end.min(span.end());
+            out.extend_from_slice(
+                &span.data[(at - span.start) as usize..(stop - span.start) as usize],
+            );
+            at = stop;
+        }
+        Some(Bytes::from(out))
+    }
+
+    /// Keeps `data` (bytes from `start`), then evicts down to [`SPAN_CACHE_BYTES`]: spans
+    /// that were read first, least recently used first (a sequential reader is done with
+    /// them, and the kernel keeps the pages it was given), then spans fetched ahead, oldest
+    /// first, so that read-ahead is not thrown away before the reader gets to it.
     fn put(&mut self, start: u64, data: Vec<u8>) {
         self.bytes += data.len();
-        self.spans.push((start, std::sync::Arc::new(data)));
+        self.spans.push(Span {
+            start,
+            data: Bytes::from(data),
+            read: false,
+        });
         while self.bytes > SPAN_CACHE_BYTES && self.spans.len() > 1 {
-            let (_, old) = self.spans.remove(0);
-            self.bytes -= old.len();
+            // Never the span just kept, nor the one read from last (a reader is in it).
+            let newest = self.spans.len() - 1;
+            let spare = |i: usize, s: &Span| i != newest && !self.last_read(s);
+            let victim = (self.spans.iter().enumerate())
+                .position(|(i, s)| s.read && spare(i, s))
+                .or_else(|| self.spans.iter().enumerate().position(|(i, s)| spare(i, s)))
+                .unwrap_or(0);
+            let old = self.spans.remove(victim);
+            self.bytes -= old.data.len();
         }
+    }
+
+    fn clear(&mut self) {
+        self.spans.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Takes a range out of the in-flight list when its fetch ends, however it ends.
+struct InFlight<'a> {
+    file: &'a RangedFile,
+    range: (u64, u64),
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut state = self.file.lock();
+        if let Some(i) = state.in_flight.iter().position(|r| *r == self.range) {
+            state.in_flight.swap_remove(i);
+        }
+        drop(state);
+        self.file.fetched.notify_all();
     }
 }
 
@@ -149,7 +279,8 @@ impl RangedFile {
             size,
             chunks,
             starts,
-            cache: Mutex::new(SpanCache::default()),
+            state: Mutex::new(State::default()),
+            fetched: Condvar::new(),
         })
     }
 
@@ -157,46 +288,127 @@ impl RangedFile {
         self.size
     }
 
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Up to `len` bytes from `offset` (fewer at the end of the file; none past it), each
-    /// chunk checked. A read of a span fetched before is served from memory.
+    /// chunk checked. A read of bytes fetched before is served from memory.
     pub fn read(
         &self,
         endpoint: &dyn Endpoint,
         offset: u64,
         len: u64,
-    ) -> Result<Vec<u8>, RangedError> {
+    ) -> Result<Bytes, RangedError> {
+        self.read_fetching(endpoint, offset, len, len)
+    }
+
+    /// [`RangedFile::read`], but when bytes must be fetched, fetch `fetch_len` bytes from
+    /// where memory stops holding them (at least up to the end of the read): a reader that
+    /// will want the following bytes gets them in the same request. A read that needs bytes
+    /// another thread is fetching waits for that fetch instead of fetching them again.
+    pub fn read_fetching(
+        &self,
+        endpoint: &dyn Endpoint,
+        offset: u64,
+        len: u64,
+        fetch_len: u64,
+    ) -> Result<Bytes, RangedError> {
         let end = offset.saturating_add(len).min(self.size);
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         }
-        if let Some(bytes) = self.cached(offset, end) {
-            return Ok(bytes);
+        // At most a few rounds: each one either returns, waits for a fetch that ends, or
+        // fetches what is missing itself.
+        let mut fetched_here = false;
+        loop {
+            let mut state = self.lock();
+            if let Some(bytes) = state.cache.get(offset, end) {
+                return Ok(bytes);
+            }
+            let from = state.cache.covered_until(offset, end);
+            if state.overlaps_in_flight(from, end) {
+                drop(self.fetched.wait(state).unwrap_or_else(|p| p.into_inner()));
+                continue;
+            }
+            if fetched_here {
+                // Fetched and checked, and still not held: the span cache is too small for
+                // this read (it cannot be: reads are at most a few MiB) or the bytes were
+                // evicted at once by other readers; say so rather than loop.
+                return Err(RangedError::Mismatch {
+                    file: self.file,
+                    start: offset,
+                    end: end - 1,
+                    chunk: self.chunk_at(from),
+                });
+            }
+            // Up to the next bytes held in memory or being fetched by another thread, not
+            // into them (they start at or after `end`, or this read would have them or wait).
+            let wanted = offset.saturating_add(fetch_len).max(end);
+            let wanted = state.next_held(end).map_or(wanted, |s| s.min(wanted));
+            let (from, fetch_end) = self.whole_chunks(from, wanted);
+            let guard = self.begin(&mut state, from, fetch_end);
+            drop(state);
+            self.fetch_now(endpoint, from, fetch_end, guard)?;
+            fetched_here = true;
         }
-        self.fetch(endpoint, offset, end)?;
-        self.cached(offset, end).ok_or(RangedError::Mismatch {
-            file: self.file,
-            start: offset,
-            end: end - 1,
-            chunk: self.chunk_at(offset),
-        })
+    }
+
+    /// Fetches bytes `start..end` in the background's name (read-ahead): nothing when memory
+    /// holds them or another fetch is getting any of them.
+    pub fn prefetch(
+        &self,
+        endpoint: &dyn Endpoint,
+        start: u64,
+        end: u64,
+    ) -> Result<(), RangedError> {
+        let end = end.min(self.size);
+        let mut state = self.lock();
+        let from = state.cache.covered_until(start, end);
+        if from >= end {
+            return Ok(());
+        }
+        let (from, end) = self.whole_chunks(from, end);
+        if state.overlaps_in_flight(from, end) {
+            return Ok(());
+        }
+        let guard = self.begin(&mut state, from, end);
+        drop(state);
+        self.fetch_now(endpoint, from, end, guard)
     }
 
     /// Whether bytes `offset..offset + len` are in memory already.
     pub fn is_cached(&self, offset: u64, len: u64) -> bool {
         let end = offset.saturating_add(len).min(self.size);
-        offset >= end
-            || self
-                .cache
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .has(offset, end)
+        offset >= end || self.lock().cache.covered_until(offset, end) >= end
     }
 
-    fn cached(&self, start: u64, end: u64) -> Option<Vec<u8>> {
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(start, end)
+    /// Drops the spans held in memory (the chunk list stays): when nothing has the file open.
+    pub fn forget_spans(&self) {
+        self.lock().cache.clear();
+    }
+
+    fn begin(&self, state: &mut State, start: u64, end: u64) -> InFlight<'_> {
+        state.in_flight.push((start, end));
+        InFlight {
+            file: self,
+            range: (start, end),
+        }
+    }
+
+    /// `start..end` widened to whole chunks (what the server sends for it anyway), so that
+    /// every fetched byte is kept and fetches of neighbouring reads line up.
+    fn whole_chunks(&self, start: u64, end: u64) -> (u64, u64) {
+        let end = end.min(self.size);
+        if start >= end {
+            return (start, end);
+        }
+        let first = self.chunk_at(start);
+        let last = self.chunk_at(end - 1);
+        (
+            self.starts[first],
+            self.starts[(last + 1).min(self.chunks.len())],
+        )
     }
 
     /// The index of the chunk holding byte `offset`.
@@ -206,12 +418,20 @@ impl RangedFile {
             .saturating_sub(1)
     }
 
-    /// Fetches, checks and keeps the bytes `start..end` (and to the end of their last chunk).
-    pub fn fetch(&self, endpoint: &dyn Endpoint, start: u64, end: u64) -> Result<(), RangedError> {
+    /// Fetches, checks and keeps the bytes `start..end` (and to the end of their last
+    /// chunk); `in_flight` announces them to other readers until this ends.
+    fn fetch_now(
+        &self,
+        endpoint: &dyn Endpoint,
+        start: u64,
+        end: u64,
+        in_flight: InFlight<'_>,
+    ) -> Result<(), RangedError> {
         let end = end.min(self.size);
         if start >= end {
             return Ok(());
         }
+        let began = std::time::Instant::now();
         let plan = endpoint
             .reconstruction(&self.file, Some((start, end - 1)))
             .map_err(|source| RangedError::Endpoint {
@@ -250,10 +470,80 @@ impl RangedFile {
         if reached < end || data.len() as u64 != reached - start {
             return Err(mismatch(first + decoded.len()));
         }
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(start, data);
+        tracing::trace!(
+            file = %self.file,
+            start,
+            end,
+            ms = began.elapsed().as_millis() as u64,
+            "fetched"
+        );
+        let mut state = self.lock();
+        state.cache.put(start, data);
+        drop(state);
+        drop(in_flight);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    fn span(cache: &mut SpanCache, start: u64, len: usize) {
+        cache.put(start, vec![(start % 251) as u8; len]);
+    }
+
+    #[test]
+    fn eviction_keeps_read_ahead_and_the_span_being_read() {
+        let mut cache = SpanCache::default();
+        let n = SPAN_CACHE_BYTES / (8 * MIB);
+        // A reader in span 0; spans 1.. fetched ahead and not read yet.
+        span(&mut cache, 0, 8 * MIB);
+        assert!(cache.get(100, 200).is_some());
+        for i in 1..n {
+            span(&mut cache, (i * 8 * MIB) as u64, 8 * MIB);
+        }
+        // One more span goes over the budget: the read span is spared as the one a reader
+        // is in, so the oldest span fetched ahead goes ... unless a span read before exists.
+        span(&mut cache, (n * 8 * MIB) as u64, 8 * MIB);
+        assert!(cache.bytes <= SPAN_CACHE_BYTES);
+        assert!(cache.covered_until(0, 1) == 1, "the span being read stays");
+        // The reader moves on to span 2: span 0 is behind it now and goes first.
+        assert!(cache.get((2 * 8 * MIB) as u64, (2 * 8 * MIB + 10) as u64).is_some());
+        span(&mut cache, ((n + 1) * 8 * MIB) as u64, 8 * MIB);
+        assert_eq!(cache.covered_until(0, 1), 0, "the span read before went");
+        for i in 2..=n + 1 {
+            let at = (i * 8 * MIB) as u64;
+            assert_eq!(cache.covered_until(at, at + 1), at + 1, "span {i} stays");
+        }
+    }
+
+    #[test]
+    fn reads_across_spans_are_pieced_together() {
+        let mut cache = SpanCache::default();
+        span(&mut cache, 0, 1000);
+        span(&mut cache, 1000, 500);
+        let got = cache.get(990, 1010).unwrap();
+        let mut want = vec![0u8; 10];
+        want.extend_from_slice(&[(1000 % 251) as u8; 10]);
+        assert_eq!(&got[..], &want[..]);
+        assert!(cache.get(1400, 1600).is_none(), "past what is held");
+        assert_eq!(cache.covered_until(0, 2000), 1500);
+    }
+
+    #[test]
+    fn fetches_stop_where_held_or_fetching_bytes_begin() {
+        let mut state = State::default();
+        state.cache.put(5000, vec![0; 1000]);
+        state.in_flight.push((9000, 12_000));
+        assert_eq!(state.next_held(0), Some(5000));
+        assert_eq!(state.next_held(5500), Some(5500), "inside a held span");
+        assert_eq!(state.next_held(6000), Some(9000));
+        assert_eq!(state.next_held(10_000), Some(10_000), "inside a fetch");
+        assert_eq!(state.next_held(12_000), None);
+        assert!(state.overlaps_in_flight(8000, 9001));
+        assert!(!state.overlaps_in_flight(8000, 9000));
     }
 }

@@ -152,7 +152,7 @@ impl ChunkCache {
             tracing::warn!(dir = %dir.display(), "the chunk cache cannot be used: {e}");
             return whole(&e);
         }
-        let lock = match self.lock(&dir) {
+        let lock = match self.lock(&dir, range.chunks.clone()) {
             Ok(Some(f)) => f,
             Ok(None) => return whole(&"another process holds this xorb's cache entries"),
             Err(e) => return whole(&e),
@@ -166,19 +166,37 @@ impl ChunkCache {
         }
     }
 
-    /// Waits for the xorb's lock (at most the patience); `None` if it did not come.
-    fn lock(&self, dir: &Path) -> std::io::Result<Option<File>> {
+    /// Waits for the right to read and fill chunks `chunks` of the xorb whose entries are in
+    /// `dir` (at most the patience); `None` if it did not come. Between processes, the file
+    /// lock: one process at a time uses a xorb's entries. Within this process, threads whose
+    /// chunk ranges overlap take turns (woken the moment the other is done), and threads with
+    /// separate ranges of one xorb go on together under the process's one file lock, since
+    /// what they fetch and store cannot meet.
+    fn lock(&self, dir: &Path, chunks: std::ops::Range<u32>) -> std::io::Result<Option<XorbLock>> {
+        let deadline = Instant::now() + self.patience;
+        let Some(held) = XorbLock::take_range(dir, chunks, deadline) else {
+            return Ok(None);
+        };
+        if held.share_file_lock() {
+            return Ok(Some(held));
+        }
         let f = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(dir.join(".lock"))?;
-        let deadline = Instant::now() + self.patience;
         loop {
             match f.try_lock() {
-                Ok(()) => return Ok(Some(f)),
+                Ok(()) => {
+                    held.keep_file_lock(f);
+                    return Ok(Some(held));
+                }
                 Err(std::fs::TryLockError::WouldBlock) => {}
                 Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+            // Another thread of this process may have got it meanwhile.
+            if held.share_file_lock() {
+                return Ok(Some(held));
             }
             if Instant::now() >= deadline {
                 return Ok(None);
@@ -488,6 +506,111 @@ fn chunk_spans(bytes: &[u8], n: u32) -> Option<Vec<usize>> {
 fn touch(path: &Path) {
     if let Ok(f) = File::options().write(true).open(path) {
         let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// What this process's threads hold of the chunk cache: chunk ranges of xorb directories,
+/// and the file lock of each directory in use with how many of them share it.
+#[derive(Default)]
+struct Holdings {
+    ranges: Vec<(PathBuf, std::ops::Range<u32>)>,
+    file_locks: std::collections::HashMap<PathBuf, (File, usize)>,
+}
+
+static HELD: std::sync::LazyLock<std::sync::Mutex<Holdings>> =
+    std::sync::LazyLock::new(|| std::sync::Mutex::new(Holdings::default()));
+/// Signalled whenever a range is let go.
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn holdings() -> std::sync::MutexGuard<'static, Holdings> {
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One thread's hold on a chunk range of a xorb directory (see [`ChunkCache::lock`]); the
+/// range, and its share of the file lock once it has one, are let go when it is dropped.
+struct XorbLock {
+    dir: PathBuf,
+    chunks: std::ops::Range<u32>,
+    sharing: std::cell::Cell<bool>,
+}
+
+impl XorbLock {
+    /// Waits until no other thread of this process holds a range of `dir` that overlaps
+    /// `chunks` (at most until `deadline`), then holds it.
+    fn take_range(dir: &Path, chunks: std::ops::Range<u32>, deadline: Instant) -> Option<Self> {
+        let mut held = holdings();
+        while held
+            .ranges
+            .iter()
+            .any(|(d, r)| d == dir && r.start < chunks.end && chunks.start < r.end)
+        {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            held = RELEASED
+                .wait_timeout(held, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        held.ranges.push((dir.to_path_buf(), chunks.clone()));
+        Some(Self {
+            dir: dir.to_path_buf(),
+            chunks,
+            sharing: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Shares the file lock another thread of this process holds on the directory, if any.
+    fn share_file_lock(&self) -> bool {
+        let mut held = holdings();
+        match held.file_locks.get_mut(&self.dir) {
+            Some((_, users)) => {
+                *users += 1;
+                self.sharing.set(true);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keeps `file`, just locked, as the process's file lock of the directory.
+    fn keep_file_lock(&self, file: File) {
+        let mut held = holdings();
+        match held.file_locks.get_mut(&self.dir) {
+            // Cannot happen (the file lock excludes a second holder even within a process),
+            // but sharing is right if it did.
+            Some((_, users)) => *users += 1,
+            None => {
+                held.file_locks.insert(self.dir.clone(), (file, 1));
+            }
+        }
+        self.sharing.set(true);
+    }
+}
+
+impl Drop for XorbLock {
+    fn drop(&mut self) {
+        let mut held = holdings();
+        if let Some(i) = held
+            .ranges
+            .iter()
+            .position(|(d, r)| *d == self.dir && *r == self.chunks)
+        {
+            held.ranges.swap_remove(i);
+        }
+        if self.sharing.get() {
+            let last = match held.file_locks.get_mut(&self.dir) {
+                Some((_, users)) => {
+                    *users -= 1;
+                    *users == 0
+                }
+                None => false,
+            };
+            if last {
+                // Dropping the file releases the lock.
+                held.file_locks.remove(&self.dir);
+            }
+        }
+        drop(held);
+        RELEASED.notify_all();
     }
 }
 

@@ -186,3 +186,67 @@ fn prune_deletes_the_least_recently_used_entries_first() {
     assert!(!list(&cache.xorb_dir(&xs[2])).is_empty());
     assert_eq!(cache.prune(), 0, "under the limit now");
 }
+
+/// Threads of one process: the same range is fetched once (the second waits and reads the
+/// first's entry); separate ranges of one xorb are fetched at the same time.
+#[test]
+fn threads_share_a_xorb_by_chunk_range() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = ChunkCache::open(dir.path()).with_min_range(0);
+    let (bytes, offsets) = xorb(20);
+    let x = XorbHash::from_hex(&"cd".repeat(32)).unwrap();
+    let fetches = AtomicUsize::new(0);
+    let now = AtomicUsize::new(0);
+    let most = AtomicUsize::new(0);
+    let fetch = |r: &FetchRange| -> Result<Vec<u8>, TargetError> {
+        fetches.fetch_add(1, Ordering::SeqCst);
+        let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+        most.fetch_max(at_once, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(200));
+        now.fetch_sub(1, Ordering::SeqCst);
+        Ok(bytes[*r.bytes.start() as usize..=*r.bytes.end() as usize].to_vec())
+    };
+    let run = |ranges: [std::ops::Range<u32>; 2]| {
+        let barrier = Barrier::new(2);
+        std::thread::scope(|s| {
+            for chunks in ranges {
+                let (cache, fetch, barrier, offsets, bytes) =
+                    (&cache, &fetch, &barrier, &offsets, &bytes);
+                s.spawn(move || {
+                    let r = range(offsets, chunks);
+                    barrier.wait();
+                    let (got, _) = cache.read_through(&x, &r, fetch).unwrap();
+                    assert_eq!(
+                        got,
+                        bytes[*r.bytes.start() as usize..=*r.bytes.end() as usize]
+                    );
+                });
+            }
+        });
+    };
+    run([0..5, 0..5]);
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "one fetch for the same range"
+    );
+    assert_eq!(most.load(Ordering::SeqCst), 1);
+    run([6..10, 12..16]);
+    assert_eq!(fetches.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "separate ranges fetched at the same time"
+    );
+    // Every lock of this process was let go: another range can be taken at once.
+    assert!(holdings()
+        .ranges
+        .iter()
+        .all(|(d, _)| !d.starts_with(dir.path())));
+    assert!(holdings()
+        .file_locks
+        .keys()
+        .all(|d| !d.starts_with(dir.path())));
+}

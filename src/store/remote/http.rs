@@ -522,7 +522,15 @@ pub(super) fn content_range(resp: &Response) -> Option<ContentRange> {
 /// Reads at most `limit` bytes of a body; more is an error (`Ok(Err)`); a broken connection is
 /// worth a retry.
 pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec<u8>, Failure> {
-    let mut buf = Vec::new();
+    // Room for the whole body at once when its length is announced (a multi-MiB xorb range
+    // would otherwise be copied each time the buffer doubles); never more than the limit.
+    let announced = resp
+        .headers()
+        .get(reqwest::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        .min(limit);
+    let mut buf = Vec::with_capacity(usize::try_from(announced).unwrap_or(0));
     let mut reader = resp.take(limit.saturating_add(1));
     if let Err(e) = reader.read_to_end(&mut buf) {
         return Err(Failure::Retry {
