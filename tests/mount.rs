@@ -553,6 +553,151 @@ fn reads_wait_for_a_restarted_server() {
 }
 
 #[test]
+fn standalone_http_endpoint_and_objects_already_here() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start();
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &["xet", "install", "--global", "--endpoint", server.url()],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
+    env.git(env.path(), &["init", "-q", "work"]);
+    let work = env.path().join("work");
+    env.git(&work, &["lfs", "track", "*.bin"]);
+    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+    let big = common::splitmix64(81, 6 * MIB + 99);
+    let small = common::splitmix64(82, 70_000);
+    std::fs::write(work.join("big.bin"), &big).unwrap();
+    std::fs::write(work.join("small.bin"), &small).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "one"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+
+    // Ranges from the server named by xet.endpoint.
+    let before = server.health("sent_xorb_bytes");
+    let at = 3 * MIB + 1;
+    let range = format!("{at}-{}", at + 9_999);
+    assert!(cat_bytes(&env, &clone, &["--range", &range, "big.bin"]) == big[at..at + 10_000]);
+    assert!(
+        server.health("sent_xorb_bytes") > before,
+        "read from the server"
+    );
+
+    // small.bin is downloaded into the LFS store; then the server goes away.
+    env.git(&clone, &["lfs", "pull", "--include", "small.bin"]);
+    let common::server::TestServer { server, dir } = server;
+    server.stop().unwrap();
+    // The object here is read from the LFS store without the server ...
+    assert!(cat_bytes(&env, &clone, &["small.bin"]) == small);
+    if !fuse_available() {
+        drop(dir);
+        return;
+    }
+    let m = Mounted::start_with(
+        &env,
+        &clone,
+        &[],
+        &env.path().join("mnt"),
+        &[("GIT_XET_RETRY_SECS", "1")],
+    );
+    assert!(std::fs::read(m.dir.join("small.bin")).unwrap() == small);
+    // ... while a read that needs the server fails with EIO once the retries give up, and
+    // the mount stays up.
+    let err = read_range(&m.dir.join("big.bin"), at as u64, 1000).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(read_range(&m.dir.join("small.bin"), 5, 10).unwrap() == small[5..15]);
+    m.unmount(&env);
+    drop(dir);
+}
+
+#[test]
+fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
+    if !tools_available() || !fuse_available() {
+        return;
+    }
+    let p = pushed();
+    let clone = bare_clone(&p, "clone");
+    let spawn = |dir: &Path| {
+        std::fs::create_dir_all(dir).unwrap();
+        let child = Command::new(common::git::bin_dir().join("git-xet"))
+            .arg("mount")
+            .arg(dir)
+            .current_dir(&clone)
+            .env("PATH", path_with_bin())
+            .env("HOME", p.env.home())
+            .env("XDG_CONFIG_HOME", p.env.home().join(".config"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_XET_CACHE_DIR", p.env.path().join("cache"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while !is_mounted(dir) {
+            assert!(started.elapsed() < Duration::from_secs(30), "not mounted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    };
+    let wait = |child: &mut Child| {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "still running");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // SIGTERM: the mount goes and the process exits successfully.
+    let dir = p.env.path().join("mnt-term");
+    let mut child = spawn(&dir);
+    assert_eq!(
+        std::fs::metadata(dir.join("model.bin")).unwrap().len(),
+        p.v2.len() as u64
+    );
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(wait(&mut child).success());
+    assert!(!is_mounted(&dir));
+
+    // SIGKILL leaves the mount behind; mounting there again says how to clear it, and
+    // --unmount does.
+    let dir = p.env.path().join("mnt-kill");
+    let mut child = spawn(&dir);
+    child.kill().unwrap();
+    wait(&mut child);
+    assert!(is_mounted(&dir), "a killed FUSE process leaves its mount");
+    let dir_text = dir.display().to_string();
+    let out = p.env.run_in(&clone, "git", &["xet", "mount", &dir_text]);
+    assert_ne!(out.status, Some(0));
+    assert!(
+        out.stderr.contains("left behind") && out.stderr.contains("--unmount"),
+        "{}",
+        out.stderr
+    );
+    let out = p
+        .env
+        .run_in(&clone, "git", &["xet", "mount", "--unmount", &dir_text]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(!is_mounted(&dir));
+}
+
+#[test]
 fn mount_errors_say_what_to_do() {
     if !tools_available() {
         return;
@@ -582,6 +727,34 @@ fn mount_errors_say_what_to_do() {
         "{}",
         out.stderr
     );
+    // Without fusermount3 on PATH: which package to install.
+    let bin_only = Command::new(common::git::bin_dir().join("git-xet"))
+        .args(["mount", &empty.display().to_string()])
+        .current_dir(env.path())
+        .env("PATH", common::git::bin_dir())
+        .env("HOME", env.home())
+        .output()
+        .unwrap();
+    assert!(!bin_only.status.success());
+    let stderr = String::from_utf8_lossy(&bin_only.stderr);
+    assert!(
+        stderr.contains("fuse3")
+            && (stderr.contains("fusermount3") || stderr.contains("/dev/fuse")),
+        "{stderr}"
+    );
+    // An unknown ref, in a repository.
+    if fuse_available() {
+        env.git(env.path(), &["init", "-q", "repo"]);
+        let repo = env.path().join("repo");
+        let out = env.run_in(
+            &repo,
+            "git",
+            &["xet", "mount", "no-such-ref", &empty.display().to_string()],
+        );
+        assert_ne!(out.status, Some(0));
+        assert!(out.stderr.contains("no-such-ref"), "{}", out.stderr);
+        assert!(!is_mounted(&empty));
+    }
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -108,6 +108,17 @@ pub fn run(args: &MountArgs) -> CmdResult {
             )
             .into())
         }
+        // A mount whose process was killed stays behind: "Transport endpoint is not
+        // connected".
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(format!(
+                "{} is a mount left behind by a process that is gone ({e}): unmount it with \
+                 `git xet mount --unmount {}`, then mount again",
+                dir.display(),
+                dir.display()
+            )
+            .into())
+        }
         Err(e) => return Err(format!("cannot use {} as a mount point: {e}", dir.display()).into()),
     }
     if let Some(missing) = fuse_missing() {

@@ -511,7 +511,9 @@ mod tests {
         assert!(cache.bytes <= SPAN_CACHE_BYTES);
         assert!(cache.covered_until(0, 1) == 1, "the span being read stays");
         // The reader moves on to span 2: span 0 is behind it now and goes first.
-        assert!(cache.get((2 * 8 * MIB) as u64, (2 * 8 * MIB + 10) as u64).is_some());
+        assert!(cache
+            .get((2 * 8 * MIB) as u64, (2 * 8 * MIB + 10) as u64)
+            .is_some());
         span(&mut cache, ((n + 1) * 8 * MIB) as u64, 8 * MIB);
         assert_eq!(cache.covered_until(0, 1), 0, "the span read before went");
         for i in 2..=n + 1 {
