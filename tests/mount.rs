@@ -410,6 +410,31 @@ fn a_mount_shows_the_tree_and_reads_only_what_is_read() {
 }
 
 #[test]
+fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
+    if !tools_available() || !fuse_available() {
+        return;
+    }
+    let p = pushed();
+    let clone = bare_clone(&p, "clone");
+    let m = Mounted::start_with(
+        &p.env,
+        &clone,
+        &[],
+        &p.env.path().join("mnt"),
+        &[("GIT_XET_CHUNK_CACHE_MAX_SIZE", "8M")],
+    );
+    // The whole 24 MiB file, sequentially, then a range near the start again.
+    assert!(std::fs::read(m.dir.join("model.bin")).unwrap() == p.v2);
+    let cached = common::git::dir_bytes(&p.env.path().join("cache/chunks"));
+    assert!(cached > 0, "reads went through the chunk cache");
+    assert!(
+        cached <= 16 << 20,
+        "the chunk cache holds {cached} bytes, limit 8 MiB"
+    );
+    m.unmount(&p.env);
+}
+
+#[test]
 fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
     if !tools_available() || !fuse_available() {
         return;

@@ -230,11 +230,13 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
     }
 
     /// Prunes the chunk cache after the first download of the process, then whenever 256 MiB
-    /// more went into it (a prune lists every entry).
+    /// (or a quarter of the limit, if less) more went into it (a prune lists every entry), so
+    /// that the cache never holds much more than its limit.
     fn trim_cache(&self) {
         let Some(chunks) = &self.chunks else { return };
         let first = !self.pruned_once.swap(true, Ordering::Relaxed);
-        if first || self.unpruned.load(Ordering::Relaxed) >= 256 << 20 {
+        let every = (256u64 << 20).min(chunks.max_bytes() / 4).max(1);
+        if first || self.unpruned.load(Ordering::Relaxed) >= every {
             self.unpruned.store(0, Ordering::Relaxed);
             let deleted = chunks.prune();
             if deleted > 0 {

@@ -481,6 +481,8 @@ impl RangedFile {
         state.cache.put(start, data);
         drop(state);
         drop(in_flight);
+        // What was fetched went into the download chunk cache: keep it within its limit.
+        endpoint.trim_cache();
         Ok(())
     }
 }

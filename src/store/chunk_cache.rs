@@ -117,6 +117,11 @@ impl ChunkCache {
         self
     }
 
+    /// The size the cache is pruned down to.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
