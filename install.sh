@@ -14,7 +14,8 @@ Installs git-xet from this source checkout:
   3. git-xet: cargo install --path . --locked   (into ~/.cargo/bin), and its man pages
      (git xet man: into ~/.cargo/share/man/man1, where `git help xet` finds them)
   4. git xet install: registers git-xet with Git LFS in your global git configuration
-  5. git xet demo, if this git-xet has that command
+  5. fuse3 on Linux, for `git xet mount` (asks first; everything else works without it)
+  6. git xet demo, if this git-xet has that command
 
 Options:
   -y, --yes               install what is missing without asking
@@ -195,9 +196,27 @@ fi
 command -v git-xet >/dev/null 2>&1 || die "git-xet was built but cannot be found in $bin_dir or on PATH"
 say "installed $(command -v git-xet) ($(git-xet --version))"
 
-# `git xet mount` needs FUSE 3 (everything else works without it): only a note.
+# `git xet mount` needs FUSE 3 (everything else works without it): installed with apt-get when
+# the user agrees (and root or sudo is there), else a note; a failure here stops nothing.
+install_fuse3() {
+    if [ "$apt_updated" = 0 ]; then
+        say "apt-get update"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+        apt_updated=1
+    fi
+    say "apt-get install fuse3"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3
+}
 if [ "$os" = Linux ] && ! command -v fusermount3 >/dev/null 2>&1; then
-    warn "fusermount3 is missing: \`git xet mount\` needs it (Debian/Ubuntu: apt-get install fuse3); \`git xet cat\` and everything else work without it"
+    fuse_note="\`git xet mount\` needs it (Debian/Ubuntu: apt-get install fuse3); \`git xet cat\` and everything else work without it"
+    if command -v apt-get >/dev/null 2>&1 &&
+        { [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null 2>&1; } &&
+        { [ "$assume_yes" = 1 ] || [ -t 0 ]; } &&
+        confirm "Install fuse3 with apt-get (for git xet mount)?"; then
+        install_fuse3 || warn "fuse3 could not be installed: $fuse_note"
+    else
+        warn "fusermount3 is missing: $fuse_note"
+    fi
 fi
 
 # The man pages, beside the binary: `man` searches <dir>/../share/man for each <dir> on PATH, so

@@ -118,17 +118,26 @@ pub fn write_plan(
     write_terms(source, plan, sink, None)
 }
 
-/// [`write_plan`], also returning every chunk the plan's terms decode (hash and length, in
-/// order, from the first term's first chunk, whatever `offset_into_first_range` skips): what
-/// a reader of part of a file checks against the file's chunk list.
-pub fn write_plan_with_chunks(
+/// [`write_plan`] into memory: appends the plan's bytes to `out` (decoded there directly, with
+/// no copy through a sink) and returns every chunk the plan's terms decode (hash and length, in
+/// order, from the first term's first chunk, whatever `offset_into_first_range` skips): what a
+/// reader of part of a file checks against the file's chunk list.
+pub fn write_plan_into(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
-    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
-) -> Result<(u64, Vec<ChunkRef>), DownloadError> {
+    out: &mut Vec<u8>,
+) -> Result<Vec<ChunkRef>, DownloadError> {
     let mut chunks = Vec::new();
-    let written = write_terms(source, plan, sink, Some(&mut chunks))?;
-    Ok((written, chunks))
+    write_terms_to(source, plan, Output::Collect(out), Some(&mut chunks))?;
+    Ok(chunks)
+}
+
+/// Where decoded bytes go.
+enum Output<'a> {
+    /// Passed to a sink in pieces of about [`EMIT_BYTES`].
+    Stream(&'a mut dyn FnMut(&[u8]) -> io::Result<()>),
+    /// Appended to a buffer.
+    Collect(&'a mut Vec<u8>),
 }
 
 /// Fetch ranges read ahead of the one being decoded. Each holds at most one xorb (64 MiB).
@@ -264,6 +273,15 @@ fn write_terms(
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     chunks: Option<&mut Vec<ChunkRef>>,
 ) -> Result<u64, DownloadError> {
+    write_terms_to(source, plan, Output::Stream(sink), chunks)
+}
+
+fn write_terms_to(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    output: Output,
+    chunks: Option<&mut Vec<ChunkRef>>,
+) -> Result<u64, DownloadError> {
     let mut steps = steps(plan)?;
     let n_fetches = plan_reuse(&mut steps);
     let fetched: Vec<&Step> = steps
@@ -287,7 +305,7 @@ fn write_terms(
                 .next()
                 .unwrap_or_else(|| Err(DownloadError::Plan("ran out of fetches".into())))
         };
-        return decode_steps(plan, &steps, &mut next, sink, chunks);
+        return decode_steps(plan, &steps, &mut next, output, chunks);
     }
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
@@ -339,7 +357,7 @@ fn write_terms(
             cv.notify_all();
             got
         };
-        let result = decode_steps(plan, &steps, &mut take, sink, chunks);
+        let result = decode_steps(plan, &steps, &mut take, output, chunks);
         // Stop the fetchers (on failure, or if the walk ended early) and let the scope join them.
         abort.store(true, Ordering::Relaxed);
         taken.1.notify_all();
@@ -381,11 +399,15 @@ impl Decoded {
     }
 }
 
+/// What decoded bytes are passed on to.
+type Emit<'a> = dyn FnMut(&[u8]) -> Result<(), DownloadError> + 'a;
+
 /// Bytes decoded before they are passed on: the size of one write.
 const EMIT_BYTES: usize = 1 << 20;
 
-/// Decodes the chunks of `step`'s terms from `decoded` and passes the file's bytes, in order,
-/// to `emit` in pieces of about [`EMIT_BYTES`] (`buf` is the reused buffer). Only the chunks
+/// Decodes the chunks of `step`'s terms from `decoded` and appends the file's bytes, in order,
+/// to `buf`; with `emit`, passes them on in pieces of about [`EMIT_BYTES`] (`buf`, empty
+/// before, is then a reused buffer, emptied at the end). Only the chunks
 /// the terms use are decompressed; with `refs`, each chunk's hash (computed the first time
 /// the chunk is used) and length are pushed. Checks each term's length against the plan.
 fn decode_step(
@@ -394,10 +416,12 @@ fn decode_step(
     decoded: &mut Decoded,
     mut refs: Option<&mut Vec<ChunkRef>>,
     buf: &mut Vec<u8>,
-    emit: &mut dyn FnMut(&[u8]) -> Result<(), DownloadError>,
+    mut emit: Option<&mut Emit>,
 ) -> Result<(), DownloadError> {
     let first = step.range.chunks.start;
-    buf.clear();
+    if emit.is_some() {
+        buf.clear();
+    }
     for i in step.terms.clone() {
         let t = &plan.terms[i];
         let mut term_len = 0u64;
@@ -421,9 +445,11 @@ fn decode_step(
                     len: data.len() as u64,
                 });
             }
-            if buf.len() >= EMIT_BYTES {
-                emit(buf)?;
-                buf.clear();
+            if let Some(emit) = emit.as_deref_mut() {
+                if buf.len() >= EMIT_BYTES {
+                    emit(buf)?;
+                    buf.clear();
+                }
             }
         }
         if term_len != u64::from(t.unpacked_len) {
@@ -433,9 +459,11 @@ fn decode_step(
             )));
         }
     }
-    if !buf.is_empty() {
-        emit(buf)?;
-        buf.clear();
+    if let Some(emit) = emit {
+        if !buf.is_empty() {
+            emit(buf)?;
+            buf.clear();
+        }
     }
     Ok(())
 }
@@ -445,7 +473,7 @@ fn decode_steps(
     plan: &ReconstructionPlan,
     steps: &[Step],
     next: &mut dyn FnMut() -> Result<Vec<u8>, DownloadError>,
-    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    output: Output,
     mut chunks: Option<&mut Vec<ChunkRef>>,
 ) -> Result<u64, DownloadError> {
     let mut skip = plan.offset_into_first_range;
@@ -459,6 +487,16 @@ fn decode_steps(
             last_reuse.insert(holder, i);
         }
     }
+    let mut own = Vec::new();
+    let (buf, mut sink) = match output {
+        Output::Stream(sink) => {
+            own.reserve(EMIT_BYTES + MAX_CHUNK_LEN as usize);
+            (&mut own, Some(sink))
+        }
+        Output::Collect(out) => (out, None),
+    };
+    let collected_from = buf.len();
+    let streaming = sink.is_some();
     let mut emit = |piece: &[u8]| -> Result<(), DownloadError> {
         let mut piece = piece;
         if skip > 0 {
@@ -470,9 +508,11 @@ fn decode_steps(
             return Ok(());
         }
         written += piece.len() as u64;
-        sink(piece).map_err(DownloadError::Write)
+        match sink.as_mut() {
+            Some(sink) => sink(piece).map_err(DownloadError::Write),
+            None => Ok(()),
+        }
     };
-    let mut buf = Vec::with_capacity(EMIT_BYTES + MAX_CHUNK_LEN as usize);
     let mut current;
     for (index, step) in steps.iter().enumerate() {
         let decoded: &mut Decoded = match step.source {
@@ -493,14 +533,20 @@ fn decode_steps(
             step,
             decoded,
             chunks.as_deref_mut(),
-            &mut buf,
-            &mut emit,
+            buf,
+            streaming.then_some(&mut emit as &mut Emit),
         )?;
         if let Source::Reuse(holder) = step.source {
             if last_reuse.get(&holder) == Some(&index) {
                 kept.remove(&holder);
             }
         }
+    }
+    if !streaming {
+        // Collected: what `offset_into_first_range` skips comes off the front.
+        let n = skip.min((buf.len() - collected_from) as u64) as usize;
+        buf.drain(collected_from..collected_from + n);
+        written = (buf.len() - collected_from) as u64;
     }
     Ok(written)
 }
@@ -675,13 +721,13 @@ pub fn write_file_at_with(
                 &mut decoded,
                 Some(&mut refs),
                 buf,
-                &mut |piece| {
+                Some(&mut |piece| {
                     out.write_all_at(piece, offset)
                         .map_err(DownloadError::Write)?;
                     offset += piece.len() as u64;
                     written.fetch_add(piece.len() as u64, Ordering::Relaxed);
                     Ok(())
-                },
+                }),
             )?;
             out_refs.push((i, refs));
         }

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use crate::format::hash::file_hash;
 use crate::format::{ChunkRef, FileHash};
-use crate::pipeline::download::{write_plan_with_chunks, DownloadError};
+use crate::pipeline::download::{write_plan_into, DownloadError};
 use crate::store::{Endpoint, TargetError};
 
 /// Bytes of decoded spans kept per file.
@@ -443,15 +443,13 @@ impl RangedFile {
                 file: self.file,
             })?;
         let mut data = Vec::with_capacity((end - start) as usize + (128 << 10));
-        let (_, decoded) = write_plan_with_chunks(endpoint, &plan, &mut |piece| {
-            data.extend_from_slice(piece);
-            Ok(())
-        })
-        .map_err(|source| RangedError::Download {
-            file: self.file,
-            start,
-            end: end - 1,
-            source: Box::new(source),
+        let decoded = write_plan_into(endpoint, &plan, &mut data).map_err(|source| {
+            RangedError::Download {
+                file: self.file,
+                start,
+                end: end - 1,
+                source: Box::new(source),
+            }
         })?;
         let first = self.chunk_at(start);
         let mismatch = |chunk: usize| RangedError::Mismatch {

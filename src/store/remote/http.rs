@@ -252,17 +252,41 @@ impl Response {
     }
 }
 
-impl Read for Response {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+impl Response {
+    /// Waits for the next piece of the body unless one is pending; false at its end.
+    fn fill(&mut self) -> std::io::Result<bool> {
         while self.pending.is_empty() {
             let Some(inner) = self.inner.as_mut() else {
-                return Ok(0);
+                return Ok(false);
             };
             match self.rt.block_on(inner.chunk()) {
                 Ok(Some(piece)) => self.pending = piece,
-                Ok(None) => return Ok(0),
+                Ok(None) => return Ok(false),
                 Err(e) => return Err(std::io::Error::other(e)),
             }
+        }
+        Ok(true)
+    }
+
+    /// Appends the rest of the body to `buf` until it holds more than `limit` bytes or the
+    /// body ends, piece by piece as they arrive (through [`Read`], each read would first zero
+    /// the buffer's spare room).
+    fn append_to(&mut self, buf: &mut Vec<u8>, limit: u64) -> std::io::Result<()> {
+        while (buf.len() as u64) <= limit && self.fill()? {
+            let room =
+                usize::try_from(limit.saturating_add(1) - buf.len() as u64).unwrap_or(usize::MAX);
+            let n = room.min(self.pending.len());
+            buf.extend_from_slice(&self.pending[..n]);
+            self.pending.advance(n);
+        }
+        Ok(())
+    }
+}
+
+impl Read for Response {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.fill()? {
+            return Ok(0);
         }
         let n = buf.len().min(self.pending.len());
         buf[..n].copy_from_slice(&self.pending[..n]);
@@ -531,8 +555,8 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
         .unwrap_or(0)
         .min(limit);
     let mut buf = Vec::with_capacity(usize::try_from(announced).unwrap_or(0));
-    let mut reader = resp.take(limit.saturating_add(1));
-    if let Err(e) = reader.read_to_end(&mut buf) {
+    let mut resp = resp;
+    if let Err(e) = resp.append_to(&mut buf, limit) {
         return Err(Failure::Retry {
             reason: format!(
                 "the answer of {} broke off after {} bytes: {}",
