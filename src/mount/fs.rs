@@ -35,14 +35,14 @@ use crate::pipeline::ranged::RangedFile;
 pub const SEQUENTIAL_SPAN: u64 = 8 << 20;
 
 /// Spans fetched ahead of a sequential reader.
-pub const READ_AHEAD_SPANS: u64 = 4;
+pub const READ_AHEAD_SPANS: u64 = 3;
 
 /// The most the kernel reads ahead by itself, per file (its own page-cache read-ahead, in
 /// requests to us); ours is sized by the reader's run instead.
 pub const KERNEL_READ_AHEAD: u32 = 64 << 10;
 
 /// Background fetches at once, in the whole mount (threads, and the queue before them).
-pub const MAX_PREFETCH: usize = 4;
+pub const MAX_PREFETCH: usize = 3;
 
 /// A sequential run this long (bytes) makes a miss fetch more than the read asks for, and
 /// starts the read-ahead.

@@ -22,7 +22,7 @@ use crate::pipeline::download::{write_plan_into, DownloadError};
 use crate::store::{Endpoint, TargetError};
 
 /// Bytes of decoded spans kept per file.
-pub const SPAN_CACHE_BYTES: usize = 64 << 20;
+pub const SPAN_CACHE_BYTES: usize = 40 << 20;
 
 /// Why part of a file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +86,28 @@ struct State {
 }
 
 impl State {
+    /// The first byte from `start` (at most `end`) that memory does not hold and no fetch
+    /// is getting.
+    fn first_missing(&self, start: u64, end: u64) -> u64 {
+        let mut at = start;
+        while at < end {
+            let held = self
+                .cache
+                .spans
+                .iter()
+                .filter(|s| s.holds(at))
+                .map(Span::end);
+            let fetching = (self.in_flight.iter())
+                .filter(|&&(s, e)| s <= at && at < e)
+                .map(|&(_, e)| e);
+            match held.chain(fetching).max() {
+                Some(reach) => at = reach,
+                None => return at,
+            }
+        }
+        end
+    }
+
     /// The first byte at or after `at` that memory holds or a fetch is getting.
     fn next_held(&self, at: u64) -> Option<u64> {
         let cached = self.cache.spans.iter().filter(|s| s.end() > at);
@@ -364,17 +386,18 @@ impl RangedFile {
     ) -> Result<(), RangedError> {
         let end = end.min(self.size);
         let mut state = self.lock();
-        let from = state.cache.covered_until(start, end);
+        // From the first byte neither held nor being fetched, up to the next that is: the
+        // bytes around are someone else's (a range ahead overlaps the one before it by the
+        // part of a chunk that fetches are widened to).
+        let from = state.first_missing(start, end);
         if from >= end {
             return Ok(());
         }
-        let (from, end) = self.whole_chunks(from, end);
-        if state.overlaps_in_flight(from, end) {
-            return Ok(());
-        }
-        let guard = self.begin(&mut state, from, end);
+        let stop = state.next_held(from).map_or(end, |s| s.min(end));
+        let (from, stop) = self.whole_chunks(from, stop);
+        let guard = self.begin(&mut state, from, stop);
         drop(state);
-        self.fetch_now(endpoint, from, end, guard)
+        self.fetch_now(endpoint, from, stop, guard)
     }
 
     /// Whether bytes `offset..offset + len` are in memory already.
@@ -545,6 +568,10 @@ mod tests {
         assert_eq!(state.next_held(6000), Some(9000));
         assert_eq!(state.next_held(10_000), Some(10_000), "inside a fetch");
         assert_eq!(state.next_held(12_000), None);
+        assert_eq!(state.first_missing(0, 20_000), 0);
+        assert_eq!(state.first_missing(5000, 20_000), 6000);
+        assert_eq!(state.first_missing(9500, 20_000), 12_000, "past a fetch");
+        assert_eq!(state.first_missing(9500, 11_000), 11_000, "nothing missing");
         assert!(state.overlaps_in_flight(8000, 9001));
         assert!(!state.overlaps_in_flight(8000, 9000));
     }
