@@ -53,6 +53,50 @@ with open(path, "wb") as f:
 PY
 }
 
+# write_unique PATH SIZE_MIB: data no deduplicating client gets for free: in 8 MiB stripes,
+# alternately random bytes and distinct text lines (each line numbered, with random words), so
+# that no chunk repeats and half of it compresses (deterministic).
+write_unique() {
+    echo "bench: writing $2 MiB of unique data" >&2
+    "$python" - "$1" "$2" <<'PY'
+import random, sys
+path, size = sys.argv[1], int(sys.argv[2]) * 1024 * 1024
+stripe = 8 * 1024 * 1024
+rng = random.Random(20261126)
+words = [bytes(rng.choices(b"abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(5000)]
+line_no = 0
+with open(path, "wb") as f:
+    written, i = 0, 0
+    while written < size:
+        n = min(stripe, size - written)
+        if i % 2 == 0:
+            data = rng.randbytes(n)
+        else:
+            parts, got = [], 0
+            while got < n:
+                line = b"%d: %s\n" % (line_no, b" ".join(rng.choices(words, k=8)))
+                line_no += 1
+                parts.append(line)
+                got += len(line)
+            data = b"".join(parts)[:n]
+        f.write(data)
+        written += n
+        i += 1
+PY
+}
+
+# median N...: the median of the numbers (the lower middle one of an even count).
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+
+# stop_servers: stops every server start_server started (their stores stay).
+stop_servers() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    pids=()
+}
+
 # Puts git-lfs 3.6 or newer first on PATH: $GIT_XET_BENCH_LFS (a directory holding `git-lfs`),
 # then .bench/git-lfs/usr/bin (unpacked by bench/get-git-lfs.sh), then whatever is on PATH.
 # Warns when the one used is older than 3.6 (3.3's SHA-256 is four times slower, and not what

@@ -46,7 +46,7 @@ use self::session::{FileResult, FileSession};
 pub use self::staging::Staging;
 use crate::format::chunking::Chunker;
 use crate::format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
-use crate::format::xorb::{BuiltXorb, CompressionPolicy, XorbLimits};
+use crate::format::xorb::{BuiltXorb, CompressedChunk, CompressionPolicy, XorbLimits};
 use crate::format::{ChunkHash, FileHash, LfsOid};
 use crate::store::{CasTarget, TargetError};
 
@@ -767,9 +767,25 @@ fn read_chunks(
             start = end;
         }
         let pieces: Vec<&[u8]> = spanning.as_deref().into_iter().chain(inside).collect();
-        let hashes: Vec<ChunkHash> = pieces.par_iter().map(|p| ChunkHash::of(p)).collect();
-        for (piece, hash) in pieces.iter().zip(hashes) {
-            session.add_chunk(piece, hash, emit)?;
+        // Hashed in parallel; while chunks are mostly new, compressed too (with the scheme each
+        // would get if all were new), so that compression is not left to this thread.
+        let schemes = session
+            .compress_ahead()
+            .then(|| session.predict_schemes(&pieces));
+        let prepared: Vec<(ChunkHash, Option<CompressedChunk>)> = pieces
+            .par_iter()
+            .enumerate()
+            .map(|(i, p)| match schemes.as_ref().and_then(|s| s.get(i)) {
+                Some(&scheme) => match CompressedChunk::new(p, scheme) {
+                    Ok(c) => (c.hash(), Some(c)),
+                    Err(_) => (ChunkHash::of(p), None),
+                },
+                None => (ChunkHash::of(p), None),
+            })
+            .collect();
+        session.start_block();
+        for (piece, (hash, ready)) in pieces.iter().zip(prepared) {
+            session.add_chunk(piece, hash, ready, emit)?;
         }
         // What is left of the block belongs to the next chunk.
         if start >= block_start {
@@ -782,7 +798,7 @@ fn read_chunks(
     }
     if let Some(end) = chunker.finish() {
         let piece = &carry[..(end - start) as usize];
-        session.add_chunk(piece, ChunkHash::of(piece), emit)?;
+        session.add_chunk(piece, ChunkHash::of(piece), None, emit)?;
     }
     if let Some(expected) = options.expected_size {
         if pos != expected {

@@ -26,7 +26,9 @@ use super::UploadError;
 use crate::format::dedup::{is_probe, MAX_PROBES};
 use crate::format::hash::{file_hash, keyed_chunk_hash, verification_hash};
 use crate::format::shard::{FileInfo, Shard, Term, XorbInfo};
-use crate::format::xorb::{BuiltXorb, CompressionPolicy, Push, XorbBuilder, XorbLimits};
+use crate::format::xorb::{
+    BuiltXorb, CompressedChunk, CompressionPolicy, Push, XorbBuilder, XorbLimits,
+};
 use crate::format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, XorbHash};
 use crate::store::target::CasTarget;
 
@@ -106,6 +108,9 @@ pub(super) struct FileSession<'t> {
     offset: u64,
     /// Chunks matched to stored xorbs so far.
     stored_matches: u64,
+    /// New chunks, and all chunks, since [`Self::start_block`].
+    recent_new: u64,
+    recent_total: u64,
 }
 
 impl<'t> FileSession<'t> {
@@ -142,6 +147,8 @@ impl<'t> FileSession<'t> {
             history_dedup_bytes: 0,
             offset: 0,
             stored_matches: 0,
+            recent_new: 0,
+            recent_total: 0,
         }
     }
 
@@ -219,13 +226,37 @@ impl<'t> FileSession<'t> {
         }
     }
 
+    /// Whether the next chunks are worth compressing ahead of time (in parallel, before it is
+    /// known whether they are new): while the chunks of the last block were mostly new. A file
+    /// mostly stored already (the next version of a model) costs no compression of chunks that
+    /// are then not sent.
+    pub fn compress_ahead(&self) -> bool {
+        self.recent_new * 2 >= self.recent_total
+    }
+
+    /// The schemes the next chunks would be compressed with if they were all new and fit in the
+    /// xorb being built (see [`XorbBuilder::predict_schemes`]).
+    pub fn predict_schemes(&self, next: &[&[u8]]) -> Vec<crate::format::xorb::CompressionScheme> {
+        self.builder.predict_schemes(next)
+    }
+
+    /// Starts counting the chunks of a new block for [`Self::compress_ahead`].
+    pub fn start_block(&mut self) {
+        self.recent_new = 0;
+        self.recent_total = 0;
+    }
+
     /// Adds the next chunk of the file. `emit` receives every xorb as soon as it is full.
+    /// `ready`, if given, is the chunk already compressed (with the scheme predicted for it):
+    /// used if the chunk is new and its scheme is still the one it would get.
     pub fn add_chunk(
         &mut self,
         data: &[u8],
         hash: ChunkHash,
+        ready: Option<CompressedChunk>,
         emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
     ) -> Result<(), UploadError> {
+        self.recent_total += 1;
         let len = data.len() as u64;
         let position = self.chunks.len();
         let start = self.offset;
@@ -261,7 +292,10 @@ impl<'t> FileSession<'t> {
                 }
                 loc
             }
-            None => self.pack(data, hash, emit)?,
+            None => {
+                self.recent_new += 1;
+                self.pack(data, hash, ready, emit)?
+            }
         };
         match loc.xorb {
             XorbId::Stored(_) => {
@@ -291,26 +325,41 @@ impl<'t> FileSession<'t> {
         &mut self,
         data: &[u8],
         hash: ChunkHash,
+        mut ready: Option<CompressedChunk>,
         emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
     ) -> Result<Loc, UploadError> {
         let build_err = |e: crate::format::xorb::XorbError| UploadError::Build {
             what: format!("chunk {hash}"),
             detail: e.to_string(),
         };
-        let index = match self.builder.add_chunk(data).map_err(build_err)? {
-            Push::Added(i) => i,
-            Push::Full => {
-                self.finish_xorb(emit)?;
-                match self.builder.add_chunk(data).map_err(build_err)? {
-                    Push::Added(i) => i,
-                    Push::Full => {
-                        return Err(UploadError::Build {
-                            what: format!("chunk {hash}"),
-                            detail: "it does not fit in an empty xorb".into(),
-                        })
+        let mut index = None;
+        for _ in 0..2 {
+            let pushed = match ready.take() {
+                Some(c) if c.selected_scheme() == self.builder.scheme_for_next(data) => {
+                    match self.builder.add_compressed(c) {
+                        Ok(i) => Push::Added(i),
+                        Err(c) => {
+                            ready = Some(c);
+                            Push::Full
+                        }
                     }
                 }
+                _ => self.builder.add_chunk(data).map_err(build_err)?,
+            };
+            match pushed {
+                Push::Added(i) => {
+                    index = Some(i);
+                    break;
+                }
+                Push::Full if self.builder.is_empty() => break,
+                Push::Full => self.finish_xorb(emit)?,
             }
+        }
+        let Some(index) = index else {
+            return Err(UploadError::Build {
+                what: format!("chunk {hash}"),
+                detail: "it does not fit in an empty xorb".into(),
+            });
         };
         self.builder_refs
             .push(ChunkRef::new(hash, data.len() as u64));
