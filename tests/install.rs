@@ -274,3 +274,82 @@ fn install_and_the_environment_read_an_endpoint_the_same_way() {
         repo.canonicalize().unwrap().join("store")
     );
 }
+
+/// Hugging Face's git-xet registers under the same `xet` name: install leaves it alone and
+/// says how to replace it; `--force` replaces it and keeps its settings, which uninstall puts
+/// back; status names the program that is registered.
+#[test]
+fn another_xet_agent_is_never_silently_replaced() {
+    let s = Sandbox::new();
+    let cwd = s.dir.path();
+    // A stand-in for the other git-xet: it answers --version and has no `serve`.
+    let other = s.dir.path().join("other-bin/git-xet");
+    std::fs::create_dir_all(other.parent().unwrap()).unwrap();
+    std::fs::write(
+        &other,
+        "#!/bin/sh\ncase \"$1\" in --version) echo 'git-xet 0.2.0' ;; *) exit 2 ;; esac\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let other_text = other.display().to_string();
+    for (k, v) in [
+        ("path", other_text.as_str()),
+        ("args", "transfer --theirs"),
+        ("concurrent", "true"),
+    ] {
+        s.git(
+            cwd,
+            &[
+                "config",
+                "--global",
+                &format!("lfs.customtransfer.xet.{k}"),
+                v,
+            ],
+        );
+    }
+    let before = std::fs::read_to_string(s.global_config()).unwrap();
+
+    // Refused, with what is there and what to run; nothing changes.
+    let out = s.git_xet(cwd, &["install"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&other_text) && err.contains("git-xet 0.2.0") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(s.global_config()).unwrap(), before);
+
+    // Status names it and warns.
+    let status = s.git_xet(cwd, &["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("not git-xet") && text.contains("git-xet 0.2.0"),
+        "{text}"
+    );
+
+    // --force replaces it, keeping its settings ...
+    let out = ok(&s.git_xet(cwd, &["install", "--force"]));
+    assert!(out.contains("replaced"), "{out}");
+    let exe = Path::new(env!("CARGO_BIN_EXE_git-xet"))
+        .canonicalize()
+        .unwrap();
+    assert_eq!(
+        s.global("lfs.customtransfer.xet.path"),
+        exe.to_string_lossy()
+    );
+    assert_eq!(s.global("lfs.customtransfer.xet.args"), "transfer");
+    assert_eq!(s.global("xet.replaced.path"), other_text);
+    // ... installing again is quiet about it ...
+    ok(&s.git_xet(cwd, &["install"]));
+    let text = String::from_utf8_lossy(&s.git_xet(cwd, &["status"]).stdout).into_owned();
+    assert!(!text.contains("not git-xet"), "{text}");
+    // ... and uninstall puts the other one back as it was.
+    let out = ok(&s.git_xet(cwd, &["uninstall"]));
+    assert!(out.contains("again"), "{out}");
+    assert_eq!(s.global("lfs.customtransfer.xet.path"), other_text);
+    assert_eq!(s.global("lfs.customtransfer.xet.args"), "transfer --theirs");
+    assert_eq!(s.global("xet.replaced.path"), "");
+}

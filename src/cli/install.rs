@@ -90,6 +90,10 @@ pub struct InstallArgs {
     /// Agent processes git-lfs runs at once (1: one process for all transfers).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub concurrency: Option<u32>,
+    /// Replace another program registered as the `xet` agent in this scope (Hugging Face's
+    /// git-xet uses the same name); its settings are kept and `git xet uninstall` puts them back.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -139,6 +143,11 @@ pub struct UntrackArgs {
 
 /// The key where install records the keys it wrote (space-separated).
 pub const MANAGED_KEYS: &str = "xet.managedkeys";
+/// Where `install --force` keeps the settings of the `xet` agent it replaced
+/// (`xet.replaced.path`, `.args`, `.concurrent`), for `uninstall` to put back.
+const REPLACED_PREFIX: &str = "xet.replaced.";
+/// The agent settings kept and put back.
+const AGENT_KEYS: [&str; 3] = ["path", "args", "concurrent"];
 /// The standalone endpoint key.
 pub use crate::lfs::settings::ENDPOINT_KEY;
 
@@ -153,6 +162,80 @@ fn agent_path() -> Result<PathBuf, Box<dyn std::error::Error>> {
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot find the path of this git-xet executable: {e}"))?;
     Ok(exe.canonicalize().unwrap_or(exe))
+}
+
+/// Another program registered as the `xet` agent in `scope` (one this install did not write,
+/// that is not git-xet: Hugging Face's `git-xet`, say) is left alone unless `force`; with it,
+/// its settings are kept under [`REPLACED_PREFIX`] for `uninstall` to put back.
+fn replace_other_agent(
+    git: &Git,
+    scope: Scope,
+    managed: &[String],
+    exe: &std::path::Path,
+    force: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    const PATH_KEY: &str = "lfs.customtransfer.xet.path";
+    let Some(current) = git.config_get_in(Some(scope), PATH_KEY)? else {
+        return Ok(());
+    };
+    if managed.iter().any(|k| k == PATH_KEY) || super::program::is_this_project(&current, exe) {
+        return Ok(());
+    }
+    let other = super::program::describe(&current);
+    let flag = match scope {
+        Scope::Global => String::new(),
+        other => format!(" {}", other.flag()),
+    };
+    if !force {
+        return Err(format!(
+            "another program is registered as Git LFS's `xet` agent in the {} configuration: \
+             {other}. It is left as it is (Hugging Face's git-xet registers under the same name, \
+             and only one program can be the `xet` agent of a scope). To use this git-xet there \
+             instead, run `git xet install{flag} --force` (the other's settings are kept, and \
+             `git xet uninstall{flag}` puts them back); or install this one in a narrower scope, \
+             e.g. `git xet install --local` in a repository",
+            scope.name()
+        )
+        .into());
+    }
+    for key in AGENT_KEYS {
+        if let Some(value) =
+            git.config_get_in(Some(scope), &format!("lfs.customtransfer.xet.{key}"))?
+        {
+            git.config_set(scope, &format!("{REPLACED_PREFIX}{key}"), &value)?;
+        }
+    }
+    say!(
+        "{} {PATH_KEY} was {other}: replaced by this git-xet; its settings are kept in \
+         {REPLACED_PREFIX}*, and `git xet uninstall{flag}` puts them back",
+        scope.name()
+    );
+    Ok(())
+}
+
+/// Puts back the `xet` agent `install --force` replaced in `scope`, if any; the line to print.
+fn restore_replaced_agent(
+    git: &Git,
+    scope: Scope,
+) -> Result<Option<String>, Box<dyn std::error::Error>> {
+    let mut restored = None;
+    for key in AGENT_KEYS {
+        let kept = format!("{REPLACED_PREFIX}{key}");
+        if let Some(value) = git.config_get_in(Some(scope), &kept)? {
+            git.config_set(scope, &format!("lfs.customtransfer.xet.{key}"), &value)?;
+            git.config_unset(scope, &kept)?;
+            if key == "path" {
+                restored = Some(value);
+            }
+        }
+    }
+    Ok(restored.map(|path| {
+        format!(
+            "{} lfs.customtransfer.xet.path = {path} again: the `xet` agent `git xet install \
+             --force` had replaced",
+            scope.name()
+        )
+    }))
 }
 
 /// For an endpoint URL with a password in it (accepted: git-xet sends it, as the endpoint's
@@ -212,6 +295,13 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     if !git.has_git_lfs() {
         return Err(git_lfs_missing());
     }
+    // Another `xet` agent is left alone (before anything is written) unless --force.
+    let exe = agent_path()?;
+    let managed_before: Vec<String> = git
+        .config_get_in(Some(scope), MANAGED_KEYS)?
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    replace_other_agent(&git, scope, &managed_before, &exe, args.force)?;
     // git-lfs's filters first, if nobody set them up.
     if git.config_get("filter.lfs.process")?.is_none() {
         let mut lfs_args = vec!["lfs", "install"];
@@ -247,7 +337,7 @@ pub fn install(args: &InstallArgs) -> CmdResult {
     let mut wanted: Vec<(String, String)> = vec![
         (
             "lfs.customtransfer.xet.path".to_string(),
-            agent_path()?.to_string_lossy().into_owned(),
+            exe.to_string_lossy().into_owned(),
         ),
         (
             "lfs.customtransfer.xet.args".to_string(),
@@ -344,6 +434,10 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
         }
     }
     git.config_unset(scope, MANAGED_KEYS)?;
+    if let Some(line) = restore_replaced_agent(&git, scope)? {
+        say!("{line}");
+        removed += 1;
+    }
     if scope == Scope::Local {
         for line in super::hooks::uninstall(&git)? {
             say!("{line}");

@@ -18,6 +18,7 @@ mod ls_files;
 mod maintenance;
 mod man;
 mod mount;
+mod program;
 mod prune;
 mod serve;
 mod status;

@@ -124,7 +124,7 @@ pub(super) fn registration(
         ),
         Some(path) => {
             r.registered = true;
-            let resolved = resolve_program(&path.value);
+            let resolved = super::super::program::resolve(&path.value);
             r.runnable = Some(resolved.is_some());
             match &resolved {
                 None => warnings.push(format!(
@@ -137,6 +137,23 @@ pub(super) fn registration(
                         program.canonicalize().unwrap_or_else(|_| program.clone()) == exe
                     });
                     r.this_executable = Some(same);
+                    let ours = same
+                        || exe.is_some_and(|exe| {
+                            super::super::program::is_this_project(&path.value, exe)
+                        });
+                    if !ours {
+                        let other = super::super::program::describe(&path.value);
+                        warnings.push(format!(
+                            "the `xet` agent registered in the {} configuration is another \
+                             program, not git-xet: {other}. Pushes and fetches use it (Hugging \
+                             Face's git-xet registers under the same name). To use this git-xet \
+                             there instead, run `git xet install{} --force`; or install it in \
+                             a narrower scope (`git xet install --local` in a repository)",
+                            path.scope,
+                            scope_flag(&path.scope)
+                        ));
+                        r.other_agent = Some(other);
+                    }
                 }
             }
             if r.args.as_ref().map(|a| a.value.trim()) != Some("transfer") {
@@ -178,45 +195,20 @@ pub(super) fn registration(
     Ok(r)
 }
 
+/// The `git xet install` flag of a scope as `git config --show-scope` names it.
+fn scope_flag(scope: &str) -> &'static str {
+    match scope {
+        "local" => " --local",
+        "system" => " --system",
+        _ => "",
+    }
+}
+
 pub(super) fn is_true(value: &str) -> bool {
     matches!(
         value.trim().to_ascii_lowercase().as_str(),
         "true" | "yes" | "on" | "1"
     )
-}
-
-/// The file a program name runs, as `sh -c` would find it: a path as it is, a bare name on PATH.
-pub(super) fn resolve_program(program: &str) -> Option<PathBuf> {
-    let program = program.trim();
-    if program.is_empty() {
-        return None;
-    }
-    if program.contains('/') || program.contains(std::path::MAIN_SEPARATOR) {
-        let p = PathBuf::from(program);
-        return is_executable(&p).then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| is_executable(p))
-}
-
-pub(super) fn is_executable(path: &Path) -> bool {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return false;
-    };
-    if !meta.is_file() {
-        return false;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        meta.permissions().mode() & 0o111 != 0
-    }
-    #[cfg(not(unix))]
-    {
-        true
-    }
 }
 
 pub(super) fn repository(

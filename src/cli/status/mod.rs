@@ -107,6 +107,10 @@ struct Registration {
     runnable: Option<bool>,
     /// The registered program is this executable.
     this_executable: Option<bool>,
+    /// When it is not: another program than git-xet of this project (Hugging Face's
+    /// `git-xet`, say), described by its path and `--version`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    other_agent: Option<String>,
     path: Option<Setting>,
     args: Option<Setting>,
     concurrent: Option<Setting>,

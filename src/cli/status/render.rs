@@ -153,11 +153,15 @@ pub(super) fn render(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
                 writeln!(out, "  {key:<35} {}", setting_text(value))?;
             }
         }
-        if g.this_executable == Some(false) {
-            writeln!(
+        match (&g.other_agent, g.this_executable) {
+            (Some(other), _) => {
+                writeln!(out, "  (the registered program is not git-xet: {other})")?
+            }
+            (None, Some(false)) => writeln!(
                 out,
-                "  (the registered program is another git-xet than this one)"
-            )?;
+                "  (the registered program is another installation of git-xet than this one)"
+            )?,
+            _ => {}
         }
     }
 
