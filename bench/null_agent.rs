@@ -1,7 +1,7 @@
-//! The "custom-agent floor" of `bench/small_files.sh`: a Git LFS custom transfer agent that
-//! transfers nothing. It answers each download by writing the object's bytes, read from a
-//! local directory of files named by oid, into git-lfs's temp directory, then reports it
-//! complete. What a fetch through it costs is git-lfs's own work for a custom agent (the batch
+//! The "custom-agent floor" of `bench/small_files.sh` and `bench/push_pull.sh`: a Git LFS custom
+//! transfer agent that transfers nothing. It answers each download by copying the object's
+//! bytes, from a local directory of files named by oid, into git-lfs's temp directory, then
+//! reports it complete. What a fetch through it costs is git-lfs's own work for a custom agent (the batch
 //! calls, the protocol, re-hashing and moving every object) plus writing the files: no agent
 //! that downloads can be faster.
 //!
@@ -38,10 +38,10 @@ fn main() {
                 let oid = field(&line, "oid").unwrap_or_default();
                 n += 1;
                 let dst = tmp.join(format!("null-{}-{n}", std::process::id()));
-                match std::fs::read(format!("{objects}/{oid}"))
-                    .and_then(|bytes| std::fs::write(&dst, bytes))
-                {
-                    Ok(()) => format!(
+                // fs::copy: in the kernel where it can (copy_file_range), the cheapest way
+                // there is to put the bytes where git-lfs wants them.
+                match std::fs::copy(format!("{objects}/{oid}"), &dst) {
+                    Ok(_) => format!(
                         r#"{{"event":"complete","oid":"{oid}","path":"{}"}}"#,
                         dst.display()
                     ),

@@ -23,6 +23,9 @@
 #              `git lfs fetch` (download into .git/lfs/objects, like hf_xet's download into a
 #              file); `git lfs checkout` is timed separately. Peak RSS is the largest `VmHWM` an
 #              agent process logged at exit (git-lfs runs up to 8).
+#   floor:     the clone's `git lfs fetch` again through bench/null_agent.rs, an agent that only
+#              copies the object from a local file: git-lfs's own cost for any custom agent
+#              (batch call, agent start, re-hashing with SHA-256, move), which no agent beats.
 # Each upload starts with only its input in the page cache (as root: clean pages dropped, then
 # the input read once) and after `sync`; after each upload the server's background SHA-256 check
 # is waited for (not timed). Prints the whole commands' ratios first (reference / git-xet; above
@@ -93,7 +96,13 @@ PY
 }
 
 # round N: one round of both sides; appends its figures to the arrays below.
-hf_up=(); hf_up_rss=(); hf_down=(); hf_down_rss=()
+hf_up=(); hf_up_rss=(); hf_down=(); hf_down_rss=(); floor=()
+# bench/null_agent.rs, for the custom-agent floor of `git lfs fetch` (left out without rustc).
+floor_agent="$work/null_agent"
+if ! rustc -O --edition 2021 -o "$floor_agent" "$root/bench/null_agent.rs"; then
+    echo "bench: cannot build bench/null_agent.rs (is rustc installed?); no floor row" >&2
+    floor_agent=""
+fi
 push=(); push_rss=(); push_agent=(); fetch=(); fetch_rss=(); fetch_agent=(); checkout=()
 round() {
     local r="$1" t0 t1 a b
@@ -148,6 +157,16 @@ round() {
     fetch_rss+=("$(peak_rss "$GIT_XET_LOG")")
     fetch_agent+=("$(agent_secs "$GIT_XET_LOG")")
     cmp -s "$work/input.bin" model.bin || { echo "bench: git round trip differs" >&2; exit 1; }
+    # The floor: the same fetch through an agent that only copies the object from a local file.
+    if [[ -n "$floor_agent" ]]; then
+        mkdir -p "$work/by-oid" && ln -f "$work/input.bin" "$work/by-oid/$oid"
+        rm -rf .git/lfs/objects
+        sync; t0=$(now)
+        git -c lfs.customtransfer.xet.path="$floor_agent" \
+            -c lfs.customtransfer.xet.args="$work/by-oid" lfs fetch >/dev/null
+        t1=$(now)
+        floor+=("$(echo "$t1 - $t0" | bc)")
+    fi
     cd "$work"
     stop_servers
     rm -rf "$work/a$r-store" "$work/b$r-store" "$work/repo-$r" "$work/clone-$r" \
@@ -168,6 +187,9 @@ echo
 echo "file: $size bytes of $data data; $lfs_version; medians of $rounds rounds"
 echo "git push       vs hf_xet.upload_files:   $(ratio "$(m "${hf_up[@]}")" "$(m "${push[@]}")")x"
 echo "git lfs fetch  vs hf_xet.download_files: $(ratio "$(m "${hf_down[@]}")" "$(m "${fetch[@]}")")x"
+if [[ -n "$floor_agent" ]]; then
+    echo "  (the most any custom agent could reach here: $(ratio "$(m "${hf_down[@]}")" "$(m "${floor[@]}")")x, see the floor row)"
+fi
 echo
 printf '%-30s %9s %10s %14s   %s\n' "" "seconds" "MB/s" "peak RSS MiB" "rounds (s)"
 row() { # label times-var rss-var
@@ -182,6 +204,13 @@ row "git push (git-xet agent)" push push_rss
 row "hf_xet download_files" hf_down hf_down_rss
 row "git lfs fetch (git-xet)" fetch fetch_rss
 row "git lfs checkout (copy)" checkout
+if [[ -n "$floor_agent" ]]; then
+    row "git lfs fetch, floor" floor
+    echo "  the floor is git-lfs fetching through an agent that only copies the file from a local"
+    echo "  disk (bench/null_agent.rs): its batch call, agent start, re-hashing with SHA-256 and"
+    echo "  move. No custom agent fetches faster; against hf_xet it would be"
+    echo "  $(ratio "$(m "${hf_down[@]}")" "$(m "${floor[@]}")")x, and git-xet's fetch takes $(ratio "$(m "${fetch[@]}")" "$(m "${floor[@]}")")x the floor's time."
+fi
 echo
 echo "breakdown: the agents' own requests"
 row "  agent's upload request" push_agent
