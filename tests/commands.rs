@@ -1078,28 +1078,41 @@ fn install_sh_builds_registers_and_runs_the_demo_when_there_is_one() {
     assert!(text.contains("no demo"), "{text}");
 }
 
-/// The shell blocks of a README section, in order.
-fn readme_shell_blocks(heading: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme
-        .split(heading)
-        .nth(1)
-        .unwrap_or_else(|| panic!("README has no {heading:?}"));
-    let section = section.split("\n### ").next().unwrap();
-    section
-        .split("```sh\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap().to_string())
-        .collect()
+/// The shell blocks of the section `heading` (a whole heading line) of the document `file`
+/// (relative to the crate root), in order: up to the next heading, of any level.
+fn doc_shell_blocks(file: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let mut lines = text.lines().skip_while(|l| *l != heading);
+    assert!(lines.next().is_some(), "{file} has no {heading:?}");
+    let (mut blocks, mut block, mut fence) = (Vec::new(), None::<String>, false);
+    for line in lines {
+        if line.starts_with("```") {
+            if let Some(b) = block.take() {
+                blocks.push(b);
+            } else if line == "```sh" {
+                block = Some(String::new());
+            }
+            fence = !fence;
+        } else if let Some(b) = block.as_mut() {
+            b.push_str(line);
+            b.push('\n');
+        } else if !fence && line.starts_with('#') {
+            break;
+        }
+    }
+    blocks
 }
 
+/// The walkthrough of the user guide (docs/guide.md; README.md links to it), run as written.
 #[test]
 fn the_readme_walkthrough_works_as_written() {
     if !common::git::tools_available() {
         return;
     }
-    let blocks = readme_shell_blocks("### Walkthrough: your own server (negotiated mode)");
+    let blocks = doc_shell_blocks(
+        "docs/guide.md",
+        "## Walkthrough: your own server (negotiated mode)",
+    );
     assert_eq!(
         blocks.len(),
         3,
@@ -1110,13 +1123,13 @@ fn the_readme_walkthrough_works_as_written() {
         .local_addr()
         .unwrap()
         .port();
-    // Changed from the README only: the port (a free one), the model file (made here), a
+    // Changed from the guide only: the port (a free one), the model file (made here), a
     // lifetime for the server, and waiting for it to listen.
     let mut script = String::from("set -eux\n");
     let substitute = |text: &str, from: &str, to: &str| -> String {
         assert!(
             text.contains(from),
-            "the README no longer has {from:?}:\n{text}"
+            "the walkthrough no longer has {from:?}:\n{text}"
         );
         text.replace(from, to)
     };
@@ -1183,4 +1196,6 @@ fn the_readme_walkthrough_works_as_written() {
         text.contains("credential from your git credential helper accepted"),
         "{text}"
     );
+    // The push summary the walkthrough promises, printed by the hook of `install --local`.
+    assert!(text.contains("git-xet: pushed 1 object"), "{text}");
 }
