@@ -89,6 +89,8 @@ pub struct Resources {
     pub body_budget: Arc<Semaphore>,
     /// Concurrent ingest jobs (xorb validation and storage, basic-upload pipelines).
     pub ingest: Arc<Semaphore>,
+    /// Bytes of stored data read ahead for responses on object storage, one permit per byte.
+    pub read_budget: Arc<Semaphore>,
     limits: Limits,
 }
 
@@ -103,6 +105,11 @@ impl Resources {
             metadata: Arc::new(Semaphore::new(limits.max_requests)),
             body_budget: Arc::new(Semaphore::new(budget)),
             ingest: Arc::new(Semaphore::new(limits.max_ingest.max(1))),
+            read_budget: Arc::new(Semaphore::new(
+                usize::try_from(limits.read_memory)
+                    .unwrap_or(usize::MAX)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
             limits: limits.clone(),
         }
     }

@@ -18,9 +18,10 @@
 //!
 //! **Bounded resources.** Whatever a client does (stop reading, stop sending, open many
 //! connections), what it holds is bounded: a connection slot, a slot of its route class, a
-//! bounded buffer (at most one response piece of [`cas::xorb_data::PIECE`] or
-//! [`lfs::rebuild::PIECE`] bytes plus the connection buffer of [`conn::CONN_BUF`]), and for
-//! uploads a spool file; no blocking thread waits on a client. Every wait on a client has a
+//! bounded buffer (at most two response pieces of [`cas::xorb_data::PIECE`] or
+//! [`lfs::rebuild::PIECE`] bytes plus the connection buffer of [`conn::CONN_BUF`]; on object
+//! storage, larger pieces read ahead come out of one server-wide budget,
+//! [`Limits::read_memory`]), and for uploads a spool file; no blocking thread waits on a client. Every wait on a client has a
 //! timeout ([`Limits`]).
 
 pub mod auth;
@@ -113,6 +114,11 @@ pub struct Limits {
     /// Bytes of small request bodies (shards, batch, verify, telemetry) held in memory by all
     /// requests together; a request that needs more is 503. Default 256 MiB.
     pub body_memory: u64,
+    /// Bytes of stored xorb data read ahead of the connections that send it, by all downloads
+    /// together, where the store is object storage (each read a request, so reads are made
+    /// larger and started ahead); beyond it, downloads read in small pieces as they are sent.
+    /// Default 256 MiB.
+    pub read_memory: u64,
     /// Time for a request head to arrive, and for an idle keep-alive connection to stay open.
     /// Default 30 s.
     pub header_timeout: Duration,
@@ -137,6 +143,7 @@ impl Default for Limits {
             max_requests: 512,
             max_ingest: cpus.clamp(1, 4),
             body_memory: 256 << 20,
+            read_memory: 256 << 20,
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),

@@ -1391,14 +1391,35 @@ impl Store {
     /// The length of an intact stored xorb object (with its footer); `None` if it is not
     /// stored, the damage error if its stored copy is found missing or damaged.
     pub fn xorb_len(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
-        match self.check_xorb(xorb)? {
-            XorbHealth::Intact(_) => Ok(self.backend.len(ObjectKey::Xorb(*xorb))?),
-            XorbHealth::Missing => Ok(None),
-            XorbHealth::Damaged(detail) => Err(StoreError::DamagedXorb {
+        match self.check_xorb_stamped(xorb)? {
+            (XorbHealth::Intact(_), Some(stamp)) => Ok(Some(stamp.len)),
+            (XorbHealth::Intact(_), None) => Ok(self.backend.len(ObjectKey::Xorb(*xorb))?),
+            (XorbHealth::Missing, _) => Ok(None),
+            (XorbHealth::Damaged(detail), _) => Err(StoreError::DamagedXorb {
                 xorb: *xorb,
                 detail,
             }),
         }
+    }
+
+    /// Bytes `range` (inclusive) of the stored object of a xorb that [`Store::xorb_len`] or
+    /// [`Store::check_xorb`] just found intact, without checking it again: the pieces of one
+    /// response cost one request each to object storage, not two. `None` if it is gone since.
+    pub fn read_checked_xorb(
+        &self,
+        xorb: &XorbHash,
+        range: RangeInclusive<u64>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (start, end) = range.into_inner();
+        Ok(self
+            .backend
+            .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+    }
+
+    /// Whether the objects are on shared object storage, where each read is a request (reads
+    /// are then worth making larger and starting ahead).
+    pub fn on_object_storage(&self) -> bool {
+        self.backend.is_shared()
     }
 
     /// Bytes `range` (inclusive) of an intact stored xorb object; `None` if it is not stored,

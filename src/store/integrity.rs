@@ -168,24 +168,33 @@ impl Store {
     /// is the version verified before, a whole verification otherwise. A xorb found damaged or
     /// missing is quarantined and logged here.
     pub fn check_xorb(&self, xorb: &XorbHash) -> Result<XorbHealth, StoreError> {
+        Ok(self.check_xorb_stamped(xorb)?.0)
+    }
+
+    /// [`Store::check_xorb`], with the stamp (length and version) of the object found intact,
+    /// so that a reader needs no second request for its length.
+    pub(crate) fn check_xorb_stamped(
+        &self,
+        xorb: &XorbHash,
+    ) -> Result<(XorbHealth, Option<ObjectStamp>), StoreError> {
         if self.being_collected(xorb) {
-            return Ok(XorbHealth::Missing);
+            return Ok((XorbHealth::Missing, None));
         }
         let key = ObjectKey::Xorb(*xorb);
         let Some(stamp) = self.backend.stamp(key)? else {
             self.forget_footer(xorb);
             if let Some((_, why)) = self.index.damaged(xorb)? {
-                return Ok(XorbHealth::Damaged(why));
+                return Ok((XorbHealth::Damaged(why), None));
             }
             if self.index.xorb(xorb)?.is_some() {
                 let why = "its stored object is missing (deleted outside git-xet)".to_string();
                 self.mark_damaged(xorb, &why)?;
-                return Ok(XorbHealth::Damaged(why));
+                return Ok((XorbHealth::Damaged(why), None));
             }
-            return Ok(XorbHealth::Missing);
+            return Ok((XorbHealth::Missing, None));
         };
         if let Some(f) = self.cached_footer(xorb, &stamp) {
-            return Ok(XorbHealth::Intact(f));
+            return Ok((XorbHealth::Intact(f), Some(stamp)));
         }
         // On shared storage an object another node stored is adopted on its footer: that node
         // validated it whole before storing it (see store::sync).
@@ -201,17 +210,19 @@ impl Store {
                     }
                     let footer = Arc::new(footer);
                     self.cache_footer(stamp, Arc::clone(&footer));
-                    return Ok(XorbHealth::Intact(footer));
+                    return Ok((XorbHealth::Intact(footer), Some(stamp)));
                 }
                 FooterRead::Damaged(why) => {
                     self.mark_damaged(xorb, &why)?;
-                    return Ok(XorbHealth::Damaged(why));
+                    return Ok((XorbHealth::Damaged(why), None));
                 }
                 // Removed or replaced while it was read: look again.
-                FooterRead::Gone => return self.check_xorb(xorb),
+                FooterRead::Gone => return self.check_xorb_stamped(xorb),
             }
         }
-        self.verify_whole(xorb, stamp)
+        let health = self.verify_whole(xorb, stamp)?;
+        let stamp = matches!(health, XorbHealth::Intact(_)).then_some(stamp);
+        Ok((health, stamp))
     }
 
     /// Reads and verifies the whole object of `xorb`, whose stamp was `stamp` (one verification

@@ -11,7 +11,10 @@
 //!
 //! The body streams: the stored bytes are read in pieces of at most [`PIECE`] bytes, each on a
 //! blocking thread when the connection asks for more, so a client that does not read holds one
-//! piece, whatever the size of its ranges. Every response carries `Content-Length`; a read
+//! piece, whatever the size of its ranges. On object storage, pieces are [`OBJECT_PIECE`] bytes
+//! and the next is read while one is sent, within a server-wide read budget
+//! ([`crate::server::Limits::read_memory`]); the xorb is checked once per request, not per
+//! piece. Every response carries `Content-Length`; a read
 //! failure half-way aborts the connection (the client sees a short body).
 
 use std::collections::VecDeque;
@@ -24,6 +27,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::super::auth::{now_unix, AuthError};
 use super::super::error::ApiError;
@@ -217,9 +221,10 @@ async fn fetch(
             None => granted_within(&granted, len),
         };
         let small = match &parsed {
-            Ok(r) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => {
-                st.store.read_xorb(&xorb, r[0].clone())?.map(Bytes::from)
-            }
+            Ok(r) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => st
+                .store
+                .read_checked_xorb(&xorb, r[0].clone())?
+                .map(Bytes::from),
             _ => None,
         };
         Ok(Some((len, parsed, small)))
@@ -275,7 +280,15 @@ async fn fetch(
     // `small` holds the bytes of the one range asked for, when it is small.
     let body = match small {
         Some(bytes) => Body::from(bytes),
-        None => stream(Arc::clone(&state.store), xorb, segments),
+        None => stream(
+            Arc::clone(&state.store),
+            xorb,
+            segments,
+            state
+                .store
+                .on_object_storage()
+                .then(|| Arc::clone(&state.resources.read_budget)),
+        ),
     };
     let mut response = (status, body).into_response();
     let h = response.headers_mut();
@@ -348,43 +361,115 @@ fn multipart(boundary: &str, ranges: &[RangeInclusive<u64>], len: u64) -> Vec<Se
 }
 
 /// The response body: the segments in order, stored ranges read [`PIECE`] bytes at a time
-/// when the connection asks for more.
-fn stream(store: Arc<Store>, xorb: XorbHash, segments: Vec<Segment>) -> Body {
-    let pending: VecDeque<Segment> = segments.into();
-    Body::from_stream(futures_util::stream::unfold(
-        (store, pending),
-        move |(store, mut pending)| async move {
-            let item = match pending.pop_front()? {
-                Segment::Literal(bytes) => Ok(bytes),
-                Segment::Stored(r) => {
-                    let (start, end) = r.into_inner();
-                    let last = end.min(start + PIECE - 1);
-                    if last < end {
-                        pending.push_front(Segment::Stored(last + 1..=end));
-                    }
-                    let st = Arc::clone(&store);
-                    let read =
-                        tokio::task::spawn_blocking(move || st.read_xorb(&xorb, start..=last))
-                            .await;
-                    match read {
-                        Ok(Ok(Some(bytes))) => Ok(Bytes::from(bytes)),
-                        Ok(Ok(None)) => Err(io::Error::other(format!(
-                            "xorb {xorb} disappeared while being read"
-                        ))),
-                        Ok(Err(e)) => Err(io::Error::other(format!(
-                            "reading bytes {start}-{last} of xorb {xorb}: {e}"
-                        ))),
-                        Err(e) => Err(io::Error::other(format!("read worker failed: {e}"))),
-                    }
-                }
-            };
-            if let Err(e) = &item {
-                tracing::error!(%xorb, error = %e, "xorb data response aborted");
-                pending.clear();
-            }
-            Some((item, (store, pending)))
-        },
-    ))
+/// when the connection asks for more. On object storage, where each read is a request, a read
+/// is [`OBJECT_PIECE`] bytes while the server's read budget allows and the next read starts
+/// before the one the connection waits for is sent.
+fn stream(
+    store: Arc<Store>,
+    xorb: XorbHash,
+    segments: Vec<Segment>,
+    budget: Option<Arc<Semaphore>>,
+) -> Body {
+    let state = BodyReader {
+        store,
+        xorb,
+        pending: segments.into(),
+        ahead: None,
+        budget,
+    };
+    Body::from_stream(futures_util::stream::unfold(state, |mut r| async move {
+        let item = r.next_item().await?;
+        if let Err(e) = &item {
+            tracing::error!(xorb = %r.xorb, error = %e, "xorb data response aborted");
+            r.pending.clear();
+            r.ahead = None;
+        }
+        Some((item, r))
+    }))
+}
+
+/// Bytes of one read on object storage (see [`stream`]).
+pub const OBJECT_PIECE: u64 = 4 << 20;
+
+/// What [`stream`] has left to send, and the read started ahead.
+struct BodyReader {
+    store: Arc<Store>,
+    xorb: XorbHash,
+    pending: VecDeque<Segment>,
+    ahead: Option<PieceRead>,
+    /// The server's read budget, on object storage; `None`: small reads, none ahead.
+    budget: Option<Arc<Semaphore>>,
+}
+
+/// A read of stored bytes on a blocking thread, with its share of the read budget.
+struct PieceRead {
+    range: (u64, u64),
+    task: tokio::task::JoinHandle<Result<Option<Vec<u8>>, crate::store::StoreError>>,
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+impl BodyReader {
+    /// Starts reading the next piece of stored bytes, if the next segment is stored.
+    fn start_next(&mut self) -> Option<PieceRead> {
+        let Some(Segment::Stored(r)) = self.pending.front_mut() else {
+            return None;
+        };
+        let (start, end) = (*r.start(), *r.end());
+        // A large piece only with its bytes in the budget; else a small one, as on a disk.
+        let want = (end - start + 1).min(OBJECT_PIECE);
+        let held = self.budget.as_ref().and_then(|b| {
+            let n = u32::try_from(want).ok()?;
+            Arc::clone(b).try_acquire_many_owned(n).ok()
+        });
+        let len = if held.is_some() {
+            want
+        } else {
+            want.min(PIECE)
+        };
+        let last = start + len - 1;
+        if last < end {
+            *r = last + 1..=end;
+        } else {
+            self.pending.pop_front();
+        }
+        let (store, xorb) = (Arc::clone(&self.store), self.xorb);
+        let task =
+            tokio::task::spawn_blocking(move || store.read_checked_xorb(&xorb, start..=last));
+        Some(PieceRead {
+            range: (start, last),
+            task,
+            _held: held,
+        })
+    }
+
+    /// The next piece of the body; `None` at its end.
+    async fn next_item(&mut self) -> Option<Result<Bytes, io::Error>> {
+        let read = match self.ahead.take() {
+            Some(read) => read,
+            None => match self.pending.front()? {
+                Segment::Literal(_) => match self.pending.pop_front() {
+                    Some(Segment::Literal(bytes)) => return Some(Ok(bytes)),
+                    _ => return None,
+                },
+                Segment::Stored(_) => self.start_next()?,
+            },
+        };
+        if self.budget.is_some() {
+            self.ahead = self.start_next();
+        }
+        let (start, last) = read.range;
+        let xorb = self.xorb;
+        Some(match read.task.await {
+            Ok(Ok(Some(bytes))) => Ok(Bytes::from(bytes)),
+            Ok(Ok(None)) => Err(io::Error::other(format!(
+                "xorb {xorb} disappeared while being read"
+            ))),
+            Ok(Err(e)) => Err(io::Error::other(format!(
+                "reading bytes {start}-{last} of xorb {xorb}: {e}"
+            ))),
+            Err(e) => Err(io::Error::other(format!("read worker failed: {e}"))),
+        })
+    }
 }
 
 #[cfg(test)]

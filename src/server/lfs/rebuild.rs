@@ -16,6 +16,7 @@ use std::io;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::format::xorb::{decompress_chunk_into, ChunkHeader, XorbError, XorbFooter};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
@@ -80,8 +81,26 @@ impl Position {
     }
 }
 
-/// The next piece of the file, `None` after the last one.
-fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, RebuildError> {
+/// A piece of the file: chunks `start..end` of one term's xorb, stored at `range` of its
+/// object (from `stored_start`), `decoded` bytes once decoded.
+struct Planned {
+    xorb: XorbHash,
+    footer: Arc<XorbFooter>,
+    start: usize,
+    end: usize,
+    stored_start: u64,
+    decoded: u64,
+    range: std::ops::RangeInclusive<u64>,
+}
+
+/// Plans the next piece of the file (of about `piece` decoded bytes and at most twice that
+/// stored) and moves `at` past it; `None` after the last one. Loads and checks each term's
+/// footer once (the only request to the storage besides the reads).
+fn plan_piece(
+    store: &Store,
+    at: &mut Position,
+    piece: u64,
+) -> Result<Option<Planned>, RebuildError> {
     loop {
         let Some(term) = at.terms.get(at.term) else {
             return Ok(None);
@@ -130,7 +149,7 @@ fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, Rebuild
     while end < term.chunks.end as usize {
         let len = u64::from(footer.chunk_len(end).unwrap_or(0));
         let stored = u64::from(boundaries[end]) - stored_start;
-        if end > start && (decoded + len > PIECE || stored > 2 * PIECE) {
+        if end > start && (decoded + len > piece || stored > 2 * piece) {
             break;
         }
         decoded += len;
@@ -144,20 +163,54 @@ fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, Rebuild
             end,
             source: Box::new(source),
         })?;
-    let raw = store
-        .read_xorb(&xorb, range)?
-        .ok_or(RebuildError::MissingXorb { xorb })?;
-    decode_piece(&raw, &footer, xorb, start, end, stored_start, decoded)
-        .inspect_err(|e| {
-            if let RebuildError::DamagedChunk { problem, .. } = e {
-                // Silent damage (the object's stamp did not change): take it out of service.
-                store.report_damage(&xorb, problem);
-            }
-        })
-        .map(|out| {
-            at.chunk = end as u32;
-            Some(Bytes::from(out))
-        })
+    at.chunk = end as u32;
+    Ok(Some(Planned {
+        xorb,
+        footer,
+        start,
+        end,
+        stored_start,
+        decoded,
+        range,
+    }))
+}
+
+/// The stored bytes of a planned piece (its xorb was checked when its footer was loaded).
+fn read_piece(store: &Store, p: &Planned) -> Result<Vec<u8>, RebuildError> {
+    store
+        .read_checked_xorb(&p.xorb, p.range.clone())?
+        .ok_or(RebuildError::MissingXorb { xorb: p.xorb })
+}
+
+/// Decodes and checks a planned piece from its stored bytes; damage takes the xorb out of
+/// service.
+fn decode_planned(store: &Store, p: &Planned, raw: &[u8]) -> Result<Bytes, RebuildError> {
+    decode_piece(
+        raw,
+        &p.footer,
+        p.xorb,
+        p.start,
+        p.end,
+        p.stored_start,
+        p.decoded,
+    )
+    .inspect_err(|e| {
+        if let RebuildError::DamagedChunk { problem, .. } = e {
+            // Silent damage (the object's stamp did not change): take it out of service.
+            store.report_damage(&p.xorb, problem);
+        }
+    })
+    .map(Bytes::from)
+}
+
+/// The next piece of the file, `None` after the last one: planned, read and decoded at once
+/// (on a disk, where a read costs no round trip).
+fn next_piece(store: &Store, at: &mut Position) -> Result<Option<Bytes>, RebuildError> {
+    let Some(p) = plan_piece(store, at, PIECE)? else {
+        return Ok(None);
+    };
+    let raw = read_piece(store, &p)?;
+    decode_planned(store, &p, &raw).map(Some)
 }
 
 /// Decodes chunks `start..end` of `xorb` from `raw` (their stored bytes, beginning at
@@ -218,8 +271,48 @@ pub struct Download {
     pub file: FileHash,
 }
 
-/// The response body rebuilding `terms` (a whole-file plan) from `store`.
-pub fn body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) -> Body {
+/// Decoded bytes of one piece on object storage, where each read is a request.
+pub const OBJECT_PIECE: u64 = 4 << 20;
+
+/// The response body rebuilding `terms` (a whole-file plan) from `store`. On object storage
+/// (`budget`: the server's read budget), pieces are [`OBJECT_PIECE`] bytes while the budget
+/// allows, and the next piece is read while one is decoded and sent.
+pub fn body(
+    store: Arc<Store>,
+    terms: Vec<PlannedTerm>,
+    download: Download,
+    budget: Option<Arc<Semaphore>>,
+) -> Body {
+    match budget {
+        None => local_body(store, terms, download),
+        Some(budget) => object_body(store, terms, download, budget),
+    }
+}
+
+/// Logs how a download ended; the error to send, if it failed.
+fn finish(download: &Download, sent: u64, error: Option<&RebuildError>) -> Option<io::Error> {
+    let Download { repo, oid, file } = download;
+    match error {
+        None => {
+            tracing::info!(%repo, %oid, %file, bytes = sent, "basic download");
+            None
+        }
+        Some(e) => {
+            tracing::error!(%repo, %oid, %file, sent, error = %e, "basic download failed");
+            Some(io::Error::other(format!("object {oid}: {e}")))
+        }
+    }
+}
+
+fn worker_failed(download: &Download, e: tokio::task::JoinError) -> io::Error {
+    io::Error::other(format!(
+        "object {}: download worker failed: {e}",
+        download.oid
+    ))
+}
+
+/// [`body`] on a disk: each piece planned, read and decoded in one blocking task.
+fn local_body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) -> Body {
     let start = (store, Position::new(terms), download, 0u64);
     Body::from_stream(futures_util::stream::unfold(
         Some(start),
@@ -231,27 +324,151 @@ pub fn body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) -> B
                 (piece, at)
             })
             .await;
-            let Download { repo, oid, file } = &download;
             match made {
                 Ok((Ok(Some(piece)), at)) => {
                     let sent = sent + piece.len() as u64;
                     Some((Ok(piece), Some((store, at, download, sent))))
                 }
                 Ok((Ok(None), _)) => {
-                    tracing::info!(%repo, %oid, %file, bytes = sent, "basic download");
+                    finish(&download, sent, None);
                     None
                 }
-                Ok((Err(e), _)) => {
-                    tracing::error!(%repo, %oid, %file, sent, error = %e, "basic download failed");
-                    Some((Err(io::Error::other(format!("object {oid}: {e}"))), None))
-                }
-                Err(e) => Some((
-                    Err(io::Error::other(format!(
-                        "object {oid}: download worker failed: {e}"
-                    ))),
+                Ok((Err(e), _)) => Some((
+                    finish(&download, sent, Some(&e)).map_or(Ok(Bytes::new()), Err),
                     None,
                 )),
+                Err(e) => Some((Err(worker_failed(&download, e)), None)),
             }
+        },
+    ))
+}
+
+/// A planned piece being read on a blocking thread, with its share of the read budget.
+struct Reading {
+    planned: Planned,
+    raw: tokio::task::JoinHandle<Result<Vec<u8>, RebuildError>>,
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+/// Where an object-storage body is.
+struct ObjectState {
+    store: Arc<Store>,
+    at: Option<Position>,
+    ahead: Option<Reading>,
+    budget: Arc<Semaphore>,
+    download: Download,
+    sent: u64,
+}
+
+impl ObjectState {
+    /// Plans the next piece (a large one if the budget allows) and starts reading it; `None`
+    /// after the last one.
+    async fn start_next(&mut self) -> Result<Option<Reading>, io::Error> {
+        let Some(mut at) = self.at.take() else {
+            return Ok(None);
+        };
+        let held = u32::try_from(2 * OBJECT_PIECE)
+            .ok()
+            .and_then(|n| Arc::clone(&self.budget).try_acquire_many_owned(n).ok());
+        let piece = if held.is_some() { OBJECT_PIECE } else { PIECE };
+        let st = Arc::clone(&self.store);
+        let (at, planned) = tokio::task::spawn_blocking(move || {
+            let p = plan_piece(&st, &mut at, piece);
+            (at, p)
+        })
+        .await
+        .map_err(|e| worker_failed(&self.download, e))?;
+        let planned = match planned {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return Err(finish(&self.download, self.sent, Some(&e))
+                    .unwrap_or_else(|| io::Error::other("rebuild failed")))
+            }
+        };
+        self.at = Some(at);
+        let st = Arc::clone(&self.store);
+        let (xorb, range) = (planned.xorb, planned.range.clone());
+        let raw = tokio::task::spawn_blocking(move || {
+            st.read_checked_xorb(&xorb, range)?
+                .ok_or(RebuildError::MissingXorb { xorb })
+        });
+        Ok(Some(Reading {
+            planned,
+            raw,
+            _held: held,
+        }))
+    }
+
+    /// The next piece of the body; `None` at its end.
+    async fn next_item(&mut self) -> Option<Result<Bytes, io::Error>> {
+        let current = match self.ahead.take() {
+            Some(r) => r,
+            None => match self.start_next().await {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    finish(&self.download, self.sent, None);
+                    return None;
+                }
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        // The next read goes out before this piece is decoded and sent.
+        match self.start_next().await {
+            Ok(next) => self.ahead = next,
+            Err(e) => return Some(Err(e)),
+        }
+        let Reading {
+            planned,
+            raw,
+            _held,
+        } = current;
+        let raw = match raw.await {
+            Ok(Ok(raw)) => raw,
+            Ok(Err(e)) => {
+                return Some(Err(finish(&self.download, self.sent, Some(&e))
+                    .unwrap_or_else(|| io::Error::other("rebuild failed"))))
+            }
+            Err(e) => return Some(Err(worker_failed(&self.download, e))),
+        };
+        let st = Arc::clone(&self.store);
+        let decoded =
+            tokio::task::spawn_blocking(move || decode_planned(&st, &planned, &raw)).await;
+        Some(match decoded {
+            Ok(Ok(piece)) => {
+                self.sent += piece.len() as u64;
+                Ok(piece)
+            }
+            Ok(Err(e)) => Err(finish(&self.download, self.sent, Some(&e))
+                .unwrap_or_else(|| io::Error::other("rebuild failed"))),
+            Err(e) => Err(worker_failed(&self.download, e)),
+        })
+    }
+}
+
+/// [`body`] on object storage.
+fn object_body(
+    store: Arc<Store>,
+    terms: Vec<PlannedTerm>,
+    download: Download,
+    budget: Arc<Semaphore>,
+) -> Body {
+    let state = ObjectState {
+        store,
+        at: Some(Position::new(terms)),
+        ahead: None,
+        budget,
+        download,
+        sent: 0,
+    };
+    Body::from_stream(futures_util::stream::unfold(
+        Some(state),
+        |state| async move {
+            let mut state = state?;
+            let item = state.next_item().await?;
+            // After an error the body ends: the connection is aborted.
+            let next = item.is_ok().then_some(state);
+            Some((item, next))
         },
     ))
 }

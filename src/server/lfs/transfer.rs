@@ -240,7 +240,11 @@ pub async fn get(
         oid,
         file,
     };
-    let body = rebuild::body(Arc::clone(&state.store), plan.terms, download);
+    let budget = state
+        .store
+        .on_object_storage()
+        .then(|| Arc::clone(&state.resources.read_budget));
+    let body = rebuild::body(Arc::clone(&state.store), plan.terms, download, budget);
     Ok(octet_stream(size, body))
 }
 
