@@ -32,6 +32,7 @@ pub struct TransferArgs {}
 pub fn run(_args: &TransferArgs) -> CmdResult {
     crate::lfs::settings::register_env_secrets();
     init_logging();
+    crate::util::os::reuse_large_buffers();
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let stdin = std::io::stdin().lock();

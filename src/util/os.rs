@@ -1,7 +1,7 @@
-//! The crate's only unsafe code: file mappings, three system calls and one allocator setting that neither std nor a
-//! crate already in the tree wraps safely. Everything else in git-xet is safe Rust, which the
-//! `unsafe_code = "deny"` lint of Cargo.toml enforces; this module is the one place that allows
-//! it, and each block says why it is sound.
+//! The crate's only unsafe code: file mappings, three system calls and allocator settings that
+//! neither std nor a crate already in the tree wraps safely. Everything else in git-xet is safe
+//! Rust, which the `unsafe_code = "deny"` lint of Cargo.toml enforces; this module is the one
+//! place that allows it, and each block says why it is sound.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -107,6 +107,27 @@ pub fn one_allocator_arena() {
 /// See the glibc version: other allocators need nothing.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn one_allocator_arena() {}
+
+/// Makes glibc's allocator reuse the memory of large buffers instead of mapping fresh memory
+/// for each: one arena ([`one_allocator_arena`]), buffers up to 256 MiB from the heap rather
+/// than from their own mappings (glibc maps anything above 32 MiB afresh, and each of its pages
+/// is then faulted in and zeroed: a download's 64 MiB fetch ranges paid that for every byte),
+/// and freed heap memory kept up to 512 MiB rather than returned at once. For processes that
+/// move many multi-MiB buffers and live for one command (the transfer agent): their peak memory
+/// is what it was, and what they free is reused.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn reuse_large_buffers() {
+    one_allocator_arena();
+    // SAFETY: as in `one_allocator_arena`: allocator parameters, set before the threads exist.
+    unsafe {
+        let _ = libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        let _ = libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+    }
+}
+
+/// See the glibc version: other allocators need nothing.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn reuse_large_buffers() {}
 
 #[cfg(test)]
 mod tests {
