@@ -8,6 +8,8 @@
 #   SIZE_MIB             size of each of the two test files in MiB (default 256)
 #   GIT_XET_HF_PYTHON    a Python with `hf_xet` (default: .venv/bin/python, then /tmp/hfvenv)
 #   GARAGE               the Garage binary (default: on PATH, then ~/.cargo/bin/garage)
+#   GIT_XET_BENCH_SETUPS the setups to run after `directory` (default: garage-1 garage-2
+#                        garage-urls)
 #
 # The client is the reference client (hf_xet): two files of mixed data (see bench/lib.sh) are
 # uploaded at once, each by its own Python process with a fresh cache, then downloaded at once
@@ -26,6 +28,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 size_mib="${1:-256}"
+# The setups to run besides `directory` (always first: the others are compared with it).
+setups="${GIT_XET_BENCH_SETUPS:-garage-1 garage-2 garage-urls}"
 
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
@@ -147,17 +151,24 @@ run_setup() {
     printf 'bench: %-12s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
 }
 
+wanted() { [[ " $setups " == *" $1 "* ]]; }
 start_server dir
 run_setup directory "$server_url" "$server_url" "$server_url" "$server_url"
-start_server g1 --storage s3://one
-run_setup garage-1 "$server_url" "$server_url" "$server_url" "$server_url"
-start_server g2a --storage s3://two
-url_a="$server_url"
-start_server g2b --storage s3://two
-url_b="$server_url"
-run_setup garage-2 "$url_a" "$url_b" "$url_b" "$url_a"
-start_server g1u --storage s3://three --storage-urls
-run_setup garage-urls "$server_url" "$server_url" "$server_url" "$server_url"
+if wanted garage-1; then
+    start_server g1 --storage s3://one
+    run_setup garage-1 "$server_url" "$server_url" "$server_url" "$server_url"
+fi
+if wanted garage-2; then
+    start_server g2a --storage s3://two
+    url_a="$server_url"
+    start_server g2b --storage s3://two
+    url_b="$server_url"
+    run_setup garage-2 "$url_a" "$url_b" "$url_b" "$url_a"
+fi
+if wanted garage-urls; then
+    start_server g1u --storage s3://three --storage-urls
+    run_setup garage-urls "$server_url" "$server_url" "$server_url" "$server_url"
+fi
 
 echo
 echo "two files of $size_mib MiB each ($size bytes together), hf_xet $("$python" -c 'import importlib.metadata as m; print(m.version("hf-xet"))'), uploaded at once, then downloaded at once"

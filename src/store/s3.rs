@@ -421,7 +421,7 @@ impl S3Backend {
         let store = Arc::clone(&self.store);
         let p = path.clone();
         match self.block(what, async move { store.get(&p).await?.bytes().await })? {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Ok(bytes) => Ok(Some(Vec::from(bytes))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(other("read", what, e)),
         }
@@ -548,7 +548,9 @@ impl ObjectBackend for S3Backend {
             store.get_opts(&p, options).await?.bytes().await
         };
         match self.block(&what, get)? {
-            Ok(bytes) if bytes.len() as u64 == range.end - range.start => Ok(Some(bytes.to_vec())),
+            Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
+                Ok(Some(Vec::from(bytes)))
+            }
             // A range past the end is answered with what there is.
             Ok(bytes) => Err(out_of_bounds(range.start + bytes.len() as u64)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
