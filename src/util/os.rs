@@ -114,7 +114,7 @@ pub fn one_allocator_arena() {}
 /// is then faulted in and zeroed: a download's 64 MiB fetch ranges paid that for every byte),
 /// and freed heap memory kept up to 512 MiB rather than returned at once. For processes that
 /// move many multi-MiB buffers and live for one command (the transfer agent): their peak memory
-/// is what it was, and what they free is reused.
+/// is what it was, and what they free is reused (the transfer agent, when it downloads).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn reuse_large_buffers() {
     one_allocator_arena();
@@ -128,6 +128,22 @@ pub fn reuse_large_buffers() {
 /// See the glibc version: other allocators need nothing.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn reuse_large_buffers() {}
+
+/// Undoes [`reuse_large_buffers`] for what is allocated from now on: buffers of 1 MiB and
+/// more in mappings of their own, freed memory returned above 128 MiB. For an upload, whose
+/// growing 64 MiB xorb bodies fragment a heap that keeps everything (twice the peak memory).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn map_large_buffers() {
+    // SAFETY: as in `one_allocator_arena`: allocator parameters; safe to change at any time.
+    unsafe {
+        let _ = libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        let _ = libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
+    }
+}
+
+/// See the glibc version: other allocators need nothing.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn map_large_buffers() {}
 
 #[cfg(test)]
 mod tests {
