@@ -15,7 +15,9 @@
 # (xet), without it through the server's basic transfer (the server rebuilds the same file from
 # the same xorbs). Each clone checks the file out (smudge), so the time is what a user waits for.
 # Prints each side's median seconds and throughput and the ratio basic / git-xet (above 1:
-# git-xet is faster). This is a measurement, not a test; everything is removed afterwards.
+# git-xet is faster), then the floor: the same clone through bench/null_agent.rs, an agent that
+# copies the file from a local disk, which no custom agent beats. This is a measurement, not a
+# test; everything is removed afterwards.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,6 +48,20 @@ home() { # name, with-agent -> sets up a HOME
 }
 home xet yes
 home basic no
+home floor no
+# The floor: git-lfs cloning through bench/null_agent.rs, which copies each object from a local
+# file instead of transferring it (left out without rustc).
+floor_agent="$work/null_agent"
+if ! rustc -O --edition 2021 -o "$floor_agent" "$root/bench/null_agent.rs"; then
+    echo "bench: cannot build bench/null_agent.rs (is rustc installed?); no floor row" >&2
+    floor_agent=""
+fi
+if [[ -n "$floor_agent" ]]; then
+    HOME="$work/floor" XDG_CONFIG_HOME="$work/floor/.config" bash -c '
+        git config --global lfs.customtransfer.xet.path "$0"
+        git config --global lfs.customtransfer.xet.args "$1"
+        git config --global lfs.customtransfer.xet.concurrent true' "$floor_agent" "$work/by-oid"
+fi
 as() { # home-name command...
     local name="$1" h="$work/$1"; shift
     HOME="$h" XDG_CONFIG_HOME="$h/.config" GIT_XET_CACHE_DIR="$h/xet-cache" GIT_XET_LOG="$work/$name.log" "$@"
@@ -66,6 +82,8 @@ as xet git init -q "$work/repo"
     as xet git push -q origin main
 )
 echo "bench: pushed; cloning $runs times each way with $lfs_version" >&2
+oid=$(cd "$work/repo" && git cat-file -p HEAD:model.bin | sed -n 's/^oid sha256://p')
+mkdir -p "$work/by-oid" && ln -f "$work/input.bin" "$work/by-oid/$oid"
 
 now() { date +%s.%N; }
 clone() { # home-name -> prints seconds
@@ -81,10 +99,11 @@ clone() { # home-name -> prints seconds
     echo "$t1 - $t0" | bc
 }
 : > "$work/xet.log"
-xet_times=(); basic_times=()
+xet_times=(); basic_times=(); floor_times=()
 for _ in $(seq 1 "$runs"); do
     basic_times+=("$(clone basic)")
     xet_times+=("$(clone xet)")
+    if [[ -n "$floor_agent" ]]; then floor_times+=("$(clone floor)"); fi
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 basic_s=$(median "${basic_times[@]}")
@@ -98,3 +117,10 @@ printf '%-34s %9.2f %10s   %s\n' "git clone, git-xet agent" "$xet_s" "$(mbs "$xe
 agent_s=$(grep -o ' done oid=.* secs=[0-9.]*' "$work/xet.log" | sed 's/.*secs=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
 printf '%-34s %9.2f %10s   %s\n' "  the agent's download request" "$agent_s" "$(mbs "$agent_s")" "(median; the rest is git and git-lfs)"
 printf '%-34s %9.2fx\n' "ratio basic / git-xet" "$(echo "scale=3; $basic_s / $xet_s" | bc)"
+if [[ -n "$floor_agent" ]]; then
+    floor_s=$(median "${floor_times[@]}")
+    printf '%-34s %9.2f %10s   %s\n' "git clone, floor (null agent)" "$floor_s" "$(mbs "$floor_s")" "${floor_times[*]}"
+    echo "  the floor is git-lfs cloning through an agent that only copies the file from a local"
+    echo "  disk (bench/null_agent.rs): no custom agent clones faster. Against basic it would be"
+    echo "  $(echo "scale=2; $basic_s / $floor_s" | bc)x; git-xet's clone takes $(echo "scale=2; $xet_s / $floor_s" | bc)x the floor's time."
+fi
