@@ -178,3 +178,58 @@ fn a_damaged_chunk_cache_is_caught_and_the_download_still_right() {
         "{log}"
     );
 }
+
+/// Entries of the download chunk cache under `env`'s cache directory.
+fn cache_entries(env: &GitEnv) -> usize {
+    let root = env.path().join("cache").join("chunks");
+    let mut n = 0;
+    for endpoint in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for xorb in std::fs::read_dir(endpoint.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for entry in std::fs::read_dir(xorb.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if !entry.file_name().to_string_lossy().starts_with('.') {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn a_download_nothing_else_will_want_is_written_once() {
+    if !tools_available() {
+        return;
+    }
+    // A file with one version: its download goes to git-lfs's object store only.
+    let data = versions(1);
+    let (_server, env, _) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+    other.git(&clone, &["lfs", "fetch", "origin"]);
+    assert_object(&clone, &data[0]);
+    assert_eq!(cache_entries(&other), 0, "nothing kept in the chunk cache");
+
+    // Two versions, the newest fetched: the older one may be fetched later, so what the
+    // newest brought is kept for it.
+    let data = versions(2);
+    let (server, env, commits) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[1]]);
+    assert_object(&clone, &data[1]);
+    assert!(cache_entries(&other) > 0, "kept for the other version");
+    let before = sent(&server);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[0]]);
+    assert_object(&clone, &data[0]);
+    let moved = sent(&server) - before;
+    assert!(
+        moved < 3 * EDIT as u64,
+        "{moved} bytes fetched for the older version"
+    );
+}

@@ -66,6 +66,27 @@ impl History {
         out
     }
 
+    /// The other versions of `oid` the history knows: its earlier versions and the later
+    /// ones (objects that replaced it, and their own successors), up to [`MAX_EARLIER`] each
+    /// way.
+    pub fn relatives(&self, oid: &LfsOid) -> Vec<LfsOid> {
+        let mut out: Vec<LfsOid> = self.earlier_versions(oid).iter().map(|v| v.oid).collect();
+        let mut at = *oid;
+        for _ in 0..MAX_EARLIER {
+            let Some(next) = self
+                .previous
+                .iter()
+                .find(|(later, prev)| prev.oid == at && **later != *oid && !out.contains(later))
+                .map(|(later, _)| *later)
+            else {
+                break;
+            };
+            out.push(next);
+            at = next;
+        }
+        out
+    }
+
     /// How many objects have an earlier version.
     pub fn len(&self) -> usize {
         self.previous.len()

@@ -223,6 +223,19 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
         Ok(bytes)
     }
 
+    fn read_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        let Some(chunks) = &self.chunks else {
+            return self.inner.read_xorb_range(xorb, range);
+        };
+        let (bytes, _) = chunks
+            .read_through_keeping(xorb, range, false, &|r| self.inner.read_xorb_range(xorb, r))?;
+        Ok(bytes)
+    }
+
     fn forget_cached(&self, xorbs: &[XorbHash]) {
         if let Some(chunks) = &self.chunks {
             chunks.forget(xorbs);

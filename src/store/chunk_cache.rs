@@ -140,6 +140,19 @@ impl ChunkCache {
         range: &FetchRange,
         fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
     ) -> Result<(Vec<u8>, u64), TargetError> {
+        self.read_through_keeping(xorb, range, true, fetch)
+    }
+
+    /// [`ChunkCache::read_through`]; with `keep` false, what is fetched is not stored (a
+    /// download nothing else on this machine is expected to want: it still uses the entries
+    /// there are, and waits for a process filling them).
+    pub fn read_through_keeping(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+        fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
+    ) -> Result<(Vec<u8>, u64), TargetError> {
         let whole = |why: &dyn std::fmt::Display| -> Result<(Vec<u8>, u64), TargetError> {
             tracing::debug!(%xorb, "fetching without the chunk cache: {why}");
             let bytes = fetch(range)?;
@@ -162,7 +175,7 @@ impl ChunkCache {
             Ok(None) => return whole(&"another process holds this xorb's cache entries"),
             Err(e) => return whole(&e),
         };
-        let result = self.read_locked(&dir, range, fetch);
+        let result = self.read_locked(&dir, range, keep, fetch);
         drop(lock);
         match result {
             Ok(Some(done)) => Ok(done),
@@ -216,6 +229,7 @@ impl ChunkCache {
         &self,
         dir: &Path,
         range: &FetchRange,
+        keep: bool,
         fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
     ) -> Result<Option<(Vec<u8>, u64)>, TargetError> {
         let (c, d) = (range.chunks.start, range.chunks.end);
@@ -282,7 +296,7 @@ impl ChunkCache {
                 // The URL serves its whole range only: fetch it all, keep it as one entry.
                 let bytes = fetch(range)?;
                 let n = bytes.len() as u64;
-                if chunk_spans(&bytes, d - c).is_some() {
+                if keep && chunk_spans(&bytes, d - c).is_some() {
                     self.store(dir, range, &bytes);
                 }
                 return Ok(Some((bytes, n)));
@@ -294,7 +308,7 @@ impl ChunkCache {
             };
             let bytes = fetch(&gap)?;
             fetched += bytes.len() as u64;
-            if chunk_spans(&bytes, end - k).is_some() {
+            if keep && chunk_spans(&bytes, end - k).is_some() {
                 self.store(dir, &gap, &bytes);
             }
             pieces.push(Piece::Fetched(bytes));

@@ -266,11 +266,40 @@ impl CasTarget for Store {
     }
 }
 
+/// A source read through [`XorbSource::read_xorb_range_once`]: what it fetches for this
+/// download is not kept in a local cache.
+pub struct ReadOnce<'a, S: ?Sized>(pub &'a S);
+
+impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        self.0.read_xorb_range_once(xorb, range)
+    }
+
+    fn forget_cached(&self, xorbs: &[XorbHash]) {
+        self.0.forget_cached(xorbs)
+    }
+
+    fn trim_cache(&self) {
+        self.0.trim_cache()
+    }
+}
+
 /// Where a download reads stored xorb bytes from.
 pub trait XorbSource: Send + Sync {
     /// The bytes of `range` (inclusive `range.bytes`, whole chunks, headers included) of the
     /// stored xorb. A remote source fetches `range.url`.
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError>;
+
+    /// [`XorbSource::read_xorb_range`] for a download nothing else on this machine is
+    /// expected to want: a source with a local cache uses what it holds but does not keep
+    /// what it fetches.
+    fn read_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        self.read_xorb_range(xorb, range)
+    }
 
     /// A file rebuilt from these xorbs did not verify: a source that keeps local copies of
     /// their bytes (a download chunk cache) drops them, so that the next read asks the server.
@@ -283,6 +312,14 @@ pub trait XorbSource: Send + Sync {
 impl<T: XorbSource + ?Sized> XorbSource for &T {
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
         (**self).read_xorb_range(xorb, range)
+    }
+
+    fn read_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        (**self).read_xorb_range_once(xorb, range)
     }
 
     fn forget_cached(&self, xorbs: &[XorbHash]) {

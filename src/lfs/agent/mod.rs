@@ -73,12 +73,12 @@ use crate::pipeline::download::{write_file_at_with, DownloadError};
 use crate::pipeline::prior::{LocalChunks, PriorVersion};
 use crate::pipeline::upload::{upload_with_seeds, UploadOptions, UploadProgress};
 use crate::store::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
-use crate::store::Endpoint;
 use crate::store::ReconstructionPlan;
 use crate::store::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,
     TokenSource,
 };
+use crate::store::{Endpoint, ReadOnce};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -412,6 +412,23 @@ impl Agent {
             .on_this_machine(endpoint, &t.oid, t.size, objects.as_deref(), work_tree)
     }
 
+    /// Whether the chunks a download fetches are worth keeping in the download chunk cache:
+    /// when another version of the object that the history knows is not on this machine (one
+    /// that `git lfs fetch --all`, another agent, or a later fetch may download). Not for an
+    /// object without other versions, nor when they are all here already (later versions
+    /// then copy from this one's object: see `prior_versions`): its bytes are written once,
+    /// into git-lfs's object store, not twice.
+    fn worth_caching(&mut self, t: &Transfer) -> bool {
+        if t.size < prior::MIN_PRIOR_SIZE {
+            return true;
+        }
+        let objects = self
+            .lfs_temp_dir()
+            .ok()
+            .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")));
+        self.earlier.others_missing(&t.oid, objects.as_deref())
+    }
+
     /// Removes, once per process, the partial downloads stopped agents left in git-lfs's temp
     /// directory (see [`remove_stale_parts`]). Never fails a transfer.
     fn clean_parts_once(&mut self) {
@@ -591,6 +608,7 @@ impl Agent {
             source: e,
         })?;
         self.clean_parts_once();
+        let keep = self.worth_caching(t);
         // Chunks of earlier versions on this machine are copied, not fetched.
         let mut local = LocalChunks::default();
         for version in self.prior_versions(endpoint, t, true) {
@@ -638,7 +656,13 @@ impl Agent {
                 }
                 Ok(())
             };
-            match write_file_at_with(endpoint, &hash, &plan, file, &local, &mut progress) {
+            let written = if keep {
+                write_file_at_with(endpoint, &hash, &plan, file, &local, &mut progress)
+            } else {
+                let once = ReadOnce(endpoint);
+                write_file_at_with(&once, &hash, &plan, file, &local, &mut progress)
+            };
+            match written {
                 Ok(n) => break n,
                 // The plan that came with the action may be stale (its URLs expired while
                 // git-lfs queued the object): ask the CAS server for a fresh one, once.

@@ -6,7 +6,8 @@
 //! earlier pull downloaded, or what this user pushed), and for downloads also the file in the
 //! work tree at the path the earlier version had (checked out before this pull). The history
 //! is read once per agent process, on the first object of at least [`MIN_PRIOR_SIZE`] bytes;
-//! objects without an earlier version cost no request.
+//! objects without an earlier version cost no request. The same history tells a download
+//! whether another version of its object may be wanted later ([`Earlier::others_missing`]).
 
 use std::path::{Path, PathBuf};
 
@@ -55,6 +56,24 @@ impl Earlier {
                 }
             })
             .as_ref()
+    }
+
+    /// Whether another version of object `oid` that the recent history knows is not in
+    /// `objects` (`<LFS storage>/objects`): one this fetch (`git lfs fetch --all`) or a later
+    /// one may download, which the download chunk cache would serve. True when the history
+    /// cannot tell (cannot be read, or no objects directory).
+    pub fn others_missing(&mut self, oid: &LfsOid, objects: Option<&Path>) -> bool {
+        let (Some((history, _)), Some(objects)) = (self.history(), objects) else {
+            return true;
+        };
+        history.relatives(oid).iter().any(|other| {
+            let hex = other.to_hex();
+            !objects
+                .join(&hex[..2])
+                .join(&hex[2..4])
+                .join(&hex)
+                .is_file()
+        })
     }
 
     /// The earlier versions of object `oid` (`size` bytes) that are on this machine and match
