@@ -21,6 +21,8 @@
 #               node serves what the other stored)
 #   garage-urls one node with --storage-urls: reconstructions name presigned URLs of the bucket,
 #               so downloads read from Garage directly instead of through the node
+# Then, on the directory and on garage-1, plain git-lfs's basic transfer of the second file: a
+# PUT through the node, then a GET, which the node rebuilds from the stored xorbs.
 # Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
@@ -151,12 +153,36 @@ run_setup() {
     printf 'bench: %-12s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
 }
 
+basic_results=()
+# run_basic NAME URL: plain git-lfs's basic transfer through the node: a PUT of the second file's
+# bytes as an LFS object, then a GET of it (the node rebuilds it from the stored xorbs), each
+# timed with curl as git-lfs would send them.
+run_basic() {
+    local name=$1 url=$2 oid t0 t1 t2
+    oid=$(sha256sum "$work/in2.bin" | cut -d' ' -f1)
+    local obj="$url/bench/basic.git/info/lfs/objects/$oid"
+    sync
+    t0=$(now)
+    curl -sf -u "git:$token" -T "$work/in2.bin" -o /dev/null "$obj" \
+        || { echo "bench: $name: basic upload failed" >&2; exit 1; }
+    t1=$(now)
+    curl -sf -u "git:$token" -o "$work/$name-basic.bin" "$obj" \
+        || { echo "bench: $name: basic download failed" >&2; exit 1; }
+    t2=$(now)
+    cmp -s "$work/in2.bin" "$work/$name-basic.bin" \
+        || { echo "bench: $name: basic download differs" >&2; exit 1; }
+    rm -f "$work/$name-basic.bin"
+    basic_results+=("$name $(echo "$t1 - $t0" | bc -l) $(echo "$t2 - $t1" | bc -l)")
+}
+
 wanted() { [[ " $setups " == *" $1 "* ]]; }
 start_server dir
 run_setup directory "$server_url" "$server_url" "$server_url" "$server_url"
+run_basic directory "$server_url"
 if wanted garage-1; then
     start_server g1 --storage s3://one
     run_setup garage-1 "$server_url" "$server_url" "$server_url" "$server_url"
+    run_basic garage-1 "$server_url"
 fi
 if wanted garage-2; then
     start_server g2a --storage s3://two
@@ -181,3 +207,14 @@ for r in "${results[@]}"; do
         "$(echo "$dir_up / $up" | bc -l)" "$(echo "$dir_down / $down" | bc -l)"
 done
 echo "(ratios above 1: faster than the directory backend)"
+echo
+echo "plain git-lfs basic transfer of one $size_mib MiB file through the node (PUT, then GET)"
+printf '%-12s %10s %12s %10s %12s %16s\n' setup "put s" "put MB/s" "get s" "get MB/s" "get vs dir"
+read -r _ dir_put dir_get <<<"${basic_results[0]}"
+one=$((size / 2))
+for r in "${basic_results[@]}"; do
+    read -r name put get <<<"$r"
+    printf '%-12s %10.2f %12.1f %10.2f %12.1f %15.2fx\n' "$name" "$put" \
+        "$(echo "$one / $put / 1000000" | bc -l)" "$get" "$(echo "$one / $get / 1000000" | bc -l)" \
+        "$(echo "$dir_get / $get" | bc -l)"
+done

@@ -67,6 +67,9 @@ struct Position {
     term: usize,
     chunk: u32,
     footer: Option<Arc<XorbFooter>>,
+    /// The footers of the xorbs already met (a file's terms return to the same xorbs, and on
+    /// object storage each footer check is a request). At most the plan's xorbs.
+    footers: std::collections::HashMap<XorbHash, Arc<XorbFooter>>,
 }
 
 impl Position {
@@ -77,6 +80,7 @@ impl Position {
             term: 0,
             chunk,
             footer: None,
+            footers: std::collections::HashMap::new(),
         }
     }
 }
@@ -121,9 +125,16 @@ fn plan_piece(
         None => {
             // The store hands out only footers whose chunk hashes and lengths hash to the
             // xorb's name (src/store/integrity.rs).
-            let f = store
-                .footer(&xorb)?
-                .ok_or(RebuildError::MissingXorb { xorb })?;
+            let f = match at.footers.get(&xorb) {
+                Some(f) => Arc::clone(f),
+                None => {
+                    let f = store
+                        .footer(&xorb)?
+                        .ok_or(RebuildError::MissingXorb { xorb })?;
+                    at.footers.insert(xorb, Arc::clone(&f));
+                    f
+                }
+            };
             if term.chunks.end as usize > f.num_chunks() || term.chunks.start > term.chunks.end {
                 return Err(RebuildError::BadTerm {
                     term: at.term,
@@ -343,11 +354,58 @@ fn local_body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) ->
     ))
 }
 
-/// A planned piece being read on a blocking thread, with its share of the read budget.
+/// A planned piece being read on a blocking thread (or read already: a range read recently),
+/// with its share of the read budget.
 struct Reading {
     planned: Planned,
-    raw: tokio::task::JoinHandle<Result<Vec<u8>, RebuildError>>,
+    raw: Raw,
     _held: Option<OwnedSemaphorePermit>,
+}
+
+enum Raw {
+    Reading(tokio::task::JoinHandle<Result<Vec<u8>, RebuildError>>),
+    Recent(Arc<Vec<u8>>),
+}
+
+/// Stored bytes of at most this size are kept for later pieces of the same download that
+/// read the same range (repeated content: runs of zeros, a block that recurs).
+const RECENT_PIECE: usize = 1 << 20;
+
+/// Bytes of recent reads kept per download.
+const RECENT_BYTES: usize = 4 << 20;
+
+/// A read of the stored bytes `range` of a xorb.
+type RecentRead = (XorbHash, std::ops::RangeInclusive<u64>, Arc<Vec<u8>>);
+
+/// The recent small reads of one download, newest last.
+#[derive(Default)]
+struct Recent {
+    reads: std::collections::VecDeque<RecentRead>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn get(&self, xorb: &XorbHash, range: &std::ops::RangeInclusive<u64>) -> Option<Arc<Vec<u8>>> {
+        self.reads
+            .iter()
+            .rev()
+            .find(|(x, r, _)| x == xorb && r == range)
+            .map(|(_, _, b)| Arc::clone(b))
+    }
+
+    fn put(&mut self, xorb: XorbHash, range: std::ops::RangeInclusive<u64>, bytes: Arc<Vec<u8>>) {
+        if bytes.len() > RECENT_PIECE || self.get(&xorb, &range).is_some() {
+            return;
+        }
+        self.bytes += bytes.len();
+        self.reads.push_back((xorb, range, bytes));
+        while self.bytes > RECENT_BYTES {
+            match self.reads.pop_front() {
+                Some((_, _, old)) => self.bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
 }
 
 /// Where an object-storage body is.
@@ -358,6 +416,7 @@ struct ObjectState {
     budget: Arc<Semaphore>,
     download: Download,
     sent: u64,
+    recent: Recent,
 }
 
 impl ObjectState {
@@ -387,6 +446,13 @@ impl ObjectState {
             }
         };
         self.at = Some(at);
+        if let Some(bytes) = self.recent.get(&planned.xorb, &planned.range) {
+            return Ok(Some(Reading {
+                planned,
+                raw: Raw::Recent(bytes),
+                _held: None,
+            }));
+        }
         let st = Arc::clone(&self.store);
         let (xorb, range) = (planned.xorb, planned.range.clone());
         let raw = tokio::task::spawn_blocking(move || {
@@ -395,7 +461,7 @@ impl ObjectState {
         });
         Ok(Some(Reading {
             planned,
-            raw,
+            raw: Raw::Reading(raw),
             _held: held,
         }))
     }
@@ -423,13 +489,21 @@ impl ObjectState {
             raw,
             _held,
         } = current;
-        let raw = match raw.await {
-            Ok(Ok(raw)) => raw,
-            Ok(Err(e)) => {
-                return Some(Err(finish(&self.download, self.sent, Some(&e))
-                    .unwrap_or_else(|| io::Error::other("rebuild failed"))))
-            }
-            Err(e) => return Some(Err(worker_failed(&self.download, e))),
+        let raw = match raw {
+            Raw::Recent(bytes) => bytes,
+            Raw::Reading(task) => match task.await {
+                Ok(Ok(raw)) => {
+                    let raw = Arc::new(raw);
+                    let (xorb, range) = (planned.xorb, planned.range.clone());
+                    self.recent.put(xorb, range, Arc::clone(&raw));
+                    raw
+                }
+                Ok(Err(e)) => {
+                    return Some(Err(finish(&self.download, self.sent, Some(&e))
+                        .unwrap_or_else(|| io::Error::other("rebuild failed"))))
+                }
+                Err(e) => return Some(Err(worker_failed(&self.download, e))),
+            },
         };
         let st = Arc::clone(&self.store);
         let decoded =
@@ -460,6 +534,7 @@ fn object_body(
         budget,
         download,
         sent: 0,
+        recent: Recent::default(),
     };
     Body::from_stream(futures_util::stream::unfold(
         Some(state),
