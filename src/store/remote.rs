@@ -319,6 +319,35 @@ impl RemoteConfig {
     }
 }
 
+/// What the clients of a [`RemoteCas`] are built from.
+struct ClientSpec {
+    http: HttpOptions,
+    no_proxy: bool,
+    connect_timeout: Duration,
+    user_agent: String,
+}
+
+impl ClientSpec {
+    /// A client following `redirects`. `tls`: it will make https requests, so it loads the
+    /// system's trust store (a few milliseconds per client: every agent process built two, for
+    /// plain-http servers too).
+    fn build(&self, redirects: reqwest::redirect::Policy, tls: bool) -> Result<Client, String> {
+        let builder = self.http.apply(Client::builder())?;
+        let builder = if self.no_proxy {
+            builder.no_proxy()
+        } else {
+            builder
+        };
+        builder
+            .tls_built_in_native_certs(tls)
+            .connect_timeout(self.connect_timeout)
+            .user_agent(self.user_agent.clone())
+            .redirect(redirects)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))
+    }
+}
+
 /// The HTTP client of a remote CAS server. See the module documentation.
 pub struct RemoteCas {
     cas_url: String,
@@ -328,8 +357,11 @@ pub struct RemoteCas {
     local_xorbs: Option<std::path::PathBuf>,
     /// For requests that carry a credential: follows same-origin redirects only.
     client: Client,
-    /// For requests without any (presigned URLs): follows redirects anywhere.
-    anonymous: Client,
+    /// For requests without any (presigned URLs): follows redirects anywhere. Built when first
+    /// needed, one for http URLs and one for https URLs (see [`ClientSpec::build`]).
+    anonymous: [std::sync::OnceLock<Result<Client, String>>; 2],
+    /// How clients are built.
+    spec: ClientSpec,
     /// What both clients' requests run on (see `http::runtime`); declared after them, so
     /// that it is dropped last.
     rt: std::sync::Arc<tokio::runtime::Runtime>,
@@ -391,28 +423,23 @@ impl RemoteCas {
         }
         let rt = runtime().map_err(|e| invalid(format!("cannot start the HTTP runtime: {e}")))?;
         let _inside = rt.enter();
-        let build = |redirects: reqwest::redirect::Policy| {
-            let builder = config.http.apply(Client::builder()).map_err(&invalid)?;
-            let builder = if config.no_proxy {
-                builder.no_proxy()
-            } else {
-                builder
-            };
-            builder
-                .connect_timeout(config.connect_timeout)
-                .user_agent(config.user_agent.clone())
-                .redirect(redirects)
-                .build()
-                .map_err(|e| invalid(format!("cannot build the HTTP client: {e}")))
+        let spec = ClientSpec {
+            http: config.http.clone(),
+            no_proxy: config.no_proxy,
+            connect_timeout: config.connect_timeout,
+            user_agent: config.user_agent.clone(),
         };
-        let client = build(same_origin_redirects())?;
-        let anonymous = build(reqwest::redirect::Policy::limited(MAX_REDIRECTS))?;
+        // Built now, so that a bad setting (a CA file that cannot be read) is found at once.
+        let client = spec
+            .build(same_origin_redirects(), cas_url.starts_with("https:"))
+            .map_err(&invalid)?;
         Ok(Self {
             name: config.name.unwrap_or_else(|| cas_url.clone()),
             local_xorbs: config.local_xorbs,
             cas_url,
             client,
-            anonymous,
+            anonymous: Default::default(),
+            spec,
             rt: std::sync::Arc::clone(&rt),
             retry: config.retry,
             token: config.token,
@@ -423,6 +450,18 @@ impl RemoteCas {
             plans: Default::default(),
             checks_claims: AtomicBool::new(false),
         })
+    }
+
+    /// The client for requests to `url` without credentials (built the first time).
+    fn anonymous_client(&self, url: &str) -> Result<&Client, String> {
+        let tls = url.starts_with("https:");
+        let cell = &self.anonymous[usize::from(tls)];
+        let built = cell.get_or_init(|| {
+            let _inside = self.rt.enter();
+            self.spec
+                .build(reqwest::redirect::Policy::limited(MAX_REDIRECTS), tls)
+        });
+        built.as_ref().map_err(Clone::clone)
     }
 
     /// The CAS base URL, without a trailing `/`.
@@ -594,7 +633,17 @@ impl RemoteCas {
             };
             // Credentials never follow a redirect to another origin.
             let client = match (&auth, req.auth) {
-                (None, Auth::None) => &self.anonymous,
+                (None, Auth::None) => match self.anonymous_client(&req.url) {
+                    Ok(c) => c,
+                    Err(message) => {
+                        return Err(TargetError::Remote {
+                            what: req.what.clone(),
+                            message,
+                            retryable: false,
+                            code: None,
+                        })
+                    }
+                },
                 _ => &self.client,
             };
             let failure = match send(&self.rt, client, req, auth.as_deref(), extra) {
