@@ -32,9 +32,6 @@ pub struct TransferArgs {}
 pub fn run(_args: &TransferArgs) -> CmdResult {
     crate::lfs::settings::register_env_secrets();
     init_logging();
-    // Before the agent's threads exist (see the function); an upload agent goes back to
-    // mapping large buffers once git-lfs says which way it transfers.
-    crate::util::os::reuse_large_buffers();
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let stdin = std::io::stdin().lock();

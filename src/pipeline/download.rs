@@ -373,6 +373,13 @@ struct Decoded {
     hashes: Vec<Option<ChunkHash>>,
 }
 
+impl Drop for Decoded {
+    /// The fetched range's buffer is kept for the next fetch (see [`crate::util::buffers`]).
+    fn drop(&mut self) {
+        crate::util::buffers::give(std::mem::take(&mut self.bytes));
+    }
+}
+
 impl Decoded {
     /// Indexes the bytes fetched for `step`, checking they hold the chunks the plan expects.
     fn new(step: &Step, bytes: Vec<u8>) -> Result<Self, DownloadError> {

@@ -1,11 +1,13 @@
 //! Small helpers every layer above [`format`](crate::format) shares, each written once: the
 //! clock ([`now_unix`]), byte sizes ([`size`]), URLs ([`url`]), error chains ([`error`]), HTTP
-//! `Range` headers ([`range`]), atomic file writes ([`fs`]), and the crate's only unsafe code,
-//! file mappings and three system calls ([`os`]).
+//! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
+//! ([`buffers`]), and the crate's only unsafe code, file mappings, system calls and allocator
+//! settings ([`os`]).
 //!
 //! Nothing here knows about Xet, git or the agent; the format layer stays free of it (it reads
 //! no clock and writes no file).
 
+pub mod buffers;
 pub mod error;
 pub mod fs;
 pub mod os;

@@ -108,43 +108,6 @@ pub fn one_allocator_arena() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn one_allocator_arena() {}
 
-/// Makes glibc's allocator reuse the memory of large buffers instead of mapping fresh memory
-/// for each: one arena ([`one_allocator_arena`]), buffers up to 256 MiB from the heap rather
-/// than from their own mappings (glibc maps anything above 32 MiB afresh, and each of its pages
-/// is then faulted in and zeroed: a download's 64 MiB fetch ranges paid that for every byte),
-/// and freed heap memory kept up to 512 MiB rather than returned at once. For processes that
-/// move many multi-MiB buffers and live for one command (the transfer agent): their peak memory
-/// is what it was, and what they free is reused (the transfer agent, when it downloads).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn reuse_large_buffers() {
-    one_allocator_arena();
-    // SAFETY: as in `one_allocator_arena`: allocator parameters, set before the threads exist.
-    unsafe {
-        let _ = libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
-        let _ = libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
-    }
-}
-
-/// See the glibc version: other allocators need nothing.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn reuse_large_buffers() {}
-
-/// Undoes [`reuse_large_buffers`] for what is allocated from now on: buffers of 1 MiB and
-/// more in mappings of their own, freed memory returned above 128 MiB. For an upload, whose
-/// growing 64 MiB xorb bodies fragment a heap that keeps everything (twice the peak memory).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn map_large_buffers() {
-    // SAFETY: as in `one_allocator_arena`: allocator parameters; safe to change at any time.
-    unsafe {
-        let _ = libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-        let _ = libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
-    }
-}
-
-/// See the glibc version: other allocators need nothing.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn map_large_buffers() {}
-
 #[cfg(test)]
 mod tests {
     use super::*;

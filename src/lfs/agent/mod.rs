@@ -199,12 +199,6 @@ pub fn run(
                     "git-xet {} agent started",
                     env!("CARGO_PKG_VERSION")
                 );
-                // The process started keeping large buffers for reuse, which a download's
-                // fetch ranges (up to 64 MiB each) gain from; an upload's growing xorb bodies
-                // fragment such a heap (measured: twice the peak memory), so it maps them.
-                if init.operation != Operation::Download {
-                    crate::util::os::map_large_buffers();
-                }
                 if let Err(message) = agent.init(&init) {
                     // git-lfs stops this worker (and shows its error where it can).
                     tracing::error!("{message}");

@@ -554,7 +554,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .unwrap_or(0)
         .min(limit);
-    let mut buf = Vec::with_capacity(usize::try_from(announced).unwrap_or(0));
+    let mut buf = crate::util::buffers::take(usize::try_from(announced).unwrap_or(0));
     let mut resp = resp;
     if let Err(e) = resp.append_to(&mut buf, limit) {
         return Err(Failure::Retry {
