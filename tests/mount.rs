@@ -584,18 +584,7 @@ fn standalone_http_endpoint_and_objects_already_here() {
     }
     let server = common::server::start();
     let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(
-        env.path(),
-        "git",
-        &["xet", "install", "--global", "--endpoint", server.url()],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
-    env.git(env.path(), &["init", "-q", "work"]);
-    let work = env.path().join("work");
-    env.git(&work, &["lfs", "track", "*.bin"]);
-    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+    let work = env.standalone_http_world(server.url(), WRITE_TOKEN);
     let big = common::splitmix64(81, 6 * MIB + 99);
     let small = common::splitmix64(82, 70_000);
     std::fs::write(work.join("big.bin"), &big).unwrap();

@@ -220,6 +220,26 @@ impl GitEnv {
         work
     }
 
+    /// A world with git-xet installed globally in standalone mode on the `git xet serve` at
+    /// `url` (its token from a credential helper), a bare `remote.git` and a work repository
+    /// tracking `*.bin` with it as `origin`; the work repository's path.
+    #[allow(dead_code)]
+    pub fn standalone_http_world(&self, url: &str, token: &str) -> PathBuf {
+        self.credential_helper(token);
+        let out = self.run_in(
+            self.path(),
+            "git",
+            &["xet", "install", "--global", "--endpoint", url],
+        );
+        assert_eq!(out.status, Some(0), "git xet install: {}", out.all());
+        self.git(self.path(), &["init", "-q", "--bare", "remote.git"]);
+        self.git(self.path(), &["init", "-q", "work"]);
+        let work = self.path().join("work");
+        self.git(&work, &["lfs", "track", "*.bin"]);
+        self.git(&work, &["remote", "add", "origin", "../remote.git"]);
+        work
+    }
+
     /// Runs a git command that must succeed.
     pub fn git(&self, dir: &Path, args: &[&str]) -> Output {
         let out = self.run_in(dir, "git", args);
