@@ -388,7 +388,7 @@ fn stream(
     }))
 }
 
-/// Bytes of one read on object storage (see [`stream`]).
+/// Bytes of one read on object storage, where the next read starts while one is sent.
 pub const OBJECT_PIECE: u64 = 4 << 20;
 
 /// What [`stream`] has left to send, and the read started ahead.
