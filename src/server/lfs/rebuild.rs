@@ -374,36 +374,55 @@ const RECENT_PIECE: usize = 1 << 20;
 /// Bytes of recent reads kept per download.
 const RECENT_BYTES: usize = 4 << 20;
 
-/// A read of the stored bytes `range` of a xorb.
-type RecentRead = (XorbHash, std::ops::RangeInclusive<u64>, Arc<Vec<u8>>);
+/// A read of the stored bytes `range` of a xorb, with its share of the server's read budget.
+type RecentRead = (
+    XorbHash,
+    std::ops::RangeInclusive<u64>,
+    Arc<Vec<u8>>,
+    OwnedSemaphorePermit,
+);
 
-/// The recent small reads of one download, newest last.
-#[derive(Default)]
+/// The recent small reads of one download, newest last; what it holds comes out of the
+/// server's read budget (a read that does not fit is not kept).
 struct Recent {
     reads: std::collections::VecDeque<RecentRead>,
     bytes: usize,
+    budget: Arc<Semaphore>,
 }
 
 impl Recent {
+    fn new(budget: Arc<Semaphore>) -> Self {
+        Self {
+            reads: std::collections::VecDeque::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
     fn get(&self, xorb: &XorbHash, range: &std::ops::RangeInclusive<u64>) -> Option<Arc<Vec<u8>>> {
         self.reads
             .iter()
             .rev()
-            .find(|(x, r, _)| x == xorb && r == range)
-            .map(|(_, _, b)| Arc::clone(b))
+            .find(|(x, r, _, _)| x == xorb && r == range)
+            .map(|(_, _, b, _)| Arc::clone(b))
     }
 
     fn put(&mut self, xorb: XorbHash, range: std::ops::RangeInclusive<u64>, bytes: Arc<Vec<u8>>) {
         if bytes.len() > RECENT_PIECE || self.get(&xorb, &range).is_some() {
             return;
         }
-        self.bytes += bytes.len();
-        self.reads.push_back((xorb, range, bytes));
-        while self.bytes > RECENT_BYTES {
+        while self.bytes + bytes.len() > RECENT_BYTES {
             match self.reads.pop_front() {
-                Some((_, _, old)) => self.bytes -= old.len(),
+                Some((_, _, old, _)) => self.bytes -= old.len(),
                 None => break,
             }
+        }
+        let held = u32::try_from(bytes.len())
+            .ok()
+            .and_then(|n| Arc::clone(&self.budget).try_acquire_many_owned(n).ok());
+        if let Some(held) = held {
+            self.bytes += bytes.len();
+            self.reads.push_back((xorb, range, bytes, held));
         }
     }
 }
@@ -531,10 +550,10 @@ fn object_body(
         store,
         at: Some(Position::new(terms)),
         ahead: None,
+        recent: Recent::new(Arc::clone(&budget)),
         budget,
         download,
         sent: 0,
-        recent: Recent::default(),
     };
     Body::from_stream(futures_util::stream::unfold(
         Some(state),
