@@ -11,6 +11,7 @@
 //! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](crate::store::Endpoint) |
 //! | [`local_server`] | the private `git xet serve` the agents of one directory store share, started by the first that needs it |
 //! | [`reader`] | reading LFS objects outside a transfer (`git xet cat`, `mount`): the local copy, or the remote's endpoint and the object's Xet file |
+//! | [`terminal`] | the few lines the agent shows on the user's terminal (once per git-lfs command), and finding the git-lfs that started it |
 //! | [`prune`] | pruning local objects safely in standalone mode: the check `git lfs prune --verify-remote` cannot do, and the agent's refusal to fake it |
 
 pub mod agent;
@@ -22,3 +23,4 @@ pub mod protocol;
 pub mod prune;
 pub mod reader;
 pub mod settings;
+pub mod terminal;

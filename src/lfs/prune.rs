@@ -13,7 +13,7 @@
 //! - The agent answers the `init` of such a check with an error ([`verifying_caller`] finds
 //!   the `git-lfs prune` that started it). git-lfs then counts no object as verified, and
 //!   prunes none it can reach from a commit ("These objects to be pruned are missing on
-//!   remote"); the agent says why on the terminal ([`tell_user_once`]) and in its log.
+//!   remote"); the agent says why on the terminal ([`terminal::tell_user_once`]) and in its log.
 //! - `git xet prune` does the check for real: it asks git-lfs which objects it would prune
 //!   ([`candidates`], git-lfs's own retention rules), looks each up at the endpoint the agent
 //!   would use for that remote ([`check`]: held, intact, same size), and deletes only those
@@ -24,11 +24,12 @@
 //! references are pruned by git-lfs without any check (its rule, whatever the remote).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::format::LfsOid;
 use crate::git::Git;
 use crate::store::Endpoint;
+
+use super::terminal;
 
 /// The `git-lfs` process that started this agent to verify objects before pruning them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,30 +39,12 @@ pub struct Caller {
     pub command: String,
 }
 
-/// How many ancestors to look through: git-lfs starts the agent through `sh -c`.
-const MAX_ANCESTORS: usize = 4;
-
 /// The `git lfs prune` (or `git lfs fetch --prune` with `lfs.pruneverifyremotealways`) among
 /// this process's nearest ancestors, if any: a download agent it started is there only to
 /// "verify" objects, and is never asked about them.
 pub fn verifying_caller() -> Option<Caller> {
-    let mut pid = parent_of(std::process::id())?;
-    for _ in 0..MAX_ANCESTORS {
-        if pid <= 1 {
-            return None;
-        }
-        let args = command_line(pid)?;
-        if is_git_lfs(args.first().map(String::as_str).unwrap_or_default()) {
-            return verifying(pid, &args[1..]);
-        }
-        pid = parent_of(pid)?;
-    }
-    None
-}
-
-fn is_git_lfs(argv0: &str) -> bool {
-    let name = argv0.rsplit(['/', '\\']).next().unwrap_or(argv0);
-    name == "git-lfs" || name == "git-lfs.exe"
+    let (pid, args) = terminal::git_lfs_ancestor()?;
+    verifying(pid, &args[1..])
 }
 
 /// Whether `git-lfs args` (without argv\[0\]) verifies objects with a remote before pruning.
@@ -124,64 +107,6 @@ pub fn prune_verifies_always(git: &Git) -> bool {
     .unwrap_or(false)
 }
 
-#[cfg(target_os = "linux")]
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid …": comm may hold spaces and parentheses.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
-}
-
-#[cfg(target_os = "linux")]
-fn command_line(pid: u32) -> Option<Vec<String>> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    Some(
-        raw.split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect(),
-    )
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn ps(pid: u32, field: &str) -> Option<String> {
-    let out = std::process::Command::new("ps")
-        .args(["-o", &format!("{field}="), "-p", &pid.to_string()])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn parent_of(pid: u32) -> Option<u32> {
-    ps(pid, "ppid")?.parse().ok()
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn command_line(pid: u32) -> Option<Vec<String>> {
-    // Arguments with spaces are split wrongly; git-lfs's subcommand and flags have none.
-    Some(
-        ps(pid, "args")?
-            .split_whitespace()
-            .map(str::to_string)
-            .collect(),
-    )
-}
-
-#[cfg(not(unix))]
-fn parent_of(_pid: u32) -> Option<u32> {
-    None
-}
-
-#[cfg(not(unix))]
-fn command_line(_pid: u32) -> Option<Vec<String>> {
-    None
-}
-
 /// The `init` error for a verification git-xet cannot let git-lfs fake.
 pub fn refusal(caller: &Caller, remote: &str) -> String {
     format!(
@@ -194,57 +119,6 @@ pub fn refusal(caller: &Caller, remote: &str) -> String {
         crate::redact::clip(&caller.command, 200),
         crate::redact::redact(remote)
     )
-}
-
-/// Prefix of the marker files that make only one of git-lfs's agent processes speak.
-const NOTICE_PREFIX: &str = "xet-prune-notice-";
-
-/// Shows `message` on the user's terminal once per git-lfs process (git-lfs shows nothing of
-/// an `init` error, and starts up to `lfs.concurrenttransfers` agents at once): the first agent
-/// to create a marker file in git-lfs's temp directory writes it to `/dev/tty`. Without a
-/// terminal, the message is in the agent's log only (and `GIT_TRACE=1` output).
-pub fn tell_user_once(git: &Git, caller: &Caller, message: &str) {
-    let Ok(dir) = super::settings::lfs_temp_dir(git) else {
-        return;
-    };
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
-    }
-    remove_old_notices(&dir);
-    let marker = dir.join(format!("{NOTICE_PREFIX}{}", caller.pid));
-    if std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&marker)
-        .is_err()
-    {
-        return;
-    }
-    if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
-        use std::io::Write;
-        let _ = writeln!(tty, "\ngit-xet: {}\n", crate::redact::redact(message));
-    }
-}
-
-/// Removes the notice markers of earlier runs (older than a minute).
-fn remove_old_notices(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if !e.file_name().to_string_lossy().starts_with(NOTICE_PREFIX) {
-            continue;
-        }
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > Duration::from_secs(60));
-        if old {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 /// The objects `git lfs prune` would delete, by git-lfs's own retention rules (recent refs and
@@ -425,8 +299,6 @@ mod tests {
         assert!(!fetch_prunes(&args(&["-I", "-p"])), "a value of -I");
         assert!(!fetch_prunes(&args(&["-I*.psd", "origin"])));
         assert!(!fetch_prunes(&args(&["--all", "origin"])));
-        assert!(is_git_lfs("/usr/bin/git-lfs") && is_git_lfs("git-lfs"));
-        assert!(!is_git_lfs("/usr/bin/git"));
     }
 
     #[test]

@@ -129,6 +129,23 @@ pub struct RemoteConfig {
     /// ranges are read from its files directly (they are immutable once stored), and fetched
     /// over HTTP only if that fails. What is read is checked like what is fetched.
     pub local_xorbs: Option<std::path::PathBuf>,
+    /// Told once, after [`SLOW_NOTICE_AFTER`] of retries, what is failing and for how long
+    /// requests will keep trying (the agent shows it on the user's terminal; git-lfs shows
+    /// nothing while a request retries).
+    pub on_slow: Option<SlowNotice>,
+}
+
+/// How long requests retry before [`RemoteConfig::on_slow`] is told.
+pub const SLOW_NOTICE_AFTER: Duration = Duration::from_secs(3);
+
+/// Whom to tell, in words, that requests have been retrying for a while.
+#[derive(Clone)]
+pub struct SlowNotice(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for SlowNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SlowNotice")
+    }
 }
 
 /// How the HTTP client reaches servers: whom it trusts, which certificate it shows, which
@@ -315,6 +332,7 @@ impl RemoteConfig {
             timeout: Duration::from_secs(300),
             token_hint: "set GIT_XET_TOKEN or store the token with a git credential helper"
                 .to_string(),
+            on_slow: None,
         }
     }
 }
@@ -378,6 +396,8 @@ pub struct RemoteCas {
     /// Set once an oid lookup's answer said the server checks SHA-256 claims
     /// (`X-Xet-Checks-Sha256: 1`, see [`CasTarget::checks_sha256_claims`]).
     checks_claims: AtomicBool,
+    /// See [`RemoteConfig::on_slow`]; taken when told.
+    on_slow: std::sync::Mutex<Option<SlowNotice>>,
 }
 
 /// A reconstruction request's outcome, before the v1 fallback.
@@ -449,6 +469,7 @@ impl RemoteCas {
             v1_only: AtomicBool::new(false),
             plans: Default::default(),
             checks_claims: AtomicBool::new(false),
+            on_slow: std::sync::Mutex::new(config.on_slow),
         })
     }
 
@@ -762,6 +783,9 @@ impl RemoteCas {
                         });
                     }
                     let delay = self.retry.delay(attempt, retry_after);
+                    if elapsed + delay >= SLOW_NOTICE_AFTER {
+                        self.tell_slow(&req.what, &reason);
+                    }
                     tracing::warn!(
                         attempt,
                         elapsed_ms = elapsed.as_millis() as u64,
@@ -773,6 +797,18 @@ impl RemoteCas {
                     std::thread::sleep(delay);
                 }
             }
+        }
+    }
+
+    /// Tells [`RemoteConfig::on_slow`] (once) that `what` keeps failing with `reason`.
+    fn tell_slow(&self, what: &str, reason: &str) {
+        let notice = self.on_slow.lock().ok().and_then(|mut n| n.take());
+        if let Some(SlowNotice(tell)) = notice {
+            tell(&format!(
+                "{what}: {reason}; still trying, for up to {} s in all (GIT_XET_RETRY_SECS sets \
+                 how long)",
+                self.retry.horizon.as_secs()
+            ));
         }
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::store::remote::SlowNotice;
 
 /// An endpoint for one request: a store opened for it, or a shared remote client.
 pub(crate) enum Lease {
@@ -111,22 +112,60 @@ pub(super) fn no_store_message(dir: &Path, source: &str, why: &str) -> String {
 pub(super) fn connect_standalone(
     git: &Git,
     url: &str,
-    token: Option<String>,
+    token: Option<(String, settings::TokenOrigin)>,
 ) -> Result<Arc<dyn Endpoint>, TransferError> {
     let bare = settings::split_userinfo(url).bare;
-    let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token));
+    let origin = token.as_ref().map(|(_, o)| *o);
+    let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token.map(|(t, _)| t)));
     config.retry = retry_policy();
     config.http = crate::lfs::http_settings::http_options(git, &bare);
-    config.token_hint = format!(
-        "set {}, or store the token for {bare} with a git credential helper",
-        settings::TOKEN_ENV
-    );
+    config.token_hint = standalone_token_hint(&bare, origin);
+    config.on_slow = slow_notice(git);
     RemoteCas::new(config)
         .map(with_cache)
         .map_err(|e| TransferError::Connect {
             what: format!("the endpoint {bare}"),
             source: Box::new(e),
         })
+}
+
+/// Shows requests that keep retrying on the terminal of the git-lfs command that started this
+/// agent (once per command; see [`crate::lfs::terminal`]): git-lfs itself shows nothing until
+/// the retry horizon has passed.
+fn slow_notice(git: &Git) -> Option<SlowNotice> {
+    let (pid, _) = crate::lfs::terminal::git_lfs_ancestor()?;
+    let git = git.clone();
+    Some(SlowNotice(Arc::new(move |message: &str| {
+        crate::lfs::terminal::tell_user_once(&git, pid, "slow", message)
+    })))
+}
+
+/// What to do when the standalone endpoint `bare` refuses the token that came from `origin`
+/// (none: no token was sent).
+fn standalone_token_hint(bare: &str, origin: Option<settings::TokenOrigin>) -> String {
+    use settings::TokenOrigin;
+    match origin {
+        None => format!(
+            "set {}, or store the token for {bare} with a git credential helper",
+            settings::TOKEN_ENV
+        ),
+        Some(TokenOrigin::Env) => format!(
+            "the token came from {}, which is set: check that it is a token this server \
+             accepts (its administrator's `git xet serve --token` or a scoped token that has \
+             not expired), or unset it to use your git credential helper's",
+            settings::TOKEN_ENV
+        ),
+        Some(TokenOrigin::UrlPassword) => format!(
+            "the token came from the password in the endpoint URL: fix it there, or remove it \
+             and set {} or a git credential helper instead",
+            settings::TOKEN_ENV
+        ),
+        Some(TokenOrigin::CredentialHelper) => format!(
+            "the token came from your git credential helper for {bare}: replace the stored one \
+             (`git credential reject` then store the right token), or set {}",
+            settings::TOKEN_ENV
+        ),
+    }
 }
 
 /// A client for the CAS named in a negotiated action (docs/lfs-agent.md §12.1): the action's token,
@@ -177,6 +216,7 @@ pub(crate) fn connect_negotiated(
     let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
     config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
     config.retry = retry_policy();
+    config.on_slow = slow_notice(git);
     config.http = crate::lfs::http_settings::http_options(git, &cas_url);
     config.token_hint = format!(
         "the token from the LFS server was refused; it is refreshed through {} with the \
@@ -332,8 +372,7 @@ impl Agent {
                 if let Some((_, origin)) = &token {
                     tracing::debug!(?origin, "token for the standalone endpoint");
                 }
-                connect_standalone(&self.options.git, &url, token.map(|(t, _)| t))
-                    .map(Standalone::Remote)
+                connect_standalone(&self.options.git, &url, token).map(Standalone::Remote)
             }
         }
     }

@@ -342,7 +342,7 @@ impl Agent {
             return Ok(());
         }
         let message = super::prune::refusal(&caller, &init.remote);
-        super::prune::tell_user_once(&self.options.git, &caller, &message);
+        super::terminal::tell_user_once(&self.options.git, caller.pid, "prune", &message);
         Err(TransferError::Setup(message))
     }
 

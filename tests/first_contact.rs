@@ -1,0 +1,113 @@
+//! What a new user meets when something is off, with real git and git-lfs: a server that does
+//! not answer (the agent says so on the terminal within seconds), a token that is refused (the
+//! advice names where that token came from), a plain clone of a standalone repository, and
+//! what uninstalling a standalone repository changes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use std::path::Path;
+
+mod common;
+
+use common::git::{tools_available, GitEnv, Output};
+
+/// A loopback URL nothing listens on.
+fn dead_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// Runs `command` (a shell line) in `dir` on a pseudo-terminal (`script`), as a user at a
+/// terminal would; what the terminal showed is in `stdout`.
+fn on_terminal(env: &GitEnv, dir: &Path, command: &str, extra: &[(&str, &str)]) -> Output {
+    env.run_with(dir, "script", &["-qec", command, "/dev/null"], extra)
+}
+
+/// A work tree with one committed LFS file, in a world installed in standalone mode on `url`.
+fn committed_work_tree(env: &GitEnv, url: &str, token: &str) -> std::path::PathBuf {
+    let work = env.standalone_http_world(url, token);
+    std::fs::write(work.join("model.bin"), common::splitmix64(7, 200_000)).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
+    work
+}
+
+#[test]
+fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retries() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let url = dead_url();
+    let work = committed_work_tree(&env, &url, common::server::WRITE_TOKEN);
+    let out = on_terminal(
+        &env,
+        &work,
+        "git push -q origin main",
+        &[("GIT_XET_RETRY_SECS", "8")],
+    );
+    let shown = out.stdout.replace('\r', "");
+    assert_ne!(out.status, Some(0), "the push cannot succeed:\n{shown}");
+    let notice = shown
+        .lines()
+        .find(|l| l.starts_with("git-xet: ") && l.contains("still trying"))
+        .unwrap_or_else(|| panic!("no notice on the terminal:\n{shown}"));
+    eprintln!("the terminal showed: {notice}");
+    assert!(
+        notice.contains(&url)
+            && notice.contains("up to 8 s")
+            && notice.contains("GIT_XET_RETRY_SECS"),
+        "the notice names the server, how long and the setting: {notice}"
+    );
+    assert_eq!(
+        shown.matches("still trying").count(),
+        1,
+        "one notice per command, however many agents retry:\n{shown}"
+    );
+}
+
+#[test]
+fn a_refused_token_is_explained_by_where_it_came_from() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start();
+    let env = GitEnv::new();
+    let work = committed_work_tree(&env, server.url(), common::server::WRITE_TOKEN);
+
+    // GIT_XET_TOKEN wins over the credential helper: the advice must not be "set it".
+    let out = env.run_with(
+        &work,
+        "git",
+        &["push", "-q", "origin", "main"],
+        &[("GIT_XET_TOKEN", "wrong-token-0123456789abcdef")],
+    );
+    assert_ne!(out.status, Some(0), "{}", out.all());
+    let said = out.all();
+    eprintln!("git push said: {said}");
+    assert!(
+        said.contains("401") && said.contains("came from GIT_XET_TOKEN, which is set"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("wrong-token-0123456789abcdef"),
+        "never printed: {said}"
+    );
+
+    // A wrong token stored in the credential helper: the advice is to replace it there.
+    env.credential_helper("stale-token-0123456789abcdef");
+    let out = env.run_in(&work, "git", &["push", "-q", "origin", "main"]);
+    assert_ne!(out.status, Some(0), "{}", out.all());
+    let said = out.all();
+    assert!(
+        said.contains("came from your git credential helper")
+            && said.contains("git credential reject"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("stale-token-0123456789abcdef"),
+        "never printed: {said}"
+    );
+}
