@@ -1,6 +1,7 @@
 //! `git xet status` in the situations it used to call "No problems found": a wrong stored
 //! credential, a `file://` LFS URL (git-lfs's own adapter, git-xet never started), an endpoint
-//! directory that cannot be created or is not a store, each remote's own LFS URL and endpoint.
+//! directory that cannot be created or is not a store, each remote's own LFS URL and endpoint,
+//! an LFS URL that answers 404.
 //! And it only reads: no store and no directory is created. Real git and git-lfs, a real
 //! `git xet serve` on 127.0.0.1.
 
@@ -135,6 +136,40 @@ fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
     );
     assert!(has(&warnings(&v), "the stored credential is wrong"), "{v}");
     assert!(!v.to_string().contains(wrong));
+}
+
+#[test]
+fn an_lfs_url_that_answers_not_found_is_a_problem() {
+    if !tools_available() {
+        return;
+    }
+    let server = server::start();
+    let env = GitEnv::new();
+    let work = repo(&env);
+    env.credential_helper(WRITE_TOKEN);
+    env.git(
+        &work,
+        &["remote", "add", "origin", "https://example.invalid/t/m.git"],
+    );
+    // A typo in the LFS URL: nothing answers the batch API there.
+    let typo = format!("{}/t/m.git/info/lsf", server.url());
+    env.git(&work, &["config", "lfs.url", &typo]);
+    let v = status(&env, &work, &[]);
+    assert_eq!(
+        v["repository"]["credential_checks"][0]["http_status"], 404,
+        "{v}"
+    );
+    let w = warnings(&v);
+    assert!(has(&w, "answers 404"), "{w:?}");
+    assert!(has(&w, "ends in `/info/lfs`"), "{w:?}");
+    let text = status_text(&env, &work, &[]);
+    assert!(!text.contains("No problems found"), "{text}");
+
+    // The right URL: no problem.
+    let right = format!("{}/t/m.git/info/lfs", server.url());
+    env.git(&work, &["config", "lfs.url", &right]);
+    let text = status_text(&env, &work, &[]);
+    assert!(text.contains("No problems found."), "{text}");
 }
 
 #[test]

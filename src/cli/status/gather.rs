@@ -498,6 +498,15 @@ pub(super) fn repository(
                         redact(&lfs.url),
                         c.http_status.unwrap_or(0)
                     )),
+                    "unknown" if c.http_status == Some(404) => warnings.push(format!(
+                        "the LFS URL {} of {who} answers 404 (not found) for its batch API \
+                         ({}): git-lfs's pushes and fetches there will fail with \"Repository or \
+                         object not found\"; check the URL (`lfs.url` in .lfsconfig or git \
+                         config, or the remote's URL){}",
+                        redact(&lfs.url),
+                        c.url,
+                        lfs_url_hint(&lfs.url)
+                    )),
                     "unknown" => notes.push(format!(
                         "could not check the credential for the LFS server {} ({who}): {}",
                         redact(&lfs.url),
@@ -665,4 +674,16 @@ pub(super) fn dir_info(dir: Option<PathBuf>) -> DirInfo {
         }
     }
     info
+}
+
+/// A hint for an LFS URL that answered 404: what its path should end with.
+fn lfs_url_hint(url: &str) -> String {
+    let path = settings::split_userinfo(url).bare;
+    let path = path.trim_end_matches('/');
+    if path.ends_with("/info/lfs") {
+        String::new()
+    } else {
+        "; an LFS URL usually ends in `/info/lfs` (e.g. https://host/team/repo.git/info/lfs)"
+            .to_string()
+    }
 }
