@@ -150,9 +150,31 @@ fn concurrency_one_and_standalone_endpoint_in_local_scope() {
         "",
         "nothing global"
     );
-    ok(&s.git_xet(&repo, &["uninstall", "--local"]));
+    let out = ok(&s.git_xet(&repo, &["uninstall", "--local"]));
     assert_eq!(local("lfs.standalonetransferagent"), "");
     assert_eq!(local("xet.endpoint"), "");
+    // Leaving standalone mode changes where pushes go: said, with the way back.
+    assert!(
+        out.contains("no longer uses standalone mode")
+            && out.contains("whole objects")
+            && out.contains(&format!(
+                "git xet install --local --endpoint {}",
+                store.display()
+            )),
+        "{out}"
+    );
+
+    // With standalone mode still on globally, a local uninstall changes nothing there: no note.
+    ok(&s.git_xet(
+        &repo,
+        &["install", "--local", "--endpoint", store.to_str().unwrap()],
+    ));
+    s.git(
+        &repo,
+        &["config", "--global", "lfs.standalonetransferagent", "xet"],
+    );
+    let out = ok(&s.git_xet(&repo, &["uninstall", "--local"]));
+    assert!(!out.contains("no longer"), "{out}");
 }
 
 #[test]

@@ -426,6 +426,12 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
                 .collect()
         }
     };
+    // Whether this scope's standalone mode was what the repository (or this user) used: said
+    // after removal if nothing else keeps it on.
+    let standalone_before = git.config_get_in(Some(scope), "lfs.standalonetransferagent")?
+        == Some("xet".to_string())
+        && managed.iter().any(|k| k == "lfs.standalonetransferagent");
+    let endpoint_before = git.config_get_in(Some(scope), crate::lfs::settings::ENDPOINT_KEY)?;
     let mut removed = 0;
     for key in &managed {
         if git.config_unset(scope, key)? {
@@ -452,6 +458,11 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
     } else {
         say!("git-xet is uninstalled ({} configuration)", scope.name());
     }
+    if standalone_before {
+        if let Some(line) = standalone_left(&git, scope, endpoint_before.as_deref())? {
+            say!("{line}");
+        }
+    }
     // git-lfs's own setup stays (other repositories may rely on it); say how to remove it.
     if git
         .config_get_in(Some(scope), "filter.lfs.process")?
@@ -467,6 +478,36 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What leaving standalone mode in `scope` changes, unless another scope keeps it on: later
+/// pushes go to the git host's LFS server as whole objects, and files stored only at the
+/// endpoint cannot be fetched from there.
+fn standalone_left(
+    git: &Git,
+    scope: Scope,
+    endpoint: Option<&str>,
+) -> Result<Option<String>, Box<dyn std::error::Error>> {
+    if git.config_get("lfs.standalonetransferagent")?.as_deref() == Some("xet") {
+        return Ok(None);
+    }
+    let (at, back) = match endpoint {
+        Some(e) => (e.to_string(), e.to_string()),
+        None => (
+            "the standalone endpoint".to_string(),
+            "URL-or-DIR".to_string(),
+        ),
+    };
+    let (whom, uses, again) = match scope {
+        Scope::Global => ("your repositories", "use", "--global"),
+        _ => ("this repository", "uses", "--local"),
+    };
+    Ok(Some(format!(
+        "note: {whom} no longer {uses} standalone mode. Later pushes send LFS files to the git \
+         host's LFS server as whole objects (git-lfs's basic transfer), or fail where the host \
+         has none, and files stored only at {at} can no longer be fetched; objects already \
+         there stay there. To go back: `git xet install {again} --endpoint {back}`"
+    )))
 }
 
 fn lfs_passthrough(verb: &str, patterns: &[String]) -> CmdResult {
