@@ -887,10 +887,10 @@ fn pre_push_prints_what_the_push_sent_and_what_deduplication_saved() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("git-xet: pushed 1 object (4.0 MiB): sent "),
-        "{err}"
+        err.contains("git-xet: pushed 1 object (4.0 MiB): stored "),
+        "a directory store: {err}"
     );
-    assert!(err.contains("(0%) was already on the server"), "{err}");
+    assert!(err.contains("(0%) was already in the store"), "{err}");
 
     // An edit of 64 KiB in the middle: the summary shows most of it was deduplicated.
     for b in &mut data[2 << 20..(2 << 20) + (64 << 10)] {
@@ -914,6 +914,17 @@ fn pre_push_prints_what_the_push_sent_and_what_deduplication_saved() {
     assert!(
         line.ends_with("of it found through earlier versions"),
         "the earlier version of model.bin was used: {line}"
+    );
+
+    // Outside a repository: a sentence that says where to run it, not git's error.
+    let elsewhere = s.path().join("not-a-repo");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let out = s.git_xet(&elsewhere, &["push-summary"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not inside a git repository") && !err.contains("rev-parse"),
+        "{err}"
     );
 
     // A replaced hook that fails still stops the push, after the summary logic.

@@ -43,6 +43,8 @@ pub struct Totals {
     pub deduplicated: u64,
     /// Of `deduplicated`, bytes matched through earlier versions of the files.
     pub from_history: u64,
+    /// Every upload went to a directory store (no server): "stored", "in the store".
+    pub to_directory: bool,
 }
 
 /// The line the hook prints, or `None` when nothing was uploaded.
@@ -63,8 +65,13 @@ pub fn line(t: &Totals) -> Option<String> {
     } else {
         String::new()
     };
+    let (sent, there) = if t.to_directory {
+        ("stored", "in the store")
+    } else {
+        ("sent", "on the server")
+    };
     Some(format!(
-        "git-xet: pushed {} object{} ({}): sent {}, {} ({percent:.0}%) was already on the server{history}",
+        "git-xet: pushed {} object{} ({}): {sent} {}, {} ({percent:.0}%) was already {there}{history}",
         t.objects,
         if t.objects == 1 { "" } else { "s" },
         format_size(t.bytes),
@@ -76,12 +83,25 @@ pub fn line(t: &Totals) -> Option<String> {
 pub fn run(args: &SummaryArgs) -> CmdResult {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let common = Git::in_dir(&cwd).common_dir()?;
-    let mut t = Totals::default();
+    let git = Git::in_dir(&cwd);
+    if !git.in_repository() {
+        return Err(
+            "not inside a git repository: run `git xet push-summary` in the repository \
+                    you pushed from (the pre-push hook of `git xet install --local` runs it \
+                    there after each push)"
+                .into(),
+        );
+    }
+    let common = git.common_dir()?;
+    let mut t = Totals {
+        to_directory: true,
+        ..Totals::default()
+    };
     for r in journal::read_since(&common, args.since, args.after_byte)? {
         if r.direction != Direction::Upload {
             continue;
         }
+        t.to_directory &= !r.endpoint.is_empty() && !r.endpoint.contains("://");
         t.objects += 1;
         t.bytes += r.size;
         t.sent += r.transferred_bytes;
@@ -120,6 +140,7 @@ mod tests {
             sent: 43 << 20,
             deduplicated: 357 << 20,
             from_history: 0,
+            to_directory: false,
         };
         let l = line(&t).unwrap();
         assert!(l.contains("pushed 4 objects"), "{l}");
@@ -132,6 +153,15 @@ mod tests {
         .unwrap();
         assert!(
             l.ends_with("on the server, 300.0 MiB of it found through earlier versions"),
+            "{l}"
+        );
+        let l = line(&Totals {
+            to_directory: true,
+            ..t
+        })
+        .unwrap();
+        assert!(
+            l.contains(": stored 43.0 MiB, ") && l.ends_with("was already in the store"),
             "{l}"
         );
     }
