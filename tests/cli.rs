@@ -412,3 +412,19 @@ fn the_server_log_in_a_file_has_no_colour_codes() {
         "colour codes in the log file: {log:?}"
     );
 }
+
+#[test]
+fn a_second_server_on_the_same_data_directory_says_what_to_do() {
+    let first = common::server::ServeProcess::start(&[]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_git-xet"))
+        .args(common::server::serve_args(&first.dir.path().join("store")))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is open in another process") && err.contains("its own --data"),
+        "{err}"
+    );
+    assert!(!err.contains("Cannot acquire lock"), "redb's words: {err}");
+}

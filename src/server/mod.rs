@@ -179,7 +179,7 @@ impl ServeConfig {
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot open the store: {0}")]
+    #[error("cannot open the store: {0}{hint}", hint = in_use_hint(.0))]
     Store(Box<crate::store::StoreError>),
     #[error("{0}")]
     Config(#[from] auth::ConfigError),
@@ -196,6 +196,17 @@ pub enum ServeError {
     Locks(#[from] lfs::locks::LockDbError),
     #[error("--lock-owner: {0}")]
     LockOwner(String),
+}
+
+/// What to do when the data directory is another process's.
+fn in_use_hint(e: &crate::store::StoreError) -> &'static str {
+    if e.is_locked() {
+        "; stop the other process first, or give this server its own --data (servers that \
+         share one store are nodes on object storage: --storage s3://…, each with its own \
+         --data)"
+    } else {
+        ""
+    }
 }
 
 impl From<crate::store::StoreError> for ServeError {

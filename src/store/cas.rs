@@ -182,8 +182,7 @@ impl StoreError {
     /// True when another process (or another `Store` in this one) has the store open: redb
     /// locks the index exclusively, so one opener at a time (see [`Store::open_waiting`]).
     pub fn is_locked(&self) -> bool {
-        matches!(self, StoreError::Index(IndexError::Open { source, .. })
-            if matches!(**source, redb::Error::DatabaseAlreadyOpen))
+        matches!(self, StoreError::Index(IndexError::InUse { .. }))
     }
 
     /// True when the store could not write because its disk (or quota) is full: a condition

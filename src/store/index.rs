@@ -61,6 +61,12 @@ const CLAIM_QUEUE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("claim_q
 /// An index failure.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
+    #[error(
+        "index database {path} is open in another process (a `git xet serve`, `scrub` or `gc`, \
+         or the server the agents of a directory endpoint share): one process at a time uses a \
+         store directory"
+    )]
+    InUse { path: String },
     #[error("index database {path}: {source}")]
     Open {
         path: String,
@@ -206,7 +212,12 @@ impl Index {
             path: path.display().to_string(),
             source: Box::new(e),
         };
-        let db = Database::create(path).map_err(|e| open_err(e.into()))?;
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => IndexError::InUse {
+                path: path.display().to_string(),
+            },
+            e => open_err(e.into()),
+        })?;
         let tables = [
             XORBS,
             FILES,
