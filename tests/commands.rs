@@ -1126,8 +1126,8 @@ fn the_readme_walkthrough_works_as_written() {
     );
     assert_eq!(
         blocks.len(),
-        3,
-        "server, once per machine, repository: {blocks:#?}"
+        4,
+        "server, once per machine, repository, locksverify: {blocks:#?}"
     );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -1136,7 +1136,7 @@ fn the_readme_walkthrough_works_as_written() {
         .port();
     // Changed from the guide only: the port (a free one), the model file (made here), a
     // lifetime for the server, and waiting for it to listen.
-    let mut script = String::from("set -eux\n");
+    let mut script = String::from("set -eux\nexec 2>&1\n");
     let substitute = |text: &str, from: &str, to: &str| -> String {
         assert!(
             text.contains(from),
@@ -1171,6 +1171,15 @@ fn the_readme_walkthrough_works_as_written() {
         "cmp copy/model.safetensors my-repo/model.safetensors\n\
          test \"$(wc -l < my-repo/.git/xet/transfers.jsonl)\" -eq 1\n",
     );
+    // git-lfs's locksverify hint, then the choice the guide gives (its first line): a second
+    // push no longer prints the hint.
+    let choice = substitute(&blocks[3], "127.0.0.1:8080", &format!("127.0.0.1:{port}"));
+    let choice = choice.lines().next().unwrap().to_string();
+    script.push_str(&format!(
+        "cd my-repo\n{choice}\necho SECOND-PUSH\n\
+         head -c 100000 /dev/urandom > more.safetensors\n\
+         git add more.safetensors && git commit -q -m more && git push origin HEAD\n"
+    ));
 
     let s = Sandbox::new();
     let home = s.home();
@@ -1209,4 +1218,15 @@ fn the_readme_walkthrough_works_as_written() {
     );
     // The push summary the walkthrough promises, printed by the hook of `install --local`.
     assert!(text.contains("git-xet: pushed 1 object"), "{text}");
+    let (first, second) = text
+        .split_once("\nSECOND-PUSH")
+        .expect("the second push ran");
+    assert!(
+        first.contains("Locking support detected on remote"),
+        "the hint the guide explains: {first}"
+    );
+    assert!(
+        !second.contains("Locking support detected") && second.contains("git-xet: pushed 1 object"),
+        "after the guide's choice: {second}"
+    );
 }
