@@ -111,3 +111,106 @@ fn a_refused_token_is_explained_by_where_it_came_from() {
         "never printed: {said}"
     );
 }
+
+#[test]
+fn a_standalone_repository_clones_in_one_command() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
+    env.git(env.path(), &["init", "-q", "work"]);
+    let work = env.path().join("work");
+    let out = env.run_in(
+        &work,
+        "git",
+        &[
+            "xet",
+            "install",
+            "--local",
+            "--endpoint",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.git(&work, &["lfs", "track", "*.bin"]);
+    env.git(&work, &["remote", "add", "origin", "../remote.git"]);
+    let model = common::splitmix64(31, 3 << 20);
+    std::fs::write(work.join("model.bin"), &model).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+
+    // A plain clone cannot check the file out: the git host has only the pointer.
+    let plain = env.run_in(env.path(), "git", &["clone", "-q", "remote.git", "plain"]);
+    assert_ne!(plain.status, Some(0), "{}", plain.all());
+    // Repaired in place as `git xet clone --help` and the guide say.
+    let broken = env.path().join("plain");
+    let out = env.run_in(
+        &broken,
+        "git",
+        &[
+            "xet",
+            "install",
+            "--local",
+            "--endpoint",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.git(&broken, &["restore", "--source=HEAD", ":/"]);
+    assert!(std::fs::read(broken.join("model.bin")).unwrap() == model);
+
+    // Without an endpoint: nothing is cloned, and the message says what to give.
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &["xet", "clone", "remote.git", "nothing"],
+    );
+    assert_eq!(out.status, Some(1), "{}", out.all());
+    assert!(
+        out.stderr.contains("--endpoint URL-or-DIR"),
+        "{}",
+        out.stderr
+    );
+    assert!(!env.path().join("nothing").exists());
+
+    // One command, the endpoint relative to where it runs: the file is checked out.
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &[
+            "xet",
+            "clone",
+            "--endpoint",
+            "store",
+            "remote.git",
+            "--",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
+    let copy = env.path().join("remote");
+    assert!(
+        std::fs::read(copy.join("model.bin")).unwrap() == model,
+        "model.bin checked out with its content"
+    );
+    assert!(
+        out.stderr.contains("git-xet: cloned into remote"),
+        "{}",
+        out.stderr
+    );
+    let configured = env.git(&copy, &["config", "--local", "xet.endpoint"]);
+    assert_eq!(configured.stdout.trim(), store.to_str().unwrap());
+
+    // The clone pushes to the same endpoint: an edit is stored there, not on the git host.
+    let mut edited = model.clone();
+    edited[1 << 20] ^= 0xff;
+    std::fs::write(copy.join("model.bin"), &edited).unwrap();
+    env.git(&copy, &["commit", "-q", "-am", "edit"]);
+    env.git(&copy, &["push", "-q", "origin", "main"]);
+    let pulled = env.git(&work, &["pull", "-q", "origin", "main"]);
+    assert!(pulled.status == Some(0));
+    assert!(std::fs::read(work.join("model.bin")).unwrap() == edited);
+}

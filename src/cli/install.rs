@@ -151,7 +151,7 @@ const AGENT_KEYS: [&str; 3] = ["path", "args", "concurrent"];
 /// The standalone endpoint key.
 pub use crate::lfs::settings::ENDPOINT_KEY;
 
-fn git_lfs_missing() -> Box<dyn std::error::Error> {
+pub(super) fn git_lfs_missing() -> Box<dyn std::error::Error> {
     "git-lfs is not installed: install it first (Debian/Ubuntu: `sudo apt-get install git-lfs`, \
      macOS: `brew install git-lfs`), then run this again"
         .into()
@@ -407,6 +407,15 @@ pub fn install(args: &InstallArgs) -> CmdResult {
             _ => String::new(),
         }
     );
+    if let (Scope::Local, Some(endpoint), None) = (scope, &args.endpoint, &args.remote) {
+        // The repository's clones need the same endpoint, which git config does not carry.
+        say!(
+            "others clone this repository with `git xet clone --endpoint {} <repository URL>` \
+             (a plain `git clone` cannot check its LFS files out: the git host has only \
+             pointers)",
+            normalise_endpoint(endpoint).unwrap_or_else(|_| endpoint.clone())
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

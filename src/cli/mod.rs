@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod cache;
 mod cat;
+mod clone;
 mod demo;
 mod hash;
 mod hooks;
@@ -73,6 +74,10 @@ enum Command {
     Demo(demo::DemoArgs),
     #[command(about = "The Git LFS transfer agent itself (git-lfs runs this).")]
     Transfer(transfer::TransferArgs),
+    #[command(
+        about = "Clone a standalone-mode repository: clone, set its endpoint up, check LFS files out."
+    )]
+    Clone(clone::CloneArgs),
     #[command(about = "Show, prune or clear the local shard cache that speeds up deduplication.")]
     Cache(cache::CacheArgs),
     #[command(
@@ -133,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Untrack(args) => install::untrack(args),
         Command::Transfer(args) => transfer::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Clone(args) => clone::run(args),
         Command::Cache(args) => cache::run(args),
         Command::Status(args) => status::run(args),
         Command::LsFiles(args) => ls_files::run(args),
