@@ -8,6 +8,8 @@
 
 mod common;
 
+use git_xet::store::wire::ErrorCode;
+
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -628,14 +630,14 @@ fn final_statuses_are_tried_once_with_the_servers_code() {
     let fake = Fake::start(|_| {
         reply(
             507,
-            r#"{"error":"storage_full","message":"no space left on the server"}"#,
+            r#"{"error":"insufficient_storage","message":"no space left on the server"}"#,
         )
     });
     let e = patient_remote(&fake.url)
         .put_xorb(xorb(), b"x")
         .unwrap_err();
     assert!(!e.is_retryable());
-    assert_eq!(e.code(), Some("storage_full"));
+    assert_eq!(e.code(), Some(ErrorCode::InsufficientStorage));
     let text = e.to_string();
     assert!(
         text.contains("out of storage") && text.contains("507"),
@@ -648,8 +650,16 @@ fn final_statuses_are_tried_once_with_the_servers_code() {
         .put_xorb(xorb(), b"x")
         .unwrap_err();
     assert!(!e.is_retryable());
-    assert_eq!(e.code(), Some("invalid_xorb"));
+    assert_eq!(e.code(), Some(ErrorCode::InvalidXorb));
     assert_eq!(fake.seen().len(), 1);
+
+    // A code this client does not know: no decision rests on it, the message still shows it.
+    let fake = Fake::start(|_| reply(400, r#"{"error":"some_new_code","message":"bad"}"#));
+    let e = patient_remote(&fake.url)
+        .put_xorb(xorb(), b"x")
+        .unwrap_err();
+    assert_eq!(e.code(), None);
+    assert!(e.to_string().contains("[some_new_code"), "{e}");
 
     // 501: the server does not offer the route; for the oid lookup that means "unknown".
     let fake = Fake::start(|_| reply(501, "not implemented"));
@@ -707,7 +717,7 @@ fn a_damaged_copy_on_the_server_is_final_and_says_so() {
         .reconstruction(&FileHash::from_bytes([5; 32]), None)
         .unwrap_err();
     assert!(!e.is_retryable());
-    assert_eq!(e.code(), Some("xorb_damaged"));
+    assert_eq!(e.code(), Some(ErrorCode::XorbDamaged));
     let text = e.to_string();
     assert!(
         text.contains("damaged") && text.contains("git xet scrub") && text.contains(XORB),

@@ -15,6 +15,7 @@
 //!   big buffer. A full disk is 507.
 //! - [`drain`] reads and drops a body (uploads of objects already stored), with a limit.
 
+use crate::store::wire::ErrorCode;
 use std::future::Future as _;
 use std::io::Write as _;
 use std::ops::Deref;
@@ -128,7 +129,7 @@ pub fn read_error(what: &str, e: axum::Error) -> ApiError {
         return ApiError::body_timeout(what, t.0);
     }
     ApiError::bad_request(
-        "body_read_failed",
+        ErrorCode::BodyReadFailed,
         format!("{what}: the request body could not be read: {inner}"),
     )
 }
@@ -152,7 +153,7 @@ pub fn check_declared(headers: &HeaderMap, limit: u64, what: &str) -> Result<(),
 fn longer_than(what: &str, limit: u64) -> ApiError {
     ApiError::new(
         axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
+        ErrorCode::BodyTooLarge,
         format!("{what}: the body is longer than the limit of {limit} bytes"),
     )
 }
@@ -372,7 +373,7 @@ mod tests {
         let e = read_body(&b, &HeaderMap::new(), Body::from(vec![7u8; 600]), 1000, "t")
             .await
             .unwrap_err();
-        assert_eq!((e.status.as_u16(), e.code), (503, "server_busy"));
+        assert_eq!((e.status.as_u16(), e.code), (503, ErrorCode::ServerBusy));
         assert_eq!(e.retry_after, Some(1));
         drop(body);
         assert_eq!(b.available_permits(), 1000);
@@ -408,7 +409,7 @@ mod tests {
         let e = read_body(&budget(100), &HeaderMap::new(), body, 100, "t")
             .await
             .unwrap_err();
-        assert_eq!((e.status.as_u16(), e.code), (408, "body_timeout"));
+        assert_eq!((e.status.as_u16(), e.code), (408, ErrorCode::BodyTimeout));
     }
 
     #[tokio::test]

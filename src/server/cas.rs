@@ -48,6 +48,7 @@ pub mod reconstruction;
 pub mod upload;
 pub mod xorb_data;
 
+use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -103,7 +104,7 @@ fn only(route: MethodRouter<SharedState>) -> MethodRouter<SharedState> {
     route.fallback(|| async {
         ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            ErrorCode::MethodNotAllowed,
             "this endpoint does not take that method",
         )
     })
@@ -111,8 +112,9 @@ fn only(route: MethodRouter<SharedState>) -> MethodRouter<SharedState> {
 
 /// The path parameters, or a JSON 400 (e.g. for percent-escapes that are not UTF-8).
 fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
-    p.map(|Path(t)| t)
-        .map_err(|e| ApiError::bad_request("invalid_path", format!("malformed URL path: {e}")))
+    p.map(|Path(t)| t).map_err(|e| {
+        ApiError::bad_request(ErrorCode::InvalidPath, format!("malformed URL path: {e}"))
+    })
 }
 
 /// Refuses a `prefix` path segment that is not one of `allowed`.
@@ -121,7 +123,7 @@ fn check_prefix(prefix: &str, allowed: &[&str], what: &str) -> Result<(), ApiErr
         return Ok(());
     }
     Err(ApiError::bad_request(
-        "unknown_prefix",
+        ErrorCode::UnknownPrefix,
         format!(
             "unknown prefix {prefix:?} for {what}: use {}",
             allowed.join(" or ")

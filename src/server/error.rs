@@ -13,6 +13,7 @@
 //! | a stored xorb found damaged | 500 `xorb_damaged` (final for clients) |
 //! | any other storage failure | 500 `internal_error` |
 
+use crate::store::wire::ErrorCode;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -24,14 +25,14 @@ use crate::store::StoreError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     /// Seconds for a `Retry-After` header (503 answers).
     pub retry_after: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -45,7 +46,11 @@ impl ApiError {
     pub fn busy(message: impl Into<String>, retry_after_secs: u64) -> Self {
         Self {
             retry_after: Some(retry_after_secs),
-            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_busy", message)
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServerBusy,
+                message,
+            )
         }
     }
 
@@ -56,7 +61,7 @@ impl ApiError {
         tracing::error!(%detail, "storage full: uploads are refused with 507 until space is freed");
         Self::new(
             StatusCode::INSUFFICIENT_STORAGE,
-            "insufficient_storage",
+            ErrorCode::InsufficientStorage,
             "the server's storage is full; uploads fail until its administrator frees or adds \
              disk space",
         )
@@ -66,7 +71,7 @@ impl ApiError {
     pub fn body_timeout(what: &str, after: std::time::Duration) -> Self {
         Self::new(
             StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
+            ErrorCode::BodyTimeout,
             format!(
                 "{what}: no part of the request body arrived for {} s",
                 after.as_secs_f64()
@@ -86,33 +91,37 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn not_found(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, message)
     }
 
     pub fn too_large(what: &str, len: u64, limit: u64) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             format!("{what} of {len} bytes exceeds the limit of {limit} bytes"),
         )
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InternalError,
+            message,
+        )
     }
 }
 
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         let (status, code) = match e {
-            AuthError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
-            AuthError::Expired { .. } => (StatusCode::UNAUTHORIZED, "token_expired"),
-            _ => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            AuthError::Forbidden { .. } => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+            AuthError::Expired { .. } => (StatusCode::UNAUTHORIZED, ErrorCode::TokenExpired),
+            _ => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
         };
         Self::new(status, code, e.to_string())
     }
@@ -124,8 +133,10 @@ impl From<StoreError> for ApiError {
         match &e {
             StoreError::InvalidXorb { source, .. } => {
                 let code = match source {
-                    crate::format::xorb::XorbError::HashMismatch { .. } => "xorb_hash_mismatch",
-                    _ => "invalid_xorb",
+                    crate::format::xorb::XorbError::HashMismatch { .. } => {
+                        ErrorCode::XorbHashMismatch
+                    }
+                    _ => ErrorCode::InvalidXorb,
                 };
                 Self::bad_request(code, e.to_string())
             }
@@ -135,7 +146,7 @@ impl From<StoreError> for ApiError {
                 retry_after: Some(60),
                 ..Self::new(
                     StatusCode::TOO_MANY_REQUESTS,
-                    "claims_backlog",
+                    ErrorCode::ClaimsBacklog,
                     e.to_string(),
                 )
             },
@@ -144,13 +155,13 @@ impl From<StoreError> for ApiError {
                 ..
             } => Self::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
-                "range_not_satisfiable",
+                ErrorCode::RangeNotSatisfiable,
                 e.to_string(),
             ),
             StoreError::Plan {
                 source: PlanError::Inverted { .. },
                 ..
-            } => Self::bad_request("invalid_range", e.to_string()),
+            } => Self::bad_request(ErrorCode::InvalidRange, e.to_string()),
             _ if e.is_storage_full() => {
                 super::metrics::STORAGE_ERRORS.inc();
                 Self::storage_full(&e)
@@ -160,7 +171,7 @@ impl From<StoreError> for ApiError {
                 tracing::error!(error = %e, "damaged xorb");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "xorb_damaged",
+                    ErrorCode::XorbDamaged,
                     e.to_string(),
                 )
             }
@@ -209,18 +220,21 @@ mod tests {
         // ENOSPC and EDQUOT: 507, which clients do not retry.
         for errno in [28, 122] {
             let e = ApiError::from(io_failure(errno));
-            assert_eq!((e.status.as_u16(), e.code), (507, "insufficient_storage"));
+            assert_eq!(
+                (e.status.as_u16(), e.code),
+                (507, ErrorCode::InsufficientStorage)
+            );
         }
         // Another I/O failure: 500.
         let e = ApiError::from(io_failure(5));
-        assert_eq!((e.status.as_u16(), e.code), (500, "internal_error"));
+        assert_eq!((e.status.as_u16(), e.code), (500, ErrorCode::InternalError));
         // A stored xorb found damaged: 500 with its own code, naming the xorb.
         let xorb = XorbHash::from_hex(&"ab".repeat(32)).unwrap();
         let e = ApiError::from(StoreError::DamagedXorb {
             xorb,
             detail: "its bytes fail verification".into(),
         });
-        assert_eq!((e.status.as_u16(), e.code), (500, "xorb_damaged"));
+        assert_eq!((e.status.as_u16(), e.code), (500, ErrorCode::XorbDamaged));
         assert!(e.message.contains(&xorb.to_string()), "{}", e.message);
         // Spool files: ENOSPC is 507 too.
         let e = ApiError::io("xorb x", &std::io::Error::from_raw_os_error(28));

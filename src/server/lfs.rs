@@ -45,6 +45,7 @@ pub mod locks;
 pub mod rebuild;
 pub mod transfer;
 
+use crate::store::wire::ErrorCode;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -118,7 +119,7 @@ async fn dispatch(
     body: Body,
 ) -> Response {
     let Some((repo, rest)) = split_path(uri.path()) else {
-        return ApiError::not_found("not_found", "no such endpoint").into_response();
+        return ApiError::not_found(ErrorCode::NotFound, "no such endpoint").into_response();
     };
     let rest = rest.to_string();
     let result = match (&method, rest.as_str()) {
@@ -141,7 +142,7 @@ async fn dispatch(
             Err(method_not_allowed())
         }
         _ => Err(ApiError::not_found(
-            "not_found",
+            ErrorCode::NotFound,
             format!("no such LFS endpoint: {rest:?} under {}", repo.path),
         )),
     };
@@ -152,7 +153,7 @@ async fn dispatch(
 pub(crate) fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "this endpoint does not take that method",
     )
 }
@@ -166,7 +167,7 @@ pub fn error_response(e: ApiError) -> Response {
         && e.status != StatusCode::NOT_IMPLEMENTED
         && e.status != StatusCode::INSUFFICIENT_STORAGE
     {
-        tracing::error!(code = e.code, message = %e.message, "LFS request failed");
+        tracing::error!(code = %e.code, message = %e.message, "LFS request failed");
     }
     let mut response = e.into_response();
     let h = response.headers_mut();
@@ -194,7 +195,7 @@ pub fn authorize_user(
     if grant.expires.is_some() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "cas_token_not_accepted",
+            ErrorCode::CasTokenNotAccepted,
             format!(
                 "{what} needs the token configured for git, not a short-lived CAS access token"
             ),
@@ -218,7 +219,7 @@ pub fn authorize_transfer(
     if grant.expires.is_some() && grant.repo != repo.id {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "wrong_repository",
+            ErrorCode::WrongRepository,
             format!(
                 "this access token was issued for repository {:?}, not {:?}",
                 grant.repo, repo.id
@@ -236,7 +237,7 @@ fn check_repo(grant: &Grant, repo: &Repo) -> Result<(), ApiError> {
     }
     Err(ApiError::new(
         StatusCode::FORBIDDEN,
-        "wrong_repository",
+        ErrorCode::WrongRepository,
         format!(
             "this token is for {}, not for repository {:?}",
             grant.repos.as_ref().map_or("*", |p| p.as_str()),

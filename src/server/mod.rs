@@ -35,6 +35,7 @@ pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 
+use crate::store::wire::ErrorCode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -285,7 +286,7 @@ impl AppState {
             Some(auth::Visibility::Repo(repo)) => Ok((grant, Some(repo))),
             None => Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
-                "repository_scoped_token",
+                ErrorCode::RepositoryScopedToken,
                 format!(
                     "{what}: this token is limited to some repositories and names none here; \
                      use the CAS token the batch API of one of them hands out"
@@ -327,7 +328,10 @@ pub fn parse_hash<T: std::str::FromStr<Err = crate::format::HashParseError>>(
     what: &str,
 ) -> Result<T, ApiError> {
     s.parse::<T>().map_err(|e| {
-        ApiError::bad_request("invalid_hash", format!("{what} {s:?} is not a hash: {e}"))
+        ApiError::bad_request(
+            ErrorCode::InvalidHash,
+            format!("{what} {s:?} is not a hash: {e}"),
+        )
     })
 }
 
@@ -376,7 +380,8 @@ async fn request_context(request: Request, next: Next) -> Response {
 }
 
 async fn health(State(state): State<SharedState>) -> Response {
-    let counts = state.store.counts();
+    let st = Arc::clone(&state);
+    let counts = blocking(move || st.store.counts().map_err(ApiError::from)).await;
     match counts {
         Ok(c) => Json(serde_json::json!({
             "status": "ok",
@@ -389,7 +394,7 @@ async fn health(State(state): State<SharedState>) -> Response {
             "sent_xorb_bytes": state.metrics.sent_xorb_bytes.get(),
         }))
         .into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -408,7 +413,7 @@ async fn ready(State(state): State<SharedState>) -> Response {
             tracing::warn!(error = %e, "not ready: the store does not answer");
             ApiError::new(
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "not_ready",
+                ErrorCode::NotReady,
                 "the server's storage does not answer; its log has the details",
             )
             .into_response()
@@ -418,7 +423,7 @@ async fn ready(State(state): State<SharedState>) -> Response {
 }
 
 async fn fallback() -> ApiError {
-    ApiError::not_found("not_found", "no such endpoint")
+    ApiError::not_found(ErrorCode::NotFound, "no such endpoint")
 }
 
 /// The whole application: health, the CAS API and the LFS API, with the middleware.

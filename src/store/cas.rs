@@ -18,6 +18,7 @@
 //! xorbs/, shards/, tmp/   objects (see store::backend)
 //! ```
 
+use crate::store::wire::ErrorCode;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::ops::RangeInclusive;
@@ -108,22 +109,22 @@ pub enum ShardRejection {
 
 impl ShardRejection {
     /// A stable machine-readable code for error bodies.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ShardRejection::Malformed(_) => "invalid_shard",
-            ShardRejection::Keyed => "keyed_shard",
-            ShardRejection::MissingVerification { .. } => "missing_verification",
-            ShardRejection::UnknownFlags { .. } => "unknown_flags",
-            ShardRejection::NoTerms { .. } => "no_terms",
+            ShardRejection::Malformed(_) => ErrorCode::InvalidShard,
+            ShardRejection::Keyed => ErrorCode::KeyedShard,
+            ShardRejection::MissingVerification { .. } => ErrorCode::MissingVerification,
+            ShardRejection::UnknownFlags { .. } => ErrorCode::UnknownFlags,
+            ShardRejection::NoTerms { .. } => ErrorCode::NoTerms,
             ShardRejection::UnknownXorb { .. } | ShardRejection::UnknownXorbBlock { .. } => {
-                "unknown_xorb"
+                ErrorCode::UnknownXorb
             }
-            ShardRejection::ChunkRange { .. } => "chunk_range",
-            ShardRejection::UnpackedLength { .. } => "unpacked_length_mismatch",
-            ShardRejection::Verification { .. } => "verification_mismatch",
-            ShardRejection::FileHash { .. } => "file_hash_mismatch",
-            ShardRejection::XorbBlock { .. } => "xorb_block_mismatch",
-            ShardRejection::DamagedXorb { .. } => "xorb_damaged",
+            ShardRejection::ChunkRange { .. } => ErrorCode::ChunkRange,
+            ShardRejection::UnpackedLength { .. } => ErrorCode::UnpackedLengthMismatch,
+            ShardRejection::Verification { .. } => ErrorCode::VerificationMismatch,
+            ShardRejection::FileHash { .. } => ErrorCode::FileHashMismatch,
+            ShardRejection::XorbBlock { .. } => ErrorCode::XorbBlockMismatch,
+            ShardRejection::DamagedXorb { .. } => ErrorCode::XorbDamaged,
         }
     }
 }

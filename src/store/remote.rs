@@ -38,7 +38,7 @@
 //! - **Retries** ([`RetryPolicy`]): connection errors, timeouts, 408, 429 and 5xx are retried
 //!   with backoff for about a minute since the first attempt (a server restart is survived);
 //!   `Retry-After` (seconds or a date) is honoured. 501, 505 and **507** (the server is out of
-//!   storage) are final, and so is a 500 whose error code is [`XORB_DAMAGED`] (the server's
+//!   storage) are final, and so is a 500 whose error code is [`ErrorCode::XorbDamaged`] (the server's
 //!   copy is damaged; its administrator runs `git xet scrub`). Every refusal's JSON `error`
 //!   code is kept in [`TargetError::Remote`]'s `code`.
 //! - **Redirects.** Requests that carry a credential (CAS requests, token refreshes with an
@@ -56,6 +56,7 @@
 mod http;
 pub mod token;
 
+use crate::store::wire::ErrorCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -65,10 +66,7 @@ use reqwest::Client;
 use reqwest::{Method, StatusCode};
 
 pub use self::http::RetryPolicy;
-pub use self::http::{
-    cert_advice, cert_problem, origin, parse_retry_after, CertProblem, TLS_CERTIFICATE,
-    XORB_DAMAGED,
-};
+pub use self::http::{cert_advice, cert_problem, origin, parse_retry_after, CertProblem};
 use self::http::{
     content_range, read_body, retry_after, retryable_status, runtime, same_origin_redirects, send,
     server_says, shown, status_text, transport_failure, Auth, Failure, Request, Response,
@@ -725,7 +723,7 @@ impl RemoteCas {
                     } else if retryable_status(status) {
                         let after = retry_after(&resp);
                         let says = server_says(resp);
-                        if says.code.as_deref() == Some(XORB_DAMAGED) {
+                        if says.code == Some(ErrorCode::XorbDamaged) {
                             fatal_coded(
                                 req,
                                 format!(
@@ -836,7 +834,7 @@ impl RemoteCas {
                 StatusCode::OK => {}
                 StatusCode::NOT_FOUND => {
                     let says = server_says(resp);
-                    return Ok(if says.code.as_deref() == Some("file_not_found") || !v2 {
+                    return Ok(if says.code == Some(ErrorCode::FileNotFound) || !v2 {
                         Answer::FileUnknown
                     } else {
                         Answer::Unsupported
@@ -889,7 +887,7 @@ fn fatal(req: &Request, message: String) -> Failure {
 }
 
 /// A final error of `req` with the server's error code.
-fn fatal_coded(req: &Request, message: String, code: Option<String>) -> Failure {
+fn fatal_coded(req: &Request, message: String, code: Option<ErrorCode>) -> Failure {
     Failure::Fatal(TargetError::Remote {
         what: req.what.clone(),
         message,

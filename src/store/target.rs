@@ -19,6 +19,7 @@
 //! The traits are implemented for references too, so wrappers such as
 //! [`Cached`](crate::pipeline::cached::Cached) can hold a `&Store` or a `&dyn CasTarget`.
 
+use crate::store::wire::ErrorCode;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
@@ -47,8 +48,8 @@ pub enum TargetError {
         /// Whether trying again later may succeed (network trouble, 5xx, 429).
         retryable: bool,
         /// The server's error code (the JSON `error` field of its refusal, e.g.
-        /// `"xorb_damaged"`), when it sent one.
-        code: Option<String>,
+        /// [`ErrorCode::XorbDamaged`]), when it sent one this client knows.
+        code: Option<ErrorCode>,
     },
     /// Local I/O around the operation failed (e.g. a staging file).
     #[error("{what}: {source}")]
@@ -89,16 +90,19 @@ impl TargetError {
                 )
             ),
             TargetError::Remote { .. } => {
-                matches!(self.code(), Some("unknown_xorb" | "xorb_damaged"))
+                matches!(
+                    self.code(),
+                    Some(ErrorCode::UnknownXorb | ErrorCode::XorbDamaged)
+                )
             }
             _ => false,
         }
     }
 
     /// The server's error code, for a remote refusal that carried one.
-    pub fn code(&self) -> Option<&str> {
+    pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            TargetError::Remote { code, .. } => code.as_deref(),
+            TargetError::Remote { code, .. } => *code,
             _ => None,
         }
     }

@@ -501,6 +501,132 @@ impl ReconstructionV2 {
     }
 }
 
+/// Declares [`ErrorCode`]: each variant with its wire text.
+macro_rules! error_codes {
+    ($($variant:ident => $text:literal,)*) => {
+        /// The machine-readable `error` code of a JSON error body (docs/cas-api.md §9), one
+        /// variant per code this server sends or a client decides on. Clients keep the text of
+        /// codes they do not know ([`ErrorCode::parse`] gives `None`) for messages only.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order declared.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code as sent on the wire (`snake_case`).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $text,)*
+                }
+            }
+
+            /// The code a server sent, if it is one of these.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text {
+                    $($text => Some(ErrorCode::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    AlreadyStored => "already_stored",
+    BodyReadFailed => "body_read_failed",
+    BodyTimeout => "body_timeout",
+    BodyTooLarge => "body_too_large",
+    CasTokenNotAccepted => "cas_token_not_accepted",
+    ChecksumMismatch => "checksum_mismatch",
+    ChunkNotFound => "chunk_not_found",
+    ChunkRange => "chunk_range",
+    ClaimsBacklog => "claims_backlog",
+    EmptyBody => "empty_body",
+    FileHashMismatch => "file_hash_mismatch",
+    FileNotFound => "file_not_found",
+    Forbidden => "forbidden",
+    GrantExpired => "grant_expired",
+    GrantMismatch => "grant_mismatch",
+    GrantNotFound => "grant_not_found",
+    InsufficientStorage => "insufficient_storage",
+    InternalError => "internal_error",
+    InvalidCursor => "invalid_cursor",
+    InvalidForce => "invalid_force",
+    InvalidGrant => "invalid_grant",
+    InvalidGrantRequest => "invalid_grant_request",
+    InvalidHash => "invalid_hash",
+    InvalidJson => "invalid_json",
+    InvalidLength => "invalid_length",
+    InvalidLimit => "invalid_limit",
+    InvalidObjects => "invalid_objects",
+    InvalidOid => "invalid_oid",
+    InvalidOperation => "invalid_operation",
+    InvalidPath => "invalid_path",
+    InvalidQuery => "invalid_query",
+    InvalidRange => "invalid_range",
+    InvalidShard => "invalid_shard",
+    InvalidSignature => "invalid_signature",
+    InvalidTelemetry => "invalid_telemetry",
+    InvalidVerifyRequest => "invalid_verify_request",
+    InvalidXorb => "invalid_xorb",
+    KeyedShard => "keyed_shard",
+    LengthMismatch => "length_mismatch",
+    LockExists => "lock_exists",
+    LockForwardLoop => "lock_forward_loop",
+    LockNotFound => "lock_not_found",
+    LockOwnedByAnotherUser => "lock_owned_by_another_user",
+    LockOwnerUnreachable => "lock_owner_unreachable",
+    MethodNotAllowed => "method_not_allowed",
+    MissingPath => "missing_path",
+    MissingVerification => "missing_verification",
+    NoTerms => "no_terms",
+    NotAcceptable => "not_acceptable",
+    NotFound => "not_found",
+    NotReady => "not_ready",
+    ObjectNotFound => "object_not_found",
+    OidMismatch => "oid_mismatch",
+    OidNotFound => "oid_not_found",
+    PathTooLong => "path_too_long",
+    RangeNotGranted => "range_not_granted",
+    RangeNotSatisfiable => "range_not_satisfiable",
+    RepositoryScopedToken => "repository_scoped_token",
+    ServerBusy => "server_busy",
+    SizeMismatch => "size_mismatch",
+    TlsCertificate => "tls_certificate",
+    TokenExpired => "token_expired",
+    TooManyLocks => "too_many_locks",
+    TooManyObjects => "too_many_objects",
+    Unauthorized => "unauthorized",
+    UnknownFlags => "unknown_flags",
+    UnknownPrefix => "unknown_prefix",
+    UnknownXorb => "unknown_xorb",
+    UnpackedLengthMismatch => "unpacked_length_mismatch",
+    UnsupportedHashAlgo => "unsupported_hash_algo",
+    UrlExpired => "url_expired",
+    VerificationMismatch => "verification_mismatch",
+    WrongRepository => "wrong_repository",
+    XorbBlockMismatch => "xorb_block_mismatch",
+    XorbDamaged => "xorb_damaged",
+    XorbGrantsNotOffered => "xorb_grants_not_offered",
+    XorbHashMismatch => "xorb_hash_mismatch",
+    XorbNotFound => "xorb_not_found",
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -728,5 +854,23 @@ mod tests {
         let mut bad_url = ok;
         bad_url.xorbs.values_mut().next().unwrap()[0].url = "file:///etc/passwd".into();
         assert!(bad_url.into_plan(None).is_err());
+    }
+
+    #[test]
+    fn error_codes_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            assert!(seen.insert(code.as_str()), "{code} twice");
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
+            assert!(code
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit()));
+        }
+        assert_eq!(ErrorCode::parse("no_such_code"), None);
+        assert_eq!(
+            serde_json::to_string(&ErrorCode::XorbDamaged).unwrap(),
+            "\"xorb_damaged\""
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! and its expiry in the footer and the creation timestamp set to now. A client can match only
 //! chunks whose raw hashes it already has.
 
+use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -52,7 +53,7 @@ pub async fn get(
     .await?;
     let Some(bytes) = bytes else {
         return Err(ApiError::not_found(
-            "chunk_not_found",
+            ErrorCode::ChunkNotFound,
             format!("chunk {chunk} is not tracked by global dedup on this server"),
         ));
     };

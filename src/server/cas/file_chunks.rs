@@ -8,6 +8,7 @@
 //! [`crate::store::wire::MAX_LISTED_CHUNKS`] chunks (413 beyond); the answer is built under the
 //! server's body-memory budget (503 when it is spent).
 
+use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -37,7 +38,7 @@ pub async fn get(
     .await?;
     let Some(chunks) = listed else {
         return Err(ApiError::not_found(
-            "file_not_found",
+            ErrorCode::FileNotFound,
             format!("file {file} is not registered on this server"),
         ));
     };

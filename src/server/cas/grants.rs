@@ -18,6 +18,7 @@
 //!
 //! The body of step 2 goes through the same limits, spool and ingest slot as a direct upload.
 
+use crate::store::wire::ErrorCode;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -64,7 +65,7 @@ struct GrantAnswer {
 }
 
 fn not_offered(why: String) -> ApiError {
-    ApiError::not_found("xorb_grants_not_offered", why)
+    ApiError::not_found(ErrorCode::XorbGrantsNotOffered, why)
 }
 
 /// `POST /v1/xorb-grants/{prefix}/{xorb}`.
@@ -88,7 +89,7 @@ pub async fn post_grant(
     .await?;
     let request: GrantRequest = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::bad_request(
-            "invalid_grant_request",
+            ErrorCode::InvalidGrantRequest,
             format!(
                 "the grant request for xorb {xorb} is not {{\"length\", \"checksum\"}} JSON: {e}"
             ),
@@ -102,7 +103,7 @@ pub async fn post_grant(
     }
     let crc64nvme: u64 = request.checksum.value.trim().parse().map_err(|_| {
         ApiError::bad_request(
-            "invalid_grant_request",
+            ErrorCode::InvalidGrantRequest,
             format!("the crc64nvme of xorb {xorb} is not a decimal u64"),
         )
     })?;
@@ -141,18 +142,18 @@ pub async fn post_grant(
 /// The grant `id` names, or a 403 saying why not.
 fn grant_of(state: &SharedState, id: &str, check_expiry: bool) -> Result<UploadGrant, ApiError> {
     let forbidden =
-        |code: &'static str, message: String| ApiError::new(StatusCode::FORBIDDEN, code, message);
+        |code: ErrorCode, message: String| ApiError::new(StatusCode::FORBIDDEN, code, message);
     let grant = state.auth.verify_upload_grant(id).map_err(|e| match e {
         AuthError::Invalid => forbidden(
-            "invalid_grant",
+            ErrorCode::InvalidGrant,
             "the upload grant is not valid: ask for a new one".into(),
         ),
-        other => forbidden("invalid_grant", other.to_string()),
+        other => forbidden(ErrorCode::InvalidGrant, other.to_string()),
     })?;
     let now = now_unix();
     if check_expiry && grant.expires < now {
         return Err(forbidden(
-            "grant_expired",
+            ErrorCode::GrantExpired,
             format!(
                 "the upload grant for xorb {} expired at {} (now {now}): ask for a new one",
                 grant.xorb, grant.expires
@@ -176,7 +177,7 @@ pub async fn put_upload(
     match content_length(&headers) {
         Some(n) if n != grant.length => {
             return Err(ApiError::bad_request(
-                "length_mismatch",
+                ErrorCode::LengthMismatch,
                 format!(
                     "{what}: the body declares {n} bytes, the grant {}",
                     grant.length
@@ -192,7 +193,7 @@ pub async fn put_upload(
         state.metrics.received_xorb_bytes.inc_by(len);
         return Ok(ApiError::new(
             StatusCode::PRECONDITION_FAILED,
-            "already_stored",
+            ErrorCode::AlreadyStored,
             format!("{what} is stored already"),
         )
         .into_response());
@@ -209,7 +210,7 @@ pub async fn put_upload(
     state.metrics.received_xorb_bytes.inc_by(spooled.len);
     if spooled.len != grant.length {
         return Err(ApiError::bad_request(
-            "length_mismatch",
+            ErrorCode::LengthMismatch,
             format!(
                 "{what}: {} bytes arrived, the grant is for {}",
                 spooled.len, grant.length
@@ -224,7 +225,7 @@ pub async fn put_upload(
             .map_err(|e| ApiError::io(&format!("{what}: cannot read the spooled body"), &e))?;
         if crc != grant.crc64nvme {
             return Err(ApiError::bad_request(
-                "checksum_mismatch",
+                ErrorCode::ChecksumMismatch,
                 format!(
                     "{what}: the body's crc64nvme is {crc}, the grant's {}",
                     grant.crc64nvme
@@ -256,14 +257,14 @@ pub async fn post_commit(
     let grant = grant_of(&state, &id, false)?;
     if grant.xorb != xorb {
         return Err(ApiError::bad_request(
-            "grant_mismatch",
+            ErrorCode::GrantMismatch,
             format!("the grant is for xorb {}, not {xorb}", grant.xorb),
         ));
     }
     let st = state.clone();
     if !blocking(move || Ok(st.store.has_xorb(&xorb)?)).await? {
         return Err(ApiError::not_found(
-            "grant_not_found",
+            ErrorCode::GrantNotFound,
             format!("nothing was stored through this grant for xorb {xorb}: ask for a new grant"),
         ));
     }

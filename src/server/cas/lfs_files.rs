@@ -11,6 +11,7 @@
 //! a shard's claim so far (see `server::claims`); every answer, 404 included, carries
 //! `X-Xet-Checks-Sha256: 1`, which tells an uploader that claims are checked here.
 
+use crate::store::wire::ErrorCode;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue};
@@ -38,17 +39,22 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (_, limited_to) = state.authorize_cas(&headers, Scope::Read, "an LFS oid lookup")?;
-    let Path(text) = params.map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
+    let Path(text) =
+        params.map_err(|e| ApiError::bad_request(ErrorCode::InvalidPath, e.to_string()))?;
     let oid = LfsOid::from_hex(&text).map_err(|e| {
-        ApiError::bad_request("invalid_oid", format!("{text:?} is not a SHA-256 oid: {e}"))
+        ApiError::bad_request(
+            ErrorCode::InvalidOid,
+            format!("{text:?} is not a SHA-256 oid: {e}"),
+        )
     })?;
-    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.to_string()))?;
+    let Query(query) =
+        query.map_err(|e| ApiError::bad_request(ErrorCode::InvalidQuery, e.to_string()))?;
     let with_plan = match query.reconstruction.as_deref() {
         None => false,
         Some("v2") => true,
         Some(other) => {
             return Err(ApiError::bad_request(
-                "invalid_query",
+                ErrorCode::InvalidQuery,
                 format!("reconstruction={other:?}: only v2 is offered"),
             ))
         }
@@ -80,7 +86,7 @@ pub async fn get(
         })
         .into_response(),
         None => ApiError::not_found(
-            "oid_not_found",
+            ErrorCode::OidNotFound,
             format!("no file with LFS oid {oid} is stored on this server"),
         )
         .into_response(),

@@ -3,6 +3,7 @@
 //! ([`Presigner`]): each URL grants exactly the byte ranges of the entry it is issued for, so a
 //! reader of one file never gets the other bytes of a xorb it shares with other files.
 
+use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -102,7 +103,7 @@ async fn reconstruct(
         Ok(Some(response)) => response,
         Ok(None) => {
             return Err(fail(ApiError::not_found(
-                "file_not_found",
+                ErrorCode::FileNotFound,
                 format!("file {file} is not registered on this server"),
             )))
         }
@@ -223,7 +224,7 @@ impl FetchUrls for Presigner<'_> {
 fn parse_range(value: &HeaderValue) -> Result<(u64, u64), ApiError> {
     let bad = |why: &str| {
         ApiError::bad_request(
-            "invalid_range",
+            ErrorCode::InvalidRange,
             format!(
                 "Range {:?} {why}: use bytes=START-END (inclusive)",
                 String::from_utf8_lossy(value.as_bytes())

@@ -17,6 +17,7 @@
 //! piece. Every response carries `Content-Length`; a read
 //! failure half-way aborts the connection (the client sees a short body).
 
+use crate::store::wire::ErrorCode;
 use std::collections::VecDeque;
 use std::io;
 use std::ops::RangeInclusive;
@@ -146,7 +147,7 @@ pub async fn get(
     }
 }
 
-fn forbidden(code: &'static str, message: String) -> ApiError {
+fn forbidden(code: ErrorCode, message: String) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, code, message)
 }
 
@@ -171,7 +172,7 @@ async fn fetch(
     let (Some(expires), Some(granted_text), Some(signature)) = (expires, granted_text, signature)
     else {
         return Err(fail(forbidden(
-            "invalid_signature",
+            ErrorCode::InvalidSignature,
             format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&r=<ranges>&s=<signature>; get one from a reconstruction"),
         )));
     };
@@ -183,13 +184,13 @@ async fn fetch(
         Ok(granted) => granted,
         Err(AuthError::Expired { expired, now }) => {
             return Err(fail(forbidden(
-                "url_expired",
+                ErrorCode::UrlExpired,
                 format!("the URL for xorb {xorb} expired at {expired} (now {now}); ask for a new reconstruction"),
             )))
         }
         Err(_) => {
             return Err(fail(forbidden(
-                "invalid_signature",
+                ErrorCode::InvalidSignature,
                 format!("the signature of the URL for xorb {xorb} is not valid"),
             )))
         }
@@ -201,7 +202,7 @@ async fn fetch(
             v.to_str()
                 .map_err(|_| {
                     fail(ApiError::bad_request(
-                        "invalid_range",
+                        ErrorCode::InvalidRange,
                         "the Range header is not ASCII",
                     ))
                 })?
@@ -233,7 +234,7 @@ async fn fetch(
     .map_err(fail)?;
     let (len, parsed, small) = found.ok_or_else(|| {
         fail(ApiError::not_found(
-            "xorb_not_found",
+            ErrorCode::XorbNotFound,
             format!("xorb {xorb} is not stored on this server"),
         ))
     })?;
@@ -243,7 +244,7 @@ async fn fetch(
         Err(RangeProblem::Unsatisfiable { len }) => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
-                "range_not_satisfiable",
+                ErrorCode::RangeNotSatisfiable,
                 format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
             )
             .into_response();
@@ -254,13 +255,13 @@ async fn fetch(
         }
         Err(e @ RangeProblem::NotGranted { .. }) => {
             return Err(fail(forbidden(
-                "range_not_granted",
+                ErrorCode::RangeNotGranted,
                 format!("xorb {xorb}: {e}"),
             )))
         }
         Err(e) => {
             return Err(fail(ApiError::bad_request(
-                "invalid_range",
+                ErrorCode::InvalidRange,
                 format!("xorb {xorb}: {e}"),
             )))
         }

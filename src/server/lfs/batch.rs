@@ -17,6 +17,7 @@
 //! reconstruction in `X-Xet-Reconstruction` (this server's extension), which saves the agent a
 //! request per object.
 
+use crate::store::wire::ErrorCode;
 use std::collections::BTreeMap;
 
 use axum::body::Body;
@@ -117,7 +118,7 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
     } else {
         Err(ApiError::new(
             StatusCode::NOT_ACCEPTABLE,
-            "not_acceptable",
+            ErrorCode::NotAcceptable,
             format!(
                 "the batch API answers {}; Accept was {accept:?}",
                 super::LFS_MEDIA_TYPE
@@ -159,7 +160,7 @@ fn check_object(v: &Value) -> Requested {
     }
 }
 
-fn unprocessable(code: &'static str, message: impl Into<String>) -> ApiError {
+fn unprocessable(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
 }
 
@@ -182,20 +183,23 @@ pub async fn batch(
     )
     .await?;
     let request: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::bad_request("invalid_json", format!("batch request is not JSON: {e}"))
+        ApiError::bad_request(
+            ErrorCode::InvalidJson,
+            format!("batch request is not JSON: {e}"),
+        )
     })?;
     let operation = match request.get("operation").and_then(Value::as_str) {
         Some("upload") => Operation::Upload,
         Some("download") => Operation::Download,
         Some(other) => {
             return Err(unprocessable(
-                "invalid_operation",
+                ErrorCode::InvalidOperation,
                 format!("unknown operation {other:?}: use \"upload\" or \"download\""),
             ))
         }
         None => {
             return Err(unprocessable(
-                "invalid_operation",
+                ErrorCode::InvalidOperation,
                 "missing operation: use \"upload\" or \"download\"",
             ))
         }
@@ -203,7 +207,7 @@ pub async fn batch(
     if operation == Operation::Upload && !grant.scope.allows(Scope::Write) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!(
                 "this token is read-only; uploading LFS objects to {} needs a write token",
                 repo.path
@@ -216,7 +220,7 @@ pub async fn batch(
         Some(other) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "unsupported_hash_algo",
+                ErrorCode::UnsupportedHashAlgo,
                 format!("hash algorithm {other} is not supported: this server uses sha256"),
             ))
         }
@@ -224,11 +228,11 @@ pub async fn batch(
     let objects = request
         .get("objects")
         .and_then(Value::as_array)
-        .ok_or_else(|| unprocessable("invalid_objects", "missing \"objects\" array"))?;
+        .ok_or_else(|| unprocessable(ErrorCode::InvalidObjects, "missing \"objects\" array"))?;
     if objects.len() > MAX_OBJECTS {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_many_objects",
+            ErrorCode::TooManyObjects,
             format!(
                 "{} objects in one batch request; at most {MAX_OBJECTS} are accepted",
                 objects.len()

@@ -41,6 +41,7 @@
 pub mod db;
 pub mod forward;
 
+use crate::store::wire::ErrorCode;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -96,7 +97,7 @@ pub async fn route(
                 (Some(id), &Method::POST) => unlock(state, repo, id, headers, body).await,
                 (Some(_), _) => Err(method_not_allowed()),
                 (None, _) => Err(ApiError::not_found(
-                    "not_found",
+                    ErrorCode::NotFound,
                     format!("no such locking endpoint: {rest:?} under {}", repo.path),
                 )),
             }
@@ -164,7 +165,7 @@ fn parse_id(s: &str) -> Option<u64> {
 fn parse_cursor(s: &str) -> Result<u64, ApiError> {
     parse_id(s).ok_or_else(|| {
         ApiError::bad_request(
-            "invalid_cursor",
+            ErrorCode::InvalidCursor,
             format!("cursor {s:?} is not a next_cursor this server gave"),
         )
     })
@@ -178,7 +179,7 @@ fn page_size(limit: Option<u64>) -> usize {
     }
 }
 
-fn unprocessable(code: &'static str, message: impl Into<String>) -> ApiError {
+fn unprocessable(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
 }
 
@@ -187,21 +188,21 @@ fn check_path(path: Option<&Value>) -> Result<String, ApiError> {
     let path = match path {
         None | Some(Value::Null) => {
             return Err(unprocessable(
-                "missing_path",
+                ErrorCode::MissingPath,
                 "missing path: send {\"path\": \"<file relative to the repository root>\"}",
             ))
         }
         Some(Value::String(s)) => s,
         Some(other) => {
             return Err(unprocessable(
-                "invalid_path",
+                ErrorCode::InvalidPath,
                 format!("path must be a string, not {other}"),
             ))
         }
     };
     if path.len() > MAX_PATH {
         return Err(unprocessable(
-            "path_too_long",
+            ErrorCode::PathTooLong,
             format!(
                 "path of {} bytes is longer than the limit of {MAX_PATH} bytes",
                 path.len()
@@ -209,7 +210,12 @@ fn check_path(path: Option<&Value>) -> Result<String, ApiError> {
         ));
     }
     let shown: String = path.chars().take(80).collect();
-    let bad = |why: &str| unprocessable("invalid_path", format!("invalid path {shown:?}: {why}"));
+    let bad = |why: &str| {
+        unprocessable(
+            ErrorCode::InvalidPath,
+            format!("invalid path {shown:?}: {why}"),
+        )
+    };
     if path.chars().any(char::is_control) {
         return Err(bad("it contains control characters"));
     }
@@ -239,11 +245,11 @@ async fn read_object(
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(ApiError::bad_request(
-            "invalid_json",
+            ErrorCode::InvalidJson,
             format!("{what} must be a JSON object, not {other}"),
         )),
         Err(e) => Err(ApiError::bad_request(
-            "invalid_json",
+            ErrorCode::InvalidJson,
             format!("{what} is not JSON: {e}"),
         )),
     }
@@ -317,7 +323,7 @@ async fn create(
                 StatusCode::CONFLICT,
                 &serde_json::json!({
                     "lock": LockJson::from(&lock),
-                    "error": "lock_exists",
+                    "error": ErrorCode::LockExists,
                     "message": format!(
                         "{} is already locked by {whose} (lock {})",
                         lock.path, lock.id
@@ -343,7 +349,11 @@ async fn create(
 }
 
 fn too_many(message: String) -> ApiError {
-    ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "too_many_locks", message)
+    ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        ErrorCode::TooManyLocks,
+        message,
+    )
 }
 
 /// The query of `GET …/locks` (`refspec`, like any other parameter, is ignored: locks hold on
@@ -365,12 +375,12 @@ async fn list(
 ) -> Result<Response, ApiError> {
     authorize_user(state, headers, repo, Scope::Read, "listing locks")?;
     let axum::extract::Query(q) = axum::extract::Query::<ListQuery>::try_from_uri(uri)
-        .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidQuery, e.body_text()))?;
     let limit = match q.limit.as_deref() {
         None | Some("") => None,
         Some(s) => Some(s.parse::<u64>().map_err(|_| {
             ApiError::bad_request(
-                "invalid_limit",
+                ErrorCode::InvalidLimit,
                 format!("limit {s:?} is not a number of locks"),
             )
         })?),
@@ -430,7 +440,7 @@ async fn verify(
         Some(Value::String(s)) => Some(parse_cursor(s)?),
         Some(other) => {
             return Err(unprocessable(
-                "invalid_cursor",
+                ErrorCode::InvalidCursor,
                 format!("cursor must be a string, not {other}"),
             ))
         }
@@ -439,7 +449,7 @@ async fn verify(
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_u64().ok_or_else(|| {
             unprocessable(
-                "invalid_limit",
+                ErrorCode::InvalidLimit,
                 format!("limit must be a number of locks, not {v}"),
             )
         })?),
@@ -474,7 +484,7 @@ async fn unlock(
         Some(Value::Bool(b)) => *b,
         Some(other) => {
             return Err(unprocessable(
-                "invalid_force",
+                ErrorCode::InvalidForce,
                 format!("force must be true or false, not {other}"),
             ))
         }
@@ -482,7 +492,7 @@ async fn unlock(
     let shown: String = id.chars().take(40).collect();
     let not_found = || {
         ApiError::not_found(
-            "lock_not_found",
+            ErrorCode::LockNotFound,
             format!("repository {} has no lock {shown:?}", repo.id),
         )
     };
@@ -509,7 +519,7 @@ async fn unlock(
         Removed::NotFound => Err(not_found()),
         Removed::Refused(lock) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "lock_owned_by_another_user",
+            ErrorCode::LockOwnedByAnotherUser,
             format!(
                 "{} is locked by {} (lock {}), not by {me}; `git lfs unlock --force` breaks \
                  another user's lock",
@@ -564,17 +574,17 @@ mod tests {
             let e = ok(bad).unwrap_err();
             assert_eq!(
                 (e.status.as_u16(), e.code),
-                (422, "invalid_path"),
+                (422, ErrorCode::InvalidPath),
                 "{bad:?}"
             );
         }
         let e = ok(&"x".repeat(MAX_PATH + 1)).unwrap_err();
-        assert_eq!(e.code, "path_too_long");
+        assert_eq!(e.code, ErrorCode::PathTooLong);
         assert!(ok(&"x".repeat(MAX_PATH)).is_ok());
-        assert_eq!(check_path(None).unwrap_err().code, "missing_path");
+        assert_eq!(check_path(None).unwrap_err().code, ErrorCode::MissingPath);
         assert_eq!(
             check_path(Some(&serde_json::json!(3))).unwrap_err().code,
-            "invalid_path"
+            ErrorCode::InvalidPath
         );
     }
 }

@@ -19,6 +19,7 @@
 //! failure half-way aborts the connection, which the client sees as a short body (and git-lfs
 //! as a SHA-256 mismatch).
 
+use crate::store::wire::ErrorCode;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -46,12 +47,13 @@ fn parse_oid(s: &str) -> Result<LfsOid, ApiError> {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if !valid {
         return Err(ApiError::bad_request(
-            "invalid_oid",
+            ErrorCode::InvalidOid,
             format!("{s:?} is not an oid: expected 64 lowercase hex characters (SHA-256)"),
         ));
     }
-    LfsOid::from_hex(s)
-        .map_err(|e| ApiError::bad_request("invalid_oid", format!("{s:?} is not an oid: {e}")))
+    LfsOid::from_hex(s).map_err(|e| {
+        ApiError::bad_request(ErrorCode::InvalidOid, format!("{s:?} is not an oid: {e}"))
+    })
 }
 
 /// The declared length: `None` when absent (chunked), 400 when malformed.
@@ -60,7 +62,9 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         None => Ok(None),
         Some(_) => crate::server::body::content_length(headers)
             .map(Some)
-            .ok_or_else(|| ApiError::bad_request("invalid_length", "malformed Content-Length")),
+            .ok_or_else(|| {
+                ApiError::bad_request(ErrorCode::InvalidLength, "malformed Content-Length")
+            }),
     }
 }
 
@@ -94,7 +98,7 @@ pub async fn put(
     if let Some(size) = known {
         if declared.is_some_and(|d| d != size) {
             return Err(ApiError::bad_request(
-                "size_mismatch",
+                ErrorCode::SizeMismatch,
                 format!(
                     "object {oid} is stored with {size} bytes; this upload declares {}",
                     declared.unwrap_or_default()
@@ -188,13 +192,15 @@ fn upload_error(oid: &LfsOid, e: UploadError) -> ApiError {
     }
     tracing::warn!(%oid, error = %e, "basic upload refused");
     match e {
-        UploadError::Sha256Mismatch { .. } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "oid_mismatch", message)
-        }
+        UploadError::Sha256Mismatch { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::OidMismatch,
+            message,
+        ),
         UploadError::TooLong { .. } | UploadError::TooShort { .. } => {
-            ApiError::bad_request("size_mismatch", message)
+            ApiError::bad_request(ErrorCode::SizeMismatch, message)
         }
-        UploadError::Read { .. } => ApiError::bad_request("body_read_failed", message),
+        UploadError::Read { .. } => ApiError::bad_request(ErrorCode::BodyReadFailed, message),
         _ => ApiError::internal(message),
     }
 }
@@ -219,7 +225,7 @@ pub async fn get(
             store.oid_file(&oid, limited.as_deref(), fresh)?
         else {
             return Err(ApiError::not_found(
-                "object_not_found",
+                ErrorCode::ObjectNotFound,
                 format!("object {oid} not found"),
             ));
         };
@@ -283,7 +289,7 @@ pub async fn verify(
     let req: VerifyRequest = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_verify_request",
+            ErrorCode::InvalidVerifyRequest,
             format!("expected {{\"oid\": …, \"size\": …}}: {e}"),
         )
     })?;
@@ -298,11 +304,11 @@ pub async fn verify(
         Some(size) if size == req.size => Ok(lfs_json(StatusCode::OK, &serde_json::json!({}))),
         Some(size) => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "size_mismatch",
+            ErrorCode::SizeMismatch,
             format!("object {oid} is stored with {size} bytes, not {}", req.size),
         )),
         None => Err(ApiError::not_found(
-            "object_not_found",
+            ErrorCode::ObjectNotFound,
             format!("object {oid} was not uploaded"),
         )),
     }

@@ -2,6 +2,7 @@
 //! classifying what went wrong (worth retrying or not), reading bounded bodies, and turning a
 //! refusal into a sentence a user can act on.
 
+use crate::store::wire::ErrorCode;
 use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,8 +166,8 @@ pub(super) enum Failure {
     Retry {
         reason: String,
         retry_after: Option<Duration>,
-        /// The server's error code, if its answer had one.
-        code: Option<String>,
+        /// The server's error code, if its answer had one this client knows.
+        code: Option<ErrorCode>,
     },
     /// Final.
     Fatal(crate::store::target::TargetError),
@@ -436,7 +437,7 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
             what: req.what.clone(),
             message: format!("{}: {}", req.server, cert_advice(&host, problem)),
             retryable: false,
-            code: Some(TLS_CERTIFICATE.to_string()),
+            code: Some(ErrorCode::TlsCertificate),
         });
     }
     if e.is_builder() {
@@ -494,13 +495,6 @@ pub(super) fn retryable_status(status: StatusCode) -> bool {
         || status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
 }
-
-/// The code of a [`crate::store::target::TargetError::Remote`] for a refused TLS certificate.
-pub const TLS_CERTIFICATE: &str = "tls_certificate";
-
-/// The error code with which a server says its stored copy of an object is damaged
-/// (HTTP 500): final, since every retry would read the same bytes.
-pub const XORB_DAMAGED: &str = "xorb_damaged";
 
 /// `Retry-After` of a response: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
 pub(super) fn retry_after(resp: &Response) -> Option<Duration> {
@@ -593,8 +587,9 @@ pub(super) fn server_says(resp: Response) -> ServerText {
 /// The text of a refusal.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct ServerText {
-    /// The JSON `error` code, when the body was our JSON shape.
-    pub code: Option<String>,
+    /// The JSON `error` code, when the body was our JSON shape with a code this client knows
+    /// (any other is only in `text`).
+    pub code: Option<ErrorCode>,
     /// A sentence for the user (empty: the server said nothing useful).
     pub text: String,
     /// Whether the body was a JSON object.
@@ -629,7 +624,7 @@ impl ServerText {
                     text.push_str(&format!(" [{}]", notes.join(", ")));
                 }
                 return Self {
-                    code: body.error,
+                    code: body.error.as_deref().and_then(ErrorCode::parse),
                     text,
                     json: true,
                 };
@@ -746,7 +741,7 @@ mod tests {
         let t = ServerText::parse(
             br#"{"error":"invalid_shard","message":"shard: bad\nthing","request_id":"r1"}"#,
         );
-        assert_eq!(t.code.as_deref(), Some("invalid_shard"));
+        assert_eq!(t.code, Some(ErrorCode::InvalidShard));
         assert_eq!(t.text, "shard: bad thing [invalid_shard, request r1]");
         assert!(t.json);
         let t = ServerText::parse(br#"{"error":"something broke"}"#);

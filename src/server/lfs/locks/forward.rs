@@ -16,6 +16,7 @@
 //! the operator configured with the same secrets. A request already forwarded once is not
 //! forwarded again (a misconfigured loop is refused with 508).
 
+use crate::store::wire::ErrorCode;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -81,7 +82,7 @@ pub async fn forward(
     if headers.contains_key(FORWARDED_HEADER) {
         return Err(ApiError::new(
             StatusCode::LOOP_DETECTED,
-            "lock_forward_loop",
+            ErrorCode::LockForwardLoop,
             format!(
                 "this node forwards locks to {} and was itself reached by a forwarded request: \
                  give every node the same --lock-owner, and the owner none",
@@ -115,7 +116,7 @@ pub async fn forward(
     let unreachable = |why: String| {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "lock_owner_unreachable",
+            ErrorCode::LockOwnerUnreachable,
             format!(
                 "file locking is unavailable: the node that owns locks ({}) {why}; try again \
                  later (pushes and clones do not need it)",
