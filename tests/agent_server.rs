@@ -239,7 +239,7 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
     if !tools_available() {
         return;
     }
-    use git_xet::server::auth::{Scope, Secret};
+    use git_xet::server::auth::{Scope, ServerToken};
     use git_xet::server::{ServeConfig, Server};
     let server = common::server::start();
     let addr = server.server.addr;
@@ -262,7 +262,7 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
         std::thread::sleep(std::time::Duration::from_secs(3));
         let mut config = ServeConfig::new(
             dir.path().join("store"),
-            vec![Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap()],
+            vec![ServerToken::new(WRITE_TOKEN, Scope::Write, "test").unwrap()],
         );
         config.listen = addr;
         config.max_lifetime = Some(std::time::Duration::from_secs(600));

@@ -359,7 +359,7 @@ fn expiring_tokens_are_refreshed_before_the_request() {
         assert_eq!(seen[0].header("authorization"), Some("Basic dXNlcjpwYXNz"));
         assert_eq!(seen[1].header("authorization"), Some("Bearer fresh"));
         assert_eq!(t.refreshes(), 1);
-        assert_eq!(t.current().as_deref(), Some("fresh"));
+        assert_eq!(t.current().as_ref().map(|s| s.expose()), Some("fresh"));
         // The next request uses the fresh token without refreshing.
         cas.put_xorb(xorb(), b"x").unwrap();
         assert_eq!(fake.seen().len(), 3);

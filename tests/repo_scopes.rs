@@ -8,7 +8,7 @@
 mod common;
 
 use common::server::{start_with, TestServer};
-use git_xet::server::auth::{Scope, Secret};
+use git_xet::server::auth::{Scope, ServerToken};
 use serde_json::{json, Value};
 
 const TEAM_A: &str = "team-a-secret-0123456789";
@@ -188,7 +188,7 @@ fn token_file_lines_scope_secrets_to_repositories() {
          write admin-secret-0123456789ab\n",
     )
     .unwrap();
-    let secrets = Secret::parse_file(&path).unwrap();
+    let secrets = ServerToken::parse_file(&path).unwrap();
     assert_eq!(secrets.len(), 3);
     assert!(format!("{:?}", secrets[0]).contains("team-a/*"));
     assert_eq!(secrets[1].name(), Some("bob"));
@@ -198,7 +198,7 @@ fn token_file_lines_scope_secrets_to_repositories() {
         "write team-a-secret-0123456789 /*\n",
     ] {
         std::fs::write(&path, bad).unwrap();
-        let e = Secret::parse_file(&path).unwrap_err().to_string();
+        let e = ServerToken::parse_file(&path).unwrap_err().to_string();
         assert!(e.contains("line 1"), "{bad}: {e}");
     }
 }

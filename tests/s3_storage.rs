@@ -469,7 +469,7 @@ fn nodes_killed_mid_upload_and_restarted_on_empty_disks_lose_nothing() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
-    use git_xet::server::auth::{RepoPattern, Scope, Secret};
+    use git_xet::server::auth::{RepoPattern, Scope, ServerToken};
     const A: &str = "team-a-secret-0123456789";
     const B: &str = "team-b-secret-0123456789";
     let g = Garage::start();
@@ -479,10 +479,10 @@ fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
         start_with(move |c| {
             c.storage = Some(storage);
             c.secrets = vec![
-                Secret::new(A, Scope::Write, "a")
+                ServerToken::new(A, Scope::Write, "a")
                     .unwrap()
                     .scoped(RepoPattern::parse("team-a/*").unwrap()),
-                Secret::new(B, Scope::Write, "b")
+                ServerToken::new(B, Scope::Write, "b")
                     .unwrap()
                     .scoped(RepoPattern::parse("team-b/*").unwrap()),
             ];

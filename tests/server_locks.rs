@@ -11,7 +11,7 @@ use std::io::{Read as _, Write as _};
 use std::path::Path;
 
 use base64::Engine as _;
-use git_xet::server::auth::{Scope, Secret};
+use git_xet::server::auth::{Scope, ServerToken};
 use git_xet::server::lfs::locks::{LockLimits, MAX_BODY};
 use git_xet::server::ServeConfig;
 use reqwest::blocking::{Client, RequestBuilder, Response};
@@ -29,11 +29,11 @@ const BOB: &str = "bob-token-0123456789";
 /// The test tokens, plus write tokens named alice and bob.
 fn named_users(config: &mut ServeConfig) {
     config.secrets.extend([
-        Secret::new(ALICE, Scope::Write, "test")
+        ServerToken::new(ALICE, Scope::Write, "test")
             .unwrap()
             .named("alice", "test")
             .unwrap(),
-        Secret::new(BOB, Scope::Write, "test")
+        ServerToken::new(BOB, Scope::Write, "test")
             .unwrap()
             .named("bob", "test")
             .unwrap(),

@@ -251,7 +251,7 @@ fn another_teams_claim_never_hides_this_teams_upload() {
     let oid = LfsOid::from_hex(&common::sha256_hex(&real)).unwrap();
     let remote = |secret: &str, repo: &str| {
         let token = cas_token(&s, secret, repo, "write");
-        let mut c = RemoteConfig::new(s.url(), TokenSource::fixed(Some(token)));
+        let mut c = RemoteConfig::new(s.url(), TokenSource::fixed(Some(token.into())));
         c.retry = RetryPolicy::quick(2);
         RemoteCas::new(c).unwrap()
     };

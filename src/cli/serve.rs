@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::CmdResult;
-use crate::server::auth::{Scope, Secret};
+use crate::server::auth::{Scope, ServerToken};
 use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
 
 #[derive(Debug, clap::Args)]
@@ -292,13 +292,13 @@ pub enum LogFormat {
     Json,
 }
 
-fn secrets(args: &ServeArgs) -> Result<Vec<Secret>, Box<dyn std::error::Error>> {
+fn secrets(args: &ServeArgs) -> Result<Vec<ServerToken>, Box<dyn std::error::Error>> {
     let mut out = Vec::new();
     for t in &args.tokens {
-        out.push(Secret::new(t, Scope::Write, "--token")?);
+        out.push(ServerToken::new(t, Scope::Write, "--token")?);
     }
     for t in &args.read_tokens {
-        out.push(Secret::new(t, Scope::Read, "--read-token")?);
+        out.push(ServerToken::new(t, Scope::Read, "--read-token")?);
     }
     for (var, scope) in [
         ("GIT_XET_TOKEN", Scope::Write),
@@ -306,12 +306,12 @@ fn secrets(args: &ServeArgs) -> Result<Vec<Secret>, Box<dyn std::error::Error>> 
     ] {
         if let Ok(value) = std::env::var(var) {
             for t in value.split(',').filter(|t| !t.trim().is_empty()) {
-                out.push(Secret::new(t, scope, var)?);
+                out.push(ServerToken::new(t, scope, var)?);
             }
         }
     }
     if let Some(path) = &args.token_file {
-        out.extend(Secret::parse_file(path)?);
+        out.extend(ServerToken::parse_file(path)?);
     }
     Ok(out)
 }
@@ -337,7 +337,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
             .map_err(|e| format!("cannot make up a token: {e}"))?;
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         crate::redact::register_secret(&token);
-        secrets.push(Secret::new(&token, Scope::Write, "--announce")?);
+        secrets.push(ServerToken::new(&token, Scope::Write, "--announce")?);
         Some(token)
     } else {
         None

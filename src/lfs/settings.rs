@@ -18,6 +18,7 @@
 //! answer is asked for the exact URL it is sent to, so git's own matching decides. Every
 //! secret read here is registered with [`crate::redact`].
 
+use crate::util::secret::Secret;
 use std::path::{Path, PathBuf};
 
 use crate::git::{Git, GitError};
@@ -633,15 +634,9 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// A non-blank environment variable, trimmed, registered with [`crate::redact`].
-fn env_secret(name: &str) -> Option<String> {
-    let value = std::env::var(name).ok()?;
-    let value = value.trim();
-    if value.is_empty() {
-        return None;
-    }
-    crate::redact::register_secret(value);
-    Some(value.to_string())
+/// A non-blank environment variable, trimmed.
+fn env_secret(name: &str) -> Option<Secret> {
+    Secret::non_blank(&std::env::var(name).ok()?)
 }
 
 /// Registers the secrets of the environment ([`TOKEN_ENV`], comma-separated as `git xet
@@ -651,7 +646,7 @@ pub fn register_env_secrets() {
     // GIT_XET_TOKEN and GIT_XET_READ_TOKEN may be comma-separated lists (`git xet serve`).
     for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN"] {
         if let Some(t) = env_secret(var) {
-            for part in t.split(',') {
+            for part in t.expose().split(',') {
                 crate::redact::register_secret(part.trim());
             }
         }
@@ -671,23 +666,23 @@ pub enum TokenOrigin {
 /// [`TOKEN_ENV`], else the password in `url`, else `git credential fill` for `url` (which may
 /// run a credential helper or prompt on the terminal), else none. It is sent only to `url`'s
 /// origin.
-pub fn endpoint_token(git: &Git, url: &str) -> Option<(String, TokenOrigin)> {
+pub fn endpoint_token(git: &Git, url: &str) -> Option<(Secret, TokenOrigin)> {
     endpoint_token_with(git, url, true)
 }
 
 /// [`endpoint_token`] without ever prompting (for `git xet status`): a credential helper is
 /// asked, the terminal never.
-pub fn endpoint_token_quiet(git: &Git, url: &str) -> Option<(String, TokenOrigin)> {
+pub fn endpoint_token_quiet(git: &Git, url: &str) -> Option<(Secret, TokenOrigin)> {
     endpoint_token_with(git, url, false)
 }
 
-fn endpoint_token_with(git: &Git, url: &str, interactive: bool) -> Option<(String, TokenOrigin)> {
+fn endpoint_token_with(git: &Git, url: &str, interactive: bool) -> Option<(Secret, TokenOrigin)> {
     if let Some(t) = env_secret(TOKEN_ENV) {
         return Some((t, TokenOrigin::Env));
     }
     let split = split_userinfo(url);
     if let Some(p) = split.password {
-        return Some((p, TokenOrigin::UrlPassword));
+        return Some((Secret::new(p), TokenOrigin::UrlPassword));
     }
     credential_fill(git, &split.with_user, interactive).map(|t| (t, TokenOrigin::CredentialHelper))
 }
@@ -776,16 +771,20 @@ pub fn refresh_authorization(
     git: &Git,
     href: &str,
     action_authorization: Option<&str>,
-) -> Option<String> {
+) -> Option<Secret> {
     let hf_token = env_secret(HF_TOKEN_ENV);
-    match refresh_credential(href, action_authorization, hf_token.as_deref()) {
+    match refresh_credential(
+        href,
+        action_authorization,
+        hf_token.as_ref().map(Secret::expose),
+    ) {
         RefreshCredential::Action(a) => {
             crate::redact::register_authorization(&a);
-            Some(a)
+            Some(Secret::new(a))
         }
-        RefreshCredential::HfToken(t) => Some(format!("Bearer {t}")),
+        RefreshCredential::HfToken(t) => Some(Secret::new(format!("Bearer {t}"))),
         RefreshCredential::CredentialHelper => {
-            credential_fill(git, href, true).map(|t| format!("Bearer {t}"))
+            credential_fill(git, href, true).map(|t| Secret::new(format!("Bearer {}", t.expose())))
         }
     }
 }
@@ -799,14 +798,13 @@ pub fn retry_horizon() -> Option<std::time::Duration> {
 
 /// Asks git's credential helpers for `url`; the password is the token (registered with
 /// [`crate::redact`]). Not `interactive`: git may not prompt on the terminal.
-fn credential_fill(git: &Git, url: &str, interactive: bool) -> Option<String> {
+fn credential_fill(git: &Git, url: &str, interactive: bool) -> Option<Secret> {
     let answer = credential_answer(git, url, interactive)?;
     let password = answer
         .lines()
         .find_map(|l| l.strip_prefix("password=").map(str::to_string))
         .filter(|p| !p.is_empty())?;
-    crate::redact::register_secret(&password);
-    Some(password)
+    Some(Secret::new(password))
 }
 
 /// What `git credential fill` answers for `url` (its stdout), `None` if it fails.

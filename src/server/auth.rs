@@ -86,8 +86,8 @@ pub fn usable_user_name(name: &str) -> Result<(), &'static str> {
 
 /// A configured long-lived secret.
 #[derive(Clone)]
-pub struct Secret {
-    value: String,
+pub struct ServerToken {
+    value: crate::util::secret::Secret,
     pub scope: Scope,
     /// The user this secret always speaks for (from the token file), if any.
     name: Option<String>,
@@ -95,9 +95,9 @@ pub struct Secret {
     repos: Option<RepoPattern>,
 }
 
-impl std::fmt::Debug for Secret {
+impl std::fmt::Debug for ServerToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Secret({:?}", self.scope)?;
+        write!(f, "ServerToken({:?}", self.scope)?;
         if let Some(name) = &self.name {
             write!(f, ", {name:?}")?;
         }
@@ -179,7 +179,7 @@ pub enum ConfigError {
     },
 }
 
-impl Secret {
+impl ServerToken {
     /// A secret with the given scope; at least 16 characters.
     pub fn new(value: &str, scope: Scope, what: &str) -> Result<Self, ConfigError> {
         let value = value.trim();
@@ -189,10 +189,9 @@ impl Secret {
                 len: value.len(),
             });
         }
-        // Never in a log line, whatever writes it.
-        crate::redact::register_secret(value);
         Ok(Self {
-            value: value.to_string(),
+            // Never in a log line, whatever writes it (registered with `redact` too).
+            value: crate::util::secret::Secret::new(value),
             scope,
             name: None,
             repos: None,
@@ -228,7 +227,7 @@ impl Secret {
     /// cannot contain any); `#` comments and blank lines are ignored. `<name>` is the user the
     /// secret speaks for (lock owner); `<repos>`, a field with a `/` or `*` in it, the
     /// repositories it is good for ([`RepoPattern`]: `team/*`, `team/models`, `*`).
-    pub fn parse_file(path: &Path) -> Result<Vec<Secret>, ConfigError> {
+    pub fn parse_file(path: &Path) -> Result<Vec<ServerToken>, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadTokenFile {
             path: path.display().to_string(),
             source,
@@ -271,7 +270,8 @@ impl Secret {
                 other => return Err(err(format!("unknown scope {other:?}: use write or read"))),
             };
             let what = format!("the token on line {}", i + 1);
-            let mut secret = Secret::new(value, scope, &what).map_err(|e| err(e.to_string()))?;
+            let mut secret =
+                ServerToken::new(value, scope, &what).map_err(|e| err(e.to_string()))?;
             if let Some(name) = name {
                 secret = secret.named(name, &what).map_err(|e| err(e.to_string()))?;
             }
@@ -368,7 +368,7 @@ pub const EXPIRY_SKEW_SECS: u64 = 60;
 
 /// The server's credentials and signing key.
 pub struct Authority {
-    secrets: Vec<Secret>,
+    secrets: Vec<ServerToken>,
     key: [u8; 32],
 }
 
@@ -383,7 +383,7 @@ impl std::fmt::Debug for Authority {
 pub use crate::util::now_unix;
 
 impl Authority {
-    pub fn new(secrets: Vec<Secret>, key: [u8; 32]) -> Self {
+    pub fn new(secrets: Vec<ServerToken>, key: [u8; 32]) -> Self {
         Self { secrets, key }
     }
 
@@ -449,16 +449,16 @@ impl Authority {
     }
 
     /// The configured secret equal to `token`, compared in constant time.
-    fn secret(&self, token: &str) -> Option<&Secret> {
+    fn secret(&self, token: &str) -> Option<&ServerToken> {
         self.secrets
             .iter()
-            .find(|s| bool::from(s.value.as_bytes().ct_eq(token.as_bytes())))
+            .find(|s| bool::from(s.value.expose().as_bytes().ct_eq(token.as_bytes())))
     }
 
     /// The stable pseudonym of an unnamed secret: `token-` and 12 hex digits of a MAC of it.
-    fn pseudonym(&self, secret: &Secret) -> String {
+    fn pseudonym(&self, secret: &ServerToken) -> String {
         let mac = self
-            .mac(&[b"owner", secret.value.as_bytes()])
+            .mac(&[b"owner", secret.value.expose().as_bytes()])
             .finalize()
             .into_bytes();
         let hex: String = mac[..6].iter().map(|b| format!("{b:02x}")).collect();
@@ -467,7 +467,7 @@ impl Authority {
 
     /// The user `secret` speaks for when the client calls itself `declared` (see the module
     /// documentation).
-    fn user_of(&self, secret: &Secret, declared: Option<&str>) -> String {
+    fn user_of(&self, secret: &ServerToken, declared: Option<&str>) -> String {
         if let Some(name) = &secret.name {
             return name.clone();
         }
@@ -696,8 +696,8 @@ mod tests {
     fn authority() -> Authority {
         Authority::new(
             vec![
-                Secret::new("write-secret-0123456789", Scope::Write, "t").unwrap(),
-                Secret::new("read-secret-0123456789", Scope::Read, "t").unwrap(),
+                ServerToken::new("write-secret-0123456789", Scope::Write, "t").unwrap(),
+                ServerToken::new("read-secret-0123456789", Scope::Read, "t").unwrap(),
             ],
             [7; 32],
         )
@@ -757,8 +757,8 @@ mod tests {
         let shared = "shared-secret-0123456789";
         let a = Authority::new(
             vec![
-                Secret::new(shared, Scope::Write, "t").unwrap(),
-                Secret::new("alice-secret-0123456789", Scope::Write, "t")
+                ServerToken::new(shared, Scope::Write, "t").unwrap(),
+                ServerToken::new("alice-secret-0123456789", Scope::Write, "t")
                     .unwrap()
                     .named("alice", "t")
                     .unwrap(),
@@ -797,19 +797,19 @@ mod tests {
         // The same under another server key gives another pseudonym (keyed, not a plain hash);
         // the same key gives the same one (stable across restarts).
         let again = Authority::new(
-            vec![Secret::new(shared, Scope::Write, "t").unwrap()],
+            vec![ServerToken::new(shared, Scope::Write, "t").unwrap()],
             [7; 32],
         );
         assert_eq!(again.verify(shared, 0).unwrap().user.unwrap(), pseudonym);
         let other = Authority::new(
-            vec![Secret::new(shared, Scope::Write, "t").unwrap()],
+            vec![ServerToken::new(shared, Scope::Write, "t").unwrap()],
             [8; 32],
         );
         assert_ne!(other.verify(shared, 0).unwrap().user.unwrap(), pseudonym);
         // CAS tokens speak for nobody.
         let t = a.issue(Scope::Write, "r", 100);
         assert_eq!(a.verify(&t, 0).unwrap().user, None);
-        assert!(Secret::new(shared, Scope::Read, "t")
+        assert!(ServerToken::new(shared, Scope::Read, "t")
             .unwrap()
             .named("tab\there", "t")
             .is_err());
@@ -889,7 +889,7 @@ mod tests {
             "# team\nwrite aaaaaaaaaaaaaaaaaaaa\n\nread bbbbbbbbbbbbbbbbbbbb\n",
         )
         .unwrap();
-        let s = Secret::parse_file(&path).unwrap();
+        let s = ServerToken::parse_file(&path).unwrap();
         assert_eq!(
             s.iter().map(|s| s.scope).collect::<Vec<_>>(),
             [Scope::Write, Scope::Read]
@@ -901,7 +901,7 @@ mod tests {
              write cccccccccccccccccccc\n",
         )
         .unwrap();
-        let s = Secret::parse_file(&path).unwrap();
+        let s = ServerToken::parse_file(&path).unwrap();
         assert_eq!(
             s.iter().map(|s| (s.scope, s.name())).collect::<Vec<_>>(),
             [
@@ -911,16 +911,16 @@ mod tests {
             ]
         );
         std::fs::write(&path, "write aaaaaaaaaaaaaaaaaaaa alice extra\n").unwrap();
-        let e = Secret::parse_file(&path).unwrap_err().to_string();
+        let e = ServerToken::parse_file(&path).unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("too many fields"), "{e}");
         std::fs::write(&path, "write\n").unwrap();
-        assert!(Secret::parse_file(&path).is_err());
+        assert!(ServerToken::parse_file(&path).is_err());
         std::fs::write(&path, "admin cccccccccccccccccccc\n").unwrap();
-        assert!(Secret::parse_file(&path)
+        assert!(ServerToken::parse_file(&path)
             .unwrap_err()
             .to_string()
             .contains("line 1"));
-        assert!(Secret::new("short", Scope::Read, "--token").is_err());
+        assert!(ServerToken::new("short", Scope::Read, "--token").is_err());
         let key_path = dir.path().join("server.key");
         let k1 = Authority::load_or_create_key(&key_path).unwrap();
         assert_eq!(Authority::load_or_create_key(&key_path).unwrap(), k1);

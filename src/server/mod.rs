@@ -49,7 +49,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use self::auth::{now_unix, Authority, Grant, Scope, Secret};
+use self::auth::{now_unix, Authority, Grant, Scope, ServerToken};
 use self::error::ApiError;
 pub use self::maintenance::Maintenance;
 use crate::format::HmacKey;
@@ -70,7 +70,7 @@ pub struct ServeConfig {
     /// The URL clients reach this server at (used in CAS URLs, token-refresh and presigned
     /// URLs). Default: `http://<bound address>`.
     pub public_url: Option<String>,
-    pub secrets: Vec<Secret>,
+    pub secrets: Vec<ServerToken>,
     /// Lifetime of CAS access tokens handed out by the batch API.
     pub token_ttl: Duration,
     /// Lifetime of presigned xorb URLs in reconstructions.
@@ -155,7 +155,7 @@ impl Default for Limits {
 
 impl ServeConfig {
     /// Defaults: loopback on an ephemeral port, 15-minute tokens, 1-hour URLs.
-    pub fn new(data_dir: PathBuf, secrets: Vec<Secret>) -> Self {
+    pub fn new(data_dir: PathBuf, secrets: Vec<ServerToken>) -> Self {
         Self {
             data_dir,
             storage: None,

@@ -57,6 +57,7 @@ mod http;
 pub mod token;
 
 use crate::store::wire::ErrorCode;
+use crate::util::secret::Secret;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -517,13 +518,16 @@ impl RemoteCas {
     fn bearer(&self) -> Result<Option<String>, TargetError> {
         match &self.token {
             TokenSource::None => Ok(None),
-            TokenSource::Static(t) => Ok(Some(format!("Bearer {t}"))),
+            TokenSource::Static(t) => Ok(Some(format!("Bearer {}", t.expose()))),
             TokenSource::Refreshing(r) => {
                 let mut state = r.lock();
                 if state.due(now_unix()) {
                     self.refresh(r, &mut state)?;
                 }
-                Ok(state.token.as_ref().map(|t| format!("Bearer {t}")))
+                Ok(state
+                    .token
+                    .as_ref()
+                    .map(|t| format!("Bearer {}", t.expose())))
             }
         }
     }
@@ -535,7 +539,10 @@ impl RemoteCas {
             return Ok(false);
         };
         let mut state = r.lock();
-        let current = state.token.as_ref().map(|t| format!("Bearer {t}"));
+        let current = state
+            .token
+            .as_ref()
+            .map(|t| format!("Bearer {}", t.expose()));
         if current.as_deref() == rejected {
             self.refresh(r, &mut state)?;
         }
@@ -569,7 +576,7 @@ impl RemoteCas {
             timeout: self.timeout.min(Duration::from_secs(60)),
             sent: None,
         };
-        let info: CasTokenInfo = self.execute(&req, authorization.as_deref(), |req, resp| {
+        let info: CasTokenInfo = self.execute(&req, authorization.as_ref().map(Secret::expose), |req, resp| {
             let status = resp.status();
             if status != StatusCode::OK {
                 let says = server_says(resp);
@@ -607,7 +614,7 @@ impl RemoteCas {
                 code: None,
             });
         }
-        crate::redact::register_secret(&token);
+        let token = Secret::new(token);
         let now = now_unix();
         if info.exp != 0 && info.exp <= now.saturating_add(REFRESH_BUFFER_SECS) {
             tracing::warn!(

@@ -1,7 +1,7 @@
 //! Small helpers every layer above [`format`](crate::format) shares, each written once: the
 //! clock ([`now_unix`]), byte sizes ([`size`]), URLs ([`url`]), error chains ([`error`]), HTTP
 //! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
-//! ([`buffers`]), and the crate's only unsafe code, file mappings, system calls and allocator
+//! ([`buffers`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
 //! settings ([`os`]).
 //!
 //! Nothing here knows about Xet, git or the agent; the format layer stays free of it (it reads
@@ -12,6 +12,7 @@ pub mod error;
 pub mod fs;
 pub mod os;
 pub mod range;
+pub mod secret;
 pub mod size;
 pub mod url;
 

@@ -1,7 +1,7 @@
 //! Starting a `git xet serve` in-process for tests: loopback, ephemeral port, a temporary store,
 //! known tokens; it stops when the returned value is dropped.
 
-use git_xet::server::auth::{Scope, Secret};
+use git_xet::server::auth::{Scope, ServerToken};
 use git_xet::server::{RunningServer, ServeConfig, Server};
 
 /// A read-write token every test server accepts.
@@ -11,11 +11,11 @@ pub const READ_TOKEN: &str = "test-read-token-0123456789";
 
 /// Secrets for a server shared by teams: `(secret, scope, name, repository pattern)`; a
 /// pattern of `None` makes a server-wide secret.
-pub fn team_secrets(teams: &[(&str, Scope, &str, Option<&str>)]) -> Vec<Secret> {
+pub fn team_secrets(teams: &[(&str, Scope, &str, Option<&str>)]) -> Vec<ServerToken> {
     teams
         .iter()
         .map(|&(secret, scope, name, pattern)| {
-            let s = Secret::new(secret, scope, name).unwrap();
+            let s = ServerToken::new(secret, scope, name).unwrap();
             match pattern {
                 Some(p) => s.scoped(git_xet::server::auth::RepoPattern::parse(p).unwrap()),
                 None => s,
@@ -72,8 +72,8 @@ pub fn restart(old: TestServer) -> TestServer {
 /// Starts a server on the store of a stopped one (a new port).
 pub fn start_on(dir: tempfile::TempDir) -> TestServer {
     let secrets = vec![
-        Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
-        Secret::new(READ_TOKEN, Scope::Read, "test").unwrap(),
+        ServerToken::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
+        ServerToken::new(READ_TOKEN, Scope::Read, "test").unwrap(),
     ];
     let mut config = ServeConfig::new(dir.path().join("store"), secrets);
     config.max_lifetime = Some(std::time::Duration::from_secs(600));
@@ -88,8 +88,8 @@ pub fn start_on_with(
     configure: impl FnOnce(&mut ServeConfig),
 ) -> TestServer {
     let secrets = vec![
-        Secret::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
-        Secret::new(READ_TOKEN, Scope::Read, "test").unwrap(),
+        ServerToken::new(WRITE_TOKEN, Scope::Write, "test").unwrap(),
+        ServerToken::new(READ_TOKEN, Scope::Read, "test").unwrap(),
     ];
     let mut config = ServeConfig::new(dir.path().join("store"), secrets);
     // Bounded in time even if a test hangs: the server stops by itself.

@@ -149,7 +149,7 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
     };
     let mut request = client.get(&target);
     if let Some((t, _)) = &token {
-        request = request.bearer_auth(t);
+        request = request.bearer_auth(t.expose());
     }
     match request.send() {
         Ok(response) => {

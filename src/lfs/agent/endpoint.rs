@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::store::remote::SlowNotice;
+use crate::util::secret::Secret;
 
 /// An endpoint for one request: a store opened for it, or a shared remote client.
 pub(crate) enum Lease {
@@ -112,7 +113,7 @@ pub(super) fn no_store_message(dir: &Path, source: &str, why: &str) -> String {
 pub(super) fn connect_standalone(
     git: &Git,
     url: &str,
-    token: Option<(String, settings::TokenOrigin)>,
+    token: Option<(Secret, settings::TokenOrigin)>,
 ) -> Result<Arc<dyn Endpoint>, TransferError> {
     let bare = settings::split_userinfo(url).bare;
     let origin = token.as_ref().map(|(_, o)| *o);
@@ -183,7 +184,7 @@ pub(crate) fn connect_negotiated(
         .header("X-Xet-Cas-Url")
         .unwrap_or_default()
         .to_string();
-    let token = action.header("X-Xet-Access-Token").map(str::to_string);
+    let token = action.header("X-Xet-Access-Token").map(Secret::from);
     if token.is_none() {
         return Err(TransferError::Setup(
             "the LFS server chose the xet transfer but sent no X-Xet-Access-Token header".into(),
@@ -316,7 +317,7 @@ impl Agent {
         }
         let mut config = RemoteConfig::new(
             announce.url.clone(),
-            TokenSource::fixed(Some(announce.token)),
+            TokenSource::fixed(Some(Secret::new(announce.token))),
         );
         config.retry = retry_policy();
         config.name = Some(dir.display().to_string());

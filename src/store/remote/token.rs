@@ -8,6 +8,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::util::now_unix;
+use crate::util::secret::Secret;
 
 /// Refresh this long before the token expires (the reference client's `REFRESH_BUFFER_SEC`).
 pub const REFRESH_BUFFER_SECS: u64 = 30;
@@ -18,7 +19,7 @@ pub const MIN_REFRESH_INTERVAL_SECS: u64 = 5;
 
 /// Produces the `Authorization` header value of a refresh request (e.g. by running
 /// `git-lfs-authenticate` again), or `None` for no header. Its error is shown to the user.
-pub type AuthorizationFn = dyn Fn() -> Result<Option<String>, String> + Send + Sync;
+pub type AuthorizationFn = dyn Fn() -> Result<Option<Secret>, String> + Send + Sync;
 
 /// Where the bearer token of CAS requests comes from. Cheap to clone (shared state).
 #[derive(Clone, Default)]
@@ -27,23 +28,16 @@ pub enum TokenSource {
     #[default]
     None,
     /// The same token on every request; a 401 is final (standalone mode).
-    Static(String),
+    Static(Secret),
     /// A token renewed through a refresh route (negotiated mode).
     Refreshing(Arc<RefreshingToken>),
 }
 
 impl TokenSource {
-    /// A fixed token, or none (also for an empty or blank token). The token is registered
-    /// with [`crate::redact`], so it is masked wherever it would be shown.
-    pub fn fixed(token: Option<String>) -> Self {
-        match token
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-        {
-            Some(t) => {
-                crate::redact::register_secret(&t);
-                TokenSource::Static(t)
-            }
+    /// A fixed token, or none (also for an empty or blank token).
+    pub fn fixed(token: Option<Secret>) -> Self {
+        match token.and_then(|t| Secret::non_blank(t.expose())) {
+            Some(t) => TokenSource::Static(t),
             None => TokenSource::None,
         }
     }
@@ -80,7 +74,7 @@ pub struct RefreshingToken {
 /// The mutable part of a [`RefreshingToken`].
 #[derive(Debug, Clone, Default)]
 pub(super) struct TokenState {
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// Unix seconds; 0 = unknown (no proactive refresh).
     pub expires_at: u64,
     /// No proactive refresh before this (unix seconds).
@@ -104,7 +98,7 @@ impl TokenState {
     }
 
     /// Keeps a refresh answer received at `now`.
-    pub fn refreshed(&mut self, token: String, expires_at: u64, cas_url: String, now: u64) {
+    pub fn refreshed(&mut self, token: Secret, expires_at: u64, cas_url: String, now: u64) {
         self.token = Some(token);
         self.expires_at = expires_at;
         self.not_before = now.saturating_add(MIN_REFRESH_INTERVAL_SECS);
@@ -117,15 +111,12 @@ impl RefreshingToken {
     /// The token from the LFS action (`X-Xet-Access-Token`, or `None` to fetch one first), its
     /// expiry in unix seconds (`X-Xet-Token-Expiration`; 0 = unknown) and the refresh route
     /// (the action's `href`). No `Authorization` header on refreshes until one is set.
-    pub fn new(href: impl Into<String>, token: Option<String>, expires_at: u64) -> Self {
-        if let Some(t) = &token {
-            crate::redact::register_secret(t);
-        }
+    pub fn new(href: impl Into<String>, token: Option<Secret>, expires_at: u64) -> Self {
         Self {
             href: href.into(),
             authorization: Box::new(|| Ok(None)),
             state: Mutex::new(TokenState {
-                token: token.filter(|t| !t.is_empty()),
+                token: token.filter(|t| !t.expose().is_empty()),
                 expires_at,
                 ..TokenState::default()
             }),
@@ -134,8 +125,9 @@ impl RefreshingToken {
 
     /// Sends this `Authorization` value (e.g. `Bearer …` or `Basic …`) with every refresh.
     pub fn with_authorization(self, value: impl Into<String>) -> Self {
-        let value = value.into();
+        let value: String = value.into();
         crate::redact::register_authorization(&value);
+        let value = Secret::new(value);
         self.with_authorization_fn(move || Ok(Some(value.clone())))
     }
 
@@ -143,7 +135,7 @@ impl RefreshingToken {
     /// themselves short-lived, e.g. from `git-lfs-authenticate` over SSH).
     pub fn with_authorization_fn(
         mut self,
-        f: impl Fn() -> Result<Option<String>, String> + Send + Sync + 'static,
+        f: impl Fn() -> Result<Option<Secret>, String> + Send + Sync + 'static,
     ) -> Self {
         self.authorization = Box::new(f);
         self
@@ -155,7 +147,7 @@ impl RefreshingToken {
     }
 
     /// The current token, if any (without refreshing).
-    pub fn current(&self) -> Option<String> {
+    pub fn current(&self) -> Option<Secret> {
         self.lock().token.clone()
     }
 
@@ -180,10 +172,10 @@ impl RefreshingToken {
     }
 
     /// The `Authorization` value for the next refresh (registered with [`crate::redact`]).
-    pub(super) fn authorization(&self) -> Result<Option<String>, String> {
+    pub(super) fn authorization(&self) -> Result<Option<Secret>, String> {
         let value = (self.authorization)()?;
         if let Some(v) = &value {
-            crate::redact::register_authorization(v);
+            crate::redact::register_authorization(v.expose());
         }
         Ok(value)
     }
@@ -200,7 +192,7 @@ impl fmt::Debug for RefreshingToken {
         let state = self.lock();
         f.debug_struct("RefreshingToken")
             .field("href", &self.href)
-            .field("token", &state.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &state.token)
             .field("expires_at", &state.expires_at)
             .field("refreshes", &state.refreshes)
             .finish()
@@ -215,7 +207,7 @@ mod tests {
     fn when_a_token_is_due() {
         let now = 1_000_000;
         let state = |token: Option<&str>, expires_at| TokenState {
-            token: token.map(String::from),
+            token: token.map(Secret::from),
             expires_at,
             ..TokenState::default()
         };
