@@ -12,7 +12,7 @@ use super::CmdResult;
 use crate::store::chunk_cache::{CHUNKS_SUBDIR, MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV};
 use crate::store::shard_cache::{CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, SHARDS_SUBDIR};
 use crate::store::{ChunkCache, ShardCache};
-use crate::util::size::{format_size, parse_size};
+use crate::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 // The one-line description is the `about` of `Command::Cache` in `cli/mod.rs`; the details
@@ -59,14 +59,8 @@ dedup answers whose key expired more than 7 days ago. Safe while uploads run."
 pub struct PruneArgs {
     /// Keep at most SIZE per endpoint: bytes, or with a binary suffix K, M, G or T (500M, 2G).
     /// Default: $GIT_XET_CACHE_MAX_SIZE, or 1G.
-    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    #[arg(long, value_name = "SIZE", value_parser = super::args::size)]
     pub max_size: Option<u64>,
-}
-
-fn size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).ok_or_else(|| {
-        format!("`{s}` is not a size: use bytes or a number with K, M, G or T (e.g. 500M, 2G)")
-    })
 }
 
 pub fn run(args: &CacheArgs) -> CmdResult {

@@ -65,8 +65,8 @@ pub struct GcArgs {
     /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Keep unused xorbs younger than this: seconds, or a number with s, m, h or d (30m, 24h, 7d).
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "24h")]
+    /// Keep unused xorbs younger than this: seconds, or a number with a unit (30m, 24h, 7d).
+    #[arg(long, value_name = "DURATION", value_parser = super::args::duration, default_value = "24h")]
     pub grace: Duration,
     /// Report what would be removed without removing anything.
     #[arg(long)]
@@ -74,30 +74,6 @@ pub struct GcArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Parses `90`, `90s`, `30m`, `24h`, `7d`.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => (&s[..at], s[at..].trim()),
-        None => (s, "s"),
-    };
-    let n: u64 = number.parse().ok()?;
-    let factor = match unit.to_ascii_lowercase().as_str() {
-        "s" | "sec" | "secs" => 1,
-        "m" | "min" | "mins" => 60,
-        "h" | "hour" | "hours" => 3600,
-        "d" | "day" | "days" => 86400,
-        _ => return None,
-    };
-    n.checked_mul(factor).map(Duration::from_secs)
-}
-
-fn duration_arg(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| {
-        format!("`{s}` is not a duration: use seconds or a number with s, m, h or d (30m, 24h)")
-    })
 }
 
 /// The store directory to work on: the argument, or the repository's directory endpoint.
@@ -344,14 +320,8 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("30m"), Some(Duration::from_secs(1800)));
-        assert_eq!(parse_duration("24h"), Some(DEFAULT_GRACE));
-        assert_eq!(parse_duration("7d"), Some(Duration::from_secs(7 * 86400)));
-        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
-        for bad in ["", "h", "1w", "-1", "1.5h", "99999999999999999999d"] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
-        }
+        let parse = crate::util::duration::parse_duration;
+        assert_eq!(parse("24h"), Some(DEFAULT_GRACE), "the default --grace");
         assert_eq!(humantime(DEFAULT_GRACE), "1 d");
         assert_eq!(humantime(Duration::from_secs(5400)), "90 min");
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::args;
 use super::CmdResult;
 use crate::server::auth::{Scope, ServerToken};
 use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
@@ -106,17 +107,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Lifetime of CAS access tokens handed out by the batch API, in seconds.
-    #[arg(long, default_value_t = 900, value_name = "SECS")]
-    pub token_ttl: u64,
+    #[arg(long, default_value = "900", value_name = "SECS", value_parser = args::positive_duration)]
+    pub token_ttl: Duration,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Stop after this many seconds (for tests and demos).
-    #[arg(long, hide = true, value_name = "SECS")]
-    pub max_lifetime: Option<u64>,
+    #[arg(long, hide = true, value_name = "SECS", value_parser = args::positive_duration)]
+    pub max_lifetime: Option<Duration>,
     /// Stop once no connection has been open for this many seconds (the private server agents
     /// share for a directory store), and the SHA-256 claims registered so far are checked.
-    #[arg(long, hide = true, value_name = "SECS", value_parser = seconds)]
+    #[arg(long, hide = true, value_name = "SECS", value_parser = args::positive_duration)]
     pub idle_exit: Option<Duration>,
     /// Make up a write token and write it, with the URL and the process id, to
     /// DIR/local-server.json (mode 0600); remove that file at exit. What an agent starts for a
@@ -134,31 +135,19 @@ pub struct ServeArgs {
 pub struct StoreArgs {
     /// Keep SIZE of the store's filesystem free (500M, 2G): uploads that would leave less are
     /// refused with 507 Insufficient Storage, as on a full disk [default: 0].
-    #[arg(long, value_name = "SIZE", value_parser = size, help_heading = "Storage")]
+    #[arg(long, value_name = "SIZE", value_parser = args::size, help_heading = "Storage")]
     pub min_free: Option<u64>,
     /// Remove xorbs no registered file uses (interrupted pushes) this often, e.g. 24h; 0 turns
     /// it off [default: 24h].
-    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Storage")]
+    #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
     pub gc_interval: Option<Duration>,
     /// Keep unused xorbs younger than this, so uploads in flight are never harmed [default: 24h].
-    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Storage")]
+    #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
     pub gc_grace: Option<Duration>,
     /// Verify every stored object this often (reads the whole store), e.g. 7d; 0 turns it off
     /// [default: 0].
-    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = "Storage")]
+    #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
     pub scrub_interval: Option<Duration>,
-}
-
-fn size(s: &str) -> Result<u64, String> {
-    crate::util::size::parse_size(s).ok_or_else(|| {
-        format!("`{s}` is not a size: use bytes or a number with K, M, G or T (e.g. 500M, 2G)")
-    })
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    super::maintenance::parse_duration(s).ok_or_else(|| {
-        format!("`{s}` is not a duration: use seconds or a number with s, m, h or d (30m, 24h)")
-    })
 }
 
 /// The shortest `--gc-grace`: an upload in flight must have time to register its shard.
@@ -216,30 +205,18 @@ pub struct LimitArgs {
     pub body_memory: Option<u64>,
     /// Seconds for a request head to arrive; also how long an idle keep-alive connection stays
     /// open [default: 30].
-    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    #[arg(long, value_name = "SECS", value_parser = args::positive_duration, help_heading = "Limits")]
     pub header_timeout: Option<Duration>,
     /// Seconds a request body may pause before the request fails with 408 [default: 60].
-    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    #[arg(long, value_name = "SECS", value_parser = args::positive_duration, help_heading = "Limits")]
     pub body_timeout: Option<Duration>,
     /// Seconds a response may stall because the client does not read it; then the connection
     /// is closed [default: 60].
-    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    #[arg(long, value_name = "SECS", value_parser = args::positive_duration, help_heading = "Limits")]
     pub send_timeout: Option<Duration>,
     /// On SIGINT/SIGTERM, seconds the requests in flight get to finish [default: 10].
-    #[arg(long, value_name = "SECS", value_parser = seconds, help_heading = "Limits")]
+    #[arg(long, value_name = "SECS", value_parser = args::positive_duration, help_heading = "Limits")]
     pub shutdown_timeout: Option<Duration>,
-}
-
-/// Parses a positive number of seconds (decimals allowed, e.g. `0.5`).
-fn seconds(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(v.is_finite() && v > 0.0 && v <= 1e9) {
-        return Err(format!("{s:?}: give a positive number of seconds"));
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// The limits: the defaults, with what was given on the command line.
@@ -358,8 +335,8 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.lock_owner = args.lock_owner.clone();
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
-    config.token_ttl = Duration::from_secs(args.token_ttl);
-    config.max_lifetime = args.max_lifetime.map(Duration::from_secs);
+    config.token_ttl = args.token_ttl;
+    config.max_lifetime = args.max_lifetime;
     config.idle_exit = args.idle_exit;
     config.limits = limits(&args.limits)?;
     (config.store, config.maintenance) = store_settings(&args.store)?;

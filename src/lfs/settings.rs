@@ -616,22 +616,9 @@ pub fn split_userinfo(url: &str) -> UrlCredentials {
 
 /// `%XX` sequences decoded (invalid ones kept as they are).
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// A non-blank environment variable, trimmed.
@@ -789,11 +776,9 @@ pub fn refresh_authorization(
     }
 }
 
-/// The retry horizon from [`RETRY_SECS_ENV`], if set to a number of seconds.
+/// The retry horizon from [`RETRY_SECS_ENV`] (seconds, or a duration such as `2m`), if set.
 pub fn retry_horizon() -> Option<std::time::Duration> {
-    let text = std::env::var(RETRY_SECS_ENV).ok()?;
-    let secs: f64 = text.trim().parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| std::time::Duration::from_secs_f64(secs.min(1e6)))
+    crate::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
 }
 
 /// Asks git's credential helpers for `url`; the password is the token (registered with

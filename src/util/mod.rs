@@ -1,5 +1,5 @@
 //! Small helpers every layer above [`format`](crate::format) shares, each written once: the
-//! clock ([`now_unix`]), byte sizes ([`size`]), URLs ([`url`]), error chains ([`error`]), HTTP
+//! clock ([`now_unix`]), byte sizes ([`size`]), durations ([`duration`]), URLs ([`url`]), error chains ([`error`]), HTTP
 //! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
 //! ([`buffers`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
 //! settings ([`os`]).
@@ -8,6 +8,7 @@
 //! no clock and writes no file).
 
 pub mod buffers;
+pub mod duration;
 pub mod error;
 pub mod fs;
 pub mod os;
