@@ -81,6 +81,7 @@ fn journal(repo: &Path) -> Vec<serde_json::Value> {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn negotiated_push_clone_edit_and_pull() {
     if !tools_available() {
         return;
@@ -150,6 +151,7 @@ fn negotiated_push_clone_edit_and_pull() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
     if !tools_available() {
         return;
@@ -186,6 +188,7 @@ fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
     if !tools_available() {
         return;
@@ -235,6 +238,7 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
     if !tools_available() {
         return;

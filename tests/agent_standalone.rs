@@ -15,6 +15,7 @@ fn lfs_objects(repo: &Path) -> usize {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
     if !tools_available() {
         return;
@@ -114,6 +115,7 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn two_hundred_small_files_and_large_ones_with_eight_agents() {
     if !tools_available() {
         return;
@@ -184,6 +186,7 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
     if !tools_available() {
         return;
@@ -244,6 +247,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn demo_round_trips_and_reports_a_small_second_push() {
     if !tools_available() {
         return;

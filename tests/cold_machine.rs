@@ -80,6 +80,7 @@ fn moved(s: &TestServer, step: impl FnOnce()) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
     if !tools_available() {
         return;
@@ -173,6 +174,7 @@ fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_local_earlier_version_that_was_modified_is_not_trusted() {
     if !tools_available() {
         return;
@@ -220,6 +222,7 @@ fn a_local_earlier_version_that_was_modified_is_not_trusted() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
     if !tools_available() {
         return;

@@ -1116,6 +1116,7 @@ fn doc_shell_blocks(file: &str, heading: &str) -> Vec<String> {
 
 /// The walkthrough of the user guide (docs/guide.md; README.md links to it), run as written.
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_readme_walkthrough_works_as_written() {
     if !common::git::tools_available() {
         return;

@@ -97,6 +97,11 @@ fn clone(env: &GitEnv, remote: &Path, name: &str, extra: &[(&str, &str)]) -> Vec
 }
 
 #[test]
+#[cfg_attr(
+    all(missing_nginx, not(missing_git_lfs)),
+    ignore = "needs nginx: apt-get install nginx"
+)]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_and_clone_with_the_company_ca_from_git_settings() {
     let Some(site) = site(false) else {
         return;
@@ -123,6 +128,11 @@ fn push_and_clone_with_the_company_ca_from_git_settings() {
 }
 
 #[test]
+#[cfg_attr(
+    all(missing_nginx, not(missing_git_lfs)),
+    ignore = "needs nginx: apt-get install nginx"
+)]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     let pki = Pki::new();
     let Some((_s, n)) = behind_nginx(&pki, false) else {
@@ -177,6 +187,11 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
 }
 
 #[test]
+#[cfg_attr(
+    all(missing_nginx, not(missing_git_lfs)),
+    ignore = "needs nginx: apt-get install nginx"
+)]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn ssl_verify_false_is_honoured_with_a_warning() {
     let Some(site) = site(false) else {
         return;
@@ -195,6 +210,7 @@ fn ssl_verify_false_is_honoured_with_a_warning() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
     if !tools_available() {
         return;
@@ -235,6 +251,11 @@ fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
 }
 
 #[test]
+#[cfg_attr(
+    all(missing_nginx, not(missing_git_lfs)),
+    ignore = "needs nginx: apt-get install nginx"
+)]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_asks_for_client_certificates_gets_git_s() {
     let Some(site) = site(true) else {
         return;

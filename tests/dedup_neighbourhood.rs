@@ -59,6 +59,7 @@ fn a_dedup_answer_lists_every_xorb_of_the_file_in_order_from_the_hit() {
 /// shard cache) pushes it edited; returns the bytes the store grew by and the bytes the agent
 /// sent for the edit.
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
     if !tools_available() {
         return;
@@ -112,6 +113,7 @@ fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
 /// The same edit pushed by plain git-lfs (basic transfers, no agent): the server's bridge
 /// deduplicates it against the stored file.
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_plain_lfs_push_of_a_one_mib_edit_stores_under_3_mb() {
     if !tools_available() {
         return;

@@ -81,6 +81,7 @@ fn assert_object(repo: &Path, data: &[u8]) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn fetching_the_next_version_moves_only_the_changed_chunks() {
     if !tools_available() {
         return;
@@ -114,6 +115,7 @@ fn fetching_the_next_version_moves_only_the_changed_chunks() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn fetching_every_version_at_once_moves_each_chunk_once() {
     if !tools_available() {
         return;
@@ -134,6 +136,7 @@ fn fetching_every_version_at_once_moves_each_chunk_once() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_chunk_cache_is_caught_and_the_download_still_right() {
     if !tools_available() {
         return;
@@ -204,6 +207,7 @@ fn cache_entries(env: &GitEnv) -> usize {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_download_nothing_else_will_want_is_written_once() {
     if !tools_available() {
         return;

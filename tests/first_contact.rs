@@ -35,6 +35,7 @@ fn committed_work_tree(env: &GitEnv, url: &str, token: &str) -> std::path::PathB
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retries() {
     if !tools_available() {
         return;
@@ -69,6 +70,7 @@ fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retrie
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_refused_token_is_explained_by_where_it_came_from() {
     if !tools_available() {
         return;
@@ -113,6 +115,7 @@ fn a_refused_token_is_explained_by_where_it_came_from() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_standalone_repository_clones_in_one_command() {
     if !tools_available() {
         return;

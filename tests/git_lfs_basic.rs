@@ -32,6 +32,7 @@ fn assert_quiet(what: &str, out: &Output) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_clone_and_dedup_with_stock_git_lfs() {
     if !tools_available() {
         return;

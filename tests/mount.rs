@@ -145,6 +145,7 @@ fn path_with_bin() -> std::ffi::OsString {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn cat_reads_ranges_and_moves_only_their_chunks() {
     if !tools_available() {
         return;
@@ -327,6 +328,11 @@ fn read_range(path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> 
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn a_mount_shows_the_tree_and_reads_only_what_is_read() {
     if !tools_available() || !fuse_available() {
         return;
@@ -410,6 +416,11 @@ fn a_mount_shows_the_tree_and_reads_only_what_is_read() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
     if !tools_available() || !fuse_available() {
         return;
@@ -435,6 +446,11 @@ fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
     if !tools_available() || !fuse_available() {
         return;
@@ -484,6 +500,7 @@ fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn standalone_mode_reads_from_the_directory_store() {
     if !tools_available() {
         return;
@@ -526,6 +543,11 @@ fn standalone_mode_reads_from_the_directory_store() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn reads_wait_for_a_restarted_server() {
     if !tools_available() || !fuse_available() {
         return;
@@ -578,6 +600,7 @@ fn reads_wait_for_a_restarted_server() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn standalone_http_endpoint_and_objects_already_here() {
     if !tools_available() {
         return;
@@ -633,6 +656,11 @@ fn standalone_http_endpoint_and_objects_already_here() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
     if !tools_available() || !fuse_available() {
         return;
@@ -712,6 +740,7 @@ fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn mount_errors_say_what_to_do() {
     if !tools_available() {
         return;

@@ -84,6 +84,7 @@ fn three_versions_at(env: &GitEnv, endpoint: &str) -> (PathBuf, Vec<String>) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_prune_verify_remote_deletes_nothing_the_endpoint_does_not_hold() {
     if !tools_available() {
         return;
@@ -139,6 +140,7 @@ fn git_lfs_prune_verify_remote_deletes_nothing_the_endpoint_does_not_hold() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_deletes_only_what_the_endpoint_holds() {
     if !tools_available() {
         return;
@@ -211,6 +213,7 @@ fn git_xet_prune_deletes_only_what_the_endpoint_holds() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
     if !tools_available() {
         return;
@@ -230,6 +233,7 @@ fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_asks_an_http_endpoint_and_keeps_everything_while_it_is_down() {
     if !tools_available() {
         return;

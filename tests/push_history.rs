@@ -54,6 +54,7 @@ fn push_four_versions(install_args: &[&str]) -> (u64, u64, f64) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_history_push_sends_each_chunk_once_at_the_default_concurrency() {
     if !tools_available() {
         return;

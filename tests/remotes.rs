@@ -84,6 +84,7 @@ fn two_remotes(env: &GitEnv) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn each_remote_pushes_to_its_own_endpoint_without_an_override() {
     if !tools_available() {
         return;
@@ -168,6 +169,7 @@ fn each_remote_pushes_to_its_own_endpoint_without_an_override() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn install_remote_needs_local_scope_an_existing_remote_and_an_endpoint() {
     if !tools_available() {
         return;
@@ -217,6 +219,7 @@ fn install_remote_needs_local_scope_an_existing_remote_and_an_endpoint() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
     if !tools_available() {
         return;
@@ -276,6 +279,7 @@ fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_pre_push_guard_expects_git_xet_for_a_remote_with_its_own_endpoint() {
     if !tools_available() {
         return;

@@ -43,6 +43,7 @@ fn xet(env: &GitEnv, args: &[&str]) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn hundreds_of_stalled_clients_hold_bounded_memory_while_others_push_and_clone() {
     if !tools_available() {
         return;

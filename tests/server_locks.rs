@@ -706,6 +706,7 @@ fn configure_repo(env: &GitEnv, dir: &Path, lfs_url: &str, user: &str, token: &s
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_lock_locks_unlock_and_push_verification_for_two_users() {
     if !tools_available() {
         return;
@@ -859,6 +860,7 @@ fn git_lfs_lock_locks_unlock_and_push_verification_for_two_users() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_locks_of_shared_token_users_survive_a_restart_and_stay_in_their_repository() {
     if !tools_available() {
         return;

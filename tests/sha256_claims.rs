@@ -275,6 +275,7 @@ fn commit_file(env: &GitEnv, work: &std::path::Path, name: &str, data: &[u8]) ->
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
     if !tools_available() {
         return;
@@ -323,6 +324,7 @@ fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
     if !tools_available() {
         return;

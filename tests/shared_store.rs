@@ -65,6 +65,7 @@ fn stopped(store: &Path) -> Store {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn eight_agents_share_one_server_which_stops_by_itself() {
     if !tools_available() {
         return;
@@ -109,6 +110,7 @@ fn eight_agents_share_one_server_which_stops_by_itself() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_stale_announcement_or_a_killed_server_is_replaced() {
     if !tools_available() {
         return;
@@ -160,6 +162,7 @@ fn a_stale_announcement_or_a_killed_server_is_replaced() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn sharing_turned_off_opens_the_store_in_each_agent() {
     if !tools_available() {
         return;
@@ -185,6 +188,7 @@ fn sharing_turned_off_opens_the_store_in_each_agent() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_shared_server_checks_a_large_pushed_object_before_it_stops() {
     if !tools_available() {
         return;

@@ -61,6 +61,7 @@ fn repo(env: &GitEnv) -> std::path::PathBuf {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
     if !tools_available() {
         return;
@@ -139,6 +140,7 @@ fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_lfs_url_that_answers_not_found_is_a_problem() {
     if !tools_available() {
         return;
@@ -173,6 +175,7 @@ fn an_lfs_url_that_answers_not_found_is_a_problem() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_file_lfs_url_is_called_out_because_git_xet_never_runs_there() {
     if !tools_available() {
         return;
@@ -224,6 +227,7 @@ fn a_file_lfs_url_is_called_out_because_git_xet_never_runs_there() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created() {
     if !tools_available() {
         return;
@@ -312,6 +316,7 @@ fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn each_remote_shows_its_own_lfs_url_and_endpoint() {
     if !tools_available() {
         return;

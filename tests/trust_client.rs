@@ -364,6 +364,7 @@ fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_password_in_the_endpoint_url_is_used_and_never_shown() {
     if !tools_available() {
         return;

@@ -186,6 +186,7 @@ fn run(how: Damage) {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Flip);
@@ -193,6 +194,7 @@ fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Truncate);
@@ -200,6 +202,7 @@ fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
 }
 
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
     if tools_available() {
         run(Damage::Delete);
@@ -209,6 +212,7 @@ fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
 /// A full disk (a reserve larger than the disk): a push fails at once with 507, not after
 /// re-sending each xorb for a minute, and says the server is out of storage.
 #[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_full_disk_fails_a_push_at_once_with_507() {
     if !tools_available() {
         return;
