@@ -1,5 +1,5 @@
 //! Unit tests of the shard cache's endpoint keys (the cache itself is tested in
-//! tests/shard_cache.rs).
+//! tests/store/shard_cache.rs).
 
 use super::*;
 

@@ -1,0 +1,297 @@
+//! The agent in standalone mode with the embedded store (a local directory endpoint), driven by
+//! real git and git-lfs: push, clone, edit, pull and fetch; many files with concurrent agent
+//! processes sharing the store; a damaged xorb failing a pull cleanly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use std::path::Path;
+
+use crate::common;
+
+use common::git::{count_files, dir_bytes, tools_available, GitEnv};
+
+fn lfs_objects(repo: &Path) -> usize {
+    count_files(&repo.join(".git/lfs/objects"))
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    env.standalone_world(&store, 8);
+    let work = env.path().join("work");
+
+    let big = common::splitmix64(21, 6 << 20);
+    let small = common::splitmix64(22, 5000);
+    std::fs::write(work.join("big.bin"), &big).unwrap();
+    std::fs::write(work.join("small.bin"), &small).unwrap();
+    std::fs::write(work.join("empty.bin"), b"").unwrap();
+    std::fs::write(work.join("README.md"), "plain\n").unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "first"]);
+    let push = env.git(&work, &["push", "-q", "origin", "main"]);
+    assert!(
+        !push.all().to_lowercase().contains("error"),
+        "{}",
+        push.all()
+    );
+    let log = env.agent_log();
+    assert!(
+        log.contains("uploaded"),
+        "the agent did the uploads:\n{log}"
+    );
+    assert!(
+        !log.contains('\x1b'),
+        "no colour codes in the log file:\n{log:?}"
+    );
+    let after_first = dir_bytes(&store.join("xorbs"));
+    assert!(after_first > 0, "xorbs were stored in {}", store.display());
+    assert!(
+        after_first < (big.len() + small.len()) as u64 + 65536,
+        "random data is stored about once: {after_first} bytes"
+    );
+
+    // A fresh clone smudges through the agent.
+    env.git(env.path(), &["clone", "-q", "remote.git", "clone"]);
+    let clone = env.path().join("clone");
+    assert!(
+        std::fs::read(clone.join("big.bin")).unwrap() == big,
+        "big.bin differs"
+    );
+    assert_eq!(std::fs::read(clone.join("small.bin")).unwrap(), small);
+    assert_eq!(std::fs::read(clone.join("empty.bin")).unwrap(), b"");
+    let journal = std::fs::read_to_string(clone.join(".git/xet/transfers.jsonl")).unwrap();
+    assert!(journal.contains("\"download\""), "{journal}");
+
+    // Edit 64 bytes in the middle: the second push stores only the chunks around the edit.
+    let mut edited = big.clone();
+    for b in &mut edited[3 << 20..(3 << 20) + 64] {
+        *b = !*b;
+    }
+    std::fs::write(work.join("big.bin"), &edited).unwrap();
+    env.git(&work, &["commit", "-q", "-am", "edit"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    let grown = dir_bytes(&store.join("xorbs")) - after_first;
+    eprintln!(
+        "edited push of a {} byte file stored {grown} new bytes",
+        edited.len()
+    );
+    assert!(
+        grown * 16 < edited.len() as u64,
+        "the store grew by {grown} bytes for a 64-byte edit"
+    );
+    let journal = std::fs::read_to_string(work.join(".git/xet/transfers.jsonl")).unwrap();
+    let edited_oid = common::sha256_hex(&edited);
+    let record = journal
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["oid"] == edited_oid.as_str())
+        .expect("the edited file's upload is in the journal");
+    assert!(
+        record["dedup_bytes"].as_u64().unwrap() * 10 > edited.len() as u64 * 9,
+        "most of the edited file was deduplicated: {record}"
+    );
+
+    // Pull brings the edit; fetch --all gets every version into a skip-smudge clone.
+    env.git(&clone, &["pull", "-q", "--ff-only"]);
+    assert!(std::fs::read(clone.join("big.bin")).unwrap() == edited);
+    let lazy = env.path().join("lazy");
+    env.clone_skip_smudge("remote.git", "lazy");
+    assert_eq!(lfs_objects(&lazy), 0);
+    env.git(&lazy, &["lfs", "fetch", "--all"]);
+    assert_eq!(
+        lfs_objects(&lazy),
+        3,
+        "big (two versions) and small; the empty file has no object"
+    );
+    env.git(&lazy, &["lfs", "checkout"]);
+    assert!(std::fs::read(lazy.join("big.bin")).unwrap() == edited);
+    let fsck = env.git(&lazy, &["lfs", "fsck"]);
+    assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn two_hundred_small_files_and_large_ones_with_eight_agents() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    env.standalone_world(&store, 8);
+    let work = env.path().join("work");
+    let mut files = Vec::new();
+    for i in 0..200u64 {
+        let len = 50 + (i * 7919) % 20_000;
+        files.push((
+            format!("small/{i:03}.bin"),
+            common::splitmix64(1000 + i, len as usize),
+        ));
+    }
+    for i in 0..3u64 {
+        files.push((
+            format!("large-{i}.bin"),
+            common::splitmix64(2000 + i, 3 << 20),
+        ));
+    }
+    std::fs::create_dir_all(work.join("small")).unwrap();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "many"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    let log = env.agent_log();
+    let trouble: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    // Every object was uploaded (git-lfs may hand an object to a second agent after a failed
+    // attempt; the warnings say why).
+    let uploaded: std::collections::BTreeSet<&str> = log
+        .lines()
+        .filter(|l| l.contains(": uploaded oid="))
+        .filter_map(|l| l.split("oid=").nth(1)?.split_whitespace().next())
+        .collect();
+    let expected: std::collections::BTreeSet<String> =
+        files.iter().map(|(_, d)| common::sha256_hex(d)).collect();
+    assert!(
+        uploaded
+            .iter()
+            .copied()
+            .eq(expected.iter().map(String::as_str)),
+        "{} of {} objects uploaded; warnings and errors:\n{}",
+        uploaded.len(),
+        files.len(),
+        trouble.join("\n")
+    );
+    if log.matches(": uploaded oid=").count() != files.len() {
+        eprintln!("some objects were uploaded twice:\n{}", trouble.join("\n"));
+    }
+
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+    env.git(&clone, &["lfs", "pull"]);
+    for (name, data) in &files {
+        assert!(
+            std::fs::read(clone.join(name)).unwrap() == *data,
+            "{name} differs after the pull"
+        );
+    }
+    assert_eq!(lfs_objects(&clone), files.len());
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    env.standalone_world(&store, 2);
+    let work = env.path().join("work");
+    let data = common::splitmix64(31, 1 << 20);
+    std::fs::write(work.join("data.bin"), &data).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "data"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+
+    // Flip bytes in the middle of every stored xorb.
+    let mut damaged = 0;
+    for entry in walk(&store.join("xorbs")) {
+        let mut bytes = std::fs::read(&entry).unwrap();
+        let mid = bytes.len() / 2;
+        for b in &mut bytes[mid..mid + 16] {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&entry, bytes).unwrap();
+        damaged += 1;
+    }
+    assert!(damaged > 0);
+
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+    let pull = env.run_in(&clone, "git", &["lfs", "pull"]);
+    assert_ne!(pull.status, Some(0), "the pull must fail: {}", pull.all());
+    let text = pull.all();
+    assert!(
+        text.contains("damaged") && text.contains("[2]") && !text.contains("inconsistent"),
+        "the error names the damage: {text}"
+    );
+    assert_eq!(lfs_objects(&clone), 0, "nothing reached .git/lfs/objects");
+    assert_eq!(
+        count_files(&clone.join(".git/lfs/tmp")),
+        0,
+        "no temp file is left behind"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn demo_round_trips_and_reports_a_small_second_push() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let out = env.run_in(env.path(), "git", &["xet", "demo", "--size", "8"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(
+        out.stdout.contains("identical to the pushed file"),
+        "{}",
+        out.stdout
+    );
+    let ratio = |label: &str| -> f64 {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} row: {}", out.stdout));
+        line.trim_end_matches('%')
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // It ends with how to use git-xet on a real repository, not with what install.sh just ran.
+    assert!(
+        !out.stdout.contains("Set it up for your repositories"),
+        "{}",
+        out.stdout
+    );
+    for step in [
+        "git xet serve --data",
+        "lfs.url",
+        "--endpoint",
+        "git xet status",
+    ] {
+        assert!(out.stdout.contains(step), "{step}: {}", out.stdout);
+    }
+    let first = ratio("first");
+    let edited = ratio("after the edit");
+    assert!(first > 50.0 && first <= 100.0, "first push ratio {first}");
+    assert!(edited < 30.0, "edited push ratio {edited}: {}", out.stdout);
+    // The user's (here: the sandbox's) global configuration is untouched.
+    let global = std::fs::read_to_string(env.home().join(".gitconfig")).unwrap();
+    assert!(!global.contains("standalonetransferagent"), "{global}");
+}

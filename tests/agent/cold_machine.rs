@@ -1,0 +1,312 @@
+//! Deduplication that holds on a cold machine, as a team works: one person pushes a model; a
+//! colleague on another machine (a fresh clone, empty caches) edits it and pushes; the first
+//! person pulls. Earlier versions of a file are found in the history and used where they are
+//! on the machine: a push deduplicates against them wherever the edit is, a pull copies their
+//! chunks instead of fetching them. Byte counts are the server's (`received_xorb_bytes`,
+//! `sent_xorb_bytes` in `/health`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::git::{tools_available, GitEnv};
+use common::server::{TestServer, WRITE_TOKEN};
+
+const MIB: usize = 1 << 20;
+const SIZE: usize = 24 * MIB;
+/// What each step may move (the goal: under 3 MB; the file is 24 MiB).
+const LIMIT: u64 = 3_000_000;
+
+fn received(s: &TestServer) -> u64 {
+    s.health("received_xorb_bytes")
+}
+
+fn sent(s: &TestServer) -> u64 {
+    s.health("sent_xorb_bytes")
+}
+
+/// A person's machine: its own HOME, caches and log, git-xet installed, the server's token.
+fn machine(token: &str) -> GitEnv {
+    let env = GitEnv::new();
+    env.credential_helper(token);
+    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env
+}
+
+/// A fresh clone of `remote` on `env`'s machine, checked out (LFS objects downloaded).
+fn clone(env: &GitEnv, remote: &Path, name: &str) -> PathBuf {
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &["clone", "-q", &remote.display().to_string(), name],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.path().join(name)
+}
+
+fn commit_push(env: &GitEnv, work: &Path, message: &str) {
+    env.git(work, &["add", "-A"]);
+    env.git(work, &["commit", "-q", "-m", message]);
+    env.git(work, &["push", "-q", "origin", "main"]);
+}
+
+/// The journal's records of `direction` in the repository `work`.
+fn journal(work: &Path, direction: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(work.join(".git/xet/transfers.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["direction"] == direction)
+        .collect()
+}
+
+/// `data` with `len` bytes changed at `at`.
+fn edited(data: &[u8], at: usize, len: usize) -> Vec<u8> {
+    let mut e = data.to_vec();
+    for b in &mut e[at..at + len] {
+        *b = b.wrapping_add(0x3d);
+    }
+    e
+}
+
+/// Runs `step` and returns (what the server received, what it sent) meanwhile.
+fn moved(s: &TestServer, step: impl FnOnce()) -> (u64, u64) {
+    let (r, t) = (received(s), sent(s));
+    step();
+    (received(s) - r, sent(s) - t)
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
+
+    // The first person pushes v0.
+    let first = machine(WRITE_TOKEN);
+    let work = first.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+    let remote = first.path().join("remote.git");
+    let v0 = common::splitmix64(11, SIZE);
+    std::fs::write(work.join("model.bin"), &v0).unwrap();
+    commit_push(&first, &work, "v0");
+    assert!(received(&s) > SIZE as u64);
+
+    // A colleague on a cold machine rewrites the first 100 bytes (a header edit) and pushes.
+    let second = machine(WRITE_TOKEN);
+    let theirs = clone(&second, &remote, "clone");
+    let v1 = edited(&v0, 0, 100);
+    let (up, _) = moved(&s, || {
+        std::fs::write(theirs.join("model.bin"), &v1).unwrap();
+        commit_push(&second, &theirs, "header edit");
+    });
+    eprintln!("cold clone, 100-byte header edit: the server received {up} bytes");
+    assert!(up < LIMIT, "header edit: {up} bytes");
+    let records = journal(&theirs, "upload");
+    let last = records.last().unwrap();
+    assert!(
+        last["history_bytes"].as_u64().unwrap() > (SIZE / 2) as u64,
+        "deduplicated through the earlier version: {last}"
+    );
+
+    // Then inserts 1 KiB before everything else, and pushes.
+    let insert: Vec<u8> = common::splitmix64(12, 1024);
+    let v2: Vec<u8> = insert.iter().chain(v1.iter()).copied().collect();
+    let (up, _) = moved(&s, || {
+        std::fs::write(theirs.join("model.bin"), &v2).unwrap();
+        commit_push(&second, &theirs, "insertion");
+    });
+    eprintln!("cold clone, 1 KiB inserted at the start: the server received {up} bytes");
+    assert!(up < LIMIT, "insertion: {up} bytes");
+    // The pre-push line says where the savings came from.
+    let summary = second.run_in(&theirs, "git", &["xet", "push-summary", "--json"]);
+    let totals: serde_json::Value = serde_json::from_str(summary.stdout.trim()).unwrap();
+    assert!(totals["history_deduplicated_bytes"].as_u64().unwrap() > SIZE as u64);
+
+    // The first person, who has v0 (pushed it, never downloaded anything), pulls: the chunks
+    // v2 shares with v0 are copied from v0, not fetched.
+    let (_, down) = moved(&s, || {
+        first.git(&work, &["pull", "-q", "origin", "main"]);
+    });
+    eprintln!("pull of the edits by the first person: the server sent {down} bytes");
+    assert!(std::fs::read(work.join("model.bin")).unwrap() == v2);
+    assert!(down < LIMIT, "pull: {down} bytes");
+    let pulled = journal(&work, "download");
+    assert!(
+        pulled.last().unwrap()["history_bytes"].as_u64().unwrap() > (SIZE / 2) as u64,
+        "{pulled:?}"
+    );
+
+    // Two more edits of 1 MiB by the first person: a history of four edits.
+    let v3 = edited(&v2, 5 * MIB, MIB);
+    std::fs::write(work.join("model.bin"), &v3).unwrap();
+    commit_push(&first, &work, "v3");
+    let v4 = edited(&v3, 15 * MIB, MIB);
+    std::fs::write(work.join("model.bin"), &v4).unwrap();
+    commit_push(&first, &work, "v4");
+
+    // A third machine clones, edits 1 MiB, and renames the file in the same commit.
+    let third = machine(WRITE_TOKEN);
+    let fresh = clone(&third, &remote, "fresh");
+    let v5 = edited(&v4, 10 * MIB, MIB);
+    let (up, _) = moved(&s, || {
+        std::fs::remove_file(fresh.join("model.bin")).unwrap();
+        std::fs::write(fresh.join("weights.bin"), &v5).unwrap();
+        commit_push(&third, &fresh, "1 MiB edit, renamed");
+    });
+    eprintln!("cold clone of a file with 4 edits, 1 MiB edit and a rename: {up} bytes");
+    assert!(up < LIMIT, "edit after history: {up} bytes");
+    let last = journal(&fresh, "upload").pop().unwrap();
+    assert!(
+        last["history_bytes"].as_u64().unwrap() > (SIZE / 2) as u64,
+        "{last}"
+    );
+
+    // A clone of everything is byte for byte what was pushed.
+    let check = machine(WRITE_TOKEN);
+    let all = clone(&check, &remote, "check");
+    assert!(std::fs::read(all.join("weights.bin")).unwrap() == v5);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_local_earlier_version_that_was_modified_is_not_trusted() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
+    let first = machine(WRITE_TOKEN);
+    let work = first.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+    let remote = first.path().join("remote.git");
+    let v0 = common::splitmix64(21, 8 * MIB);
+    std::fs::write(work.join("model.bin"), &v0).unwrap();
+    commit_push(&first, &work, "v0");
+    let second = machine(WRITE_TOKEN);
+    let theirs = clone(&second, &remote, "clone");
+    let v1 = edited(&v0, 0, 100);
+    std::fs::write(theirs.join("model.bin"), &v1).unwrap();
+    commit_push(&second, &theirs, "edit");
+
+    // The first person's copies of v0 (in .git/lfs/objects and in the work tree) are damaged:
+    // their chunks do not give v0's Xet hash, so nothing of them is used.
+    let oid = common::sha256_hex(&v0);
+    let object = |oid: &str| {
+        work.join(".git/lfs/objects")
+            .join(&oid[..2])
+            .join(&oid[2..4])
+            .join(oid)
+    };
+    let damaged = edited(&v0, 4 * MIB, 10);
+    std::fs::write(object(&oid), &damaged).unwrap();
+    std::fs::write(work.join("model.bin"), &damaged).unwrap();
+    let (_, down) = moved(&s, || {
+        first.git(&work, &["fetch", "-q", "origin"]);
+        let out = first.run_in(&work, "git", &["lfs", "fetch", "origin", "origin/main"]);
+        assert_eq!(out.status, Some(0), "{}\n{}", out.all(), first.agent_log());
+    });
+    assert!(std::fs::read(object(&common::sha256_hex(&v1))).unwrap() == v1);
+    assert!(down > (7 * MIB) as u64, "fetched whole: {down} bytes");
+    let pulled = journal(&work, "download");
+    assert_eq!(pulled.last().unwrap()["history_bytes"], 0, "{pulled:?}");
+    assert!(
+        first.agent_log().contains("differs from the stored one"),
+        "{}",
+        first.agent_log()
+    );
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
+    if !tools_available() {
+        return;
+    }
+    use git_xet::server::auth::Scope;
+    const TEAM_A: &str = "team-a-secret-0123456789";
+    const TEAM_B: &str = "team-b-secret-0123456789";
+    let s = common::server::start_with(|c| {
+        c.secrets = common::server::team_secrets(&[
+            (TEAM_A, Scope::Write, "a", Some("team-a/*")),
+            (TEAM_B, Scope::Write, "b", Some("team-b/*")),
+        ]);
+    });
+    // Team A pushes v0 to its repository.
+    let a = machine(TEAM_A);
+    let work = a.negotiated_work_tree(TEAM_A, &[], &format!("{}/team-a/m.git/info/lfs", s.url()));
+    let v0 = common::splitmix64(31, 8 * MIB);
+    std::fs::write(work.join("model.bin"), &v0).unwrap();
+    commit_push(&a, &work, "v0");
+
+    // Team B has the same git history (its remote is a copy of A's) and the v0 object (a
+    // copy from elsewhere), but its LFS server is its own repository, where v0 was never
+    // stored.
+    let b = machine(TEAM_B);
+    let out = b.run_in(
+        b.path(),
+        "git",
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &a.path().join("remote.git").display().to_string(),
+            "fork.git",
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    b.clone_skip_smudge("fork.git", "fork");
+    let theirs = b.path().join("fork");
+    b.git(
+        &theirs,
+        &[
+            "config",
+            "lfs.url",
+            &format!("{}/team-b/m.git/info/lfs", s.url()),
+        ],
+    );
+    let oid = common::sha256_hex(&v0);
+    let objects = theirs
+        .join(".git/lfs/objects")
+        .join(&oid[..2])
+        .join(&oid[2..4]);
+    std::fs::create_dir_all(&objects).unwrap();
+    std::fs::write(objects.join(&oid), &v0).unwrap();
+    let v1 = edited(&v0, 0, 100);
+    std::fs::write(theirs.join("model.bin"), &v1).unwrap();
+    commit_push(&b, &theirs, "edit");
+    let uploads = journal(&theirs, "upload");
+    assert_eq!(uploads.len(), 1, "{uploads:?}");
+    assert_eq!(uploads[0]["oid"], common::sha256_hex(&v1));
+    assert_eq!(uploads[0]["history_bytes"], 0, "A's v0 is not B's to use");
+    assert!(
+        !b.agent_log().contains("using an earlier version"),
+        "{}",
+        b.agent_log()
+    );
+    // v0 is still not there for B.
+    let r: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/lfs-files/{oid}", s.url()))
+        .bearer_auth(cas_token(&s, TEAM_B, "team-b/m.git"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap_or_default();
+    assert!(r.get("file_hash").is_none(), "{r}");
+}
+
+/// A read CAS token for `repo`.
+fn cas_token(s: &TestServer, secret: &str, repo: &str) -> String {
+    let v: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{}/{repo}/info/lfs/xet-token/read", s.url()))
+        .basic_auth("git", Some(secret))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    v["accessToken"].as_str().unwrap().to_string()
+}

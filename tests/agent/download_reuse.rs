@@ -1,0 +1,239 @@
+//! Downloads move only what is missing: chunks a clone already fetched (an earlier version of
+//! the file, another agent of the same `git lfs fetch --all`) are read from the local chunk
+//! cache, never fetched again, and never trusted blindly. Byte counts are the xorb bytes the
+//! server answered (`sent_xorb_bytes` in `/health`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::git::{tools_available, GitEnv};
+use common::server::{TestServer, WRITE_TOKEN};
+
+const MIB: usize = 1 << 20;
+const SIZE: usize = 16 * MIB;
+const EDIT: usize = 256 << 10;
+
+fn sent(server: &TestServer) -> u64 {
+    server.health("sent_xorb_bytes")
+}
+
+/// The versions: each one edits `EDIT` bytes of the one before, at a different place.
+fn versions(n: usize) -> Vec<Vec<u8>> {
+    let mut data = common::splitmix64(501, SIZE);
+    let mut out = Vec::new();
+    for v in 0..n {
+        if v > 0 {
+            let at = (2 + 3 * v) * MIB;
+            for b in &mut data[at..at + EDIT] {
+                *b = b.wrapping_add(v as u8);
+            }
+        }
+        out.push(data.clone());
+    }
+    out
+}
+
+/// Pushes each version as a commit through the agent (negotiated mode) and returns the
+/// server, the pushing world (keeps the remote alive) and the commits, oldest first.
+fn push_versions(data: &[Vec<u8>]) -> (TestServer, GitEnv, Vec<String>) {
+    let server = common::server::start();
+    let env = GitEnv::new();
+    let lfs_url = format!("{}/team/versions.git/info/lfs", server.url());
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+    let mut commits = Vec::new();
+    for (v, bytes) in data.iter().enumerate() {
+        std::fs::write(work.join("model.bin"), bytes).unwrap();
+        env.git(&work, &["add", "."]);
+        env.git(&work, &["commit", "-q", "-m", &format!("v{v}")]);
+        let out = env.git(&work, &["rev-parse", "HEAD"]);
+        commits.push(out.stdout.trim().to_string());
+    }
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    (server, env, commits)
+}
+
+/// A fresh clone on another machine (its own empty caches), without LFS objects.
+fn fresh_clone(pusher: &GitEnv) -> (GitEnv, PathBuf) {
+    let other = GitEnv::new();
+    other.credential_helper(WRITE_TOKEN);
+    let out = other.run_in(other.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let remote = pusher.path().join("remote.git");
+    other.clone_skip_smudge(remote.to_str().unwrap(), "clone");
+    let clone = other.path().join("clone");
+    (other, clone)
+}
+
+/// The LFS object of `data` in `repo`, which must be there and be `data`.
+fn assert_object(repo: &Path, data: &[u8]) {
+    use sha2::{Digest, Sha256};
+    let oid = format!("{:x}", Sha256::digest(data));
+    let path = repo
+        .join(".git/lfs/objects")
+        .join(&oid[..2])
+        .join(&oid[2..4])
+        .join(&oid);
+    let got = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(got == data, "object {oid} differs");
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn fetching_the_next_version_moves_only_the_changed_chunks() {
+    if !tools_available() {
+        return;
+    }
+    let data = versions(2);
+    let (server, env, commits) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+
+    let before = sent(&server);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[0]]);
+    let first = sent(&server) - before;
+    assert_object(&clone, &data[0]);
+    assert!(
+        first >= SIZE as u64,
+        "the first version is fetched whole: {first}"
+    );
+
+    let before = sent(&server);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[1]]);
+    let second = sent(&server) - before;
+    assert_object(&clone, &data[1]);
+    eprintln!("fetch of a {EDIT}-byte edit of {SIZE} bytes: {second} bytes from the server");
+    assert!(
+        second < 3 * EDIT as u64,
+        "{second} bytes fetched for an edit of {EDIT}"
+    );
+    // What the user checks out is the new version.
+    other.git(&clone, &["checkout", "-q", "main"]);
+    other.git(&clone, &["lfs", "checkout"]);
+    assert!(std::fs::read(clone.join("model.bin")).unwrap() == data[1]);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn fetching_every_version_at_once_moves_each_chunk_once() {
+    if !tools_available() {
+        return;
+    }
+    let data = versions(4);
+    let (server, env, _) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+    let before = sent(&server);
+    // git-lfs hands the four objects to parallel agents (lfs.concurrenttransfers, 8).
+    other.git(&clone, &["lfs", "fetch", "--all", "origin"]);
+    let moved = sent(&server) - before;
+    for d in &data {
+        assert_object(&clone, d);
+    }
+    eprintln!("fetch --all of 4 versions of {SIZE} bytes: {moved} bytes from the server");
+    let limit = SIZE as u64 + 3 * 3 * EDIT as u64;
+    assert!(moved < limit, "{moved} bytes fetched, more than {limit}");
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_damaged_chunk_cache_is_caught_and_the_download_still_right() {
+    if !tools_available() {
+        return;
+    }
+    let data = versions(2);
+    let (server, env, commits) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[0]]);
+
+    // Flip payload bytes of every cached entry, leaving lengths and chunk headers intact.
+    let mut damaged = 0;
+    let root = other.path().join("cache").join("chunks");
+    for endpoint in std::fs::read_dir(&root).unwrap().flatten() {
+        for xorb in std::fs::read_dir(endpoint.path()).unwrap().flatten() {
+            for entry in std::fs::read_dir(xorb.path()).unwrap().flatten() {
+                if entry.file_name().to_string_lossy().starts_with('.') {
+                    continue;
+                }
+                let mut bytes = std::fs::read(entry.path()).unwrap();
+                // Past the first chunk header; random data is stored uncompressed.
+                for b in &mut bytes[100..200] {
+                    *b ^= 0x5a;
+                }
+                std::fs::write(entry.path(), &bytes).unwrap();
+                damaged += 1;
+            }
+        }
+    }
+    assert!(damaged > 0, "the first fetch filled the chunk cache");
+
+    let before = sent(&server);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[1]]);
+    assert_object(&clone, &data[1]);
+    let refetched = sent(&server) - before;
+    assert!(
+        refetched >= SIZE as u64,
+        "the damaged entries were not used: {refetched} bytes fetched again"
+    );
+    let log = other.agent_log();
+    assert!(
+        log.contains("trying again without the local chunk cache"),
+        "{log}"
+    );
+}
+
+/// Entries of the download chunk cache under `env`'s cache directory.
+fn cache_entries(env: &GitEnv) -> usize {
+    let root = env.path().join("cache").join("chunks");
+    let mut n = 0;
+    for endpoint in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for xorb in std::fs::read_dir(endpoint.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for entry in std::fs::read_dir(xorb.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if !entry.file_name().to_string_lossy().starts_with('.') {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_download_nothing_else_will_want_is_written_once() {
+    if !tools_available() {
+        return;
+    }
+    // A file with one version: its download goes to git-lfs's object store only.
+    let data = versions(1);
+    let (_server, env, _) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+    other.git(&clone, &["lfs", "fetch", "origin"]);
+    assert_object(&clone, &data[0]);
+    assert_eq!(cache_entries(&other), 0, "nothing kept in the chunk cache");
+
+    // Two versions, the newest fetched: the older one may be fetched later, so what the
+    // newest brought is kept for it.
+    let data = versions(2);
+    let (server, env, commits) = push_versions(&data);
+    let (other, clone) = fresh_clone(&env);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[1]]);
+    assert_object(&clone, &data[1]);
+    assert!(cache_entries(&other) > 0, "kept for the other version");
+    let before = sent(&server);
+    other.git(&clone, &["lfs", "fetch", "origin", &commits[0]]);
+    assert_object(&clone, &data[0]);
+    let moved = sent(&server) - before;
+    assert!(
+        moved < 3 * EDIT as u64,
+        "{moved} bytes fetched for the older version"
+    );
+}

@@ -1,0 +1,16 @@
+//! Integration tests of the storage layer: the store and its integrity checks, the shard cache, the CAS client against servers real and fake, object storage on Garage.
+//!
+//! One test binary per layer (each links the whole crate once); each file below is one
+//! module of it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod remote_cas;
+mod s3_storage;
+mod shard_cache;
+mod store;
+mod store_integrity;
+mod trust_integrity;

@@ -1,0 +1,845 @@
+//! `git xet serve --storage s3://…` against a real distributed object store (a single-node
+//! Garage started by the test): the object backend's guarantees (create-if-absent under
+//! concurrency, ranged reads, stamps, listing, quarantine, the shard log), and several server
+//! nodes on one bucket: a push through one node cloned through another, a node started on an
+//! empty disk, the reference client across nodes, the same file pushed through two nodes at
+//! once stored once.
+//!
+//! Every test needs Garage and is ignored unless asked for (`--include-ignored`, as CI runs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::garage::Garage;
+use common::server::{start_with, TestServer, WRITE_TOKEN};
+use git_xet::format::{ShardHash, XorbHash};
+use git_xet::store::backend::{BackendError, LogCursor, ObjectBackend, ObjectKey};
+use git_xet::store::s3::S3Backend;
+
+fn backend(g: &Garage, bucket: &str, prefix: &str) -> (S3Backend, tempfile::TempDir) {
+    let spool = tempfile::tempdir().unwrap();
+    let b = S3Backend::open(&g.s3_config(bucket, prefix), spool.path(), 0).unwrap();
+    (b, spool)
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
+    let g = Garage::start();
+    g.create_bucket("backend");
+    let (b, _spool) = backend(&g, "backend", "team/a");
+    let b = Arc::new(b);
+    let key = ObjectKey::Xorb(XorbHash::from_bytes([7; 32]));
+    assert_eq!(b.len(key).unwrap(), None);
+    assert_eq!(b.stamp(key).unwrap(), None);
+    assert_eq!(b.read_range(key, 0..4).unwrap(), None);
+    assert!(b.put_if_absent(key, b"hello world").unwrap());
+    assert!(
+        !b.put_if_absent(key, b"other bytes").unwrap(),
+        "a second create of the same key must not replace it"
+    );
+    assert_eq!(b.read_all(key).unwrap().unwrap(), b"hello world");
+    assert_eq!(b.read_range(key, 6..11).unwrap().unwrap(), b"world");
+    match b.read_range(key, 6..12) {
+        Err(BackendError::RangeOutOfBounds { len, .. }) => assert_eq!(len, 11),
+        other => panic!("a range past the end: {other:?}"),
+    }
+    assert_eq!(b.len(key).unwrap(), Some(11));
+    let stamp = b.stamp(key).unwrap().unwrap();
+    assert_eq!(stamp.len, 11);
+    assert_eq!(b.stamp(key).unwrap(), Some(stamp), "stable while untouched");
+
+    // Eight writers of one key at once. Garage 2.5 ignores `If-None-Match: *`, so several may
+    // report that they created it; what matters is that one whole copy, one writer's, remains.
+    let shard = ObjectKey::Shard(ShardHash::from_bytes([1; 32]));
+    let created: Vec<bool> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8u8)
+            .map(|i| {
+                let b = Arc::clone(&b);
+                s.spawn(move || b.put_if_absent(shard, &[i; 100_000]).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(created.iter().any(|c| *c), "{created:?}");
+    let stored = b.read_all(shard).unwrap().unwrap();
+    assert_eq!(stored.len(), 100_000);
+    let writer = stored[0] as usize;
+    assert!(
+        created[writer],
+        "the copy that remains is from a writer that wrote"
+    );
+    assert!(
+        stored.iter().all(|&x| x == stored[0]),
+        "one writer's bytes, whole"
+    );
+    assert!(!b.put_if_absent(shard, b"later").unwrap());
+    assert_eq!(
+        b.list_shards().unwrap(),
+        vec![ShardHash::from_bytes([1; 32])]
+    );
+
+    // A file is sent as it is and consumed.
+    let other = ObjectKey::Xorb(XorbHash::from_bytes([8; 32]));
+    let tmp = b.temp_path("xorb");
+    std::fs::write(&tmp, vec![5u8; 3 << 20]).unwrap();
+    assert!(b.put_file_if_absent(other, &tmp).unwrap());
+    assert!(!tmp.exists());
+    assert_eq!(
+        b.read_range(other, (3 << 20) - 4..3 << 20)
+            .unwrap()
+            .unwrap(),
+        vec![5u8; 4]
+    );
+    let listed = b.list_xorbs().unwrap();
+    assert_eq!(
+        listed.iter().map(|x| (x.hash, x.len)).collect::<Vec<_>>(),
+        vec![
+            (XorbHash::from_bytes([7; 32]), 11),
+            (XorbHash::from_bytes([8; 32]), 3 << 20)
+        ]
+    );
+
+    // Touching re-dates a xorb for garbage collection without changing its stamp.
+    let before = b.modified(key).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    b.touch(key).unwrap();
+    assert!(b.modified(key).unwrap().unwrap() > before);
+    assert_eq!(b.stamp(key).unwrap(), Some(stamp));
+
+    // Quarantine moves it aside; the key is free again.
+    assert!(b.quarantine(key).unwrap());
+    assert_eq!(b.len(key).unwrap(), None);
+    assert!(!b.quarantine(key).unwrap());
+    assert!(b.put_if_absent(key, b"repaired").unwrap());
+    assert!(b.remove(key).unwrap());
+    assert!(!b.remove(key).unwrap());
+
+    // The shard log: what one node logs, another finds, and the cursor moves on.
+    let (b2, _spool2) = backend(&g, "backend", "team/a");
+    let mut cursor = LogCursor::default();
+    assert!(b2.logged_shards(&mut cursor).unwrap().is_empty());
+    let logged = ShardHash::from_bytes([9; 32]);
+    b.log_shard(&logged, None).unwrap();
+    b.log_shard(&logged, Some("team/models")).unwrap();
+    assert_eq!(
+        b2.logged_shards(&mut cursor).unwrap(),
+        vec![(logged, None), (logged, Some("team/models".to_string()))]
+    );
+    assert!(cursor.newest_ms > 0);
+    // The registration through a repository is also kept for good.
+    assert_eq!(
+        b2.list_access().unwrap(),
+        vec![(logged, "team/models".to_string())]
+    );
+
+    // Shared values: the first writer's value is everyone's.
+    assert_eq!(
+        b.shared_value("server.key", b"first").unwrap().unwrap(),
+        b"first"
+    );
+    assert_eq!(
+        b2.shared_value("server.key", b"second").unwrap().unwrap(),
+        b"first"
+    );
+
+    // Another prefix of the same bucket is another store.
+    let (b3, _spool3) = backend(&g, "backend", "team/b");
+    assert!(b3.list_xorbs().unwrap().is_empty());
+    assert!(b3.list_shards().unwrap().is_empty());
+}
+
+/// A server node on `bucket`/`prefix` of `g`, with a directory of its own.
+fn node(g: &Garage, bucket: &str, prefix: &str) -> TestServer {
+    let storage = g.s3_config(bucket, prefix);
+    start_with(move |c| c.storage = Some(storage))
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_store_directory_and_a_node_cache_are_not_mixed_up() {
+    let g = Garage::start();
+    g.create_bucket("mixup");
+    let a = node(&g, "mixup", "");
+    let dir = a.store_dir();
+    drop(a.server);
+    // The node's directory is not a directory store.
+    let e = git_xet::store::Store::open(&dir).unwrap_err().to_string();
+    assert!(e.contains("--storage s3://mixup"), "{e}");
+    // A directory store cannot become a node's cache.
+    let store_dir = tempfile::tempdir().unwrap();
+    drop(git_xet::store::Store::open(store_dir.path()).unwrap());
+    let e = git_xet::store::Store::open_s3(
+        store_dir.path(),
+        Default::default(),
+        &g.s3_config("mixup", ""),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("directory store"), "{e}");
+}
+
+/// The xorbs stored in the bucket under `prefix`.
+fn stored_xorbs(g: &Garage, bucket: &str, prefix: &str) -> Vec<(XorbHash, u64)> {
+    let (b, _spool) = backend(g, bucket, prefix);
+    b.list_xorbs()
+        .unwrap()
+        .into_iter()
+        .map(|x| (x.hash, x.len))
+        .collect()
+}
+
+/// Bytes of regular files under `dir` larger than 64 KiB (xorbs would be; the databases and
+/// logs of a node's directory are not).
+fn large_files(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.len() > 64 << 10 && e.path().extension().is_none_or(|x| x != "redb") {
+                eprintln!("large file: {} ({} bytes)", e.path().display(), m.len());
+                total += m.len();
+            }
+        }
+    }
+    total
+}
+
+/// `size` bytes: random with a seeded generator, in 1 KiB runs repeated so that part of it
+/// deduplicates.
+fn content(seed: u64, size: usize) -> Vec<u8> {
+    common::splitmix64(seed, size)
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
+    if !common::git::tools_available() {
+        return;
+    }
+    let g = Garage::start();
+    g.create_bucket("nodes");
+    let a = node(&g, "nodes", "xet");
+    let b = node(&g, "nodes", "xet");
+    let env = common::git::GitEnv::new();
+    let lfs_path = "/team/models.git/info/lfs";
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &format!("{}{lfs_path}", a.url()));
+    let mut edited = content(2, 3 << 20);
+    edited[1 << 20..(1 << 20) + 4096].fill(0x5a);
+    let files = [("a.bin", content(1, 2 << 20)), ("b.bin", edited)];
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "two files"]);
+    env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let in_bucket = stored_xorbs(&g, "nodes", "xet");
+    assert!(
+        !in_bucket.is_empty(),
+        "the push stored no xorb in the bucket"
+    );
+    assert_eq!(
+        large_files(&a.store_dir()),
+        0,
+        "node A kept object bytes on its own disk"
+    );
+
+    // Cloned through node B, right after the push (B finds A's shards on the miss).
+    let clone_through = |server: &TestServer, name: &str| {
+        env.clone_skip_smudge("remote.git", name);
+        let clone = env.path().join(name);
+        env.git(&clone, &["checkout", "-q", "main"]);
+        env.git(
+            &clone,
+            &["config", "lfs.url", &format!("{}{lfs_path}", server.url())],
+        );
+        env.git(&clone, &["lfs", "pull"]);
+        for (file, data) in &files {
+            let got = std::fs::read(clone.join(file)).unwrap();
+            assert!(got == *data, "{name}/{file} differs after lfs pull");
+        }
+    };
+    clone_through(&b, "through-b");
+
+    // A third node on an empty disk serves everything too.
+    let c = node(&g, "nodes", "xet");
+    clone_through(&c, "through-c");
+    assert_eq!(large_files(&c.store_dir()), 0);
+    // Nothing was stored twice.
+    assert_eq!(stored_xorbs(&g, "nodes", "xet"), in_bucket);
+
+    // Readiness follows the bucket: ready while it answers, 503 once it is gone.
+    let ready = |s: &TestServer| {
+        reqwest::blocking::get(format!("{}/ready", s.url()))
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(ready(&c), 200);
+    drop(g);
+    assert_eq!(ready(&c), 503);
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn the_reference_client_uploads_through_one_node_and_downloads_through_another() {
+    let g = Garage::start();
+    g.create_bucket("reference");
+    let a = node(&g, "reference", "");
+    let b = node(&g, "reference", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data = content(7, 5 << 20);
+    let input = work.path().join("model.bin");
+    std::fs::write(&input, &data).unwrap();
+    let uploaded = peer.upload(&a, &work.path().join("cache-up"), &[input]);
+    let (hash, size) = uploaded[0].clone();
+    assert_eq!(size, data.len() as u64);
+    let dest = work.path().join("out.bin");
+    peer.download(
+        &b,
+        &work.path().join("cache-down"),
+        &[(dest.clone(), hash, size)],
+    );
+    assert!(
+        std::fs::read(&dest).unwrap() == data,
+        "downloaded bytes differ"
+    );
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn the_same_file_uploaded_through_two_nodes_at_once_is_stored_once() {
+    let g = Garage::start();
+    g.create_bucket("race");
+    let a = node(&g, "race", "");
+    let b = node(&g, "race", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data = content(11, 6 << 20);
+    let input = work.path().join("same.bin");
+    std::fs::write(&input, &data).unwrap();
+    let up = |server: &TestServer, cache: &str| {
+        peer.upload(
+            server,
+            &work.path().join(cache),
+            std::slice::from_ref(&input),
+        )
+    };
+    let (ha, hb) = std::thread::scope(|s| {
+        let ta = s.spawn(|| up(&a, "cache-a"));
+        let tb = s.spawn(|| up(&b, "cache-b"));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    assert_eq!(ha, hb, "both uploads name the same file");
+    let xorbs = stored_xorbs(&g, "race", "");
+    let stored: u64 = xorbs.iter().map(|x| x.1).sum();
+    // One copy: the stored xorbs hold the file once (compression aside, random data does not
+    // shrink; a second copy would double it).
+    assert!(
+        stored < data.len() as u64 + (data.len() as u64 / 4),
+        "{} bytes stored for a {}-byte file: {xorbs:?}",
+        stored,
+        data.len()
+    );
+    // Either node serves it.
+    for (server, name) in [(&a, "from-a.bin"), (&b, "from-b.bin")] {
+        let dest = work.path().join(name);
+        peer.download(
+            server,
+            &work.path().join(format!("cache-{name}")),
+            &[(dest.clone(), ha[0].0.clone(), ha[0].1)],
+        );
+        assert!(std::fs::read(&dest).unwrap() == data);
+    }
+}
+
+/// A node as a `git-xet serve` child process on `bucket` of `g` with a fresh directory (it can
+/// be killed like a crashed machine).
+fn node_process(g: &Garage, bucket: &str) -> common::server::ServeProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_git-xet"));
+    cmd.args(common::server::serve_args(&dir.path().join("store")))
+        .args(["--storage", &format!("s3://{bucket}")]);
+    for (k, v) in g.settings() {
+        cmd.env(k, v);
+    }
+    common::server::ServeProcess::from_command(cmd, dir)
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn nodes_killed_mid_upload_and_restarted_on_empty_disks_lose_nothing() {
+    let g = Garage::start();
+    g.create_bucket("crash");
+    let b = node(&g, "crash", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let write = |name: &str, seed: u64, size: usize| {
+        let path = work.path().join(name);
+        let data = content(seed, size);
+        std::fs::write(&path, &data).unwrap();
+        (path, data)
+    };
+    let (first_path, first) = write("first.bin", 21, 4 << 20);
+    let first_hash = peer.upload(&b, &work.path().join("c1"), &[first_path])[0].clone();
+
+    // An upload in flight through node A while node B answers reads of the first file.
+    let mut a = node_process(&g, "crash");
+    let (second_path, second) = write("second.bin", 22, 24 << 20);
+    let second_hash = std::thread::scope(|s| {
+        let up = s.spawn(|| peer.upload_to(&a.url, &work.path().join("c2"), &[second_path]));
+        for i in 0..3 {
+            let dest = work.path().join(format!("read-{i}.bin"));
+            peer.download(
+                &b,
+                &work.path().join(format!("c3-{i}")),
+                &[(dest.clone(), first_hash.0.clone(), first_hash.1)],
+            );
+            assert!(std::fs::read(&dest).unwrap() == first);
+        }
+        up.join().unwrap()[0].clone()
+    });
+
+    // Node A dies with an upload in flight (killed as a machine would crash), and comes back
+    // on an empty disk.
+    let (third_path, third) = write("third.bin", 23, 40 << 20);
+    let upload = {
+        let url = a.url.clone();
+        let cache = work.path().join("c4");
+        let python = peer.python.clone();
+        let path = third_path.clone();
+        std::thread::spawn(move || {
+            let peer = common::hfxet::Peer {
+                python,
+                env: Vec::new(),
+            };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                peer.upload_to(&url, &cache, &[path])
+            }))
+            .is_ok()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let _ = upload.join();
+    drop(a);
+    let a = node_process(&g, "crash");
+
+    // Everything registered before the crash is served by the new node, and by B.
+    for (url, name) in [(a.url.as_str(), "a"), (b.url(), "b")] {
+        for (hash, data, file) in [(&first_hash, &first, "1"), (&second_hash, &second, "2")] {
+            let dest = work.path().join(format!("after-{name}-{file}.bin"));
+            peer.download_from(
+                url,
+                &work.path().join(format!("c5-{name}-{file}")),
+                &[(dest.clone(), hash.0.clone(), hash.1)],
+            );
+            assert!(std::fs::read(&dest).unwrap() == *data, "{name}/{file}");
+        }
+    }
+    // The interrupted upload, tried again through the new node, completes and reads back.
+    let third_hash = peer.upload_to(&a.url, &work.path().join("c6"), &[third_path])[0].clone();
+    let dest = work.path().join("third-back.bin");
+    peer.download(
+        &b,
+        &work.path().join("c7"),
+        &[(dest.clone(), third_hash.0, third_hash.1)],
+    );
+    assert!(std::fs::read(&dest).unwrap() == third);
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
+    use git_xet::server::auth::{RepoPattern, Scope, ServerToken};
+    const A: &str = "team-a-secret-0123456789";
+    const B: &str = "team-b-secret-0123456789";
+    let g = Garage::start();
+    g.create_bucket("teams");
+    let scoped_node = || {
+        let storage = g.s3_config("teams", "");
+        start_with(move |c| {
+            c.storage = Some(storage);
+            c.secrets = vec![
+                ServerToken::new(A, Scope::Write, "a")
+                    .unwrap()
+                    .scoped(RepoPattern::parse("team-a/*").unwrap()),
+                ServerToken::new(B, Scope::Write, "b")
+                    .unwrap()
+                    .scoped(RepoPattern::parse("team-b/*").unwrap()),
+            ];
+        })
+    };
+    let n1 = scoped_node();
+    let n2 = scoped_node();
+    let http = reqwest::blocking::Client::new();
+    let object = |s: &TestServer, repo: &str, oid: &str| {
+        format!("{}/{repo}/info/lfs/objects/{oid}", s.url())
+    };
+    let data = content(51, 200_000);
+    let oid = common::sha256_hex(&data);
+    let put = http
+        .put(object(&n1, "team-a/models", &oid))
+        .basic_auth("git", Some(A))
+        .body(data.clone())
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let get = |s: &TestServer, secret: &str, repo: &str| {
+        let r = http
+            .get(object(s, repo, &oid))
+            .basic_auth("git", Some(secret))
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.bytes().unwrap().to_vec();
+        (status, status == 200 && body == data)
+    };
+    // Node 2 learns A's registration from the bucket (at once, on the miss).
+    assert_eq!(get(&n2, A, "team-a/models"), (200, true));
+    assert_eq!(get(&n2, B, "team-b/x").0, 404);
+    // So does a node started later on an empty disk, from the registrations kept for good.
+    let n3 = scoped_node();
+    assert_eq!(get(&n3, A, "team-a/models"), (200, true));
+    assert_eq!(get(&n3, B, "team-b/x").0, 404);
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn garbage_collection_and_scrub_work_on_the_bucket() {
+    use git_xet::format::xorb::ParsedXorb;
+    use git_xet::pipeline::upload::{upload, UploadOptions};
+    use git_xet::store::{GcOptions, Store};
+
+    let g = Garage::start();
+    g.create_bucket("upkeep");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_s3(dir.path(), Default::default(), &g.s3_config("upkeep", "")).unwrap();
+    // A registered file, and an orphan: a fixture xorb no shard names (an interrupted push).
+    let data = content(61, 2 << 20);
+    let kept = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    let m = common::manifest();
+    let parsed_bytes = common::read(&m.sessions[0].xorbs[0]);
+    let parsed = ParsedXorb::parse(&parsed_bytes).unwrap();
+    let orphan = parsed.hash();
+    assert!(store.put_xorb(orphan, parsed.chunk_region()).unwrap());
+    let before = stored_xorbs(&g, "upkeep", "");
+    assert!(before.iter().any(|(h, _)| *h == orphan));
+
+    // Young orphans are kept; past the grace period they go, and only they.
+    let report = store
+        .gc(GcOptions {
+            grace: Duration::from_secs(3600),
+            dry_run: false,
+        })
+        .unwrap();
+    assert_eq!((report.xorbs_removed, report.xorbs_young), (0, 1));
+    let report = store
+        .gc(GcOptions {
+            grace: Duration::ZERO,
+            dry_run: false,
+        })
+        .unwrap();
+    assert_eq!(report.xorbs_removed, 1);
+    let after = stored_xorbs(&g, "upkeep", "");
+    assert!(!after.iter().any(|(h, _)| *h == orphan));
+    assert_eq!(after.len(), before.len() - 1);
+
+    // Scrub reads everything whole: clean now; a xorb damaged in the bucket (same length,
+    // one byte changed, as bit rot would) is found, quarantined and named with its file.
+    let clean = store.scrub(&mut |_| {}).unwrap();
+    assert!(!clean.found_damage(), "{clean:?}");
+    let (b, _spool) = backend(&g, "upkeep", "");
+    let (victim, len) = after[0];
+    let key = ObjectKey::Xorb(victim);
+    let mut bytes = b.read_all(key).unwrap().unwrap();
+    bytes[len as usize / 2] ^= 0xff;
+    let tmp = b.temp_path("rot");
+    std::fs::write(&tmp, &bytes).unwrap();
+    b.replace_file(key, &tmp).unwrap();
+    let report = store.scrub(&mut |_| {}).unwrap();
+    assert_eq!(
+        report.damaged_xorbs.iter().map(|d| d.0).collect::<Vec<_>>(),
+        vec![victim]
+    );
+    assert_eq!(report.affected_files, vec![kept.file_hash]);
+    assert_eq!(b.len(key).unwrap(), None, "moved to quarantine");
+}
+
+fn sent_xorb_bytes(s: &TestServer) -> u64 {
+    s.health("sent_xorb_bytes")
+}
+
+#[test]
+#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
+fn with_storage_urls_downloads_go_straight_to_the_bucket() {
+    use git_xet::pipeline::download::write_plan;
+    use git_xet::store::target::Endpoint;
+    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+
+    let g = Garage::start();
+    g.create_bucket("direct");
+    let storage = g.s3_config("direct", "");
+    let direct = start_with(move |c| {
+        c.storage = Some(storage);
+        c.storage_urls = true;
+    });
+    let proxied = node(&g, "direct", "");
+    let peer = common::hfxet::Peer {
+        python: common::reference_python(),
+        env: Vec::new(),
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data = content(71, 5 << 20);
+    let input = work.path().join("model.bin");
+    std::fs::write(&input, &data).unwrap();
+    let (hash, size) = peer.upload(&direct, &work.path().join("up"), &[input])[0].clone();
+
+    // The reference client, and git-xet's own client, each download through both nodes.
+    for (server, name) in [(&direct, "direct"), (&proxied, "proxied")] {
+        let dest = work.path().join(format!("{name}.bin"));
+        peer.download(
+            server,
+            &work.path().join(format!("down-{name}")),
+            &[(dest.clone(), hash.clone(), size)],
+        );
+        assert!(std::fs::read(&dest).unwrap() == data, "{name}");
+        let cas = RemoteCas::new(RemoteConfig::new(
+            server.url(),
+            TokenSource::fixed(Some(WRITE_TOKEN.into())),
+        ))
+        .unwrap();
+        let file = hash.parse().unwrap();
+        let plan = cas.reconstruction(&file, None).unwrap().unwrap();
+        let mut got = Vec::new();
+        write_plan(&cas, &plan, &mut |b: &[u8]| {
+            got.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert!(got == data, "{name}: git-xet's client");
+    }
+    // Each storage URL is signed for its one range (the signature covers the Range header):
+    // the bucket serves that range and refuses anything else, a request without Range too.
+    let recon: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{}/v2/reconstructions/{hash}", direct.url()))
+        .bearer_auth(WRITE_TOKEN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let mut checked = 0;
+    for entries in recon["xorbs"].as_object().unwrap().values() {
+        for e in entries.as_array().unwrap() {
+            let url = e["url"].as_str().unwrap();
+            assert!(url.starts_with(&g.endpoint), "{url}");
+            assert!(git_xet::util::url::signs_range(url), "{url}");
+            let ranges = e["ranges"].as_array().unwrap();
+            assert_eq!(ranges.len(), 1, "one range per storage URL");
+            let (start, end) = (
+                ranges[0]["bytes"]["start"].as_u64().unwrap(),
+                ranges[0]["bytes"]["end"].as_u64().unwrap(),
+            );
+            let get = |range: Option<String>| {
+                let mut r = reqwest::blocking::Client::new().get(url);
+                if let Some(range) = range {
+                    r = r.header("Range", range);
+                }
+                r.send().unwrap()
+            };
+            let exact = get(Some(format!("bytes={start}-{end}")));
+            assert_eq!(exact.status(), 206);
+            assert_eq!(exact.bytes().unwrap().len() as u64, end - start + 1);
+            for other in [
+                None,
+                Some("bytes=0-".to_string()),
+                Some(format!("bytes={start}-{}", end + 1)),
+                Some(format!("bytes={}-{end}", start + 1)),
+            ] {
+                let status = get(other.clone()).status();
+                assert!(
+                    status.is_client_error(),
+                    "{other:?} on a URL signed for {start}-{end}: {status}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
+    // The node handing out storage URLs sent no xorb byte itself; the other sent them all.
+    assert_eq!(sent_xorb_bytes(&direct), 0);
+    assert!(sent_xorb_bytes(&proxied) >= 2 * (4 << 20));
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn locks_taken_through_one_node_hold_at_every_node() {
+    use base64::Engine as _;
+    let g = Garage::start();
+    g.create_bucket("locking");
+    let owner = node(&g, "locking", "");
+    let owner_url = owner.url().to_string();
+    let storage = g.s3_config("locking", "");
+    let other = start_with(move |c| {
+        c.storage = Some(storage);
+        c.lock_owner = Some(owner_url);
+    });
+    let client = reqwest::blocking::Client::new();
+    let auth = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("alice:{WRITE_TOKEN}"))
+    );
+    let lock = |node: &TestServer, path: &str| -> u16 {
+        client
+            .post(format!("{}/team/repo/info/lfs/locks", node.url()))
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .body(serde_json::json!({ "path": path }).to_string())
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let list = |node: &TestServer| -> Vec<String> {
+        let v: serde_json::Value = client
+            .get(format!("{}/team/repo/info/lfs/locks", node.url()))
+            .header("Authorization", &auth)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        v["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // A lock taken through the other node is the owner's, seen and enforced by both.
+    assert_eq!(lock(&other, "model.bin"), 201);
+    assert_eq!(list(&owner), ["model.bin"]);
+    assert_eq!(list(&other), ["model.bin"]);
+    assert_eq!(lock(&owner, "model.bin"), 409);
+    assert_eq!(lock(&other, "model.bin"), 409);
+
+    // Two users racing for one path through two nodes: exactly one lock.
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let node = if i % 2 == 0 { &owner } else { &other };
+                let lock = &lock;
+                scope.spawn(move || lock(node, "race.bin"))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 201).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 409).count(),
+        7,
+        "{statuses:?}"
+    );
+
+    // The owner gone: locking through the other node fails clearly, uploads go on.
+    drop(owner);
+    let r = client
+        .post(format!("{}/team/repo/info/lfs/locks", other.url()))
+        .header("Authorization", &auth)
+        .header("Content-Type", "application/vnd.git-lfs+json")
+        .body(r#"{"path":"other.bin"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: serde_json::Value = r.json().unwrap();
+    assert_eq!(body["error"], "lock_owner_unreachable");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("pushes and clones"),
+        "{body}"
+    );
+    let data = content(91, 300_000);
+    let oid = common::sha256_hex(&data);
+    let put = client
+        .put(format!("{}/team/repo/info/lfs/objects/{oid}", other.url()))
+        .header("Authorization", &auth)
+        .body(data)
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+}
+
+/// Plain git-lfs's basic transfer through a node on object storage: the node rebuilds the file
+/// from the bucket in large pieces read ahead, reusing footers and repeated ranges; the bytes
+/// are the file's, also for content that repeats (zeros, a recurring block) and across xorbs.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
+    let g = Garage::start();
+    g.create_bucket("basic");
+    let a = node(&g, "basic", "");
+    // 118 MiB: random stretches (72 MiB, two xorbs), zeros, a 64 KiB block repeated.
+    let block = content(91, 64 << 10);
+    let mut bytes = Vec::new();
+    for i in 0..35 {
+        match i % 3 {
+            0 => bytes.extend_from_slice(&content(100 + i, 6 << 20)),
+            1 => bytes.resize(bytes.len() + (2 << 20), 0),
+            _ => (0..32).for_each(|_| bytes.extend_from_slice(&block)),
+        }
+    }
+    use sha2::{Digest, Sha256};
+    let oid = format!("{:x}", Sha256::digest(&bytes));
+    let url = format!("{}/team/basic.git/info/lfs/objects/{oid}", a.url());
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let auth = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("git:{WRITE_TOKEN}")
+        )
+    );
+    let put = client
+        .put(&url)
+        .header("Authorization", &auth)
+        .body(bytes.clone())
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    assert!(stored_xorbs(&g, "basic", "").len() > 1, "several xorbs");
+    let got = client
+        .get(&url)
+        .header("Authorization", &auth)
+        .send()
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let got = got.bytes().unwrap();
+    assert_eq!(got.len(), bytes.len());
+    assert!(got[..] == bytes[..], "the rebuilt file differs");
+}
