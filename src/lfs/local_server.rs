@@ -118,19 +118,18 @@ fn answers(url: &str) -> bool {
     if !loopback {
         return false;
     }
-    let Ok(client) = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .no_proxy()
-        .build()
-    else {
+    let Ok(client) = crate::store::remote::OneShotClient::new(
+        &crate::store::remote::HttpOptions::default(),
+        Duration::from_secs(2),
+        false,
+    ) else {
         return false;
     };
     client
-        .get(format!("{url}/health"))
-        .send()
+        .send(client.get(&format!("{url}/health")), 64 << 10)
         .ok()
-        .filter(|r| r.status().is_success())
-        .and_then(|r| r.json::<serde_json::Value>().ok())
+        .filter(|r| r.status.is_success())
+        .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
         .is_some_and(|v| v["status"] == "ok" && v.get("files").is_some())
 }
 

@@ -28,6 +28,9 @@ use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
 use crate::store::Endpoint;
 
+/// The largest batch answer read (one request asks about a few hundred objects at most).
+const MAX_BATCH_ANSWER: usize = 64 << 20;
+
 /// Objects asked about per batch request.
 const BATCH_OBJECTS: usize = 100;
 
@@ -69,7 +72,7 @@ enum Route {
     Standalone(EndpointHandle),
     Negotiated {
         lfs_url: String,
-        client: reqwest::blocking::Client,
+        client: crate::store::remote::OneShotClient,
         /// One endpoint per CAS URL.
         endpoints: Mutex<HashMap<String, EndpointHandle>>,
     },
@@ -142,9 +145,10 @@ impl ObjectReader {
                     )));
                 };
                 let options = super::http_settings::http_options(git, &lfs_url);
-                let client = crate::store::remote::blocking_client(
+                let client = crate::store::remote::OneShotClient::new(
                     &options,
                     std::time::Duration::from_secs(60),
+                    true,
                 )
                 .map_err(|e| TransferError::Setup(format!("LFS server {lfs_url}: {e}")))?;
                 Route::Negotiated {
@@ -245,7 +249,7 @@ impl ObjectReader {
     fn ask_batch(
         &self,
         lfs_url: &str,
-        client: &reqwest::blocking::Client,
+        client: &crate::store::remote::OneShotClient,
         endpoints: &Mutex<HashMap<String, EndpointHandle>>,
         objects: &[(LfsOid, u64)],
         learned: &mut HashMap<LfsOid, ObjectLocation>,
@@ -270,7 +274,7 @@ impl ObjectReader {
             if let Some((user, password)) = auth {
                 r = r.basic_auth(user, Some(password));
             }
-            r.send()
+            client.send(r, MAX_BATCH_ANSWER)
         };
         let failed = |e: String| {
             TransferError::Setup(format!(
@@ -289,14 +293,14 @@ impl ObjectReader {
                 .unwrap_or_else(|| crate::util::error::chain_text(e))
         };
         let mut response = send(None).map_err(|e| failed(describe(&e)))?;
-        if matches!(response.status().as_u16(), 401 | 403) {
+        if matches!(response.status.as_u16(), 401 | 403) {
             let credential = settings::stored_credential(&self.git, &split.with_user)
                 .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
             if let Some(c) = credential {
                 response = send(Some(&c)).map_err(|e| failed(describe(&e)))?;
             }
         }
-        let status = response.status();
+        let status = response.status;
         if !status.is_success() {
             return Err(failed(format!(
                 "HTTP {status}{}",
@@ -308,8 +312,7 @@ impl ObjectReader {
                 }
             )));
         }
-        let answer: BatchAnswer = response
-            .json()
+        let answer: BatchAnswer = serde_json::from_slice(&response.body)
             .map_err(|e| failed(format!("its batch answer does not parse: {e}")))?;
         if answer.transfer.as_deref() != Some("xet") {
             return Err(TransferError::Setup(format!(

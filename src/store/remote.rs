@@ -281,36 +281,84 @@ impl HttpOptions {
     }
 }
 
-/// A blocking client (for a command's few requests: `git xet status` probes, LFS batch
-/// requests of readers) with `options` applied, a `timeout` per request (connecting: at most
-/// 10 s of it), and no redirects (an answer, not followed).
-pub fn blocking_client(
-    options: &HttpOptions,
-    timeout: Duration,
-) -> Result<reqwest::blocking::Client, String> {
-    let mut builder = reqwest::blocking::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(DEFAULT_USER_AGENT);
-    for (cert, _) in options.certificates()? {
-        builder = builder.add_root_certificate(cert);
+/// A client for a command's few requests (`git xet status` probes, a reader's LFS batch
+/// requests, a local server's health check) on a current-thread runtime that the caller drives,
+/// the runtime model of [`RemoteCas`] (no client thread of its own, as reqwest's blocking
+/// client has): options applied, a timeout per request (connecting: at most 10 s of it), no
+/// redirects (an answer, not followed).
+pub struct OneShotClient {
+    client: Client,
+    /// Declared after the client, so that it is dropped last.
+    rt: std::sync::Arc<tokio::runtime::Runtime>,
+}
+
+/// An answer of a [`OneShotClient`], its body read whole (up to the limit asked for).
+#[derive(Debug)]
+pub struct OneShotAnswer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+impl OneShotClient {
+    /// A client with `options` and a `timeout` per request; `proxy: false` never uses one
+    /// (a server on this machine).
+    pub fn new(options: &HttpOptions, timeout: Duration, proxy: bool) -> Result<Self, String> {
+        let rt = runtime().map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+        let _inside = rt.enter();
+        let builder = options
+            .apply(Client::builder())?
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(DEFAULT_USER_AGENT);
+        let builder = if proxy { builder } else { builder.no_proxy() };
+        let client = builder.build().map_err(|e| {
+            format!(
+                "cannot build an HTTP client: {}",
+                crate::util::error::chain_text(&e)
+            )
+        })?;
+        Ok(Self { client, rt })
     }
-    if !options.verify {
-        builder = builder.danger_accept_invalid_certs(true);
+
+    /// A request to build (`GET url`).
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.client.get(url)
     }
-    if let Some(identity) = options.identity()? {
-        builder = builder.identity(identity);
+
+    /// A request to build (`POST url`).
+    pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        self.client.post(url)
     }
-    if let Some(proxy) = options.proxy()? {
-        builder = builder.proxy(proxy);
+
+    /// Sends `request` and reads at most `max_body` bytes of its body (the rest is dropped).
+    pub fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        max_body: usize,
+    ) -> Result<OneShotAnswer, reqwest::Error> {
+        self.rt.block_on(async move {
+            let mut response = request.send().await?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let mut body = Vec::new();
+            while body.len() < max_body {
+                match response.chunk().await? {
+                    Some(piece) => {
+                        let room = max_body - body.len();
+                        body.extend_from_slice(&piece[..piece.len().min(room)]);
+                    }
+                    None => break,
+                }
+            }
+            Ok(OneShotAnswer {
+                status,
+                headers,
+                body: body.into(),
+            })
+        })
     }
-    builder.build().map_err(|e| {
-        format!(
-            "cannot build an HTTP client: {}",
-            crate::util::error::chain_text(&e)
-        )
-    })
 }
 
 impl RemoteConfig {

@@ -1,7 +1,6 @@
 //! Network checks: reachability (`GET /health`) and whether the endpoint or LFS server accepts the
 //! credential that would be sent, with a short timeout and never prompting.
 
-use std::io::Read;
 use std::time::Instant;
 
 use super::*;
@@ -151,9 +150,9 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
     if let Some((t, _)) = &token {
         request = request.bearer_auth(t.expose());
     }
-    match request.send() {
+    match client.send(request, 0) {
         Ok(response) => {
-            let status = response.status().as_u16();
+            let status = response.status.as_u16();
             check.http_status = Some(status);
             // 404: the server looked the (made-up) oid up, so it accepted the request.
             check.verdict = credential_verdict(status, token.is_some(), true);
@@ -195,7 +194,7 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
         if let Some((user, password)) = auth {
             r = r.basic_auth(user, Some(password));
         }
-        r.send().map(|resp| resp.status().as_u16())
+        client.send(r, 0).map(|resp| resp.status.as_u16())
     };
     let mut result = send(None);
     if let Ok(401 | 403) = result {
@@ -249,9 +248,12 @@ pub(super) fn warn_if_unverified(git: &Git, url: &str, warnings: &mut Vec<String
 /// A client for probing `url` with git's HTTP settings for it (trusted CAs, certificate
 /// checks, client certificate, proxy), as the agent's own requests have them, and the probe's
 /// short timeout.
-pub(super) fn probe_client(git: &Git, url: &str) -> Result<reqwest::blocking::Client, String> {
+pub(super) fn probe_client(
+    git: &Git,
+    url: &str,
+) -> Result<crate::store::remote::OneShotClient, String> {
     let options = crate::lfs::http_settings::http_options(git, url);
-    crate::store::remote::blocking_client(&options, PROBE_TIMEOUT)
+    crate::store::remote::OneShotClient::new(&options, PROBE_TIMEOUT, true)
 }
 
 /// What a request error says, TLS certificate problems in the words that tell what to do.
@@ -294,16 +296,14 @@ pub(super) fn probe(git: &Git, url: &str) -> Reachability {
             return check;
         }
     };
-    match client.get(&bare).send() {
+    // /health is tiny; no more than 64 KiB of whatever answered is read.
+    match client.send(client.get(&bare), 64 << 10) {
         Ok(response) => {
             check.reachable = true;
-            let status = response.status();
+            let status = response.status;
             check.http_status = Some(status.as_u16());
             if status.is_success() {
-                let mut body = Vec::new();
-                // /health is tiny; read no more than 64 KiB of whatever answered.
-                let _ = response.take(64 << 10).read_to_end(&mut body);
-                if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) {
+                if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&response.body) {
                     if value.get("status").and_then(|s| s.as_str()) == Some("ok") {
                         check.git_xet_server = true;
                         check.server_version = value
