@@ -330,7 +330,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.storage = args
         .storage
         .clone()
-        .map(crate::store::s3::S3Config::from_env);
+        .map(|url| crate::store::s3::S3Config::from_vars(url, std::env::vars()));
     config.storage_urls = args.storage_urls;
     config.lock_owner = args.lock_owner.clone();
     config.listen = args.listen;

@@ -22,7 +22,8 @@
 //! memory map of its spooled file (xorbs are at most 64 MiB, so one PUT each, no multipart).
 //! Temporary files stay on the node's own disk (its data directory's `tmp/`).
 //!
-//! Settings come from the standard `AWS_*` environment, read by `object_store`'s builder:
+//! Settings are the standard `AWS_*` variables, which the command line reads from the
+//! environment ([`S3Config::from_vars`]); this module reads no environment itself:
 //! `AWS_ENDPOINT` (a self-hosted store; plain `http://` is allowed when the endpoint says
 //! so), `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, and
 //! path-style addressing unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
@@ -112,33 +113,41 @@ impl std::fmt::Display for StorageUrl {
     }
 }
 
-/// Where a store's bucket is and how to reach it: the URL, and settings that take the place
-/// of `AWS_*` environment variables of the same names (for a caller that must not change the
-/// process environment, such as tests running several servers in one process).
+/// Where a store's bucket is and how to reach it: the URL, and its `AWS_*` settings (by the
+/// names of the environment variables; the command line takes them from the environment,
+/// tests running several servers in one process give each its own).
 #[derive(Clone, PartialEq, Eq)]
 pub struct S3Config {
     pub url: StorageUrl,
-    /// `(AWS_… name, value)`, applied over the environment.
+    /// `(AWS_… name, value)`; a name given twice: the last value.
     pub settings: Vec<(String, String)>,
 }
 
 impl S3Config {
-    /// The bucket of `url`, reached with the `AWS_*` settings of the environment.
-    pub fn from_env(url: StorageUrl) -> Self {
-        Self {
-            url,
-            settings: Vec::new(),
-        }
+    /// The bucket of `url`, reached with the `AWS_*` settings among `vars` (the command line
+    /// passes the environment's): those `object_store` knows, as its own builder would take
+    /// them from the environment; any other variable is left out.
+    pub fn from_vars(url: StorageUrl, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        let settings = vars
+            .into_iter()
+            .filter(|(name, _)| {
+                name.starts_with("AWS_")
+                    && name
+                        .to_ascii_lowercase()
+                        .parse::<object_store::aws::AmazonS3ConfigKey>()
+                        .is_ok()
+            })
+            .collect();
+        Self { url, settings }
     }
 
-    /// The value of setting `name`: from [`Self::settings`], else the environment.
+    /// The value of setting `name`, the last one given.
     fn setting(&self, name: &str) -> Option<String> {
         self.settings
             .iter()
             .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var(name).ok())
     }
 }
 
@@ -218,7 +227,7 @@ fn stamp_of(meta: &ObjectMeta) -> ObjectStamp {
 }
 
 impl S3Backend {
-    /// Connects to the bucket of `url` with the `AWS_*` settings of the environment, keeping
+    /// Connects to the bucket of `url` with the `AWS_*` settings of `config`, keeping
     /// temporary files in `spool_dir`, whose disk keeps `min_free` bytes free (see [`Spool`]).
     /// Nothing is sent until the first request.
     pub fn open(config: &S3Config, spool_dir: &Path, min_free: u64) -> Result<Self, BackendError> {
@@ -229,7 +238,7 @@ impl S3Backend {
                 crate::redact::register_secret(&value);
             }
         }
-        let mut builder = AmazonS3Builder::from_env();
+        let mut builder = AmazonS3Builder::new();
         for (name, value) in &config.settings {
             let key = name
                 .to_ascii_lowercase()
