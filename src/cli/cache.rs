@@ -9,8 +9,11 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdResult;
-use crate::store::chunk_cache::{CHUNKS_SUBDIR, MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV};
-use crate::store::shard_cache::{CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, SHARDS_SUBDIR};
+use crate::lfs::settings::{
+    self, CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, CHUNK_CACHE_MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV,
+};
+use crate::store::chunk_cache::CHUNKS_SUBDIR;
+use crate::store::shard_cache::SHARDS_SUBDIR;
 use crate::store::{ChunkCache, ShardCache};
 use crate::util::size::format_size;
 
@@ -79,8 +82,9 @@ fn shards_line(n: u64, bytes: u64) -> String {
 }
 
 fn show(out: &mut impl Write) -> CmdResult {
-    let root = ShardCache::root_dir()?;
-    let limit = ShardCache::configured_max_bytes()?;
+    let config = settings::cache_config()?;
+    let root = config.root.clone();
+    let limit = config.shard_max_bytes;
     let from_env = std::env::var_os(CACHE_DIR_ENV).is_some_and(|v| !v.is_empty());
     writeln!(
         out,
@@ -124,7 +128,7 @@ fn show(out: &mut impl Write) -> CmdResult {
         entries += n;
         chunk_bytes += b;
     }
-    let chunk_limit = ChunkCache::configured_max_bytes()?;
+    let chunk_limit = config.chunk_max_bytes;
     writeln!(
         out,
         "download chunk cache: {} ({}): {entries} xorb ranges, {}",
@@ -149,10 +153,13 @@ fn dir_name(cache: &ShardCache) -> String {
 fn prune(args: &PruneArgs, out: &mut impl Write) -> CmdResult {
     let max = match args.max_size {
         Some(m) => m,
-        None => ShardCache::configured_max_bytes()
-            .map_err(|e| format!("{e}; fix {CACHE_MAX_SIZE_ENV} or pass --max-size"))?,
+        None => {
+            settings::cache_config()
+                .map_err(|e| format!("{e}; fix {CACHE_MAX_SIZE_ENV} or pass --max-size"))?
+                .shard_max_bytes
+        }
     };
-    let root = ShardCache::root_dir()?;
+    let root = settings::cache_root()?;
     let mut failed = false;
     let (mut removed, mut removed_bytes, mut kept, mut kept_bytes) = (0, 0, 0, 0);
     for cache in ShardCache::all_under(&root)? {
@@ -191,7 +198,7 @@ fn prune(args: &PruneArgs, out: &mut impl Write) -> CmdResult {
 }
 
 fn clear(out: &mut impl Write) -> CmdResult {
-    let root = ShardCache::root_dir()?;
+    let root = settings::cache_root()?;
     let mut failed = false;
     let (mut removed, mut removed_bytes) = (0, 0);
     for cache in ShardCache::all_under(&root)? {

@@ -18,6 +18,7 @@
 //! answer is asked for the exact URL it is sent to, so git's own matching decides. Every
 //! secret read here is registered with [`crate::redact`].
 
+use crate::store::{CacheConfig, CacheError};
 use crate::util::secret::Secret;
 use std::path::{Path, PathBuf};
 
@@ -774,6 +775,47 @@ pub fn refresh_authorization(
             credential_fill(git, href, true).map(|t| Secret::new(format!("Bearer {}", t.expose())))
         }
     }
+}
+
+/// Environment variable overriding the cache root.
+pub const CACHE_DIR_ENV: &str = "GIT_XET_CACHE_DIR";
+/// Environment variable with the shard cache's size limit per endpoint (e.g. `500M`, `2G`).
+pub const CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CACHE_MAX_SIZE";
+/// Environment variable with the download chunk cache's size limit per endpoint (`0` turns it
+/// off).
+pub const CHUNK_CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE";
+
+/// The cache root: [`CACHE_DIR_ENV`] if set and not empty, else the user's cache directory
+/// for git-xet.
+pub fn cache_root() -> Result<PathBuf, CacheError> {
+    match std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => CacheConfig::default_root(),
+    }
+}
+
+/// A size limit from the environment variable `name`, or `default` when it is unset or empty.
+fn size_from_env(name: &str, default: u64) -> Result<u64, CacheError> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => {
+            crate::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
+                value: v,
+                origin: name.into(),
+            })
+        }
+        _ => Ok(default),
+    }
+}
+
+/// Where the caches are and their limits: [`cache_root`], [`CACHE_MAX_SIZE_ENV`] and
+/// [`CHUNK_CACHE_MAX_SIZE_ENV`] over the defaults.
+pub fn cache_config() -> Result<CacheConfig, CacheError> {
+    let defaults = CacheConfig::under(cache_root()?);
+    Ok(CacheConfig {
+        shard_max_bytes: size_from_env(CACHE_MAX_SIZE_ENV, defaults.shard_max_bytes)?,
+        chunk_max_bytes: size_from_env(CHUNK_CACHE_MAX_SIZE_ENV, defaults.chunk_max_bytes)?,
+        ..defaults
+    })
 }
 
 /// The retry horizon from [`RETRY_SECS_ENV`] (seconds, or a duration such as `2m`), if set.

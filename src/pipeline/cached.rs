@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use crate::format::shard::{ParsedShard, Shard};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use crate::store::{CacheError, ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
 use crate::store::{CasTarget, Endpoint, TargetError, XorbSource};
+use crate::store::{ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -68,14 +68,14 @@ impl<T: CasTarget> Cached<T> {
         self
     }
 
-    /// Wraps an endpoint with the cache of [`Endpoint::describe`] (see
+    /// Wraps an endpoint with the shard cache of [`Endpoint::describe`] under `config` (see
     /// [`ShardCache::for_endpoint`]).
-    pub fn for_endpoint(inner: T) -> Result<Self, CacheError>
+    pub fn for_endpoint(config: &crate::store::CacheConfig, inner: T) -> Self
     where
         T: Endpoint,
     {
-        let cache = ShardCache::for_endpoint(&inner.describe())?;
-        Ok(Self::new(inner, cache))
+        let cache = ShardCache::for_endpoint(config, &inner.describe());
+        Self::new(inner, cache)
     }
 
     pub fn inner(&self) -> &T {

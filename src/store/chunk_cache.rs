@@ -37,15 +37,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
 use crate::format::XorbHash;
-use crate::store::shard_cache::{CacheError, ShardCache};
+use crate::store::shard_cache::{CacheConfig, ShardCache};
 use crate::store::target::TargetError;
 use crate::store::FetchRange;
-use crate::util::size::parse_size;
 
 /// The cache's part of the cache root.
 pub const CHUNKS_SUBDIR: &str = "chunks";
-/// Environment variable with the cache's size limit per endpoint (`0` turns it off).
-pub const MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE";
 /// The default limit per endpoint: enough for the shared chunks of a few versions of a large
 /// model, small next to the `.git/lfs/objects` copies of them.
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
@@ -83,17 +80,17 @@ enum Piece {
 }
 
 impl ChunkCache {
-    /// The cache of `endpoint` (a CAS URL) under the cache root, with the configured limit;
+    /// The cache of `endpoint` (a CAS URL) under the root of `config`, with its chunk limit;
     /// `None` when the limit is 0 (turned off). Creates nothing until an entry is stored.
-    pub fn for_endpoint(endpoint: &str) -> Result<Option<ChunkCache>, CacheError> {
-        let max_bytes = Self::configured_max_bytes()?;
-        if max_bytes == 0 {
-            return Ok(None);
+    pub fn for_endpoint(config: &CacheConfig, endpoint: &str) -> Option<ChunkCache> {
+        if config.chunk_max_bytes == 0 {
+            return None;
         }
-        let dir = ShardCache::root_dir()?
+        let dir = config
+            .root
             .join(CHUNKS_SUBDIR)
             .join(ShardCache::endpoint_key(endpoint));
-        Ok(Some(ChunkCache::open(&dir).with_max_bytes(max_bytes)))
+        Some(ChunkCache::open(&dir).with_max_bytes(config.chunk_max_bytes))
     }
 
     /// The cache in `dir`, limited to [`DEFAULT_MAX_BYTES`].
@@ -377,18 +374,6 @@ impl ChunkCache {
                 tracing::info!(xorb = %x, "dropping the chunk cache's entries of xorb");
                 let _ = fs::remove_dir_all(&dir);
             }
-        }
-    }
-
-    /// The configured limit per endpoint: `GIT_XET_CHUNK_CACHE_MAX_SIZE`, else
-    /// [`DEFAULT_MAX_BYTES`] (0: turned off).
-    pub fn configured_max_bytes() -> Result<u64, CacheError> {
-        match std::env::var(MAX_SIZE_ENV) {
-            Ok(v) if !v.trim().is_empty() => parse_size(&v).ok_or(CacheError::InvalidSize {
-                value: v,
-                origin: MAX_SIZE_ENV.into(),
-            }),
-            _ => Ok(DEFAULT_MAX_BYTES),
         }
     }
 

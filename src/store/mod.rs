@@ -39,7 +39,7 @@ pub use gc::{GcOptions, GcReport};
 pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
 pub use remote::{HttpOptions, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
-pub use shard_cache::{CacheError, CacheStats, PruneReport, ShardCache};
+pub use shard_cache::{CacheConfig, CacheError, CacheStats, PruneReport, ShardCache};
 pub use target::{CasTarget, Endpoint, ReadOnce, TargetError, XorbSource};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.

@@ -8,7 +8,7 @@ use std::time::Duration;
 const MAX_SECS: f64 = 1e9;
 
 /// Parses a duration (see the module documentation); `None` for anything else, negative or
-/// not finite numbers, and durations over [`MAX_SECS`].
+/// not finite numbers, and durations over about 31 years.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     if s.is_empty() {

@@ -641,7 +641,7 @@ pub(super) fn url_standalone_agents(git: &Git) -> Vec<(String, String)> {
 /// The local cache directory, as the shard cache computes it (`GIT_XET_CACHE_DIR`, else the
 /// platform's cache directory for git-xet).
 pub(crate) fn cache_dir() -> Option<PathBuf> {
-    crate::store::ShardCache::root_dir().ok()
+    settings::cache_root().ok()
 }
 
 /// Whether `dir` exists, and the total size and number of the files under it (symbolic links

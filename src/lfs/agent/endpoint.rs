@@ -44,8 +44,8 @@ pub(super) const SHARED_RECHECK: Duration = Duration::from_secs(1);
 /// The local shard cache of `endpoint`, or `None` (with a warning) if it cannot be used:
 /// transfers work without it, they only deduplicate less.
 pub(super) fn shard_cache(endpoint: &str) -> Option<ShardCache> {
-    match ShardCache::for_endpoint(endpoint) {
-        Ok(c) => Some(c),
+    match settings::cache_config() {
+        Ok(config) => Some(ShardCache::for_endpoint(&config, endpoint)),
         Err(e) => {
             tracing::warn!("the local shard cache is not available ({e}); continuing without it");
             None
@@ -56,8 +56,8 @@ pub(super) fn shard_cache(endpoint: &str) -> Option<ShardCache> {
 /// `remote` behind the local shard cache and the download chunk cache of its URL, as far as
 /// they can be used.
 pub(super) fn with_cache(remote: RemoteCas) -> Arc<dyn Endpoint> {
-    let chunks = match ChunkCache::for_endpoint(remote.cas_url()) {
-        Ok(c) => c,
+    let chunks = match settings::cache_config() {
+        Ok(config) => ChunkCache::for_endpoint(&config, remote.cas_url()),
         Err(e) => {
             tracing::warn!(
                 "the download chunk cache is not available ({e}); continuing without it"

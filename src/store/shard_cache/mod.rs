@@ -37,7 +37,7 @@
 //! # Size
 //!
 //! Each endpoint directory is limited to [`ShardCache::max_bytes`] (default
-//! [`DEFAULT_MAX_BYTES`], 1 GiB; `$GIT_XET_CACHE_MAX_SIZE` for [`ShardCache::for_endpoint`]).
+//! [`DEFAULT_MAX_BYTES`], 1 GiB; [`CacheConfig::shard_max_bytes`], which the agent takes from `$GIT_XET_CACHE_MAX_SIZE`).
 //! A hit or an insert sets the file's modification time to now; when an insert takes the
 //! directory over the limit, the least recently used shards are deleted until it is at 90% of it.
 //! Pruning tolerates files that other processes delete or add under it.
@@ -69,10 +69,6 @@ use sha2::Digest as _;
 use crate::format::shard::ShardError;
 use crate::format::ShardHash;
 
-/// Environment variable overriding the cache root.
-pub const CACHE_DIR_ENV: &str = "GIT_XET_CACHE_DIR";
-/// Environment variable setting the size limit of each endpoint directory (e.g. `500M`, `2G`).
-pub const CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CACHE_MAX_SIZE";
 /// The default size limit of each endpoint directory: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// How long after its key expired a keyed shard is deleted (xet-core's
@@ -92,7 +88,9 @@ const LOADED_MAX_CHUNKS: usize = 1 << 20;
 /// A failed cache operation. Every variant names the file or directory involved.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("cannot find a cache directory for git-xet (no home directory); set {CACHE_DIR_ENV}")]
+    #[error(
+        "cannot find a cache directory for git-xet (no home directory); set GIT_XET_CACHE_DIR"
+    )]
     NoCacheDir,
     #[error("{action} {}: {source}", path.display())]
     Io {
@@ -172,6 +170,37 @@ struct Entry {
     mtime: SystemTime,
 }
 
+/// Where the client's caches live and how large each may grow, per endpoint. The agent's
+/// settings make it from the environment (`lfs::settings::cache_config`); this layer reads
+/// none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// The cache root: `shards/` and `chunks/` are under it.
+    pub root: PathBuf,
+    /// The shard cache limit per endpoint.
+    pub shard_max_bytes: u64,
+    /// The download chunk cache limit per endpoint; 0 turns it off.
+    pub chunk_max_bytes: u64,
+}
+
+impl CacheConfig {
+    /// The default limits under `root`.
+    pub fn under(root: PathBuf) -> Self {
+        Self {
+            root,
+            shard_max_bytes: DEFAULT_MAX_BYTES,
+            chunk_max_bytes: crate::store::chunk_cache::DEFAULT_MAX_BYTES,
+        }
+    }
+
+    /// The user's cache directory for git-xet.
+    pub fn default_root() -> Result<PathBuf, CacheError> {
+        directories::ProjectDirs::from("", "", "git-xet")
+            .map(|d| d.cache_dir().to_path_buf())
+            .ok_or(CacheError::NoCacheDir)
+    }
+}
+
 /// The shard cache of one endpoint. See the module documentation.
 #[derive(Debug)]
 pub struct ShardCache {
@@ -181,36 +210,11 @@ pub struct ShardCache {
 }
 
 impl ShardCache {
-    /// The cache root: `$GIT_XET_CACHE_DIR` if set and not empty, else the user's cache
-    /// directory for git-xet.
-    pub fn root_dir() -> Result<PathBuf, CacheError> {
-        if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-            return Ok(PathBuf::from(dir));
-        }
-        directories::ProjectDirs::from("", "", "git-xet")
-            .map(|d| d.cache_dir().to_path_buf())
-            .ok_or(CacheError::NoCacheDir)
-    }
-
-    /// The size limit from `$GIT_XET_CACHE_MAX_SIZE` (see [`crate::util::size::parse_size`]), or
-    /// [`DEFAULT_MAX_BYTES`] when it is unset or empty.
-    pub fn configured_max_bytes() -> Result<u64, CacheError> {
-        match std::env::var(CACHE_MAX_SIZE_ENV) {
-            Ok(v) if !v.trim().is_empty() => {
-                crate::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
-                    value: v,
-                    origin: CACHE_MAX_SIZE_ENV.into(),
-                })
-            }
-            _ => Ok(DEFAULT_MAX_BYTES),
-        }
-    }
-
-    /// The cache of `endpoint` (a CAS URL or a local store directory) under [`Self::root_dir`],
-    /// limited to [`Self::configured_max_bytes`]. A local directory that exists is made
-    /// absolute first, so that every spelling of it shares one cache. Creates nothing until a
-    /// shard is inserted.
-    pub fn for_endpoint(endpoint: &str) -> Result<ShardCache, CacheError> {
+    /// The cache of `endpoint` (a CAS URL or a local store directory) under the root of
+    /// `config`, limited to its shard limit. A local directory that exists is made absolute
+    /// first, so that every spelling of it shares one cache. Creates nothing until a shard is
+    /// inserted.
+    pub fn for_endpoint(config: &CacheConfig, endpoint: &str) -> ShardCache {
         let normalized = if endpoint.contains("://") {
             endpoint.to_string()
         } else {
@@ -218,10 +222,11 @@ impl ShardCache {
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| endpoint.to_string())
         };
-        let dir = Self::root_dir()?
+        let dir = config
+            .root
             .join(SHARDS_SUBDIR)
             .join(Self::endpoint_key(&normalized));
-        Ok(Self::open(&dir).with_max_bytes(Self::configured_max_bytes()?))
+        Self::open(&dir).with_max_bytes(config.shard_max_bytes)
     }
 
     /// The cache in `dir` (created on the first insert), limited to [`DEFAULT_MAX_BYTES`].
@@ -239,7 +244,7 @@ impl ShardCache {
         self
     }
 
-    /// The caches of every endpoint under `root` (a cache root, see [`Self::root_dir`]), sorted
+    /// The caches of every endpoint under `root` (a cache root, [`CacheConfig::root`]), sorted
     /// by directory name; none if `root/shards` does not exist.
     pub fn all_under(root: &Path) -> Result<Vec<ShardCache>, CacheError> {
         let shards = root.join(SHARDS_SUBDIR);
