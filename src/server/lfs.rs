@@ -111,6 +111,27 @@ fn split_path(path: &str) -> Option<(Repo, &str)> {
     Some((repo, &path[at + "/info/lfs/".len()..]))
 }
 
+/// The route template of an LFS request path, for metrics: one of a fixed set whatever the
+/// repository, the oid or the lock id (`/{*path}` for paths that are no LFS route).
+pub fn route_template(path: &str) -> &'static str {
+    let Some((_, rest)) = split_path(path) else {
+        return "/{*path}";
+    };
+    match rest {
+        "objects/batch" => "/{repo}/info/lfs/objects/batch",
+        "xet-token/read" => "/{repo}/info/lfs/xet-token/read",
+        "xet-token/write" => "/{repo}/info/lfs/xet-token/write",
+        "verify" => "/{repo}/info/lfs/verify",
+        "locks" => "/{repo}/info/lfs/locks",
+        "locks/verify" => "/{repo}/info/lfs/locks/verify",
+        r if r.starts_with("locks/") && r.ends_with("/unlock") => {
+            "/{repo}/info/lfs/locks/{id}/unlock"
+        }
+        r if r.starts_with("objects/") && !r.contains("/batch") => "/{repo}/info/lfs/objects/{oid}",
+        _ => "/{*path}",
+    }
+}
+
 async fn dispatch(
     State(state): State<SharedState>,
     method: Method,
@@ -282,6 +303,32 @@ pub fn lfs_json(status: StatusCode, value: &impl serde::Serialize) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_see_a_few_lfs_routes_whatever_the_repository_or_object() {
+        assert_eq!(
+            route_template("/team/m.git/info/lfs/objects/batch"),
+            "/{repo}/info/lfs/objects/batch"
+        );
+        assert_eq!(
+            route_template(&format!("/a/b/c/info/lfs/objects/{}", "ab".repeat(32))),
+            "/{repo}/info/lfs/objects/{oid}"
+        );
+        assert_eq!(
+            route_template("/m/info/lfs/locks/17/unlock"),
+            "/{repo}/info/lfs/locks/{id}/unlock"
+        );
+        assert_eq!(
+            route_template("/m/info/lfs/locks/verify"),
+            "/{repo}/info/lfs/locks/verify"
+        );
+        assert_eq!(
+            route_template("/m/info/lfs/xet-token/write"),
+            "/{repo}/info/lfs/xet-token/write"
+        );
+        assert_eq!(route_template("/nothing/here"), "/{*path}");
+        assert_eq!(route_template("/m/info/lfs/elsewhere"), "/{*path}");
+    }
 
     #[test]
     fn repository_paths() {

@@ -3,7 +3,7 @@
 //!
 //! | metric | labels | what |
 //! |---|---|---|
-//! | `gitxet_http_requests_total` | `route`, `method`, `status` | requests answered; `route` is the matched route template (`unmatched` for none) |
+//! | `gitxet_http_requests_total` | `route`, `method`, `status` | requests answered; `route` is the matched route template (`unmatched` for none; LFS requests by their LFS route, e.g. `/{repo}/info/lfs/objects/batch`) |
 //! | `gitxet_http_request_duration_seconds` | `route` | time to the response head (bodies stream after it) |
 //! | `gitxet_received_xorb_bytes_total` | | xorb upload bodies, new or not |
 //! | `gitxet_received_object_bytes_total` | | basic-transfer upload bodies |
@@ -168,11 +168,17 @@ impl Metrics {
 /// Counts every request by its matched route (added with `Router::layer`, so the route is
 /// known).
 pub async fn count(State(state): State<SharedState>, request: Request, next: Next) -> Response {
-    let route = request
+    let route = match request
         .extensions()
         .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str())
-        .to_string();
+        .map(|p| p.as_str())
+    {
+        // The LFS API is one wildcard route: labelled by what it dispatches to.
+        Some("/{*path}") => super::lfs::route_template(request.uri().path()),
+        Some(p) => p,
+        None => "unmatched",
+    }
+    .to_string();
     // Methods a client makes up would each add a series: they count as "other".
     let method = match request.method().as_str() {
         m @ ("GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS") => m,

@@ -139,6 +139,16 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
         .request(brew, format!("{}/health", server.url()))
         .send();
     assert_eq!(odd.unwrap().status(), 405);
+    // Two unauthenticated batch requests under two repositories.
+    for repo in ["team-a/models.git", "team-b/data"] {
+        let batch = http
+            .post(format!("{}/{repo}/info/lfs/objects/batch", server.url()))
+            .header("Accept", "application/vnd.git-lfs+json")
+            .body(r#"{"operation":"download","objects":[]}"#)
+            .send()
+            .unwrap();
+        assert_eq!(batch.status(), 401);
+    }
 
     // The same 3 MiB file twice: stored once, registered once.
     let cas = RemoteCas::new(RemoteConfig::new(
@@ -166,11 +176,19 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
         get(r#"gitxet_http_requests_total{route="/health",method="GET",status="200"}"#),
         2.0
     );
-    // Repository paths are one wildcard route (the LFS API under any <repo>).
+    // Paths that are no route are one label, whatever they are.
     assert_eq!(
         get(r#"gitxet_http_requests_total{route="/{*path}",method="GET",status="404"}"#),
         1.0
     );
+    // LFS requests under any repository are labelled by their LFS route.
+    assert_eq!(
+        get(
+            r#"gitxet_http_requests_total{route="/{repo}/info/lfs/objects/batch",method="POST",status="401"}"#
+        ),
+        2.0
+    );
+    assert!(!text.contains("team-a"), "no repository in a label");
     assert_eq!(
         get(r#"gitxet_http_requests_total{route="/health",method="other",status="405"}"#),
         1.0
