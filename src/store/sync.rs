@@ -23,6 +23,12 @@ use super::cas::{now_unix, Store, StoreError};
 use crate::format::shard::ParsedShard;
 use crate::format::{FileHash, ShardHash};
 
+/// Shards registered from storage at once: each waits on a few reads of the bucket (the
+/// shard, the footers of the xorbs it names), so one at a time managed about 11 a second.
+/// Each holds its shard in memory while it is checked: at most 16 × 64 MiB in the worst case
+/// (shards of pushes are usually kilobytes).
+pub const REGISTER_CONCURRENCY: usize = 16;
+
 /// Where a node is in the shard log.
 #[derive(Debug, Default)]
 pub struct SyncState {
@@ -127,7 +133,8 @@ impl Store {
         state: &mut SyncState,
         shards: Vec<(ShardHash, Option<String>)>,
     ) -> Result<CatchUp, StoreError> {
-        let mut outcome = CatchUp::default();
+        // What is left to do, decided from the index (fast, local reads).
+        let mut todo = Vec::new();
         for (shard, repo) in shards {
             if state.refused.contains(&shard) {
                 continue;
@@ -137,10 +144,16 @@ impl Store {
                 Some(r) => state.access.contains(&(shard, r.clone())),
                 None => true,
             };
-            if known && granted {
-                continue;
+            if !(known && granted) {
+                todo.push((shard, repo, known));
             }
-            match self.register_stored_shard(shard, known, repo.as_deref())? {
+        }
+        // Each registration waits on the bucket (the shard, its xorbs' footers): several run
+        // at once, [`REGISTER_CONCURRENCY`] at most.
+        let results = self.register_stored_shards(&todo);
+        let mut outcome = CatchUp::default();
+        for ((shard, repo, known), result) in todo.into_iter().zip(results) {
+            match result? {
                 Stored::Registered => outcome.registered += usize::from(!known),
                 Stored::Gone => {}
                 Stored::Refused(why) => {
@@ -160,6 +173,39 @@ impl Store {
             );
         }
         Ok(outcome)
+    }
+
+    /// [`Self::register_stored_shard`] for each of `todo`, on up to [`REGISTER_CONCURRENCY`]
+    /// threads; the results in the order of `todo`.
+    fn register_stored_shards(
+        &self,
+        todo: &[(ShardHash, Option<String>, bool)],
+    ) -> Vec<Result<Stored, StoreError>> {
+        let register = |(shard, repo, known): &(ShardHash, Option<String>, bool)| {
+            self.register_stored_shard(*shard, *known, repo.as_deref())
+        };
+        let threads = REGISTER_CONCURRENCY.min(todo.len());
+        if threads <= 1 {
+            return todo.iter().map(register).collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut results: Vec<Option<Result<Stored, StoreError>>> =
+            (0..todo.len()).map(|_| None).collect();
+        let done = std::sync::Mutex::new(&mut results);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(item) = todo.get(i) else { break };
+                    let result = register(item);
+                    done.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Ok(Stored::Gone)))
+            .collect()
     }
 
     /// Registers a shard found in storage (unless `known`), checked against the stored xorbs as
