@@ -9,7 +9,8 @@
 #   GIT_XET_HF_PYTHON    a Python with `hf_xet` (default: .venv/bin/python, then /tmp/hfvenv)
 #   GARAGE               the Garage binary (default: on PATH, then ~/.cargo/bin/garage)
 #   GIT_XET_BENCH_SETUPS the setups to run after `directory` (default: garage-1 garage-2
-#                        garage-urls)
+#                        garage-urls small-files)
+#   GIT_XET_BENCH_SMALL  the number of files of the small-files setup (default 1000)
 #
 # The client is the reference client (hf_xet): two files of mixed data (see bench/lib.sh) are
 # uploaded at once, each by its own Python process with a fresh cache, then downloaded at once
@@ -23,6 +24,10 @@
 #               so downloads read from Garage directly instead of through the node
 # Then, on the directory and on garage-1, plain git-lfs's basic transfer of the second file: a
 # PUT through the node, then a GET, which the node rebuilds from the stored xorbs.
+#   small-files N files of 1-100 KiB pushed with git through git-xet's agent (standalone mode)
+#               to a directory node, and to node A of two nodes on a fresh bucket; then a fresh
+#               clone's `git lfs fetch` from the directory node, and through node B (which must
+#               catch up with A's shards: one per file)
 # Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
@@ -31,7 +36,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 size_mib="${1:-256}"
 # The setups to run besides `directory` (always first: the others are compared with it).
-setups="${GIT_XET_BENCH_SETUPS:-garage-1 garage-2 garage-urls}"
+setups="${GIT_XET_BENCH_SETUPS:-garage-1 garage-2 garage-urls small-files}"
 
 # shellcheck source=bench/lib.sh
 source "$root/bench/lib.sh"
@@ -83,7 +88,7 @@ export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
 AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
 AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
 export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-for bucket in one two three; do
+for bucket in one two three four; do
     gcli bucket create "$bucket" >/dev/null
     gcli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
 done
@@ -196,6 +201,57 @@ if wanted garage-urls; then
     run_setup garage-urls "$server_url" "$server_url" "$server_url" "$server_url"
 fi
 
+small_results=()
+# run_small NAME PUSH_URL FETCH_URL: N small files pushed with git to PUSH_URL (standalone mode),
+# then a fresh clone's `git lfs fetch` from FETCH_URL; "name push fetch" in small_results.
+run_small() {
+    local name=$1 t0 t1 t2
+    (
+        use_home "$work/$name-home"
+        export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
+        git xet install --global --endpoint "$2" >/dev/null
+        git init -q --bare "$work/$name-remote.git"
+        git init -q "$work/$name-work"
+        cd "$work/$name-work"
+        git lfs track '*.bin' >/dev/null
+        cp "$work"/small/*.bin .
+        git add . && git commit -q -m files
+        git remote add origin "../$name-remote.git"
+        sync
+        t0=$(now)
+        git push -q origin main >/dev/null 2>&1 || { echo "bench: $name: push failed" >&2; exit 1; }
+        t1=$(now)
+        cd "$work"
+        GIT_LFS_SKIP_SMUDGE=1 git clone -q "$name-remote.git" "$name-clone"
+        cd "$name-clone"
+        t1b=$(now)
+        GIT_XET_ENDPOINT="$3" git lfs fetch >/dev/null 2>&1 \
+            || { echo "bench: $name: fetch failed" >&2; exit 1; }
+        t2=$(now)
+        local got
+        got=$(find .git/lfs/objects -type f | wc -l)
+        [[ "$got" == "$small_n" ]] || { echo "bench: $name fetched $got of $small_n" >&2; exit 1; }
+        echo "$name $(echo "$t1 - $t0" | bc -l) $(echo "$t2 - $t1b" | bc -l)" > "$work/$name.small"
+    ) || exit 1
+    small_results+=("$(cat "$work/$name.small")")
+    printf 'bench: %-12s push %6.2f s  fetch %6.2f s\n' $(cat "$work/$name.small") >&2
+}
+if wanted small-files; then
+    use_recent_git_lfs
+    small_n="${GIT_XET_BENCH_SMALL:-1000}"
+    mkdir -p "$work/small"
+    for i in $(seq 1 "$small_n"); do
+        head -c $(( (i * 99 / small_n + 1) * 1024 )) /dev/urandom > "$work/small/f$i.bin"
+    done
+    start_server small-dir
+    run_small small-dir "$server_url" "$server_url"
+    start_server small-a --storage s3://four
+    url_a="$server_url"
+    start_server small-b --storage s3://four
+    url_b="$server_url"
+    run_small small-garage "$url_a" "$url_b"
+fi
+
 echo
 echo "two files of $size_mib MiB each ($size bytes together), hf_xet $("$python" -c 'import importlib.metadata as m; print(m.version("hf-xet"))'), uploaded at once, then downloaded at once"
 printf '%-12s %10s %12s %10s %12s %14s %16s\n' setup "ingest s" "ingest MB/s" "down s" "down MB/s" "ingest vs dir" "download vs dir"
@@ -218,3 +274,15 @@ for r in "${basic_results[@]}"; do
         "$(echo "$one / $put / 1000000" | bc -l)" "$get" "$(echo "$one / $get / 1000000" | bc -l)" \
         "$(echo "$dir_get / $get" | bc -l)"
 done
+if [[ ${#small_results[@]} -gt 0 ]]; then
+    echo
+    echo "$small_n files of 1-100 KiB, $lfs_version: git push through the agent (standalone mode), then a fresh clone's git lfs fetch"
+    printf '%-14s %10s %10s %14s %16s\n' setup "push s" "fetch s" "push vs dir" "fetch vs dir"
+    read -r _ dp df <<<"${small_results[0]}"
+    for r in "${small_results[@]}"; do
+        read -r name p f <<<"$r"
+        printf '%-14s %10.2f %10.2f %13.2fx %15.2fx\n' "$name" "$p" "$f" \
+            "$(echo "$dp / $p" | bc -l)" "$(echo "$df / $f" | bc -l)"
+    done
+    echo "(small-garage: pushed through node A, fetched through node B; ratios above 1: faster than the directory node)"
+fi
