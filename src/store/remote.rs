@@ -1134,9 +1134,16 @@ impl RemoteCas {
     /// `GET /v1/lfs-files/{oid}`: the file registered for `oid`, its size, and whether the
     /// server holds it intact (servers that do not say are taken at their word).
     /// With `with_plan`, asks for the reconstruction of a small file along, and keeps it for
-    /// the [`Endpoint::reconstruction`] that follows (see [`Self::take_plan`]).
+    /// the [`Endpoint::reconstruction`] that follows (see [`Self::take_plan`]). Without
+    /// `with_plan` (an upload's question) the server answers from its index as it is
+    /// (`fresh=index`): on shared storage a miss would otherwise list what the other nodes
+    /// registered, once per new file, and a miss here only costs an upload.
     fn lookup_oid(&self, oid: &LfsOid, with_plan: bool) -> Result<Option<FoundOid>, TargetError> {
-        let query = if with_plan { "?reconstruction=v2" } else { "" };
+        let query = if with_plan {
+            "?reconstruction=v2"
+        } else {
+            "?fresh=index"
+        };
         let req = self.cas_request(
             Method::GET,
             &format!("/v1/lfs-files/{oid}{query}"),

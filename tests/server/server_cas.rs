@@ -1185,8 +1185,33 @@ fn lfs_oids_find_their_xet_files() {
         assert_eq!(v["file_hash"], f.xet_hash.as_str());
         assert_eq!(v["size"], f.size);
         assert_eq!(v["oid"], f.sha256.as_str());
+        // An uploader's question (the index as it is) gets the same answer.
+        let fresh = format!("{}?fresh=index", url(&f.sha256));
+        let r = auth(http().get(fresh), READ_TOKEN).send().unwrap();
+        assert_eq!(r.status(), 200, "{}", f.name);
+        assert_eq!(r.json::<Value>().unwrap()["file_hash"], f.xet_hash.as_str());
     }
     let unknown = "ab".repeat(32);
+    refused(
+        auth(
+            http().get(format!("{}?fresh=index", url(&unknown))),
+            READ_TOKEN,
+        )
+        .send()
+        .unwrap(),
+        404,
+        "oid_not_found",
+    );
+    refused(
+        auth(
+            http().get(format!("{}?fresh=later", url(&unknown))),
+            READ_TOKEN,
+        )
+        .send()
+        .unwrap(),
+        400,
+        "invalid_query",
+    );
     refused(
         auth(http().get(url(&unknown)), READ_TOKEN).send().unwrap(),
         404,

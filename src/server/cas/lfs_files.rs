@@ -26,10 +26,14 @@ use super::reconstruction::{inline_v2, small_plan};
 use crate::format::LfsOid;
 use crate::store::wire::LfsFile;
 
-/// The query of the route: `reconstruction=v2` asks for the plan of a small file along.
+/// The query of the route: `reconstruction=v2` asks for the plan of a small file along;
+/// `fresh=index` answers from this node's index as it is, without first listing what other
+/// nodes registered when the oid is not there (uploads ask so: a miss only costs an upload,
+/// where a listing of the bucket per new file cost each push of many files dearly).
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct LookupQuery {
     reconstruction: Option<String>,
+    fresh: Option<String>,
 }
 
 pub async fn get(
@@ -59,9 +63,18 @@ pub async fn get(
             ))
         }
     };
+    let fresh = match query.fresh.as_deref() {
+        None => crate::store::cas::Freshness::CatchUpOnMiss,
+        Some("index") => crate::store::cas::Freshness::IndexOnly,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                ErrorCode::InvalidQuery,
+                format!("fresh={other:?}: only fresh=index is known"),
+            ))
+        }
+    };
     let st = state.clone();
     let found = blocking(move || {
-        let fresh = crate::store::cas::Freshness::CatchUpOnMiss;
         let Some(found) = st.store.oid_file(&oid, limited_to.as_deref(), fresh)? else {
             return Ok(None);
         };
