@@ -34,6 +34,17 @@ fn committed_work_tree(env: &GitEnv, url: &str, token: &str) -> std::path::PathB
     work
 }
 
+/// `git xet install --local --endpoint STORE` in `repo`; must succeed.
+fn install_local_endpoint(env: &GitEnv, repo: &Path, store: &Path) {
+    let store = store.to_str().unwrap();
+    let out = env.run_in(
+        repo,
+        "git",
+        &["xet", "install", "--local", "--endpoint", store],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+}
+
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retries() {
@@ -125,18 +136,7 @@ fn a_standalone_repository_clones_in_one_command() {
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "work"]);
     let work = env.path().join("work");
-    let out = env.run_in(
-        &work,
-        "git",
-        &[
-            "xet",
-            "install",
-            "--local",
-            "--endpoint",
-            store.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    install_local_endpoint(&env, &work, &store);
     env.git(&work, &["lfs", "track", "*.bin"]);
     env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let model = common::splitmix64(31, 3 << 20);
@@ -150,18 +150,7 @@ fn a_standalone_repository_clones_in_one_command() {
     assert_ne!(plain.status, Some(0), "{}", plain.all());
     // Repaired in place as `git xet clone --help` and the guide say.
     let broken = env.path().join("plain");
-    let out = env.run_in(
-        &broken,
-        "git",
-        &[
-            "xet",
-            "install",
-            "--local",
-            "--endpoint",
-            store.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    install_local_endpoint(&env, &broken, &store);
     env.git(&broken, &["restore", "--source=HEAD", ":/"]);
     assert!(std::fs::read(broken.join("model.bin")).unwrap() == model);
 
