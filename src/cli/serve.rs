@@ -61,7 +61,7 @@ reserve.\n\n\
 Storage: every stored xorb is verified whole once, and again whenever its file changed on disk; \
 damaged ones are quarantined under DIR/quarantine and repaired by the next upload of the same \
 data. The server removes xorbs no file uses (interrupted pushes) every --gc-interval once older \
-than --gc-grace, and verifies the whole store every --scrub-interval if set; while it runs, `git \
+than --gc-grace (with --storage only if --gc-interval is given: give it to one node), and verifies the whole store every --scrub-interval if set; while it runs, `git \
 xet gc` and `git xet scrub` cannot open DIR.\n\n\
 Logs go to stderr (RUST_LOG sets the level, default info). SIGINT or SIGTERM stops accepting \
 connections, lets the requests in flight finish for at most --shutdown-timeout seconds, then \
@@ -153,10 +153,18 @@ pub struct StoreArgs {
 /// The shortest `--gc-grace`: an upload in flight must have time to register its shard.
 const MIN_GC_GRACE: Duration = Duration::from_secs(600);
 
-/// The store options and maintenance schedule: the defaults, with what was given.
-fn store_settings(args: &StoreArgs) -> Result<(crate::store::StoreOptions, Maintenance), String> {
+/// The store options and maintenance schedule: the defaults, with what was given. On shared
+/// object storage (`shared`) scheduled garbage collection is off unless `--gc-interval` is
+/// given: one node in a cluster should run it, and a default cannot know which.
+fn store_settings(
+    args: &StoreArgs,
+    shared: bool,
+) -> Result<(crate::store::StoreOptions, Maintenance), String> {
     let mut m = Maintenance::default();
     let every = |d: Duration| (!d.is_zero()).then_some(d);
+    if shared {
+        m.gc_interval = None;
+    }
     if let Some(d) = args.gc_interval {
         m.gc_interval = every(d);
     }
@@ -339,7 +347,13 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.max_lifetime = args.max_lifetime;
     config.idle_exit = args.idle_exit;
     config.limits = limits(&args.limits)?;
-    (config.store, config.maintenance) = store_settings(&args.store)?;
+    (config.store, config.maintenance) = store_settings(&args.store, args.storage.is_some())?;
+    if args.storage.is_some() && args.store.gc_interval.is_none() {
+        tracing::info!(
+            "scheduled garbage collection is off on object storage: give --gc-interval to one \
+             node of the cluster"
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -403,7 +417,7 @@ mod tests {
             let mut all = vec!["serve", "--data", "/tmp/x"];
             all.extend_from_slice(args);
             let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
-            store_settings(&cli.serve.store)
+            store_settings(&cli.serve.store, false)
         };
         let (options, m) = settings(&[]).unwrap();
         assert_eq!(options.min_free_bytes, 0);
@@ -425,6 +439,18 @@ mod tests {
         assert_eq!(m.gc_interval, None);
         assert_eq!(m.gc_grace, Duration::from_secs(7200));
         assert_eq!(m.scrub_interval, Some(Duration::from_secs(7 * 86400)));
+        // On object storage: off unless asked for, since one node of a cluster should run it.
+        let shared = |args: &[&str]| {
+            let mut all = vec!["serve", "--data", "/tmp/x", "--storage", "s3://bucket/p"];
+            all.extend_from_slice(args);
+            let cli = Cli::try_parse_from(all).unwrap();
+            store_settings(&cli.serve.store, true).unwrap().1
+        };
+        assert_eq!(shared(&[]).gc_interval, None);
+        assert_eq!(
+            shared(&["--gc-interval", "12h"]).gc_interval,
+            Some(Duration::from_secs(12 * 3600))
+        );
         let e = settings(&["--min-free", "lots"]).unwrap_err();
         assert!(e.contains("not a size"), "{e}");
         let e = settings(&["--gc-interval", "soon"]).unwrap_err();
