@@ -13,6 +13,7 @@
 //! | `gitxet_storage_errors_total` | | requests that failed because storage did (5xx from the store, a full disk included) |
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
+//! | `gitxet_catch_up_age_seconds` | | on shared object storage, how old this node's knowledge of the other nodes' uploads is (the start of its last successful catch-up; about 1 s normally, -1 before the first, 0 on a store no other node writes to) |
 use std::sync::LazyLock;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -58,6 +59,8 @@ pub struct Metrics {
     files: Gauge<i64, AtomicI64>,
     xorbs: Gauge<i64, AtomicI64>,
     claims: Gauge<i64, AtomicI64>,
+    /// Seconds; set only on shared storage.
+    catch_up_age: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 use std::sync::atomic::AtomicI64;
@@ -132,6 +135,13 @@ impl Default for Metrics {
             "SHA-256 claims of shards not checked yet",
             claims.clone(),
         );
+        let catch_up_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "catch_up_age_seconds",
+            "On shared object storage, seconds since the start of this node's last successful \
+             catch-up with the shards other nodes accepted (-1 before the first; 0 elsewhere)",
+            catch_up_age.clone(),
+        );
         Self {
             registry,
             requests,
@@ -144,6 +154,7 @@ impl Default for Metrics {
             files,
             xorbs,
             claims,
+            catch_up_age,
         }
     }
 }
@@ -204,6 +215,12 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
         state.metrics.xorbs.set(c.xorbs as i64);
         state.metrics.claims.set(c.claims as i64);
     }
+    let age = match (state.store.is_shared(), state.store.catch_up_age()) {
+        (false, _) => 0.0,
+        (true, Some(age)) => age.as_secs_f64(),
+        (true, None) => -1.0,
+    };
+    state.metrics.catch_up_age.set(age);
     // The store counts what it registered (through every route); the counter catches up.
     let registered = state.store.registered_file_bytes();
     let counted = state.metrics.registered_file_bytes.get();

@@ -250,6 +250,9 @@ pub struct Store {
     pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
     /// Where this node is in the shard log of shared storage (see [`super::sync`]).
     pub(super) sync: Mutex<super::sync::SyncState>,
+    /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
+    /// outside `sync`, so that reading it never waits on a catch-up.
+    pub(super) caught_up_ms: std::sync::atomic::AtomicU64,
     /// Sizes of the files this process registered for the first time (from uploads, not from
     /// other nodes' shards), since it opened the store.
     registered_bytes: std::sync::atomic::AtomicU64,
@@ -389,6 +392,7 @@ impl Store {
             collecting: RwLock::new(()),
             doomed: Mutex::new(std::collections::HashSet::new()),
             sync: Mutex::new(Default::default()),
+            caught_up_ms: std::sync::atomic::AtomicU64::new(0),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
             root: dir.to_path_buf(),

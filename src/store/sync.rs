@@ -16,6 +16,7 @@
 //! but not every chunk; `git xet scrub` verifies them whole.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::backend::{LogCursor, ObjectKey};
@@ -68,12 +69,29 @@ impl Store {
     }
 
     fn catch_up_locked(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
+        let started = now_ms();
         state.last = Some(Instant::now());
         let mut cursor = state.cursor;
         let logged = self.backend.logged_shards(&mut cursor)?;
         let outcome = self.register_from_storage(state, logged)?;
         state.cursor = cursor;
+        self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
         Ok(outcome)
+    }
+
+    /// How long ago the last catch-up that succeeded started (what this node knows of the
+    /// others is at most that old); `None` for a store no other node writes to, or before the
+    /// first one.
+    pub fn catch_up_age(&self) -> Option<std::time::Duration> {
+        if !self.is_shared() {
+            return None;
+        }
+        match self.caught_up_ms.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(std::time::Duration::from_millis(
+                now_ms().saturating_sub(at),
+            )),
+        }
     }
 
     /// Registers every shard in storage the index does not have: a node's first start on an
@@ -86,9 +104,7 @@ impl Store {
         let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
         state.last = Some(Instant::now());
         // From now on the log is read from here (minus its window).
-        let started = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let started = now_ms();
         state.refused.clear();
         let mut all: Vec<(ShardHash, Option<String>)> = self
             .backend
@@ -104,6 +120,7 @@ impl Store {
         );
         let outcome = self.register_from_storage(&mut state, all)?;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
+        self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
         Ok(outcome)
     }
 
@@ -256,4 +273,11 @@ enum Stored {
     Gone,
     /// It does not check out against the stored xorbs (or is not a shard): why.
     Refused(String),
+}
+
+/// Unix milliseconds now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -199,6 +199,11 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
         3.0
     );
     assert_eq!(get("gitxet_files"), 1.0);
+    assert_eq!(
+        get("gitxet_catch_up_age_seconds"),
+        0.0,
+        "no other node on a directory"
+    );
     assert_eq!(get("gitxet_registered_file_bytes_total"), data.len() as f64);
     let stored = get("gitxet_stored_xorb_bytes_total");
     assert!(stored > 0.0 && stored < data.len() as f64 * 1.1, "{stored}");

@@ -283,6 +283,19 @@ fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
             .as_u16()
     };
     assert_eq!(ready(&c), 200);
+    // B caught up with A (the clone above needed it): its knowledge of the others has an age.
+    let metrics = reqwest::blocking::get(format!("{}/metrics", b.url()))
+        .unwrap()
+        .text()
+        .unwrap();
+    let age: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gitxet_catch_up_age_seconds "))
+        .unwrap_or_else(|| panic!("no catch-up age in:\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(age >= 0.0, "B has caught up at least once: {age}");
     drop(g);
     assert_eq!(ready(&c), 503);
 }
