@@ -81,7 +81,11 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 [[ -n "$node_id" ]] || { echo "bench: garage did not start" >&2; cat "$g/log" >&2; exit 1; }
-gcli layout assign -z dc1 -c 10G "$node_id" >/dev/null
+# The node answers `node id` before its RPC listener takes the layout: try for a while.
+for _ in $(seq 1 50); do
+    gcli layout assign -z dc1 -c 10G "$node_id" >/dev/null 2>&1 && break
+    sleep 0.2
+done
 gcli layout apply --version 1 >/dev/null
 key="$(gcli key create bench)"
 export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
