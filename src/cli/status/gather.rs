@@ -422,102 +422,20 @@ pub(super) fn repository(
         remote_infos.push(info);
     }
 
-    let mut credential_checks = Vec::new();
-    if !standalone {
-        if lfs_urls.is_empty() {
-            notes.push(
-                "no remote yet: the LFS server is the remote's, once one is added".to_string(),
-            );
-        }
-        if !args.no_network {
-            let mut seen: Vec<String> = Vec::new();
-            let mut asked: Vec<String> = Vec::new();
-            for lfs in &lfs_urls {
-                let negotiated = match &lfs.remote {
-                    Some(n) => remote_infos
-                        .iter()
-                        .find(|r| r.name == *n)
-                        .is_none_or(|r| r.transfer == "negotiated"),
-                    None => {
-                        remote_infos.iter().all(|r| r.transfer == "negotiated")
-                            || remote_infos.is_empty()
-                    }
-                };
-                let Some(origin) = http_origin(&lfs.url) else {
-                    continue;
-                };
-                if !negotiated {
-                    continue;
-                }
-                let url = format!("{origin}/health");
-                if !seen.contains(&url) {
-                    seen.push(url.clone());
-                    warn_if_unverified(git, &origin, warnings);
-                    let check = probe(git, &url);
-                    if !check.reachable {
-                        warnings.push(format!(
-                            "the LFS server {} does not answer ({})",
-                            redact(&origin),
-                            check.error.as_deref().unwrap_or("no answer")
-                        ));
-                    }
-                    let reachable = check.reachable;
-                    reachability.push(check);
-                    if !reachable {
-                        continue;
-                    }
-                }
-                let over_ssh = lfs.remote.as_ref().is_some_and(|n| {
-                    configured
-                        .iter()
-                        .any(|r| r.name == *n && r.url.as_deref().is_some_and(is_ssh_url))
-                });
-                if over_ssh || asked.contains(&lfs.url) {
-                    continue;
-                }
-                asked.push(lfs.url.clone());
-                let c = probe_lfs_credential(git, &lfs.url);
-                let who = lfs
-                    .remote
-                    .as_deref()
-                    .map_or("the default remote".to_string(), |r| format!("remote {r}"));
-                match c.verdict {
-                    "refused" => warnings.push(format!(
-                        "the LFS server {} refused the stored credential ({}, HTTP {}) for {who}: \
-                         the stored credential is wrong or expired; replace it (`git credential \
-                         reject` for that URL, then push once to be asked, or store the right \
-                         one with `git credential approve`)",
-                        redact(&lfs.url),
-                        c.source.as_deref().unwrap_or("credential helper"),
-                        c.http_status.unwrap_or(0)
-                    )),
-                    "missing" => warnings.push(format!(
-                        "the LFS server {} needs a credential for {who} and none is stored \
-                         (HTTP {}): git-lfs will ask for one on the next push or fetch; store it \
-                         with your credential helper to avoid that",
-                        redact(&lfs.url),
-                        c.http_status.unwrap_or(0)
-                    )),
-                    "unknown" if c.http_status == Some(404) => warnings.push(format!(
-                        "the LFS URL {} of {who} answers 404 (not found) for its batch API \
-                         ({}): git-lfs's pushes and fetches there will fail with \"Repository or \
-                         object not found\"; check the URL (`lfs.url` in .lfsconfig or git \
-                         config, or the remote's URL){}",
-                        redact(&lfs.url),
-                        c.url,
-                        lfs_url_hint(&lfs.url)
-                    )),
-                    "unknown" => notes.push(format!(
-                        "could not check the credential for the LFS server {} ({who}): {}",
-                        redact(&lfs.url),
-                        c.error.as_deref().unwrap_or("unexpected answer")
-                    )),
-                    _ => {}
-                }
-                credential_checks.push(c);
-            }
-        }
-    }
+    let credential_checks = if standalone {
+        Vec::new()
+    } else {
+        lfs_server_checks(
+            git,
+            args,
+            &lfs_urls,
+            &remote_infos,
+            &configured,
+            &mut reachability,
+            warnings,
+            notes,
+        )
+    };
 
     if (standalone || any_xet_remote) && crate::lfs::prune::prune_verifies_always(git) {
         warnings.push(
@@ -540,18 +458,6 @@ pub(super) fn repository(
         .map(|d| d.join(format!("pre-push{}", hooks::BEFORE_SUFFIX)))
         .filter(|p| pre_push_hook == "git-xet" && p.is_file())
         .map(|p| p.display().to_string());
-
-    let journal_path = journal::path(&common);
-    let (exists, records) = match std::fs::read_to_string(&journal_path) {
-        Ok(text) => (
-            true,
-            text.lines()
-                .filter(|l| serde_json::from_str::<journal::Record>(l).is_ok())
-                .count() as u64,
-        ),
-        Err(_) => (false, 0),
-    };
-    let objects = journal::read(&common).map(|m| m.len() as u64).unwrap_or(0);
 
     // A store that is missing or empty is normal before the first push, but not when this
     // repository already has LFS files that must come from it.
@@ -598,13 +504,138 @@ pub(super) fn repository(
         hooks_dir: hooks_dir.map(|d| d.display().to_string()),
         pre_push_hook,
         pre_push_chained,
-        journal: JournalInfo {
-            path: journal_path.display().to_string(),
-            exists,
-            records,
-            objects,
-        },
+        journal: journal_info(&common),
     })
+}
+
+/// The transfer journal under `common` (the git common directory): whether it exists, its
+/// records and the objects they name.
+fn journal_info(common: &Path) -> JournalInfo {
+    let path = journal::path(common);
+    let (exists, records) = match std::fs::read_to_string(&path) {
+        Ok(text) => (
+            true,
+            text.lines()
+                .filter(|l| serde_json::from_str::<journal::Record>(l).is_ok())
+                .count() as u64,
+        ),
+        Err(_) => (false, 0),
+    };
+    JournalInfo {
+        path: path.display().to_string(),
+        exists,
+        records,
+        objects: journal::read(common).map(|m| m.len() as u64).unwrap_or(0),
+    }
+}
+
+/// In negotiated mode: each LFS server git-lfs will ask is reachable (its origin's `/health`,
+/// added to `reachability`), and accepts the credential git would send; what is wrong goes to
+/// `warnings`, what could not be checked to `notes`.
+#[allow(clippy::too_many_arguments)]
+fn lfs_server_checks(
+    git: &Git,
+    args: &StatusArgs,
+    lfs_urls: &[LfsUrl],
+    remote_infos: &[RemoteInfo],
+    configured: &[settings::Remote],
+    reachability: &mut Vec<Reachability>,
+    warnings: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Vec<CredentialCheck> {
+    let mut credential_checks = Vec::new();
+    if lfs_urls.is_empty() {
+        notes.push("no remote yet: the LFS server is the remote's, once one is added".to_string());
+    }
+    if !args.no_network {
+        let mut seen: Vec<String> = Vec::new();
+        let mut asked: Vec<String> = Vec::new();
+        for lfs in lfs_urls {
+            let negotiated = match &lfs.remote {
+                Some(n) => remote_infos
+                    .iter()
+                    .find(|r| r.name == *n)
+                    .is_none_or(|r| r.transfer == "negotiated"),
+                None => {
+                    remote_infos.iter().all(|r| r.transfer == "negotiated")
+                        || remote_infos.is_empty()
+                }
+            };
+            let Some(origin) = http_origin(&lfs.url) else {
+                continue;
+            };
+            if !negotiated {
+                continue;
+            }
+            let url = format!("{origin}/health");
+            if !seen.contains(&url) {
+                seen.push(url.clone());
+                warn_if_unverified(git, &origin, warnings);
+                let check = probe(git, &url);
+                if !check.reachable {
+                    warnings.push(format!(
+                        "the LFS server {} does not answer ({})",
+                        redact(&origin),
+                        check.error.as_deref().unwrap_or("no answer")
+                    ));
+                }
+                let reachable = check.reachable;
+                reachability.push(check);
+                if !reachable {
+                    continue;
+                }
+            }
+            let over_ssh = lfs.remote.as_ref().is_some_and(|n| {
+                configured
+                    .iter()
+                    .any(|r| r.name == *n && r.url.as_deref().is_some_and(is_ssh_url))
+            });
+            if over_ssh || asked.contains(&lfs.url) {
+                continue;
+            }
+            asked.push(lfs.url.clone());
+            let c = probe_lfs_credential(git, &lfs.url);
+            let who = lfs
+                .remote
+                .as_deref()
+                .map_or("the default remote".to_string(), |r| format!("remote {r}"));
+            match c.verdict {
+                "refused" => warnings.push(format!(
+                    "the LFS server {} refused the stored credential ({}, HTTP {}) for {who}: \
+                     the stored credential is wrong or expired; replace it (`git credential \
+                     reject` for that URL, then push once to be asked, or store the right \
+                     one with `git credential approve`)",
+                    redact(&lfs.url),
+                    c.source.as_deref().unwrap_or("credential helper"),
+                    c.http_status.unwrap_or(0)
+                )),
+                "missing" => warnings.push(format!(
+                    "the LFS server {} needs a credential for {who} and none is stored \
+                     (HTTP {}): git-lfs will ask for one on the next push or fetch; store it \
+                     with your credential helper to avoid that",
+                    redact(&lfs.url),
+                    c.http_status.unwrap_or(0)
+                )),
+                "unknown" if c.http_status == Some(404) => warnings.push(format!(
+                    "the LFS URL {} of {who} answers 404 (not found) for its batch API \
+                     ({}): git-lfs's pushes and fetches there will fail with \"Repository or \
+                     object not found\"; check the URL (`lfs.url` in .lfsconfig or git \
+                     config, or the remote's URL){}",
+                    redact(&lfs.url),
+                    c.url,
+                    lfs_url_hint(&lfs.url)
+                )),
+                "unknown" => notes.push(format!(
+                    "could not check the credential for the LFS server {} ({who}): {}",
+                    redact(&lfs.url),
+                    c.error.as_deref().unwrap_or("unexpected answer")
+                )),
+                _ => {}
+            }
+            credential_checks.push(c);
+        }
+    }
+    credential_checks
 }
 
 pub(super) fn spec_kind(spec: &EndpointSpec) -> &'static str {
