@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::format::shard::{ParsedShard, Shard};
 use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use crate::store::{CasTarget, Endpoint, TargetError, XorbSource};
+use crate::store::{CasTarget, Endpoint, RangeSink, TargetError, XorbSource};
 use crate::store::{ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
 
 /// See the module documentation.
@@ -234,6 +234,25 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
         let (bytes, _) = chunks
             .read_through_keeping(xorb, range, false, &|r| self.inner.read_xorb_range(xorb, r))?;
         Ok(bytes)
+    }
+
+    /// Straight from the server (streamed) unless the chunk cache holds some of the xorb; a
+    /// read that keeps nothing has no use for the cache otherwise.
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        match &self.chunks {
+            Some(chunks) if chunks.may_hold(xorb) => {
+                let bytes = self.read_xorb_range_once(xorb, range)?;
+                let _ = sink(0, &bytes);
+                crate::util::buffers::give(bytes);
+                Ok(())
+            }
+            _ => self.inner.stream_xorb_range(xorb, range, sink),
+        }
     }
 
     fn forget_cached(&self, xorbs: &[XorbHash]) {

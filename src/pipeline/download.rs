@@ -8,8 +8,10 @@
 //!
 //! - [`write_file_at`] (the agent's): steps are grouped by range, each range is fetched once,
 //!   and [`DOWNLOAD_WORKERS`] threads fetch, decode and write their terms where they belong in
-//!   the file (positional writes). Memory: one range (at most one xorb, 64 MiB) and a 1 MiB
-//!   buffer per thread, whatever the file size.
+//!   the file (positional writes). A range whose terms use its chunks in order, once each (all
+//!   of a file without repeated content) is decoded as its bytes arrive ([`ChunkSplitter`]):
+//!   a 1 MiB write buffer and one chunk per thread. A range used out of order or by several
+//!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded.
 //! - [`write_plan`] and [`write_file`]: a sink that takes the bytes in file order. Up to
 //!   [`READ_AHEAD`] ranges are fetched concurrently ahead of the one being decoded, and ranges
 //!   needed again later are kept within [`REUSE_BUDGET`].
@@ -21,12 +23,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::format::hash::file_hash;
 use crate::format::xorb::header::MAX_CHUNK_LEN;
-use crate::format::xorb::{ChunkRange, XorbError, XorbLimits};
+use crate::format::xorb::{
+    decompress_chunk_into, ChunkRange, ChunkSplitter, SplitChunk, XorbError, XorbLimits,
+};
 use crate::format::{ChunkHash, ChunkRef, FileHash, XorbHash};
 use crate::pipeline::prior::LocalChunks;
 use crate::store::{FetchRange, ReconstructionPlan};
@@ -572,8 +577,8 @@ impl WriteAt for std::fs::File {
 }
 
 /// Threads of [`write_file_at`], each fetching and decoding one range at a time: memory is
-/// bounded by this many fetch ranges (each at most one xorb, 64 MiB) plus one write buffer
-/// each, whatever the file size.
+/// bounded by this many fetch ranges held whole (each at most one xorb, 64 MiB; streamed
+/// ranges hold one chunk) plus one write buffer each, whatever the file size.
 pub const DOWNLOAD_WORKERS: usize = 3;
 
 /// Writes the whole file `expected` from its (unranged) `plan` into `out` at its offsets, and
@@ -706,6 +711,17 @@ pub fn write_file_at_with(
                 }
             }
         }
+        if let [i] = group {
+            if forward_only(plan, &steps[*i]) {
+                let to = FileOut {
+                    out,
+                    written: &written,
+                    abort: &abort,
+                };
+                let refs = stream_step(source, plan, &steps[*i], offsets[*i], &to, buf)?;
+                return Ok(vec![(*i, refs)]);
+            }
+        }
         let first = &steps[group[0]];
         let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
         let bytes = source
@@ -769,6 +785,183 @@ pub fn write_file_at_with(
         written: written.into_inner(),
         local: copied.into_inner(),
     })
+}
+
+/// Whether `step`'s terms use the chunks of its range in order, each at most once: then the
+/// range can be decoded as it arrives ([`stream_step`]) instead of held whole first.
+fn forward_only(plan: &ReconstructionPlan, step: &Step) -> bool {
+    let mut next = step.range.chunks.start;
+    for t in &plan.terms[step.terms.clone()] {
+        if t.chunks.start < next || t.chunks.end < t.chunks.start {
+            return false;
+        }
+        next = t.chunks.end;
+    }
+    true
+}
+
+/// Where [`stream_step`] writes: the file, the count of bytes written, and the flag that
+/// stops every thread of the download.
+#[derive(Clone, Copy)]
+struct FileOut<'a> {
+    out: &'a dyn WriteAt,
+    written: &'a AtomicU64,
+    abort: &'a AtomicBool,
+}
+
+/// Why a streamed range stopped: its bytes are damaged, or decoding or writing them failed.
+enum StreamError {
+    Xorb(XorbError),
+    Download(DownloadError),
+}
+
+impl From<XorbError> for StreamError {
+    fn from(e: XorbError) -> Self {
+        Self::Xorb(e)
+    }
+}
+
+/// Fetches `step`'s range (whose terms are [`forward_only`]) and decodes each chunk as it
+/// arrives, writing the terms' bytes at `offset` in `out` in pieces of about [`EMIT_BYTES`]
+/// (`buf` is the reused write buffer): no more than one chunk of the range is held besides
+/// what the connection buffers. Returns the refs of the chunks written; checks the chunk count
+/// and each term's length against the plan, as [`decode_step`] does.
+fn stream_step(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    step: &Step,
+    mut offset: u64,
+    to: &FileOut,
+    buf: &mut Vec<u8>,
+) -> Result<Vec<ChunkRef>, DownloadError> {
+    let FileOut {
+        out,
+        written,
+        abort,
+    } = *to;
+    let first = step.range.chunks.start;
+    let expected = step.range.chunks.end.saturating_sub(first) as usize;
+    let terms = &plan.terms[step.terms.clone()];
+    let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
+    let mut refs = Vec::with_capacity(expected);
+    let mut ti = 0usize; // the term being written
+    let mut term_len = 0u64;
+    buf.clear();
+    let flush = |buf: &mut Vec<u8>, offset: &mut u64| -> Result<(), DownloadError> {
+        out.write_all_at(buf, *offset)
+            .map_err(DownloadError::Write)?;
+        *offset += buf.len() as u64;
+        written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        buf.clear();
+        Ok(())
+    };
+    // A term without chunks (never made by a server, but a plan can say so) writes nothing.
+    let close_term = |ti: &mut usize, term_len: &mut u64| -> Result<(), DownloadError> {
+        let i = step.terms.start + *ti;
+        let t = &plan.terms[i];
+        if *term_len != u64::from(t.unpacked_len) {
+            return Err(DownloadError::Plan(format!(
+                "term {i} (xorb {}, chunks {}..{}) decodes to {term_len} bytes, not {}",
+                step.xorb, t.chunks.start, t.chunks.end, t.unpacked_len
+            )));
+        }
+        *ti += 1;
+        *term_len = 0;
+        Ok(())
+    };
+    let mut each = |chunk: SplitChunk, payload: &[u8]| -> Result<(), StreamError> {
+        if chunk.index >= expected {
+            return Err(StreamError::Download(DownloadError::Plan(format!(
+                "bytes {start}-{end} of xorb {} hold more than the {expected} chunks the plan \
+                 expects",
+                step.xorb
+            ))));
+        }
+        let c = first + chunk.index as u32;
+        while let Some(t) = terms.get(ti) {
+            if t.chunks.is_empty() {
+                close_term(&mut ti, &mut term_len).map_err(StreamError::Download)?;
+                continue;
+            }
+            if c < t.chunks.start {
+                return Ok(()); // a chunk no term uses
+            }
+            let before = buf.len();
+            decompress_chunk_into(&chunk.header, payload, buf).map_err(|e| {
+                StreamError::Xorb(XorbError::Chunk {
+                    index: chunk.index,
+                    offset: chunk.offset,
+                    problem: e.into(),
+                })
+            })?;
+            let data = &buf[before..];
+            term_len += data.len() as u64;
+            refs.push(ChunkRef {
+                hash: ChunkHash::of(data),
+                len: data.len() as u64,
+            });
+            if c + 1 == t.chunks.end {
+                close_term(&mut ti, &mut term_len).map_err(StreamError::Download)?;
+            }
+            if buf.len() >= EMIT_BYTES {
+                flush(buf, &mut offset).map_err(StreamError::Download)?;
+            }
+            return Ok(());
+        }
+        Ok(()) // past the last term
+    };
+    let mut splitter = ChunkSplitter::new(XorbLimits::SERVER);
+    let mut failure: Option<StreamError> = None;
+    let read = source.stream_xorb_range(&step.xorb, step.range, &mut |at, piece| {
+        if abort.load(Ordering::Relaxed) {
+            failure = Some(StreamError::Download(DownloadError::Plan(
+                "another part of the download failed".into(),
+            )));
+            return ControlFlow::Break(());
+        }
+        let pos = splitter.position();
+        let piece_end = at + piece.len() as u64;
+        if piece_end <= pos {
+            return ControlFlow::Continue(()); // sent again after a retry: already taken
+        }
+        if at > pos {
+            failure = Some(StreamError::Download(DownloadError::Plan(format!(
+                "bytes {start}-{end} of xorb {} arrived with a gap at {pos}",
+                step.xorb
+            ))));
+            return ControlFlow::Break(());
+        }
+        match splitter.feed(&piece[(pos - at) as usize..], &mut each) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    });
+    match failure {
+        Some(StreamError::Xorb(e)) => return Err(step.damaged(e)),
+        Some(StreamError::Download(e)) => return Err(e),
+        None => {}
+    }
+    read.map_err(|source| DownloadError::Source {
+        what: format!("reading bytes {start}-{end} of xorb {}", step.xorb),
+        source,
+    })?;
+    let chunks = splitter.finish().map_err(|e| step.damaged(e))?;
+    if chunks != expected {
+        return Err(DownloadError::Plan(format!(
+            "bytes {start}-{end} of xorb {} hold {chunks} chunks, the plan expects {expected}",
+            step.xorb,
+        )));
+    }
+    while ti < terms.len() {
+        close_term(&mut ti, &mut term_len)?;
+    }
+    if !buf.is_empty() {
+        flush(buf, &mut offset)?;
+    }
+    Ok(refs)
 }
 
 /// The refs of the chunks of each step a group wrote.

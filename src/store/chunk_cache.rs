@@ -127,6 +127,12 @@ impl ChunkCache {
         self.dir.join(xorb.to_hex())
     }
 
+    /// Whether the cache may hold chunks of `xorb` (its directory exists): a read that will
+    /// not keep what it fetches can go straight to the server when it does not.
+    pub fn may_hold(&self, xorb: &XorbHash) -> bool {
+        self.xorb_dir(xorb).exists()
+    }
+
     /// The bytes of `range` of `xorb`: from the cache where it holds them, the rest from
     /// `fetch` (called with sub-ranges of `range`, same URL), which is then cached. Falls back
     /// to fetching the whole range when the cache cannot be used (logged, never an error of

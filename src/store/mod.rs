@@ -40,7 +40,7 @@ pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
 pub use reconstruction::{FetchRange, PlannedTerm, ReconstructionPlan};
 pub use remote::{HttpOptions, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 pub use shard_cache::{CacheConfig, CacheError, CacheStats, PruneReport, ShardCache};
-pub use target::{CasTarget, Endpoint, ReadOnce, TargetError, XorbSource};
+pub use target::{CasTarget, Endpoint, RangeSink, ReadOnce, TargetError, XorbSource};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.
 pub fn random_hex(n: usize) -> String {

@@ -58,6 +58,7 @@ pub mod token;
 
 use crate::store::wire::ErrorCode;
 use crate::util::secret::Secret;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -70,12 +71,12 @@ pub use self::http::RetryPolicy;
 pub use self::http::{cert_advice, cert_problem, origin, parse_retry_after, CertProblem};
 use self::http::{
     content_range, read_body, retry_after, retryable_status, runtime, same_origin_redirects, send,
-    server_says, shown, status_text, transport_failure, Auth, Failure, Request, Response,
-    MAX_REDIRECTS,
+    server_says, shown, status_text, stream_body, transport_failure, Auth, Failure, Request,
+    Response, MAX_REDIRECTS,
 };
 use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
-use super::target::{CasTarget, Endpoint, SentBytes, TargetError, XorbSource};
+use super::target::{CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbSource};
 use crate::format::shard::{Shard, MAX_SHARD_SIZE};
 use crate::format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 use crate::store::wire::{
@@ -1260,6 +1261,61 @@ impl XorbSource for RemoteCas {
                 return Ok(bytes);
             }
         }
+        // Room for the whole range at once (a multi-MiB range would otherwise be copied each
+        // time the buffer doubles), from the kept buffers.
+        let want = end.saturating_sub(start).saturating_add(1);
+        let room = usize::try_from(want.min(MAX_RANGE_ROOM)).unwrap_or(0);
+        let mut buf = crate::util::buffers::take(room);
+        self.fetch_range(xorb, range, &mut |offset, piece| {
+            // A retry starts again from the range's first byte.
+            buf.truncate(usize::try_from(offset).unwrap_or(usize::MAX));
+            buf.extend_from_slice(piece);
+            ControlFlow::Continue(())
+        })?;
+        Ok(buf)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        let (start, end) = (*range.bytes.start(), *range.bytes.end());
+        if let Some(root) = &self.local_xorbs {
+            if let Some(bytes) = read_local_range(root, xorb, start, end) {
+                let _ = sink(0, &bytes);
+                return Ok(());
+            }
+        }
+        self.fetch_range(xorb, range, sink)
+    }
+
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.stream_xorb_range(xorb, range, sink)
+    }
+}
+
+/// The most room [`RemoteCas::read_xorb_range`] sets aside before a range's bytes arrive: a
+/// stored xorb with its footer (the reconstruction's ranges are never longer).
+const MAX_RANGE_ROOM: u64 = crate::format::xorb::MAX_ACCEPTED_BODY + (1 << 20);
+
+impl RemoteCas {
+    /// Fetches bytes `range` of the stored `xorb` over HTTP, handing them to `sink` as they
+    /// arrive (see [`XorbSource::stream_xorb_range`]); an answer shorter than the range is a
+    /// damaged copy on the server.
+    fn fetch_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        let (start, end) = (*range.bytes.start(), *range.bytes.end());
         let what = format!("downloading bytes {start}-{end} of xorb {xorb}");
         let Some(url) = range.url.as_deref() else {
             return Err(TargetError::Remote {
@@ -1328,42 +1384,27 @@ impl XorbSource for RemoteCas {
                         _ => {}
                     }
                 }
-                let body = read_body(req, resp, want)?;
-                if (body.len() as u64) < want {
-                    return Err(damaged(
+                match stream_body(req, resp, 0, want, true, sink)? {
+                    Some(got) if got < want => Err(damaged(
                         req,
-                        format!(
-                            "{} sent {} bytes of the {want} asked for",
-                            req.server,
-                            body.len()
-                        ),
-                    ));
+                        format!("{} sent {got} bytes of the {want} asked for", req.server),
+                    )),
+                    _ => Ok(()),
                 }
-                Ok(body)
             }
             StatusCode::OK => {
-                // The whole object (a server that ignores Range): keep the bytes asked for.
-                let mut reader = resp;
-                let mut body = Vec::new();
-                let mut limited = std::io::Read::take(&mut reader, end + 1);
-                if let Err(e) = std::io::Read::read_to_end(&mut limited, &mut body) {
-                    return Err(Failure::Retry {
-                        reason: format!("the answer of {} broke off: {e}", req.server),
-                        retry_after: None,
-                        code: None,
-                    });
-                }
-                if (body.len() as u64) <= end {
-                    return Err(damaged(
+                // The whole object (a server that ignores Range): hand on the bytes asked for.
+                match stream_body(req, resp, start, want, false, sink)? {
+                    Some(got) if got < want => Err(damaged(
                         req,
                         format!(
                             "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
                             req.server,
-                            body.len()
+                            start + got
                         ),
-                    ));
+                    )),
+                    _ => Ok(()),
                 }
-                Ok(body.split_off(start as usize))
             }
             StatusCode::RANGE_NOT_SATISFIABLE => {
                 let total = content_range(&resp).and_then(|c| c.total);

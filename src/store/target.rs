@@ -20,7 +20,7 @@
 //! [`Cached`](crate::pipeline::cached::Cached) can hold a `&Store` or a `&dyn CasTarget`.
 
 use crate::store::wire::ErrorCode;
-use std::ops::RangeInclusive;
+use std::ops::{ControlFlow, RangeInclusive};
 use std::sync::Arc;
 
 use super::{FetchRange, ReconstructionPlan, ShardCache, Store, StoreError};
@@ -279,6 +279,15 @@ impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
         self.0.read_xorb_range_once(xorb, range)
     }
 
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.0.stream_xorb_range_once(xorb, range, sink)
+    }
+
     fn forget_cached(&self, xorbs: &[XorbHash]) {
         self.0.forget_cached(xorbs)
     }
@@ -287,6 +296,10 @@ impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
         self.0.trim_cache()
     }
 }
+
+/// Where [`XorbSource::stream_xorb_range`] hands a range's bytes: the offset into the range
+/// of the piece's first byte, and the piece; [`ControlFlow::Break`] stops the read.
+pub type RangeSink<'a> = dyn FnMut(u64, &[u8]) -> ControlFlow<()> + 'a;
 
 /// Where a download reads stored xorb bytes from.
 pub trait XorbSource: Send + Sync {
@@ -303,6 +316,38 @@ pub trait XorbSource: Send + Sync {
         range: &FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
         self.read_xorb_range(xorb, range)
+    }
+
+    /// [`XorbSource::read_xorb_range`], with the bytes handed to `sink` as they arrive instead
+    /// of gathered first: `sink(offset, bytes)` with the offset into the range of the piece's
+    /// first byte, in order. After a broken connection a source may start again from an
+    /// earlier offset (the sink skips what it already has). When `sink` answers
+    /// [`ControlFlow::Break`] the read stops and returns `Ok` (the sink keeps its own reason).
+    /// The default reads the whole range first.
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        let bytes = self.read_xorb_range(xorb, range)?;
+        let _ = sink(0, &bytes);
+        crate::util::buffers::give(bytes);
+        Ok(())
+    }
+
+    /// [`XorbSource::stream_xorb_range`] for a download nothing else on this machine is
+    /// expected to want (see [`XorbSource::read_xorb_range_once`]).
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        let bytes = self.read_xorb_range_once(xorb, range)?;
+        let _ = sink(0, &bytes);
+        crate::util::buffers::give(bytes);
+        Ok(())
     }
 
     /// A file rebuilt from these xorbs did not verify: a source that keeps local copies of
@@ -324,6 +369,24 @@ impl<T: XorbSource + ?Sized> XorbSource for &T {
         range: &FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
         (**self).read_xorb_range_once(xorb, range)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        (**self).stream_xorb_range(xorb, range, sink)
+    }
+
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        (**self).stream_xorb_range_once(xorb, range, sink)
     }
 
     fn forget_cached(&self, xorbs: &[XorbHash]) {

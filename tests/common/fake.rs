@@ -54,6 +54,10 @@ pub fn reply(status: u16, body: &str) -> Reply {
     }
 }
 
+/// A reply header that is not sent: its value is the `Content-Length` announced instead of
+/// the body's length, for a body that breaks off.
+pub const FAKE_LENGTH: &str = "x-fake-content-length";
+
 type Handler = Box<dyn FnMut(&Seen) -> Reply + Send>;
 
 /// The running fake.
@@ -117,12 +121,15 @@ fn serve_one(stream: TcpStream, handler: &mut Handler, log: &Mutex<Vec<Seen>>) {
     if let Some(seen) = read_request(&stream) {
         let r = handler(&seen);
         log.lock().unwrap().push(seen);
+        // A reply may announce more than its body (FAKE_LENGTH): the body then breaks off.
+        let length = (r.headers.iter())
+            .find(|(k, _)| *k == FAKE_LENGTH)
+            .map_or(r.body.len().to_string(), |(_, v)| v.clone());
         let mut out = format!(
-            "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+            "HTTP/1.1 {} X\r\nContent-Length: {length}\r\nConnection: close\r\n",
             r.status,
-            r.body.len()
         );
-        for (k, v) in &r.headers {
+        for (k, v) in r.headers.iter().filter(|(k, _)| *k != FAKE_LENGTH) {
             out.push_str(&format!("{k}: {v}\r\n"));
         }
         out.push_str("\r\n");

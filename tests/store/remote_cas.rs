@@ -14,7 +14,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::fake::{reply, Fake, Reply};
+use common::fake::{reply, Fake, Reply, FAKE_LENGTH};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 use git_xet::format::{FileHash, LfsOid, XorbHash};
 use git_xet::pipeline::download::write_plan;
@@ -488,6 +488,66 @@ fn presigned_fetches_carry_no_credentials_and_are_checked() {
         ..range("/good")
     };
     assert!(cas.read_xorb_range(&xorb(), &no_url).is_err());
+}
+
+#[test]
+fn a_range_that_breaks_off_is_fetched_again_and_streamed_from_its_start() {
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let b = body.clone();
+    let mut calls = 0;
+    let fake = Fake::start(move |_| {
+        calls += 1;
+        let whole = 206;
+        let range = (
+            "Content-Range",
+            format!("bytes 0-{}/{}", b.len() - 1, b.len()),
+        );
+        if calls % 2 == 1 {
+            // The first answer of each pair breaks off after 80 000 bytes.
+            Reply {
+                status: whole,
+                headers: vec![range, (FAKE_LENGTH, b.len().to_string())],
+                body: b[..80_000].to_vec(),
+            }
+        } else {
+            Reply {
+                status: whole,
+                headers: vec![range],
+                body: b.clone(),
+            }
+        }
+    });
+    let cas = fake_remote(&fake.url, TokenSource::fixed(None), 3);
+    let range = FetchRange {
+        chunks: 0..1,
+        bytes: 0..=(body.len() as u64 - 1),
+        url: Some(format!("{}/xorb", fake.url)),
+    };
+    // Streamed: the pieces of the second answer start again at offset 0.
+    let mut got = Vec::new();
+    let mut restarts = 0;
+    cas.stream_xorb_range(&xorb(), &range, &mut |at, piece| {
+        if at == 0 && !got.is_empty() {
+            restarts += 1;
+        }
+        got.truncate(at as usize);
+        got.extend_from_slice(piece);
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert!(got == body);
+    assert_eq!(restarts, 1);
+    // Gathered: the same bytes.
+    assert!(cas.read_xorb_range(&xorb(), &range).unwrap() == body);
+    assert_eq!(fake.seen().len(), 4);
+    // A sink that stops ends the read without an error and without a retry.
+    let mut pieces = 0;
+    cas.stream_xorb_range(&xorb(), &range, &mut |_, _| {
+        pieces += 1;
+        std::ops::ControlFlow::Break(())
+    })
+    .unwrap();
+    assert_eq!((pieces, fake.seen().len()), (1, 5));
 }
 
 #[test]

@@ -579,3 +579,132 @@ fn progress_follows_the_puts_not_the_reading() {
     assert!(distinct.len() >= 3, "it moved in steps: {distinct:?}");
     assert!(seen.iter().all(|p| p.bytes_done <= data.len() as u64));
 }
+
+/// A source that streams each range in pieces of `piece` bytes; with `restart`, each range
+/// first breaks off halfway and starts again from its first byte (a retry); with `flip`, one
+/// byte at that offset of every range is changed.
+struct PieceSource<'a> {
+    store: &'a Store,
+    piece: usize,
+    restart: bool,
+    flip: Option<usize>,
+    streamed: std::sync::atomic::AtomicUsize,
+}
+
+impl XorbSource for PieceSource<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &crate::format::XorbHash,
+        range: &crate::store::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        XorbSource::read_xorb_range(self.store, xorb, range)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &crate::format::XorbHash,
+        range: &crate::store::FetchRange,
+        sink: &mut crate::store::RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.streamed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut bytes = XorbSource::read_xorb_range(self.store, xorb, range)?;
+        if let Some(at) = self.flip {
+            if let Some(b) = bytes.get_mut(at) {
+                *b ^= 0x55;
+            }
+        }
+        let mut send = |upto: usize| {
+            for (i, p) in bytes[..upto].chunks(self.piece).enumerate() {
+                if sink((i * self.piece) as u64, p).is_break() {
+                    return false;
+                }
+            }
+            true
+        };
+        if self.restart && !send(bytes.len() / 2) {
+            return Ok(());
+        }
+        send(bytes.len());
+        Ok(())
+    }
+}
+
+#[test]
+fn ranges_used_in_order_are_decoded_as_they_arrive_whatever_the_pieces() {
+    let (_d, store) = store();
+    let data = random_bytes(12, 3 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 6,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    for (piece, restart) in [(1, false), (7, true), (4096, true), (1 << 20, false)] {
+        let source = PieceSource {
+            store: &store,
+            piece,
+            restart,
+            flip: None,
+            streamed: Default::default(),
+        };
+        let out = MemFile::default();
+        let n = crate::pipeline::download::write_file_at(
+            &source,
+            &s.file_hash,
+            &plan,
+            &out,
+            &mut |_| Ok(()),
+        )
+        .unwrap();
+        assert_eq!(n, data.len() as u64);
+        assert!(out.0.into_inner().unwrap() == data, "pieces of {piece}");
+        // Every range was streamed, none read whole.
+        let ranges: usize = plan.fetch.iter().map(|(_, r)| r.len()).sum();
+        let streamed = source.streamed.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(streamed, ranges, "pieces of {piece}");
+    }
+    // A damaged payload byte is caught: by its chunk's decoding or by the file hash.
+    for flip in [100, 70_000] {
+        let source = PieceSource {
+            store: &store,
+            piece: 1000,
+            restart: false,
+            flip: Some(flip),
+            streamed: Default::default(),
+        };
+        let e = crate::pipeline::download::write_file_at(
+            &source,
+            &s.file_hash,
+            &plan,
+            &MemFile::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("damaged"), "{e}");
+    }
+    // A damaged chunk header names the xorb, the range and the offset.
+    let source = PieceSource {
+        store: &store,
+        piece: 1000,
+        restart: false,
+        flip: Some(0),
+        streamed: Default::default(),
+    };
+    let e = crate::pipeline::download::write_file_at(
+        &source,
+        &s.file_hash,
+        &plan,
+        &MemFile::default(),
+        &mut |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, crate::pipeline::download::DownloadError::Damaged { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("offset 0"), "{e}");
+}

@@ -576,6 +576,67 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
     Ok(buf)
 }
 
+/// Hands a body to `sink` as its pieces arrive: the first `skip` bytes are dropped, then at
+/// most `want` bytes go to `sink` with their offset (counted from `skip`). A body that goes on
+/// past `skip + want` bytes is an error when `exact` (a range answer longer than asked for),
+/// else the rest is left unread (a whole object of which a range was wanted). Returns the bytes
+/// handed over (fewer than `want` if the body ended early), or `None` if `sink` stopped the
+/// read. A broken connection is worth a retry.
+pub(super) fn stream_body(
+    req: &Request,
+    mut resp: Response,
+    skip: u64,
+    want: u64,
+    exact: bool,
+    sink: &mut crate::store::RangeSink<'_>,
+) -> Result<Option<u64>, Failure> {
+    let mut seen = 0u64; // bytes of the body read, skipped ones included
+    let mut given = 0u64;
+    loop {
+        match resp.fill() {
+            Ok(true) => {}
+            Ok(false) => return Ok(Some(given)),
+            Err(e) => {
+                return Err(Failure::Retry {
+                    reason: format!(
+                        "the answer of {} broke off after {seen} bytes: {}",
+                        req.server,
+                        root_cause_text(&e)
+                    ),
+                    retry_after: None,
+                    code: None,
+                })
+            }
+        }
+        let piece = std::mem::take(&mut resp.pending);
+        let from = skip.saturating_sub(seen).min(piece.len() as u64) as usize;
+        seen += piece.len() as u64;
+        let room = want - given;
+        let useful = &piece[from..];
+        let n = (useful.len() as u64).min(room) as usize;
+        if n > 0 {
+            if sink(given, &useful[..n]).is_break() {
+                return Ok(None);
+            }
+            given += n as u64;
+        }
+        if n < useful.len() {
+            if !exact {
+                return Ok(Some(given));
+            }
+            return Err(Failure::Fatal(crate::store::target::TargetError::Remote {
+                what: req.what.clone(),
+                message: format!(
+                    "{} sent an answer larger than the {want} bytes expected",
+                    req.server
+                ),
+                retryable: false,
+                code: None,
+            }));
+        }
+    }
+}
+
 /// What a refusal's body says, for a message: `"<message> [<code>, request <id>]"`, the start
 /// of a text body, or nothing. Never fails: the body is a courtesy.
 pub(super) fn server_says(resp: Response) -> ServerText {

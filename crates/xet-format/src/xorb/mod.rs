@@ -18,6 +18,7 @@
 //! | [`footer`] | the V1 footer (write and read), the legacy V0 footer (read only), the `url_range` rule (§3.7, §3.8, §3.10) |
 //! | [`builder`] | [`XorbBuilder`]: packs chunks within the limits of §3.6 and yields the upload and stored forms |
 //! | [`range`] | [`ChunkRange`]: a fetched range of whole chunks, indexed once, each chunk decoded on demand |
+//! | [`split`] | [`ChunkSplitter`]: a fetched range split into chunks as its pieces arrive |
 //! | [`reader`] | [`ParsedXorb`]: the validating reader of either form, chunk extraction, the server's footer rebuild |
 //!
 //! Everything here is pure: bytes in, bytes out. Untrusted bytes are read only through
@@ -34,6 +35,7 @@ pub mod header;
 pub mod lz4_frame;
 pub mod range;
 pub mod reader;
+pub mod split;
 
 pub use builder::{BuiltXorb, Push, XorbBuilder};
 pub use compress::{
@@ -50,6 +52,7 @@ pub use header::{
 pub use lz4_frame::{FramePart, FrameProblem, Lz4FrameError};
 pub use range::ChunkRange;
 pub use reader::{stored_from_upload, ParsedXorb, ReadOptions, XorbForm};
+pub use split::{ChunkSplitter, SplitChunk};
 
 use super::hash::ChunkHash;
 
