@@ -246,9 +246,7 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
     ) -> Result<(), TargetError> {
         match &self.chunks {
             Some(chunks) if chunks.may_hold(xorb) => {
-                let bytes = self.read_xorb_range_once(xorb, range)?;
-                let _ = sink(0, &bytes);
-                crate::util::buffers::give(bytes);
+                crate::store::target::hand_whole(self.read_xorb_range_once(xorb, range)?, sink);
                 Ok(())
             }
             _ => self.inner.stream_xorb_range(xorb, range, sink),

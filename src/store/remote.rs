@@ -1284,7 +1284,7 @@ impl XorbSource for RemoteCas {
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
         if let Some(root) = &self.local_xorbs {
             if let Some(bytes) = read_local_range(root, xorb, start, end) {
-                let _ = sink(0, &bytes);
+                super::target::hand_whole(bytes, sink);
                 return Ok(());
             }
         }

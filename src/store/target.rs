@@ -297,6 +297,12 @@ impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
     }
 }
 
+/// Hands a range read whole to `sink` as one piece, and its buffer back for reuse.
+pub fn hand_whole(bytes: Vec<u8>, sink: &mut RangeSink<'_>) {
+    let _ = sink(0, &bytes);
+    crate::util::buffers::give(bytes);
+}
+
 /// Where [`XorbSource::stream_xorb_range`] hands a range's bytes: the offset into the range
 /// of the piece's first byte, and the piece; [`ControlFlow::Break`] stops the read.
 pub type RangeSink<'a> = dyn FnMut(u64, &[u8]) -> ControlFlow<()> + 'a;
@@ -330,9 +336,7 @@ pub trait XorbSource: Send + Sync {
         range: &FetchRange,
         sink: &mut RangeSink<'_>,
     ) -> Result<(), TargetError> {
-        let bytes = self.read_xorb_range(xorb, range)?;
-        let _ = sink(0, &bytes);
-        crate::util::buffers::give(bytes);
+        hand_whole(self.read_xorb_range(xorb, range)?, sink);
         Ok(())
     }
 
@@ -344,9 +348,7 @@ pub trait XorbSource: Send + Sync {
         range: &FetchRange,
         sink: &mut RangeSink<'_>,
     ) -> Result<(), TargetError> {
-        let bytes = self.read_xorb_range_once(xorb, range)?;
-        let _ = sink(0, &bytes);
-        crate::util::buffers::give(bytes);
+        hand_whole(self.read_xorb_range_once(xorb, range)?, sink);
         Ok(())
     }
 

@@ -293,6 +293,30 @@ fn target_failures_are_reported_with_the_xorb() {
     }
 }
 
+/// 3 MiB of random bytes uploaded to `store` in xorbs of at most `max_chunks` chunks: the
+/// bytes, the upload's summary and the file's plan.
+fn small_xorbs_file(
+    store: &Store,
+    seed: u64,
+    max_chunks: usize,
+) -> (
+    Vec<u8>,
+    crate::pipeline::upload::UploadSummary,
+    crate::store::ReconstructionPlan,
+) {
+    let data = random_bytes(seed, 3 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    (data, s, plan)
+}
+
 /// A source whose `fail_at`-th fetch (counting from 0) fails; the others read the store.
 struct FlakySource<'a> {
     store: &'a Store,
@@ -322,17 +346,8 @@ impl XorbSource for FlakySource<'_> {
 #[test]
 fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
     let (_d, store) = store();
-    let data = random_bytes(11, 3 << 20);
-    let options = UploadOptions {
-        limits: XorbLimits {
-            max_chunks: 4,
-            ..XorbLimits::CLIENT
-        },
-        ..Default::default()
-    };
-    let s = upload(&store, &data[..], &options).unwrap();
+    let (data, s, plan) = small_xorbs_file(&store, 11, 4);
     assert!(s.new_xorbs >= 8, "{s:?}");
-    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
     // Every fetch succeeds: the bytes come out in order, and the file hash checks out.
     let mut out = Vec::new();
     crate::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
@@ -633,16 +648,7 @@ impl XorbSource for PieceSource<'_> {
 #[test]
 fn ranges_used_in_order_are_decoded_as_they_arrive_whatever_the_pieces() {
     let (_d, store) = store();
-    let data = random_bytes(12, 3 << 20);
-    let options = UploadOptions {
-        limits: XorbLimits {
-            max_chunks: 6,
-            ..XorbLimits::CLIENT
-        },
-        ..Default::default()
-    };
-    let s = upload(&store, &data[..], &options).unwrap();
-    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    let (data, s, plan) = small_xorbs_file(&store, 12, 6);
     for (piece, restart) in [(1, false), (7, true), (4096, true), (1 << 20, false)] {
         let source = PieceSource {
             store: &store,
