@@ -124,7 +124,7 @@ pub fn run(args: &MountArgs) -> CmdResult {
     if let Some(missing) = fuse_missing() {
         return Err(missing.into());
     }
-    super::transfer::init_logging();
+    super::transfer::init_logging(super::transfer::Stderr::Info);
     // Fetched spans are megabytes each and pass between threads: with one allocator arena
     // they are reused instead of piling up per thread (measured reading 512 MiB through the
     // mount: peak RSS about 120 MiB instead of 260 MiB, and half the system time).

@@ -11,7 +11,8 @@ use crate::lfs::agent::{self, AgentOptions};
 
 /// Environment variable naming a log file the agent appends to.
 pub const LOG_ENV: &str = "GIT_XET_LOG";
-/// Environment variable with the log filter (`info` by default; `debug`, `git_xet=trace`, …).
+/// Environment variable with the log filter (`info` by default, `warn` on the agent's stderr
+/// without `GIT_TRACE`; `debug`, `git_xet=trace`, …).
 pub const LOG_LEVEL_ENV: &str = "GIT_XET_LOG_LEVEL";
 
 #[derive(Debug, clap::Args)]
@@ -20,8 +21,9 @@ pub const LOG_LEVEL_ENV: &str = "GIT_XET_LOG_LEVEL";
 Speaks git-lfs's custom transfer protocol on stdin/stdout: uploads are chunked, deduplicated and \
 sent as Xet xorbs and shards; downloads are rebuilt from Xet and handed to git-lfs. Registered by \
 `git xet install` as lfs.customtransfer.xet.\n\n\
-Logs go to stderr, which git-lfs shows with GIT_TRACE=1, and are appended to the file named by \
-GIT_XET_LOG if set. GIT_XET_LOG_LEVEL sets the filter (default info).",
+Logs are appended to the file named by GIT_XET_LOG if set (info and up). On stderr, which git-lfs \
+shows only with GIT_TRACE=1, the agent writes info and up when GIT_TRACE is set and only warnings \
+and errors otherwise. GIT_XET_LOG_LEVEL sets the filter of both.",
     after_long_help = "Examples (what to run instead of this):\n  \
 GIT_XET_LOG=/tmp/xet.log git push      # the agent's log of one push\n  \
 GIT_TRACE=1 git lfs fetch              # git-lfs's trace, with the agent's stderr\n  \
@@ -31,7 +33,7 @@ pub struct TransferArgs {}
 
 pub fn run(_args: &TransferArgs) -> CmdResult {
     crate::lfs::settings::register_env_secrets();
-    init_logging();
+    init_logging(Stderr::AgentTrace);
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let stdin = std::io::stdin().lock();
@@ -42,15 +44,48 @@ pub fn run(_args: &TransferArgs) -> CmdResult {
     }
 }
 
-/// Logs to stderr and, with `GIT_XET_LOG`, to that file too. Never to stdout.
-pub(super) fn init_logging() {
-    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
-    let filter = std::env::var(LOG_LEVEL_ENV)
+/// How much of the log goes to stderr when `GIT_XET_LOG_LEVEL` does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stderr {
+    /// `info` and up: stderr is what the user reads (`git xet mount`).
+    Info,
+    /// The agent's: git-lfs passes its stderr on only with `GIT_TRACE` (then `info` and up),
+    /// else only warnings and errors are written. Two info lines per object, written and read
+    /// through git-lfs's pipe for nobody, were an eighth of a fetch of 1000 small files.
+    AgentTrace,
+}
+
+/// The stderr filter the agent uses without `GIT_XET_LOG_LEVEL`, given `GIT_TRACE`'s value:
+/// `info` when git-lfs shows the agent's stderr (git's rule: set, and not empty, `0` or
+/// `false`), else `warn`.
+fn agent_stderr_level(git_trace: Option<&str>) -> &'static str {
+    match git_trace.map(str::trim) {
+        None | Some("" | "0") => "warn",
+        Some(v) if v.eq_ignore_ascii_case("false") => "warn",
+        Some(_) => "info",
+    }
+}
+
+/// Logs to stderr and, with `GIT_XET_LOG`, to that file too. Never to stdout. The file gets
+/// `info` and up, stderr as `stderr` says; `GIT_XET_LOG_LEVEL` sets both.
+pub(super) fn init_logging(stderr: Stderr) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    // fuser warns when its own unmount at exit finds the mount gone, which is how every
+    // `git xet mount --unmount` ends: not worth a warning.
+    const QUIET: &str = ",fuser::mnt=error";
+    let chosen = std::env::var(LOG_LEVEL_ENV)
         .ok()
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        // fuser warns when its own unmount at exit finds the mount gone, which is how every
-        // `git xet mount --unmount` ends: not worth a warning.
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,fuser::mnt=error"));
+        .filter(|f| tracing_subscriber::EnvFilter::try_new(f).is_ok());
+    let filter = |default: &str| match &chosen {
+        Some(f) => tracing_subscriber::EnvFilter::new(f),
+        None => tracing_subscriber::EnvFilter::new(format!("{default}{QUIET}")),
+    };
+    let stderr_default = match stderr {
+        Stderr::Info => "info",
+        Stderr::AgentTrace => agent_stderr_level(std::env::var("GIT_TRACE").ok().as_deref()),
+    };
     let file = std::env::var_os(LOG_ENV).and_then(|path| {
         match std::fs::OpenOptions::new()
             .create(true)
@@ -68,14 +103,19 @@ pub(super) fn init_logging() {
             }
         }
     });
-    let writer = match file {
-        Some(f) => BoxMakeWriter::new(Redacting(std::io::stderr.and(std::sync::Mutex::new(f)))),
-        None => BoxMakeWriter::new(Redacting(std::io::stderr)),
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let to_stderr = tracing_subscriber::fmt::layer()
         .with_ansi(false)
-        .with_writer(writer)
+        .with_writer(Redacting(std::io::stderr))
+        .with_filter(filter(stderr_default));
+    let to_file = file.map(|f| {
+        tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(Redacting(std::sync::Mutex::new(f)))
+            .with_filter(filter("info"))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(to_stderr)
+        .with(to_file)
         .try_init();
 }
 
@@ -133,6 +173,17 @@ fn redact_line(buf: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agents_stderr_has_info_only_when_git_lfs_shows_it() {
+        assert_eq!(agent_stderr_level(None), "warn");
+        for off in ["", "0", "false", "FALSE", " 0 "] {
+            assert_eq!(agent_stderr_level(Some(off)), "warn", "{off:?}");
+        }
+        for on in ["1", "2", "true", "/tmp/trace.log"] {
+            assert_eq!(agent_stderr_level(Some(on)), "info", "{on:?}");
+        }
+    }
 
     #[test]
     fn log_lines_are_redacted_and_clipped() {

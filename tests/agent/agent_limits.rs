@@ -42,6 +42,11 @@ impl Sandbox {
 
     /// Runs the agent with `input` on stdin; fails the test if it runs for a minute.
     fn agent(&self, input: Vec<u8>) -> AgentRun {
+        self.agent_with(input, &[("GIT_TRACE", Some("1"))])
+    }
+
+    /// [`Sandbox::agent`] with these variables set (`Some`) or removed (`None`).
+    fn agent_with(&self, input: Vec<u8>, vars: &[(&str, Option<&str>)]) -> AgentRun {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_git-xet"));
         cmd.arg("transfer")
             .current_dir(self.repo())
@@ -52,8 +57,15 @@ impl Sandbox {
                 self.dir.path().join("no-global-config"),
             )
             .env("GIT_XET_CACHE_DIR", self.dir.path().join("cache"))
+            .env_remove("GIT_TRACE")
             .env_remove("GIT_XET_LOG")
             .env_remove("GIT_XET_LOG_LEVEL");
+        for (k, v) in vars {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
         run_agent(cmd, input)
     }
 
@@ -84,6 +96,45 @@ fn upload(object: &(PathBuf, String, usize)) -> String {
         "event": "upload", "oid": object.1, "size": object.2, "path": object.0, "action": null,
     })
     .to_string()
+}
+
+/// stderr as git-lfs shows it (with `GIT_TRACE`) holds the agent's info lines, such as the
+/// exit line with the peak RSS the tests here read.
+#[test]
+fn the_agents_stderr_carries_info_lines_only_when_git_lfs_traces() {
+    let s = Sandbox::new();
+    let object = s.object(5, 3000);
+    let input = lines(&[INIT_UPLOAD, &upload(&object), TERMINATE]);
+    let log = s.dir.path().join("agent.log");
+    let log_var = log.to_str().unwrap();
+    // Without GIT_TRACE: nothing on stderr for a transfer that went well, every info line in
+    // GIT_XET_LOG.
+    let quiet = s.agent_with(input.clone(), &[("GIT_XET_LOG", Some(log_var))]);
+    assert_eq!(quiet.status, Some(0));
+    assert_eq!(quiet.completes().len(), 1);
+    assert!(quiet.stderr.is_empty(), "{}", quiet.stderr);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("agent started") && logged.contains("peak_rss_kib="),
+        "{logged}"
+    );
+    // With GIT_TRACE, or a level chosen with GIT_XET_LOG_LEVEL: the info lines on stderr too.
+    for vars in [
+        [("GIT_TRACE", Some("1"))],
+        [("GIT_XET_LOG_LEVEL", Some("info"))],
+    ] {
+        let traced = s.agent_with(input.clone(), &vars);
+        assert_eq!(traced.status, Some(0));
+        assert!(
+            traced.stderr.contains("agent started"),
+            "{vars:?}: {}",
+            traced.stderr
+        );
+        assert!(traced.peak_rss_kib().is_some(), "{vars:?}");
+    }
+    // GIT_TRACE=0 is off, as for git.
+    let off = s.agent_with(input, &[("GIT_TRACE", Some("0"))]);
+    assert!(off.stderr.is_empty(), "{}", off.stderr);
 }
 
 /// Advice a user can act on, in a fatal error's text.
