@@ -561,39 +561,11 @@ impl Agent {
                 .map_err(TransferError::Progress)?;
         }
         let hash = find_xet_hash(endpoint, t)?;
-        let ask_plan = || -> Result<ReconstructionPlan, TransferError> {
-            let plan = endpoint
-                .reconstruction(&hash, None)
-                .map_err(|e| TransferError::Plan {
-                    hash,
-                    source: Box::new(e),
-                })?
-                .ok_or_else(|| {
-                    TransferError::Lookup(format!(
-                        "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
-                        endpoint.describe(),
-                        t.oid
-                    ))
-                })?;
-            if plan.file_size != t.size {
-                return Err(TransferError::WrongSize {
-                    hash,
-                    oid: t.oid,
-                    actual: plan.file_size,
-                    expected: t.size,
-                });
-            }
-            Ok(plan)
-        };
         // The LFS server may have sent the plan with the action (git xet serve does for small
         // objects); otherwise, or if it is unusable, ask the CAS server.
-        let mut inline = false;
-        let mut plan = match inline_plan(t).filter(|p| p.file_size == t.size) {
-            Some(p) => {
-                inline = true;
-                p
-            }
-            None => ask_plan()?,
+        let (plan, inline) = match inline_plan(t).filter(|p| p.file_size == t.size) {
+            Some(p) => (p, true),
+            None => (ask_plan(endpoint, t, hash)?, false),
         };
         let dir = self.lfs_temp_dir()?;
         std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
@@ -608,81 +580,19 @@ impl Agent {
         for version in self.prior_versions(endpoint, t, true) {
             local.add(&version);
         }
-        let prefix = part_prefix(&t.oid);
-        let tmp = tempfile::Builder::new()
-            .prefix(&prefix)
-            .suffix(PART_SUFFIX)
-            .tempfile_in(&dir)
-            .map_err(|e| TransferError::Local {
-                what: "cannot create a file in",
-                path: dir.clone(),
-                source: e,
-            })?;
-        // Locked while it is written, so that another agent's clean-up leaves it alone; a
-        // killed agent's lock goes with it.
-        if let Err(e) = tmp.as_file().try_lock() {
-            tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
-        }
+        let tmp = new_part(&dir, &t.oid)?;
         // No SHA-256 here: git-lfs hashes the file itself after `complete` and refuses it on
         // a mismatch before it enters .git/lfs/objects (docs/lfs-agent.md §7). Hashing it here too
         // would only word that refusal better, at the cost of a pass over every byte. What
         // the agent checks is what git-lfs cannot: every chunk's hash and the Xet file hash.
-        let mut reported = 0u64;
-        let mut attempt = 0;
-        let n = loop {
-            attempt += 1;
-            if attempt > 3 {
-                return Err(TransferError::GaveUp(t.oid));
-            }
-            let file = tmp.as_file();
-            if attempt > 1 {
-                file.set_len(0).map_err(|e| TransferError::Local {
-                    what: "cannot write",
-                    path: tmp.path().to_path_buf(),
-                    source: e,
-                })?;
-            }
-            let mut progress = |written: u64| -> std::io::Result<()> {
-                // Progress only moves forward, also when a second attempt starts over.
-                if written >= reported + (1 << 20) {
-                    reported = written;
-                    writer.progress(&t.oid, written.min(t.size.saturating_sub(1)))?;
-                }
-                Ok(())
-            };
-            let written = if keep {
-                write_file_at_with(endpoint, &hash, &plan, file, &local, &mut progress)
-            } else {
-                let once = ReadOnce(endpoint);
-                write_file_at_with(&once, &hash, &plan, file, &local, &mut progress)
-            };
-            match written {
-                Ok(n) => break n,
-                // The plan that came with the action may be stale (its URLs expired while
-                // git-lfs queued the object): ask the CAS server for a fresh one, once.
-                Err(e @ DownloadError::Source { .. }) if std::mem::take(&mut inline) => {
-                    tracing::info!(oid = %t.oid, "{e}; asking the CAS server for a new plan");
-                    plan = ask_plan()?;
-                    attempt -= 1;
-                }
-                // Chunks read from the local chunk cache may be what did not verify: drop
-                // them and fetch everything from the server once more.
-                Err(e @ (DownloadError::WrongFile { .. } | DownloadError::Damaged { .. }))
-                    if attempt == 1 =>
-                {
-                    tracing::warn!(oid = %t.oid, "{e}; trying again without the local chunk cache");
-                    let xorbs: Vec<_> = plan.fetch.iter().map(|(x, _)| *x).collect();
-                    endpoint.forget_cached(&xorbs);
-                }
-                Err(e) => {
-                    return Err(TransferError::Download {
-                        oid: t.oid,
-                        endpoint: endpoint.describe(),
-                        source: Box::new(e),
-                    })
-                }
-            }
+        let job = Rebuild {
+            endpoint,
+            t,
+            hash,
+            keep,
+            local: &local,
         };
+        let n = job.run(plan, inline, &tmp, writer)?;
         endpoint.trim_cache();
         let (n, copied) = (n.written, n.local);
         if n != t.size {
@@ -705,6 +615,138 @@ impl Agent {
         drop(lease);
         self.record(record);
         Ok(path)
+    }
+}
+
+/// The reconstruction plan of Xet file `hash` for the download `t`, from the CAS server; its
+/// size must be the object's.
+fn ask_plan(
+    endpoint: &dyn Endpoint,
+    t: &Transfer,
+    hash: FileHash,
+) -> Result<ReconstructionPlan, TransferError> {
+    let plan = endpoint
+        .reconstruction(&hash, None)
+        .map_err(|e| TransferError::Plan {
+            hash,
+            source: Box::new(e),
+        })?
+        .ok_or_else(|| {
+            TransferError::Lookup(format!(
+                "{} does not have Xet file {hash} (LFS object {}); was it pushed?",
+                endpoint.describe(),
+                t.oid
+            ))
+        })?;
+    if plan.file_size != t.size {
+        return Err(TransferError::WrongSize {
+            hash,
+            oid: t.oid,
+            actual: plan.file_size,
+            expected: t.size,
+        });
+    }
+    Ok(plan)
+}
+
+/// A new partial download of `oid` in git-lfs's temp directory `dir`, locked while it is
+/// written, so that another agent's clean-up leaves it alone (a killed agent's lock goes with
+/// it).
+fn new_part(dir: &Path, oid: &LfsOid) -> Result<tempfile::NamedTempFile, TransferError> {
+    let tmp = tempfile::Builder::new()
+        .prefix(&part_prefix(oid))
+        .suffix(PART_SUFFIX)
+        .tempfile_in(dir)
+        .map_err(|e| TransferError::Local {
+            what: "cannot create a file in",
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+    if let Err(e) = tmp.as_file().try_lock() {
+        tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
+    }
+    Ok(tmp)
+}
+
+/// One object's rebuild into its partial download file.
+struct Rebuild<'a> {
+    endpoint: &'a dyn Endpoint,
+    t: &'a Transfer,
+    hash: FileHash,
+    /// Keep what is fetched in the download chunk cache.
+    keep: bool,
+    /// Chunks of earlier versions on this machine, copied instead of fetched.
+    local: &'a LocalChunks,
+}
+
+impl Rebuild<'_> {
+    /// Writes the file from `plan` into `tmp`, reporting progress to git-lfs. At most three
+    /// attempts: a failed inline plan (`inline`; its URLs may have expired while git-lfs
+    /// queued the object) is replaced by the CAS server's once, and after a first attempt that
+    /// did not verify, the chunk cache's copies of the plan's xorbs are dropped and everything
+    /// is fetched again.
+    fn run<W: Write>(
+        &self,
+        mut plan: ReconstructionPlan,
+        mut inline: bool,
+        tmp: &tempfile::NamedTempFile,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<crate::pipeline::download::Written, TransferError> {
+        let (endpoint, t, hash) = (self.endpoint, self.t, self.hash);
+        let mut reported = 0u64;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if attempt > 3 {
+                return Err(TransferError::GaveUp(t.oid));
+            }
+            let file = tmp.as_file();
+            if attempt > 1 {
+                file.set_len(0).map_err(|e| TransferError::Local {
+                    what: "cannot write",
+                    path: tmp.path().to_path_buf(),
+                    source: e,
+                })?;
+            }
+            let mut progress = |written: u64| -> std::io::Result<()> {
+                // Progress only moves forward, also when a second attempt starts over.
+                if written >= reported + (1 << 20) {
+                    reported = written;
+                    writer.progress(&t.oid, written.min(t.size.saturating_sub(1)))?;
+                }
+                Ok(())
+            };
+            let written = if self.keep {
+                write_file_at_with(endpoint, &hash, &plan, file, self.local, &mut progress)
+            } else {
+                let once = ReadOnce(endpoint);
+                write_file_at_with(&once, &hash, &plan, file, self.local, &mut progress)
+            };
+            match written {
+                Ok(n) => return Ok(n),
+                Err(e @ DownloadError::Source { .. }) if std::mem::take(&mut inline) => {
+                    tracing::info!(oid = %t.oid, "{e}; asking the CAS server for a new plan");
+                    plan = ask_plan(endpoint, t, hash)?;
+                    attempt -= 1;
+                }
+                // Chunks read from the local chunk cache may be what did not verify: drop
+                // them and fetch everything from the server once more.
+                Err(e @ (DownloadError::WrongFile { .. } | DownloadError::Damaged { .. }))
+                    if attempt == 1 =>
+                {
+                    tracing::warn!(oid = %t.oid, "{e}; trying again without the local chunk cache");
+                    let xorbs: Vec<_> = plan.fetch.iter().map(|(x, _)| *x).collect();
+                    endpoint.forget_cached(&xorbs);
+                }
+                Err(e) => {
+                    return Err(TransferError::Download {
+                        oid: t.oid,
+                        endpoint: endpoint.describe(),
+                        source: Box::new(e),
+                    })
+                }
+            }
+        }
     }
 }
 
