@@ -262,18 +262,29 @@ impl HttpOptions {
 
     /// Applies these options to a client being built; an unreadable file is an error naming
     /// it.
-    pub fn apply(
+    pub fn apply(&self, builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, String> {
+        self.apply_for(builder, true)
+    }
+
+    /// [`HttpOptions::apply`] for a client that makes https requests (`tls`) or only plain
+    /// http ones: that one needs no CA certificates nor client certificate, whose files are
+    /// then not read (a company's CA bundle of a few hundred certificates took milliseconds to
+    /// parse, twice in every agent process, for plain-http servers too).
+    pub fn apply_for(
         &self,
         mut builder: reqwest::ClientBuilder,
+        tls: bool,
     ) -> Result<reqwest::ClientBuilder, String> {
-        for (cert, _) in self.certificates()? {
-            builder = builder.add_root_certificate(cert);
+        if tls {
+            for (cert, _) in self.certificates()? {
+                builder = builder.add_root_certificate(cert);
+            }
+            if let Some(identity) = self.identity()? {
+                builder = builder.identity(identity);
+            }
         }
         if !self.verify {
             builder = builder.danger_accept_invalid_certs(true);
-        }
-        if let Some(identity) = self.identity()? {
-            builder = builder.identity(identity);
         }
         if let Some(proxy) = self.proxy()? {
             builder = builder.proxy(proxy);
@@ -395,10 +406,10 @@ struct ClientSpec {
 
 impl ClientSpec {
     /// A client following `redirects`. `tls`: it will make https requests, so it loads the
-    /// system's trust store (a few milliseconds per client: every agent process built two, for
-    /// plain-http servers too).
+    /// system's trust store and the configured CA and client certificates (a few milliseconds
+    /// per client: every agent process built two, for plain-http servers too).
     fn build(&self, redirects: reqwest::redirect::Policy, tls: bool) -> Result<Client, String> {
-        let builder = self.http.apply(Client::builder())?;
+        let builder = self.http.apply_for(Client::builder(), tls)?;
         let builder = if self.no_proxy {
             builder.no_proxy()
         } else {
@@ -497,7 +508,8 @@ impl RemoteCas {
             connect_timeout: config.connect_timeout,
             user_agent: config.user_agent.clone(),
         };
-        // Built now, so that a bad setting (a CA file that cannot be read) is found at once.
+        // Built now, so that a bad setting (a CA file that cannot be read) is found at once
+        // (for an https server; a plain-http one's client reads no certificate).
         let client = spec
             .build(same_origin_redirects(), cas_url.starts_with("https:"))
             .map_err(&invalid)?;

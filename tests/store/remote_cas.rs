@@ -626,6 +626,16 @@ fn bad_configuration_is_refused() {
     let cas = RemoteCas::new(RemoteConfig::new("http://127.0.0.1:1/", TokenSource::None)).unwrap();
     assert_eq!(cas.cas_url(), "http://127.0.0.1:1");
     assert!(!cas.has_xorb(&xorb()).unwrap());
+    // A CA file that cannot be read is found at once for an https server; a plain-http
+    // server's client reads no certificate.
+    let with_ca = |url: &str| {
+        let mut c = RemoteConfig::new(url, TokenSource::None);
+        c.http.ca_files = vec![std::path::PathBuf::from("/no/such/ca.pem")];
+        RemoteCas::new(c)
+    };
+    let e = with_ca("https://127.0.0.1:1/").err().expect("refused");
+    assert!(e.to_string().contains("/no/such/ca.pem"), "{e}");
+    assert!(with_ca("http://127.0.0.1:1/").is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------
