@@ -25,6 +25,12 @@ use axum::response::{IntoResponse, Response};
 use http_body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// Reads of object storage a download keeps in flight ahead of the piece being sent, while
+/// the server's read budget allows (each read holds its bytes of it): one read at a time left
+/// the store idle between requests (a 256 MiB basic download from a Garage node took 1.2 s
+/// with one read ahead, 0.9-1.0 s with four).
+pub const OBJECT_READ_AHEAD: usize = 4;
+
 use super::body::IdleTimeout;
 use super::error::ApiError;
 use super::{Limits, SharedState};

@@ -12,11 +12,13 @@
 //! The body streams: the stored bytes are read in pieces of at most [`PIECE`] bytes, each on a
 //! blocking thread when the connection asks for more, so a client that does not read holds one
 //! piece, whatever the size of its ranges. On object storage, pieces are [`OBJECT_PIECE`] bytes
-//! and the next is read while one is sent, within a server-wide read budget
+//! and up to [`OBJECT_READ_AHEAD`] next ones are read while one is sent, within a server-wide
+//! read budget
 //! ([`crate::server::Limits::read_memory`]); the xorb is checked once per request, not per
 //! piece. Every response carries `Content-Length`; a read
 //! failure half-way aborts the connection (the client sees a short body).
 
+use crate::server::limits::OBJECT_READ_AHEAD;
 use crate::store::wire::ErrorCode;
 use std::collections::VecDeque;
 use std::io;
@@ -363,8 +365,8 @@ fn multipart(boundary: &str, ranges: &[RangeInclusive<u64>], len: u64) -> Vec<Se
 
 /// The response body: the segments in order, stored ranges read [`PIECE`] bytes at a time
 /// when the connection asks for more. On object storage, where each read is a request, a read
-/// is [`OBJECT_PIECE`] bytes while the server's read budget allows and the next read starts
-/// before the one the connection waits for is sent.
+/// is [`OBJECT_PIECE`] bytes while the server's read budget allows, and up to
+/// [`OBJECT_READ_AHEAD`] next reads start before the one the connection waits for is sent.
 fn stream(
     store: Arc<Store>,
     xorb: XorbHash,
@@ -375,7 +377,7 @@ fn stream(
         store,
         xorb,
         pending: segments.into(),
-        ahead: None,
+        ahead: VecDeque::new(),
         budget,
     };
     Body::from_stream(futures_util::stream::unfold(state, |mut r| async move {
@@ -383,7 +385,7 @@ fn stream(
         if let Err(e) = &item {
             tracing::error!(xorb = %r.xorb, error = %e, "xorb data response aborted");
             r.pending.clear();
-            r.ahead = None;
+            r.ahead.clear();
         }
         Some((item, r))
     }))
@@ -392,12 +394,13 @@ fn stream(
 /// Bytes of one read on object storage, where the next read starts while one is sent.
 pub const OBJECT_PIECE: u64 = 4 << 20;
 
-/// What [`stream`] has left to send, and the read started ahead.
+/// What [`stream`] has left to send, and the reads started ahead.
 struct BodyReader {
     store: Arc<Store>,
     xorb: XorbHash,
     pending: VecDeque<Segment>,
-    ahead: Option<PieceRead>,
+    /// Reads started, in body order (all before `pending`'s first segment).
+    ahead: VecDeque<PieceRead>,
     /// The server's read budget, on object storage; `None`: small reads, none ahead.
     budget: Option<Arc<Semaphore>>,
 }
@@ -445,7 +448,7 @@ impl BodyReader {
 
     /// The next piece of the body; `None` at its end.
     async fn next_item(&mut self) -> Option<Result<Bytes, io::Error>> {
-        let read = match self.ahead.take() {
+        let read = match self.ahead.pop_front() {
             Some(read) => read,
             None => match self.pending.front()? {
                 Segment::Literal(_) => match self.pending.pop_front() {
@@ -456,7 +459,15 @@ impl BodyReader {
             },
         };
         if self.budget.is_some() {
-            self.ahead = self.start_next();
+            // More reads go out while each holds its share of the budget.
+            while self.ahead.len() < OBJECT_READ_AHEAD {
+                let Some(next) = self.start_next() else { break };
+                let budgeted = next._held.is_some();
+                self.ahead.push_back(next);
+                if !budgeted {
+                    break;
+                }
+            }
         }
         let (start, last) = read.range;
         let xorb = self.xorb;

@@ -287,7 +287,8 @@ pub const OBJECT_PIECE: u64 = 4 << 20;
 
 /// The response body rebuilding `terms` (a whole-file plan) from `store`. On object storage
 /// (`budget`: the server's read budget), pieces are [`OBJECT_PIECE`] bytes while the budget
-/// allows, and the next piece is read while one is decoded and sent.
+/// allows, and up to [`OBJECT_READ_AHEAD`](crate::server::limits::OBJECT_READ_AHEAD) next pieces are read while one is decoded and
+/// sent.
 pub fn body(
     store: Arc<Store>,
     terms: Vec<PlannedTerm>,
@@ -359,7 +360,7 @@ fn local_body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) ->
 struct Reading {
     planned: Planned,
     raw: Raw,
-    _held: Option<OwnedSemaphorePermit>,
+    held: Option<OwnedSemaphorePermit>,
 }
 
 enum Raw {
@@ -431,7 +432,8 @@ impl Recent {
 struct ObjectState {
     store: Arc<Store>,
     at: Option<Position>,
-    ahead: Option<Reading>,
+    /// Pieces started, in body order.
+    ahead: std::collections::VecDeque<Reading>,
     budget: Arc<Semaphore>,
     download: Download,
     sent: u64,
@@ -469,7 +471,7 @@ impl ObjectState {
             return Ok(Some(Reading {
                 planned,
                 raw: Raw::Recent(bytes),
-                _held: None,
+                held: None,
             }));
         }
         let st = Arc::clone(&self.store);
@@ -481,13 +483,13 @@ impl ObjectState {
         Ok(Some(Reading {
             planned,
             raw: Raw::Reading(raw),
-            _held: held,
+            held,
         }))
     }
 
     /// The next piece of the body; `None` at its end.
     async fn next_item(&mut self) -> Option<Result<Bytes, io::Error>> {
-        let current = match self.ahead.take() {
+        let current = match self.ahead.pop_front() {
             Some(r) => r,
             None => match self.start_next().await {
                 Ok(Some(r)) => r,
@@ -498,15 +500,24 @@ impl ObjectState {
                 Err(e) => return Some(Err(e)),
             },
         };
-        // The next read goes out before this piece is decoded and sent.
-        match self.start_next().await {
-            Ok(next) => self.ahead = next,
-            Err(e) => return Some(Err(e)),
+        // The next reads go out before this piece is decoded and sent: at least one, then
+        // more while each holds its share of the budget (or needs no read), up to
+        // OBJECT_READ_AHEAD.
+        let mut more = true;
+        while more && self.ahead.len() < crate::server::limits::OBJECT_READ_AHEAD {
+            match self.start_next().await {
+                Ok(Some(next)) => {
+                    more = next.held.is_some() || matches!(next.raw, Raw::Recent(_));
+                    self.ahead.push_back(next);
+                }
+                Ok(None) => break,
+                Err(e) => return Some(Err(e)),
+            }
         }
         let Reading {
             planned,
             raw,
-            _held,
+            held: _held,
         } = current;
         let raw = match raw {
             Raw::Recent(bytes) => bytes,
@@ -549,7 +560,7 @@ fn object_body(
     let state = ObjectState {
         store,
         at: Some(Position::new(terms)),
-        ahead: None,
+        ahead: std::collections::VecDeque::new(),
         recent: Recent::new(Arc::clone(&budget)),
         budget,
         download,
