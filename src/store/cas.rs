@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
 use super::index::{
-    Claim, FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
+    Claim, Commit, FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
 };
 use super::integrity::FooterCache;
 pub use super::integrity::XorbHealth;
@@ -776,7 +776,7 @@ impl Store {
                 let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
                 if !self.files_in_repo(&files, repo)? {
                     self.backend.log_shard(&shard_hash, Some(repo))?;
-                    self.index.add_file_repos(&files, repo)?;
+                    self.index.add_file_repos(&files, repo, Commit::Durable)?;
                 }
             }
             return Ok(ShardOutcome {
@@ -805,7 +805,7 @@ impl Store {
         self.check_claim_backlog(&entries, uploader)?;
         let (new_files, new_bytes) =
             self.index
-                .add_shard(shard_hash, &entries, now_unix(), uploader)?;
+                .add_shard(shard_hash, &entries, now_unix(), uploader, Commit::Durable)?;
         let mut claims = Vec::new();
         for (oid, file) in &entries.oids {
             if !self.index.checked_files(oid)?.contains(file) {
@@ -819,7 +819,7 @@ impl Store {
         }
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
-            self.index.add_file_repos(&files, repo)?;
+            self.index.add_file_repos(&files, repo, Commit::Durable)?;
         }
         self.registered_bytes
             .fetch_add(new_bytes, std::sync::atomic::Ordering::Relaxed);
@@ -1104,7 +1104,7 @@ impl Store {
         if let Some(record) = self.index.file(file)? {
             self.backend.log_shard(&record.shard, Some(repo))?;
         }
-        Ok(self.index.add_file_repos(&[*file], repo)?)
+        Ok(self.index.add_file_repos(&[*file], repo, Commit::Durable)?)
     }
 
     /// A registered file's record.

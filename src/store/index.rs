@@ -199,6 +199,27 @@ fn decode_file(key: &FileHash, b: &[u8]) -> Result<FileRecord, IndexError> {
     })
 }
 
+/// Whether a write is on disk when it returns, or only with the next durable one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// On disk when it returns (an upload's registration: the client is told it is stored).
+    Durable,
+    /// With the next durable write (or [`Index::persist`]): for what the bucket can give again,
+    /// a catch-up's registrations of shards other nodes accepted, which every start and every
+    /// full catch-up repeat for what the index lacks. A catch-up after a push of 1000 small
+    /// files registers 1000 shards (and as many repository grants): with an fsync each, that
+    /// is 2000 disk round trips, seconds on a disk that syncs in milliseconds.
+    Lazy,
+}
+
+impl Commit {
+    fn apply(self, txn: &mut redb::WriteTransaction) {
+        if self == Commit::Lazy {
+            txn.set_durability(redb::Durability::None);
+        }
+    }
+}
+
 /// The index database of one store.
 #[derive(Debug)]
 pub struct Index {
@@ -390,6 +411,12 @@ impl Index {
         txn.commit().map_err(db_err)
     }
 
+    /// Puts every [`Commit::Lazy`] write made so far on disk (one durable commit).
+    pub fn persist(&self) -> Result<(), IndexError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        txn.commit().map_err(db_err)
+    }
+
     pub fn has_shard(&self, shard: &ShardHash) -> Result<bool, IndexError> {
         Ok(self.get(SHARDS, shard.as_bytes())?.is_some())
     }
@@ -403,8 +430,10 @@ impl Index {
         entries: &ShardEntries,
         now: u64,
         uploader: &str,
+        commit: Commit,
     ) -> Result<(usize, u64), IndexError> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let mut txn = self.db.begin_write().map_err(db_err)?;
+        commit.apply(&mut txn);
         let (mut new_files, mut new_bytes) = (0, 0);
         {
             let mut files = txn.open_table(FILES).map_err(db_err)?;
@@ -481,11 +510,17 @@ impl Index {
     }
 
     /// Records that `files` were registered through repository `repo` (in one transaction).
-    pub fn add_file_repos(&self, files: &[FileHash], repo: &str) -> Result<(), IndexError> {
+    pub fn add_file_repos(
+        &self,
+        files: &[FileHash],
+        repo: &str,
+        commit: Commit,
+    ) -> Result<(), IndexError> {
         if files.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let mut txn = self.db.begin_write().map_err(db_err)?;
+        commit.apply(&mut txn);
         {
             let mut t = txn.open_table(FILE_REPOS).map_err(db_err)?;
             for f in files {
@@ -1177,7 +1212,7 @@ mod tests {
             };
             assert_eq!(
                 index
-                    .add_shard(record.shard, &entries, 10, "team-a")
+                    .add_shard(record.shard, &entries, 10, "team-a", Commit::Durable)
                     .unwrap(),
                 (1, record.size)
             );
@@ -1190,7 +1225,13 @@ mod tests {
             };
             assert_eq!(
                 index
-                    .add_shard(ShardHash::from_bytes([9; 32]), &again, 11, "team-a")
+                    .add_shard(
+                        ShardHash::from_bytes([9; 32]),
+                        &again,
+                        11,
+                        "team-a",
+                        Commit::Durable
+                    )
                     .unwrap(),
                 (0, 0)
             );
@@ -1241,13 +1282,25 @@ mod tests {
             ..Default::default()
         };
         index
-            .add_shard(ShardHash::from_bytes([1; 32]), &entries(a), 5, "team-a")
+            .add_shard(
+                ShardHash::from_bytes([1; 32]),
+                &entries(a),
+                5,
+                "team-a",
+                Commit::Durable,
+            )
             .unwrap();
         index.settle_claim(&oid, &a, true).unwrap();
         // Team B registers another file (other chunking) for the same oid: a claim of its own,
         // not hidden by A's checked mapping.
         index
-            .add_shard(ShardHash::from_bytes([2; 32]), &entries(b), 6, "team-b")
+            .add_shard(
+                ShardHash::from_bytes([2; 32]),
+                &entries(b),
+                6,
+                "team-b",
+                Commit::Durable,
+            )
             .unwrap();
         let on = index.claims_on(&oid).unwrap();
         assert_eq!(on.len(), 1);
@@ -1255,7 +1308,13 @@ mod tests {
         assert_eq!(index.claim_load("team-b").unwrap(), (1, 0));
         // A registering its own checked file again claims nothing.
         index
-            .add_shard(ShardHash::from_bytes([3; 32]), &entries(a), 7, "team-a")
+            .add_shard(
+                ShardHash::from_bytes([3; 32]),
+                &entries(a),
+                7,
+                "team-a",
+                Commit::Durable,
+            )
             .unwrap();
         assert_eq!(index.claims_on(&oid).unwrap().len(), 1);
         index.settle_claim(&oid, &b, true).unwrap();

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use super::backend::{LogCursor, ObjectKey};
 use super::cas::{now_unix, Store, StoreError};
+use super::index::Commit;
 use crate::format::shard::ParsedShard;
 use crate::format::{FileHash, ShardHash};
 
@@ -168,6 +169,7 @@ impl Store {
         // Each registration waits on the bucket (the shard, its xorbs' footers): several run
         // at once, [`REGISTER_CONCURRENCY`] at most.
         let results = self.register_stored_shards(&todo);
+        let todo_was_empty = todo.is_empty();
         let mut outcome = CatchUp::default();
         for ((shard, repo, known), result) in todo.into_iter().zip(results) {
             match result? {
@@ -182,6 +184,11 @@ impl Store {
             if let Some(r) = repo {
                 state.access.insert((shard, r));
             }
+        }
+        // The registrations were lazy commits (the bucket can give them again): one fsync
+        // for all of them.
+        if !todo_was_empty {
+            self.index.persist()?;
         }
         if outcome.registered > 0 {
             tracing::debug!(
@@ -251,8 +258,13 @@ impl Store {
             let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
             match self.validate(&parsed.shard, shard, &mut |_| {}) {
                 Ok(entries) => {
-                    self.index
-                        .add_shard(shard, &entries, now_unix(), repo.unwrap_or(""))?;
+                    self.index.add_shard(
+                        shard,
+                        &entries,
+                        now_unix(),
+                        repo.unwrap_or(""),
+                        Commit::Lazy,
+                    )?;
                 }
                 Err(e) if e.is_client_error() => return Ok(Stored::Refused(e.to_string())),
                 Err(e) => return Err(e),
@@ -260,7 +272,7 @@ impl Store {
         }
         if let Some(repo) = repo {
             let files: Vec<FileHash> = parsed.shard.files.iter().map(|f| f.hash).collect();
-            self.index.add_file_repos(&files, repo)?;
+            self.index.add_file_repos(&files, repo, Commit::Lazy)?;
         }
         Ok(Stored::Registered)
     }
