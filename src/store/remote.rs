@@ -1313,6 +1313,69 @@ impl XorbSource for RemoteCas {
     }
 }
 
+/// Checks a 206 answer's `Content-Range` against bytes `start..=end` asked for: a range that
+/// stops short is a damaged copy on the server (`damaged`), any other range is wrong.
+fn check_content_range(
+    req: &Request,
+    resp: &Response,
+    (start, end): (u64, u64),
+    damaged: &dyn Fn(&Request, String) -> Failure,
+) -> Result<(), Failure> {
+    let Some(c) = content_range(resp) else {
+        return Ok(());
+    };
+    match c.range {
+        Some((s, e)) if s == start && e < end => {
+            let total = c.total.map_or(String::new(), |n| format!(" of {n}"));
+            Err(damaged(
+                req,
+                format!(
+                    "{} sent bytes {s}-{e}{total} when asked for {start}-{end}",
+                    req.server
+                ),
+            ))
+        }
+        Some((s, e)) if (s, e) != (start, end) => Err(fatal(
+            req,
+            format!(
+                "{} sent bytes {s}-{e} of {}, not the bytes asked for",
+                req.server, req.shown_url
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What a 416 answer to bytes `start..=end` means: a stored object shorter than that is a
+/// damaged copy (`damaged`); otherwise the server's refusal, with what it says.
+fn unsatisfiable(
+    req: &Request,
+    resp: Response,
+    (start, end): (u64, u64),
+    damaged: &dyn Fn(&Request, String) -> Failure,
+) -> Failure {
+    let total = content_range(&resp).and_then(|c| c.total);
+    let says = server_says(resp);
+    match total {
+        Some(n) if n <= end => damaged(
+            req,
+            format!(
+                "{} holds {n} bytes and cannot serve bytes {start}-{end}",
+                req.server
+            ),
+        ),
+        _ => fatal_coded(
+            req,
+            format!(
+                "{} cannot serve bytes {start}-{end} (416){}",
+                req.server,
+                says.suffix()
+            ),
+            says.code,
+        ),
+    }
+}
+
 /// The most room [`RemoteCas::read_xorb_range`] sets aside before a range's bytes arrive: a
 /// stored xorb with its footer (the reconstruction's ranges are never longer).
 const MAX_RANGE_ROOM: u64 = crate::format::xorb::MAX_ACCEPTED_BODY + (1 << 20);
@@ -1372,30 +1435,7 @@ impl RemoteCas {
         };
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::PARTIAL_CONTENT => {
-                if let Some(c) = content_range(&resp) {
-                    match c.range {
-                        Some((s, e)) if s == start && e < end => {
-                            let total = c.total.map_or(String::new(), |n| format!(" of {n}"));
-                            return Err(damaged(
-                                req,
-                                format!(
-                                    "{} sent bytes {s}-{e}{total} when asked for {start}-{end}",
-                                    req.server
-                                ),
-                            ));
-                        }
-                        Some((s, e)) if (s, e) != (start, end) => {
-                            return Err(fatal(
-                                req,
-                                format!(
-                                    "{} sent bytes {s}-{e} of {}, not the bytes asked for",
-                                    req.server, req.shown_url
-                                ),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
+                check_content_range(req, &resp, (start, end), &damaged)?;
                 match stream_body(req, resp, 0, want, true, sink)? {
                     Some(got) if got < want => Err(damaged(
                         req,
@@ -1419,26 +1459,7 @@ impl RemoteCas {
                 }
             }
             StatusCode::RANGE_NOT_SATISFIABLE => {
-                let total = content_range(&resp).and_then(|c| c.total);
-                let says = server_says(resp);
-                match total {
-                    Some(n) if n <= end => Err(damaged(
-                        req,
-                        format!(
-                            "{} holds {n} bytes and cannot serve bytes {start}-{end}",
-                            req.server
-                        ),
-                    )),
-                    _ => Err(fatal_coded(
-                        req,
-                        format!(
-                            "{} cannot serve bytes {start}-{end} (416){}",
-                            req.server,
-                            says.suffix()
-                        ),
-                        says.code,
-                    )),
-                }
+                Err(unsatisfiable(req, resp, (start, end), &damaged))
             }
             StatusCode::FORBIDDEN => {
                 let says = server_says(resp);
