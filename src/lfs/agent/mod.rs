@@ -297,6 +297,10 @@ struct Agent {
     negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
     temp_dir: Option<PathBuf>,
     common_dir: Option<Option<PathBuf>>,
+    /// git's common directory and git-lfs's temp directory, being found on a thread started at
+    /// `init` (two git processes, run while git-lfs makes its batch call instead of before the
+    /// first object), taken at first use.
+    dirs_ahead: Option<std::thread::JoinHandle<FoundDirs>>,
     /// The shared server of a directory store, its URL, and when it was last used.
     shared: Option<(Arc<dyn Endpoint>, String, Instant)>,
     /// No shared server could be had: this process opens the store itself.
@@ -319,6 +323,7 @@ impl Agent {
             negotiated: Vec::new(),
             temp_dir: None,
             common_dir: None,
+            dirs_ahead: None,
             shared: None,
             shared_failed: false,
             journal: None,
@@ -332,6 +337,13 @@ impl Agent {
     /// object as present without asking (see [`super::prune`]).
     fn init(&mut self, init: &super::protocol::Init) -> Result<(), TransferError> {
         self.remote = Some(init.remote.clone()).filter(|r| !r.trim().is_empty());
+        if self.dirs_ahead.is_none() && self.common_dir.is_none() {
+            let git = self.options.git.clone();
+            self.dirs_ahead = std::thread::Builder::new()
+                .name("git-dirs".into())
+                .spawn(move || find_dirs(&git))
+                .ok();
+        }
         if init.operation != Operation::Download {
             return Ok(());
         }
@@ -347,10 +359,24 @@ impl Agent {
     }
 
     fn common_dir(&mut self) -> Option<PathBuf> {
+        self.take_dirs_ahead();
         if self.common_dir.is_none() {
             self.common_dir = Some(self.options.git.common_dir().ok());
         }
         self.common_dir.clone().flatten()
+    }
+
+    /// What the thread started at `init` found, once it is done (waiting for it).
+    fn take_dirs_ahead(&mut self) {
+        let Some(found) = self.dirs_ahead.take().and_then(|h| h.join().ok()) else {
+            return;
+        };
+        if self.common_dir.is_none() {
+            self.common_dir = Some(found.common);
+        }
+        if let (None, Some(dir)) = (&self.temp_dir, found.temp) {
+            self.temp_dir = Some(dir);
+        }
     }
 
     fn record(&mut self, record: Record) {
@@ -375,6 +401,7 @@ impl Agent {
 
     /// git-lfs's temp directory (where downloads are written), found once.
     fn lfs_temp_dir(&mut self) -> Result<PathBuf, TransferError> {
+        self.take_dirs_ahead();
         if let Some(dir) = &self.temp_dir {
             return Ok(dir.clone());
         }
@@ -616,6 +643,22 @@ impl Agent {
         self.record(record);
         Ok(path)
     }
+}
+
+/// What [`find_dirs`] found: git's common directory and git-lfs's temp directory (`None`
+/// where git could not say; asked again at first use, for the error).
+struct FoundDirs {
+    common: Option<PathBuf>,
+    temp: Option<PathBuf>,
+}
+
+/// git's common directory and git-lfs's temp directory of the repository `git` is in.
+fn find_dirs(git: &Git) -> FoundDirs {
+    let common = git.common_dir().ok();
+    let temp = common
+        .as_deref()
+        .and_then(|c| settings::lfs_temp_dir_in(git, c).ok());
+    FoundDirs { common, temp }
 }
 
 /// The reconstruction plan of Xet file `hash` for the download `t`, from the CAS server; its
