@@ -718,26 +718,11 @@ impl RemoteCas {
                 Auth::Cas => (self.bearer()?, &self.session),
                 Auth::None => (authorization.map(String::from), &no_headers),
             };
-            // Credentials never follow a redirect to another origin.
-            let client = match (&auth, req.auth) {
-                (None, Auth::None) => match self.anonymous_client(&req.url) {
-                    Ok(c) => c,
-                    Err(message) => {
-                        return Err(TargetError::Remote {
-                            what: req.what.clone(),
-                            message,
-                            retryable: false,
-                            code: None,
-                        })
-                    }
-                },
-                _ => &self.client,
-            };
+            let client = self.client_for(req, auth.as_deref())?;
             let failure = match send(&self.rt, client, req, auth.as_deref(), extra) {
                 Err(e) => transport_failure(req, &e),
                 Ok(resp) => {
-                    let status = resp.status();
-                    if status == StatusCode::UNAUTHORIZED
+                    if resp.status() == StatusCode::UNAUTHORIZED
                         && req.auth == Auth::Cas
                         && !refreshed
                         && matches!(self.token, TokenSource::Refreshing(_))
@@ -753,74 +738,12 @@ impl RemoteCas {
                         attempt -= 1;
                         continue;
                     }
-                    if status == StatusCode::UNAUTHORIZED && req.auth == Auth::Cas {
-                        let says = server_says(resp);
-                        let hint = match &self.token {
-                            TokenSource::None => {
-                                "no token is configured for it; ".to_string() + &self.token_hint
-                            }
-                            TokenSource::Static(_) => {
-                                format!("the token is wrong or expired; {}", self.token_hint)
-                            }
-                            TokenSource::Refreshing(r) => format!(
-                                "the token was refused even after a refresh from {}",
-                                shown(r.href())
-                            ),
-                        };
-                        fatal(
-                            req,
-                            format!(
-                                "{} refused the access token (401){}; {hint}",
-                                req.server,
-                                says.suffix()
-                            ),
-                        )
-                    } else if status == StatusCode::INSUFFICIENT_STORAGE {
-                        let says = server_says(resp);
-                        fatal_coded(
-                            req,
-                            format!(
-                                "{} is out of storage ({}){}; trying again will not help until \
-                                 its administrator frees or adds disk space",
-                                req.server,
-                                status_text(status),
-                                says.suffix()
-                            ),
-                            says.code,
-                        )
-                    } else if retryable_status(status) {
-                        let after = retry_after(&resp);
-                        let says = server_says(resp);
-                        if says.code == Some(ErrorCode::XorbDamaged) {
-                            fatal_coded(
-                                req,
-                                format!(
-                                    "{} says its stored copy of the data is damaged ({}){}; \
-                                     trying again cannot help: the server's administrator should \
-                                     run `git xet scrub`",
-                                    req.server,
-                                    status_text(status),
-                                    says.suffix()
-                                ),
-                                says.code,
-                            )
-                        } else {
-                            Failure::Retry {
-                                reason: format!(
-                                    "{} answered {}{}",
-                                    req.server,
-                                    status_text(status),
-                                    says.suffix()
-                                ),
-                                retry_after: after,
-                                code: says.code,
-                            }
-                        }
-                    } else {
-                        match handle(req, resp) {
+                    match self.server_failure(req, resp) {
+                        Screened::Failure(failure) => failure,
+                        Screened::Pass(resp) => match handle(req, resp) {
                             Ok(t) => return Ok(t),
                             Err(f) => f,
-                        }
+                        },
                     }
                 }
             };
@@ -830,40 +753,144 @@ impl RemoteCas {
                     reason,
                     retry_after,
                     code,
-                } => {
-                    let elapsed = started.elapsed();
-                    if !self.retry.should_retry(attempt, elapsed) {
-                        let message = if attempt > 1 {
-                            format!(
-                                "{reason} (after {attempt} attempts over {} s)",
-                                elapsed.as_secs()
-                            )
-                        } else {
-                            reason
-                        };
-                        return Err(TargetError::Remote {
-                            what: req.what.clone(),
-                            message,
-                            retryable: true,
-                            code,
-                        });
-                    }
-                    let delay = self.retry.delay(attempt, retry_after);
-                    if elapsed + delay >= SLOW_NOTICE_AFTER {
-                        self.tell_slow(&req.what, &reason);
-                    }
-                    tracing::warn!(
-                        attempt,
-                        elapsed_ms = elapsed.as_millis() as u64,
-                        delay_ms = delay.as_millis() as u64,
-                        url = %req.shown_url,
-                        "{}: {reason}; retrying",
-                        req.what
-                    );
-                    std::thread::sleep(delay);
-                }
+                } => self.wait_to_retry(req, attempt, started, reason, retry_after, code)?,
             }
         }
+    }
+
+    /// The client for `req`: credentials (`auth`) never follow a redirect to another origin,
+    /// so a request without them uses the anonymous client.
+    fn client_for(&self, req: &Request, auth: Option<&str>) -> Result<&Client, TargetError> {
+        match (auth, req.auth) {
+            (None, Auth::None) => {
+                self.anonymous_client(&req.url)
+                    .map_err(|message| TargetError::Remote {
+                        what: req.what.clone(),
+                        message,
+                        retryable: false,
+                        code: None,
+                    })
+            }
+            _ => Ok(&self.client),
+        }
+    }
+
+    /// What an answer says about the server rather than the request, for every request alike:
+    /// a refused token (401 to the CAS), no storage left (507), or a status worth a retry
+    /// (unless the server says its copy is damaged). Any other answer is given back, for the
+    /// request's own handling.
+    fn server_failure(&self, req: &Request, resp: Response) -> Screened {
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED && req.auth == Auth::Cas {
+            let says = server_says(resp);
+            let hint = match &self.token {
+                TokenSource::None => {
+                    "no token is configured for it; ".to_string() + &self.token_hint
+                }
+                TokenSource::Static(_) => {
+                    format!("the token is wrong or expired; {}", self.token_hint)
+                }
+                TokenSource::Refreshing(r) => format!(
+                    "the token was refused even after a refresh from {}",
+                    shown(r.href())
+                ),
+            };
+            return Screened::Failure(fatal(
+                req,
+                format!(
+                    "{} refused the access token (401){}; {hint}",
+                    req.server,
+                    says.suffix()
+                ),
+            ));
+        }
+        if status == StatusCode::INSUFFICIENT_STORAGE {
+            let says = server_says(resp);
+            return Screened::Failure(fatal_coded(
+                req,
+                format!(
+                    "{} is out of storage ({}){}; trying again will not help until its \
+                     administrator frees or adds disk space",
+                    req.server,
+                    status_text(status),
+                    says.suffix()
+                ),
+                says.code,
+            ));
+        }
+        if !retryable_status(status) {
+            return Screened::Pass(resp);
+        }
+        let after = retry_after(&resp);
+        let says = server_says(resp);
+        if says.code == Some(ErrorCode::XorbDamaged) {
+            return Screened::Failure(fatal_coded(
+                req,
+                format!(
+                    "{} says its stored copy of the data is damaged ({}){}; trying again \
+                     cannot help: the server's administrator should run `git xet scrub`",
+                    req.server,
+                    status_text(status),
+                    says.suffix()
+                ),
+                says.code,
+            ));
+        }
+        Screened::Failure(Failure::Retry {
+            reason: format!(
+                "{} answered {}{}",
+                req.server,
+                status_text(status),
+                says.suffix()
+            ),
+            retry_after: after,
+            code: says.code,
+        })
+    }
+
+    /// After a failure worth a retry (`reason`): waits before attempt `attempt + 1` (as long
+    /// as the retry policy says, `retry_after` if the server asked), telling the user when the
+    /// wait has become long; or, when the policy's attempts or horizon are spent, the error.
+    fn wait_to_retry(
+        &self,
+        req: &Request,
+        attempt: u32,
+        started: Instant,
+        reason: String,
+        retry_after: Option<Duration>,
+        code: Option<ErrorCode>,
+    ) -> Result<(), TargetError> {
+        let elapsed = started.elapsed();
+        if !self.retry.should_retry(attempt, elapsed) {
+            let message = if attempt > 1 {
+                format!(
+                    "{reason} (after {attempt} attempts over {} s)",
+                    elapsed.as_secs()
+                )
+            } else {
+                reason
+            };
+            return Err(TargetError::Remote {
+                what: req.what.clone(),
+                message,
+                retryable: true,
+                code,
+            });
+        }
+        let delay = self.retry.delay(attempt, retry_after);
+        if elapsed + delay >= SLOW_NOTICE_AFTER {
+            self.tell_slow(&req.what, &reason);
+        }
+        tracing::warn!(
+            attempt,
+            elapsed_ms = elapsed.as_millis() as u64,
+            delay_ms = delay.as_millis() as u64,
+            url = %req.shown_url,
+            "{}: {reason}; retrying",
+            req.what
+        );
+        std::thread::sleep(delay);
+        Ok(())
     }
 
     /// Tells [`RemoteConfig::on_slow`] (once) that `what` keeps failing with `reason`.
@@ -1374,6 +1401,14 @@ fn unsatisfiable(
             says.code,
         ),
     }
+}
+
+/// What [`RemoteCas::server_failure`] made of an answer.
+enum Screened {
+    /// A failure of the server, whatever the request.
+    Failure(Failure),
+    /// An answer for the request's own handling.
+    Pass(Response),
 }
 
 /// The most room [`RemoteCas::read_xorb_range`] sets aside before a range's bytes arrive: a
