@@ -649,65 +649,36 @@ impl XorbSource for PieceSource<'_> {
 fn ranges_used_in_order_are_decoded_as_they_arrive_whatever_the_pieces() {
     let (_d, store) = store();
     let (data, s, plan) = small_xorbs_file(&store, 12, 6);
-    for (piece, restart) in [(1, false), (7, true), (4096, true), (1 << 20, false)] {
-        let source = PieceSource {
-            store: &store,
-            piece,
-            restart,
-            flip: None,
-            streamed: Default::default(),
-        };
+    // Rebuilds the file from `source`: the bytes written, or why not.
+    let rebuild = |source: &PieceSource| {
         let out = MemFile::default();
-        let n = crate::pipeline::download::write_file_at(
-            &source,
-            &s.file_hash,
-            &plan,
-            &out,
-            &mut |_| Ok(()),
-        )
-        .unwrap();
+        crate::pipeline::download::write_file_at(source, &s.file_hash, &plan, &out, &mut |_| Ok(()))
+            .map(|n| (n, out.0.into_inner().unwrap()))
+    };
+    let source = |piece, restart, flip| PieceSource {
+        store: &store,
+        piece,
+        restart,
+        flip,
+        streamed: Default::default(),
+    };
+    for (piece, restart) in [(1, false), (7, true), (4096, true), (1 << 20, false)] {
+        let src = source(piece, restart, None);
+        let (n, out) = rebuild(&src).unwrap();
         assert_eq!(n, data.len() as u64);
-        assert!(out.0.into_inner().unwrap() == data, "pieces of {piece}");
+        assert!(out == data, "pieces of {piece}");
         // Every range was streamed, none read whole.
         let ranges: usize = plan.fetch.iter().map(|(_, r)| r.len()).sum();
-        let streamed = source.streamed.load(std::sync::atomic::Ordering::SeqCst);
+        let streamed = src.streamed.load(std::sync::atomic::Ordering::SeqCst);
         assert_eq!(streamed, ranges, "pieces of {piece}");
     }
     // A damaged payload byte is caught: by its chunk's decoding or by the file hash.
     for flip in [100, 70_000] {
-        let source = PieceSource {
-            store: &store,
-            piece: 1000,
-            restart: false,
-            flip: Some(flip),
-            streamed: Default::default(),
-        };
-        let e = crate::pipeline::download::write_file_at(
-            &source,
-            &s.file_hash,
-            &plan,
-            &MemFile::default(),
-            &mut |_| Ok(()),
-        )
-        .unwrap_err();
+        let e = rebuild(&source(1000, false, Some(flip))).unwrap_err();
         assert!(e.to_string().contains("damaged"), "{e}");
     }
     // A damaged chunk header names the xorb, the range and the offset.
-    let source = PieceSource {
-        store: &store,
-        piece: 1000,
-        restart: false,
-        flip: Some(0),
-        streamed: Default::default(),
-    };
-    let e = crate::pipeline::download::write_file_at(
-        &source,
-        &s.file_hash,
-        &plan,
-        &MemFile::default(),
-        &mut |_| Ok(()),
-    )
-    .unwrap_err();
+    let e = rebuild(&source(1000, false, Some(0))).unwrap_err();
     assert!(
         matches!(e, crate::pipeline::download::DownloadError::Damaged { .. }),
         "{e}"
