@@ -1,4 +1,4 @@
-//! `git xet cache [show|prune|clear]`: the local shard cache ([`crate::store::shard_cache`]).
+//! `git xet cache [show|prune|clear]`: the local shard cache ([`xet_client::shard_cache`]).
 //!
 //! `show` (the default) prints the cache root and, per endpoint directory, the number and size
 //! of its shards; `prune` deletes least recently used shards of every endpoint until each fits a
@@ -12,10 +12,10 @@ use super::CmdResult;
 use crate::lfs::settings::{
     self, CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, CHUNK_CACHE_MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV,
 };
-use crate::store::chunk_cache::CHUNKS_SUBDIR;
-use crate::store::shard_cache::SHARDS_SUBDIR;
-use crate::store::{ChunkCache, ShardCache};
-use crate::util::size::format_size;
+use xet_client::chunk_cache::CHUNKS_SUBDIR;
+use xet_client::shard_cache::SHARDS_SUBDIR;
+use xet_client::util::size::format_size;
+use xet_client::{ChunkCache, ShardCache};
 
 #[derive(Debug, clap::Args)]
 // The one-line description is the `about` of `Command::Cache` in `cli/mod.rs`; the details

@@ -76,7 +76,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         None => PathBuf::from(default_dir(&args.repository).ok_or_else(|| {
             format!(
                 "cannot tell the directory name from {:?}; give it after the repository",
-                crate::redact::redact(&args.repository)
+                xet_client::redact::redact(&args.repository)
             )
         })?),
     };
@@ -112,7 +112,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         "git-xet: cloned into {} with its LFS files from {}; pushes and fetches there use that \
          endpoint (`git xet status` shows the setup)",
         dir.display(),
-        crate::redact::redact(&endpoint)
+        xet_client::redact::redact(&endpoint)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,14 +1,14 @@
 //! `git-xet hash`: prints the Xet file hash and size of each file given on the command line.
 //!
 //! This module owns the command's arguments and its output format; the hashing itself is
-//! [`crate::pipeline::hasher`].
+//! [`xet_client::pipeline::hasher`].
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::CmdResult;
-use crate::pipeline::hasher::hash_file;
+use xet_client::pipeline::hasher::hash_file;
 
 #[derive(Debug, clap::Args)]
 // The one-line description is the `about` of `Command::Hash` in `cli/mod.rs`; the details
@@ -38,7 +38,7 @@ pub struct HashArgs {
 #[derive(serde::Serialize)]
 struct Record<'a> {
     path: &'a str,
-    hash: crate::format::FileHash,
+    hash: xet_format::FileHash,
     size: u64,
 }
 

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::CmdResult;
-use crate::format::shard::{ParsedShard, Shard, HEADER_TAG};
-use crate::format::xorb::{FooterVersion, ParsedXorb, XorbForm, MAX_ACCEPTED_BODY};
-use crate::format::ShardHash;
+use xet_format::shard::{ParsedShard, Shard, HEADER_TAG};
+use xet_format::xorb::{FooterVersion, ParsedXorb, XorbForm, MAX_ACCEPTED_BODY};
+use xet_format::ShardHash;
 
 /// Nothing larger can be a valid xorb (body limit plus the largest footer) or shard (64 MiB).
 const MAX_INSPECT_BYTES: u64 = MAX_ACCEPTED_BODY + 1024 * 1024;
@@ -224,7 +224,7 @@ fn render_shard(parsed: &ParsedShard, bytes: &[u8], verbose: bool) -> String {
         let eligible = x
             .chunks
             .iter()
-            .filter(|c| c.flags & crate::format::shard::CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE != 0)
+            .filter(|c| c.flags & xet_format::shard::CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE != 0)
             .count();
         let _ = writeln!(
             out,

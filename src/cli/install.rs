@@ -7,7 +7,7 @@
 //! `uninstall` removes exactly those and never a value the user set. Both are idempotent.
 //! `--local` also installs the pre-push guard of [`super::hooks`]. An endpoint URL with a
 //! password is accepted, with a warning that git keeps it in clear text; everything install
-//! prints goes through [`crate::redact`].
+//! prints goes through [`xet_client::redact`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,10 +16,10 @@ use super::CmdResult;
 use crate::git::{Git, Scope};
 use crate::lfs::settings::EndpointSpec;
 
-/// `println!` through [`crate::redact`]: what install prints never shows a password.
+/// `println!` through [`xet_client::redact`]: what install prints never shows a password.
 macro_rules! say {
     ($($arg:tt)*) => {
-        println!("{}", crate::redact::redact(&format!($($arg)*)))
+        println!("{}", xet_client::redact::redact(&format!($($arg)*)))
     };
 }
 
@@ -240,7 +240,7 @@ fn restore_replaced_agent(
 
 /// For an endpoint URL with a password in it (accepted: git-xet sends it, as the endpoint's
 /// token, only to that endpoint, and never shows it), the warning that git keeps it in clear
-/// text, with the safer way. The password itself is registered with [`crate::redact`].
+/// text, with the safer way. The password itself is registered with [`xet_client::redact`].
 fn password_warning(endpoint: &str, scope: Scope) -> Option<String> {
     let split = crate::lfs::settings::split_userinfo(endpoint);
     split.password.as_ref()?;
@@ -592,6 +592,6 @@ mod tests {
         );
         assert!(password_warning("https://h.example", Scope::Global).is_none());
         assert!(password_warning("/srv/store", Scope::Global).is_none());
-        assert!(!crate::redact::redact("install-secret-9").contains("secret"));
+        assert!(!xet_client::redact::redact("install-secret-9").contains("secret"));
     }
 }

@@ -7,7 +7,7 @@
 //! oid is joined with the transfer journal ([`crate::lfs::journal`]), which the agent writes as
 //! it uploads and downloads. An object the journal does not know but that is in the local LFS
 //! store (`<lfs storage>/objects/xx/yy/<oid>`) is hashed on the spot and marked `(computed)`;
-//! its dedup is unknown. Endpoints are shown redacted ([`crate::redact`]), also those of
+//! its dedup is unknown. Endpoints are shown redacted ([`xet_client::redact`]), also those of
 //! journals written before redaction (the rest is hashes, sizes and the user's own paths, shown
 //! as they are).
 
@@ -17,11 +17,11 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::CmdResult;
-use crate::format::{FileHash, LfsOid};
 use crate::git::{objects, Git};
 use crate::lfs::journal::{self, Direction, Record};
-use crate::pipeline::hasher::hash_file;
-use crate::util::size::format_size;
+use xet_client::pipeline::hasher::hash_file;
+use xet_client::util::size::format_size;
+use xet_format::{FileHash, LfsOid};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -109,7 +109,7 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
                             eprintln!(
                                 "git-xet: {}: {}",
                                 file.name,
-                                crate::redact::redact(&e.to_string())
+                                xet_client::redact::redact(&e.to_string())
                             );
                             None
                         }
@@ -167,7 +167,7 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
         }),
         transferred_bytes: Some(record.transferred_bytes),
         // Journals written before endpoints were redacted may hold a password.
-        endpoint: Some(crate::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
+        endpoint: Some(xet_client::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
     }
 }
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::settings::{self, EndpointSpec};
-use crate::store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
-use crate::util::size::format_size;
+use xet_client::util::size::format_size;
+use xet_store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
 
 /// Exit code of `scrub` when it found damage.
 pub const DAMAGE_FOUND: u8 = 2;
@@ -316,11 +316,11 @@ fn humantime(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::gc::DEFAULT_GRACE;
+    use xet_store::gc::DEFAULT_GRACE;
 
     #[test]
     fn durations() {
-        let parse = crate::util::duration::parse_duration;
+        let parse = xet_client::util::duration::parse_duration;
         assert_eq!(parse("24h"), Some(DEFAULT_GRACE), "the default --grace");
         assert_eq!(humantime(DEFAULT_GRACE), "1 d");
         assert_eq!(humantime(Duration::from_secs(5400)), "90 min");

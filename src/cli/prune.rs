@@ -19,8 +19,8 @@ use crate::lfs::agent::{self, AgentOptions};
 use crate::lfs::protocol::Operation;
 use crate::lfs::prune::{self, Verdict};
 use crate::lfs::settings::{self, TransferMode};
-use crate::redact::redact;
-use crate::util::size::format_size;
+use xet_client::redact::redact;
+use xet_client::util::size::format_size;
 
 /// Exit code when some objects were kept because the endpoint does not hold them.
 pub const KEPT: u8 = 2;
@@ -83,7 +83,7 @@ struct Report {
 
 #[derive(Debug, Serialize)]
 struct Object {
-    oid: crate::format::LfsOid,
+    oid: xet_format::LfsOid,
     size: u64,
     /// `held`, `missing`, `unknown` or `gone` (no local copy any more).
     verdict: &'static str,
@@ -193,7 +193,7 @@ pub fn run(args: &PruneArgs) -> CmdResult {
                 if lease.is_ok() && unanswered.is_none() {
                     unanswered = Some(format!(
                         "the endpoint failed for {oid}: {}",
-                        crate::redact::clip(why, 300)
+                        xet_client::redact::clip(why, 300)
                     ));
                 }
             }

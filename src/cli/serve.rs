@@ -79,7 +79,7 @@ pub struct ServeArgs {
     /// Keep xorbs and shards in an S3-compatible bucket (s3://BUCKET/PREFIX) instead of --data;
     /// settings from the AWS_* environment.
     #[arg(long, value_name = "URL")]
-    pub storage: Option<crate::store::s3::StorageUrl>,
+    pub storage: Option<xet_store::s3::StorageUrl>,
     /// With --storage: reconstructions name presigned URLs of the bucket, so downloads go
     /// straight to the object storage (clients must reach its endpoint) instead of through
     /// this server.
@@ -159,7 +159,7 @@ const MIN_GC_GRACE: Duration = Duration::from_secs(600);
 fn store_settings(
     args: &StoreArgs,
     shared: bool,
-) -> Result<(crate::store::StoreOptions, Maintenance), String> {
+) -> Result<(xet_store::StoreOptions, Maintenance), String> {
     let mut m = Maintenance::default();
     let every = |d: Duration| (!d.is_zero()).then_some(d);
     if shared {
@@ -181,7 +181,7 @@ fn store_settings(
     if let Some(d) = args.scrub_interval {
         m.scrub_interval = every(d);
     }
-    let options = crate::store::StoreOptions {
+    let options = xet_store::StoreOptions {
         min_free_bytes: args.min_free.unwrap_or(0),
         ..Default::default()
     };
@@ -253,7 +253,7 @@ fn limits(args: &LimitArgs) -> Result<Limits, Box<dyn std::error::Error>> {
     }
     if let Some(mib) = args.body_memory {
         // The largest small body (a shard) must fit, or it would be told "busy" forever.
-        let least = crate::format::shard::MAX_SHARD_SIZE >> 20;
+        let least = xet_format::shard::MAX_SHARD_SIZE >> 20;
         if mib < least {
             return Err(format!(
                 "--body-memory must be at least {least} (MiB): a shard may be that large"
@@ -318,10 +318,10 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     crate::lfs::settings::register_env_secrets();
     let mut secrets = secrets(args)?;
     let announce_token = if args.announce {
-        let bytes = crate::store::random_bytes::<32>()
-            .map_err(|e| format!("cannot make up a token: {e}"))?;
+        let bytes =
+            xet_client::random_bytes::<32>().map_err(|e| format!("cannot make up a token: {e}"))?;
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        crate::redact::register_secret(&token);
+        xet_client::redact::register_secret(&token);
         secrets.push(ServerToken::new(&token, Scope::Write, "--announce")?);
         Some(token)
     } else {
@@ -338,7 +338,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.storage = args
         .storage
         .clone()
-        .map(|url| crate::store::s3::S3Config::from_vars(url, std::env::vars()));
+        .map(|url| xet_store::s3::S3Config::from_vars(url, std::env::vars()));
     config.storage_urls = args.storage_urls;
     config.lock_owner = args.lock_owner.clone();
     config.listen = args.listen;
@@ -366,12 +366,12 @@ pub fn run(args: &ServeArgs) -> CmdResult {
             "git-xet serve ready"
         );
         if let Some(token) = &announce_token {
-            let announce = crate::store::local_server::Announce {
+            let announce = xet_store::local_server::Announce {
                 url: server.public_url().to_string(),
                 token: token.clone(),
                 pid: std::process::id(),
             };
-            crate::store::local_server::write(&args.data, &announce).map_err(|e| {
+            xet_store::local_server::write(&args.data, &announce).map_err(|e| {
                 crate::server::ServeError::Serve(std::io::Error::other(format!(
                     "cannot announce the server in {}: {e}",
                     args.data.display()
@@ -382,7 +382,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         println!("listening on {}", server.public_url());
         let served = server.run(std::future::pending()).await;
         if announce_token.is_some() {
-            crate::store::local_server::withdraw(&args.data, std::process::id());
+            xet_store::local_server::withdraw(&args.data, std::process::id());
         }
         served
     });

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::journal::{self, Direction};
-use crate::util::size::format_size;
+use xet_client::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 #[command(

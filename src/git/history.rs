@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use git2::{Delta, DiffFindOptions, DiffOptions, Oid, Repository, Sort};
 
 use super::objects::ObjectsError;
-use crate::format::pointer::{Pointer, MAX_POINTER_LEN};
-use crate::format::LfsOid;
+use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
+use xet_format::LfsOid;
 
 /// Commits looked at, newest first.
 pub const MAX_COMMITS: usize = 400;

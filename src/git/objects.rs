@@ -18,7 +18,7 @@ use std::path::Path;
 
 use git2::{ErrorCode, ObjectType, Oid, Repository, Tree};
 
-use crate::format::pointer::{Pointer, MAX_POINTER_LEN};
+use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
 
 /// A file of a tree whose blob is a Git LFS pointer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,8 +257,8 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::LfsOid;
     use crate::git::Git;
+    use xet_format::LfsOid;
 
     fn commit_all(git: &Git) {
         git.run(&["add", "-A"]).unwrap();

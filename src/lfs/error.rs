@@ -11,10 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::settings::SettingsError;
-use crate::format::{FileHash, LfsOid};
-use crate::pipeline::download::DownloadError;
-use crate::pipeline::upload::UploadError;
-use crate::store::{StoreError, TargetError};
+use xet_client::pipeline::download::DownloadError;
+use xet_client::pipeline::upload::UploadError;
+use xet_client::TargetError;
+use xet_format::{FileHash, LfsOid};
+use xet_store::StoreError;
 
 /// Why one request (or the agent's start) failed. See the module documentation.
 #[derive(Debug, thiserror::Error)]

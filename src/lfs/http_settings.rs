@@ -11,14 +11,14 @@
 //!
 //! Every key is read for the request's URL with git's own matching (`git config --get-urlmatch
 //! http <url>`), so `http.<url>.sslCAInfo` and the others apply as in git. The system's trust
-//! store is always trusted as well (see [`crate::store::HttpOptions`]). Paths may start with
+//! store is always trusted as well (see [`xet_client::HttpOptions`]). Paths may start with
 //! `~/`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::git::Git;
-use crate::store::HttpOptions;
+use xet_client::HttpOptions;
 
 /// git's HTTP settings for `url` (see the module documentation). A git that cannot be asked
 /// leaves the defaults.
@@ -36,7 +36,7 @@ pub fn http_options(git: &Git, url: &str) -> HttpOptions {
     );
     if !options.verify {
         tracing::warn!(
-            url = %crate::redact::redact(url),
+            url = %xet_client::redact::redact(url),
             "TLS certificates are not checked (http.sslVerify=false or GIT_SSL_NO_VERIFY): \
              anyone on the network path can read and change what is sent"
         );

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::{FileHash, LfsOid};
+use xet_format::{FileHash, LfsOid};
 
 /// What was done with an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ impl Record {
             transferred_bytes: 0,
             history_bytes: 0,
             endpoint: String::new(),
-            time: crate::util::now_unix(),
+            time: xet_client::util::now_unix(),
         }
     }
 }
@@ -73,7 +73,7 @@ pub fn path(common_dir: &Path) -> PathBuf {
     common_dir.join("xet").join("transfers.jsonl")
 }
 
-/// Appends `record` to the journal (creating it), its endpoint redacted ([`crate::redact`]: a
+/// Appends `record` to the journal (creating it), its endpoint redacted ([`xet_client::redact`]: a
 /// password in an endpoint URL never lands in the journal).
 pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
     Appender::open(common_dir)?.append(record)
@@ -101,7 +101,7 @@ impl Appender {
     /// Appends `record`, its endpoint redacted.
     pub fn append(&mut self, record: &Record) -> std::io::Result<()> {
         let record = Record {
-            endpoint: crate::redact::redact(&record.endpoint),
+            endpoint: xet_client::redact::redact(&record.endpoint),
             ..record.clone()
         };
         let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;

@@ -4,7 +4,7 @@
 //! each of them would be held for a whole transfer by one process at a time (its index allows
 //! one writer process), so the agents share one `git xet serve` on the directory instead: the
 //! first agent that needs it starts it (`serve --announce`, loopback, a token it makes up,
-//! announced in `DIR/local-server.json`, see [`crate::store::local_server`]), and every agent
+//! announced in `DIR/local-server.json`, see [`xet_store::local_server`]), and every agent
 //! talks to it like to any standalone HTTP endpoint. The server stops by itself
 //! [`IDLE_EXIT`] after its last connection closes, which is soon after the last agent exits.
 //!
@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::store::local_server::{self, Announce};
+use xet_store::local_server::{self, Announce};
 
 /// Set to `0` to open a directory store in every agent process instead of sharing a server.
 pub const ENABLE_ENV: &str = "GIT_XET_LOCAL_SERVER";
@@ -41,7 +41,7 @@ pub enum LocalServerError {
     CreateStore {
         dir: std::path::PathBuf,
         #[source]
-        source: Box<crate::store::StoreError>,
+        source: Box<xet_store::StoreError>,
     },
     #[error("cannot write {}: {source}", path.display())]
     Log {
@@ -80,7 +80,7 @@ pub fn connect_or_start(dir: &Path) -> Result<Announce, LocalServerError> {
     loop {
         if let Some(a) = local_server::read(dir) {
             if answers(&a.url) {
-                crate::redact::register_secret(&a.token);
+                xet_client::redact::register_secret(&a.token);
                 return Ok(a);
             }
         }
@@ -118,8 +118,8 @@ fn answers(url: &str) -> bool {
     if !loopback {
         return false;
     }
-    let Ok(client) = crate::store::remote::OneShotClient::new(
-        &crate::store::remote::HttpOptions::default(),
+    let Ok(client) = xet_client::remote::OneShotClient::new(
+        &xet_client::remote::HttpOptions::default(),
         Duration::from_secs(2),
         false,
     ) else {
@@ -141,7 +141,7 @@ fn start(dir: &Path) -> Result<Child, LocalServerError> {
     // An upload to a new store: create it first (a store is only made in an empty directory,
     // and the server's log goes into it).
     if !dir.join(crate::lfs::settings::STORE_VERSION_FILE).exists() {
-        match crate::store::Store::open(dir) {
+        match xet_store::Store::open(dir) {
             Ok(store) => drop(store),
             // Another agent (or its server) has it open: it exists now.
             Err(e) if e.is_locked() => {}

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::LfsOid;
+use xet_format::LfsOid;
 
 /// Transfer direction of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -392,15 +392,15 @@ pub const MAX_MESSAGE: usize = 4096;
 /// The longest piece of input (a field, a path, a line) echoed in a message.
 pub const MAX_ECHO: usize = 200;
 
-/// A message as git-lfs gets it: secrets masked ([`crate::redact`]), at most [`MAX_MESSAGE`]
+/// A message as git-lfs gets it: secrets masked ([`xet_client::redact`]), at most [`MAX_MESSAGE`]
 /// bytes.
 pub fn shown_message(message: &str) -> String {
-    crate::redact::clip(&crate::redact::redact(message), MAX_MESSAGE).into_owned()
+    xet_client::redact::clip(&xet_client::redact::redact(message), MAX_MESSAGE).into_owned()
 }
 
 /// A piece of input as echoed in a message: redacted, then clipped to [`MAX_ECHO`] bytes.
 pub fn echo(input: &str) -> String {
-    crate::redact::clip(&crate::redact::redact(input), MAX_ECHO).into_owned()
+    xet_client::redact::clip(&xet_client::redact::redact(input), MAX_ECHO).into_owned()
 }
 
 #[derive(Serialize)]

@@ -25,9 +25,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::format::LfsOid;
 use crate::git::Git;
-use crate::store::Endpoint;
+use xet_client::Endpoint;
+use xet_format::LfsOid;
 
 use super::terminal;
 
@@ -116,8 +116,8 @@ pub fn refusal(caller: &Caller, remote: &str) -> String {
          lists them as \"missing on remote\"; they may well be there). Run `git xet prune` \
          instead: it checks each object at the endpoint and deletes only those held there \
          (`git xet prune --dry-run` shows what it would do)",
-        crate::redact::clip(&caller.command, 200),
-        crate::redact::redact(remote)
+        xet_client::redact::clip(&caller.command, 200),
+        xet_client::redact::redact(remote)
     )
 }
 
@@ -149,7 +149,7 @@ pub fn candidates(git: &Git, remote: &str) -> Result<Vec<LfsOid>, String> {
     if !out.status.success() {
         return Err(format!(
             "`git lfs prune --dry-run --verbose` failed: {}",
-            crate::redact::redact(crate::redact::clip(stderr.trim(), 2000).as_ref())
+            xet_client::redact::redact(xet_client::redact::clip(stderr.trim(), 2000).as_ref())
         ));
     }
     let mut oids = parse_dry_run(&stdout);
@@ -240,7 +240,7 @@ pub fn check(endpoint: &dyn Endpoint, oid: &LfsOid, size: u64) -> Verdict {
             "not held intact at the endpoint (or, pushed moments ago, not checked there yet)"
                 .into(),
         ),
-        Err(e) => Verdict::Unknown(crate::redact::redact(&e.to_string())),
+        Err(e) => Verdict::Unknown(xet_client::redact::redact(&e.to_string())),
     }
 }
 

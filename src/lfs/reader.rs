@@ -24,9 +24,9 @@ use super::agent::{AgentOptions, Lease};
 use super::error::TransferError;
 use super::protocol::{Action, Operation};
 use super::settings::{self, TransferMode};
-use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
-use crate::store::Endpoint;
+use xet_client::Endpoint;
+use xet_format::{FileHash, LfsOid};
 
 /// The largest batch answer read (one request asks about a few hundred objects at most).
 const MAX_BATCH_ANSWER: usize = 64 << 20;
@@ -72,7 +72,7 @@ enum Route {
     Standalone(EndpointHandle),
     Negotiated {
         lfs_url: String,
-        client: crate::store::remote::OneShotClient,
+        client: xet_client::remote::OneShotClient,
         /// One endpoint per CAS URL.
         endpoints: Mutex<HashMap<String, EndpointHandle>>,
     },
@@ -145,7 +145,7 @@ impl ObjectReader {
                     )));
                 };
                 let options = super::http_settings::http_options(git, &lfs_url);
-                let client = crate::store::remote::OneShotClient::new(
+                let client = xet_client::remote::OneShotClient::new(
                     &options,
                     std::time::Duration::from_secs(60),
                     true,
@@ -249,7 +249,7 @@ impl ObjectReader {
     fn ask_batch(
         &self,
         lfs_url: &str,
-        client: &crate::store::remote::OneShotClient,
+        client: &xet_client::remote::OneShotClient,
         endpoints: &Mutex<HashMap<String, EndpointHandle>>,
         objects: &[(LfsOid, u64)],
         learned: &mut HashMap<LfsOid, ObjectLocation>,
@@ -279,18 +279,18 @@ impl ObjectReader {
         let failed = |e: String| {
             TransferError::Setup(format!(
                 "the LFS server {} cannot be asked about objects: {e}",
-                crate::redact::redact(&split.bare)
+                xet_client::redact::redact(&split.bare)
             ))
         };
         let describe = |e: &reqwest::Error| {
-            crate::store::remote::cert_problem(e)
+            xet_client::remote::cert_problem(e)
                 .map(|p| {
-                    let host = crate::util::url::origin(&target)
+                    let host = xet_client::util::url::origin(&target)
                         .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
                         .unwrap_or_default();
-                    crate::store::remote::cert_advice(&host, p)
+                    xet_client::remote::cert_advice(&host, p)
                 })
-                .unwrap_or_else(|| crate::util::error::chain_text(e))
+                .unwrap_or_else(|| xet_client::util::error::chain_text(e))
         };
         let mut response = send(None).map_err(|e| failed(describe(&e)))?;
         if matches!(response.status.as_u16(), 401 | 403) {
@@ -318,7 +318,7 @@ impl ObjectReader {
             return Err(TransferError::Setup(format!(
                 "the LFS server {} does not offer the xet transfer, so objects cannot be read \
                  in part: fetch them first (`git lfs fetch`), then they are read locally",
-                crate::redact::redact(&split.bare)
+                xet_client::redact::redact(&split.bare)
             )));
         }
         for object in answer.objects {
@@ -328,7 +328,7 @@ impl ObjectReader {
             if let Some(e) = object.error {
                 tracing::debug!(%oid, code = e.code, "the LFS server has no object: {}", e.message);
                 if e.code != 404 {
-                    let message = crate::redact::clip(&e.message, 1024).into_owned();
+                    let message = xet_client::redact::clip(&e.message, 1024).into_owned();
                     learned.insert(oid, ObjectLocation::Refused(message));
                 }
                 continue;
@@ -372,7 +372,7 @@ impl ObjectReader {
     pub fn describe(&self) -> String {
         match &self.route {
             Route::Standalone(lease) => lease.get().describe(),
-            Route::Negotiated { lfs_url, .. } => crate::redact::redact(lfs_url),
+            Route::Negotiated { lfs_url, .. } => xet_client::redact::redact(lfs_url),
         }
     }
 }

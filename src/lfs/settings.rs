@@ -16,11 +16,11 @@
 //! `href` an LFS server named (a committed `.lfsconfig` can point any repository's LFS traffic
 //! anywhere). `HF_TOKEN` goes only to Hugging Face's own hosts over https. A credential helper
 //! answer is asked for the exact URL it is sent to, so git's own matching decides. Every
-//! secret read here is registered with [`crate::redact`].
+//! secret read here is registered with [`xet_client::redact`].
 
-use crate::store::{CacheConfig, CacheError};
-use crate::util::secret::Secret;
 use std::path::{Path, PathBuf};
+use xet_client::util::secret::Secret;
+use xet_client::{CacheConfig, CacheError};
 
 use crate::git::{Git, GitError};
 
@@ -30,7 +30,7 @@ pub const ENDPOINT_KEY: &str = "xet.endpoint";
 /// [`remote_endpoint_key`]).
 pub const REMOTE_ENDPOINT_SUFFIX: &str = "xetEndpoint";
 /// The file that makes a directory a git-xet store (written by the store when it creates one;
-/// its layout is `src/store/cas.rs`'s).
+/// its layout is `crates/xet-store/src/cas.rs`'s).
 pub const STORE_VERSION_FILE: &str = "STORE-VERSION";
 /// What [`STORE_VERSION_FILE`] holds in a store this git-xet understands.
 pub const STORE_VERSION_TEXT: &str = "git-xet-store 1";
@@ -139,7 +139,7 @@ impl EndpointSpec {
     /// The endpoint as shown to users (a password in the URL masked).
     pub fn display(&self) -> String {
         match self {
-            EndpointSpec::Http(url) => crate::redact::redact(url),
+            EndpointSpec::Http(url) => xet_client::redact::redact(url),
             EndpointSpec::Dir(path) => path.display().to_string(),
         }
     }
@@ -504,7 +504,7 @@ pub fn inspect_dir_endpoint(dir: &Path) -> DirState {
             }
         }
         Ok(text) => {
-            return DirState::OtherVersion(crate::redact::clip(text.trim(), 100).into_owned())
+            return DirState::OtherVersion(xet_client::redact::clip(text.trim(), 100).into_owned())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return DirState::Unreadable(format!("{STORE_VERSION_FILE}: {e}")),
@@ -568,7 +568,7 @@ fn missing_dir_state(dir: &Path) -> DirState {
 fn may_write(dir: &Path) -> bool {
     #[cfg(unix)]
     {
-        crate::util::os::may_write_dir(dir)
+        xet_client::util::os::may_write_dir(dir)
     }
     #[cfg(not(unix))]
     {
@@ -579,7 +579,7 @@ fn may_write(dir: &Path) -> bool {
 /// An http(s) URL split into the URL without its userinfo (what requests go to and what is
 /// shown), the URL with the user name but without the password (what `git credential fill` is
 /// asked about) and the password, percent-decoded. The password is registered with
-/// [`crate::redact`].
+/// [`xet_client::redact`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlCredentials {
     pub bare: String,
@@ -601,8 +601,8 @@ pub fn split_userinfo(url: &str) -> UrlCredentials {
         .map(percent_decode)
         .filter(|p| !p.is_empty());
     if let Some(p) = &password {
-        crate::redact::register_secret(p);
-        crate::redact::register_secret(parsed.password().unwrap_or_default());
+        xet_client::redact::register_secret(p);
+        xet_client::redact::register_secret(parsed.password().unwrap_or_default());
     }
     let _ = parsed.set_password(None);
     let with_user = parsed.as_str().trim_end_matches('/').to_string();
@@ -628,14 +628,14 @@ fn env_secret(name: &str) -> Option<Secret> {
 }
 
 /// Registers the secrets of the environment ([`TOKEN_ENV`], comma-separated as `git xet
-/// serve` takes it, and [`HF_TOKEN_ENV`]) with [`crate::redact`], so that they are masked even
+/// serve` takes it, and [`HF_TOKEN_ENV`]) with [`xet_client::redact`], so that they are masked even
 /// before anything reads them.
 pub fn register_env_secrets() {
     // GIT_XET_TOKEN and GIT_XET_READ_TOKEN may be comma-separated lists (`git xet serve`).
     for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN"] {
         if let Some(t) = env_secret(var) {
             for part in t.expose().split(',') {
-                crate::redact::register_secret(part.trim());
+                xet_client::redact::register_secret(part.trim());
             }
         }
     }
@@ -688,7 +688,7 @@ impl TokenOrigin {
 
 /// The user name and password git's credential helpers hold for `url`, asked without ever
 /// prompting (for `git xet status`'s check of an LFS server); both registered with
-/// [`crate::redact`].
+/// [`xet_client::redact`].
 pub fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
     let answer = credential_answer(git, url, false)?;
     let user = answer
@@ -701,7 +701,7 @@ pub fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
         .find_map(|l| l.strip_prefix("password="))
         .filter(|p| !p.is_empty())?
         .to_string();
-    crate::redact::register_secret(&password);
+    xet_client::redact::register_secret(&password);
     Some((user, password))
 }
 
@@ -767,7 +767,7 @@ pub fn refresh_authorization(
         hf_token.as_ref().map(Secret::expose),
     ) {
         RefreshCredential::Action(a) => {
-            crate::redact::register_authorization(&a);
+            xet_client::redact::register_authorization(&a);
             Some(Secret::new(a))
         }
         RefreshCredential::HfToken(t) => Some(Secret::new(format!("Bearer {t}"))),
@@ -798,7 +798,7 @@ pub fn cache_root() -> Result<PathBuf, CacheError> {
 fn size_from_env(name: &str, default: u64) -> Result<u64, CacheError> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => {
-            crate::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
+            xet_client::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
                 value: v,
                 origin: name.into(),
             })
@@ -820,11 +820,11 @@ pub fn cache_config() -> Result<CacheConfig, CacheError> {
 
 /// The retry horizon from [`RETRY_SECS_ENV`] (seconds, or a duration such as `2m`), if set.
 pub fn retry_horizon() -> Option<std::time::Duration> {
-    crate::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
+    xet_client::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
 }
 
 /// Asks git's credential helpers for `url`; the password is the token (registered with
-/// [`crate::redact`]). Not `interactive`: git may not prompt on the terminal.
+/// [`xet_client::redact`]). Not `interactive`: git may not prompt on the terminal.
 fn credential_fill(git: &Git, url: &str, interactive: bool) -> Option<Secret> {
     let answer = credential_answer(git, url, interactive)?;
     let password = answer
@@ -842,7 +842,7 @@ fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> 
     // its own to the request (`host=` another site) and fetch another site's credential.
     let Some(url) = credential_url(url) else {
         tracing::warn!(
-            url = %crate::redact::redact(&crate::redact::clip(url, 200)),
+            url = %xet_client::redact::redact(&xet_client::redact::clip(url, 200)),
             "not asking git for a credential: not a plain http(s) URL"
         );
         return None;
@@ -874,8 +874,8 @@ fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> 
     let out = child.wait_with_output().ok()?;
     if !out.status.success() {
         tracing::debug!(
-            url = %crate::redact::redact(url),
-            stderr = %crate::redact::redact(String::from_utf8_lossy(&out.stderr).trim()),
+            url = %xet_client::redact::redact(url),
+            stderr = %xet_client::redact::redact(String::from_utf8_lossy(&out.stderr).trim()),
             "git credential fill found no credential"
         );
         return None;
@@ -886,7 +886,7 @@ fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> 
         .find_map(|l| l.strip_prefix("password="))
         .filter(|p| !p.is_empty())
     {
-        crate::redact::register_secret(p);
+        xet_client::redact::register_secret(p);
     }
     Some(answer)
 }
@@ -955,7 +955,7 @@ mod tests {
         assert_eq!(u.bare, "http://127.0.0.1:8080");
         assert_eq!(u.with_user, "http://git@127.0.0.1:8080");
         assert_eq!(u.password.as_deref(), Some("p@ss/w0rd"));
-        assert_eq!(crate::redact::redact("x p@ss/w0rd y"), "x *** y");
+        assert_eq!(xet_client::redact::redact("x p@ss/w0rd y"), "x *** y");
         let u = split_userinfo("https://h.example/x");
         assert_eq!((u.bare.as_str(), u.password), ("https://h.example/x", None));
         assert_eq!(percent_decode("a%2"), "a%2");
@@ -1158,7 +1158,7 @@ Endpoint (my.mirror)=https://h/lfs (auth=basic)\n  SSH=git@h:x\nEndpoint ()= (au
             "{state:?}"
         );
         // What the store itself writes is what is recognised.
-        drop(crate::store::Store::open(&root.join("made")).unwrap());
+        drop(xet_store::Store::open(&root.join("made")).unwrap());
         assert!(inspect_dir_endpoint(&root.join("made")).is_store());
         std::fs::write(root.join("empty/x"), b"x").unwrap();
         assert_eq!(

@@ -29,7 +29,7 @@ use fuser::{
 };
 
 use super::view::{Node, Opened, View};
-use crate::pipeline::ranged::RangedFile;
+use xet_client::pipeline::ranged::RangedFile;
 
 /// Bytes a sequential reader's miss fetches at once.
 pub const SEQUENTIAL_SPAN: u64 = 8 << 20;

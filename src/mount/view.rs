@@ -2,7 +2,7 @@
 //!
 //! Ordinary files come from git's objects (read whole when first read; they are small by the
 //! nature of LFS repositories). A Git LFS file is read from its object in the local LFS store
-//! when that is there, else in ranges from the remote ([`crate::pipeline::ranged`]), every
+//! when that is there, else in ranges from the remote ([`xet_client::pipeline::ranged`]), every
 //! chunk checked. Where each LFS object is, is asked of the remote the first time a file is
 //! opened, for every LFS file of its directory at once (one batch request for many files).
 
@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::format::pointer::Pointer;
-use crate::format::LfsOid;
 use crate::git::objects::{self, EntryKind, ObjectsError};
 use crate::lfs::error::TransferError;
 use crate::lfs::reader::{EndpointHandle, ObjectLocation, ObjectReader};
-use crate::pipeline::ranged::{RangedError, RangedFile};
+use xet_client::pipeline::ranged::{RangedError, RangedFile};
+use xet_format::pointer::Pointer;
+use xet_format::LfsOid;
 
 /// Why a view cannot be made, or a file read.
 #[derive(Debug, thiserror::Error)]

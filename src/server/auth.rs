@@ -41,8 +41,8 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::format::XorbHash;
-use crate::util::range::GrantedRanges;
+use xet_client::util::range::GrantedRanges;
+use xet_format::XorbHash;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -87,7 +87,7 @@ pub fn usable_user_name(name: &str) -> Result<(), &'static str> {
 /// A configured long-lived secret.
 #[derive(Clone)]
 pub struct ServerToken {
-    value: crate::util::secret::Secret,
+    value: xet_client::util::secret::Secret,
     pub scope: Scope,
     /// The user this secret always speaks for (from the token file), if any.
     name: Option<String>,
@@ -191,7 +191,7 @@ impl ServerToken {
         }
         Ok(Self {
             // Never in a log line, whatever writes it (registered with `redact` too).
-            value: crate::util::secret::Secret::new(value),
+            value: xet_client::util::secret::Secret::new(value),
             scope,
             name: None,
             repos: None,
@@ -380,7 +380,7 @@ impl std::fmt::Debug for Authority {
     }
 }
 
-pub use crate::util::now_unix;
+pub use xet_client::util::now_unix;
 
 impl Authority {
     pub fn new(secrets: Vec<ServerToken>, key: [u8; 32]) -> Self {
@@ -399,7 +399,7 @@ impl Authority {
                 .try_into()
                 .map_err(|_| err(format!("{} bytes, expected 32; delete it to make a new key (this invalidates issued tokens)", bytes.len()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let key = crate::store::random_bytes::<32>()
+                let key = xet_client::random_bytes::<32>()
                     .map_err(|e| err(format!("no random source: {e}")))?;
                 write_private(path, &key).map_err(|e| err(e.to_string()))?;
                 Ok(key)

@@ -15,7 +15,6 @@
 //!   big buffer. A full disk is 507.
 //! - [`drain`] reads and drops a body (uploads of objects already stored), with a limit.
 
-use crate::store::wire::ErrorCode;
 use std::future::Future as _;
 use std::io::Write as _;
 use std::ops::Deref;
@@ -24,6 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use xet_client::wire::ErrorCode;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
@@ -33,8 +33,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::error::ApiError;
-use crate::format::LfsOid;
-use crate::store::Store;
+use xet_format::LfsOid;
+use xet_store::Store;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -124,7 +124,7 @@ pub async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
 /// `body_read_failed` (the client closed the connection half-way, or broke the framing).
 pub fn read_error(what: &str, e: axum::Error) -> ApiError {
     let inner = e.into_inner();
-    if let Some(t) = crate::util::error::find::<BodyTimedOut>(inner.as_ref()) {
+    if let Some(t) = xet_client::util::error::find::<BodyTimedOut>(inner.as_ref()) {
         tracing::info!(what, "request body timed out");
         return ApiError::body_timeout(what, t.0);
     }
@@ -448,7 +448,7 @@ mod tests {
         let full = Arc::new(
             Store::open_with(
                 full_dir.path(),
-                crate::store::StoreOptions {
+                xet_store::StoreOptions {
                     min_free_bytes: u64::MAX,
                     ..Default::default()
                 },

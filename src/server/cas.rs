@@ -48,13 +48,13 @@ pub mod reconstruction;
 pub mod upload;
 pub mod xorb_data;
 
-use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post, put, MethodRouter};
 use axum::Router;
+use xet_client::wire::ErrorCode;
 
 use super::error::ApiError;
 use super::SharedState;

@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 
-use crate::format::{FileHash, LfsOid};
-use crate::pipeline::download::{write_file, write_plan};
-use crate::store::{Store, StoreError};
+use xet_client::pipeline::download::{write_file, write_plan};
+use xet_format::{FileHash, LfsOid};
+use xet_store::{Store, StoreError};
 
-pub use crate::store::wire::CHECKS_SHA256_HEADER;
+pub use xet_client::wire::CHECKS_SHA256_HEADER;
 
 /// How often the job looks for new claims, by default.
 pub const PASS_INTERVAL: Duration = Duration::from_secs(1);
@@ -236,7 +236,7 @@ fn check_slice(
             Ok(())
         })
     } else {
-        let slice = crate::store::ReconstructionPlan {
+        let slice = xet_client::ReconstructionPlan {
             terms: plan.terms[start..end].to_vec(),
             file_size: bytes,
             offset_into_first_range: 0,

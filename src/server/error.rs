@@ -13,13 +13,13 @@
 //! | a stored xorb found damaged | 500 `xorb_damaged` (final for clients) |
 //! | any other storage failure | 500 `internal_error` |
 
-use crate::store::wire::ErrorCode;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use xet_client::wire::ErrorCode;
 
 use super::auth::AuthError;
-use crate::store::StoreError;
+use xet_store::StoreError;
 
 /// A refused or failed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +83,7 @@ impl ApiError {
     /// full, else 500.
     pub fn io(what: &str, e: &std::io::Error) -> Self {
         let message = format!("{what}: {e}");
-        if crate::store::cas::is_storage_full(e) {
+        if xet_store::cas::is_storage_full(e) {
             Self::storage_full(message)
         } else {
             tracing::error!(error = %message, "I/O failure");
@@ -129,13 +129,11 @@ impl From<AuthError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        use crate::store::reconstruction::PlanError;
+        use xet_client::reconstruction::PlanError;
         match &e {
             StoreError::InvalidXorb { source, .. } => {
                 let code = match source {
-                    crate::format::xorb::XorbError::HashMismatch { .. } => {
-                        ErrorCode::XorbHashMismatch
-                    }
+                    xet_format::xorb::XorbError::HashMismatch { .. } => ErrorCode::XorbHashMismatch,
                     _ => ErrorCode::InvalidXorb,
                 };
                 Self::bad_request(code, e.to_string())
@@ -204,8 +202,8 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::XorbHash;
-    use crate::store::backend::BackendError;
+    use xet_format::XorbHash;
+    use xet_store::backend::BackendError;
 
     fn io_failure(errno: i32) -> StoreError {
         StoreError::Backend(BackendError::Io {

@@ -45,13 +45,13 @@ pub mod locks;
 pub mod rebuild;
 pub mod transfer;
 
-use crate::store::wire::ErrorCode;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
+use xet_client::wire::ErrorCode;
 
 use super::auth::{Grant, Scope};
 use super::error::ApiError;

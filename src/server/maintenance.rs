@@ -1,14 +1,14 @@
 //! Store maintenance while the server runs: garbage collection and scrubbing on a schedule.
 //!
 //! The store is opened exclusively by the server, so `git xet gc` and `git xet scrub` cannot run
-//! beside it; the server runs the same work itself ([`crate::store::Store::gc`],
-//! [`crate::store::Store::scrub`]) on blocking threads, one job of each kind at a time, and logs
+//! beside it; the server runs the same work itself ([`xet_store::Store::gc`],
+//! [`xet_store::Store::scrub`]) on blocking threads, one job of each kind at a time, and logs
 //! what it found. The first run of each comes one interval after the start, not at the start.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::{GcOptions, Store};
+use xet_store::{GcOptions, Store};
 
 /// When the server maintains its store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +29,7 @@ impl Default for Maintenance {
     fn default() -> Self {
         Self {
             gc_interval: Some(Duration::from_secs(24 * 3600)),
-            gc_grace: crate::store::gc::DEFAULT_GRACE,
+            gc_grace: xet_store::gc::DEFAULT_GRACE,
             scrub_interval: None,
             claims_interval: Some(super::claims::PASS_INTERVAL),
         }

@@ -35,11 +35,11 @@ pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 
-use crate::store::wire::ErrorCode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use xet_client::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -52,8 +52,8 @@ use axum::{Json, Router};
 use self::auth::{now_unix, Authority, Grant, Scope, ServerToken};
 use self::error::ApiError;
 pub use self::maintenance::Maintenance;
-use crate::format::HmacKey;
-use crate::store::{Store, StoreOptions};
+use xet_format::HmacKey;
+use xet_store::{Store, StoreOptions};
 
 /// Everything `git xet serve` is configured with.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ pub struct ServeConfig {
     /// the index, temporary files, locks).
     pub data_dir: PathBuf,
     /// Objects in an S3-compatible bucket several nodes share, instead of in `data_dir`.
-    pub storage: Option<crate::store::s3::S3Config>,
+    pub storage: Option<xet_store::s3::S3Config>,
     /// Reconstructions name presigned URLs of the bucket itself, so downloads go straight to
     /// the object storage instead of through this server (object storage only).
     pub storage_urls: bool,
@@ -181,7 +181,7 @@ impl ServeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot open the store: {0}{hint}", hint = in_use_hint(.0))]
-    Store(Box<crate::store::StoreError>),
+    Store(Box<xet_store::StoreError>),
     #[error("{0}")]
     Config(#[from] auth::ConfigError),
     #[error("cannot listen on {addr}: {source}")]
@@ -200,7 +200,7 @@ pub enum ServeError {
 }
 
 /// What to do when the data directory is another process's.
-fn in_use_hint(e: &crate::store::StoreError) -> &'static str {
+fn in_use_hint(e: &xet_store::StoreError) -> &'static str {
     if e.is_locked() {
         "; stop the other process first, or give this server its own --data (servers that \
          share one store are nodes on object storage: --storage s3://…, each with its own \
@@ -210,8 +210,8 @@ fn in_use_hint(e: &crate::store::StoreError) -> &'static str {
     }
 }
 
-impl From<crate::store::StoreError> for ServeError {
-    fn from(e: crate::store::StoreError) -> Self {
+impl From<xet_store::StoreError> for ServeError {
+    fn from(e: xet_store::StoreError) -> Self {
         ServeError::Store(Box::new(e))
     }
 }
@@ -300,7 +300,7 @@ impl AppState {
         let mut k = self.dedup_key.lock().unwrap_or_else(|p| p.into_inner());
         let now = now_unix();
         if k.expires <= now {
-            let key = crate::store::random_bytes::<32>()
+            let key = xet_client::random_bytes::<32>()
                 .map_err(|e| ApiError::internal(format!("no random source: {e}")))?;
             *k = DedupKey {
                 key: HmacKey::from_bytes(key),
@@ -323,7 +323,7 @@ where
 }
 
 /// Parses a hash from a URL path segment (64 hex digits; uppercase is accepted).
-pub fn parse_hash<T: std::str::FromStr<Err = crate::format::HashParseError>>(
+pub fn parse_hash<T: std::str::FromStr<Err = xet_format::HashParseError>>(
     s: &str,
     what: &str,
 ) -> Result<T, ApiError> {
@@ -338,7 +338,7 @@ pub fn parse_hash<T: std::str::FromStr<Err = crate::format::HashParseError>>(
 /// Assigns every request an id (`X-Request-Id`), logs it, and adds `request_id` to JSON error
 /// bodies.
 async fn request_context(request: Request, next: Next) -> Response {
-    let id = crate::store::random_hex(8);
+    let id = xet_client::random_hex(8);
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let started = Instant::now();
@@ -616,8 +616,10 @@ async fn open_store(config: &ServeConfig) -> Result<Store, ServeError> {
         return Ok(Store::open_with(&config.data_dir, config.store)?);
     };
     let (dir, options) = (config.data_dir.clone(), config.store);
+    // The bucket's requests run on the server's own runtime.
+    let runtime = tokio::runtime::Handle::current();
     let opened = tokio::task::spawn_blocking(move || {
-        let store = Store::open_s3(&dir, options, &storage)?;
+        let store = Store::open_s3(&dir, options, &storage, runtime)?;
         let caught = store.catch_up_all()?;
         tracing::info!(
             storage = %storage.url,
@@ -625,7 +627,7 @@ async fn open_store(config: &ServeConfig) -> Result<Store, ServeError> {
             refused = caught.refused,
             "caught up with the shards in storage"
         );
-        Ok::<_, crate::store::StoreError>(store)
+        Ok::<_, xet_store::StoreError>(store)
     })
     .await
     .map_err(|e| ServeError::Serve(std::io::Error::other(e.to_string())))?;
@@ -638,7 +640,7 @@ async fn shared_key(store: &Arc<Store>) -> Result<Option<[u8; 32]>, ServeError> 
     if !store.is_shared() {
         return Ok(None);
     }
-    let initial = crate::store::random_bytes::<32>()
+    let initial = xet_client::random_bytes::<32>()
         .map_err(|e| ServeError::Serve(std::io::Error::other(format!("no random source: {e}"))))?;
     let st = Arc::clone(store);
     let value = tokio::task::spawn_blocking(move || st.shared_value("server.key", &initial))

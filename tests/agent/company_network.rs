@@ -138,7 +138,7 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     let Some((_s, n)) = behind_nginx(&pki, false) else {
         return;
     };
-    use git_xet::store::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
+    use xet_client::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
     let cas = RemoteCas::new(RemoteConfig::new(
         n.url(),
         TokenSource::fixed(Some(WRITE_TOKEN.into())),
@@ -146,7 +146,7 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     .unwrap();
     let started = Instant::now();
     let e = cas
-        .dedup_query(&git_xet::format::ChunkHash::from_bytes([7; 32]))
+        .dedup_query(&xet_format::ChunkHash::from_bytes([7; 32]))
         .unwrap_err()
         .to_string();
     let took = started.elapsed();
@@ -160,7 +160,7 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     config.http.ca_files = vec![pki.ca.clone()];
     let cas = RemoteCas::new(config).unwrap();
     assert_eq!(
-        cas.dedup_query(&git_xet::format::ChunkHash::from_bytes([7; 32]))
+        cas.dedup_query(&xet_format::ChunkHash::from_bytes([7; 32]))
             .unwrap(),
         None
     );

@@ -9,9 +9,9 @@ use crate::common;
 
 use common::git::{dir_bytes, tools_available, GitEnv};
 use common::server::WRITE_TOKEN;
-use git_xet::format::xorb::XorbLimits;
-use git_xet::pipeline::upload::{upload, UploadOptions};
-use git_xet::store::Store;
+use xet_client::pipeline::upload::{upload, UploadOptions};
+use xet_format::xorb::XorbLimits;
+use xet_store::Store;
 
 /// `data` with `len` bytes changed at `at`.
 fn edited(data: &[u8], at: usize, len: usize) -> Vec<u8> {
@@ -185,7 +185,7 @@ fn an_edit_at_the_start_of_a_file_is_found_by_probes() {
     let s = upload(&store, &unrelated[..], &UploadOptions::default()).unwrap();
     assert_eq!(
         s.probe_queries,
-        git_xet::format::dedup::MAX_PROBES as u64,
+        xet_format::dedup::MAX_PROBES as u64,
         "every probe asked"
     );
     assert_eq!(s.dedup_chunks, 0);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::git::{tools_available, GitEnv, Output};
 use common::server::{self, WRITE_TOKEN};
-use git_xet::format::LfsOid;
+use xet_format::LfsOid;
 
 fn object_path(work: &Path, oid: &str) -> PathBuf {
     work.join(".git/lfs/objects")

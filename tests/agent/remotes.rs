@@ -9,7 +9,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::git::{count_files, tools_available, GitEnv};
-use git_xet::format::LfsOid;
+use xet_format::LfsOid;
 
 fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
     let mut all = vec!["xet"];

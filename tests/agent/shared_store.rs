@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use crate::common;
 
 use common::git::{tools_available, GitEnv};
-use git_xet::format::LfsOid;
-use git_xet::store::local_server::{self, Announce};
-use git_xet::store::Store;
+use xet_format::LfsOid;
+use xet_store::local_server::{self, Announce};
+use xet_store::Store;
 
 /// Writes `n` files of a few KiB (seeded by `seed`), commits them; their (name, bytes).
 fn commit_files(env: &GitEnv, work: &Path, seed: u64, n: u64) -> Vec<(String, Vec<u8>)> {

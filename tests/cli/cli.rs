@@ -131,7 +131,7 @@ fn inspect_reads_the_upload_forms() {
     let session = m.sessions.iter().find(|s| s.name == "text").unwrap();
     // A xorb's upload form is its chunk region: the bytes before the footer.
     let stored = common::read(&session.xorbs[0]);
-    let parsed = git_xet::format::xorb::ParsedXorb::parse(&stored).unwrap();
+    let parsed = xet_format::xorb::ParsedXorb::parse(&stored).unwrap();
     let body = dir.path().join("body.xorb");
     std::fs::write(&body, parsed.chunk_region()).unwrap();
     let out = git_xet(&["inspect", body.to_str().unwrap()]);
@@ -139,8 +139,7 @@ fn inspect_reads_the_upload_forms() {
     assert!(stdout(&out).contains("upload form"));
     assert!(stdout(&out).contains(&parsed.hash().to_hex()));
 
-    let shard =
-        git_xet::format::shard::Shard::from_bytes(&common::read(&session.shards[0])).unwrap();
+    let shard = xet_format::shard::Shard::from_bytes(&common::read(&session.shards[0])).unwrap();
     let upload = dir.path().join("upload.mdb");
     std::fs::write(&upload, shard.to_upload_bytes().unwrap()).unwrap();
     let out = git_xet(&["inspect", upload.to_str().unwrap()]);

@@ -9,9 +9,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use git_xet::format::{FileHash, LfsOid};
 use git_xet::lfs::journal::{self, Direction, Record};
 use serde_json::Value;
+use xet_format::{FileHash, LfsOid};
 
 struct Sandbox {
     dir: tempfile::TempDir,
@@ -395,7 +395,7 @@ fn ls_files_joins_the_journal_and_computes_missing_hashes() {
 
     // a.bin: uploaded, a quarter of it deduplicated.
     let a_oid = common::sha256_hex(&a);
-    let a_hash = git_xet::pipeline::hasher::hash_bytes(&a, Default::default()).file_hash;
+    let a_hash = xet_client::pipeline::hasher::hash_bytes(&a, Default::default()).file_hash;
     let mut record = Record::new(
         Direction::Upload,
         &LfsOid::from_hex(&a_oid).unwrap(),
@@ -540,7 +540,7 @@ fn ls_files_lists_a_fresh_clone_and_any_ref_from_the_objects() {
     assert_eq!(file["oid"], common::sha256_hex(&v1), "{v}");
     assert_eq!(file["hash_source"], "journal", "{v}");
     assert_eq!(file["direction"], "upload", "{v}");
-    let v1_hash = git_xet::pipeline::hasher::hash_bytes(&v1, Default::default()).file_hash;
+    let v1_hash = xet_client::pipeline::hasher::hash_bytes(&v1, Default::default()).file_hash;
     assert_eq!(file["xet_hash"], v1_hash.to_hex());
 
     // A tree without LFS files, and a name that is nothing.

@@ -8,9 +8,9 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use git_xet::format::shard::Shard;
-use git_xet::format::xorb::ParsedXorb;
-use git_xet::store::Store;
+use xet_format::shard::Shard;
+use xet_format::xorb::ParsedXorb;
+use xet_store::Store;
 
 fn git_xet(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_git-xet"))

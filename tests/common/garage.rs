@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use git_xet::store::s3::{S3Config, StorageUrl};
+use xet_store::s3::{S3Config, StorageUrl};
 
 /// The reason on every test that needs Garage.
 #[allow(dead_code)]
@@ -229,6 +229,22 @@ impl Garage {
             url,
             settings: self.settings(),
         }
+    }
+
+    /// The runtime a test's S3 backends run their requests on (a server brings its own): one
+    /// for the whole test binary, as a server has one for all its stores.
+    pub fn runtime() -> tokio::runtime::Handle {
+        static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+        RUNTIME
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for the S3 backends of tests")
+            })
+            .handle()
+            .clone()
     }
 
     /// The data directory of the instance (to measure what it stores).

@@ -2,8 +2,6 @@
 //! finding the reference client itself for oracle tests.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::path::{Path, PathBuf};
-
 pub mod agent;
 pub mod fake;
 pub mod forward_proxy;
@@ -14,109 +12,11 @@ pub mod server;
 pub mod throttle;
 pub mod tls;
 
-use serde::Deserialize;
-
-/// `tests/fixtures/reference`.
-pub fn fixture_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference")
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Manifest {
-    pub hf_xet_version: String,
-    pub sessions: Vec<Session>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Session {
-    pub name: String,
-    pub files: Vec<FixtureFile>,
-    pub xorbs: Vec<String>,
-    pub shards: Vec<String>,
-    pub cache_shards: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct FixtureFile {
-    pub name: String,
-    pub size: u64,
-    pub xet_hash: String,
-    pub sha256: String,
-}
-
-impl FixtureFile {
-    pub fn content(&self) -> Vec<u8> {
-        read(&format!("inputs/{}", self.name))
-    }
-}
-
-/// The manifest written by `tests/fixtures/make_fixtures.py`.
-pub fn manifest() -> Manifest {
-    let text = std::fs::read_to_string(fixture_root().join("manifest.json"))
-        .expect("tests/fixtures/reference/manifest.json is committed");
-    serde_json::from_str(&text).expect("manifest.json parses")
-}
-
-/// Reads a fixture by its path relative to the fixture root (as the manifest lists them).
-pub fn read(rel: &str) -> Vec<u8> {
-    std::fs::read(fixture_root().join(rel)).unwrap_or_else(|e| panic!("fixture {rel}: {e}"))
-}
-
-/// The Python interpreter of a venv with `hf_xet` installed: `$GIT_XET_HF_PYTHON`, then
-/// `.venv/bin/python` in the crate root. Tests that call this are `#[ignore]`d (a plain
-/// `cargo test` lists them as ignored); run with `--include-ignored`, as CI does, they fail
-/// when the reference client is missing, saying how to install it.
-pub fn reference_python() -> PathBuf {
-    let candidates = std::env::var_os("GIT_XET_HF_PYTHON")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")]);
-    for python in candidates {
-        let ok = std::process::Command::new(&python)
-            .args(["-c", "import hf_xet"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if ok {
-            return python;
-        }
-    }
-    panic!(
-        "the reference client is missing: run `python3 -m venv .venv && .venv/bin/pip install \
-         hf-xet==1.8.0` (or `.ci/run`, which does it), or set GIT_XET_HF_PYTHON to a Python \
-         that can `import hf_xet`"
-    )
-}
-
-/// The SplitMix64 byte generator of docs/test-vectors.md §5.1 (also used by make_fixtures.py).
-pub fn splitmix64(seed: u64, n: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
-/// Bytes from hex digits, whitespace ignored (the layout of the worked examples).
-pub fn unhex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// Bytes as lowercase hex digits.
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+/// The reference client's golden fixtures and the deterministic test data, shared with the
+/// format crate's tests.
+#[path = "../../crates/xet-format/tests/format/fixtures.rs"]
+mod fixtures;
+pub use fixtures::*;
 
 /// The SHA-256 of `data` as 64 lowercase hex digits (a Git LFS oid).
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -129,7 +29,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 
 /// Opens the store in `dir` after git transfers: the private server the agents shared holds it
 /// until it stops by itself, two seconds after its last connection closed.
-pub fn open_store_after_transfers(dir: &std::path::Path) -> git_xet::store::Store {
-    git_xet::store::Store::open_waiting(dir, std::time::Duration::from_secs(30), || {})
+pub fn open_store_after_transfers(dir: &std::path::Path) -> xet_store::Store {
+    xet_store::Store::open_waiting(dir, std::time::Duration::from_secs(30), || {})
         .expect("the store opens once its shared server stopped")
 }

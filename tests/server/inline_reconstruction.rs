@@ -105,7 +105,7 @@ fn small_objects_come_with_their_plan_and_the_agent_needs_no_cas_request() {
     let header = small_action["header"]["X-Xet-Reconstruction"]
         .as_str()
         .expect("a small object's action carries its plan");
-    let plan = serde_json::from_str::<git_xet::store::wire::ReconstructionV2>(header)
+    let plan = serde_json::from_str::<xet_client::wire::ReconstructionV2>(header)
         .unwrap()
         .into_plan(None)
         .unwrap();
@@ -176,7 +176,7 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
 
 #[test]
 fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
-    use git_xet::store::Endpoint as _;
+    use xet_client::Endpoint as _;
     let server = common::server::start();
     let small = common::splitmix64(11, 150_000);
     let large = common::splitmix64(12, 5 << 20);
@@ -189,7 +189,7 @@ fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
             .unwrap()
     };
     let with: Value = lookup(&small_oid, "?reconstruction=v2").json().unwrap();
-    let plan = serde_json::from_value::<git_xet::store::wire::ReconstructionV2>(
+    let plan = serde_json::from_value::<xet_client::wire::ReconstructionV2>(
         with["reconstruction"].clone(),
     )
     .expect("the plan comes along")
@@ -203,13 +203,13 @@ fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
     assert_eq!(lookup(&small_oid, "?reconstruction=v9").status(), 400);
 
     // The client keeps the plan for the download that follows: it needs no server for it.
-    let mut config = git_xet::store::RemoteConfig::new(
+    let mut config = xet_client::RemoteConfig::new(
         server.url(),
-        git_xet::store::TokenSource::fixed(Some(READ_TOKEN.into())),
+        xet_client::TokenSource::fixed(Some(READ_TOKEN.into())),
     );
-    config.retry = git_xet::store::RetryPolicy::quick(1);
-    let remote = git_xet::store::RemoteCas::new(config).unwrap();
-    let oid = git_xet::format::LfsOid::from_hex(&small_oid).unwrap();
+    config.retry = xet_client::RetryPolicy::quick(1);
+    let remote = xet_client::RemoteCas::new(config).unwrap();
+    let oid = xet_format::LfsOid::from_hex(&small_oid).unwrap();
     let (file, size) = remote.locate_oid(&oid).unwrap().unwrap();
     assert_eq!(size, small.len() as u64);
     drop(server);

@@ -12,14 +12,14 @@ use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
-use git_xet::format::hash::keyed_chunk_hash;
-use git_xet::format::shard::Shard;
-use git_xet::format::xorb::{CompressionPolicy, ParsedXorb, Push, XorbBuilder};
-use git_xet::format::{ChunkHash, FileHash, XorbHash};
 use git_xet::server::auth::{now_unix, Authority, Scope};
-use git_xet::util::range::GrantedRanges;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::Value;
+use xet_client::util::range::GrantedRanges;
+use xet_format::hash::keyed_chunk_hash;
+use xet_format::shard::Shard;
+use xet_format::xorb::{CompressionPolicy, ParsedXorb, Push, XorbBuilder};
+use xet_format::{ChunkHash, FileHash, XorbHash};
 
 const ZERO: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -705,7 +705,7 @@ fn shards_naming_unknown_xorbs_are_refused_v1_400_v2_error_frame() {
     post_xorb(&s, &hash.to_hex(), body, WRITE_TOKEN);
     let mut lying = Shard::from_bytes(&shard).unwrap();
     lying.files[0].verification.as_mut().unwrap()[0] =
-        git_xet::format::VerificationHash::from_bytes([1; 32]);
+        xet_format::VerificationHash::from_bytes([1; 32]);
     let f = frames(post_shard(
         &s,
         2,
@@ -1051,7 +1051,7 @@ fn global_dedup_answers_are_keyed_shards() {
         let age: u64 = cc.strip_prefix("max-age=").unwrap().parse().unwrap();
         assert!(age > 3000 && age <= 3600, "{cc}");
         let bytes = r.bytes().unwrap();
-        let parsed_shard = git_xet::format::shard::read::parse(&bytes).unwrap();
+        let parsed_shard = xet_format::shard::read::parse(&bytes).unwrap();
         assert!(!parsed_shard.is_upload_form(), "complete form with footer");
         let shard = parsed_shard.shard;
         assert!(shard.files.is_empty());

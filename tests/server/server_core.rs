@@ -115,8 +115,8 @@ fn sample(text: &str, name: &str) -> Option<f64> {
 
 #[test]
 fn metrics_count_requests_traffic_and_what_deduplication_saved() {
-    use git_xet::pipeline::upload::{upload, UploadOptions};
-    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
 
     let server = common::server::start();
     let http = reqwest::blocking::Client::new();

@@ -6,10 +6,10 @@
 use std::io::{Read as _, Write as _};
 
 use base64::Engine as _;
-use git_xet::format::LfsOid;
 use git_xet::server::auth::{now_unix, Authority, Scope};
 use reqwest::blocking::{Client, Response};
 use serde_json::{json, Value};
+use xet_format::LfsOid;
 
 use crate::common;
 
@@ -234,7 +234,7 @@ fn xet_negotiation_shape_headers_and_tokens() {
         download["href"],
         format!("{}/xet-token/read", endpoint(&server))
     );
-    let expected = git_xet::pipeline::hasher::hash_bytes(&bytes, Default::default()).file_hash;
+    let expected = xet_client::pipeline::hasher::hash_bytes(&bytes, Default::default()).file_hash;
     assert_eq!(download["header"]["X-Xet-Hash"], expected.to_hex());
     let token = download["header"]["X-Xet-Access-Token"].as_str().unwrap();
     let grant = authority(&server).verify(token, now_unix()).unwrap();

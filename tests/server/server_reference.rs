@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use common::hfxet::Peer;
 use common::server::TestServer;
-use git_xet::format::{FileHash, LfsOid};
-use git_xet::store::Store;
 use sha2::{Digest, Sha256};
+use xet_format::{FileHash, LfsOid};
+use xet_store::Store;
 
 /// The server's log lines (captured for every test of this binary).
 type Captured = Arc<Mutex<Vec<u8>>>;

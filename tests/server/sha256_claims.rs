@@ -13,11 +13,12 @@
 
 use std::time::{Duration, Instant};
 
-use git_xet::format::shard::Shard;
-use git_xet::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use git_xet::pipeline::upload::{upload, UploadOptions};
 use git_xet::server::claims::{check_pending, Checker, Pass};
-use git_xet::store::{CasTarget, Store, TargetError};
+use xet_client::pipeline::upload::{upload, UploadOptions};
+use xet_client::{CasTarget, TargetError};
+use xet_format::shard::Shard;
+use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_store::Store;
 
 use crate::common;
 
@@ -475,7 +476,7 @@ fn another_repositorys_claim_never_shadows_this_repositorys_upload() {
     )
     .unwrap();
     assert!(!real_up.sha256_computed);
-    let fresh = git_xet::store::cas::Freshness::IndexOnly;
+    let fresh = xet_store::cas::Freshness::IndexOnly;
     let for_b = store
         .oid_file(&oid, Some("team-b"), fresh)
         .unwrap()
@@ -509,7 +510,7 @@ fn another_repositorys_claim_never_shadows_this_repositorys_upload() {
 #[test]
 fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let options = git_xet::store::StoreOptions {
+    let options = xet_store::StoreOptions {
         max_pending_claims: 2,
         ..Default::default()
     };
@@ -532,7 +533,7 @@ fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
     check_pending(&store, &mut Checker::default()).unwrap();
     claim("busy", 502).unwrap();
     // On the wire it is a 429 with Retry-After.
-    let api = git_xet::server::error::ApiError::from(git_xet::store::StoreError::ClaimBacklog {
+    let api = git_xet::server::error::ApiError::from(xet_store::StoreError::ClaimBacklog {
         uploader: "repository busy".into(),
         count: 2,
         bytes: 2000,

@@ -14,11 +14,11 @@
 use crate::common;
 
 use common::server::{start_with, team_secrets, TestServer};
-use git_xet::format::{FileHash, LfsOid};
-use git_xet::pipeline::upload::{upload, UploadOptions};
 use git_xet::server::auth::Scope;
-use git_xet::store::{RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 use serde_json::{json, Value};
+use xet_client::pipeline::upload::{upload, UploadOptions};
+use xet_client::{RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
+use xet_format::{FileHash, LfsOid};
 
 const TEAM_A: &str = "team-a-secret-0123456789";
 const TEAM_A_READ: &str = "team-a-reader-0123456789";
@@ -392,10 +392,10 @@ fn the_reference_client_downloads_through_range_bound_urls() {
 
 #[test]
 fn a_dedup_answer_tells_chunk_existence_and_never_lets_a_team_read_anothers_bytes() {
-    use git_xet::format::chunking::chunk_boundaries;
-    use git_xet::format::hash::{file_hash, verification_hash};
-    use git_xet::format::shard::{FileInfo, ParsedShard, Shard, Term};
-    use git_xet::format::{ChunkHash, ChunkRef};
+    use xet_format::chunking::chunk_boundaries;
+    use xet_format::hash::{file_hash, verification_hash};
+    use xet_format::shard::{FileInfo, ParsedShard, Shard, Term};
+    use xet_format::{ChunkHash, ChunkRef};
 
     let s = server();
     let public = common::splitmix64(7, 1 << 20);

@@ -1,4 +1,4 @@
-//! Integration tests of the storage layer: the store and its integrity checks, the shard cache, the CAS client against servers real and fake, object storage on Garage.
+//! Integration tests of the client and storage crates: the store and its integrity checks, the shard cache, the CAS client against servers real and fake, the hasher against the reference client, object storage on Garage.
 //!
 //! One test binary per layer (each links the whole crate once); each file below is one
 //! module of it.
@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod chunking_oracle;
 mod remote_cas;
 mod s3_storage;
 mod shard_cache;

@@ -1,4 +1,4 @@
-//! The HTTP CAS client (`git_xet::store::remote`): against a real `git xet serve` (upload,
+//! The HTTP CAS client (`xet_client::remote`): against a real `git xet serve` (upload,
 //! plan, download whole and ranged, global dedup, LFS oid lookup, token scopes, token refresh
 //! through the server's own route) and against tiny fake servers on loopback (retries, their
 //! limits, connection errors, token refresh and the 401 rule, presigned fetches without
@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use git_xet::store::wire::ErrorCode;
+use xet_client::wire::ErrorCode;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -16,14 +16,12 @@ use std::time::{Duration, Instant};
 
 use common::fake::{reply, Fake, Reply, FAKE_LENGTH};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
-use git_xet::format::{FileHash, LfsOid, XorbHash};
-use git_xet::pipeline::download::write_plan;
-use git_xet::pipeline::upload::{upload, UploadError, UploadOptions};
-use git_xet::store::{CasTarget, Endpoint, TargetError, XorbSource};
-use git_xet::store::{
-    FetchRange, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource,
-};
-use git_xet::util::now_unix;
+use xet_client::pipeline::download::write_plan;
+use xet_client::pipeline::upload::{upload, UploadError, UploadOptions};
+use xet_client::util::now_unix;
+use xet_client::{CasTarget, Endpoint, TargetError, XorbSource};
+use xet_client::{FetchRange, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
+use xet_format::{FileHash, LfsOid, XorbHash};
 
 fn config(url: &str, token: TokenSource) -> RemoteConfig {
     let mut c = RemoteConfig::new(url, token);
@@ -596,7 +594,7 @@ fn v1_fallback_and_foreign_servers() {
     let oid = LfsOid::of(b"x");
     assert_eq!(cas.file_by_sha256(&oid).unwrap(), None);
     assert!(cas
-        .dedup_query(&git_xet::format::ChunkHash::from_bytes([1; 32]))
+        .dedup_query(&xet_format::ChunkHash::from_bytes([1; 32]))
         .unwrap()
         .is_none());
 
@@ -926,7 +924,7 @@ fn a_client_on_the_stores_machine_reads_xorb_ranges_from_its_files() {
     .unwrap();
 
     let mut settings = config(server.url(), TokenSource::fixed(Some(READ_TOKEN.into())));
-    settings.local_xorbs = Some(server.store_dir());
+    settings.local_xorbs = Some(local_xorbs(server.store_dir()));
     let local = RemoteCas::new(settings).unwrap();
     assert!(download(&local, &stored.file_hash, None) == data);
     assert_eq!(
@@ -937,7 +935,9 @@ fn a_client_on_the_stores_machine_reads_xorb_ranges_from_its_files() {
 
     // A store whose files are elsewhere: the ranges come over HTTP.
     let mut settings = config(server.url(), TokenSource::fixed(Some(READ_TOKEN.into())));
-    settings.local_xorbs = Some(std::env::temp_dir().join("no-such-git-xet-store"));
+    settings.local_xorbs = Some(local_xorbs(
+        std::env::temp_dir().join("no-such-git-xet-store"),
+    ));
     let elsewhere = RemoteCas::new(settings).unwrap();
     assert!(download(&elsewhere, &stored.file_hash, None) == data);
     assert!(sent_xorb_bytes(&server) > 0);
@@ -945,7 +945,7 @@ fn a_client_on_the_stores_machine_reads_xorb_ranges_from_its_files() {
 
 #[test]
 fn upload_progress_follows_the_wire_on_a_slow_link() {
-    use git_xet::pipeline::upload::{upload_with_progress, UploadOptions, UploadProgress};
+    use xet_client::pipeline::upload::{upload_with_progress, UploadOptions, UploadProgress};
     let s = common::server::start();
     let addr: std::net::SocketAddr = s.url().trim_start_matches("http://").parse().unwrap();
     // 16 MB/s up: a 40 MiB file (one xorb) takes about 2.6 s to go out.
@@ -981,4 +981,9 @@ fn upload_progress_follows_the_wire_on_a_slow_link() {
     let largest = *steps.last().unwrap();
     assert!(largest < 16 << 20, "a jump of {largest} bytes: {seen:?}");
     assert_eq!(*seen.last().unwrap(), data.len() as u64);
+}
+
+/// The xorb files of the directory store at `root`.
+fn local_xorbs(root: std::path::PathBuf) -> xet_client::LocalXorbs {
+    xet_client::LocalXorbs::new(move |xorb| xet_store::backend::xorb_path(&root, xorb))
 }

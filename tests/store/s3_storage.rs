@@ -16,13 +16,19 @@ use std::time::Duration;
 
 use common::garage::Garage;
 use common::server::{start_with, TestServer, WRITE_TOKEN};
-use git_xet::format::{ShardHash, XorbHash};
-use git_xet::store::backend::{BackendError, LogCursor, ObjectBackend, ObjectKey};
-use git_xet::store::s3::S3Backend;
+use xet_format::{ShardHash, XorbHash};
+use xet_store::backend::{BackendError, LogCursor, ObjectBackend, ObjectKey};
+use xet_store::s3::S3Backend;
 
 fn backend(g: &Garage, bucket: &str, prefix: &str) -> (S3Backend, tempfile::TempDir) {
     let spool = tempfile::tempdir().unwrap();
-    let b = S3Backend::open(&g.s3_config(bucket, prefix), spool.path(), 0).unwrap();
+    let b = S3Backend::open(
+        &g.s3_config(bucket, prefix),
+        spool.path(),
+        0,
+        Garage::runtime(),
+    )
+    .unwrap();
     (b, spool)
 }
 
@@ -168,15 +174,16 @@ fn a_store_directory_and_a_node_cache_are_not_mixed_up() {
     let dir = a.store_dir();
     drop(a.server);
     // The node's directory is not a directory store.
-    let e = git_xet::store::Store::open(&dir).unwrap_err().to_string();
+    let e = xet_store::Store::open(&dir).unwrap_err().to_string();
     assert!(e.contains("--storage s3://mixup"), "{e}");
     // A directory store cannot become a node's cache.
     let store_dir = tempfile::tempdir().unwrap();
-    drop(git_xet::store::Store::open(store_dir.path()).unwrap());
-    let e = git_xet::store::Store::open_s3(
+    drop(xet_store::Store::open(store_dir.path()).unwrap());
+    let e = xet_store::Store::open_s3(
         store_dir.path(),
         Default::default(),
         &g.s3_config("mixup", ""),
+        Garage::runtime(),
     )
     .unwrap_err()
     .to_string();
@@ -538,14 +545,20 @@ fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn garbage_collection_and_scrub_work_on_the_bucket() {
-    use git_xet::format::xorb::ParsedXorb;
-    use git_xet::pipeline::upload::{upload, UploadOptions};
-    use git_xet::store::{GcOptions, Store};
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_format::xorb::ParsedXorb;
+    use xet_store::{GcOptions, Store};
 
     let g = Garage::start();
     g.create_bucket("upkeep");
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_s3(dir.path(), Default::default(), &g.s3_config("upkeep", "")).unwrap();
+    let store = Store::open_s3(
+        dir.path(),
+        Default::default(),
+        &g.s3_config("upkeep", ""),
+        Garage::runtime(),
+    )
+    .unwrap();
     // A registered file, and an orphan: a fixture xorb no shard names (an interrupted push).
     let data = content(61, 2 << 20);
     let kept = upload(&store, &data[..], &UploadOptions::default()).unwrap();
@@ -604,9 +617,9 @@ fn sent_xorb_bytes(s: &TestServer) -> u64 {
 #[test]
 #[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn with_storage_urls_downloads_go_straight_to_the_bucket() {
-    use git_xet::pipeline::download::write_plan;
-    use git_xet::store::target::Endpoint;
-    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_client::pipeline::download::write_plan;
+    use xet_client::target::Endpoint;
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
 
     let g = Garage::start();
     g.create_bucket("direct");
@@ -664,7 +677,7 @@ fn with_storage_urls_downloads_go_straight_to_the_bucket() {
         for e in entries.as_array().unwrap() {
             let url = e["url"].as_str().unwrap();
             assert!(url.starts_with(&g.endpoint), "{url}");
-            assert!(git_xet::util::url::signs_range(url), "{url}");
+            assert!(xet_client::util::url::signs_range(url), "{url}");
             let ranges = e["ranges"].as_array().unwrap();
             assert_eq!(ranges.len(), 1, "one range per storage URL");
             let (start, end) = (

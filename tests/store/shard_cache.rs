@@ -9,14 +9,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
 
-use git_xet::format::hash::xorb_hash;
-use git_xet::format::shard::{ParsedShard, Shard, ShardMeta, XorbInfo};
-use git_xet::format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, ShardHash, XorbHash};
-use git_xet::pipeline::cached::Cached;
-use git_xet::pipeline::download::write_plan;
-use git_xet::pipeline::upload::{upload, UploadOptions};
-use git_xet::store::{CasTarget, TargetError};
-use git_xet::store::{ShardCache, Store};
+use xet_client::pipeline::cached::Cached;
+use xet_client::pipeline::download::write_plan;
+use xet_client::pipeline::upload::{upload, UploadOptions};
+use xet_client::ShardCache;
+use xet_client::{CasTarget, TargetError};
+use xet_format::hash::xorb_hash;
+use xet_format::shard::{ParsedShard, Shard, ShardMeta, XorbInfo};
+use xet_format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, ShardHash, XorbHash};
+use xet_store::Store;
 
 // ---- helpers ----
 
@@ -543,10 +544,10 @@ fn download(store: &Store, oid: &LfsOid) -> Vec<u8> {
 const NO_GLOBAL: UploadOptions = UploadOptions {
     expected_sha256: None,
     expected_size: None,
-    policy: git_xet::format::xorb::CompressionPolicy::Auto,
-    limits: git_xet::format::xorb::XorbLimits::CLIENT,
+    policy: xet_format::xorb::CompressionPolicy::Auto,
+    limits: xet_format::xorb::XorbLimits::CLIENT,
     global_dedup: false,
-    max_shard_bytes: git_xet::format::shard::MAX_SHARD_SIZE,
+    max_shard_bytes: xet_format::shard::MAX_SHARD_SIZE,
     parallel_puts: 2,
     sha256_declared_by_namer: false,
 };

@@ -8,11 +8,12 @@ use crate::common;
 
 use std::collections::HashMap;
 
-use git_xet::format::hash::verification_hash;
-use git_xet::format::shard::Shard;
-use git_xet::format::xorb::ParsedXorb;
-use git_xet::format::{FileHash, LfsOid, VerificationHash, XorbHash};
-use git_xet::store::{ReconstructionPlan, ShardRejection, Store, StoreError};
+use xet_client::ReconstructionPlan;
+use xet_format::hash::verification_hash;
+use xet_format::shard::Shard;
+use xet_format::xorb::ParsedXorb;
+use xet_format::{FileHash, LfsOid, VerificationHash, XorbHash};
+use xet_store::{ShardRejection, Store, StoreError};
 
 /// Upload bodies (chunk regions) of every fixture xorb.
 fn bodies() -> Vec<(XorbHash, Vec<u8>)> {

@@ -13,10 +13,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use git_xet::format::shard::Shard;
-use git_xet::format::xorb::ParsedXorb;
-use git_xet::format::{FileHash, XorbHash};
-use git_xet::store::{GcOptions, ShardRejection, Store, StoreError, StoreOptions, XorbHealth};
+use xet_format::shard::Shard;
+use xet_format::xorb::ParsedXorb;
+use xet_format::{FileHash, XorbHash};
+use xet_store::{GcOptions, ShardRejection, Store, StoreError, StoreOptions, XorbHealth};
 
 /// A fixture session's xorbs as upload bodies, its shard in upload form and its files.
 struct Session {
@@ -259,7 +259,7 @@ fn scrub_finds_damage_nothing_has_met_yet_and_is_clean_after_repair() {
     damage(&xorb_path(dir.path(), &flipped), Damage::Flip);
     damage(&xorb_path(dir.path(), &deleted), Damage::Delete);
     let shard_bytes = sessions[3].shard.to_upload_bytes().unwrap();
-    let shard_hash = git_xet::format::ShardHash::of(&shard_bytes);
+    let shard_hash = xet_format::ShardHash::of(&shard_bytes);
     let shard_path = dir.path().join("shards").join(format!("{shard_hash}.mdb"));
     damage(&shard_path, Damage::Flip);
 

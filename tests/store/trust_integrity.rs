@@ -250,8 +250,8 @@ fn a_full_disk_fails_a_push_at_once_with_507() {
 /// The server collects unused xorbs by itself on its schedule.
 #[test]
 fn the_server_collects_unused_xorbs_on_its_schedule() {
-    use git_xet::format::xorb::ParsedXorb;
-    use git_xet::store::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_format::xorb::ParsedXorb;
     let server = common::server::start_with(|c| {
         c.maintenance.gc_interval = Some(std::time::Duration::from_millis(300));
         c.maintenance.gc_grace = std::time::Duration::ZERO;
@@ -264,7 +264,7 @@ fn the_server_collects_unused_xorbs_on_its_schedule() {
         TokenSource::fixed(Some(WRITE_TOKEN.into())),
     ))
     .unwrap();
-    use git_xet::store::CasTarget;
+    use xet_client::CasTarget;
     assert!(cas.put_xorb(parsed.hash(), parsed.chunk_region()).unwrap());
     // An interrupted push: the xorb, never a shard. Gone within a few collections.
     let started = std::time::Instant::now();

@@ -15,6 +15,8 @@
 //! | [`pointer`](mod@pointer) | Git LFS pointer files |
 //! | [`cursor`] | the bounds-checked byte reader the parsers share |
 
+// No unsafe code in the parsers of untrusted bytes, and nothing inside may allow it.
+#![forbid(unsafe_code)]
 // Tests may unwrap, expect and panic: a failing test should stop right there.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

@@ -7,8 +7,8 @@ use super::*;
 use crate::git::Git;
 use crate::lfs::journal;
 use crate::lfs::settings::{self, EndpointSpec, TransferMode};
-use crate::redact::redact;
-use crate::util::url::http_origin;
+use xet_client::redact::redact;
+use xet_client::util::url::http_origin;
 
 pub(super) fn gather(args: &StatusArgs) -> Result<Report, Error> {
     let git = Git::new();

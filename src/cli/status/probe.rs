@@ -6,8 +6,8 @@ use std::time::Instant;
 use super::*;
 use crate::git::Git;
 use crate::lfs::settings::{self, DirState, EndpointSpec};
-use crate::redact::redact;
-use crate::util::error::{chain_text, root_cause};
+use xet_client::redact::redact;
+use xet_client::util::error::{chain_text, root_cause};
 
 pub(super) fn check_endpoint(
     git: &Git,
@@ -251,18 +251,18 @@ pub(super) fn warn_if_unverified(git: &Git, url: &str, warnings: &mut Vec<String
 pub(super) fn probe_client(
     git: &Git,
     url: &str,
-) -> Result<crate::store::remote::OneShotClient, String> {
+) -> Result<xet_client::remote::OneShotClient, String> {
     let options = crate::lfs::http_settings::http_options(git, url);
-    crate::store::remote::OneShotClient::new(&options, PROBE_TIMEOUT, true)
+    xet_client::remote::OneShotClient::new(&options, PROBE_TIMEOUT, true)
 }
 
 /// What a request error says, TLS certificate problems in the words that tell what to do.
 fn error_text(url: &str, e: &reqwest::Error) -> String {
-    if let Some(problem) = crate::store::remote::cert_problem(e) {
-        let host = crate::util::url::origin(url)
+    if let Some(problem) = xet_client::remote::cert_problem(e) {
+        let host = xet_client::util::url::origin(url)
             .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
             .unwrap_or_default();
-        return crate::store::remote::cert_advice(&host, problem);
+        return xet_client::remote::cert_advice(&host, problem);
     }
     if e.is_timeout() {
         format!("no answer within {} s", PROBE_TIMEOUT.as_secs())

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::store::remote::SlowNotice;
-use crate::util::secret::Secret;
+use xet_client::remote::SlowNotice;
+use xet_client::util::secret::Secret;
+use xet_client::LocalXorbs;
 
 /// An endpoint for one request: a store opened for it, or a shared remote client.
 pub(crate) enum Lease {
@@ -194,7 +195,7 @@ pub(crate) fn connect_negotiated(
         Some(text) => text.trim().parse::<u64>().map_err(|_| {
             TransferError::Setup(format!(
                 "the LFS server sent a bad X-Xet-Token-Expiration {:?} (want unix seconds)",
-                crate::redact::clip(text, 100)
+                xet_client::redact::clip(text, 100)
             ))
         })?,
         None => 0,
@@ -202,7 +203,7 @@ pub(crate) fn connect_negotiated(
     let href = action.href.clone();
     let action_authorization = action.header("Authorization").map(str::to_string);
     if let Some(a) = &action_authorization {
-        crate::redact::register_authorization(a);
+        xet_client::redact::register_authorization(a);
     }
     let credential_git = git.clone();
     let credential_url = href.clone();
@@ -222,7 +223,7 @@ pub(crate) fn connect_negotiated(
     config.token_hint = format!(
         "the token from the LFS server was refused; it is refreshed through {} with the \
          action's Authorization header or your git credential for that URL",
-        crate::redact::clip(&crate::redact::redact(&href), 300)
+        xet_client::redact::clip(&xet_client::redact::redact(&href), 300)
     );
     tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
     RemoteCas::new(config)
@@ -322,7 +323,10 @@ impl Agent {
         config.retry = retry_policy();
         config.name = Some(dir.display().to_string());
         config.no_proxy = true;
-        config.local_xorbs = Some(dir.to_path_buf());
+        let root = dir.to_path_buf();
+        config.local_xorbs = Some(LocalXorbs::new(move |xorb| {
+            xet_store::backend::xorb_path(&root, xorb)
+        }));
         let remote = match RemoteCas::new(config) {
             Ok(r) => r,
             Err(e) => {
@@ -356,7 +360,7 @@ impl Agent {
                  is set: run `git xet install --local --endpoint URL-or-DIR` (add `--remote NAME` \
                  for one remote's own), or set {remote_key}{} or {}",
                 remote
-                    .map(|r| format!(" for remote {:?}", crate::redact::redact(r)))
+                    .map(|r| format!(" for remote {:?}", xet_client::redact::redact(r)))
                     .unwrap_or_default(),
                 settings::ENDPOINT_KEY,
                 settings::ENDPOINT_ENV

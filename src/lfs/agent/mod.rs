@@ -45,7 +45,7 @@
 //!   download, of any object) removes those whose agent is gone: no process has that pid and
 //!   nobody holds the lock. Files of an older naming (no pid) go once unlocked and not written
 //!   to for 5 s.
-//! - **Secrets.** What goes to git-lfs and to the log is redacted ([`crate::redact`]); which
+//! - **Secrets.** What goes to git-lfs and to the log is redacted ([`xet_client::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
 mod endpoint;
@@ -66,19 +66,19 @@ use super::protocol::{
     ProtocolWriter, Request, State, Transfer, WireError, MAX_LINE, TRANSFER_ERROR_CODE,
 };
 use super::settings::{self, EndpointSpec};
-use crate::format::{FileHash, LfsOid};
 use crate::git::Git;
-use crate::pipeline::cached::Cached;
-use crate::pipeline::download::{write_file_at_with, DownloadError};
-use crate::pipeline::prior::{LocalChunks, PriorVersion};
-use crate::pipeline::upload::{upload_with_seeds, UploadOptions, UploadProgress};
-use crate::store::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
-use crate::store::ReconstructionPlan;
-use crate::store::{
-    ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, Store,
-    TokenSource,
+use xet_client::pipeline::cached::Cached;
+use xet_client::pipeline::download::{write_file_at_with, DownloadError};
+use xet_client::pipeline::prior::{LocalChunks, PriorVersion};
+use xet_client::pipeline::upload::{upload_with_seeds, UploadOptions, UploadProgress};
+use xet_client::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
+use xet_client::ReconstructionPlan;
+use xet_client::{
+    ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, TokenSource,
 };
-use crate::store::{Endpoint, ReadOnce};
+use xet_client::{Endpoint, ReadOnce};
+use xet_format::{FileHash, LfsOid};
+use xet_store::Store;
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -194,7 +194,7 @@ pub fn run(
             Request::Init(init) => {
                 tracing::info!(
                     operation = ?init.operation,
-                    remote = %crate::redact::redact(&init.remote),
+                    remote = %xet_client::redact::redact(&init.remote),
                     concurrent = init.concurrent,
                     "git-xet {} agent started",
                     env!("CARGO_PKG_VERSION")
@@ -525,7 +525,7 @@ impl Agent {
                 tracing::warn!(
                     oid = %t.oid,
                     "{}; uploading the chunks it held again",
-                    crate::redact::redact(&e.to_string())
+                    xet_client::redact::redact(&e.to_string())
                 );
                 sent_before = sent.get();
                 let again = open_upload(path)?;
@@ -568,7 +568,7 @@ impl Agent {
         };
         record.transferred_bytes = sent_before + summary.uploaded_bytes;
         record.history_bytes = summary.history_dedup_bytes;
-        record.endpoint = crate::redact::redact(&endpoint.describe());
+        record.endpoint = xet_client::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
         Ok(None)
@@ -638,7 +638,7 @@ impl Agent {
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
         record.transferred_bytes = n - copied;
         record.history_bytes = copied;
-        record.endpoint = crate::redact::redact(&endpoint.describe());
+        record.endpoint = xet_client::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
         Ok(path)
@@ -734,7 +734,7 @@ impl Rebuild<'_> {
         mut inline: bool,
         tmp: &tempfile::NamedTempFile,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<crate::pipeline::download::Written, TransferError> {
+    ) -> Result<xet_client::pipeline::download::Written, TransferError> {
         let (endpoint, t, hash) = (self.endpoint, self.t, self.hash);
         let mut reported = 0u64;
         let mut attempt = 0;
@@ -899,7 +899,7 @@ fn remove_stale_parts(dir: &Path) {
         let gone = match part_holder(&name) {
             Some(pid) if pid == me => false,
             // The holder's pid decides; a pid that cannot be checked leaves the file alone.
-            Some(pid) => crate::util::os::process_exists(pid) == Some(false),
+            Some(pid) => xet_client::util::os::process_exists(pid) == Some(false),
             None => meta
                 .modified()
                 .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_PART_AGE)),
@@ -947,7 +947,7 @@ fn claim_related_uploads(
     endpoint: &dyn Endpoint,
     path: &Path,
     t: &Transfer,
-) -> Option<crate::store::shard_cache::Claim> {
+) -> Option<xet_client::shard_cache::Claim> {
     let cache = endpoint.shard_cache()?;
     // Small objects are not worth it: versions of them share at most a few chunks, and the
     // claim (reading the start of the file again, a lock file) costs more than that.
@@ -956,7 +956,7 @@ fn claim_related_uploads(
     }
     let first = match open_upload(path)
         .map_err(std::io::Error::other)
-        .and_then(crate::pipeline::upload::first_chunk_hash)
+        .and_then(xet_client::pipeline::upload::first_chunk_hash)
     {
         Ok(Some(first)) => first,
         Ok(None) => return None,

@@ -11,10 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::format::LfsOid;
 use crate::git::history::{earlier_versions, History};
-use crate::pipeline::prior::PriorVersion;
-use crate::store::Endpoint;
+use xet_client::pipeline::prior::PriorVersion;
+use xet_client::Endpoint;
+use xet_format::LfsOid;
 
 /// Smaller objects are transferred without looking for earlier versions: they would save
 /// little, and the history walk is not free.

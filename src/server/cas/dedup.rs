@@ -7,17 +7,17 @@
 //! and its expiry in the footer and the creation timestamp set to now. A client can match only
 //! chunks whose raw hashes it already has.
 
-use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use xet_client::wire::ErrorCode;
 
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
-use crate::format::shard::LookupTables;
-use crate::format::ChunkHash;
+use xet_format::shard::LookupTables;
+use xet_format::ChunkHash;
 
 /// Dedup answers may be cached at most this long (and never past the key's expiry).
 pub const MAX_AGE_SECS: u64 = 3600;
@@ -37,7 +37,7 @@ pub async fn get(
         let Some(shard) = st.store.dedup_shard(&chunk)? else {
             return Ok(None);
         };
-        let internal = |e: crate::format::shard::ShardError| {
+        let internal = |e: xet_format::shard::ShardError| {
             ApiError::internal(format!(
                 "cannot build the dedup shard for chunk {chunk}: {e}"
             ))

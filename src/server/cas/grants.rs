@@ -18,7 +18,6 @@
 //!
 //! The body of step 2 goes through the same limits, spool and ingest slot as a direct upload.
 
-use crate::store::wire::ErrorCode;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -26,14 +25,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use xet_client::wire::ErrorCode;
 
 use super::super::auth::{now_unix, AuthError, Scope, UploadGrant};
 use super::super::body::{check_declared, content_length, drain, read_body, spool_body};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::upload::XORB_BODY_LIMIT;
-use crate::format::XorbHash;
-use crate::store::wire::XorbUploaded;
+use xet_client::wire::XorbUploaded;
+use xet_format::XorbHash;
 
 /// The body of a grant request is a small JSON object; at most this much is read.
 const GRANT_BODY_LIMIT: u64 = 64 * 1024;
@@ -98,7 +98,7 @@ pub async fn post_grant(
     if !request.checksum.algo.eq_ignore_ascii_case("crc64nvme") {
         return Err(not_offered(format!(
             "checksum {:?} is not offered (only crc64nvme): upload xorb {xorb} with POST /v1/xorbs/default/{xorb}",
-            crate::redact::clip(&request.checksum.algo, 40)
+            xet_client::redact::clip(&request.checksum.algo, 40)
         )));
     }
     let crc64nvme: u64 = request.checksum.value.trim().parse().map_err(|_| {

@@ -11,20 +11,20 @@
 //! a shard's claim so far (see `server::claims`); every answer, 404 included, carries
 //! `X-Xet-Checks-Sha256: 1`, which tells an uploader that claims are checked here.
 
-use crate::store::wire::ErrorCode;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use xet_client::wire::ErrorCode;
 
 use super::super::auth::Scope;
 use super::super::claims::CHECKS_SHA256_HEADER;
 use super::super::error::ApiError;
 use super::super::{blocking, SharedState};
 use super::reconstruction::{inline_v2, small_plan};
-use crate::format::LfsOid;
-use crate::store::wire::LfsFile;
+use xet_client::wire::LfsFile;
+use xet_format::LfsOid;
 
 /// The query of the route: `reconstruction=v2` asks for the plan of a small file along;
 /// `fresh=index` answers from this node's index as it is, without first listing what other
@@ -64,8 +64,8 @@ pub async fn get(
         }
     };
     let fresh = match query.fresh.as_deref() {
-        None => crate::store::cas::Freshness::CatchUpOnMiss,
-        Some("index") => crate::store::cas::Freshness::IndexOnly,
+        None => xet_store::cas::Freshness::CatchUpOnMiss,
+        Some("index") => xet_store::cas::Freshness::IndexOnly,
         Some(other) => {
             return Err(ApiError::bad_request(
                 ErrorCode::InvalidQuery,

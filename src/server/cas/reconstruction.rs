@@ -3,25 +3,25 @@
 //! ([`Presigner`]): each URL grants exactly the byte ranges of the entry it is issued for, so a
 //! reader of one file never gets the other bytes of a xorb it shares with other files.
 
-use crate::store::wire::ErrorCode;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use xet_client::wire::ErrorCode;
 
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use std::ops::RangeInclusive;
 
-use crate::format::{FileHash, XorbHash};
-use crate::store::backend::RangeSigner;
-use crate::store::reconstruction::PlanError;
-use crate::store::StoreError;
-use crate::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
+use xet_client::reconstruction::PlanError;
+use xet_client::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
+use xet_format::{FileHash, XorbHash};
+use xet_store::backend::RangeSigner;
+use xet_store::StoreError;
 
-pub use crate::store::wire::{
+pub use xet_client::wire::{
     to_v1, to_v2, ByteRange, ChunkRange, FetchInfoV1, FetchUrls, RangeV2, ReconstructionV1,
     ReconstructionV2, Term, XorbEntryV2, RANGES_PER_ENTRY,
 };
@@ -142,10 +142,10 @@ pub const INLINE_MAX_JSON: usize = 8 << 10;
 /// most [`INLINE_MAX_SIZE`] bytes whose plan can be made. A plan that cannot be made is left
 /// out; this route reports why when the client asks it.
 pub fn small_plan(
-    store: &crate::store::Store,
+    store: &xet_store::Store,
     file: &FileHash,
     size: u64,
-) -> Option<crate::store::ReconstructionPlan> {
+) -> Option<xet_client::ReconstructionPlan> {
     if size > INLINE_MAX_SIZE || file.is_zero() {
         return None;
     }
@@ -157,7 +157,7 @@ pub fn small_plan(
 /// [`Presigner::new`]).
 pub fn inline_v2(
     state: &crate::server::AppState,
-    plan: &crate::store::ReconstructionPlan,
+    plan: &xet_client::ReconstructionPlan,
 ) -> Option<ReconstructionV2> {
     let v2 = to_v2(plan, &Presigner::new(state));
     let len = serde_json::to_vec(&v2).ok()?.len();

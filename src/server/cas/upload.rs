@@ -8,13 +8,13 @@
 //! telemetry are read into memory under the server's body budget. Validation and storage run
 //! on blocking threads.
 
-use crate::store::wire::ErrorCode;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use xet_client::wire::ErrorCode;
 
 use super::super::auth::Scope;
 use super::super::body::{check_declared, content_length, drain, read_body, spool_body, SmallBody};
@@ -22,12 +22,12 @@ use super::super::claims;
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::progress::{self, Failure, Frame};
-use crate::format::shard::{FOOTER_SIZE, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE};
-use crate::format::xorb::footer::v1_len;
-use crate::format::xorb::{MAX_ACCEPTED_BODY, MAX_XORB_CHUNKS};
-use crate::format::XorbHash;
-use crate::store::wire::{ShardRegistered, XorbUploaded};
-use crate::store::StoreError;
+use xet_client::wire::{ShardRegistered, XorbUploaded};
+use xet_format::shard::{FOOTER_SIZE, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE};
+use xet_format::xorb::footer::v1_len;
+use xet_format::xorb::{MAX_ACCEPTED_BODY, MAX_XORB_CHUNKS};
+use xet_format::XorbHash;
+use xet_store::StoreError;
 
 /// The largest xorb upload body: the chunk-region limit plus a trailing V1 footer of
 /// [`MAX_XORB_CHUNKS`] chunks with its `info_length` (older clients send one).

@@ -19,11 +19,11 @@
 //! failure half-way aborts the connection (the client sees a short body).
 
 use crate::server::limits::OBJECT_READ_AHEAD;
-use crate::store::wire::ErrorCode;
 use std::collections::VecDeque;
 use std::io;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
+use xet_client::wire::ErrorCode;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
@@ -35,9 +35,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::super::auth::{now_unix, AuthError};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
-use crate::format::XorbHash;
-use crate::store::Store;
-use crate::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
+use xet_client::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
+use xet_format::XorbHash;
+use xet_store::Store;
 
 /// At most this many ranges in one request.
 pub const MAX_RANGES: usize = 1024;
@@ -273,7 +273,7 @@ async fn fetch(
     let (segments, boundary) = if ranges.len() == 1 {
         (vec![Segment::Stored(ranges[0].clone())], None)
     } else {
-        let boundary = format!("gitxet-{}", crate::store::random_hex(12));
+        let boundary = format!("gitxet-{}", xet_client::random_hex(12));
         let segments = multipart(&boundary, &ranges, len);
         (segments, Some(boundary))
     };
@@ -408,7 +408,7 @@ struct BodyReader {
 /// A read of stored bytes on a blocking thread, with its share of the read budget.
 struct PieceRead {
     range: (u64, u64),
-    task: tokio::task::JoinHandle<Result<Option<Vec<u8>>, crate::store::StoreError>>,
+    task: tokio::task::JoinHandle<Result<Option<Vec<u8>>, xet_store::StoreError>>,
     _held: Option<OwnedSemaphorePermit>,
 }
 

@@ -17,8 +17,8 @@
 //! reconstruction in `X-Xet-Reconstruction` (this server's extension), which saves the agent a
 //! request per object.
 
-use crate::store::wire::ErrorCode;
 use std::collections::BTreeMap;
+use xet_client::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -27,14 +27,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{authorize_user, lfs_json, Repo};
-use crate::format::{FileHash, LfsOid};
 use crate::server::auth::{now_unix, Scope};
 use crate::server::body::read_body;
 use crate::server::cas::reconstruction::{inline_v2, small_plan};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use crate::store::wire::{CasTokenInfo, RECONSTRUCTION_HEADER};
-use crate::store::ReconstructionPlan;
+use xet_client::wire::{CasTokenInfo, RECONSTRUCTION_HEADER};
+use xet_client::ReconstructionPlan;
+use xet_format::{FileHash, LfsOid};
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
 pub const MAX_OBJECTS: usize = 1000;
@@ -272,7 +272,7 @@ pub async fn batch(
         if let Err(e) = store.catch_up() {
             tracing::warn!(error = %e, "cannot catch up with the other nodes' shards");
         }
-        let fresh = crate::store::cas::Freshness::IndexOnly;
+        let fresh = xet_store::cas::Freshness::IndexOnly;
         oids.iter()
             .map(|oid| match oid {
                 Some(oid) if oid.to_hex() == EMPTY_OID => {
@@ -302,7 +302,7 @@ pub async fn batch(
                 }
                 None => Ok((Stored::Absent, None)),
             })
-            .collect::<Result<_, crate::store::StoreError>>()
+            .collect::<Result<_, xet_store::StoreError>>()
             .map_err(ApiError::from)
     })
     .await?;
@@ -341,7 +341,7 @@ enum Stored {
     /// uploads are asked for again (which repairs it).
     Damaged {
         size: u64,
-        xorb: crate::format::XorbHash,
+        xorb: xet_format::XorbHash,
         why: String,
     },
 }
@@ -389,7 +389,7 @@ impl Actions {
             token: state.auth.issue_for(scope, &repo.id, exp, restricted),
             exp,
             ttl,
-            session: crate::store::random_hex(16),
+            session: xet_client::random_hex(16),
         }
     }
 

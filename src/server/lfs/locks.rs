@@ -41,8 +41,8 @@
 pub mod db;
 pub mod forward;
 
-use crate::store::wire::ErrorCode;
 use std::sync::Arc;
+use xet_client::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::format::xorb::{decompress_chunk_into, ChunkHeader, XorbError, XorbFooter};
-use crate::format::{ChunkHash, FileHash, LfsOid, XorbHash};
-use crate::store::{PlannedTerm, Store, StoreError};
+use xet_client::PlannedTerm;
+use xet_format::xorb::{decompress_chunk_into, ChunkHeader, XorbError, XorbFooter};
+use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_store::{Store, StoreError};
 
 /// Decoded bytes of one piece of the body (a piece is at least one chunk, ≤ 128 KiB).
 pub const PIECE: u64 = 256 * 1024;
@@ -124,7 +125,7 @@ fn plan_piece(
         Some(f) => Arc::clone(f),
         None => {
             // The store hands out only footers whose chunk hashes and lengths hash to the
-            // xorb's name (src/store/integrity.rs).
+            // xorb's name (crates/xet-store/src/integrity.rs).
             let f = match at.footers.get(&xorb) {
                 Some(f) => Arc::clone(f),
                 None => {

@@ -6,7 +6,7 @@
 //! sending holds a file and an idle task, no thread. Once the whole body is there its length
 //! and SHA-256 are checked, and in an ingest slot
 //! ([`crate::server::limits::Resources::ingest_slot`]) the upload pipeline runs over the file on
-//! a blocking thread ([`crate::pipeline::upload`]): it chunks it, deduplicates the chunks
+//! a blocking thread ([`xet_client::pipeline::upload`]): it chunks it, deduplicates the chunks
 //! against the store (so an edited file stores only what changed) and checks length and
 //! SHA-256 again. The pipeline writes to the store through [`Staging`], so a body that fails
 //! the checks leaves nothing behind: no xorb, no shard, no oid. Errors: 400 `size_mismatch` or
@@ -19,8 +19,8 @@
 //! failure half-way aborts the connection, which the client sees as a short body (and git-lfs
 //! as a SHA-256 mismatch).
 
-use crate::store::wire::ErrorCode;
 use std::sync::Arc;
+use xet_client::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -29,13 +29,13 @@ use axum::response::{IntoResponse, Response};
 use super::batch::EMPTY_OID;
 use super::rebuild::{self, Download};
 use super::{authorize_transfer, lfs_json, Repo};
-use crate::format::LfsOid;
-use crate::pipeline::upload::{upload, Staging, UploadError, UploadOptions};
 use crate::server::auth::Scope;
 use crate::server::body::{drain, read_body, spool_body};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use crate::store::target::TargetError;
+use xet_client::pipeline::upload::{upload, Staging, UploadError, UploadOptions};
+use xet_client::target::TargetError;
+use xet_format::LfsOid;
 
 /// Read buffer of the upload pipeline over a spooled body.
 const SPOOL_READ_BUF: usize = 256 * 1024;
@@ -177,8 +177,8 @@ pub async fn put(
 fn storage_full(e: &UploadError) -> bool {
     match e {
         UploadError::Target { source, .. } => match source {
-            TargetError::Store(s) => s.is_storage_full(),
-            TargetError::Io { source, .. } => crate::store::cas::is_storage_full(source),
+            TargetError::Store(s) => s.code == Some(ErrorCode::InsufficientStorage),
+            TargetError::Io { source, .. } => xet_store::cas::is_storage_full(source),
             _ => false,
         },
         _ => false,
@@ -220,8 +220,8 @@ pub async fn get(
         if oid.to_hex() == EMPTY_OID {
             return Ok(None);
         }
-        let fresh = crate::store::cas::Freshness::CatchUpOnMiss;
-        let Some(crate::store::OidFile { file, size, .. }) =
+        let fresh = xet_store::cas::Freshness::CatchUpOnMiss;
+        let Some(xet_store::OidFile { file, size, .. }) =
             store.oid_file(&oid, limited.as_deref(), fresh)?
         else {
             return Err(ApiError::not_found(

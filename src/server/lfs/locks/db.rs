@@ -123,7 +123,7 @@ impl LockDbError {
     pub fn is_storage_full(&self) -> bool {
         match self {
             LockDbError::Db { source, .. } | LockDbError::Open { source, .. } => {
-                matches!(&**source, redb::Error::Io(e) if crate::store::cas::is_storage_full(e))
+                matches!(&**source, redb::Error::Io(e) if xet_store::cas::is_storage_full(e))
             }
             _ => false,
         }

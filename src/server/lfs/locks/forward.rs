@@ -16,8 +16,8 @@
 //! the operator configured with the same secrets. A request already forwarded once is not
 //! forwarded again (a misconfigured loop is refused with 508).
 
-use crate::store::wire::ErrorCode;
 use std::time::Duration;
+use xet_client::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -129,7 +129,7 @@ pub async fn forward(
     let answer = request.send().await.map_err(|e| {
         unreachable(format!(
             "does not answer: {}",
-            crate::util::error::root_cause_text(&e)
+            xet_client::util::error::root_cause_text(&e)
         ))
     })?;
     let status = answer.status();

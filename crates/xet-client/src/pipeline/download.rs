@@ -1,0 +1,1034 @@
+//! Rebuilding a file from its reconstruction plan.
+//!
+//! The plan's terms are grouped into steps: each run of consecutive terms served by the same
+//! fetch range (a byte range of whole chunks of one stored xorb, docs/cas-api.md §6.3) is one step.
+//! A step's range is read from a [`XorbSource`], its chunk headers indexed once
+//! ([`ChunkRange`]), and only the chunks its terms use are decompressed; for the Xet file hash,
+//! each chunk is hashed the first time it is used. Two ways to write the result:
+//!
+//! - [`write_file_at`] (the agent's): steps are grouped by range, each range is fetched once,
+//!   and [`DOWNLOAD_WORKERS`] threads fetch, decode and write their terms where they belong in
+//!   the file (positional writes). A range whose terms use its chunks in order, once each (all
+//!   of a file without repeated content) is decoded as its bytes arrive ([`ChunkSplitter`]):
+//!   a 1 MiB write buffer and one chunk per thread. A range used out of order or by several
+//!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded.
+//! - [`write_plan`] and [`write_file`]: a sink that takes the bytes in file order. Up to
+//!   [`READ_AHEAD`] ranges are fetched concurrently ahead of the one being decoded, and ranges
+//!   needed again later are kept within [`REUSE_BUDGET`].
+//!
+//! [`write_file`] and [`write_file_at`] also check that the chunks hash to the expected Xet
+//! file hash, which catches damaged stored data end to end. For a ranged plan the bytes start
+//! `offset_into_first_range` into the first term, and the caller stops reading at the range
+//! end (the last term is whole).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
+
+use crate::pipeline::prior::LocalChunks;
+use crate::{FetchRange, ReconstructionPlan};
+use crate::{TargetError, XorbSource};
+use xet_format::hash::file_hash;
+use xet_format::xorb::header::MAX_CHUNK_LEN;
+use xet_format::xorb::{
+    decompress_chunk_into, ChunkRange, ChunkSplitter, SplitChunk, XorbError, XorbLimits,
+};
+use xet_format::{ChunkHash, ChunkRef, FileHash, XorbHash};
+
+/// Why a file could not be rebuilt.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    #[error("{what}: {source}")]
+    Source { what: String, source: TargetError },
+    #[error("bytes {start}-{end} of xorb {xorb} are damaged: {source}")]
+    Damaged {
+        xorb: XorbHash,
+        start: u64,
+        end: u64,
+        source: Box<XorbError>,
+    },
+    #[error("inconsistent reconstruction plan: {0}")]
+    Plan(String),
+    #[error("cannot write the output: {0}")]
+    Write(io::Error),
+    #[error(
+        "the downloaded chunks hash to Xet file {actual}, not {expected}: the server's copy of \
+         one of the xorbs it was rebuilt from ({xorbs}) is damaged, or its reconstruction is \
+         wrong; ask the server's administrator to run `git xet scrub`"
+    )]
+    WrongFile {
+        expected: FileHash,
+        actual: FileHash,
+        /// The xorbs of the plan (the first few, for the message).
+        xorbs: String,
+    },
+}
+
+/// Writes the whole file `expected` from its (unranged) `plan` to `sink`, like [`write_plan`],
+/// and checks end to end that the chunks written hash to `expected` (docs/format.md §1.6): a
+/// fetch range of damaged or substituted chunks that still decodes is caught here, even though
+/// reconstruction answers carry no chunk hashes. Returns the number of bytes written.
+pub fn write_file(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> Result<u64, DownloadError> {
+    if plan.offset_into_first_range != 0 {
+        return Err(DownloadError::Plan(format!(
+            "a whole-file plan of {expected} starts {} bytes into its first term",
+            plan.offset_into_first_range
+        )));
+    }
+    let mut chunks = Vec::new();
+    let written = write_terms(source, plan, sink, Some(&mut chunks))?;
+    check_file_hash(expected, plan, &chunks)?;
+    Ok(written)
+}
+
+/// Checks that `chunks` hash to `expected`.
+fn check_file_hash(
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    chunks: &[ChunkRef],
+) -> Result<(), DownloadError> {
+    let actual = file_hash(chunks);
+    if actual == *expected {
+        return Ok(());
+    }
+    let mut names: Vec<String> = Vec::new();
+    for (x, _) in &plan.fetch {
+        if names.len() == 4 {
+            names.push("…".into());
+            break;
+        }
+        names.push(x.to_hex());
+    }
+    Err(DownloadError::WrongFile {
+        expected: *expected,
+        actual,
+        xorbs: names.join(", "),
+    })
+}
+
+/// Writes the file `plan` describes to `sink`, one decoded chunk per call. Returns the number
+/// of bytes written.
+pub fn write_plan(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> Result<u64, DownloadError> {
+    write_terms(source, plan, sink, None)
+}
+
+/// [`write_plan`] into memory: appends the plan's bytes to `out` (decoded there directly, with
+/// no copy through a sink) and returns every chunk the plan's terms decode (hash and length, in
+/// order, from the first term's first chunk, whatever `offset_into_first_range` skips): what a
+/// reader of part of a file checks against the file's chunk list.
+pub fn write_plan_into(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    out: &mut Vec<u8>,
+) -> Result<Vec<ChunkRef>, DownloadError> {
+    let mut chunks = Vec::new();
+    write_terms_to(source, plan, Output::Collect(out), Some(&mut chunks))?;
+    Ok(chunks)
+}
+
+/// Where decoded bytes go.
+enum Output<'a> {
+    /// Passed to a sink in pieces of about [`EMIT_BYTES`].
+    Stream(&'a mut dyn FnMut(&[u8]) -> io::Result<()>),
+    /// Appended to a buffer.
+    Collect(&'a mut Vec<u8>),
+}
+
+/// Fetch ranges read ahead of the one being decoded. Each holds at most one xorb (64 MiB).
+pub const READ_AHEAD: usize = 2;
+
+/// Bytes of fetched ranges kept for later steps that need the same range again.
+pub const REUSE_BUDGET: u64 = 128 << 20;
+
+/// One fetch: a byte range of one xorb, serving terms `terms` of the plan.
+struct Step<'p> {
+    terms: std::ops::Range<usize>,
+    xorb: XorbHash,
+    range: &'p FetchRange,
+    /// Where the bytes come from: fetched for this step, or kept from an earlier one.
+    source: Source,
+    /// Keep the bytes after this step, for a later step that reuses them.
+    keep: bool,
+}
+
+impl Step<'_> {
+    fn damaged(&self, source: XorbError) -> DownloadError {
+        DownloadError::Damaged {
+            xorb: self.xorb,
+            start: *self.range.bytes.start(),
+            end: *self.range.bytes.end(),
+            source: Box::new(source),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The n-th fetch (fetches are numbered in step order).
+    Fetch(usize),
+    /// The bytes kept from this earlier step.
+    Reuse(usize),
+}
+
+/// Plans which steps fetch and which reuse bytes an earlier step fetched. Repeated content
+/// (runs of zeros, repeated blocks) makes many terms name the same chunk range; fetching it
+/// once instead of per term saves a request each. Ranges are kept only while the bytes kept at
+/// once stay under [`REUSE_BUDGET`]; beyond that a range is fetched again.
+fn plan_reuse(steps: &mut [Step]) -> usize {
+    use std::collections::HashMap;
+    type Key = (XorbHash, u64, u64);
+    let key = |s: &Step| (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
+    // Last step using each range.
+    let mut last_use: HashMap<Key, usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        last_use.insert(key(s), i);
+    }
+    // Ranges currently kept: key -> (step holding the bytes, its last use, size).
+    let mut kept: HashMap<Key, (usize, usize)> = HashMap::new();
+    let mut kept_bytes = 0u64;
+    let mut fetches = 0usize;
+    for (i, step) in steps.iter_mut().enumerate() {
+        let k = key(step);
+        let len = k.2.saturating_sub(k.1).saturating_add(1);
+        // Drop what no later step needs.
+        kept.retain(|kk, (_, last)| {
+            let live = *last >= i;
+            if !live {
+                kept_bytes -= kk.2.saturating_sub(kk.1).saturating_add(1);
+            }
+            live
+        });
+        if let Some(&(holder, _)) = kept.get(&k) {
+            step.source = Source::Reuse(holder);
+            continue;
+        }
+        step.source = Source::Fetch(fetches);
+        fetches += 1;
+        let last = last_use[&k];
+        if last > i && kept_bytes + len <= REUSE_BUDGET {
+            step.keep = true;
+            kept.insert(k, (i, last));
+            kept_bytes += len;
+        }
+    }
+    fetches
+}
+
+fn covers(chunks: &std::ops::Range<u32>, r: &std::ops::Range<u32>) -> bool {
+    r.start <= chunks.start && chunks.end <= r.end
+}
+
+/// Groups the plan's terms into fetches: each run of consecutive terms served by the same fetch
+/// range is one fetch (docs/cas-api.md §6.3).
+fn steps(plan: &ReconstructionPlan) -> Result<Vec<Step<'_>>, DownloadError> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < plan.terms.len() {
+        let term = &plan.terms[i];
+        let xorb = term.xorb;
+        let range = plan
+            .fetch
+            .iter()
+            .find(|(x, _)| *x == xorb)
+            .and_then(|(_, ranges)| ranges.iter().find(|r| covers(&term.chunks, &r.chunks)))
+            .ok_or_else(|| {
+                DownloadError::Plan(format!(
+                    "no fetch range of xorb {xorb} covers chunks {}..{}",
+                    term.chunks.start, term.chunks.end
+                ))
+            })?;
+        let start = i;
+        while plan
+            .terms
+            .get(i)
+            .is_some_and(|t| t.xorb == xorb && covers(&t.chunks, &range.chunks))
+        {
+            i += 1;
+        }
+        out.push(Step {
+            terms: start..i,
+            xorb,
+            range,
+            source: Source::Fetch(0),
+            keep: false,
+        });
+    }
+    Ok(out)
+}
+
+/// The walk behind [`write_plan`] and [`write_file`]; collects every chunk's hash and length
+/// into `chunks` when given.
+///
+/// Fetches run on [`READ_AHEAD`] threads, at most that many ranges ahead of the one being
+/// decoded, and are consumed in plan order; decoding and writing stay on the calling thread.
+fn write_terms(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    chunks: Option<&mut Vec<ChunkRef>>,
+) -> Result<u64, DownloadError> {
+    write_terms_to(source, plan, Output::Stream(sink), chunks)
+}
+
+fn write_terms_to(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    output: Output,
+    chunks: Option<&mut Vec<ChunkRef>>,
+) -> Result<u64, DownloadError> {
+    let mut steps = steps(plan)?;
+    let n_fetches = plan_reuse(&mut steps);
+    let fetched: Vec<&Step> = steps
+        .iter()
+        .filter(|s| matches!(s.source, Source::Fetch(_)))
+        .collect();
+    debug_assert_eq!(fetched.len(), n_fetches);
+    let fetch = |step: &Step| {
+        let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
+        source
+            .read_xorb_range(&step.xorb, step.range)
+            .map_err(|source| DownloadError::Source {
+                what: format!("reading bytes {start}-{end} of xorb {}", step.xorb),
+                source,
+            })
+    };
+    if fetched.len() <= 1 {
+        let mut results = fetched.iter().map(|s| fetch(s));
+        let mut next = || {
+            results
+                .next()
+                .unwrap_or_else(|| Err(DownloadError::Plan("ran out of fetches".into())))
+        };
+        return decode_steps(plan, &steps, &mut next, output, chunks);
+    }
+    let next = AtomicUsize::new(0);
+    let abort = AtomicBool::new(false);
+    // How many fetches the consumer has taken; fetchers stay within READ_AHEAD of it.
+    let taken = (Mutex::new(0usize), Condvar::new());
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(usize, Result<Vec<u8>, DownloadError>)>();
+        for _ in 0..READ_AHEAD.min(fetched.len()) {
+            let tx = tx.clone();
+            let (fetched, next, abort, taken, fetch) = (&fetched, &next, &abort, &taken, &fetch);
+            scope.spawn(move || loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                if j >= fetched.len() {
+                    return;
+                }
+                {
+                    let (lock, cv) = taken;
+                    let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while j >= *n + READ_AHEAD && !abort.load(Ordering::Relaxed) {
+                        n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+                if abort.load(Ordering::Relaxed) {
+                    return;
+                }
+                if tx.send((j, fetch(fetched[j]))).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let mut ready: BTreeMap<usize, Result<Vec<u8>, DownloadError>> = BTreeMap::new();
+        let mut want = 0usize;
+        let mut take = || -> Result<Vec<u8>, DownloadError> {
+            let got = loop {
+                if let Some(r) = ready.remove(&want) {
+                    break r;
+                }
+                match rx.recv() {
+                    Ok((j, r)) => {
+                        ready.insert(j, r);
+                    }
+                    Err(_) => break Err(DownloadError::Plan("a fetch thread stopped".into())),
+                }
+            };
+            want += 1;
+            let (lock, cv) = &taken;
+            *lock.lock().unwrap_or_else(|e| e.into_inner()) = want;
+            cv.notify_all();
+            got
+        };
+        let result = decode_steps(plan, &steps, &mut take, output, chunks);
+        // Stop the fetchers (on failure, or if the walk ended early) and let the scope join them.
+        abort.store(true, Ordering::Relaxed);
+        taken.1.notify_all();
+        result
+    })
+}
+
+/// A fetched range, indexed, with the hashes of the chunks decoded so far (a range used by
+/// several steps is neither indexed nor hashed twice).
+struct Decoded {
+    bytes: Vec<u8>,
+    index: ChunkRange,
+    hashes: Vec<Option<ChunkHash>>,
+}
+
+impl Drop for Decoded {
+    /// The fetched range's buffer is kept for the next fetch (see [`crate::util::buffers`]).
+    fn drop(&mut self) {
+        crate::util::buffers::give(std::mem::take(&mut self.bytes));
+    }
+}
+
+impl Decoded {
+    /// Indexes the bytes fetched for `step`, checking they hold the chunks the plan expects.
+    fn new(step: &Step, bytes: Vec<u8>) -> Result<Self, DownloadError> {
+        let index = ChunkRange::index(&bytes, &XorbLimits::SERVER).map_err(|e| step.damaged(e))?;
+        let expected = step
+            .range
+            .chunks
+            .end
+            .saturating_sub(step.range.chunks.start) as usize;
+        if index.len() != expected {
+            return Err(DownloadError::Plan(format!(
+                "bytes {}-{} of xorb {} hold {} chunks, the plan expects {expected}",
+                step.range.bytes.start(),
+                step.range.bytes.end(),
+                step.xorb,
+                index.len(),
+            )));
+        }
+        Ok(Self {
+            hashes: vec![None; index.len()],
+            index,
+            bytes,
+        })
+    }
+}
+
+/// What decoded bytes are passed on to.
+type Emit<'a> = dyn FnMut(&[u8]) -> Result<(), DownloadError> + 'a;
+
+/// Bytes decoded before they are passed on: the size of one write.
+const EMIT_BYTES: usize = 1 << 20;
+
+/// Decodes the chunks of `step`'s terms from `decoded` and appends the file's bytes, in order,
+/// to `buf`; with `emit`, passes them on in pieces of about [`EMIT_BYTES`] (`buf`, empty
+/// before, is then a reused buffer, emptied at the end). Only the chunks
+/// the terms use are decompressed; with `refs`, each chunk's hash (computed the first time
+/// the chunk is used) and length are pushed. Checks each term's length against the plan.
+fn decode_step(
+    plan: &ReconstructionPlan,
+    step: &Step,
+    decoded: &mut Decoded,
+    mut refs: Option<&mut Vec<ChunkRef>>,
+    buf: &mut Vec<u8>,
+    mut emit: Option<&mut Emit>,
+) -> Result<(), DownloadError> {
+    let first = step.range.chunks.start;
+    if emit.is_some() {
+        buf.clear();
+    }
+    for i in step.terms.clone() {
+        let t = &plan.terms[i];
+        let mut term_len = 0u64;
+        for c in t.chunks.clone() {
+            let local = c.checked_sub(first).map_or(usize::MAX, |l| l as usize);
+            let before = buf.len();
+            decoded
+                .index
+                .decode_into(&decoded.bytes, local, buf)
+                .map_err(|e| step.damaged(e))?;
+            let data = &buf[before..];
+            term_len += data.len() as u64;
+            if let Some(refs) = refs.as_deref_mut() {
+                let hash = match decoded.hashes.get_mut(local) {
+                    Some(Some(h)) => *h,
+                    Some(slot) => *slot.insert(ChunkHash::of(data)),
+                    None => ChunkHash::of(data),
+                };
+                refs.push(ChunkRef {
+                    hash,
+                    len: data.len() as u64,
+                });
+            }
+            if let Some(emit) = emit.as_deref_mut() {
+                if buf.len() >= EMIT_BYTES {
+                    emit(buf)?;
+                    buf.clear();
+                }
+            }
+        }
+        if term_len != u64::from(t.unpacked_len) {
+            return Err(DownloadError::Plan(format!(
+                "term {i} (xorb {}, chunks {}..{}) decodes to {term_len} bytes, not {}",
+                step.xorb, t.chunks.start, t.chunks.end, t.unpacked_len
+            )));
+        }
+    }
+    if let Some(emit) = emit {
+        if !buf.is_empty() {
+            emit(buf)?;
+            buf.clear();
+        }
+    }
+    Ok(())
+}
+
+/// Decodes each step's bytes (from `next`, in step order) and writes the terms' bytes.
+fn decode_steps(
+    plan: &ReconstructionPlan,
+    steps: &[Step],
+    next: &mut dyn FnMut() -> Result<Vec<u8>, DownloadError>,
+    output: Output,
+    mut chunks: Option<&mut Vec<ChunkRef>>,
+) -> Result<u64, DownloadError> {
+    let mut skip = plan.offset_into_first_range;
+    let mut written = 0u64;
+    // Ranges kept for later steps (see `plan_reuse`), by the step that fetched them.
+    let mut kept: HashMap<usize, Decoded> = HashMap::new();
+    // The last step reusing each kept range, after which it is dropped.
+    let mut last_reuse: HashMap<usize, usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        if let Source::Reuse(holder) = s.source {
+            last_reuse.insert(holder, i);
+        }
+    }
+    let mut own = Vec::new();
+    let (buf, mut sink) = match output {
+        Output::Stream(sink) => {
+            own.reserve(EMIT_BYTES + MAX_CHUNK_LEN as usize);
+            (&mut own, Some(sink))
+        }
+        Output::Collect(out) => (out, None),
+    };
+    let collected_from = buf.len();
+    let streaming = sink.is_some();
+    let mut emit = |piece: &[u8]| -> Result<(), DownloadError> {
+        let mut piece = piece;
+        if skip > 0 {
+            let n = skip.min(piece.len() as u64) as usize;
+            piece = &piece[n..];
+            skip -= n as u64;
+        }
+        if piece.is_empty() {
+            return Ok(());
+        }
+        written += piece.len() as u64;
+        match sink.as_mut() {
+            Some(sink) => sink(piece).map_err(DownloadError::Write),
+            None => Ok(()),
+        }
+    };
+    let mut current;
+    for (index, step) in steps.iter().enumerate() {
+        let decoded: &mut Decoded = match step.source {
+            Source::Fetch(_) => {
+                current = Decoded::new(step, next()?)?;
+                if step.keep {
+                    kept.entry(index).or_insert(current)
+                } else {
+                    &mut current
+                }
+            }
+            Source::Reuse(holder) => kept.get_mut(&holder).ok_or_else(|| {
+                DownloadError::Plan(format!("bytes of step {holder} were not kept"))
+            })?,
+        };
+        decode_step(
+            plan,
+            step,
+            decoded,
+            chunks.as_deref_mut(),
+            buf,
+            streaming.then_some(&mut emit as &mut Emit),
+        )?;
+        if let Source::Reuse(holder) = step.source {
+            if last_reuse.get(&holder) == Some(&index) {
+                kept.remove(&holder);
+            }
+        }
+    }
+    if !streaming {
+        // Collected: what `offset_into_first_range` skips comes off the front.
+        let n = skip.min((buf.len() - collected_from) as u64) as usize;
+        buf.drain(collected_from..collected_from + n);
+        written = (buf.len() - collected_from) as u64;
+    }
+    Ok(written)
+}
+
+/// Where [`write_file_at`] writes: a file written at offsets, from several threads at once.
+pub trait WriteAt: Sync {
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+}
+
+#[cfg(unix)]
+impl WriteAt for std::fs::File {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
+    }
+}
+
+/// Threads of [`write_file_at`], each fetching and decoding one range at a time: memory is
+/// bounded by this many fetch ranges held whole (each at most one xorb, 64 MiB; streamed
+/// ranges hold one chunk) plus one write buffer each, whatever the file size.
+pub const DOWNLOAD_WORKERS: usize = 3;
+
+/// Writes the whole file `expected` from its (unranged) `plan` into `out` at its offsets, and
+/// checks that the chunks hash to `expected`, like [`write_file`]. Each distinct fetch range is
+/// fetched once and decoded on [`DOWNLOAD_WORKERS`] threads, each writing the terms it decodes
+/// where they belong in the file (repeated content costs no second fetch, and nothing is kept
+/// for later). `progress` is called on the calling thread with the bytes written so far.
+/// Returns the number of bytes written.
+pub fn write_file_at(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    out: &dyn WriteAt,
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<u64, DownloadError> {
+    let local = LocalChunks::default();
+    write_file_at_with(source, expected, plan, out, &local, progress).map(|w| w.written)
+}
+
+/// What [`write_file_at_with`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Written {
+    /// Bytes of the file written.
+    pub written: u64,
+    /// Of those, bytes copied from local chunks instead of fetched.
+    pub local: u64,
+}
+
+/// [`write_file_at`], copying the chunks `local` holds instead of fetching them: a run of terms
+/// whose every chunk is local is read from the local files (each chunk's hash checked as it is
+/// read) and its fetch range is not fetched for it. A local chunk that no longer reads back
+/// right makes its terms fetched after all.
+pub fn write_file_at_with(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    out: &dyn WriteAt,
+    local: &LocalChunks,
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<Written, DownloadError> {
+    if plan.offset_into_first_range != 0 {
+        return Err(DownloadError::Plan(format!(
+            "a whole-file plan of {expected} starts {} bytes into its first term",
+            plan.offset_into_first_range
+        )));
+    }
+    let steps = steps(plan)?;
+    // Where each step's bytes start in the file.
+    let mut offsets = Vec::with_capacity(steps.len());
+    let mut at = 0u64;
+    for step in &steps {
+        offsets.push(at);
+        for t in &plan.terms[step.terms.clone()] {
+            at += u64::from(t.unpacked_len);
+        }
+    }
+    // Steps whose every chunk is on this machine.
+    let is_local: Vec<bool> = steps
+        .iter()
+        .map(|s| {
+            !local.is_empty()
+                && plan.terms[s.terms.clone()]
+                    .iter()
+                    .all(|t| t.chunks.clone().all(|c| local.has(&t.xorb, c)))
+        })
+        .collect();
+    // Steps grouped by the range they need, in order of first use; each local step alone.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<(XorbHash, u64, u64), usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        if is_local[i] {
+            groups.push(vec![i]);
+            continue;
+        }
+        let key = (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
+        let g = *group_of.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    let abort = AtomicBool::new(false);
+    let written = AtomicU64::new(0);
+    let copied = AtomicU64::new(0);
+    // Copies step `i` from the local chunks; `None` if one of them does not read back right.
+    let copy_step = |i: usize, buf: &mut Vec<u8>| -> Result<Option<Vec<ChunkRef>>, DownloadError> {
+        let mut refs = Vec::new();
+        let mut offset = offsets[i];
+        let mut step_bytes = 0u64;
+        buf.clear();
+        for t in &plan.terms[steps[i].terms.clone()] {
+            let mut term_len = 0u64;
+            for c in t.chunks.clone() {
+                let before = buf.len();
+                let Some(hash) = local.read(&t.xorb, c, buf) else {
+                    return Ok(None);
+                };
+                let len = (buf.len() - before) as u64;
+                term_len += len;
+                refs.push(ChunkRef { hash, len });
+                if buf.len() >= EMIT_BYTES {
+                    out.write_all_at(buf, offset)
+                        .map_err(DownloadError::Write)?;
+                    offset += buf.len() as u64;
+                    step_bytes += buf.len() as u64;
+                    buf.clear();
+                }
+            }
+            if term_len != u64::from(t.unpacked_len) {
+                return Ok(None);
+            }
+        }
+        if !buf.is_empty() {
+            out.write_all_at(buf, offset)
+                .map_err(DownloadError::Write)?;
+            step_bytes += buf.len() as u64;
+            buf.clear();
+        }
+        written.fetch_add(step_bytes, Ordering::Relaxed);
+        copied.fetch_add(step_bytes, Ordering::Relaxed);
+        Ok(Some(refs))
+    };
+    // One group: fetch, decode and write each of its steps (or copy a local one); the chunk
+    // refs of each step.
+    let run_group = |group: &[usize], buf: &mut Vec<u8>| {
+        if let [i] = group {
+            if is_local[*i] {
+                if let Some(refs) = copy_step(*i, buf)? {
+                    return Ok(vec![(*i, refs)]);
+                }
+            }
+        }
+        if let [i] = group {
+            if forward_only(plan, &steps[*i]) {
+                let to = FileOut {
+                    out,
+                    written: &written,
+                    abort: &abort,
+                };
+                let refs = stream_step(source, plan, &steps[*i], offsets[*i], &to, buf)?;
+                return Ok(vec![(*i, refs)]);
+            }
+        }
+        let first = &steps[group[0]];
+        let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
+        let bytes = source
+            .read_xorb_range(&first.xorb, first.range)
+            .map_err(|source| DownloadError::Source {
+                what: format!("reading bytes {start}-{end} of xorb {}", first.xorb),
+                source,
+            })?;
+        let mut decoded = Decoded::new(first, bytes)?;
+        let mut out_refs = Vec::with_capacity(group.len());
+        for &i in group {
+            if abort.load(Ordering::Relaxed) {
+                break;
+            }
+            let mut refs = Vec::new();
+            let mut offset = offsets[i];
+            decode_step(
+                plan,
+                &steps[i],
+                &mut decoded,
+                Some(&mut refs),
+                buf,
+                Some(&mut |piece| {
+                    out.write_all_at(piece, offset)
+                        .map_err(DownloadError::Write)?;
+                    offset += piece.len() as u64;
+                    written.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                }),
+            )?;
+            out_refs.push((i, refs));
+        }
+        Ok::<GroupRefs, DownloadError>(out_refs)
+    };
+    let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; steps.len()];
+    if groups.len() == 1 {
+        // One range (every small file): no thread to start.
+        let cap = (plan.file_size as usize).min(EMIT_BYTES) + MAX_CHUNK_LEN as usize;
+        let mut buf = Vec::with_capacity(cap);
+        for (i, refs) in run_group(&groups[0], &mut buf)? {
+            refs_by_step[i] = Some(refs);
+        }
+        progress(written.load(Ordering::Relaxed)).map_err(DownloadError::Write)?;
+    } else {
+        write_groups(
+            &groups,
+            &run_group,
+            &written,
+            &abort,
+            &mut refs_by_step,
+            progress,
+        )?;
+    }
+    let mut chunks = Vec::new();
+    for (i, refs) in refs_by_step.into_iter().enumerate() {
+        let refs = refs.ok_or_else(|| DownloadError::Plan(format!("step {i} was not written")))?;
+        chunks.extend(refs);
+    }
+    check_file_hash(expected, plan, &chunks)?;
+    Ok(Written {
+        written: written.into_inner(),
+        local: copied.into_inner(),
+    })
+}
+
+/// Whether `step`'s terms use the chunks of its range in order, each at most once: then the
+/// range can be decoded as it arrives ([`stream_step`]) instead of held whole first.
+fn forward_only(plan: &ReconstructionPlan, step: &Step) -> bool {
+    let mut next = step.range.chunks.start;
+    for t in &plan.terms[step.terms.clone()] {
+        if t.chunks.start < next || t.chunks.end < t.chunks.start {
+            return false;
+        }
+        next = t.chunks.end;
+    }
+    true
+}
+
+/// Where [`stream_step`] writes: the file, the count of bytes written, and the flag that
+/// stops every thread of the download.
+#[derive(Clone, Copy)]
+struct FileOut<'a> {
+    out: &'a dyn WriteAt,
+    written: &'a AtomicU64,
+    abort: &'a AtomicBool,
+}
+
+/// Why a streamed range stopped: its bytes are damaged, or decoding or writing them failed.
+enum StreamError {
+    Xorb(XorbError),
+    Download(DownloadError),
+}
+
+impl From<XorbError> for StreamError {
+    fn from(e: XorbError) -> Self {
+        Self::Xorb(e)
+    }
+}
+
+/// Fetches `step`'s range (whose terms are [`forward_only`]) and decodes each chunk as it
+/// arrives, writing the terms' bytes at `offset` in `out` in pieces of about [`EMIT_BYTES`]
+/// (`buf` is the reused write buffer): no more than one chunk of the range is held besides
+/// what the connection buffers. Returns the refs of the chunks written; checks the chunk count
+/// and each term's length against the plan, as [`decode_step`] does.
+fn stream_step(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    step: &Step,
+    mut offset: u64,
+    to: &FileOut,
+    buf: &mut Vec<u8>,
+) -> Result<Vec<ChunkRef>, DownloadError> {
+    let FileOut {
+        out,
+        written,
+        abort,
+    } = *to;
+    let first = step.range.chunks.start;
+    let expected = step.range.chunks.end.saturating_sub(first) as usize;
+    let terms = &plan.terms[step.terms.clone()];
+    let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
+    let mut refs = Vec::with_capacity(expected);
+    let mut ti = 0usize; // the term being written
+    let mut term_len = 0u64;
+    buf.clear();
+    let flush = |buf: &mut Vec<u8>, offset: &mut u64| -> Result<(), DownloadError> {
+        out.write_all_at(buf, *offset)
+            .map_err(DownloadError::Write)?;
+        *offset += buf.len() as u64;
+        written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        buf.clear();
+        Ok(())
+    };
+    // A term without chunks (never made by a server, but a plan can say so) writes nothing.
+    let close_term = |ti: &mut usize, term_len: &mut u64| -> Result<(), DownloadError> {
+        let i = step.terms.start + *ti;
+        let t = &plan.terms[i];
+        if *term_len != u64::from(t.unpacked_len) {
+            return Err(DownloadError::Plan(format!(
+                "term {i} (xorb {}, chunks {}..{}) decodes to {term_len} bytes, not {}",
+                step.xorb, t.chunks.start, t.chunks.end, t.unpacked_len
+            )));
+        }
+        *ti += 1;
+        *term_len = 0;
+        Ok(())
+    };
+    let mut each = |chunk: SplitChunk, payload: &[u8]| -> Result<(), StreamError> {
+        if chunk.index >= expected {
+            return Err(StreamError::Download(DownloadError::Plan(format!(
+                "bytes {start}-{end} of xorb {} hold more than the {expected} chunks the plan \
+                 expects",
+                step.xorb
+            ))));
+        }
+        let c = first + chunk.index as u32;
+        while let Some(t) = terms.get(ti) {
+            if t.chunks.is_empty() {
+                close_term(&mut ti, &mut term_len).map_err(StreamError::Download)?;
+                continue;
+            }
+            if c < t.chunks.start {
+                return Ok(()); // a chunk no term uses
+            }
+            let before = buf.len();
+            decompress_chunk_into(&chunk.header, payload, buf).map_err(|e| {
+                StreamError::Xorb(XorbError::Chunk {
+                    index: chunk.index,
+                    offset: chunk.offset,
+                    problem: e.into(),
+                })
+            })?;
+            let data = &buf[before..];
+            term_len += data.len() as u64;
+            refs.push(ChunkRef {
+                hash: ChunkHash::of(data),
+                len: data.len() as u64,
+            });
+            if c + 1 == t.chunks.end {
+                close_term(&mut ti, &mut term_len).map_err(StreamError::Download)?;
+            }
+            if buf.len() >= EMIT_BYTES {
+                flush(buf, &mut offset).map_err(StreamError::Download)?;
+            }
+            return Ok(());
+        }
+        Ok(()) // past the last term
+    };
+    let mut splitter = ChunkSplitter::new(XorbLimits::SERVER);
+    let mut failure: Option<StreamError> = None;
+    let read = source.stream_xorb_range(&step.xorb, step.range, &mut |at, piece| {
+        if abort.load(Ordering::Relaxed) {
+            failure = Some(StreamError::Download(DownloadError::Plan(
+                "another part of the download failed".into(),
+            )));
+            return ControlFlow::Break(());
+        }
+        let pos = splitter.position();
+        let piece_end = at + piece.len() as u64;
+        if piece_end <= pos {
+            return ControlFlow::Continue(()); // sent again after a retry: already taken
+        }
+        if at > pos {
+            failure = Some(StreamError::Download(DownloadError::Plan(format!(
+                "bytes {start}-{end} of xorb {} arrived with a gap at {pos}",
+                step.xorb
+            ))));
+            return ControlFlow::Break(());
+        }
+        match splitter.feed(&piece[(pos - at) as usize..], &mut each) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    });
+    match failure {
+        Some(StreamError::Xorb(e)) => return Err(step.damaged(e)),
+        Some(StreamError::Download(e)) => return Err(e),
+        None => {}
+    }
+    read.map_err(|source| DownloadError::Source {
+        what: format!("reading bytes {start}-{end} of xorb {}", step.xorb),
+        source,
+    })?;
+    let chunks = splitter.finish().map_err(|e| step.damaged(e))?;
+    if chunks != expected {
+        return Err(DownloadError::Plan(format!(
+            "bytes {start}-{end} of xorb {} hold {chunks} chunks, the plan expects {expected}",
+            step.xorb,
+        )));
+    }
+    while ti < terms.len() {
+        close_term(&mut ti, &mut term_len)?;
+    }
+    if !buf.is_empty() {
+        flush(buf, &mut offset)?;
+    }
+    Ok(refs)
+}
+
+/// The refs of the chunks of each step a group wrote.
+type GroupRefs = Vec<(usize, Vec<ChunkRef>)>;
+
+/// Fetches, decodes and writes one group of steps, with a reused buffer.
+type RunGroup<'a> = dyn Fn(&[usize], &mut Vec<u8>) -> Result<GroupRefs, DownloadError> + Sync + 'a;
+
+/// Runs `run_group` on every group from [`DOWNLOAD_WORKERS`] threads, collecting the chunk refs
+/// by step and reporting `written` to `progress` from the calling thread.
+fn write_groups(
+    groups: &[Vec<usize>],
+    run_group: &RunGroup<'_>,
+    written: &AtomicU64,
+    abort: &AtomicBool,
+    refs_by_step: &mut [Option<Vec<ChunkRef>>],
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<(), DownloadError> {
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<Result<GroupRefs, DownloadError>>();
+        for _ in 0..DOWNLOAD_WORKERS.min(groups.len()) {
+            let tx = tx.clone();
+            let (groups, next, abort, run_group) = (&groups, &next, &abort, &run_group);
+            scope.spawn(move || {
+                let mut buf = Vec::with_capacity(EMIT_BYTES + MAX_CHUNK_LEN as usize);
+                loop {
+                    let g = next.fetch_add(1, Ordering::Relaxed);
+                    if g >= groups.len() || abort.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if tx.send(run_group(&groups[g], &mut buf)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut reported = 0u64;
+        let mut done = 0usize;
+        let result = loop {
+            if done == groups.len() {
+                break Ok(());
+            }
+            match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+                Ok(Ok(step_refs)) => {
+                    done += 1;
+                    for (i, refs) in step_refs {
+                        refs_by_step[i] = Some(refs);
+                    }
+                }
+                Ok(Err(e)) => break Err(e),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(DownloadError::Plan("a download thread stopped".into()))
+                }
+            }
+            let now = written.load(Ordering::Relaxed);
+            if now > reported {
+                reported = now;
+                if let Err(e) = progress(now) {
+                    break Err(DownloadError::Write(e));
+                }
+            }
+        };
+        // Stop the workers (on failure) and let the scope join them.
+        abort.store(true, Ordering::Relaxed);
+        result
+    })
+}

@@ -1,0 +1,16 @@
+//! Orchestration of hashing, uploads and downloads over the format layer.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`hasher`] | hashing whole files as fast as the machine allows |
+//! | [`upload`] | one stream in, one registered Xet file out, against any [`CasTarget`](crate::CasTarget) |
+//! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
+//! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
+//! | [`prior`] | earlier versions of a file on this machine, matched against the endpoint's record |
+//! | [`ranged`] | reading byte ranges of a stored file without downloading it, every chunk checked |
+pub mod cached;
+pub mod download;
+pub mod hasher;
+pub mod prior;
+pub mod ranged;
+pub mod upload;

@@ -1,0 +1,878 @@
+//! The upload pipeline: one stream in, one registered Xet file out. Written once for the
+//! server's basic-transfer uploads and for the agent.
+//!
+//! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes and, per block:
+//!
+//! 1. computes SHA-256 alongside content-defined chunking (docs/format.md §2) on the rayon pool
+//!    (not when the caller got the SHA-256 from whoever named the bytes and the target checks
+//!    claims itself: [`UploadOptions::sha256_declared_by_namer`]);
+//! 2. hashes the block's chunks in parallel;
+//! 3. hands each chunk in order to the file session (`session`), which deduplicates it
+//!    against this upload's own xorbs and, through [`CasTarget::dedup_query`], against the
+//!    target (§5), packs new chunks into xorbs ([`XorbBuilder`](xet_format::xorb::XorbBuilder), [`CompressionPolicy::Auto`],
+//!    [`XorbLimits::CLIENT`] by default) and builds the reconstruction terms (consecutive chunks
+//!    of one xorb form one term).
+//!
+//! Full xorbs go to an uploader thread through a rendezvous channel, so at most two xorbs are in
+//! memory (the one being filled and the one being put) besides one read block. At the end of
+//! the stream the declared size and SHA-256 are checked; only then is the last xorb put, and
+//! only once every xorb is stored is the shard built — one file block with verification entries
+//! and the `FileMetadataExt` SHA-256 (§4.3), plus the blocks of the xorbs this upload built —
+//! and registered (docs/cas-api.md §7). A mismatch ends the upload before any shard is registered;
+//! wrap the target in [`Staging`] to keep even the xorbs out of it.
+//!
+//! Shortcuts: when the caller declares the SHA-256 and the target already has a file with it,
+//! nothing is read and nothing uploaded ([`UploadSummary::already_stored`]). The empty stream
+//! is the all-zero file hash, which every target knows: nothing is uploaded or registered.
+//!
+//! A shard larger than [`MAX_SHARD_SIZE`] (files of tens of GB) is split: shards holding only
+//! xorb blocks are registered first, the file's shard last.
+
+mod done;
+mod session;
+pub mod staging;
+
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use rayon::prelude::*;
+use sha2::Digest as _;
+
+use self::done::Done;
+use self::session::{FileResult, FileSession};
+pub use self::staging::Staging;
+use crate::{CasTarget, TargetError};
+use xet_format::chunking::Chunker;
+use xet_format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
+use xet_format::xorb::{BuiltXorb, CompressedChunk, CompressionPolicy, XorbLimits};
+use xet_format::{ChunkHash, FileHash, LfsOid};
+
+/// Bytes read from the stream per block.
+pub const READ_BLOCK: usize = 8 << 20;
+
+/// How to upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadOptions {
+    /// The SHA-256 the stream must have (the Git LFS oid). Checked at the end; also lets a file
+    /// the target already has be skipped without reading it.
+    pub expected_sha256: Option<LfsOid>,
+    /// The number of bytes the stream must have. A longer stream fails as soon as it is.
+    pub expected_size: Option<u64>,
+    pub policy: CompressionPolicy,
+    /// Xorb size limits (tests use small ones to get several xorbs from small inputs).
+    pub limits: XorbLimits,
+    /// Ask the target about dedup-eligible chunks (docs/format.md §5.1).
+    pub global_dedup: bool,
+    /// Shards larger than this are split (see the module documentation).
+    pub max_shard_bytes: u64,
+    /// Xorbs put at once (uploader threads). Each holds one xorb of up to 64 MiB in memory.
+    pub parallel_puts: usize,
+    /// Whoever declared `expected_sha256` computed it from these very bytes (git-lfs names
+    /// its objects by their SHA-256): when the target checks SHA-256 claims itself
+    /// ([`CasTarget::checks_sha256_claims`]), the stream is not hashed again and the declared
+    /// SHA-256 goes into the shard as a claim. Otherwise it is hashed and checked as usual.
+    pub sha256_declared_by_namer: bool,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        Self {
+            expected_sha256: None,
+            expected_size: None,
+            policy: CompressionPolicy::Auto,
+            limits: XorbLimits::CLIENT,
+            global_dedup: true,
+            max_shard_bytes: MAX_SHARD_SIZE,
+            parallel_puts: 2,
+            sha256_declared_by_namer: false,
+        }
+    }
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadSummary {
+    pub file_hash: FileHash,
+    pub size: u64,
+    pub sha256: LfsOid,
+    /// The target already had a file with the declared SHA-256; the stream was not read.
+    pub already_stored: bool,
+    /// Chunks in the file.
+    pub chunks: u64,
+    /// Chunks (and their bytes) found in a xorb already, here or at the target.
+    pub dedup_chunks: u64,
+    pub dedup_bytes: u64,
+    /// Global-dedup queries sent.
+    pub dedup_queries: u64,
+    /// Of `dedup_queries`, the probes (docs/format.md §5.5).
+    pub probe_queries: u64,
+    /// Of `dedup_bytes`, the bytes matched against an earlier version of the file (the seeds
+    /// of [`upload_with_seeds`]).
+    pub history_dedup_bytes: u64,
+    /// Xorbs the target newly stored.
+    pub new_xorbs: u64,
+    /// Bytes of xorb bodies sent to the target (what went over the wire, whether or not the
+    /// target turned out to have the xorb already).
+    pub uploaded_bytes: u64,
+    /// Xorbs built whose hash the target already had (not sent).
+    pub existing_xorbs: u64,
+    /// Shards registered (0 for the empty file or a skipped one).
+    pub shards: u64,
+    /// The stream was hashed with SHA-256 here (`false`: the declared SHA-256 was sent as a
+    /// claim for the target to check, see [`UploadOptions::sha256_declared_by_namer`]).
+    pub sha256_computed: bool,
+}
+
+/// Progress of an upload, reported after every block read and, while the last xorbs are being
+/// sent, every [`PROGRESS_TICK`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UploadProgress {
+    /// Bytes of the stream chunked and deduplicated so far.
+    pub bytes_read: u64,
+    /// Bytes of xorb bodies sent to the target so far.
+    pub bytes_uploaded: u64,
+    /// Bytes of the file that are safe at the target: deduplicated against what it stores, or
+    /// in xorbs it has stored. What a progress bar should show: it moves with the wire.
+    pub bytes_done: u64,
+}
+
+/// How often progress is reported while the reading is over and xorbs are still being sent.
+pub const PROGRESS_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Why an upload failed. Input errors ([`UploadError::is_input_error`]) are the stream's fault;
+/// the others are the target's or a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("cannot read the input at offset {offset}: {source}")]
+    Read { offset: u64, source: io::Error },
+    #[error("the input is longer than the declared {expected} bytes")]
+    TooLong { expected: u64 },
+    #[error("the input has {actual} bytes, but {expected} were declared")]
+    TooShort { expected: u64, actual: u64 },
+    #[error("the input's SHA-256 is {actual}, not the declared {expected}")]
+    Sha256Mismatch { expected: LfsOid, actual: LfsOid },
+    #[error("{}", step_and_cause(what, source))]
+    Target { what: String, source: TargetError },
+    #[error("cannot build {what}: {detail}")]
+    Build { what: String, detail: String },
+    #[error("the xorb uploader stopped unexpectedly")]
+    UploaderGone,
+}
+
+/// `"<what>: <source>"`, or just the source when it already starts by saying what was being
+/// done (a remote target names the operation too: "uploading xorb X: …" once, not twice).
+fn step_and_cause(what: &str, source: &TargetError) -> String {
+    let cause = source.to_string();
+    if cause.starts_with(what) {
+        cause
+    } else {
+        format!("{what}: {cause}")
+    }
+}
+
+impl UploadError {
+    /// True when the input was at fault (unreadable, wrong size, wrong SHA-256).
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            UploadError::Read { .. }
+                | UploadError::TooLong { .. }
+                | UploadError::TooShort { .. }
+                | UploadError::Sha256Mismatch { .. }
+        )
+    }
+
+    /// True when the target refused the upload's shard because a xorb it relies on is not
+    /// stored intact there (`unknown_xorb`, `xorb_damaged`): the upload deduplicated against a
+    /// stale local shard cache, or the xorb was lost, damaged or collected meanwhile. Uploading
+    /// again (the cache has dropped the xorb, see [`crate::pipeline::cached`]) sends its chunks.
+    pub fn is_lost_xorb(&self) -> bool {
+        matches!(self, UploadError::Target { source, .. } if source.is_lost_xorb())
+    }
+
+    fn target(what: impl Into<String>) -> impl FnOnce(TargetError) -> UploadError {
+        let what = what.into();
+        move |source| UploadError::Target { what, source }
+    }
+}
+
+/// Uploads everything `reader` yields as one file. See the module documentation.
+pub fn upload(
+    target: &dyn CasTarget,
+    reader: impl Read,
+    options: &UploadOptions,
+) -> Result<UploadSummary, UploadError> {
+    upload_with_progress(target, reader, options, &mut |_| {})
+}
+
+/// [`upload`], calling `progress` after every block.
+pub fn upload_with_progress(
+    target: &dyn CasTarget,
+    reader: impl Read,
+    options: &UploadOptions,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
+    upload_with_seeds(target, reader, options, &[], progress)
+}
+
+/// [`upload_with_progress`], deduplicating also against `seeds`: chunks known to be stored at
+/// the target, each with its xorb and index there (the chunks of an earlier version of the
+/// file, [`crate::pipeline::prior::PriorVersion::seeds`]). Bytes matched through them are
+/// counted in [`UploadSummary::history_dedup_bytes`].
+pub fn upload_with_seeds(
+    target: &dyn CasTarget,
+    mut reader: impl Read,
+    options: &UploadOptions,
+    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
+    upload_blocks(
+        target,
+        &mut ReadBlocks::new(&mut reader),
+        options,
+        seeds,
+        progress,
+    )
+}
+
+fn upload_blocks(
+    target: &dyn CasTarget,
+    blocks: &mut dyn Blocks,
+    options: &UploadOptions,
+    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
+    if let Some(oid) = options.expected_sha256 {
+        let known = target
+            .file_by_sha256(&oid)
+            .map_err(UploadError::target(format!("looking up SHA-256 {oid}")))?;
+        if let Some((file_hash, size)) = known {
+            if options.expected_size.is_none_or(|s| s == size) {
+                return Ok(UploadSummary {
+                    file_hash,
+                    size,
+                    sha256: oid,
+                    already_stored: true,
+                    chunks: 0,
+                    dedup_chunks: 0,
+                    dedup_bytes: 0,
+                    dedup_queries: 0,
+                    probe_queries: 0,
+                    history_dedup_bytes: 0,
+                    new_xorbs: 0,
+                    uploaded_bytes: 0,
+                    existing_xorbs: 0,
+                    shards: 0,
+                    sha256_computed: false,
+                });
+            }
+        }
+    }
+
+    // Asked after the lookup above, which is how a remote target learns whether it checks.
+    let trusted = match options.expected_sha256 {
+        Some(oid) if options.sha256_declared_by_namer && target.checks_sha256_claims() => Some(oid),
+        _ => None,
+    };
+    let uploaded = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let done = Done::default();
+    let (file, size, uploader) = std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<(u32, BuiltXorb)>(0);
+        // Each uploader owns a handle on the receiver: when the last one quits, the channel
+        // closes and the reader's next hand-over fails instead of waiting forever.
+        let rx = Arc::new(Mutex::new(rx));
+        let (uploaded, stop, done) = (&uploaded, &stop, &done);
+        // Each uploader says when it is finished, so the wait below ends at once.
+        let (finished_tx, finished) = mpsc::channel::<()>();
+        let uploaders: Vec<_> = (0..options.parallel_puts.max(1))
+            .map(|_| {
+                let rx = rx.clone();
+                let finished_tx = finished_tx.clone();
+                scope.spawn(move || {
+                    let r = put_xorbs(target, &rx, uploaded, done, stop);
+                    let _ = finished_tx.send(());
+                    r
+                })
+            })
+            .collect();
+        drop((rx, finished_tx));
+        let read = read_file(
+            target, blocks, options, seeds, trusted, tx, uploaded, done, progress,
+        );
+        // The last xorbs are still on their way: keep the counter moving with the wire.
+        let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
+        let mut running = uploaders.len();
+        while running > 0 {
+            match finished.recv_timeout(PROGRESS_TICK) {
+                Ok(()) => running -= 1,
+                Err(mpsc::RecvTimeoutError::Timeout) => progress(UploadProgress {
+                    bytes_read,
+                    bytes_uploaded: uploaded.load(Ordering::Relaxed),
+                    bytes_done: done.get(),
+                }),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let mut put = Ok(PutStats::default());
+        for u in uploaders {
+            let r = u.join().unwrap_or(Err(UploadError::UploaderGone));
+            put = match (put, r) {
+                (Ok(a), Ok(b)) => Ok(a.merge(b)),
+                // Keep the error that stopped the others, not their "gone".
+                (Err(UploadError::UploaderGone), Err(e)) => Err(e),
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            };
+        }
+        match (read, put) {
+            (Ok((file, size)), Ok(put)) => Ok((file, size, put)),
+            // The uploader's own error explains why the reader could not hand it a xorb.
+            (Err(UploadError::UploaderGone), Err(e)) => Err(e),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        }
+    })?;
+
+    let sha256 = file.file.sha256.unwrap_or_default();
+    let mut summary = UploadSummary {
+        file_hash: file.file.hash,
+        size,
+        sha256,
+        already_stored: false,
+        chunks: file.chunks,
+        dedup_chunks: file.dedup_chunks,
+        dedup_bytes: file.dedup_bytes,
+        dedup_queries: file.dedup_queries,
+        probe_queries: file.probe_queries,
+        history_dedup_bytes: file.history_dedup_bytes,
+        new_xorbs: uploader.new_xorbs,
+        uploaded_bytes: uploader.bytes,
+        existing_xorbs: uploader.existing_xorbs,
+        shards: 0,
+        sha256_computed: trusted.is_none(),
+    };
+    if size == 0 {
+        return Ok(summary);
+    }
+    let FileResult { file, blocks, .. } = file;
+    let hash = file.hash;
+    let shards = build_shards(file, blocks, options.max_shard_bytes)?;
+    for (i, bytes) in shards.iter().enumerate() {
+        target
+            .register_shard(bytes)
+            .map_err(UploadError::target(format!(
+                "registering shard {} of {} for file {hash}",
+                i + 1,
+                shards.len()
+            )))?;
+    }
+    summary.shards = shards.len() as u64;
+    if summary.sha256_computed {
+        target
+            .sha256_computed(&sha256, &hash)
+            .map_err(UploadError::target(format!(
+                "recording SHA-256 {sha256} of file {hash}"
+            )))?;
+    }
+    tracing::debug!(file = %hash, %sha256, size, new_xorbs = summary.new_xorbs,
+        uploaded_bytes = summary.uploaded_bytes, dedup_chunks = summary.dedup_chunks, "file uploaded");
+    Ok(summary)
+}
+
+/// The hash of the first chunk of what `reader` yields (`None` when it is empty): read from at
+/// most the largest chunk's worth of its start. An upload of a new version of a file usually
+/// starts with the same chunk as the old one, so agents use it to find uploads related to
+/// theirs.
+pub fn first_chunk_hash(reader: impl Read) -> io::Result<Option<ChunkHash>> {
+    let mut head = Vec::with_capacity(xet_format::chunking::MAX_CHUNK_SIZE);
+    reader
+        .take(xet_format::chunking::MAX_CHUNK_SIZE as u64)
+        .read_to_end(&mut head)?;
+    // A boundary within the head is the first chunk's end; without one, the head is the whole
+    // file or exactly one maximal chunk.
+    let end = xet_format::chunking::chunk_boundaries(&head)
+        .first()
+        .copied()
+        .unwrap_or(head.len());
+    Ok((end > 0).then(|| ChunkHash::of(&head[..end])))
+}
+
+/// What the uploader threads did.
+#[derive(Debug, Default)]
+struct PutStats {
+    new_xorbs: u64,
+    existing_xorbs: u64,
+    bytes: u64,
+}
+
+impl PutStats {
+    fn merge(self, o: PutStats) -> PutStats {
+        PutStats {
+            new_xorbs: self.new_xorbs + o.new_xorbs,
+            existing_xorbs: self.existing_xorbs + o.existing_xorbs,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+}
+
+/// One uploader thread: puts every xorb it receives, skipping those the target has. On a
+/// failure it raises `stop`, so that the others quit too and the reader's next hand-over fails
+/// (the channel closes when the last uploader is gone).
+fn put_xorbs(
+    target: &dyn CasTarget,
+    rx: &Mutex<mpsc::Receiver<(u32, BuiltXorb)>>,
+    uploaded: &AtomicU64,
+    done: &Done,
+    stop: &AtomicBool,
+) -> Result<PutStats, UploadError> {
+    let result = put_xorbs_until_done(target, rx, uploaded, done, stop);
+    if result.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    result
+}
+
+fn put_xorbs_until_done(
+    target: &dyn CasTarget,
+    rx: &Mutex<mpsc::Receiver<(u32, BuiltXorb)>>,
+    uploaded: &AtomicU64,
+    done: &Done,
+    stop: &AtomicBool,
+) -> Result<PutStats, UploadError> {
+    let mut stats = PutStats::default();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(UploadError::UploaderGone);
+        }
+        // The lock is held only while waiting for the next xorb, not while putting it.
+        let next = rx.lock().map_err(|_| UploadError::UploaderGone)?.recv();
+        let Ok((seq, xorb)) = next else {
+            return Ok(stats);
+        };
+        let hash = xorb.hash();
+        if target
+            .has_xorb(&hash)
+            .map_err(UploadError::target(format!("checking for xorb {hash}")))?
+        {
+            stats.existing_xorbs += 1;
+            done.xorb_stored(seq);
+            continue;
+        }
+        let body = xorb.into_upload_body();
+        let len = body.len() as u64;
+        // Progress follows the body as it goes out (see `done`).
+        let sent: crate::target::SentBytes = {
+            let progress = done.clone();
+            Arc::new(move |n: u64| progress.sending(seq, n, len))
+        };
+        let inserted = target
+            .put_xorb_with_progress(hash, body, sent)
+            .map_err(UploadError::target(format!("uploading xorb {hash}")))?;
+        // Sent either way: the journal and the summary say what went over the wire.
+        stats.bytes += len;
+        uploaded.fetch_add(len, Ordering::Relaxed);
+        if inserted {
+            stats.new_xorbs += 1;
+        } else {
+            stats.existing_xorbs += 1;
+        }
+        done.xorb_stored(seq);
+    }
+}
+
+/// Reads, chunks and deduplicates the whole stream, sending full xorbs to `tx`. Returns the
+/// file's block and its size once the size and SHA-256 were checked and every xorb was sent.
+#[allow(clippy::too_many_arguments)]
+fn read_file(
+    target: &dyn CasTarget,
+    blocks: &mut dyn Blocks,
+    options: &UploadOptions,
+    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
+    trusted: Option<LfsOid>,
+    tx: mpsc::SyncSender<(u32, BuiltXorb)>,
+    uploaded: &AtomicU64,
+    done: &Done,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<(FileResult, u64), UploadError> {
+    // Xorbs are finished in sequence order, so the n-th one handed over is xorb #n. While
+    // the uploaders are busy (a xorb on a slow link), the hand-over waits, and progress keeps
+    // being reported: it moves as their puts complete.
+    let progress = std::cell::RefCell::new(progress);
+    let read_so_far = std::cell::Cell::new(0u64);
+    let report = || {
+        (progress.borrow_mut())(UploadProgress {
+            bytes_read: read_so_far.get(),
+            bytes_uploaded: uploaded.load(Ordering::Relaxed),
+            bytes_done: done.get(),
+        })
+    };
+    let mut seq = 0u32;
+    let mut emit = |x: BuiltXorb| {
+        let n = seq;
+        seq += 1;
+        let mut item = (n, x);
+        // The hand-over is on the upload's critical path: a free uploader is noticed within
+        // 2 ms (it was up to 20), at the cost of at most 500 wake-ups a second while waiting.
+        let mut pause = std::time::Duration::from_micros(200);
+        let mut last_report = std::time::Instant::now();
+        loop {
+            match tx.try_send(item) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::TrySendError::Disconnected(_)) => return Err(UploadError::UploaderGone),
+                Err(mpsc::TrySendError::Full(back)) => item = back,
+            }
+            if last_report.elapsed() >= PROGRESS_TICK {
+                last_report = std::time::Instant::now();
+                report();
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(2));
+        }
+    };
+    let probe = options
+        .expected_size
+        .is_none_or(|size| size >= xet_format::dedup::MIN_PROBED_FILE);
+    let mut session = FileSession::new(
+        target,
+        options.policy,
+        options.limits,
+        options.global_dedup,
+        probe,
+        done,
+    );
+    session.seed(seeds);
+    let chunker = Chunker::parallel();
+    // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a thread
+    // of its own, fed copies of the blocks, while this thread chunks, hashes and packs.
+    let big = options
+        .expected_size
+        .is_none_or(|size| size >= SHA_THREAD_MIN);
+    std::thread::scope(|scope| {
+        let mut sha = if let Some(oid) = trusted {
+            Sha::Declared(oid)
+        } else if big {
+            Sha::spawn(scope)
+        } else {
+            Sha::Inline(sha2::Sha256::new())
+        };
+        read_chunks(
+            blocks,
+            options,
+            &mut sha,
+            chunker,
+            &mut session,
+            &mut emit,
+            &read_so_far,
+            &report,
+        )
+        .and_then(|pos| {
+            let actual = sha.finish()?;
+            if let Some(expected) = options.expected_sha256 {
+                if actual != expected {
+                    return Err(UploadError::Sha256Mismatch { expected, actual });
+                }
+            }
+            Ok((actual, pos))
+        })
+    })
+    .and_then(|(actual, pos)| {
+        let file = session.finish(actual, &mut emit)?;
+        Ok((file, pos))
+    })
+}
+
+/// Files from this size on are hashed with SHA-256 on a thread of their own (see [`Sha`]).
+const SHA_THREAD_MIN: u64 = 16 << 20;
+
+/// Blocks queued for the SHA-256 thread.
+const SHA_QUEUE: usize = 3;
+
+/// The SHA-256 of the stream: computed on the reading thread, or on a thread of its own that
+/// gets a copy of each block (buffers are handed back for reuse, so memory stays at
+/// [`SHA_QUEUE`] + 1 blocks), or not computed: the declared one, for a target that checks it.
+enum Sha<'scope> {
+    Declared(LfsOid),
+    Inline(sha2::Sha256),
+    Thread {
+        blocks: mpsc::SyncSender<Vec<u8>>,
+        spare: mpsc::Receiver<Vec<u8>>,
+        digest: std::thread::ScopedJoinHandle<'scope, LfsOid>,
+    },
+}
+
+impl<'scope> Sha<'scope> {
+    fn spawn<'env>(scope: &'scope std::thread::Scope<'scope, 'env>) -> Self {
+        let (blocks, queued) = mpsc::sync_channel::<Vec<u8>>(SHA_QUEUE);
+        let (give_back, spare) = mpsc::channel::<Vec<u8>>();
+        let digest = scope.spawn(move || {
+            let mut sha = sha2::Sha256::new();
+            for block in queued {
+                sha.update(&block);
+                let _ = give_back.send(block);
+            }
+            LfsOid::from_digest(sha.finalize().into())
+        });
+        Sha::Thread {
+            blocks,
+            spare,
+            digest,
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) -> Result<(), UploadError> {
+        match self {
+            Sha::Declared(_) => {}
+            Sha::Inline(sha) => sha.update(data),
+            Sha::Thread { blocks, spare, .. } => {
+                let mut block = spare.try_recv().unwrap_or_default();
+                block.clear();
+                block.extend_from_slice(data);
+                blocks.send(block).map_err(|_| UploadError::UploaderGone)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<LfsOid, UploadError> {
+        match self {
+            Sha::Declared(oid) => Ok(oid),
+            Sha::Inline(sha) => Ok(LfsOid::from_digest(sha.finalize().into())),
+            Sha::Thread { blocks, digest, .. } => {
+                drop(blocks);
+                digest.join().map_err(|_| UploadError::UploaderGone)
+            }
+        }
+    }
+}
+
+/// Where an upload's bytes come from, a block at a time.
+trait Blocks {
+    /// The next block of at most `want` bytes, starting at stream offset `pos` (empty at the
+    /// end). Valid until the next call.
+    fn next_block(&mut self, want: usize, pos: u64) -> Result<&[u8], UploadError>;
+}
+
+/// Blocks read from a stream into one reused buffer.
+struct ReadBlocks<'r> {
+    reader: &'r mut dyn Read,
+    buf: Vec<u8>,
+}
+
+impl<'r> ReadBlocks<'r> {
+    fn new(reader: &'r mut dyn Read) -> Self {
+        Self {
+            reader,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl Blocks for ReadBlocks<'_> {
+    fn next_block(&mut self, want: usize, pos: u64) -> Result<&[u8], UploadError> {
+        // Zeroed once, when it grows: a block is read over what the last one left.
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        let n = fill_slice(self.reader, &mut self.buf[..want], pos)?;
+        Ok(&self.buf[..n])
+    }
+}
+
+/// Fills as much of `buf` as `reader` has; returns how many bytes (fewer only at the end).
+fn fill_slice(reader: &mut dyn Read, buf: &mut [u8], pos: u64) -> Result<usize, UploadError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(UploadError::Read {
+                    offset: pos + got as u64,
+                    source,
+                })
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// The reading loop of [`read_file`]: reads, chunks and deduplicates the whole stream, feeding
+/// `sha` every byte. Returns the number of bytes read, once the size was checked.
+///
+/// Chunks are hashed and packed where the block holds them; only a chunk that spans two blocks
+/// is assembled (from `carry`, the bytes of the chunk in progress at the end of a block).
+#[allow(clippy::too_many_arguments)]
+fn read_chunks(
+    blocks: &mut dyn Blocks,
+    options: &UploadOptions,
+    sha: &mut Sha<'_>,
+    mut chunker: Chunker,
+    session: &mut FileSession<'_>,
+    emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    read_so_far: &std::cell::Cell<u64>,
+    report: &dyn Fn(),
+) -> Result<u64, UploadError> {
+    // The chunk in progress starts at `start`; `carry` holds its bytes before the block.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut start: u64 = 0;
+    let mut pos: u64 = 0;
+    let mut ends: Vec<u64> = Vec::new();
+    loop {
+        // A file of known size is read in blocks of at most what is left of it (plus one
+        // byte, which finds a file longer than expected): a small file zeroes and reads into
+        // a small buffer, not a block-sized one (that was 9% of an embedded push of small files).
+        let want = options.expected_size.map_or(READ_BLOCK, |size| {
+            usize::try_from(size.saturating_sub(pos))
+                .unwrap_or(usize::MAX)
+                .saturating_add(1)
+                .min(READ_BLOCK)
+        });
+        let block = blocks.next_block(want, pos)?;
+        if block.is_empty() {
+            break;
+        }
+        let block_start = pos;
+        pos += block.len() as u64;
+        read_so_far.set(pos);
+        if let Some(expected) = options.expected_size {
+            if pos > expected {
+                return Err(UploadError::TooLong { expected });
+            }
+        }
+        ends.clear();
+        match sha {
+            Sha::Inline(inline) => {
+                rayon::join(|| inline.update(block), || chunker.update(block, &mut ends)).0
+            }
+            Sha::Thread { .. } | Sha::Declared(_) => {
+                sha.update(block)?;
+                chunker.update(block, &mut ends);
+            }
+        }
+        // Only the first chunk ending in this block can have begun before it.
+        let mut spanning: Option<Vec<u8>> = None;
+        let mut inside: Vec<&[u8]> = Vec::with_capacity(ends.len());
+        for &end in &ends {
+            let to = (end - block_start) as usize;
+            if start < block_start {
+                let mut piece = std::mem::take(&mut carry);
+                piece.extend_from_slice(&block[..to]);
+                spanning = Some(piece);
+            } else {
+                inside.push(&block[(start - block_start) as usize..to]);
+            }
+            start = end;
+        }
+        let pieces: Vec<&[u8]> = spanning.as_deref().into_iter().chain(inside).collect();
+        // Hashed in parallel; while chunks are mostly new, compressed too (with the scheme each
+        // would get if all were new), so that compression is not left to this thread.
+        let schemes = session
+            .compress_ahead()
+            .then(|| session.predict_schemes(&pieces));
+        let prepared: Vec<(ChunkHash, Option<CompressedChunk>)> = pieces
+            .par_iter()
+            .enumerate()
+            .map(|(i, p)| match schemes.as_ref().and_then(|s| s.get(i)) {
+                Some(&scheme) => match CompressedChunk::new(p, scheme) {
+                    Ok(c) => (c.hash(), Some(c)),
+                    Err(_) => (ChunkHash::of(p), None),
+                },
+                None => (ChunkHash::of(p), None),
+            })
+            .collect();
+        session.start_block();
+        for (piece, (hash, ready)) in pieces.iter().zip(prepared) {
+            session.add_chunk(piece, hash, ready, emit)?;
+        }
+        // What is left of the block belongs to the next chunk.
+        if start >= block_start {
+            carry.clear();
+            carry.extend_from_slice(&block[(start - block_start) as usize..]);
+        } else {
+            carry.extend_from_slice(block);
+        }
+        report();
+    }
+    if let Some(end) = chunker.finish() {
+        let piece = &carry[..(end - start) as usize];
+        session.add_chunk(piece, ChunkHash::of(piece), None, emit)?;
+    }
+    if let Some(expected) = options.expected_size {
+        if pos != expected {
+            return Err(UploadError::TooShort {
+                expected,
+                actual: pos,
+            });
+        }
+    }
+    Ok(pos)
+}
+
+/// Serialised size of a shard holding `file` (or none) and `blocks`, in upload form.
+fn shard_len(file: Option<&FileInfo>, blocks: &[XorbInfo]) -> u64 {
+    let file_records = file.map_or(0, |f| {
+        let terms = f.terms.len() as u64;
+        1 + terms + if f.verification.is_some() { terms } else { 0 } + u64::from(f.sha256.is_some())
+    });
+    let xorb_records: u64 = blocks.iter().map(|b| 1 + b.chunks.len() as u64).sum();
+    // Header, both sections, both bookends.
+    RECORD_SIZE * (1 + file_records + 1 + xorb_records + 1)
+}
+
+/// The shards to register, in order: the file's shard last, earlier ones holding xorb blocks
+/// that did not fit in it.
+fn build_shards(
+    file: FileInfo,
+    mut blocks: Vec<XorbInfo>,
+    max: u64,
+) -> Result<Vec<Vec<u8>>, UploadError> {
+    let hash = file.hash;
+    let fail = |e: xet_format::shard::ShardError| UploadError::Build {
+        what: format!("the shard of file {hash}"),
+        detail: e.to_string(),
+    };
+    blocks.sort_by_key(|b| b.hash);
+    let file_len = shard_len(Some(&file), &[]);
+    if file_len > max {
+        return Err(UploadError::Build {
+            what: format!("the shard of file {hash}"),
+            detail: format!("its file block alone exceeds {max} bytes"),
+        });
+    }
+    let empty_len = shard_len(None, &[]);
+    let (mut last, mut last_len) = (Vec::new(), file_len);
+    let (mut groups, mut group_len): (Vec<Vec<XorbInfo>>, u64) = (Vec::new(), 0);
+    for block in blocks {
+        let len = RECORD_SIZE * (1 + block.chunks.len() as u64);
+        if last_len + len <= max {
+            last_len += len;
+            last.push(block);
+        } else if !groups.is_empty() && group_len + len <= max {
+            group_len += len;
+            if let Some(g) = groups.last_mut() {
+                g.push(block);
+            }
+        } else {
+            // What does not fit next to the file goes into xorb-only shards.
+            group_len = empty_len + len;
+            groups.push(vec![block]);
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len() + 1);
+    for g in groups {
+        let shard = Shard {
+            files: Vec::new(),
+            xorbs: g,
+            meta: Default::default(),
+        };
+        out.push(shard.to_upload_bytes().map_err(fail)?);
+    }
+    let shard = Shard {
+        files: vec![file],
+        xorbs: last,
+        meta: Default::default(),
+    };
+    out.push(shard.to_upload_bytes().map_err(fail)?);
+    Ok(out)
+}

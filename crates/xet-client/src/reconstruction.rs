@@ -1,0 +1,318 @@
+//! Planning a file's reconstruction (docs/cas-api.md §6.3): which chunks of which xorbs rebuild a byte
+//! range of a file, and which byte ranges of the stored xorbs to fetch.
+//!
+//! Pure: given the file's terms and the footers of its xorbs, no I/O. For a ranged query the
+//! terms that end before the range are skipped, the first kept term loses the leading chunks that
+//! end at or before the range start, the last kept term loses the trailing chunks that start
+//! after the range end, and `offset_into_first_range` says how many bytes of the first kept
+//! chunk precede the range. Fetch ranges are the chunk ranges the kept terms need, per xorb,
+//! sorted and merged when they overlap or touch, with their inclusive byte ranges in the stored
+//! xorb by the `url_range` rule (docs/format.md §3.10).
+
+use std::collections::HashMap;
+use std::ops::{Range, RangeInclusive};
+
+use xet_format::xorb::XorbFooter;
+use xet_format::XorbHash;
+
+/// One term of a registered file: chunks `[chunk_start, chunk_end)` of a xorb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredTerm {
+    pub xorb: XorbHash,
+    pub chunk_start: u32,
+    pub chunk_end: u32,
+    pub unpacked_len: u32,
+}
+
+/// One term of a plan: chunks `chunks` of `xorb`, `unpacked_len` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedTerm {
+    pub xorb: XorbHash,
+    pub chunks: Range<u32>,
+    pub unpacked_len: u32,
+}
+
+/// A byte range of a stored xorb holding whole chunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRange {
+    pub chunks: Range<u32>,
+    /// Inclusive, headers included.
+    pub bytes: RangeInclusive<u64>,
+    /// Where to fetch it, for plans received from a remote server (its presigned URL); `None`
+    /// for plans made by a local store.
+    pub url: Option<String>,
+}
+
+/// The reconstruction of (a range of) a file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReconstructionPlan {
+    /// Size of the whole file.
+    pub file_size: u64,
+    /// Bytes to drop from the start of the first term's data.
+    pub offset_into_first_range: u64,
+    pub terms: Vec<PlannedTerm>,
+    /// Per xorb, in order of first use by `terms`: the ranges to fetch, sorted by chunk start.
+    pub fetch: Vec<(XorbHash, Vec<FetchRange>)>,
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("range start {start} is at or past the end of the {size}-byte file")]
+    NotSatisfiable { start: u64, size: u64 },
+    #[error("range end {end} is before its start {start}")]
+    Inverted { start: u64, end: u64 },
+    #[error("term {term} names xorb {xorb}, whose footer is missing")]
+    MissingXorb { term: usize, xorb: XorbHash },
+    #[error("term {term}: chunks {start}..{end} do not fit xorb {xorb} ({num_chunks} chunks)")]
+    BadTerm {
+        term: usize,
+        xorb: XorbHash,
+        start: u32,
+        end: u32,
+        num_chunks: usize,
+    },
+}
+
+/// Plans the reconstruction of bytes `range` (inclusive; `None` = the whole file) of a file made
+/// of `terms`. `footers` gives the footer of every xorb the terms name (V1: with unpacked
+/// offsets). A range end past the file is clamped to the last byte.
+pub fn plan(
+    terms: &[StoredTerm],
+    footers: &HashMap<XorbHash, &XorbFooter>,
+    range: Option<(u64, u64)>,
+) -> Result<ReconstructionPlan, PlanError> {
+    let file_size: u64 = terms.iter().map(|t| u64::from(t.unpacked_len)).sum();
+    let mut out = ReconstructionPlan {
+        file_size,
+        ..Default::default()
+    };
+    let (start, end) = match range {
+        None if file_size == 0 => return Ok(out),
+        None => (0, file_size - 1),
+        Some((s, e)) if e < s => return Err(PlanError::Inverted { start: s, end: e }),
+        Some((s, _)) if s >= file_size => {
+            return Err(PlanError::NotSatisfiable {
+                start: s,
+                size: file_size,
+            })
+        }
+        Some((s, e)) => (s, e.min(file_size - 1)),
+    };
+
+    let mut needed: Vec<(XorbHash, Vec<Range<u32>>)> = Vec::new();
+    let mut pos = 0u64; // file offset of the current term
+    for (i, term) in terms.iter().enumerate() {
+        let term_end = pos + u64::from(term.unpacked_len);
+        if term_end <= start {
+            pos = term_end;
+            continue;
+        }
+        if pos > end {
+            break;
+        }
+        let footer = footers.get(&term.xorb).ok_or(PlanError::MissingXorb {
+            term: i,
+            xorb: term.xorb,
+        })?;
+        let bad = || PlanError::BadTerm {
+            term: i,
+            xorb: term.xorb,
+            start: term.chunk_start,
+            end: term.chunk_end,
+            num_chunks: footer.num_chunks(),
+        };
+        if term.chunk_start >= term.chunk_end || term.chunk_end as usize > footer.num_chunks() {
+            return Err(bad());
+        }
+        // Walk the term's chunks, keeping those overlapping [start, end].
+        let mut kept_start = None;
+        let mut kept_end = term.chunk_start;
+        let mut kept_len = 0u64;
+        let mut cpos = pos;
+        for c in term.chunk_start..term.chunk_end {
+            let clen = u64::from(footer.chunk_len(c as usize).ok_or_else(bad)?);
+            let cend = cpos + clen;
+            if cend > start && cpos <= end {
+                if kept_start.is_none() {
+                    kept_start = Some(c);
+                    if out.terms.is_empty() {
+                        out.offset_into_first_range = start - cpos;
+                    }
+                }
+                kept_end = c + 1;
+                kept_len += clen;
+            }
+            cpos = cend;
+        }
+        if cpos != term_end {
+            // The index says the term has a different length than its chunks: corrupt input.
+            return Err(bad());
+        }
+        if let Some(s) = kept_start {
+            // kept_len <= the term's unpacked_len, a u32.
+            out.terms.push(PlannedTerm {
+                xorb: term.xorb,
+                chunks: s..kept_end,
+                unpacked_len: kept_len as u32,
+            });
+            let at = match needed.iter().position(|(x, _)| *x == term.xorb) {
+                Some(at) => at,
+                None => {
+                    needed.push((term.xorb, Vec::new()));
+                    needed.len() - 1
+                }
+            };
+            needed[at].1.push(s..kept_end);
+        }
+        pos = term_end;
+    }
+
+    for (xorb, mut ranges) in needed {
+        ranges.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<u32>> = Vec::new();
+        for r in ranges {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        let footer = footers[&xorb];
+        let fetch = merged
+            .into_iter()
+            .map(|chunks| {
+                let bytes = footer
+                    .url_range(chunks.start as usize..chunks.end as usize)
+                    .map_err(|_| PlanError::BadTerm {
+                        term: 0,
+                        xorb,
+                        start: chunks.start,
+                        end: chunks.end,
+                        num_chunks: footer.num_chunks(),
+                    })?;
+                Ok(FetchRange {
+                    chunks,
+                    bytes,
+                    url: None,
+                })
+            })
+            .collect::<Result<Vec<_>, PlanError>>()?;
+        out.fetch.push((xorb, fetch));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xet_format::xorb::{CompressionPolicy, XorbBuilder};
+
+    /// A xorb of chunks with the given lengths (distinct contents).
+    fn xorb(lens: &[usize], seed: u8) -> (XorbHash, XorbFooter) {
+        let mut b = XorbBuilder::new(CompressionPolicy::None);
+        for (i, &len) in lens.iter().enumerate() {
+            let data: Vec<u8> = (0..len).map(|j| (j as u8) ^ seed ^ (i as u8)).collect();
+            assert!(matches!(
+                b.add_chunk(&data).unwrap(),
+                xet_format::xorb::Push::Added(_)
+            ));
+        }
+        let stored = b.finish().unwrap().stored_form();
+        let (footer, _) = XorbFooter::from_stored(&stored).unwrap();
+        (footer.hash, footer)
+    }
+
+    fn term(x: XorbHash, s: u32, e: u32, len: u32) -> StoredTerm {
+        StoredTerm {
+            xorb: x,
+            chunk_start: s,
+            chunk_end: e,
+            unpacked_len: len,
+        }
+    }
+
+    #[test]
+    fn whole_and_ranged_plans() {
+        let (a, fa) = xorb(&[100, 200, 300, 400], 1);
+        let (b, fb) = xorb(&[50, 60], 2);
+        let footers: HashMap<XorbHash, &XorbFooter> = [(a, &fa), (b, &fb)].into_iter().collect();
+        // File: a[0..2) (300 bytes), b[0..2) (110), a[2..4) (700) = 1110 bytes.
+        let terms = [term(a, 0, 2, 300), term(b, 0, 2, 110), term(a, 2, 4, 700)];
+
+        let whole = plan(&terms, &footers, None).unwrap();
+        assert_eq!(whole.file_size, 1110);
+        assert_eq!(whole.terms.len(), 3);
+        assert_eq!(whole.offset_into_first_range, 0);
+        // a's two ranges touch, so they merge into one fetch of all four chunks.
+        assert_eq!(whole.fetch[0].0, a);
+        assert_eq!(whole.fetch[0].1.len(), 1);
+        assert_eq!(whole.fetch[0].1[0].chunks, 0..4);
+        assert_eq!(whole.fetch[0].1[0].bytes, 0..=(4 * 8 + 1000 - 1));
+        assert_eq!(whole.fetch[1].1[0].bytes, 0..=(2 * 8 + 110 - 1));
+
+        // Bytes 150..=320: the second chunk of a (100..300), then b's first chunk (300..350).
+        let p = plan(&terms, &footers, Some((150, 320))).unwrap();
+        assert_eq!(p.offset_into_first_range, 50);
+        assert_eq!(
+            p.terms,
+            vec![
+                PlannedTerm {
+                    xorb: a,
+                    chunks: 1..2,
+                    unpacked_len: 200
+                },
+                PlannedTerm {
+                    xorb: b,
+                    chunks: 0..1,
+                    unpacked_len: 50
+                },
+            ]
+        );
+        assert_eq!(p.fetch[0].1[0].bytes, 108..=315);
+
+        // An end past the file is clamped; a start past it is not satisfiable.
+        let tail = plan(&terms, &footers, Some((1109, 5000))).unwrap();
+        assert_eq!(
+            tail.terms,
+            vec![PlannedTerm {
+                xorb: a,
+                chunks: 3..4,
+                unpacked_len: 400
+            }]
+        );
+        assert_eq!(tail.offset_into_first_range, 399);
+        assert_eq!(
+            plan(&terms, &footers, Some((1110, 1200))),
+            Err(PlanError::NotSatisfiable {
+                start: 1110,
+                size: 1110
+            })
+        );
+        assert!(matches!(
+            plan(&terms, &footers, Some((5, 4))),
+            Err(PlanError::Inverted { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_file_and_bad_terms() {
+        let empty = plan(&[], &HashMap::new(), None).unwrap();
+        assert_eq!(empty, ReconstructionPlan::default());
+        let (a, fa) = xorb(&[10, 20], 3);
+        let footers: HashMap<XorbHash, &XorbFooter> = [(a, &fa)].into_iter().collect();
+        assert!(matches!(
+            plan(&[term(a, 1, 3, 20)], &footers, None),
+            Err(PlanError::BadTerm { .. })
+        ));
+        // A term whose length disagrees with its chunks.
+        assert!(matches!(
+            plan(&[term(a, 0, 2, 31)], &footers, None),
+            Err(PlanError::BadTerm { .. })
+        ));
+        let other = XorbHash::from_bytes([9; 32]);
+        assert!(matches!(
+            plan(&[term(other, 0, 1, 5)], &footers, None),
+            Err(PlanError::MissingXorb { .. })
+        ));
+    }
+}

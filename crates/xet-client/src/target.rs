@@ -1,0 +1,431 @@
+//! Where objects go and come from: the [`CasTarget`] (uploads), [`XorbSource`] (downloads) and
+//! [`Endpoint`] (both, plus reconstruction plans) traits. The HTTP client ([`RemoteCas`](crate::RemoteCas))
+//! implements them here, the storage engine (`xet-store`) for its store; the pipelines use them.
+//!
+//! The trait is the set of CAS operations an upload needs (docs/cas-api.md §5.4–§5.7) and nothing
+//! more. It is **blocking** and object-safe (`&dyn CasTarget`), for three reasons:
+//!
+//! - the work around it is CPU-bound (chunking, hashing, compression) and runs on plain threads
+//!   and the rayon pool; an async trait would force a runtime on every caller for no gain;
+//! - the storage engine's store is synchronous by design (file and database I/O);
+//! - the agent is a synchronous stdin/stdout loop and its HTTP client blocks on requests; the
+//!   server calls the pipeline from `spawn_blocking`.
+//!
+//! Implementations must be `Send + Sync`: the pipeline puts xorbs from an uploader thread while
+//! the reading thread queries dedup.
+//!
+//! The traits are implemented for references too, so wrappers such as
+//! [`Cached`](crate::pipeline::cached::Cached) can hold a `&Store` or a `&dyn CasTarget`.
+
+use std::fmt;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use xet_format::shard::Shard;
+use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+
+use crate::wire::ErrorCode;
+use crate::{FetchRange, ReconstructionPlan, ShardCache};
+
+/// Told how many bytes of an upload's body have gone out so far
+/// ([`CasTarget::put_xorb_with_progress`]).
+pub type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// A failed CAS operation.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// A store in this process (the agent's embedded mode, the server's own) refused or failed.
+    #[error(transparent)]
+    Store(Box<LocalFailure>),
+    /// Something the operation needs does not exist at the target.
+    #[error("{what} not found")]
+    NotFound { what: String },
+    /// A remote target answered with an error or could not be reached.
+    #[error("{what}: {message}")]
+    Remote {
+        what: String,
+        message: String,
+        /// Whether trying again later may succeed (network trouble, 5xx, 429).
+        retryable: bool,
+        /// The server's error code (the JSON `error` field of its refusal, e.g.
+        /// [`ErrorCode::XorbDamaged`]), when it sent one this client knows.
+        code: Option<ErrorCode>,
+    },
+    /// Local I/O around the operation failed (e.g. a staging file).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// The failure of a store in this process: its error, and the wire code a server would answer
+/// it with, so that callers decide on codes whether the store is here or across the network.
+#[derive(Debug)]
+pub struct LocalFailure {
+    /// The code of the refusal, for those callers act on (a lost xorb, a full disk).
+    pub code: Option<ErrorCode>,
+    /// The store's own error, with the object and offset it names.
+    pub error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl fmt::Display for LocalFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for LocalFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl TargetError {
+    /// True when the same operation may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            TargetError::Remote { retryable, .. } => *retryable,
+            TargetError::Io { .. } => true,
+            TargetError::Store(_) | TargetError::NotFound { .. } => false,
+        }
+    }
+
+    /// True when a shard was refused because a xorb it relies on is not stored intact at the
+    /// target (`unknown_xorb`, `xorb_damaged`): lost, damaged or collected since the client
+    /// learned of it.
+    pub fn is_lost_xorb(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(ErrorCode::UnknownXorb | ErrorCode::XorbDamaged)
+        )
+    }
+
+    /// The refusal's error code: a remote server's (the JSON `error` field, when it sent one this
+    /// client knows), or the one a store in this process gave its failure.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            TargetError::Remote { code, .. } => *code,
+            TargetError::Store(failure) => failure.code,
+            _ => None,
+        }
+    }
+}
+
+/// The CAS operations an upload needs. See the module documentation for why it is blocking.
+pub trait CasTarget: Send + Sync {
+    /// Whether the target already stores this xorb. A target that cannot tell cheaply answers
+    /// `false` and relies on [`CasTarget::put_xorb`] being idempotent.
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError>;
+
+    /// Stores a xorb given in upload form (chunk region, no footer; docs/format.md §3.9). Returns
+    /// whether it was newly stored (`false`: it was already there). Idempotent.
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError>;
+
+    /// [`CasTarget::put_xorb`] with the body handed over, so that a target which must own it
+    /// (an HTTP request body) need not copy up to 64 MiB. The upload pipeline calls this one.
+    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
+        self.put_xorb(xorb, &body)
+    }
+
+    /// [`CasTarget::put_xorb_owned`], telling `sent` how many bytes of the body have gone out
+    /// so far (progress that follows the wire; a retry starts again from 0). The default
+    /// tells it once, when the put is done.
+    fn put_xorb_with_progress(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: SentBytes,
+    ) -> Result<bool, TargetError> {
+        let len = body.len() as u64;
+        let inserted = self.put_xorb_owned(xorb, body)?;
+        sent(len);
+        Ok(inserted)
+    }
+
+    /// Registers a shard in upload form (docs/format.md §4.8). Every xorb it names must have been
+    /// put before (docs/cas-api.md §7). Idempotent.
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError>;
+
+    /// Global dedup (docs/format.md §5.2): a shard whose xorb section lists a xorb holding
+    /// `chunk`, possibly keyed, or `None`. The default answers `None` (no global dedup).
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        let _ = chunk;
+        Ok(None)
+    }
+
+    /// The registered file whose SHA-256 is `oid`, with its size, if the target can tell and
+    /// holds it intact: an upload of that content may then be skipped. A file the target knows
+    /// but holds damaged is `None`, so that uploading it again repairs it. The default answers
+    /// `None`.
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        let _ = oid;
+        Ok(None)
+    }
+
+    /// Whether the target checks the SHA-256 a shard claims for a file (by hashing the file
+    /// itself) before it lets that SHA-256 stand for the file. An uploader handed the SHA-256
+    /// by whoever named the content (git-lfs names its objects by it) may then leave the
+    /// hashing to the target. Known after [`CasTarget::file_by_sha256`]. The default: `false`.
+    fn checks_sha256_claims(&self) -> bool {
+        false
+    }
+
+    /// Tells the target that the uploader hashed `file` itself and found SHA-256 `oid` (after
+    /// the file's shard was registered). A target that trusts its uploader (a store this
+    /// process owns) records the mapping as checked; the default ignores it.
+    fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {
+        let _ = (oid, file);
+        Ok(())
+    }
+
+    /// Local dedup (docs/format.md §5.3): a shard known locally, without asking the target (a
+    /// shard cache), whose xorb section lists a xorb holding `chunk` (a raw hash; the shard may
+    /// be keyed), or `None`. The upload asks for every chunk that matched nothing else, before
+    /// any global query, so this must be cheap. The default knows no shards.
+    fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
+        let _ = chunk;
+        Ok(None)
+    }
+
+    /// The local shard cache this target deduplicates through, if any (uploads use it to
+    /// coordinate with other agents of the same endpoint). The default has none.
+    fn shard_cache(&self) -> Option<&ShardCache> {
+        None
+    }
+}
+
+impl<T: CasTarget + ?Sized> CasTarget for &T {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        (**self).has_xorb(xorb)
+    }
+
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        (**self).put_xorb(xorb, body)
+    }
+
+    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
+        (**self).put_xorb_owned(xorb, body)
+    }
+
+    fn put_xorb_with_progress(
+        &self,
+        xorb: XorbHash,
+        body: Vec<u8>,
+        sent: SentBytes,
+    ) -> Result<bool, TargetError> {
+        (**self).put_xorb_with_progress(xorb, body, sent)
+    }
+
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        (**self).register_shard(shard)
+    }
+
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        (**self).dedup_query(chunk)
+    }
+
+    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        (**self).file_by_sha256(oid)
+    }
+
+    fn checks_sha256_claims(&self) -> bool {
+        (**self).checks_sha256_claims()
+    }
+
+    fn sha256_computed(&self, oid: &LfsOid, file: &FileHash) -> Result<(), TargetError> {
+        (**self).sha256_computed(oid, file)
+    }
+
+    fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
+        (**self).local_dedup(chunk)
+    }
+
+    fn shard_cache(&self) -> Option<&ShardCache> {
+        (**self).shard_cache()
+    }
+}
+
+/// A source read through [`XorbSource::read_xorb_range_once`]: what it fetches for this
+/// download is not kept in a local cache.
+pub struct ReadOnce<'a, S: ?Sized>(pub &'a S);
+
+impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        self.0.read_xorb_range_once(xorb, range)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.0.stream_xorb_range_once(xorb, range, sink)
+    }
+
+    fn forget_cached(&self, xorbs: &[XorbHash]) {
+        self.0.forget_cached(xorbs)
+    }
+
+    fn trim_cache(&self) {
+        self.0.trim_cache()
+    }
+}
+
+/// Hands a range read whole to `sink` as one piece, and its buffer back for reuse.
+pub fn hand_whole(bytes: Vec<u8>, sink: &mut RangeSink<'_>) {
+    let _ = sink(0, &bytes);
+    crate::util::buffers::give(bytes);
+}
+
+/// Where [`XorbSource::stream_xorb_range`] hands a range's bytes: the offset into the range
+/// of the piece's first byte, and the piece; [`ControlFlow::Break`] stops the read.
+pub type RangeSink<'a> = dyn FnMut(u64, &[u8]) -> ControlFlow<()> + 'a;
+
+/// Where a download reads stored xorb bytes from.
+pub trait XorbSource: Send + Sync {
+    /// The bytes of `range` (inclusive `range.bytes`, whole chunks, headers included) of the
+    /// stored xorb. A remote source fetches `range.url`.
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError>;
+
+    /// [`XorbSource::read_xorb_range`] for a download nothing else on this machine is
+    /// expected to want: a source with a local cache uses what it holds but does not keep
+    /// what it fetches.
+    fn read_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        self.read_xorb_range(xorb, range)
+    }
+
+    /// [`XorbSource::read_xorb_range`], with the bytes handed to `sink` as they arrive instead
+    /// of gathered first: `sink(offset, bytes)` with the offset into the range of the piece's
+    /// first byte, in order. After a broken connection a source may start again from an
+    /// earlier offset (the sink skips what it already has). When `sink` answers
+    /// [`ControlFlow::Break`] the read stops and returns `Ok` (the sink keeps its own reason).
+    /// The default reads the whole range first.
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        hand_whole(self.read_xorb_range(xorb, range)?, sink);
+        Ok(())
+    }
+
+    /// [`XorbSource::stream_xorb_range`] for a download nothing else on this machine is
+    /// expected to want (see [`XorbSource::read_xorb_range_once`]).
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        hand_whole(self.read_xorb_range_once(xorb, range)?, sink);
+        Ok(())
+    }
+
+    /// A file rebuilt from these xorbs did not verify: a source that keeps local copies of
+    /// their bytes (a download chunk cache) drops them, so that the next read asks the server.
+    fn forget_cached(&self, _xorbs: &[XorbHash]) {}
+
+    /// A download is done: a source with a local cache keeps it within its limit.
+    fn trim_cache(&self) {}
+}
+
+impl<T: XorbSource + ?Sized> XorbSource for &T {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        (**self).read_xorb_range(xorb, range)
+    }
+
+    fn read_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        (**self).read_xorb_range_once(xorb, range)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        (**self).stream_xorb_range(xorb, range, sink)
+    }
+
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        (**self).stream_xorb_range_once(xorb, range, sink)
+    }
+
+    fn forget_cached(&self, xorbs: &[XorbHash]) {
+        (**self).forget_cached(xorbs)
+    }
+
+    fn trim_cache(&self) {
+        (**self).trim_cache()
+    }
+}
+
+/// Everything a transfer needs from where objects live: uploads ([`CasTarget`]), downloads
+/// ([`XorbSource`]) and reconstruction plans. Implemented by the storage engine's `Store` (the agent's
+/// embedded mode) and by the HTTP client of a remote CAS server.
+pub trait Endpoint: CasTarget + XorbSource {
+    /// The reconstruction plan of bytes `range` (inclusive) of a file, or `None` if the
+    /// endpoint does not know the file.
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError>;
+
+    /// The registered file whose SHA-256 is `oid`, for a download: intact or not (rebuilding a
+    /// damaged one fails with an error naming the damage, which says more than "unknown"). The
+    /// default is [`CasTarget::file_by_sha256`].
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        self.file_by_sha256(oid)
+    }
+
+    /// The chunks of a file in order (hash and length): what a reader of part of the file
+    /// checks what it reads against (their Xet file hash must be the file's, which the caller
+    /// checks). `None` when the endpoint cannot say (not registered, or another server that
+    /// does not offer the list). The default answers `None`.
+    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+        let _ = file;
+        Ok(None)
+    }
+
+    /// A short description for messages, e.g. the URL or the directory.
+    fn describe(&self) -> String;
+}
+
+impl<T: Endpoint + ?Sized> Endpoint for &T {
+    fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, TargetError> {
+        (**self).reconstruction(file, range)
+    }
+
+    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+        (**self).locate_oid(oid)
+    }
+
+    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+        (**self).file_chunks(file)
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}

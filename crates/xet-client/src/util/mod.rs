@@ -1,0 +1,33 @@
+//! Small helpers every layer above [`format`](xet_format) shares, each written once: the
+//! clock ([`now_unix`]), byte sizes ([`size`]), durations ([`duration`]), URLs ([`url`]), error chains ([`error`]), HTTP
+//! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
+//! ([`buffers`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
+//! settings ([`os`]).
+//!
+//! Nothing here knows about Xet, git or the agent; the format layer stays free of it (it reads
+//! no clock and writes no file).
+
+pub mod buffers;
+pub mod duration;
+pub mod error;
+pub mod fs;
+pub mod os;
+pub mod range;
+pub mod secret;
+pub mod size;
+pub mod url;
+
+/// Seconds since the Unix epoch (0 if the clock is set before it).
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_clock_is_past_2020() {
+        assert!(super::now_unix() > 1_577_836_800);
+    }
+}

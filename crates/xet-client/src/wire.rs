@@ -1,0 +1,876 @@
+//! The JSON bodies of the CAS API (docs/cas-api.md §2.1, §5, §6), written once for both sides: the
+//! server (git-xet's `server` module) serialises them, the remote client ([`crate::remote`]) parses them.
+//!
+//! Field names are the wire names; serde ignores unknown fields when parsing, so newer servers
+//! may add some. Converting a plan to JSON ([`to_v1`], [`to_v2`]) cannot fail; converting JSON
+//! received from a server into a [`ReconstructionPlan`] ([`ReconstructionV2::into_plan`])
+//! checks everything and turns nonsense into a [`WireError`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{FetchRange, PlannedTerm, ReconstructionPlan};
+use xet_format::xorb::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN, MAX_COMPRESSED_LEN};
+use xet_format::xorb::MAX_XORB_CHUNKS;
+use xet_format::{FileHash, LfsOid, XorbHash};
+
+/// At most this many ranges in one v2 `xorbs` entry (one URL); longer lists are split into
+/// several entries, each with its own URL, so that a client in multi-range mode stays within
+/// the server's limit on ranges per request.
+pub const RANGES_PER_ENTRY: usize = 256;
+
+/// Where the bytes of a plan are fetched from: the URL of each v1 fetch entry or v2 `xorbs`
+/// entry, which grants exactly that entry's byte ranges of the xorb and nothing else.
+pub trait FetchUrls {
+    /// The URL that serves `ranges` (sorted, inclusive byte ranges) of `xorb`.
+    fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String;
+
+    /// How many ranges one URL may serve (a v2 entry holds at most this many): 1 for URLs
+    /// whose signature covers the `Range` header itself.
+    fn ranges_per_url(&self) -> usize {
+        RANGES_PER_ENTRY
+    }
+}
+
+/// A chunk-index range, end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+/// A byte range, end inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One term of a reconstruction (same in v1 and v2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Term {
+    /// The xorb (the Xet string form on the wire).
+    pub hash: XorbHash,
+    pub unpacked_length: u32,
+    pub range: ChunkRange,
+}
+
+/// A v1 `fetch_info` entry: one URL, one byte range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchInfoV1 {
+    pub range: ChunkRange,
+    pub url: String,
+    pub url_range: ByteRange,
+}
+
+/// `QueryReconstructionResponse` (§6.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconstructionV1 {
+    pub offset_into_first_range: u64,
+    pub terms: Vec<Term>,
+    pub fetch_info: BTreeMap<XorbHash, Vec<FetchInfoV1>>,
+}
+
+/// One range of a v2 entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeV2 {
+    pub chunks: ChunkRange,
+    pub bytes: ByteRange,
+}
+
+/// A v2 `xorbs` entry: one URL and the ranges it serves, sorted by chunk start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XorbEntryV2 {
+    pub url: String,
+    pub ranges: Vec<RangeV2>,
+}
+
+/// `QueryReconstructionResponseV2` (§6.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconstructionV2 {
+    pub offset_into_first_range: u64,
+    pub terms: Vec<Term>,
+    pub xorbs: BTreeMap<XorbHash, Vec<XorbEntryV2>>,
+}
+
+/// The answer to `POST /v1/xorbs/{prefix}/{xorb}` (§5.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XorbUploaded {
+    pub was_inserted: bool,
+}
+
+/// The answer to `POST /v1/shards` (§5.7): 1 when registered now, 0 when it already was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRegistered {
+    pub result: u8,
+}
+
+/// The header on oid lookups (`GET /v1/lfs-files/{oid}`) by which a server says it checks the
+/// SHA-256 claims of shards itself (value `1`; see `server::claims`).
+pub const CHECKS_SHA256_HEADER: &str = "x-xet-checks-sha256";
+
+/// The answer to this server's `GET /v1/lfs-files/{oid}`: the Xet file registered for a Git LFS
+/// oid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LfsFile {
+    /// The SHA-256 (plain hex on the wire).
+    pub oid: LfsOid,
+    /// The Xet file hash (string form on the wire).
+    pub file_hash: FileHash,
+    pub size: u64,
+    /// `false` when the server holds the file but a xorb it needs is missing or damaged (an
+    /// upload should send it again, which repairs it); absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intact: Option<bool>,
+    /// `false` while the SHA-256 is only a shard's claim the server has not checked yet (an
+    /// uploader should not skip the file on its strength); absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256_checked: Option<bool>,
+    /// The file's v2 reconstruction, when asked for (`?reconstruction=v2`) and the file is
+    /// small: a download then needs no second request for it. One that does not parse is
+    /// dropped (the download asks for the plan again) rather than failing the lookup.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_plan"
+    )]
+    pub reconstruction: Option<ReconstructionV2>,
+}
+
+/// `reconstruction` of an [`LfsFile`]: `None` when absent, null or not a v2 reconstruction.
+fn optional_plan<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ReconstructionV2>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|v| match serde_json::from_value(v) {
+        Ok(plan) => Some(plan),
+        Err(e) => {
+            tracing::debug!("ignoring an unusable reconstruction sent along: {e}");
+            None
+        }
+    }))
+}
+
+/// The CAS token JSON (§2.1), answered by token-refresh routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CasTokenInfo {
+    pub cas_url: String,
+    pub access_token: String,
+    /// Expiry, unix seconds.
+    pub exp: u64,
+}
+
+/// The JSON body of a refusal (§9). Every field is optional when parsing: other servers send
+/// other shapes (or none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable machine-readable code (our server) or a message (other servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+fn term_json(plan: &ReconstructionPlan) -> Vec<Term> {
+    plan.terms
+        .iter()
+        .map(|t| Term {
+            hash: t.xorb,
+            unpacked_length: t.unpacked_len,
+            range: ChunkRange {
+                start: t.chunks.start,
+                end: t.chunks.end,
+            },
+        })
+        .collect()
+}
+
+fn chunk_range(r: &FetchRange) -> ChunkRange {
+    ChunkRange {
+        start: r.chunks.start,
+        end: r.chunks.end,
+    }
+}
+
+fn byte_range(r: &FetchRange) -> ByteRange {
+    ByteRange {
+        start: *r.bytes.start(),
+        end: *r.bytes.end(),
+    }
+}
+
+/// The header of a download action that carries the object's v2 reconstruction JSON (an
+/// extension of `git xet serve`'s LFS server; an agent that finds it skips
+/// `GET /v2/reconstructions/{file}`).
+pub const RECONSTRUCTION_HEADER: &str = "X-Xet-Reconstruction";
+
+/// The v1 JSON of a plan: one URL per fetch entry, granting that entry's range.
+pub fn to_v1(plan: &ReconstructionPlan, urls: &dyn FetchUrls) -> ReconstructionV1 {
+    let mut fetch_info = BTreeMap::new();
+    for (xorb, ranges) in &plan.fetch {
+        let entries = ranges
+            .iter()
+            .map(|r| FetchInfoV1 {
+                range: chunk_range(r),
+                url: urls.url(xorb, std::slice::from_ref(&r.bytes)),
+                url_range: byte_range(r),
+            })
+            .collect();
+        fetch_info.insert(*xorb, entries);
+    }
+    ReconstructionV1 {
+        offset_into_first_range: plan.offset_into_first_range,
+        terms: term_json(plan),
+        fetch_info,
+    }
+}
+
+/// The v2 JSON of a plan: entries of at most [`FetchUrls::ranges_per_url`] ranges (and never
+/// more than [`RANGES_PER_ENTRY`]), each with a URL granting its ranges.
+pub fn to_v2(plan: &ReconstructionPlan, urls: &dyn FetchUrls) -> ReconstructionV2 {
+    let per_entry = urls.ranges_per_url().clamp(1, RANGES_PER_ENTRY);
+    let mut xorbs = BTreeMap::new();
+    for (xorb, ranges) in &plan.fetch {
+        let entries = ranges
+            .chunks(per_entry)
+            .map(|group| {
+                let bytes: Vec<RangeInclusive<u64>> =
+                    group.iter().map(|r| r.bytes.clone()).collect();
+                XorbEntryV2 {
+                    url: urls.url(xorb, &bytes),
+                    ranges: group
+                        .iter()
+                        .map(|r| RangeV2 {
+                            chunks: chunk_range(r),
+                            bytes: byte_range(r),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        xorbs.insert(*xorb, entries);
+    }
+    ReconstructionV2 {
+        offset_into_first_range: plan.offset_into_first_range,
+        terms: term_json(plan),
+        xorbs,
+    }
+}
+
+/// The answer of `GET /v1/file-chunks/{file}` (this server's extension): per chunk of the file,
+/// in order, its hash (32 bytes) and length (u32, little-endian).
+pub const FILE_CHUNK_RECORD: usize = 36;
+
+/// At most this many chunks are listed by `GET /v1/file-chunks/{file}` (files up to about
+/// 64 GiB); a longer file's list is refused, and a reader goes without it.
+pub const MAX_LISTED_CHUNKS: usize = 1 << 20;
+
+/// The body of a chunk list.
+pub fn encode_file_chunks(chunks: &[xet_format::ChunkRef]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(chunks.len() * FILE_CHUNK_RECORD);
+    for c in chunks {
+        out.extend_from_slice(c.hash.as_bytes());
+        out.extend_from_slice(&u32::try_from(c.len).unwrap_or(u32::MAX).to_le_bytes());
+    }
+    out
+}
+
+/// A chunk list read back, checked: whole records, at most [`MAX_LISTED_CHUNKS`], no chunk
+/// longer than a chunk can be.
+pub fn decode_file_chunks(body: &[u8]) -> Result<Vec<xet_format::ChunkRef>, WireError> {
+    if !body.len().is_multiple_of(FILE_CHUNK_RECORD) {
+        return Err(WireError(format!(
+            "a chunk list of {} bytes is not whole {FILE_CHUNK_RECORD}-byte records",
+            body.len()
+        )));
+    }
+    let n = body.len() / FILE_CHUNK_RECORD;
+    if n > MAX_LISTED_CHUNKS {
+        return Err(WireError(format!(
+            "a chunk list of {n} chunks is longer than {MAX_LISTED_CHUNKS}"
+        )));
+    }
+    let mut out = Vec::with_capacity(n);
+    for record in body.chunks_exact(FILE_CHUNK_RECORD) {
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&record[..32]);
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&record[32..]);
+        let len = u32::from_le_bytes(len);
+        if len == 0 || len > MAX_CHUNK_LEN {
+            return Err(WireError(format!("a chunk of {len} bytes in a chunk list")));
+        }
+        out.push(xet_format::ChunkRef::new(
+            xet_format::ChunkHash::from_bytes(hash),
+            u64::from(len),
+        ));
+    }
+    Ok(out)
+}
+
+/// Why a reconstruction received from a server cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid reconstruction: {0}")]
+pub struct WireError(pub String);
+
+impl ReconstructionV1 {
+    /// The same reconstruction in the v2 shape: one range per URL, as the reference client
+    /// converts it.
+    pub fn into_v2(self) -> ReconstructionV2 {
+        let xorbs = self
+            .fetch_info
+            .into_iter()
+            .map(|(hash, entries)| {
+                let entries = entries
+                    .into_iter()
+                    .map(|e| XorbEntryV2 {
+                        url: e.url,
+                        ranges: vec![RangeV2 {
+                            chunks: e.range,
+                            bytes: e.url_range,
+                        }],
+                    })
+                    .collect();
+                (hash, entries)
+            })
+            .collect();
+        ReconstructionV2 {
+            offset_into_first_range: self.offset_into_first_range,
+            terms: self.terms,
+            xorbs,
+        }
+    }
+}
+
+/// Checks one fetch range: ordered, within the chunk limit of a xorb, and with a byte length
+/// that whole chunks of that count can have.
+fn check_range(xorb: &XorbHash, r: &RangeV2) -> Result<(), WireError> {
+    let (c, b) = (r.chunks, r.bytes);
+    let bad = |why: &str| {
+        Err(WireError(format!(
+            "xorb {xorb}: fetch range of chunks {}..{} at bytes {}-{} {why}",
+            c.start, c.end, b.start, b.end
+        )))
+    };
+    if c.start >= c.end {
+        return bad("is empty or inverted");
+    }
+    if c.end as usize > MAX_XORB_CHUNKS {
+        return bad(&format!(
+            "goes past the {MAX_XORB_CHUNKS} chunks a xorb can hold"
+        ));
+    }
+    if b.end < b.start {
+        return bad("ends before it starts");
+    }
+    let len = u128::from(b.end - b.start) + 1;
+    let n = u128::from(c.end - c.start);
+    let per_chunk = (
+        CHUNK_HEADER_LEN as u128,
+        CHUNK_HEADER_LEN as u128 + u128::from(MAX_COMPRESSED_LEN),
+    );
+    if len < n * per_chunk.0 || len > n * per_chunk.1 {
+        return bad("has a byte length that so many chunks cannot have");
+    }
+    Ok(())
+}
+
+fn check_url(xorb: &XorbHash, url: &str) -> Result<(), WireError> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        let shown: String = url.chars().take(80).collect();
+        return Err(WireError(format!(
+            "xorb {xorb}: fetch URL {shown:?} is not an http(s) URL"
+        )));
+    }
+    Ok(())
+}
+
+impl ReconstructionV2 {
+    /// The plan this reconstruction describes, checked: hashes parse, ranges are ordered and
+    /// sane, every term is served by a fetch range with a URL, `offset_into_first_range` lies
+    /// within the first term. `range_start` is the start of the requested byte range (`None`:
+    /// the whole file).
+    ///
+    /// The JSON does not carry the file's size. For a whole-file reconstruction
+    /// [`ReconstructionPlan::file_size`] is the sum of the term lengths (exact); for a ranged
+    /// one it is the file offset just past the last byte the terms cover, a lower bound that
+    /// is exact when the range reaches the end of the file.
+    pub fn into_plan(self, range_start: Option<u64>) -> Result<ReconstructionPlan, WireError> {
+        // Fetch ranges per xorb, flattened over entries, each with its URL.
+        let mut fetch_of: HashMap<XorbHash, Vec<FetchRange>> = HashMap::new();
+        for (xorb, entries) in self.xorbs {
+            if entries.is_empty() {
+                return Err(WireError(format!("xorb {xorb} has no fetch entry")));
+            }
+            let mut ranges = Vec::new();
+            for entry in entries {
+                check_url(&xorb, &entry.url)?;
+                if entry.ranges.is_empty() {
+                    return Err(WireError(format!(
+                        "xorb {xorb}: a fetch entry has no range"
+                    )));
+                }
+                for r in &entry.ranges {
+                    check_range(&xorb, r)?;
+                    ranges.push(FetchRange {
+                        chunks: r.chunks.start..r.chunks.end,
+                        bytes: r.bytes.start..=r.bytes.end,
+                        url: Some(entry.url.clone()),
+                    });
+                }
+            }
+            ranges.sort_by_key(|r| (r.chunks.start, r.chunks.end));
+            if fetch_of.insert(xorb, ranges).is_some() {
+                return Err(WireError(format!("xorb {xorb} is listed twice")));
+            }
+        }
+
+        let mut plan = ReconstructionPlan {
+            offset_into_first_range: self.offset_into_first_range,
+            ..Default::default()
+        };
+        let mut total: u64 = 0;
+        for (i, t) in self.terms.iter().enumerate() {
+            let xorb = t.hash;
+            let (s, e) = (t.range.start, t.range.end);
+            let bad = |why: String| {
+                Err(WireError(format!(
+                    "term {i} (xorb {xorb}, chunks {s}..{e}) {why}"
+                )))
+            };
+            if s >= e || e as usize > MAX_XORB_CHUNKS {
+                return bad("is not a valid chunk range".into());
+            }
+            let max_len = u64::from(e - s) * u64::from(MAX_CHUNK_LEN);
+            if t.unpacked_length == 0 || u64::from(t.unpacked_length) > max_len {
+                return bad(format!(
+                    "claims {} bytes, which so many chunks cannot hold",
+                    t.unpacked_length
+                ));
+            }
+            let Some(ranges) = fetch_of.get(&xorb) else {
+                return bad("names a xorb with no fetch entry".into());
+            };
+            if !ranges
+                .iter()
+                .any(|r| r.chunks.start <= s && e <= r.chunks.end)
+            {
+                return bad("is not covered by any fetch range of its xorb".into());
+            }
+            if !plan.fetch.iter().any(|(x, _)| *x == xorb) {
+                plan.fetch.push((xorb, ranges.clone()));
+            }
+            total += u64::from(t.unpacked_length);
+            plan.terms.push(PlannedTerm {
+                xorb,
+                chunks: s..e,
+                unpacked_len: t.unpacked_length,
+            });
+        }
+        let offset = plan.offset_into_first_range;
+        match plan.terms.first() {
+            None if offset != 0 => {
+                return Err(WireError(format!(
+                    "offset_into_first_range is {offset} but there are no terms"
+                )))
+            }
+            Some(first) if offset >= u64::from(first.unpacked_len) => {
+                return Err(WireError(format!(
+                    "offset_into_first_range {offset} is not within the first term ({} bytes)",
+                    first.unpacked_len
+                )))
+            }
+            _ => {}
+        }
+        plan.file_size = match range_start {
+            None if offset != 0 => {
+                return Err(WireError(format!(
+                    "offset_into_first_range is {offset} for a whole-file reconstruction"
+                )))
+            }
+            None => total,
+            Some(start) => start.saturating_add(total - offset),
+        };
+        Ok(plan)
+    }
+}
+
+/// Declares [`ErrorCode`]: each variant with its wire text.
+macro_rules! error_codes {
+    ($($variant:ident => $text:literal,)*) => {
+        /// The machine-readable `error` code of a JSON error body (docs/cas-api.md §9), one
+        /// variant per code this server sends or a client decides on. Clients keep the text of
+        /// codes they do not know ([`ErrorCode::parse`] gives `None`) for messages only.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order declared.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code as sent on the wire (`snake_case`).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $text,)*
+                }
+            }
+
+            /// The code a server sent, if it is one of these.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text {
+                    $($text => Some(ErrorCode::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    AlreadyStored => "already_stored",
+    BodyReadFailed => "body_read_failed",
+    BodyTimeout => "body_timeout",
+    BodyTooLarge => "body_too_large",
+    CasTokenNotAccepted => "cas_token_not_accepted",
+    ChecksumMismatch => "checksum_mismatch",
+    ChunkNotFound => "chunk_not_found",
+    ChunkRange => "chunk_range",
+    ClaimsBacklog => "claims_backlog",
+    EmptyBody => "empty_body",
+    FileHashMismatch => "file_hash_mismatch",
+    FileNotFound => "file_not_found",
+    Forbidden => "forbidden",
+    GrantExpired => "grant_expired",
+    GrantMismatch => "grant_mismatch",
+    GrantNotFound => "grant_not_found",
+    InsufficientStorage => "insufficient_storage",
+    InternalError => "internal_error",
+    InvalidCursor => "invalid_cursor",
+    InvalidForce => "invalid_force",
+    InvalidGrant => "invalid_grant",
+    InvalidGrantRequest => "invalid_grant_request",
+    InvalidHash => "invalid_hash",
+    InvalidJson => "invalid_json",
+    InvalidLength => "invalid_length",
+    InvalidLimit => "invalid_limit",
+    InvalidObjects => "invalid_objects",
+    InvalidOid => "invalid_oid",
+    InvalidOperation => "invalid_operation",
+    InvalidPath => "invalid_path",
+    InvalidQuery => "invalid_query",
+    InvalidRange => "invalid_range",
+    InvalidShard => "invalid_shard",
+    InvalidSignature => "invalid_signature",
+    InvalidTelemetry => "invalid_telemetry",
+    InvalidVerifyRequest => "invalid_verify_request",
+    InvalidXorb => "invalid_xorb",
+    KeyedShard => "keyed_shard",
+    LengthMismatch => "length_mismatch",
+    LockExists => "lock_exists",
+    LockForwardLoop => "lock_forward_loop",
+    LockNotFound => "lock_not_found",
+    LockOwnedByAnotherUser => "lock_owned_by_another_user",
+    LockOwnerUnreachable => "lock_owner_unreachable",
+    MethodNotAllowed => "method_not_allowed",
+    MissingPath => "missing_path",
+    MissingVerification => "missing_verification",
+    NoTerms => "no_terms",
+    NotAcceptable => "not_acceptable",
+    NotFound => "not_found",
+    NotReady => "not_ready",
+    ObjectNotFound => "object_not_found",
+    OidMismatch => "oid_mismatch",
+    OidNotFound => "oid_not_found",
+    PathTooLong => "path_too_long",
+    RangeNotGranted => "range_not_granted",
+    RangeNotSatisfiable => "range_not_satisfiable",
+    RepositoryScopedToken => "repository_scoped_token",
+    ServerBusy => "server_busy",
+    SizeMismatch => "size_mismatch",
+    TlsCertificate => "tls_certificate",
+    TokenExpired => "token_expired",
+    TooManyLocks => "too_many_locks",
+    TooManyObjects => "too_many_objects",
+    Unauthorized => "unauthorized",
+    UnknownFlags => "unknown_flags",
+    UnknownPrefix => "unknown_prefix",
+    UnknownXorb => "unknown_xorb",
+    UnpackedLengthMismatch => "unpacked_length_mismatch",
+    UnsupportedHashAlgo => "unsupported_hash_algo",
+    UrlExpired => "url_expired",
+    VerificationMismatch => "verification_mismatch",
+    WrongRepository => "wrong_repository",
+    XorbBlockMismatch => "xorb_block_mismatch",
+    XorbDamaged => "xorb_damaged",
+    XorbGrantsNotOffered => "xorb_grants_not_offered",
+    XorbHashMismatch => "xorb_hash_mismatch",
+    XorbNotFound => "xorb_not_found",
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const X: &str = "0101010101010101020202020202020203030303030303030404040404040404";
+
+    /// URLs that name the ranges they grant, as the server's do.
+    struct TestUrls;
+
+    impl FetchUrls for TestUrls {
+        fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String {
+            let r: Vec<String> = ranges
+                .iter()
+                .map(|r| format!("{}-{}", r.start(), r.end()))
+                .collect();
+            format!(
+                "http://cas.test/v1/xorb-data/{xorb}?e=1&r={}&s=2",
+                r.join(",")
+            )
+        }
+    }
+
+    /// [`TestUrls`] with one range per URL.
+    struct OneRangeUrls;
+
+    impl FetchUrls for OneRangeUrls {
+        fn url(&self, xorb: &XorbHash, ranges: &[RangeInclusive<u64>]) -> String {
+            TestUrls.url(xorb, ranges)
+        }
+        fn ranges_per_url(&self) -> usize {
+            1
+        }
+    }
+
+    #[test]
+    fn every_entry_has_a_url_for_its_own_ranges() {
+        let xorb = XorbHash::from_hex(X).unwrap();
+        let fetch = |c: u32, b: u64| FetchRange {
+            chunks: c..c + 1,
+            bytes: b..=b + 99,
+            url: None,
+        };
+        let plan = ReconstructionPlan {
+            file_size: 0,
+            offset_into_first_range: 0,
+            terms: Vec::new(),
+            fetch: vec![(xorb, vec![fetch(0, 0), fetch(5, 500), fetch(9, 900)])],
+        };
+        let v1 = to_v1(&plan, &TestUrls);
+        let urls: Vec<&str> = v1.fetch_info[&xorb]
+            .iter()
+            .map(|f| f.url.as_str())
+            .collect();
+        assert!(urls[0].contains("&r=0-99&"), "{}", urls[0]);
+        assert!(urls[1].contains("&r=500-599&"), "{}", urls[1]);
+        assert!(urls[2].contains("&r=900-999&"), "{}", urls[2]);
+        let v2 = to_v2(&plan, &TestUrls);
+        assert_eq!(v2.xorbs[&xorb].len(), 1);
+        assert!(v2.xorbs[&xorb][0].url.contains("&r=0-99,500-599,900-999&"));
+        let one = to_v2(&plan, &OneRangeUrls);
+        let entries = &one.xorbs[&xorb];
+        assert_eq!(entries.len(), 3);
+        assert!(entries.iter().all(|e| e.ranges.len() == 1));
+        assert!(entries[1].url.contains("&r=500-599&"), "{}", entries[1].url);
+        let many = ReconstructionPlan {
+            fetch: vec![(
+                xorb,
+                (0..RANGES_PER_ENTRY as u32 + 1)
+                    .map(|i| fetch(i, 200 * u64::from(i)))
+                    .collect(),
+            )],
+            ..plan
+        };
+        let split = to_v2(&many, &TestUrls);
+        let sizes: Vec<usize> = split.xorbs[&xorb].iter().map(|e| e.ranges.len()).collect();
+        assert_eq!(sizes, vec![RANGES_PER_ENTRY, 1]);
+        assert_ne!(split.xorbs[&xorb][0].url, split.xorbs[&xorb][1].url);
+    }
+
+    fn xorb() -> XorbHash {
+        XorbHash::from_hex(X).unwrap()
+    }
+
+    fn v2(terms: Vec<Term>, ranges: Vec<RangeV2>) -> ReconstructionV2 {
+        ReconstructionV2 {
+            offset_into_first_range: 0,
+            terms,
+            xorbs: BTreeMap::from([(
+                xorb(),
+                vec![XorbEntryV2 {
+                    url: "http://cas.test/v1/xorb-data/x?e=1&s=2".into(),
+                    ranges,
+                }],
+            )]),
+        }
+    }
+
+    fn term(s: u32, e: u32, len: u32) -> Term {
+        Term {
+            hash: xorb(),
+            unpacked_length: len,
+            range: ChunkRange { start: s, end: e },
+        }
+    }
+
+    fn range(s: u32, e: u32, bs: u64, be: u64) -> RangeV2 {
+        RangeV2 {
+            chunks: ChunkRange { start: s, end: e },
+            bytes: ByteRange { start: bs, end: be },
+        }
+    }
+
+    #[test]
+    fn round_trip_through_json() {
+        let xorb = XorbHash::from_hex(X).unwrap();
+        let plan = ReconstructionPlan {
+            file_size: 300,
+            offset_into_first_range: 0,
+            terms: vec![
+                PlannedTerm {
+                    xorb,
+                    chunks: 0..2,
+                    unpacked_len: 200,
+                },
+                PlannedTerm {
+                    xorb,
+                    chunks: 2..3,
+                    unpacked_len: 100,
+                },
+            ],
+            fetch: vec![(
+                xorb,
+                vec![FetchRange {
+                    chunks: 0..3,
+                    bytes: 0..=323,
+                    url: None,
+                }],
+            )],
+        };
+        let url = |x: &XorbHash| format!("http://cas.test/v1/xorb-data/{x}?e=1&r=0-323&s=2");
+        for json in [
+            serde_json::to_string(&to_v2(&plan, &TestUrls)).unwrap(),
+            serde_json::to_string(
+                &serde_json::from_str::<ReconstructionV1>(
+                    &serde_json::to_string(&to_v1(&plan, &TestUrls)).unwrap(),
+                )
+                .unwrap()
+                .into_v2(),
+            )
+            .unwrap(),
+        ] {
+            let back: ReconstructionV2 = serde_json::from_str(&json).unwrap();
+            let got = back.into_plan(None).unwrap();
+            assert_eq!(got.terms, plan.terms);
+            assert_eq!(got.file_size, 300);
+            assert_eq!(got.fetch[0].1[0].bytes, 0..=323);
+            assert_eq!(got.fetch[0].1[0].url.as_deref(), Some(url(&xorb).as_str()));
+        }
+    }
+
+    #[test]
+    fn chunk_lists_round_trip_and_nonsense_is_refused() {
+        use xet_format::{ChunkHash, ChunkRef};
+        let list = vec![
+            ChunkRef::new(ChunkHash::from_bytes([1; 32]), 65_536),
+            ChunkRef::new(ChunkHash::from_bytes([2; 32]), 9),
+        ];
+        let body = encode_file_chunks(&list);
+        assert_eq!(body.len(), 2 * FILE_CHUNK_RECORD);
+        assert_eq!(decode_file_chunks(&body).unwrap(), list);
+        assert!(decode_file_chunks(&body[1..]).is_err());
+        let mut zero = body.clone();
+        zero[32..36].copy_from_slice(&0u32.to_le_bytes());
+        assert!(decode_file_chunks(&zero).is_err());
+        assert!(decode_file_chunks(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        let ok = v2(vec![term(0, 2, 200)], vec![range(0, 2, 0, 215)]);
+        assert!(ok.clone().into_plan(None).is_ok());
+        let ranged = ReconstructionV2 {
+            offset_into_first_range: 50,
+            ..ok.clone()
+        };
+        assert_eq!(
+            ranged.clone().into_plan(Some(1050)).unwrap().file_size,
+            1200
+        );
+        assert!(ranged.into_plan(None).is_err());
+        let cases = [
+            v2(vec![term(2, 2, 10)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 2, 0)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 2, 300_000)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 3, 200)], vec![range(0, 2, 0, 215)]),
+            v2(vec![term(0, 2, 200)], vec![range(0, 2, 215, 0)]),
+            v2(vec![term(0, 2, 200)], vec![range(0, 2, 0, 3)]),
+            v2(vec![term(0, 2, 200)], vec![range(0, 9000, 0, 900_000)]),
+            v2(vec![term(0, 2, 200)], vec![]),
+            ReconstructionV2 {
+                offset_into_first_range: 200,
+                ..ok.clone()
+            },
+            ReconstructionV2 {
+                offset_into_first_range: 1,
+                terms: vec![],
+                xorbs: BTreeMap::new(),
+            },
+            ReconstructionV2 {
+                xorbs: BTreeMap::new(),
+                ..ok.clone()
+            },
+        ];
+        for (i, case) in cases.into_iter().enumerate() {
+            assert!(case.into_plan(None).is_err(), "case {i}");
+        }
+        // Hashes are checked as the JSON is read.
+        let bad_hash = r#"{"offset_into_first_range":0,"xorbs":{},
+            "terms":[{"hash":"zz","unpacked_length":1,"range":{"start":0,"end":1}}]}"#;
+        let err = serde_json::from_str::<ReconstructionV2>(bad_hash).unwrap_err();
+        assert!(
+            err.to_string().contains("\"zz\" is not a XorbHash"),
+            "{err}"
+        );
+        let mut bad_url = ok;
+        bad_url.xorbs.values_mut().next().unwrap()[0].url = "file:///etc/passwd".into();
+        assert!(bad_url.into_plan(None).is_err());
+    }
+
+    #[test]
+    fn error_codes_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            assert!(seen.insert(code.as_str()), "{code} twice");
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
+            assert!(code
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit()));
+        }
+        assert_eq!(ErrorCode::parse("no_such_code"), None);
+        assert_eq!(
+            serde_json::to_string(&ErrorCode::XorbDamaged).unwrap(),
+            "\"xorb_damaged\""
+        );
+    }
+}

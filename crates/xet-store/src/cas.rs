@@ -1,0 +1,1482 @@
+//! The storage engine: one [`Store`] behind both front doors, the `git xet serve` HTTP server
+//! and the agent's embedded (serverless) mode.
+//!
+//! It accepts xorb upload bodies and shards, validating everything docs/cas-api.md §9 requires
+//! (nothing is trusted: every hash is recomputed and every shard term is checked against the
+//! stored xorb), stores objects through an [`ObjectBackend`] and records what they mean in the
+//! [`Index`]. It answers the queries downloads and deduplication need: a file's
+//! reconstruction plan, the file for a Git LFS oid, the xorb holding a dedup-eligible chunk, and
+//! byte ranges of stored xorbs.
+//!
+//! Synchronous by design (file and database I/O); async callers use `spawn_blocking`.
+//!
+//! On-disk layout of a store directory:
+//!
+//! ```text
+//! STORE-VERSION      "git-xet-store 1"
+//! index.redb         the index (see store::index)
+//! xorbs/, shards/, tmp/   objects (see store::backend)
+//! ```
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use xet_client::wire::ErrorCode;
+
+use crate::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
+use crate::index::{
+    Claim, Commit, FileRecord, Index, IndexCounts, IndexError, ShardEntries, StoredTerm, XorbMeta,
+};
+use crate::integrity::FooterCache;
+pub use crate::integrity::XorbHealth;
+use xet_client::reconstruction::{plan, PlanError, ReconstructionPlan};
+use xet_format::hash::{file_hash, verification_hash};
+use xet_format::shard::{ParsedShard, Shard, ShardError, XorbInfo, MAX_SHARD_SIZE};
+use xet_format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLimits};
+use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
+
+const VERSION_FILE: &str = "STORE-VERSION";
+/// In the data directory of a node on object storage: the storage URL, one line. The
+/// directory holds only that node's cache of the index and its temporary files.
+const STORAGE_FILE: &str = "STORAGE";
+/// Chunks a global-dedup answer lists at most (about 4 GiB of data, a shard of about 3 MiB).
+pub const DEDUP_ANSWER_MAX_CHUNKS: usize = 65_536;
+const VERSION_TEXT: &str = "git-xet-store 1\n";
+
+/// Why a shard was refused. Each names the file or xorb and the term concerned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardRejection {
+    #[error("malformed shard: {0}")]
+    Malformed(#[from] ShardError),
+    #[error("an uploaded shard must not carry keyed chunk hashes")]
+    Keyed,
+    #[error("file {file} has no verification entries; every file of an uploaded shard needs them")]
+    MissingVerification { file: FileHash },
+    #[error("file {file} has unknown flag bits {flags:#010x}")]
+    UnknownFlags { file: FileHash, flags: u32 },
+    #[error("file {file} has no terms (only the empty file, hash 0, may)")]
+    NoTerms { file: FileHash },
+    #[error(
+        "term {term} of file {file} references unknown xorb {xorb} (never uploaded, or lost): \
+         upload the xorb first"
+    )]
+    UnknownXorb {
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+    },
+    #[error(
+        "term {term} of file {file}: chunks {start}..{end} are outside xorb {xorb} ({num_chunks} chunks)"
+    )]
+    ChunkRange {
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+        start: u32,
+        end: u32,
+        num_chunks: usize,
+    },
+    #[error(
+        "term {term} of file {file}: unpacked_segment_bytes is {claimed}, the chunks hold {actual}"
+    )]
+    UnpackedLength {
+        file: FileHash,
+        term: usize,
+        claimed: u32,
+        actual: u64,
+    },
+    #[error("term {term} of file {file}: verification hash does not match xorb {xorb}")]
+    Verification {
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+    },
+    #[error("file hash {file} does not match the hash {computed} of its chunks")]
+    FileHash { file: FileHash, computed: FileHash },
+    #[error("xorb block {xorb} in the shard names a xorb that is not stored: upload it first")]
+    UnknownXorbBlock { xorb: XorbHash },
+    #[error(
+        "the shard relies on xorb {xorb}, whose stored copy is damaged ({detail}): upload the \
+         xorb again, which repairs it"
+    )]
+    DamagedXorb { xorb: XorbHash, detail: String },
+    #[error("xorb block {xorb} does not match the stored xorb: {detail}")]
+    XorbBlock { xorb: XorbHash, detail: String },
+}
+
+impl ShardRejection {
+    /// A stable machine-readable code for error bodies.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ShardRejection::Malformed(_) => ErrorCode::InvalidShard,
+            ShardRejection::Keyed => ErrorCode::KeyedShard,
+            ShardRejection::MissingVerification { .. } => ErrorCode::MissingVerification,
+            ShardRejection::UnknownFlags { .. } => ErrorCode::UnknownFlags,
+            ShardRejection::NoTerms { .. } => ErrorCode::NoTerms,
+            ShardRejection::UnknownXorb { .. } | ShardRejection::UnknownXorbBlock { .. } => {
+                ErrorCode::UnknownXorb
+            }
+            ShardRejection::ChunkRange { .. } => ErrorCode::ChunkRange,
+            ShardRejection::UnpackedLength { .. } => ErrorCode::UnpackedLengthMismatch,
+            ShardRejection::Verification { .. } => ErrorCode::VerificationMismatch,
+            ShardRejection::FileHash { .. } => ErrorCode::FileHashMismatch,
+            ShardRejection::XorbBlock { .. } => ErrorCode::XorbBlockMismatch,
+            ShardRejection::DamagedXorb { .. } => ErrorCode::XorbDamaged,
+        }
+    }
+}
+
+/// A store failure: the client's fault ([`StoreError::is_client_error`]) or the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("xorb {xorb}: {source}")]
+    InvalidXorb { xorb: XorbHash, source: XorbError },
+    #[error("shard rejected: {0}")]
+    ShardRejected(#[from] ShardRejection),
+    #[error("shard of {len} bytes exceeds the {max}-byte limit")]
+    ShardTooLarge { len: usize, max: u64 },
+    #[error("cannot plan reconstruction of file {file}: {source}")]
+    Plan { file: FileHash, source: PlanError },
+    #[error(
+        "stored xorb {xorb} is missing or damaged ({detail}); it is quarantined until a client \
+         uploads it again (pushing a file that contains it repairs it)"
+    )]
+    DamagedXorb { xorb: XorbHash, detail: String },
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+    #[error("{0}")]
+    Index(#[from] IndexError),
+    #[error("store directory {path}: {detail}")]
+    Layout { path: PathBuf, detail: String },
+    #[error(
+        "{count} SHA-256 claims ({bytes} bytes of files) of {uploader} wait for the server to \
+         check them, the most one uploader may have pending: try again in a minute"
+    )]
+    ClaimBacklog {
+        uploader: String,
+        count: u64,
+        bytes: u64,
+    },
+}
+
+/// Unchecked SHA-256 claims one uploader may have pending (see `server::claims`); a shard
+/// that would make more is refused for now (HTTP 429), so that nobody fills the index with
+/// claims or the server's hashing with work.
+pub const MAX_PENDING_CLAIMS: u64 = 50_000;
+
+/// Bytes of files one uploader's pending claims may name together.
+pub const MAX_PENDING_CLAIM_BYTES: u64 = 4 << 40;
+
+/// What a Git LFS oid resolves to for one reader ([`Store::oid_file`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OidFile {
+    pub file: FileHash,
+    pub size: u64,
+    /// The store hashed the file and found that SHA-256; `false`: only a shard's claim.
+    pub checked: bool,
+}
+
+impl StoreError {
+    /// True when another process (or another `Store` in this one) has the store open: redb
+    /// locks the index exclusively, so one opener at a time (see [`Store::open_waiting`]).
+    pub fn is_locked(&self) -> bool {
+        matches!(self, StoreError::Index(IndexError::InUse { .. }))
+    }
+
+    /// True when the store could not write because its disk (or quota) is full: a condition
+    /// for the operator, not worth an immediate retry by the client (HTTP 507).
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            StoreError::Backend(BackendError::Io { source, .. }) => is_storage_full(source),
+            _ => false,
+        }
+    }
+
+    /// True when the request was at fault (bad input), false when the store failed.
+    pub fn is_client_error(&self) -> bool {
+        match self {
+            StoreError::InvalidXorb { .. }
+            | StoreError::ShardRejected(_)
+            | StoreError::ShardTooLarge { .. } => true,
+            StoreError::Plan { source, .. } => {
+                matches!(
+                    source,
+                    PlanError::NotSatisfiable { .. } | PlanError::Inverted { .. }
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The outcome of registering a shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardOutcome {
+    pub shard: ShardHash,
+    /// False when this exact shard was registered before.
+    pub newly_registered: bool,
+    /// Files the shard listed, and how many of them were new.
+    pub files: usize,
+    pub new_files: usize,
+    /// The sizes of the new files together.
+    pub new_bytes: u64,
+    /// The SHA-256 claims the shard made that are not checked mappings: `(oid, file, size)`
+    /// (see [`Store::oid_checked`]; the server checks small ones before it answers).
+    pub claims: Vec<(LfsOid, FileHash, u64)>,
+}
+
+/// Progress of a shard validation: terms verified out of the total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidationProgress {
+    pub verified: u64,
+    pub total: u64,
+}
+
+/// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
+pub struct Store {
+    pub(super) backend: Arc<dyn ObjectBackend>,
+    pub(super) index: Index,
+    /// Footers of xorbs known intact, with the stamp of the object they were read from.
+    pub(super) footers: Mutex<FooterCache>,
+    /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
+    pub(super) verifying: Mutex<()>,
+    /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
+    /// it deletes, so a shard is never registered against a xorb being collected.
+    pub(super) collecting: RwLock<()>,
+    /// Xorbs garbage collection is deleting right now: they count as not stored.
+    pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
+    /// Where this node is in the shard log of shared storage (see [`crate::sync`]).
+    pub(super) sync: Mutex<crate::sync::SyncState>,
+    /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
+    /// outside `sync`, so that reading it never waits on a catch-up.
+    pub(super) caught_up_ms: std::sync::atomic::AtomicU64,
+    /// Sizes of the files this process registered for the first time (from uploads, not from
+    /// other nodes' shards), since it opened the store.
+    registered_bytes: std::sync::atomic::AtomicU64,
+    /// The claim limits of [`StoreOptions`].
+    claim_limits: (u64, u64),
+    root: PathBuf,
+}
+
+/// Whether a lookup that misses on shared storage first catches up with the other nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// A miss lists what other nodes registered since, then looks again.
+    CatchUpOnMiss,
+    /// The index as it is (the caller caught up already).
+    IndexOnly,
+}
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Keep this many bytes of the store's filesystem free: writes that would leave less fail as
+    /// on a full disk (`ENOSPC`, HTTP 507). 0: no reserve.
+    pub min_free_bytes: u64,
+    /// Unchecked SHA-256 claims one uploader may have pending ([`MAX_PENDING_CLAIMS`]).
+    pub max_pending_claims: u64,
+    /// Bytes of files one uploader's pending claims may name ([`MAX_PENDING_CLAIM_BYTES`]).
+    pub max_pending_claim_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            min_free_bytes: 0,
+            max_pending_claims: MAX_PENDING_CLAIMS,
+            max_pending_claim_bytes: MAX_PENDING_CLAIM_BYTES,
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).finish()
+    }
+}
+
+/// ENOSPC or EDQUOT (the disk or the user's quota is full).
+pub fn is_storage_full(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || matches!(e.raw_os_error(), Some(28 | 122))
+}
+
+pub(super) use xet_client::util::now_unix;
+
+/// Returns once the process holding the store's index releases it (or after `timeout`):
+/// the index database holds an exclusive `flock` while open, so a shared lock on it is granted
+/// the moment the holder closes it. The lock is taken on a helper thread (a blocking `flock`
+/// has no timeout) and let go at once; a waiter that timed out leaves the thread to finish
+/// that on its own. Waking on the release instead of polling hands the store over without a
+/// gap, which is what agents taking turns per small object need.
+fn wait_for_release(index: &Path, timeout: Duration) {
+    let Ok(file) = File::open(index) else {
+        std::thread::sleep(Duration::from_millis(1));
+        return;
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = file.lock_shared();
+        drop(file);
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(timeout);
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if the directory is empty or missing.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, StoreOptions::default())
+    }
+
+    /// [`Store::open`] with options.
+    pub fn open_with(dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
+        let layout = |detail: String| StoreError::Layout {
+            path: dir.to_path_buf(),
+            detail,
+        };
+        fs::create_dir_all(dir).map_err(|e| layout(format!("cannot create: {e}")))?;
+        if let Ok(url) = fs::read_to_string(dir.join(STORAGE_FILE)) {
+            return Err(layout(format!(
+                "it is the local cache of a server on {}; its objects are there, not here \
+                 (start `git xet serve` with --storage {0})",
+                url.trim()
+            )));
+        }
+        let version = dir.join(VERSION_FILE);
+        match fs::read_to_string(&version) {
+            Ok(text) if text == VERSION_TEXT => {}
+            Ok(text) => {
+                return Err(layout(format!(
+                    "{VERSION_FILE} says {:?}; this git-xet understands {:?}",
+                    text.trim(),
+                    VERSION_TEXT.trim()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let entries = fs::read_dir(dir)
+                    .map_err(|e| layout(format!("cannot list: {e}")))?
+                    .count();
+                if entries > 0 {
+                    return Err(layout(format!(
+                        "not empty and has no {VERSION_FILE}: refusing to use it as a store"
+                    )));
+                }
+                fs::write(&version, VERSION_TEXT)
+                    .map_err(|e| layout(format!("cannot write {VERSION_FILE}: {e}")))?;
+            }
+            Err(e) => return Err(layout(format!("cannot read {VERSION_FILE}: {e}"))),
+        }
+        // The index first: it is what another process holding the store has locked, so a
+        // process that has to wait fails here, before touching anything else.
+        let index = Index::open(&dir.join("index.redb"))?;
+        let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
+        Ok(Self::assemble(dir, index, Arc::new(backend), options))
+    }
+
+    fn assemble(
+        dir: &Path,
+        index: Index,
+        backend: Arc<dyn ObjectBackend>,
+        options: StoreOptions,
+    ) -> Self {
+        Self {
+            backend,
+            index,
+            footers: Mutex::new(FooterCache::default()),
+            verifying: Mutex::new(()),
+            collecting: RwLock::new(()),
+            doomed: Mutex::new(std::collections::HashSet::new()),
+            sync: Mutex::new(Default::default()),
+            caught_up_ms: std::sync::atomic::AtomicU64::new(0),
+            registered_bytes: std::sync::atomic::AtomicU64::new(0),
+            claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
+            root: dir.to_path_buf(),
+        }
+    }
+
+    /// Opens a store whose objects live in an S3-compatible bucket (see [`crate::s3`]), with
+    /// `dir` as this node's own directory: its cache of the index, temporary files. Several
+    /// processes may open the same bucket, each with its own directory; each catches up with
+    /// the others' shards ([`Self::catch_up`], [`Self::catch_up_all`]). The bucket's requests
+    /// run on `runtime` (see [`S3Backend::open`](crate::s3::S3Backend::open)).
+    pub fn open_s3(
+        dir: &Path,
+        options: StoreOptions,
+        config: &crate::s3::S3Config,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, StoreError> {
+        let url = &config.url;
+        let layout = |detail: String| StoreError::Layout {
+            path: dir.to_path_buf(),
+            detail,
+        };
+        fs::create_dir_all(dir).map_err(|e| layout(format!("cannot create: {e}")))?;
+        let marker = dir.join(STORAGE_FILE);
+        match fs::read_to_string(&marker) {
+            Ok(text) if text.trim() == url.to_string() => {}
+            Ok(text) => {
+                return Err(layout(format!(
+                    "it is the local cache of a server on {}, not {url}; give each storage its \
+                     own --data directory",
+                    text.trim()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if dir.join(VERSION_FILE).exists() {
+                    return Err(layout(format!(
+                        "it is a directory store (its objects are in it); a server on {url} \
+                         needs a directory of its own"
+                    )));
+                }
+                fs::write(&marker, format!("{url}\n"))
+                    .map_err(|e| layout(format!("cannot write {STORAGE_FILE}: {e}")))?;
+            }
+            Err(e) => return Err(layout(format!("cannot read {STORAGE_FILE}: {e}"))),
+        }
+        let index = Index::open(&dir.join("index.redb"))?;
+        let backend =
+            crate::s3::S3Backend::open(config, &dir.join("tmp"), options.min_free_bytes, runtime)?;
+        let version = backend.shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
+        if let Some(v) = version.filter(|v| v.as_slice() != VERSION_TEXT.as_bytes()) {
+            return Err(layout(format!(
+                "{url}/{VERSION_FILE} says {:?}; this git-xet understands {:?}",
+                String::from_utf8_lossy(&v).trim(),
+                VERSION_TEXT.trim()
+            )));
+        }
+        Ok(Self::assemble(dir, index, Arc::new(backend), options))
+    }
+
+    /// A value every process using this store's storage agrees on, created as `initial` by the
+    /// first (see [`ObjectBackend::shared_value`]); `None` for a directory store.
+    pub fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.backend.shared_value(name, initial)?)
+    }
+
+    /// [`Store::open`], waiting while another process has the store open (the agent's
+    /// embedded mode: up to `lfs.concurrenttransfers` agent processes share one directory and
+    /// take turns, each holding it for one transfer). `waiting` is called once when the wait
+    /// starts. Gives up with the lock error after `patience`.
+    pub fn open_waiting(
+        dir: &Path,
+        patience: std::time::Duration,
+        mut waiting: impl FnMut(),
+    ) -> Result<Self, StoreError> {
+        let start = std::time::Instant::now();
+        let mut announced = false;
+        loop {
+            match Self::open(dir) {
+                Err(e) if e.is_locked() && start.elapsed() < patience => {
+                    if !announced {
+                        announced = true;
+                        waiting();
+                    }
+                    let left = patience.saturating_sub(start.elapsed());
+                    wait_for_release(&dir.join("index.redb"), left.min(Duration::from_secs(1)));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether an intact copy of a xorb is stored (see [`Self::check_xorb`]). Only looks.
+    pub fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        Ok(matches!(self.check_xorb(xorb)?, XorbHealth::Intact(_)))
+    }
+
+    /// For an upload about to rely on `xorb` (skip sending it, or answer "already stored"):
+    /// whether an intact copy is stored, and if so its grace period against garbage collection
+    /// starts again (it is about to be used by a shard).
+    pub fn already_stored(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        self.keep_existing(xorb)
+    }
+
+    /// Validates an upload body (chunk region, optionally with a footer) against its hash and
+    /// stores it with a rebuilt footer. `Ok(true)` if this call stored it, `Ok(false)` if an
+    /// intact copy was already stored (the body is then not validated again). A stored copy that
+    /// is missing or damaged is replaced: uploading a xorb again repairs it.
+    pub fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, StoreError> {
+        if self.already_stored(&xorb)? {
+            return Ok(false);
+        }
+        let options = ReadOptions {
+            expected_hash: Some(xorb),
+            limits: XorbLimits::SERVER,
+        };
+        let invalid = |source| StoreError::InvalidXorb { xorb, source };
+        let parsed = ParsedXorb::parse_with(body, &options).map_err(invalid)?;
+        let stored = parsed.to_stored([0; 4]).map_err(invalid)?;
+        let footer = parsed.rebuilt_footer([0; 4]);
+        drop(parsed);
+        self.backend.check_space(stored.len() as u64)?;
+        let tmp = self.backend.temp_path("xorb");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(&stored)?;
+            f.sync_all()
+        };
+        if let Err(source) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(StoreError::Backend(BackendError::Io {
+                op: "write",
+                key: format!("xorb {xorb}"),
+                source,
+            }));
+        }
+        self.place(footer, stored.len() as u64, &tmp)
+    }
+
+    /// [`Self::put_xorb`] for an upload body spooled to the file `spool` (a path from
+    /// [`Self::spool_path`]). The body is validated in place (memory-mapped, never copied), the
+    /// file is turned into the stored object (the footer rebuilt at its end) and moved into
+    /// place. The file is consumed whatever the outcome.
+    pub fn put_xorb_file(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
+        let result = self.put_xorb_spooled(xorb, spool);
+        let _ = fs::remove_file(spool);
+        result
+    }
+
+    fn put_xorb_spooled(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
+        if self.already_stored(&xorb)? {
+            return Ok(false);
+        }
+        let io = |op: &'static str| {
+            move |source| {
+                StoreError::Backend(BackendError::Io {
+                    op,
+                    key: format!("the spooled upload of xorb {xorb}"),
+                    source,
+                })
+            }
+        };
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(spool)
+            .map_err(io("open"))?;
+        let (footer, region_len) = {
+            // The spool file is this request's own, in the store's tmp directory; nothing else
+            // writes or truncates it while it is mapped (it is mapped only here).
+            let map = xet_client::util::os::map_whole(&file).map_err(io("map"))?;
+            let options = ReadOptions {
+                expected_hash: Some(xorb),
+                limits: XorbLimits::SERVER,
+            };
+            let invalid = |source| StoreError::InvalidXorb { xorb, source };
+            let parsed = ParsedXorb::parse_with(&map, &options).map_err(invalid)?;
+            (
+                parsed.rebuilt_footer([0; 4]),
+                parsed.chunk_region().len() as u64,
+            )
+        };
+        let mut tail = Vec::with_capacity(footer.encoded_len() as usize + 4);
+        footer
+            .write_v1(&mut tail)
+            .map_err(|source| StoreError::InvalidXorb { xorb, source })?;
+        let stored_len = region_len + tail.len() as u64;
+        self.backend.check_space(tail.len() as u64)?;
+        {
+            use std::io::{Seek, SeekFrom, Write};
+            file.set_len(region_len).map_err(io("truncate"))?;
+            file.seek(SeekFrom::Start(region_len)).map_err(io("seek"))?;
+            file.write_all(&tail).map_err(io("write the footer of"))?;
+            file.sync_all().map_err(io("flush"))?;
+        }
+        drop(file);
+        self.place(footer, stored_len, spool)
+    }
+
+    /// Puts the validated stored object in `file` (consumed) in place as the xorb `footer`
+    /// describes: created if absent; if a copy is there, kept when intact (a concurrent upload
+    /// won) and replaced when damaged (it could not be moved aside). `true` if this call stored
+    /// it. Under the collection lock, so garbage collection never deletes what was just placed.
+    fn place(&self, footer: XorbFooter, stored_len: u64, file: &Path) -> Result<bool, StoreError> {
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        let xorb = footer.hash;
+        let key = ObjectKey::Xorb(xorb);
+        let created = match self.backend.stamp(key)? {
+            None => self.backend.put_file_if_absent(key, file)?,
+            Some(_) if self.keep_existing(&xorb)? => {
+                let _ = fs::remove_file(file);
+                false
+            }
+            Some(_) => {
+                self.backend.replace_file(key, file)?;
+                true
+            }
+        };
+        if created {
+            self.stored_intact(footer, stored_len)?;
+        } else if !self.has_xorb(&xorb)? {
+            // A concurrent writer's copy appeared between the look and the link and is not
+            // intact: this upload's bytes are gone, so the client must send them again.
+            return Err(StoreError::Backend(BackendError::Io {
+                op: "store",
+                key: format!("xorb {xorb}"),
+                source: std::io::Error::other(
+                    "a concurrent upload left a damaged copy; upload the xorb again",
+                ),
+            }));
+        }
+        Ok(created)
+    }
+
+    /// Before an upload of `xorb` is stored: `true` when an intact copy is stored already (the
+    /// upload is not needed; its file's age is refreshed so garbage collection counts its grace
+    /// period from now). Called with the collection lock held.
+    fn keep_existing(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(_) => {
+                self.refresh(xorb)?;
+                Ok(true)
+            }
+            XorbHealth::Missing | XorbHealth::Damaged(_) => Ok(false),
+        }
+    }
+
+    /// Records a xorb this store has just written from a validated body: verified as it is now,
+    /// indexed, its footer cached, and any damage record cleared (logged as a repair).
+    fn stored_intact(&self, footer: XorbFooter, stored_len: u64) -> Result<(), StoreError> {
+        let xorb = footer.hash;
+        let key = ObjectKey::Xorb(xorb);
+        let repaired = self.index.damaged(&xorb)?;
+        self.record_xorb(&footer, stored_len)?;
+        if let Some(stamp) = self.backend.stamp(key)? {
+            self.index.set_verified(&xorb, &stamp)?;
+            self.cache_footer(stamp, Arc::new(footer));
+        }
+        if let Some((_, why)) = repaired {
+            tracing::warn!(%xorb, was = %why, "stored xorb repaired by a new upload of it");
+        }
+        Ok(())
+    }
+
+    /// Fails with the storage-full error unless writing `bytes` more leaves the store's
+    /// free-space reserve ([`StoreOptions::min_free_bytes`]) free: for request bodies spooled
+    /// before they are stored.
+    pub fn check_space(&self, bytes: u64) -> Result<(), StoreError> {
+        Ok(self.backend.check_space(bytes)?)
+    }
+
+    /// The store's temporary directory (see [`Self::spool_path`]).
+    pub fn spool_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// A new unique path in the store's temporary directory (on the store's filesystem, cleaned
+    /// of files older than an hour when a store opens) where a request body can be spooled
+    /// before [`Self::put_xorb_file`]. Nothing is created.
+    pub fn spool_path(&self, what: &str) -> PathBuf {
+        self.backend.temp_path(what)
+    }
+
+    pub(super) fn record_xorb(
+        &self,
+        footer: &XorbFooter,
+        stored_len: u64,
+    ) -> Result<(), StoreError> {
+        let unpacked = footer
+            .unpacked_chunk_offsets
+            .as_ref()
+            .and_then(|o| o.last())
+            .map_or(0, |&n| u64::from(n));
+        let eligible: Vec<(ChunkHash, u32)> = footer
+            .chunk_hashes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.is_global_dedup_eligible())
+            .map(|(i, h)| (*h, i as u32))
+            .collect();
+        let meta = XorbMeta {
+            num_chunks: footer.num_chunks() as u32,
+            stored_len,
+            unpacked_len: unpacked,
+        };
+        self.index.add_xorb(footer.hash, meta, &eligible)?;
+        Ok(())
+    }
+
+    pub(super) fn cache_footer(&self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(stamp, footer);
+    }
+
+    /// The footer of an intact stored xorb (see [`Self::check_xorb`]); `None` when the xorb is
+    /// not stored, and the damage error when its stored copy is damaged.
+    pub fn footer(&self, xorb: &XorbHash) -> Result<Option<Arc<XorbFooter>>, StoreError> {
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(f) => Ok(Some(f)),
+            XorbHealth::Missing => Ok(None),
+            XorbHealth::Damaged(detail) => Err(StoreError::DamagedXorb {
+                xorb: *xorb,
+                detail,
+            }),
+        }
+    }
+
+    /// Validates a shard (upload or complete form) against the stored xorbs and registers its
+    /// files, atomically. `progress` is called as terms are verified.
+    pub fn register_shard(
+        &self,
+        bytes: &[u8],
+        progress: &mut dyn FnMut(ValidationProgress),
+    ) -> Result<ShardOutcome, StoreError> {
+        self.register_shard_staged(bytes, progress, &mut || {}, None)
+    }
+
+    /// [`Self::register_shard`], also telling `committing` when validation has passed and the
+    /// shard is being written (the `committing` frame of `POST /v2/shards`). Not called for a
+    /// shard that was registered before.
+    pub fn register_shard_staged(
+        &self,
+        bytes: &[u8],
+        progress: &mut dyn FnMut(ValidationProgress),
+        committing: &mut dyn FnMut(),
+        repo: Option<&str>,
+    ) -> Result<ShardOutcome, StoreError> {
+        if bytes.len() as u64 > MAX_SHARD_SIZE {
+            return Err(StoreError::ShardTooLarge {
+                len: bytes.len(),
+                max: MAX_SHARD_SIZE,
+            });
+        }
+        let shard_hash = ShardHash::of(bytes);
+        let parsed = ParsedShard::parse(bytes).map_err(ShardRejection::Malformed)?;
+        let shard = parsed.shard;
+        if shard.is_keyed() {
+            return Err(ShardRejection::Keyed.into());
+        }
+        // Garbage collection deletes nothing between validation and commit.
+        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        // The same bytes again are acknowledged without validation, unless a file they
+        // register lost a xorb since: then validation refuses them naming it, so the client
+        // uploads it again.
+        let registered = self.index.has_shard(&shard_hash)?;
+        if registered && self.files_intact(&shard)? {
+            // Restores the shard file if it was lost or quarantined.
+            self.backend
+                .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+            // Registered through another repository before: this one may read its files too
+            // (its client just proved it knows their chunks).
+            if let Some(repo) = repo {
+                let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
+                if !self.files_in_repo(&files, repo)? {
+                    self.backend.log_shard(&shard_hash, Some(repo))?;
+                    self.index.add_file_repos(&files, repo, Commit::Durable)?;
+                }
+            }
+            return Ok(ShardOutcome {
+                shard: shard_hash,
+                newly_registered: false,
+                files: shard.files.len(),
+                new_files: 0,
+                new_bytes: 0,
+                claims: Vec::new(),
+            });
+        }
+        let mut entries = self.validate(&shard, shard_hash, progress)?;
+        // Files registered before whose reconstruction lost a xorb: this shard, just validated
+        // against intact xorbs, replaces their record (re-pushing a damaged file repairs it).
+        for (file, _) in &entries.files {
+            if let Some((xorb, _)) = self.file_damage(file)? {
+                tracing::warn!(%file, %xorb, "file re-registered with intact xorbs (repaired)");
+                entries.replace.push(*file);
+            }
+        }
+        committing();
+        self.backend
+            .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+        self.backend.log_shard(&shard_hash, repo)?;
+        let uploader = repo.unwrap_or("");
+        self.check_claim_backlog(&entries, uploader)?;
+        let (new_files, new_bytes) =
+            self.index
+                .add_shard(shard_hash, &entries, now_unix(), uploader, Commit::Durable)?;
+        let mut claims = Vec::new();
+        for (oid, file) in &entries.oids {
+            if !self.index.checked_files(oid)?.contains(file) {
+                let size = entries
+                    .files
+                    .iter()
+                    .find(|(f, _)| f == file)
+                    .map_or(0, |(_, r)| r.size);
+                claims.push((*oid, *file, size));
+            }
+        }
+        if let Some(repo) = repo {
+            let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
+            self.index.add_file_repos(&files, repo, Commit::Durable)?;
+        }
+        self.registered_bytes
+            .fetch_add(new_bytes, std::sync::atomic::Ordering::Relaxed);
+        Ok(ShardOutcome {
+            shard: shard_hash,
+            newly_registered: true,
+            files: shard.files.len(),
+            new_files,
+            new_bytes,
+            claims,
+        })
+    }
+
+    /// Refuses `entries` if the claims they would add took `uploader` past
+    /// [`MAX_PENDING_CLAIMS`] or [`MAX_PENDING_CLAIM_BYTES`].
+    fn check_claim_backlog(
+        &self,
+        entries: &ShardEntries,
+        uploader: &str,
+    ) -> Result<(), StoreError> {
+        if entries.oids.is_empty() {
+            return Ok(());
+        }
+        let (count, bytes) = self.index.claim_load(uploader)?;
+        let adding = entries.oids.len() as u64;
+        let adding_bytes: u64 = entries.files.iter().map(|(_, r)| r.size).sum();
+        let (max_count, max_bytes) = self.claim_limits;
+        if count.saturating_add(adding) > max_count
+            || bytes.saturating_add(adding_bytes) > max_bytes
+        {
+            return Err(StoreError::ClaimBacklog {
+                uploader: if uploader.is_empty() {
+                    "server-wide credentials".to_string()
+                } else {
+                    format!("repository {uploader}")
+                },
+                count,
+                bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether every xorb the files of `shard` need is intact.
+    fn files_intact(&self, shard: &Shard) -> Result<bool, StoreError> {
+        for f in &shard.files {
+            if self.file_damage(&f.hash)?.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// docs/cas-api.md §9.3, items 3–8: everything a shard claims is checked against stored xorbs.
+    pub(super) fn validate(
+        &self,
+        shard: &Shard,
+        shard_hash: ShardHash,
+        progress: &mut dyn FnMut(ValidationProgress),
+    ) -> Result<ShardEntries, StoreError> {
+        let total: u64 = shard.files.iter().map(|f| f.terms.len() as u64).sum();
+        let mut verified = 0u64;
+        progress(ValidationProgress { verified, total });
+        let mut entries = ShardEntries::default();
+        // Each xorb is checked once per shard, however many terms name it.
+        let mut intact: HashMap<XorbHash, Arc<XorbFooter>> = HashMap::new();
+        for file in &shard.files {
+            let id = file.hash;
+            if file.unknown_flags != 0 {
+                return Err(ShardRejection::UnknownFlags {
+                    file: id,
+                    flags: file.unknown_flags,
+                }
+                .into());
+            }
+            let Some(verification) = &file.verification else {
+                return Err(ShardRejection::MissingVerification { file: id }.into());
+            };
+            if file.terms.is_empty() && !id.is_zero() {
+                return Err(ShardRejection::NoTerms { file: id }.into());
+            }
+            let mut chunks: Vec<ChunkRef> = Vec::new();
+            let mut terms = Vec::with_capacity(file.terms.len());
+            for (i, term) in file.terms.iter().enumerate() {
+                let xorb = term.xorb_hash;
+                let footer = match intact.get(&xorb) {
+                    Some(f) => Arc::clone(f),
+                    None => {
+                        let f = match self.check_xorb(&xorb)? {
+                            XorbHealth::Intact(f) => f,
+                            XorbHealth::Missing => {
+                                return Err(ShardRejection::UnknownXorb {
+                                    file: id,
+                                    term: i,
+                                    xorb,
+                                }
+                                .into())
+                            }
+                            XorbHealth::Damaged(detail) => {
+                                return Err(ShardRejection::DamagedXorb { xorb, detail }.into())
+                            }
+                        };
+                        intact.insert(xorb, Arc::clone(&f));
+                        f
+                    }
+                };
+                let (start, end) = (term.chunk_index_start, term.chunk_index_end);
+                if start >= end || end as usize > footer.num_chunks() {
+                    return Err(ShardRejection::ChunkRange {
+                        file: id,
+                        term: i,
+                        xorb,
+                        start,
+                        end,
+                        num_chunks: footer.num_chunks(),
+                    }
+                    .into());
+                }
+                let range = start as usize..end as usize;
+                let actual = footer.unpacked_len(range.clone()).unwrap_or(u64::MAX);
+                if actual != u64::from(term.unpacked_segment_bytes) {
+                    return Err(ShardRejection::UnpackedLength {
+                        file: id,
+                        term: i,
+                        claimed: term.unpacked_segment_bytes,
+                        actual,
+                    }
+                    .into());
+                }
+                let hashes = &footer.chunk_hashes[range.clone()];
+                if verification.get(i) != Some(&verification_hash(hashes)) {
+                    return Err(ShardRejection::Verification {
+                        file: id,
+                        term: i,
+                        xorb,
+                    }
+                    .into());
+                }
+                for c in range {
+                    let len = footer.chunk_len(c).unwrap_or(0);
+                    chunks.push(ChunkRef::new(footer.chunk_hashes[c], u64::from(len)));
+                }
+                terms.push(StoredTerm {
+                    xorb,
+                    chunk_start: start,
+                    chunk_end: end,
+                    unpacked_len: term.unpacked_segment_bytes,
+                });
+                verified += 1;
+                if verified.is_multiple_of(64) {
+                    progress(ValidationProgress { verified, total });
+                }
+            }
+            let computed = file_hash(&chunks);
+            if computed != id {
+                return Err(ShardRejection::FileHash { file: id, computed }.into());
+            }
+            let size = chunks.iter().map(|c| c.len).sum();
+            if let (Some(oid), false) = (file.sha256, id.is_zero()) {
+                entries.oids.push((oid, id));
+            }
+            // The first chunk of every file, and its dedup probes, are indexed for global
+            // dedup (docs/format.md §5.1, §5.5).
+            let mut position = 0usize;
+            let mut offset = 0u64;
+            'probes: for t in &terms {
+                for index in t.chunk_start..t.chunk_end {
+                    let Some(c) = chunks.get(position) else {
+                        break 'probes;
+                    };
+                    if xet_format::dedup::is_probe(position, offset, offset + c.len) {
+                        entries.dedup.push((c.hash, t.xorb, index));
+                    }
+                    offset += c.len;
+                    position += 1;
+                    if offset > xet_format::dedup::LAST_PROBE_OFFSET
+                        && position >= xet_format::dedup::LEADING_PROBES
+                    {
+                        break 'probes;
+                    }
+                }
+            }
+            entries.files.push((
+                id,
+                FileRecord {
+                    size,
+                    shard: shard_hash,
+                    terms,
+                },
+            ));
+        }
+        for block in &shard.xorbs {
+            self.check_xorb_block(block)?;
+        }
+        progress(ValidationProgress { verified, total });
+        Ok(entries)
+    }
+
+    /// A shard's xorb block must describe the stored xorb exactly (dedup flag and on-disk size
+    /// aside).
+    fn check_xorb_block(&self, block: &XorbInfo) -> Result<(), StoreError> {
+        let xorb = block.hash;
+        let footer = match self.check_xorb(&xorb)? {
+            XorbHealth::Intact(f) => f,
+            XorbHealth::Missing => return Err(ShardRejection::UnknownXorbBlock { xorb }.into()),
+            XorbHealth::Damaged(detail) => {
+                return Err(ShardRejection::DamagedXorb { xorb, detail }.into())
+            }
+        };
+        let fail = |detail: String| StoreError::from(ShardRejection::XorbBlock { xorb, detail });
+        if block.chunks.len() != footer.num_chunks() {
+            return Err(fail(format!(
+                "{} chunk entries, the xorb has {} chunks",
+                block.chunks.len(),
+                footer.num_chunks()
+            )));
+        }
+        let mut start = 0u64;
+        for (i, c) in block.chunks.iter().enumerate() {
+            let len = u64::from(footer.chunk_len(i).unwrap_or(0));
+            if c.hash != footer.chunk_hashes[i]
+                || u64::from(c.chunk_byte_range_start) != start
+                || u64::from(c.unpacked_segment_bytes) != len
+            {
+                return Err(fail(format!(
+                    "chunk entry {i} differs from the stored chunk"
+                )));
+            }
+            start += len;
+        }
+        if u64::from(block.num_bytes_in_xorb) != start {
+            return Err(fail(format!(
+                "num_bytes_in_xorb is {}, the chunks hold {start}",
+                block.num_bytes_in_xorb
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether every one of `files` was registered through repository `repo`.
+    pub fn files_in_repo(&self, files: &[FileHash], repo: &str) -> Result<bool, StoreError> {
+        for f in files {
+            if !f.is_zero() && !self.index.file_in_repo(f, repo)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether `file` may be read by a credential that sees `repo`'s files only (`None`: it
+    /// sees everything). The empty file is everyone's.
+    pub fn visible_to(&self, file: &FileHash, repo: Option<&str>) -> Result<bool, StoreError> {
+        self.visible_as(file, repo, Freshness::CatchUpOnMiss)
+    }
+
+    /// [`Self::visible_to`] as `freshness` says (see [`Freshness`]).
+    pub fn visible_as(
+        &self,
+        file: &FileHash,
+        repo: Option<&str>,
+        freshness: Freshness,
+    ) -> Result<bool, StoreError> {
+        match repo {
+            None => Ok(true),
+            Some(_) if file.is_zero() => Ok(true),
+            Some(repo) => match self.index.file_in_repo(file, repo)? {
+                false if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
+                    Ok(self.index.file_in_repo(file, repo)?)
+                }
+                found => Ok(found),
+            },
+        }
+    }
+
+    /// Records that `file` (registered) was stored through repository `repo`: a basic upload,
+    /// which registers its shard through the store directly. On shared storage the other nodes
+    /// learn it through the shard that registered the file.
+    pub fn add_file_repo(&self, file: &FileHash, repo: &str) -> Result<(), StoreError> {
+        if file.is_zero() || self.index.file_in_repo(file, repo)? {
+            return Ok(());
+        }
+        if let Some(record) = self.index.file(file)? {
+            self.backend.log_shard(&record.shard, Some(repo))?;
+        }
+        Ok(self.index.add_file_repos(&[*file], repo, Commit::Durable)?)
+    }
+
+    /// A registered file's record.
+    pub fn file(&self, file: &FileHash) -> Result<Option<FileRecord>, StoreError> {
+        match self.index.file(file)? {
+            None if self.caught_up_after_miss() => Ok(self.index.file(file)?),
+            found => Ok(found),
+        }
+    }
+
+    /// The reconstruction plan of bytes `range` (inclusive) of a file, or `None` if the file is
+    /// not registered. The empty file (hash 0) is always known and has an empty plan.
+    pub fn reconstruction(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+    ) -> Result<Option<ReconstructionPlan>, StoreError> {
+        let terms = if file.is_zero() {
+            Vec::new()
+        } else {
+            match self.file(file)? {
+                Some(record) => record.terms,
+                None => return Ok(None),
+            }
+        };
+        let mut owned: HashMap<XorbHash, Arc<XorbFooter>> = HashMap::new();
+        for t in &terms {
+            if let std::collections::hash_map::Entry::Vacant(slot) = owned.entry(t.xorb) {
+                // A file is served only whole: a missing or damaged xorb is an error naming it,
+                // not presigned URLs to bytes that cannot be rebuilt.
+                match self.check_xorb(&t.xorb)? {
+                    XorbHealth::Intact(f) => {
+                        slot.insert(f);
+                    }
+                    XorbHealth::Missing => {
+                        return Err(StoreError::DamagedXorb {
+                            xorb: t.xorb,
+                            detail: format!("file {file} needs it and it is not stored"),
+                        })
+                    }
+                    XorbHealth::Damaged(detail) => {
+                        return Err(StoreError::DamagedXorb {
+                            xorb: t.xorb,
+                            detail: format!("file {file} needs it; {detail}"),
+                        })
+                    }
+                }
+            }
+        }
+        let footers: HashMap<XorbHash, &XorbFooter> =
+            owned.iter().map(|(h, f)| (*h, f.as_ref())).collect();
+        plan(&terms, &footers, range)
+            .map(Some)
+            .map_err(|source| StoreError::Plan {
+                file: *file,
+                source,
+            })
+    }
+
+    /// The chunks of a registered file in order, from the footers of the xorbs it uses; `None`
+    /// if it is not registered. A xorb that is missing or damaged is an error naming it.
+    pub fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, StoreError> {
+        if file.is_zero() {
+            return Ok(Some(Vec::new()));
+        }
+        let Some(record) = self.index.file(file)? else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for t in &record.terms {
+            let footer = match self.check_xorb(&t.xorb)? {
+                XorbHealth::Intact(f) => f,
+                XorbHealth::Missing => {
+                    return Err(StoreError::DamagedXorb {
+                        xorb: t.xorb,
+                        detail: format!("file {file} needs it and it is not stored"),
+                    })
+                }
+                XorbHealth::Damaged(detail) => {
+                    return Err(StoreError::DamagedXorb {
+                        xorb: t.xorb,
+                        detail,
+                    })
+                }
+            };
+            for c in t.chunk_start..t.chunk_end {
+                let (Some(hash), Some(len)) = (
+                    footer.chunk_hashes.get(c as usize),
+                    footer.chunk_len(c as usize),
+                ) else {
+                    return Err(StoreError::DamagedXorb {
+                        xorb: t.xorb,
+                        detail: format!("file {file} names chunk {c}, which it does not hold"),
+                    });
+                };
+                out.push(ChunkRef::new(*hash, u64::from(len)));
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The Xet file registered for a Git LFS oid, with its size, for a reader who sees every
+    /// repository (see [`Self::oid_file`]). What a download may use: git-lfs checks the SHA-256
+    /// of what it downloads.
+    pub fn file_by_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, StoreError> {
+        Ok(self
+            .oid_file(oid, None, Freshness::CatchUpOnMiss)?
+            .map(|f| (f.file, f.size)))
+    }
+
+    /// The file `oid` stands for, to a credential that sees `reader`'s files only (`None`:
+    /// every file), looked up as `freshness` says: a checked mapping it can see (the oid's
+    /// first, then any other), else the oldest unchecked claim on a file it can see. Another
+    /// repository's registrations and claims never answer, nor hide this one's.
+    pub fn oid_file(
+        &self,
+        oid: &LfsOid,
+        reader: Option<&str>,
+        freshness: Freshness,
+    ) -> Result<Option<OidFile>, StoreError> {
+        let lookup = || -> Result<Option<(FileHash, bool)>, StoreError> {
+            for file in self.index.checked_files(oid)? {
+                if self.visible_as(&file, reader, Freshness::IndexOnly)? {
+                    return Ok(Some((file, true)));
+                }
+            }
+            for claim in self.index.claims_on(oid)? {
+                if self.visible_as(&claim.file, reader, Freshness::IndexOnly)? {
+                    return Ok(Some((claim.file, false)));
+                }
+            }
+            Ok(None)
+        };
+        let found = match lookup()? {
+            None if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
+                lookup()?
+            }
+            found => found,
+        };
+        let Some((file, checked)) = found else {
+            return Ok(None);
+        };
+        let size = self.index.file(&file)?.map_or(0, |r| r.size);
+        Ok(Some(OidFile {
+            file,
+            size,
+            checked,
+        }))
+    }
+
+    /// Whether `oid` has a checked mapping (to any file): this store hashed a file and found
+    /// that SHA-256. A shard's SHA-256 is only a claim until then (any client could name any
+    /// oid).
+    pub fn oid_checked(&self, oid: &LfsOid) -> Result<bool, StoreError> {
+        Ok(self.index.file_by_oid(oid)?.is_some())
+    }
+
+    /// The checked mapping of `oid` that `reader` can see (see [`Self::oid_file`]), only if
+    /// every xorb the file needs is intact: what an upload may skip as already stored (a
+    /// damaged file is uploaded again, which repairs it; an unchecked claim is not trusted to
+    /// stand for the oid).
+    pub fn intact_file_by_oid(
+        &self,
+        oid: &LfsOid,
+        reader: Option<&str>,
+    ) -> Result<Option<(FileHash, u64)>, StoreError> {
+        let Some(found) = self.oid_file(oid, reader, Freshness::CatchUpOnMiss)? else {
+            return Ok(None);
+        };
+        if !found.checked || self.file_damage(&found.file)?.is_some() {
+            return Ok(None);
+        }
+        Ok(Some((found.file, found.size)))
+    }
+
+    /// Everyone with SHA-256 claims waiting to be checked, in name order (see
+    /// [`Claim::uploader`]).
+    pub fn claim_uploaders(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.index.claim_uploaders()?)
+    }
+
+    /// Up to `limit` of `uploader`'s claims waiting to be checked, oldest first.
+    pub fn oldest_claims(&self, uploader: &str, limit: usize) -> Result<Vec<Claim>, StoreError> {
+        Ok(self.index.oldest_claims(uploader, limit)?)
+    }
+
+    /// How many of `uploader`'s claims wait to be checked, and the bytes of their files.
+    pub fn claim_load_of(&self, uploader: &str) -> Result<(u64, u64), StoreError> {
+        Ok(self.index.claim_load(uploader)?)
+    }
+
+    /// Whether the claim that `file` has SHA-256 `oid` still waits to be checked.
+    pub fn claim_pending(&self, oid: &LfsOid, file: &FileHash) -> Result<bool, StoreError> {
+        Ok(self.index.claims_on(oid)?.iter().any(|c| c.file == *file))
+    }
+
+    /// Records whether `file` has SHA-256 `oid`, as the caller found by hashing it: when it
+    /// does, the mapping is checked (what [`Self::intact_file_by_oid`] trusts); either way the
+    /// claim, if any, is gone.
+    pub fn settle_claim(
+        &self,
+        oid: &LfsOid,
+        file: &FileHash,
+        holds: bool,
+    ) -> Result<(), StoreError> {
+        Ok(self.index.settle_claim(oid, file, holds)?)
+    }
+
+    /// The first xorb a registered file needs that is missing or damaged, with why; `None` when
+    /// every one is intact (or the file is not registered).
+    pub fn file_damage(&self, file: &FileHash) -> Result<Option<(XorbHash, String)>, StoreError> {
+        let Some(record) = self.index.file(file)? else {
+            return Ok(None);
+        };
+        let mut seen = std::collections::HashSet::new();
+        for t in &record.terms {
+            if !seen.insert(t.xorb) {
+                continue;
+            }
+            match self.check_xorb(&t.xorb)? {
+                XorbHealth::Intact(_) => {}
+                XorbHealth::Missing => return Ok(Some((t.xorb, "it is not stored".into()))),
+                XorbHealth::Damaged(why) => return Ok(Some((t.xorb, why))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// For a global-dedup query: an unkeyed shard with no files whose xorb section lists the
+    /// xorb that holds `chunk` (if the chunk is indexed as dedup-eligible) and, after it, the
+    /// other xorbs of the first file that used that xorb, in file order from there (the
+    /// neighbourhood, docs/format.md §5.2): one hit lets the client deduplicate against the whole
+    /// file, not one xorb of it. At most [`DEDUP_ANSWER_MAX_CHUNKS`] chunks in all; only intact
+    /// xorbs. The caller keys it.
+    pub fn dedup_shard(&self, chunk: &ChunkHash) -> Result<Option<Shard>, StoreError> {
+        let Some((xorb, _)) = self.index.dedup(chunk)? else {
+            return Ok(None);
+        };
+        // Never an answer that would make a client rely on a xorb that is not intact.
+        let XorbHealth::Intact(footer) = self.check_xorb(&xorb)? else {
+            return Ok(None);
+        };
+        let mut blocks = vec![self.xorb_block(&footer)?];
+        let mut chunks = footer.num_chunks();
+        if let Some(record) = self
+            .index
+            .file_of_xorb(&xorb)?
+            .and_then(|f| self.index.file(&f).transpose())
+            .transpose()?
+        {
+            let mut order: Vec<XorbHash> = Vec::new();
+            for t in &record.terms {
+                if !order.contains(&t.xorb) {
+                    order.push(t.xorb);
+                }
+            }
+            // Following the hit first (what comes next in an edited copy), then before it.
+            let at = order.iter().position(|x| *x == xorb).unwrap_or(0);
+            let (before, after) = order.split_at(at);
+            for neighbour in after.iter().skip(1).chain(before.iter()) {
+                let XorbHealth::Intact(f) = self.check_xorb(neighbour)? else {
+                    continue;
+                };
+                if chunks + f.num_chunks() > DEDUP_ANSWER_MAX_CHUNKS {
+                    break;
+                }
+                chunks += f.num_chunks();
+                blocks.push(self.xorb_block(&f)?);
+            }
+        }
+        Ok(Some(Shard {
+            files: Vec::new(),
+            xorbs: blocks,
+            meta: Default::default(),
+        }))
+    }
+
+    /// The shard xorb block describing a stored xorb.
+    fn xorb_block(&self, footer: &XorbFooter) -> Result<XorbInfo, StoreError> {
+        let mut info = XorbInfo::from_chunks(footer.hash, &footer.chunk_refs())
+            .map_err(ShardRejection::Malformed)?;
+        if let Some(meta) = self.index.xorb(&footer.hash)? {
+            info.num_bytes_on_disk = u32::try_from(meta.stored_len).unwrap_or(u32::MAX);
+        }
+        Ok(info)
+    }
+
+    /// The length of an intact stored xorb object (with its footer); `None` if it is not
+    /// stored, the damage error if its stored copy is found missing or damaged.
+    pub fn xorb_len(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
+        match self.check_xorb_stamped(xorb)? {
+            (XorbHealth::Intact(_), Some(stamp)) => Ok(Some(stamp.len)),
+            (XorbHealth::Intact(_), None) => Ok(self.backend.len(ObjectKey::Xorb(*xorb))?),
+            (XorbHealth::Missing, _) => Ok(None),
+            (XorbHealth::Damaged(detail), _) => Err(StoreError::DamagedXorb {
+                xorb: *xorb,
+                detail,
+            }),
+        }
+    }
+
+    /// Bytes `range` (inclusive) of the stored object of a xorb that [`Store::xorb_len`] or
+    /// [`Store::check_xorb`] just found intact, without checking it again: the pieces of one
+    /// response cost one request each to object storage, not two. `None` if it is gone since.
+    pub fn read_checked_xorb(
+        &self,
+        xorb: &XorbHash,
+        range: RangeInclusive<u64>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (start, end) = range.into_inner();
+        Ok(self
+            .backend
+            .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+    }
+
+    /// Whether the objects are on shared object storage, where each read is a request (reads
+    /// are then worth making larger and starting ahead).
+    pub fn on_object_storage(&self) -> bool {
+        self.backend.is_shared()
+    }
+
+    /// Bytes `range` (inclusive) of an intact stored xorb object; `None` if it is not stored,
+    /// the damage error if its stored copy is found missing or damaged.
+    pub fn read_xorb(
+        &self,
+        xorb: &XorbHash,
+        range: RangeInclusive<u64>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.check_xorb(xorb)? {
+            XorbHealth::Intact(_) => {}
+            XorbHealth::Missing => return Ok(None),
+            XorbHealth::Damaged(detail) => {
+                return Err(StoreError::DamagedXorb {
+                    xorb: *xorb,
+                    detail,
+                })
+            }
+        }
+        let (start, end) = range.into_inner();
+        Ok(self
+            .backend
+            .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+    }
+
+    /// Sizes of the files this process registered for the first time from uploads (shards
+    /// other nodes accepted are theirs to count), since it opened the store.
+    pub fn registered_file_bytes(&self) -> u64 {
+        self.registered_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Signs URLs of the storage itself for byte ranges of xorbs (see
+    /// [`ObjectBackend::range_signer`]); `None` for a directory store. May block.
+    pub fn range_signer(&self, ttl: Duration) -> Option<Box<dyn crate::backend::RangeSigner>> {
+        self.backend.range_signer(ttl)
+    }
+
+    /// Whether the object storage answers (a look at the store's version object on shared
+    /// storage; nothing to ask of a directory, whose index answered already).
+    pub fn probe_storage(&self) -> Result<(), StoreError> {
+        if self.backend.is_shared() {
+            self.backend
+                .shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Entry counts of the index.
+    pub fn counts(&self) -> Result<IndexCounts, StoreError> {
+        Ok(self.index.counts()?)
+    }
+}

@@ -1,0 +1,578 @@
+//! Whether stored xorbs are intact, and what happens when one is not: [`Store::check_xorb`]
+//! (used before anything relies on a xorb), quarantine of damaged objects, and
+//! [`Store::scrub`], which re-verifies everything.
+//!
+//! A xorb is **intact** when its stored object parses as a stored xorb whose chunks hash to the
+//! chunk hashes of its footer and whose chunk hashes hash to its name. Checking that reads the
+//! whole object, so it is done once per object version: the store records the object's
+//! [`ObjectStamp`] when it writes a validated body or verifies an
+//! object, and afterwards a `stat` that finds the same stamp is enough. Anything that changes the
+//! object on disk (an in-place write, a truncation, a replacement) changes the stamp and makes the
+//! next check verify the whole object again. Only silent media corruption keeps the stamp; that
+//! is what [`Store::scrub`] is for (and every download checks chunk hashes end to end).
+//!
+//! A xorb found **damaged** (its bytes fail verification) or **missing** (the index knows it,
+//! the object is gone) is recorded in the index's `damaged` table, its object moved to
+//! `quarantine/`, and an error is logged naming it and how many files need it. From then on:
+//!
+//! - a shard whose terms or xorb blocks name it is refused (`xorb_damaged`);
+//! - global dedup never answers with it; uploads do not treat it as stored;
+//! - reconstructions of files that need it fail with an error naming it (no URLs to bad bytes);
+//! - an upload of the same xorb stores the new copy and clears the record: re-pushing a file
+//!   that contains it repairs the store, and every file that needed it works again.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use crate::backend::BackendError;
+use crate::backend::{ObjectKey, ObjectStamp};
+use crate::cas::{Store, StoreError};
+use xet_format::hash::xorb_hash;
+use xet_format::shard::ParsedShard;
+use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
+use xet_format::{FileHash, ShardHash, XorbHash};
+
+/// Bytes of footers kept in memory (a footer of an 8192-chunk xorb holds about 330 KB).
+pub const FOOTER_CACHE_BYTES: u64 = 64 << 20;
+
+/// Footers of xorbs known intact, each with the stamp of the object it was read from, within
+/// [`FOOTER_CACHE_BYTES`]; when full, the oldest entries go first.
+#[derive(Debug, Default)]
+pub struct FooterCache {
+    entries: std::collections::HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>, u64)>,
+    /// Insertion order: (xorb, insertion number), for eviction.
+    order: std::collections::VecDeque<(XorbHash, u64)>,
+    bytes: u64,
+    inserted: u64,
+}
+
+impl FooterCache {
+    fn cost(footer: &XorbFooter) -> u64 {
+        footer.num_chunks() as u64 * 40 + 256
+    }
+
+    /// The footer of `xorb` if it was read from the object with `stamp`.
+    pub fn get(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
+        match self.entries.get(xorb) {
+            Some((s, f, _)) if s == stamp => Some(Arc::clone(f)),
+            _ => None,
+        }
+    }
+
+    /// The footer of `xorb`, whatever object it was read from.
+    pub fn any(&self, xorb: &XorbHash) -> Option<Arc<XorbFooter>> {
+        self.entries.get(xorb).map(|(_, f, _)| Arc::clone(f))
+    }
+
+    pub fn insert(&mut self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
+        let xorb = footer.hash;
+        self.remove(&xorb);
+        self.inserted += 1;
+        self.bytes += Self::cost(&footer);
+        self.entries.insert(xorb, (stamp, footer, self.inserted));
+        self.order.push_back((xorb, self.inserted));
+        while self.bytes > FOOTER_CACHE_BYTES && self.entries.len() > 1 {
+            let Some((old, n)) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.get(&old).is_some_and(|(_, _, m)| *m == n) {
+                self.remove(&old);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, xorb: &XorbHash) {
+        if let Some((_, f, _)) = self.entries.remove(xorb) {
+            self.bytes -= Self::cost(&f);
+        }
+        if self.order.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.order
+                .retain(|(x, n)| entries.get(x).is_some_and(|(_, _, m)| m == n));
+        }
+    }
+}
+
+/// What [`Store::check_xorb`] found.
+#[derive(Debug, Clone)]
+pub enum XorbHealth {
+    /// Stored and intact, with its footer.
+    Intact(Arc<XorbFooter>),
+    /// Not stored, and not known to have been (never uploaded, or garbage-collected).
+    Missing,
+    /// The store had it and it is now missing or damaged: why.
+    Damaged(String),
+}
+
+/// Progress of a [`Store::scrub`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScrubProgress {
+    pub xorbs_done: u64,
+    pub xorbs_total: u64,
+    pub bytes_done: u64,
+}
+
+/// What a [`Store::scrub`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    pub xorbs_checked: u64,
+    pub bytes_checked: u64,
+    /// Xorbs found missing or damaged (newly, or still since an earlier check), with why.
+    pub damaged_xorbs: Vec<(XorbHash, String)>,
+    pub shards_checked: u64,
+    /// Shard files found damaged or missing, with why. The index keeps serving their files;
+    /// the shard files are the store's record of what was registered.
+    pub damaged_shards: Vec<(ShardHash, String)>,
+    /// Registered files that need a damaged xorb (some of them, and how many in all).
+    pub affected_files: Vec<FileHash>,
+    pub affected_file_count: u64,
+}
+
+impl ScrubReport {
+    /// True when anything is damaged or missing.
+    pub fn found_damage(&self) -> bool {
+        !self.damaged_xorbs.is_empty() || !self.damaged_shards.is_empty()
+    }
+}
+
+/// What [`Store::read_footer`] found.
+enum FooterRead {
+    Footer(XorbFooter),
+    Damaged(String),
+    /// The object changed or disappeared while being read.
+    Gone,
+}
+
+/// Why `bytes` are not the intact stored form of `xorb`, or its footer.
+fn verify_stored(xorb: &XorbHash, bytes: &[u8]) -> Result<XorbFooter, String> {
+    let options = ReadOptions {
+        expected_hash: Some(*xorb),
+        limits: XorbLimits::SERVER,
+    };
+    let parsed = ParsedXorb::parse_with(bytes, &options)
+        .map_err(|e| format!("its {} bytes fail verification: {e}", bytes.len()))?;
+    if parsed.form() != XorbForm::Stored {
+        return Err(format!(
+            "its {} bytes are not a stored xorb (no footer length at the end)",
+            bytes.len()
+        ));
+    }
+    match parsed.footer() {
+        Some(f) if f.unpacked_chunk_offsets.is_some() => Ok(f.clone()),
+        _ => Err("its footer is not a V1 footer".into()),
+    }
+}
+
+impl Store {
+    /// Whether `xorb` is stored intact (see the module documentation): one `stat` when the object
+    /// is the version verified before, a whole verification otherwise. A xorb found damaged or
+    /// missing is quarantined and logged here.
+    pub fn check_xorb(&self, xorb: &XorbHash) -> Result<XorbHealth, StoreError> {
+        Ok(self.check_xorb_stamped(xorb)?.0)
+    }
+
+    /// [`Store::check_xorb`], with the stamp (length and version) of the object found intact,
+    /// so that a reader needs no second request for its length.
+    pub(crate) fn check_xorb_stamped(
+        &self,
+        xorb: &XorbHash,
+    ) -> Result<(XorbHealth, Option<ObjectStamp>), StoreError> {
+        if self.being_collected(xorb) {
+            return Ok((XorbHealth::Missing, None));
+        }
+        let key = ObjectKey::Xorb(*xorb);
+        let Some(stamp) = self.backend.stamp(key)? else {
+            self.forget_footer(xorb);
+            if let Some((_, why)) = self.index.damaged(xorb)? {
+                return Ok((XorbHealth::Damaged(why), None));
+            }
+            if self.index.xorb(xorb)?.is_some() {
+                let why = "its stored object is missing (deleted outside git-xet)".to_string();
+                self.mark_damaged(xorb, &why)?;
+                return Ok((XorbHealth::Damaged(why), None));
+            }
+            return Ok((XorbHealth::Missing, None));
+        };
+        if let Some(f) = self.cached_footer(xorb, &stamp) {
+            return Ok((XorbHealth::Intact(f), Some(stamp)));
+        }
+        // On shared storage an object another node stored is adopted on its footer: that node
+        // validated it whole before storing it (see store::sync).
+        let verified = self.index.verified(xorb)? == Some(stamp);
+        if verified || self.backend.is_shared() {
+            match self.read_footer(xorb, stamp.len)? {
+                FooterRead::Footer(footer) => {
+                    if !verified {
+                        self.index.set_verified(xorb, &stamp)?;
+                        if self.index.xorb(xorb)?.is_none() {
+                            self.record_xorb(&footer, stamp.len)?;
+                        }
+                    }
+                    let footer = Arc::new(footer);
+                    self.cache_footer(stamp, Arc::clone(&footer));
+                    return Ok((XorbHealth::Intact(footer), Some(stamp)));
+                }
+                FooterRead::Damaged(why) => {
+                    self.mark_damaged(xorb, &why)?;
+                    return Ok((XorbHealth::Damaged(why), None));
+                }
+                // Removed or replaced while it was read: look again.
+                FooterRead::Gone => return self.check_xorb_stamped(xorb),
+            }
+        }
+        let health = self.verify_whole(xorb, stamp)?;
+        let stamp = matches!(health, XorbHealth::Intact(_)).then_some(stamp);
+        Ok((health, stamp))
+    }
+
+    /// Reads and verifies the whole object of `xorb`, whose stamp was `stamp` (one verification
+    /// at a time, so memory stays at one object).
+    fn verify_whole(&self, xorb: &XorbHash, stamp: ObjectStamp) -> Result<XorbHealth, StoreError> {
+        let _one = self.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        let key = ObjectKey::Xorb(*xorb);
+        if let Some(f) = self.cached_footer(xorb, &stamp) {
+            return Ok(XorbHealth::Intact(f));
+        }
+        let Some(bytes) = self.backend.read_all(key)? else {
+            drop(_one);
+            return self.check_xorb(xorb);
+        };
+        match verify_stored(xorb, &bytes) {
+            Ok(footer) => {
+                // Record the stamp only if the object did not change while it was read.
+                if self.backend.stamp(key)? == Some(stamp) {
+                    self.index.set_verified(xorb, &stamp)?;
+                }
+                if self.index.xorb(xorb)?.is_none() {
+                    self.record_xorb(&footer, bytes.len() as u64)?;
+                }
+                let footer = Arc::new(footer);
+                self.cache_footer(stamp, Arc::clone(&footer));
+                Ok(XorbHealth::Intact(footer))
+            }
+            Err(why) => {
+                self.mark_damaged(xorb, &why)?;
+                Ok(XorbHealth::Damaged(why))
+            }
+        }
+    }
+
+    /// The footer at the end of the object of `xorb` (`len` bytes), checked against the name
+    /// (its chunk hashes and lengths hash to it) but without reading the chunks. An I/O failure
+    /// is an error, not damage: a full descriptor table must not quarantine intact objects.
+    fn read_footer(&self, xorb: &XorbHash, len: u64) -> Result<FooterRead, StoreError> {
+        let key = ObjectKey::Xorb(*xorb);
+        let range = |range: std::ops::Range<u64>| -> Result<Option<Vec<u8>>, StoreError> {
+            match self.backend.read_range(key, range) {
+                Ok(bytes) => Ok(bytes),
+                // Shorter than its stamp said: changed since, look again.
+                Err(BackendError::RangeOutOfBounds { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let Some(last) = range(len.saturating_sub(4)..len)? else {
+            return Ok(FooterRead::Gone);
+        };
+        let Ok(last) = <[u8; 4]>::try_from(last.as_slice()) else {
+            return Ok(FooterRead::Damaged(format!(
+                "its stored object has {len} bytes, too short for a footer length"
+            )));
+        };
+        let tail_len = XorbFooter::tail_len(last).min(len);
+        let Some(tail) = range(len - tail_len..len)? else {
+            return Ok(FooterRead::Gone);
+        };
+        let footer = match XorbFooter::from_tail(&tail, len) {
+            Ok((footer, _)) => footer,
+            Err(e) => {
+                return Ok(FooterRead::Damaged(format!(
+                    "its footer does not parse: {e}"
+                )))
+            }
+        };
+        if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
+            return Ok(FooterRead::Damaged(format!(
+                "its footer describes xorb {} or is not a V1 footer",
+                footer.hash
+            )));
+        }
+        // The chunk hashes and lengths every reader relies on must hash to the name.
+        let computed = xorb_hash(&footer.chunk_refs());
+        if computed != *xorb {
+            return Ok(FooterRead::Damaged(format!(
+                "its footer's chunk hashes hash to {computed}, not to its name"
+            )));
+        }
+        Ok(FooterRead::Footer(footer))
+    }
+
+    /// Whether garbage collection is removing `xorb` right now (it counts as not stored).
+    fn being_collected(&self, xorb: &XorbHash) -> bool {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(xorb)
+    }
+
+    fn cached_footer(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(xorb, stamp)
+    }
+
+    fn forget_footer(&self, xorb: &XorbHash) {
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(xorb);
+    }
+
+    /// Takes a damaged or missing xorb out of service: its object (if any) is moved to
+    /// `quarantine/`, the index records why (the first reason found is kept), and an error is
+    /// logged for the operator.
+    fn mark_damaged(&self, xorb: &XorbHash, why: &str) -> Result<(), StoreError> {
+        if self.index.damaged(xorb)?.is_some() {
+            // Found by another request already (or the object is back): just make sure it is
+            // out of the way.
+            let _ = self.backend.quarantine(ObjectKey::Xorb(*xorb));
+            self.forget_footer(xorb);
+            return Ok(());
+        }
+        let quarantined = match self.backend.quarantine(ObjectKey::Xorb(*xorb)) {
+            Ok(moved) => moved,
+            Err(e) => {
+                tracing::error!(%xorb, error = %e, "cannot move a damaged xorb to quarantine");
+                false
+            }
+        };
+        self.index
+            .set_damaged(xorb, why, xet_client::util::now_unix())?;
+        self.forget_footer(xorb);
+        let only: HashSet<XorbHash> = [*xorb].into();
+        let (_, files) = self.index.files_using(&only, 0).unwrap_or_default();
+        tracing::error!(
+            %xorb,
+            reason = why,
+            quarantined,
+            files_affected = files,
+            store = %self.root().display(),
+            "stored xorb is damaged or missing: taken out of service until a client uploads it \
+             again (re-push a file that contains it); run `git xet scrub` to check the whole store"
+        );
+        Ok(())
+    }
+
+    /// A reader found `xorb`'s bytes not what its footer says (`why`) although its stamp did not
+    /// change (silent media damage): the object is verified whole again and, if it fails,
+    /// quarantined like any damaged xorb. Never fails the caller: problems are logged.
+    pub fn report_damage(&self, xorb: &XorbHash, why: &str) {
+        tracing::error!(%xorb, reason = why, "a read found a stored xorb's bytes damaged");
+        self.forget_footer(xorb);
+        let outcome = match self.backend.stamp(ObjectKey::Xorb(*xorb)) {
+            Ok(Some(stamp)) => self.verify_whole(xorb, stamp).map(|_| ()),
+            Ok(None) => self.check_xorb(xorb).map(|_| ()),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = outcome {
+            tracing::error!(%xorb, error = %e, "cannot verify a xorb reported damaged");
+        }
+    }
+
+    /// Sets the stored object's modification time to now and records the new stamp (the object
+    /// was intact a moment ago and only its time changed).
+    pub(super) fn refresh(&self, xorb: &XorbHash) -> Result<(), StoreError> {
+        let key = ObjectKey::Xorb(*xorb);
+        if let Err(e) = self.backend.touch(key) {
+            tracing::debug!(%xorb, error = %e, "cannot refresh a stored xorb's time");
+            return Ok(());
+        }
+        if let Some(stamp) = self.backend.stamp(key)? {
+            self.index.set_verified(xorb, &stamp)?;
+            let cached = self
+                .footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .any(xorb);
+            if let Some(f) = cached {
+                self.cache_footer(stamp, f);
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-verifies every stored xorb (whole, whatever its recorded stamp) and every stored shard,
+    /// quarantining what is damaged (see the module documentation). Xorbs recorded as damaged
+    /// before are checked again: one restored by hand counts as repaired.
+    pub fn scrub(
+        &self,
+        progress: &mut dyn FnMut(&ScrubProgress),
+    ) -> Result<ScrubReport, StoreError> {
+        let mut report = ScrubReport::default();
+        let mut all: BTreeSet<XorbHash> = BTreeSet::new();
+        all.extend(self.backend.list_xorbs()?.into_iter().map(|x| x.hash));
+        all.extend(self.index.xorbs()?);
+        all.extend(self.index.all_damaged()?.into_iter().map(|(x, _, _)| x));
+        let mut p = ScrubProgress {
+            xorbs_total: all.len() as u64,
+            ..ScrubProgress::default()
+        };
+        progress(&p);
+        let mut bad: HashSet<XorbHash> = HashSet::new();
+        for xorb in &all {
+            let key = ObjectKey::Xorb(*xorb);
+            let health = match self.backend.stamp(key)? {
+                Some(stamp) => {
+                    self.forget_footer(xorb);
+                    report.bytes_checked += stamp.len;
+                    p.bytes_done += stamp.len;
+                    self.verify_whole(xorb, stamp)?
+                }
+                None => self.check_xorb(xorb)?,
+            };
+            report.xorbs_checked += 1;
+            if let XorbHealth::Damaged(why) = health {
+                report.damaged_xorbs.push((*xorb, why));
+                bad.insert(*xorb);
+            }
+            p.xorbs_done += 1;
+            progress(&p);
+        }
+        let stored: BTreeSet<ShardHash> = self.backend.list_shards()?.into_iter().collect();
+        for shard in &stored {
+            report.shards_checked += 1;
+            let key = ObjectKey::Shard(*shard);
+            let Some(bytes) = self.backend.read_all(key)? else {
+                continue;
+            };
+            let why = if ShardHash::of(&bytes) != *shard {
+                Some(format!(
+                    "its {} bytes hash to {}, not to its name",
+                    bytes.len(),
+                    ShardHash::of(&bytes)
+                ))
+            } else {
+                ParsedShard::parse(&bytes)
+                    .err()
+                    .map(|e| format!("it does not parse: {e}"))
+            };
+            if let Some(why) = why {
+                let moved = self.backend.quarantine(key).unwrap_or(false);
+                tracing::error!(%shard, reason = %why, quarantined = moved, "stored shard is damaged");
+                report.damaged_shards.push((*shard, why));
+            }
+        }
+        for shard in self.index.shards()? {
+            if !stored.contains(&shard) {
+                report.shards_checked += 1;
+                let why = "its file is missing (the index still serves its files)".to_string();
+                tracing::error!(%shard, reason = %why, "stored shard is missing");
+                report.damaged_shards.push((shard, why));
+            }
+        }
+        let (some, count) = self.index.files_using(&bad, 20)?;
+        report.affected_files = some;
+        report.affected_file_count = count;
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(i: u16) -> XorbHash {
+        let mut b = [0u8; 32];
+        b[..2].copy_from_slice(&i.to_le_bytes());
+        XorbHash::from_bytes(b)
+    }
+
+    fn footer(i: u16, chunks: usize) -> Arc<XorbFooter> {
+        Arc::new(XorbFooter {
+            hash: name(i),
+            chunk_hashes: vec![xet_format::ChunkHash::from_bytes([1; 32]); chunks],
+            chunk_boundary_offsets: (1..=chunks as u32).collect(),
+            unpacked_chunk_offsets: Some((1..=chunks as u32).collect()),
+            buffer: [0; 16],
+        })
+    }
+
+    #[test]
+    fn the_footer_cache_stays_within_its_budget_and_keeps_the_newest() {
+        let stamp = ObjectStamp {
+            len: 1,
+            version: [0; 24],
+        };
+        let other = ObjectStamp {
+            len: 2,
+            version: [0; 24],
+        };
+        let mut cache = FooterCache::default();
+        // 8192-chunk footers: about 330 KB each; 400 of them would be 130 MB.
+        for i in 0..400u16 {
+            cache.insert(stamp, footer(i, 8192));
+            assert!(cache.bytes <= FOOTER_CACHE_BYTES, "{}", cache.bytes);
+        }
+        let newest = name(399);
+        assert!(cache.get(&newest, &stamp).is_some());
+        assert!(
+            cache.get(&newest, &other).is_none(),
+            "another object version"
+        );
+        assert!(
+            cache.get(&name(0), &stamp).is_none(),
+            "the oldest were evicted"
+        );
+        let kept = cache.entries.len();
+        assert!(kept > 150 && kept < 400, "{kept}");
+        cache.remove(&newest);
+        assert!(cache.any(&newest).is_none());
+        assert!(cache.order.len() <= 2 * cache.entries.len() + 64 + 1);
+    }
+}
+
+#[cfg(test)]
+mod damage_tests {
+    use crate::backend::ObjectKey;
+    use crate::{Store, XorbHealth};
+    use xet_format::xorb::{CompressionPolicy, XorbBuilder};
+
+    /// Damage that leaves the object's stamp as it was (media errors) is not seen by
+    /// `check_xorb`, but a reader that finds it reports it, and the xorb leaves service.
+    #[test]
+    fn silent_damage_reported_by_a_reader_is_quarantined() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut b = XorbBuilder::new(CompressionPolicy::None);
+        for i in 0..4u8 {
+            let _ = b.add_chunk(&vec![i; 10_000]).unwrap();
+        }
+        let built = b.finish().unwrap();
+        let xorb = built.hash();
+        assert!(store.put_xorb(xorb, built.upload_body()).unwrap());
+        // Damage the bytes, then record the damaged object's stamp as verified: what a disk
+        // that silently flips a bit looks like to the store.
+        let key = ObjectKey::Xorb(xorb);
+        let mut bytes = store.backend.read_all(key).unwrap().unwrap();
+        bytes[20_000] ^= 1;
+        let tmp = store.backend.temp_path("rot");
+        std::fs::write(&tmp, &bytes).unwrap();
+        store.backend.replace_file(key, &tmp).unwrap();
+        let stamp = store.backend.stamp(key).unwrap().unwrap();
+        store.index.set_verified(&xorb, &stamp).unwrap();
+        assert!(matches!(
+            store.check_xorb(&xorb).unwrap(),
+            XorbHealth::Intact(_)
+        ));
+
+        store.report_damage(&xorb, "chunk 2 hashes to something else");
+        assert!(matches!(
+            store.check_xorb(&xorb).unwrap(),
+            XorbHealth::Damaged(_)
+        ));
+        assert!(!store.has_xorb(&xorb).unwrap());
+        // And an upload repairs it.
+        assert!(store.put_xorb(xorb, built.upload_body()).unwrap());
+        assert!(store.has_xorb(&xorb).unwrap());
+    }
+}

@@ -1,0 +1,34 @@
+//! The Xet storage engine: where a server's bytes live, built on [`xet_format`] and speaking the
+//! client's traits ([`xet_client::CasTarget`], [`xet_client::XorbSource`],
+//! [`xet_client::Endpoint`]), so that the agent's embedded mode and the server run the same code.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects |
+//! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
+//! | [`cas`] | [`Store`]: the storage engine, validating every upload |
+//! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
+//! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
+//! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
+//! | [`s3`] | [`S3Backend`](s3::S3Backend): objects in an S3-compatible bucket that several server nodes share |
+//! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
+//! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
+
+// Tests may unwrap, expect and panic: a failing test should stop right there.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod backend;
+pub mod cas;
+pub mod endpoint;
+pub mod gc;
+pub mod index;
+pub mod integrity;
+pub mod local_server;
+pub mod s3;
+pub mod sync;
+
+pub use cas::{
+    OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress,
+};
+pub use gc::{GcOptions, GcReport};
+pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};

@@ -1,0 +1,903 @@
+//! Objects in an S3-compatible bucket: [`S3Backend`], the storage of
+//! `git xet serve --storage s3://BUCKET/PREFIX`, which several server processes (nodes) can
+//! share.
+//!
+//! Layout under the prefix:
+//!
+//! | key | what |
+//! |---|---|
+//! | `STORE-VERSION` | `git-xet-store 1`: written by the first node, checked by every other |
+//! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
+//! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
+//! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
+//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]); `<repo>` is the repository id in unpadded base64url |
+//! | `access/<shard hash>/<repo>` | empty; the shard's files were registered through that repository (what its scoped tokens may read), for nodes that list everything |
+//! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
+//! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
+//!
+//! Objects are created only when absent: a look, then a conditional put (`If-None-Match: *`),
+//! so of several nodes storing one xorb exactly one creates it where the store honours the
+//! condition, and at worst (Garage 2.5 ignores it) two that raced both write the same name
+//! and one whole copy remains (see [`S3Backend`]'s `put`); reads are ranged GETs; an object is sent from a
+//! memory map of its spooled file (xorbs are at most 64 MiB, so one PUT each, no multipart).
+//! Temporary files stay on the node's own disk (its data directory's `tmp/`).
+//!
+//! Settings are the standard `AWS_*` variables, which the command line reads from the
+//! environment ([`S3Config::from_vars`]); this module reads no environment itself:
+//! `AWS_ENDPOINT` (a self-hosted store; plain `http://` is allowed when the endpoint says
+//! so), `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, and
+//! path-style addressing unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
+//!
+//! A request that fails for a reason worth retrying (a connection refused, a 5xx) is retried
+//! four times within 20 seconds (backing off from 100 ms); then the store's caller sees the
+//! error, and the client retries the whole request.
+//!
+//! The [`ObjectBackend`] methods are blocking (the store is synchronous): each runs its
+//! requests on the runtime whose handle the backend was opened with (the server's) and waits
+//! for the answer. Callers on that runtime reach the store through `spawn_blocking` (the
+//! server's `blocking` helper); a call from one of its worker threads gives the worker's other
+//! tasks away while it waits (`block_in_place`) rather than stall them.
+
+use std::future::Future;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use futures_util::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as Key;
+use object_store::{
+    GetOptions, GetRange, ObjectMeta, ObjectStore, PutMode, PutOptions, RetryConfig,
+};
+
+use crate::backend::{
+    BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, RangeSigner, Spool,
+};
+use xet_format::{ShardHash, XorbHash};
+
+/// How far back each poll of the shard log looks before the newest entry it saw: entries are
+/// named by their writer's clock when the shard was accepted, so one that arrives late (a slow
+/// PUT, a node whose clock is behind) is still found if it is less than this late.
+pub const LOG_WINDOW_MS: u64 = 120_000;
+
+/// `s3://BUCKET/PREFIX`: where [`S3Backend`] keeps a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageUrl {
+    pub bucket: String,
+    /// Without leading or trailing slashes; empty for the bucket's root.
+    pub prefix: String,
+}
+
+impl std::str::FromStr for StorageUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let rest = s.strip_prefix("s3://").ok_or_else(|| {
+            format!(
+                "{s:?} is not an s3://BUCKET/PREFIX URL (other object stores are not supported)"
+            )
+        })?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let valid_bucket = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !valid_bucket {
+            return Err(format!(
+                "{s:?}: {bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, '-' or '.')"
+            ));
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+            && !prefix.is_empty()
+        {
+            return Err(format!("{s:?}: the prefix has an empty, '.' or '..' part"));
+        }
+        Ok(Self {
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for StorageUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.prefix.is_empty() {
+            write!(f, "s3://{}", self.bucket)
+        } else {
+            write!(f, "s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}
+
+/// Where a store's bucket is and how to reach it: the URL, and its `AWS_*` settings (by the
+/// names of the environment variables; the command line takes them from the environment,
+/// tests running several servers in one process give each its own).
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Config {
+    pub url: StorageUrl,
+    /// `(AWS_… name, value)`; a name given twice: the last value.
+    pub settings: Vec<(String, String)>,
+}
+
+impl S3Config {
+    /// The bucket of `url`, reached with the `AWS_*` settings among `vars` (the command line
+    /// passes the environment's): those `object_store` knows, as its own builder would take
+    /// them from the environment; any other variable is left out.
+    pub fn from_vars(url: StorageUrl, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        let settings = vars
+            .into_iter()
+            .filter(|(name, _)| {
+                name.starts_with("AWS_")
+                    && name
+                        .to_ascii_lowercase()
+                        .parse::<object_store::aws::AmazonS3ConfigKey>()
+                        .is_ok()
+            })
+            .collect();
+        Self { url, settings }
+    }
+
+    /// The value of setting `name`, the last one given.
+    fn setting(&self, name: &str) -> Option<String> {
+        self.settings
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+impl std::fmt::Debug for S3Config {
+    // The settings hold keys: only their names are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.settings.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("S3Config")
+            .field("url", &self.url)
+            .field("settings", &names)
+            .finish()
+    }
+}
+
+/// Objects in an S3-compatible bucket (see the module documentation).
+pub struct S3Backend {
+    store: Arc<dyn ObjectStore>,
+    /// The same client, for signing URLs.
+    signer: Arc<object_store::aws::AmazonS3>,
+    url: StorageUrl,
+    /// The region requests are signed for (object_store's: `AWS_REGION`, else us-east-1).
+    region: String,
+    spool: Spool,
+    /// The runtime the requests run on (the caller's; the backend has none of its own).
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Backend").field("url", &self.url).finish()
+    }
+}
+
+fn other(op: &'static str, key: impl Into<String>, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Io {
+        op,
+        key: key.into(),
+        source: io::Error::other(e.to_string()),
+    }
+}
+
+fn time_of(meta: &ObjectMeta) -> SystemTime {
+    SystemTime::from(meta.last_modified)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The stamp of an object: its length, and a digest of its ETag, version and time (any
+/// rewrite changes the ETag or the time).
+fn stamp_of(meta: &ObjectMeta) -> ObjectStamp {
+    let mut h = blake3::Hasher::new();
+    h.update(meta.e_tag.as_deref().unwrap_or("").as_bytes());
+    h.update(b"\0");
+    h.update(meta.version.as_deref().unwrap_or("").as_bytes());
+    h.update(b"\0");
+    h.update(meta.last_modified.to_rfc3339().as_bytes());
+    let mut version = [0u8; 24];
+    version.copy_from_slice(&h.finalize().as_bytes()[..24]);
+    ObjectStamp {
+        len: meta.size,
+        version,
+    }
+}
+
+impl S3Backend {
+    /// Connects to the bucket of `url` with the `AWS_*` settings of `config`, keeping
+    /// temporary files in `spool_dir`, whose disk keeps `min_free` bytes free (see [`Spool`]).
+    /// Requests run on `runtime`, a multi-thread runtime's (a current-thread runtime would
+    /// wait for itself when the store is called from its thread). Nothing is sent until the
+    /// first request.
+    pub fn open(
+        config: &S3Config,
+        spool_dir: &Path,
+        min_free: u64,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, BackendError> {
+        let url = &config.url;
+        // Never in a log line or an error, whatever prints it.
+        for secret in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
+            if let Some(value) = config.setting(secret) {
+                xet_client::redact::register_secret(&value);
+            }
+        }
+        let endpoint = config
+            .setting("AWS_ENDPOINT")
+            .or_else(|| config.setting("AWS_ENDPOINT_URL"));
+        let mut builder = AmazonS3Builder::new();
+        if endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"))
+        {
+            // A store on the local network (Garage, MinIO) answering over plain http: one
+            // connection per request, closed by the store (`Connection: close`, so that the
+            // store's side, not this node's ports, holds TIME_WAIT). Garage sends a GET's
+            // headers and body in separate writes without TCP_NODELAY, so on a kept connection
+            // (past TCP's quick-ack start) each answer waited 40 ms for a delayed ACK: 43 ms
+            // per small read instead of 2. Settings given below still win.
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(
+                reqwest::header::CONNECTION,
+                reqwest::header::HeaderValue::from_static("close"),
+            );
+            builder = builder.with_client_options(
+                object_store::ClientOptions::new()
+                    .with_pool_max_idle_per_host(0)
+                    .with_default_headers(headers),
+            );
+        }
+        for (name, value) in &config.settings {
+            let key = name
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|e| other("configure", format!("{url} ({name})"), e))?;
+            builder = builder.with_config(key, value);
+        }
+        builder = builder
+            .with_bucket_name(&url.bucket)
+            .with_retry(RetryConfig {
+                backoff: Default::default(),
+                max_retries: 4,
+                retry_timeout: std::time::Duration::from_secs(20),
+            });
+        if let Some(endpoint) = endpoint {
+            // An endpoint written as http:// is a deliberate choice (a store on the local
+            // network); AWS_ALLOW_HTTP need not say it again.
+            if endpoint.starts_with("http://") {
+                builder = builder.with_allow_http(true);
+            }
+            builder = builder.with_endpoint(endpoint);
+        }
+        let region = builder
+            .get_config_value(&object_store::aws::AmazonS3ConfigKey::Region)
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let store = builder
+            .build()
+            .map_err(|e| other("configure", url.to_string(), e))?;
+        let signer = Arc::new(store);
+        Ok(Self {
+            store: Arc::clone(&signer) as Arc<dyn ObjectStore>,
+            signer,
+            url: url.clone(),
+            region,
+            spool: Spool::open(spool_dir)?.with_min_free(min_free),
+            runtime,
+        })
+    }
+
+    /// The bucket and prefix.
+    pub fn url(&self) -> &StorageUrl {
+        &self.url
+    }
+
+    fn key(&self, rest: &str) -> Key {
+        if self.url.prefix.is_empty() {
+            Key::from(rest)
+        } else {
+            Key::from(format!("{}/{rest}", self.url.prefix))
+        }
+    }
+
+    fn object(&self, key: ObjectKey) -> Key {
+        match key {
+            ObjectKey::Xorb(h) => self.key(&format!("xorbs/{h}")),
+            ObjectKey::Shard(h) => self.key(&format!("shards/{h}.mdb")),
+        }
+    }
+
+    fn touched(&self, xorb: &XorbHash) -> Key {
+        self.key(&format!("touched/{xorb}"))
+    }
+
+    /// Runs `fut` on the backend's runtime and waits for it. A wait on a worker thread of a
+    /// multi-thread runtime hands that worker's other tasks to another thread first, so that a
+    /// caller that forgot `spawn_blocking` slows itself, not the server.
+    fn block<T: Send + 'static>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, BackendError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        let wait = || rx.recv();
+        let answer = match tokio::runtime::Handle::try_current() {
+            Ok(here) if here.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)
+            }
+            _ => wait(),
+        };
+        // The task is dropped unfinished only when the runtime shuts down.
+        answer.map_err(|_| other("finish a request for", what, "the server is shutting down"))
+    }
+
+    /// The object's metadata, `None` if it does not exist.
+    fn head(&self, path: &Key, what: &str) -> Result<Option<ObjectMeta>, BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(what, async move { store.head(&p).await })? {
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("look up", what, e)),
+        }
+    }
+
+    /// Stores `payload` at `path` if absent (`mode` Create) or whatever is there (Overwrite).
+    /// `Ok(false)`: it existed (Create only).
+    ///
+    /// A create looks first, then puts with `If-None-Match: *`: on a store that honours it
+    /// (Amazon S3, MinIO, R2, Ceph) of several concurrent writers exactly one creates the
+    /// object. Garage 2.5 ignores the condition, so there two writers that both looked before
+    /// either wrote both write; the key still holds one whole object, the last written, and for
+    /// a content-addressed object either copy is equally valid.
+    fn put(
+        &self,
+        path: &Key,
+        payload: bytes::Bytes,
+        mode: PutMode,
+        what: &str,
+    ) -> Result<bool, BackendError> {
+        if mode == PutMode::Create && self.head(path, what)?.is_some() {
+            return Ok(false);
+        }
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        let put = async move { store.put_opts(&p, payload.into(), options).await };
+        match self.block(what, put)? {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Ok(false),
+            Err(e) => Err(other("store", what, e)),
+        }
+    }
+
+    /// The whole of the file `file` as bytes to send: a memory map, not a copy.
+    fn file_bytes(file: &Path, what: &str) -> Result<bytes::Bytes, BackendError> {
+        let f = std::fs::File::open(file).map_err(|source| BackendError::Io {
+            op: "open the prepared copy of",
+            key: what.to_string(),
+            source,
+        })?;
+        let len = f
+            .metadata()
+            .map_err(|source| BackendError::Io {
+                op: "stat the prepared copy of",
+                key: what.to_string(),
+                source,
+            })?
+            .len();
+        if len == 0 {
+            return Ok(bytes::Bytes::new());
+        }
+        // The file is the store's own temporary file (from `temp_path`), complete and flushed;
+        // nothing writes or truncates it while it is mapped (what `map_whole` requires).
+        let map = xet_client::util::os::map_whole(&f).map_err(|source| BackendError::Io {
+            op: "map the prepared copy of",
+            key: what.to_string(),
+            source,
+        })?;
+        Ok(bytes::Bytes::from_owner(map))
+    }
+
+    /// Every object under `dir/` (relative to the prefix), after `offset` (a full key) if
+    /// given.
+    fn list(&self, dir: &str, offset: Option<Key>) -> Result<Vec<ObjectMeta>, BackendError> {
+        let store = Arc::clone(&self.store);
+        let prefix = self.key(dir);
+        let what = format!("{}/{dir}/", self.url);
+        let listing = async move {
+            let mut stream = match &offset {
+                Some(o) => store.list_with_offset(Some(&prefix), o),
+                None => store.list(Some(&prefix)),
+            };
+            let mut out = Vec::new();
+            while let Some(item) = stream.next().await {
+                out.push(item?);
+            }
+            Ok::<_, object_store::Error>(out)
+        };
+        self.block(&what, listing)?
+            .map_err(|e| other("list", what.clone(), e))
+    }
+
+    /// The whole object at `path`; `None` if it does not exist.
+    fn get_whole(&self, path: &Key, what: &str) -> Result<Option<Vec<u8>>, BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(what, async move { store.get(&p).await?.bytes().await })? {
+            Ok(bytes) => Ok(Some(Vec::from(bytes))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("read", what, e)),
+        }
+    }
+
+    fn delete(&self, path: &Key, what: &str) -> Result<(), BackendError> {
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        match self.block(what, async move { store.delete(&p).await })? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(other("delete", what, e)),
+        }
+    }
+}
+
+/// A repository id from its unpadded base64url form in a key; `None` if it is not one.
+fn decode_repo(encoded: &str) -> Option<String> {
+    URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|r| !r.is_empty())
+}
+
+/// The name after the last `/` of a listed key.
+fn file_name(meta: &ObjectMeta) -> &str {
+    meta.location.filename().unwrap_or("")
+}
+
+impl ObjectBackend for S3Backend {
+    fn put_if_absent(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
+        let payload = bytes::Bytes::copy_from_slice(bytes);
+        self.put(
+            &self.object(key),
+            payload,
+            PutMode::Create,
+            &key.to_string(),
+        )
+    }
+
+    fn put_file_if_absent(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let result = Self::file_bytes(file, &what)
+            .and_then(|payload| self.put(&self.object(key), payload, PutMode::Create, &what));
+        let _ = std::fs::remove_file(file);
+        result
+    }
+
+    fn replace_file(&self, key: ObjectKey, file: &Path) -> Result<(), BackendError> {
+        let what = key.to_string();
+        let result = Self::file_bytes(file, &what).and_then(|payload| {
+            self.put(&self.object(key), payload, PutMode::Overwrite, &what)
+                .map(|_| ())
+        });
+        let _ = std::fs::remove_file(file);
+        result
+    }
+
+    fn temp_path(&self, what: &str) -> PathBuf {
+        self.spool.temp_path(what)
+    }
+
+    fn check_space(&self, bytes: u64) -> Result<(), BackendError> {
+        self.spool.check_space(bytes)
+    }
+
+    fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError> {
+        Ok(self
+            .head(&self.object(key), &key.to_string())?
+            .map(|m| m.size))
+    }
+
+    fn stamp(&self, key: ObjectKey) -> Result<Option<ObjectStamp>, BackendError> {
+        Ok(self
+            .head(&self.object(key), &key.to_string())?
+            .map(|m| stamp_of(&m)))
+    }
+
+    fn modified(&self, key: ObjectKey) -> Result<Option<SystemTime>, BackendError> {
+        let what = key.to_string();
+        let Some(meta) = self.head(&self.object(key), &what)? else {
+            return Ok(None);
+        };
+        let mut newest = time_of(&meta);
+        if let ObjectKey::Xorb(h) = key {
+            if let Some(t) = self.head(&self.touched(&h), &what)? {
+                newest = newest.max(time_of(&t));
+            }
+        }
+        Ok(Some(newest))
+    }
+
+    fn read_range(
+        &self,
+        key: ObjectKey,
+        range: Range<u64>,
+    ) -> Result<Option<Vec<u8>>, BackendError> {
+        let what = key.to_string();
+        let path = self.object(key);
+        let out_of_bounds = |len: u64| BackendError::RangeOutOfBounds {
+            key,
+            start: range.start,
+            end: range.end,
+            len,
+        };
+        if range.start >= range.end {
+            // Nothing to fetch: only whether the object exists and the range fits.
+            return match self.head(&path, &what)? {
+                None => Ok(None),
+                Some(m) if range.start > range.end || range.end > m.size => {
+                    Err(out_of_bounds(m.size))
+                }
+                Some(_) => Ok(Some(Vec::new())),
+            };
+        }
+        let store = Arc::clone(&self.store);
+        let p = path.clone();
+        let r = range.clone();
+        let get = async move {
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(r)),
+                ..GetOptions::default()
+            };
+            store.get_opts(&p, options).await?.bytes().await
+        };
+        match self.block(&what, get)? {
+            Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
+                Ok(Some(Vec::from(bytes)))
+            }
+            // A range past the end is answered with what there is.
+            Ok(bytes) => Err(out_of_bounds(range.start + bytes.len() as u64)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => match self.head(&path, &what)? {
+                None => Ok(None),
+                Some(m) if range.end > m.size => Err(out_of_bounds(m.size)),
+                Some(_) => Err(other("read", what, e)),
+            },
+        }
+    }
+
+    fn read_all(&self, key: ObjectKey) -> Result<Option<Vec<u8>>, BackendError> {
+        self.get_whole(&self.object(key), &key.to_string())
+    }
+
+    fn remove(&self, key: ObjectKey) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let path = self.object(key);
+        if self.head(&path, &what)?.is_none() {
+            return Ok(false);
+        }
+        self.delete(&path, &what)?;
+        if let ObjectKey::Xorb(h) = key {
+            self.delete(&self.touched(&h), &what)?;
+        }
+        Ok(true)
+    }
+
+    fn quarantine(&self, key: ObjectKey) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let path = self.object(key);
+        if self.head(&path, &what)?.is_none() {
+            return Ok(false);
+        }
+        let now = now_ms() / 1000;
+        let aside = match key {
+            ObjectKey::Xorb(h) => self.key(&format!("quarantine/xorbs/{h}.{now}")),
+            ObjectKey::Shard(h) => self.key(&format!("quarantine/shards/{h}.mdb.{now}")),
+        };
+        let store = Arc::clone(&self.store);
+        let from = path.clone();
+        match self.block(&what, async move { store.copy(&from, &aside).await })? {
+            Ok(()) => {}
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(other("copy to quarantine", what, e)),
+        }
+        self.delete(&path, &what)?;
+        Ok(true)
+    }
+
+    fn touch(&self, key: ObjectKey) -> Result<(), BackendError> {
+        match key {
+            ObjectKey::Xorb(h) => self
+                .put(
+                    &self.touched(&h),
+                    bytes::Bytes::new(),
+                    PutMode::Overwrite,
+                    &key.to_string(),
+                )
+                .map(|_| ()),
+            // Shards are never collected: their age does not matter.
+            ObjectKey::Shard(_) => Ok(()),
+        }
+    }
+
+    fn list_xorbs(&self) -> Result<Vec<ListedXorb>, BackendError> {
+        let mut touched = std::collections::HashMap::new();
+        for meta in self.list("touched", None)? {
+            if let Ok(h) = XorbHash::from_hex(file_name(&meta)) {
+                touched.insert(h, time_of(&meta));
+            }
+        }
+        let mut out = Vec::new();
+        for meta in self.list("xorbs", None)? {
+            let Ok(hash) = XorbHash::from_hex(file_name(&meta)) else {
+                continue;
+            };
+            let mut modified = time_of(&meta);
+            if let Some(t) = touched.get(&hash) {
+                modified = modified.max(*t);
+            }
+            out.push(ListedXorb {
+                hash,
+                len: meta.size,
+                modified,
+            });
+        }
+        out.sort_by_key(|x| x.hash);
+        Ok(out)
+    }
+
+    fn clean_temp(&self, older_than: std::time::Duration) -> Result<(u64, u64), BackendError> {
+        self.spool.clean(older_than)
+    }
+
+    fn list_shards(&self) -> Result<Vec<ShardHash>, BackendError> {
+        let mut out: Vec<ShardHash> = self
+            .list("shards", None)?
+            .iter()
+            .filter_map(|m| file_name(m).strip_suffix(".mdb"))
+            .filter_map(|stem| ShardHash::from_hex(stem).ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
+        let what = format!("the log entry of shard {shard}");
+        let name = match repo {
+            Some(repo) => {
+                let encoded = URL_SAFE_NO_PAD.encode(repo);
+                // The durable record first: a node that misses the log entry finds it there.
+                self.put(
+                    &self.key(&format!("access/{shard}/{encoded}")),
+                    bytes::Bytes::new(),
+                    PutMode::Overwrite,
+                    &what,
+                )?;
+                format!("log/{:016}-{shard}-{encoded}", now_ms())
+            }
+            None => format!("log/{:016}-{shard}", now_ms()),
+        };
+        self.put(
+            &self.key(&name),
+            bytes::Bytes::new(),
+            PutMode::Overwrite,
+            &what,
+        )
+        .map(|_| ())
+    }
+
+    fn logged_shards(
+        &self,
+        cursor: &mut LogCursor,
+    ) -> Result<Vec<(ShardHash, Option<String>)>, BackendError> {
+        let from = cursor.newest_ms.saturating_sub(LOG_WINDOW_MS);
+        let offset = self.key(&format!("log/{from:016}"));
+        let mut out = Vec::new();
+        for meta in self.list("log", Some(offset))? {
+            let mut parts = file_name(&meta).splitn(3, '-');
+            let (Some(ms), Some(hash)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let (Ok(ms), Ok(hash)) = (ms.parse::<u64>(), ShardHash::from_hex(hash)) else {
+                continue;
+            };
+            let repo = match parts.next().map(decode_repo) {
+                None => None,
+                Some(Some(repo)) => Some(repo),
+                Some(None) => continue,
+            };
+            cursor.newest_ms = cursor.newest_ms.max(ms);
+            out.push((hash, repo));
+        }
+        Ok(out)
+    }
+
+    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
+        let mut out = Vec::new();
+        for meta in self.list("access", None)? {
+            let parts: Vec<String> = meta
+                .location
+                .parts()
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            let [.., shard, repo] = parts.as_slice() else {
+                continue;
+            };
+            if let (Ok(shard), Some(repo)) = (ShardHash::from_hex(shard), decode_repo(repo)) {
+                out.push((shard, repo));
+            }
+        }
+        Ok(out)
+    }
+
+    fn range_signer(&self, ttl: std::time::Duration) -> Option<Box<dyn RangeSigner>> {
+        use object_store::signer::Signer as _;
+        let signer = Arc::clone(&self.signer);
+        // A xorb's URL up to its name, from object_store's URL of one (path or virtual-host
+        // style and encoding as it reaches the bucket); the credential of the moment.
+        let sample = self.object(ObjectKey::Xorb(XorbHash::from_bytes([0; 32])));
+        let what = format!("{}/xorbs", self.url);
+        let fetched = self
+            .block(&what, async move {
+                let url = signer
+                    .signed_url(reqwest::Method::GET, &sample, ttl)
+                    .await?;
+                let credential = signer.credentials().get_credential().await?;
+                Ok::<_, object_store::Error>((url, credential))
+            })
+            .and_then(|r| r.map_err(|e| other("sign URLs for", what.clone(), e)));
+        let (mut url, credential) = match fetched {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sign storage URLs; the node's own URLs are used");
+                return None;
+            }
+        };
+        url.set_query(None);
+        let base = url
+            .as_str()
+            .strip_suffix(&XorbHash::from_bytes([0; 32]).to_hex())?;
+        let identity = aws_credential_types::Credentials::new(
+            credential.key_id.clone(),
+            credential.secret_key.clone(),
+            credential.token.clone(),
+            None,
+            "git-xet",
+        )
+        .into();
+        Some(Box::new(S3RangeSigner {
+            identity,
+            region: self.region.clone(),
+            base: base.to_string(),
+            ttl,
+            time: SystemTime::now(),
+        }))
+    }
+
+    fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        let path = self.key(name);
+        let what = format!("{}/{name}", self.url);
+        self.put(
+            &path,
+            bytes::Bytes::copy_from_slice(initial),
+            PutMode::Create,
+            &what,
+        )?;
+        match self.get_whole(&path, &what)? {
+            Some(bytes) => Ok(Some(bytes)),
+            None => Err(other(
+                "read",
+                what,
+                "it disappeared right after it was stored",
+            )),
+        }
+    }
+}
+
+/// Range-bound URLs of the bucket for one answer ([`RangeSigner`]): the credential and the
+/// xorbs' URL were fetched once, each URL is then signed here by AWS's SigV4 signer with the
+/// `Range` header among the signed headers (`X-Amz-SignedHeaders=host;range`).
+struct S3RangeSigner {
+    identity: aws_smithy_runtime_api::client::identity::Identity,
+    region: String,
+    /// A xorb's URL without its hash.
+    base: String,
+    ttl: std::time::Duration,
+    time: SystemTime,
+}
+
+impl RangeSigner for S3RangeSigner {
+    fn sign(&self, xorb: &XorbHash, range: &std::ops::RangeInclusive<u64>) -> Option<String> {
+        use aws_sigv4::http_request::{
+            sign, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation,
+            SigningSettings, UriPathNormalizationMode,
+        };
+        let url = format!("{}{xorb}", self.base);
+        let range = format!("bytes={}-{}", range.start(), range.end());
+        let mut settings = SigningSettings::default();
+        settings.signature_location = SignatureLocation::QueryParams;
+        settings.expires_in = Some(self.ttl);
+        // S3 signs the path as sent (encoded once), never normalised.
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region(&self.region)
+            .name("s3")
+            .time(self.time)
+            .settings(settings)
+            .build()
+            .ok()?
+            .into();
+        let request = SignableRequest::new(
+            "GET",
+            &url,
+            [("range", range.as_str())].into_iter(),
+            SignableBody::UnsignedPayload,
+        )
+        .ok()?;
+        let (instructions, _) = sign(request, &params).ok()?.into_parts();
+        let mut url = reqwest::Url::parse(&url).ok()?;
+        {
+            let mut query = url.query_pairs_mut();
+            for (name, value) in instructions.params() {
+                query.append_pair(name, value);
+            }
+        }
+        Some(url.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_urls_parse_and_print() {
+        let u: StorageUrl = "s3://my-bucket/teams/ml/".parse().unwrap();
+        assert_eq!(u.bucket, "my-bucket");
+        assert_eq!(u.prefix, "teams/ml");
+        assert_eq!(u.to_string(), "s3://my-bucket/teams/ml");
+        let u: StorageUrl = "s3://xet-data".parse().unwrap();
+        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("xet-data", ""));
+        assert_eq!(u.to_string(), "s3://xet-data");
+        for bad in [
+            "/srv/xet",
+            "http://bucket/x",
+            "s3://",
+            "s3://Upper/x",
+            "s3://b/x",
+            "s3://bucket/a//b",
+            "s3://bucket/a/../b",
+        ] {
+            let e = bad.parse::<StorageUrl>().unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+}

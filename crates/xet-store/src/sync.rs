@@ -1,0 +1,295 @@
+//! Keeping a node's index in step with the other nodes on shared object storage
+//! ([`ObjectBackend::is_shared`](crate::backend::ObjectBackend::is_shared)).
+//!
+//! The bucket is the truth and each node's `index.redb` is a cache of it: everything the
+//! index holds follows from the shards in the bucket (a shard names its files, their terms and
+//! LFS oids; the xorbs it names give the dedup entries). A node that accepts a shard stores it
+//! and writes an entry in the bucket's shard log; every node lists the log's recent entries
+//! ([`Store::catch_up`], about once a second from the server, and at once when a lookup
+//! misses) and registers the shards it does not know, checked like an upload against the xorbs
+//! in the bucket. A node started with an empty disk lists every shard once
+//! ([`Store::catch_up_all`]), as it also does every few minutes to find any log entry that was
+//! more than [`LOG_WINDOW_MS`](crate::s3::LOG_WINDOW_MS) late.
+//!
+//! What this trusts: objects in the bucket were validated by the node that stored them, so a
+//! node adopting a xorb another node stored checks its footer against its name (a ranged read)
+//! but not every chunk; `git xet scrub` verifies them whole.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::backend::{LogCursor, ObjectKey};
+use crate::cas::{now_unix, Store, StoreError};
+use crate::index::Commit;
+use xet_format::shard::ParsedShard;
+use xet_format::{FileHash, ShardHash};
+
+/// Shards registered from storage at once: each waits on a few reads of the bucket (the
+/// shard, the footers of the xorbs it names), so one at a time managed about 11 a second.
+/// Each holds its shard in memory while it is checked: at most 16 × 64 MiB in the worst case
+/// (shards of pushes are usually kilobytes).
+pub const REGISTER_CONCURRENCY: usize = 16;
+
+/// Where a node is in the shard log.
+#[derive(Debug, Default)]
+pub struct SyncState {
+    cursor: LogCursor,
+    /// When the last catch-up started.
+    last: Option<Instant>,
+    /// Shards that could not be registered (a xorb they need is missing), with why: not tried
+    /// again until the next full catch-up.
+    refused: HashSet<ShardHash>,
+    /// (shard, repository) registrations already recorded in the index.
+    access: HashSet<(ShardHash, String)>,
+}
+
+/// What a catch-up did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CatchUp {
+    /// Shards registered from storage.
+    pub registered: usize,
+    /// Shards that could not be (logged, not tried again until the next full catch-up).
+    pub refused: usize,
+}
+
+impl Store {
+    /// Whether other nodes write to this store's storage (see the module documentation).
+    pub fn is_shared(&self) -> bool {
+        self.backend.is_shared()
+    }
+
+    /// Registers the shards other nodes logged since the last call. Does nothing for a store
+    /// no other process writes to.
+    pub fn catch_up(&self) -> Result<CatchUp, StoreError> {
+        if !self.is_shared() {
+            return Ok(CatchUp::default());
+        }
+        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        self.catch_up_locked(&mut state)
+    }
+
+    fn catch_up_locked(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
+        let started = now_ms();
+        state.last = Some(Instant::now());
+        let mut cursor = state.cursor;
+        let logged = self.backend.logged_shards(&mut cursor)?;
+        let outcome = self.register_from_storage(state, logged)?;
+        state.cursor = cursor;
+        self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
+        Ok(outcome)
+    }
+
+    /// How long ago the last catch-up that succeeded started (what this node knows of the
+    /// others is at most that old); `None` for a store no other node writes to, or before the
+    /// first one.
+    pub fn catch_up_age(&self) -> Option<std::time::Duration> {
+        if !self.is_shared() {
+            return None;
+        }
+        match self.caught_up_ms.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(std::time::Duration::from_millis(
+                now_ms().saturating_sub(at),
+            )),
+        }
+    }
+
+    /// Registers every shard in storage the index does not have: a node's first start on an
+    /// empty disk, and a safety net for log entries that arrived too late to be seen. Shards
+    /// refused before are tried again.
+    pub fn catch_up_all(&self) -> Result<CatchUp, StoreError> {
+        if !self.is_shared() {
+            return Ok(CatchUp::default());
+        }
+        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        state.last = Some(Instant::now());
+        // From now on the log is read from here (minus its window).
+        let started = now_ms();
+        state.refused.clear();
+        let mut all: Vec<(ShardHash, Option<String>)> = self
+            .backend
+            .list_shards()?
+            .into_iter()
+            .map(|h| (h, None))
+            .collect();
+        all.extend(
+            self.backend
+                .list_access()?
+                .into_iter()
+                .map(|(h, repo)| (h, Some(repo))),
+        );
+        let outcome = self.register_from_storage(&mut state, all)?;
+        state.cursor.newest_ms = state.cursor.newest_ms.max(started);
+        self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
+        Ok(outcome)
+    }
+
+    /// For a lookup that found nothing: makes sure a catch-up that started after the miss has
+    /// run (one that another request started meanwhile counts: concurrent misses share one
+    /// listing) and says whether the lookup is worth repeating.
+    pub(super) fn caught_up_after_miss(&self) -> bool {
+        if !self.is_shared() {
+            return false;
+        }
+        let missed = Instant::now();
+        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        if state.last.is_some_and(|t| t > missed) {
+            return true;
+        }
+        match self.catch_up_locked(&mut state) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot catch up with the other nodes' shards");
+                false
+            }
+        }
+    }
+
+    fn register_from_storage(
+        &self,
+        state: &mut SyncState,
+        shards: Vec<(ShardHash, Option<String>)>,
+    ) -> Result<CatchUp, StoreError> {
+        // What is left to do, decided from the index (fast, local reads).
+        let mut todo = Vec::new();
+        for (shard, repo) in shards {
+            if state.refused.contains(&shard) {
+                continue;
+            }
+            let known = self.index.has_shard(&shard)?;
+            let granted = match &repo {
+                Some(r) => state.access.contains(&(shard, r.clone())),
+                None => true,
+            };
+            if !(known && granted) {
+                todo.push((shard, repo, known));
+            }
+        }
+        // Each registration waits on the bucket (the shard, its xorbs' footers): several run
+        // at once, [`REGISTER_CONCURRENCY`] at most.
+        let results = self.register_stored_shards(&todo);
+        let todo_was_empty = todo.is_empty();
+        let mut outcome = CatchUp::default();
+        for ((shard, repo, known), result) in todo.into_iter().zip(results) {
+            match result? {
+                Stored::Registered => outcome.registered += usize::from(!known),
+                Stored::Gone => {}
+                Stored::Refused(why) => {
+                    tracing::warn!(%shard, reason = %why, "a shard in storage cannot be registered");
+                    state.refused.insert(shard);
+                    outcome.refused += 1;
+                }
+            }
+            if let Some(r) = repo {
+                state.access.insert((shard, r));
+            }
+        }
+        // The registrations were lazy commits (the bucket can give them again): one fsync
+        // for all of them.
+        if !todo_was_empty {
+            self.index.persist()?;
+        }
+        if outcome.registered > 0 {
+            tracing::debug!(
+                registered = outcome.registered,
+                "registered shards other nodes accepted"
+            );
+        }
+        Ok(outcome)
+    }
+
+    /// [`Self::register_stored_shard`] for each of `todo`, on up to [`REGISTER_CONCURRENCY`]
+    /// threads; the results in the order of `todo`.
+    fn register_stored_shards(
+        &self,
+        todo: &[(ShardHash, Option<String>, bool)],
+    ) -> Vec<Result<Stored, StoreError>> {
+        let register = |(shard, repo, known): &(ShardHash, Option<String>, bool)| {
+            self.register_stored_shard(*shard, *known, repo.as_deref())
+        };
+        let threads = REGISTER_CONCURRENCY.min(todo.len());
+        if threads <= 1 {
+            return todo.iter().map(register).collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut results: Vec<Option<Result<Stored, StoreError>>> =
+            (0..todo.len()).map(|_| None).collect();
+        let done = std::sync::Mutex::new(&mut results);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(item) = todo.get(i) else { break };
+                    let result = register(item);
+                    done.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Ok(Stored::Gone)))
+            .collect()
+    }
+
+    /// Registers a shard found in storage (unless `known`), checked against the stored xorbs as
+    /// an upload is, and records its files as registered through `repo` if given.
+    fn register_stored_shard(
+        &self,
+        shard: ShardHash,
+        known: bool,
+        repo: Option<&str>,
+    ) -> Result<Stored, StoreError> {
+        let Some(bytes) = self.backend.read_all(ObjectKey::Shard(shard))? else {
+            return Ok(Stored::Gone);
+        };
+        let computed = ShardHash::of(&bytes);
+        if computed != shard {
+            return Ok(Stored::Refused(format!(
+                "its {} bytes hash to {computed}",
+                bytes.len()
+            )));
+        }
+        let parsed = match ParsedShard::parse(&bytes) {
+            Ok(p) => p,
+            Err(e) => return Ok(Stored::Refused(e.to_string())),
+        };
+        if !known {
+            let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+            match self.validate(&parsed.shard, shard, &mut |_| {}) {
+                Ok(entries) => {
+                    self.index.add_shard(
+                        shard,
+                        &entries,
+                        now_unix(),
+                        repo.unwrap_or(""),
+                        Commit::Lazy,
+                    )?;
+                }
+                Err(e) if e.is_client_error() => return Ok(Stored::Refused(e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(repo) = repo {
+            let files: Vec<FileHash> = parsed.shard.files.iter().map(|f| f.hash).collect();
+            self.index.add_file_repos(&files, repo, Commit::Lazy)?;
+        }
+        Ok(Stored::Registered)
+    }
+}
+
+/// What became of a shard found in storage.
+enum Stored {
+    Registered,
+    /// Removed since it was listed.
+    Gone,
+    /// It does not check out against the stored xorbs (or is not a shard): why.
+    Refused(String),
+}
+
+/// Unix milliseconds now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

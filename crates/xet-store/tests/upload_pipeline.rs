@@ -1,0 +1,709 @@
+//! The upload pipeline (`xet_client::pipeline::upload`) against a temporary [`Store`]: what it
+//! stores, deduplicates and registers, and how it meets a target that fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{self, Read};
+use std::sync::{mpsc, Mutex};
+
+use xet_client::pipeline::download::write_plan;
+use xet_client::pipeline::upload::*;
+use xet_client::{CasTarget, TargetError, XorbSource};
+use xet_format::xorb::XorbLimits;
+use xet_format::{FileHash, LfsOid};
+use xet_store::Store;
+
+/// SplitMix64 bytes (docs/test-vectors.md §5.1): incompressible, chunk boundaries everywhere.
+fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        out.extend_from_slice(&z.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    (dir, store)
+}
+
+/// The file registered under `oid`, rebuilt from the store.
+fn download(store: &Store, oid: &LfsOid) -> Vec<u8> {
+    let (file, size) = store.file_by_oid(oid).unwrap().expect("registered");
+    let plan = store.reconstruction(&file, None).unwrap().unwrap();
+    let mut out = Vec::new();
+    let n = write_plan(store, &plan, &mut |piece| {
+        out.extend_from_slice(piece);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((n, out.len() as u64), (size, size));
+    out
+}
+
+fn xorb_count(store: &Store) -> u64 {
+    store.counts().unwrap().xorbs
+}
+
+#[test]
+fn round_trip_and_summary() {
+    let (_d, store) = store();
+    let data = random_bytes(1, 3 << 20);
+    let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(s.size, data.len() as u64);
+    assert_eq!(s.sha256, LfsOid::of(&data));
+    assert_eq!(
+        s.file_hash,
+        xet_client::pipeline::hasher::hash_bytes(&data, Default::default()).file_hash
+    );
+    assert!(s.chunks > 10);
+    assert_eq!((s.dedup_chunks, s.new_xorbs, s.shards), (0, 1, 1));
+    assert!(
+        s.uploaded_bytes > data.len() as u64,
+        "random data does not compress"
+    );
+    assert!(!s.already_stored);
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn chunks_spanning_blocks_upload_as_in_one_piece() {
+    // Random bytes across the first block end, a run of zeros (maximal chunks) across the
+    // second, then random bytes: the file hash and chunks are those of the whole at once.
+    let mut data = random_bytes(7, 2 * READ_BLOCK - (1 << 20));
+    data.extend(std::iter::repeat_n(0u8, 2 << 20));
+    data.extend(random_bytes(8, 700_001));
+    let whole = xet_client::pipeline::hasher::hash_bytes(&data, Default::default());
+    let (_d, store) = store();
+    let options = UploadOptions {
+        expected_sha256: Some(LfsOid::of(&data)),
+        expected_size: Some(data.len() as u64),
+        ..UploadOptions::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    assert_eq!(s.file_hash, whole.file_hash);
+    assert_eq!(s.chunks, whole.chunks.len() as u64);
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn repeated_upload_stores_nothing_new() {
+    let (_d, store) = store();
+    let data = random_bytes(2, 2 << 20);
+    let first = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    let xorbs = xorb_count(&store);
+
+    // Without the SHA-256: every chunk deduplicates through the global-dedup answer for the
+    // first chunk (the store indexes every file's first chunk).
+    let again = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(again.file_hash, first.file_hash);
+    assert_eq!(again.dedup_chunks, again.chunks);
+    assert_eq!((again.new_xorbs, again.uploaded_bytes), (0, 0));
+    assert_eq!(again.dedup_queries, 1);
+    assert_eq!(xorb_count(&store), xorbs);
+
+    // With the SHA-256 declared, the stream is not even read.
+    let options = UploadOptions {
+        expected_sha256: Some(first.sha256),
+        ..Default::default()
+    };
+    let mut unreadable = FailingReader;
+    let skipped = upload(&store, &mut unreadable, &options).unwrap();
+    assert!(skipped.already_stored);
+    assert_eq!(
+        (skipped.file_hash, skipped.size),
+        (first.file_hash, first.size)
+    );
+}
+
+struct FailingReader;
+
+impl Read for FailingReader {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Err(io::Error::other("must not be read"))
+    }
+}
+
+#[test]
+fn file_spanning_several_xorbs_and_shards() {
+    let (_d, store) = store();
+    let data = random_bytes(3, 4 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 8,
+            ..XorbLimits::CLIENT
+        },
+        // Room for the file block and about two xorb blocks: the rest goes to other shards.
+        max_shard_bytes: 48 * 60,
+        // Several xorbs in flight at once, finishing in any order.
+        parallel_puts: 4,
+        ..Default::default()
+    };
+    let s = upload(&store, &data[..], &options).unwrap();
+    assert!(s.new_xorbs >= 6, "{s:?}");
+    assert!(s.shards >= 2, "{s:?}");
+    assert_eq!(xorb_count(&store), s.new_xorbs);
+    let (file, _) = store.file_by_oid(&s.sha256).unwrap().unwrap();
+    let record = store.file(&file).unwrap().unwrap();
+    assert_eq!(record.terms.len() as u64, s.new_xorbs, "one term per xorb");
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn empty_file() {
+    let (_d, store) = store();
+    let s = upload(&store, io::empty(), &UploadOptions::default()).unwrap();
+    assert_eq!(s.file_hash, FileHash::ZERO);
+    assert_eq!(s.sha256, LfsOid::of(b""));
+    assert_eq!((s.size, s.chunks, s.shards, s.new_xorbs), (0, 0, 0, 0));
+    assert_eq!(store.counts().unwrap().files, 0);
+    let plan = store
+        .reconstruction(&FileHash::ZERO, None)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.file_size, 0);
+}
+
+#[test]
+fn edited_file_uploads_only_the_changed_chunks() {
+    let (_d, store) = store();
+    let mut data = random_bytes(4, 6 << 20);
+    let first = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    for b in &mut data[3 << 20..(3 << 20) + 100] {
+        *b ^= 0xff;
+    }
+    let edited = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert_ne!(edited.file_hash, first.file_hash);
+    assert!(edited.dedup_chunks + 4 >= edited.chunks, "{edited:?}");
+    assert!(
+        edited.uploaded_bytes < 512 << 10,
+        "uploaded {} bytes for a 100-byte edit",
+        edited.uploaded_bytes
+    );
+    assert_eq!(download(&store, &edited.sha256), data);
+    assert_eq!(download(&store, &first.sha256)[..3 << 20], data[..3 << 20]);
+}
+
+#[test]
+fn repeated_content_inside_one_file_is_stored_once() {
+    let (_d, store) = store();
+    let block = random_bytes(5, 1 << 20);
+    let data = [block.clone(), block.clone(), block].concat();
+    let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    assert!(s.dedup_chunks * 2 >= s.chunks, "{s:?}");
+    assert!(s.uploaded_bytes < (3 << 20) / 2, "{s:?}");
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+#[test]
+fn mismatches_register_nothing_and_staging_stores_nothing() {
+    let (d, store) = store();
+    let data = random_bytes(6, 1 << 20);
+    let tmp = d.path().join("stage");
+    std::fs::create_dir_all(&tmp).unwrap();
+
+    let wrong = UploadOptions {
+        expected_sha256: Some(LfsOid::of(b"something else")),
+        limits: XorbLimits {
+            max_chunks: 4,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let staging = Staging::new(&store, &tmp);
+    let e = upload(&staging, &data[..], &wrong).unwrap_err();
+    assert!(matches!(e, UploadError::Sha256Mismatch { .. }), "{e}");
+    assert!(e.is_input_error());
+    drop(staging);
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "staging files removed"
+    );
+    assert_eq!(store.counts().unwrap().files, 0);
+    assert_eq!(xorb_count(&store), 0);
+
+    let short = UploadOptions {
+        expected_size: Some(data.len() as u64 + 1),
+        ..Default::default()
+    };
+    let e = upload(&store, &data[..], &short).unwrap_err();
+    assert!(matches!(e, UploadError::TooShort { .. }), "{e}");
+    let long = UploadOptions {
+        expected_size: Some(1000),
+        ..Default::default()
+    };
+    let e = upload(&store, &data[..], &long).unwrap_err();
+    assert!(matches!(e, UploadError::TooLong { expected: 1000 }), "{e}");
+    assert_eq!(store.counts().unwrap().files, 0);
+
+    // The right SHA-256 through staging: committed at registration.
+    let right = UploadOptions {
+        expected_sha256: Some(LfsOid::of(&data)),
+        expected_size: Some(data.len() as u64),
+        ..Default::default()
+    };
+    let staging = Staging::new(&store, &tmp);
+    let s = upload(&staging, &data[..], &right).unwrap();
+    assert_eq!(staging.staged(), 0);
+    drop(staging);
+    assert_eq!(xorb_count(&store), s.new_xorbs);
+    assert_eq!(download(&store, &s.sha256), data);
+}
+
+/// A target whose xorb uploads fail: the error names the xorb and nothing is registered.
+struct BrokenTarget<'a>(&'a Store);
+
+impl CasTarget for BrokenTarget<'_> {
+    fn has_xorb(&self, _: &xet_format::XorbHash) -> Result<bool, TargetError> {
+        Ok(false)
+    }
+    fn put_xorb(&self, xorb: xet_format::XorbHash, _: &[u8]) -> Result<bool, TargetError> {
+        Err(TargetError::Remote {
+            what: format!("POST xorb {xorb}"),
+            message: "503".into(),
+            retryable: true,
+            code: None,
+        })
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        CasTarget::register_shard(self.0, shard)
+    }
+}
+
+#[test]
+fn target_failures_are_reported_with_the_xorb() {
+    let (_d, store) = store();
+    let data = random_bytes(7, 2 << 20);
+    // With one uploader or several: the first failure stops them all, is the error reported
+    // (not "uploader gone"), and nothing hangs.
+    for parallel_puts in [1, 2, 4] {
+        let options = UploadOptions {
+            limits: XorbLimits {
+                max_chunks: 4,
+                ..XorbLimits::CLIENT
+            },
+            parallel_puts,
+            ..Default::default()
+        };
+        let e = upload(&BrokenTarget(&store), &data[..], &options).unwrap_err();
+        assert!(matches!(e, UploadError::Target { .. }), "{e}");
+        assert!(e.to_string().contains("uploading xorb"), "{e}");
+        assert_eq!(store.counts().unwrap().files, 0);
+    }
+}
+
+/// 3 MiB of random bytes uploaded to `store` in xorbs of at most `max_chunks` chunks: the
+/// bytes, the upload's summary and the file's plan.
+fn small_xorbs_file(
+    store: &Store,
+    seed: u64,
+    max_chunks: usize,
+) -> (
+    Vec<u8>,
+    xet_client::pipeline::upload::UploadSummary,
+    xet_client::ReconstructionPlan,
+) {
+    let data = random_bytes(seed, 3 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    (data, s, plan)
+}
+
+/// A source whose `fail_at`-th fetch (counting from 0) fails; the others read the store.
+struct FlakySource<'a> {
+    store: &'a Store,
+    fail_at: usize,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl XorbSource for FlakySource<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &xet_format::XorbHash,
+        range: &xet_client::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == self.fail_at {
+            return Err(TargetError::Remote {
+                what: format!("GET xorb {xorb}"),
+                message: "connection reset".into(),
+                retryable: true,
+                code: None,
+            });
+        }
+        XorbSource::read_xorb_range(self.store, xorb, range)
+    }
+}
+
+#[test]
+fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
+    let (_d, store) = store();
+    let (data, s, plan) = small_xorbs_file(&store, 11, 4);
+    assert!(s.new_xorbs >= 8, "{s:?}");
+    // Every fetch succeeds: the bytes come out in order, and the file hash checks out.
+    let mut out = Vec::new();
+    xet_client::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
+        out.extend_from_slice(p);
+        Ok(())
+    })
+    .unwrap();
+    assert!(out == data);
+    // A failure in the middle is reported, and nothing hangs.
+    for fail_at in [0, 3, s.new_xorbs as usize - 1] {
+        let source = FlakySource {
+            store: &store,
+            fail_at,
+            calls: Default::default(),
+        };
+        let mut written = 0usize;
+        let e = write_plan(&source, &plan, &mut |p| {
+            written += p.len();
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("connection reset"), "{e}");
+        assert!(written < data.len());
+    }
+    // The wrong expected hash is caught.
+    let other = xet_format::FileHash::from_hex(&"11".repeat(32)).unwrap();
+    let e = xet_client::pipeline::download::write_file(&store, &other, &plan, &mut |_| Ok(()))
+        .unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+}
+
+/// Counts the fetches a download makes.
+struct CountingSource<'a>(&'a Store, std::sync::atomic::AtomicUsize);
+
+impl XorbSource for CountingSource<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &xet_format::XorbHash,
+        range: &xet_client::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        XorbSource::read_xorb_range(self.0, xorb, range)
+    }
+}
+
+/// A 300 KB block repeated 30 times, with a random block between repetitions, stored in small
+/// xorbs (8 chunks) so that the terms alternate between xorbs and the plan names the block's
+/// chunks again and again: the file, its upload and its plan.
+fn repeated_block_file(
+    store: &Store,
+    seed: u64,
+) -> (
+    Vec<u8>,
+    xet_client::pipeline::upload::UploadSummary,
+    xet_client::ReconstructionPlan,
+) {
+    let block = random_bytes(seed, 300_000);
+    let mut data = Vec::new();
+    for i in 0..30 {
+        data.extend_from_slice(&block);
+        data.extend_from_slice(&random_bytes(seed * 10 + i, 70_000));
+    }
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 8,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    (data, s, plan)
+}
+
+#[test]
+fn repeated_ranges_are_fetched_once() {
+    let (_d, store) = store();
+    let (data, s, plan) = repeated_block_file(&store, 21);
+    let source = CountingSource(&store, Default::default());
+    let mut out = Vec::new();
+    xet_client::pipeline::download::write_file(&source, &s.file_hash, &plan, &mut |p| {
+        out.extend_from_slice(p);
+        Ok(())
+    })
+    .unwrap();
+    assert!(out == data);
+    let fetches = source.1.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(plan.terms.len() >= 40, "{} terms", plan.terms.len());
+    assert!(
+        fetches * 2 < plan.terms.len(),
+        "{fetches} fetches for {} terms",
+        plan.terms.len()
+    );
+}
+
+/// An in-memory file for `write_file_at`.
+#[derive(Default)]
+struct MemFile(std::sync::Mutex<Vec<u8>>);
+
+impl xet_client::pipeline::download::WriteAt for MemFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut v = self.0.lock().unwrap();
+        let end = offset as usize + buf.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(buf);
+        Ok(())
+    }
+}
+
+#[test]
+fn positional_download_writes_every_term_in_place_fetching_each_range_once() {
+    let (_d, store) = store();
+    let (data, s, plan) = repeated_block_file(&store, 31);
+    let source = CountingSource(&store, Default::default());
+    let out = MemFile::default();
+    let mut seen = Vec::new();
+    let n = xet_client::pipeline::download::write_file_at(
+        &source,
+        &s.file_hash,
+        &plan,
+        &out,
+        &mut |w| {
+            seen.push(w);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(n, data.len() as u64);
+    assert!(out.0.into_inner().unwrap() == data);
+    // Each distinct range once: no more fetches than ranges in the plan.
+    let ranges: usize = plan.fetch.iter().map(|(_, r)| r.len()).sum();
+    let fetches = source.1.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(fetches <= ranges, "{fetches} fetches for {ranges} ranges");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(seen.last().is_some_and(|&w| w <= n));
+    // The wrong expected hash is caught.
+    let other = xet_format::FileHash::from_hex(&"11".repeat(32)).unwrap();
+    let e = xet_client::pipeline::download::write_file_at(
+        &store,
+        &other,
+        &plan,
+        &MemFile::default(),
+        &mut |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("damaged"), "{e}");
+    // A failing fetch anywhere is reported, and nothing hangs.
+    for fail_at in [0, 2, fetches - 1] {
+        let source = FlakySource {
+            store: &store,
+            fail_at,
+            calls: Default::default(),
+        };
+        let e = xet_client::pipeline::download::write_file_at(
+            &source,
+            &s.file_hash,
+            &plan,
+            &MemFile::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("connection reset"), "{e}");
+    }
+    // A progress callback that fails stops the download.
+    let e = xet_client::pipeline::download::write_file_at(
+        &store,
+        &s.file_hash,
+        &plan,
+        &MemFile::default(),
+        &mut |_| Err(std::io::Error::other("git-lfs went away")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("git-lfs went away"), "{e}");
+}
+
+/// A target whose xorb puts wait until the test lets them through, one at a time.
+struct Gated<'a> {
+    inner: &'a Store,
+    gate: Mutex<mpsc::Receiver<()>>,
+}
+
+impl CasTarget for Gated<'_> {
+    fn has_xorb(&self, xorb: &xet_format::XorbHash) -> Result<bool, TargetError> {
+        CasTarget::has_xorb(self.inner, xorb)
+    }
+    fn put_xorb(&self, xorb: xet_format::XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        // Bounded, so that a failed assertion cannot leave the upload waiting forever.
+        let _ = self
+            .gate
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(10));
+        CasTarget::put_xorb(self.inner, xorb, body)
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        CasTarget::register_shard(self.inner, shard)
+    }
+}
+
+/// Progress counts bytes when they are safe at the target: nothing while the first xorb is
+/// still being put, then each xorb's bytes once its put returned, the whole file at the end.
+#[test]
+fn progress_follows_the_puts_not_the_reading() {
+    let (_d, store) = store();
+    let data = random_bytes(21, 3 << 20);
+    let (open, gate) = mpsc::channel::<()>();
+    let target = Gated {
+        inner: &store,
+        gate: Mutex::new(gate),
+    };
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 16,
+            ..XorbLimits::CLIENT
+        },
+        parallel_puts: 1,
+        ..UploadOptions::default()
+    };
+    let events: Mutex<Vec<UploadProgress>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            upload_with_progress(&target, &data[..], &options, &mut |p| {
+                events.lock().unwrap().push(p)
+            })
+        });
+        // Nothing is stored yet: whatever was read, nothing is done.
+        std::thread::sleep(PROGRESS_TICK * 4);
+        {
+            let seen = events.lock().unwrap();
+            assert!(!seen.is_empty(), "progress is reported while puts wait");
+            assert!(seen.iter().all(|p| p.bytes_done == 0), "{seen:?}");
+        }
+        // Let the puts through one by one: the done bytes grow with them.
+        let mut last = 0;
+        while !worker.is_finished() {
+            let _ = open.send(());
+            std::thread::sleep(PROGRESS_TICK * 2);
+            let now = events.lock().unwrap().last().map_or(0, |p| p.bytes_done);
+            assert!(now >= last, "done bytes never go back");
+            last = now;
+        }
+        let summary = worker.join().unwrap().unwrap();
+        assert!(summary.new_xorbs >= 3, "{summary:?}");
+    });
+    let seen = events.into_inner().unwrap();
+    let distinct: std::collections::BTreeSet<u64> = seen.iter().map(|p| p.bytes_done).collect();
+    assert!(distinct.len() >= 3, "it moved in steps: {distinct:?}");
+    assert!(seen.iter().all(|p| p.bytes_done <= data.len() as u64));
+}
+
+/// A source that streams each range in pieces of `piece` bytes; with `restart`, each range
+/// first breaks off halfway and starts again from its first byte (a retry); with `flip`, one
+/// byte at that offset of every range is changed.
+struct PieceSource<'a> {
+    store: &'a Store,
+    piece: usize,
+    restart: bool,
+    flip: Option<usize>,
+    streamed: std::sync::atomic::AtomicUsize,
+}
+
+impl XorbSource for PieceSource<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &xet_format::XorbHash,
+        range: &xet_client::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        XorbSource::read_xorb_range(self.store, xorb, range)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &xet_format::XorbHash,
+        range: &xet_client::FetchRange,
+        sink: &mut xet_client::RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.streamed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut bytes = XorbSource::read_xorb_range(self.store, xorb, range)?;
+        if let Some(at) = self.flip {
+            if let Some(b) = bytes.get_mut(at) {
+                *b ^= 0x55;
+            }
+        }
+        let mut send = |upto: usize| {
+            for (i, p) in bytes[..upto].chunks(self.piece).enumerate() {
+                if sink((i * self.piece) as u64, p).is_break() {
+                    return false;
+                }
+            }
+            true
+        };
+        if self.restart && !send(bytes.len() / 2) {
+            return Ok(());
+        }
+        send(bytes.len());
+        Ok(())
+    }
+}
+
+#[test]
+fn ranges_used_in_order_are_decoded_as_they_arrive_whatever_the_pieces() {
+    let (_d, store) = store();
+    let (data, s, plan) = small_xorbs_file(&store, 12, 6);
+    // Rebuilds the file from `source`: the bytes written, or why not.
+    let rebuild = |source: &PieceSource| {
+        let out = MemFile::default();
+        xet_client::pipeline::download::write_file_at(
+            source,
+            &s.file_hash,
+            &plan,
+            &out,
+            &mut |_| Ok(()),
+        )
+        .map(|n| (n, out.0.into_inner().unwrap()))
+    };
+    let source = |piece, restart, flip| PieceSource {
+        store: &store,
+        piece,
+        restart,
+        flip,
+        streamed: Default::default(),
+    };
+    for (piece, restart) in [(1, false), (7, true), (4096, true), (1 << 20, false)] {
+        let src = source(piece, restart, None);
+        let (n, out) = rebuild(&src).unwrap();
+        assert_eq!(n, data.len() as u64);
+        assert!(out == data, "pieces of {piece}");
+        // Every range was streamed, none read whole.
+        let ranges: usize = plan.fetch.iter().map(|(_, r)| r.len()).sum();
+        let streamed = src.streamed.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(streamed, ranges, "pieces of {piece}");
+    }
+    // A damaged payload byte is caught: by its chunk's decoding or by the file hash.
+    for flip in [100, 70_000] {
+        let e = rebuild(&source(1000, false, Some(flip))).unwrap_err();
+        assert!(e.to_string().contains("damaged"), "{e}");
+    }
+    // A damaged chunk header names the xorb, the range and the offset.
+    let e = rebuild(&source(1000, false, Some(0))).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            xet_client::pipeline::download::DownloadError::Damaged { .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("offset 0"), "{e}");
+}
