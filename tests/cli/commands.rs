@@ -202,7 +202,7 @@ fn status_says_when_git_lfs_is_missing() {
         .unwrap();
     let text = ok(&out, "status");
     assert!(
-        text.contains("git-lfs: not found — install it: https://git-lfs.com"),
+        text.contains("git-lfs was not found: install it from https://git-lfs.com"),
         "{text}"
     );
 }
@@ -347,6 +347,26 @@ fn status_checks_whether_the_server_answers() {
         .as_str()
         .unwrap()
         .contains("does not answer"));
+    // The same finding with its level, text and fix apart.
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["text"].as_str().unwrap().contains("does not answer"))
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(finding["level"], "warning", "{v}");
+    assert!(
+        finding["fix"].as_str().unwrap().contains("server running"),
+        "{v}"
+    );
+    assert_eq!(
+        v["warnings"][0].as_str().unwrap(),
+        format!(
+            "{}: {}",
+            finding["text"].as_str().unwrap(),
+            finding["fix"].as_str().unwrap()
+        )
+    );
     let text = s.status_text(&repo);
     assert!(text.contains("unreachable"), "{text}");
     assert!(text.contains(&closed_url), "{text}");

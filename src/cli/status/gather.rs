@@ -12,8 +12,7 @@ use xet_client::util::url::http_origin;
 
 pub(super) fn gather(args: &StatusArgs) -> Result<Report, Error> {
     let git = Git::new();
-    let mut warnings = Vec::new();
-    let mut notes = Vec::new();
+    let mut findings = Findings::default();
     let exe = std::env::current_exe()
         .ok()
         .map(|p| p.canonicalize().unwrap_or(p));
@@ -22,51 +21,52 @@ pub(super) fn gather(args: &StatusArgs) -> Result<Report, Error> {
         path: exe.as_ref().map(|p| p.display().to_string()),
     };
     let cache = dir_info(cache_dir());
+    let report = |git, git_lfs, registration, repository, findings: Findings| Report {
+        git_xet,
+        git,
+        git_lfs,
+        registration,
+        repository,
+        cache,
+        warnings: findings.lines(Level::Warning),
+        notes: findings.lines(Level::Note),
+        findings: findings.0,
+    };
 
     let git_version = version_of(&git, &["--version"], "git version ");
     if git_version.is_none() {
-        warnings.push("git: not found; install git, then run `git xet install`".to_string());
-        return Ok(Report {
-            git_xet,
-            git: None,
-            git_lfs: None,
-            registration: Registration::default(),
-            repository: None,
-            cache,
-            warnings,
-            notes,
-        });
+        findings
+            .warn("git was not found")
+            .fix("install git, then run `git xet install`");
+        return Ok(report(None, None, Registration::default(), None, findings));
     }
     let lfs_version = version_of(&git, &["lfs", "version"], "git-lfs/");
     if lfs_version.is_none() {
-        warnings.push("git-lfs: not found — install it: https://git-lfs.com".to_string());
+        findings
+            .warn("git-lfs was not found")
+            .fix("install it from https://git-lfs.com");
     }
 
-    let registration = registration(&git, exe.as_deref(), &mut warnings)?;
+    let registration = registration(&git, exe.as_deref(), &mut findings)?;
 
     let repository = if git.in_repository() {
         Some(repository(
             &git,
             args,
             lfs_version.is_some(),
-            &mut warnings,
-            &mut notes,
+            &mut findings,
         )?)
     } else {
-        notes.push("not inside a git repository: only global settings are shown".to_string());
+        findings.note("not inside a git repository: only global settings are shown");
         None
     };
-
-    Ok(Report {
-        git_xet,
-        git: git_version,
-        git_lfs: lfs_version,
+    Ok(report(
+        git_version,
+        lfs_version,
         registration,
         repository,
-        cache,
-        warnings,
-        notes,
-    })
+        findings,
+    ))
 }
 
 /// The first line of a `--version`-style output, without `prefix` and anything after a space.
@@ -104,7 +104,7 @@ pub fn config_with_scope(git: &Git, key: &str) -> Result<Option<Setting>, Error>
 pub(super) fn registration(
     git: &Git,
     exe: Option<&Path>,
-    warnings: &mut Vec<String>,
+    findings: &mut Findings,
 ) -> Result<Registration, Error> {
     let key = |k: &str| config_with_scope(git, k);
     let mut r = Registration {
@@ -116,83 +116,94 @@ pub(super) fn registration(
         basic_transfers_only: key("lfs.basictransfersonly")?,
         ..Registration::default()
     };
-    match &r.path {
-        None => warnings.push(
-            "git-xet is not registered as Git LFS's `xet` transfer agent \
-             (lfs.customtransfer.xet.path is not set): run `git xet install`"
-                .to_string(),
-        ),
-        Some(path) => {
-            r.registered = true;
-            let resolved = super::super::program::resolve(&path.value);
-            r.runnable = Some(resolved.is_some());
-            match &resolved {
-                None => warnings.push(format!(
-                    "lfs.customtransfer.xet.path ({} configuration) is {:?}, which cannot be run: \
-                     run `git xet install` again",
-                    path.scope, path.value
-                )),
-                Some(program) => {
-                    let same = exe.is_some_and(|exe| {
-                        program.canonicalize().unwrap_or_else(|_| program.clone()) == exe
-                    });
-                    r.this_executable = Some(same);
-                    let ours = same
-                        || exe.is_some_and(|exe| {
-                            super::super::program::is_this_project(&path.value, exe)
-                        });
-                    if !ours {
-                        let other = super::super::program::describe(&path.value);
-                        warnings.push(format!(
-                            "the `xet` agent registered in the {} configuration is another \
-                             program, not git-xet: {other}. Pushes and fetches use it (Hugging \
-                             Face's git-xet registers under the same name). To use this git-xet \
-                             there instead, run `git xet install{} --force`; or install it in \
-                             a narrower scope (`git xet install --local` in a repository)",
-                            path.scope,
-                            scope_flag(&path.scope)
-                        ));
-                        r.other_agent = Some(other);
-                    }
-                }
-            }
-            if r.args.as_ref().map(|a| a.value.trim()) != Some("transfer") {
-                warnings.push(
-                    "lfs.customtransfer.xet.args is not `transfer`: git-lfs will not start the \
-                     agent correctly; run `git xet install` again"
-                        .to_string(),
-                );
-            }
-        }
+    match r.path.clone() {
+        None => findings
+            .warn(
+                "git-xet is not registered as Git LFS's `xet` transfer agent \
+                 (lfs.customtransfer.xet.path is not set)",
+            )
+            .fix("run `git xet install`"),
+        Some(path) => registered_agent(&mut r, &path, exe, findings),
     }
     if r.direction
         .as_ref()
         .is_some_and(|d| d.value.trim() == "download")
     {
-        warnings.push(
+        findings.warn(
             "lfs.customtransfer.xet.direction is `download`: git-lfs does not use git-xet for \
-             uploads"
-                .to_string(),
+             uploads",
         );
     }
     if r.basic_transfers_only
         .as_ref()
         .is_some_and(|b| is_true(&b.value))
     {
-        warnings.push(
-            "lfs.basictransfersonly is true: git-lfs uses no custom transfer agent, so not \
-             git-xet; unset it with `git config --unset lfs.basictransfersonly`"
-                .to_string(),
-        );
+        findings
+            .warn(
+                "lfs.basictransfersonly is true: git-lfs uses no custom transfer agent, so not \
+                 git-xet",
+            )
+            .fix("unset it with `git config --unset lfs.basictransfersonly`");
     }
     if r.filter_lfs_process.is_none() {
-        warnings.push(
-            "git-lfs's filters are not set up (filter.lfs.process is not set): run \
-             `git xet install` (it runs `git lfs install`)"
-                .to_string(),
-        );
+        findings
+            .warn("git-lfs's filters are not set up (filter.lfs.process is not set)")
+            .fix("run `git xet install` (it runs `git lfs install`)");
     }
     Ok(r)
+}
+
+/// The registered `xet` agent at `path`: can it run, is it this git-xet (or another build of
+/// this project), and are its arguments right.
+fn registered_agent(
+    r: &mut Registration,
+    path: &Setting,
+    exe: Option<&Path>,
+    findings: &mut Findings,
+) {
+    use super::super::program;
+    r.registered = true;
+    let resolved = program::resolve(&path.value);
+    r.runnable = Some(resolved.is_some());
+    match &resolved {
+        None => findings
+            .warn(format!(
+                "lfs.customtransfer.xet.path ({} configuration) is {:?}, which cannot be run",
+                path.scope, path.value
+            ))
+            .fix("run `git xet install` again"),
+        Some(found) => {
+            let same = exe
+                .is_some_and(|exe| found.canonicalize().unwrap_or_else(|_| found.clone()) == exe);
+            r.this_executable = Some(same);
+            let ours = same || exe.is_some_and(|exe| program::is_this_project(&path.value, exe));
+            if !ours {
+                let other = program::describe(&path.value);
+                findings
+                    .warn(format!(
+                        "the `xet` agent registered in the {} configuration is another \
+                         program, not git-xet: {other}. Pushes and fetches use it (Hugging \
+                         Face's git-xet registers under the same name)",
+                        path.scope
+                    ))
+                    .fix(format!(
+                        "to use this git-xet there instead, run `git xet install{} --force`; \
+                         or install it in a narrower scope (`git xet install --local` in a \
+                         repository)",
+                        scope_flag(&path.scope)
+                    ));
+                r.other_agent = Some(other);
+            }
+        }
+    }
+    if r.args.as_ref().map(|a| a.value.trim()) != Some("transfer") {
+        findings
+            .warn(
+                "lfs.customtransfer.xet.args is not `transfer`: git-lfs will not start the \
+                 agent correctly",
+            )
+            .fix("run `git xet install` again");
+    }
 }
 
 /// The `git xet install` flag of a scope as `git config --show-scope` names it.
@@ -215,8 +226,7 @@ pub(super) fn repository(
     git: &Git,
     args: &StatusArgs,
     have_lfs: bool,
-    warnings: &mut Vec<String>,
-    notes: &mut Vec<String>,
+    findings: &mut Findings,
 ) -> Result<Repository, Error> {
     let common = git.common_dir()?;
     let work_tree = git
@@ -227,201 +237,42 @@ pub(super) fn repository(
         Some(w) => PathBuf::from(w),
         None => std::env::current_dir().unwrap_or_else(|_| common.clone()),
     };
-
     let standalone_agent = config_with_scope(git, "lfs.standalonetransferagent")?;
     let standalone = standalone_agent.as_ref().is_some_and(|s| s.value == "xet");
-    if let Some(other) = standalone_agent.as_ref().filter(|s| s.value != "xet") {
-        warnings.push(format!(
-            "lfs.standalonetransferagent is {:?} ({} configuration): git-lfs sends every \
-             transfer to that agent, not to git-xet",
-            other.value, other.scope
-        ));
-    }
-    for (key, value) in url_standalone_agents(git) {
-        if value == "xet" && !standalone {
-            notes.push(format!(
-                "{key} = xet: standalone mode for LFS URLs matching that URL"
-            ));
-        }
-    }
+    standalone_agent_checks(git, standalone_agent.as_ref(), findings);
+    let endpoint = settings::endpoint(git, &base).unwrap_or_else(|e| {
+        findings
+            .warn(e.to_string())
+            .fix("fix it with `git xet install --local --endpoint URL-or-DIR`");
+        None
+    });
 
-    let endpoint = match settings::endpoint(git, &base) {
-        Ok(e) => e,
-        Err(e) => {
-            warnings.push(format!(
-                "{e}: fix it with `git xet install --local --endpoint URL-or-DIR`"
-            ));
-            None
-        }
-    };
-
-    // Each remote: its LFS URL as git-lfs resolves it, how git-lfs transfers for it, and (when
-    // git-xet does, in standalone mode) the endpoint the agent would use for it.
     let configured = settings::remotes(git);
     let lfs_urls = if have_lfs {
         lfs_env_urls(git)
     } else {
         derived_lfs_urls(git)
     };
-    let pairs: Vec<(Option<String>, String)> = lfs_urls
+    let transfers = remote_transfers(git, &base, &configured, &lfs_urls, findings);
+    let any_xet_remote = transfers.iter().any(|t| t.mode.is_xet_standalone());
+
+    let mut endpoints = EndpointChecks {
+        git,
+        no_network: args.no_network,
+        done: Vec::new(),
+    };
+    let repository_check = repository_endpoint_check(
+        &mut endpoints,
+        standalone,
+        endpoint.as_ref(),
+        &transfers,
+        findings,
+    );
+    let remotes: Vec<RemoteInfo> = transfers
         .iter()
-        .map(|u| (u.remote.clone(), u.url.clone()))
+        .map(|t| remote_check(&mut endpoints, t, standalone, endpoint.is_some(), findings))
         .collect();
-    let mut remotes = Vec::new();
-    for r in &configured {
-        let lfs_url = settings::lfs_url_of(&pairs, &configured, &r.name);
-        let mode = settings::transfer_mode(git, lfs_url.as_deref());
-        let endpoint = if mode.is_xet_standalone() {
-            match settings::endpoint_for_remote(git, &base, Some(&r.name)) {
-                Ok(found) => found,
-                Err(e) => {
-                    warnings.push(format!(
-                        "remote {}: {e}: fix it with `git xet install --local --endpoint \
-                         URL-or-DIR --remote {}`",
-                        r.name, r.name
-                    ));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        remotes.push((r, lfs_url, mode, endpoint));
-    }
-
-    // Each distinct endpoint is checked once: the repository's, then the remotes' own.
-    let mut checked: Vec<(EndpointSpec, EndpointCheck)> = Vec::new();
-    let mut check =
-        |spec: &EndpointSpec, source: &str, warnings: &mut Vec<String>, notes: &mut Vec<String>| {
-            if let Some((_, c)) = checked.iter().find(|(s, _)| s == spec) {
-                return c.clone();
-            }
-            let c = check_endpoint(git, spec, source, args.no_network, warnings, notes);
-            checked.push((spec.clone(), c.clone()));
-            c
-        };
-
-    let mut reachability = Vec::new();
-    let mut store = None;
-    let mut endpoint_state = None;
-    let mut endpoint_credential = None;
-    let any_xet_remote = remotes.iter().any(|(_, _, m, _)| m.is_xet_standalone());
-    let remote_without_endpoint = remotes
-        .iter()
-        .any(|(_, _, m, e)| m.is_xet_standalone() && e.is_none());
-    if standalone || any_xet_remote {
-        match &endpoint {
-            None if standalone && (configured.is_empty() || remote_without_endpoint) => warnings
-                .push(
-                    "standalone mode is on (lfs.standalonetransferagent = xet) but no endpoint \
-                     is set, so git-xet has nowhere to store objects: run `git xet install \
-                     --local --endpoint URL-or-DIR` (or `git config xet.endpoint URL-or-DIR`; \
-                     `--remote NAME` for one remote's own)"
-                        .to_string(),
-                ),
-            None => {}
-            Some((spec, source)) => {
-                let c = check(spec, source, warnings, notes);
-                if let Some(h) = c.health.clone() {
-                    reachability.push(h);
-                }
-                store = c.store.clone();
-                endpoint_state = c.state;
-                endpoint_credential = c.credential.clone();
-            }
-        }
-    } else if let Some((_, source)) = &endpoint {
-        warnings.push(format!(
-            "an endpoint is set ({source}) but standalone mode is off \
-             (lfs.standalonetransferagent is not xet), so it is not used: run \
-             `git xet install --local --endpoint URL-or-DIR` to turn standalone mode on"
-        ));
-    }
-
-    let mut remote_infos = Vec::new();
-    for (r, lfs_url, mode, ep) in &remotes {
-        let name = &r.name;
-        let mut info = RemoteInfo {
-            name: name.clone(),
-            url: r.url.as_deref().map(redact),
-            lfs_url: lfs_url.as_deref().map(redact),
-            transfer: match mode {
-                TransferMode::Standalone(a) if a == "xet" => "standalone",
-                TransferMode::Standalone(_) => "other-agent",
-                TransferMode::FileAdapter => "git-lfs-file",
-                TransferMode::Negotiated => "negotiated",
-            },
-            standalone_agent: match mode {
-                TransferMode::Standalone(a) => Some(a.clone()),
-                _ => None,
-            },
-            endpoint: None,
-        };
-        // git-lfs's rule: lfs.url wins over remote.<name>.lfsurl.
-        if let (Some(own), Some(effective)) = (&r.lfs_url, lfs_url) {
-            if own.trim_end_matches('/') != effective.trim_end_matches('/') {
-                warnings.push(format!(
-                    "remote.{name}.lfsurl is {} but git-lfs uses {} for remote {name} (lfs.url, \
-                     or an .lfsconfig, takes precedence over remote.<name>.lfsurl for every \
-                     remote): unset lfs.url (`git config --unset lfs.url`) and give each remote \
-                     its own remote.<name>.lfsurl",
-                    redact(own),
-                    redact(effective)
-                ));
-            }
-        }
-        match mode {
-            TransferMode::FileAdapter => warnings.push(format!(
-                "remote {name}: its LFS URL is {}, so git-lfs copies LFS objects there with its \
-                 own file adapter and never starts git-xet (no deduplication; `git lfs prune \
-                 --verify-remote` checks nothing there): to store them with git-xet, run `git \
-                 xet install --local --endpoint DIR-or-URL --remote {name}` (standalone mode)",
-                redact(lfs_url.as_deref().unwrap_or("file://…"))
-            )),
-            TransferMode::Standalone(a) if a != "xet" => warnings.push(format!(
-                "remote {name}: git-lfs sends its transfers to the standalone agent {a:?} \
-                 (lfs.<url>.standalonetransferagent or lfs.standalonetransferagent), not git-xet"
-            )),
-            TransferMode::Standalone(_) => match ep {
-                None => {
-                    if endpoint.is_some() || !standalone {
-                        warnings.push(format!(
-                            "remote {name}: standalone mode, but no endpoint is set for it: run \
-                             `git xet install --local --endpoint URL-or-DIR --remote {name}`"
-                        ));
-                    }
-                }
-                Some((spec, source)) => {
-                    let c = check(spec, source, warnings, notes);
-                    if let Some(h) = &c.health {
-                        if !reachability.iter().any(|x: &Reachability| x.url == h.url) {
-                            reachability.push(h.clone());
-                        }
-                    }
-                    info.endpoint = Some(EndpointInfo {
-                        kind: spec_kind(spec),
-                        value: redact(&spec.display()),
-                        source: source.clone(),
-                        state: c.state,
-                        credential: c.credential.clone(),
-                    });
-                }
-            },
-            TransferMode::Negotiated => {
-                if let Some(own) = &r.xet_endpoint {
-                    warnings.push(format!(
-                        "remote.{name}.xetEndpoint is set ({}) but git-lfs does not use git-xet in \
-                         standalone mode for remote {name}, so it is not used: run `git xet \
-                         install --local --endpoint URL-or-DIR --remote {name}` to turn \
-                         standalone mode on",
-                        redact(own)
-                    ));
-                }
-            }
-        }
-        remote_infos.push(info);
-    }
-
+    let mut reachability = endpoints.reachability();
     let credential_checks = if standalone {
         Vec::new()
     } else {
@@ -429,56 +280,20 @@ pub(super) fn repository(
             git,
             args,
             &lfs_urls,
-            &remote_infos,
+            &remotes,
             &configured,
             &mut reachability,
-            warnings,
-            notes,
+            findings,
         )
     };
-
-    if (standalone || any_xet_remote) && crate::lfs::prune::prune_verifies_always(git) {
-        warnings.push(
-            "lfs.pruneverifyremotealways is true, but git-lfs cannot verify objects git-xet \
-                 stores in standalone mode (it does not ask the agent): git-xet refuses those \
-                 checks, so `git lfs prune` prunes nothing reachable and `git lfs fetch --prune` \
-                 fails; prune with `git xet prune` instead, and unset it (`git config --unset \
-                 lfs.pruneverifyremotealways`)"
-                .to_string(),
-        );
+    if standalone || any_xet_remote {
+        prune_setting_check(git, findings);
     }
-
-    let hooks_dir = hooks::hooks_dir(git).ok();
-    let pre_push_hook = hooks_dir
-        .as_deref()
-        .map_or(HookKind::None, |d| hooks::kind_in(d, "pre-push"))
-        .name();
-    let pre_push_chained = hooks_dir
-        .as_deref()
-        .map(|d| d.join(format!("pre-push{}", hooks::BEFORE_SUFFIX)))
-        .filter(|p| pre_push_hook == "git-xet" && p.is_file())
-        .map(|p| p.display().to_string());
-
-    // A store that is missing or empty is normal before the first push, but not when this
-    // repository already has LFS files that must come from it.
-    let storeless: Vec<String> = checked
-        .iter()
-        .filter(|(_, c)| matches!(c.state, Some("missing" | "empty")))
-        .map(|(s, _)| s.display())
-        .collect();
-    if !storeless.is_empty() && have_lfs {
-        let files = lfs_file_count(git);
-        if files > 0 {
-            for dir in storeless {
-                warnings.push(format!(
-                    "this repository has {files} LFS file{} but the endpoint directory {dir} \
-                     holds no store, so they cannot be downloaded from it: check the path (`git \
-                     xet install --local --endpoint DIR`, or `--remote NAME` for one remote)",
-                    if files == 1 { "" } else { "s" }
-                ));
-            }
-        }
+    if have_lfs {
+        storeless_check(git, &endpoints, findings);
     }
+    let hooks = hooks_info(git);
+    let check = repository_check.unwrap_or_default();
 
     Ok(Repository {
         work_tree,
@@ -493,19 +308,351 @@ pub(super) fn repository(
             kind: spec_kind(spec),
             value: redact(&spec.display()),
             source: source.clone(),
-            state: endpoint_state,
-            credential: endpoint_credential,
+            state: check.state,
+            credential: check.credential,
         }),
-        remotes: remote_infos,
+        remotes,
         lfs_urls,
         reachability,
         credential_checks,
-        store,
-        hooks_dir: hooks_dir.map(|d| d.display().to_string()),
-        pre_push_hook,
-        pre_push_chained,
+        store: check.store,
+        hooks_dir: hooks.dir,
+        pre_push_hook: hooks.pre_push,
+        pre_push_chained: hooks.chained,
         journal: journal_info(&common),
     })
+}
+
+/// `lfs.standalonetransferagent` set to another agent than git-xet, and the URLs whose own
+/// setting turns git-xet's standalone mode on.
+fn standalone_agent_checks(git: &Git, agent: Option<&Setting>, findings: &mut Findings) {
+    if let Some(other) = agent.filter(|s| s.value != "xet") {
+        findings.warn(format!(
+            "lfs.standalonetransferagent is {:?} ({} configuration): git-lfs sends every \
+             transfer to that agent, not to git-xet",
+            other.value, other.scope
+        ));
+    }
+    let standalone = agent.is_some_and(|s| s.value == "xet");
+    for (key, value) in url_standalone_agents(git) {
+        if value == "xet" && !standalone {
+            findings.note(format!(
+                "{key} = xet: standalone mode for LFS URLs matching that URL"
+            ));
+        }
+    }
+}
+
+/// How git-lfs transfers one remote's objects, and (when git-xet does, in standalone mode)
+/// the endpoint the agent would use for it.
+struct RemoteTransfer<'a> {
+    remote: &'a settings::Remote,
+    lfs_url: Option<String>,
+    mode: TransferMode,
+    endpoint: Option<(EndpointSpec, String)>,
+}
+
+/// Each configured remote's transfer, its LFS URL as git-lfs resolves it; a standalone remote's
+/// endpoint that cannot be read is a finding.
+fn remote_transfers<'a>(
+    git: &Git,
+    base: &Path,
+    configured: &'a [settings::Remote],
+    lfs_urls: &[LfsUrl],
+    findings: &mut Findings,
+) -> Vec<RemoteTransfer<'a>> {
+    let pairs: Vec<(Option<String>, String)> = lfs_urls
+        .iter()
+        .map(|u| (u.remote.clone(), u.url.clone()))
+        .collect();
+    configured
+        .iter()
+        .map(|remote| {
+            let lfs_url = settings::lfs_url_of(&pairs, configured, &remote.name);
+            let mode = settings::transfer_mode(git, lfs_url.as_deref());
+            let endpoint = if mode.is_xet_standalone() {
+                settings::endpoint_for_remote(git, base, Some(&remote.name)).unwrap_or_else(|e| {
+                    findings
+                        .warn(format!("remote {}: {e}", remote.name))
+                        .fix(format!(
+                        "fix it with `git xet install --local --endpoint URL-or-DIR --remote {}`",
+                        remote.name
+                    ));
+                    None
+                })
+            } else {
+                None
+            };
+            RemoteTransfer {
+                remote,
+                lfs_url,
+                mode,
+                endpoint,
+            }
+        })
+        .collect()
+}
+
+/// Each distinct endpoint checked once (the repository's, then the remotes' own), in the order
+/// first asked.
+struct EndpointChecks<'a> {
+    git: &'a Git,
+    no_network: bool,
+    done: Vec<(EndpointSpec, EndpointCheck)>,
+}
+
+impl EndpointChecks<'_> {
+    fn check(
+        &mut self,
+        spec: &EndpointSpec,
+        source: &str,
+        findings: &mut Findings,
+    ) -> EndpointCheck {
+        if let Some((_, c)) = self.done.iter().find(|(s, _)| s == spec) {
+            return c.clone();
+        }
+        let c = check_endpoint(self.git, spec, source, self.no_network, findings);
+        self.done.push((spec.clone(), c.clone()));
+        c
+    }
+
+    /// The answers of the URLs checked, one per URL.
+    fn reachability(&self) -> Vec<Reachability> {
+        let mut out: Vec<Reachability> = Vec::new();
+        for h in self.done.iter().filter_map(|(_, c)| c.health.as_ref()) {
+            if !out.iter().any(|x| x.url == h.url) {
+                out.push(h.clone());
+            }
+        }
+        out
+    }
+}
+
+/// The repository's own endpoint, checked when git-xet stores objects in standalone mode (for
+/// the repository or for one of its remotes); an endpoint set where nothing uses it, and
+/// standalone mode without one, are findings.
+fn repository_endpoint_check(
+    endpoints: &mut EndpointChecks,
+    standalone: bool,
+    endpoint: Option<&(EndpointSpec, String)>,
+    transfers: &[RemoteTransfer],
+    findings: &mut Findings,
+) -> Option<EndpointCheck> {
+    let any_xet_remote = transfers.iter().any(|t| t.mode.is_xet_standalone());
+    if !standalone && !any_xet_remote {
+        if let Some((_, source)) = endpoint {
+            findings
+                .warn(format!(
+                    "an endpoint is set ({source}) but standalone mode is off \
+                     (lfs.standalonetransferagent is not xet), so it is not used"
+                ))
+                .fix("run `git xet install --local --endpoint URL-or-DIR` to turn standalone mode on");
+        }
+        return None;
+    }
+    match endpoint {
+        Some((spec, source)) => Some(endpoints.check(spec, source, findings)),
+        None => {
+            let remote_without_endpoint = transfers
+                .iter()
+                .any(|t| t.mode.is_xet_standalone() && t.endpoint.is_none());
+            if standalone && (transfers.is_empty() || remote_without_endpoint) {
+                findings
+                    .warn(
+                        "standalone mode is on (lfs.standalonetransferagent = xet) but no \
+                         endpoint is set, so git-xet has nowhere to store objects",
+                    )
+                    .fix(
+                        "run `git xet install --local --endpoint URL-or-DIR` (or `git config \
+                         xet.endpoint URL-or-DIR`; `--remote NAME` for one remote's own)",
+                    );
+            }
+            None
+        }
+    }
+}
+
+/// One remote: what the report shows of it, and what is wrong with how git-lfs transfers for
+/// it (its endpoint checked when git-xet stores its objects).
+fn remote_check(
+    endpoints: &mut EndpointChecks,
+    t: &RemoteTransfer,
+    standalone: bool,
+    repository_endpoint: bool,
+    findings: &mut Findings,
+) -> RemoteInfo {
+    let name = &t.remote.name;
+    let mut info = RemoteInfo {
+        name: name.clone(),
+        url: t.remote.url.as_deref().map(redact),
+        lfs_url: t.lfs_url.as_deref().map(redact),
+        transfer: match &t.mode {
+            TransferMode::Standalone(a) if a == "xet" => "standalone",
+            TransferMode::Standalone(_) => "other-agent",
+            TransferMode::FileAdapter => "git-lfs-file",
+            TransferMode::Negotiated => "negotiated",
+        },
+        standalone_agent: match &t.mode {
+            TransferMode::Standalone(a) => Some(a.clone()),
+            _ => None,
+        },
+        endpoint: None,
+    };
+    lfs_url_precedence_check(t, findings);
+    match &t.mode {
+        TransferMode::FileAdapter => {
+            findings
+                .warn(format!(
+                    "remote {name}: its LFS URL is {}, so git-lfs copies LFS objects there with \
+                     its own file adapter and never starts git-xet (no deduplication; `git lfs \
+                     prune --verify-remote` checks nothing there)",
+                    redact(t.lfs_url.as_deref().unwrap_or("file://…"))
+                ))
+                .fix(format!(
+                    "to store them with git-xet, run `git xet install --local --endpoint \
+                     DIR-or-URL --remote {name}` (standalone mode)"
+                ));
+        }
+        TransferMode::Standalone(a) if a != "xet" => {
+            findings.warn(format!(
+                "remote {name}: git-lfs sends its transfers to the standalone agent {a:?} \
+                 (lfs.<url>.standalonetransferagent or lfs.standalonetransferagent), not git-xet"
+            ));
+        }
+        TransferMode::Standalone(_) => match &t.endpoint {
+            None if repository_endpoint || !standalone => {
+                findings
+                    .warn(format!(
+                        "remote {name}: standalone mode, but no endpoint is set for it"
+                    ))
+                    .fix(format!(
+                        "run `git xet install --local --endpoint URL-or-DIR --remote {name}`"
+                    ));
+            }
+            None => {}
+            Some((spec, source)) => {
+                let c = endpoints.check(spec, source, findings);
+                info.endpoint = Some(EndpointInfo {
+                    kind: spec_kind(spec),
+                    value: redact(&spec.display()),
+                    source: source.clone(),
+                    state: c.state,
+                    credential: c.credential,
+                });
+            }
+        },
+        TransferMode::Negotiated => {
+            if let Some(own) = &t.remote.xet_endpoint {
+                findings
+                    .warn(format!(
+                        "remote.{name}.xetEndpoint is set ({}) but git-lfs does not use git-xet \
+                         in standalone mode for remote {name}, so it is not used",
+                        redact(own)
+                    ))
+                    .fix(format!(
+                        "run `git xet install --local --endpoint URL-or-DIR --remote {name}` to \
+                         turn standalone mode on"
+                    ));
+            }
+        }
+    }
+    info
+}
+
+/// git-lfs's rule, lfs.url wins over remote.<name>.lfsurl: a remote's own LFS URL that is not
+/// the one used.
+fn lfs_url_precedence_check(t: &RemoteTransfer, findings: &mut Findings) {
+    let name = &t.remote.name;
+    if let (Some(own), Some(effective)) = (&t.remote.lfs_url, &t.lfs_url) {
+        if own.trim_end_matches('/') != effective.trim_end_matches('/') {
+            findings
+                .warn(format!(
+                    "remote.{name}.lfsurl is {} but git-lfs uses {} for remote {name} (lfs.url, \
+                     or an .lfsconfig, takes precedence over remote.<name>.lfsurl for every \
+                     remote)",
+                    redact(own),
+                    redact(effective)
+                ))
+                .fix(
+                    "unset lfs.url (`git config --unset lfs.url`) and give each remote its own \
+                     remote.<name>.lfsurl",
+                );
+        }
+    }
+}
+
+/// `lfs.pruneverifyremotealways` where git-xet stores objects in standalone mode.
+fn prune_setting_check(git: &Git, findings: &mut Findings) {
+    if crate::lfs::prune::prune_verifies_always(git) {
+        findings
+            .warn(
+                "lfs.pruneverifyremotealways is true, but git-lfs cannot verify objects git-xet \
+                 stores in standalone mode (it does not ask the agent): git-xet refuses those \
+                 checks, so `git lfs prune` prunes nothing reachable and `git lfs fetch --prune` \
+                 fails",
+            )
+            .fix(
+                "prune with `git xet prune` instead, and unset it (`git config --unset \
+                 lfs.pruneverifyremotealways`)",
+            );
+    }
+}
+
+/// A store directory that is missing or empty is normal before the first push, but not when
+/// this repository already has LFS files that must come from it.
+fn storeless_check(git: &Git, endpoints: &EndpointChecks, findings: &mut Findings) {
+    let storeless: Vec<String> = endpoints
+        .done
+        .iter()
+        .filter(|(_, c)| matches!(c.state, Some("missing" | "empty")))
+        .map(|(s, _)| s.display())
+        .collect();
+    if storeless.is_empty() {
+        return;
+    }
+    let files = lfs_file_count(git);
+    if files == 0 {
+        return;
+    }
+    for dir in storeless {
+        findings
+            .warn(format!(
+                "this repository has {files} LFS file{} but the endpoint directory {dir} holds \
+                 no store, so they cannot be downloaded from it",
+                if files == 1 { "" } else { "s" }
+            ))
+            .fix(
+                "check the path (`git xet install --local --endpoint DIR`, or `--remote NAME` \
+                 for one remote)",
+            );
+    }
+}
+
+/// The hooks directory and who wrote its pre-push hook.
+struct HooksInfo {
+    dir: Option<String>,
+    /// `git-xet`, `git-lfs`, `other` or `none`.
+    pre_push: &'static str,
+    /// The hook git-xet's pre-push replaced and runs after its check, if any.
+    chained: Option<String>,
+}
+
+fn hooks_info(git: &Git) -> HooksInfo {
+    let dir = hooks::hooks_dir(git).ok();
+    let pre_push = dir
+        .as_deref()
+        .map_or(HookKind::None, |d| hooks::kind_in(d, "pre-push"))
+        .name();
+    let chained = dir
+        .as_deref()
+        .map(|d| d.join(format!("pre-push{}", hooks::BEFORE_SUFFIX)))
+        .filter(|p| pre_push == "git-xet" && p.is_file())
+        .map(|p| p.display().to_string());
+    HooksInfo {
+        dir: dir.map(|d| d.display().to_string()),
+        pre_push,
+        chained,
+    }
 }
 
 /// The transfer journal under `common` (the git common directory): whether it exists, its
@@ -530,112 +677,122 @@ fn journal_info(common: &Path) -> JournalInfo {
 }
 
 /// In negotiated mode: each LFS server git-lfs will ask is reachable (its origin's `/health`,
-/// added to `reachability`), and accepts the credential git would send; what is wrong goes to
-/// `warnings`, what could not be checked to `notes`.
-#[allow(clippy::too_many_arguments)]
+/// added to `reachability`), and accepts the credential git would send; what is wrong is a
+/// warning, what could not be checked a note.
 fn lfs_server_checks(
     git: &Git,
     args: &StatusArgs,
     lfs_urls: &[LfsUrl],
-    remote_infos: &[RemoteInfo],
+    remotes: &[RemoteInfo],
     configured: &[settings::Remote],
     reachability: &mut Vec<Reachability>,
-    warnings: &mut Vec<String>,
-    notes: &mut Vec<String>,
+    findings: &mut Findings,
 ) -> Vec<CredentialCheck> {
-    let mut credential_checks = Vec::new();
     if lfs_urls.is_empty() {
-        notes.push("no remote yet: the LFS server is the remote's, once one is added".to_string());
+        findings.note("no remote yet: the LFS server is the remote's, once one is added");
     }
-    if !args.no_network {
-        let mut seen: Vec<String> = Vec::new();
-        let mut asked: Vec<String> = Vec::new();
-        for lfs in lfs_urls {
-            let negotiated = match &lfs.remote {
-                Some(n) => remote_infos
-                    .iter()
-                    .find(|r| r.name == *n)
-                    .is_none_or(|r| r.transfer == "negotiated"),
-                None => {
-                    remote_infos.iter().all(|r| r.transfer == "negotiated")
-                        || remote_infos.is_empty()
-                }
-            };
-            let Some(origin) = http_origin(&lfs.url) else {
-                continue;
-            };
-            if !negotiated {
-                continue;
-            }
-            let url = format!("{origin}/health");
-            if !seen.contains(&url) {
-                seen.push(url.clone());
-                warn_if_unverified(git, &origin, warnings);
-                let check = probe(git, &url);
-                if !check.reachable {
-                    warnings.push(format!(
-                        "the LFS server {} does not answer ({})",
-                        redact(&origin),
-                        check.error.as_deref().unwrap_or("no answer")
-                    ));
-                }
-                let reachable = check.reachable;
-                reachability.push(check);
-                if !reachable {
-                    continue;
-                }
-            }
-            let over_ssh = lfs.remote.as_ref().is_some_and(|n| {
-                configured
-                    .iter()
-                    .any(|r| r.name == *n && r.url.as_deref().is_some_and(is_ssh_url))
-            });
-            if over_ssh || asked.contains(&lfs.url) {
-                continue;
-            }
-            asked.push(lfs.url.clone());
-            let c = probe_lfs_credential(git, &lfs.url);
-            let who = lfs
-                .remote
-                .as_deref()
-                .map_or("the default remote".to_string(), |r| format!("remote {r}"));
-            match c.verdict {
-                "refused" => warnings.push(format!(
-                    "the LFS server {} refused the stored credential ({}, HTTP {}) for {who}: \
-                     the stored credential is wrong or expired; replace it (`git credential \
-                     reject` for that URL, then push once to be asked, or store the right \
-                     one with `git credential approve`)",
-                    redact(&lfs.url),
-                    c.source.as_deref().unwrap_or("credential helper"),
-                    c.http_status.unwrap_or(0)
-                )),
-                "missing" => warnings.push(format!(
-                    "the LFS server {} needs a credential for {who} and none is stored \
-                     (HTTP {}): git-lfs will ask for one on the next push or fetch; store it \
-                     with your credential helper to avoid that",
-                    redact(&lfs.url),
-                    c.http_status.unwrap_or(0)
-                )),
-                "unknown" if c.http_status == Some(404) => warnings.push(format!(
-                    "the LFS URL {} of {who} answers 404 (not found) for its batch API \
-                     ({}): git-lfs's pushes and fetches there will fail with \"Repository or \
-                     object not found\"; check the URL (`lfs.url` in .lfsconfig or git \
-                     config, or the remote's URL){}",
-                    redact(&lfs.url),
-                    c.url,
-                    lfs_url_hint(&lfs.url)
-                )),
-                "unknown" => notes.push(format!(
-                    "could not check the credential for the LFS server {} ({who}): {}",
-                    redact(&lfs.url),
-                    c.error.as_deref().unwrap_or("unexpected answer")
-                )),
-                _ => {}
-            }
-            credential_checks.push(c);
+    if args.no_network {
+        return Vec::new();
+    }
+    let mut credential_checks = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    let mut asked: Vec<&str> = Vec::new();
+    for lfs in lfs_urls {
+        let negotiated = match &lfs.remote {
+            Some(n) => remotes
+                .iter()
+                .find(|r| r.name == *n)
+                .is_none_or(|r| r.transfer == "negotiated"),
+            None => remotes.iter().all(|r| r.transfer == "negotiated"),
+        };
+        let Some(origin) = http_origin(&lfs.url) else {
+            continue;
+        };
+        if !negotiated {
+            continue;
         }
+        let url = format!("{origin}/health");
+        if !seen.contains(&url) {
+            seen.push(url.clone());
+            warn_if_unverified(git, &origin, findings);
+            let check = probe(git, &url);
+            let reachable = check.reachable;
+            if !reachable {
+                findings.warn(format!(
+                    "the LFS server {} does not answer ({})",
+                    redact(&origin),
+                    check.error.as_deref().unwrap_or("no answer")
+                ));
+            }
+            reachability.push(check);
+            if !reachable {
+                continue;
+            }
+        }
+        let over_ssh = lfs.remote.as_ref().is_some_and(|n| {
+            configured
+                .iter()
+                .any(|r| r.name == *n && r.url.as_deref().is_some_and(is_ssh_url))
+        });
+        if over_ssh || asked.contains(&lfs.url.as_str()) {
+            continue;
+        }
+        asked.push(&lfs.url);
+        let c = probe_lfs_credential(git, &lfs.url);
+        lfs_credential_finding(lfs, &c, findings);
+        credential_checks.push(c);
     }
     credential_checks
+}
+
+/// What an LFS server's answer to the stored credential means for the user.
+fn lfs_credential_finding(lfs: &LfsUrl, c: &CredentialCheck, findings: &mut Findings) {
+    let who = lfs
+        .remote
+        .as_deref()
+        .map_or("the default remote".to_string(), |r| format!("remote {r}"));
+    match c.verdict {
+        "refused" => findings
+            .warn(format!(
+                "the LFS server {} refused the stored credential ({}, HTTP {}) for {who}: the \
+                 stored credential is wrong or expired",
+                redact(&lfs.url),
+                c.source.as_deref().unwrap_or("credential helper"),
+                c.http_status.unwrap_or(0)
+            ))
+            .fix(
+                "replace it (`git credential reject` for that URL, then push once to be asked, \
+                 or store the right one with `git credential approve`)",
+            ),
+        "missing" => findings
+            .warn(format!(
+                "the LFS server {} needs a credential for {who} and none is stored (HTTP {}): \
+                 git-lfs will ask for one on the next push or fetch",
+                redact(&lfs.url),
+                c.http_status.unwrap_or(0)
+            ))
+            .fix("store it with your credential helper to avoid that"),
+        "unknown" if c.http_status == Some(404) => findings
+            .warn(format!(
+                "the LFS URL {} of {who} answers 404 (not found) for its batch API ({}): \
+                 git-lfs's pushes and fetches there will fail with \"Repository or object not \
+                 found\"",
+                redact(&lfs.url),
+                c.url,
+            ))
+            .fix(format!(
+                "check the URL (`lfs.url` in .lfsconfig or git config, or the remote's URL){}",
+                lfs_url_hint(&lfs.url)
+            )),
+        "unknown" => {
+            findings.note(format!(
+                "could not check the credential for the LFS server {} ({who}): {}",
+                redact(&lfs.url),
+                c.error.as_deref().unwrap_or("unexpected answer")
+            ));
+        }
+        _ => {}
+    }
 }
 
 pub(super) fn spec_kind(spec: &EndpointSpec) -> &'static str {

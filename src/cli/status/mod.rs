@@ -78,6 +78,74 @@ pub struct Setting {
     pub scope: String,
 }
 
+/// How much a finding matters: a warning is something to fix, a note something to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Level {
+    Warning,
+    Note,
+}
+
+/// What one check found: how much it matters, what the matter is, and what to do about it.
+#[derive(Debug, Clone, Serialize)]
+struct Finding {
+    level: Level,
+    text: String,
+    /// What to run or change, when there is something to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+impl Finding {
+    /// What to run or change about it.
+    fn fix(&mut self, fix: impl Into<String>) {
+        self.fix = Some(fix.into());
+    }
+
+    /// The finding as one line: its text, then what to do after a colon.
+    fn line(&self) -> String {
+        match &self.fix {
+            Some(fix) => format!("{}: {fix}", self.text),
+            None => self.text.clone(),
+        }
+    }
+}
+
+/// The findings of the checks, in the order the checks ran.
+#[derive(Debug, Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn add(&mut self, level: Level, text: String) -> &mut Finding {
+        self.0.push(Finding {
+            level,
+            text,
+            fix: None,
+        });
+        let last = self.0.len() - 1;
+        &mut self.0[last]
+    }
+
+    /// A problem; say what fixes it with [`Finding::fix`].
+    fn warn(&mut self, text: impl Into<String>) -> &mut Finding {
+        self.add(Level::Warning, text.into())
+    }
+
+    /// Something worth knowing that needs nothing done.
+    fn note(&mut self, text: impl Into<String>) -> &mut Finding {
+        self.add(Level::Note, text.into())
+    }
+
+    /// The lines of the findings of `level`.
+    fn lines(&self, level: Level) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|f| f.level == level)
+            .map(Finding::line)
+            .collect()
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     git_xet: Program,
@@ -89,8 +157,11 @@ struct Report {
     /// `None` outside a repository.
     repository: Option<Repository>,
     cache: DirInfo,
+    /// The warnings as lines (text, then what to do), as the text report shows them.
     warnings: Vec<String>,
     notes: Vec<String>,
+    /// The same findings, each with its level, text and fix apart.
+    findings: Vec<Finding>,
 }
 
 #[derive(Debug, Serialize)]

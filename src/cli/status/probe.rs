@@ -14,8 +14,7 @@ pub(super) fn check_endpoint(
     spec: &EndpointSpec,
     source: &str,
     no_network: bool,
-    warnings: &mut Vec<String>,
-    notes: &mut Vec<String>,
+    findings: &mut Findings,
 ) -> EndpointCheck {
     // What to run to point git-xet elsewhere, for the place this endpoint was configured.
     let fix = match source
@@ -36,45 +35,20 @@ pub(super) fn check_endpoint(
             if no_network {
                 return c;
             }
-            warn_if_unverified(git, url, warnings);
+            warn_if_unverified(git, url, findings);
             let health = probe(git, &format!("{url}/health"));
-            if !health.reachable {
-                warnings.push(format!(
-                    "the endpoint {} ({source}) does not answer ({}): is the server running and \
-                     the URL right?",
-                    redact(url),
-                    health.error.as_deref().unwrap_or("no answer")
-                ));
-            } else {
+            if health.reachable {
                 let cred = probe_endpoint_credential(git, url);
-                let bare = settings::split_userinfo(url).bare;
-                match cred.verdict {
-                    "refused" => warnings.push(format!(
-                        "the endpoint {} refused the credential git-xet would send (from {}; \
-                         HTTP {}): the stored credential is wrong or expired. Store the right \
-                         token: `printf 'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git \
-                         credential approve` (after `git credential reject` of the old one), or \
-                         set GIT_XET_TOKEN",
-                        redact(url),
-                        cred.source.as_deref().unwrap_or("?"),
-                        cred.http_status.unwrap_or(0)
-                    )),
-                    "missing" => warnings.push(format!(
-                        "the endpoint {} needs a token (HTTP {}) and git-xet has none: set \
-                         GIT_XET_TOKEN, or store it with `printf \
-                         'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git credential \
-                         approve`",
-                        redact(url),
-                        cred.http_status.unwrap_or(0)
-                    )),
-                    "unknown" => notes.push(format!(
-                        "could not check the credential for {}: {}",
-                        redact(url),
-                        cred.error.as_deref().unwrap_or("unexpected answer")
-                    )),
-                    _ => {}
-                }
+                endpoint_credential_finding(url, &cred, findings);
                 c.credential = Some(cred);
+            } else {
+                findings
+                    .warn(format!(
+                        "the endpoint {} ({source}) does not answer ({})",
+                        redact(url),
+                        health.error.as_deref().unwrap_or("no answer")
+                    ))
+                    .fix("is the server running and the URL right?");
             }
             c.health = Some(health);
         }
@@ -91,39 +65,92 @@ pub(super) fn check_endpoint(
                 DirState::CannotCreate(_) => "cannot_create",
                 DirState::Unreadable(_) => "unreadable",
             });
-            match &state {
-                DirState::Store { writable: true } => {}
-                DirState::Store { writable: false } | DirState::Empty { writable: false } => {
-                    warnings.push(format!(
-                        "the endpoint directory {shown} is not writable by you, so pushes will \
-                         fail: fix its permissions, or use another endpoint: {fix}"
-                    ))
-                }
-                DirState::Empty { writable: true } => notes.push(format!(
-                    "the endpoint directory {shown} is empty: the first push makes it a store"
-                )),
-                DirState::Missing => notes.push(format!(
-                    "the endpoint directory {shown} does not exist yet: the first push creates \
-                     it (nothing can be downloaded from it until then)"
-                )),
-                DirState::OtherVersion(_) | DirState::NotAStore | DirState::NotADirectory => {
-                    warnings.push(format!(
-                        "the endpoint directory {shown} {}: git-xet can neither push to it nor \
-                         pull from it; point git-xet at a store directory (a new or empty one \
-                         for a fresh store): {fix}",
-                        state.why_not_a_store().unwrap_or_default()
-                    ))
-                }
-                DirState::CannotCreate(_) | DirState::Unreadable(_) => warnings.push(format!(
-                    "the endpoint directory {shown} {}: pushes will fail; fix the path or its \
-                     permissions, or use another endpoint: {fix}",
-                    state.why_not_a_store().unwrap_or_default()
-                )),
-            }
+            dir_finding(&state, &shown, &fix, findings);
             c.store = Some(dir_info(Some(dir.clone())));
         }
     }
     c
+}
+
+/// What the endpoint's answer to the credential git-xet would send means for the user.
+fn endpoint_credential_finding(url: &str, cred: &CredentialCheck, findings: &mut Findings) {
+    let bare = settings::split_userinfo(url).bare;
+    let store_it = format!(
+        "`printf 'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git credential approve`"
+    );
+    match cred.verdict {
+        "refused" => findings
+            .warn(format!(
+                "the endpoint {} refused the credential git-xet would send (from {}; HTTP {}): \
+                 the stored credential is wrong or expired",
+                redact(url),
+                cred.source.as_deref().unwrap_or("?"),
+                cred.http_status.unwrap_or(0)
+            ))
+            .fix(format!(
+                "store the right token: {store_it} (after `git credential reject` of the old \
+                 one), or set GIT_XET_TOKEN"
+            )),
+        "missing" => findings
+            .warn(format!(
+                "the endpoint {} needs a token (HTTP {}) and git-xet has none",
+                redact(url),
+                cred.http_status.unwrap_or(0)
+            ))
+            .fix(format!("set GIT_XET_TOKEN, or store it with {store_it}")),
+        "unknown" => {
+            findings.note(format!(
+                "could not check the credential for {}: {}",
+                redact(url),
+                cred.error.as_deref().unwrap_or("unexpected answer")
+            ));
+        }
+        _ => {}
+    }
+}
+
+/// What a directory endpoint's state means for pushes and pulls; `fix` says how to point
+/// git-xet elsewhere.
+fn dir_finding(state: &DirState, shown: &str, fix: &str, findings: &mut Findings) {
+    match state {
+        DirState::Store { writable: true } => {}
+        DirState::Store { writable: false } | DirState::Empty { writable: false } => findings
+            .warn(format!(
+                "the endpoint directory {shown} is not writable by you, so pushes will fail"
+            ))
+            .fix(format!(
+                "fix its permissions, or use another endpoint: {fix}"
+            )),
+        DirState::Empty { writable: true } => {
+            findings.note(format!(
+                "the endpoint directory {shown} is empty: the first push makes it a store"
+            ));
+        }
+        DirState::Missing => {
+            findings.note(format!(
+                "the endpoint directory {shown} does not exist yet: the first push creates it \
+                 (nothing can be downloaded from it until then)"
+            ));
+        }
+        DirState::OtherVersion(_) | DirState::NotAStore | DirState::NotADirectory => findings
+            .warn(format!(
+                "the endpoint directory {shown} {}: git-xet can neither push to it nor pull \
+                 from it",
+                state.why_not_a_store().unwrap_or_default()
+            ))
+            .fix(format!(
+                "point git-xet at a store directory (a new or empty one for a fresh store): \
+                 {fix}"
+            )),
+        DirState::CannotCreate(_) | DirState::Unreadable(_) => findings
+            .warn(format!(
+                "the endpoint directory {shown} {}: pushes will fail",
+                state.why_not_a_store().unwrap_or_default()
+            ))
+            .fix(format!(
+                "fix the path or its permissions, or use another endpoint: {fix}"
+            )),
+    }
 }
 
 /// `GET <endpoint>/v1/lfs-files/<zero oid>` with the token the agent would send (without
@@ -233,15 +260,16 @@ pub(super) fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) ->
 }
 
 /// A warning when git's settings turn certificate checks off for `url`.
-pub(super) fn warn_if_unverified(git: &Git, url: &str, warnings: &mut Vec<String>) {
+pub(super) fn warn_if_unverified(git: &Git, url: &str, findings: &mut Findings) {
     let bare = settings::split_userinfo(url).bare;
     if bare.starts_with("https://") && !crate::lfs::http_settings::http_options(git, &bare).verify {
-        warnings.push(format!(
-            "TLS certificates of {} are not checked (http.sslVerify=false or GIT_SSL_NO_VERIFY): \
-             anyone on the network path can read and change transfers; trust the server's CA \
-             instead (`git config --global http.sslCAInfo /path/to/ca.pem`)",
-            redact(&bare)
-        ));
+        findings
+            .warn(format!(
+                "TLS certificates of {} are not checked (http.sslVerify=false or \
+                 GIT_SSL_NO_VERIFY): anyone on the network path can read and change transfers",
+                redact(&bare)
+            ))
+            .fix("trust the server's CA instead (`git config --global http.sslCAInfo /path/to/ca.pem`)");
     }
 }
 

@@ -108,6 +108,8 @@ pub(super) fn remote_text(r: &RemoteInfo) -> String {
     )
 }
 
+/// The text report: the programs, the agent's registration, the repository, the cache, then
+/// the findings.
 pub(super) fn render(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
@@ -123,144 +125,160 @@ pub(super) fn render(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             .as_deref()
             .unwrap_or("not found — install it: https://git-lfs.com")
     )?;
-
     if r.git.is_some() {
-        let g = &r.registration;
         writeln!(out)?;
-        writeln!(
-            out,
-            "Agent registration: {}",
-            match (g.registered, g.runnable) {
-                (false, _) => "NOT REGISTERED",
-                (true, Some(false)) => "registered, but the program cannot be run",
-                (true, _) => "registered",
-            }
-        )?;
-        let rows = [
-            ("lfs.customtransfer.xet.path", &g.path),
-            ("lfs.customtransfer.xet.args", &g.args),
-            ("lfs.customtransfer.xet.concurrent", &g.concurrent),
-            ("filter.lfs.process", &g.filter_lfs_process),
-        ];
-        for (key, value) in rows {
-            writeln!(out, "  {key:<35} {}", setting_text(value))?;
-        }
-        for (key, value) in [
-            ("lfs.customtransfer.xet.direction", &g.direction),
-            ("lfs.basictransfersonly", &g.basic_transfers_only),
-        ] {
-            if value.is_some() {
-                writeln!(out, "  {key:<35} {}", setting_text(value))?;
-            }
-        }
-        match (&g.other_agent, g.this_executable) {
-            (Some(other), _) => {
-                writeln!(out, "  (the registered program is not git-xet: {other})")?
-            }
-            (None, Some(false)) => writeln!(
-                out,
-                "  (the registered program is another installation of git-xet than this one)"
-            )?,
-            _ => {}
-        }
+        render_registration(&r.registration, out)?;
     }
-
     writeln!(out)?;
     match &r.repository {
         None => writeln!(out, "Repository: none (not inside a git repository)")?,
-        Some(repo) => {
-            writeln!(
-                out,
-                "Repository {}",
-                repo.work_tree.as_deref().unwrap_or(&repo.git_dir)
-            )?;
-            let label = |s: &str| format!("  {s:<10}");
-            if repo.mode == "standalone" {
-                let agent = repo.standalone_agent.as_ref();
-                writeln!(
-                    out,
-                    "{} standalone (lfs.standalonetransferagent = xet  [{}]): no LFS server; \
-                     git-xet stores objects at the endpoint",
-                    label("mode"),
-                    agent.map_or("", |a| a.scope.as_str())
-                )?;
-            } else {
-                writeln!(
-                    out,
-                    "{} negotiated: the LFS server chooses; git-xet is used when it offers xet",
-                    label("mode")
-                )?;
-            }
-            match &repo.endpoint {
-                Some(e) => writeln!(
-                    out,
-                    "{} {} ({}; from {})",
-                    label("endpoint"),
-                    e.value,
-                    if e.kind == "http" { "URL" } else { "directory" },
-                    e.source
-                )?,
-                None if repo.mode == "standalone" => {
-                    writeln!(out, "{} NONE SET", label("endpoint"))?
-                }
-                None => {}
-            }
-            if let Some(store) = &repo.store {
-                writeln!(out, "{} {}", label("store"), dir_text(store))?;
-            }
-            for u in repo.lfs_urls.iter().filter(|_| repo.mode != "standalone") {
-                let remote = u.remote.as_deref().unwrap_or("default remote");
-                writeln!(
-                    out,
-                    "{} {} ({remote}; from {})",
-                    label("LFS URL"),
-                    redact(&u.url),
-                    u.source
-                )?;
-            }
-            for c in &repo.reachability {
-                writeln!(out, "{} {}", label("server"), check_text(c))?;
-            }
-            if let Some(c) = repo.endpoint.as_ref().and_then(|e| e.credential.as_ref()) {
-                writeln!(out, "{} {}", label("credential"), credential_text(c))?;
-            }
-            for c in &repo.credential_checks {
-                writeln!(out, "{} {}", label("credential"), credential_text(c))?;
-            }
-            for r in &repo.remotes {
-                writeln!(out, "{} {}", label("remote"), remote_text(r))?;
-            }
-            let hook = match (repo.pre_push_hook, &repo.pre_push_chained) {
-                ("git-xet", Some(chained)) => format!("git-xet's check, then {chained}"),
-                ("git-xet", None) => "git-xet's check, then `git lfs pre-push`".to_string(),
-                ("git-lfs", _) => "git-lfs's (no git-xet check)".to_string(),
-                ("other", _) => "your own hook (no git-xet check)".to_string(),
-                _ => "none".to_string(),
-            };
-            writeln!(out, "{} {hook}", label("pre-push"))?;
-            writeln!(
-                out,
-                "{} {} ({})",
-                label("journal"),
-                repo.journal.path,
-                if repo.journal.exists {
-                    format!(
-                        "{} record{}, {} object{}",
-                        repo.journal.records,
-                        if repo.journal.records == 1 { "" } else { "s" },
-                        repo.journal.objects,
-                        if repo.journal.objects == 1 { "" } else { "s" }
-                    )
-                } else {
-                    "no transfers yet".to_string()
-                }
-            )?;
-        }
+        Some(repo) => render_repository(repo, out)?,
     }
-
     writeln!(out)?;
     writeln!(out, "Cache {}", dir_text(&r.cache))?;
+    render_findings(r, out)
+}
 
+fn render_registration(g: &Registration, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "Agent registration: {}",
+        match (g.registered, g.runnable) {
+            (false, _) => "NOT REGISTERED",
+            (true, Some(false)) => "registered, but the program cannot be run",
+            (true, _) => "registered",
+        }
+    )?;
+    let rows = [
+        ("lfs.customtransfer.xet.path", &g.path),
+        ("lfs.customtransfer.xet.args", &g.args),
+        ("lfs.customtransfer.xet.concurrent", &g.concurrent),
+        ("filter.lfs.process", &g.filter_lfs_process),
+    ];
+    for (key, value) in rows {
+        writeln!(out, "  {key:<35} {}", setting_text(value))?;
+    }
+    for (key, value) in [
+        ("lfs.customtransfer.xet.direction", &g.direction),
+        ("lfs.basictransfersonly", &g.basic_transfers_only),
+    ] {
+        if value.is_some() {
+            writeln!(out, "  {key:<35} {}", setting_text(value))?;
+        }
+    }
+    match (&g.other_agent, g.this_executable) {
+        (Some(other), _) => writeln!(out, "  (the registered program is not git-xet: {other})"),
+        (None, Some(false)) => writeln!(
+            out,
+            "  (the registered program is another installation of git-xet than this one)"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A repository line's label, padded so that the values line up.
+fn label(s: &str) -> String {
+    format!("  {s:<10}")
+}
+
+fn render_repository(repo: &Repository, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "Repository {}",
+        repo.work_tree.as_deref().unwrap_or(&repo.git_dir)
+    )?;
+    render_mode_and_endpoint(repo, out)?;
+    for u in repo.lfs_urls.iter().filter(|_| repo.mode != "standalone") {
+        let remote = u.remote.as_deref().unwrap_or("default remote");
+        writeln!(
+            out,
+            "{} {} ({remote}; from {})",
+            label("LFS URL"),
+            redact(&u.url),
+            u.source
+        )?;
+    }
+    for c in &repo.reachability {
+        writeln!(out, "{} {}", label("server"), check_text(c))?;
+    }
+    let endpoint_credential = repo.endpoint.as_ref().and_then(|e| e.credential.as_ref());
+    for c in endpoint_credential
+        .into_iter()
+        .chain(&repo.credential_checks)
+    {
+        writeln!(out, "{} {}", label("credential"), credential_text(c))?;
+    }
+    for r in &repo.remotes {
+        writeln!(out, "{} {}", label("remote"), remote_text(r))?;
+    }
+    let hook = match (repo.pre_push_hook, &repo.pre_push_chained) {
+        ("git-xet", Some(chained)) => format!("git-xet's check, then {chained}"),
+        ("git-xet", None) => "git-xet's check, then `git lfs pre-push`".to_string(),
+        ("git-lfs", _) => "git-lfs's (no git-xet check)".to_string(),
+        ("other", _) => "your own hook (no git-xet check)".to_string(),
+        _ => "none".to_string(),
+    };
+    writeln!(out, "{} {hook}", label("pre-push"))?;
+    writeln!(
+        out,
+        "{} {} ({})",
+        label("journal"),
+        repo.journal.path,
+        journal_text(&repo.journal)
+    )
+}
+
+fn render_mode_and_endpoint(repo: &Repository, out: &mut impl Write) -> std::io::Result<()> {
+    if repo.mode == "standalone" {
+        let agent = repo.standalone_agent.as_ref();
+        writeln!(
+            out,
+            "{} standalone (lfs.standalonetransferagent = xet  [{}]): no LFS server; git-xet \
+             stores objects at the endpoint",
+            label("mode"),
+            agent.map_or("", |a| a.scope.as_str())
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{} negotiated: the LFS server chooses; git-xet is used when it offers xet",
+            label("mode")
+        )?;
+    }
+    match &repo.endpoint {
+        Some(e) => writeln!(
+            out,
+            "{} {} ({}; from {})",
+            label("endpoint"),
+            e.value,
+            if e.kind == "http" { "URL" } else { "directory" },
+            e.source
+        )?,
+        None if repo.mode == "standalone" => writeln!(out, "{} NONE SET", label("endpoint"))?,
+        None => {}
+    }
+    if let Some(store) = &repo.store {
+        writeln!(out, "{} {}", label("store"), dir_text(store))?;
+    }
+    Ok(())
+}
+
+fn journal_text(j: &JournalInfo) -> String {
+    if !j.exists {
+        return "no transfers yet".to_string();
+    }
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    format!(
+        "{} record{}, {} object{}",
+        j.records,
+        plural(j.records),
+        j.objects,
+        plural(j.objects)
+    )
+}
+
+/// The notes, then the warnings (or that there are none).
+fn render_findings(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     if !r.notes.is_empty() {
         writeln!(out)?;
         for n in &r.notes {
