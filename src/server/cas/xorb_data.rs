@@ -162,42 +162,8 @@ async fn fetch(
     let fail = |e: ApiError| e.into_response();
     let hash = super::path(hash).map_err(fail)?;
     let xorb: XorbHash = parse_hash(&hash, "xorb hash").map_err(fail)?;
-    let (mut expires, mut granted_text, mut signature) = (None, None, None);
-    for pair in query.as_deref().unwrap_or("").split('&') {
-        match pair.split_once('=') {
-            Some(("e", v)) => expires = v.parse::<u64>().ok(),
-            Some(("r", v)) => granted_text = Some(v),
-            Some(("s", v)) => signature = Some(v),
-            _ => {}
-        }
-    }
-    let (Some(expires), Some(granted_text), Some(signature)) = (expires, granted_text, signature)
-    else {
-        return Err(fail(forbidden(
-            ErrorCode::InvalidSignature,
-            format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&r=<ranges>&s=<signature>; get one from a reconstruction"),
-        )));
-    };
     let now = now_unix();
-    let granted = match state
-        .auth
-        .verify_presigned(&xorb, expires, granted_text, signature, now)
-    {
-        Ok(granted) => granted,
-        Err(AuthError::Expired { expired, now }) => {
-            return Err(fail(forbidden(
-                ErrorCode::UrlExpired,
-                format!("the URL for xorb {xorb} expired at {expired} (now {now}); ask for a new reconstruction"),
-            )))
-        }
-        Err(_) => {
-            return Err(fail(forbidden(
-                ErrorCode::InvalidSignature,
-                format!("the signature of the URL for xorb {xorb} is not valid"),
-            )))
-        }
-    };
-
+    let (expires, granted) = verify_url(&state, &xorb, query.as_deref(), now).map_err(fail)?;
     let range_text = match headers.get(header::RANGE) {
         None => None,
         Some(v) => Some(
@@ -240,10 +206,60 @@ async fn fetch(
             format!("xorb {xorb} is not stored on this server"),
         ))
     })?;
+    let ranges = parsed.map_err(|problem| range_refusal(&xorb, problem))?;
+    tracing::debug!(%xorb, ranges = ranges.len(), "xorb data");
+    let mut response = ranged_response(&state, xorb, &ranges, len, small);
+    let max_age = expires.saturating_sub(now);
+    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={max_age}, immutable")) {
+        response.headers_mut().insert(header::CACHE_CONTROL, v);
+    }
+    Ok(response)
+}
 
-    let ranges = match parsed {
-        Ok(r) => r,
-        Err(RangeProblem::Unsatisfiable { len }) => {
+/// The presigned URL's expiry and the byte ranges it grants, once its signature is checked.
+fn verify_url(
+    state: &SharedState,
+    xorb: &XorbHash,
+    query: Option<&str>,
+    now: u64,
+) -> Result<(u64, GrantedRanges), ApiError> {
+    let (mut expires, mut granted_text, mut signature) = (None, None, None);
+    for pair in query.unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("e", v)) => expires = v.parse::<u64>().ok(),
+            Some(("r", v)) => granted_text = Some(v),
+            Some(("s", v)) => signature = Some(v),
+            _ => {}
+        }
+    }
+    let (Some(expires), Some(granted_text), Some(signature)) = (expires, granted_text, signature)
+    else {
+        return Err(forbidden(
+            ErrorCode::InvalidSignature,
+            format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&r=<ranges>&s=<signature>; get one from a reconstruction"),
+        ));
+    };
+    match state
+        .auth
+        .verify_presigned(xorb, expires, granted_text, signature, now)
+    {
+        Ok(granted) => Ok((expires, granted)),
+        Err(AuthError::Expired { expired, now }) => Err(forbidden(
+            ErrorCode::UrlExpired,
+            format!("the URL for xorb {xorb} expired at {expired} (now {now}); ask for a new reconstruction"),
+        )),
+        Err(_) => Err(forbidden(
+            ErrorCode::InvalidSignature,
+            format!("the signature of the URL for xorb {xorb} is not valid"),
+        )),
+    }
+}
+
+/// The answer to a `Range` header that cannot be served: 416 with the object's length, 403 for
+/// bytes the URL does not grant, 400 for the rest.
+fn range_refusal(xorb: &XorbHash, problem: RangeProblem) -> Response {
+    match problem {
+        RangeProblem::Unsatisfiable { len } => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 ErrorCode::RangeNotSatisfiable,
@@ -253,34 +269,34 @@ async fn fetch(
             if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
                 r.headers_mut().insert(header::CONTENT_RANGE, v);
             }
-            return Err(r);
+            r
         }
-        Err(e @ RangeProblem::NotGranted { .. }) => {
-            return Err(fail(forbidden(
-                ErrorCode::RangeNotGranted,
-                format!("xorb {xorb}: {e}"),
-            )))
+        e @ RangeProblem::NotGranted { .. } => {
+            forbidden(ErrorCode::RangeNotGranted, format!("xorb {xorb}: {e}")).into_response()
         }
-        Err(e) => {
-            return Err(fail(ApiError::bad_request(
-                ErrorCode::InvalidRange,
-                format!("xorb {xorb}: {e}"),
-            )))
-        }
-    };
+        e => ApiError::bad_request(ErrorCode::InvalidRange, format!("xorb {xorb}: {e}"))
+            .into_response(),
+    }
+}
 
-    tracing::debug!(%xorb, ranges = ranges.len(), "xorb data");
+/// A 206 answer with `ranges` of the `len`-byte xorb: one range as it is (from `small` when its
+/// bytes were read already), several as `multipart/byteranges`.
+fn ranged_response(
+    state: &SharedState,
+    xorb: XorbHash,
+    ranges: &[RangeInclusive<u64>],
+    len: u64,
+    small: Option<Bytes>,
+) -> Response {
     let (segments, boundary) = if ranges.len() == 1 {
         (vec![Segment::Stored(ranges[0].clone())], None)
     } else {
         let boundary = format!("gitxet-{}", xet_client::random_hex(12));
-        let segments = multipart(&boundary, &ranges, len);
+        let segments = multipart(&boundary, ranges, len);
         (segments, Some(boundary))
     };
-    let status = StatusCode::PARTIAL_CONTENT;
     let total: u64 = segments.iter().map(Segment::len).sum();
     state.metrics.sent_xorb_bytes.inc_by(total);
-    // `small` holds the bytes of the one range asked for, when it is small.
     let body = match small {
         Some(bytes) => Body::from(bytes),
         None => stream(
@@ -293,35 +309,29 @@ async fn fetch(
                 .then(|| Arc::clone(&state.resources.read_budget)),
         ),
     };
-    let mut response = (status, body).into_response();
+    let mut response = (StatusCode::PARTIAL_CONTENT, body).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(total));
-    match boundary {
+    let content_type = match &boundary {
         Some(boundary) => {
-            if let Ok(v) =
-                HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}"))
-            {
-                h.insert(header::CONTENT_TYPE, v);
-            }
+            HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}")).ok()
         }
         None => {
             if let Ok(v) = HeaderValue::from_str(&content_range(&ranges[0], len)) {
                 h.insert(header::CONTENT_RANGE, v);
             }
+            None
         }
-    }
-    let h = response.headers_mut();
-    h.entry(header::CONTENT_TYPE)
-        .or_insert(HeaderValue::from_static("application/octet-stream"));
+    };
+    h.insert(
+        header::CONTENT_TYPE,
+        content_type.unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     if let Ok(v) = HeaderValue::from_str(&format!("\"{xorb}\"")) {
         h.insert(header::ETAG, v);
     }
-    let max_age = expires.saturating_sub(now);
-    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={max_age}, immutable")) {
-        h.insert(header::CACHE_CONTROL, v);
-    }
-    Ok(response)
+    response
 }
 
 fn content_range(r: &RangeInclusive<u64>, len: u64) -> String {

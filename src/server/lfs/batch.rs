@@ -182,7 +182,52 @@ pub async fn batch(
         "batch request",
     )
     .await?;
-    let request: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    let BatchRequest {
+        operation,
+        transfer,
+        requested,
+    } = parse_request(&bytes, grant.scope.allows(Scope::Write), repo)?;
+    let oids: Vec<Option<LfsOid>> = requested
+        .iter()
+        .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
+        .collect();
+    let looked_up = look_up(state, oids, limited, operation, transfer).await?;
+    let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
+    let objects: Vec<ObjectOut> = requested
+        .into_iter()
+        .zip(looked_up)
+        .map(|(r, (stored, inline))| actions.object(r, stored, inline))
+        .collect();
+    tracing::info!(
+        repo = %repo.id,
+        operation = ?operation,
+        transfer = ?transfer,
+        objects = objects.len(),
+        "batch"
+    );
+    Ok(lfs_json(
+        StatusCode::OK,
+        &BatchResponse {
+            transfer: match transfer {
+                Transfer::Xet => "xet",
+                Transfer::Basic => "basic",
+            },
+            objects,
+            hash_algo: "sha256",
+        },
+    ))
+}
+
+/// What a batch request asks for, checked: the operation (an upload only with a write
+/// token), the transfer (xet when the client offers it) and each object.
+struct BatchRequest {
+    operation: Operation,
+    transfer: Transfer,
+    requested: Vec<Requested>,
+}
+
+fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequest, ApiError> {
+    let request: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad_request(
             ErrorCode::InvalidJson,
             format!("batch request is not JSON: {e}"),
@@ -204,7 +249,7 @@ pub async fn batch(
             ))
         }
     };
-    if operation == Operation::Upload && !grant.scope.allows(Scope::Write) {
+    if operation == Operation::Upload && !may_write {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             ErrorCode::Forbidden,
@@ -242,25 +287,33 @@ pub async fn batch(
     let offered = request
         .get("transfers")
         .and_then(Value::as_array)
-        .map(|t| t.iter().any(|t| t.as_str() == Some("xet")))
-        .unwrap_or(false);
-    let transfer = if offered {
-        Transfer::Xet
-    } else {
-        Transfer::Basic
-    };
+        .is_some_and(|t| t.iter().any(|t| t.as_str() == Some("xet")));
+    Ok(BatchRequest {
+        operation,
+        transfer: if offered {
+            Transfer::Xet
+        } else {
+            Transfer::Basic
+        },
+        requested: objects.iter().map(check_object).collect(),
+    })
+}
 
-    let requested: Vec<Requested> = objects.iter().map(check_object).collect();
-    let oids: Vec<Option<LfsOid>> = requested
-        .iter()
-        .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
-        .collect();
-    // Downloads offered xet get the plans of small intact objects along (`X-Xet-Reconstruction`,
-    // this server's extension): the agent then skips the reconstruction request, half of the
-    // round trips of a small download. Agents that do not know the header ignore it.
+/// What the store holds of each oid (as a token limited to `limited` sees it), on a blocking
+/// thread. Downloads offered xet get the plans of small intact objects along
+/// (`X-Xet-Reconstruction`, this server's extension): the agent then skips the reconstruction
+/// request, half of the round trips of a small download. Agents that do not know the header
+/// ignore it.
+async fn look_up(
+    state: &std::sync::Arc<AppState>,
+    oids: Vec<Option<LfsOid>>,
+    limited: Option<String>,
+    operation: Operation,
+    transfer: Transfer,
+) -> Result<Vec<(Stored, Option<String>)>, ApiError> {
     let with_plans = operation == Operation::Download && transfer == Transfer::Xet;
     let st = std::sync::Arc::clone(state);
-    let looked_up: Vec<(Stored, Option<String>)> = blocking(move || {
+    blocking(move || {
         let store = &st.store;
         // The plan's JSON with presigned URLs (signing may wait for storage credentials).
         let inline = |plan: Option<ReconstructionPlan>| {
@@ -305,32 +358,7 @@ pub async fn batch(
             .collect::<Result<_, xet_store::StoreError>>()
             .map_err(ApiError::from)
     })
-    .await?;
-
-    let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
-    let objects: Vec<ObjectOut> = requested
-        .into_iter()
-        .zip(looked_up)
-        .map(|(r, (stored, inline))| actions.object(r, stored, inline))
-        .collect();
-    tracing::info!(
-        repo = %repo.id,
-        operation = ?operation,
-        transfer = ?transfer,
-        objects = objects.len(),
-        "batch"
-    );
-    Ok(lfs_json(
-        StatusCode::OK,
-        &BatchResponse {
-            transfer: match transfer {
-                Transfer::Xet => "xet",
-                Transfer::Basic => "basic",
-            },
-            objects,
-            hash_algo: "sha256",
-        },
-    ))
+    .await
 }
 
 /// What the store holds of a requested object.

@@ -625,152 +625,23 @@ pub fn write_file_at_with(
             plan.offset_into_first_range
         )));
     }
-    let steps = steps(plan)?;
-    // Where each step's bytes start in the file.
-    let mut offsets = Vec::with_capacity(steps.len());
-    let mut at = 0u64;
-    for step in &steps {
-        offsets.push(at);
-        for t in &plan.terms[step.terms.clone()] {
-            at += u64::from(t.unpacked_len);
-        }
-    }
-    // Steps whose every chunk is on this machine.
-    let is_local: Vec<bool> = steps
-        .iter()
-        .map(|s| {
-            !local.is_empty()
-                && plan.terms[s.terms.clone()]
-                    .iter()
-                    .all(|t| t.chunks.clone().all(|c| local.has(&t.xorb, c)))
-        })
-        .collect();
-    // Steps grouped by the range they need, in order of first use; each local step alone.
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut group_of: HashMap<(XorbHash, u64, u64), usize> = HashMap::new();
-    for (i, s) in steps.iter().enumerate() {
-        if is_local[i] {
-            groups.push(vec![i]);
-            continue;
-        }
-        let key = (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
-        let g = *group_of.entry(key).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[g].push(i);
-    }
-    let abort = AtomicBool::new(false);
-    let written = AtomicU64::new(0);
-    let copied = AtomicU64::new(0);
-    // Copies step `i` from the local chunks; `None` if one of them does not read back right.
-    let copy_step = |i: usize, buf: &mut Vec<u8>| -> Result<Option<Vec<ChunkRef>>, DownloadError> {
-        let mut refs = Vec::new();
-        let mut offset = offsets[i];
-        let mut step_bytes = 0u64;
-        buf.clear();
-        for t in &plan.terms[steps[i].terms.clone()] {
-            let mut term_len = 0u64;
-            for c in t.chunks.clone() {
-                let before = buf.len();
-                let Some(hash) = local.read(&t.xorb, c, buf) else {
-                    return Ok(None);
-                };
-                let len = (buf.len() - before) as u64;
-                term_len += len;
-                refs.push(ChunkRef { hash, len });
-                if buf.len() >= EMIT_BYTES {
-                    out.write_all_at(buf, offset)
-                        .map_err(DownloadError::Write)?;
-                    offset += buf.len() as u64;
-                    step_bytes += buf.len() as u64;
-                    buf.clear();
-                }
-            }
-            if term_len != u64::from(t.unpacked_len) {
-                return Ok(None);
-            }
-        }
-        if !buf.is_empty() {
-            out.write_all_at(buf, offset)
-                .map_err(DownloadError::Write)?;
-            step_bytes += buf.len() as u64;
-            buf.clear();
-        }
-        written.fetch_add(step_bytes, Ordering::Relaxed);
-        copied.fetch_add(step_bytes, Ordering::Relaxed);
-        Ok(Some(refs))
-    };
-    // One group: fetch, decode and write each of its steps (or copy a local one); the chunk
-    // refs of each step.
-    let run_group = |group: &[usize], buf: &mut Vec<u8>| {
-        if let [i] = group {
-            if is_local[*i] {
-                if let Some(refs) = copy_step(*i, buf)? {
-                    return Ok(vec![(*i, refs)]);
-                }
-            }
-        }
-        if let [i] = group {
-            if forward_only(plan, &steps[*i]) {
-                let to = FileOut {
-                    out,
-                    written: &written,
-                    abort: &abort,
-                };
-                let refs = stream_step(source, plan, &steps[*i], offsets[*i], &to, buf)?;
-                return Ok(vec![(*i, refs)]);
-            }
-        }
-        let first = &steps[group[0]];
-        let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
-        let bytes = source
-            .read_xorb_range(&first.xorb, first.range)
-            .map_err(|source| DownloadError::Source {
-                what: format!("reading bytes {start}-{end} of xorb {}", first.xorb),
-                source,
-            })?;
-        let mut decoded = Decoded::new(first, bytes)?;
-        let mut out_refs = Vec::with_capacity(group.len());
-        for &i in group {
-            if abort.load(Ordering::Relaxed) {
-                break;
-            }
-            let mut refs = Vec::new();
-            let mut offset = offsets[i];
-            decode_step(
-                plan,
-                &steps[i],
-                &mut decoded,
-                Some(&mut refs),
-                buf,
-                Some(&mut |piece| {
-                    out.write_all_at(piece, offset)
-                        .map_err(DownloadError::Write)?;
-                    offset += piece.len() as u64;
-                    written.fetch_add(piece.len() as u64, Ordering::Relaxed);
-                    Ok(())
-                }),
-            )?;
-            out_refs.push((i, refs));
-        }
-        Ok::<GroupRefs, DownloadError>(out_refs)
-    };
-    let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; steps.len()];
+    let job = FileJob::new(source, plan, out, local)?;
+    let groups = job.groups();
+    let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; job.steps.len()];
     if groups.len() == 1 {
         // One range (every small file): no thread to start.
         let cap = (plan.file_size as usize).min(EMIT_BYTES) + MAX_CHUNK_LEN as usize;
         let mut buf = Vec::with_capacity(cap);
-        for (i, refs) in run_group(&groups[0], &mut buf)? {
+        for (i, refs) in job.run_group(&groups[0], &mut buf)? {
             refs_by_step[i] = Some(refs);
         }
-        progress(written.load(Ordering::Relaxed)).map_err(DownloadError::Write)?;
+        progress(job.written.load(Ordering::Relaxed)).map_err(DownloadError::Write)?;
     } else {
         write_groups(
             &groups,
-            &run_group,
-            &written,
-            &abort,
+            &|group: &[usize], buf: &mut Vec<u8>| job.run_group(group, buf),
+            &job.written,
+            &job.abort,
             &mut refs_by_step,
             progress,
         )?;
@@ -782,9 +653,199 @@ pub fn write_file_at_with(
     }
     check_file_hash(expected, plan, &chunks)?;
     Ok(Written {
-        written: written.into_inner(),
-        local: copied.into_inner(),
+        written: job.written.into_inner(),
+        local: job.copied.into_inner(),
     })
+}
+
+/// One whole-file download at offsets: the plan's steps, where each starts in the file, which
+/// are on this machine already, and what the worker threads share while they write.
+struct FileJob<'a> {
+    source: &'a dyn XorbSource,
+    plan: &'a ReconstructionPlan,
+    out: &'a dyn WriteAt,
+    local: &'a LocalChunks,
+    steps: Vec<Step<'a>>,
+    /// Where each step's bytes start in the file.
+    offsets: Vec<u64>,
+    /// Steps whose every chunk is on this machine.
+    is_local: Vec<bool>,
+    abort: AtomicBool,
+    written: AtomicU64,
+    copied: AtomicU64,
+}
+
+impl<'a> FileJob<'a> {
+    fn new(
+        source: &'a dyn XorbSource,
+        plan: &'a ReconstructionPlan,
+        out: &'a dyn WriteAt,
+        local: &'a LocalChunks,
+    ) -> Result<Self, DownloadError> {
+        let steps = steps(plan)?;
+        let mut offsets = Vec::with_capacity(steps.len());
+        let mut at = 0u64;
+        for step in &steps {
+            offsets.push(at);
+            for t in &plan.terms[step.terms.clone()] {
+                at += u64::from(t.unpacked_len);
+            }
+        }
+        let is_local = steps
+            .iter()
+            .map(|s| {
+                !local.is_empty()
+                    && plan.terms[s.terms.clone()]
+                        .iter()
+                        .all(|t| t.chunks.clone().all(|c| local.has(&t.xorb, c)))
+            })
+            .collect();
+        Ok(Self {
+            source,
+            plan,
+            out,
+            local,
+            steps,
+            offsets,
+            is_local,
+            abort: AtomicBool::new(false),
+            written: AtomicU64::new(0),
+            copied: AtomicU64::new(0),
+        })
+    }
+
+    /// Steps grouped by the range they need, in order of first use; each local step alone.
+    fn groups(&self) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<(XorbHash, u64, u64), usize> = HashMap::new();
+        for (i, s) in self.steps.iter().enumerate() {
+            if self.is_local[i] {
+                groups.push(vec![i]);
+                continue;
+            }
+            let key = (s.xorb, *s.range.bytes.start(), *s.range.bytes.end());
+            let g = *group_of.entry(key).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(i);
+        }
+        groups
+    }
+
+    /// One group: copy a local step, stream a step that reads its range forward only, or fetch
+    /// the range once and decode each of the group's steps from it; the chunk refs of each step.
+    fn run_group(&self, group: &[usize], buf: &mut Vec<u8>) -> Result<GroupRefs, DownloadError> {
+        if let [i] = group {
+            if self.is_local[*i] {
+                if let Some(refs) = self.copy_step(*i, buf)? {
+                    return Ok(vec![(*i, refs)]);
+                }
+            }
+            if forward_only(self.plan, &self.steps[*i]) {
+                let to = FileOut {
+                    out: self.out,
+                    written: &self.written,
+                    abort: &self.abort,
+                };
+                let refs = stream_step(
+                    self.source,
+                    self.plan,
+                    &self.steps[*i],
+                    self.offsets[*i],
+                    &to,
+                    buf,
+                )?;
+                return Ok(vec![(*i, refs)]);
+            }
+        }
+        self.fetch_group(group, buf)
+    }
+
+    /// Fetches the range of `group`'s steps whole, then decodes and writes each step.
+    fn fetch_group(&self, group: &[usize], buf: &mut Vec<u8>) -> Result<GroupRefs, DownloadError> {
+        let first = &self.steps[group[0]];
+        let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
+        let bytes = self
+            .source
+            .read_xorb_range(&first.xorb, first.range)
+            .map_err(|source| DownloadError::Source {
+                what: format!("reading bytes {start}-{end} of xorb {}", first.xorb),
+                source,
+            })?;
+        let mut decoded = Decoded::new(first, bytes)?;
+        let mut out_refs = Vec::with_capacity(group.len());
+        for &i in group {
+            if self.abort.load(Ordering::Relaxed) {
+                break;
+            }
+            let mut refs = Vec::new();
+            let mut offset = self.offsets[i];
+            decode_step(
+                self.plan,
+                &self.steps[i],
+                &mut decoded,
+                Some(&mut refs),
+                buf,
+                Some(&mut |piece| {
+                    self.out
+                        .write_all_at(piece, offset)
+                        .map_err(DownloadError::Write)?;
+                    offset += piece.len() as u64;
+                    self.written
+                        .fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                }),
+            )?;
+            out_refs.push((i, refs));
+        }
+        Ok(out_refs)
+    }
+
+    /// Copies step `i` from the local chunks; `None` if one of them does not read back right.
+    fn copy_step(
+        &self,
+        i: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<Vec<ChunkRef>>, DownloadError> {
+        let mut refs = Vec::new();
+        let mut offset = self.offsets[i];
+        let mut step_bytes = 0u64;
+        buf.clear();
+        let mut flush = |buf: &mut Vec<u8>, offset: &mut u64| -> Result<(), DownloadError> {
+            self.out
+                .write_all_at(buf, *offset)
+                .map_err(DownloadError::Write)?;
+            *offset += buf.len() as u64;
+            step_bytes += buf.len() as u64;
+            buf.clear();
+            Ok(())
+        };
+        for t in &self.plan.terms[self.steps[i].terms.clone()] {
+            let mut term_len = 0u64;
+            for c in t.chunks.clone() {
+                let before = buf.len();
+                let Some(hash) = self.local.read(&t.xorb, c, buf) else {
+                    return Ok(None);
+                };
+                let len = (buf.len() - before) as u64;
+                term_len += len;
+                refs.push(ChunkRef { hash, len });
+                if buf.len() >= EMIT_BYTES {
+                    flush(buf, &mut offset)?;
+                }
+            }
+            if term_len != u64::from(t.unpacked_len) {
+                return Ok(None);
+            }
+        }
+        if !buf.is_empty() {
+            flush(buf, &mut offset)?;
+        }
+        self.written.fetch_add(step_bytes, Ordering::Relaxed);
+        self.copied.fetch_add(step_bytes, Ordering::Relaxed);
+        Ok(Some(refs))
+    }
 }
 
 /// Whether `step`'s terms use the chunks of its range in order, each at most once: then the
