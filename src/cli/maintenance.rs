@@ -6,6 +6,12 @@
 //! while a server holds it (`git xet serve` runs both by itself: `--gc-interval`,
 //! `--scrub-interval`).
 //!
+//! With `--storage s3://BUCKET/PREFIX` they work on the objects of a bucket that server nodes
+//! share, while the nodes keep serving: the command builds an index of its own from the
+//! bucket's shards (in a temporary directory, or in `--data DIR`, which a later run reuses), as
+//! a node does when it starts. gc then removes only xorbs that no shard in the bucket uses and
+//! that are older than the grace period, which protects uploads in flight on every node.
+//!
 //! Exit codes: 0 done (scrub: no damage), 1 the command failed, 2 scrub found damage.
 
 use std::io::{IsTerminal, Write};
@@ -37,17 +43,37 @@ The store also checks a xorb whenever its object on disk changed since it was la
 damage done by tools or people is found when the xorb is next used; scrub finds what changed \
 silently (media errors) and everything no request has touched yet.\n\n\
 Exit status: 0 no damage, 2 damage found (listed), 1 scrub could not run.\n\n\
+With --storage s3://BUCKET/PREFIX (settings from the AWS_* environment, as for `git xet \
+serve`), the objects of a bucket that server nodes share are checked while the nodes keep \
+serving; damaged ones move to PREFIX/quarantine/ in the bucket.\n\n\
+Exit status: 0 no damage, 2 damage found (listed), 1 scrub could not run.\n\n\
 Examples:\n  git xet scrub /srv/xet\n  git xet scrub            # this repository's directory endpoint\n  \
-git xet scrub --json /srv/xet"
+git xet scrub --json /srv/xet\n  git xet scrub --storage s3://xet-bucket/team"
 )]
 pub struct ScrubArgs {
     /// The store directory (`git xet serve --data DIR`, or a standalone directory endpoint).
     /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
-    #[arg(value_name = "DIR")]
+    #[arg(value_name = "DIR", conflicts_with = "storage")]
     pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub bucket: BucketArgs,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A bucket that server nodes share, instead of a store directory.
+#[derive(Debug, clap::Args)]
+pub struct BucketArgs {
+    /// Work on the objects in an S3-compatible bucket (s3://BUCKET/PREFIX, as given to `git
+    /// xet serve --storage`), with settings from the AWS_* environment.
+    #[arg(long, value_name = "URL")]
+    pub storage: Option<xet_store::s3::StorageUrl>,
+    /// With --storage: the directory of this command's index of the bucket (kept for the next
+    /// run, which then only registers what is new). Default: a temporary directory. Not the
+    /// --data of a running node.
+    #[arg(long, value_name = "DIR", requires = "storage")]
+    pub data: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,13 +84,20 @@ older than the grace period (default 24h), so uploads in flight are never harmed
 registers its shard well within it, and an upload that finds a xorb already stored restarts its \
 grace period. Leftover temporary files of interrupted uploads older than the grace period go \
 too. Xorbs that any registered file uses are never removed.\n\n\
-Examples:\n  git xet gc /srv/xet\n  git xet gc --dry-run /srv/xet\n  git xet gc --grace 2h"
+With --storage s3://BUCKET/PREFIX, the unused xorbs of a bucket that server nodes share are \
+removed while the nodes keep serving: what the bucket's shards use is kept, and so is \
+everything younger than the grace period (uploads in flight on any node). Run it from one \
+place only, or give --gc-interval to one node instead.\n\n\
+Examples:\n  git xet gc /srv/xet\n  git xet gc --dry-run /srv/xet\n  git xet gc --grace 2h\n  \
+git xet gc --dry-run --storage s3://xet-bucket/team"
 )]
 pub struct GcArgs {
     /// The store directory (`git xet serve --data DIR`, or a standalone directory endpoint).
     /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
-    #[arg(value_name = "DIR")]
+    #[arg(value_name = "DIR", conflicts_with = "storage")]
     pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub bucket: BucketArgs,
     /// Keep unused xorbs younger than this: seconds, or a number with a unit (30m, 24h, 7d).
     #[arg(long, value_name = "DURATION", value_parser = super::args::duration, default_value = "24h")]
     pub grace: Duration,
@@ -103,6 +136,14 @@ fn store_dir(arg: Option<&Path>) -> Result<PathBuf, String> {
 /// Opens an existing store, waiting a little for an agent and refusing with advice when a
 /// server holds it.
 fn open(dir: &Path) -> Result<Store, String> {
+    if let Ok(url) = std::fs::read_to_string(dir.join("STORAGE")) {
+        return Err(format!(
+            "{} is the local directory of a server node on {url}; its objects are in the \
+             bucket: run this with --storage {url} instead",
+            dir.display(),
+            url = url.trim()
+        ));
+    }
     if !dir.join("STORE-VERSION").is_file() {
         return Err(format!(
             "{} is not a git-xet store (no STORE-VERSION file)",
@@ -134,9 +175,82 @@ fn open(dir: &Path) -> Result<Store, String> {
     })
 }
 
+/// A store a command works on, and what keeps it open.
+struct Opened {
+    store: Store,
+    /// How reports name it: the directory, or the bucket.
+    name: String,
+    /// Where damaged objects go.
+    quarantine: String,
+    /// The runtime a bucket's requests run on (dropped after the store).
+    _runtime: Option<tokio::runtime::Runtime>,
+    /// The temporary directory of the index of a bucket (removed last).
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// The store the arguments name: a bucket, a directory, or the repository's directory endpoint.
+fn open_target(dir: Option<&Path>, bucket: &BucketArgs) -> Result<Opened, String> {
+    let Some(url) = &bucket.storage else {
+        let dir = store_dir(dir)?;
+        return Ok(Opened {
+            store: open(&dir)?,
+            name: dir.display().to_string(),
+            quarantine: dir.join("quarantine").display().to_string(),
+            _runtime: None,
+            _scratch: None,
+        });
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime for {url}: {e}"))?;
+    let (data, scratch) = match &bucket.data {
+        Some(data) => (data.clone(), None),
+        None => {
+            let scratch = tempfile::Builder::new()
+                .prefix("git-xet-bucket-")
+                .tempdir()
+                .map_err(|e| format!("cannot make a temporary directory for the index: {e}"))?;
+            (scratch.path().join("index"), Some(scratch))
+        }
+    };
+    let config = xet_store::s3::S3Config::from_vars(url.clone(), std::env::vars());
+    let store = Store::open_s3(&data, Default::default(), &config, runtime.handle().clone())
+        .map_err(|e| {
+            if e.is_locked() {
+                format!(
+                    "{} is in use by another process (a running node's --data?): give this \
+                     command a directory of its own, or none",
+                    data.display()
+                )
+            } else {
+                format!("cannot open {url}: {e}")
+            }
+        })?;
+    eprintln!("git-xet: registering the shards in {url} (this reads each shard the index lacks)");
+    let caught = store
+        .catch_up_all()
+        .map_err(|e| format!("cannot read the shards in {url}: {e}"))?;
+    if caught.refused > 0 {
+        eprintln!(
+            "git-xet: {} shard(s) in {url} were refused (their xorbs are missing or damaged); \
+             what they name is not protected from gc",
+            caught.refused
+        );
+    }
+    Ok(Opened {
+        store,
+        name: url.to_string(),
+        quarantine: format!("{url}/quarantine"),
+        _runtime: Some(runtime),
+        _scratch: scratch,
+    })
+}
+
 pub fn scrub(args: &ScrubArgs) -> CmdResult {
-    let dir = store_dir(args.dir.as_deref())?;
-    let store = open(&dir)?;
+    let target = open_target(args.dir.as_deref(), &args.bucket)?;
+    let store = &target.store;
     let show_progress = std::io::stderr().is_terminal();
     let mut last = Instant::now();
     let report = store.scrub(&mut |p: &ScrubProgress| {
@@ -157,9 +271,9 @@ pub fn scrub(args: &ScrubArgs) -> CmdResult {
     })?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", scrub_json(&dir, &report))?;
+        writeln!(out, "{}", scrub_json(&target.name, &report))?;
     } else {
-        print_scrub(&mut out, &dir, &report)?;
+        print_scrub(&mut out, &target, &report)?;
     }
     Ok(if report.found_damage() {
         ExitCode::from(DAMAGE_FOUND)
@@ -168,11 +282,11 @@ pub fn scrub(args: &ScrubArgs) -> CmdResult {
     })
 }
 
-fn print_scrub(out: &mut impl Write, dir: &Path, r: &ScrubReport) -> std::io::Result<()> {
+fn print_scrub(out: &mut impl Write, target: &Opened, r: &ScrubReport) -> std::io::Result<()> {
     writeln!(
         out,
         "scrubbed {}: {} xorbs ({}), {} shards",
-        dir.display(),
+        target.name,
         r.xorbs_checked,
         format_size(r.bytes_checked),
         r.shards_checked
@@ -201,13 +315,13 @@ fn print_scrub(out: &mut impl Write, dir: &Path, r: &ScrubReport) -> std::io::Re
         out,
         "damaged objects were moved to {}; to repair, push the affected files again from a clone \
          that has them (e.g. `git lfs push --all origin`), which uploads the missing xorbs",
-        dir.join("quarantine").display()
+        target.quarantine
     )
 }
 
-fn scrub_json(dir: &Path, r: &ScrubReport) -> serde_json::Value {
+fn scrub_json(name: &str, r: &ScrubReport) -> serde_json::Value {
     serde_json::json!({
-        "store": dir.display().to_string(),
+        "store": name,
         "damage_found": r.found_damage(),
         "xorbs_checked": r.xorbs_checked,
         "bytes_checked": r.bytes_checked,
@@ -220,34 +334,31 @@ fn scrub_json(dir: &Path, r: &ScrubReport) -> serde_json::Value {
 }
 
 pub fn gc(args: &GcArgs) -> CmdResult {
-    let dir = store_dir(args.dir.as_deref())?;
-    let store = open(&dir)?;
-    let report = store.gc(GcOptions {
+    let target = open_target(args.dir.as_deref(), &args.bucket)?;
+    let report = target.store.gc(GcOptions {
         grace: args.grace,
         dry_run: args.dry_run,
     })?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", gc_json(&dir, args.grace, &report))?;
+        writeln!(out, "{}", gc_json(&target.name, args.grace, &report))?;
     } else {
-        print_gc(&mut out, &dir, args.grace, &report)?;
+        print_gc(&mut out, &target.name, args.grace, &report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_gc(
     out: &mut impl Write,
-    dir: &Path,
+    name: &str,
     grace: Duration,
     r: &GcReport,
 ) -> std::io::Result<()> {
     let verb = if r.dry_run { "would remove" } else { "removed" };
     writeln!(
         out,
-        "{}: {} xorbs stored, {} used by registered files",
-        dir.display(),
-        r.xorbs_stored,
-        r.xorbs_used
+        "{name}: {} xorbs stored, {} used by registered files",
+        r.xorbs_stored, r.xorbs_used
     )?;
     writeln!(
         out,
@@ -284,9 +395,9 @@ fn print_gc(
     Ok(())
 }
 
-fn gc_json(dir: &Path, grace: Duration, r: &GcReport) -> serde_json::Value {
+fn gc_json(name: &str, grace: Duration, r: &GcReport) -> serde_json::Value {
     serde_json::json!({
-        "store": dir.display().to_string(),
+        "store": name,
         "grace_secs": grace.as_secs(),
         "dry_run": r.dry_run,
         "xorbs_stored": r.xorbs_stored,

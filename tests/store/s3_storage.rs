@@ -869,3 +869,132 @@ fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
     assert_eq!(got.len(), bytes.len());
     assert!(got[..] == bytes[..], "the rebuilt file differs");
 }
+
+/// `git xet gc` and `git xet scrub` with `--storage`, as an operator runs them on a bucket
+/// while a node keeps serving it: the command builds an index of its own from the bucket's
+/// shards, gc removes only the orphan past the grace period, scrub finds a xorb damaged in the
+/// bucket, and the node's file still downloads.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
+    use xet_client::pipeline::download::write_plan;
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_client::target::Endpoint;
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_format::xorb::ParsedXorb;
+
+    let g = Garage::start();
+    g.create_bucket("operator");
+    let live = node(&g, "operator", "team");
+    let cas = RemoteCas::new(RemoteConfig::new(
+        live.url().to_string(),
+        TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap();
+    let data = content(81, 3 << 20);
+    let kept = upload(&cas, &data[..], &UploadOptions::default()).unwrap();
+    // An orphan: a xorb no shard names (an interrupted push), put straight into the bucket.
+    let (b, _spool) = backend(&g, "operator", "team");
+    let m = common::manifest();
+    let orphan_bytes = common::read(&m.sessions[0].xorbs[0]);
+    let orphan = ParsedXorb::parse(&orphan_bytes).unwrap().hash();
+    b.put_if_absent(ObjectKey::Xorb(orphan), &orphan_bytes)
+        .unwrap();
+    let before = stored_xorbs(&g, "operator", "team");
+
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_git-xet"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(g.settings())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let json = |stdout: &str| serde_json::from_str::<serde_json::Value>(stdout).unwrap();
+
+    // A dry run with the default grace keeps everything.
+    let (code, out, err) = run(&[
+        "gc",
+        "--storage",
+        "s3://operator/team",
+        "--json",
+        "--dry-run",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["store"], "s3://operator/team", "{v}");
+    assert_eq!(
+        (v["xorbs_removed"].as_u64(), v["xorbs_young"].as_u64()),
+        (Some(0), Some(1)),
+        "{v}"
+    );
+    assert_eq!(v["xorbs_stored"].as_u64(), Some(before.len() as u64), "{v}");
+    assert!(
+        err.contains("registering the shards in s3://operator/team"),
+        "{err}"
+    );
+
+    // Past the grace period the orphan goes, and only it.
+    let (code, out, err) = run(&[
+        "gc",
+        "--storage",
+        "s3://operator/team",
+        "--grace",
+        "0s",
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(json(&out)["xorbs_removed"].as_u64(), Some(1), "{out}");
+    let after = stored_xorbs(&g, "operator", "team");
+    assert!(!after.iter().any(|(h, _)| *h == orphan));
+    assert_eq!(after.len(), before.len() - 1);
+    // The node kept serving, and its file is whole.
+    let plan = cas.reconstruction(&kept.file_hash, None).unwrap().unwrap();
+    let mut got = Vec::new();
+    write_plan(&cas, &plan, &mut |piece| {
+        got.extend_from_slice(piece);
+        Ok(())
+    })
+    .unwrap();
+    assert!(got == data, "the file downloads whole after gc");
+
+    // Scrub: clean, then a xorb damaged in the bucket is found and quarantined there.
+    let (code, out, err) = run(&["scrub", "--storage", "s3://operator/team"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("no damage found"), "{out}");
+    let (victim, len) = after[0];
+    let key = ObjectKey::Xorb(victim);
+    let mut bytes = b.read_all(key).unwrap().unwrap();
+    bytes[len as usize / 2] ^= 0xff;
+    let tmp = b.temp_path("rot");
+    std::fs::write(&tmp, &bytes).unwrap();
+    b.replace_file(key, &tmp).unwrap();
+    let index = tempfile::tempdir().unwrap();
+    let index_dir = index.path().join("index");
+    let index_arg = index_dir.to_str().unwrap();
+    let (code, out, err) = run(&[
+        "scrub",
+        "--storage",
+        "s3://operator/team",
+        "--data",
+        index_arg,
+    ]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(out.contains(&format!("damaged xorb {victim}")), "{out}");
+    assert!(out.contains("s3://operator/team/quarantine"), "{out}");
+    assert_eq!(b.len(key).unwrap(), None, "moved to quarantine");
+    // A directory and a bucket at once is refused by the parser; a node's own directory is
+    // not a store, and the message says what to run.
+    let (code, _, err) = run(&["gc", "/tmp", "--storage", "s3://operator/team"]);
+    assert_eq!(code, Some(2), "{err}");
+    let node_dir = live.store_dir();
+    let (code, _, err) = run(&["gc", node_dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("run this with --storage s3://operator/team"),
+        "{err}"
+    );
+}
