@@ -13,6 +13,8 @@
 //! | `gitxet_storage_errors_total` | | requests that failed because storage did (5xx from the store, a full disk included) |
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
+//! | `gitxet_storage_requests_total` | `op` | on object storage, requests sent to it by kind (`head`, `get`, `put`, `list`, `delete`, `copy`, `sign`) |
+//! | `gitxet_storage_request_seconds_total` | `op` | their total time, retries included (divided by the line above: the mean latency) |
 //! | `gitxet_catch_up_age_seconds` | | on shared object storage, how old this node's knowledge of the other nodes' uploads is (the start of its last successful catch-up; about 1 s normally, -1 before the first, 0 on a store no other node writes to) |
 use std::sync::LazyLock;
 
@@ -42,6 +44,11 @@ struct RouteLabels {
     route: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: &'static str,
+}
+
 /// Requests that failed because storage did; counted where store errors become responses
 /// ([`super::error`]), which knows no server state, hence one count per process.
 pub static STORAGE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
@@ -61,6 +68,9 @@ pub struct Metrics {
     claims: Gauge<i64, AtomicI64>,
     /// Seconds; set only on shared storage.
     catch_up_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Object storage's requests and their time, caught up with the store's own count.
+    storage_requests: Family<OpLabels, Counter>,
+    storage_seconds: Family<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
 }
 
 use std::sync::atomic::AtomicI64;
@@ -142,6 +152,19 @@ impl Default for Metrics {
              catch-up with the shards other nodes accepted (-1 before the first; 0 elsewhere)",
             catch_up_age.clone(),
         );
+        let storage_requests = Family::<OpLabels, Counter>::default();
+        registry.register(
+            "storage_requests",
+            "On object storage, requests sent to it, by kind",
+            storage_requests.clone(),
+        );
+        let storage_seconds =
+            Family::<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "storage_request_seconds",
+            "On object storage, the total time of its requests by kind, retries included",
+            storage_seconds.clone(),
+        );
         Self {
             registry,
             requests,
@@ -155,6 +178,8 @@ impl Default for Metrics {
             xorbs,
             claims,
             catch_up_age,
+            storage_requests,
+            storage_seconds,
         }
     }
 }
@@ -229,6 +254,16 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
             .metrics
             .registered_file_bytes
             .inc_by(registered - counted);
+    }
+    for t in state.store.storage_timings().unwrap_or_default() {
+        let labels = OpLabels { op: t.op.name() };
+        let requests = state.metrics.storage_requests.get_or_create(&labels);
+        requests.inc_by(t.requests.saturating_sub(requests.get()));
+        let seconds = state.metrics.storage_seconds.get_or_create(&labels);
+        let behind = t.time.as_secs_f64() - seconds.get();
+        if behind > 0.0 {
+            seconds.inc_by(behind);
+        }
     }
     let mut text = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &state.metrics.registry) {

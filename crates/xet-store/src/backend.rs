@@ -206,6 +206,11 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn shared_value(&self, _name: &str, _initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
         Ok(None)
     }
+    /// How long the storage's requests took so far; `None` for storage that is not reached
+    /// through requests (a directory).
+    fn timings(&self) -> Option<&crate::timings::StorageTimings> {
+        None
+    }
 }
 
 /// Presigned URLs of the storage for one answer ([`ObjectBackend::range_signer`]): each reads

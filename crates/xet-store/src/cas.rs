@@ -1429,6 +1429,13 @@ impl Store {
         self.backend.is_shared()
     }
 
+    /// How long object storage's requests took so far, by kind; `None` for a directory.
+    pub fn storage_timings(&self) -> Option<Vec<crate::timings::OpTotals>> {
+        self.backend
+            .timings()
+            .map(crate::timings::StorageTimings::read)
+    }
+
     /// Bytes `range` (inclusive) of an intact stored xorb object; `None` if it is not stored,
     /// the damage error if its stored copy is found missing or damaged.
     pub fn read_xorb(

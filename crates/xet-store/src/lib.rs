@@ -13,6 +13,7 @@
 //! | [`s3`] | [`S3Backend`](s3::S3Backend): objects in an S3-compatible bucket that several server nodes share |
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
+//! | [`timings`] | how long object storage's requests take, by kind, for `/metrics` |
 
 // Tests may unwrap, expect and panic: a failing test should stop right there.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -26,6 +27,7 @@ pub mod integrity;
 pub mod local_server;
 pub mod s3;
 pub mod sync;
+pub mod timings;
 
 pub use cas::{
     OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress,

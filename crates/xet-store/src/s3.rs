@@ -39,6 +39,8 @@
 //! tasks away while it waits (`block_in_place`) rather than stall them.
 
 use std::future::Future;
+
+use crate::timings::{StorageOp, StorageTimings};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -176,6 +178,8 @@ pub struct S3Backend {
     spool: Spool,
     /// The runtime the requests run on (the caller's; the backend has none of its own).
     runtime: tokio::runtime::Handle,
+    /// How long its requests took, by kind.
+    timings: StorageTimings,
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -299,6 +303,7 @@ impl S3Backend {
             region,
             spool: Spool::open(spool_dir)?.with_min_free(min_free),
             runtime,
+            timings: StorageTimings::default(),
         })
     }
 
@@ -331,9 +336,11 @@ impl S3Backend {
     /// caller that forgot `spawn_blocking` slows itself, not the server.
     fn block<T: Send + 'static>(
         &self,
+        op: StorageOp,
         what: &str,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, BackendError> {
+        let started = std::time::Instant::now();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.runtime.spawn(async move {
             let _ = tx.send(fut.await);
@@ -345,6 +352,7 @@ impl S3Backend {
             }
             _ => wait(),
         };
+        self.timings.record(op, started.elapsed());
         // The task is dropped unfinished only when the runtime shuts down.
         answer.map_err(|_| other("finish a request for", what, "the server is shutting down"))
     }
@@ -353,7 +361,7 @@ impl S3Backend {
     fn head(&self, path: &Key, what: &str) -> Result<Option<ObjectMeta>, BackendError> {
         let store = Arc::clone(&self.store);
         let p = path.clone();
-        match self.block(what, async move { store.head(&p).await })? {
+        match self.block(StorageOp::Head, what, async move { store.head(&p).await })? {
             Ok(meta) => Ok(Some(meta)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(other("look up", what, e)),
@@ -385,7 +393,7 @@ impl S3Backend {
             ..PutOptions::default()
         };
         let put = async move { store.put_opts(&p, payload.into(), options).await };
-        match self.block(what, put)? {
+        match self.block(StorageOp::Put, what, put)? {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. })
             | Err(object_store::Error::Precondition { .. }) => Ok(false),
@@ -438,7 +446,7 @@ impl S3Backend {
             }
             Ok::<_, object_store::Error>(out)
         };
-        self.block(&what, listing)?
+        self.block(StorageOp::List, &what, listing)?
             .map_err(|e| other("list", what.clone(), e))
     }
 
@@ -446,7 +454,9 @@ impl S3Backend {
     fn get_whole(&self, path: &Key, what: &str) -> Result<Option<Vec<u8>>, BackendError> {
         let store = Arc::clone(&self.store);
         let p = path.clone();
-        match self.block(what, async move { store.get(&p).await?.bytes().await })? {
+        match self.block(StorageOp::Get, what, async move {
+            store.get(&p).await?.bytes().await
+        })? {
             Ok(bytes) => Ok(Some(Vec::from(bytes))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(other("read", what, e)),
@@ -456,7 +466,11 @@ impl S3Backend {
     fn delete(&self, path: &Key, what: &str) -> Result<(), BackendError> {
         let store = Arc::clone(&self.store);
         let p = path.clone();
-        match self.block(what, async move { store.delete(&p).await })? {
+        match self.block(
+            StorageOp::Delete,
+            what,
+            async move { store.delete(&p).await },
+        )? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(other("delete", what, e)),
         }
@@ -573,7 +587,7 @@ impl ObjectBackend for S3Backend {
             };
             store.get_opts(&p, options).await?.bytes().await
         };
-        match self.block(&what, get)? {
+        match self.block(StorageOp::Get, &what, get)? {
             Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
                 Ok(Some(Vec::from(bytes)))
             }
@@ -618,7 +632,9 @@ impl ObjectBackend for S3Backend {
         };
         let store = Arc::clone(&self.store);
         let from = path.clone();
-        match self.block(&what, async move { store.copy(&from, &aside).await })? {
+        match self.block(StorageOp::Copy, &what, async move {
+            store.copy(&from, &aside).await
+        })? {
             Ok(()) => {}
             Err(object_store::Error::NotFound { .. }) => return Ok(false),
             Err(e) => return Err(other("copy to quarantine", what, e)),
@@ -764,7 +780,7 @@ impl ObjectBackend for S3Backend {
         let sample = self.object(ObjectKey::Xorb(XorbHash::from_bytes([0; 32])));
         let what = format!("{}/xorbs", self.url);
         let fetched = self
-            .block(&what, async move {
+            .block(StorageOp::Sign, &what, async move {
                 let url = signer
                     .signed_url(reqwest::Method::GET, &sample, ttl)
                     .await?;
@@ -817,6 +833,10 @@ impl ObjectBackend for S3Backend {
                 "it disappeared right after it was stored",
             )),
         }
+    }
+
+    fn timings(&self) -> Option<&StorageTimings> {
+        Some(&self.timings)
     }
 }
 
