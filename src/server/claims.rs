@@ -26,8 +26,9 @@
 //! Resources: one slice at a time on one blocking thread, a file streamed through the hasher
 //! (memory: the download pipeline's read-ahead), a pass at most every [`PASS_INTERVAL`]. A
 //! claim whose file cannot be rebuilt (a xorb lost or damaged) is tried again after
-//! [`RETRY_AFTER`]. On shared storage every node checks the claims it registers or catches up
-//! with (each keeps its own index).
+//! [`RETRY_AFTER`]. On shared storage a claim is checked once in the cluster: a node that finds
+//! it holds records that in the bucket, and a node that catches up with the shard settles the
+//! claim from that record instead of rebuilding the file (each node keeps its own index).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,7 +170,7 @@ impl Checker {
             self.last = Some(uploader.clone());
             let (oid, file) = (partial.oid, partial.file);
             let mut pass = Pass::default();
-            match check_slice(store, partial, self.slice)? {
+            match check_slice(store, partial, self.slice, true)? {
                 (Checked::Held, _) => pass.held += 1,
                 (Checked::Wrong, _) => pass.wrong += 1,
                 (Checked::Unreadable(why), _) => {
@@ -193,6 +194,8 @@ impl Checker {
 
 /// Checks every pending claim that can be checked now (except those deferred less than
 /// [`RETRY_AFTER`] ago), turn by turn (see [`Checker::turn`]).
+/// Then records the claims found to hold for the other nodes of shared storage (those checked
+/// when their shards were uploaded, too).
 pub fn check_pending(store: &Store, checker: &mut Checker) -> Result<Pass, StoreError> {
     let mut pass = Pass::default();
     while let Some(p) = checker.turn(store)? {
@@ -200,18 +203,26 @@ pub fn check_pending(store: &Store, checker: &mut Checker) -> Result<Pass, Store
         pass.wrong += p.wrong;
         pass.deferred += p.deferred;
     }
+    store.record_checked_claims();
     Ok(pass)
 }
 
 /// Hashes the next slice of a claimed file; settles the claim when the file is done. A file
 /// hashed in one slice is also checked against its Xet file hash (end to end); a longer one
 /// is checked chunk by chunk only (its file hash would need every chunk's hash kept).
+///
+/// With `ask_cluster`, a claim another node of shared storage checked already is settled from
+/// its record instead (not for claims a shard upload just made: nobody else can have them).
 fn check_slice(
     store: &Store,
     mut partial: Partial,
     slice: u64,
+    ask_cluster: bool,
 ) -> Result<(Checked, Option<Partial>), StoreError> {
     let (oid, file) = (partial.oid, partial.file);
+    if ask_cluster && partial.next_term == 0 && store.claim_checked_elsewhere(&oid, &file)? {
+        return Ok((Checked::Held, None));
+    }
     let plan = match store.reconstruction(&file, None) {
         Ok(Some(plan)) => plan,
         Ok(None) => {
@@ -280,7 +291,7 @@ pub fn check_now(store: &Store, claims: &[(LfsOid, FileHash, u64)]) {
             sha: sha2::Sha256::new(),
             next_term: 0,
         };
-        match check_slice(store, partial, CHECK_NOW_MAX_FILE) {
+        match check_slice(store, partial, CHECK_NOW_MAX_FILE, false) {
             Ok((Checked::Held | Checked::Wrong, _)) => {}
             Ok((Checked::Unreadable(why), _)) => {
                 tracing::debug!(%oid, %file, "SHA-256 claim left for the job: {why}")

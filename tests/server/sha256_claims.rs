@@ -540,3 +540,81 @@ fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
     });
     assert_eq!((api.status.as_u16(), api.retry_after), (429, Some(60)));
 }
+
+/// On shared storage a claim is checked once in the cluster: the node that checks it records
+/// the result in the bucket, and a node that catches up with the shard settles the claim from
+/// that record. Shown by taking the file's xorbs away after the second node caught up: it could
+/// not rebuild the file, yet the claim holds there.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
+    use common::garage::Garage;
+    use xet_store::backend::{ObjectBackend, ObjectKey};
+
+    let g = Garage::start();
+    g.create_bucket("claims");
+    let open = |dir: &std::path::Path| {
+        Store::open_s3(
+            dir,
+            Default::default(),
+            &g.s3_config("claims", ""),
+            Garage::runtime(),
+        )
+        .unwrap()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = open(dir_a.path());
+    let data = common::splitmix64(91, 3 << 20);
+    let oid = oid_of(&data);
+    let up = upload(&Checking(&a), &data[..], &declared(oid, data.len())).unwrap();
+    assert!(!up.sha256_computed);
+    assert!(
+        !a.oid_checked(&oid).unwrap(),
+        "a claim until node A checks it"
+    );
+    let pass = check_pending(&a, &mut Checker::default()).unwrap();
+    assert_eq!((pass.held, pass.wrong, pass.deferred), (1, 0, 0));
+
+    let b = open(dir_b.path());
+    b.catch_up_all().unwrap();
+    assert!(
+        !b.oid_checked(&oid).unwrap(),
+        "node B registered the claim unchecked"
+    );
+    // The file's bytes leave the bucket: node B can no longer rebuild it.
+    let spool = tempfile::tempdir().unwrap();
+    let bucket = xet_store::s3::S3Backend::open(
+        &g.s3_config("claims", ""),
+        spool.path(),
+        0,
+        Garage::runtime(),
+    )
+    .unwrap();
+    for x in bucket.list_xorbs().unwrap() {
+        assert!(bucket.remove(ObjectKey::Xorb(x.hash)).unwrap());
+    }
+    let pass = check_pending(&b, &mut Checker::default()).unwrap();
+    assert_eq!(
+        (pass.held, pass.wrong, pass.deferred),
+        (1, 0, 0),
+        "settled from node A's record, without the file's bytes"
+    );
+    assert!(b.oid_checked(&oid).unwrap());
+
+    // A claim nobody checked is still checked by the node itself (here it cannot be: the
+    // bytes are gone, so it waits).
+    let other = common::splitmix64(92, 1 << 20);
+    let dir_c = tempfile::tempdir().unwrap();
+    let c = open(dir_c.path());
+    let other_oid = oid_of(&other);
+    upload(&Checking(&c), &other[..], &declared(other_oid, other.len())).unwrap();
+    for x in bucket.list_xorbs().unwrap() {
+        bucket.remove(ObjectKey::Xorb(x.hash)).unwrap();
+    }
+    let pass = check_pending(&c, &mut Checker::default()).unwrap();
+    assert_eq!(
+        (pass.held, pass.deferred),
+        (0, 1),
+        "no record: node C must hash it itself"
+    );
+}

@@ -904,8 +904,14 @@ fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name} in {metrics}"))
     };
-    assert!(value("gitxet_storage_requests_total{op=\"put\"}") >= 2.0, "{metrics}");
-    assert!(value("gitxet_storage_request_seconds_total{op=\"put\"}") > 0.0, "{metrics}");
+    assert!(
+        value("gitxet_storage_requests_total{op=\"put\"}") >= 2.0,
+        "{metrics}"
+    );
+    assert!(
+        value("gitxet_storage_request_seconds_total{op=\"put\"}") > 0.0,
+        "{metrics}"
+    );
     // An orphan: a xorb no shard names (an interrupted push), put straight into the bucket.
     let (b, _spool) = backend(&g, "operator", "team");
     let m = common::manifest();

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use xet_format::{ShardHash, XorbHash};
+use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 /// The name of an object in a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -204,6 +204,16 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// tokens, the store version): stored as `initial` unless it exists, then read back.
     /// `None` for unshared storage, whose one process keeps such values in its directory.
     fn shared_value(&self, _name: &str, _initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(None)
+    }
+    /// Records for every process sharing the storage that `oid` was checked to be the SHA-256
+    /// of `file`, so that no other one rebuilds the file to check it again. Nothing for
+    /// unshared storage.
+    fn record_checked_claim(&self, _oid: &LfsOid, _file: &FileHash) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// The file a process sharing the storage checked `oid` to be the SHA-256 of, if any.
+    fn checked_claim(&self, _oid: &LfsOid) -> Result<Option<FileHash>, BackendError> {
         Ok(None)
     }
     /// How long the storage's requests took so far; `None` for storage that is not reached

@@ -256,6 +256,9 @@ pub struct Store {
     /// Sizes of the files this process registered for the first time (from uploads, not from
     /// other nodes' shards), since it opened the store.
     registered_bytes: std::sync::atomic::AtomicU64,
+    /// Claims found to hold, to be recorded for the other nodes of shared storage by
+    /// [`Store::record_checked_claims`] (off the path of the request that checked them).
+    checked_claims: Mutex<Vec<(LfsOid, FileHash)>>,
     /// The claim limits of [`StoreOptions`].
     claim_limits: (u64, u64),
     root: PathBuf,
@@ -394,6 +397,7 @@ impl Store {
             sync: Mutex::new(Default::default()),
             caught_up_ms: std::sync::atomic::AtomicU64::new(0),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
+            checked_claims: Mutex::new(Vec::new()),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
             root: dir.to_path_buf(),
         }
@@ -1313,7 +1317,54 @@ impl Store {
         file: &FileHash,
         holds: bool,
     ) -> Result<(), StoreError> {
-        Ok(self.index.settle_claim(oid, file, holds)?)
+        self.index.settle_claim(oid, file, holds)?;
+        if holds && self.backend.is_shared() {
+            self.checked_claims
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((*oid, *file));
+        }
+        Ok(())
+    }
+
+    /// Records the claims this process found to hold since the last call, for the other nodes
+    /// of shared storage ([`Self::claim_checked_elsewhere`]): one small object each, written
+    /// by the claims job rather than by the request that checked them. A record that cannot be
+    /// written only costs another node its own check.
+    pub fn record_checked_claims(&self) {
+        let checked = std::mem::take(
+            &mut *self
+                .checked_claims
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for (oid, file) in checked {
+            if let Err(e) = self.backend.record_checked_claim(&oid, &file) {
+                tracing::warn!(%oid, %file, error = %e,
+                    "cannot record the check of a SHA-256 claim for the other nodes; they will check it themselves");
+            }
+        }
+    }
+
+    /// Settles the claim that `oid` is the SHA-256 of `file` without hashing it, when another
+    /// process sharing the storage checked it already (see [`Self::settle_claim`]). `false`:
+    /// no such record; the claim is left pending.
+    pub fn claim_checked_elsewhere(
+        &self,
+        oid: &LfsOid,
+        file: &FileHash,
+    ) -> Result<bool, StoreError> {
+        match self.backend.checked_claim(oid) {
+            Ok(Some(checked)) if checked == *file => {
+                self.index.settle_claim(oid, file, true)?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) => {
+                tracing::debug!(%oid, error = %e, "cannot read the cluster's record of a SHA-256 claim");
+                Ok(false)
+            }
+        }
     }
 
     /// The first xorb a registered file needs that is missing or damaged, with why; `None` when

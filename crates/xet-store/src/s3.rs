@@ -59,7 +59,7 @@ use object_store::{
 use crate::backend::{
     BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, RangeSigner, Spool,
 };
-use xet_format::{ShardHash, XorbHash};
+use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 /// How far back each poll of the shard log looks before the newest entry it saw: entries are
 /// named by their writer's clock when the shard was accepted, so one that arrives late (a slow
@@ -833,6 +833,25 @@ impl ObjectBackend for S3Backend {
                 "it disappeared right after it was stored",
             )),
         }
+    }
+
+    fn record_checked_claim(&self, oid: &LfsOid, file: &FileHash) -> Result<(), BackendError> {
+        let path = self.key(&format!("claims/{oid}"));
+        let what = format!("{}/claims/{oid}", self.url);
+        // The same content whoever writes it: one PUT, no look first.
+        let body = bytes::Bytes::from(file.to_hex().into_bytes());
+        self.put(&path, body, PutMode::Overwrite, &what).map(|_| ())
+    }
+
+    fn checked_claim(&self, oid: &LfsOid) -> Result<Option<FileHash>, BackendError> {
+        let path = self.key(&format!("claims/{oid}"));
+        let what = format!("{}/claims/{oid}", self.url);
+        // Anything but a file hash in hex is no record (a check is then done here).
+        Ok(self.get_whole(&path, &what)?.and_then(|bytes| {
+            std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|text| FileHash::from_hex(text.trim()).ok())
+        }))
     }
 
     fn timings(&self) -> Option<&StorageTimings> {
