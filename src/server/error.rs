@@ -31,6 +31,9 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
+/// Seconds a client waits before asking a node that is catching up again.
+pub const CATCHING_UP_RETRY_SECS: u64 = 2;
+
 impl ApiError {
     pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
@@ -50,6 +53,27 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::ServerBusy,
                 message,
+            )
+        }
+    }
+
+    /// 404 for what this server does not have; but while a node on shared storage is still
+    /// registering the shards in storage (its first catch-up), 429 `catching_up` with
+    /// `Retry-After`: it may be there in a moment. git-lfs and git-xet's agent both retry a 429.
+    pub fn missing(store: &xet_store::Store, code: ErrorCode, message: impl Into<String>) -> Self {
+        if !store.catching_up() {
+            return Self::not_found(code, message);
+        }
+        Self {
+            retry_after: Some(CATCHING_UP_RETRY_SECS),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::CatchingUp,
+                format!(
+                    "{}; this server is still registering what the other nodes stored, try \
+                     again in a few seconds",
+                    message.into()
+                ),
             )
         }
     }

@@ -23,6 +23,10 @@ pub struct Maintenance {
     /// never (claims on small files are still checked as they are registered). Default: every
     /// second.
     pub claims_interval: Option<Duration>,
+    /// On shared storage, how long after the start the first full catch-up begins (the node
+    /// serves meanwhile; see [`spawn_sync`]). Default: at once; tests delay it to look at a
+    /// node that is still catching up.
+    pub first_catch_up_after: Duration,
 }
 
 impl Default for Maintenance {
@@ -32,28 +36,33 @@ impl Default for Maintenance {
             gc_grace: xet_store::gc::DEFAULT_GRACE,
             scrub_interval: None,
             claims_interval: Some(super::claims::PASS_INTERVAL),
+            first_catch_up_after: Duration::ZERO,
         }
     }
 }
 
-/// Starts the scheduled jobs; abort the returned tasks to stop them.
 /// How often a node on shared storage looks for shards other nodes accepted.
 pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// How often it lists every shard, for log entries that arrived too late to be seen.
 pub const FULL_SYNC_INTERVAL: Duration = Duration::from_secs(600);
 
 /// For a store on shared storage, the job that keeps this node's index caught up with the
-/// other nodes (see `store::sync`); nothing for a directory store.
-pub fn spawn_sync(store: &Arc<Store>) -> Option<tokio::task::JoinHandle<()>> {
+/// other nodes (see `store::sync`): first a full catch-up, at once (the node serves meanwhile
+/// and answers misses "try again shortly"), then the shard log every [`SYNC_INTERVAL`];
+/// nothing for a directory store.
+pub fn spawn_sync(store: &Arc<Store>, m: Maintenance) -> Option<tokio::task::JoinHandle<()>> {
     if !store.is_shared() {
         return None;
     }
     let store = Arc::clone(store);
     Some(tokio::spawn(async move {
         let mut last_full = std::time::Instant::now();
+        let mut pause = m.first_catch_up_after;
         loop {
-            tokio::time::sleep(SYNC_INTERVAL).await;
-            let full = last_full.elapsed() >= FULL_SYNC_INTERVAL;
+            tokio::time::sleep(pause).await;
+            pause = SYNC_INTERVAL;
+            // Until a full catch-up succeeds, each turn is one.
+            let full = store.catching_up() || last_full.elapsed() >= FULL_SYNC_INTERVAL;
             if full {
                 last_full = std::time::Instant::now();
             }
@@ -80,6 +89,7 @@ pub fn spawn_sync(store: &Arc<Store>) -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
+/// Starts the scheduled jobs; abort the returned tasks to stop them.
 pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<()>> {
     let mut jobs = Vec::new();
     if let Some(every) = m.gc_interval {

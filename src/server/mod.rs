@@ -398,9 +398,18 @@ async fn health(State(state): State<SharedState>) -> Response {
     }
 }
 
-/// `GET /ready`: 200 when the store answers (its index, and for object storage the bucket),
-/// 503 otherwise: for load balancers deciding where to send requests.
+/// `GET /ready`: 200 when the store answers (its index, and for object storage the bucket)
+/// and, on shared storage, the node has registered every shard in it once; 503 otherwise: for
+/// load balancers deciding where to send requests.
 async fn ready(State(state): State<SharedState>) -> Response {
+    if state.store.catching_up() {
+        return ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NotReady,
+            "this server is still registering the shards the other nodes stored",
+        )
+        .into_response();
+    }
     let st = state.clone();
     let probe = tokio::task::spawn_blocking(move || {
         st.store.counts()?;
@@ -555,7 +564,7 @@ impl Server {
         };
         let limits = self.state.resources.limits().clone();
         let mut jobs = maintenance::spawn(&self.state.store, self.maintenance);
-        jobs.extend(maintenance::spawn_sync(&self.state.store));
+        jobs.extend(maintenance::spawn_sync(&self.state.store, self.maintenance));
         let checking = Arc::new(std::sync::atomic::AtomicBool::new(false));
         if let Some(every) = self.maintenance.claims_interval {
             jobs.push(claims::spawn(
@@ -620,13 +629,9 @@ async fn open_store(config: &ServeConfig) -> Result<Store, ServeError> {
     let runtime = tokio::runtime::Handle::current();
     let opened = tokio::task::spawn_blocking(move || {
         let store = Store::open_s3(&dir, options, &storage, runtime)?;
-        let caught = store.catch_up_all()?;
-        tracing::info!(
-            storage = %storage.url,
-            registered = caught.registered,
-            refused = caught.refused,
-            "caught up with the shards in storage"
-        );
+        // What the other nodes stored is registered by the sync job, which starts with a full
+        // catch-up; the node serves meanwhile (see `Store::catching_up`).
+        tracing::info!(storage = %storage.url, "serving while catching up with the shards in storage");
         Ok::<_, xet_store::StoreError>(store)
     })
     .await

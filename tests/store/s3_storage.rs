@@ -510,6 +510,7 @@ fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
     };
     let n1 = scoped_node();
     let n2 = scoped_node();
+    wait_ready(&n2);
     let http = reqwest::blocking::Client::new();
     let object = |s: &TestServer, repo: &str, oid: &str| {
         format!("{}/{repo}/info/lfs/objects/{oid}", s.url())
@@ -538,6 +539,7 @@ fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
     assert_eq!(get(&n2, B, "team-b/x").0, 404);
     // So does a node started later on an empty disk, from the registrations kept for good.
     let n3 = scoped_node();
+    wait_ready(&n3);
     assert_eq!(get(&n3, A, "team-a/models"), (200, true));
     assert_eq!(get(&n3, B, "team-b/x").0, 404);
 }
@@ -608,6 +610,26 @@ fn garbage_collection_and_scrub_work_on_the_bucket() {
     );
     assert_eq!(report.affected_files, vec![kept.file_hash]);
     assert_eq!(b.len(key).unwrap(), None, "moved to quarantine");
+}
+
+/// Waits until a node has registered what the bucket holds (`/ready`): until then it answers
+/// what it lacks "come back shortly" instead of "not found".
+fn wait_ready(s: &TestServer) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = reqwest::blocking::get(format!("{}/ready", s.url()))
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if status == 200 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never ready ({status})",
+            s.url()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn sent_xorb_bytes(s: &TestServer) -> u64 {
@@ -1016,4 +1038,115 @@ fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
         err.contains("run this with --storage s3://operator/team"),
         "{err}"
     );
+}
+
+/// A node started on a bucket that other nodes filled serves at once, while it registers their
+/// shards: `/health` answers, `/ready` says not yet, and what it does not know yet is answered
+/// 429 `catching_up` with `Retry-After` (git-lfs and the agent retry it) instead of 404, after a
+/// look at the shard log, which finds what was stored recently. Its first full catch-up is held
+/// back here so that the test sees the node before it.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_node_serves_while_it_catches_up_and_asks_to_come_back_for_what_it_lacks() {
+    use xet_client::pipeline::download::write_plan;
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_client::target::Endpoint;
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
+
+    let g = Garage::start();
+    g.create_bucket("late");
+    let a = node(&g, "late", "");
+    let data = content(93, 2 << 20);
+    let oid = xet_format::LfsOid::of(&data);
+    let cas = |s: &TestServer| {
+        RemoteCas::new(RemoteConfig::new(
+            s.url().to_string(),
+            TokenSource::fixed(Some(WRITE_TOKEN.into())),
+        ))
+        .unwrap()
+    };
+    let options = UploadOptions {
+        expected_sha256: Some(oid),
+        ..UploadOptions::default()
+    };
+    let stored = upload(&cas(&a), &data[..], &options).unwrap();
+
+    let storage = g.s3_config("late", "");
+    let started = std::time::Instant::now();
+    let b = start_with(move |c| {
+        c.storage = Some(storage);
+        c.maintenance.first_catch_up_after = Duration::from_secs(5);
+    });
+    let http = reqwest::blocking::Client::new();
+    let get = |path: &str| {
+        http.get(format!("{}{path}", b.url()))
+            .bearer_auth(WRITE_TOKEN)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(get("/health").status(), 200);
+    let ready = get("/ready");
+    assert_eq!(ready.status(), 503);
+    assert!(ready.text().unwrap().contains("still registering"));
+    // A file nobody stored: the node cannot tell yet, and says to come back.
+    let nowhere = xet_format::FileHash::from_bytes([7; 32]);
+    let miss = get(&format!("/v2/reconstructions/{nowhere}"));
+    assert_eq!(miss.status(), 429);
+    assert_eq!(miss.headers()["retry-after"], "2");
+    let body: serde_json::Value = miss.json().unwrap();
+    assert_eq!(body["error"], "catching_up", "{body}");
+    // A's file, stored a moment ago: a miss reads the shard log (not the whole bucket) and
+    // finds it at once.
+    let known = get(&format!("/v2/reconstructions/{}", stored.file_hash));
+    assert_eq!(known.status(), 200);
+    let batch = http
+        .post(format!("{}/team/late.git/info/lfs/objects/batch", b.url()))
+        .bearer_auth(WRITE_TOKEN)
+        .header("Accept", "application/vnd.git-lfs+json")
+        .header("Content-Type", "application/vnd.git-lfs+json")
+        .body(
+            serde_json::json!({
+                "operation": "download",
+                "objects": [{"oid": oid.to_hex(), "size": data.len()}],
+            })
+            .to_string(),
+        )
+        .send()
+        .unwrap();
+    // So does the batch API, once per batch.
+    assert_eq!(batch.status(), 200, "{:?}", batch.text());
+    let answer: serde_json::Value = batch.json().unwrap();
+    assert!(
+        answer["objects"][0]["actions"]["download"].is_object(),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the checks above ran before the first catch-up began"
+    );
+
+    // A client gets the file (registered from the log by now), and the node is ready once its
+    // first full catch-up has run.
+    let from_b = cas(&b);
+    let plan = from_b
+        .reconstruction(&stored.file_hash, None)
+        .unwrap()
+        .expect("known after the catch-up");
+    let mut got = Vec::new();
+    write_plan(&from_b, &plan, &mut |piece| {
+        got.extend_from_slice(piece);
+        Ok(())
+    })
+    .unwrap();
+    assert!(got == data);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while get("/ready").status() != 200 {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "ready only after the catch-up"
+    );
+    assert_eq!(get(&format!("/v2/reconstructions/{nowhere}")).status(), 404);
 }

@@ -540,6 +540,7 @@ error_codes! {
     BodyTimeout => "body_timeout",
     BodyTooLarge => "body_too_large",
     CasTokenNotAccepted => "cas_token_not_accepted",
+    CatchingUp => "catching_up",
     ChecksumMismatch => "checksum_mismatch",
     ChunkNotFound => "chunk_not_found",
     ChunkRange => "chunk_range",

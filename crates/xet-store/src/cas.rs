@@ -253,6 +253,9 @@ pub struct Store {
     /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
     /// outside `sync`, so that reading it never waits on a catch-up.
     pub(super) caught_up_ms: std::sync::atomic::AtomicU64,
+    /// A full catch-up (every shard in storage listed and registered) has succeeded since the
+    /// store opened: before that, what the index lacks may be in storage.
+    pub(super) listed_all: std::sync::atomic::AtomicBool,
     /// Sizes of the files this process registered for the first time (from uploads, not from
     /// other nodes' shards), since it opened the store.
     registered_bytes: std::sync::atomic::AtomicU64,
@@ -396,6 +399,7 @@ impl Store {
             doomed: Mutex::new(std::collections::HashSet::new()),
             sync: Mutex::new(Default::default()),
             caught_up_ms: std::sync::atomic::AtomicU64::new(0),
+            listed_all: std::sync::atomic::AtomicBool::new(false),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
             checked_claims: Mutex::new(Vec::new()),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),

@@ -66,6 +66,11 @@ impl Store {
     /// Removes xorbs no registered file uses, once older than `options.grace` (see the module
     /// documentation).
     pub fn gc(&self, options: GcOptions) -> Result<GcReport, StoreError> {
+        // What the index does not know yet must not look unused: on shared storage, every
+        // shard in storage is registered first (once per opening).
+        if self.catching_up() {
+            self.catch_up_all()?;
+        }
         let mut report = GcReport {
             dry_run: options.dry_run,
             ..GcReport::default()

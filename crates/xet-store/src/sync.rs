@@ -122,18 +122,39 @@ impl Store {
         let outcome = self.register_from_storage(&mut state, all)?;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
         self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
+        self.listed_all.store(true, Ordering::Relaxed);
         Ok(outcome)
+    }
+
+    /// On shared storage, until the first full catch-up since the store opened has succeeded
+    /// ([`Self::catch_up_all`]): a lookup that misses may miss only because this node has not
+    /// registered the shard yet. A server answers such misses "try again shortly" and stays
+    /// unready meanwhile; gc waits for it.
+    pub fn catching_up(&self) -> bool {
+        self.is_shared() && !self.listed_all.load(Ordering::Relaxed)
     }
 
     /// For a lookup that found nothing: makes sure a catch-up that started after the miss has
     /// run (one that another request started meanwhile counts: concurrent misses share one
     /// listing) and says whether the lookup is worth repeating.
+    ///
+    /// Before the first full catch-up has run, the shard log (what was stored recently) is read
+    /// if no full catch-up is under way; a miss never waits for one, which lists everything
+    /// (the caller says to come back instead).
     pub(super) fn caught_up_after_miss(&self) -> bool {
         if !self.is_shared() {
             return false;
         }
         let missed = Instant::now();
-        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = if self.catching_up() {
+            match self.sync.try_lock() {
+                Ok(state) => state,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+            }
+        } else {
+            self.sync.lock().unwrap_or_else(|p| p.into_inner())
+        };
         if state.last.is_some_and(|t| t > missed) {
             return true;
         }

@@ -37,7 +37,8 @@ pub async fn get(
     })
     .await?;
     let Some(chunks) = listed else {
-        return Err(ApiError::not_found(
+        return Err(ApiError::missing(
+            &state.store,
             ErrorCode::FileNotFound,
             format!("file {file} is not registered on this server"),
         ));

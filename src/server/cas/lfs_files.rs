@@ -98,7 +98,8 @@ pub async fn get(
             reconstruction: plan,
         })
         .into_response(),
-        None => ApiError::not_found(
+        None => ApiError::missing(
+            &state.store,
             ErrorCode::OidNotFound,
             format!("no file with LFS oid {oid} is stored on this server"),
         )

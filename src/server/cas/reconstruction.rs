@@ -102,7 +102,8 @@ async fn reconstruct(
     let mut response = match answered {
         Ok(Some(response)) => response,
         Ok(None) => {
-            return Err(fail(ApiError::not_found(
+            return Err(fail(ApiError::missing(
+                &state.store,
                 ErrorCode::FileNotFound,
                 format!("file {file} is not registered on this server"),
             )))

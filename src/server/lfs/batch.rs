@@ -192,6 +192,19 @@ pub async fn batch(
         .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
         .collect();
     let looked_up = look_up(state, oids, limited, operation, transfer).await?;
+    // A node that has not registered every shard in storage yet may lack what is asked for:
+    // come back shortly, rather than upload it again or fail the download.
+    let absent = looked_up
+        .iter()
+        .filter(|(stored, _)| matches!(stored, Stored::Absent))
+        .count();
+    if absent > 0 && state.store.catching_up() {
+        return Err(ApiError::missing(
+            &state.store,
+            ErrorCode::ObjectNotFound,
+            format!("{absent} of the objects are not known to this server yet"),
+        ));
+    }
     let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
     let objects: Vec<ObjectOut> = requested
         .into_iter()

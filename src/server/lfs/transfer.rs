@@ -224,7 +224,8 @@ pub async fn get(
         let Some(xet_store::OidFile { file, size, .. }) =
             store.oid_file(&oid, limited.as_deref(), fresh)?
         else {
-            return Err(ApiError::not_found(
+            return Err(ApiError::missing(
+                &store,
                 ErrorCode::ObjectNotFound,
                 format!("object {oid} not found"),
             ));
