@@ -67,17 +67,21 @@ fn fresh_clone(pusher: &GitEnv) -> (GitEnv, PathBuf) {
     (other, clone)
 }
 
-/// The LFS object of `data` in `repo`, which must be there and be `data`.
-fn assert_object(repo: &Path, data: &[u8]) {
+/// Where git-lfs keeps the object of `data` in `repo`.
+fn object_path(repo: &Path, data: &[u8]) -> PathBuf {
     use sha2::{Digest, Sha256};
     let oid = format!("{:x}", Sha256::digest(data));
-    let path = repo
-        .join(".git/lfs/objects")
+    repo.join(".git/lfs/objects")
         .join(&oid[..2])
         .join(&oid[2..4])
-        .join(&oid);
+        .join(&oid)
+}
+
+/// The LFS object of `data` in `repo`, which must be there and be `data`.
+fn assert_object(repo: &Path, data: &[u8]) {
+    let path = object_path(repo, data);
     let got = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(got == data, "object {oid} differs");
+    assert!(got == data, "object {} differs", path.display());
 }
 
 #[test]
@@ -166,6 +170,11 @@ fn a_damaged_chunk_cache_is_caught_and_the_download_still_right() {
         }
     }
     assert!(damaged > 0, "the first fetch filled the chunk cache");
+    // The first version's object goes too: the second fetch would copy the unchanged chunks
+    // from it (an earlier version on this machine) instead of the cache, whichever it meets
+    // first, and this test is about the cache.
+    assert_object(&clone, &data[0]);
+    std::fs::remove_file(object_path(&clone, &data[0])).unwrap();
 
     let before = sent(&server);
     other.git(&clone, &["lfs", "fetch", "origin", &commits[1]]);
