@@ -8,6 +8,7 @@
 //! it runs `git lfs prune --verify-remote`, which asks that remote's LFS server.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -100,47 +101,10 @@ pub fn run(args: &PruneArgs) -> CmdResult {
     if !git.has_git_lfs() {
         return Err("git-lfs is not installed: install it first (https://git-lfs.com)".into());
     }
-    let remote = match &args.remote {
-        Some(r) => r.clone(),
-        None => git
-            .config_get("lfs.pruneremotetocheck")?
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or_else(|| "origin".to_string()),
-    };
-    let remotes = settings::remotes(&git);
-    if !remotes.iter().any(|r| r.name == remote) {
-        return Err(format!(
-            "there is no remote named {remote:?}: name the remote whose endpoint must hold the \
-             objects with --remote NAME (git remote -v lists them)"
-        )
-        .into());
+    let remote = remote_to_check(&git, args)?;
+    if !is_git_xet_standalone(&git, &remote)? {
+        return delegate(&git, &remote, args);
     }
-    let endpoints = settings::lfs_env_endpoints(&git);
-    let lfs_url = settings::lfs_url_of(&endpoints, &remotes, &remote);
-    match settings::transfer_mode(&git, lfs_url.as_deref()) {
-        TransferMode::Standalone(a) if a == "xet" => {}
-        TransferMode::Standalone(other) => {
-            return Err(format!(
-                "remote {remote:?} uses the standalone transfer agent {other:?}, not git-xet: \
-                 git-xet cannot check its objects, and git-lfs cannot either (it does not ask \
-                 standalone agents); prune with care"
-            )
-            .into())
-        }
-        TransferMode::FileAdapter => {
-            return Err(format!(
-                "remote {remote:?} has the LFS URL {}: git-lfs copies its objects there with its \
-                 own file adapter, not git-xet, and `git lfs prune --verify-remote` counts every \
-                 object as present there without looking. git xet prune checks git-xet \
-                 endpoints only: to use git-xet for this remote, run `git xet install --local \
-                 --endpoint DIR` (add `--remote {remote}` for this remote only)",
-                redact(lfs_url.as_deref().unwrap_or("file://…"))
-            )
-            .into())
-        }
-        TransferMode::Negotiated => return delegate(&git, &remote, args),
-    }
-
     let oids = prune::candidates(&git, &remote)?;
     let objects_dir = prune::objects_dir(&git)?;
     let shown_endpoint = match settings::endpoint_for_remote(&git, &cwd, Some(&remote)) {
@@ -161,91 +125,10 @@ pub fn run(args: &PruneArgs) -> CmdResult {
         objects: Vec::new(),
     };
     if !oids.is_empty() {
-        let mut options = AgentOptions::in_dir(&cwd);
-        options.store_patience = STORE_PATIENCE;
-        let lease = agent::open_standalone(options, Some(&remote), Operation::Download);
-        if let Err(e) = &lease {
-            report.endpoint_error = Some(redact(&e.to_string()));
-        }
-        let mut held = Vec::new();
-        // After an endpoint that did not answer (each request retried for a minute), the rest
-        // is not asked about.
-        let mut unanswered: Option<String> = None;
-        for oid in &oids {
-            let path = prune::object_path(&objects_dir, oid);
-            let Ok(meta) = std::fs::metadata(&path) else {
-                report.objects.push(Object {
-                    oid: *oid,
-                    size: 0,
-                    verdict: "gone",
-                    reason: Some("no local copy any more".into()),
-                    deleted: false,
-                });
-                continue;
-            };
-            let size = meta.len();
-            let verdict = match (&lease, &unanswered) {
-                (Err(e), _) => Verdict::Unknown(redact(&e.to_string())),
-                (Ok(_), Some(why)) => Verdict::Unknown(format!("not checked: {why}")),
-                (Ok(l), None) => prune::check(l.get(), oid, size),
-            };
-            if let Verdict::Unknown(why) = &verdict {
-                if lease.is_ok() && unanswered.is_none() {
-                    unanswered = Some(format!(
-                        "the endpoint failed for {oid}: {}",
-                        xet_client::redact::clip(why, 300)
-                    ));
-                }
-            }
-            let (name, reason) = match verdict {
-                Verdict::Held => {
-                    held.push(report.objects.len());
-                    ("held", None)
-                }
-                Verdict::Missing(why) => ("missing", Some(why)),
-                Verdict::Unknown(why) => ("unknown", Some(why)),
-            };
-            report.objects.push(Object {
-                oid: *oid,
-                size,
-                verdict: name,
-                reason,
-                deleted: false,
-            });
-        }
-        // The store (a directory endpoint) is released before anything is deleted.
-        drop(lease);
-        for i in held {
-            let o = &mut report.objects[i];
-            if !args.dry_run {
-                if let Err(e) = prune::delete_object(&objects_dir, &o.oid) {
-                    o.reason = Some(format!("cannot delete the local copy: {e}"));
-                    report.delete_failures += 1;
-                    continue;
-                }
-                o.deleted = true;
-            }
-            report.pruned += 1;
-            report.pruned_bytes += o.size;
-        }
-        report.kept = report
-            .objects
-            .iter()
-            .filter(|o| matches!(o.verdict, "missing" | "unknown"))
-            .count();
+        let held = check_objects(&cwd, &remote, &oids, &objects_dir, &mut report);
+        delete_held(&objects_dir, held, args.dry_run, &mut report);
     }
-
-    let mut text = Vec::new();
-    if args.json {
-        serde_json::to_writer_pretty(&mut text, &report)?;
-        writeln!(text)?;
-    } else {
-        render(&report, args.verbose, &mut text)?;
-    }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    out.write_all(redact(&String::from_utf8_lossy(&text)).as_bytes())?;
-    out.flush()?;
+    print_report(&report, args)?;
     Ok(if report.delete_failures > 0 {
         ExitCode::FAILURE
     } else if report.kept > 0 {
@@ -253,6 +136,158 @@ pub fn run(args: &PruneArgs) -> CmdResult {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The remote whose endpoint must hold the objects: `--remote`, else `lfs.pruneremotetocheck`,
+/// else `origin`; it must exist.
+fn remote_to_check(git: &Git, args: &PruneArgs) -> Result<String, Box<dyn std::error::Error>> {
+    let remote = match &args.remote {
+        Some(r) => r.clone(),
+        None => git
+            .config_get("lfs.pruneremotetocheck")?
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| "origin".to_string()),
+    };
+    if !settings::remotes(git).iter().any(|r| r.name == remote) {
+        return Err(format!(
+            "there is no remote named {remote:?}: name the remote whose endpoint must hold the \
+             objects with --remote NAME (git remote -v lists them)"
+        )
+        .into());
+    }
+    Ok(remote)
+}
+
+/// Whether git-xet stores `remote`'s objects in standalone mode (then this command checks
+/// them), or git-lfs negotiates with an LFS server (then git-lfs's own prune checks). Any other
+/// transfer is refused: nothing could check what it stored.
+fn is_git_xet_standalone(git: &Git, remote: &str) -> Result<bool, Box<dyn std::error::Error>> {
+    let lfs_url = settings::lfs_url_of(
+        &settings::lfs_env_endpoints(git),
+        &settings::remotes(git),
+        remote,
+    );
+    match settings::transfer_mode(git, lfs_url.as_deref()) {
+        TransferMode::Standalone(a) if a == "xet" => Ok(true),
+        TransferMode::Negotiated => Ok(false),
+        TransferMode::Standalone(other) => Err(format!(
+            "remote {remote:?} uses the standalone transfer agent {other:?}, not git-xet: \
+             git-xet cannot check its objects, and git-lfs cannot either (it does not ask \
+             standalone agents); prune with care"
+        )
+        .into()),
+        TransferMode::FileAdapter => Err(format!(
+            "remote {remote:?} has the LFS URL {}: git-lfs copies its objects there with its \
+             own file adapter, not git-xet, and `git lfs prune --verify-remote` counts every \
+             object as present there without looking. git xet prune checks git-xet \
+             endpoints only: to use git-xet for this remote, run `git xet install --local \
+             --endpoint DIR` (add `--remote {remote}` for this remote only)",
+            redact(lfs_url.as_deref().unwrap_or("file://…"))
+        )
+        .into()),
+    }
+}
+
+/// Asks `remote`'s endpoint about each candidate with a local copy; each goes into `report`
+/// with its verdict. Returns the indexes (in `report.objects`) of those the endpoint holds.
+/// After the endpoint failed to answer once (each request retried for a minute), the rest is
+/// not asked about. The store of a directory endpoint is released on return.
+fn check_objects(
+    cwd: &Path,
+    remote: &str,
+    oids: &[xet_format::LfsOid],
+    objects_dir: &Path,
+    report: &mut Report,
+) -> Vec<usize> {
+    let mut options = AgentOptions::in_dir(cwd);
+    options.store_patience = STORE_PATIENCE;
+    let lease = agent::open_standalone(options, Some(remote), Operation::Download);
+    if let Err(e) = &lease {
+        report.endpoint_error = Some(redact(&e.to_string()));
+    }
+    let mut held = Vec::new();
+    let mut unanswered: Option<String> = None;
+    for oid in oids {
+        let path = prune::object_path(objects_dir, oid);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            report.objects.push(Object {
+                oid: *oid,
+                size: 0,
+                verdict: "gone",
+                reason: Some("no local copy any more".into()),
+                deleted: false,
+            });
+            continue;
+        };
+        let size = meta.len();
+        let verdict = match (&lease, &unanswered) {
+            (Err(e), _) => Verdict::Unknown(redact(&e.to_string())),
+            (Ok(_), Some(why)) => Verdict::Unknown(format!("not checked: {why}")),
+            (Ok(l), None) => prune::check(l.get(), oid, size),
+        };
+        if let Verdict::Unknown(why) = &verdict {
+            if lease.is_ok() && unanswered.is_none() {
+                unanswered = Some(format!(
+                    "the endpoint failed for {oid}: {}",
+                    xet_client::redact::clip(why, 300)
+                ));
+            }
+        }
+        let (name, reason) = match verdict {
+            Verdict::Held => {
+                held.push(report.objects.len());
+                ("held", None)
+            }
+            Verdict::Missing(why) => ("missing", Some(why)),
+            Verdict::Unknown(why) => ("unknown", Some(why)),
+        };
+        report.objects.push(Object {
+            oid: *oid,
+            size,
+            verdict: name,
+            reason,
+            deleted: false,
+        });
+    }
+    held
+}
+
+/// Deletes the local copies of the objects at `held` (unless `dry_run`) and counts what was
+/// pruned and kept.
+fn delete_held(objects_dir: &Path, held: Vec<usize>, dry_run: bool, report: &mut Report) {
+    for i in held {
+        let o = &mut report.objects[i];
+        if !dry_run {
+            if let Err(e) = prune::delete_object(objects_dir, &o.oid) {
+                o.reason = Some(format!("cannot delete the local copy: {e}"));
+                report.delete_failures += 1;
+                continue;
+            }
+            o.deleted = true;
+        }
+        report.pruned += 1;
+        report.pruned_bytes += o.size;
+    }
+    report.kept = report
+        .objects
+        .iter()
+        .filter(|o| matches!(o.verdict, "missing" | "unknown"))
+        .count();
+}
+
+/// The report as text or JSON on stdout, redacted.
+fn print_report(report: &Report, args: &PruneArgs) -> std::io::Result<()> {
+    let mut text = Vec::new();
+    if args.json {
+        serde_json::to_writer_pretty(&mut text, report)?;
+        writeln!(text)?;
+    } else {
+        render(report, args.verbose, &mut text)?;
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    out.write_all(redact(&String::from_utf8_lossy(&text)).as_bytes())?;
+    out.flush()
 }
 
 /// Negotiated mode: git-lfs's own check asks the LFS server about every object.
