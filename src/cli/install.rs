@@ -270,70 +270,129 @@ fn normalise_endpoint(endpoint: &str) -> Result<String, Box<dyn std::error::Erro
 pub fn install(args: &InstallArgs) -> CmdResult {
     let git = Git::new();
     let scope = args.scope.scope();
-    if scope == Scope::Local && !git.in_repository() {
-        return Err("--local needs to run inside a git repository".into());
-    }
-    if let Some(remote) = &args.remote {
-        if scope != Scope::Local {
-            return Err(format!(
-                "--remote needs --local: a remote belongs to one repository (run `git xet \
-                 install --local --endpoint URL-or-DIR --remote {remote}` inside it)"
-            )
-            .into());
-        }
-        if !crate::lfs::settings::remotes(&git)
-            .iter()
-            .any(|r| r.name == *remote)
-        {
-            return Err(format!(
-                "this repository has no remote named {remote:?}: add it first (`git remote add \
-                 {remote} URL`), then run this again"
-            )
-            .into());
-        }
-    }
+    check_scope(&git, scope, args.remote.as_deref())?;
     if !git.has_git_lfs() {
         return Err(git_lfs_missing());
     }
     // Another `xet` agent is left alone (before anything is written) unless --force.
     let exe = agent_path()?;
-    let managed_before: Vec<String> = git
-        .config_get_in(Some(scope), MANAGED_KEYS)?
-        .map(|v| v.split_whitespace().map(String::from).collect())
-        .unwrap_or_default();
+    let managed_before = managed_keys(&git, scope)?;
     replace_other_agent(&git, scope, &managed_before, &exe, args.force)?;
-    // git-lfs's filters first, if nobody set them up.
-    if git.config_get("filter.lfs.process")?.is_none() {
-        let mut lfs_args = vec!["lfs", "install"];
-        if scope != Scope::Global {
-            lfs_args.push(scope.flag());
-        }
-        // git-lfs refuses to install its hooks over git-xet's pre-push (and fails): its hooks
-        // are already there, behind ours, so leave the repository's hooks alone.
-        if git.in_repository() && super::hooks::ours_installed(&git) {
-            lfs_args.push("--skip-repo");
-        }
-        match git.run(&lfs_args) {
-            Ok(_) => say!("ran `git {}`", lfs_args.join(" ")),
-            // A hook of the user's is in the way of git-lfs's: git-lfs has set its filters and
-            // stopped. Finish without its hooks; ours (with --local) keeps the user's hook.
-            Err(e) if e.to_string().contains("Hook already exists") => {
-                lfs_args.push("--skip-repo");
-                git.run(&lfs_args)?;
-                say!(
-                    "ran `git {}`: git-lfs did not install its hooks because this repository \
-                     has its own (`git lfs update --manual` explains how to merge them)",
-                    lfs_args.join(" ")
-                );
-            }
-            Err(e) => return Err(e.into()),
+    set_up_git_lfs(&git, scope)?;
+    let wanted = wanted_settings(args, scope, &exe)?;
+    let mut managed = managed_keys(&git, scope)?;
+    for (key, value) in &wanted {
+        apply_setting(&git, scope, key, value, &mut managed)?;
+    }
+    managed.sort();
+    managed.dedup();
+    git.config_set(scope, MANAGED_KEYS, &managed.join(" "))?;
+    if scope == Scope::Local {
+        for line in super::hooks::install(&git)? {
+            say!("{line}");
         }
     }
+    say!(
+        "git-xet is installed ({} configuration){}",
+        scope.name(),
+        match (&args.endpoint, &args.remote) {
+            (Some(_), Some(remote)) =>
+                format!("; standalone mode is on, and remote {remote:?} has its own endpoint"),
+            (Some(_), None) => "; standalone mode is on".to_string(),
+            _ => String::new(),
+        }
+    );
+    if let (Scope::Local, Some(endpoint), None) = (scope, &args.endpoint, &args.remote) {
+        // The repository's clones need the same endpoint, which git config does not carry.
+        say!(
+            "others clone this repository with `git xet clone --endpoint {} <repository URL>` \
+             (a plain `git clone` cannot check its LFS files out: the git host has only \
+             pointers)",
+            normalise_endpoint(endpoint).unwrap_or_else(|_| endpoint.clone())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
-    let mut managed: Vec<String> = git
+/// `--local` needs a repository, and `--remote` needs `--local` and a remote of that name.
+fn check_scope(
+    git: &Git,
+    scope: Scope,
+    remote: Option<&str>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if scope == Scope::Local && !git.in_repository() {
+        return Err("--local needs to run inside a git repository".into());
+    }
+    let Some(remote) = remote else {
+        return Ok(());
+    };
+    if scope != Scope::Local {
+        return Err(format!(
+            "--remote needs --local: a remote belongs to one repository (run `git xet \
+             install --local --endpoint URL-or-DIR --remote {remote}` inside it)"
+        )
+        .into());
+    }
+    if !crate::lfs::settings::remotes(git)
+        .iter()
+        .any(|r| r.name == remote)
+    {
+        return Err(format!(
+            "this repository has no remote named {remote:?}: add it first (`git remote add \
+             {remote} URL`), then run this again"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The keys git-xet set in `scope` (and may change or remove later).
+fn managed_keys(git: &Git, scope: Scope) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    Ok(git
         .config_get_in(Some(scope), MANAGED_KEYS)?
         .map(|v| v.split_whitespace().map(String::from).collect())
-        .unwrap_or_default();
+        .unwrap_or_default())
+}
+
+/// Runs `git lfs install` in `scope` if nobody set git-lfs's filters up yet.
+fn set_up_git_lfs(git: &Git, scope: Scope) -> Result<(), Box<dyn std::error::Error>> {
+    if git.config_get("filter.lfs.process")?.is_some() {
+        return Ok(());
+    }
+    let mut lfs_args = vec!["lfs", "install"];
+    if scope != Scope::Global {
+        lfs_args.push(scope.flag());
+    }
+    // git-lfs refuses to install its hooks over git-xet's pre-push (and fails): its hooks are
+    // already there, behind ours, so leave the repository's hooks alone.
+    if git.in_repository() && super::hooks::ours_installed(git) {
+        lfs_args.push("--skip-repo");
+    }
+    match git.run(&lfs_args) {
+        Ok(_) => say!("ran `git {}`", lfs_args.join(" ")),
+        // A hook of the user's is in the way of git-lfs's: git-lfs has set its filters and
+        // stopped. Finish without its hooks; ours (with --local) keeps the user's hook.
+        Err(e) if e.to_string().contains("Hook already exists") => {
+            lfs_args.push("--skip-repo");
+            git.run(&lfs_args)?;
+            say!(
+                "ran `git {}`: git-lfs did not install its hooks because this repository has \
+                 its own (`git lfs update --manual` explains how to merge them)",
+                lfs_args.join(" ")
+            );
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+/// The settings an install asks for: the agent's registration, the concurrency, and with
+/// `--endpoint` standalone mode and the (repository's or remote's) endpoint.
+fn wanted_settings(
+    args: &InstallArgs,
+    scope: Scope,
+    exe: &std::path::Path,
+) -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
     let mut wanted: Vec<(String, String)> = vec![
         (
             "lfs.customtransfer.xet.path".to_string(),
@@ -364,59 +423,43 @@ pub fn install(args: &InstallArgs) -> CmdResult {
             None => wanted.push((ENDPOINT_KEY.to_string(), endpoint)),
         }
     }
-    for (key, value) in &wanted {
-        let current = git.config_get_in(Some(scope), key)?;
-        let ours = managed.iter().any(|k| k == key);
-        match current {
-            Some(v) if v == *value => {
-                if !ours && key.starts_with("lfs.customtransfer.xet.") {
-                    managed.push(key.to_string());
-                }
-                say!("{} {key} = {value} (unchanged)", scope.name());
+    Ok(wanted)
+}
+
+/// Sets `key` to `value` in `scope`, unless it is already, or it is a value the user set
+/// themselves (the agent's own `lfs.customtransfer.xet.*` keys excepted); a key git-xet sets
+/// joins `managed`.
+fn apply_setting(
+    git: &Git,
+    scope: Scope,
+    key: &str,
+    value: &str,
+    managed: &mut Vec<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let current = git.config_get_in(Some(scope), key)?;
+    let ours = managed.iter().any(|k| k == key);
+    match current {
+        Some(v) if v == value => {
+            if !ours && key.starts_with("lfs.customtransfer.xet.") {
+                managed.push(key.to_string());
             }
-            Some(v) if !ours && !key.starts_with("lfs.customtransfer.xet.") => {
-                say!(
-                    "{} {key} is already {v:?}, set by you; left as it is (wanted {value:?})",
-                    scope.name()
-                );
+            say!("{} {key} = {value} (unchanged)", scope.name());
+        }
+        Some(v) if !ours && !key.starts_with("lfs.customtransfer.xet.") => {
+            say!(
+                "{} {key} is already {v:?}, set by you; left as it is (wanted {value:?})",
+                scope.name()
+            );
+        }
+        _ => {
+            git.config_set(scope, key, value)?;
+            if !ours {
+                managed.push(key.to_string());
             }
-            _ => {
-                git.config_set(scope, key, value)?;
-                if !ours {
-                    managed.push(key.to_string());
-                }
-                say!("{} {key} = {value}", scope.name());
-            }
+            say!("{} {key} = {value}", scope.name());
         }
     }
-    managed.sort();
-    managed.dedup();
-    git.config_set(scope, MANAGED_KEYS, &managed.join(" "))?;
-    if scope == Scope::Local {
-        for line in super::hooks::install(&git)? {
-            say!("{line}");
-        }
-    }
-    say!(
-        "git-xet is installed ({} configuration){}",
-        scope.name(),
-        match (&args.endpoint, &args.remote) {
-            (Some(_), Some(remote)) =>
-                format!("; standalone mode is on, and remote {remote:?} has its own endpoint"),
-            (Some(_), None) => "; standalone mode is on".to_string(),
-            _ => String::new(),
-        }
-    );
-    if let (Scope::Local, Some(endpoint), None) = (scope, &args.endpoint, &args.remote) {
-        // The repository's clones need the same endpoint, which git config does not carry.
-        say!(
-            "others clone this repository with `git xet clone --endpoint {} <repository URL>` \
-             (a plain `git clone` cannot check its LFS files out: the git host has only \
-             pointers)",
-            normalise_endpoint(endpoint).unwrap_or_else(|_| endpoint.clone())
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 pub fn uninstall(args: &UninstallArgs) -> CmdResult {
