@@ -1099,21 +1099,31 @@ fn a_node_serves_while_it_catches_up_and_asks_to_come_back_for_what_it_lacks() {
     // finds it at once.
     let known = get(&format!("/v2/reconstructions/{}", stored.file_hash));
     assert_eq!(known.status(), 200);
-    let batch = http
-        .post(format!("{}/team/late.git/info/lfs/objects/batch", b.url()))
-        .bearer_auth(WRITE_TOKEN)
-        .header("Accept", "application/vnd.git-lfs+json")
-        .header("Content-Type", "application/vnd.git-lfs+json")
-        .body(
-            serde_json::json!({
-                "operation": "download",
-                "objects": [{"oid": oid.to_hex(), "size": data.len()}],
-            })
-            .to_string(),
-        )
-        .send()
-        .unwrap();
-    // So does the batch API, once per batch.
+    let batch_of = |operation: &str, oid: &str, size: usize| {
+        http.post(format!("{}/team/late.git/info/lfs/objects/batch", b.url()))
+            .bearer_auth(WRITE_TOKEN)
+            .header("Accept", "application/vnd.git-lfs+json")
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .body(
+                serde_json::json!({
+                    "operation": operation,
+                    "objects": [{"oid": oid, "size": size}],
+                })
+                .to_string(),
+            )
+            .send()
+            .unwrap()
+    };
+    // A download of an object nobody stored: come back; an upload of it goes ahead.
+    let unknown = "ab".repeat(32);
+    assert_eq!(batch_of("download", &unknown, 10).status(), 429);
+    let upload_answer: serde_json::Value = batch_of("upload", &unknown, 10).json().unwrap();
+    assert!(
+        upload_answer["objects"][0]["actions"]["upload"].is_object(),
+        "{upload_answer}"
+    );
+    // The batch API finds A's object, stored a moment ago, in the log too.
+    let batch = batch_of("download", &oid.to_hex(), data.len());
     assert_eq!(batch.status(), 200, "{:?}", batch.text());
     let answer: serde_json::Value = batch.json().unwrap();
     assert!(

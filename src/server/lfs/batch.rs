@@ -192,13 +192,14 @@ pub async fn batch(
         .map(|r| r.checked.as_ref().ok().map(|(oid, _)| *oid))
         .collect();
     let looked_up = look_up(state, oids, limited, operation, transfer).await?;
-    // A node that has not registered every shard in storage yet may lack what is asked for:
-    // come back shortly, rather than upload it again or fail the download.
+    // A node that has not registered every shard in storage yet may lack what a download
+    // asks for: come back shortly rather than fail. An upload goes ahead (what is stored
+    // already is found by its xorbs and stored once).
     let absent = looked_up
         .iter()
         .filter(|(stored, _)| matches!(stored, Stored::Absent))
         .count();
-    if absent > 0 && state.store.catching_up() {
+    if absent > 0 && operation == Operation::Download && state.store.catching_up() {
         return Err(ApiError::missing(
             &state.store,
             ErrorCode::ObjectNotFound,
