@@ -127,6 +127,14 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// [`Self::put_if_absent`] for a complete object already written (and flushed) to `file`, a
     /// path from [`Self::temp_path`]. The file is consumed: moved into place or removed.
     fn put_file_if_absent(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError>;
+    /// [`Self::put_file_if_absent`] for a caller that found `key` absent a moment ago (its
+    /// stamp was `None`): storage that would look first may skip the look. A store that
+    /// honours conditional writes still never replaces the object; one that ignores them
+    /// (Garage) may replace it with these same bytes, which for a content-addressed key is
+    /// the same object.
+    fn put_new_file(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {
+        self.put_file_if_absent(key, file)
+    }
     /// Atomically puts the complete object in `file` (from [`Self::temp_path`]) in place of
     /// whatever `key` holds: a repair with a verified copy. The file is consumed.
     fn replace_file(&self, key: ObjectKey, file: &Path) -> Result<(), BackendError>;

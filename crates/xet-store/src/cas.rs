@@ -618,7 +618,7 @@ impl Store {
         let xorb = footer.hash;
         let key = ObjectKey::Xorb(xorb);
         let created = match self.backend.stamp(key)? {
-            None => self.backend.put_file_if_absent(key, file)?,
+            None => self.backend.put_new_file(key, file)?,
             Some(_) if self.keep_existing(&xorb)? => {
                 let _ = fs::remove_file(file);
                 false

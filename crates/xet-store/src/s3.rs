@@ -386,6 +386,26 @@ impl S3Backend {
         if mode == PutMode::Create && self.head(path, what)?.is_some() {
             return Ok(false);
         }
+        self.put_with(path, payload, mode, what)
+    }
+
+    /// A create without the look first (see [`ObjectBackend::put_new_file`]).
+    fn put_unlooked(
+        &self,
+        path: &Key,
+        payload: bytes::Bytes,
+        what: &str,
+    ) -> Result<bool, BackendError> {
+        self.put_with(path, payload, PutMode::Create, what)
+    }
+
+    fn put_with(
+        &self,
+        path: &Key,
+        payload: bytes::Bytes,
+        mode: PutMode,
+        what: &str,
+    ) -> Result<bool, BackendError> {
         let store = Arc::clone(&self.store);
         let p = path.clone();
         let options = PutOptions {
@@ -506,6 +526,14 @@ impl ObjectBackend for S3Backend {
         let what = key.to_string();
         let result = Self::file_bytes(file, &what)
             .and_then(|payload| self.put(&self.object(key), payload, PutMode::Create, &what));
+        let _ = std::fs::remove_file(file);
+        result
+    }
+
+    fn put_new_file(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {
+        let what = key.to_string();
+        let result = Self::file_bytes(file, &what)
+            .and_then(|payload| self.put_unlooked(&self.object(key), payload, &what));
         let _ = std::fs::remove_file(file);
         result
     }
