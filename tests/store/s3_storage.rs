@@ -632,6 +632,31 @@ fn wait_ready(s: &TestServer) {
     }
 }
 
+/// git-xet's client of node `s`, with the test's write token.
+fn client(s: &TestServer) -> xet_client::RemoteCas {
+    xet_client::RemoteCas::new(xet_client::RemoteConfig::new(
+        s.url().to_string(),
+        xet_client::TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap()
+}
+
+/// The whole of `file`, downloaded through `cas`.
+fn download_whole(cas: &xet_client::RemoteCas, file: &xet_format::FileHash) -> Vec<u8> {
+    use xet_client::target::Endpoint;
+    let plan = cas
+        .reconstruction(file, None)
+        .unwrap()
+        .expect("the file is known");
+    let mut got = Vec::new();
+    xet_client::pipeline::download::write_plan(cas, &plan, &mut |piece: &[u8]| {
+        got.extend_from_slice(piece);
+        Ok(())
+    })
+    .unwrap();
+    got
+}
+
 fn sent_xorb_bytes(s: &TestServer) -> u64 {
     s.health("sent_xorb_bytes")
 }
@@ -639,10 +664,6 @@ fn sent_xorb_bytes(s: &TestServer) -> u64 {
 #[test]
 #[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn with_storage_urls_downloads_go_straight_to_the_bucket() {
-    use xet_client::pipeline::download::write_plan;
-    use xet_client::target::Endpoint;
-    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
-
     let g = Garage::start();
     g.create_bucket("direct");
     let storage = g.s3_config("direct", "");
@@ -670,19 +691,7 @@ fn with_storage_urls_downloads_go_straight_to_the_bucket() {
             &[(dest.clone(), hash.clone(), size)],
         );
         assert!(std::fs::read(&dest).unwrap() == data, "{name}");
-        let cas = RemoteCas::new(RemoteConfig::new(
-            server.url(),
-            TokenSource::fixed(Some(WRITE_TOKEN.into())),
-        ))
-        .unwrap();
-        let file = hash.parse().unwrap();
-        let plan = cas.reconstruction(&file, None).unwrap().unwrap();
-        let mut got = Vec::new();
-        write_plan(&cas, &plan, &mut |b: &[u8]| {
-            got.extend_from_slice(b);
-            Ok(())
-        })
-        .unwrap();
+        let got = download_whole(&client(server), &hash.parse().unwrap());
         assert!(got == data, "{name}: git-xet's client");
     }
     // Each storage URL is signed for its one range (the signature covers the Range header):
@@ -899,20 +908,13 @@ fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
-    use xet_client::pipeline::download::write_plan;
     use xet_client::pipeline::upload::{upload, UploadOptions};
-    use xet_client::target::Endpoint;
-    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
     use xet_format::xorb::ParsedXorb;
 
     let g = Garage::start();
     g.create_bucket("operator");
     let live = node(&g, "operator", "team");
-    let cas = RemoteCas::new(RemoteConfig::new(
-        live.url().to_string(),
-        TokenSource::fixed(Some(WRITE_TOKEN.into())),
-    ))
-    .unwrap();
+    let cas = client(&live);
     let data = content(81, 3 << 20);
     let kept = upload(&cas, &data[..], &UploadOptions::default()).unwrap();
     // The node's /metrics tells how many requests it sent the bucket, and how long they took.
@@ -993,14 +995,10 @@ fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
     assert!(!after.iter().any(|(h, _)| *h == orphan));
     assert_eq!(after.len(), before.len() - 1);
     // The node kept serving, and its file is whole.
-    let plan = cas.reconstruction(&kept.file_hash, None).unwrap().unwrap();
-    let mut got = Vec::new();
-    write_plan(&cas, &plan, &mut |piece| {
-        got.extend_from_slice(piece);
-        Ok(())
-    })
-    .unwrap();
-    assert!(got == data, "the file downloads whole after gc");
+    assert!(
+        download_whole(&cas, &kept.file_hash) == data,
+        "the file downloads whole after gc"
+    );
 
     // Scrub: clean, then a xorb damaged in the bucket is found and quarantined there.
     let (code, out, err) = run(&["scrub", "--storage", "s3://operator/team"]);
@@ -1048,28 +1046,18 @@ fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_node_serves_while_it_catches_up_and_asks_to_come_back_for_what_it_lacks() {
-    use xet_client::pipeline::download::write_plan;
     use xet_client::pipeline::upload::{upload, UploadOptions};
-    use xet_client::target::Endpoint;
-    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
 
     let g = Garage::start();
     g.create_bucket("late");
     let a = node(&g, "late", "");
     let data = content(93, 2 << 20);
     let oid = xet_format::LfsOid::of(&data);
-    let cas = |s: &TestServer| {
-        RemoteCas::new(RemoteConfig::new(
-            s.url().to_string(),
-            TokenSource::fixed(Some(WRITE_TOKEN.into())),
-        ))
-        .unwrap()
-    };
     let options = UploadOptions {
         expected_sha256: Some(oid),
         ..UploadOptions::default()
     };
-    let stored = upload(&cas(&a), &data[..], &options).unwrap();
+    let stored = upload(&client(&a), &data[..], &options).unwrap();
 
     let storage = g.s3_config("late", "");
     let started = std::time::Instant::now();
@@ -1137,18 +1125,7 @@ fn a_node_serves_while_it_catches_up_and_asks_to_come_back_for_what_it_lacks() {
 
     // A client gets the file (registered from the log by now), and the node is ready once its
     // first full catch-up has run.
-    let from_b = cas(&b);
-    let plan = from_b
-        .reconstruction(&stored.file_hash, None)
-        .unwrap()
-        .expect("known after the catch-up");
-    let mut got = Vec::new();
-    write_plan(&from_b, &plan, &mut |piece| {
-        got.extend_from_slice(piece);
-        Ok(())
-    })
-    .unwrap();
-    assert!(got == data);
+    assert!(download_whole(&client(&b), &stored.file_hash) == data);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while get("/ready").status() != 200 {
         assert!(std::time::Instant::now() < deadline, "never ready");
