@@ -243,42 +243,108 @@ fn upload_blocks(
     seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<UploadSummary, UploadError> {
-    if let Some(oid) = options.expected_sha256 {
-        let known = target
-            .file_by_sha256(&oid)
-            .map_err(UploadError::target(format!("looking up SHA-256 {oid}")))?;
-        if let Some((file_hash, size)) = known {
-            if options.expected_size.is_none_or(|s| s == size) {
-                return Ok(UploadSummary {
-                    file_hash,
-                    size,
-                    sha256: oid,
-                    already_stored: true,
-                    chunks: 0,
-                    dedup_chunks: 0,
-                    dedup_bytes: 0,
-                    dedup_queries: 0,
-                    probe_queries: 0,
-                    history_dedup_bytes: 0,
-                    new_xorbs: 0,
-                    uploaded_bytes: 0,
-                    existing_xorbs: 0,
-                    shards: 0,
-                    sha256_computed: false,
-                });
-            }
-        }
+    if let Some(stored) = stored_already(target, options)? {
+        return Ok(stored);
     }
-
     // Asked after the lookup above, which is how a remote target learns whether it checks.
     let trusted = match options.expected_sha256 {
         Some(oid) if options.sha256_declared_by_namer && target.checks_sha256_claims() => Some(oid),
         _ => None,
     };
+    let (file, size, uploader) = read_and_put(target, blocks, options, seeds, trusted, progress)?;
+    let sha256 = file.file.sha256.unwrap_or_default();
+    let mut summary = UploadSummary {
+        file_hash: file.file.hash,
+        size,
+        sha256,
+        already_stored: false,
+        chunks: file.chunks,
+        dedup_chunks: file.dedup_chunks,
+        dedup_bytes: file.dedup_bytes,
+        dedup_queries: file.dedup_queries,
+        probe_queries: file.probe_queries,
+        history_dedup_bytes: file.history_dedup_bytes,
+        new_xorbs: uploader.new_xorbs,
+        uploaded_bytes: uploader.bytes,
+        existing_xorbs: uploader.existing_xorbs,
+        shards: 0,
+        sha256_computed: trusted.is_none(),
+    };
+    if size == 0 {
+        return Ok(summary);
+    }
+    let FileResult { file, blocks, .. } = file;
+    let hash = file.hash;
+    let shards = build_shards(file, blocks, options.max_shard_bytes)?;
+    for (i, bytes) in shards.iter().enumerate() {
+        target
+            .register_shard(bytes)
+            .map_err(UploadError::target(format!(
+                "registering shard {} of {} for file {hash}",
+                i + 1,
+                shards.len()
+            )))?;
+    }
+    summary.shards = shards.len() as u64;
+    if summary.sha256_computed {
+        target
+            .sha256_computed(&sha256, &hash)
+            .map_err(UploadError::target(format!(
+                "recording SHA-256 {sha256} of file {hash}"
+            )))?;
+    }
+    tracing::debug!(file = %hash, %sha256, size, new_xorbs = summary.new_xorbs,
+        uploaded_bytes = summary.uploaded_bytes, dedup_chunks = summary.dedup_chunks, "file uploaded");
+    Ok(summary)
+}
+
+/// The summary of an upload the target needs no bytes for: it has a checked file with the
+/// expected SHA-256 (and size).
+fn stored_already(
+    target: &dyn CasTarget,
+    options: &UploadOptions,
+) -> Result<Option<UploadSummary>, UploadError> {
+    let Some(oid) = options.expected_sha256 else {
+        return Ok(None);
+    };
+    let known = target
+        .file_by_sha256(&oid)
+        .map_err(UploadError::target(format!("looking up SHA-256 {oid}")))?;
+    Ok(known
+        .filter(|(_, size)| options.expected_size.is_none_or(|s| s == *size))
+        .map(|(file_hash, size)| UploadSummary {
+            file_hash,
+            size,
+            sha256: oid,
+            already_stored: true,
+            chunks: 0,
+            dedup_chunks: 0,
+            dedup_bytes: 0,
+            dedup_queries: 0,
+            probe_queries: 0,
+            history_dedup_bytes: 0,
+            new_xorbs: 0,
+            uploaded_bytes: 0,
+            existing_xorbs: 0,
+            shards: 0,
+            sha256_computed: false,
+        }))
+}
+
+/// Reads, chunks and deduplicates the stream on this thread while `options.parallel_puts`
+/// uploader threads put the xorbs it builds; the file, its size and what the uploaders did.
+fn read_and_put(
+    target: &dyn CasTarget,
+    blocks: &mut dyn Blocks,
+    options: &UploadOptions,
+    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
+    trusted: Option<LfsOid>,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<(FileResult, u64, PutStats), UploadError> {
     let uploaded = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let done = Done::default();
-    let (file, size, uploader) = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let (tx, rx) = mpsc::sync_channel::<(u32, BuiltXorb)>(0);
         // Each uploader owns a handle on the receiver: when the last one quits, the channel
         // closes and the reader's next hand-over fails instead of waiting forever.
@@ -331,52 +397,7 @@ fn upload_blocks(
             (Err(UploadError::UploaderGone), Err(e)) => Err(e),
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
         }
-    })?;
-
-    let sha256 = file.file.sha256.unwrap_or_default();
-    let mut summary = UploadSummary {
-        file_hash: file.file.hash,
-        size,
-        sha256,
-        already_stored: false,
-        chunks: file.chunks,
-        dedup_chunks: file.dedup_chunks,
-        dedup_bytes: file.dedup_bytes,
-        dedup_queries: file.dedup_queries,
-        probe_queries: file.probe_queries,
-        history_dedup_bytes: file.history_dedup_bytes,
-        new_xorbs: uploader.new_xorbs,
-        uploaded_bytes: uploader.bytes,
-        existing_xorbs: uploader.existing_xorbs,
-        shards: 0,
-        sha256_computed: trusted.is_none(),
-    };
-    if size == 0 {
-        return Ok(summary);
-    }
-    let FileResult { file, blocks, .. } = file;
-    let hash = file.hash;
-    let shards = build_shards(file, blocks, options.max_shard_bytes)?;
-    for (i, bytes) in shards.iter().enumerate() {
-        target
-            .register_shard(bytes)
-            .map_err(UploadError::target(format!(
-                "registering shard {} of {} for file {hash}",
-                i + 1,
-                shards.len()
-            )))?;
-    }
-    summary.shards = shards.len() as u64;
-    if summary.sha256_computed {
-        target
-            .sha256_computed(&sha256, &hash)
-            .map_err(UploadError::target(format!(
-                "recording SHA-256 {sha256} of file {hash}"
-            )))?;
-    }
-    tracing::debug!(file = %hash, %sha256, size, new_xorbs = summary.new_xorbs,
-        uploaded_bytes = summary.uploaded_bytes, dedup_chunks = summary.dedup_chunks, "file uploaded");
-    Ok(summary)
+    })
 }
 
 /// The hash of the first chunk of what `reader` yields (`None` when it is empty): read from at
