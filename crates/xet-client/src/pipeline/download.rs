@@ -891,90 +891,16 @@ fn stream_step(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
     step: &Step,
-    mut offset: u64,
+    offset: u64,
     to: &FileOut,
     buf: &mut Vec<u8>,
 ) -> Result<Vec<ChunkRef>, DownloadError> {
-    let FileOut {
-        out,
-        written,
-        abort,
-    } = *to;
-    let first = step.range.chunks.start;
-    let expected = step.range.chunks.end.saturating_sub(first) as usize;
-    let terms = &plan.terms[step.terms.clone()];
     let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
-    let mut refs = Vec::with_capacity(expected);
-    let mut ti = 0usize; // the term being written
-    let mut term_len = 0u64;
-    buf.clear();
-    let flush = |buf: &mut Vec<u8>, offset: &mut u64| -> Result<(), DownloadError> {
-        out.write_all_at(buf, *offset)
-            .map_err(DownloadError::Write)?;
-        *offset += buf.len() as u64;
-        written.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        buf.clear();
-        Ok(())
-    };
-    // A term without chunks (never made by a server, but a plan can say so) writes nothing.
-    let close_term = |ti: &mut usize, term_len: &mut u64| -> Result<(), DownloadError> {
-        let i = step.terms.start + *ti;
-        let t = &plan.terms[i];
-        if *term_len != u64::from(t.unpacked_len) {
-            return Err(DownloadError::Plan(format!(
-                "term {i} (xorb {}, chunks {}..{}) decodes to {term_len} bytes, not {}",
-                step.xorb, t.chunks.start, t.chunks.end, t.unpacked_len
-            )));
-        }
-        *ti += 1;
-        *term_len = 0;
-        Ok(())
-    };
-    let mut each = |chunk: SplitChunk, payload: &[u8]| -> Result<(), StreamError> {
-        if chunk.index >= expected {
-            return Err(StreamError::Download(DownloadError::Plan(format!(
-                "bytes {start}-{end} of xorb {} hold more than the {expected} chunks the plan \
-                 expects",
-                step.xorb
-            ))));
-        }
-        let c = first + chunk.index as u32;
-        while let Some(t) = terms.get(ti) {
-            if t.chunks.is_empty() {
-                close_term(&mut ti, &mut term_len).map_err(StreamError::Download)?;
-                continue;
-            }
-            if c < t.chunks.start {
-                return Ok(()); // a chunk no term uses
-            }
-            let before = buf.len();
-            decompress_chunk_into(&chunk.header, payload, buf).map_err(|e| {
-                StreamError::Xorb(XorbError::Chunk {
-                    index: chunk.index,
-                    offset: chunk.offset,
-                    problem: e.into(),
-                })
-            })?;
-            let data = &buf[before..];
-            term_len += data.len() as u64;
-            refs.push(ChunkRef {
-                hash: ChunkHash::of(data),
-                len: data.len() as u64,
-            });
-            if c + 1 == t.chunks.end {
-                close_term(&mut ti, &mut term_len).map_err(StreamError::Download)?;
-            }
-            if buf.len() >= EMIT_BYTES {
-                flush(buf, &mut offset).map_err(StreamError::Download)?;
-            }
-            return Ok(());
-        }
-        Ok(()) // past the last term
-    };
+    let mut writer = StepWriter::new(plan, step, offset, to, buf);
     let mut splitter = ChunkSplitter::new(XorbLimits::SERVER);
     let mut failure: Option<StreamError> = None;
     let read = source.stream_xorb_range(&step.xorb, step.range, &mut |at, piece| {
-        if abort.load(Ordering::Relaxed) {
+        if to.abort.load(Ordering::Relaxed) {
             failure = Some(StreamError::Download(DownloadError::Plan(
                 "another part of the download failed".into(),
             )));
@@ -992,7 +918,9 @@ fn stream_step(
             ))));
             return ControlFlow::Break(());
         }
-        match splitter.feed(&piece[(pos - at) as usize..], &mut each) {
+        match splitter.feed(&piece[(pos - at) as usize..], &mut |chunk, payload| {
+            writer.chunk(chunk, payload)
+        }) {
             Ok(()) => ControlFlow::Continue(()),
             Err(e) => {
                 failure = Some(e);
@@ -1010,19 +938,146 @@ fn stream_step(
         source,
     })?;
     let chunks = splitter.finish().map_err(|e| step.damaged(e))?;
-    if chunks != expected {
+    if chunks != writer.expected {
         return Err(DownloadError::Plan(format!(
-            "bytes {start}-{end} of xorb {} hold {chunks} chunks, the plan expects {expected}",
-            step.xorb,
+            "bytes {start}-{end} of xorb {} hold {chunks} chunks, the plan expects {}",
+            step.xorb, writer.expected,
         )));
     }
-    while ti < terms.len() {
-        close_term(&mut ti, &mut term_len)?;
+    writer.finish()
+}
+
+/// Where [`stream_step`] is in its step: the term being written, the decoded bytes not yet
+/// written (`buf`) and the file offset they go to, the chunk refs so far.
+struct StepWriter<'a> {
+    plan: &'a ReconstructionPlan,
+    step: &'a Step<'a>,
+    to: &'a FileOut<'a>,
+    buf: &'a mut Vec<u8>,
+    offset: u64,
+    /// The chunks the step's range holds.
+    expected: usize,
+    refs: Vec<ChunkRef>,
+    /// The term being written (of the step's terms), and its bytes so far.
+    term: usize,
+    term_len: u64,
+}
+
+impl<'a> StepWriter<'a> {
+    fn new(
+        plan: &'a ReconstructionPlan,
+        step: &'a Step<'a>,
+        offset: u64,
+        to: &'a FileOut<'a>,
+        buf: &'a mut Vec<u8>,
+    ) -> Self {
+        let expected = step
+            .range
+            .chunks
+            .end
+            .saturating_sub(step.range.chunks.start) as usize;
+        buf.clear();
+        Self {
+            plan,
+            step,
+            to,
+            buf,
+            offset,
+            expected,
+            refs: Vec::with_capacity(expected),
+            term: 0,
+            term_len: 0,
+        }
     }
-    if !buf.is_empty() {
-        flush(buf, &mut offset)?;
+
+    fn terms(&self) -> &'a [crate::PlannedTerm] {
+        &self.plan.terms[self.step.terms.clone()]
     }
-    Ok(refs)
+
+    /// One chunk of the range, as the splitter checked it: decoded, hashed and written if a
+    /// term uses it (each term uses its chunks in order, once).
+    fn chunk(&mut self, chunk: SplitChunk, payload: &[u8]) -> Result<(), StreamError> {
+        if chunk.index >= self.expected {
+            let (start, end) = (self.step.range.bytes.start(), self.step.range.bytes.end());
+            return Err(StreamError::Download(DownloadError::Plan(format!(
+                "bytes {start}-{end} of xorb {} hold more than the {} chunks the plan expects",
+                self.step.xorb, self.expected
+            ))));
+        }
+        let c = self.step.range.chunks.start + chunk.index as u32;
+        while let Some(t) = self.terms().get(self.term) {
+            if t.chunks.is_empty() {
+                self.close_term().map_err(StreamError::Download)?;
+                continue;
+            }
+            if c < t.chunks.start {
+                return Ok(()); // a chunk no term uses
+            }
+            let before = self.buf.len();
+            decompress_chunk_into(&chunk.header, payload, self.buf).map_err(|e| {
+                StreamError::Xorb(XorbError::Chunk {
+                    index: chunk.index,
+                    offset: chunk.offset,
+                    problem: e.into(),
+                })
+            })?;
+            let data = &self.buf[before..];
+            self.term_len += data.len() as u64;
+            self.refs.push(ChunkRef {
+                hash: ChunkHash::of(data),
+                len: data.len() as u64,
+            });
+            if c + 1 == t.chunks.end {
+                self.close_term().map_err(StreamError::Download)?;
+            }
+            if self.buf.len() >= EMIT_BYTES {
+                self.flush().map_err(StreamError::Download)?;
+            }
+            return Ok(());
+        }
+        Ok(()) // past the last term
+    }
+
+    /// Ends the current term, which must have decoded to its length. A term without chunks
+    /// (never made by a server, but a plan can say so) writes nothing.
+    fn close_term(&mut self) -> Result<(), DownloadError> {
+        let i = self.step.terms.start + self.term;
+        let t = &self.plan.terms[i];
+        if self.term_len != u64::from(t.unpacked_len) {
+            return Err(DownloadError::Plan(format!(
+                "term {i} (xorb {}, chunks {}..{}) decodes to {} bytes, not {}",
+                self.step.xorb, t.chunks.start, t.chunks.end, self.term_len, t.unpacked_len
+            )));
+        }
+        self.term += 1;
+        self.term_len = 0;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DownloadError> {
+        self.to
+            .out
+            .write_all_at(self.buf, self.offset)
+            .map_err(DownloadError::Write)?;
+        self.offset += self.buf.len() as u64;
+        self.to
+            .written
+            .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Closes the terms left (those without chunks) and writes what is buffered: the step's
+    /// chunk refs.
+    fn finish(mut self) -> Result<Vec<ChunkRef>, DownloadError> {
+        while self.term < self.terms().len() {
+            self.close_term()?;
+        }
+        if !self.buf.is_empty() {
+            self.flush()?;
+        }
+        Ok(self.refs)
+    }
 }
 
 /// The refs of the chunks of each step a group wrote.
