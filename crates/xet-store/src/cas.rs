@@ -304,6 +304,87 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Term `i` of file `file` against its xorb's `footer`: its chunk range within the xorb, its
+/// unpacked length and its verification hash; its chunks join `chunks`.
+fn check_term(
+    footer: &XorbFooter,
+    file: FileHash,
+    i: usize,
+    term: &xet_format::shard::Term,
+    verification: &[xet_format::VerificationHash],
+    chunks: &mut Vec<ChunkRef>,
+) -> Result<StoredTerm, StoreError> {
+    let xorb = term.xorb_hash;
+    let (start, end) = (term.chunk_index_start, term.chunk_index_end);
+    if start >= end || end as usize > footer.num_chunks() {
+        return Err(ShardRejection::ChunkRange {
+            file,
+            term: i,
+            xorb,
+            start,
+            end,
+            num_chunks: footer.num_chunks(),
+        }
+        .into());
+    }
+    let range = start as usize..end as usize;
+    let actual = footer.unpacked_len(range.clone()).unwrap_or(u64::MAX);
+    if actual != u64::from(term.unpacked_segment_bytes) {
+        return Err(ShardRejection::UnpackedLength {
+            file,
+            term: i,
+            claimed: term.unpacked_segment_bytes,
+            actual,
+        }
+        .into());
+    }
+    let hashes = &footer.chunk_hashes[range.clone()];
+    if verification.get(i) != Some(&verification_hash(hashes)) {
+        return Err(ShardRejection::Verification {
+            file,
+            term: i,
+            xorb,
+        }
+        .into());
+    }
+    for c in range {
+        let len = footer.chunk_len(c).unwrap_or(0);
+        chunks.push(ChunkRef::new(footer.chunk_hashes[c], u64::from(len)));
+    }
+    Ok(StoredTerm {
+        xorb,
+        chunk_start: start,
+        chunk_end: end,
+        unpacked_len: term.unpacked_segment_bytes,
+    })
+}
+
+/// The chunks of a file indexed for global dedup: its first chunk and its dedup probes
+/// (docs/format.md §5.1, §5.5), each with the xorb and index it is stored at.
+fn dedup_probes(terms: &[StoredTerm], chunks: &[ChunkRef]) -> Vec<(ChunkHash, XorbHash, u32)> {
+    let mut out = Vec::new();
+    let mut position = 0usize;
+    let mut offset = 0u64;
+    for t in terms {
+        for index in t.chunk_start..t.chunk_end {
+            let Some(c) = chunks.get(position) else {
+                return out;
+            };
+            if xet_format::dedup::is_probe(position, offset, offset + c.len) {
+                out.push((c.hash, t.xorb, index));
+            }
+            offset += c.len;
+            position += 1;
+            if offset > xet_format::dedup::LAST_PROBE_OFFSET
+                && position >= xet_format::dedup::LEADING_PROBES
+            {
+                return out;
+            }
+        }
+    }
+    out
+}
+
 /// ENOSPC or EDQUOT (the disk or the user's quota is full).
 pub fn is_storage_full(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::StorageFull
@@ -915,70 +996,8 @@ impl Store {
             let mut chunks: Vec<ChunkRef> = Vec::new();
             let mut terms = Vec::with_capacity(file.terms.len());
             for (i, term) in file.terms.iter().enumerate() {
-                let xorb = term.xorb_hash;
-                let footer = match intact.get(&xorb) {
-                    Some(f) => Arc::clone(f),
-                    None => {
-                        let f = match self.check_xorb(&xorb)? {
-                            XorbHealth::Intact(f) => f,
-                            XorbHealth::Missing => {
-                                return Err(ShardRejection::UnknownXorb {
-                                    file: id,
-                                    term: i,
-                                    xorb,
-                                }
-                                .into())
-                            }
-                            XorbHealth::Damaged(detail) => {
-                                return Err(ShardRejection::DamagedXorb { xorb, detail }.into())
-                            }
-                        };
-                        intact.insert(xorb, Arc::clone(&f));
-                        f
-                    }
-                };
-                let (start, end) = (term.chunk_index_start, term.chunk_index_end);
-                if start >= end || end as usize > footer.num_chunks() {
-                    return Err(ShardRejection::ChunkRange {
-                        file: id,
-                        term: i,
-                        xorb,
-                        start,
-                        end,
-                        num_chunks: footer.num_chunks(),
-                    }
-                    .into());
-                }
-                let range = start as usize..end as usize;
-                let actual = footer.unpacked_len(range.clone()).unwrap_or(u64::MAX);
-                if actual != u64::from(term.unpacked_segment_bytes) {
-                    return Err(ShardRejection::UnpackedLength {
-                        file: id,
-                        term: i,
-                        claimed: term.unpacked_segment_bytes,
-                        actual,
-                    }
-                    .into());
-                }
-                let hashes = &footer.chunk_hashes[range.clone()];
-                if verification.get(i) != Some(&verification_hash(hashes)) {
-                    return Err(ShardRejection::Verification {
-                        file: id,
-                        term: i,
-                        xorb,
-                    }
-                    .into());
-                }
-                for c in range {
-                    let len = footer.chunk_len(c).unwrap_or(0);
-                    chunks.push(ChunkRef::new(footer.chunk_hashes[c], u64::from(len)));
-                }
-                terms.push(StoredTerm {
-                    xorb,
-                    chunk_start: start,
-                    chunk_end: end,
-                    unpacked_len: term.unpacked_segment_bytes,
-                });
+                let footer = self.intact_footer(&mut intact, id, i, term.xorb_hash)?;
+                terms.push(check_term(&footer, id, i, term, verification, &mut chunks)?);
                 verified += 1;
                 if verified.is_multiple_of(64) {
                     progress(ValidationProgress { verified, total });
@@ -992,27 +1011,7 @@ impl Store {
             if let (Some(oid), false) = (file.sha256, id.is_zero()) {
                 entries.oids.push((oid, id));
             }
-            // The first chunk of every file, and its dedup probes, are indexed for global
-            // dedup (docs/format.md §5.1, §5.5).
-            let mut position = 0usize;
-            let mut offset = 0u64;
-            'probes: for t in &terms {
-                for index in t.chunk_start..t.chunk_end {
-                    let Some(c) = chunks.get(position) else {
-                        break 'probes;
-                    };
-                    if xet_format::dedup::is_probe(position, offset, offset + c.len) {
-                        entries.dedup.push((c.hash, t.xorb, index));
-                    }
-                    offset += c.len;
-                    position += 1;
-                    if offset > xet_format::dedup::LAST_PROBE_OFFSET
-                        && position >= xet_format::dedup::LEADING_PROBES
-                    {
-                        break 'probes;
-                    }
-                }
-            }
+            entries.dedup.extend(dedup_probes(&terms, &chunks));
             entries.files.push((
                 id,
                 FileRecord {
@@ -1027,6 +1026,31 @@ impl Store {
         }
         progress(ValidationProgress { verified, total });
         Ok(entries)
+    }
+
+    /// The footer of the intact stored xorb term `term` of file `file` uses, checked once per
+    /// shard (`intact` keeps those checked).
+    fn intact_footer(
+        &self,
+        intact: &mut HashMap<XorbHash, Arc<XorbFooter>>,
+        file: FileHash,
+        term: usize,
+        xorb: XorbHash,
+    ) -> Result<Arc<XorbFooter>, StoreError> {
+        if let Some(f) = intact.get(&xorb) {
+            return Ok(Arc::clone(f));
+        }
+        let f = match self.check_xorb(&xorb)? {
+            XorbHealth::Intact(f) => f,
+            XorbHealth::Missing => {
+                return Err(ShardRejection::UnknownXorb { file, term, xorb }.into())
+            }
+            XorbHealth::Damaged(detail) => {
+                return Err(ShardRejection::DamagedXorb { xorb, detail }.into())
+            }
+        };
+        intact.insert(xorb, Arc::clone(&f));
+        Ok(f)
     }
 
     /// A shard's xorb block must describe the stored xorb exactly (dedup flag and on-disk size
