@@ -2,7 +2,7 @@
 //!
 //! A shard's `FileMetadataExt` says which SHA-256 (Git LFS oid) its file has, and any client
 //! with write access could name any oid. Until the server has hashed the file itself, the
-//! mapping is only a claim (see `store::index`): downloads may use it, because git-lfs checks
+//! mapping is only a claim (see `xet_store::index`): downloads may use it, because git-lfs checks
 //! the SHA-256 of everything it downloads, but nothing that would let an upload be skipped
 //! trusts it, so a wrong claim can never keep the right content out. This job rebuilds each
 //! claimed file from its xorbs, hashes it, and settles the claim: a claim that holds becomes the
@@ -19,7 +19,7 @@
 //! Fairness: claims are checked in turns that go round the uploaders (the repository of a
 //! scoped credential; server-wide credentials count as one), each turn hashing at most
 //! [`SLICE_BYTES`] of one claimed file, so nobody's many or huge claims hold up another's. Each
-//! uploader may have at most `store::cas::MAX_PENDING_CLAIMS` claims and
+//! uploader may have at most `xet_store::cas::MAX_PENDING_CLAIMS` claims and
 //! `MAX_PENDING_CLAIM_BYTES` bytes of files waiting; a shard that would make more is refused
 //! for now (429).
 //!

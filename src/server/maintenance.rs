@@ -47,7 +47,7 @@ pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 pub const FULL_SYNC_INTERVAL: Duration = Duration::from_secs(600);
 
 /// For a store on shared storage, the job that keeps this node's index caught up with the
-/// other nodes (see `store::sync`): first a full catch-up, at once (the node serves meanwhile
+/// other nodes (see `xet_store::sync`): first a full catch-up, at once (the node serves meanwhile
 /// and answers misses "try again shortly"), then the shard log every [`SYNC_INTERVAL`];
 /// nothing for a directory store.
 pub fn spawn_sync(store: &Arc<Store>, m: Maintenance) -> Option<tokio::task::JoinHandle<()>> {

@@ -20,7 +20,7 @@
 //!
 //! Downloads: with a [`ChunkCache`] attached ([`Cached::with_chunk_cache`], for remote
 //! endpoints), xorb ranges are read through it, so chunks fetched once are read locally the
-//! next time (see `store::chunk_cache`).
+//! next time (see `crate::chunk_cache`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
