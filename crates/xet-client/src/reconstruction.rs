@@ -100,6 +100,7 @@ pub fn plan(
         Some((s, e)) => (s, e.min(file_size - 1)),
     };
 
+    // The chunk ranges each xorb must give, in order of first use.
     let mut needed: Vec<(XorbHash, Vec<Range<u32>>)> = Vec::new();
     let mut pos = 0u64; // file offset of the current term
     for (i, term) in terms.iter().enumerate() {
@@ -115,91 +116,119 @@ pub fn plan(
             term: i,
             xorb: term.xorb,
         })?;
-        let bad = || PlanError::BadTerm {
-            term: i,
-            xorb: term.xorb,
-            start: term.chunk_start,
-            end: term.chunk_end,
-            num_chunks: footer.num_chunks(),
-        };
-        if term.chunk_start >= term.chunk_end || term.chunk_end as usize > footer.num_chunks() {
-            return Err(bad());
-        }
-        // Walk the term's chunks, keeping those overlapping [start, end].
-        let mut kept_start = None;
-        let mut kept_end = term.chunk_start;
-        let mut kept_len = 0u64;
-        let mut cpos = pos;
-        for c in term.chunk_start..term.chunk_end {
-            let clen = u64::from(footer.chunk_len(c as usize).ok_or_else(bad)?);
-            let cend = cpos + clen;
-            if cend > start && cpos <= end {
-                if kept_start.is_none() {
-                    kept_start = Some(c);
-                    if out.terms.is_empty() {
-                        out.offset_into_first_range = start - cpos;
-                    }
-                }
-                kept_end = c + 1;
-                kept_len += clen;
+        if let Some(kept) = keep_chunks(i, term, footer, pos, start, end)? {
+            if out.terms.is_empty() {
+                out.offset_into_first_range = kept.skipped;
             }
-            cpos = cend;
-        }
-        if cpos != term_end {
-            // The index says the term has a different length than its chunks: corrupt input.
-            return Err(bad());
-        }
-        if let Some(s) = kept_start {
-            // kept_len <= the term's unpacked_len, a u32.
-            out.terms.push(PlannedTerm {
-                xorb: term.xorb,
-                chunks: s..kept_end,
-                unpacked_len: kept_len as u32,
-            });
-            let at = match needed.iter().position(|(x, _)| *x == term.xorb) {
-                Some(at) => at,
-                None => {
-                    needed.push((term.xorb, Vec::new()));
-                    needed.len() - 1
-                }
-            };
-            needed[at].1.push(s..kept_end);
+            match needed.iter_mut().find(|(x, _)| *x == term.xorb) {
+                Some((_, ranges)) => ranges.push(kept.term.chunks.clone()),
+                None => needed.push((term.xorb, vec![kept.term.chunks.clone()])),
+            }
+            out.terms.push(kept.term);
         }
         pos = term_end;
     }
-
-    for (xorb, mut ranges) in needed {
-        ranges.sort_by_key(|r| r.start);
-        let mut merged: Vec<Range<u32>> = Vec::new();
-        for r in ranges {
-            match merged.last_mut() {
-                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-                _ => merged.push(r),
-            }
-        }
-        let footer = footers[&xorb];
-        let fetch = merged
-            .into_iter()
-            .map(|chunks| {
-                let bytes = footer
-                    .url_range(chunks.start as usize..chunks.end as usize)
-                    .map_err(|_| PlanError::BadTerm {
-                        term: 0,
-                        xorb,
-                        start: chunks.start,
-                        end: chunks.end,
-                        num_chunks: footer.num_chunks(),
-                    })?;
-                Ok(FetchRange {
-                    chunks,
-                    bytes,
-                    url: None,
-                })
-            })
-            .collect::<Result<Vec<_>, PlanError>>()?;
-        out.fetch.push((xorb, fetch));
+    for (xorb, ranges) in needed {
+        out.fetch
+            .push((xorb, fetch_ranges(xorb, footers[&xorb], ranges)?));
     }
     Ok(out)
+}
+
+/// What a term keeps of its chunks for a byte range, and how many bytes of its first kept
+/// chunk come before the range.
+struct Kept {
+    term: PlannedTerm,
+    skipped: u64,
+}
+
+/// The chunks of term `i` (starting at file offset `pos`) that overlap bytes `start..=end`;
+/// `None` if none do. The term must fit its xorb and its chunks add up to its length.
+fn keep_chunks(
+    i: usize,
+    term: &StoredTerm,
+    footer: &XorbFooter,
+    pos: u64,
+    start: u64,
+    end: u64,
+) -> Result<Option<Kept>, PlanError> {
+    let bad = || PlanError::BadTerm {
+        term: i,
+        xorb: term.xorb,
+        start: term.chunk_start,
+        end: term.chunk_end,
+        num_chunks: footer.num_chunks(),
+    };
+    if term.chunk_start >= term.chunk_end || term.chunk_end as usize > footer.num_chunks() {
+        return Err(bad());
+    }
+    let mut kept_start = None;
+    let mut kept_end = term.chunk_start;
+    let mut kept_len = 0u64;
+    let mut skipped = 0;
+    let mut cpos = pos;
+    for c in term.chunk_start..term.chunk_end {
+        let clen = u64::from(footer.chunk_len(c as usize).ok_or_else(bad)?);
+        let cend = cpos + clen;
+        if cend > start && cpos <= end {
+            if kept_start.is_none() {
+                kept_start = Some(c);
+                skipped = start.saturating_sub(cpos);
+            }
+            kept_end = c + 1;
+            kept_len += clen;
+        }
+        cpos = cend;
+    }
+    if cpos != pos + u64::from(term.unpacked_len) {
+        // The index says the term has a different length than its chunks: corrupt input.
+        return Err(bad());
+    }
+    // kept_len <= the term's unpacked_len, a u32.
+    Ok(kept_start.map(|s| Kept {
+        term: PlannedTerm {
+            xorb: term.xorb,
+            chunks: s..kept_end,
+            unpacked_len: kept_len as u32,
+        },
+        skipped,
+    }))
+}
+
+/// The byte ranges of `xorb` to fetch for its chunk `ranges`: sorted, merged where they
+/// overlap or touch, each with its bytes in the stored xorb by the `url_range` rule.
+fn fetch_ranges(
+    xorb: XorbHash,
+    footer: &XorbFooter,
+    mut ranges: Vec<Range<u32>>,
+) -> Result<Vec<FetchRange>, PlanError> {
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u32>> = Vec::new();
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|chunks| {
+            let bytes = footer
+                .url_range(chunks.start as usize..chunks.end as usize)
+                .map_err(|_| PlanError::BadTerm {
+                    term: 0,
+                    xorb,
+                    start: chunks.start,
+                    end: chunks.end,
+                    num_chunks: footer.num_chunks(),
+                })?;
+            Ok(FetchRange {
+                chunks,
+                bytes,
+                url: None,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
