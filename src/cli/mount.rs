@@ -90,37 +90,7 @@ pub fn run(args: &MountArgs) -> CmdResult {
         [rev, dir] => (rev.clone(), PathBuf::from(dir)),
         _ => return Err("give the directory to mount at: git xet mount [REF] DIR".into()),
     };
-    match std::fs::read_dir(&dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(format!(
-                    "{} is not empty: mount at an empty directory",
-                    dir.display()
-                )
-                .into());
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!(
-                "{} does not exist: create an empty directory to mount at (mkdir -p {})",
-                dir.display(),
-                dir.display()
-            )
-            .into())
-        }
-        // A mount whose process was killed stays behind: "Transport endpoint is not
-        // connected".
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            return Err(format!(
-                "{} is a mount left behind by a process that is gone ({e}): unmount it with \
-                 `git xet mount --unmount {}`, then mount again",
-                dir.display(),
-                dir.display()
-            )
-            .into())
-        }
-        Err(e) => return Err(format!("cannot use {} as a mount point: {e}", dir.display()).into()),
-    }
+    check_mount_point(&dir)?;
     if let Some(missing) = fuse_missing() {
         return Err(missing.into());
     }
@@ -164,12 +134,57 @@ pub fn run(args: &MountArgs) -> CmdResult {
         dir.display(),
         dir.display()
     );
-    // Until a signal, or until someone else unmounts it.
+    if wait_for_signal_or_unmount(&session)? {
+        session
+            .umount_and_join()
+            .map_err(|e| format!("cannot unmount {}: {e}", dir.display()))?;
+    } else {
+        let _ = session.join();
+    }
+    eprintln!("git-xet: {} unmounted", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dir` must be an empty directory (a mount left behind by a killed process is named as such).
+fn check_mount_point(dir: &Path) -> Result<(), String> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(format!(
+                    "{} is not empty: mount at an empty directory",
+                    dir.display()
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{} does not exist: create an empty directory to mount at (mkdir -p {})",
+            dir.display(),
+            dir.display()
+        )),
+        // A mount whose process was killed stays behind: "Transport endpoint is not
+        // connected".
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(format!(
+            "{} is a mount left behind by a process that is gone ({e}): unmount it with \
+             `git xet mount --unmount {}`, then mount again",
+            dir.display(),
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "cannot use {} as a mount point: {e}",
+            dir.display()
+        )),
+    }
+}
+
+/// Waits until SIGINT or SIGTERM (`true`: the caller unmounts) or until someone else unmounted
+/// the filesystem (`false`).
+fn wait_for_signal_or_unmount(session: &fuser::BackgroundSession) -> Result<bool, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot wait for signals: {e}"))?;
-    let signalled = runtime.block_on(async {
+    Ok(runtime.block_on(async {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         loop {
@@ -188,14 +203,5 @@ pub fn run(args: &MountArgs) -> CmdResult {
                 }
             }
         }
-    });
-    if signalled {
-        session
-            .umount_and_join()
-            .map_err(|e| format!("cannot unmount {}: {e}", dir.display()))?;
-    } else {
-        let _ = session.join();
-    }
-    eprintln!("git-xet: {} unmounted", dir.display());
-    Ok(ExitCode::SUCCESS)
+    }))
 }
