@@ -322,49 +322,56 @@ impl ObjectReader {
             )));
         }
         for object in answer.objects {
-            let Ok(oid) = LfsOid::from_hex(&object.oid) else {
-                continue;
-            };
-            if let Some(e) = object.error {
-                tracing::debug!(%oid, code = e.code, "the LFS server has no object: {}", e.message);
-                if e.code != 404 {
-                    let message = xet_client::redact::clip(&e.message, 1024).into_owned();
-                    learned.insert(oid, ObjectLocation::Refused(message));
-                }
-                continue;
-            }
-            let Some(action) = object.actions.and_then(|a| a.download) else {
-                continue;
-            };
-            let Some(file) = action
-                .header("X-Xet-Hash")
-                .and_then(|h| FileHash::from_hex(h).ok())
-            else {
-                continue;
-            };
-            let cas = action
-                .header("X-Xet-Cas-Url")
-                .unwrap_or_default()
-                .to_string();
-            let endpoint = {
-                let mut known = endpoints.lock().unwrap_or_else(|p| p.into_inner());
-                match known.get(&cas) {
-                    Some(e) => e.clone(),
-                    None => {
-                        let e = EndpointHandle(Arc::new(Lease::Shared(
-                            super::agent::connect_negotiated(
-                                &self.git,
-                                &action,
-                                Operation::Download,
-                            )?,
-                        )));
-                        known.insert(cas, e.clone());
-                        e
-                    }
-                }
-            };
-            learned.insert(oid, ObjectLocation::Remote { file, endpoint });
+            self.learn(object, endpoints, learned)?;
         }
+        Ok(())
+    }
+
+    /// What one object of a batch answer says: refused (any error but 404), or where it is (its
+    /// Xet file and the endpoint of its CAS URL, connected once per URL).
+    fn learn(
+        &self,
+        object: BatchObject,
+        endpoints: &Mutex<HashMap<String, EndpointHandle>>,
+        learned: &mut HashMap<LfsOid, ObjectLocation>,
+    ) -> Result<(), TransferError> {
+        let Ok(oid) = LfsOid::from_hex(&object.oid) else {
+            return Ok(());
+        };
+        if let Some(e) = object.error {
+            tracing::debug!(%oid, code = e.code, "the LFS server has no object: {}", e.message);
+            if e.code != 404 {
+                let message = xet_client::redact::clip(&e.message, 1024).into_owned();
+                learned.insert(oid, ObjectLocation::Refused(message));
+            }
+            return Ok(());
+        }
+        let Some(action) = object.actions.and_then(|a| a.download) else {
+            return Ok(());
+        };
+        let Some(file) = action
+            .header("X-Xet-Hash")
+            .and_then(|h| FileHash::from_hex(h).ok())
+        else {
+            return Ok(());
+        };
+        let cas = action
+            .header("X-Xet-Cas-Url")
+            .unwrap_or_default()
+            .to_string();
+        let mut known = endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let endpoint =
+            match known.get(&cas) {
+                Some(e) => e.clone(),
+                None => {
+                    let e = EndpointHandle(Arc::new(Lease::Shared(
+                        super::agent::connect_negotiated(&self.git, &action, Operation::Download)?,
+                    )));
+                    known.insert(cas, e.clone());
+                    e
+                }
+            };
+        learned.insert(oid, ObjectLocation::Remote { file, endpoint });
         Ok(())
     }
 
