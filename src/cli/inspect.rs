@@ -145,109 +145,127 @@ fn render_shard(parsed: &ParsedShard, bytes: &[u8], verbose: bool) -> String {
     };
     let _ = writeln!(out, "shard {}", ShardHash::of(bytes));
     let _ = writeln!(out, "  form:          {form}, {} bytes", bytes.len());
-    if let Some(footer) = &parsed.footer {
-        let meta = &shard.meta;
-        let key = if meta.hmac_key.is_zero() {
-            "none (chunk hashes not keyed)".to_string()
-        } else {
-            format!("{} (chunk hashes keyed)", meta.hmac_key)
-        };
-        let t = footer.lookup_tables;
-        let tables: Vec<&str> = [(t.file, "file"), (t.xorb, "xorb"), (t.chunk, "chunk")]
-            .iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, n)| *n)
-            .collect();
-        let _ = writeln!(out, "  hmac key:      {key}");
-        let _ = writeln!(
-            out,
-            "  created:       {}",
-            timestamp(meta.creation_timestamp)
-        );
-        let _ = writeln!(out, "  key expiry:    {}", timestamp(meta.key_expiry));
-        let tables = if tables.is_empty() {
-            "none".to_string()
-        } else {
-            tables.join(", ")
-        };
-        let _ = writeln!(out, "  lookup tables: {tables}");
-        let totals = footer.totals;
-        let check = if parsed.totals_match() {
-            "match the content"
-        } else {
-            "DO NOT match the content"
-        };
-        let _ = writeln!(
-            out,
-            "  totals:        materialized {} bytes, stored {} bytes, on disk {} bytes ({check})",
-            totals.materialized_bytes, totals.stored_bytes, totals.stored_bytes_on_disk
-        );
+    if parsed.footer.is_some() {
+        render_shard_footer(parsed, &mut out);
     }
     let _ = writeln!(out, "  files:         {}", shard.files.len());
     for f in &shard.files {
-        let size: u64 = f
-            .terms
-            .iter()
-            .map(|t| u64::from(t.unpacked_segment_bytes))
-            .sum();
-        let _ = writeln!(
-            out,
-            "    file {}  {} bytes, {} term(s), verification {}",
-            f.hash,
-            size,
-            f.terms.len(),
-            if f.verification.is_some() {
-                "yes"
-            } else {
-                "no"
-            }
-        );
-        if let Some(oid) = f.sha256 {
-            let _ = writeln!(out, "      sha256 {oid}");
-        }
-        for (i, t) in f.terms.iter().enumerate() {
-            let verify = f
-                .verification
-                .as_ref()
-                .and_then(|v| v.get(i))
-                .map(|h| format!("  verify {h}"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "      term {i}: xorb {} chunks [{}, {}) {} bytes{verify}",
-                t.xorb_hash, t.chunk_index_start, t.chunk_index_end, t.unpacked_segment_bytes
-            );
-        }
+        render_shard_file(f, &mut out);
     }
     let _ = writeln!(out, "  xorbs:         {}", shard.xorbs.len());
     for x in &shard.xorbs {
-        let eligible = x
-            .chunks
-            .iter()
-            .filter(|c| c.flags & xet_format::shard::CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE != 0)
-            .count();
-        let _ = writeln!(
-            out,
-            "    xorb {}  {} chunk(s), {} bytes, on disk {} bytes, {} flagged dedup-eligible",
-            x.hash,
-            x.chunks.len(),
-            x.num_bytes_in_xorb,
-            x.num_bytes_on_disk,
-            eligible
-        );
-        if verbose {
-            for (i, c) in x.chunks.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "      chunk {i}: {}  offset {} len {} flags {:#010x}",
-                    c.hash, c.chunk_byte_range_start, c.unpacked_segment_bytes, c.flags
-                );
-            }
-        }
+        render_shard_xorb(x, verbose, &mut out);
     }
     let _ = writeln!(
         out,
         "  valid:         header, sections, counts, offsets and lookup tables"
     );
     out
+}
+
+/// A complete shard's key, times, lookup tables and totals.
+fn render_shard_footer(parsed: &ParsedShard, out: &mut String) {
+    let Some(footer) = &parsed.footer else {
+        return;
+    };
+    let meta = &parsed.shard.meta;
+    let key = if meta.hmac_key.is_zero() {
+        "none (chunk hashes not keyed)".to_string()
+    } else {
+        format!("{} (chunk hashes keyed)", meta.hmac_key)
+    };
+    let t = footer.lookup_tables;
+    let tables: Vec<&str> = [(t.file, "file"), (t.xorb, "xorb"), (t.chunk, "chunk")]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| *n)
+        .collect();
+    let _ = writeln!(out, "  hmac key:      {key}");
+    let _ = writeln!(
+        out,
+        "  created:       {}",
+        timestamp(meta.creation_timestamp)
+    );
+    let _ = writeln!(out, "  key expiry:    {}", timestamp(meta.key_expiry));
+    let tables = if tables.is_empty() {
+        "none".to_string()
+    } else {
+        tables.join(", ")
+    };
+    let _ = writeln!(out, "  lookup tables: {tables}");
+    let totals = footer.totals;
+    let check = if parsed.totals_match() {
+        "match the content"
+    } else {
+        "DO NOT match the content"
+    };
+    let _ = writeln!(
+        out,
+        "  totals:        materialized {} bytes, stored {} bytes, on disk {} bytes ({check})",
+        totals.materialized_bytes, totals.stored_bytes, totals.stored_bytes_on_disk
+    );
+}
+
+/// One file of a shard: its size, SHA-256 and terms.
+fn render_shard_file(f: &xet_format::shard::FileInfo, out: &mut String) {
+    let size: u64 = f
+        .terms
+        .iter()
+        .map(|t| u64::from(t.unpacked_segment_bytes))
+        .sum();
+    let _ = writeln!(
+        out,
+        "    file {}  {} bytes, {} term(s), verification {}",
+        f.hash,
+        size,
+        f.terms.len(),
+        if f.verification.is_some() {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    if let Some(oid) = f.sha256 {
+        let _ = writeln!(out, "      sha256 {oid}");
+    }
+    for (i, t) in f.terms.iter().enumerate() {
+        let verify = f
+            .verification
+            .as_ref()
+            .and_then(|v| v.get(i))
+            .map(|h| format!("  verify {h}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "      term {i}: xorb {} chunks [{}, {}) {} bytes{verify}",
+            t.xorb_hash, t.chunk_index_start, t.chunk_index_end, t.unpacked_segment_bytes
+        );
+    }
+}
+
+/// One xorb block of a shard (`verbose`: with its chunks).
+fn render_shard_xorb(x: &xet_format::shard::XorbInfo, verbose: bool, out: &mut String) {
+    let eligible = x
+        .chunks
+        .iter()
+        .filter(|c| c.flags & xet_format::shard::CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE != 0)
+        .count();
+    let _ = writeln!(
+        out,
+        "    xorb {}  {} chunk(s), {} bytes, on disk {} bytes, {} flagged dedup-eligible",
+        x.hash,
+        x.chunks.len(),
+        x.num_bytes_in_xorb,
+        x.num_bytes_on_disk,
+        eligible
+    );
+    if verbose {
+        for (i, c) in x.chunks.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "      chunk {i}: {}  offset {} len {} flags {:#010x}",
+                c.hash, c.chunk_byte_range_start, c.unpacked_segment_bytes, c.flags
+            );
+        }
+    }
 }
