@@ -389,16 +389,30 @@ impl S3Backend {
         self.put_with(path, payload, mode, what)
     }
 
-    /// A create without the look first (see [`ObjectBackend::put_new_file`]).
-    fn put_unlooked(
+    /// Sends the object in `file` (consumed, whatever happens) to `key`; `look`: a create looks
+    /// whether the object exists first (see [`Self::put`]).
+    fn send_file(
         &self,
-        path: &Key,
-        payload: bytes::Bytes,
-        what: &str,
+        key: ObjectKey,
+        file: &Path,
+        mode: PutMode,
+        look: bool,
     ) -> Result<bool, BackendError> {
-        self.put_with(path, payload, PutMode::Create, what)
+        let what = key.to_string();
+        let result = Self::file_bytes(file, &what).and_then(|payload| {
+            let path = self.object(key);
+            if look {
+                self.put(&path, payload, mode, &what)
+            } else {
+                self.put_with(&path, payload, mode, &what)
+            }
+        });
+        let _ = std::fs::remove_file(file);
+        result
     }
 
+    /// [`Self::put`] without the look a create makes first (see
+    /// [`ObjectBackend::put_new_file`]).
     fn put_with(
         &self,
         path: &Key,
@@ -523,29 +537,16 @@ impl ObjectBackend for S3Backend {
     }
 
     fn put_file_if_absent(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {
-        let what = key.to_string();
-        let result = Self::file_bytes(file, &what)
-            .and_then(|payload| self.put(&self.object(key), payload, PutMode::Create, &what));
-        let _ = std::fs::remove_file(file);
-        result
+        self.send_file(key, file, PutMode::Create, true)
     }
 
     fn put_new_file(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {
-        let what = key.to_string();
-        let result = Self::file_bytes(file, &what)
-            .and_then(|payload| self.put_unlooked(&self.object(key), payload, &what));
-        let _ = std::fs::remove_file(file);
-        result
+        self.send_file(key, file, PutMode::Create, false)
     }
 
     fn replace_file(&self, key: ObjectKey, file: &Path) -> Result<(), BackendError> {
-        let what = key.to_string();
-        let result = Self::file_bytes(file, &what).and_then(|payload| {
-            self.put(&self.object(key), payload, PutMode::Overwrite, &what)
-                .map(|_| ())
-        });
-        let _ = std::fs::remove_file(file);
-        result
+        self.send_file(key, file, PutMode::Overwrite, false)
+            .map(|_| ())
     }
 
     fn temp_path(&self, what: &str) -> PathBuf {

@@ -13,20 +13,14 @@ use xet_format::xorb::XorbLimits;
 use xet_format::{FileHash, LfsOid};
 use xet_store::Store;
 
+/// The deterministic test data of docs/test-vectors.md (SplitMix64), shared with the format
+/// crate's tests.
+#[path = "../../xet-format/tests/format/fixtures.rs"]
+mod fixtures;
+
 /// SplitMix64 bytes (docs/test-vectors.md §5.1): incompressible, chunk boundaries everywhere.
 fn random_bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(n);
-    out
+    fixtures::splitmix64(seed, n)
 }
 
 fn store() -> (tempfile::TempDir, Store) {
