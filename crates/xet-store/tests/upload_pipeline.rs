@@ -701,3 +701,132 @@ fn ranges_used_in_order_are_decoded_as_they_arrive_whatever_the_pieces() {
     );
     assert!(e.to_string().contains("offset 0"), "{e}");
 }
+
+/// A file of 300 KiB, then `n` files of 1-100 KiB of random bytes, then one that is the first
+/// followed by 4 KiB more (its chunks up to the first one's last boundary deduplicate against
+/// the pack's own xorb).
+fn small_files(n: u64) -> Vec<Vec<u8>> {
+    let mut files = vec![random_bytes(199, 300 << 10)];
+    files.extend((0..n).map(|i| {
+        let len = 1024 + (fixtures::splitmix64(100 + i, 8)[0] as usize * 397) % (99 << 10);
+        random_bytes(200 + i, len)
+    }));
+    let mut echo = files[0].clone();
+    echo.extend(random_bytes(999, 4096));
+    files.push(echo);
+    files
+}
+
+fn pack(
+    store: &Store,
+    files: &[Vec<u8>],
+    oids: &[LfsOid],
+    options: &UploadOptions,
+) -> Result<PackSummary, UploadError> {
+    let mut readers: Vec<&[u8]> = files.iter().map(|f| &f[..]).collect();
+    let mut members: Vec<PackMember<'_>> = readers
+        .iter_mut()
+        .zip(files.iter().zip(oids))
+        .map(|(r, (f, oid))| PackMember {
+            reader: r,
+            oid: *oid,
+            size: f.len() as u64,
+        })
+        .collect();
+    upload_pack(store, &mut members, options, &mut |_| {})
+}
+
+#[test]
+fn a_pack_of_small_files_is_one_xorb_and_one_shard() {
+    let (_d, store) = store();
+    let files = small_files(24);
+    let oids: Vec<LfsOid> = files.iter().map(|f| LfsOid::of(f)).collect();
+    let options = UploadOptions {
+        sha256_declared_by_namer: true,
+        ..Default::default()
+    };
+    let s = pack(&store, &files, &oids, &options).unwrap();
+    assert_eq!(s.files.len(), files.len());
+    assert_eq!((s.new_xorbs, s.shards), (1, 1));
+    assert_eq!(xorb_count(&store), 1);
+    assert_eq!(store.counts().unwrap().files, files.len() as u64);
+    for (f, (data, oid)) in s.files.iter().zip(files.iter().zip(&oids)) {
+        assert_eq!((f.oid, f.size), (*oid, data.len() as u64));
+        // Each member is chunked on its own: its hash is the one of the file alone.
+        assert_eq!(
+            f.file_hash,
+            xet_client::pipeline::hasher::hash_bytes(data, Default::default()).file_hash
+        );
+        assert_eq!(download(&store, oid), *data);
+    }
+    let echo = s.files.last().unwrap();
+    assert!(
+        echo.dedup_bytes > 100 << 10,
+        "the last member repeats the first: {echo:?}"
+    );
+    assert_eq!(s.files[0].dedup_bytes, 0);
+
+    // A pack of the same files again stores nothing new.
+    let again = pack(&store, &files, &oids, &options).unwrap();
+    assert_eq!(again.new_xorbs, 0);
+    assert_eq!(xorb_count(&store), 1);
+}
+
+#[test]
+fn a_pack_spills_into_more_xorbs_but_keeps_one_shard() {
+    let (_d, store) = store();
+    let files = small_files(12);
+    let oids: Vec<LfsOid> = files.iter().map(|f| LfsOid::of(f)).collect();
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 5,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = pack(&store, &files, &oids, &options).unwrap();
+    assert!(s.new_xorbs > 2, "{s:?}");
+    assert_eq!(s.shards, 1);
+    assert!(s.sha256_computed, "not declared by the namer: hashed here");
+    for (data, oid) in files.iter().zip(&oids) {
+        assert_eq!(download(&store, oid), *data);
+    }
+}
+
+#[test]
+fn a_pack_with_a_wrong_member_registers_nothing_and_names_it() {
+    let (_d, store) = store();
+    let files = small_files(6);
+    let mut oids: Vec<LfsOid> = files.iter().map(|f| LfsOid::of(f)).collect();
+    oids[3] = LfsOid::of(b"not these bytes");
+    let e = pack(&store, &files, &oids, &UploadOptions::default()).unwrap_err();
+    assert!(
+        matches!(&e, UploadError::Member { oid, source }
+            if *oid == oids[3] && matches!(**source, UploadError::Sha256Mismatch { .. })),
+        "{e}"
+    );
+    assert!(e.is_input_error());
+    assert!(e.to_string().contains(&oids[3].to_hex()), "{e}");
+    assert_eq!(store.counts().unwrap().files, 0, "no shard registered");
+
+    // A member shorter than declared fails the same way.
+    let mut short = files.clone();
+    short[1].pop();
+    let right: Vec<LfsOid> = files.iter().map(|f| LfsOid::of(f)).collect();
+    let mut readers: Vec<&[u8]> = short.iter().map(|f| &f[..]).collect();
+    let mut members: Vec<PackMember<'_>> = readers
+        .iter_mut()
+        .zip(files.iter().zip(&right))
+        .map(|(r, (f, oid))| PackMember {
+            reader: r,
+            oid: *oid,
+            size: f.len() as u64,
+        })
+        .collect();
+    let e = upload_pack(&store, &mut members, &UploadOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(&e, UploadError::Member { source, .. } if matches!(**source, UploadError::TooShort { .. })),
+        "{e}"
+    );
+    assert_eq!(store.counts().unwrap().files, 0);
+}

@@ -158,6 +158,12 @@ pub enum UploadError {
     Build { what: String, detail: String },
     #[error("the xorb uploader stopped unexpectedly")]
     UploaderGone,
+    /// A member of a pack ([`upload_pack`]) failed.
+    #[error("packed object {oid}: {source}")]
+    Member {
+        oid: LfsOid,
+        source: Box<UploadError>,
+    },
 }
 
 /// `"<what>: <source>"`, or just the source when it already starts by saying what was being
@@ -174,13 +180,16 @@ fn step_and_cause(what: &str, source: &TargetError) -> String {
 impl UploadError {
     /// True when the input was at fault (unreadable, wrong size, wrong SHA-256).
     pub fn is_input_error(&self) -> bool {
-        matches!(
-            self,
-            UploadError::Read { .. }
-                | UploadError::TooLong { .. }
-                | UploadError::TooShort { .. }
-                | UploadError::Sha256Mismatch { .. }
-        )
+        match self {
+            UploadError::Member { source, .. } => source.is_input_error(),
+            _ => matches!(
+                self,
+                UploadError::Read { .. }
+                    | UploadError::TooLong { .. }
+                    | UploadError::TooShort { .. }
+                    | UploadError::Sha256Mismatch { .. }
+            ),
+        }
     }
 
     /// True when the target refused the upload's shard because a xorb it relies on is not
@@ -188,7 +197,19 @@ impl UploadError {
     /// stale local shard cache, or the xorb was lost, damaged or collected meanwhile. Uploading
     /// again (the cache has dropped the xorb, see [`crate::pipeline::cached`]) sends its chunks.
     pub fn is_lost_xorb(&self) -> bool {
-        matches!(self, UploadError::Target { source, .. } if source.is_lost_xorb())
+        match self {
+            UploadError::Member { source, .. } => source.is_lost_xorb(),
+            UploadError::Target { source, .. } => source.is_lost_xorb(),
+            _ => false,
+        }
+    }
+
+    /// `e`, said of the pack member `oid`.
+    fn member(oid: LfsOid, e: UploadError) -> UploadError {
+        UploadError::Member {
+            oid,
+            source: Box::new(e),
+        }
     }
 
     fn target(what: impl Into<String>) -> impl FnOnce(TargetError) -> UploadError {
@@ -236,6 +257,105 @@ pub fn upload_with_seeds(
     )
 }
 
+/// One file of a pack ([`upload_pack`]): its bytes and what git-lfs named it.
+pub struct PackMember<'r> {
+    pub reader: &'r mut dyn Read,
+    /// The SHA-256 the bytes must have.
+    pub oid: LfsOid,
+    /// The number of bytes they must have.
+    pub size: u64,
+}
+
+/// One file a pack registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedFile {
+    pub oid: LfsOid,
+    pub file_hash: FileHash,
+    pub size: u64,
+    /// Bytes of the file found already stored.
+    pub dedup_bytes: u64,
+}
+
+/// What a pack upload did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PackSummary {
+    /// The members, in order.
+    pub files: Vec<PackedFile>,
+    /// Xorbs the target newly stored, and the bytes of xorb bodies sent.
+    pub new_xorbs: u64,
+    pub uploaded_bytes: u64,
+    /// Shards registered (one, unless the members' records outgrow a shard).
+    pub shards: u64,
+    /// The members were hashed with SHA-256 here (`false`: their declared SHA-256 went to the
+    /// target as claims, see [`UploadOptions::sha256_declared_by_namer`]).
+    pub sha256_computed: bool,
+}
+
+/// Uploads several files as one session, as the reference client uploads the files of one
+/// command: their new chunks packed into shared xorbs, and one shard registering them all.
+/// Many small files cost a few xorbs and one shard instead of one of each per file. Each member
+/// is read to its end and checked against its declared size and SHA-256 (hashed here unless
+/// `options.sha256_declared_by_namer` and the target checks claims); any failure registers
+/// nothing. `options.expected_sha256` and `expected_size` are ignored (each member has its
+/// own). An empty list uploads nothing.
+pub fn upload_pack(
+    target: &dyn CasTarget,
+    members: &mut [PackMember<'_>],
+    options: &UploadOptions,
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<PackSummary, UploadError> {
+    let Some(first) = members.first() else {
+        return Ok(PackSummary::default());
+    };
+    if options.sha256_declared_by_namer {
+        // A remote target learns whether it checks claims from its answer to a lookup.
+        let oid = first.oid;
+        target
+            .file_by_sha256(&oid)
+            .map_err(UploadError::target(format!("looking up SHA-256 {oid}")))?;
+    }
+    let trusted = options.sha256_declared_by_namer && target.checks_sha256_claims();
+    let oids: Vec<(LfsOid, u64)> = members.iter().map(|m| (m.oid, m.size)).collect();
+    let source = Source::Pack { members, trusted };
+    let (result, _, put) = read_and_put(target, source, options, progress)?;
+    let what = format!("a pack of {} files", oids.len());
+    let mut files = Vec::with_capacity(oids.len());
+    let mut infos = Vec::with_capacity(oids.len());
+    for ((oid, size), file) in oids.into_iter().zip(result.files) {
+        files.push(PackedFile {
+            oid,
+            file_hash: file.info.hash,
+            size,
+            dedup_bytes: file.dedup_bytes,
+        });
+        infos.push(file.info);
+    }
+    let shards = register_shards(target, infos, result.blocks, options.max_shard_bytes, &what)?;
+    if !trusted {
+        for f in &files {
+            target
+                .sha256_computed(&f.oid, &f.file_hash)
+                .map_err(UploadError::target(format!(
+                    "recording SHA-256 {} of file {}",
+                    f.oid, f.file_hash
+                )))?;
+        }
+    }
+    tracing::debug!(
+        files = files.len(),
+        new_xorbs = put.new_xorbs,
+        uploaded_bytes = put.bytes,
+        "pack uploaded"
+    );
+    Ok(PackSummary {
+        files,
+        new_xorbs: put.new_xorbs,
+        uploaded_bytes: put.bytes,
+        shards,
+        sha256_computed: !trusted,
+    })
+}
+
 fn upload_blocks(
     target: &dyn CasTarget,
     blocks: &mut dyn Blocks,
@@ -251,10 +371,21 @@ fn upload_blocks(
         Some(oid) if options.sha256_declared_by_namer && target.checks_sha256_claims() => Some(oid),
         _ => None,
     };
-    let (file, size, uploader) = read_and_put(target, blocks, options, seeds, trusted, progress)?;
-    let sha256 = file.file.sha256.unwrap_or_default();
+    let source = Source::One {
+        blocks,
+        seeds,
+        trusted,
+    };
+    let (mut file, size, uploader) = read_and_put(target, source, options, progress)?;
+    let Some(one) = file.files.pop() else {
+        return Err(UploadError::Build {
+            what: "the upload".into(),
+            detail: "the session ended without its file".into(),
+        });
+    };
+    let sha256 = one.info.sha256.unwrap_or_default();
     let mut summary = UploadSummary {
-        file_hash: file.file.hash,
+        file_hash: one.info.hash,
         size,
         sha256,
         already_stored: false,
@@ -273,19 +404,14 @@ fn upload_blocks(
     if size == 0 {
         return Ok(summary);
     }
-    let FileResult { file, blocks, .. } = file;
-    let hash = file.hash;
-    let shards = build_shards(file, blocks, options.max_shard_bytes)?;
-    for (i, bytes) in shards.iter().enumerate() {
-        target
-            .register_shard(bytes)
-            .map_err(UploadError::target(format!(
-                "registering shard {} of {} for file {hash}",
-                i + 1,
-                shards.len()
-            )))?;
-    }
-    summary.shards = shards.len() as u64;
+    let hash = one.info.hash;
+    summary.shards = register_shards(
+        target,
+        vec![one.info],
+        file.blocks,
+        options.max_shard_bytes,
+        &format!("file {hash}"),
+    )?;
     if summary.sha256_computed {
         target
             .sha256_computed(&sha256, &hash)
@@ -296,6 +422,28 @@ fn upload_blocks(
     tracing::debug!(file = %hash, %sha256, size, new_xorbs = summary.new_xorbs,
         uploaded_bytes = summary.uploaded_bytes, dedup_chunks = summary.dedup_chunks, "file uploaded");
     Ok(summary)
+}
+
+/// Builds the shards of `files` and `blocks` ([`build_shards`]) and registers them in order;
+/// how many. `what` names the files in errors.
+fn register_shards(
+    target: &dyn CasTarget,
+    files: Vec<FileInfo>,
+    blocks: Vec<XorbInfo>,
+    max: u64,
+    what: &str,
+) -> Result<u64, UploadError> {
+    let shards = build_shards(files, blocks, max, what)?;
+    for (i, bytes) in shards.iter().enumerate() {
+        target
+            .register_shard(bytes)
+            .map_err(UploadError::target(format!(
+                "registering shard {} of {} for {what}",
+                i + 1,
+                shards.len()
+            )))?;
+    }
+    Ok(shards.len() as u64)
 }
 
 /// The summary of an upload the target needs no bytes for: it has a checked file with the
@@ -335,10 +483,8 @@ fn stored_already(
 /// uploader threads put the xorbs it builds; the file, its size and what the uploaders did.
 fn read_and_put(
     target: &dyn CasTarget,
-    blocks: &mut dyn Blocks,
+    source: Source<'_, '_>,
     options: &UploadOptions,
-    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
-    trusted: Option<LfsOid>,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<(FileResult, u64, PutStats), UploadError> {
     let uploaded = AtomicU64::new(0);
@@ -364,9 +510,7 @@ fn read_and_put(
             })
             .collect();
         drop((rx, finished_tx));
-        let read = read_file(
-            target, blocks, options, seeds, trusted, tx, uploaded, done, progress,
-        );
+        let read = read_file(target, source, options, tx, uploaded, done, progress);
         // The last xorbs are still on their way: keep the counter moving with the wire.
         let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
         let mut running = uploaders.len();
@@ -501,15 +645,29 @@ fn put_xorbs_until_done(
     }
 }
 
-/// Reads, chunks and deduplicates the whole stream, sending full xorbs to `tx`. Returns the
-/// file's block and its size once the size and SHA-256 were checked and every xorb was sent.
-#[allow(clippy::too_many_arguments)]
+/// What an upload reads: one stream, or the members of a pack, one after another.
+enum Source<'a, 'm> {
+    One {
+        blocks: &'a mut dyn Blocks,
+        /// See [`upload_with_seeds`].
+        seeds: &'a [(ChunkHash, xet_format::XorbHash, u32)],
+        /// The declared SHA-256, when the target checks it (the stream is not hashed).
+        trusted: Option<LfsOid>,
+    },
+    Pack {
+        members: &'a mut [PackMember<'m>],
+        /// The members' declared SHA-256 are sent as claims, not computed.
+        trusted: bool,
+    },
+}
+
+/// Reads, chunks and deduplicates the whole source, sending full xorbs to `tx`. Returns the
+/// files' blocks and the bytes read once every size and SHA-256 was checked and every xorb was
+/// sent.
 fn read_file(
     target: &dyn CasTarget,
-    blocks: &mut dyn Blocks,
+    source: Source<'_, '_>,
     options: &UploadOptions,
-    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
-    trusted: Option<LfsOid>,
     tx: mpsc::SyncSender<(u32, BuiltXorb)>,
     uploaded: &AtomicU64,
     done: &Done,
@@ -550,6 +708,33 @@ fn read_file(
             pause = (pause * 2).min(std::time::Duration::from_millis(2));
         }
     };
+    let (blocks, seeds, trusted) = match source {
+        Source::One {
+            blocks,
+            seeds,
+            trusted,
+        } => (blocks, seeds, trusted),
+        Source::Pack { members, trusted } => {
+            let session = FileSession::new(
+                target,
+                options.policy,
+                options.limits,
+                options.global_dedup,
+                false,
+                done,
+            )
+            .for_packing();
+            return read_members(
+                members,
+                trusted,
+                options,
+                session,
+                &mut emit,
+                &read_so_far,
+                &report,
+            );
+        }
+    };
     let probe = options
         .expected_size
         .is_none_or(|size| size >= xet_format::dedup::MIN_PROBED_FILE);
@@ -586,19 +771,73 @@ fn read_file(
             &read_so_far,
             &report,
         )
-        .and_then(|pos| {
-            let actual = sha.finish()?;
-            if let Some(expected) = options.expected_sha256 {
-                if actual != expected {
-                    return Err(UploadError::Sha256Mismatch { expected, actual });
-                }
-            }
-            Ok((actual, pos))
-        })
+        .and_then(|pos| Ok((checked_sha(sha, options)?, pos)))
     })
     .and_then(|(actual, pos)| {
         let file = session.finish(actual, &mut emit)?;
         Ok((file, pos))
+    })
+}
+
+/// The SHA-256 `sha` computed (or was declared), checked against the expected one.
+fn checked_sha(sha: Sha<'_>, options: &UploadOptions) -> Result<LfsOid, UploadError> {
+    let actual = sha.finish()?;
+    match options.expected_sha256 {
+        Some(expected) if actual != expected => {
+            Err(UploadError::Sha256Mismatch { expected, actual })
+        }
+        _ => Ok(actual),
+    }
+}
+
+/// The members of a pack, read one after another into one session: each is chunked on its
+/// own (a file's chunks never span two files) and checked against its declared size and
+/// SHA-256. Returns the session's files and the bytes read.
+fn read_members(
+    members: &mut [PackMember<'_>],
+    trusted: bool,
+    options: &UploadOptions,
+    mut session: FileSession<'_>,
+    emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    read_so_far: &std::cell::Cell<u64>,
+    report: &dyn Fn(),
+) -> Result<(FileResult, u64), UploadError> {
+    let mut total = 0u64;
+    let count = members.len();
+    for (i, member) in members.iter_mut().enumerate() {
+        let member_options = UploadOptions {
+            expected_sha256: Some(member.oid),
+            expected_size: Some(member.size),
+            ..*options
+        };
+        let mut sha = if trusted {
+            Sha::Declared(member.oid)
+        } else {
+            Sha::Inline(sha2::Sha256::new())
+        };
+        let pos = read_chunks(
+            &mut ReadBlocks::new(&mut member.reader),
+            &member_options,
+            &mut sha,
+            Chunker::parallel(),
+            &mut session,
+            emit,
+            read_so_far,
+            report,
+        )
+        .map_err(|e| UploadError::member(member.oid, e))?;
+        let actual =
+            checked_sha(sha, &member_options).map_err(|e| UploadError::member(member.oid, e))?;
+        total += pos;
+        if i + 1 < count {
+            session.end_file(actual);
+        } else {
+            return Ok((session.finish(actual, emit)?, total));
+        }
+    }
+    Err(UploadError::Build {
+        what: "a pack".into(),
+        detail: "it has no members".into(),
     })
 }
 
@@ -830,38 +1069,43 @@ fn read_chunks(
     Ok(pos)
 }
 
-/// Serialised size of a shard holding `file` (or none) and `blocks`, in upload form.
-fn shard_len(file: Option<&FileInfo>, blocks: &[XorbInfo]) -> u64 {
-    let file_records = file.map_or(0, |f| {
-        let terms = f.terms.len() as u64;
-        1 + terms + if f.verification.is_some() { terms } else { 0 } + u64::from(f.sha256.is_some())
-    });
+/// Serialised size of a shard holding `files` and `blocks`, in upload form.
+fn shard_len(files: &[FileInfo], blocks: &[XorbInfo]) -> u64 {
+    let file_records: u64 = files
+        .iter()
+        .map(|f| {
+            let terms = f.terms.len() as u64;
+            1 + terms
+                + if f.verification.is_some() { terms } else { 0 }
+                + u64::from(f.sha256.is_some())
+        })
+        .sum();
     let xorb_records: u64 = blocks.iter().map(|b| 1 + b.chunks.len() as u64).sum();
     // Header, both sections, both bookends.
     RECORD_SIZE * (1 + file_records + 1 + xorb_records + 1)
 }
 
-/// The shards to register, in order: the file's shard last, earlier ones holding xorb blocks
-/// that did not fit in it.
+/// The shards to register, in order: the files' shard last, earlier ones holding xorb blocks
+/// that did not fit in it. `what` names the files in errors.
 fn build_shards(
-    file: FileInfo,
+    files: Vec<FileInfo>,
     mut blocks: Vec<XorbInfo>,
     max: u64,
+    what: &str,
 ) -> Result<Vec<Vec<u8>>, UploadError> {
-    let hash = file.hash;
     let fail = |e: xet_format::shard::ShardError| UploadError::Build {
-        what: format!("the shard of file {hash}"),
+        what: format!("the shard of {what}"),
         detail: e.to_string(),
     };
     blocks.sort_by_key(|b| b.hash);
-    let file_len = shard_len(Some(&file), &[]);
+    let file_len = shard_len(&files, &[]);
     if file_len > max {
         return Err(UploadError::Build {
-            what: format!("the shard of file {hash}"),
-            detail: format!("its file block alone exceeds {max} bytes"),
+            what: format!("the shard of {what}"),
+            detail: format!("its file blocks alone exceed {max} bytes"),
         });
     }
-    let empty_len = shard_len(None, &[]);
+    let empty_len = shard_len(&[], &[]);
     let (mut last, mut last_len) = (Vec::new(), file_len);
     let (mut groups, mut group_len): (Vec<Vec<XorbInfo>>, u64) = (Vec::new(), 0);
     for block in blocks {
@@ -875,7 +1119,7 @@ fn build_shards(
                 g.push(block);
             }
         } else {
-            // What does not fit next to the file goes into xorb-only shards.
+            // What does not fit next to the files goes into xorb-only shards.
             group_len = empty_len + len;
             groups.push(vec![block]);
         }
@@ -890,7 +1134,7 @@ fn build_shards(
         out.push(shard.to_upload_bytes().map_err(fail)?);
     }
     let shard = Shard {
-        files: vec![file],
+        files,
         xorbs: last,
         meta: Default::default(),
     };

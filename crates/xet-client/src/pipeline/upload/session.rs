@@ -1,4 +1,5 @@
-//! One file's deduplication, xorb packing and reconstruction terms.
+//! The deduplication, xorb packing and reconstruction terms of one file, or of several files
+//! packed into the same xorbs one after another ([`FileSession::end_file`]).
 //!
 //! Chunks arrive in file order with their hashes. Each is either *matched* (its bytes are
 //! already in a xorb: one this upload built, or one named in a shard the target knows locally
@@ -61,10 +62,29 @@ struct OpenTerm {
     first_chunk: usize,
 }
 
+/// A file of the session whose chunks have all been added, waiting for its last xorb to be
+/// finished (its terms may name it).
+#[derive(Debug)]
+struct EndedFile {
+    terms: Vec<OpenTerm>,
+    chunks: Vec<ChunkRef>,
+    sha256: LfsOid,
+    dedup_bytes: u64,
+}
+
+/// One file of a finished session.
+#[derive(Debug)]
+pub(super) struct SessionFile {
+    pub info: FileInfo,
+    /// Bytes of the file found already stored.
+    pub dedup_bytes: u64,
+}
+
 /// What a finished session produced.
 #[derive(Debug)]
 pub(super) struct FileResult {
-    pub file: FileInfo,
+    /// The files, in the order they were added.
+    pub files: Vec<SessionFile>,
     /// Blocks of the xorbs this upload built, for the shard's xorb section.
     pub blocks: Vec<XorbInfo>,
     pub chunks: u64,
@@ -87,6 +107,10 @@ pub(super) struct FileSession<'t> {
     global_dedup: bool,
     /// Ask about probes while nothing has matched stored data (see the module documentation).
     probe: bool,
+    /// Ask about each file's first chunk (off for packed small files: a pack's members are
+    /// new to the target, which found none of them by SHA-256, and a query per member is a
+    /// round trip per member).
+    query_first: bool,
     builder: XorbBuilder,
     builder_refs: Vec<ChunkRef>,
     /// Hashes of the finished session xorbs, by sequence number.
@@ -99,11 +123,17 @@ pub(super) struct FileSession<'t> {
     queried: HashSet<ChunkHash>,
     terms: Vec<OpenTerm>,
     chunks: Vec<ChunkRef>,
+    /// Chunks of every file of the session.
+    chunks_total: u64,
     dedup_chunks: u64,
     dedup_bytes: u64,
     dedup_queries: u64,
     probe_queries: u64,
     history_dedup_bytes: u64,
+    /// Files ended, whose terms wait for their xorbs to be finished.
+    ended: Vec<EndedFile>,
+    /// `dedup_bytes` when the current file began.
+    file_dedup_start: u64,
     /// Bytes of the file before the next chunk.
     offset: u64,
     /// Chunks matched to stored xorbs so far.
@@ -131,6 +161,7 @@ impl<'t> FileSession<'t> {
             limits,
             global_dedup,
             probe,
+            query_first: true,
             builder: XorbBuilder::with_limits(policy, limits),
             builder_refs: Vec::new(),
             resolved: Vec::new(),
@@ -140,16 +171,27 @@ impl<'t> FileSession<'t> {
             queried: HashSet::new(),
             terms: Vec::new(),
             chunks: Vec::new(),
+            chunks_total: 0,
             dedup_chunks: 0,
             dedup_bytes: 0,
             dedup_queries: 0,
             probe_queries: 0,
             history_dedup_bytes: 0,
+            ended: Vec::new(),
+            file_dedup_start: 0,
             offset: 0,
             stored_matches: 0,
             recent_new: 0,
             recent_total: 0,
         }
+    }
+
+    /// Packs small files: no probes, and no query for each file's first chunk (see
+    /// `query_first`).
+    pub fn for_packing(mut self) -> Self {
+        self.probe = false;
+        self.query_first = false;
+        self
     }
 
     /// Learns chunks known to be stored at the target (an earlier version of the file): each
@@ -257,6 +299,7 @@ impl<'t> FileSession<'t> {
         emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
     ) -> Result<(), UploadError> {
         self.recent_total += 1;
+        self.chunks_total += 1;
         let len = data.len() as u64;
         let position = self.chunks.len();
         let start = self.offset;
@@ -274,7 +317,7 @@ impl<'t> FileSession<'t> {
             && is_probe(position, start, start + len);
         if loc.is_none()
             && self.global_dedup
-            && (position == 0 || hash.is_global_dedup_eligible() || probe)
+            && ((position == 0 && self.query_first) || hash.is_global_dedup_eligible() || probe)
             && self.queried.insert(hash)
         {
             if probe && !hash.is_global_dedup_eligible() {
@@ -404,22 +447,62 @@ impl<'t> FileSession<'t> {
         emit(built)
     }
 
-    /// Ends the file: finishes the last xorb and builds the file's shard block (terms,
-    /// verification hashes, SHA-256).
+    /// Ends the current file (its chunks were all added; `sha256` is its SHA-256): the next
+    /// chunk begins another file, packed into the same xorbs.
+    pub fn end_file(&mut self, sha256: LfsOid) {
+        self.ended.push(EndedFile {
+            terms: std::mem::take(&mut self.terms),
+            chunks: std::mem::take(&mut self.chunks),
+            sha256,
+            dedup_bytes: self.dedup_bytes - self.file_dedup_start,
+        });
+        self.file_dedup_start = self.dedup_bytes;
+        self.offset = 0;
+        self.stored_matches = 0;
+    }
+
+    /// Ends the last file ([`Self::end_file`] with `sha256`) and the session: finishes the last
+    /// xorb and builds every file's shard block (terms, verification hashes, SHA-256).
     pub fn finish(
         mut self,
         sha256: LfsOid,
         emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
     ) -> Result<FileResult, UploadError> {
+        self.end_file(sha256);
         self.finish_xorb(emit)?;
-        let hash = if self.chunks.is_empty() {
+        let ended = std::mem::take(&mut self.ended);
+        let files = ended
+            .into_iter()
+            .map(|f| {
+                let info = self.file_info(&f)?;
+                Ok(SessionFile {
+                    info,
+                    dedup_bytes: f.dedup_bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, UploadError>>()?;
+        Ok(FileResult {
+            files,
+            blocks: self.blocks,
+            chunks: self.chunks_total,
+            dedup_chunks: self.dedup_chunks,
+            dedup_bytes: self.dedup_bytes,
+            dedup_queries: self.dedup_queries,
+            probe_queries: self.probe_queries,
+            history_dedup_bytes: self.history_dedup_bytes,
+        })
+    }
+
+    /// The shard block of an ended file, once every xorb it names is finished.
+    fn file_info(&self, f: &EndedFile) -> Result<FileInfo, UploadError> {
+        let hash = if f.chunks.is_empty() {
             FileHash::ZERO
         } else {
-            file_hash(&self.chunks)
+            file_hash(&f.chunks)
         };
-        let mut terms = Vec::with_capacity(self.terms.len());
-        let mut verification = Vec::with_capacity(self.terms.len());
-        for t in &self.terms {
+        let mut terms = Vec::with_capacity(f.terms.len());
+        let mut verification = Vec::with_capacity(f.terms.len());
+        for t in &f.terms {
             let xorb = match t.xorb {
                 XorbId::Stored(h) => h,
                 XorbId::Session(n) => {
@@ -438,27 +521,18 @@ impl<'t> FileSession<'t> {
             })?;
             terms.push(Term::new(xorb, bytes, t.start, t.end));
             let n = (t.end - t.start) as usize;
-            let hashes = self
+            let hashes = f
                 .chunks
                 .get(t.first_chunk..t.first_chunk + n)
                 .unwrap_or(&[]);
             verification.push(verification_hash(hashes.iter().map(|c| &c.hash)));
         }
-        Ok(FileResult {
-            file: FileInfo {
-                hash,
-                terms,
-                verification: Some(verification),
-                sha256: Some(sha256),
-                unknown_flags: 0,
-            },
-            blocks: self.blocks,
-            chunks: self.chunks.len() as u64,
-            dedup_chunks: self.dedup_chunks,
-            dedup_bytes: self.dedup_bytes,
-            dedup_queries: self.dedup_queries,
-            probe_queries: self.probe_queries,
-            history_dedup_bytes: self.history_dedup_bytes,
+        Ok(FileInfo {
+            hash,
+            terms,
+            verification: Some(verification),
+            sha256: Some(f.sha256),
+            unknown_flags: 0,
         })
     }
 }
