@@ -359,3 +359,74 @@ fn files_cross_between_git_and_the_reference_client() {
         "hf_xet downloaded git's push by Xet hash"
     );
 }
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start();
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    xet(&env, &["install", "--global"]);
+    let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
+    let work = work_repo(&env, Some(&lfs_url));
+
+    // 40 small files (1-20 KiB) and one of 6 MiB, which is not packed.
+    let files: Vec<(String, Vec<u8>)> = (0..40u64)
+        .map(|i| {
+            let len = 1024 + (i as usize * 7919) % (19 << 10);
+            (format!("s{i:02}.bin"), common::splitmix64(500 + i, len))
+        })
+        .chain([("big.bin".to_string(), common::splitmix64(600, 6 << 20))])
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "many"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+
+    assert_eq!(registered_files(&server), files.len() as u64);
+    let xorbs = common::git::count_files(&server.store_dir().join("xorbs"));
+    let log = env.agent_log();
+    let packs = log.matches("uploaded a pack").count();
+    eprintln!("{xorbs} xorbs, {packs} packs");
+    // The batch's 40 small objects are dealt into 8 packs (one xorb each), the big file alone.
+    assert!((2..=8).contains(&packs), "packs: {packs}\n{log}");
+    assert!(xorbs <= 10, "{xorbs} xorbs for 41 files");
+    // Every object is in the journal once, with the bytes sent shared out.
+    let records = journal(&work);
+    let mut oids: Vec<String> = records
+        .iter()
+        .map(|r| r["oid"].as_str().unwrap().to_string())
+        .collect();
+    oids.sort();
+    oids.dedup();
+    assert_eq!((records.len(), oids.len()), (files.len(), files.len()));
+    let sent: u64 = records
+        .iter()
+        .map(|r| r["transferred_bytes"].as_u64().unwrap())
+        .sum();
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    assert!(
+        sent >= total && sent < total + total / 20,
+        "sent {sent} of {total}"
+    );
+    // The push's summary counts every object once.
+    let summary = env.run_in(&work, "git", &["xet", "push-summary"]);
+    assert!(
+        summary.all().contains("pushed 41 objects"),
+        "{}",
+        summary.all()
+    );
+
+    env.git(env.path(), &["clone", "-q", "remote.git", "clone"]);
+    let clone = env.path().join("clone");
+    for (name, data) in &files {
+        assert!(std::fs::read(clone.join(name)).unwrap() == *data, "{name}");
+    }
+    let fsck = env.git(&clone, &["lfs", "fsck"]);
+    assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
+}

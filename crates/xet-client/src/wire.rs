@@ -209,6 +209,62 @@ fn byte_range(r: &FetchRange) -> ByteRange {
 /// `GET /v2/reconstructions/{file}`).
 pub const RECONSTRUCTION_HEADER: &str = "X-Xet-Reconstruction";
 
+/// The header of an upload action that names the object's *pack* (an extension of
+/// `git xet serve`'s LFS server, docs/lfs-agent.md §12.4): the small objects of the batch that
+/// one agent may upload together as one session, the object itself among them. Its value is
+/// [`Pack::to_header`]; an agent that does not know it uploads each object on its own.
+pub const PACK_HEADER: &str = "X-Xet-Pack";
+
+/// The most members a pack names.
+pub const MAX_PACK_MEMBERS: usize = 64;
+
+/// The objects of a pack ([`PACK_HEADER`]): oid and size of each, in the server's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pack(pub Vec<(LfsOid, u64)>);
+
+impl Pack {
+    /// `oid:size` of each member, joined by commas.
+    pub fn to_header(&self) -> String {
+        let mut out = String::with_capacity(self.0.len() * 80);
+        for (i, (oid, size)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&oid.to_hex());
+            out.push(':');
+            out.push_str(&size.to_string());
+        }
+        out
+    }
+
+    /// Parses [`Self::to_header`]'s form: at least two and at most [`MAX_PACK_MEMBERS`]
+    /// distinct members.
+    pub fn from_header(text: &str) -> Result<Pack, String> {
+        let items: Vec<&str> = text.split(',').map(str::trim).collect();
+        if items.len() < 2 || items.len() > MAX_PACK_MEMBERS {
+            return Err(format!(
+                "a pack names {} objects, not 2 to {MAX_PACK_MEMBERS}",
+                items.len()
+            ));
+        }
+        let mut members = Vec::with_capacity(items.len());
+        for item in items {
+            let (oid, size) = item
+                .split_once(':')
+                .ok_or_else(|| format!("pack member {item:?} is not oid:size"))?;
+            let oid = LfsOid::from_hex(oid).map_err(|e| format!("pack member {oid:?}: {e}"))?;
+            let size = size
+                .parse::<u64>()
+                .map_err(|e| format!("size {size:?} of pack member {oid}: {e}"))?;
+            if members.iter().any(|(o, _)| *o == oid) {
+                return Err(format!("pack member {oid} is named twice"));
+            }
+            members.push((oid, size));
+        }
+        Ok(Pack(members))
+    }
+}
+
 /// The v1 JSON of a plan: one URL per fetch entry, granting that entry's range.
 pub fn to_v1(plan: &ReconstructionPlan, urls: &dyn FetchUrls) -> ReconstructionV1 {
     let mut fetch_info = BTreeMap::new();
@@ -631,6 +687,36 @@ impl Serialize for ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packs_round_trip_and_malformed_ones_are_refused() {
+        let pack = Pack(
+            (0..3u8)
+                .map(|i| (LfsOid::of(&[i]), u64::from(i) * 1000 + 1))
+                .collect(),
+        );
+        let header = pack.to_header();
+        assert_eq!(Pack::from_header(&header).unwrap(), pack);
+        let one = Pack(pack.0[..1].to_vec()).to_header();
+        let many = Pack(
+            (0..=MAX_PACK_MEMBERS as u32)
+                .map(|i| (LfsOid::of(&i.to_le_bytes()), 1))
+                .collect(),
+        )
+        .to_header();
+        let a = LfsOid::of(b"a").to_hex();
+        for bad in [
+            one,
+            many,
+            String::new(),
+            format!("{a}:1,{a}:2"),
+            format!("{a}:1,zz:2"),
+            format!("{a}:1,{}:-2", LfsOid::of(b"b").to_hex()),
+            format!("{a}:1,{}", LfsOid::of(b"b").to_hex()),
+        ] {
+            assert!(Pack::from_header(&bad).is_err(), "{bad:?}");
+        }
+    }
 
     const X: &str = "0101010101010101020202020202020203030303030303030404040404040404";
 

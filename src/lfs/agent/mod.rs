@@ -49,6 +49,7 @@
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
 mod endpoint;
+mod pack;
 mod prior;
 
 use endpoint::*;
@@ -457,7 +458,10 @@ impl Agent {
             return;
         }
         match self.lfs_temp_dir() {
-            Ok(dir) => remove_stale_parts(&dir),
+            Ok(dir) => {
+                remove_stale_parts(&dir);
+                pack::remove_stale_packs(&dir);
+            }
             Err(e) => tracing::debug!("partial downloads not looked for: {e}"),
         }
     }
@@ -469,6 +473,16 @@ impl Agent {
     ) -> Result<Option<&'static Path>, TransferError> {
         self.clean_parts_once();
         let path = t.path.as_deref().ok_or(TransferError::NoPath)?;
+        if let Some(pack) = pack::pack_of(t) {
+            match self.upload_in_pack(t, &pack, writer) {
+                Ok(pack::Packed::Done) => return Ok(None),
+                Ok(pack::Packed::Alone) => {}
+                Err(e) => tracing::warn!(
+                    oid = %t.oid,
+                    "cannot take part in the object's pack; uploading it on its own: {e}"
+                ),
+            }
+        }
         let file = open_upload(path)?;
         let lease = self.endpoint(t, Operation::Upload)?;
         let endpoint = lease.get();

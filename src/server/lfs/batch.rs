@@ -15,7 +15,10 @@
 //! (§12.1); downloads add `X-Xet-Hash`, the Xet file hash for the oid (§12.3: this server's
 //! answer to the oid → hash lookup). Small objects' download actions also carry their v2
 //! reconstruction in `X-Xet-Reconstruction` (this server's extension), which saves the agent a
-//! request per object.
+//! request per object. Small objects' upload actions name their *pack* in `X-Xet-Pack` (this
+//! server's extension, docs/lfs-agent.md §12.4): the batch's small objects are dealt into a few
+//! packs, each of which one agent uploads as one session (a few xorbs and one shard instead of
+//! one of each per object).
 
 use std::collections::BTreeMap;
 use xet_client::wire::ErrorCode;
@@ -32,7 +35,7 @@ use crate::server::body::read_body;
 use crate::server::cas::reconstruction::{inline_v2, small_plan};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use xet_client::wire::{CasTokenInfo, RECONSTRUCTION_HEADER};
+use xet_client::wire::{CasTokenInfo, Pack, MAX_PACK_MEMBERS, PACK_HEADER, RECONSTRUCTION_HEADER};
 use xet_client::ReconstructionPlan;
 use xet_format::{FileHash, LfsOid};
 
@@ -207,10 +210,16 @@ pub async fn batch(
         ));
     }
     let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
+    let mut packs = match (operation, transfer) {
+        (Operation::Upload, Transfer::Xet) => pack_headers(&requested, &looked_up),
+        _ => Vec::new(),
+    };
+    packs.resize(requested.len(), None);
     let objects: Vec<ObjectOut> = requested
         .into_iter()
         .zip(looked_up)
-        .map(|(r, (stored, inline))| actions.object(r, stored, inline))
+        .zip(packs)
+        .map(|((r, (stored, inline)), pack)| actions.object(r, stored, inline, pack))
         .collect();
     tracing::info!(
         repo = %repo.id,
@@ -375,6 +384,63 @@ async fn look_up(
     .await
 }
 
+/// Objects of at most this size are packed ([`pack_headers`]).
+pub const PACK_MEMBER_MAX: u64 = 4 << 20;
+
+/// Bytes of members a pack is dealt at most (on average: members are dealt in turn).
+const PACK_BYTES: u64 = 32 << 20;
+
+/// Packs a batch is dealt into at least, so that that many agents upload at once (git-lfs
+/// hands the batch's objects in order to its agents, 8 by default; dealing members in turn
+/// makes consecutive objects fall in different packs).
+const PACK_SPREAD: usize = 8;
+
+/// The `X-Xet-Pack` header of each requested object (by position; `None` for objects not
+/// packed). The small objects to upload (absent or damaged, 1 byte to [`PACK_MEMBER_MAX`]) are
+/// dealt in turn into `n` packs: at least [`PACK_SPREAD`] while each gets two members, enough
+/// that none has more than [`MAX_PACK_MEMBERS`] members or, on average, [`PACK_BYTES`]. A pack
+/// of one member is no pack.
+fn pack_headers(
+    requested: &[Requested],
+    looked_up: &[(Stored, Option<String>)],
+) -> Vec<Option<String>> {
+    let small: Vec<(usize, LfsOid, u64)> = requested
+        .iter()
+        .zip(looked_up)
+        .enumerate()
+        .filter_map(|(i, (r, (stored, _)))| {
+            let (oid, size) = *r.checked.as_ref().ok()?;
+            let to_upload = match stored {
+                Stored::Absent => true,
+                Stored::Damaged { size: s, .. } => *s == size,
+                Stored::Intact(..) => false,
+            };
+            (to_upload && size > 0 && size <= PACK_MEMBER_MAX).then_some((i, oid, size))
+        })
+        .collect();
+    let mut out = vec![None; requested.len()];
+    if small.len() < 2 {
+        return out;
+    }
+    let bytes: u64 = small.iter().map(|(_, _, size)| size).sum();
+    let n = PACK_SPREAD
+        .min(small.len() / 2)
+        .max(small.len().div_ceil(MAX_PACK_MEMBERS))
+        .max(usize::try_from(bytes.div_ceil(PACK_BYTES)).unwrap_or(usize::MAX))
+        .clamp(1, small.len());
+    let mut packs: Vec<Vec<(usize, LfsOid, u64)>> = vec![Vec::new(); n];
+    for (k, member) in small.into_iter().enumerate() {
+        packs[k % n].push(member);
+    }
+    for pack in packs.into_iter().filter(|p| p.len() >= 2) {
+        let header = Pack(pack.iter().map(|&(_, oid, size)| (oid, size)).collect()).to_header();
+        for (i, _, _) in pack {
+            out[i] = Some(header.clone());
+        }
+    }
+    out
+}
+
 /// What the store holds of a requested object.
 enum Stored {
     Absent,
@@ -435,7 +501,13 @@ impl Actions {
         }
     }
 
-    fn object(&self, r: Requested, stored: Stored, inline: Option<String>) -> ObjectOut {
+    fn object(
+        &self,
+        r: Requested,
+        stored: Stored,
+        inline: Option<String>,
+        pack: Option<String>,
+    ) -> ObjectOut {
         let mut out = ObjectOut {
             oid: r.oid_echo,
             size: r.size_echo,
@@ -462,12 +534,12 @@ impl Actions {
             (Operation::Upload, Stored::Intact(..)) => {}
             (Operation::Upload, Stored::Absent) => {
                 out.authenticated = Some(true);
-                out.actions = Some(self.upload_actions(&oid));
+                out.actions = Some(self.upload_actions(&oid, pack));
             }
             (Operation::Upload, Stored::Damaged { xorb, .. }) => {
                 tracing::warn!(%oid, %xorb, "batch: asking for a damaged object again to repair it");
                 out.authenticated = Some(true);
-                out.actions = Some(self.upload_actions(&oid));
+                out.actions = Some(self.upload_actions(&oid, pack));
             }
             (Operation::Download, Stored::Absent) => {
                 out.error = Some(ObjectError {
@@ -514,15 +586,18 @@ impl Actions {
         }
     }
 
-    fn upload_actions(&self, oid: &LfsOid) -> BTreeMap<&'static str, Action> {
+    fn upload_actions(&self, oid: &LfsOid, pack: Option<String>) -> BTreeMap<&'static str, Action> {
         match self.transfer {
-            Transfer::Xet => BTreeMap::from([(
-                "upload",
-                self.action(
-                    format!("{}/xet-token/write", self.endpoint),
-                    self.xet_header(),
-                ),
-            )]),
+            Transfer::Xet => {
+                let mut header = self.xet_header();
+                if let Some(pack) = pack {
+                    header.insert(PACK_HEADER, pack);
+                }
+                BTreeMap::from([(
+                    "upload",
+                    self.action(format!("{}/xet-token/write", self.endpoint), header),
+                )])
+            }
             Transfer::Basic => BTreeMap::from([
                 (
                     "upload",
@@ -582,4 +657,60 @@ pub fn token(
             exp,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn requested(i: u32, size: u64) -> Requested {
+        Requested {
+            oid_echo: Value::Null,
+            size_echo: Value::Null,
+            checked: Ok((LfsOid::of(&i.to_le_bytes()), size)),
+        }
+    }
+
+    #[test]
+    fn small_objects_to_upload_are_dealt_into_packs() {
+        // 100 small absent objects, one large, one stored, one invalid.
+        let mut req: Vec<Requested> = (0..100).map(|i| requested(i, 10_000)).collect();
+        req.push(requested(100, PACK_MEMBER_MAX + 1));
+        req.push(requested(101, 500));
+        req.push(Requested {
+            oid_echo: Value::Null,
+            size_echo: Value::Null,
+            checked: Err("bad".into()),
+        });
+        let mut stored: Vec<(Stored, Option<String>)> =
+            (0..103).map(|_| (Stored::Absent, None)).collect();
+        stored[101].0 = Stored::Intact(FileHash::ZERO, 500);
+        let headers = pack_headers(&req, &stored);
+        assert!(headers[100..].iter().all(Option::is_none));
+        let packs: std::collections::BTreeSet<&String> = headers.iter().flatten().collect();
+        assert_eq!(packs.len(), PACK_SPREAD);
+        for (i, h) in headers[..100].iter().enumerate() {
+            let pack = Pack::from_header(h.as_ref().unwrap()).unwrap();
+            assert!(pack.0.len() >= 12 && pack.0.len() <= 13);
+            assert!(pack
+                .0
+                .contains(&(LfsOid::of(&(i as u32).to_le_bytes()), 10_000)));
+        }
+        // Consecutive objects fall in different packs.
+        assert_ne!(headers[0], headers[1]);
+
+        // Three objects make one pack; one object none.
+        let few = pack_headers(&req[..3], &stored[..3]);
+        assert!(few.iter().all(|h| h.is_some() && *h == few[0]));
+        assert!(pack_headers(&req[..1], &stored[..1])[0].is_none());
+
+        // A thousand objects: no pack has more than MAX_PACK_MEMBERS.
+        let req: Vec<Requested> = (0..1000).map(|i| requested(i, 1)).collect();
+        let stored: Vec<(Stored, Option<String>)> =
+            (0..1000).map(|_| (Stored::Absent, None)).collect();
+        let headers = pack_headers(&req, &stored);
+        for h in &headers {
+            assert!(Pack::from_header(h.as_ref().unwrap()).unwrap().0.len() <= MAX_PACK_MEMBERS);
+        }
+    }
 }

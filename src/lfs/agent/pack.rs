@@ -1,0 +1,396 @@
+//! Small objects uploaded together: the agents' side of `X-Xet-Pack` (docs/lfs-agent.md §12.4).
+//!
+//! git-lfs hands an agent one object at a time and waits for its `complete`, so an agent
+//! cannot gather objects itself. `git xet serve`'s batch answer names, on each small object's
+//! upload action, the *pack* it belongs to: some of the batch's small objects, itself among
+//! them. The first agent to get an object of a pack uploads every member it finds in git-lfs's
+//! object store as one session ([`upload_pack`]: shared xorbs, one shard), then writes down
+//! which members it registered; the agents that get the other members wait for it and answer
+//! theirs at once. Many small files then cost a few xorbs and one shard per pack instead of
+//! one of each per file.
+//!
+//! Coordination is through two files in git-lfs's temp directory, named after the batch's
+//! session id and the pack: `xet-pack-<id>.lock` (held, with `flock`, by the agent uploading
+//! the pack and briefly by each agent that looks) and `xet-pack-<id>.done` (the members
+//! registered, or why the pack failed), written before the lock is released. An agent that
+//! dies releases the lock, and the next one uploads the pack. Anything unexpected (no member
+//! file, a failed pack) falls back to uploading the object on its own, which reports its own
+//! errors; a failed pack is never tried again by the other agents. The files are removed an
+//! hour after their batch.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+
+use super::{named_by_oid, open_upload, Agent, Lease, Operation, Transfer};
+use crate::lfs::error::TransferError;
+use crate::lfs::journal::{Direction, Record};
+use crate::lfs::protocol::ProtocolWriter;
+use xet_client::pipeline::upload::{upload_pack, PackMember, PackSummary, UploadProgress};
+use xet_client::wire::{Pack, PACK_HEADER};
+use xet_format::LfsOid;
+
+/// Pack files older than this are removed (their batch is long over).
+pub(super) const STALE_PACK_AGE: Duration = Duration::from_secs(60 * 60);
+
+/// What became of an object that belongs to a pack.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Packed {
+    /// Registered with its pack (by this agent or another): answer `complete`.
+    Done,
+    /// Not in a pack that was registered: upload it on its own.
+    Alone,
+}
+
+/// The `.done` file: the members a pack registered, or why it failed.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Outcome {
+    #[serde(default)]
+    registered: Vec<LfsOid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failed: Option<String>,
+}
+
+/// The pack named in `t`'s action, if it is one this agent can upload: the header parses,
+/// names `t`'s object, and git-lfs's path for it is in its object store (where the other
+/// members are found).
+pub(super) fn pack_of(t: &Transfer) -> Option<Pack> {
+    let text = t.action.as_ref()?.header(PACK_HEADER)?;
+    let pack = match Pack::from_header(text) {
+        Ok(pack) => pack,
+        Err(e) => {
+            tracing::debug!(oid = %t.oid, "ignoring the pack sent with the action: {e}");
+            return None;
+        }
+    };
+    let path = t.path.as_deref()?;
+    (pack
+        .0
+        .iter()
+        .any(|(oid, size)| *oid == t.oid && *size == t.size)
+        && named_by_oid(path, &t.oid))
+    .then_some(pack)
+}
+
+/// Where git-lfs keeps `oid`, given where it keeps `known` (`…/objects/ab/cd/abcd…`).
+fn sibling(known: &Path, oid: &LfsOid) -> Option<PathBuf> {
+    let objects = known.parent()?.parent()?.parent()?;
+    let hex = oid.to_hex();
+    Some(objects.join(&hex[0..2]).join(&hex[2..4]).join(hex))
+}
+
+/// The name shared by the pack's files: the batch's session, the CAS and the members.
+fn pack_id(t: &Transfer, pack: &Pack) -> String {
+    let mut sha = sha2::Sha256::new();
+    if let Some(action) = &t.action {
+        for name in ["X-Xet-Session-Id", "X-Xet-Cas-Url"] {
+            sha.update(action.header(name).unwrap_or("").as_bytes());
+            sha.update([0]);
+        }
+    }
+    sha.update(pack.to_header().as_bytes());
+    let digest = sha.finalize();
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Agent {
+    /// Uploads `t`'s pack if no agent has yet, or learns what the one that did registered.
+    pub(super) fn upload_in_pack<W: std::io::Write>(
+        &mut self,
+        t: &Transfer,
+        pack: &Pack,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<Packed, TransferError> {
+        let dir = self.lfs_temp_dir()?;
+        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
+            what: "cannot create git-lfs's temp directory",
+            path: dir.clone(),
+            source: e,
+        })?;
+        let id = pack_id(t, pack);
+        let lock_path = dir.join(format!("xet-pack-{id}.lock"));
+        let done_path = dir.join(format!("xet-pack-{id}.done"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| TransferError::Local {
+                what: "cannot create a pack's lock file",
+                path: lock_path.clone(),
+                source: e,
+            })?;
+        let waited = Instant::now();
+        lock.lock().map_err(|e| TransferError::Local {
+            what: "cannot lock a pack's lock file",
+            path: lock_path.clone(),
+            source: e,
+        })?;
+        if waited.elapsed() > Duration::from_millis(50) {
+            tracing::debug!(oid = %t.oid, waited_secs = waited.elapsed().as_secs_f64(), "waited for another agent's pack");
+        }
+        if let Some(outcome) = read_outcome(&done_path) {
+            return Ok(match outcome.failed {
+                None if outcome.registered.contains(&t.oid) => Packed::Done,
+                _ => Packed::Alone,
+            });
+        }
+        let outcome = match self.send_pack(t, pack, writer) {
+            Ok(Some(summary)) => {
+                let registered = summary.files.iter().map(|f| f.oid).collect();
+                Outcome {
+                    registered,
+                    failed: None,
+                }
+            }
+            Ok(None) => Outcome {
+                registered: Vec::new(),
+                failed: Some("fewer than two members here".into()),
+            },
+            Err(e) => {
+                let message = xet_client::redact::redact(&e.to_string());
+                tracing::warn!(oid = %t.oid, "uploading the object's pack failed; each object goes on its own: {message}");
+                Outcome {
+                    registered: Vec::new(),
+                    failed: Some(message),
+                }
+            }
+        };
+        if let Err(e) = write_outcome(&done_path, &outcome) {
+            // The other members' agents then upload the pack again: more work, nothing lost.
+            tracing::warn!(path = %done_path.display(), "cannot write down a pack's outcome: {e}");
+        }
+        drop(lock);
+        Ok(if outcome.registered.contains(&t.oid) {
+            Packed::Done
+        } else {
+            Packed::Alone
+        })
+    }
+
+    /// Uploads the members of `pack` found in git-lfs's object store (`None` when fewer than
+    /// two are there) and records each in the transfer journal.
+    fn send_pack<W: std::io::Write>(
+        &mut self,
+        t: &Transfer,
+        pack: &Pack,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<Option<PackSummary>, TransferError> {
+        let Some(own) = t.path.as_deref() else {
+            return Ok(None);
+        };
+        let mut files = Vec::with_capacity(pack.0.len());
+        for (oid, size) in &pack.0 {
+            let Some(path) = sibling(own, oid) else {
+                continue;
+            };
+            match open_upload(&path) {
+                Ok(file) if file.metadata().is_ok_and(|m| m.len() == *size) => {
+                    files.push((file, *oid, *size))
+                }
+                // Not here (another clone's object), or not what the batch said: that
+                // object's own agent uploads it, or says what is wrong with it.
+                _ => {
+                    tracing::debug!(%oid, "pack member not in git-lfs's object store; left to its agent")
+                }
+            }
+        }
+        if files.len() < 2 {
+            return Ok(None);
+        }
+        let lease = self.endpoint(t, Operation::Upload)?;
+        let endpoint = lease.get();
+        writer
+            .progress(&t.oid, 1)
+            .map_err(TransferError::Progress)?;
+        let mut options = xet_client::pipeline::upload::UploadOptions {
+            sha256_declared_by_namer: !crate::lfs::settings::hash_uploads_forced(),
+            ..self.options.upload
+        };
+        if matches!(lease, Lease::Owned(_)) {
+            options.parallel_puts = 1;
+        }
+        let mut stdout_gone = None;
+        let total: u64 = files.iter().map(|(_, _, size)| size).sum();
+        let mut report = |p: UploadProgress| {
+            // The pack's progress, shown as this object's (the others complete at once).
+            let done = p.bytes_done.saturating_mul(t.size) / total.max(1);
+            if let Err(e) = writer.progress(&t.oid, done.min(t.size.saturating_sub(1))) {
+                stdout_gone.get_or_insert(e);
+            }
+        };
+        let mut attempt = send_files(endpoint, &mut files, &options, &mut report);
+        if let Err(e) = &attempt {
+            if e.is_lost_xorb() {
+                // As for one object: the cache has dropped the xorb; the second pass sends it.
+                tracing::warn!(oid = %t.oid, "{}; uploading the pack again", xet_client::redact::redact(&e.to_string()));
+                for (file, _, _) in &mut files {
+                    use std::io::Seek as _;
+                    file.rewind().map_err(|e| TransferError::Local {
+                        what: "cannot read a pack member again",
+                        path: own.to_path_buf(),
+                        source: e,
+                    })?;
+                }
+                attempt = send_files(endpoint, &mut files, &options, &mut report);
+            }
+        }
+        let summary = attempt.map_err(|e| TransferError::Upload {
+            endpoint: endpoint.describe(),
+            source: Box::new(e),
+        })?;
+        if let Some(e) = stdout_gone {
+            return Err(TransferError::Progress(e));
+        }
+        tracing::info!(
+            oid = %t.oid,
+            members = summary.files.len(),
+            bytes = total,
+            uploaded_bytes = summary.uploaded_bytes,
+            new_xorbs = summary.new_xorbs,
+            "uploaded a pack"
+        );
+        let described = xet_client::redact::redact(&endpoint.describe());
+        drop(lease);
+        for record in records(&summary, &described) {
+            self.record(record);
+        }
+        Ok(Some(summary))
+    }
+}
+
+fn send_files(
+    endpoint: &dyn xet_client::Endpoint,
+    files: &mut [(std::fs::File, LfsOid, u64)],
+    options: &xet_client::pipeline::upload::UploadOptions,
+    report: &mut dyn FnMut(UploadProgress),
+) -> Result<PackSummary, xet_client::pipeline::upload::UploadError> {
+    let mut members: Vec<PackMember<'_>> = files
+        .iter_mut()
+        .map(|(file, oid, size)| PackMember {
+            reader: file,
+            oid: *oid,
+            size: *size,
+        })
+        .collect();
+    upload_pack(endpoint, &mut members, options, report)
+}
+
+/// The journal records of a pack's members: the bytes sent are shared out by the bytes each
+/// member did not find stored.
+fn records(summary: &PackSummary, endpoint: &str) -> Vec<Record> {
+    let new: Vec<u64> = summary
+        .files
+        .iter()
+        .map(|f| f.size.saturating_sub(f.dedup_bytes))
+        .collect();
+    let all_new: u64 = new.iter().sum();
+    let mut shares: Vec<u64> = new
+        .iter()
+        .map(|&n| {
+            (u128::from(summary.uploaded_bytes) * u128::from(n) / u128::from(all_new.max(1))) as u64
+        })
+        .collect();
+    // What rounding left goes to the member with the most new bytes.
+    let rest = summary.uploaded_bytes - shares.iter().sum::<u64>().min(summary.uploaded_bytes);
+    if let Some(most) = (0..new.len()).max_by_key(|&i| new[i]) {
+        shares[most] += rest;
+    }
+    summary
+        .files
+        .iter()
+        .zip(shares)
+        .map(|(f, share)| {
+            let mut record = Record::new(Direction::Upload, &f.oid, &f.file_hash, f.size);
+            record.dedup_bytes = f.dedup_bytes;
+            record.transferred_bytes = share;
+            record.endpoint = endpoint.to_string();
+            record
+        })
+        .collect()
+}
+
+fn read_outcome(path: &Path) -> Option<Outcome> {
+    let text = std::fs::read(path).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Writes the outcome whole (a temporary file renamed into place).
+fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&serde_json::to_vec(outcome).map_err(std::io::Error::other)?)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Removes the pack files of batches over [`STALE_PACK_AGE`] ago from `dir`.
+pub(super) fn remove_stale_packs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with("xet-pack-") || !(name.ends_with(".lock") || name.ends_with(".done")) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .is_some_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_PACK_AGE));
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_found_beside_the_object() {
+        let a = LfsOid::of(b"a");
+        let b = LfsOid::of(b"b");
+        let ha = a.to_hex();
+        let own = PathBuf::from(format!(
+            "/r/.git/lfs/objects/{}/{}/{ha}",
+            &ha[0..2],
+            &ha[2..4]
+        ));
+        let hb = b.to_hex();
+        assert_eq!(
+            sibling(&own, &b).unwrap(),
+            PathBuf::from(format!(
+                "/r/.git/lfs/objects/{}/{}/{hb}",
+                &hb[0..2],
+                &hb[2..4]
+            ))
+        );
+    }
+
+    #[test]
+    fn sent_bytes_are_shared_out_by_new_bytes() {
+        let f = |n: u8, size, dedup_bytes| xet_client::pipeline::upload::PackedFile {
+            oid: LfsOid::of(&[n]),
+            file_hash: xet_format::FileHash::ZERO,
+            size,
+            dedup_bytes,
+        };
+        let summary = PackSummary {
+            files: vec![f(1, 100, 0), f(2, 300, 100), f(3, 50, 50)],
+            uploaded_bytes: 1000,
+            ..Default::default()
+        };
+        let r = records(&summary, "http://x");
+        let sent: Vec<u64> = r.iter().map(|r| r.transferred_bytes).collect();
+        assert_eq!(sent, vec![333, 667, 0]);
+        assert_eq!(r[1].dedup_bytes, 100);
+    }
+}
