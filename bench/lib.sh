@@ -116,7 +116,7 @@ use_recent_git_lfs() {
 }
 
 # make_work NAME: a temporary directory in $work, removed (with every server started by
-# start_server) when the script exits.
+# start_server) when the script exits; kept, with the servers' logs, when GIT_XET_BENCH_KEEP=1.
 make_work() {
     work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-$1.XXXXXX")"
     pids=()
@@ -126,7 +126,11 @@ make_work() {
 bench_cleanup() {
     local p
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
+    if [[ "${GIT_XET_BENCH_KEEP:-}" == 1 ]]; then
+        echo "bench: kept $work" >&2
+    else
+        rm -rf "$work"
+    fi
 }
 
 # start_server NAME [ARG...]: a release `git xet serve` (with ARGs) with an empty store in $work/NAME-store on

@@ -24,10 +24,12 @@
 #               so downloads read from Garage directly instead of through the node
 # Then, on the directory and on garage-1, plain git-lfs's basic transfer of the second file: a
 # PUT through the node, then a GET, which the node rebuilds from the stored xorbs.
-#   small-files N files of 1-100 KiB pushed with git through git-xet's agent (standalone mode)
-#               to a directory node, and to node A of two nodes on a fresh bucket; then a fresh
-#               clone's `git lfs fetch` from the directory node, and through node B (which must
-#               catch up with A's shards: one per file)
+#   small-files N files of 1-100 KiB pushed with git through git-xet's agent to a directory
+#               node, and to node A of two nodes on a fresh bucket; then a fresh clone's
+#               `git lfs fetch` from the directory node, and through node B (which must catch up
+#               with A's shards). Twice: in standalone mode (the agent gets one object at a
+#               time: a xorb and a shard per file), and negotiated (the node is the LFS server:
+#               its batch answers deal small objects into packs, docs/lfs-agent.md §12.4)
 # Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
@@ -92,7 +94,7 @@ export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
 AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
 AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
 export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-for bucket in one two three four; do
+for bucket in one two three four five; do
     gcli bucket create "$bucket" >/dev/null
     gcli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
 done
@@ -206,17 +208,23 @@ if wanted garage-urls; then
 fi
 
 small_results=()
-# run_small NAME PUSH_URL FETCH_URL: N small files pushed with git to PUSH_URL (standalone mode),
-# then a fresh clone's `git lfs fetch` from FETCH_URL; "name push fetch" in small_results.
+# run_small NAME PUSH_URL FETCH_URL MODE: N small files pushed with git to PUSH_URL, then a fresh
+# clone's `git lfs fetch` from FETCH_URL, in MODE (standalone: the node is the agent's endpoint;
+# negotiated: the node is the LFS server); "name push fetch" in small_results.
 run_small() {
-    local name=$1 t0 t1 t2
+    local name=$1 mode=$4 t0 t1 t2
     (
         use_home "$work/$name-home"
         export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
-        git xet install --global --endpoint "$2" >/dev/null
+        if [[ "$mode" == standalone ]]; then
+            git xet install --global --endpoint "$2" >/dev/null
+        else
+            git xet install --global >/dev/null
+        fi
         git init -q --bare "$work/$name-remote.git"
         git init -q "$work/$name-work"
         cd "$work/$name-work"
+        [[ "$mode" == standalone ]] || git config lfs.url "$2/bench/small.git/info/lfs"
         git lfs track '*.bin' >/dev/null
         cp "$work"/small/*.bin .
         git add . && git commit -q -m files
@@ -228,9 +236,13 @@ run_small() {
         cd "$work"
         GIT_LFS_SKIP_SMUDGE=1 git clone -q "$name-remote.git" "$name-clone"
         cd "$name-clone"
+        if [[ "$mode" == standalone ]]; then
+            export GIT_XET_ENDPOINT="$3"
+        else
+            git config lfs.url "$3/bench/small.git/info/lfs"
+        fi
         t1b=$(now)
-        GIT_XET_ENDPOINT="$3" git lfs fetch >/dev/null 2>&1 \
-            || { echo "bench: $name: fetch failed" >&2; exit 1; }
+        git lfs fetch >/dev/null 2>&1 || { echo "bench: $name: fetch failed" >&2; exit 1; }
         t2=$(now)
         local got
         got=$(find .git/lfs/objects -type f | wc -l)
@@ -248,12 +260,19 @@ if wanted small-files; then
         head -c $(( (i * 99 / small_n + 1) * 1024 )) /dev/urandom > "$work/small/f$i.bin"
     done
     start_server small-dir
-    run_small small-dir "$server_url" "$server_url"
+    run_small small-dir "$server_url" "$server_url" standalone
+    start_server lfs-dir
+    run_small lfs-dir "$server_url" "$server_url" negotiated
     start_server small-a --storage s3://four
     url_a="$server_url"
     start_server small-b --storage s3://four
     url_b="$server_url"
-    run_small small-garage "$url_a" "$url_b"
+    run_small small-garage "$url_a" "$url_b" standalone
+    start_server lfs-a --storage s3://five
+    url_a="$server_url"
+    start_server lfs-b --storage s3://five
+    url_b="$server_url"
+    run_small lfs-garage "$url_a" "$url_b" negotiated
 fi
 
 echo
@@ -280,13 +299,19 @@ for r in "${basic_results[@]}"; do
 done
 if [[ ${#small_results[@]} -gt 0 ]]; then
     echo
-    echo "$small_n files of 1-100 KiB, $lfs_version: git push through the agent (standalone mode), then a fresh clone's git lfs fetch"
+    echo "$small_n files of 1-100 KiB, $lfs_version: git push through the agent, then a fresh clone's git lfs fetch"
     printf '%-14s %10s %10s %14s %16s\n' setup "push s" "fetch s" "push vs dir" "fetch vs dir"
-    read -r _ dp df <<<"${small_results[0]}"
     for r in "${small_results[@]}"; do
         read -r name p f <<<"$r"
+        # Each mode's rows against its own directory row.
+        for d in "${small_results[@]}"; do
+            read -r dname dp df <<<"$d"
+            [[ "$dname" == "${name%%-*}-dir" ]] && break
+        done
         printf '%-14s %10.2f %10.2f %13.2fx %15.2fx\n' "$name" "$p" "$f" \
             "$(echo "$dp / $p" | bc -l)" "$(echo "$df / $f" | bc -l)"
     done
-    echo "(small-garage: pushed through node A, fetched through node B; ratios above 1: faster than the directory node)"
+    echo "(small-*: standalone mode, the node is the agent's endpoint; lfs-*: negotiated, the node is the"
+    echo " LFS server and packs small objects; *-garage: pushed through node A, fetched through node B;"
+    echo " ratios above 1: faster than the directory node of the same mode)"
 fi

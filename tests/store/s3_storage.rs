@@ -1137,3 +1137,82 @@ fn a_node_serves_while_it_catches_up_and_asks_to_come_back_for_what_it_lacks() {
     );
     assert_eq!(get(&format!("/v2/reconstructions/{nowhere}")).status(), 404);
 }
+
+/// A node's count of requests of one kind to the bucket, from its /metrics.
+fn storage_requests(s: &TestServer, op: &str) -> f64 {
+    let metrics = reqwest::blocking::get(format!("{}/metrics", s.url()))
+        .unwrap()
+        .text()
+        .unwrap();
+    let name = format!("gitxet_storage_requests_total{{op=\"{op}\"}}");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name.as_str())?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Many small files pushed through node A go up in packs (a few xorbs in the bucket, not one
+/// per file); a clone fetching them through node B reads each pack's xorb whole once and
+/// answers the files' ranges from memory, instead of two bucket requests per file.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
+    if !common::git::tools_available() {
+        return;
+    }
+    let g = Garage::start();
+    g.create_bucket("packs");
+    let a = node(&g, "packs", "xet");
+    let b = node(&g, "packs", "xet");
+    let env = common::git::GitEnv::new();
+    let lfs_path = "/team/data.git/info/lfs";
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &format!("{}{lfs_path}", a.url()));
+    let files: Vec<(String, Vec<u8>)> = (0..48u64)
+        .map(|i| {
+            (
+                format!("f{i:02}.bin"),
+                content(300 + i, 2000 + (i as usize * 977) % 30000),
+            )
+        })
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "small files"]);
+    env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let xorbs = stored_xorbs(&g, "packs", "xet").len();
+    assert!(xorbs <= 8, "{xorbs} xorbs in the bucket for 48 small files");
+
+    env.clone_skip_smudge("remote.git", "through-b");
+    let clone = env.path().join("through-b");
+    env.git(&clone, &["checkout", "-q", "main"]);
+    env.git(
+        &clone,
+        &["config", "lfs.url", &format!("{}{lfs_path}", b.url())],
+    );
+    // Once B has caught up with A's shards and settled their claims (one record read per
+    // file, whatever the packing), only the download reads the bucket.
+    let start = std::time::Instant::now();
+    while b.health("files") < 48 || b.health("unchecked_sha256_claims") > 0 {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "node B did not catch up with A"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (gets, heads) = (storage_requests(&b, "get"), storage_requests(&b, "head"));
+    env.git(&clone, &["lfs", "pull"]);
+    for (name, data) in &files {
+        assert!(std::fs::read(clone.join(name)).unwrap() == *data, "{name}");
+    }
+    let gets = storage_requests(&b, "get") - gets;
+    let heads = storage_requests(&b, "head") - heads;
+    eprintln!("{xorbs} xorbs; node B: {gets} GETs, {heads} HEADs for 48 files");
+    // Per xorb: a look, its footer and the whole object; reading each file's range on its
+    // own would be two requests per file (96).
+    assert!(
+        gets + heads <= 3.0 * xorbs as f64 + 2.0,
+        "{gets} GETs and {heads} HEADs"
+    );
+}

@@ -235,12 +235,36 @@ pub struct ValidationProgress {
     pub total: u64,
 }
 
+/// What [`Store::xorb_for_reading`] found of a stored xorb.
+#[derive(Debug, Clone)]
+pub enum XorbBytes {
+    /// The whole object, in memory.
+    Whole(Arc<Vec<u8>>),
+    /// Stored, this many bytes long: read its ranges with [`Store::read_checked_xorb`].
+    Stored(u64),
+}
+
+impl XorbBytes {
+    pub fn len(&self) -> u64 {
+        match self {
+            XorbBytes::Whole(b) => b.len() as u64,
+            XorbBytes::Stored(len) => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Store {
     pub(super) backend: Arc<dyn ObjectBackend>,
     pub(super) index: Index,
     /// Footers of xorbs known intact, with the stamp of the object they were read from.
     pub(super) footers: Mutex<FooterCache>,
+    /// Small xorbs read whole, on object storage (see [`crate::small_xorbs`]).
+    pub(super) small_xorbs: Mutex<crate::small_xorbs::SmallXorbs>,
     /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
     pub(super) verifying: Mutex<()>,
     /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
@@ -475,6 +499,7 @@ impl Store {
             backend,
             index,
             footers: Mutex::new(FooterCache::default()),
+            small_xorbs: Mutex::new(Default::default()),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
             doomed: Mutex::new(std::collections::HashSet::new()),
@@ -1398,18 +1423,35 @@ impl Store {
     /// The first xorb a registered file needs that is missing or damaged, with why; `None` when
     /// every one is intact (or the file is not registered).
     pub fn file_damage(&self, file: &FileHash) -> Result<Option<(XorbHash, String)>, StoreError> {
+        self.file_damage_memo(file, &mut std::collections::HashMap::new())
+    }
+
+    /// [`Store::file_damage`] for many files at once (a batch request): each xorb is checked
+    /// once, its verdict kept in `memo` for the files after it (small files packed together
+    /// share xorbs; on object storage each check is a request).
+    pub fn file_damage_memo(
+        &self,
+        file: &FileHash,
+        memo: &mut std::collections::HashMap<XorbHash, Option<String>>,
+    ) -> Result<Option<(XorbHash, String)>, StoreError> {
         let Some(record) = self.index.file(file)? else {
             return Ok(None);
         };
-        let mut seen = std::collections::HashSet::new();
         for t in &record.terms {
-            if !seen.insert(t.xorb) {
-                continue;
-            }
-            match self.check_xorb(&t.xorb)? {
-                XorbHealth::Intact(_) => {}
-                XorbHealth::Missing => return Ok(Some((t.xorb, "it is not stored".into()))),
-                XorbHealth::Damaged(why) => return Ok(Some((t.xorb, why))),
+            let verdict = match memo.get(&t.xorb) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = match self.check_xorb(&t.xorb)? {
+                        XorbHealth::Intact(_) => None,
+                        XorbHealth::Missing => Some("it is not stored".to_string()),
+                        XorbHealth::Damaged(why) => Some(why),
+                    };
+                    memo.insert(t.xorb, v.clone());
+                    v
+                }
+            };
+            if let Some(why) = verdict {
+                return Ok(Some((t.xorb, why)));
             }
         }
         Ok(None)
@@ -1486,6 +1528,43 @@ impl Store {
                 detail,
             }),
         }
+    }
+
+    /// What a download of a range of `xorb` reads from: on object storage, a xorb of at most
+    /// [`crate::small_xorbs::SMALL_XORB_MAX`] read whole (once a minute: see
+    /// [`crate::small_xorbs`]); otherwise its length, as [`Store::xorb_len`] (`None`: not
+    /// stored).
+    pub fn xorb_for_reading(&self, xorb: &XorbHash) -> Result<Option<XorbBytes>, StoreError> {
+        if !self.backend.is_shared() {
+            return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
+        }
+        let cached = self
+            .small_xorbs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(xorb);
+        if let Some(bytes) = cached {
+            return Ok(Some(XorbBytes::Whole(bytes)));
+        }
+        let Some(len) = self.xorb_len(xorb)? else {
+            return Ok(None);
+        };
+        if len == 0 || len > crate::small_xorbs::SMALL_XORB_MAX {
+            return Ok(Some(XorbBytes::Stored(len)));
+        }
+        let Some(bytes) = self.read_checked_xorb(xorb, 0..=len - 1)? else {
+            return Ok(None);
+        };
+        if bytes.len() as u64 != len {
+            // Changed under us (it cannot, unless replaced outside git-xet): read as asked.
+            return Ok(Some(XorbBytes::Stored(len)));
+        }
+        let bytes = Arc::new(bytes);
+        self.small_xorbs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(*xorb, Arc::clone(&bytes));
+        Ok(Some(XorbBytes::Whole(bytes)))
     }
 
     /// Bytes `range` (inclusive) of the stored object of a xorb that [`Store::xorb_len`] or

@@ -208,6 +208,10 @@ impl Store {
             for x in entries {
                 cache.remove(x);
             }
+            let mut small = self.small_xorbs.lock().unwrap_or_else(|p| p.into_inner());
+            for x in entries {
+                small.remove(x);
+            }
         }
         for x in objects {
             self.backend.remove(ObjectKey::Xorb(*x))?;

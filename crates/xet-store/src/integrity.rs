@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::backend::BackendError;
 use crate::backend::{ObjectKey, ObjectStamp};
@@ -35,11 +36,17 @@ use xet_format::{FileHash, ShardHash, XorbHash};
 /// Bytes of footers kept in memory (a footer of an 8192-chunk xorb holds about 330 KB).
 pub const FOOTER_CACHE_BYTES: u64 = 64 << 20;
 
+/// How long a xorb object seen intact on object storage is taken as still there without
+/// looking again (one request fewer per range read of a xorb read a moment ago).
+pub const STAMP_FRESH: Duration = Duration::from_secs(10);
+
 /// Footers of xorbs known intact, each with the stamp of the object it was read from, within
 /// [`FOOTER_CACHE_BYTES`]; when full, the oldest entries go first.
 #[derive(Debug, Default)]
 pub struct FooterCache {
-    entries: std::collections::HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>, u64)>,
+    /// Per xorb: the stamp, the footer, the insertion number, and when the object was last
+    /// seen with that stamp.
+    entries: std::collections::HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>, u64, Instant)>,
     /// Insertion order: (xorb, insertion number), for eviction.
     order: std::collections::VecDeque<(XorbHash, u64)>,
     bytes: u64,
@@ -52,16 +59,33 @@ impl FooterCache {
     }
 
     /// The footer of `xorb` if it was read from the object with `stamp`.
-    pub fn get(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
-        match self.entries.get(xorb) {
-            Some((s, f, _)) if s == stamp => Some(Arc::clone(f)),
+    /// Counts as seeing the object again (see [`Self::seen_within`]).
+    pub fn get(&mut self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
+        match self.entries.get_mut(xorb) {
+            Some((s, f, _, seen)) if s == stamp => {
+                *seen = Instant::now();
+                Some(Arc::clone(f))
+            }
             _ => None,
         }
     }
 
+    /// The stamp and footer of `xorb` if its object was seen with that stamp less than
+    /// `within` ago.
+    pub fn seen_within(
+        &self,
+        xorb: &XorbHash,
+        within: Duration,
+    ) -> Option<(ObjectStamp, Arc<XorbFooter>)> {
+        self.entries
+            .get(xorb)
+            .filter(|(_, _, _, seen)| seen.elapsed() < within)
+            .map(|(s, f, _, _)| (*s, Arc::clone(f)))
+    }
+
     /// The footer of `xorb`, whatever object it was read from.
     pub fn any(&self, xorb: &XorbHash) -> Option<Arc<XorbFooter>> {
-        self.entries.get(xorb).map(|(_, f, _)| Arc::clone(f))
+        self.entries.get(xorb).map(|(_, f, _, _)| Arc::clone(f))
     }
 
     pub fn insert(&mut self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
@@ -69,26 +93,27 @@ impl FooterCache {
         self.remove(&xorb);
         self.inserted += 1;
         self.bytes += Self::cost(&footer);
-        self.entries.insert(xorb, (stamp, footer, self.inserted));
+        self.entries
+            .insert(xorb, (stamp, footer, self.inserted, Instant::now()));
         self.order.push_back((xorb, self.inserted));
         while self.bytes > FOOTER_CACHE_BYTES && self.entries.len() > 1 {
             let Some((old, n)) = self.order.pop_front() else {
                 break;
             };
-            if self.entries.get(&old).is_some_and(|(_, _, m)| *m == n) {
+            if self.entries.get(&old).is_some_and(|(_, _, m, _)| *m == n) {
                 self.remove(&old);
             }
         }
     }
 
     pub fn remove(&mut self, xorb: &XorbHash) {
-        if let Some((_, f, _)) = self.entries.remove(xorb) {
+        if let Some((_, f, _, _)) = self.entries.remove(xorb) {
             self.bytes -= Self::cost(&f);
         }
         if self.order.len() > 2 * self.entries.len() + 64 {
             let entries = &self.entries;
             self.order
-                .retain(|(x, n)| entries.get(x).is_some_and(|(_, _, m)| m == n));
+                .retain(|(x, n)| entries.get(x).is_some_and(|(_, _, m, _)| m == n));
         }
     }
 }
@@ -179,6 +204,19 @@ impl Store {
     ) -> Result<(XorbHealth, Option<ObjectStamp>), StoreError> {
         if self.being_collected(xorb) {
             return Ok((XorbHealth::Missing, None));
+        }
+        if self.backend.is_shared() {
+            // On object storage a look is a request: an object seen intact a moment ago is
+            // taken as still there (xorbs never change; a read of one collected meanwhile
+            // fails and says so).
+            let seen = self
+                .footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .seen_within(xorb, STAMP_FRESH);
+            if let Some((stamp, footer)) = seen {
+                return Ok((XorbHealth::Intact(footer), Some(stamp)));
+            }
         }
         let key = ObjectKey::Xorb(*xorb);
         let Some(stamp) = self.backend.stamp(key)? else {
@@ -323,6 +361,10 @@ impl Store {
 
     fn forget_footer(&self, xorb: &XorbHash) {
         self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(xorb);
+        self.small_xorbs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(xorb);

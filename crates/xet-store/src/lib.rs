@@ -26,6 +26,7 @@ pub mod index;
 pub mod integrity;
 pub mod local_server;
 pub mod s3;
+pub mod small_xorbs;
 pub mod sync;
 pub mod timings;
 

@@ -37,6 +37,7 @@ use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use xet_client::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 use xet_format::XorbHash;
+use xet_store::cas::XorbBytes;
 use xet_store::Store;
 
 /// At most this many ranges in one request.
@@ -181,16 +182,22 @@ async fn fetch(
     // PIECE bytes is asked for (every small file's download), its bytes too.
     let st = state.clone();
     let found = blocking(move || {
-        let Some(len) = st.store.xorb_len(&xorb)? else {
+        let Some(stored) = st.store.xorb_for_reading(&xorb)? else {
             return Ok(None);
         };
+        let len = stored.len();
         let parsed = match range_text.as_deref() {
             Some(text) => parse_ranges(text, len).and_then(|r| within(r, &granted)),
             // No Range: the granted ranges, as if asked for.
             None => granted_within(&granted, len),
         };
-        let small = match &parsed {
-            Ok(r) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => st
+        let small = match (&parsed, &stored) {
+            // A small xorb read whole (object storage): the range from memory.
+            (Ok(r), XorbBytes::Whole(bytes)) if r.len() == 1 => {
+                let (start, end) = (*r[0].start() as usize, *r[0].end() as usize);
+                bytes.get(start..=end).map(Bytes::copy_from_slice)
+            }
+            (Ok(r), _) if r.len() == 1 && r[0].end() - r[0].start() < PIECE => st
                 .store
                 .read_checked_xorb(&xorb, r[0].clone())?
                 .map(Bytes::from),

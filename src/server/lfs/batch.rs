@@ -349,6 +349,8 @@ async fn look_up(
             tracing::warn!(error = %e, "cannot catch up with the other nodes' shards");
         }
         let fresh = xet_store::cas::Freshness::IndexOnly;
+        // Each xorb is checked once per batch (packed small files share xorbs).
+        let mut checked = std::collections::HashMap::new();
         oids.iter()
             .map(|oid| match oid {
                 Some(oid) if oid.to_hex() == EMPTY_OID => {
@@ -368,7 +370,7 @@ async fn look_up(
                     if operation == Operation::Upload && !found.checked {
                         return Ok((Stored::Absent, None));
                     }
-                    Ok(match store.file_damage(&file)? {
+                    Ok(match store.file_damage_memo(&file, &mut checked)? {
                         None => {
                             let plan = with_plans.then(|| small_plan(store, &file, size)).flatten();
                             (Stored::Intact(file, size), inline(plan))
