@@ -181,3 +181,64 @@ settle_server() {
     waited=$(echo "$(date +%s.%N) - $start" | bc)
     echo "bench: the server checked the upload's SHA-256 claims ${waited}s after it answered" >&2
 }
+
+# find_garage: sets $garage to the Garage binary ($GARAGE, else on PATH, else
+# ~/.cargo/bin/garage); exits 2 if there is none.
+find_garage() {
+    garage="${GARAGE:-$(command -v garage || echo "${CARGO_HOME:-$HOME/.cargo}/bin/garage")}"
+    if [[ ! -x "$garage" ]]; then
+        echo "bench: Garage is not installed (cargo install garage --version 2.5.0 --locked)" >&2
+        exit 2
+    fi
+}
+
+free_port() { "${python:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_garage BUCKET...: a single-node Garage on 127.0.0.1 in $work/garage (stopped with the
+# servers), set up through its CLI, with the buckets given and a key for them in the exported
+# AWS_* variables that `git xet serve --storage s3://BUCKET` reads.
+start_garage() {
+    g="$work/garage"
+    mkdir -p "$g"
+    local rpc s3 admin
+    rpc=$(free_port); s3=$(free_port); admin=$(free_port)
+    cat > "$g/garage.toml" <<TOML
+metadata_dir = "$g/meta"
+data_dir = "$g/data"
+db_engine = "sqlite"
+replication_factor = 1
+rpc_bind_addr = "127.0.0.1:$rpc"
+rpc_public_addr = "127.0.0.1:$rpc"
+rpc_secret = "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+[s3_api]
+s3_region = "garage"
+api_bind_addr = "127.0.0.1:$s3"
+root_domain = ".s3.garage.localhost"
+[admin]
+api_bind_addr = "127.0.0.1:$admin"
+TOML
+    RUST_LOG=warn "$garage" -c "$g/garage.toml" server > "$g/log" 2>&1 &
+    pids+=($!)
+    local node_id="" key bucket _
+    for _ in $(seq 1 100); do
+        node_id="$(gcli node id -q 2>/dev/null | cut -d@ -f1)" && [[ -n "$node_id" ]] && break
+        sleep 0.2
+    done
+    [[ -n "$node_id" ]] || { echo "bench: garage did not start" >&2; cat "$g/log" >&2; exit 1; }
+    # The node answers `node id` before its RPC listener takes the layout: try for a while.
+    for _ in $(seq 1 50); do
+        gcli layout assign -z dc1 -c 10G "$node_id" >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    gcli layout apply --version 1 >/dev/null
+    key="$(gcli key create bench)"
+    export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
+    AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
+    AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
+    export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+    for bucket in "$@"; do
+        gcli bucket create "$bucket" >/dev/null
+        gcli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
+    done
+}
+gcli() { RUST_LOG=warn "$garage" -c "$g/garage.toml" "$@"; }

@@ -44,60 +44,12 @@ setups="${GIT_XET_BENCH_SETUPS:-garage-1 garage-2 garage-urls small-files}"
 source "$root/bench/lib.sh"
 find_hf_python
 
-garage="${GARAGE:-$(command -v garage || echo "${CARGO_HOME:-$HOME/.cargo}/bin/garage")}"
-if [[ ! -x "$garage" ]]; then
-    echo "bench: Garage is not installed (cargo install garage --version 2.5.0 --locked)" >&2
-    exit 2
-fi
+find_garage
 
 build_release
 make_work storage-bench
 
-free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-# --- Garage, single node, set up through its CLI -------------------------------------------
-g="$work/garage"
-mkdir -p "$g"
-rpc=$(free_port); s3=$(free_port); admin=$(free_port)
-cat > "$g/garage.toml" <<TOML
-metadata_dir = "$g/meta"
-data_dir = "$g/data"
-db_engine = "sqlite"
-replication_factor = 1
-rpc_bind_addr = "127.0.0.1:$rpc"
-rpc_public_addr = "127.0.0.1:$rpc"
-rpc_secret = "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-[s3_api]
-s3_region = "garage"
-api_bind_addr = "127.0.0.1:$s3"
-root_domain = ".s3.garage.localhost"
-[admin]
-api_bind_addr = "127.0.0.1:$admin"
-TOML
-gcli() { RUST_LOG=warn "$garage" -c "$g/garage.toml" "$@"; }
-RUST_LOG=warn "$garage" -c "$g/garage.toml" server > "$g/log" 2>&1 &
-pids+=($!)
-node_id=""
-for _ in $(seq 1 100); do
-    node_id="$(gcli node id -q 2>/dev/null | cut -d@ -f1)" && [[ -n "$node_id" ]] && break
-    sleep 0.2
-done
-[[ -n "$node_id" ]] || { echo "bench: garage did not start" >&2; cat "$g/log" >&2; exit 1; }
-# The node answers `node id` before its RPC listener takes the layout: try for a while.
-for _ in $(seq 1 50); do
-    gcli layout assign -z dc1 -c 10G "$node_id" >/dev/null 2>&1 && break
-    sleep 0.2
-done
-gcli layout apply --version 1 >/dev/null
-key="$(gcli key create bench)"
-export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
-AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
-AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
-export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-for bucket in one two three four five; do
-    gcli bucket create "$bucket" >/dev/null
-    gcli bucket allow --read --write --owner "$bucket" --key bench >/dev/null
-done
+start_garage one two three four five
 
 # --- inputs ---------------------------------------------------------------------------------
 write_mixed "$work/in1.bin" "$size_mib"
