@@ -138,7 +138,8 @@ pub struct StoreArgs {
     #[arg(long, value_name = "SIZE", value_parser = args::size, help_heading = "Storage")]
     pub min_free: Option<u64>,
     /// Remove xorbs no registered file uses (interrupted pushes) this often, e.g. 24h; 0 turns
-    /// it off [default: 24h].
+    /// it off [default: 24h]. Nodes sharing object storage take turns: one collects, the others
+    /// leave it to that node while its lease runs.
     #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
     pub gc_interval: Option<Duration>,
     /// Keep unused xorbs younger than this, so uploads in flight are never harmed [default: 24h].
@@ -154,17 +155,11 @@ pub struct StoreArgs {
 const MIN_GC_GRACE: Duration = Duration::from_secs(600);
 
 /// The store options and maintenance schedule: the defaults, with what was given. On shared
-/// object storage (`shared`) scheduled garbage collection is off unless `--gc-interval` is
-/// given: one node in a cluster should run it, and a default cannot know which.
-fn store_settings(
-    args: &StoreArgs,
-    shared: bool,
-) -> Result<(xet_store::StoreOptions, Maintenance), String> {
+/// object storage, scheduled garbage collection runs on one node of a cluster at a time, the
+/// one that holds the lease on it (see `server::maintenance`).
+fn store_settings(args: &StoreArgs) -> Result<(xet_store::StoreOptions, Maintenance), String> {
     let mut m = Maintenance::default();
     let every = |d: Duration| (!d.is_zero()).then_some(d);
-    if shared {
-        m.gc_interval = None;
-    }
     if let Some(d) = args.gc_interval {
         m.gc_interval = every(d);
     }
@@ -347,13 +342,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     config.max_lifetime = args.max_lifetime;
     config.idle_exit = args.idle_exit;
     config.limits = limits(&args.limits)?;
-    (config.store, config.maintenance) = store_settings(&args.store, args.storage.is_some())?;
-    if args.storage.is_some() && args.store.gc_interval.is_none() {
-        tracing::info!(
-            "scheduled garbage collection is off on object storage: give --gc-interval to one \
-             node of the cluster"
-        );
-    }
+    (config.store, config.maintenance) = store_settings(&args.store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -417,7 +406,7 @@ mod tests {
             let mut all = vec!["serve", "--data", "/tmp/x"];
             all.extend_from_slice(args);
             let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
-            store_settings(&cli.serve.store, false)
+            store_settings(&cli.serve.store)
         };
         let (options, m) = settings(&[]).unwrap();
         assert_eq!(options.min_free_bytes, 0);
@@ -439,14 +428,14 @@ mod tests {
         assert_eq!(m.gc_interval, None);
         assert_eq!(m.gc_grace, Duration::from_secs(7200));
         assert_eq!(m.scrub_interval, Some(Duration::from_secs(7 * 86400)));
-        // On object storage: off unless asked for, since one node of a cluster should run it.
+        // On object storage as well (the nodes take turns through a lease in the bucket).
         let shared = |args: &[&str]| {
             let mut all = vec!["serve", "--data", "/tmp/x", "--storage", "s3://bucket/p"];
             all.extend_from_slice(args);
             let cli = Cli::try_parse_from(all).unwrap();
-            store_settings(&cli.serve.store, true).unwrap().1
+            store_settings(&cli.serve.store).unwrap().1
         };
-        assert_eq!(shared(&[]).gc_interval, None);
+        assert_eq!(shared(&[]).gc_interval, Some(Duration::from_secs(86400)));
         assert_eq!(
             shared(&["--gc-interval", "12h"]).gc_interval,
             Some(Duration::from_secs(12 * 3600))

@@ -89,6 +89,17 @@ pub fn spawn_sync(store: &Arc<Store>, m: Maintenance) -> Option<tokio::task::Joi
     }))
 }
 
+/// This machine's name, for the holder of a lease (which node collects, in the logs).
+fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-.".contains(c)))
+    .then(|| name.to_string())
+}
+
 /// Starts the scheduled jobs; abort the returned tasks to stop them.
 pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<()>> {
     let mut jobs = Vec::new();
@@ -98,12 +109,38 @@ pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<
             grace: m.gc_grace,
             dry_run: false,
         };
+        // On shared storage one node collects: the one holding the lease, renewed at each of
+        // its runs for a little longer than the interval; another takes over once it lapses.
+        let holder = format!(
+            "{}-{}",
+            hostname().unwrap_or_else(|| "node".into()),
+            xet_client::random_hex(6)
+        );
+        let lease = every + Duration::from_secs(3600);
         jobs.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let st = Arc::clone(&store);
-                match tokio::task::spawn_blocking(move || st.gc(options)).await {
-                    Ok(Ok(r)) => tracing::info!(
+                let holder = holder.clone();
+                let run = move || match st.take_gc_lease(&holder, lease)? {
+                    None => st.gc(options).map(Some),
+                    Some((other, until)) => {
+                        let until = super::lfs::locks::rfc3339(
+                            until
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_secs()),
+                        );
+                        tracing::info!(
+                            %other,
+                            %until,
+                            "scheduled garbage collection left to the node that holds the lease"
+                        );
+                        Ok(None)
+                    }
+                };
+                match tokio::task::spawn_blocking(run).await {
+                    Ok(Ok(None)) => {}
+                    Ok(Ok(Some(r))) => tracing::info!(
                         removed = r.xorbs_removed,
                         bytes_freed = r.bytes_freed,
                         young = r.xorbs_young,

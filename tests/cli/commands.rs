@@ -1251,3 +1251,55 @@ fn the_readme_walkthrough_works_as_written() {
         "after the guide's choice: {second}"
     );
 }
+
+/// git's automatic gc in the background (a commit of many files starts it) would pack and
+/// delete loose objects while git-lfs's pre-push scan reads them; git-xet's hook waits for it
+/// and says so before handing over.
+#[test]
+fn the_pre_push_hook_waits_for_gits_background_gc() {
+    let s = Sandbox::new();
+    let repo = s.repo();
+    s.git(&repo, &["init", "-q", "-b", "main"]);
+    let hooks = s.hooks();
+    std::fs::create_dir_all(&hooks).unwrap();
+    // The hook git-xet hands over to records whether the "gc" was still running.
+    let seen = s.path().join("seen");
+    let user_hook = format!(
+        "#!/bin/sh\nif kill -0 \"$(cut -d' ' -f1 < .git/gc.pid)\" 2>/dev/null; then echo running; else echo done; fi > '{}'\nexit 0\n",
+        seen.display()
+    );
+    std::fs::write(hooks.join("pre-push"), &user_hook).unwrap();
+    make_executable(&hooks.join("pre-push"));
+    ok(&s.git_xet(&repo, &["install", "--local"]), "install");
+    let bare = s.path().join("remote.git");
+    s.git(s.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    s.git(&repo, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    std::fs::write(repo.join("README"), "hi\n").unwrap();
+    s.git(&repo, &["add", "."]);
+    s.git(&repo, &["commit", "-q", "-m", "one"]);
+
+    // A stand-in for the gc: a process of this machine named in gc.pid, gone in two seconds
+    // (reaped at once, so that no zombie stays "alive").
+    let mut gc = Command::new("sleep").arg("2").spawn().unwrap();
+    let host = Command::new("uname").arg("-n").output().unwrap();
+    let host = String::from_utf8_lossy(&host.stdout).trim().to_string();
+    std::fs::write(repo.join(".git/gc.pid"), format!("{} {host}", gc.id())).unwrap();
+    let reaper = std::thread::spawn(move || gc.wait());
+    let push = s.git_out(&repo, &["push", "-q", "origin", "main"]);
+    ok(&push, "push");
+    assert!(
+        stderr(&push).contains("waiting for git's background gc"),
+        "{}",
+        stderr(&push)
+    );
+    assert_eq!(std::fs::read_to_string(&seen).unwrap().trim(), "done");
+    reaper.join().unwrap().unwrap();
+
+    // A gc.pid of a process that is gone (or of another machine) is not waited for.
+    std::fs::write(repo.join(".git/gc.pid"), format!("999999999 {host}")).unwrap();
+    std::fs::write(repo.join("README"), "again\n").unwrap();
+    s.git(&repo, &["commit", "-q", "-am", "two"]);
+    let push = s.git_out(&repo, &["push", "-q", "origin", "main"]);
+    ok(&push, "push");
+    assert!(!stderr(&push).contains("waiting"), "{}", stderr(&push));
+}

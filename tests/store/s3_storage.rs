@@ -1216,3 +1216,46 @@ fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
         "{gets} GETs and {heads} HEADs"
     );
 }
+
+/// The lease that lets one node of a cluster collect garbage: granted to the first, refused to
+/// another while it runs (naming the holder), renewed by its holder, and taken over once it
+/// lapses.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn one_node_at_a_time_holds_the_garbage_collection_lease() {
+    use std::time::Duration;
+    let g = Garage::start();
+    g.create_bucket("lease");
+    let (a, _sa) = backend(&g, "lease", "xet");
+    let (b, _sb) = backend(&g, "lease", "xet");
+    let minute = Duration::from_secs(60);
+    assert_eq!(a.take_lease("gc", "node-a", minute).unwrap(), None);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (holder, end) = b
+        .take_lease("gc", "node-b", minute)
+        .unwrap()
+        .expect("held by a");
+    assert_eq!(holder, "node-a");
+    assert!(
+        end > now_ms + 50_000,
+        "ends in about a minute: {end} vs {now_ms}"
+    );
+    // Its holder renews it, here for a moment only; once that lapses, another takes it.
+    assert_eq!(
+        a.take_lease("gc", "node-a", Duration::from_millis(200))
+            .unwrap(),
+        None
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(b.take_lease("gc", "node-b", minute).unwrap(), None);
+    let (holder, _) = a
+        .take_lease("gc", "node-a", minute)
+        .unwrap()
+        .expect("held by b");
+    assert_eq!(holder, "node-b");
+    // Another lease name is another lease.
+    assert_eq!(a.take_lease("other", "node-a", minute).unwrap(), None);
+}

@@ -229,6 +229,18 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn timings(&self) -> Option<&crate::timings::StorageTimings> {
         None
     }
+    /// Takes (or renews) the lease `name` for `holder` for `ttl`, unless another holder's lease
+    /// on it is still running: then that holder and when its lease ends (Unix milliseconds).
+    /// Unshared storage has one process: always granted. May wait a moment (see the S3
+    /// backend): not for async workers.
+    fn take_lease(
+        &self,
+        _name: &str,
+        _holder: &str,
+        _ttl: std::time::Duration,
+    ) -> Result<Option<(String, u64)>, BackendError> {
+        Ok(None)
+    }
 }
 
 /// Presigned URLs of the storage for one answer ([`ObjectBackend::range_signer`]): each reads

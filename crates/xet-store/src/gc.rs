@@ -63,6 +63,21 @@ pub struct GcReport {
 }
 
 impl Store {
+    /// On shared storage, takes (or renews) the lease on garbage collection for `holder` (a
+    /// name for this process) for `ttl`, so that of several nodes with scheduled collection one
+    /// collects: `None` when granted (always, on a directory), else the holder of the running
+    /// lease and when it ends. May wait a second: not for async workers.
+    pub fn take_gc_lease(
+        &self,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<(String, SystemTime)>, StoreError> {
+        Ok(self
+            .backend
+            .take_lease("gc", holder, ttl)?
+            .map(|(who, end_ms)| (who, SystemTime::UNIX_EPOCH + Duration::from_millis(end_ms))))
+    }
+
     /// Removes xorbs no registered file uses, once older than `options.grace` (see the module
     /// documentation).
     pub fn gc(&self, options: GcOptions) -> Result<GcReport, StoreError> {

@@ -13,6 +13,8 @@
 //! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]); `<repo>` is the repository id in unpadded base64url |
 //! | `access/<shard hash>/<repo>` | empty; the shard's files were registered through that repository (what its scoped tokens may read), for nodes that list everything |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
+//! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of, for the others |
+//! | `leases/gc` | `<end ms> <holder>`: the node that runs garbage collection, until when ([`ObjectBackend::take_lease`]) |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
 //! Objects are created only when absent: a look, then a conditional put (`If-None-Match: *`),
@@ -199,6 +201,10 @@ fn other(op: &'static str, key: impl Into<String>, e: impl std::fmt::Display) ->
 fn time_of(meta: &ObjectMeta) -> SystemTime {
     SystemTime::from(meta.last_modified)
 }
+
+/// How long a lease written to the bucket is left before it is read back (see
+/// [`ObjectBackend::take_lease`]).
+pub const LEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1000);
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -885,6 +891,42 @@ impl ObjectBackend for S3Backend {
 
     fn timings(&self) -> Option<&StorageTimings> {
         Some(&self.timings)
+    }
+
+    /// `leases/<name>` holds `<end ms> <holder>`. Stores such as Garage ignore conditional
+    /// writes, so a lease is written, left to settle for [`LEASE_SETTLE`], and read back: of
+    /// two processes that write at once, both read the last write, and only its holder goes on.
+    fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<(String, u64)>, BackendError> {
+        let path = self.key(&format!("leases/{name}"));
+        let what = format!("{}/leases/{name}", self.url);
+        let read = |bytes: Option<Vec<u8>>| -> Option<(String, u64)> {
+            let text = String::from_utf8(bytes?).ok()?;
+            let (end, who) = text.trim().split_once(' ')?;
+            Some((who.to_string(), end.parse().ok()?))
+        };
+        if let Some((who, end)) = read(self.get_whole(&path, &what)?) {
+            if who != holder && end > now_ms() {
+                return Ok(Some((who, end)));
+            }
+        }
+        let end = now_ms().saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let body = bytes::Bytes::from(format!("{end} {holder}").into_bytes());
+        self.put(&path, body, PutMode::Overwrite, &what)?;
+        std::thread::sleep(LEASE_SETTLE);
+        match read(self.get_whole(&path, &what)?) {
+            Some((who, _)) if who == holder => Ok(None),
+            Some((who, end)) => Ok(Some((who, end))),
+            None => Err(other(
+                "read",
+                what,
+                "the lease disappeared right after it was written",
+            )),
+        }
     }
 }
 
