@@ -71,7 +71,9 @@ use crate::git::Git;
 use xet_client::pipeline::cached::Cached;
 use xet_client::pipeline::download::{write_file_at_with, DownloadError};
 use xet_client::pipeline::prior::{LocalChunks, PriorVersion};
-use xet_client::pipeline::upload::{upload_with_seeds, UploadOptions, UploadProgress};
+use xet_client::pipeline::upload::{
+    upload_with_seeds, UploadOptions, UploadProgress, UploadSummary,
+};
 use xet_client::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
 use xet_client::ReconstructionPlan;
 use xet_client::{
@@ -562,6 +564,15 @@ impl Agent {
         if let Some(e) = stdout_gone {
             return Err(TransferError::Progress(e));
         }
+        let described = xet_client::redact::redact(&endpoint.describe());
+        drop(lease);
+        self.note_upload(t, &summary, sent_before + summary.uploaded_bytes, described);
+        Ok(None)
+    }
+
+    /// Logs an upload and records it in the transfer journal (`sent`: bytes of xorb bodies
+    /// sent, a repeated attempt's included).
+    fn note_upload(&mut self, t: &Transfer, summary: &UploadSummary, sent: u64, endpoint: String) {
         tracing::info!(
             oid = %t.oid,
             xet = %summary.file_hash,
@@ -580,12 +591,10 @@ impl Agent {
         } else {
             summary.dedup_bytes
         };
-        record.transferred_bytes = sent_before + summary.uploaded_bytes;
+        record.transferred_bytes = sent;
         record.history_bytes = summary.history_dedup_bytes;
-        record.endpoint = xet_client::redact::redact(&endpoint.describe());
-        drop(lease);
+        record.endpoint = endpoint;
         self.record(record);
-        Ok(None)
     }
 
     fn download<W: Write>(

@@ -182,22 +182,7 @@ impl Agent {
         let Some(own) = t.path.as_deref() else {
             return Ok(None);
         };
-        let mut files = Vec::with_capacity(pack.0.len());
-        for (oid, size) in &pack.0 {
-            let Some(path) = sibling(own, oid) else {
-                continue;
-            };
-            match open_upload(&path) {
-                Ok(file) if file.metadata().is_ok_and(|m| m.len() == *size) => {
-                    files.push((file, *oid, *size))
-                }
-                // Not here (another clone's object), or not what the batch said: that
-                // object's own agent uploads it, or says what is wrong with it.
-                _ => {
-                    tracing::debug!(%oid, "pack member not in git-lfs's object store; left to its agent")
-                }
-            }
-        }
+        let mut files = members_here(own, pack);
         if files.len() < 2 {
             return Ok(None);
         }
@@ -260,6 +245,27 @@ impl Agent {
         }
         Ok(Some(summary))
     }
+}
+
+/// The members of `pack` in git-lfs's object store beside `own` (the path of one of them),
+/// opened, of the declared size. A member missing here (another clone's object) or of another
+/// size is left to the agent git-lfs hands it to, which uploads it or says what is wrong.
+fn members_here(own: &Path, pack: &Pack) -> Vec<(std::fs::File, LfsOid, u64)> {
+    let mut files = Vec::with_capacity(pack.0.len());
+    for (oid, size) in &pack.0 {
+        let Some(path) = sibling(own, oid) else {
+            continue;
+        };
+        match open_upload(&path) {
+            Ok(file) if file.metadata().is_ok_and(|m| m.len() == *size) => {
+                files.push((file, *oid, *size))
+            }
+            _ => {
+                tracing::debug!(%oid, "pack member not in git-lfs's object store; left to its agent")
+            }
+        }
+    }
+    files
 }
 
 fn send_files(

@@ -708,75 +708,143 @@ fn read_file(
             pause = (pause * 2).min(std::time::Duration::from_millis(2));
         }
     };
-    let (blocks, seeds, trusted) = match source {
+    let reading = Reading {
+        target,
+        options,
+        done,
+        read_so_far: &read_so_far,
+        report: &report,
+    };
+    match source {
         Source::One {
             blocks,
             seeds,
             trusted,
-        } => (blocks, seeds, trusted),
-        Source::Pack { members, trusted } => {
-            let session = FileSession::new(
-                target,
-                options.policy,
-                options.limits,
-                options.global_dedup,
-                false,
-                done,
-            )
-            .for_packing();
-            return read_members(
-                members,
-                trusted,
+        } => reading.one(blocks, seeds, trusted, &mut emit),
+        Source::Pack { members, trusted } => reading.members(members, trusted, &mut emit),
+    }
+}
+
+/// What [`read_file`] reads with: where the xorbs go, and how progress is told.
+struct Reading<'a> {
+    target: &'a dyn CasTarget,
+    options: &'a UploadOptions,
+    done: &'a Done,
+    read_so_far: &'a std::cell::Cell<u64>,
+    report: &'a dyn Fn(),
+}
+
+impl Reading<'_> {
+    /// One stream: read, chunked and deduplicated (against `seeds` too), its size and SHA-256
+    /// checked (the SHA-256 on a thread of its own for a large file, not at all when
+    /// `trusted`).
+    fn one(
+        &self,
+        blocks: &mut dyn Blocks,
+        seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
+        trusted: Option<LfsOid>,
+        emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    ) -> Result<(FileResult, u64), UploadError> {
+        let options = self.options;
+        let probe = options
+            .expected_size
+            .is_none_or(|size| size >= xet_format::dedup::MIN_PROBED_FILE);
+        let mut session = FileSession::new(
+            self.target,
+            options.policy,
+            options.limits,
+            options.global_dedup,
+            probe,
+            self.done,
+        );
+        session.seed(seeds);
+        let chunker = Chunker::parallel();
+        // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a
+        // thread of its own, fed copies of the blocks, while this thread chunks, hashes and
+        // packs.
+        let big = options
+            .expected_size
+            .is_none_or(|size| size >= SHA_THREAD_MIN);
+        let (actual, pos) = std::thread::scope(|scope| {
+            let mut sha = if let Some(oid) = trusted {
+                Sha::Declared(oid)
+            } else if big {
+                Sha::spawn(scope)
+            } else {
+                Sha::Inline(sha2::Sha256::new())
+            };
+            let pos = read_chunks(
+                blocks,
                 options,
-                session,
-                &mut emit,
-                &read_so_far,
-                &report,
-            );
-        }
-    };
-    let probe = options
-        .expected_size
-        .is_none_or(|size| size >= xet_format::dedup::MIN_PROBED_FILE);
-    let mut session = FileSession::new(
-        target,
-        options.policy,
-        options.limits,
-        options.global_dedup,
-        probe,
-        done,
-    );
-    session.seed(seeds);
-    let chunker = Chunker::parallel();
-    // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a thread
-    // of its own, fed copies of the blocks, while this thread chunks, hashes and packs.
-    let big = options
-        .expected_size
-        .is_none_or(|size| size >= SHA_THREAD_MIN);
-    std::thread::scope(|scope| {
-        let mut sha = if let Some(oid) = trusted {
-            Sha::Declared(oid)
-        } else if big {
-            Sha::spawn(scope)
-        } else {
-            Sha::Inline(sha2::Sha256::new())
-        };
-        read_chunks(
-            blocks,
-            options,
-            &mut sha,
-            chunker,
-            &mut session,
-            &mut emit,
-            &read_so_far,
-            &report,
+                &mut sha,
+                chunker,
+                &mut session,
+                emit,
+                self.read_so_far,
+                self.report,
+            )?;
+            Ok::<_, UploadError>((checked_sha(sha, options)?, pos))
+        })?;
+        Ok((session.finish(actual, emit)?, pos))
+    }
+
+    /// The members of a pack, read one after another into one session: each is chunked on
+    /// its own (a file's chunks never span two files) and checked against its declared size
+    /// and SHA-256. Returns the session's files and the bytes read.
+    fn members(
+        &self,
+        members: &mut [PackMember<'_>],
+        trusted: bool,
+        emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
+    ) -> Result<(FileResult, u64), UploadError> {
+        let options = self.options;
+        let mut session = FileSession::new(
+            self.target,
+            options.policy,
+            options.limits,
+            options.global_dedup,
+            false,
+            self.done,
         )
-        .and_then(|pos| Ok((checked_sha(sha, options)?, pos)))
-    })
-    .and_then(|(actual, pos)| {
-        let file = session.finish(actual, &mut emit)?;
-        Ok((file, pos))
-    })
+        .for_packing();
+        let mut total = 0u64;
+        let count = members.len();
+        for (i, member) in members.iter_mut().enumerate() {
+            let member_options = UploadOptions {
+                expected_sha256: Some(member.oid),
+                expected_size: Some(member.size),
+                ..*options
+            };
+            let mut sha = if trusted {
+                Sha::Declared(member.oid)
+            } else {
+                Sha::Inline(sha2::Sha256::new())
+            };
+            let pos = read_chunks(
+                &mut ReadBlocks::new(&mut member.reader),
+                &member_options,
+                &mut sha,
+                Chunker::parallel(),
+                &mut session,
+                emit,
+                self.read_so_far,
+                self.report,
+            )
+            .map_err(|e| UploadError::member(member.oid, e))?;
+            let actual = checked_sha(sha, &member_options)
+                .map_err(|e| UploadError::member(member.oid, e))?;
+            total += pos;
+            if i + 1 < count {
+                session.end_file(actual);
+            } else {
+                return Ok((session.finish(actual, emit)?, total));
+            }
+        }
+        Err(UploadError::Build {
+            what: "a pack".into(),
+            detail: "it has no members".into(),
+        })
+    }
 }
 
 /// The SHA-256 `sha` computed (or was declared), checked against the expected one.
@@ -788,57 +856,6 @@ fn checked_sha(sha: Sha<'_>, options: &UploadOptions) -> Result<LfsOid, UploadEr
         }
         _ => Ok(actual),
     }
-}
-
-/// The members of a pack, read one after another into one session: each is chunked on its
-/// own (a file's chunks never span two files) and checked against its declared size and
-/// SHA-256. Returns the session's files and the bytes read.
-fn read_members(
-    members: &mut [PackMember<'_>],
-    trusted: bool,
-    options: &UploadOptions,
-    mut session: FileSession<'_>,
-    emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
-    read_so_far: &std::cell::Cell<u64>,
-    report: &dyn Fn(),
-) -> Result<(FileResult, u64), UploadError> {
-    let mut total = 0u64;
-    let count = members.len();
-    for (i, member) in members.iter_mut().enumerate() {
-        let member_options = UploadOptions {
-            expected_sha256: Some(member.oid),
-            expected_size: Some(member.size),
-            ..*options
-        };
-        let mut sha = if trusted {
-            Sha::Declared(member.oid)
-        } else {
-            Sha::Inline(sha2::Sha256::new())
-        };
-        let pos = read_chunks(
-            &mut ReadBlocks::new(&mut member.reader),
-            &member_options,
-            &mut sha,
-            Chunker::parallel(),
-            &mut session,
-            emit,
-            read_so_far,
-            report,
-        )
-        .map_err(|e| UploadError::member(member.oid, e))?;
-        let actual =
-            checked_sha(sha, &member_options).map_err(|e| UploadError::member(member.oid, e))?;
-        total += pos;
-        if i + 1 < count {
-            session.end_file(actual);
-        } else {
-            return Ok((session.finish(actual, emit)?, total));
-        }
-    }
-    Err(UploadError::Build {
-        what: "a pack".into(),
-        detail: "it has no members".into(),
-    })
 }
 
 /// Files from this size on are hashed with SHA-256 on a thread of their own (see [`Sha`]).
