@@ -1180,9 +1180,20 @@ fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
     }
     env.git(&work, &["add", "."]);
     env.git(&work, &["commit", "-q", "-m", "small files"]);
+    let gets_a = storage_requests(&a, "get");
     env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let xorbs = stored_xorbs(&g, "packs", "xet").len();
     assert!(xorbs <= 8, "{xorbs} xorbs in the bucket for 48 small files");
+    // Node A checked the files' SHA-256 claims from the packs it had just stored, kept in
+    // memory, not by reading each file back from the bucket.
+    let start = std::time::Instant::now();
+    while a.health("unchecked_sha256_claims") > 0 {
+        assert!(start.elapsed().as_secs() < 60, "node A did not check the claims");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let gets_a = storage_requests(&a, "get") - gets_a;
+    eprintln!("node A: {gets_a} GETs for the push");
+    assert!(gets_a < 16.0, "node A read the bucket {gets_a} times");
 
     env.clone_skip_smudge("remote.git", "through-b");
     let clone = env.path().join("through-b");

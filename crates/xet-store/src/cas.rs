@@ -712,7 +712,20 @@ impl Store {
             file.sync_all().map_err(io("flush"))?;
         }
         drop(file);
-        self.place(footer, stored_len, spool)
+        // On object storage a small xorb is kept in memory as stored (see `small_xorbs`): the
+        // claims of its files are checked, and its first downloads read, without a request.
+        let small = (self.backend.is_shared() && stored_len <= crate::small_xorbs::SMALL_XORB_MAX)
+            .then(|| fs::read(spool).ok())
+            .flatten()
+            .filter(|b| b.len() as u64 == stored_len);
+        let created = self.place(footer, stored_len, spool)?;
+        if let (true, Some(bytes)) = (created, small) {
+            self.small_xorbs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(xorb, Arc::new(bytes));
+        }
+        Ok(created)
     }
 
     /// Puts the validated stored object in `file` (consumed) in place as the xorb `footer`
@@ -1601,6 +1614,19 @@ impl Store {
         xorb: &XorbHash,
         range: RangeInclusive<u64>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        if self.backend.is_shared() {
+            let cached = self
+                .small_xorbs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(xorb);
+            if let Some(bytes) = cached {
+                let (start, end) = (*range.start() as usize, *range.end() as usize);
+                return Ok(bytes
+                    .get(start..=end.min(bytes.len().saturating_sub(1)))
+                    .map(<[u8]>::to_vec));
+            }
+        }
         match self.check_xorb(xorb)? {
             XorbHealth::Intact(_) => {}
             XorbHealth::Missing => return Ok(None),
