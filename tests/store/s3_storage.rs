@@ -1188,7 +1188,10 @@ fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
     // memory, not by reading each file back from the bucket.
     let start = std::time::Instant::now();
     while a.health("unchecked_sha256_claims") > 0 {
-        assert!(start.elapsed().as_secs() < 60, "node A did not check the claims");
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "node A did not check the claims"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let gets_a = storage_requests(&a, "get") - gets_a;
