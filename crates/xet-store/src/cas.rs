@@ -1544,10 +1544,14 @@ impl Store {
     }
 
     /// What a download of a range of `xorb` reads from: on object storage, a xorb of at most
-    /// [`crate::small_xorbs::SMALL_XORB_MAX`] read whole (once a minute: see
-    /// [`crate::small_xorbs`]); otherwise its length, as [`Store::xorb_len`] (`None`: not
-    /// stored).
-    pub fn xorb_for_reading(&self, xorb: &XorbHash) -> Result<Option<XorbBytes>, StoreError> {
+    /// [`crate::small_xorbs::SMALL_XORB_MAX`] kept in memory or, with `may_read_whole` (the
+    /// caller has room for it), read whole (see [`crate::small_xorbs`]); otherwise its length,
+    /// as [`Store::xorb_len`] (`None`: not stored).
+    pub fn xorb_for_reading(
+        &self,
+        xorb: &XorbHash,
+        may_read_whole: bool,
+    ) -> Result<Option<XorbBytes>, StoreError> {
         if !self.backend.is_shared() {
             return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
         }
@@ -1562,7 +1566,7 @@ impl Store {
         let Some(len) = self.xorb_len(xorb)? else {
             return Ok(None);
         };
-        if len == 0 || len > crate::small_xorbs::SMALL_XORB_MAX {
+        if !may_read_whole || len == 0 || len > crate::small_xorbs::SMALL_XORB_MAX {
             return Ok(Some(XorbBytes::Stored(len)));
         }
         let Some(bytes) = self.read_checked_xorb(xorb, 0..=len - 1)? else {

@@ -181,8 +181,24 @@ async fn fetch(
     // One trip to a blocking thread for the xorb's length and, when one range of at most
     // PIECE bytes is asked for (every small file's download), its bytes too.
     let st = state.clone();
+    // A small xorb read whole (object storage) holds its bytes in the server's read budget
+    // while it is read; without room there, only the range is read.
+    let whole = if state.store.on_object_storage() {
+        u32::try_from(xet_store::small_xorbs::SMALL_XORB_MAX)
+            .ok()
+            .and_then(|n| {
+                Arc::clone(&state.resources.read_budget)
+                    .try_acquire_many_owned(n)
+                    .ok()
+            })
+    } else {
+        None
+    };
     let found = blocking(move || {
-        let Some(stored) = st.store.xorb_for_reading(&xorb)? else {
+        let may_read_whole = whole.is_some();
+        let stored = st.store.xorb_for_reading(&xorb, may_read_whole)?;
+        drop(whole);
+        let Some(stored) = stored else {
             return Ok(None);
         };
         let len = stored.len();
