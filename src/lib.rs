@@ -6,6 +6,10 @@
 //! `server`, [`mount`] (reading a repository's files without downloading them) → [`cli`] (the
 //! only place that knows about argv, exit codes and the environment).
 
+//! Items the integration tests, the binary or the other crates use are `pub`; everything else
+//! is `pub(crate)` at most. The module documentation is for the people who work on this crate
+//! and names crate-private items too: `cargo doc --document-private-items` shows them.
+#![allow(rustdoc::private_intra_doc_links)]
 // Tests may unwrap, expect and panic: a failing test should stop right there.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

@@ -38,13 +38,13 @@ and `clear` include it; it prunes itself after downloads.\n\n\
 Deleting the cache is always safe: it only costs deduplication until it fills again.\n\n\
 Examples:\n  git xet cache\n  git xet cache prune --max-size 200M\n  git xet cache clear"
 )]
-pub struct CacheArgs {
+pub(crate) struct CacheArgs {
     #[command(subcommand)]
     pub action: Option<CacheAction>,
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum CacheAction {
+pub(crate) enum CacheAction {
     /// Print the cache root and each endpoint's number of shards and bytes (the default).
     Show,
     /// Delete the least recently used shards of every endpoint until each fits a size.
@@ -59,7 +59,7 @@ dedup answers whose key expired more than 7 days ago. Safe while uploads run."
 }
 
 #[derive(Debug, clap::Args)]
-pub struct PruneArgs {
+pub(crate) struct PruneArgs {
     /// Keep at most SIZE per endpoint: bytes, or with a binary suffix K, M, G or T (500M, 2G).
     /// Default: $GIT_XET_CACHE_MAX_SIZE, or 1G.
     #[arg(long, value_name = "SIZE", value_parser = super::args::size)]

@@ -20,7 +20,7 @@ checked against the file's chunk list. Ordinary files come from git's objects.\n
 Examples:\n  git xet cat model.safetensors | head -c 8\n  git xet cat --range 0-1048575 \
 --ref v1.0 data/train.parquet > head.bin"
 )]
-pub struct CatArgs {
+pub(crate) struct CatArgs {
     /// The commit, branch or tag to read from.
     #[arg(long = "ref", value_name = "REF", default_value = "HEAD")]
     pub rev: String,

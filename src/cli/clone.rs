@@ -29,7 +29,7 @@ ENDPOINT`, then `git restore --source=HEAD :/`.",
 https://git.example.org/team/models.git\n  git xet clone --endpoint /shared/xet-store \
 git@host:team/data.git data -- --branch dev"
 )]
-pub struct CloneArgs {
+pub(crate) struct CloneArgs {
     /// The standalone endpoint holding the repository's LFS objects: a `git xet serve` URL or
     /// a directory store (default: the global `xet.endpoint`).
     #[arg(long, value_name = "URL-or-DIR")]

@@ -37,7 +37,7 @@ have sent and the bytes git-xet sent.\n\nYour git configuration is not touched. 
 git-lfs.",
     after_long_help = "Examples:\n  git xet demo\n  git xet demo --size 256 --keep"
 )]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Size of the demo file in MiB.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub size: u64,

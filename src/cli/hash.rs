@@ -25,7 +25,7 @@ A file that cannot be read is reported on stderr and skipped; after hashing the 
 command exits with status 1.\n\n\
 Examples:\n  git-xet hash model.safetensors\n  git-xet hash --json *.bin"
 )]
-pub struct HashArgs {
+pub(crate) struct HashArgs {
     /// Print one JSON object per line ({"path", "hash", "size"}) instead of text.
     #[arg(long)]
     pub json: bool,

@@ -27,20 +27,20 @@ use std::path::{Path, PathBuf};
 use crate::git::Git;
 
 /// The line that marks a hook file as git-xet's.
-pub const MARKER: &str = "# git-xet-hook:";
+pub(crate) const MARKER: &str = "# git-xet-hook:";
 /// Suffix of a replaced hook, kept and run by ours.
-pub const BEFORE_SUFFIX: &str = ".before-xet";
+pub(crate) const BEFORE_SUFFIX: &str = ".before-xet";
 /// Local configuration key listing the hooks install wrote.
-pub const MANAGED_HOOKS: &str = "xet.managedhooks";
+pub(crate) const MANAGED_HOOKS: &str = "xet.managedhooks";
 
 /// The hooks install writes: name and text.
-pub const HOOKS: &[(&str, &str)] = &[("pre-push", include_str!("../../hooks/pre-push"))];
+pub(crate) const HOOKS: &[(&str, &str)] = &[("pre-push", include_str!("../../hooks/pre-push"))];
 
 type Error = Box<dyn std::error::Error>;
 
 /// Who wrote a hook file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookKind {
+pub(crate) enum HookKind {
     /// No hook file.
     None,
     /// git-xet's (carries [`MARKER`]).
@@ -63,7 +63,7 @@ impl HookKind {
 }
 
 /// Classifies the text of hook `name`.
-pub fn classify(name: &str, text: &str) -> HookKind {
+pub(crate) fn classify(name: &str, text: &str) -> HookKind {
     if text.lines().any(|l| l.trim_start().starts_with(MARKER)) {
         return HookKind::GitXet;
     }
@@ -85,13 +85,13 @@ pub fn classify(name: &str, text: &str) -> HookKind {
 }
 
 /// Where git runs this repository's hooks, absolute.
-pub fn hooks_dir(git: &Git) -> Result<PathBuf, Error> {
+pub(crate) fn hooks_dir(git: &Git) -> Result<PathBuf, Error> {
     let dir = git.run(&["rev-parse", "--path-format=absolute", "--git-path", "hooks"])?;
     Ok(PathBuf::from(dir))
 }
 
 /// The kind of hook `name` in `dir`.
-pub fn kind_in(dir: &Path, name: &str) -> HookKind {
+pub(crate) fn kind_in(dir: &Path, name: &str) -> HookKind {
     match std::fs::read_to_string(dir.join(name)) {
         Ok(text) => classify(name, &text),
         Err(e) if e.kind() == ErrorKind::NotFound => HookKind::None,
@@ -101,7 +101,7 @@ pub fn kind_in(dir: &Path, name: &str) -> HookKind {
 }
 
 /// Whether git-xet's pre-push hook is in the repository's hooks directory.
-pub fn ours_installed(git: &Git) -> bool {
+pub(crate) fn ours_installed(git: &Git) -> bool {
     hooks_dir(git).is_ok_and(|d| kind_in(&d, "pre-push") == HookKind::GitXet)
 }
 

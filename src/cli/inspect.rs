@@ -27,7 +27,7 @@ byte offset, and exits 1.",
     after_long_help = "Examples:\n  git xet inspect /srv/xet/xorbs/ab/<xorb hash>\n  \
 git xet inspect --verbose /srv/xet/shards/<hash>.mdb"
 )]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// A xorb or shard file.
     pub file: PathBuf,
     /// Also list every chunk of every xorb (shards) or every chunk of the xorb.

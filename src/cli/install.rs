@@ -26,7 +26,7 @@ macro_rules! say {
 /// Where install writes, from the mutually exclusive flags.
 #[derive(Debug, Clone, clap::Args)]
 #[group(multiple = false)]
-pub struct ScopeArgs {
+pub(crate) struct ScopeArgs {
     /// The user's configuration (~/.gitconfig); the default.
     #[arg(long)]
     pub global: bool,
@@ -77,7 +77,7 @@ git xet install --local --endpoint /shared/xet-store # standalone into a directo
 git xet install --local --remote mirror --endpoint https://xet.other.org\n  \
 git xet install --concurrency 1        # one agent process per transfer"
 )]
-pub struct InstallArgs {
+pub(crate) struct InstallArgs {
     #[command(flatten)]
     pub scope: ScopeArgs,
     /// Standalone mode: store LFS objects at this `git xet serve` URL or local directory.
@@ -109,7 +109,7 @@ local LFS objects, and git-xet's cache (`git xet cache clear` deletes it).",
 git xet uninstall --local    # what `git xet install --local` wrote to this repository\n  \
 git xet uninstall && git xet install   # from standalone (--endpoint) back to negotiated mode"
 )]
-pub struct UninstallArgs {
+pub(crate) struct UninstallArgs {
     #[command(flatten)]
     pub scope: ScopeArgs,
 }
@@ -124,7 +124,7 @@ with the files.",
 git add .gitattributes model.safetensors && git commit -m 'Add the model'\n  \
 git xet track                # list the tracked patterns"
 )]
-pub struct TrackArgs {
+pub(crate) struct TrackArgs {
     /// Patterns, e.g. '*.safetensors' (quote them so the shell does not expand them).
     pub patterns: Vec<String>,
 }
@@ -135,21 +135,21 @@ pub struct TrackArgs {
 as `git lfs untrack` does. Files already committed keep their LFS pointers.",
     after_long_help = "Example:\n  git xet untrack '*.bin' && git commit -m 'Stop tracking *.bin' .gitattributes"
 )]
-pub struct UntrackArgs {
+pub(crate) struct UntrackArgs {
     /// Patterns previously given to `track`.
     #[arg(required = true)]
     pub patterns: Vec<String>,
 }
 
 /// The key where install records the keys it wrote (space-separated).
-pub const MANAGED_KEYS: &str = "xet.managedkeys";
+pub(crate) const MANAGED_KEYS: &str = "xet.managedkeys";
 /// Where `install --force` keeps the settings of the `xet` agent it replaced
 /// (`xet.replaced.path`, `.args`, `.concurrent`), for `uninstall` to put back.
 const REPLACED_PREFIX: &str = "xet.replaced.";
 /// The agent settings kept and put back.
 const AGENT_KEYS: [&str; 3] = ["path", "args", "concurrent"];
 /// The standalone endpoint key.
-pub use crate::lfs::settings::ENDPOINT_KEY;
+pub(crate) use crate::lfs::settings::ENDPOINT_KEY;
 
 pub(super) fn git_lfs_missing() -> Box<dyn std::error::Error> {
     "git-lfs is not installed: install it first (Debian/Ubuntu: `sudo apt-get install git-lfs`, \

@@ -40,7 +40,7 @@ hash_source (journal, computed or null), direction (upload, download or null), d
 dedup_percent, transferred_bytes and endpoint (null when unknown).\n\n\
 Examples:\n  git xet ls-files\n  git xet ls-files --long v1.0\n  git xet ls-files --json | jq '.files[] | select(.dedup_percent > 50)'"
 )]
-pub struct LsFilesArgs {
+pub(crate) struct LsFilesArgs {
     /// The commit or tree to list (default: HEAD).
     #[arg(value_name = "REF", default_value = "HEAD")]
     pub rev: String,

@@ -26,7 +26,7 @@ use xet_client::util::size::format_size;
 use xet_store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
 
 /// Exit code of `scrub` when it found damage.
-pub const DAMAGE_FOUND: u8 = 2;
+pub(crate) const DAMAGE_FOUND: u8 = 2;
 
 /// How long to wait for another process (an agent in a transfer) to release the store.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -50,7 +50,7 @@ Exit status: 0 no damage, 2 damage found (listed), 1 scrub could not run.\n\n\
 Examples:\n  git xet scrub /srv/xet\n  git xet scrub            # this repository's directory endpoint\n  \
 git xet scrub --json /srv/xet\n  git xet scrub --storage s3://xet-bucket/team"
 )]
-pub struct ScrubArgs {
+pub(crate) struct ScrubArgs {
     /// The store directory (`git xet serve --data DIR`, or a standalone directory endpoint).
     /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
     #[arg(value_name = "DIR", conflicts_with = "storage")]
@@ -64,7 +64,7 @@ pub struct ScrubArgs {
 
 /// A bucket that server nodes share, instead of a store directory.
 #[derive(Debug, clap::Args)]
-pub struct BucketArgs {
+pub(crate) struct BucketArgs {
     /// Work on the objects in an S3-compatible bucket (s3://BUCKET/PREFIX, as given to `git
     /// xet serve --storage`), with settings from the AWS_* environment.
     #[arg(long, value_name = "URL")]
@@ -91,7 +91,7 @@ place only, or give --gc-interval to one node instead.\n\n\
 Examples:\n  git xet gc /srv/xet\n  git xet gc --dry-run /srv/xet\n  git xet gc --grace 2h\n  \
 git xet gc --dry-run --storage s3://xet-bucket/team"
 )]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// The store directory (`git xet serve --data DIR`, or a standalone directory endpoint).
     /// Default: this repository's directory endpoint (xet.endpoint or GIT_XET_ENDPOINT).
     #[arg(value_name = "DIR", conflicts_with = "storage")]

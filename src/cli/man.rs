@@ -27,7 +27,7 @@ is man1 of a directory on its search path (see `manpath`), e.g. ~/.local/share/m
     after_long_help = "Examples:\n  git xet man\n  git xet man --dir ~/.local/share/man/man1\n  \
 git help xet\n  man git-xet-install"
 )]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write the pages to DIR (default: share/man/man1 beside this git-xet's bin directory).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
@@ -61,7 +61,7 @@ pub fn run(args: &ManArgs) -> CmdResult {
 
 /// Where the pages of the binary at `exe` belong: `<prefix>/share/man/man1` for
 /// `<prefix>/bin/<exe>`; an error (asking for `--dir`) when `exe` is not in a `bin` directory.
-pub fn default_dir(exe: &Path) -> Result<PathBuf, String> {
+pub(crate) fn default_dir(exe: &Path) -> Result<PathBuf, String> {
     let bin = exe
         .parent()
         .filter(|b| b.file_name().is_some_and(|n| n == "bin"));
@@ -79,7 +79,7 @@ pub fn default_dir(exe: &Path) -> Result<PathBuf, String> {
 /// Writes the page of `cmd` and of each of its visible subcommands, recursively, into `dir`;
 /// returns the files written. `cmd` must be the top-level command (the pages are named
 /// `git-xet-<sub>[-<subsub>].1` from the built command's display names).
-pub fn write_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(crate) fn write_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     fn write(cmd: clap::Command, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
             write(sub.clone(), dir, out)?;

@@ -24,7 +24,7 @@ GIT_XET_LOG); the mount stays up.\n\n\
 Needs FUSE: /dev/fuse and fusermount3 (Debian and Ubuntu: apt-get install fuse3).\n\n\
 Examples:\n  git xet mount /mnt/models\n  git xet mount v1.0 /tmp/v1 &\n  git xet mount --unmount /tmp/v1"
 )]
-pub struct MountArgs {
+pub(crate) struct MountArgs {
     /// `[REF] DIR`: the commit, branch or tag to show (default HEAD), and an empty directory.
     #[arg(value_name = "[REF] DIR", num_args = 0..=2)]
     pub args: Vec<String>,

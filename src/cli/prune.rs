@@ -24,7 +24,7 @@ use xet_client::redact::redact;
 use xet_client::util::size::format_size;
 
 /// Exit code when some objects were kept because the endpoint does not hold them.
-pub const KEPT: u8 = 2;
+pub(crate) const KEPT: u8 = 2;
 
 /// How long to wait for an agent that holds a directory endpoint's store.
 const STORE_PATIENCE: Duration = Duration::from_secs(60);
@@ -47,7 +47,7 @@ Exit status: 0 everything git-lfs would prune was held and is pruned (or nothing
 some objects were kept because the endpoint does not hold them, 1 the command failed.\n\n\
 Examples:\n  git xet prune --dry-run\n  git xet prune --remote mirror\n  git xet prune --json"
 )]
-pub struct PruneArgs {
+pub(crate) struct PruneArgs {
     /// Delete nothing: show what would be deleted and what kept.
     #[arg(long, short = 'd')]
     pub dry_run: bool,

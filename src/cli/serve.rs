@@ -71,7 +71,7 @@ git-xet serve --data /srv/xet --listen 0.0.0.0:8080 \\\n      --public-url https
 # then, in a repository:\n  \
 git config -f .lfsconfig lfs.url https://xet.example.org/team/models.git/info/lfs"
 )]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Directory of the store (created if missing; must be empty or an existing store). With
     /// --storage, this node's own directory (cache of the index, temporary files, locks).
     #[arg(long, value_name = "DIR")]
@@ -132,7 +132,7 @@ pub struct ServeArgs {
 
 /// The store's disk reserve and maintenance schedule.
 #[derive(Debug, clap::Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Keep SIZE of the store's filesystem free (500M, 2G): uploads that would leave less are
     /// refused with 507 Insufficient Storage, as on a full disk [default: 0].
     #[arg(long, value_name = "SIZE", value_parser = args::size, help_heading = "Storage")]
@@ -185,7 +185,7 @@ fn store_settings(args: &StoreArgs) -> Result<(xet_store::StoreOptions, Maintena
 
 /// The `Limits` flags (boxed in [`ServeArgs`] to keep the command enum small).
 #[derive(Debug, clap::Args)]
-pub struct LimitArgs {
+pub(crate) struct LimitArgs {
     /// Open connections at most [default: 1024].
     #[arg(long, value_name = "N", help_heading = "Limits")]
     pub max_connections: Option<usize>,
@@ -267,7 +267,7 @@ fn limits(args: &LimitArgs) -> Result<Limits, Box<dyn std::error::Error>> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }

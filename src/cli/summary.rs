@@ -21,7 +21,7 @@ no upload was recorded. --after-byte counts only records appended after the jour
 length. The pre-push hook installed by `git xet install --local` runs it after \
 each push.\n\nExample:\n  git xet push-summary --since $(date +%s)"
 )]
-pub struct SummaryArgs {
+pub(crate) struct SummaryArgs {
     /// Only uploads recorded at this time (unix seconds) or later.
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     pub since: u64,
@@ -36,7 +36,7 @@ pub struct SummaryArgs {
 
 /// What the recorded uploads add up to.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub objects: u64,
     pub bytes: u64,
     pub sent: u64,

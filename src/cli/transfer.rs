@@ -10,10 +10,10 @@ use super::CmdResult;
 use crate::lfs::agent::{self, AgentOptions};
 
 /// Environment variable naming a log file the agent appends to.
-pub const LOG_ENV: &str = "GIT_XET_LOG";
+pub(crate) const LOG_ENV: &str = "GIT_XET_LOG";
 /// Environment variable with the log filter (`info` by default, `warn` on the agent's stderr
 /// without `GIT_TRACE`; `debug`, `git_xet=trace`, …).
-pub const LOG_LEVEL_ENV: &str = "GIT_XET_LOG_LEVEL";
+pub(crate) const LOG_LEVEL_ENV: &str = "GIT_XET_LOG_LEVEL";
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -29,7 +29,7 @@ GIT_XET_LOG=/tmp/xet.log git push      # the agent's log of one push\n  \
 GIT_TRACE=1 git lfs fetch              # git-lfs's trace, with the agent's stderr\n  \
 git xet status                         # is the agent registered, which mode and endpoint"
 )]
-pub struct TransferArgs {}
+pub(crate) struct TransferArgs {}
 
 pub fn run(_args: &TransferArgs) -> CmdResult {
     crate::lfs::settings::register_env_secrets();
@@ -121,7 +121,7 @@ pub(super) fn init_logging(stderr: Stderr) {
 
 /// The longest log line written; longer ones are clipped (a line echoing hostile input must not
 /// fill the disk or git-lfs's trace).
-pub const MAX_LOG_LINE: usize = 16 * 1024;
+pub(crate) const MAX_LOG_LINE: usize = 16 * 1024;
 
 /// A [`MakeWriter`](tracing_subscriber::fmt::MakeWriter) whose writers redact and clip what
 /// they are given. The fmt layer formats each event into one buffer and writes it with one
@@ -143,7 +143,7 @@ impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::Ma
 }
 
 /// See [`Redacting`].
-pub struct RedactingWriter<W>(W);
+pub(crate) struct RedactingWriter<W>(W);
 
 impl<W: Write> Write for RedactingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -24,14 +24,14 @@ use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
 use xet_format::LfsOid;
 
 /// Commits looked at, newest first.
-pub const MAX_COMMITS: usize = 400;
+pub(crate) const MAX_COMMITS: usize = 400;
 
 /// Earlier versions kept per object (the previous one first).
-pub const MAX_EARLIER: usize = 3;
+pub(crate) const MAX_EARLIER: usize = 3;
 
 /// An earlier version of an LFS file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EarlierVersion {
+pub(crate) struct EarlierVersion {
     /// The earlier object.
     pub oid: LfsOid,
     pub size: u64,
@@ -43,14 +43,14 @@ pub struct EarlierVersion {
 /// first: the object the same path held before the commit, then that one's own predecessor,
 /// up to [`MAX_EARLIER`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct History {
+pub(crate) struct History {
     previous: HashMap<LfsOid, EarlierVersion>,
 }
 
 impl History {
     /// Earlier versions of `oid`, most recent first (none when no recent commit introduced
     /// it as a change of an LFS file).
-    pub fn earlier_versions(&self, oid: &LfsOid) -> Vec<EarlierVersion> {
+    pub(crate) fn earlier_versions(&self, oid: &LfsOid) -> Vec<EarlierVersion> {
         let mut out: Vec<EarlierVersion> = Vec::new();
         let mut at = *oid;
         while out.len() < MAX_EARLIER {
@@ -69,7 +69,7 @@ impl History {
     /// The other versions of `oid` the history knows: its earlier versions and the later
     /// ones (objects that replaced it, and their own successors), up to [`MAX_EARLIER`] each
     /// way.
-    pub fn relatives(&self, oid: &LfsOid) -> Vec<LfsOid> {
+    pub(crate) fn relatives(&self, oid: &LfsOid) -> Vec<LfsOid> {
         let mut out: Vec<LfsOid> = self.earlier_versions(oid).iter().map(|v| v.oid).collect();
         let mut at = *oid;
         for _ in 0..MAX_EARLIER {
@@ -91,15 +91,10 @@ impl History {
     pub fn len(&self) -> usize {
         self.previous.len()
     }
-
-    /// Whether no object has an earlier version.
-    pub fn is_empty(&self) -> bool {
-        self.previous.is_empty()
-    }
 }
 
 /// Reads the recent history of `repo` (see the module documentation).
-pub fn earlier_versions(repo: &Repository) -> Result<History, ObjectsError> {
+pub(crate) fn earlier_versions(repo: &Repository) -> Result<History, ObjectsError> {
     let mut walk = repo.revwalk().map_err(ObjectsError::Open)?;
     walk.set_sorting(Sort::TIME).map_err(ObjectsError::Open)?;
     // Every start that exists; a repository without commits has none.

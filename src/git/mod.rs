@@ -72,7 +72,7 @@ impl Git {
     }
 
     /// Git in `dir`.
-    pub fn in_dir(dir: &Path) -> Self {
+    pub(crate) fn in_dir(dir: &Path) -> Self {
         Self {
             dir: Some(dir.to_path_buf()),
         }
@@ -121,12 +121,12 @@ impl Git {
     }
 
     /// A configuration value as git resolves it (all scopes), if set.
-    pub fn config_get(&self, key: &str) -> Result<Option<String>, GitError> {
+    pub(crate) fn config_get(&self, key: &str) -> Result<Option<String>, GitError> {
         self.config_get_in(None, key)
     }
 
     /// A configuration value in one scope only (or as resolved, with `None`).
-    pub fn config_get_in(
+    pub(crate) fn config_get_in(
         &self,
         scope: Option<Scope>,
         key: &str,
@@ -155,12 +155,12 @@ impl Git {
     }
 
     /// Sets a value in a scope.
-    pub fn config_set(&self, scope: Scope, key: &str, value: &str) -> Result<(), GitError> {
+    pub(crate) fn config_set(&self, scope: Scope, key: &str, value: &str) -> Result<(), GitError> {
         self.run(&["config", scope.flag(), key, value]).map(|_| ())
     }
 
     /// Removes a value from a scope; `Ok(false)` if it was not set.
-    pub fn config_unset(&self, scope: Scope, key: &str) -> Result<bool, GitError> {
+    pub(crate) fn config_unset(&self, scope: Scope, key: &str) -> Result<bool, GitError> {
         let out = self.output(["config", scope.flag(), "--unset-all", key])?;
         match out.status.code() {
             Some(0) => Ok(true),
@@ -174,20 +174,20 @@ impl Git {
     }
 
     /// Whether the directory is inside a git repository (work tree or bare).
-    pub fn in_repository(&self) -> bool {
+    pub(crate) fn in_repository(&self) -> bool {
         self.output(["rev-parse", "--git-dir"])
             .map(|o| o.status.success())
             .unwrap_or(false)
     }
 
     /// The repository's common git directory (shared by worktrees), absolute.
-    pub fn common_dir(&self) -> Result<PathBuf, GitError> {
+    pub(crate) fn common_dir(&self) -> Result<PathBuf, GitError> {
         let dir = self.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
         Ok(PathBuf::from(dir))
     }
 
     /// Whether `git lfs` can be run.
-    pub fn has_git_lfs(&self) -> bool {
+    pub(crate) fn has_git_lfs(&self) -> bool {
         self.output(["lfs", "version"])
             .map(|o| o.status.success())
             .unwrap_or(false)

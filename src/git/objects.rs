@@ -22,7 +22,7 @@ use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
 
 /// A file of a tree whose blob is a Git LFS pointer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreePointer {
+pub(crate) struct TreePointer {
     /// The path from the tree's root, `/`-separated. A name that is not UTF-8 is shown with
     /// replacement characters.
     pub path: String,
@@ -60,7 +60,7 @@ pub fn open(dir: Option<&Path>) -> Result<Repository, ObjectsError> {
 
 /// The LFS pointers of the tree `rev` names (a commit, a tag, a tree, `HEAD~2`, `main:dir`…).
 /// `HEAD` of a repository without commits has none.
-pub fn lfs_pointers(repo: &Repository, rev: &str) -> Result<Vec<TreePointer>, ObjectsError> {
+pub(crate) fn lfs_pointers(repo: &Repository, rev: &str) -> Result<Vec<TreePointer>, ObjectsError> {
     let tree = match repo.revparse_single(rev).and_then(|o| o.peel_to_tree()) {
         Ok(t) => t,
         Err(e) if rev == "HEAD" && is_unborn(repo) => {
@@ -86,7 +86,7 @@ pub fn lfs_pointers(repo: &Repository, rev: &str) -> Result<Vec<TreePointer>, Ob
 
 /// What a tree entry is ([`tree_entries`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryKind {
+pub(crate) enum EntryKind {
     Dir,
     /// A regular file: its blob, the blob's size, whether it is executable, and the pointer it
     /// holds if it is a Git LFS pointer.
@@ -104,7 +104,7 @@ pub enum EntryKind {
 
 /// One entry of a tree, with its path from the tree's root (`/`-separated, lossy UTF-8).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreeEntry {
+pub(crate) struct TreeEntry {
     pub path: String,
     pub kind: EntryKind,
 }
@@ -112,7 +112,7 @@ pub struct TreeEntry {
 /// Every entry of the tree `rev` names, recursively, directories before what they hold (git's
 /// order within a directory). Submodules are left out. Large blobs are never read: sizes come
 /// from object headers.
-pub fn tree_entries(repo: &Repository, rev: &str) -> Result<Vec<TreeEntry>, ObjectsError> {
+pub(crate) fn tree_entries(repo: &Repository, rev: &str) -> Result<Vec<TreeEntry>, ObjectsError> {
     let tree = repo
         .revparse_single(rev)
         .and_then(|o| o.peel_to_tree())
@@ -132,7 +132,7 @@ pub fn tree_entries(repo: &Repository, rev: &str) -> Result<Vec<TreeEntry>, Obje
 }
 
 /// The bytes of blob `oid`.
-pub fn blob_bytes(repo: &Repository, oid: Oid) -> Result<Vec<u8>, ObjectsError> {
+pub(crate) fn blob_bytes(repo: &Repository, oid: Oid) -> Result<Vec<u8>, ObjectsError> {
     repo.find_blob(oid)
         .map(|b| b.content().to_vec())
         .map_err(|source| ObjectsError::Read { oid, source })

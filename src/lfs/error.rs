@@ -19,7 +19,7 @@ use xet_store::StoreError;
 
 /// Why one request (or the agent's start) failed. See the module documentation.
 #[derive(Debug, thiserror::Error)]
-pub enum TransferError {
+pub(crate) enum TransferError {
     /// Something to change in the configuration or the environment, said in full: no
     /// standalone endpoint, a directory endpoint without a store, the refusal of a verifying
     /// `git lfs prune`, an unusable action from the LFS server.

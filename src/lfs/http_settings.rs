@@ -22,7 +22,7 @@ use xet_client::HttpOptions;
 
 /// git's HTTP settings for `url` (see the module documentation). A git that cannot be asked
 /// leaves the defaults.
-pub fn http_options(git: &Git, url: &str) -> HttpOptions {
+pub(crate) fn http_options(git: &Git, url: &str) -> HttpOptions {
     let config = git
         .output(["config", "--get-urlmatch", "http", url])
         .ok()

@@ -82,7 +82,7 @@ pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
 /// The journal kept open for appending: an agent records every object of its transfers
 /// through one. Each record is one `write` of a whole line to a file opened for appending, so
 /// lines of several agents never interleave.
-pub struct Appender {
+pub(crate) struct Appender {
     file: std::fs::File,
 }
 
@@ -140,7 +140,11 @@ pub fn read(common_dir: &Path) -> std::io::Result<HashMap<LfsOid, Record>> {
 /// `after_byte` bytes long, in order (a push's records, for its summary: the pre-push hook notes
 /// the journal's length before the push). A journal shorter than `after_byte` was replaced, and
 /// all of it counts. A missing journal is empty.
-pub fn read_since(common_dir: &Path, since: u64, after_byte: u64) -> std::io::Result<Vec<Record>> {
+pub(crate) fn read_since(
+    common_dir: &Path,
+    since: u64,
+    after_byte: u64,
+) -> std::io::Result<Vec<Record>> {
     let bytes = match std::fs::read(path(common_dir)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

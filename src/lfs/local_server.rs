@@ -20,13 +20,13 @@ use std::time::{Duration, Instant};
 use xet_store::local_server::{self, Announce};
 
 /// Set to `0` to open a directory store in every agent process instead of sharing a server.
-pub const ENABLE_ENV: &str = "GIT_XET_LOCAL_SERVER";
+pub(crate) const ENABLE_ENV: &str = "GIT_XET_LOCAL_SERVER";
 
 /// How long the shared server stays after its last connection closed.
-pub const IDLE_EXIT: Duration = Duration::from_secs(2);
+pub(crate) const IDLE_EXIT: Duration = Duration::from_secs(2);
 
 /// How long an agent waits for a shared server to answer before opening the store itself.
-pub const START_PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const START_PATIENCE: Duration = Duration::from_secs(20);
 
 /// The server's log, in the store directory, started afresh when it passes this size.
 const LOG_FILE: &str = "local-server.log";
@@ -34,7 +34,7 @@ const LOG_MAX: u64 = 1 << 20;
 
 /// Why the shared server of a store cannot be had (the agent then opens the store itself).
 #[derive(Debug, thiserror::Error)]
-pub enum LocalServerError {
+pub(crate) enum LocalServerError {
     #[error("cannot find the git-xet program to start a server: {0}")]
     NoProgram(#[source] std::io::Error),
     #[error("cannot create the store {}: {source}", dir.display())]
@@ -65,14 +65,14 @@ pub enum LocalServerError {
 }
 
 /// Whether agents share a server for a directory store (the default).
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     std::env::var(ENABLE_ENV).map_or(true, |v| v.trim() != "0")
 }
 
 /// The shared server of the store in `dir`: the one announced there if it answers, else one
 /// started now (several agents may start one at once; the store's lock lets one win, and
 /// everyone uses the winner's announcement).
-pub fn connect_or_start(dir: &Path) -> Result<Announce, LocalServerError> {
+pub(crate) fn connect_or_start(dir: &Path) -> Result<Announce, LocalServerError> {
     let deadline = Instant::now() + START_PATIENCE;
     let mut child: Option<Child> = None;
     let mut next_start = Instant::now();

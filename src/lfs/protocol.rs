@@ -154,7 +154,7 @@ impl ProtocolError {
 }
 
 /// Parses one line from git-lfs. `line` numbers messages in errors.
-pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> {
+pub(crate) fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         // A broken line that still names an object (e.g. cut short) is answered for it.
         match find_oid(text.as_bytes()) {
@@ -233,7 +233,7 @@ pub fn parse_request(text: &str, line: usize) -> Result<Request, ProtocolError> 
 
 /// The longest request line read, in bytes (git-lfs's lines are a few hundred bytes to a few
 /// KiB; a line is never buffered beyond this).
-pub const MAX_LINE: usize = 1 << 20;
+pub(crate) const MAX_LINE: usize = 1 << 20;
 
 /// What [`read_line`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +287,7 @@ pub fn read_line(
 
 /// The oid of a request found in raw bytes (`"oid":"<64 lowercase hex>"`), for answering a
 /// line that cannot be parsed.
-pub fn find_oid(bytes: &[u8]) -> Option<LfsOid> {
+pub(crate) fn find_oid(bytes: &[u8]) -> Option<LfsOid> {
     let key = b"\"oid\"";
     let mut from = 0;
     while let Some(i) = bytes[from..].windows(key.len()).position(|w| w == key) {
@@ -318,7 +318,7 @@ pub fn find_oid(bytes: &[u8]) -> Option<LfsOid> {
 
 /// Where a process is in the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     AwaitInit,
     Ready(Operation),
     Done,
@@ -376,25 +376,25 @@ impl State {
 
 /// An error as git-lfs shows it: `[code] message`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WireError {
+pub(crate) struct WireError {
     pub code: i32,
     pub message: String,
 }
 
 /// Error code for a failed init (the value git-lfs's docs use).
-pub const INIT_ERROR_CODE: i32 = 32;
+pub(crate) const INIT_ERROR_CODE: i32 = 32;
 /// Error code for a failed transfer.
-pub const TRANSFER_ERROR_CODE: i32 = 2;
+pub(crate) const TRANSFER_ERROR_CODE: i32 = 2;
 
 /// The longest error message sent to git-lfs.
-pub const MAX_MESSAGE: usize = 4096;
+pub(crate) const MAX_MESSAGE: usize = 4096;
 
 /// The longest piece of input (a field, a path, a line) echoed in a message.
-pub const MAX_ECHO: usize = 200;
+pub(crate) const MAX_ECHO: usize = 200;
 
 /// A message as git-lfs gets it: secrets masked ([`xet_client::redact`]), at most [`MAX_MESSAGE`]
 /// bytes.
-pub fn shown_message(message: &str) -> String {
+pub(crate) fn shown_message(message: &str) -> String {
     xet_client::redact::clip(&xet_client::redact::redact(message), MAX_MESSAGE).into_owned()
 }
 
@@ -424,7 +424,7 @@ enum Outgoing<'a> {
 
 /// Writes protocol messages to git-lfs: the only code that writes to the agent's stdout. Each
 /// message is one line, flushed at once. Progress for an object is kept monotonic.
-pub struct ProtocolWriter<W: Write> {
+pub(crate) struct ProtocolWriter<W: Write> {
     out: W,
     /// The object whose progress is being reported, and the last `bytesSoFar` sent for it.
     progress: Option<(LfsOid, u64)>,
@@ -445,13 +445,13 @@ impl<W: Write> ProtocolWriter<W> {
     }
 
     /// Answers `init`: `{}` on success.
-    pub fn init_ok(&mut self) -> std::io::Result<()> {
+    pub(crate) fn init_ok(&mut self) -> std::io::Result<()> {
         self.line(b"{}")
     }
 
     /// Answers `init` with an error; git-lfs then aborts the adapter. The message is redacted
     /// and clipped ([`shown_message`]).
-    pub fn init_error(&mut self, message: &str) -> std::io::Result<()> {
+    pub(crate) fn init_error(&mut self, message: &str) -> std::io::Result<()> {
         let message = shown_message(message);
         let body = serde_json::json!({"error": {"code": INIT_ERROR_CODE, "message": message}});
         self.line(body.to_string().as_bytes())
@@ -475,14 +475,6 @@ impl<W: Write> ProtocolWriter<W> {
         };
         let json = serde_json::to_vec(&msg).map_err(std::io::Error::other)?;
         self.line(&json)
-    }
-
-    /// The last `bytesSoFar` reported for `oid`.
-    pub fn reported(&self, oid: &LfsOid) -> u64 {
-        match self.progress {
-            Some((o, n)) if o == *oid => n,
-            _ => 0,
-        }
     }
 
     /// Completes a request: success (with the downloaded file's absolute path for downloads) or
@@ -519,6 +511,7 @@ impl<W: Write> ProtocolWriter<W> {
     }
 
     /// The underlying writer (for tests).
+    #[cfg(test)]
     pub fn into_inner(self) -> W {
         self.out
     }

@@ -42,7 +42,7 @@ pub struct Caller {
 /// The `git lfs prune` (or `git lfs fetch --prune` with `lfs.pruneverifyremotealways`) among
 /// this process's nearest ancestors, if any: a download agent it started is there only to
 /// "verify" objects, and is never asked about them.
-pub fn verifying_caller() -> Option<Caller> {
+pub(crate) fn verifying_caller() -> Option<Caller> {
     let (pid, args) = terminal::git_lfs_ancestor()?;
     verifying(pid, &args[1..])
 }
@@ -96,7 +96,7 @@ fn fetch_prunes(args: &[String]) -> bool {
 
 /// `lfs.pruneverifyremotealways` as `git` sees it (the agent's own `Git::new()`: git-lfs starts
 /// it in its working directory).
-pub fn prune_verifies_always(git: &Git) -> bool {
+pub(crate) fn prune_verifies_always(git: &Git) -> bool {
     git.output([
         "config",
         "--type=bool",
@@ -181,7 +181,7 @@ fn would_prune_count(text: &str) -> Option<usize> {
 }
 
 /// The oids of the ` * <oid> (<size>)` lines of `git lfs prune --dry-run --verbose`.
-pub fn parse_dry_run(text: &str) -> Vec<LfsOid> {
+pub(crate) fn parse_dry_run(text: &str) -> Vec<LfsOid> {
     let mut oids = Vec::new();
     // Progress output ends its lines with `\r`.
     for line in text.split(['\n', '\r']) {
@@ -201,10 +201,10 @@ pub fn parse_dry_run(text: &str) -> Vec<LfsOid> {
 /// git-lfs's storage directory cannot be found.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot find git-lfs's storage directory: {0}")]
-pub struct StorageDirError(#[source] pub super::settings::SettingsError);
+pub(crate) struct StorageDirError(#[source] pub super::settings::SettingsError);
 
 /// `<LFS storage>/objects`, where git-lfs keeps objects (honours `lfs.storage`).
-pub fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
+pub(crate) fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
     let tmp = super::settings::lfs_temp_dir(git).map_err(StorageDirError)?;
     Ok(tmp
         .parent()
@@ -245,7 +245,7 @@ pub fn check(endpoint: &dyn Endpoint, oid: &LfsOid, size: u64) -> Verdict {
 }
 
 /// Deletes the local copy of `oid` (a verified object) from `objects`.
-pub fn delete_object(objects: &Path, oid: &LfsOid) -> std::io::Result<()> {
+pub(crate) fn delete_object(objects: &Path, oid: &LfsOid) -> std::io::Result<()> {
     std::fs::remove_file(object_path(objects, oid))
 }
 

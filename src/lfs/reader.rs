@@ -36,7 +36,7 @@ const BATCH_OBJECTS: usize = 100;
 
 /// Where an object's bytes are.
 #[derive(Clone)]
-pub enum ObjectLocation {
+pub(crate) enum ObjectLocation {
     /// A complete local copy.
     Local(PathBuf),
     /// A file of an endpoint.
@@ -52,7 +52,7 @@ pub enum ObjectLocation {
 
 /// An endpoint objects are read from, shared by everything that reads it.
 #[derive(Clone)]
-pub struct EndpointHandle(Arc<Lease>);
+pub(crate) struct EndpointHandle(Arc<Lease>);
 
 impl EndpointHandle {
     pub fn get(&self) -> &dyn Endpoint {
@@ -61,7 +61,7 @@ impl EndpointHandle {
 }
 
 /// Finds where objects of one remote are (see the module documentation).
-pub struct ObjectReader {
+pub(crate) struct ObjectReader {
     git: Git,
     objects: Option<PathBuf>,
     route: Route,
@@ -167,7 +167,7 @@ impl ObjectReader {
     }
 
     /// The local copy of `oid`, if `<LFS storage>/objects` holds one of `size` bytes.
-    pub fn local_copy(&self, oid: &LfsOid, size: u64) -> Option<PathBuf> {
+    pub(crate) fn local_copy(&self, oid: &LfsOid, size: u64) -> Option<PathBuf> {
         let hex = oid.to_hex();
         let path = self
             .objects
@@ -181,7 +181,7 @@ impl ObjectReader {
 
     /// Where each of `objects` (oid, size) is; objects the remote does not have are missing
     /// from the answer. Asks the remote only about objects without a local copy, in batches.
-    pub fn locate(
+    pub(crate) fn locate(
         &self,
         objects: &[(LfsOid, u64)],
     ) -> Result<HashMap<LfsOid, ObjectLocation>, TransferError> {

@@ -25,29 +25,29 @@ use xet_client::{CacheConfig, CacheError};
 use crate::git::{Git, GitError};
 
 /// The git configuration key naming the standalone endpoint.
-pub const ENDPOINT_KEY: &str = "xet.endpoint";
+pub(crate) const ENDPOINT_KEY: &str = "xet.endpoint";
 /// The last part of the per-remote endpoint key, `remote.<name>.xetEndpoint` (see
 /// [`remote_endpoint_key`]).
-pub const REMOTE_ENDPOINT_SUFFIX: &str = "xetEndpoint";
+pub(crate) const REMOTE_ENDPOINT_SUFFIX: &str = "xetEndpoint";
 /// The file that makes a directory a git-xet store (written by the store when it creates one;
 /// its layout is `crates/xet-store/src/cas.rs`'s).
-pub const STORE_VERSION_FILE: &str = "STORE-VERSION";
+pub(crate) const STORE_VERSION_FILE: &str = "STORE-VERSION";
 /// What [`STORE_VERSION_FILE`] holds in a store this git-xet understands.
-pub const STORE_VERSION_TEXT: &str = "git-xet-store 1";
+pub(crate) const STORE_VERSION_TEXT: &str = "git-xet-store 1";
 /// Environment variable overriding [`ENDPOINT_KEY`].
-pub const ENDPOINT_ENV: &str = "GIT_XET_ENDPOINT";
+pub(crate) const ENDPOINT_ENV: &str = "GIT_XET_ENDPOINT";
 /// Environment variable giving the token for an http(s) endpoint.
-pub const TOKEN_ENV: &str = "GIT_XET_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "GIT_XET_TOKEN";
 /// Environment variable with the user's Hugging Face token (sent only to Hugging Face).
-pub const HF_TOKEN_ENV: &str = "HF_TOKEN";
+pub(crate) const HF_TOKEN_ENV: &str = "HF_TOKEN";
 /// Environment variable with the retry horizon of remote requests, in seconds.
-pub const RETRY_SECS_ENV: &str = "GIT_XET_RETRY_SECS";
+pub(crate) const RETRY_SECS_ENV: &str = "GIT_XET_RETRY_SECS";
 /// Environment variable that makes the agent hash every upload with SHA-256 (see the table).
-pub const HASH_UPLOADS_ENV: &str = "GIT_XET_HASH_UPLOADS";
+pub(crate) const HASH_UPLOADS_ENV: &str = "GIT_XET_HASH_UPLOADS";
 
 /// Whether the agent must hash uploads itself even for a server that checks SHA-256 claims
 /// (`GIT_XET_HASH_UPLOADS` set to anything but empty or `0`).
-pub fn hash_uploads_forced() -> bool {
+pub(crate) fn hash_uploads_forced() -> bool {
     std::env::var_os(HASH_UPLOADS_ENV).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
@@ -129,7 +129,7 @@ impl EndpointSpec {
     /// The endpoint as written to git configuration by `git xet install`: the URL as parsed
     /// (password included: the configuration is where the user chose to keep it), or the
     /// absolute directory.
-    pub fn config_value(&self) -> String {
+    pub(crate) fn config_value(&self) -> String {
         match self {
             EndpointSpec::Http(url) => url.clone(),
             EndpointSpec::Dir(path) => path.to_string_lossy().into_owned(),
@@ -147,7 +147,7 @@ impl EndpointSpec {
 
 /// `path` without `.` and `..` components, resolved by name (the directory may not exist yet,
 /// so the filesystem is not asked): `/a/b/../c/.` becomes `/a/c`.
-pub fn lexically_clean(path: &Path) -> PathBuf {
+pub(crate) fn lexically_clean(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in path.components() {
@@ -178,7 +178,7 @@ pub fn endpoint(git: &Git, base: &Path) -> Result<Option<(EndpointSpec, String)>
 }
 
 /// The configuration key of `remote`'s own endpoint: `remote.<name>.xetEndpoint`.
-pub fn remote_endpoint_key(remote: &str) -> String {
+pub(crate) fn remote_endpoint_key(remote: &str) -> String {
     format!("remote.{remote}.{REMOTE_ENDPOINT_SUFFIX}")
 }
 
@@ -187,7 +187,7 @@ pub fn remote_endpoint_key(remote: &str) -> String {
 /// `remote.<name>.xetEndpoint` of the configured remote `remote` names (see
 /// [`configured_remote`]), then [`ENDPOINT_KEY`]. `None` for `remote` is the repository's
 /// endpoint.
-pub fn endpoint_for_remote(
+pub(crate) fn endpoint_for_remote(
     git: &Git,
     base: &Path,
     remote: Option<&str>,
@@ -222,7 +222,7 @@ pub fn endpoint_for_remote(
 /// The configured remote that `remote` (what git-lfs passes in `init`: a remote name, or the
 /// URL given to `git push`/`git lfs fetch`) stands for: itself if `remote.<it>.url` is set,
 /// else the first remote whose `url` or `pushurl` is exactly `remote`.
-pub fn configured_remote(git: &Git, remote: &str) -> Option<String> {
+pub(crate) fn configured_remote(git: &Git, remote: &str) -> Option<String> {
     let remote = remote.trim();
     if remote.is_empty() || remote.contains(['\n', '\0']) {
         return None;
@@ -306,7 +306,7 @@ fn parse_remotes(text: &str) -> Vec<Remote> {
 /// The LFS endpoint of each remote as git-lfs resolves it (`git lfs env`: `lfs.url`, then
 /// `remote.<name>.lfsurl`, then the remote's URL, reading `.lfsconfig` too): `(remote, URL)`,
 /// the remote `None` for git-lfs's default remote. Empty if git-lfs cannot be run.
-pub fn lfs_env_endpoints(git: &Git) -> Vec<(Option<String>, String)> {
+pub(crate) fn lfs_env_endpoints(git: &Git) -> Vec<(Option<String>, String)> {
     let Ok(out) = git.output(["lfs", "env"]) else {
         return Vec::new();
     };
@@ -315,7 +315,7 @@ pub fn lfs_env_endpoints(git: &Git) -> Vec<(Option<String>, String)> {
 
 /// The `Endpoint=URL (auth=…)` (default remote) and `Endpoint (NAME)=URL (auth=…)` lines of
 /// `git lfs env`.
-pub fn parse_lfs_env(text: &str) -> Vec<(Option<String>, String)> {
+pub(crate) fn parse_lfs_env(text: &str) -> Vec<(Option<String>, String)> {
     let mut urls = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("Endpoint") else {
@@ -347,7 +347,7 @@ pub fn parse_lfs_env(text: &str) -> Vec<(Option<String>, String)> {
 /// The LFS endpoint git-lfs uses for `remote` (a configured remote's name), from
 /// [`lfs_env_endpoints`]: its own line, else the default line when `remote` is the only remote
 /// without one (`git lfs env` prints the default remote without its name).
-pub fn lfs_url_of(
+pub(crate) fn lfs_url_of(
     endpoints: &[(Option<String>, String)],
     remotes: &[Remote],
     remote: &str,
@@ -373,7 +373,7 @@ pub fn lfs_url_of(
 /// LFS URL (git's URL matching), else `lfs.standalonetransferagent`, else its own file adapter
 /// for a `file://` URL, else the batch API of the LFS server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TransferMode {
+pub(crate) enum TransferMode {
     /// Standalone mode with this agent (`xet` is git-xet).
     Standalone(String),
     /// git-lfs's built-in `lfs-standalone-file` adapter: git-xet is never started.
@@ -384,13 +384,13 @@ pub enum TransferMode {
 
 impl TransferMode {
     /// Whether git-xet does this remote's transfers in standalone mode.
-    pub fn is_xet_standalone(&self) -> bool {
+    pub(crate) fn is_xet_standalone(&self) -> bool {
         matches!(self, TransferMode::Standalone(a) if a == "xet")
     }
 }
 
 /// The [`TransferMode`] of a remote whose LFS URL is `lfs_url` (`None`: not known).
-pub fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
+pub(crate) fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
     let agent = match lfs_url {
         Some(url) if url.contains("://") => git
             .output([
@@ -417,7 +417,7 @@ pub fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
 /// `init`). Asks `git lfs env` for the LFS URL only when a URL-matched
 /// `lfs.<url>.standalonetransferagent` exists (for a URL that is no configured remote's, only
 /// `lfs.standalonetransferagent` is considered).
-pub fn xet_standalone_for(git: &Git, remote: &str) -> bool {
+pub(crate) fn xet_standalone_for(git: &Git, remote: &str) -> bool {
     let url_keys = git
         .output([
             "config",
@@ -439,7 +439,7 @@ pub fn xet_standalone_for(git: &Git, remote: &str) -> bool {
 
 /// What a standalone directory endpoint holds, found without creating or changing anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirState {
+pub(crate) enum DirState {
     /// A store (its [`STORE_VERSION_FILE`] says [`STORE_VERSION_TEXT`]); `writable`: this user
     /// may write to it (uploads need to).
     Store { writable: bool },
@@ -462,13 +462,14 @@ pub enum DirState {
 
 impl DirState {
     /// Whether a download can be served from it (a store of this version).
-    pub fn is_store(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_store(&self) -> bool {
         matches!(self, DirState::Store { .. })
     }
 
     /// Why nothing can be downloaded from it, for messages ("does not exist", …); `None` for a
     /// store.
-    pub fn why_not_a_store(&self) -> Option<String> {
+    pub(crate) fn why_not_a_store(&self) -> Option<String> {
         Some(match self {
             DirState::Store { .. } => return None,
             DirState::OtherVersion(v) => {
@@ -487,7 +488,7 @@ impl DirState {
 }
 
 /// What the directory endpoint `dir` holds (see [`DirState`]); reads only.
-pub fn inspect_dir_endpoint(dir: &Path) -> DirState {
+pub(crate) fn inspect_dir_endpoint(dir: &Path) -> DirState {
     match std::fs::metadata(dir) {
         Ok(m) if !m.is_dir() => return DirState::NotADirectory,
         Ok(_) => {}
@@ -581,14 +582,14 @@ fn may_write(dir: &Path) -> bool {
 /// asked about) and the password, percent-decoded. The password is registered with
 /// [`xet_client::redact`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UrlCredentials {
+pub(crate) struct UrlCredentials {
     pub bare: String,
     pub with_user: String,
     pub password: Option<String>,
 }
 
 /// Splits the userinfo off `url` (see [`UrlCredentials`]). A URL that does not parse is kept.
-pub fn split_userinfo(url: &str) -> UrlCredentials {
+pub(crate) fn split_userinfo(url: &str) -> UrlCredentials {
     let Ok(mut parsed) = reqwest::Url::parse(url) else {
         return UrlCredentials {
             bare: url.to_string(),
@@ -630,7 +631,7 @@ fn env_secret(name: &str) -> Option<Secret> {
 /// Registers the secrets of the environment ([`TOKEN_ENV`], comma-separated as `git xet
 /// serve` takes it, and [`HF_TOKEN_ENV`]) with [`xet_client::redact`], so that they are masked even
 /// before anything reads them.
-pub fn register_env_secrets() {
+pub(crate) fn register_env_secrets() {
     // GIT_XET_TOKEN and GIT_XET_READ_TOKEN may be comma-separated lists (`git xet serve`).
     for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN"] {
         if let Some(t) = env_secret(var) {
@@ -644,7 +645,7 @@ pub fn register_env_secrets() {
 
 /// Where the token of a standalone http(s) endpoint came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenOrigin {
+pub(crate) enum TokenOrigin {
     Env,
     UrlPassword,
     CredentialHelper,
@@ -654,13 +655,13 @@ pub enum TokenOrigin {
 /// [`TOKEN_ENV`], else the password in `url`, else `git credential fill` for `url` (which may
 /// run a credential helper or prompt on the terminal), else none. It is sent only to `url`'s
 /// origin.
-pub fn endpoint_token(git: &Git, url: &str) -> Option<(Secret, TokenOrigin)> {
+pub(crate) fn endpoint_token(git: &Git, url: &str) -> Option<(Secret, TokenOrigin)> {
     endpoint_token_with(git, url, true)
 }
 
 /// [`endpoint_token`] without ever prompting (for `git xet status`): a credential helper is
 /// asked, the terminal never.
-pub fn endpoint_token_quiet(git: &Git, url: &str) -> Option<(Secret, TokenOrigin)> {
+pub(crate) fn endpoint_token_quiet(git: &Git, url: &str) -> Option<(Secret, TokenOrigin)> {
     endpoint_token_with(git, url, false)
 }
 
@@ -689,7 +690,7 @@ impl TokenOrigin {
 /// The user name and password git's credential helpers hold for `url`, asked without ever
 /// prompting (for `git xet status`'s check of an LFS server); both registered with
 /// [`xet_client::redact`].
-pub fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
+pub(crate) fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
     let answer = credential_answer(git, url, false)?;
     let user = answer
         .lines()
@@ -707,7 +708,7 @@ pub fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
 
 /// Whether `url` is https on Hugging Face's own hosts (`huggingface.co`, `hf.co` and their
 /// subdomains, default port), the only place `HF_TOKEN` is sent.
-pub fn is_hugging_face(url: &str) -> bool {
+pub(crate) fn is_hugging_face(url: &str) -> bool {
     let Ok(u) = reqwest::Url::parse(url) else {
         return false;
     };
@@ -724,7 +725,7 @@ pub fn is_hugging_face(url: &str) -> bool {
 
 /// Where the credential of a negotiated token refresh comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefreshCredential {
+pub(crate) enum RefreshCredential {
     /// The `Authorization` header the LFS server put in the action.
     Action(String),
     /// `HF_TOKEN`, as a Bearer token (Hugging Face hosts only).
@@ -736,7 +737,7 @@ pub enum RefreshCredential {
 /// The credential of `GET href` (see the module documentation), without running anything:
 /// `action_authorization` is the action's `Authorization` header, `hf_token` the value of
 /// `HF_TOKEN`. `GIT_XET_TOKEN` is never a candidate.
-pub fn refresh_credential(
+pub(crate) fn refresh_credential(
     href: &str,
     action_authorization: Option<&str>,
     hf_token: Option<&str>,
@@ -755,7 +756,7 @@ pub fn refresh_credential(
 
 /// The `Authorization` value of a negotiated token refresh at `href`, by
 /// [`refresh_credential`]; `None` when there is none (the request is sent without).
-pub fn refresh_authorization(
+pub(crate) fn refresh_authorization(
     git: &Git,
     href: &str,
     action_authorization: Option<&str>,
@@ -778,16 +779,16 @@ pub fn refresh_authorization(
 }
 
 /// Environment variable overriding the cache root.
-pub const CACHE_DIR_ENV: &str = "GIT_XET_CACHE_DIR";
+pub(crate) const CACHE_DIR_ENV: &str = "GIT_XET_CACHE_DIR";
 /// Environment variable with the shard cache's size limit per endpoint (e.g. `500M`, `2G`).
-pub const CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CACHE_MAX_SIZE";
+pub(crate) const CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CACHE_MAX_SIZE";
 /// Environment variable with the download chunk cache's size limit per endpoint (`0` turns it
 /// off).
-pub const CHUNK_CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE";
+pub(crate) const CHUNK_CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE";
 
 /// The cache root: [`CACHE_DIR_ENV`] if set and not empty, else the user's cache directory
 /// for git-xet.
-pub fn cache_root() -> Result<PathBuf, CacheError> {
+pub(crate) fn cache_root() -> Result<PathBuf, CacheError> {
     match std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
         Some(dir) => Ok(PathBuf::from(dir)),
         None => CacheConfig::default_root(),
@@ -809,7 +810,7 @@ fn size_from_env(name: &str, default: u64) -> Result<u64, CacheError> {
 
 /// Where the caches are and their limits: [`cache_root`], [`CACHE_MAX_SIZE_ENV`] and
 /// [`CHUNK_CACHE_MAX_SIZE_ENV`] over the defaults.
-pub fn cache_config() -> Result<CacheConfig, CacheError> {
+pub(crate) fn cache_config() -> Result<CacheConfig, CacheError> {
     let defaults = CacheConfig::under(cache_root()?);
     Ok(CacheConfig {
         shard_max_bytes: size_from_env(CACHE_MAX_SIZE_ENV, defaults.shard_max_bytes)?,
@@ -819,7 +820,7 @@ pub fn cache_config() -> Result<CacheConfig, CacheError> {
 }
 
 /// The retry horizon from [`RETRY_SECS_ENV`] (seconds, or a duration such as `2m`), if set.
-pub fn retry_horizon() -> Option<std::time::Duration> {
+pub(crate) fn retry_horizon() -> Option<std::time::Duration> {
     xet_client::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
 }
 
@@ -907,12 +908,12 @@ fn credential_url(url: &str) -> Option<String> {
 
 /// The directory git-lfs moves finished downloads from: `<LFS storage>/tmp`, on the same
 /// filesystem as `.git/lfs/objects` (docs/lfs-agent.md §7). Honours `lfs.storage`.
-pub fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
+pub(crate) fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
     lfs_temp_dir_in(git, &git.common_dir()?)
 }
 
 /// [`lfs_temp_dir`] for a caller that knows the common git directory already.
-pub fn lfs_temp_dir_in(git: &Git, common: &Path) -> Result<PathBuf, SettingsError> {
+pub(crate) fn lfs_temp_dir_in(git: &Git, common: &Path) -> Result<PathBuf, SettingsError> {
     let storage = match git.config_get("lfs.storage")? {
         Some(s) if !s.trim().is_empty() => {
             let p = PathBuf::from(s.trim());

@@ -40,7 +40,7 @@ const NOTICE_PREFIX: &str = "xet-notice-";
 /// Shows `message` on the user's terminal once per git-lfs process `pid` and `topic`: the
 /// first agent to create the marker file for both in git-lfs's temp directory writes it to
 /// `/dev/tty`. Without a terminal, nothing is shown (the caller logs the message too).
-pub fn tell_user_once(git: &Git, pid: u32, topic: &str, message: &str) {
+pub(crate) fn tell_user_once(git: &Git, pid: u32, topic: &str, message: &str) {
     let Ok(dir) = super::settings::lfs_temp_dir(git) else {
         return;
     };

@@ -32,27 +32,27 @@ use super::view::{Node, Opened, View};
 use xet_client::pipeline::ranged::RangedFile;
 
 /// Bytes a sequential reader's miss fetches at once.
-pub const SEQUENTIAL_SPAN: u64 = 8 << 20;
+pub(crate) const SEQUENTIAL_SPAN: u64 = 8 << 20;
 
 /// Spans fetched ahead of a sequential reader.
-pub const READ_AHEAD_SPANS: u64 = 3;
+pub(crate) const READ_AHEAD_SPANS: u64 = 3;
 
 /// The most the kernel reads ahead by itself, per file (its own page-cache read-ahead, in
 /// requests to us); ours is sized by the reader's run instead.
-pub const KERNEL_READ_AHEAD: u32 = 64 << 10;
+pub(crate) const KERNEL_READ_AHEAD: u32 = 64 << 10;
 
 /// Background fetches at once, in the whole mount (threads, and the queue before them).
-pub const MAX_PREFETCH: usize = 3;
+pub(crate) const MAX_PREFETCH: usize = 3;
 
 /// A sequential run this long (bytes) makes a miss fetch more than the read asks for, and
 /// starts the read-ahead.
-pub const GROW_AFTER: u64 = 2 << 20;
+pub(crate) const GROW_AFTER: u64 = 2 << 20;
 
 /// How far from where a sequential run has got to a read may start and still go on it.
-pub const SEQUENTIAL_SLACK: u64 = 1 << 20;
+pub(crate) const SEQUENTIAL_SLACK: u64 = 1 << 20;
 
 /// Threads handling the kernel's requests.
-pub const THREADS: usize = 4;
+pub(crate) const THREADS: usize = 4;
 
 /// How long the kernel may keep attributes and entries (the tree never changes).
 const TTL: Duration = Duration::from_secs(3600);
@@ -90,7 +90,7 @@ impl Handle {
 }
 
 /// The filesystem (see the module documentation).
-pub struct XetFs {
+pub(crate) struct XetFs {
     view: Arc<View>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_handle: AtomicU64,

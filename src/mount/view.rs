@@ -21,7 +21,7 @@ use xet_format::LfsOid;
 
 /// Why a view cannot be made, or a file read.
 #[derive(Debug, thiserror::Error)]
-pub enum ViewError {
+pub(crate) enum ViewError {
     #[error("{0}")]
     Git(#[from] ObjectsError),
     #[error("{0}")]
@@ -81,7 +81,7 @@ pub enum Content {
 }
 
 /// An opened file's bytes.
-pub enum Opened {
+pub(crate) enum Opened {
     Bytes(Arc<Vec<u8>>),
     Local(std::fs::File),
     Ranged {
@@ -137,7 +137,7 @@ fn read_local(_f: &std::fs::File, _offset: u64, _len: u64) -> Result<Vec<u8>, Vi
 }
 
 /// The tree of a repository at one ref (see the module documentation).
-pub struct View {
+pub(crate) struct View {
     repo: Mutex<git2::Repository>,
     /// Node 0 is the root.
     pub nodes: Vec<Node>,
@@ -221,7 +221,7 @@ impl View {
     }
 
     /// Opens file node `id` for reading.
-    pub fn open_file(&self, id: usize) -> Result<Opened, ViewError> {
+    pub(crate) fn open_file(&self, id: usize) -> Result<Opened, ViewError> {
         let Some(Node::File { path, content, .. }) = self.nodes.get(id) else {
             return Err(ViewError::Local {
                 path: PathBuf::from(format!("node {id}")),

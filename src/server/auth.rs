@@ -68,11 +68,11 @@ impl Scope {
 }
 
 /// Longest user name (lock owner) accepted, in bytes.
-pub const MAX_USER_NAME: usize = 128;
+pub(crate) const MAX_USER_NAME: usize = 128;
 
 /// Whether `name` can name a lock owner: 1 to [`MAX_USER_NAME`] bytes, no control characters,
 /// not blank. `Err` says why not.
-pub fn usable_user_name(name: &str) -> Result<(), &'static str> {
+pub(crate) fn usable_user_name(name: &str) -> Result<(), &'static str> {
     if name.trim().is_empty() {
         Err("it is empty")
     } else if name.len() > MAX_USER_NAME {
@@ -110,7 +110,7 @@ impl std::fmt::Debug for ServerToken {
 
 /// Whether `seg` can be one segment of a repository path: `[A-Za-z0-9._-]+`, not starting with
 /// `.` (so no `.` or `..`).
-pub fn is_repo_segment(seg: &str) -> bool {
+pub(crate) fn is_repo_segment(seg: &str) -> bool {
     !seg.is_empty()
         && !seg.starts_with('.')
         && seg
@@ -312,7 +312,7 @@ pub struct Grant {
 
 /// Which registered files a credential may read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Visibility {
+pub(crate) enum Visibility {
     /// Every file (server-wide secrets, and CAS tokens issued to them).
     All,
     /// Files registered through this repository (CAS tokens issued to a scoped secret).
@@ -321,7 +321,7 @@ pub enum Visibility {
 
 impl Grant {
     /// Whether this credential may act on repository `id` (its LFS API, its CAS tokens).
-    pub fn may_use_repo(&self, id: &str) -> bool {
+    pub(crate) fn may_use_repo(&self, id: &str) -> bool {
         if self.expires.is_some() {
             return self.repo == id;
         }
@@ -331,7 +331,7 @@ impl Grant {
     /// What files this credential may read through the CAS API; `None` for a scoped secret
     /// presented there directly (it names no one repository: it gets CAS tokens from the batch
     /// API of each).
-    pub fn visibility(&self) -> Option<Visibility> {
+    pub(crate) fn visibility(&self) -> Option<Visibility> {
         match (&self.repos, self.expires) {
             (None, _) => Some(Visibility::All),
             (Some(_), Some(_)) => Some(Visibility::Repo(self.repo.clone())),
@@ -341,7 +341,7 @@ impl Grant {
 
     /// The repository files registered with this credential are recorded under: a CAS
     /// token's repository, if it has one.
-    pub fn registering_repo(&self) -> Option<&str> {
+    pub(crate) fn registering_repo(&self) -> Option<&str> {
         (self.expires.is_some() && !self.repo.is_empty()).then_some(self.repo.as_str())
     }
 }
@@ -364,7 +364,7 @@ pub enum AuthError {
 }
 
 /// Seconds of clock skew tolerated past a token's expiry (docs/cas-api.md §2.3).
-pub const EXPIRY_SKEW_SECS: u64 = 60;
+pub(crate) const EXPIRY_SKEW_SECS: u64 = 60;
 
 /// The server's credentials and signing key.
 pub struct Authority {
@@ -409,7 +409,7 @@ impl Authority {
     }
 
     /// True when no secret is configured (the server then refuses every authenticated call).
-    pub fn has_secrets(&self) -> bool {
+    pub(crate) fn has_secrets(&self) -> bool {
         !self.secrets.is_empty()
     }
 
@@ -432,7 +432,13 @@ impl Authority {
     }
 
     /// [`Self::issue`], restricted or not.
-    pub fn issue_for(&self, scope: Scope, repo: &str, expires: u64, restricted: bool) -> String {
+    pub(crate) fn issue_for(
+        &self,
+        scope: Scope,
+        repo: &str,
+        expires: u64,
+        restricted: bool,
+    ) -> String {
         let claims = Claims {
             s: scope.letter().to_string(),
             e: expires,
@@ -537,7 +543,7 @@ impl Authority {
     /// Checks an `Authorization` header value: `Bearer <token>`, or `Basic` with the token as
     /// the password, as git sends credentials. The user name of `Basic` only decides who an
     /// unnamed secret speaks for ([`Grant::user`]).
-    pub fn verify_header(&self, header: Option<&str>, now: u64) -> Result<Grant, AuthError> {
+    pub(crate) fn verify_header(&self, header: Option<&str>, now: u64) -> Result<Grant, AuthError> {
         let header = header.ok_or(AuthError::Missing)?.trim();
         let (scheme, value) = header.split_once(' ').ok_or(AuthError::Scheme)?;
         let value = value.trim();
@@ -574,7 +580,7 @@ impl Authority {
 
     /// Checks a presigned fetch (`ranges` as written in the URL): the signature matches and
     /// has not expired. The answer is the ranges the URL grants.
-    pub fn verify_presigned(
+    pub(crate) fn verify_presigned(
         &self,
         xorb: &XorbHash,
         expires: u64,
@@ -609,7 +615,7 @@ impl Authority {
 /// A xorb upload grant (docs/cas-api.md §5.11): what `PUT /v1/xorb-uploads/{id}` may store,
 /// carried in the grant id itself (signed), so any node sharing the key honours it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UploadGrant {
+pub(crate) struct UploadGrant {
     pub xorb: XorbHash,
     /// The body's length in bytes.
     pub length: u64,
@@ -623,7 +629,7 @@ impl Authority {
     /// The id of `grant`: `g1.<payload>.<mac>`, base64url, with payload
     /// `<xorb hex>:<length>:<crc>:<expiry>` and mac = HMAC-SHA256(server key, "upload-grant\0" ‖
     /// payload). URL-safe as it is.
-    pub fn issue_upload_grant(&self, grant: &UploadGrant) -> String {
+    pub(crate) fn issue_upload_grant(&self, grant: &UploadGrant) -> String {
         let payload = format!(
             "{}:{}:{}:{}",
             grant.xorb.to_hex(),
@@ -644,7 +650,7 @@ impl Authority {
 
     /// The grant an id stands for, if this server (or one sharing its key) issued it. The
     /// caller checks the expiry where it matters.
-    pub fn verify_upload_grant(&self, id: &str) -> Result<UploadGrant, AuthError> {
+    pub(crate) fn verify_upload_grant(&self, id: &str) -> Result<UploadGrant, AuthError> {
         let rest = id.strip_prefix("g1.").ok_or(AuthError::Invalid)?;
         let (payload, mac) = rest.split_once('.').ok_or(AuthError::Invalid)?;
         let payload = URL_SAFE_NO_PAD

@@ -41,10 +41,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// How long the client left a body waiting, as the error [`IdleTimeout`] fails with.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("no part of the request body arrived for {} s", .0.as_secs_f64())]
-pub struct BodyTimedOut(pub Duration);
+pub(crate) struct BodyTimedOut(pub Duration);
 
 /// A request body that fails with [`BodyTimedOut`] when no frame arrives for a while.
-pub struct IdleTimeout {
+pub(crate) struct IdleTimeout {
     inner: Body,
     timeout: Duration,
     /// Armed while the reader waits; created on the first wait.
@@ -104,7 +104,7 @@ impl http_body::Body for IdleTimeout {
 }
 
 /// The next data frame of a body (trailers are skipped), `None` at its end.
-pub async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
+pub(crate) async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
     loop {
         let frame =
             std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut *body), cx))
@@ -122,7 +122,7 @@ pub async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
 
 /// The answer to a body that could not be read: 408 when it stopped arriving, else 400
 /// `body_read_failed` (the client closed the connection half-way, or broke the framing).
-pub fn read_error(what: &str, e: axum::Error) -> ApiError {
+pub(crate) fn read_error(what: &str, e: axum::Error) -> ApiError {
     let inner = e.into_inner();
     if let Some(t) = xet_client::util::error::find::<BodyTimedOut>(inner.as_ref()) {
         tracing::info!(what, "request body timed out");
@@ -135,7 +135,7 @@ pub fn read_error(what: &str, e: axum::Error) -> ApiError {
 }
 
 /// The declared `Content-Length`, if any (hyper has already refused malformed ones).
-pub fn content_length(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -143,7 +143,7 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// 413 when the declared length is over `limit`.
-pub fn check_declared(headers: &HeaderMap, limit: u64, what: &str) -> Result<(), ApiError> {
+pub(crate) fn check_declared(headers: &HeaderMap, limit: u64, what: &str) -> Result<(), ApiError> {
     match content_length(headers) {
         Some(len) if len > limit => Err(ApiError::too_large(what, len, limit)),
         _ => Ok(()),
@@ -161,15 +161,9 @@ fn longer_than(what: &str, limit: u64) -> ApiError {
 /// A small request body in memory, holding its share of the server's body budget until
 /// dropped.
 #[derive(Debug)]
-pub struct SmallBody {
+pub(crate) struct SmallBody {
     bytes: Bytes,
     _held: Option<OwnedSemaphorePermit>,
-}
-
-impl SmallBody {
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
-    }
 }
 
 impl Deref for SmallBody {
@@ -182,7 +176,7 @@ impl Deref for SmallBody {
 
 /// Reads a body of at most `limit` bytes into memory, charging `budget` (one permit per byte
 /// of buffer) as the buffer grows. See the module documentation.
-pub async fn read_body(
+pub(crate) async fn read_body(
     budget: &Arc<Semaphore>,
     headers: &HeaderMap,
     mut body: Body,
@@ -250,11 +244,11 @@ pub async fn drain(mut body: Body, limit: Option<u64>, what: &str) -> Result<u64
 }
 
 /// After a spool write failed, at most this much more of the body is read before answering.
-pub const DRAIN_AFTER_FAILURE: u64 = 256 << 20;
+pub(crate) const DRAIN_AFTER_FAILURE: u64 = 256 << 20;
 
 /// A request body spooled to a file, removed when dropped (unless consumed before).
 #[derive(Debug)]
-pub struct Spooled {
+pub(crate) struct Spooled {
     pub path: tempfile::TempPath,
     pub len: u64,
     /// The SHA-256 of the body, when asked for.
@@ -274,7 +268,7 @@ const SPACE_CHECK_EVERY: u64 = 8 << 20;
 /// hashing it with SHA-256 if `hash`. The store's free-space reserve is checked for the declared
 /// length before anything is read, then every `SPACE_CHECK_EVERY` bytes (507 when it would
 /// be crossed). See the module documentation.
-pub async fn spool_body(
+pub(crate) async fn spool_body(
     store: &Arc<Store>,
     declared: Option<u64>,
     mut body: Body,

@@ -44,20 +44,20 @@ use xet_store::{Store, StoreError};
 pub use xet_client::wire::CHECKS_SHA256_HEADER;
 
 /// How often the job looks for new claims, by default.
-pub const PASS_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PASS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a claim whose file could not be rebuilt waits before it is tried again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(600);
 
 /// Files up to this size are checked at once ([`check_now`]).
-pub const CHECK_NOW_MAX_FILE: u64 = 8 << 20;
+pub(crate) const CHECK_NOW_MAX_FILE: u64 = 8 << 20;
 
 /// At most this many bytes of files are checked at once per shard; the rest wait for the job.
-pub const CHECK_NOW_BYTES: u64 = 64 << 20;
+pub(crate) const CHECK_NOW_BYTES: u64 = 64 << 20;
 
 /// Bytes of one claimed file hashed in one turn: a larger file is hashed over several turns,
 /// between other uploaders' claims.
-pub const SLICE_BYTES: u64 = 256 << 20;
+pub(crate) const SLICE_BYTES: u64 = 256 << 20;
 
 /// Claims of one uploader looked at per turn (deferred ones are skipped).
 const CANDIDATES: usize = 64;
@@ -278,7 +278,7 @@ fn check_slice(
 
 /// Checks the claims a shard upload just made on small files (see the module documentation).
 /// What cannot be checked now is left for the job.
-pub fn check_now(store: &Store, claims: &[(LfsOid, FileHash, u64)]) {
+pub(crate) fn check_now(store: &Store, claims: &[(LfsOid, FileHash, u64)]) {
     let mut budget = CHECK_NOW_BYTES;
     for &(oid, file, size) in claims {
         if size > CHECK_NOW_MAX_FILE || size > budget {

@@ -37,7 +37,7 @@ use super::Limits;
 
 /// hyper's read buffer limit and write queue threshold per connection (its minimum is 8 KiB).
 /// Request heads must fit in it.
-pub const CONN_BUF: usize = 64 * 1024;
+pub(crate) const CONN_BUF: usize = 64 * 1024;
 
 /// What a connection over the cap is told before it is closed.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
@@ -182,7 +182,7 @@ async fn stopped(mut stopping: watch::Receiver<bool>) {
 
 /// A connection's IO whose writes may not stay pending longer than a timeout: a client that
 /// stops reading its response gets its connection closed instead of holding it forever.
-pub struct StallGuard<T> {
+pub(crate) struct StallGuard<T> {
     inner: T,
     timeout: Duration,
     /// Armed while a write (or flush) is pending; created on the first stall.

@@ -32,7 +32,7 @@ pub struct ApiError {
 }
 
 /// Seconds a client waits before asking a node that is catching up again.
-pub const CATCHING_UP_RETRY_SECS: u64 = 2;
+pub(crate) const CATCHING_UP_RETRY_SECS: u64 = 2;
 
 impl ApiError {
     pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
@@ -81,7 +81,7 @@ impl ApiError {
     /// 507 `insufficient_storage`: the disk or quota is full. Not worth an immediate retry.
     /// `detail` (paths, free bytes) goes to the log; the client is told only what it can act
     /// on.
-    pub fn storage_full(detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn storage_full(detail: impl std::fmt::Display) -> Self {
         tracing::error!(%detail, "storage full: uploads are refused with 507 until space is freed");
         Self::new(
             StatusCode::INSUFFICIENT_STORAGE,
@@ -115,7 +115,7 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
@@ -123,7 +123,7 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, code, message)
     }
 
-    pub fn too_large(what: &str, len: u64, limit: u64) -> Self {
+    pub(crate) fn too_large(what: &str, len: u64, limit: u64) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::BodyTooLarge,
@@ -131,7 +131,7 @@ impl ApiError {
         )
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::InternalError,

@@ -58,7 +58,7 @@ use super::error::ApiError;
 use super::{AppState, SharedState};
 
 /// The media type of LFS requests and responses.
-pub const LFS_MEDIA_TYPE: &str = "application/vnd.git-lfs+json";
+pub(crate) const LFS_MEDIA_TYPE: &str = "application/vnd.git-lfs+json";
 
 /// The realm named in `LFS-Authenticate` / `WWW-Authenticate`.
 const REALM: &str = "Basic realm=\"git-xet\"";
@@ -113,7 +113,7 @@ fn split_path(path: &str) -> Option<(Repo, &str)> {
 
 /// The route template of an LFS request path, for metrics: one of a fixed set whatever the
 /// repository, the oid or the lock id (`/{*path}` for paths that are no LFS route).
-pub fn route_template(path: &str) -> &'static str {
+pub(crate) fn route_template(path: &str) -> &'static str {
     let Some((_, rest)) = split_path(path) else {
         return "/{*path}";
     };
@@ -181,7 +181,7 @@ pub(crate) fn method_not_allowed() -> ApiError {
 
 /// An LFS error response: the JSON [`ApiError`] with the LFS media type, and the headers
 /// git-lfs needs on 401.
-pub fn error_response(e: ApiError) -> Response {
+pub(crate) fn error_response(e: ApiError) -> Response {
     let unauthorized = e.status == StatusCode::UNAUTHORIZED;
     // 507 is logged where it is decided (a full disk, or a client over a quota).
     if e.status.is_server_error()
@@ -204,7 +204,7 @@ pub fn error_response(e: ApiError) -> Response {
 }
 
 /// Checks a git credential (a configured secret, not a CAS token) for `needed` on `repo`.
-pub fn authorize_user(
+pub(crate) fn authorize_user(
     state: &AppState,
     headers: &HeaderMap,
     repo: &Repo,
@@ -228,7 +228,7 @@ pub fn authorize_user(
 
 /// Checks a credential for an object transfer: a git credential, or a CAS token issued for
 /// this repository.
-pub fn authorize_transfer(
+pub(crate) fn authorize_transfer(
     state: &AppState,
     headers: &HeaderMap,
     repo: &Repo,
@@ -269,7 +269,7 @@ fn check_repo(grant: &Grant, repo: &Repo) -> Result<(), ApiError> {
 
 /// Whether `grant` reads only what `repo` registered (a scoped secret, or a CAS token issued
 /// to one): then the repository id to check files against.
-pub fn limited_to<'a>(grant: &Grant, repo: &'a Repo) -> Option<&'a str> {
+pub(crate) fn limited_to<'a>(grant: &Grant, repo: &'a Repo) -> Option<&'a str> {
     grant.repos.as_ref().map(|_| repo.id.as_str())
 }
 
@@ -282,7 +282,7 @@ fn require(grant: &Grant, needed: Scope, what: &'static str) -> Result<(), ApiEr
 }
 
 /// A JSON response with the LFS media type.
-pub fn lfs_json(status: StatusCode, value: &impl serde::Serialize) -> Response {
+pub(crate) fn lfs_json(status: StatusCode, value: &impl serde::Serialize) -> Response {
     match serde_json::to_vec(value) {
         Ok(body) => {
             let mut r = (status, body).into_response();

@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// the server's read budget allows (each read holds its bytes of it): one read at a time left
 /// the store idle between requests (a 256 MiB basic download from a Garage node took 1.2 s
 /// with one read ahead, 0.9-1.0 s with four).
-pub const OBJECT_READ_AHEAD: usize = 4;
+pub(crate) const OBJECT_READ_AHEAD: usize = 4;
 
 use super::body::IdleTimeout;
 use super::error::ApiError;
@@ -37,7 +37,7 @@ use super::{Limits, SharedState};
 
 /// What kind of work a request is, for the concurrency limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouteClass {
+pub(crate) enum RouteClass {
     /// Request bodies that go to storage: xorb and shard uploads, basic LFS PUTs.
     Upload,
     /// Response bodies read from storage: presigned xorb data, basic LFS GETs.
@@ -132,14 +132,8 @@ impl Resources {
         }
     }
 
-    /// Requests of `class` in progress now.
-    pub fn in_use(&self, class: RouteClass) -> usize {
-        let (sem, max) = self.slots(class);
-        max.saturating_sub(sem.available_permits())
-    }
-
     /// Waits for an ingest slot.
-    pub async fn ingest_slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+    pub(crate) async fn ingest_slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
         Arc::clone(&self.ingest)
             .acquire_owned()
             .await

@@ -42,15 +42,18 @@ impl Default for Maintenance {
 }
 
 /// How often a node on shared storage looks for shards other nodes accepted.
-pub const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// How often it lists every shard, for log entries that arrived too late to be seen.
-pub const FULL_SYNC_INTERVAL: Duration = Duration::from_secs(600);
+pub(crate) const FULL_SYNC_INTERVAL: Duration = Duration::from_secs(600);
 
 /// For a store on shared storage, the job that keeps this node's index caught up with the
 /// other nodes (see `xet_store::sync`): first a full catch-up, at once (the node serves meanwhile
 /// and answers misses "try again shortly"), then the shard log every [`SYNC_INTERVAL`];
 /// nothing for a directory store.
-pub fn spawn_sync(store: &Arc<Store>, m: Maintenance) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn_sync(
+    store: &Arc<Store>,
+    m: Maintenance,
+) -> Option<tokio::task::JoinHandle<()>> {
     if !store.is_shared() {
         return None;
     }

@@ -51,7 +51,7 @@ struct OpLabels {
 
 /// Requests that failed because storage did; counted where store errors become responses
 /// ([`super::error`]), which knows no server state, hence one count per process.
-pub static STORAGE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
+pub(crate) static STORAGE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// The server's metrics and the registry that encodes them.
 pub struct Metrics {

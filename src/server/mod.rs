@@ -51,7 +51,7 @@ use axum::{Json, Router};
 
 use self::auth::{now_unix, Authority, Grant, Scope, ServerToken};
 use self::error::ApiError;
-pub use self::maintenance::Maintenance;
+pub(crate) use self::maintenance::Maintenance;
 use xet_format::HmacKey;
 use xet_store::{Store, StoreOptions};
 
@@ -218,13 +218,13 @@ impl From<xet_store::StoreError> for ServeError {
 
 /// The key global-dedup answers are keyed with, and when it stops being used.
 #[derive(Debug, Clone, Copy)]
-pub struct DedupKey {
+pub(crate) struct DedupKey {
     pub key: HmacKey,
     pub expires: u64,
 }
 
 /// How long a dedup key is used before a new one is drawn.
-pub const DEDUP_KEY_LIFETIME_SECS: u64 = 24 * 3600;
+pub(crate) const DEDUP_KEY_LIFETIME_SECS: u64 = 24 * 3600;
 
 /// State shared by every request handler.
 #[derive(Debug)]
@@ -250,11 +250,11 @@ pub struct AppState {
     dedup_key: Mutex<DedupKey>,
 }
 
-pub type SharedState = Arc<AppState>;
+pub(crate) type SharedState = Arc<AppState>;
 
 impl AppState {
     /// Checks the request's credentials for `needed`; `what` names the operation in errors.
-    pub fn authorize(
+    pub(crate) fn authorize(
         &self,
         headers: &HeaderMap,
         needed: Scope,
@@ -274,7 +274,7 @@ impl AppState {
     /// say which files it may read (a repository-scoped secret cannot: it gets CAS tokens
     /// from the batch API of each of its repositories). Returns the grant and the repository
     /// whose files it is limited to, if any.
-    pub fn authorize_cas(
+    pub(crate) fn authorize_cas(
         &self,
         headers: &HeaderMap,
         needed: Scope,
@@ -296,7 +296,7 @@ impl AppState {
     }
 
     /// The current global-dedup key, drawing a new one when the old one expired.
-    pub fn dedup_key(&self) -> Result<DedupKey, ApiError> {
+    pub(crate) fn dedup_key(&self) -> Result<DedupKey, ApiError> {
         let mut k = self.dedup_key.lock().unwrap_or_else(|p| p.into_inner());
         let now = now_unix();
         if k.expires <= now {
@@ -323,7 +323,7 @@ where
 }
 
 /// Parses a hash from a URL path segment (64 hex digits; uppercase is accepted).
-pub fn parse_hash<T: std::str::FromStr<Err = xet_format::HashParseError>>(
+pub(crate) fn parse_hash<T: std::str::FromStr<Err = xet_format::HashParseError>>(
     s: &str,
     what: &str,
 ) -> Result<T, ApiError> {
@@ -436,7 +436,7 @@ async fn fallback() -> ApiError {
 }
 
 /// The whole application: health, the CAS API and the LFS API, with the middleware.
-pub fn router(state: SharedState) -> Router {
+pub(crate) fn router(state: SharedState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics::serve))
@@ -467,7 +467,7 @@ pub struct Server {
 
 /// How long a runtime waits for blocking work (an upload pipeline, a shard validation) after
 /// the server stopped, before the process goes on without it. The store is crash-safe.
-pub const BLOCKING_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const BLOCKING_GRACE: Duration = Duration::from_secs(1);
 
 impl Server {
     /// Opens the store and binds the listener (inside a tokio runtime).

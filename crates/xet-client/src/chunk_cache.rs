@@ -48,10 +48,10 @@ pub const CHUNKS_SUBDIR: &str = "chunks";
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
 /// Ranges smaller than this bypass the cache (no lock, no listing, no entry file): a small
 /// file's whole download costs less than the cache's bookkeeping, and is rarely shared.
-pub const MIN_CACHED_RANGE: u64 = 256 << 10;
+pub(crate) const MIN_CACHED_RANGE: u64 = 256 << 10;
 /// How long to wait for another process that holds a xorb's lock before fetching without the
 /// cache (a fetch of one range takes seconds; a stuck holder must not stop a download).
-pub const LOCK_PATIENCE: Duration = Duration::from_secs(600);
+pub(crate) const LOCK_PATIENCE: Duration = Duration::from_secs(600);
 
 /// See the module documentation.
 #[derive(Debug, Clone)]
@@ -109,7 +109,8 @@ impl ChunkCache {
     }
 
     /// Caches ranges of at least `bytes` (default [`MIN_CACHED_RANGE`]).
-    pub fn with_min_range(mut self, bytes: u64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_min_range(mut self, bytes: u64) -> Self {
         self.min_range = bytes;
         self
     }
@@ -129,7 +130,7 @@ impl ChunkCache {
 
     /// Whether the cache may hold chunks of `xorb` (its directory exists): a read that will
     /// not keep what it fetches can go straight to the server when it does not.
-    pub fn may_hold(&self, xorb: &XorbHash) -> bool {
+    pub(crate) fn may_hold(&self, xorb: &XorbHash) -> bool {
         self.xorb_dir(xorb).exists()
     }
 
@@ -149,7 +150,7 @@ impl ChunkCache {
     /// [`ChunkCache::read_through`]; with `keep` false, what is fetched is not stored (a
     /// download nothing else on this machine is expected to want: it still uses the entries
     /// there are, and waits for a process filling them).
-    pub fn read_through_keeping(
+    pub(crate) fn read_through_keeping(
         &self,
         xorb: &XorbHash,
         range: &FetchRange,

@@ -102,7 +102,7 @@ pub fn redact(text: &str) -> String {
 }
 
 /// [`redact`] with an explicit list of known secrets (longest first) instead of the registry.
-pub fn redact_with(text: &str, known: &[String]) -> String {
+pub(crate) fn redact_with(text: &str, known: &[String]) -> String {
     let mut out = Cow::Borrowed(text);
     for secret in known {
         if secret.len() >= MIN_SECRET_LEN && out.contains(secret.as_str()) {

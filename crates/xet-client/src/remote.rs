@@ -87,10 +87,10 @@ use xet_format::shard::{Shard, MAX_SHARD_SIZE};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 
 /// The default `User-Agent`.
-pub const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));
+pub(crate) const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));
 
 /// The prefix of dedup queries (see the module documentation).
-pub const DEDUP_PREFIX: &str = "default";
+pub(crate) const DEDUP_PREFIX: &str = "default";
 
 /// Upload bodies extend a request's timeout by one second per this many bytes.
 pub const UPLOAD_BYTES_PER_SEC: u64 = 256 * 1024;
@@ -99,7 +99,7 @@ pub const UPLOAD_BYTES_PER_SEC: u64 = 256 * 1024;
 pub const SHARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The largest reconstruction JSON read (about a million terms).
-pub const MAX_RECONSTRUCTION_JSON: u64 = 256 << 20;
+pub(crate) const MAX_RECONSTRUCTION_JSON: u64 = 256 << 20;
 
 /// The largest small JSON answer read (uploads, lookups, tokens).
 const MAX_SMALL_JSON: u64 = 1 << 20;
@@ -294,7 +294,7 @@ impl HttpOptions {
     /// http ones: that one needs no CA certificates nor client certificate, whose files are
     /// then not read (a company's CA bundle of a few hundred certificates took milliseconds to
     /// parse, twice in every agent process, for plain-http servers too).
-    pub fn apply_for(
+    pub(crate) fn apply_for(
         &self,
         mut builder: reqwest::ClientBuilder,
         tls: bool,

@@ -29,7 +29,7 @@ use crate::{FetchRange, ReconstructionPlan, ShardCache};
 
 /// Told how many bytes of an upload's body have gone out so far
 /// ([`CasTarget::put_xorb_with_progress`]).
-pub type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
+pub(crate) type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// A failed CAS operation.
 #[derive(Debug, thiserror::Error)]
@@ -274,7 +274,7 @@ impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
 }
 
 /// Hands a range read whole to `sink` as one piece, and its buffer back for reuse.
-pub fn hand_whole(bytes: Vec<u8>, sink: &mut RangeSink<'_>) {
+pub(crate) fn hand_whole(bytes: Vec<u8>, sink: &mut RangeSink<'_>) {
     let _ = sink(0, &bytes);
     crate::util::buffers::give(bytes);
 }

@@ -166,7 +166,7 @@ pub struct CasTokenInfo {
 /// The JSON body of a refusal (§9). Every field is optional when parsing: other servers send
 /// other shapes (or none).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// A stable machine-readable code (our server) or a message (other servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -338,7 +338,7 @@ pub fn encode_file_chunks(chunks: &[xet_format::ChunkRef]) -> Vec<u8> {
 
 /// A chunk list read back, checked: whole records, at most [`MAX_LISTED_CHUNKS`], no chunk
 /// longer than a chunk can be.
-pub fn decode_file_chunks(body: &[u8]) -> Result<Vec<xet_format::ChunkRef>, WireError> {
+pub(crate) fn decode_file_chunks(body: &[u8]) -> Result<Vec<xet_format::ChunkRef>, WireError> {
     if !body.len().is_multiple_of(FILE_CHUNK_RECORD) {
         return Err(WireError(format!(
             "a chunk list of {} bytes is not whole {FILE_CHUNK_RECORD}-byte records",
@@ -377,7 +377,7 @@ pub struct WireError(pub String);
 impl ReconstructionV1 {
     /// The same reconstruction in the v2 shape: one range per URL, as the reference client
     /// converts it.
-    pub fn into_v2(self) -> ReconstructionV2 {
+    pub(crate) fn into_v2(self) -> ReconstructionV2 {
         let xorbs = self
             .fetch_info
             .into_iter()

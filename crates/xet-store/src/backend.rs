@@ -66,7 +66,7 @@ pub struct ObjectStamp {
 
 impl ObjectStamp {
     /// The length of [`Self::to_bytes`].
-    pub const ENCODED_LEN: usize = 32;
+    pub(crate) const ENCODED_LEN: usize = 32;
 
     /// `len` (u64 little-endian), then the version token.
     pub fn to_bytes(&self) -> [u8; Self::ENCODED_LEN] {

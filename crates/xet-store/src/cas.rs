@@ -1133,7 +1133,7 @@ impl Store {
     }
 
     /// Whether every one of `files` was registered through repository `repo`.
-    pub fn files_in_repo(&self, files: &[FileHash], repo: &str) -> Result<bool, StoreError> {
+    pub(crate) fn files_in_repo(&self, files: &[FileHash], repo: &str) -> Result<bool, StoreError> {
         for f in files {
             if !f.is_zero() && !self.index.file_in_repo(f, repo)? {
                 return Ok(false);
@@ -1149,7 +1149,7 @@ impl Store {
     }
 
     /// [`Self::visible_to`] as `freshness` says (see [`Freshness`]).
-    pub fn visible_as(
+    pub(crate) fn visible_as(
         &self,
         file: &FileHash,
         repo: Option<&str>,

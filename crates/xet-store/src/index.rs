@@ -111,7 +111,7 @@ pub struct FileRecord {
 
 /// Everything one shard adds to the index.
 #[derive(Debug, Clone, Default)]
-pub struct ShardEntries {
+pub(crate) struct ShardEntries {
     pub files: Vec<(FileHash, FileRecord)>,
     /// Files among `files` registered before whose recorded reconstruction needs a xorb that is
     /// now missing or damaged: their record is replaced by this shard's (a repair).
@@ -309,7 +309,7 @@ impl Index {
     }
 
     /// The first registered file that uses `xorb` in its reconstruction.
-    pub fn file_of_xorb(&self, xorb: &XorbHash) -> Result<Option<FileHash>, IndexError> {
+    pub(crate) fn file_of_xorb(&self, xorb: &XorbHash) -> Result<Option<FileHash>, IndexError> {
         let Some(b) = self.get(XORB_FILE, xorb.as_bytes())? else {
             return Ok(None);
         };
@@ -334,7 +334,7 @@ impl Index {
     }
 
     /// Records a stored xorb and its dedup-eligible chunks (first registration wins).
-    pub fn add_xorb(
+    pub(crate) fn add_xorb(
         &self,
         xorb: XorbHash,
         meta: XorbMeta,
@@ -411,14 +411,14 @@ impl Index {
         txn.commit().map_err(db_err)
     }
 
-    pub fn has_shard(&self, shard: &ShardHash) -> Result<bool, IndexError> {
+    pub(crate) fn has_shard(&self, shard: &ShardHash) -> Result<bool, IndexError> {
         Ok(self.get(SHARDS, shard.as_bytes())?.is_some())
     }
 
     /// Registers a shard's entries in one transaction, its SHA-256 claims in the name of
     /// `uploader` (see [`Claim::uploader`]). Returns the number of files that were new, and
     /// their bytes. Existing files, oids and dedup entries are kept.
-    pub fn add_shard(
+    pub(crate) fn add_shard(
         &self,
         shard: ShardHash,
         entries: &ShardEntries,
@@ -504,7 +504,7 @@ impl Index {
     }
 
     /// Records that `files` were registered through repository `repo` (in one transaction).
-    pub fn add_file_repos(
+    pub(crate) fn add_file_repos(
         &self,
         files: &[FileHash],
         repo: &str,
@@ -526,7 +526,7 @@ impl Index {
     }
 
     /// Whether `file` was registered through repository `repo`.
-    pub fn file_in_repo(&self, file: &FileHash, repo: &str) -> Result<bool, IndexError> {
+    pub(crate) fn file_in_repo(&self, file: &FileHash, repo: &str) -> Result<bool, IndexError> {
         Ok(self.get(FILE_REPOS, &file_repo_key(file, repo))?.is_some())
     }
 
@@ -554,7 +554,7 @@ impl Index {
 
     /// Every file checked to have SHA-256 `oid`: the first mapping first, then the others in
     /// file-hash order.
-    pub fn checked_files(&self, oid: &LfsOid) -> Result<Vec<FileHash>, IndexError> {
+    pub(crate) fn checked_files(&self, oid: &LfsOid) -> Result<Vec<FileHash>, IndexError> {
         let mut out: Vec<FileHash> = self.file_by_oid(oid)?.into_iter().collect();
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(OID_FILES).map_err(db_err)?;
@@ -573,7 +573,7 @@ impl Index {
     }
 
     /// The unchecked claims on `oid`, oldest first.
-    pub fn claims_on(&self, oid: &LfsOid) -> Result<Vec<Claim>, IndexError> {
+    pub(crate) fn claims_on(&self, oid: &LfsOid) -> Result<Vec<Claim>, IndexError> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(CLAIMS).map_err(db_err)?;
         let (lo, hi) = oid_key_span(oid);
@@ -589,7 +589,8 @@ impl Index {
     }
 
     /// The file of the oldest unchecked claim on `oid`, if any.
-    pub fn claimed_file(&self, oid: &LfsOid) -> Result<Option<FileHash>, IndexError> {
+    #[cfg(test)]
+    pub(crate) fn claimed_file(&self, oid: &LfsOid) -> Result<Option<FileHash>, IndexError> {
         Ok(self.claims_on(oid)?.first().map(|c| c.file))
     }
 
@@ -667,7 +668,7 @@ impl Index {
     }
 
     /// How many claims of `uploader` wait to be checked, and the bytes of their files.
-    pub fn claim_load(&self, uploader: &str) -> Result<(u64, u64), IndexError> {
+    pub(crate) fn claim_load(&self, uploader: &str) -> Result<(u64, u64), IndexError> {
         Ok(self
             .get(CLAIM_LOAD, uploader.as_bytes())?
             .and_then(|v| load_of(&v))
@@ -740,7 +741,11 @@ impl Index {
 
     /// Records that the stored object of `xorb` with `stamp` was verified whole (and clears any
     /// damage record: the xorb is intact again).
-    pub fn set_verified(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Result<(), IndexError> {
+    pub(crate) fn set_verified(
+        &self,
+        xorb: &XorbHash,
+        stamp: &ObjectStamp,
+    ) -> Result<(), IndexError> {
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut t = txn.open_table(VERIFIED).map_err(db_err)?;
@@ -754,7 +759,12 @@ impl Index {
 
     /// Records that `xorb` is missing or damaged (`why`), found at `now`: its `xorbs` and
     /// `verified` rows go, so nothing relies on it until it is stored again.
-    pub fn set_damaged(&self, xorb: &XorbHash, why: &str, now: u64) -> Result<(), IndexError> {
+    pub(crate) fn set_damaged(
+        &self,
+        xorb: &XorbHash,
+        why: &str,
+        now: u64,
+    ) -> Result<(), IndexError> {
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut d = txn.open_table(DAMAGED).map_err(db_err)?;
@@ -789,7 +799,7 @@ impl Index {
     }
 
     /// Every xorb recorded as missing or damaged, with when and why.
-    pub fn all_damaged(&self) -> Result<Vec<(XorbHash, u64, String)>, IndexError> {
+    pub(crate) fn all_damaged(&self) -> Result<Vec<(XorbHash, u64, String)>, IndexError> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(DAMAGED).map_err(db_err)?;
         let mut out = Vec::new();
@@ -837,7 +847,9 @@ impl Index {
     }
 
     /// Every xorb some registered file's reconstruction uses, with how many files use it.
-    pub fn referenced_xorbs(&self) -> Result<std::collections::HashMap<XorbHash, u64>, IndexError> {
+    pub(crate) fn referenced_xorbs(
+        &self,
+    ) -> Result<std::collections::HashMap<XorbHash, u64>, IndexError> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(FILES).map_err(db_err)?;
         let mut out: std::collections::HashMap<XorbHash, u64> = std::collections::HashMap::new();
@@ -858,7 +870,7 @@ impl Index {
 
     /// The registered files whose reconstruction uses any of `xorbs` (at most `limit`), and how
     /// many there are in all.
-    pub fn files_using(
+    pub(crate) fn files_using(
         &self,
         xorbs: &HashSet<XorbHash>,
         limit: usize,
@@ -886,7 +898,7 @@ impl Index {
 
     /// Forgets `xorbs` entirely (garbage collection): their `xorbs`, `verified` and `damaged`
     /// rows and every dedup entry naming them, in one transaction.
-    pub fn remove_xorbs(&self, xorbs: &HashSet<XorbHash>) -> Result<(), IndexError> {
+    pub(crate) fn remove_xorbs(&self, xorbs: &HashSet<XorbHash>) -> Result<(), IndexError> {
         if xorbs.is_empty() {
             return Ok(());
         }

@@ -34,16 +34,16 @@ use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits
 use xet_format::{FileHash, ShardHash, XorbHash};
 
 /// Bytes of footers kept in memory (a footer of an 8192-chunk xorb holds about 330 KB).
-pub const FOOTER_CACHE_BYTES: u64 = 64 << 20;
+pub(crate) const FOOTER_CACHE_BYTES: u64 = 64 << 20;
 
 /// How long a xorb object seen intact on object storage is taken as still there without
 /// looking again (one request fewer per range read of a xorb read a moment ago).
-pub const STAMP_FRESH: Duration = Duration::from_secs(10);
+pub(crate) const STAMP_FRESH: Duration = Duration::from_secs(10);
 
 /// Footers of xorbs known intact, each with the stamp of the object it was read from, within
 /// [`FOOTER_CACHE_BYTES`]; when full, the oldest entries go first.
 #[derive(Debug, Default)]
-pub struct FooterCache {
+pub(crate) struct FooterCache {
     /// Per xorb: the stamp, the footer, the insertion number, and when the object was last
     /// seen with that stamp.
     entries: std::collections::HashMap<XorbHash, (ObjectStamp, Arc<XorbFooter>, u64, Instant)>,
@@ -72,7 +72,7 @@ impl FooterCache {
 
     /// The stamp and footer of `xorb` if its object was seen with that stamp less than
     /// `within` ago.
-    pub fn seen_within(
+    pub(crate) fn seen_within(
         &self,
         xorb: &XorbHash,
         within: Duration,

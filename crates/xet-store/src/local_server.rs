@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The file's name in the store directory.
-pub const ANNOUNCE_FILE: &str = "local-server.json";
+pub(crate) const ANNOUNCE_FILE: &str = "local-server.json";
 
 /// Where a shared private server of a store listens, and its token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

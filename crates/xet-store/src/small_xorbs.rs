@@ -26,7 +26,7 @@ pub const SMALL_XORB_TTL: Duration = Duration::from_secs(60);
 
 /// See the module documentation.
 #[derive(Debug, Default)]
-pub struct SmallXorbs {
+pub(crate) struct SmallXorbs {
     entries: HashMap<XorbHash, (Arc<Vec<u8>>, Instant, u64)>,
     /// Insertion order: (xorb, insertion number), for eviction.
     order: VecDeque<(XorbHash, u64)>,

@@ -29,11 +29,11 @@ use xet_format::{FileHash, ShardHash};
 /// shard, the footers of the xorbs it names), so one at a time managed about 11 a second.
 /// Each holds its shard in memory while it is checked: at most 16 × 64 MiB in the worst case
 /// (shards of pushes are usually kilobytes).
-pub const REGISTER_CONCURRENCY: usize = 16;
+pub(crate) const REGISTER_CONCURRENCY: usize = 16;
 
 /// Where a node is in the shard log.
 #[derive(Debug, Default)]
-pub struct SyncState {
+pub(crate) struct SyncState {
     cursor: LogCursor,
     /// When the last catch-up started.
     last: Option<Instant>,

@@ -79,7 +79,7 @@ pub(super) fn version_of(git: &Git, args: &[&str], prefix: &str) -> Option<Strin
 }
 
 /// A configuration value as git resolves it, with the scope it comes from.
-pub fn config_with_scope(git: &Git, key: &str) -> Result<Option<Setting>, Error> {
+pub(crate) fn config_with_scope(git: &Git, key: &str) -> Result<Option<Setting>, Error> {
     let out = git.output(["config", "--show-scope", "--get", key])?;
     match out.status.code() {
         Some(0) => {

@@ -33,7 +33,7 @@ use super::CmdResult;
 use xet_client::redact::redact;
 
 /// How long the reachability check waits for an answer.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -59,7 +59,7 @@ Exit status: 0 whenever the checks could run, even if they found problems (statu
 diagnostic); 1 only if it failed itself.\n\n\
 Examples:\n  git xet status\n  git xet env --json | jq .repository.mode"
 )]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -73,7 +73,7 @@ type Error = Box<dyn std::error::Error>;
 /// A configuration value and the scope it comes from (`global`, `local`, `system`, `worktree`,
 /// `command`).
 #[derive(Debug, Clone, Serialize)]
-pub struct Setting {
+pub(crate) struct Setting {
     pub value: String,
     pub scope: String,
 }

@@ -98,7 +98,7 @@ pub struct AgentOptions {
 
 impl AgentOptions {
     /// Options for an agent running in `dir`.
-    pub fn in_dir(dir: &Path) -> Self {
+    pub(crate) fn in_dir(dir: &Path) -> Self {
         Self {
             git: Git::in_dir(dir),
             base_dir: dir.to_path_buf(),

@@ -18,7 +18,7 @@ use xet_format::LfsOid;
 
 /// Smaller objects are transferred without looking for earlier versions: they would save
 /// little, and the history walk is not free.
-pub const MIN_PRIOR_SIZE: u64 = 1 << 20;
+pub(crate) const MIN_PRIOR_SIZE: u64 = 1 << 20;
 
 /// The history of the repository the agent runs in, read at first use.
 #[derive(Default)]
@@ -62,7 +62,7 @@ impl Earlier {
     /// `objects` (`<LFS storage>/objects`): one this fetch (`git lfs fetch --all`) or a later
     /// one may download, which the download chunk cache would serve. True when the history
     /// cannot tell (cannot be read, or no objects directory).
-    pub fn others_missing(&mut self, oid: &LfsOid, objects: Option<&Path>) -> bool {
+    pub(crate) fn others_missing(&mut self, oid: &LfsOid, objects: Option<&Path>) -> bool {
         let (Some((history, _)), Some(objects)) = (self.history(), objects) else {
             return true;
         };
@@ -80,7 +80,7 @@ impl Earlier {
     /// the endpoint's record, most recent first. `objects` is `<LFS storage>/objects`;
     /// `work_tree`: also look at the work tree's file (downloads). Never fails: what cannot be
     /// used is skipped.
-    pub fn on_this_machine(
+    pub(crate) fn on_this_machine(
         &mut self,
         endpoint: &dyn Endpoint,
         oid: &LfsOid,

@@ -20,7 +20,7 @@ use xet_format::shard::LookupTables;
 use xet_format::ChunkHash;
 
 /// Dedup answers may be cached at most this long (and never past the key's expiry).
-pub const MAX_AGE_SECS: u64 = 3600;
+pub(crate) const MAX_AGE_SECS: u64 = 3600;
 
 pub async fn get(
     State(state): State<SharedState>,

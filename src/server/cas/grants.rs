@@ -39,7 +39,7 @@ use xet_format::XorbHash;
 const GRANT_BODY_LIMIT: u64 = 64 * 1024;
 
 /// How long a grant may be used for the upload.
-pub const GRANT_TTL_SECS: u64 = 3600;
+pub(crate) const GRANT_TTL_SECS: u64 = 3600;
 
 /// The checksum a grant request declares.
 #[derive(Debug, Deserialize)]
@@ -69,7 +69,7 @@ fn not_offered(why: String) -> ApiError {
 }
 
 /// `POST /v1/xorb-grants/{prefix}/{xorb}`.
-pub async fn post_grant(
+pub(crate) async fn post_grant(
     State(state): State<SharedState>,
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
@@ -164,7 +164,7 @@ fn grant_of(state: &SharedState, id: &str, check_expiry: bool) -> Result<UploadG
 }
 
 /// `PUT /v1/xorb-uploads/{id}`: the body of a granted upload.
-pub async fn put_upload(
+pub(crate) async fn put_upload(
     State(state): State<SharedState>,
     params: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
@@ -245,7 +245,7 @@ pub async fn put_upload(
 }
 
 /// `POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}`.
-pub async fn post_commit(
+pub(crate) async fn post_commit(
     State(state): State<SharedState>,
     params: Result<Path<(String, String, String)>, PathRejection>,
     headers: HeaderMap,

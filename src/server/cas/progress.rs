@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 /// New progress frames are written at most this often.
-pub const PROGRESS_GAP: Duration = Duration::from_millis(100);
+pub(crate) const PROGRESS_GAP: Duration = Duration::from_millis(100);
 
 /// One line of the stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

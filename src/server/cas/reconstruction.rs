@@ -32,7 +32,7 @@ enum Version {
     V2,
 }
 
-pub async fn get_v1(
+pub(crate) async fn get_v1(
     State(state): State<SharedState>,
     hash: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
@@ -40,7 +40,7 @@ pub async fn get_v1(
     respond(state, hash, headers, Version::V1).await
 }
 
-pub async fn get_v2(
+pub(crate) async fn get_v2(
     State(state): State<SharedState>,
     hash: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
@@ -134,15 +134,15 @@ async fn reconstruct(
 
 /// Files up to this size get their reconstruction sent along with the answer that names them
 /// (download actions of the batch API, `GET /v1/lfs-files/{oid}?reconstruction=v2`).
-pub const INLINE_MAX_SIZE: u64 = 4 << 20;
+pub(crate) const INLINE_MAX_SIZE: u64 = 4 << 20;
 
 /// The longest reconstruction JSON sent along; longer ones are left to this route.
-pub const INLINE_MAX_JSON: usize = 8 << 10;
+pub(crate) const INLINE_MAX_JSON: usize = 8 << 10;
 
 /// The plan of `file` (of `size` bytes) to send along with another answer: for a file of at
 /// most [`INLINE_MAX_SIZE`] bytes whose plan can be made. A plan that cannot be made is left
 /// out; this route reports why when the client asks it.
-pub fn small_plan(
+pub(crate) fn small_plan(
     store: &xet_store::Store,
     file: &FileHash,
     size: u64,
@@ -156,7 +156,7 @@ pub fn small_plan(
 /// The v2 answer for `plan`, with presigned URLs, if its JSON is at most [`INLINE_MAX_JSON`]
 /// long: what is sent along with another answer. Blocking with `--storage-urls` (see
 /// [`Presigner::new`]).
-pub fn inline_v2(
+pub(crate) fn inline_v2(
     state: &crate::server::AppState,
     plan: &xet_client::ReconstructionPlan,
 ) -> Option<ReconstructionV2> {
@@ -170,7 +170,7 @@ pub fn inline_v2(
 /// ranges of its entry; with `--storage-urls`, presigned URLs of the object storage itself (the
 /// stored object has the same bytes at the same offsets), one per range, whose signature
 /// covers that `Range` header, falling back to the server's own where one cannot be made.
-pub struct Presigner<'a> {
+pub(crate) struct Presigner<'a> {
     state: &'a crate::server::AppState,
     expires: u64,
     storage: Option<Box<dyn RangeSigner>>,

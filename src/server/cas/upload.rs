@@ -123,7 +123,7 @@ async fn shard_body(
 }
 
 /// `POST /v1/shards`: `{"result": 1}` when registered now, `{"result": 0}` when it already was.
-pub async fn post_shard_v1(
+pub(crate) async fn post_shard_v1(
     State(state): State<SharedState>,
     headers: HeaderMap,
     body: Body,
@@ -187,7 +187,7 @@ fn check_shard_header(bytes: &[u8]) -> Result<(), ApiError> {
 }
 
 /// `POST /v2/shards`: 200 and an NDJSON progress stream (see [`progress`]).
-pub async fn post_shard_v2(
+pub(crate) async fn post_shard_v2(
     State(state): State<SharedState>,
     headers: HeaderMap,
     body: Body,
@@ -254,7 +254,7 @@ pub async fn post_shard_v2(
 }
 
 /// `POST /v1/telemetry`: a JSON object of at most 1 MiB is accepted and discarded.
-pub async fn post_telemetry(
+pub(crate) async fn post_telemetry(
     State(state): State<SharedState>,
     headers: HeaderMap,
     body: Body,

@@ -41,14 +41,14 @@ use xet_store::cas::XorbBytes;
 use xet_store::Store;
 
 /// At most this many ranges in one request.
-pub const MAX_RANGES: usize = 1024;
+pub(crate) const MAX_RANGES: usize = 1024;
 
 /// Bytes of a stored xorb read at once for a response body.
-pub const PIECE: u64 = 256 * 1024;
+pub(crate) const PIECE: u64 = 256 * 1024;
 
 /// Why a `Range` header cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RangeProblem {
+pub(crate) enum RangeProblem {
     #[error("malformed Range {0:?}: use bytes=START-END, bytes=START- or bytes=-SUFFIX, comma-separated")]
     Malformed(String),
     #[error("no requested range starts within the {len}-byte object")]
@@ -103,7 +103,10 @@ fn clip(text: &str, max: usize) -> String {
 
 /// Parses a `Range` header against an object of `len` bytes into the satisfiable ranges, in
 /// request order, each clamped to the object (RFC 9110 §14.1.2).
-pub fn parse_ranges(value: &str, len: u64) -> Result<Vec<RangeInclusive<u64>>, RangeProblem> {
+pub(crate) fn parse_ranges(
+    value: &str,
+    len: u64,
+) -> Result<Vec<RangeInclusive<u64>>, RangeProblem> {
     let malformed = || RangeProblem::Malformed(value.chars().take(200).collect());
     let specs = parse_byte_ranges(value).map_err(|_| malformed())?;
     if specs.len() > MAX_RANGES {
@@ -425,7 +428,7 @@ fn stream(
 }
 
 /// Bytes of one read on object storage, where the next read starts while one is sent.
-pub const OBJECT_PIECE: u64 = 4 << 20;
+pub(crate) const OBJECT_PIECE: u64 = 4 << 20;
 
 /// What [`stream`] has left to send, and the reads started ahead.
 struct BodyReader {

@@ -40,13 +40,14 @@ use xet_client::ReconstructionPlan;
 use xet_format::{FileHash, LfsOid};
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
-pub const MAX_OBJECTS: usize = 1000;
+pub(crate) const MAX_OBJECTS: usize = 1000;
 
 /// Largest batch request body accepted.
 pub const MAX_BODY: u64 = 1 << 20;
 
 /// SHA-256 of the empty string: the oid of the empty file, which is always "stored".
-pub const EMPTY_OID: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+pub(crate) const EMPTY_OID: &str =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Operation {
@@ -387,7 +388,7 @@ async fn look_up(
 }
 
 /// Objects of at most this size are packed ([`pack_headers`]).
-pub const PACK_MEMBER_MAX: u64 = 4 << 20;
+pub(crate) const PACK_MEMBER_MAX: u64 = 4 << 20;
 
 /// Bytes of members a pack is dealt at most (on average: members are dealt in turn).
 const PACK_BYTES: u64 = 32 << 20;

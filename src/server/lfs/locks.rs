@@ -50,8 +50,9 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::db::LockLimits;
 use self::db::{Created, Lock, Removed};
-pub use self::db::{LockDb, LockDbError, LockLimits};
+pub(crate) use self::db::{LockDb, LockDbError};
 use super::{authorize_user, lfs_json, method_not_allowed, Repo};
 use crate::server::auth::{now_unix, Grant, Scope};
 use crate::server::body::read_body;
@@ -62,13 +63,13 @@ use crate::server::{blocking, AppState};
 pub const MAX_BODY: u64 = 64 << 10;
 
 /// Longest lock path, in bytes.
-pub const MAX_PATH: usize = 1024;
+pub(crate) const MAX_PATH: usize = 1024;
 
 /// Locks in a page when the client does not say.
-pub const DEFAULT_PAGE: usize = 100;
+pub(crate) const DEFAULT_PAGE: usize = 100;
 
 /// Most locks in a page, whatever the client asks.
-pub const MAX_PAGE: usize = 1000;
+pub(crate) const MAX_PAGE: usize = 1000;
 
 /// Dispatches `rest` (the part after `info/lfs/`, starting with `locks`).
 pub async fn route(
@@ -131,7 +132,7 @@ impl<'a> From<&'a Lock> for LockJson<'a> {
 }
 
 /// `secs` (unix) as `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn rfc3339(secs: u64) -> String {
+pub(crate) fn rfc3339(secs: u64) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     // Civil date from days since 1970-01-01 (proleptic Gregorian calendar).

@@ -24,11 +24,11 @@ use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use xet_store::{Store, StoreError};
 
 /// Decoded bytes of one piece of the body (a piece is at least one chunk, ≤ 128 KiB).
-pub const PIECE: u64 = 256 * 1024;
+pub(crate) const PIECE: u64 = 256 * 1024;
 
 /// Why a file could not be rebuilt.
 #[derive(Debug, thiserror::Error)]
-pub enum RebuildError {
+pub(crate) enum RebuildError {
     #[error("xorb {xorb} is not stored")]
     MissingXorb { xorb: XorbHash },
     #[error("term {term} names chunks {start}..{end} of xorb {xorb}, which has {num_chunks}")]
@@ -284,7 +284,7 @@ pub struct Download {
 }
 
 /// Decoded bytes of one piece on object storage, where each read is a request.
-pub const OBJECT_PIECE: u64 = 4 << 20;
+pub(crate) const OBJECT_PIECE: u64 = 4 << 20;
 
 /// The response body rebuilding `terms` (a whole-file plan) from `store`. On object storage
 /// (`budget`: the server's read budget), pieces are [`OBJECT_PIECE`] bytes while the budget

@@ -127,7 +127,7 @@ pub fn write_plan(
 /// no copy through a sink) and returns every chunk the plan's terms decode (hash and length, in
 /// order, from the first term's first chunk, whatever `offset_into_first_range` skips): what a
 /// reader of part of a file checks against the file's chunk list.
-pub fn write_plan_into(
+pub(crate) fn write_plan_into(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
     out: &mut Vec<u8>,

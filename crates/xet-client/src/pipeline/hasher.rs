@@ -203,7 +203,7 @@ fn hash_slices(
 
 /// Hashes everything `reader` yields, computing what `options` asks for as well. The next block
 /// is read while the current one is hashed; memory stays at three blocks of [`BLOCK_LEN`] bytes.
-pub fn hash_reader_with(
+pub(crate) fn hash_reader_with(
     reader: impl Read,
     options: HashOptions,
 ) -> Result<HashedFile, HasherError> {

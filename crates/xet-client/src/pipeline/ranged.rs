@@ -400,12 +400,6 @@ impl RangedFile {
         self.fetch_now(endpoint, from, stop, guard)
     }
 
-    /// Whether bytes `offset..offset + len` are in memory already.
-    pub fn is_cached(&self, offset: u64, len: u64) -> bool {
-        let end = offset.saturating_add(len).min(self.size);
-        offset >= end || self.lock().cache.covered_until(offset, end) >= end
-    }
-
     /// Drops the spans held in memory (the chunk list stays): when nothing has the file open.
     pub fn forget_spans(&self) {
         self.lock().cache.clear();

@@ -117,7 +117,7 @@ impl RetryPolicy {
 
     /// After `attempts` attempts that failed with something worth retrying, the first of
     /// them `elapsed` ago: whether to try again.
-    pub fn should_retry(&self, attempts: u32, elapsed: Duration) -> bool {
+    pub(crate) fn should_retry(&self, attempts: u32, elapsed: Duration) -> bool {
         if attempts >= self.attempts() {
             return false;
         }

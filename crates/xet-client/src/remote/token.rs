@@ -15,11 +15,11 @@ pub const REFRESH_BUFFER_SECS: u64 = 30;
 
 /// A freshly refreshed token that already looks due is not refreshed again for this long, so a
 /// server with a skewed clock cannot make every request refresh.
-pub const MIN_REFRESH_INTERVAL_SECS: u64 = 5;
+pub(crate) const MIN_REFRESH_INTERVAL_SECS: u64 = 5;
 
 /// Produces the `Authorization` header value of a refresh request (e.g. by running
 /// `git-lfs-authenticate` again), or `None` for no header. Its error is shown to the user.
-pub type AuthorizationFn = dyn Fn() -> Result<Option<Secret>, String> + Send + Sync;
+pub(crate) type AuthorizationFn = dyn Fn() -> Result<Option<Secret>, String> + Send + Sync;
 
 /// Where the bearer token of CAS requests comes from. Cheap to clone (shared state).
 #[derive(Clone, Default)]

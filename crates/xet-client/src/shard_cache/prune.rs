@@ -18,7 +18,7 @@ impl ShardCache {
     /// Deletes every cached shard that lists any of `xorbs` in its xorb section: the server said
     /// it no longer has them intact, so no later upload may deduplicate against them. Returns
     /// how many shards were deleted. Shards that cannot be read are left to pruning.
-    pub fn forget_xorbs(&self, xorbs: &[XorbHash]) -> Result<usize, CacheError> {
+    pub(crate) fn forget_xorbs(&self, xorbs: &[XorbHash]) -> Result<usize, CacheError> {
         if xorbs.is_empty() {
             return Ok(0);
         }

@@ -6,7 +6,7 @@
 use std::sync::Mutex;
 
 /// Buffers smaller than this are not worth keeping.
-pub const MIN_KEPT: usize = 1 << 20;
+pub(crate) const MIN_KEPT: usize = 1 << 20;
 
 /// Buffers kept at most.
 pub const KEPT: usize = 1;

@@ -19,7 +19,7 @@ pub fn http_origin(url: &str) -> Option<String> {
 }
 
 /// `url` without its query string and fragment, which may carry signatures.
-pub fn without_query(url: &str) -> &str {
+pub(crate) fn without_query(url: &str) -> &str {
     let end = url.find(['?', '#']).unwrap_or(url.len());
     &url[..end]
 }

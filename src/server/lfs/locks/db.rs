@@ -198,7 +198,7 @@ impl LockDb {
 
     /// Waits for the turn to write ([`LockDb::create`], [`LockDb::remove`]); the turn lasts
     /// while the permit is held.
-    pub async fn write_turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
         self.writer.acquire().await.ok()
     }
 
@@ -321,7 +321,7 @@ impl LockDb {
     }
 
     /// The lock of `path` in `repo`.
-    pub fn by_path(&self, repo: &str, path: &str) -> Result<Option<Lock>, LockDbError> {
+    pub(crate) fn by_path(&self, repo: &str, path: &str) -> Result<Option<Lock>, LockDbError> {
         let id = {
             let txn = self.db.begin_read().map_err(|e| self.err(e))?;
             let paths = txn.open_table(PATHS).map_err(|e| self.err(e))?;

@@ -28,10 +28,10 @@ use crate::server::error::ApiError;
 use crate::server::AppState;
 
 /// The header a forwarding node adds.
-pub const FORWARDED_HEADER: &str = "x-git-xet-lock-forwarded";
+pub(crate) const FORWARDED_HEADER: &str = "x-git-xet-lock-forwarded";
 
 /// How long a forwarded request may take.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Largest answer taken from the owner (a page of 1000 locks is about 200 KB).
 const MAX_ANSWER: usize = 4 << 20;

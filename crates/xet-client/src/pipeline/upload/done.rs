@@ -78,7 +78,7 @@ impl Done {
     }
 
     /// The target stored xorb `seq` of this upload (or already had it).
-    pub fn xorb_stored(&self, seq: u32) {
+    pub(crate) fn xorb_stored(&self, seq: u32) {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         let slot = Self::slot(&mut w, seq);
         if !slot.stored {

@@ -188,7 +188,7 @@ impl<'t> FileSession<'t> {
 
     /// Packs small files: no probes, and no query for each file's first chunk (see
     /// `query_first`).
-    pub fn for_packing(mut self) -> Self {
+    pub(crate) fn for_packing(mut self) -> Self {
         self.probe = false;
         self.query_first = false;
         self
@@ -272,7 +272,7 @@ impl<'t> FileSession<'t> {
     /// known whether they are new): while the chunks of the last block were mostly new. A file
     /// mostly stored already (the next version of a model) costs no compression of chunks that
     /// are then not sent.
-    pub fn compress_ahead(&self) -> bool {
+    pub(crate) fn compress_ahead(&self) -> bool {
         self.recent_new * 2 >= self.recent_total
     }
 
@@ -283,7 +283,7 @@ impl<'t> FileSession<'t> {
     }
 
     /// Starts counting the chunks of a new block for [`Self::compress_ahead`].
-    pub fn start_block(&mut self) {
+    pub(crate) fn start_block(&mut self) {
         self.recent_new = 0;
         self.recent_total = 0;
     }
@@ -449,7 +449,7 @@ impl<'t> FileSession<'t> {
 
     /// Ends the current file (its chunks were all added; `sha256` is its SHA-256): the next
     /// chunk begins another file, packed into the same xorbs.
-    pub fn end_file(&mut self, sha256: LfsOid) {
+    pub(crate) fn end_file(&mut self, sha256: LfsOid) {
         self.ended.push(EndedFile {
             terms: std::mem::take(&mut self.terms),
             chunks: std::mem::take(&mut self.chunks),
