@@ -29,7 +29,9 @@
 #               `git lfs fetch` from the directory node, and through node B (which must catch up
 #               with A's shards). Twice: in standalone mode (the agent gets one object at a
 #               time: a xorb and a shard per file), and negotiated (the node is the LFS server:
-#               its batch answers deal small objects into packs, docs/lfs-agent.md §12.4)
+#               its batch answers deal small objects into packs, docs/lfs-agent.md §12.4). Then a
+#               node started on an empty disk on the standalone run's bucket: seconds until it is
+#               ready and until every file's SHA-256 claim is settled (-1: not within 20 min)
 # Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
@@ -220,6 +222,22 @@ if wanted small-files; then
     start_server small-b --storage s3://four
     url_b="$server_url"
     run_small small-garage "$url_a" "$url_b" standalone
+    # A node started on an empty disk on that bucket: how long until it is ready (every shard
+    # registered once) and until every file's SHA-256 claim is settled.
+    t0=$(date +%s.%N)
+    start_server small-c --storage s3://four
+    fresh_ready="" fresh_settled=""
+    for _ in $(seq 1 6000); do
+        health=$(curl -s "$server_url/health" || true)
+        if [[ -z "$fresh_ready" ]] && [[ "$(curl -s -o /dev/null -w '%{http_code}' "$server_url/ready")" == 200 ]]; then
+            fresh_ready=$(echo "$(date +%s.%N) - $t0" | bc -l)
+        fi
+        if [[ -n "$fresh_ready" && "$health" == *'"unchecked_sha256_claims":0'* ]]; then
+            fresh_settled=$(echo "$(date +%s.%N) - $t0" | bc -l)
+            break
+        fi
+        sleep 0.2
+    done
     start_server lfs-a --storage s3://five
     url_a="$server_url"
     start_server lfs-b --storage s3://five
@@ -263,6 +281,10 @@ if [[ ${#small_results[@]} -gt 0 ]]; then
         printf '%-14s %10.2f %10.2f %13.2fx %15.2fx\n' "$name" "$p" "$f" \
             "$(echo "$dp / $p" | bc -l)" "$(echo "$df / $f" | bc -l)"
     done
+    if [[ -n "${fresh_ready:-}" ]]; then
+        printf 'a node started on an empty disk on small-garage'"'"'s bucket: ready after %.1f s, every claim settled after %s s\n' \
+            "$fresh_ready" "${fresh_settled:--1}"
+    fi
     echo "(small-*: standalone mode, the node is the agent's endpoint; lfs-*: negotiated, the node is the"
     echo " LFS server and packs small objects; *-garage: pushed through node A, fetched through node B;"
     echo " ratios above 1: faster than the directory node of the same mode)"
