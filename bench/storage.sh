@@ -282,7 +282,7 @@ if [[ ${#small_results[@]} -gt 0 ]]; then
             "$(echo "$dp / $p" | bc -l)" "$(echo "$df / $f" | bc -l)"
     done
     if [[ -n "${fresh_ready:-}" ]]; then
-        printf 'a node started on an empty disk on small-garage'"'"'s bucket: ready after %.1f s, every claim settled after %s s\n' \
+        printf 'a node started on an empty disk on small-garage'"'"'s bucket: ready after %.1f s, every claim settled after %.1f s\n' \
             "$fresh_ready" "${fresh_settled:--1}"
     fi
     echo "(small-*: standalone mode, the node is the agent's endpoint; lfs-*: negotiated, the node is the"
