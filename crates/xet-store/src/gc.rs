@@ -118,19 +118,7 @@ impl Store {
         };
         let used = self.index.referenced_xorbs()?;
         report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
-        // Index entries of unused xorbs whose objects are gone (damaged and quarantined, or
-        // deleted by hand), decided under the lock on the objects as they are now.
-        let mut forgotten: HashSet<XorbHash> = HashSet::new();
-        for x in self
-            .index
-            .xorbs()?
-            .into_iter()
-            .chain(self.index.all_damaged()?.into_iter().map(|(x, _, _)| x))
-        {
-            if !used.contains_key(&x) && self.backend.stamp(ObjectKey::Xorb(x))?.is_none() {
-                forgotten.insert(x);
-            }
-        }
+        let forgotten = self.forgotten_entries(&used)?;
         report.entries_dropped = forgotten.len() as u64;
         let mut doomed = Vec::new();
         for x in candidates {
@@ -156,18 +144,7 @@ impl Store {
         if !options.dry_run {
             let mut entries: HashSet<XorbHash> = doomed.iter().copied().collect();
             entries.extend(forgotten);
-            // Readers (downloads, dedup answers) do not take the lock: while the entries and
-            // files go, these xorbs count as not stored, so none is verified and indexed again.
-            self.doomed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(entries.iter().copied());
-            let result = self.remove_collected(&entries, &doomed);
-            self.doomed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
-            result?;
+            self.remove_doomed(&entries, &doomed)?;
         }
         drop(_exclusive);
         if !options.dry_run {
@@ -189,6 +166,46 @@ impl Store {
             );
         }
         Ok(report)
+    }
+
+    /// Index entries of unused xorbs whose objects are gone (damaged and quarantined, or
+    /// deleted by hand), decided under the collection lock on the objects as they are now.
+    fn forgotten_entries(
+        &self,
+        used: &std::collections::HashMap<XorbHash, impl Sized>,
+    ) -> Result<HashSet<XorbHash>, StoreError> {
+        let mut forgotten = HashSet::new();
+        for x in self
+            .index
+            .xorbs()?
+            .into_iter()
+            .chain(self.index.all_damaged()?.into_iter().map(|(x, _, _)| x))
+        {
+            if !used.contains_key(&x) && self.backend.stamp(ObjectKey::Xorb(x))?.is_none() {
+                forgotten.insert(x);
+            }
+        }
+        Ok(forgotten)
+    }
+
+    /// Removes the index `entries` and the stored objects of `doomed`, under the collection
+    /// lock. Readers (downloads, dedup answers) do not take the lock: while the entries and
+    /// files go, these xorbs count as not stored, so none is verified and indexed again.
+    fn remove_doomed(
+        &self,
+        entries: &HashSet<XorbHash>,
+        doomed: &[XorbHash],
+    ) -> Result<(), StoreError> {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(entries.iter().copied());
+        let result = self.remove_collected(entries, doomed);
+        self.doomed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        result
     }
 
     /// The collection lock, taken without making uploads queue behind a waiting collector: tries

@@ -168,19 +168,7 @@ pub fn run(
                 Some(oid) => {
                     tracing::error!(%oid, "{e}");
                     summary.failed += 1;
-                    let message = match &e {
-                        ProtocolError::TooLong { .. } => format!(
-                            "{e}; the request for this object was not read. git-lfs never sends \
-                             such lines: report this as a git-xet bug (GIT_TRACE=1 shows what \
-                             was sent)"
-                        ),
-                        _ => format!(
-                            "{e}; git-xet could not read the request for this object: report \
-                             this as a git-xet bug (GIT_TRACE=1 shows what was sent), or run \
-                             `git xet uninstall` to use plain LFS"
-                        ),
-                    };
-                    writer.complete(&oid, Err(&transfer_error(message)))?;
+                    writer.complete(&oid, Err(&transfer_error(unreadable_request(&e))))?;
                     continue;
                 }
                 None => {
@@ -235,6 +223,20 @@ pub fn run(
         "agent done"
     );
     Ok(summary)
+}
+
+/// What git-lfs is told about an object whose request could not be read.
+fn unreadable_request(e: &ProtocolError) -> String {
+    match e {
+        ProtocolError::TooLong { .. } => format!(
+            "{e}; the request for this object was not read. git-lfs never sends such lines: \
+             report this as a git-xet bug (GIT_TRACE=1 shows what was sent)"
+        ),
+        _ => format!(
+            "{e}; git-xet could not read the request for this object: report this as a git-xet \
+             bug (GIT_TRACE=1 shows what was sent), or run `git xet uninstall` to use plain LFS"
+        ),
+    }
 }
 
 /// A fatal protocol error in words a user can act on: git-lfs shows only "EOF" when the agent
