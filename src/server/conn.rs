@@ -124,35 +124,57 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let io = StallGuard::new(TokioIo::new(stream), limits.send_timeout);
         let service = TowerToHyperService::new(router.clone());
-        let builder = Arc::clone(&builder);
-        let stopping = stopping.clone();
-        connections.spawn(async move {
-            let conn = builder.serve_connection(io, service);
-            let mut conn = std::pin::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                _ = stopped(stopping) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection closed with an error");
-            }
-            drop(slot);
-        });
+        connections.spawn(connection(
+            Arc::clone(&builder),
+            io,
+            service,
+            stopping.clone(),
+            peer,
+            slot,
+        ));
     }
     drop(listener);
     let _ = stopping_tx.send(true);
+    drain(connections, limits.shutdown_timeout).await;
+}
+
+/// One connection, served until the client closes it or the server stops (then gracefully:
+/// the request in flight finishes); `slot` is its place among the open connections.
+async fn connection(
+    builder: Arc<http1::Builder>,
+    io: StallGuard<TokioIo<tokio::net::TcpStream>>,
+    service: TowerToHyperService<Router>,
+    stopping: watch::Receiver<bool>,
+    peer: std::net::SocketAddr,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let conn = builder.serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stopped(stopping) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection closed with an error");
+    }
+    drop(slot);
+}
+
+/// Waits up to `deadline` for the open connections to finish their requests, then closes what
+/// is left.
+async fn drain(mut connections: JoinSet<()>, deadline: Duration) {
     let open = connections.len();
     if open > 0 {
         tracing::info!(
             open,
-            deadline_s = limits.shutdown_timeout.as_secs_f64(),
+            deadline_s = deadline.as_secs_f64(),
             "finishing the requests in flight"
         );
     }
-    let drained = tokio::time::timeout(limits.shutdown_timeout, async {
+    let drained = tokio::time::timeout(deadline, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
