@@ -305,6 +305,34 @@ impl Footer {
             footer_offset,
         })
     }
+
+    /// Checks what a complete shard's footer at `footer_start` says whatever else the shard
+    /// holds: version 1, `footer_offset` = `footer_start`, `file_info_offset` = 48.
+    fn check_fixed_fields(&self, footer_start: u64) -> Result<(), ShardError> {
+        if self.version != FOOTER_VERSION {
+            return Err(ShardError::FooterVersion {
+                offset: footer_start,
+                found: self.version,
+            });
+        }
+        let at = |field: u64| footer_start + field;
+        expect_field("footer_offset", at(192), self.footer_offset, footer_start)?;
+        expect_field(
+            "file_info_offset",
+            at(8),
+            self.file_info_offset,
+            HEADER_SIZE,
+        )
+    }
+
+    /// The key, creation timestamp and expiry.
+    fn meta(&self) -> ShardMeta {
+        ShardMeta {
+            hmac_key: self.hmac_key,
+            creation_timestamp: self.creation_timestamp,
+            key_expiry: self.key_expiry,
+        }
+    }
 }
 
 fn expect_field(
@@ -493,6 +521,35 @@ fn read_header(c: &mut Cursor<'_>, len: u64) -> Result<u64, ShardError> {
     Ok(c.u64("shard header footer_size")?)
 }
 
+/// The file and xorb sections of a shard, as read.
+struct Body {
+    files: Vec<FileInfo>,
+    /// The record index (counted from offset 48) of each file header.
+    file_starts: Vec<u64>,
+    /// Where the xorb section starts.
+    xorb_info_offset: u64,
+    xorbs: Vec<XorbInfo>,
+    /// The record index (counted from `xorb_info_offset`) of each xorb header.
+    xorb_starts: Vec<u64>,
+    /// Where the xorb section ends, just after its bookend.
+    end: u64,
+}
+
+/// Reads the file and xorb sections at the cursor, each up to and including its bookend.
+fn read_body(c: &mut Cursor<'_>) -> Result<Body, ShardError> {
+    let (files, file_starts) = read_files(c)?;
+    let xorb_info_offset = c.offset();
+    let (xorbs, xorb_starts) = read_xorbs(c)?;
+    Ok(Body {
+        files,
+        file_starts,
+        xorb_info_offset,
+        xorbs,
+        xorb_starts,
+        end: c.offset(),
+    })
+}
+
 /// Reads and validates a shard in either form.
 pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
     let len = bytes.len() as u64;
@@ -504,17 +561,12 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
             expected: "0 or 200",
         });
     }
-
-    let (files, file_starts) = read_files(&mut c)?;
-    let xorb_info_offset = c.offset();
-    let (xorbs, xorb_starts) = read_xorbs(&mut c)?;
-    let body_end = c.offset();
-
+    let body = read_body(&mut c)?;
     if c.is_empty() {
         return Ok(ParsedShard {
             shard: Shard {
-                files,
-                xorbs,
+                files: body.files,
+                xorbs: body.xorbs,
                 meta: ShardMeta::SESSION,
             },
             footer_size,
@@ -523,6 +575,41 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
     }
 
     // Complete form: lookup tables, then the footer in the last 200 bytes.
+    let (f, footer_start) = read_last_footer(bytes, body.end, footer_size)?;
+    f.check_fixed_fields(footer_start)?;
+    check_footer_against_body(&f, &body, footer_start)?;
+    // c is at body.end = file_lookup_offset; the three tables follow each other.
+    check_lookup_tables(&mut c, &f, &body)?;
+    debug_assert_eq!(c.offset(), footer_start);
+
+    Ok(ParsedShard {
+        shard: Shard {
+            files: body.files,
+            xorbs: body.xorbs,
+            meta: f.meta(),
+        },
+        footer_size,
+        footer: Some(FooterInfo {
+            lookup_tables: LookupTables {
+                file: f.file_lookup_num_entry != 0,
+                xorb: f.xorb_lookup_num_entry != 0,
+                chunk: f.chunk_lookup_num_entry != 0,
+            },
+            totals: f.totals,
+            footer_offset: footer_start,
+        }),
+    })
+}
+
+/// Reads the footer from the last 200 bytes of a complete-form shard whose xorb section ends at
+/// `body_end`, after checking that those bytes follow the xorb section and that the header's
+/// `footer_size` announced them. Returns the footer and where it starts.
+fn read_last_footer(
+    bytes: &[u8],
+    body_end: u64,
+    footer_size: u64,
+) -> Result<(Footer, u64), ShardError> {
+    let len = bytes.len() as u64;
     let trailing = len - body_end;
     if trailing < FOOTER_SIZE {
         return Err(ShardError::TrailingBytes {
@@ -540,24 +627,28 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
     let mut fc = Cursor::new(bytes);
     fc.skip(footer_start, "lookup tables")?;
     let f = Footer::read(&mut fc)?;
-    let at = |field: u64| footer_start + field;
+    Ok((f, footer_start))
+}
 
-    if f.version != FOOTER_VERSION {
-        return Err(ShardError::FooterVersion {
-            offset: footer_start,
-            found: f.version,
-        });
-    }
-    expect_field("footer_offset", at(192), f.footer_offset, footer_start)?;
-    expect_field("file_info_offset", at(8), f.file_info_offset, HEADER_SIZE)?;
+/// Checks the footer's section offsets and lookup table offsets and counts against the sections
+/// actually read: each table count 0 or one entry per record, and the tables, starting where
+/// the xorb section ends, exactly filling the space up to the footer at `footer_start`.
+fn check_footer_against_body(f: &Footer, body: &Body, footer_start: u64) -> Result<(), ShardError> {
+    let at = |field: u64| footer_start + field;
+    let body_end = body.end;
     expect_field(
         "xorb_info_offset",
         at(16),
         f.xorb_info_offset,
-        xorb_info_offset,
+        body.xorb_info_offset,
     )?;
     expect_field("file_lookup_offset", at(24), f.file_lookup_offset, body_end)?;
-    expect_count(Table::File, at(32), f.file_lookup_num_entry, files.len())?;
+    expect_count(
+        Table::File,
+        at(32),
+        f.file_lookup_num_entry,
+        body.files.len(),
+    )?;
     // Counts are now at most the number of records, so none of this can overflow.
     let xorb_lookup_offset = body_end + f.file_lookup_num_entry * FILE_LOOKUP_ENTRY_SIZE;
     expect_field(
@@ -566,7 +657,12 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
         f.xorb_lookup_offset,
         xorb_lookup_offset,
     )?;
-    expect_count(Table::Xorb, at(48), f.xorb_lookup_num_entry, xorbs.len())?;
+    expect_count(
+        Table::Xorb,
+        at(48),
+        f.xorb_lookup_num_entry,
+        body.xorbs.len(),
+    )?;
     let chunk_lookup_offset = xorb_lookup_offset + f.xorb_lookup_num_entry * XORB_LOOKUP_ENTRY_SIZE;
     expect_field(
         "chunk_lookup_offset",
@@ -574,55 +670,38 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedShard, ShardError> {
         f.chunk_lookup_offset,
         chunk_lookup_offset,
     )?;
-    let num_chunks: usize = xorbs.iter().map(|x| x.chunks.len()).sum();
+    let num_chunks: usize = body.xorbs.iter().map(|x| x.chunks.len()).sum();
     expect_count(Table::Chunk, at(64), f.chunk_lookup_num_entry, num_chunks)?;
     let tables_end = chunk_lookup_offset + f.chunk_lookup_num_entry * CHUNK_LOOKUP_ENTRY_SIZE;
     if tables_end != footer_start {
+        // The footer is the last 200 bytes, so this is the input's length minus body_end.
+        let trailing = footer_start + FOOTER_SIZE - body_end;
         return Err(ShardError::TrailingBytes {
             offset: body_end,
             len: trailing,
         });
     }
+    Ok(())
+}
 
-    // c is at body_end = file_lookup_offset; the three tables follow each other.
+/// Checks the three lookup tables, which follow each other from the cursor, against the
+/// sections read; their entry counts come from a footer already checked against them.
+fn check_lookup_tables(c: &mut Cursor<'_>, f: &Footer, body: &Body) -> Result<(), ShardError> {
     check_block_table(
-        &mut c,
+        c,
         Table::File,
         f.file_lookup_num_entry,
-        &file_starts,
-        |i| files.get(i).map_or(0, |f| f.hash.truncated()),
+        &body.file_starts,
+        |i| body.files.get(i).map_or(0, |f| f.hash.truncated()),
     )?;
     check_block_table(
-        &mut c,
+        c,
         Table::Xorb,
         f.xorb_lookup_num_entry,
-        &xorb_starts,
-        |i| xorbs.get(i).map_or(0, |x| x.hash.truncated()),
+        &body.xorb_starts,
+        |i| body.xorbs.get(i).map_or(0, |x| x.hash.truncated()),
     )?;
-    check_chunk_table(&mut c, f.chunk_lookup_num_entry, &xorbs, &xorb_starts)?;
-    debug_assert_eq!(c.offset(), footer_start);
-
-    Ok(ParsedShard {
-        shard: Shard {
-            files,
-            xorbs,
-            meta: ShardMeta {
-                hmac_key: f.hmac_key,
-                creation_timestamp: f.creation_timestamp,
-                key_expiry: f.key_expiry,
-            },
-        },
-        footer_size,
-        footer: Some(FooterInfo {
-            lookup_tables: LookupTables {
-                file: f.file_lookup_num_entry != 0,
-                xorb: f.xorb_lookup_num_entry != 0,
-                chunk: f.chunk_lookup_num_entry != 0,
-            },
-            totals: f.totals,
-            footer_offset: footer_start,
-        }),
-    })
+    check_chunk_table(c, f.chunk_lookup_num_entry, &body.xorbs, &body.xorb_starts)
 }
 
 /// What the header and footer of a complete-form shard say about its layout, read without the
@@ -656,116 +735,13 @@ impl ShardLayout {
     /// after the header and a bookend, and that the three lookup tables follow each other from
     /// `file_lookup_offset` up to the footer.
     pub fn read(header: &[u8], footer: &[u8], len: u64) -> Result<Self, ShardError> {
-        let mut c = Cursor::new(header);
-        let footer_size = read_header(&mut c, len)?;
-        if footer_size != FOOTER_SIZE {
-            return Err(ShardError::FooterSize {
-                found: footer_size,
-                expected: "200 in a complete shard",
-            });
-        }
-        // Header, file bookend, xorb bookend, footer.
-        let min = HEADER_SIZE + 2 * RECORD_SIZE + FOOTER_SIZE;
-        if len < min {
-            return Err(ShardError::Truncated(crate::cursor::Truncated {
-                what: "complete shard",
-                offset: 0,
-                needed: min,
-                available: len,
-            }));
-        }
+        read_complete_header(header, len)?;
         let footer_start = len - FOOTER_SIZE;
         let mut fc = Cursor::with_base(footer, footer_start);
         let f = Footer::read(&mut fc)?;
-        let at = |field: u64| footer_start + field;
-        if f.version != FOOTER_VERSION {
-            return Err(ShardError::FooterVersion {
-                offset: footer_start,
-                found: f.version,
-            });
-        }
-        expect_field("footer_offset", at(192), f.footer_offset, footer_start)?;
-        expect_field("file_info_offset", at(8), f.file_info_offset, HEADER_SIZE)?;
-        let in_range = |v: u64, lo: u64, hi: u64| lo <= v && v <= hi;
-        // The file section holds at least its bookend, the xorb section too.
-        if !in_range(
-            f.xorb_info_offset,
-            HEADER_SIZE + RECORD_SIZE,
-            footer_start - RECORD_SIZE,
-        ) || !(f.xorb_info_offset - HEADER_SIZE).is_multiple_of(RECORD_SIZE)
-        {
-            return Err(ShardError::FooterField {
-                field: "xorb_info_offset",
-                offset: at(16),
-                found: f.xorb_info_offset,
-                expected: HEADER_SIZE + RECORD_SIZE,
-            });
-        }
-        if !in_range(
-            f.file_lookup_offset,
-            f.xorb_info_offset + RECORD_SIZE,
-            footer_start,
-        ) || (f.file_lookup_offset - f.xorb_info_offset) % RECORD_SIZE != 0
-        {
-            return Err(ShardError::FooterField {
-                field: "file_lookup_offset",
-                offset: at(24),
-                found: f.file_lookup_offset,
-                expected: f.xorb_info_offset + RECORD_SIZE,
-            });
-        }
-        // Each table starts where the previous one ends (checked in turn below, so `start` is
-        // between `file_lookup_offset` and the footer) and must fit before the footer; with the
-        // count checked first, `n * size` cannot overflow.
-        let table = |field: &'static str, offset: u64, n: u64, size: u64, start: u64| {
-            let fits = footer_start.saturating_sub(start) / size;
-            if n > fits {
-                return Err(ShardError::FooterField {
-                    field,
-                    offset,
-                    found: n,
-                    expected: fits,
-                });
-            }
-            Ok(start + n * size)
-        };
-        expect_field(
-            "xorb_lookup_offset",
-            at(40),
-            f.xorb_lookup_offset,
-            table(
-                "file_lookup_num_entry",
-                at(32),
-                f.file_lookup_num_entry,
-                FILE_LOOKUP_ENTRY_SIZE,
-                f.file_lookup_offset,
-            )?,
-        )?;
-        expect_field(
-            "chunk_lookup_offset",
-            at(56),
-            f.chunk_lookup_offset,
-            table(
-                "xorb_lookup_num_entry",
-                at(48),
-                f.xorb_lookup_num_entry,
-                XORB_LOOKUP_ENTRY_SIZE,
-                f.xorb_lookup_offset,
-            )?,
-        )?;
-        let tables_end = table(
-            "chunk_lookup_num_entry",
-            at(64),
-            f.chunk_lookup_num_entry,
-            CHUNK_LOOKUP_ENTRY_SIZE,
-            f.chunk_lookup_offset,
-        )?;
-        if tables_end != footer_start {
-            return Err(ShardError::TrailingBytes {
-                offset: tables_end,
-                len: footer_start.saturating_sub(tables_end),
-            });
-        }
+        f.check_fixed_fields(footer_start)?;
+        check_layout_sections(&f, footer_start)?;
+        check_layout_tables(&f, footer_start)?;
         Ok(Self {
             len,
             xorb_info_offset: f.xorb_info_offset,
@@ -775,11 +751,7 @@ impl ShardLayout {
             xorb_lookup_num_entry: f.xorb_lookup_num_entry,
             chunk_lookup_offset: f.chunk_lookup_offset,
             chunk_lookup_num_entry: f.chunk_lookup_num_entry,
-            meta: ShardMeta {
-                hmac_key: f.hmac_key,
-                creation_timestamp: f.creation_timestamp,
-                key_expiry: f.key_expiry,
-            },
+            meta: f.meta(),
             totals: f.totals,
             footer_offset: footer_start,
         })
@@ -830,6 +802,141 @@ impl ShardLayout {
         }
         Ok(keys)
     }
+}
+
+/// Reads the first 48 bytes (`header`) of a shard of `len` bytes that must be in the complete
+/// form: tag and version as [`read_header`] checks them, `footer_size` 200, and `len` enough for
+/// a header, two bookends and a footer.
+fn read_complete_header(header: &[u8], len: u64) -> Result<(), ShardError> {
+    let mut c = Cursor::new(header);
+    let footer_size = read_header(&mut c, len)?;
+    if footer_size != FOOTER_SIZE {
+        return Err(ShardError::FooterSize {
+            found: footer_size,
+            expected: "200 in a complete shard",
+        });
+    }
+    // Header, file bookend, xorb bookend, footer.
+    let min = HEADER_SIZE + 2 * RECORD_SIZE + FOOTER_SIZE;
+    if len < min {
+        return Err(ShardError::Truncated(crate::cursor::Truncated {
+            what: "complete shard",
+            offset: 0,
+            needed: min,
+            available: len,
+        }));
+    }
+    Ok(())
+}
+
+/// Checks, from the footer at `footer_start` alone, that the xorb section starts a whole number
+/// of records after the header and a file bookend, and the lookup tables a whole number of
+/// records after the xorb section and its bookend. The caller has checked that the shard holds
+/// a header, two bookends and a footer.
+fn check_layout_sections(f: &Footer, footer_start: u64) -> Result<(), ShardError> {
+    let at = |field: u64| footer_start + field;
+    let in_range = |v: u64, lo: u64, hi: u64| lo <= v && v <= hi;
+    // The file section holds at least its bookend, the xorb section too.
+    if !in_range(
+        f.xorb_info_offset,
+        HEADER_SIZE + RECORD_SIZE,
+        footer_start - RECORD_SIZE,
+    ) || !(f.xorb_info_offset - HEADER_SIZE).is_multiple_of(RECORD_SIZE)
+    {
+        return Err(ShardError::FooterField {
+            field: "xorb_info_offset",
+            offset: at(16),
+            found: f.xorb_info_offset,
+            expected: HEADER_SIZE + RECORD_SIZE,
+        });
+    }
+    if !in_range(
+        f.file_lookup_offset,
+        f.xorb_info_offset + RECORD_SIZE,
+        footer_start,
+    ) || !(f.file_lookup_offset - f.xorb_info_offset).is_multiple_of(RECORD_SIZE)
+    {
+        return Err(ShardError::FooterField {
+            field: "file_lookup_offset",
+            offset: at(24),
+            found: f.file_lookup_offset,
+            expected: f.xorb_info_offset + RECORD_SIZE,
+        });
+    }
+    Ok(())
+}
+
+/// Checks, from the footer at `footer_start` alone, that the three lookup tables follow each
+/// other from `file_lookup_offset` and end exactly where the footer starts. The caller has
+/// checked that `file_lookup_offset` is at most `footer_start`.
+fn check_layout_tables(f: &Footer, footer_start: u64) -> Result<(), ShardError> {
+    let at = |field: u64| footer_start + field;
+    expect_field(
+        "xorb_lookup_offset",
+        at(40),
+        f.xorb_lookup_offset,
+        lookup_table_end(
+            "file_lookup_num_entry",
+            at(32),
+            f.file_lookup_num_entry,
+            FILE_LOOKUP_ENTRY_SIZE,
+            f.file_lookup_offset,
+            footer_start,
+        )?,
+    )?;
+    expect_field(
+        "chunk_lookup_offset",
+        at(56),
+        f.chunk_lookup_offset,
+        lookup_table_end(
+            "xorb_lookup_num_entry",
+            at(48),
+            f.xorb_lookup_num_entry,
+            XORB_LOOKUP_ENTRY_SIZE,
+            f.xorb_lookup_offset,
+            footer_start,
+        )?,
+    )?;
+    let tables_end = lookup_table_end(
+        "chunk_lookup_num_entry",
+        at(64),
+        f.chunk_lookup_num_entry,
+        CHUNK_LOOKUP_ENTRY_SIZE,
+        f.chunk_lookup_offset,
+        footer_start,
+    )?;
+    if tables_end != footer_start {
+        return Err(ShardError::TrailingBytes {
+            offset: tables_end,
+            len: footer_start.saturating_sub(tables_end),
+        });
+    }
+    Ok(())
+}
+
+/// Where a lookup table of `n` entries of `size` bytes starting at `start` ends, after checking
+/// that it fits before the footer at `footer_start`; `field` and `offset` name the footer's
+/// entry count in the error. Each table starts where the previous one ends (checked in turn by
+/// [`check_layout_tables`], so `start` is between `file_lookup_offset` and the footer); with the
+/// count checked first, `n * size` cannot overflow.
+fn lookup_table_end(
+    field: &'static str,
+    offset: u64,
+    n: u64,
+    size: u64,
+    start: u64,
+    footer_start: u64,
+) -> Result<u64, ShardError> {
+    let fits = footer_start.saturating_sub(start) / size;
+    if n > fits {
+        return Err(ShardError::FooterField {
+            field,
+            offset,
+            found: n,
+            expected: fits,
+        });
+    }
+    Ok(start + n * size)
 }
 
 #[cfg(test)]

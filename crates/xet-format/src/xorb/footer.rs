@@ -178,100 +178,51 @@ impl XorbFooter {
     /// checked. Does not read the trailing `info_length`.
     pub fn read(c: &mut Cursor<'_>) -> Result<Self, XorbError> {
         let start = c.offset();
-        let fail = |problem| XorbError::Footer {
-            offset: start,
-            problem,
-        };
         let ident = c.array::<7>("footer ident")?;
         if ident != FOOTER_IDENT {
-            return Err(fail(FooterProblem::Ident {
-                section: "footer",
-                found: ident,
-                expected: "XETBLOB",
-            }));
+            return Err(footer_error(
+                start,
+                FooterProblem::Ident {
+                    section: "footer",
+                    found: ident,
+                    expected: "XETBLOB",
+                },
+            ));
         }
         match c.u8("footer version")? {
-            1 => {}
-            0 => return Self::read_v0_body(c, start),
-            found => {
-                return Err(fail(FooterProblem::Version {
+            1 => Self::read_v1_body(c, start),
+            0 => Self::read_v0_body(c, start),
+            found => Err(footer_error(
+                start,
+                FooterProblem::Version {
                     section: "footer",
                     found,
                     expected: "0 or 1",
-                }))
-            }
+                },
+            )),
         }
+    }
+
+    /// The rest of a V1 footer, after its ident and version byte; `start` is where the footer
+    /// starts, for errors. Checks that the third `num_chunks` copy equals the first and that both
+    /// section offsets equal the bytes actually read.
+    fn read_v1_body(c: &mut Cursor<'_>, start: u64) -> Result<Self, XorbError> {
         let hash = XorbHash::from_bytes(c.hash("xorb hash")?);
-
         let hashes_start = c.offset();
-        let ident = c.array::<7>("hashes section ident")?;
-        if ident != HASHES_IDENT {
-            return Err(fail(FooterProblem::Ident {
-                section: "hashes section",
-                found: ident,
-                expected: "XBLBHSH",
-            }));
-        }
-        let found = c.u8("hashes_version")?;
-        if found != 0 {
-            return Err(fail(FooterProblem::Version {
-                section: "hashes section",
-                found,
-                expected: "0",
-            }));
-        }
-        let n = c.u32("num_chunks")?;
-        // Everything after this point is 40 bytes per chunk plus 40 fixed bytes: check it is
-        // there before allocating anything sized by n.
-        let needed = V1_PER_CHUNK * u64::from(n) + 40;
-        if needed > c.remaining() as u64 {
-            return Err(fail(FooterProblem::TooManyChunks {
-                num_chunks: n,
-                needed,
-                available: c.remaining() as u64,
-            }));
-        }
-        let mut chunk_hashes = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            chunk_hashes.push(ChunkHash::from_bytes(c.hash("chunk hash")?));
-        }
-
+        let (n, chunk_hashes) = read_hashes_section(c, start)?;
         let boundaries_start = c.offset();
-        let ident = c.array::<7>("boundaries section ident")?;
-        if ident != BOUNDARIES_IDENT {
-            return Err(fail(FooterProblem::Ident {
-                section: "boundaries section",
-                found: ident,
-                expected: "XBLBBND",
-            }));
-        }
-        let found = c.u8("boundaries_version")?;
-        if found != 1 {
-            return Err(fail(FooterProblem::Version {
-                section: "boundaries section",
-                found,
-                expected: "1",
-            }));
-        }
-        let n2 = c.u32("num_chunks (boundaries section)")?;
-        if n2 != n {
-            return Err(fail(FooterProblem::NumChunksDiffer {
-                first: n,
-                where_first: "hashes section",
-                other: n2,
-                where_other: "boundaries section",
-            }));
-        }
-        let chunk_boundary_offsets = read_u32s(c, n, "chunk boundary offset")?;
-        let unpacked = read_u32s(c, n, "unpacked chunk offset")?;
+        let (chunk_boundary_offsets, unpacked) = read_boundaries_section(c, start, n)?;
         let n3 = c.u32("num_chunks (footer end)")?;
         if n3 != n {
-            return Err(fail(FooterProblem::NumChunksDiffer {
-                first: n,
-                where_first: "hashes section",
-                other: n3,
-                where_other: "end of the footer",
-            }));
+            return Err(footer_error(
+                start,
+                FooterProblem::NumChunksDiffer {
+                    first: n,
+                    where_first: "hashes section",
+                    other: n3,
+                    where_other: "end of the footer",
+                },
+            ));
         }
         let hashes_from_end = c.u32("hashes_section_offset_from_end")?;
         let boundary_from_end = c.u32("boundary_section_offset_from_end")?;
@@ -291,11 +242,14 @@ impl XorbFooter {
         ] {
             let actual = end - section_start;
             if u64::from(stored) != actual {
-                return Err(fail(FooterProblem::SectionOffset {
-                    field,
-                    stored,
-                    actual,
-                }));
+                return Err(footer_error(
+                    start,
+                    FooterProblem::SectionOffset {
+                        field,
+                        stored,
+                        actual,
+                    },
+                ));
             }
         }
         Ok(Self {
@@ -534,6 +488,109 @@ pub(crate) fn url_range<B: Copy + Into<u64>>(
         return Err(bad());
     }
     Ok(first..=end - 1)
+}
+
+/// A footer problem, reported at `start`, the offset where the footer starts.
+fn footer_error(start: u64, problem: FooterProblem) -> XorbError {
+    XorbError::Footer {
+        offset: start,
+        problem,
+    }
+}
+
+/// The V1 hashes section at the cursor: ident, version 0, `num_chunks` and the chunk hashes;
+/// returns `num_chunks` and the hashes. Checks that the rest of the footer can hold
+/// `num_chunks` chunks before allocating anything sized by it. `start` is where the footer
+/// starts, for errors.
+fn read_hashes_section(c: &mut Cursor<'_>, start: u64) -> Result<(u32, Vec<ChunkHash>), XorbError> {
+    let ident = c.array::<7>("hashes section ident")?;
+    if ident != HASHES_IDENT {
+        return Err(footer_error(
+            start,
+            FooterProblem::Ident {
+                section: "hashes section",
+                found: ident,
+                expected: "XBLBHSH",
+            },
+        ));
+    }
+    let found = c.u8("hashes_version")?;
+    if found != 0 {
+        return Err(footer_error(
+            start,
+            FooterProblem::Version {
+                section: "hashes section",
+                found,
+                expected: "0",
+            },
+        ));
+    }
+    let n = c.u32("num_chunks")?;
+    // Everything after this point is 40 bytes per chunk plus 40 fixed bytes: check it is
+    // there before allocating anything sized by n.
+    let needed = V1_PER_CHUNK * u64::from(n) + 40;
+    if needed > c.remaining() as u64 {
+        return Err(footer_error(
+            start,
+            FooterProblem::TooManyChunks {
+                num_chunks: n,
+                needed,
+                available: c.remaining() as u64,
+            },
+        ));
+    }
+    let mut chunk_hashes = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        chunk_hashes.push(ChunkHash::from_bytes(c.hash("chunk hash")?));
+    }
+    Ok((n, chunk_hashes))
+}
+
+/// The V1 boundaries section at the cursor: ident, version 1, `num_chunks` (which must equal
+/// `n`, the hashes section's), then the boundary offsets and the unpacked offsets, returned in
+/// that order. `start` is where the footer starts, for errors.
+fn read_boundaries_section(
+    c: &mut Cursor<'_>,
+    start: u64,
+    n: u32,
+) -> Result<(Vec<u32>, Vec<u32>), XorbError> {
+    let ident = c.array::<7>("boundaries section ident")?;
+    if ident != BOUNDARIES_IDENT {
+        return Err(footer_error(
+            start,
+            FooterProblem::Ident {
+                section: "boundaries section",
+                found: ident,
+                expected: "XBLBBND",
+            },
+        ));
+    }
+    let found = c.u8("boundaries_version")?;
+    if found != 1 {
+        return Err(footer_error(
+            start,
+            FooterProblem::Version {
+                section: "boundaries section",
+                found,
+                expected: "1",
+            },
+        ));
+    }
+    let n2 = c.u32("num_chunks (boundaries section)")?;
+    if n2 != n {
+        return Err(footer_error(
+            start,
+            FooterProblem::NumChunksDiffer {
+                first: n,
+                where_first: "hashes section",
+                other: n2,
+                where_other: "boundaries section",
+            },
+        ));
+    }
+    let chunk_boundary_offsets = read_u32s(c, n, "chunk boundary offset")?;
+    let unpacked = read_u32s(c, n, "unpacked chunk offset")?;
+    Ok((chunk_boundary_offsets, unpacked))
 }
 
 fn read_u32s(c: &mut Cursor<'_>, n: u32, what: &'static str) -> Result<Vec<u32>, XorbError> {

@@ -321,6 +321,41 @@ pub(super) fn decode_frame(payload: &[u8], out: &mut [u8]) -> Result<(), Decompr
 
 /// The descriptor, blocks, end mark and content checksum of a frame whose magic was just read.
 fn decode_blocks(c: &mut Cursor<'_>, out: &mut Output<'_>) -> Result<(), DecompressError> {
+    let format = read_descriptor(c, out.expected)?;
+    let mut index = 0usize;
+    while let Next::Block = decode_data_block(c, out, &format, index)? {
+        index += 1;
+    }
+    if format.content_checksum {
+        check_content_checksum(c, out)?;
+    }
+    Ok(())
+}
+
+/// What a frame descriptor declares about the data blocks and checksums that follow it.
+struct BlockFormat {
+    /// The block maximum size (BD bits 6-4).
+    max_block: u32,
+    /// Matches may reach into earlier blocks (FLG bit 5 clear).
+    linked: bool,
+    /// Each block is followed by its checksum (FLG bit 4).
+    block_checksums: bool,
+    /// The end mark is followed by the content checksum (FLG bit 2).
+    content_checksum: bool,
+}
+
+/// What [`decode_data_block`] found at the cursor.
+enum Next {
+    /// A data block, decoded; another block or the end mark follows.
+    Block,
+    /// The end mark.
+    EndMark,
+}
+
+/// Reads and checks the frame descriptor at the cursor: FLG and BD, the optional content size
+/// (which must equal `expected`, the chunk's `uncompressed_length`) and dictionary id (refused),
+/// and the header checksum over all of them.
+fn read_descriptor(c: &mut Cursor<'_>, expected: u32) -> Result<BlockFormat, DecompressError> {
     use FramePart::Descriptor;
     let desc_at = c.offset();
     let [flg, bd] = c
@@ -328,6 +363,38 @@ fn decode_blocks(c: &mut Cursor<'_>, out: &mut Output<'_>) -> Result<(), Decompr
         .map_err(|t| truncated(Descriptor, t))?;
     let mut hasher = XxHash32::with_seed(0);
     hasher.write(&[flg, bd]);
+    let max_block = check_flg_bd(flg, bd, desc_at)?;
+
+    let content_size_at = c.offset();
+    let has_content_size = flg & FLG_CONTENT_SIZE != 0;
+    let content_size = optional_field::<8>(c, has_content_size, "content size", &mut hasher)?
+        .map(u64::from_le_bytes);
+    let dict_at = c.offset();
+    let has_dict_id = flg & FLG_DICTIONARY_ID != 0;
+    let dict_id =
+        optional_field::<4>(c, has_dict_id, "dictionary id", &mut hasher)?.map(u32::from_le_bytes);
+    check_header_checksum(c, &hasher)?;
+    if let Some(id) = dict_id {
+        return Err(invalid(Descriptor, dict_at, FrameProblem::Dictionary(id)));
+    }
+    if let Some(declared) = content_size {
+        if declared != u64::from(expected) {
+            let problem = FrameProblem::ContentSize { declared, expected };
+            return Err(invalid(Descriptor, content_size_at, problem));
+        }
+    }
+    Ok(BlockFormat {
+        max_block,
+        linked: flg & FLG_INDEPENDENT_BLOCKS == 0,
+        block_checksums: flg & FLG_BLOCK_CHECKSUMS != 0,
+        content_checksum: flg & FLG_CONTENT_CHECKSUM != 0,
+    })
+}
+
+/// Checks the FLG and BD bytes read at `desc_at` (version, reserved bits, block maximum size
+/// code) and returns the block maximum size BD declares.
+fn check_flg_bd(flg: u8, bd: u8, desc_at: u64) -> Result<u32, DecompressError> {
+    use FramePart::Descriptor;
     let version = flg >> FLG_VERSION_SHIFT;
     if version != 0b01 {
         return Err(invalid(Descriptor, desc_at, FrameProblem::Version(version)));
@@ -346,115 +413,111 @@ fn decode_blocks(c: &mut Cursor<'_>, out: &mut Output<'_>) -> Result<(), Decompr
         };
         return Err(invalid(Descriptor, desc_at + 1, problem));
     }
-    let max_block: u32 = match bd >> BD_BLOCK_SIZE_SHIFT {
-        4 => 64 * 1024,
-        5 => 256 * 1024,
-        6 => 1024 * 1024,
-        7 => 4 * 1024 * 1024,
+    match bd >> BD_BLOCK_SIZE_SHIFT {
+        4 => Ok(64 * 1024),
+        5 => Ok(256 * 1024),
+        6 => Ok(1024 * 1024),
+        7 => Ok(4 * 1024 * 1024),
         code => {
             let problem = FrameProblem::BlockMaxSizeCode(code);
-            return Err(invalid(Descriptor, desc_at + 1, problem));
+            Err(invalid(Descriptor, desc_at + 1, problem))
         }
-    };
-    let linked = flg & FLG_INDEPENDENT_BLOCKS == 0;
-    let block_checksums = flg & FLG_BLOCK_CHECKSUMS != 0;
-    let content_checksum = flg & FLG_CONTENT_CHECKSUM != 0;
+    }
+}
 
-    let content_size_at = c.offset();
-    let content_size = if flg & FLG_CONTENT_SIZE != 0 {
-        let bytes = c
-            .array::<8>("content size")
-            .map_err(|t| truncated(Descriptor, t))?;
-        hasher.write(&bytes);
-        Some(u64::from_le_bytes(bytes))
-    } else {
-        None
-    };
-    let dict_at = c.offset();
-    let dict_id = if flg & FLG_DICTIONARY_ID != 0 {
-        let bytes = c
-            .array::<4>("dictionary id")
-            .map_err(|t| truncated(Descriptor, t))?;
-        hasher.write(&bytes);
-        Some(u32::from_le_bytes(bytes))
-    } else {
-        None
-    };
+/// Reads an optional `N`-byte descriptor field (`what`) if FLG says it is `present`, adding its
+/// bytes to the header checksum.
+fn optional_field<const N: usize>(
+    c: &mut Cursor<'_>,
+    present: bool,
+    what: &'static str,
+    hasher: &mut XxHash32,
+) -> Result<Option<[u8; N]>, DecompressError> {
+    if !present {
+        return Ok(None);
+    }
+    let bytes = c
+        .array::<N>(what)
+        .map_err(|t| truncated(FramePart::Descriptor, t))?;
+    hasher.write(&bytes);
+    Ok(Some(bytes))
+}
+
+/// Reads the header checksum byte and checks it against the descriptor bytes in `hasher`.
+fn check_header_checksum(c: &mut Cursor<'_>, hasher: &XxHash32) -> Result<(), DecompressError> {
     let checksum_at = c.offset();
     let stored = c
         .u8("header checksum")
-        .map_err(|t| truncated(Descriptor, t))?;
+        .map_err(|t| truncated(FramePart::Descriptor, t))?;
     // The second byte of the xxh32 (the shift leaves 24 bits; the cast keeps the low 8).
     let computed = (hasher.finish_32() >> 8) as u8;
     if stored != computed {
         let problem = FrameProblem::HeaderChecksum { stored, computed };
-        return Err(invalid(Descriptor, checksum_at, problem));
+        return Err(invalid(FramePart::Descriptor, checksum_at, problem));
     }
-    if let Some(id) = dict_id {
-        return Err(invalid(Descriptor, dict_at, FrameProblem::Dictionary(id)));
-    }
-    if let Some(declared) = content_size {
-        if declared != u64::from(out.expected) {
-            let problem = FrameProblem::ContentSize {
-                declared,
-                expected: out.expected,
-            };
-            return Err(invalid(Descriptor, content_size_at, problem));
-        }
-    }
+    Ok(())
+}
 
-    let mut index = 0usize;
-    loop {
-        let part = FramePart::Block(index);
-        let at = c.offset();
-        if c.is_empty() {
-            return Err(invalid(FramePart::End, at, FrameProblem::MissingEndMark));
-        }
-        let word = c.u32("block size").map_err(|t| truncated(part, t))?;
-        if word == 0 {
-            break;
-        }
-        let size = word & !STORED_BIT;
-        if size > max_block {
-            let problem = FrameProblem::BlockTooBig {
-                size,
-                max: max_block,
-            };
-            return Err(invalid(part, at, problem));
-        }
-        let data = c
-            .take(u64::from(size), "block data")
-            .map_err(|t| truncated(part, t))?;
-        if block_checksums {
-            let checksum_at = c.offset();
-            let stored = c.u32("block checksum").map_err(|t| truncated(part, t))?;
-            let computed = xxh32(data);
-            if stored != computed {
-                let problem = FrameProblem::BlockChecksum { stored, computed };
-                return Err(invalid(part, checksum_at, problem));
-            }
-        }
-        let decoded = if word & STORED_BIT != 0 {
-            out.push(data)?
-        } else {
-            decode_block(out, data, max_block, linked, part, at)?
+/// Reads data block `index` at the cursor, or the end mark: the size word, the data (checked
+/// against the block maximum size before it is taken), the block checksum if the frame has them;
+/// then decodes the data after what `out` holds. A payload that ends where a size word should
+/// be lacks its end mark.
+fn decode_data_block(
+    c: &mut Cursor<'_>,
+    out: &mut Output<'_>,
+    format: &BlockFormat,
+    index: usize,
+) -> Result<Next, DecompressError> {
+    let part = FramePart::Block(index);
+    let at = c.offset();
+    if c.is_empty() {
+        return Err(invalid(FramePart::End, at, FrameProblem::MissingEndMark));
+    }
+    let word = c.u32("block size").map_err(|t| truncated(part, t))?;
+    if word == 0 {
+        return Ok(Next::EndMark);
+    }
+    let size = word & !STORED_BIT;
+    if size > format.max_block {
+        let problem = FrameProblem::BlockTooBig {
+            size,
+            max: format.max_block,
         };
-        if decoded == 0 {
-            return Err(invalid(part, at, FrameProblem::EmptyBlock));
-        }
-        index += 1;
+        return Err(invalid(part, at, problem));
     }
-
-    if content_checksum {
-        let at = c.offset();
-        let stored = c
-            .u32("content checksum")
-            .map_err(|t| truncated(FramePart::ContentChecksum, t))?;
-        let computed = xxh32(out.written());
+    let data = c
+        .take(u64::from(size), "block data")
+        .map_err(|t| truncated(part, t))?;
+    if format.block_checksums {
+        let checksum_at = c.offset();
+        let stored = c.u32("block checksum").map_err(|t| truncated(part, t))?;
+        let computed = xxh32(data);
         if stored != computed {
-            let problem = FrameProblem::ContentChecksum { stored, computed };
-            return Err(invalid(FramePart::ContentChecksum, at, problem));
+            let problem = FrameProblem::BlockChecksum { stored, computed };
+            return Err(invalid(part, checksum_at, problem));
         }
+    }
+    let decoded = if word & STORED_BIT != 0 {
+        out.push(data)?
+    } else {
+        decode_block(out, data, format.max_block, format.linked, part, at)?
+    };
+    if decoded == 0 {
+        return Err(invalid(part, at, FrameProblem::EmptyBlock));
+    }
+    Ok(Next::Block)
+}
+
+/// Reads the content checksum after the end mark and checks it against everything decoded.
+fn check_content_checksum(c: &mut Cursor<'_>, out: &Output<'_>) -> Result<(), DecompressError> {
+    let at = c.offset();
+    let stored = c
+        .u32("content checksum")
+        .map_err(|t| truncated(FramePart::ContentChecksum, t))?;
+    let computed = xxh32(out.written());
+    if stored != computed {
+        let problem = FrameProblem::ContentChecksum { stored, computed };
+        return Err(invalid(FramePart::ContentChecksum, at, problem));
     }
     Ok(())
 }

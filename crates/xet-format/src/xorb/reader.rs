@@ -82,90 +82,13 @@ impl<'a> ParsedXorb<'a> {
 
     /// Parses and validates `bytes` (any [`XorbForm`]).
     pub fn parse_with(bytes: &'a [u8], options: &ReadOptions) -> Result<Self, XorbError> {
-        let limits = options.limits;
         let mut c = Cursor::new(bytes);
-        let mut chunks: Vec<XorbChunk> = Vec::new();
-        let mut uncompressed: u64 = 0;
-        let mut scratch = Vec::with_capacity(MAX_CHUNK_LEN as usize);
-
-        while !c.is_empty() && !starts_footer(c.rest()) {
-            let index = chunks.len();
-            let start = c.offset();
-            let fail = |problem| XorbError::Chunk {
-                index,
-                offset: start,
-                problem,
-            };
-            let (header, total) = next_header(&mut c, index, uncompressed, &limits)?;
-            let end = start + header.chunk_len();
-            let payload = c
-                .take(u64::from(header.compressed_len()), "chunk payload")
-                .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
-            scratch.clear();
-            decompress_chunk_into(&header, payload, &mut scratch).map_err(|e| fail(e.into()))?;
-            chunks.push(XorbChunk {
-                hash: ChunkHash::of(&scratch),
-                scheme: header.scheme(),
-                start,
-                end,
-                uncompressed_len: header.uncompressed_len(),
-                unpacked_start: uncompressed,
-            });
-            uncompressed = total;
-        }
-        if chunks.is_empty() {
-            return Err(XorbError::Empty);
-        }
+        let (chunks, uncompressed) = read_chunks(&mut c, &options.limits)?;
         let region_len = c.offset();
-        // Footer offsets are u32: a region or data size beyond that cannot be described.
-        for (what, value) in [
-            (
-                "the chunk region is too long for u32 footer offsets",
-                region_len,
-            ),
-            (
-                "the uncompressed data is too long for u32 footer offsets",
-                uncompressed,
-            ),
-        ] {
-            if u32::try_from(value).is_err() {
-                return Err(XorbError::Unwritable(what));
-            }
-        }
+        check_u32_sizes(region_len, uncompressed)?;
         let refs: Vec<ChunkRef> = chunks.iter().map(XorbChunk::chunk_ref).collect();
         let hash = xorb_hash(&refs);
-
-        let (form, footer) = if c.is_empty() {
-            (XorbForm::Upload, None)
-        } else {
-            let footer = XorbFooter::read(&mut c)?;
-            let footer_len = c.offset() - region_len;
-            let form = match c.remaining() {
-                0 => XorbForm::UploadWithFooter,
-                4 => {
-                    let stored = c.u32("info_length")?;
-                    if u64::from(stored) != footer_len {
-                        return Err(XorbError::Footer {
-                            offset: region_len,
-                            problem: FooterProblem::InfoLength {
-                                stored,
-                                actual: footer_len,
-                            },
-                        });
-                    }
-                    XorbForm::Stored
-                }
-                count => {
-                    return Err(XorbError::Footer {
-                        offset: region_len,
-                        problem: FooterProblem::TrailingBytes { count },
-                    })
-                }
-            };
-            check_footer(&footer, &chunks, hash, region_len)?;
-            (form, Some(footer))
-        };
-
+        let (form, footer) = read_after_region(&mut c, &chunks, hash, region_len)?;
         if let Some(expected) = options.expected_hash {
             if expected != hash {
                 return Err(XorbError::HashMismatch {
@@ -328,6 +251,121 @@ pub(super) fn next_header(
         }));
     }
     Ok((header, total))
+}
+
+/// Walks the chunk region from the cursor up to the end of the input or a footer ident,
+/// checking every chunk against `limits` before decompressing it. Returns the chunks and their
+/// total uncompressed length; fails if there is no chunk.
+fn read_chunks(
+    c: &mut Cursor<'_>,
+    limits: &XorbLimits,
+) -> Result<(Vec<XorbChunk>, u64), XorbError> {
+    let mut chunks: Vec<XorbChunk> = Vec::new();
+    let mut uncompressed: u64 = 0;
+    let mut scratch = Vec::with_capacity(MAX_CHUNK_LEN as usize);
+    while !c.is_empty() && !starts_footer(c.rest()) {
+        let (chunk, total) = read_chunk(c, chunks.len(), uncompressed, limits, &mut scratch)?;
+        chunks.push(chunk);
+        uncompressed = total;
+    }
+    if chunks.is_empty() {
+        return Err(XorbError::Empty);
+    }
+    Ok((chunks, uncompressed))
+}
+
+/// Reads chunk `index` at the cursor: its header (checked, with the limits, by [`next_header`]),
+/// then its payload, decompressed into `scratch` and hashed. `uncompressed` is the data before
+/// this chunk; returns the chunk and the total including it.
+fn read_chunk(
+    c: &mut Cursor<'_>,
+    index: usize,
+    uncompressed: u64,
+    limits: &XorbLimits,
+    scratch: &mut Vec<u8>,
+) -> Result<(XorbChunk, u64), XorbError> {
+    let start = c.offset();
+    let fail = |problem| XorbError::Chunk {
+        index,
+        offset: start,
+        problem,
+    };
+    let (header, total) = next_header(c, index, uncompressed, limits)?;
+    let end = start + header.chunk_len();
+    let payload = c
+        .take(u64::from(header.compressed_len()), "chunk payload")
+        .map_err(|t| fail(ChunkProblem::Truncated(t)))?;
+    scratch.clear();
+    decompress_chunk_into(&header, payload, scratch).map_err(|e| fail(e.into()))?;
+    let chunk = XorbChunk {
+        hash: ChunkHash::of(scratch),
+        scheme: header.scheme(),
+        start,
+        end,
+        uncompressed_len: header.uncompressed_len(),
+        unpacked_start: uncompressed,
+    };
+    Ok((chunk, total))
+}
+
+/// Footer offsets are u32: refuses a chunk region (`region_len` bytes) or uncompressed data
+/// (`uncompressed` bytes) that they cannot describe.
+fn check_u32_sizes(region_len: u64, uncompressed: u64) -> Result<(), XorbError> {
+    for (what, value) in [
+        (
+            "the chunk region is too long for u32 footer offsets",
+            region_len,
+        ),
+        (
+            "the uncompressed data is too long for u32 footer offsets",
+            uncompressed,
+        ),
+    ] {
+        if u32::try_from(value).is_err() {
+            return Err(XorbError::Unwritable(what));
+        }
+    }
+    Ok(())
+}
+
+/// Reads what follows the chunk region (which ends at `region_len`, where the cursor is) and
+/// tells the form: nothing, or exactly one footer, optionally followed by an `info_length` equal
+/// to the footer's length. A footer must agree with `chunks` and their xorb `hash`.
+fn read_after_region(
+    c: &mut Cursor<'_>,
+    chunks: &[XorbChunk],
+    hash: XorbHash,
+    region_len: u64,
+) -> Result<(XorbForm, Option<XorbFooter>), XorbError> {
+    if c.is_empty() {
+        return Ok((XorbForm::Upload, None));
+    }
+    let footer = XorbFooter::read(c)?;
+    let footer_len = c.offset() - region_len;
+    let form = match c.remaining() {
+        0 => XorbForm::UploadWithFooter,
+        4 => {
+            let stored = c.u32("info_length")?;
+            if u64::from(stored) != footer_len {
+                return Err(XorbError::Footer {
+                    offset: region_len,
+                    problem: FooterProblem::InfoLength {
+                        stored,
+                        actual: footer_len,
+                    },
+                });
+            }
+            XorbForm::Stored
+        }
+        count => {
+            return Err(XorbError::Footer {
+                offset: region_len,
+                problem: FooterProblem::TrailingBytes { count },
+            })
+        }
+    };
+    check_footer(&footer, chunks, hash, region_len)?;
+    Ok((form, Some(footer)))
 }
 
 /// Checks a footer against the chunks actually found.
