@@ -12,7 +12,8 @@
 //! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
 //! | [`s3`] | [`S3Backend`](s3::S3Backend): objects in an S3-compatible bucket that several server nodes share |
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
-//! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period |
+//! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
+//! | [`small_xorbs`] | small xorbs kept whole in memory on object storage (packs of small files) |
 //! | [`timings`] | how long object storage's requests take, by kind, for `/metrics` |
 
 // Tests may unwrap, expect and panic: a failing test should stop right there.
