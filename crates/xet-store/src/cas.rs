@@ -658,7 +658,10 @@ impl Store {
     /// [`Self::put_xorb`] for an upload body spooled to the file `spool` (a path from
     /// [`Self::spool_path`]). The body is validated in place (memory-mapped, never copied), the
     /// file is turned into the stored object (the footer rebuilt at its end) and moved into
-    /// place. The file is consumed whatever the outcome.
+    /// place. The file is consumed whatever the outcome. The caller looked for an intact copy
+    /// before it spooled the body ([`Self::already_stored`]): one that appeared since is found
+    /// when the object is put in place (then kept, and `Ok(false)`), with no look before the
+    /// validation (on object storage each look is a request).
     pub fn put_xorb_file(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
         let result = self.put_xorb_spooled(xorb, spool);
         let _ = fs::remove_file(spool);
@@ -666,9 +669,6 @@ impl Store {
     }
 
     fn put_xorb_spooled(&self, xorb: XorbHash, spool: &Path) -> Result<bool, StoreError> {
-        if self.already_stored(&xorb)? {
-            return Ok(false);
-        }
         let io = |op: &'static str| {
             move |source| {
                 StoreError::Backend(BackendError::Io {
