@@ -225,6 +225,26 @@ pub fn run(
     Ok(summary)
 }
 
+/// A failed upload as git-lfs is told it: the local file's fault (it is not what git-lfs
+/// named), or the endpoint's.
+fn upload_failed(
+    e: xet_client::pipeline::upload::UploadError,
+    path: &Path,
+    endpoint: &dyn Endpoint,
+) -> TransferError {
+    if e.is_input_error() {
+        TransferError::Mismatch {
+            path: echo(&path.to_string_lossy()),
+            source: Box::new(e),
+        }
+    } else {
+        TransferError::Upload {
+            endpoint: endpoint.describe(),
+            source: Box::new(e),
+        }
+    }
+}
+
 /// What git-lfs is told about an object whose request could not be read.
 fn unreadable_request(e: &ProtocolError) -> String {
     match e {
@@ -496,20 +516,7 @@ impl Agent {
                 .progress(&t.oid, 1)
                 .map_err(TransferError::Progress)?;
         }
-        let mut options = UploadOptions {
-            expected_sha256: Some(t.oid),
-            expected_size: Some(t.size),
-            // git-lfs named the object by hashing it (`…/objects/ab/cd/abcd…`); a server that
-            // checks claims need not have it hashed again here (see `server::claims`).
-            sha256_declared_by_namer: named_by_oid(path, &t.oid)
-                && !crate::lfs::settings::hash_uploads_forced(),
-            ..self.options.upload
-        };
-        if matches!(lease, Lease::Owned(_)) {
-            // An in-process store has no network latency to hide, and storing a xorb holds a
-            // second copy of it: one put at a time keeps memory down.
-            options.parallel_puts = 1;
-        }
+        let options = self.upload_options(t, path, &lease);
         // Another version of this file in the same push (same first chunk) may be on its way
         // in another agent: wait for it, then send only what differs from it.
         let _claim = claim_related_uploads(endpoint, path, t);
@@ -550,19 +557,7 @@ impl Agent {
                 attempt = upload_with_seeds(endpoint, &again, &options, &seeds, &mut report);
             }
         }
-        let summary = attempt.map_err(|e| {
-            if e.is_input_error() {
-                TransferError::Mismatch {
-                    path: echo(&path.to_string_lossy()),
-                    source: Box::new(e),
-                }
-            } else {
-                TransferError::Upload {
-                    endpoint: endpoint.describe(),
-                    source: Box::new(e),
-                }
-            }
-        })?;
+        let summary = attempt.map_err(|e| upload_failed(e, path, endpoint))?;
         if let Some(e) = stdout_gone {
             return Err(TransferError::Progress(e));
         }
@@ -570,6 +565,25 @@ impl Agent {
         drop(lease);
         self.note_upload(t, &summary, sent_before + summary.uploaded_bytes, described);
         Ok(None)
+    }
+
+    /// How `t` is uploaded from `path` to the endpoint of `lease`.
+    fn upload_options(&self, t: &Transfer, path: &Path, lease: &Lease) -> UploadOptions {
+        let mut options = UploadOptions {
+            expected_sha256: Some(t.oid),
+            expected_size: Some(t.size),
+            // git-lfs named the object by hashing it (`…/objects/ab/cd/abcd…`); a server that
+            // checks claims need not have it hashed again here (see `server::claims`).
+            sha256_declared_by_namer: named_by_oid(path, &t.oid)
+                && !crate::lfs::settings::hash_uploads_forced(),
+            ..self.options.upload
+        };
+        if matches!(lease, Lease::Owned(_)) {
+            // An in-process store has no network latency to hide, and storing a xorb holds a
+            // second copy of it: one put at a time keeps memory down.
+            options.parallel_puts = 1;
+        }
+        options
     }
 
     /// Logs an upload and records it in the transfer journal (`sent`: bytes of xorb bodies
