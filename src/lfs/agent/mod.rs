@@ -183,20 +183,9 @@ pub fn run(
         };
         match request {
             Request::Init(init) => {
-                tracing::info!(
-                    operation = ?init.operation,
-                    remote = %xet_client::redact::redact(&init.remote),
-                    concurrent = init.concurrent,
-                    "git-xet {} agent started",
-                    env!("CARGO_PKG_VERSION")
-                );
-                if let Err(message) = agent.init(&init) {
-                    // git-lfs stops this worker (and shows its error where it can).
-                    tracing::error!("{message}");
-                    writer.init_error(&format!("git-xet: {message}"))?;
+                if !agent.start(&init, &mut writer)? {
                     return Ok(summary);
                 }
-                writer.init_ok()?;
             }
             Request::Upload(t) => {
                 let started = Instant::now();
@@ -355,6 +344,30 @@ impl Agent {
             parts_cleaned: false,
             earlier: prior::Earlier::default(),
         }
+    }
+
+    /// Answers `init`: logs the start and replies ok, or with the error that makes git-lfs stop
+    /// this worker (`false`: the agent stops too).
+    fn start<W: Write>(
+        &mut self,
+        init: &super::protocol::Init,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<bool, AgentError> {
+        tracing::info!(
+            operation = ?init.operation,
+            remote = %xet_client::redact::redact(&init.remote),
+            concurrent = init.concurrent,
+            "git-xet {} agent started",
+            env!("CARGO_PKG_VERSION")
+        );
+        if let Err(message) = self.init(init) {
+            // git-lfs stops this worker (and shows its error where it can).
+            tracing::error!("{message}");
+            writer.init_error(&format!("git-xet: {message}"))?;
+            return Ok(false);
+        }
+        writer.init_ok()?;
+        Ok(true)
     }
 
     /// Takes note of `init`. Refuses the downloads of a `git lfs prune` that wants objects
