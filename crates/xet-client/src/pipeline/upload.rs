@@ -1042,22 +1042,7 @@ fn read_chunks(
             start = end;
         }
         let pieces: Vec<&[u8]> = spanning.as_deref().into_iter().chain(inside).collect();
-        // Hashed in parallel; while chunks are mostly new, compressed too (with the scheme each
-        // would get if all were new), so that compression is not left to this thread.
-        let schemes = session
-            .compress_ahead()
-            .then(|| session.predict_schemes(&pieces));
-        let prepared: Vec<(ChunkHash, Option<CompressedChunk>)> = pieces
-            .par_iter()
-            .enumerate()
-            .map(|(i, p)| match schemes.as_ref().and_then(|s| s.get(i)) {
-                Some(&scheme) => match CompressedChunk::new(p, scheme) {
-                    Ok(c) => (c.hash(), Some(c)),
-                    Err(_) => (ChunkHash::of(p), None),
-                },
-                None => (ChunkHash::of(p), None),
-            })
-            .collect();
+        let prepared = prepare_chunks(session, &pieces);
         session.start_block();
         for (piece, (hash, ready)) in pieces.iter().zip(prepared) {
             session.add_chunk(piece, hash, ready, emit)?;
@@ -1084,6 +1069,29 @@ fn read_chunks(
         }
     }
     Ok(pos)
+}
+
+/// The hashes of `pieces` (the chunks that end in a block), computed in parallel; while the
+/// session's chunks are mostly new, each is compressed too, with the scheme it would get if all
+/// were new, so that compression is not left to the session's thread.
+fn prepare_chunks(
+    session: &FileSession<'_>,
+    pieces: &[&[u8]],
+) -> Vec<(ChunkHash, Option<CompressedChunk>)> {
+    let schemes = session
+        .compress_ahead()
+        .then(|| session.predict_schemes(pieces));
+    pieces
+        .par_iter()
+        .enumerate()
+        .map(|(i, p)| match schemes.as_ref().and_then(|s| s.get(i)) {
+            Some(&scheme) => match CompressedChunk::new(p, scheme) {
+                Ok(c) => (c.hash(), Some(c)),
+                Err(_) => (ChunkHash::of(p), None),
+            },
+            None => (ChunkHash::of(p), None),
+        })
+        .collect()
 }
 
 /// Serialised size of a shard holding `files` and `blocks`, in upload form.
