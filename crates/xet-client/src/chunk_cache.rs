@@ -79,6 +79,17 @@ enum Piece {
     Fetched(Vec<u8>),
 }
 
+/// What [`ChunkCache::fill_gaps`] made of a range.
+enum Filled {
+    /// The range's pieces in order, and how many bytes were fetched for them.
+    Pieces(Vec<Piece>, u64),
+    /// The whole range, fetched at once, and its length (a URL that serves its whole range
+    /// only).
+    Whole(Vec<u8>, u64),
+    /// Entries and the range's byte offsets do not add up.
+    Inconsistent,
+}
+
 impl ChunkCache {
     /// The cache of `endpoint` (a CAS URL) under the root of `config`, with its chunk limit;
     /// `None` when the limit is 0 (turned off). Creates nothing until an entry is stored.
@@ -241,33 +252,44 @@ impl ChunkCache {
         if c >= d || e < s {
             return Ok(None);
         }
+        // Byte offsets of chunk boundaries known so far: the range's own ends, then entries'.
+        let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
+        let entries = usable_entries(dir, c..d, &mut offsets);
+        let (pieces, fetched) = match self.fill_gaps(dir, range, keep, &entries, &offsets, fetch)? {
+            Filled::Pieces(pieces, fetched) => (pieces, fetched),
+            Filled::Whole(bytes, n) => return Ok(Some((bytes, n))),
+            Filled::Inconsistent => return Ok(None),
+        };
+        let want = usize::try_from(e - s + 1).unwrap_or(usize::MAX);
+        let Some(out) = assemble(pieces, want) else {
+            return Ok(None);
+        };
+        if out.len() != want {
+            // Entries and the server disagree about where chunks start: drop this xorb's.
+            let _ = fs::remove_dir_all(dir);
+            return Ok(None);
+        }
+        Ok(Some((out, fetched)))
+    }
+
+    /// Walks chunks `range.chunks` in order, taking each stretch from the entry that holds it
+    /// furthest, or else fetching the gap up to the next entry (stored as a new entry when
+    /// `keep`). A URL whose signature covers its Range is fetched whole instead.
+    fn fill_gaps(
+        &self,
+        dir: &Path,
+        range: &FetchRange,
+        keep: bool,
+        entries: &[Entry],
+        offsets: &BTreeMap<u32, u64>,
+        fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
+    ) -> Result<Filled, TargetError> {
+        let (c, d) = (range.chunks.start, range.chunks.end);
         // A URL whose signature covers its Range is fetched whole or not at all.
         let exact = range
             .url
             .as_deref()
             .is_some_and(crate::util::url::signs_range);
-        // Byte offsets of chunk boundaries known so far: the range's own ends, then entries'.
-        let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
-        let mut entries = Vec::new();
-        for entry in list(dir) {
-            let consistent = [
-                (entry.chunks.start, entry.start),
-                (entry.chunks.end, entry.start + entry.len),
-            ]
-            .iter()
-            .all(|(k, off)| offsets.get(k).is_none_or(|o| o == off));
-            if !consistent {
-                tracing::warn!(entry = %entry.path.display(), "chunk cache entry disagrees with the server's offsets; deleting it");
-                let _ = fs::remove_file(&entry.path);
-                continue;
-            }
-            if entry.chunks.end <= c || entry.chunks.start >= d {
-                continue;
-            }
-            offsets.insert(entry.chunks.start, entry.start);
-            offsets.insert(entry.chunks.end, entry.start + entry.len);
-            entries.push(entry);
-        }
         let mut pieces = Vec::new();
         let mut fetched = 0u64;
         let mut k = c;
@@ -291,10 +313,10 @@ impl ChunkCache {
                 .min()
                 .unwrap_or(d);
             let (Some(&from), Some(&to)) = (offsets.get(&k), offsets.get(&end)) else {
-                return Ok(None);
+                return Ok(Filled::Inconsistent);
             };
             if to <= from {
-                return Ok(None);
+                return Ok(Filled::Inconsistent);
             }
             if exact && (k, end) != (c, d) {
                 // The URL serves its whole range only: fetch it all, keep it as one entry.
@@ -303,7 +325,7 @@ impl ChunkCache {
                 if keep && chunk_spans(&bytes, d - c).is_some() {
                     self.store(dir, range, &bytes);
                 }
-                return Ok(Some((bytes, n)));
+                return Ok(Filled::Whole(bytes, n));
             }
             let gap = FetchRange {
                 chunks: k..end,
@@ -318,45 +340,7 @@ impl ChunkCache {
             pieces.push(Piece::Fetched(bytes));
             k = end;
         }
-        let want = usize::try_from(e - s + 1).unwrap_or(usize::MAX);
-        // The first piece becomes the output without a copy (the whole range, in the common
-        // cases of a first fetch or a range one entry holds): memory stays one range, not two.
-        let mut out: Vec<u8> = Vec::new();
-        for piece in pieces {
-            let part = match piece {
-                Piece::Fetched(bytes) => bytes,
-                Piece::Entry(entry, chunks) => {
-                    let Some(mut bytes) = read_entry(&entry) else {
-                        let _ = fs::remove_file(&entry.path);
-                        return Ok(None);
-                    };
-                    let Some(spans) = chunk_spans(&bytes, entry.chunks.end - entry.chunks.start)
-                    else {
-                        tracing::warn!(entry = %entry.path.display(), "damaged chunk cache entry; deleting it");
-                        let _ = fs::remove_file(&entry.path);
-                        return Ok(None);
-                    };
-                    let first = (chunks.start - entry.chunks.start) as usize;
-                    let last = (chunks.end - entry.chunks.start) as usize;
-                    bytes.truncate(spans[last]);
-                    bytes.drain(..spans[first]);
-                    touch(&entry.path);
-                    bytes
-                }
-            };
-            if out.is_empty() {
-                out = part;
-            } else {
-                out.reserve(want.saturating_sub(out.len()).min(128 << 20));
-                out.extend_from_slice(&part);
-            }
-        }
-        if out.len() != want {
-            // Entries and the server disagree about where chunks start: drop this xorb's.
-            let _ = fs::remove_dir_all(dir);
-            return Ok(None);
-        }
-        Ok(Some((out, fetched)))
+        Ok(Filled::Pieces(pieces, fetched))
     }
 
     /// Stores fetched bytes as an entry (a failure is logged: the cache is an optimisation).
@@ -491,6 +475,79 @@ fn list(dir: &Path) -> Vec<Entry> {
 fn read_entry(entry: &Entry) -> Option<Vec<u8>> {
     let bytes = fs::read(&entry.path).ok()?;
     (bytes.len() as u64 == entry.len).then_some(bytes)
+}
+
+/// The entries of a xorb's directory that overlap chunks `chunks`, recording their chunk
+/// boundaries' byte offsets in `offsets`. An entry whose offsets disagree with those already
+/// known (the range's own ends, or an earlier entry's) is deleted and skipped.
+fn usable_entries(
+    dir: &Path,
+    chunks: std::ops::Range<u32>,
+    offsets: &mut BTreeMap<u32, u64>,
+) -> Vec<Entry> {
+    let (c, d) = (chunks.start, chunks.end);
+    let mut entries = Vec::new();
+    for entry in list(dir) {
+        let consistent = [
+            (entry.chunks.start, entry.start),
+            (entry.chunks.end, entry.start + entry.len),
+        ]
+        .iter()
+        .all(|(k, off)| offsets.get(k).is_none_or(|o| o == off));
+        if !consistent {
+            tracing::warn!(entry = %entry.path.display(), "chunk cache entry disagrees with the server's offsets; deleting it");
+            let _ = fs::remove_file(&entry.path);
+            continue;
+        }
+        if entry.chunks.end <= c || entry.chunks.start >= d {
+            continue;
+        }
+        offsets.insert(entry.chunks.start, entry.start);
+        offsets.insert(entry.chunks.end, entry.start + entry.len);
+        entries.push(entry);
+    }
+    entries
+}
+
+/// The pieces' bytes one after the other (`want` is the range's length, for reserving);
+/// `None` when an entry cannot be read or is damaged (it is deleted).
+fn assemble(pieces: Vec<Piece>, want: usize) -> Option<Vec<u8>> {
+    // The first piece becomes the output without a copy (the whole range, in the common
+    // cases of a first fetch or a range one entry holds): memory stays one range, not two.
+    let mut out: Vec<u8> = Vec::new();
+    for piece in pieces {
+        let part = match piece {
+            Piece::Fetched(bytes) => bytes,
+            Piece::Entry(entry, chunks) => entry_part(&entry, chunks)?,
+        };
+        if out.is_empty() {
+            out = part;
+        } else {
+            out.reserve(want.saturating_sub(out.len()).min(128 << 20));
+            out.extend_from_slice(&part);
+        }
+    }
+    Some(out)
+}
+
+/// The bytes of chunks `chunks` out of `entry`, which is marked as used; `None` (and the
+/// entry deleted) when it cannot be read or its chunk headers do not add up.
+fn entry_part(entry: &Entry, chunks: std::ops::Range<u32>) -> Option<Vec<u8>> {
+    let Some(mut bytes) = read_entry(entry) else {
+        let _ = fs::remove_file(&entry.path);
+        return None;
+    };
+    let Some(spans) = chunk_spans(&bytes, entry.chunks.end - entry.chunks.start) else {
+        tracing::warn!(entry = %entry.path.display(), "damaged chunk cache entry; deleting it");
+        let _ = fs::remove_file(&entry.path);
+        return None;
+    };
+    let first = (chunks.start - entry.chunks.start) as usize;
+    let last = (chunks.end - entry.chunks.start) as usize;
+    bytes.truncate(spans[last]);
+    bytes.drain(..spans[first]);
+    touch(&entry.path);
+    Some(bytes)
 }
 
 /// The start offset of each of `n` chunks in `bytes`, plus the end: `None` unless `bytes` is

@@ -458,35 +458,7 @@ impl ReconstructionV2 {
     /// one it is the file offset just past the last byte the terms cover, a lower bound that
     /// is exact when the range reaches the end of the file.
     pub fn into_plan(self, range_start: Option<u64>) -> Result<ReconstructionPlan, WireError> {
-        // Fetch ranges per xorb, flattened over entries, each with its URL.
-        let mut fetch_of: HashMap<XorbHash, Vec<FetchRange>> = HashMap::new();
-        for (xorb, entries) in self.xorbs {
-            if entries.is_empty() {
-                return Err(WireError(format!("xorb {xorb} has no fetch entry")));
-            }
-            let mut ranges = Vec::new();
-            for entry in entries {
-                check_url(&xorb, &entry.url)?;
-                if entry.ranges.is_empty() {
-                    return Err(WireError(format!(
-                        "xorb {xorb}: a fetch entry has no range"
-                    )));
-                }
-                for r in &entry.ranges {
-                    check_range(&xorb, r)?;
-                    ranges.push(FetchRange {
-                        chunks: r.chunks.start..r.chunks.end,
-                        bytes: r.bytes.start..=r.bytes.end,
-                        url: Some(entry.url.clone()),
-                    });
-                }
-            }
-            ranges.sort_by_key(|r| (r.chunks.start, r.chunks.end));
-            if fetch_of.insert(xorb, ranges).is_some() {
-                return Err(WireError(format!("xorb {xorb} is listed twice")));
-            }
-        }
-
+        let fetch_of = fetch_ranges(self.xorbs)?;
         let mut plan = ReconstructionPlan {
             offset_into_first_range: self.offset_into_first_range,
             ..Default::default()
@@ -494,66 +466,122 @@ impl ReconstructionV2 {
         let mut total: u64 = 0;
         for (i, t) in self.terms.iter().enumerate() {
             let xorb = t.hash;
-            let (s, e) = (t.range.start, t.range.end);
-            let bad = |why: String| {
-                Err(WireError(format!(
-                    "term {i} (xorb {xorb}, chunks {s}..{e}) {why}"
-                )))
-            };
-            if s >= e || e as usize > MAX_XORB_CHUNKS {
-                return bad("is not a valid chunk range".into());
-            }
-            let max_len = u64::from(e - s) * u64::from(MAX_CHUNK_LEN);
-            if t.unpacked_length == 0 || u64::from(t.unpacked_length) > max_len {
-                return bad(format!(
-                    "claims {} bytes, which so many chunks cannot hold",
-                    t.unpacked_length
-                ));
-            }
-            let Some(ranges) = fetch_of.get(&xorb) else {
-                return bad("names a xorb with no fetch entry".into());
-            };
-            if !ranges
-                .iter()
-                .any(|r| r.chunks.start <= s && e <= r.chunks.end)
-            {
-                return bad("is not covered by any fetch range of its xorb".into());
-            }
+            let ranges = term_ranges(i, t, &fetch_of)?;
             if !plan.fetch.iter().any(|(x, _)| *x == xorb) {
                 plan.fetch.push((xorb, ranges.clone()));
             }
             total += u64::from(t.unpacked_length);
             plan.terms.push(PlannedTerm {
                 xorb,
-                chunks: s..e,
+                chunks: t.range.start..t.range.end,
                 unpacked_len: t.unpacked_length,
             });
         }
-        let offset = plan.offset_into_first_range;
-        match plan.terms.first() {
-            None if offset != 0 => {
-                return Err(WireError(format!(
-                    "offset_into_first_range is {offset} but there are no terms"
-                )))
-            }
-            Some(first) if offset >= u64::from(first.unpacked_len) => {
-                return Err(WireError(format!(
-                    "offset_into_first_range {offset} is not within the first term ({} bytes)",
-                    first.unpacked_len
-                )))
-            }
-            _ => {}
-        }
-        plan.file_size = match range_start {
-            None if offset != 0 => {
-                return Err(WireError(format!(
-                    "offset_into_first_range is {offset} for a whole-file reconstruction"
-                )))
-            }
-            None => total,
-            Some(start) => start.saturating_add(total - offset),
-        };
+        plan.file_size = file_size(&plan, total, range_start)?;
         Ok(plan)
+    }
+}
+
+/// The fetch ranges of each xorb, flattened over its entries (each range with its entry's
+/// URL) and sorted by chunk range; every URL and range checked.
+fn fetch_ranges(
+    xorbs: BTreeMap<XorbHash, Vec<XorbEntryV2>>,
+) -> Result<HashMap<XorbHash, Vec<FetchRange>>, WireError> {
+    let mut fetch_of: HashMap<XorbHash, Vec<FetchRange>> = HashMap::new();
+    for (xorb, entries) in xorbs {
+        if entries.is_empty() {
+            return Err(WireError(format!("xorb {xorb} has no fetch entry")));
+        }
+        let mut ranges = Vec::new();
+        for entry in entries {
+            check_url(&xorb, &entry.url)?;
+            if entry.ranges.is_empty() {
+                return Err(WireError(format!(
+                    "xorb {xorb}: a fetch entry has no range"
+                )));
+            }
+            for r in &entry.ranges {
+                check_range(&xorb, r)?;
+                ranges.push(FetchRange {
+                    chunks: r.chunks.start..r.chunks.end,
+                    bytes: r.bytes.start..=r.bytes.end,
+                    url: Some(entry.url.clone()),
+                });
+            }
+        }
+        ranges.sort_by_key(|r| (r.chunks.start, r.chunks.end));
+        if fetch_of.insert(xorb, ranges).is_some() {
+            return Err(WireError(format!("xorb {xorb} is listed twice")));
+        }
+    }
+    Ok(fetch_of)
+}
+
+/// Checks term `i`: a valid chunk range, a length so many chunks can hold, and a fetch range
+/// of its xorb that covers it. Returns its xorb's fetch ranges.
+fn term_ranges<'a>(
+    i: usize,
+    t: &Term,
+    fetch_of: &'a HashMap<XorbHash, Vec<FetchRange>>,
+) -> Result<&'a Vec<FetchRange>, WireError> {
+    let xorb = t.hash;
+    let (s, e) = (t.range.start, t.range.end);
+    let bad = |why: String| {
+        Err(WireError(format!(
+            "term {i} (xorb {xorb}, chunks {s}..{e}) {why}"
+        )))
+    };
+    if s >= e || e as usize > MAX_XORB_CHUNKS {
+        return bad("is not a valid chunk range".into());
+    }
+    let max_len = u64::from(e - s) * u64::from(MAX_CHUNK_LEN);
+    if t.unpacked_length == 0 || u64::from(t.unpacked_length) > max_len {
+        return bad(format!(
+            "claims {} bytes, which so many chunks cannot hold",
+            t.unpacked_length
+        ));
+    }
+    let Some(ranges) = fetch_of.get(&xorb) else {
+        return bad("names a xorb with no fetch entry".into());
+    };
+    if !ranges
+        .iter()
+        .any(|r| r.chunks.start <= s && e <= r.chunks.end)
+    {
+        return bad("is not covered by any fetch range of its xorb".into());
+    }
+    Ok(ranges)
+}
+
+/// The file size of a plan whose terms add up to `total` bytes, once its
+/// `offset_into_first_range` is checked to lie within the first term (and to be 0 for a
+/// whole-file reconstruction, `range_start` `None`).
+fn file_size(
+    plan: &ReconstructionPlan,
+    total: u64,
+    range_start: Option<u64>,
+) -> Result<u64, WireError> {
+    let offset = plan.offset_into_first_range;
+    match plan.terms.first() {
+        None if offset != 0 => {
+            return Err(WireError(format!(
+                "offset_into_first_range is {offset} but there are no terms"
+            )))
+        }
+        Some(first) if offset >= u64::from(first.unpacked_len) => {
+            return Err(WireError(format!(
+                "offset_into_first_range {offset} is not within the first term ({} bytes)",
+                first.unpacked_len
+            )))
+        }
+        _ => {}
+    }
+    match range_start {
+        None if offset != 0 => Err(WireError(format!(
+            "offset_into_first_range is {offset} for a whole-file reconstruction"
+        ))),
+        None => Ok(total),
+        Some(start) => Ok(start.saturating_add(total - offset)),
     }
 }
 
