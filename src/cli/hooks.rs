@@ -149,72 +149,106 @@ pub fn install(git: &Git) -> Result<Vec<String>, Error> {
         .map(|v| v.split_whitespace().map(String::from).collect())
         .unwrap_or_default();
     for (name, text) in HOOKS {
-        let path = dir.join(name);
-        let before = dir.join(format!("{name}{BEFORE_SUFFIX}"));
-        let shown = path.display();
-        match std::fs::read(&path) {
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                write_hook(&path, text)?;
-                report.push(format!("hook {shown} installed"));
-            }
-            Err(e) => return Err(format!("cannot read {shown}: {e}").into()),
-            Ok(current) => {
-                let current_text = String::from_utf8_lossy(&current);
-                match classify(name, &current_text) {
-                    HookKind::GitXet if current == text.as_bytes() => {
-                        report.push(format!("hook {shown} (unchanged)"));
-                    }
-                    HookKind::GitXet => {
-                        write_hook(&path, text)?;
-                        report.push(format!("hook {shown} updated"));
-                    }
-                    kind => {
-                        let whose = if kind == HookKind::GitLfs {
-                            "git-lfs's"
-                        } else {
-                            "your"
-                        };
-                        match std::fs::read(&before) {
-                            Ok(saved) if saved != current => {
-                                report.push(format!(
-                                    "hook {shown} not installed: it exists and so does {}, \
-                                     with other contents; move one of them away and run \
-                                     `git xet install --local` again",
-                                    before.display()
-                                ));
-                                continue;
-                            }
-                            Ok(_) => {}
-                            Err(e) if e.kind() == ErrorKind::NotFound => {}
-                            Err(e) => {
-                                return Err(format!("cannot read {}: {e}", before.display()).into())
-                            }
-                        }
-                        std::fs::rename(&path, &before).map_err(|e| {
-                            format!("cannot move {shown} to {}: {e}", before.display())
-                        })?;
-                        write_hook(&path, text)?;
-                        report.push(format!(
-                            "hook {shown} installed; {whose} hook moved to {} and runs after \
-                             git-xet's check",
-                            before.display()
-                        ));
-                        let lfs_call = format!("lfs {name}");
-                        if kind == HookKind::Other && !current_text.contains(&lfs_call) {
-                            report.push(format!(
-                                "note: your {name} hook does not run `git lfs {name}`, so git-lfs \
-                                 does not upload LFS objects on push; add `git lfs {name} \"$@\"` \
-                                 to it (see `git lfs update --manual`)"
-                            ));
-                        }
-                    }
-                }
-            }
+        if !install_hook(&dir, name, text, &mut report)? {
+            continue;
         }
         if !managed.iter().any(|m| m == name) {
             managed.push(name.to_string());
         }
     }
+    record_managed(git, managed)?;
+    Ok(report)
+}
+
+/// Installs hook `name` with `text` in `dir` (writing it, updating ours, or moving another
+/// hook aside to run after ours), adding what was done to `report`. False when it was left
+/// alone because its `.before-xet` place is taken.
+fn install_hook(
+    dir: &Path,
+    name: &str,
+    text: &str,
+    report: &mut Vec<String>,
+) -> Result<bool, Error> {
+    let path = dir.join(name);
+    let shown = path.display();
+    match std::fs::read(&path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            write_hook(&path, text)?;
+            report.push(format!("hook {shown} installed"));
+        }
+        Err(e) => return Err(format!("cannot read {shown}: {e}").into()),
+        Ok(current) => {
+            let current_text = String::from_utf8_lossy(&current);
+            match classify(name, &current_text) {
+                HookKind::GitXet if current == text.as_bytes() => {
+                    report.push(format!("hook {shown} (unchanged)"));
+                }
+                HookKind::GitXet => {
+                    write_hook(&path, text)?;
+                    report.push(format!("hook {shown} updated"));
+                }
+                kind => return replace_hook(dir, name, text, kind, &current, report),
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Puts ours in place of hook `name` in `dir`, another program's of kind `kind` whose bytes are
+/// `current`: that one is moved to `<name>.before-xet` (unless a different file is there
+/// already: then nothing is changed and false returned) and ours runs it after its check.
+fn replace_hook(
+    dir: &Path,
+    name: &str,
+    text: &str,
+    kind: HookKind,
+    current: &[u8],
+    report: &mut Vec<String>,
+) -> Result<bool, Error> {
+    let path = dir.join(name);
+    let before = dir.join(format!("{name}{BEFORE_SUFFIX}"));
+    let shown = path.display();
+    let whose = if kind == HookKind::GitLfs {
+        "git-lfs's"
+    } else {
+        "your"
+    };
+    match std::fs::read(&before) {
+        Ok(saved) if saved != current => {
+            report.push(format!(
+                "hook {shown} not installed: it exists and so does {}, \
+                 with other contents; move one of them away and run \
+                 `git xet install --local` again",
+                before.display()
+            ));
+            return Ok(false);
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", before.display()).into()),
+    }
+    std::fs::rename(&path, &before)
+        .map_err(|e| format!("cannot move {shown} to {}: {e}", before.display()))?;
+    write_hook(&path, text)?;
+    report.push(format!(
+        "hook {shown} installed; {whose} hook moved to {} and runs after \
+         git-xet's check",
+        before.display()
+    ));
+    let lfs_call = format!("lfs {name}");
+    if kind == HookKind::Other && !String::from_utf8_lossy(current).contains(&lfs_call) {
+        report.push(format!(
+            "note: your {name} hook does not run `git lfs {name}`, so git-lfs \
+             does not upload LFS objects on push; add `git lfs {name} \"$@\"` \
+             to it (see `git lfs update --manual`)"
+        ));
+    }
+    Ok(true)
+}
+
+/// Records the names of the hooks install wrote in `xet.managedhooks` (sorted; set only when
+/// it changes).
+fn record_managed(git: &Git, mut managed: Vec<String>) -> Result<(), Error> {
     managed.sort();
     let value = managed.join(" ");
     if git
@@ -224,7 +258,7 @@ pub fn install(git: &Git) -> Result<Vec<String>, Error> {
     {
         git.config_set(crate::git::Scope::Local, MANAGED_HOOKS, &value)?;
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Removes the hooks install wrote (those still carrying the marker) and puts back the ones they

@@ -325,6 +325,8 @@ fn delegate(git: &Git, remote: &str, args: &PruneArgs) -> CmdResult {
     })
 }
 
+/// The report as text: the remote and endpoint, what git-lfs would prune and the endpoint
+/// holds, each object with `verbose`, then what was deleted and what was kept.
 fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out, "remote   {}", r.remote)?;
     writeln!(out, "endpoint {}", r.endpoint)?;
@@ -335,7 +337,6 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
     if let Some(e) = &r.endpoint_error {
         writeln!(out, "cannot check objects at the endpoint: {e}")?;
     }
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
     writeln!(
         out,
         "git-lfs would prune {} object{}; the endpoint holds {} of them.",
@@ -344,20 +345,42 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
         r.pruned
     )?;
     if verbose {
-        for o in &r.objects {
-            writeln!(
-                out,
-                "  {} {:>10}  {}{}",
-                o.oid,
-                format_size(o.size),
-                o.verdict,
-                o.reason
-                    .as_deref()
-                    .map(|w| format!(": {w}"))
-                    .unwrap_or_default()
-            )?;
-        }
+        render_objects(r, out)?;
     }
+    render_deleted(r, out)?;
+    render_kept(r, out)
+}
+
+/// `"s"` unless `n` is 1.
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// One line per object: oid, size, verdict and why.
+fn render_objects(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    for o in &r.objects {
+        writeln!(
+            out,
+            "  {} {:>10}  {}{}",
+            o.oid,
+            format_size(o.size),
+            o.verdict,
+            o.reason
+                .as_deref()
+                .map(|w| format!(": {w}"))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}
+
+/// What was deleted (or would be, in a dry run), and the held objects whose local copy could
+/// not be deleted.
+fn render_deleted(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     if r.pruned > 0 {
         writeln!(
             out,
@@ -380,44 +403,50 @@ fn render(r: &Report, verbose: bool, out: &mut impl Write) -> std::io::Result<()
             o.reason.as_deref().unwrap_or("not deleted")
         )?;
     }
+    Ok(())
+}
+
+/// The objects kept because the endpoint does not hold them (the first 20), and the command
+/// that uploads them.
+fn render_kept(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     let kept: Vec<&Object> = r
         .objects
         .iter()
         .filter(|o| matches!(o.verdict, "missing" | "unknown"))
         .collect();
-    if !kept.is_empty() {
+    if kept.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Kept {} object{} the endpoint does not hold (or could not confirm):",
+        kept.len(),
+        plural(kept.len())
+    )?;
+    for o in kept.iter().take(20) {
         writeln!(
             out,
-            "Kept {} object{} the endpoint does not hold (or could not confirm):",
-            kept.len(),
-            plural(kept.len())
-        )?;
-        for o in kept.iter().take(20) {
-            writeln!(
-                out,
-                "  {} ({}): {}",
-                o.oid,
-                format_size(o.size),
-                o.reason.as_deref().unwrap_or("not held")
-            )?;
-        }
-        if kept.len() > 20 {
-            writeln!(
-                out,
-                "  … and {} more (--json lists them all)",
-                kept.len() - 20
-            )?;
-        }
-        let ids: Vec<String> = kept.iter().take(10).map(|o| o.oid.to_hex()).collect();
-        writeln!(
-            out,
-            "Upload them to the endpoint, then run `git xet prune` again:\n  git lfs push \
-             --object-id {} {}{}\n(or `git lfs push --all {}` for every object your refs use)",
-            r.remote,
-            ids.join(" "),
-            if kept.len() > ids.len() { " …" } else { "" },
-            r.remote
+            "  {} ({}): {}",
+            o.oid,
+            format_size(o.size),
+            o.reason.as_deref().unwrap_or("not held")
         )?;
     }
-    Ok(())
+    if kept.len() > 20 {
+        writeln!(
+            out,
+            "  … and {} more (--json lists them all)",
+            kept.len() - 20
+        )?;
+    }
+    let ids: Vec<String> = kept.iter().take(10).map(|o| o.oid.to_hex()).collect();
+    writeln!(
+        out,
+        "Upload them to the endpoint, then run `git xet prune` again:\n  git lfs push \
+         --object-id {} {}{}\n(or `git lfs push --all {}` for every object your refs use)",
+        r.remote,
+        ids.join(" "),
+        if kept.len() > ids.len() { " …" } else { "" },
+        r.remote
+    )
 }

@@ -27,7 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use super::error::ApiError;
 use super::SharedState;
@@ -81,99 +81,110 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// The byte counters, by name and help, in the order they are registered (and encoded).
+const BYTE_COUNTERS: [(&str, &str); 5] = [
+    (
+        "received_xorb_bytes",
+        "Bytes of xorb upload bodies, new or not",
+    ),
+    (
+        "received_object_bytes",
+        "Bytes of basic-transfer upload bodies",
+    ),
+    (
+        "sent_xorb_bytes",
+        "Xorb bytes answered to downloads through the CAS API",
+    ),
+    (
+        "stored_xorb_bytes",
+        "Bytes of upload bodies of xorbs that were new (what storage grew by)",
+    ),
+    (
+        "registered_file_bytes",
+        "Sizes of files registered for the first time (minus stored xorb bytes: what \
+         deduplication and compression saved)",
+    ),
+];
+
+/// The gauges of the store's counts, by name and help, in the order they are registered.
+const COUNT_GAUGES: [(&str, &str); 3] = [
+    ("files", "Registered files"),
+    ("xorbs", "Known xorbs"),
+    (
+        "unchecked_sha256_claims",
+        "SHA-256 claims of shards not checked yet",
+    ),
+];
+
+/// Registers `metric` under `name` with `help` and returns it (a handle on the same values).
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("gitxet");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        let requests = register(
+            &mut registry,
             "http_requests",
             "HTTP requests answered, by matched route, method and status",
-            requests.clone(),
+            Family::<RequestLabels, Counter>::default(),
         );
         // 1 ms to about 65 s.
-        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 17))
-        });
-        registry.register(
+        let latency = register(
+            &mut registry,
             "http_request_duration_seconds",
             "Time from the request to the response head, by matched route",
-            latency.clone(),
+            Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 17))
+            }),
         );
-        let counter = |registry: &mut Registry, name: &str, help: &str| {
-            let c = Counter::default();
-            registry.register(name, help, c.clone());
-            c
-        };
-        let received_xorb_bytes = counter(
+        let [received_xorbs, received_objects, sent_xorbs, stored_xorbs, registered_files] =
+            BYTE_COUNTERS
+                .map(|(name, help)| register(&mut registry, name, help, Counter::default()));
+        register(
             &mut registry,
-            "received_xorb_bytes",
-            "Bytes of xorb upload bodies, new or not",
-        );
-        let received_object_bytes = counter(
-            &mut registry,
-            "received_object_bytes",
-            "Bytes of basic-transfer upload bodies",
-        );
-        let sent_xorb_bytes = counter(
-            &mut registry,
-            "sent_xorb_bytes",
-            "Xorb bytes answered to downloads through the CAS API",
-        );
-        let stored_xorb_bytes = counter(
-            &mut registry,
-            "stored_xorb_bytes",
-            "Bytes of upload bodies of xorbs that were new (what storage grew by)",
-        );
-        let registered_file_bytes = counter(
-            &mut registry,
-            "registered_file_bytes",
-            "Sizes of files registered for the first time (minus stored xorb bytes: what \
-             deduplication and compression saved)",
-        );
-        registry.register(
             "storage_errors",
             "Requests that failed because storage did",
             STORAGE_ERRORS.clone(),
         );
-        let files = Gauge::<i64, AtomicI64>::default();
-        registry.register("files", "Registered files", files.clone());
-        let xorbs = Gauge::<i64, AtomicI64>::default();
-        registry.register("xorbs", "Known xorbs", xorbs.clone());
-        let claims = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "unchecked_sha256_claims",
-            "SHA-256 claims of shards not checked yet",
-            claims.clone(),
-        );
-        let catch_up_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
+        let [files, xorbs, claims] = COUNT_GAUGES.map(|(name, help)| {
+            register(
+                &mut registry,
+                name,
+                help,
+                Gauge::<i64, AtomicI64>::default(),
+            )
+        });
+        let catch_up_age = register(
+            &mut registry,
             "catch_up_age_seconds",
             "On shared object storage, seconds since the start of this node's last successful \
              catch-up with the shards other nodes accepted (-1 before the first; 0 elsewhere)",
-            catch_up_age.clone(),
+            Gauge::<f64, std::sync::atomic::AtomicU64>::default(),
         );
-        let storage_requests = Family::<OpLabels, Counter>::default();
-        registry.register(
+        let storage_requests = register(
+            &mut registry,
             "storage_requests",
             "On object storage, requests sent to it, by kind",
-            storage_requests.clone(),
+            Family::<OpLabels, Counter>::default(),
         );
-        let storage_seconds =
-            Family::<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
+        let storage_seconds = register(
+            &mut registry,
             "storage_request_seconds",
             "On object storage, the total time of its requests by kind, retries included",
-            storage_seconds.clone(),
+            Family::<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default(),
         );
         Self {
             registry,
             requests,
             latency,
-            received_xorb_bytes,
-            received_object_bytes,
-            sent_xorb_bytes,
-            stored_xorb_bytes,
-            registered_file_bytes,
+            received_xorb_bytes: received_xorbs,
+            received_object_bytes: received_objects,
+            sent_xorb_bytes: sent_xorbs,
+            stored_xorb_bytes: stored_xorbs,
+            registered_file_bytes: registered_files,
             files,
             xorbs,
             claims,

@@ -229,14 +229,7 @@ pub(super) fn repository(
     findings: &mut Findings,
 ) -> Result<Repository, Error> {
     let common = git.common_dir()?;
-    let work_tree = git
-        .run(&["rev-parse", "--show-toplevel"])
-        .ok()
-        .filter(|s| !s.is_empty());
-    let base = match &work_tree {
-        Some(w) => PathBuf::from(w),
-        None => std::env::current_dir().unwrap_or_else(|_| common.clone()),
-    };
+    let (work_tree, base) = work_tree(git, &common);
     let standalone_agent = config_with_scope(git, "lfs.standalonetransferagent")?;
     let standalone = standalone_agent.as_ref().is_some_and(|s| s.value == "xet");
     standalone_agent_checks(git, standalone_agent.as_ref(), findings);
@@ -246,14 +239,89 @@ pub(super) fn repository(
             .fix("fix it with `git xet install --local --endpoint URL-or-DIR`");
         None
     });
+    let checked = transfer_checks(
+        git,
+        args,
+        have_lfs,
+        &base,
+        standalone,
+        endpoint.as_ref(),
+        findings,
+    );
+    let hooks = hooks_info(git);
+    let check = checked.repository.unwrap_or_default();
 
+    Ok(Repository {
+        work_tree,
+        git_dir: common.display().to_string(),
+        mode: if standalone {
+            "standalone"
+        } else {
+            "negotiated"
+        },
+        standalone_agent,
+        endpoint: endpoint.as_ref().map(|(spec, source)| EndpointInfo {
+            kind: spec_kind(spec),
+            value: redact(&spec.display()),
+            source: source.clone(),
+            state: check.state,
+            credential: check.credential,
+        }),
+        remotes: checked.remotes,
+        lfs_urls: checked.lfs_urls,
+        reachability: checked.reachability,
+        credential_checks: checked.credential_checks,
+        store: check.store,
+        hooks_dir: hooks.dir,
+        pre_push_hook: hooks.pre_push,
+        pre_push_chained: hooks.chained,
+        journal: journal_info(&common),
+    })
+}
+
+/// The work tree (`None` in a bare repository) and the directory relative endpoints are
+/// resolved against: the work tree, else the current directory, else `common`.
+fn work_tree(git: &Git, common: &Path) -> (Option<String>, PathBuf) {
+    let work_tree = git
+        .run(&["rev-parse", "--show-toplevel"])
+        .ok()
+        .filter(|s| !s.is_empty());
+    let base = match &work_tree {
+        Some(w) => PathBuf::from(w),
+        None => std::env::current_dir().unwrap_or_else(|_| common.to_path_buf()),
+    };
+    (work_tree, base)
+}
+
+/// What [`transfer_checks`] found out about how the repository's objects are transferred.
+struct TransferChecks {
+    /// The check of the repository's own endpoint, when it is used.
+    repository: Option<EndpointCheck>,
+    remotes: Vec<RemoteInfo>,
+    lfs_urls: Vec<LfsUrl>,
+    reachability: Vec<Reachability>,
+    credential_checks: Vec<CredentialCheck>,
+}
+
+/// How git-lfs transfers for the repository and each remote: their LFS URLs, the endpoints
+/// git-xet would use (each checked once), the LFS servers and their credentials in negotiated
+/// mode, and the settings that go with them; what is wrong is a finding.
+fn transfer_checks(
+    git: &Git,
+    args: &StatusArgs,
+    have_lfs: bool,
+    base: &Path,
+    standalone: bool,
+    endpoint: Option<&(EndpointSpec, String)>,
+    findings: &mut Findings,
+) -> TransferChecks {
     let configured = settings::remotes(git);
     let lfs_urls = if have_lfs {
         lfs_env_urls(git)
     } else {
         derived_lfs_urls(git)
     };
-    let transfers = remote_transfers(git, &base, &configured, &lfs_urls, findings);
+    let transfers = remote_transfers(git, base, &configured, &lfs_urls, findings);
     let any_xet_remote = transfers.iter().any(|t| t.mode.is_xet_standalone());
 
     let mut endpoints = EndpointChecks {
@@ -261,13 +329,8 @@ pub(super) fn repository(
         no_network: args.no_network,
         done: Vec::new(),
     };
-    let repository_check = repository_endpoint_check(
-        &mut endpoints,
-        standalone,
-        endpoint.as_ref(),
-        &transfers,
-        findings,
-    );
+    let repository =
+        repository_endpoint_check(&mut endpoints, standalone, endpoint, &transfers, findings);
     let remotes: Vec<RemoteInfo> = transfers
         .iter()
         .map(|t| remote_check(&mut endpoints, t, standalone, endpoint.is_some(), findings))
@@ -292,35 +355,13 @@ pub(super) fn repository(
     if have_lfs {
         storeless_check(git, &endpoints, findings);
     }
-    let hooks = hooks_info(git);
-    let check = repository_check.unwrap_or_default();
-
-    Ok(Repository {
-        work_tree,
-        git_dir: common.display().to_string(),
-        mode: if standalone {
-            "standalone"
-        } else {
-            "negotiated"
-        },
-        standalone_agent,
-        endpoint: endpoint.as_ref().map(|(spec, source)| EndpointInfo {
-            kind: spec_kind(spec),
-            value: redact(&spec.display()),
-            source: source.clone(),
-            state: check.state,
-            credential: check.credential,
-        }),
+    TransferChecks {
+        repository,
         remotes,
         lfs_urls,
         reachability,
         credential_checks,
-        store: check.store,
-        hooks_dir: hooks.dir,
-        pre_push_hook: hooks.pre_push,
-        pre_push_chained: hooks.chained,
-        journal: journal_info(&common),
-    })
+    }
 }
 
 /// `lfs.standalonetransferagent` set to another agent than git-xet, and the URLs whose own

@@ -30,10 +30,10 @@ use super::batch::EMPTY_OID;
 use super::rebuild::{self, Download};
 use super::{authorize_transfer, lfs_json, Repo};
 use crate::server::auth::Scope;
-use crate::server::body::{drain, read_body, spool_body};
+use crate::server::body::{drain, read_body, spool_body, Spooled};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use xet_client::pipeline::upload::{upload, Staging, UploadError, UploadOptions};
+use xet_client::pipeline::upload::{upload, Staging, UploadError, UploadOptions, UploadSummary};
 use xet_client::target::TargetError;
 use xet_format::LfsOid;
 
@@ -81,35 +81,81 @@ pub async fn put(
     let oid = parse_oid(oid)?;
     let declared = content_length(headers)?;
 
-    let store = Arc::clone(&state.store);
-    let known = if oid.to_hex() == EMPTY_OID {
-        Some(0)
-    } else {
-        // A damaged copy is not "already stored": this upload replaces it. Nor is what only
-        // another repository registered, for a token limited to this one: the upload, checked
-        // against its oid, registers it here.
-        blocking(move || {
-            Ok(store
-                .intact_file_by_oid(&oid, limited.as_deref())?
-                .map(|(_, size)| size))
-        })
-        .await?
-    };
-    if let Some(size) = known {
-        if declared.is_some_and(|d| d != size) {
-            return Err(ApiError::bad_request(
-                ErrorCode::SizeMismatch,
-                format!(
-                    "object {oid} is stored with {size} bytes; this upload declares {}",
-                    declared.unwrap_or_default()
-                ),
-            ));
-        }
-        drain(body, None, &format!("object {oid}")).await?;
-        tracing::info!(repo = %repo.id, %oid, size, "basic upload: already stored");
-        return Ok(StatusCode::OK.into_response());
+    if let Some(size) = stored_size(state, oid, limited).await? {
+        return already_stored(repo, oid, size, declared, body).await;
     }
 
+    let spooled = spool_checked(state, oid, declared, body).await?;
+    let s = ingest(state, oid, spooled).await?;
+    let (store, file, id) = (Arc::clone(&state.store), s.file_hash, repo.id.clone());
+    blocking(move || Ok(store.add_file_repo(&file, &id)?)).await?;
+    tracing::info!(
+        repo = %repo.id,
+        %oid,
+        file = %s.file_hash,
+        size = s.size,
+        chunks = s.chunks,
+        dedup_chunks = s.dedup_chunks,
+        new_xorbs = s.new_xorbs,
+        uploaded_bytes = s.uploaded_bytes,
+        "basic upload"
+    );
+    Ok(StatusCode::OK.into_response())
+}
+
+/// The size `oid` is stored with, when an intact copy is already there for this upload (the
+/// empty object always is); looked up on a blocking thread.
+async fn stored_size(
+    state: &Arc<AppState>,
+    oid: LfsOid,
+    limited: Option<String>,
+) -> Result<Option<u64>, ApiError> {
+    if oid.to_hex() == EMPTY_OID {
+        return Ok(Some(0));
+    }
+    let store = Arc::clone(&state.store);
+    // A damaged copy is not "already stored": this upload replaces it. Nor is what only
+    // another repository registered, for a token limited to this one: the upload, checked
+    // against its oid, registers it here.
+    blocking(move || {
+        Ok(store
+            .intact_file_by_oid(&oid, limited.as_deref())?
+            .map(|(_, size)| size))
+    })
+    .await
+}
+
+/// The answer to an upload of an object stored with `size` bytes already: 400 when the
+/// declared length differs, else the body is drained and the upload succeeds.
+async fn already_stored(
+    repo: &Repo,
+    oid: LfsOid,
+    size: u64,
+    declared: Option<u64>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if declared.is_some_and(|d| d != size) {
+        return Err(ApiError::bad_request(
+            ErrorCode::SizeMismatch,
+            format!(
+                "object {oid} is stored with {size} bytes; this upload declares {}",
+                declared.unwrap_or_default()
+            ),
+        ));
+    }
+    drain(body, None, &format!("object {oid}")).await?;
+    tracing::info!(repo = %repo.id, %oid, size, "basic upload: already stored");
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Spools the body to a file (counted in the metrics) and checks its length against the
+/// declared one and its SHA-256 against the oid.
+async fn spool_checked(
+    state: &Arc<AppState>,
+    oid: LfsOid,
+    declared: Option<u64>,
+    body: Body,
+) -> Result<Spooled, ApiError> {
     let what = format!("object {oid}");
     let spooled = spool_body(&state.store, declared, body, declared, true, &what).await?;
     state.metrics.received_object_bytes.inc_by(spooled.len);
@@ -131,6 +177,16 @@ pub async fn put(
             },
         ));
     }
+    Ok(spooled)
+}
+
+/// Runs the upload pipeline over the spooled body in an ingest slot, on a blocking thread
+/// (where the spool file is also removed), into the store through [`Staging`].
+async fn ingest(
+    state: &Arc<AppState>,
+    oid: LfsOid,
+    spooled: Spooled,
+) -> Result<UploadSummary, ApiError> {
     let slot = state.resources.ingest_slot().await?;
     let store = Arc::clone(&state.store);
     let result = tokio::task::spawn_blocking(move || {
@@ -152,25 +208,7 @@ pub async fn put(
     })
     .await
     .map_err(|e| ApiError::internal(format!("object {oid}: upload worker failed: {e}")))?;
-    match result {
-        Ok(s) => {
-            let (store, file, id) = (Arc::clone(&state.store), s.file_hash, repo.id.clone());
-            blocking(move || Ok(store.add_file_repo(&file, &id)?)).await?;
-            tracing::info!(
-                repo = %repo.id,
-                %oid,
-                file = %s.file_hash,
-                size = s.size,
-                chunks = s.chunks,
-                dedup_chunks = s.dedup_chunks,
-                new_xorbs = s.new_xorbs,
-                uploaded_bytes = s.uploaded_bytes,
-                "basic upload"
-            );
-            Ok(StatusCode::OK.into_response())
-        }
-        Err(e) => Err(upload_error(&oid, e)),
-    }
+    result.map_err(|e| upload_error(&oid, e))
 }
 
 /// True when an upload failed because the disk (or quota) is full.
