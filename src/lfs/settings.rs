@@ -51,6 +51,22 @@ pub(crate) fn hash_uploads_forced() -> bool {
     std::env::var_os(HASH_UPLOADS_ENV).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
+/// The git setting that turns off uploading small objects in the packs an LFS server names
+/// (docs/lfs-agent.md §12.4): `git config xet.packUploads false`.
+pub(crate) const PACK_UPLOADS_KEY: &str = "xet.packUploads";
+
+/// Whether small objects may go up in the packs the LFS server names: yes unless
+/// [`PACK_UPLOADS_KEY`] is false (`false`, `no`, `off`, `0`, as git reads booleans).
+pub(crate) fn pack_uploads(git: &Git) -> bool {
+    match git.config_get(PACK_UPLOADS_KEY) {
+        Ok(Some(v)) => !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "false" | "no" | "off" | "0"
+        ),
+        _ => true,
+    }
+}
+
 /// Where objects live in standalone mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndpointSpec {

@@ -429,4 +429,21 @@ fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {
     }
     let fsck = env.git(&clone, &["lfs", "fsck"]);
     assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
+
+    // `xet.packUploads false`: each small object goes up on its own.
+    env.git(&work, &["config", "xet.packUploads", "false"]);
+    for i in 0..6u64 {
+        let data = common::splitmix64(700 + i, 2000 + i as usize * 100);
+        std::fs::write(work.join(format!("t{i}.bin")), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "six more"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    assert_eq!(registered_files(&server), files.len() as u64 + 6);
+    assert_eq!(
+        common::git::count_files(&server.store_dir().join("xorbs")),
+        xorbs + 6,
+        "one xorb per object"
+    );
+    assert_eq!(env.agent_log().matches("uploaded a pack").count(), packs);
 }

@@ -326,6 +326,8 @@ struct Agent {
     parts_cleaned: bool,
     /// Earlier versions of objects, from the repository's history (read at first use).
     earlier: prior::Earlier,
+    /// Whether small objects may go up in packs (`xet.packUploads`, read at the first pack).
+    packs_allowed: Option<bool>,
 }
 
 impl Agent {
@@ -343,7 +345,17 @@ impl Agent {
             journal: None,
             parts_cleaned: false,
             earlier: prior::Earlier::default(),
+            packs_allowed: None,
         }
+    }
+
+    /// Whether small objects may go up in the packs the LFS server names (see
+    /// [`settings::pack_uploads`]), read once.
+    fn packs_allowed(&mut self) -> bool {
+        let git = &self.options.git;
+        *self
+            .packs_allowed
+            .get_or_insert_with(|| settings::pack_uploads(git))
     }
 
     /// Answers `init`: logs the start and replies ok, or with the error that makes git-lfs stop
@@ -510,7 +522,7 @@ impl Agent {
     ) -> Result<Option<&'static Path>, TransferError> {
         self.clean_parts_once();
         let path = t.path.as_deref().ok_or(TransferError::NoPath)?;
-        if let Some(pack) = pack::pack_of(t) {
+        if let Some(pack) = pack::pack_of(t).filter(|_| self.packs_allowed()) {
             match self.upload_in_pack(t, &pack, writer) {
                 Ok(pack::Packed::Done) => return Ok(None),
                 Ok(pack::Packed::Alone) => {}
