@@ -242,3 +242,25 @@ TOML
     done
 }
 gcli() { RUST_LOG=warn "$garage" -c "$g/garage.toml" "$@"; }
+
+# push_setup NAME MODE URL FILES: in a subshell that called use_home: installs git-xet for MODE
+# (standalone: URL is the agent's endpoint; negotiated: URL/bench/<NAME>.git is the LFS server),
+# creates $work/NAME-remote.git and $work/NAME-work holding a commit of FILES/*.bin, and leaves
+# the shell in the work tree with `origin` set.
+push_setup() {
+    local name=$1 mode=$2 url=$3 files=$4
+    export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
+    if [[ "$mode" == standalone ]]; then
+        git xet install --global --endpoint "$url" >/dev/null
+    else
+        git xet install --global >/dev/null
+    fi
+    git init -q --bare "$work/$name-remote.git"
+    git init -q "$work/$name-work"
+    cd "$work/$name-work"
+    [[ "$mode" == standalone ]] || git config lfs.url "$url/bench/$name.git/info/lfs"
+    git lfs track '*.bin' >/dev/null
+    cp "$files"/*.bin .
+    git add . && git commit -q -m files
+    git remote add origin "../$name-remote.git"
+}

@@ -55,21 +55,8 @@ for run in $(seq 1 "$runs"); do
     status=0
     (
         use_home "$work/home$run"
-        export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
         [[ "${GIT_XET_BENCH_GC:-}" == background ]] || git config --global gc.autoDetach false
-        if [[ "$mode" == standalone ]]; then
-            git xet install --global --endpoint "$node" >/dev/null
-        else
-            git xet install --global >/dev/null
-        fi
-        git init -q --bare "$work/remote$run.git"
-        git init -q "$work/work$run"
-        cd "$work/work$run"
-        [[ "$mode" == standalone ]] || git config lfs.url "$node/loop/data.git/info/lfs"
-        git lfs track '*.bin' >/dev/null
-        cp "$work"/files/*.bin .
-        git add . && git commit -q -m files
-        git remote add origin "../remote$run.git"
+        push_setup "run$run" "$mode" "$node" "$work/files"
         git push origin main
     ) > "$out" 2>&1 || status=$?
     t1=$(now)
@@ -87,6 +74,6 @@ for run in $(seq 1 "$runs"); do
     # Each run's node, repositories and homes go; the bucket keeps its prefix.
     kill "${pids[-1]}" 2>/dev/null || true
     wait "${pids[-1]}" 2>/dev/null || true
-    rm -rf "$work/work$run" "$work/remote$run.git" "$work/home$run" "$work/node$run-store"
+    rm -rf "$work/run$run-work" "$work/run$run-remote.git" "$work/home$run" "$work/node$run-store"
 done
 echo "$passed of $runs pushes of $n files ($mode, $(git-lfs version | cut -d' ' -f1)) passed"

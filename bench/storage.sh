@@ -169,20 +169,7 @@ run_small() {
     local name=$1 mode=$4 t0 t1 t2
     (
         use_home "$work/$name-home"
-        export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
-        if [[ "$mode" == standalone ]]; then
-            git xet install --global --endpoint "$2" >/dev/null
-        else
-            git xet install --global >/dev/null
-        fi
-        git init -q --bare "$work/$name-remote.git"
-        git init -q "$work/$name-work"
-        cd "$work/$name-work"
-        [[ "$mode" == standalone ]] || git config lfs.url "$2/bench/small.git/info/lfs"
-        git lfs track '*.bin' >/dev/null
-        cp "$work"/small/*.bin .
-        git add . && git commit -q -m files
-        git remote add origin "../$name-remote.git"
+        push_setup "$name" "$mode" "$2" "$work/small"
         sync
         t0=$(now)
         git push -q origin main >/dev/null 2>&1 || { echo "bench: $name: push failed" >&2; exit 1; }
@@ -193,7 +180,7 @@ run_small() {
         if [[ "$mode" == standalone ]]; then
             export GIT_XET_ENDPOINT="$3"
         else
-            git config lfs.url "$3/bench/small.git/info/lfs"
+            git config lfs.url "$3/bench/$name.git/info/lfs"
         fi
         t1b=$(now)
         git lfs fetch >/dev/null 2>&1 || { echo "bench: $name: fetch failed" >&2; exit 1; }
