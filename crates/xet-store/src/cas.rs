@@ -1543,6 +1543,18 @@ impl Store {
         }
     }
 
+    /// The whole object of `xorb` if it is kept in memory (object storage only: see
+    /// [`crate::small_xorbs`]).
+    fn small_xorb_in_memory(&self, xorb: &XorbHash) -> Option<Arc<Vec<u8>>> {
+        if !self.backend.is_shared() {
+            return None;
+        }
+        self.small_xorbs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(xorb)
+    }
+
     /// What a download of a range of `xorb` reads from: on object storage, a xorb of at most
     /// [`crate::small_xorbs::SMALL_XORB_MAX`] kept in memory or, with `may_read_whole` (the
     /// caller has room for it), read whole (see [`crate::small_xorbs`]); otherwise its length,
@@ -1555,12 +1567,7 @@ impl Store {
         if !self.backend.is_shared() {
             return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
         }
-        let cached = self
-            .small_xorbs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(xorb);
-        if let Some(bytes) = cached {
+        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
             return Ok(Some(XorbBytes::Whole(bytes)));
         }
         let Some(len) = self.xorb_len(xorb)? else {
@@ -1618,18 +1625,11 @@ impl Store {
         xorb: &XorbHash,
         range: RangeInclusive<u64>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        if self.backend.is_shared() {
-            let cached = self
-                .small_xorbs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(xorb);
-            if let Some(bytes) = cached {
-                let (start, end) = (*range.start() as usize, *range.end() as usize);
-                return Ok(bytes
-                    .get(start..=end.min(bytes.len().saturating_sub(1)))
-                    .map(<[u8]>::to_vec));
-            }
+        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+            let (start, end) = (*range.start() as usize, *range.end() as usize);
+            return Ok(bytes
+                .get(start..=end.min(bytes.len().saturating_sub(1)))
+                .map(<[u8]>::to_vec));
         }
         match self.check_xorb(xorb)? {
             XorbHealth::Intact(_) => {}

@@ -463,6 +463,17 @@ impl Agent {
         Ok(self.temp_dir.insert(dir).clone())
     }
 
+    /// [`Self::lfs_temp_dir`], created if it is not there yet.
+    fn made_lfs_temp_dir(&mut self) -> Result<PathBuf, TransferError> {
+        let dir = self.lfs_temp_dir()?;
+        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
+            what: "cannot create git-lfs's temp directory",
+            path: dir.clone(),
+            source: e,
+        })?;
+        Ok(dir)
+    }
+
     /// The earlier versions of `t`'s object on this machine that match `endpoint` (see
     /// [`prior`]); `work_tree`: also the work tree's files.
     fn prior_versions(
@@ -658,12 +669,7 @@ impl Agent {
             Some(p) => (p, true),
             None => (ask_plan(endpoint, t, hash)?, false),
         };
-        let dir = self.lfs_temp_dir()?;
-        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
-            what: "cannot create git-lfs's temp directory",
-            path: dir.clone(),
-            source: e,
-        })?;
+        let dir = self.made_lfs_temp_dir()?;
         self.clean_parts_once();
         let keep = self.worth_caching(t);
         // Chunks of earlier versions on this machine are copied, not fetched.

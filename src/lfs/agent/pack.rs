@@ -104,12 +104,7 @@ impl Agent {
         pack: &Pack,
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Packed, TransferError> {
-        let dir = self.lfs_temp_dir()?;
-        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
-            what: "cannot create git-lfs's temp directory",
-            path: dir.clone(),
-            source: e,
-        })?;
+        let dir = self.made_lfs_temp_dir()?;
         let id = pack_id(t, pack);
         let lock_path = dir.join(format!("xet-pack-{id}.lock"));
         let done_path = dir.join(format!("xet-pack-{id}.done"));
