@@ -3,6 +3,7 @@
 //! | endpoint | scope | what it does |
 //! |---|---|---|
 //! | `GET /v1/reconstructions/{file}`, `/v2/…`, `/reconstructions/{file}` | read | the file's terms and presigned fetch URLs, v1 or v2 JSON (§6); optional `Range: bytes=S-E` (inclusive, end clamped, 416 past the end) |
+//! | `GET /v1/reconstructions?file_id=A&file_id=B…`, `/reconstructions?…` | read | the batch query: v1 terms of each file there and shared fetch entries; touching ranges share one URL granting the run (at most 64 files) |
 //! | `GET /v1/xorb-data/{xorb}?e=…&r=…&s=…` | URL signature | the byte ranges of the stored xorb the URL grants (`r`), and no others: one range (206), several ranges (206 `multipart/byteranges`) |
 //! | `GET /v1/chunks/{prefix}/{chunk}`, `/chunks/…` | read | global dedup: a keyed shard with the xorb holding the chunk, or 404 |
 //! | `POST /v1/xorb-grants/{prefix}/{xorb}` | write | an upload grant (201), or 200 when the xorb is stored ([`grants`]) |
@@ -18,9 +19,8 @@
 //! `prefix` is `default` for xorbs and grants, `default` or `default-merkledb` for dedup
 //! queries; anything else is 400. Every hash in a path is parsed into its typed hash before it
 //! is used (400 otherwise), so no request names a file path. Every refusal is a JSON
-//! [`ApiError`]. Not implemented: the batch reconstruction (`GET /v1/reconstructions?file_id=`,
-//! optional, unused by the client) and `GET /v2/file-chunk-hashes` (optional, for the reference
-//! client's ranged edits); both answer 404.
+//! [`ApiError`]. Not implemented: `GET /v2/file-chunk-hashes` (optional, for the reference
+//! client's ranged edits); it answers 404.
 //!
 //! Decisions:
 //! - **Xorb grants.** hf-xet 1.8 asks for an upload grant before each xorb (docs/cas-api.md
@@ -66,6 +66,8 @@ pub fn routes() -> Router<SharedState> {
             "/v1/reconstructions/{file_hash}",
             only(get(reconstruction::get_v1)),
         )
+        .route("/v1/reconstructions", only(get(reconstruction::get_batch)))
+        .route("/reconstructions", only(get(reconstruction::get_batch)))
         .route(
             "/v2/reconstructions/{file_hash}",
             only(get(reconstruction::get_v2)),

@@ -360,6 +360,84 @@ fn files_cross_between_git_and_the_reference_client() {
     );
 }
 
+/// The server's count of answered requests on `route` (any method and status).
+fn requests_on(server: &TestServer, route: &str) -> u64 {
+    let text = reqwest::blocking::get(format!("{}/metrics", server.url()))
+        .unwrap()
+        .text()
+        .unwrap();
+    let label = format!("gitxet_http_requests_total{{route=\"{route}\",");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&label))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn the_small_files_of_a_fetch_come_down_in_packs() {
+    if !tools_available() {
+        return;
+    }
+    let server = common::server::start();
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    xet(&env, &["install", "--global"]);
+    let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
+    let work = work_repo(&env, Some(&lfs_url));
+    let files: Vec<(String, Vec<u8>)> = (0..40u64)
+        .map(|i| {
+            let len = 1024 + (i as usize * 7919) % (19 << 10);
+            (format!("s{i:02}.bin"), common::splitmix64(900 + i, len))
+        })
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "many"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+
+    let clone = env.path().join("clone");
+    let skip = env.run_with(
+        env.path(),
+        "git",
+        &["clone", "-q", "remote.git", "clone"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    assert_eq!(skip.status, Some(0), "{}", skip.all());
+    let before = env.agent_log().matches("downloaded a pack").count();
+    let ranges_before = requests_on(&server, "/v1/xorb-data/{xorb_hash}");
+    let batch_before = requests_on(&server, "/v1/reconstructions");
+    env.git(&clone, &["lfs", "fetch"]);
+    let log = env.agent_log();
+    let packs = log.matches("downloaded a pack").count() - before;
+    let ranges = requests_on(&server, "/v1/xorb-data/{xorb_hash}") - ranges_before;
+    let batches = requests_on(&server, "/v1/reconstructions") - batch_before;
+    eprintln!("{packs} packs, {batches} batch plans, {ranges} range requests");
+    // 40 objects in one batch: 8 packs, each planned in one request and fetched in a few
+    // (one per run of neighbouring bytes), instead of a request per object.
+    assert_eq!(packs, 8, "{log}");
+    assert_eq!(batches, 8);
+    assert!(ranges <= 16, "{ranges} range requests for 40 objects");
+    // Every object arrived whole and is in the journal once.
+    env.git(&clone, &["lfs", "checkout"]);
+    for (name, data) in &files {
+        assert!(std::fs::read(clone.join(name)).unwrap() == *data, "{name}");
+    }
+    let fsck = env.git(&clone, &["lfs", "fsck"]);
+    assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
+    let records = journal(&clone);
+    assert_eq!(records.len(), files.len());
+    assert!(records.iter().all(|r| r["direction"] == "download"));
+    // Nothing is left behind but the packs' small lock and outcome files.
+    let left: Vec<String> = std::fs::read_dir(clone.join(".git/lfs/tmp/xet-packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".lock") && !n.ends_with(".done"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {

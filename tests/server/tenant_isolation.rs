@@ -501,3 +501,106 @@ fn a_dedup_answer_tells_chunk_existence_and_never_lets_a_team_read_anothers_byte
     assert_eq!(r.status(), 200);
     let _: FileHash = honest_hash;
 }
+
+/// The batch reconstruction (`GET /v1/reconstructions?file_id=…`): the files the caller may read,
+/// each entry's URL serving that entry's bytes; ids are checked.
+#[test]
+fn a_batch_reconstruction_answers_only_for_the_callers_files() {
+    let s = server();
+    let a1 = common::splitmix64(11, 30_000);
+    let a2 = common::splitmix64(12, 50_000);
+    let b1 = common::splitmix64(13, 40_000);
+    let oid_a1 = put(&s, TEAM_A, "team-a/models", &a1);
+    let oid_a2 = put(&s, TEAM_A, "team-a/models", &a2);
+    let oid_b1 = put(&s, TEAM_B, "team-b/models", &b1);
+    let token_a = cas_token(&s, TEAM_A_READ, "team-a/models", "read");
+    let token_b = cas_token(&s, TEAM_B, "team-b/models", "read");
+    let admin = cas_token(&s, ADMIN, "team-b/models", "read");
+    let fa1 = file_of(&s, &token_a, &oid_a1).unwrap();
+    let fa2 = file_of(&s, &token_a, &oid_a2).unwrap();
+    let fb1 = file_of(&s, &admin, &oid_b1).unwrap();
+    let unknown = FileHash::from_bytes([7; 32]).to_hex();
+    let ask = |bearer: &str, ids: &[&str]| {
+        let query: Vec<String> = ids.iter().map(|i| format!("file_id={i}")).collect();
+        http()
+            .get(format!(
+                "{}/v1/reconstructions?{}",
+                s.url(),
+                query.join("&")
+            ))
+            .bearer_auth(bearer)
+            .send()
+            .unwrap()
+    };
+    let all = [fa1.as_str(), fa2.as_str(), fb1.as_str(), unknown.as_str()];
+    let files = |r: reqwest::blocking::Response| -> Value {
+        assert_eq!(r.status(), 200);
+        r.json().unwrap()
+    };
+    // Team A gets its two files; team B its one; nobody an unknown one.
+    let answer = files(ask(&token_a, &all));
+    let mut got: Vec<&String> = answer["files"].as_object().unwrap().keys().collect();
+    got.sort();
+    let mut want = vec![&fa1, &fa2];
+    want.sort();
+    assert_eq!(got, want);
+    let answer_b = files(ask(&token_b, &all));
+    let got_b: Vec<&String> = answer_b["files"].as_object().unwrap().keys().collect();
+    assert_eq!(got_b, vec![&fb1]);
+    // Every entry's URL serves its range, whose bytes are none of team B's.
+    let entries = fetch_entries(&answer);
+    assert!(!entries.is_empty());
+    for (xorb, url, ranges) in &entries {
+        assert!(
+            xorbs_of(&json!({"terms": answer["files"][&fa1]})).contains(xorb)
+                || xorbs_of(&json!({"terms": answer["files"][&fa2]})).contains(xorb)
+        );
+        let (start, end) = ranges[0];
+        let r = http()
+            .get(url)
+            .header("Range", format!("bytes={start}-{end}"))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 206, "{url}");
+        let bytes = r.bytes().unwrap();
+        assert_eq!(bytes.len() as u64, end - start + 1);
+        assert!(!leaks(&bytes, &b1));
+    }
+    // The client side: plans of both files, with which they are rebuilt.
+    let mut config = RemoteConfig::new(s.url(), TokenSource::fixed(Some(token_a.clone().into())));
+    config.retry = RetryPolicy::quick(2);
+    let cas = RemoteCas::new(config).unwrap();
+    let ids = [
+        FileHash::from_hex(&fa1).unwrap(),
+        FileHash::from_hex(&fa2).unwrap(),
+    ];
+    let plans = xet_client::Endpoint::reconstructions(&cas, &ids)
+        .unwrap()
+        .unwrap();
+    for (id, data) in ids.iter().zip([&a1, &a2]) {
+        let mut out = Vec::new();
+        let mut sink = |b: &[u8]| {
+            out.extend_from_slice(b);
+            Ok(())
+        };
+        xet_client::pipeline::download::write_file(&cas, id, &plans[id], &mut sink).unwrap();
+        assert!(out == *data);
+    }
+    // No id, more than 64, or a bad one: 400 naming the query.
+    let (status, code) = status_and_code(ask(&token_a, &[]));
+    assert_eq!((status, code.as_str()), (400, "invalid_query"));
+    let many: Vec<String> = (0..65u8)
+        .map(|i| FileHash::from_bytes([i; 32]).to_hex())
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let (status, code) = status_and_code(ask(&token_a, &many));
+    assert_eq!((status, code.as_str()), (400, "invalid_query"));
+    let (status, code) = status_and_code(ask(&token_a, &["nothex"]));
+    assert_eq!((status, code.as_str()), (400, "invalid_hash"));
+    // Without a token: 401.
+    let r = http()
+        .get(format!("{}/v1/reconstructions?file_id={fa1}", s.url()))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}

@@ -1,4 +1,4 @@
-//! Planning a file's reconstruction (docs/cas-api.md §6.3): which chunks of which xorbs rebuild a byte
+//! Planning a file's reconstruction (docs/cas-api.md §6.4): which chunks of which xorbs rebuild a byte
 //! range of a file, and which byte ranges of the stored xorbs to fetch.
 //!
 //! Pure: given the file's terms and the footers of its xorbs, no I/O. For a ranged query the

@@ -1000,6 +1000,39 @@ impl RemoteCas {
     }
 }
 
+impl RemoteCas {
+    fn ask_reconstructions(
+        &self,
+        files: &[FileHash],
+    ) -> Result<Option<std::collections::BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
+        let query: Vec<String> = files.iter().map(|f| format!("file_id={f}")).collect();
+        let req = self.cas_request(
+            Method::GET,
+            &format!("/v1/reconstructions?{}", query.join("&")),
+            format!("planning the download of {} files", files.len()),
+        );
+        self.execute(&req, None, |req, resp| {
+            match resp.status() {
+                StatusCode::OK => {}
+                StatusCode::NOT_FOUND
+                | StatusCode::METHOD_NOT_ALLOWED
+                | StatusCode::NOT_IMPLEMENTED => return Ok(None),
+                _ => return Err(refused(req, resp, "")),
+            }
+            let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON)?;
+            let invalid = |e: String| {
+                fatal(
+                    req,
+                    format!("{} sent an unusable batch reconstruction: {e}", req.server),
+                )
+            };
+            let json = serde_json::from_slice::<crate::wire::BatchReconstructionV1>(&body)
+                .map_err(|e| invalid(e.to_string()))?;
+            json.into_plans().map(Some).map_err(|e| invalid(e.0))
+        })
+    }
+}
+
 /// A final error of `req`.
 fn fatal(req: &Request, message: String) -> Failure {
     fatal_coded(req, message, None)
@@ -1588,6 +1621,15 @@ impl Endpoint for RemoteCas {
                 code: None,
             }),
         }
+    }
+
+    /// `GET /v1/reconstructions?file_id=…` (the batch query); `None` when the server does not
+    /// offer it.
+    fn reconstructions(
+        &self,
+        files: &[FileHash],
+    ) -> Result<Option<std::collections::BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
+        self.ask_reconstructions(files)
     }
 
     fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {

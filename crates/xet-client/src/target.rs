@@ -17,6 +17,7 @@
 //! The traits are implemented for references too, so wrappers such as
 //! [`Cached`](crate::pipeline::cached::Cached) can hold a `&Store` or a `&dyn CasTarget`.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -404,6 +405,18 @@ pub trait Endpoint: CasTarget + XorbSource {
         Ok(None)
     }
 
+    /// The whole-file plans of several files in one request (a download pack): `None` when
+    /// the endpoint cannot plan files together (the caller then plans each alone). A file the
+    /// endpoint does not have, or cannot plan, is missing from the map. The default answers
+    /// `None`.
+    fn reconstructions(
+        &self,
+        files: &[FileHash],
+    ) -> Result<Option<BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
+        let _ = files;
+        Ok(None)
+    }
+
     /// A short description for messages, e.g. the URL or the directory.
     fn describe(&self) -> String;
 }
@@ -423,6 +436,13 @@ impl<T: Endpoint + ?Sized> Endpoint for &T {
 
     fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
         (**self).file_chunks(file)
+    }
+
+    fn reconstructions(
+        &self,
+        files: &[FileHash],
+    ) -> Result<Option<BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
+        (**self).reconstructions(files)
     }
 
     fn describe(&self) -> String {

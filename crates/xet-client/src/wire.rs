@@ -240,13 +240,7 @@ impl Pack {
     /// Parses [`Self::to_header`]'s form: at least two and at most [`MAX_PACK_MEMBERS`]
     /// distinct members.
     pub fn from_header(text: &str) -> Result<Pack, String> {
-        let items: Vec<&str> = text.split(',').map(str::trim).collect();
-        if items.len() < 2 || items.len() > MAX_PACK_MEMBERS {
-            return Err(format!(
-                "a pack names {} objects, not 2 to {MAX_PACK_MEMBERS}",
-                items.len()
-            ));
-        }
+        let items = pack_items(text)?;
         let mut members = Vec::with_capacity(items.len());
         for item in items {
             let (oid, size) = item
@@ -263,6 +257,156 @@ impl Pack {
         }
         Ok(Pack(members))
     }
+}
+
+/// The objects of a download pack: [`PACK_HEADER`] on a download action (docs/lfs-agent.md
+/// §12.5): oid, size and Xet file hash of each member, in the server's order. One agent
+/// fetches the members' reconstructions in one request ([`BatchReconstructionV1`]) and their
+/// bytes once per xorb range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownloadPack(pub Vec<(LfsOid, u64, FileHash)>);
+
+impl DownloadPack {
+    /// `oid:size:hash` of each member, joined by commas.
+    pub fn to_header(&self) -> String {
+        let mut out = String::with_capacity(self.0.len() * 150);
+        for (i, (oid, size, hash)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&format!("{}:{size}:{}", oid.to_hex(), hash.to_hex()));
+        }
+        out
+    }
+
+    /// Parses [`Self::to_header`]'s form: at least two and at most [`MAX_PACK_MEMBERS`]
+    /// distinct members.
+    pub fn from_header(text: &str) -> Result<DownloadPack, String> {
+        let mut members = Vec::new();
+        for item in pack_items(text)? {
+            let mut parts = item.split(':');
+            let (Some(oid), Some(size), Some(hash), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return Err(format!("pack member {item:?} is not oid:size:hash"));
+            };
+            let oid = LfsOid::from_hex(oid).map_err(|e| format!("pack member {oid:?}: {e}"))?;
+            let size = size
+                .parse::<u64>()
+                .map_err(|e| format!("size {size:?} of pack member {oid}: {e}"))?;
+            let hash =
+                FileHash::from_hex(hash).map_err(|e| format!("hash of pack member {oid}: {e}"))?;
+            if members.iter().any(|(o, _, _)| *o == oid) {
+                return Err(format!("pack member {oid} is named twice"));
+            }
+            members.push((oid, size, hash));
+        }
+        Ok(DownloadPack(members))
+    }
+}
+
+/// The comma-separated members of a pack header, 2 to [`MAX_PACK_MEMBERS`] of them.
+fn pack_items(text: &str) -> Result<Vec<&str>, String> {
+    let items: Vec<&str> = text.split(',').map(str::trim).collect();
+    if items.len() < 2 || items.len() > MAX_PACK_MEMBERS {
+        return Err(format!(
+            "a pack names {} objects, not 2 to {MAX_PACK_MEMBERS}",
+            items.len()
+        ));
+    }
+    Ok(items)
+}
+
+/// At most this many files in one batch reconstruction (`GET /v1/reconstructions?file_id=…`).
+pub const MAX_BATCH_FILES: usize = MAX_PACK_MEMBERS;
+
+/// `BatchQueryReconstructionResponse`, the answer of `GET /v1/reconstructions?file_id=A&file_id=B`
+/// (docs/cas-api.md §5.1): the terms of each file the server has, and the fetch entries of
+/// their xorbs, shared by the files. Files the server does not have are left out.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BatchReconstructionV1 {
+    pub files: BTreeMap<FileHash, Vec<Term>>,
+    pub fetch_info: BTreeMap<XorbHash, Vec<FetchInfoV1>>,
+}
+
+impl BatchReconstructionV1 {
+    /// The whole-file plan of each file: its terms, with the fetch entries of its xorbs that
+    /// overlap them (every URL, range and term checked as for one file).
+    pub fn into_plans(self) -> Result<BTreeMap<FileHash, ReconstructionPlan>, WireError> {
+        let mut plans = BTreeMap::new();
+        for (file, terms) in self.files {
+            let mut fetch_info = BTreeMap::new();
+            for t in &terms {
+                let Some(entries) = self.fetch_info.get(&t.hash) else {
+                    continue;
+                };
+                let mine: &mut Vec<FetchInfoV1> = fetch_info.entry(t.hash).or_default();
+                for e in entries {
+                    let overlaps = e.range.start < t.range.end && t.range.start < e.range.end;
+                    if overlaps && !mine.contains(e) {
+                        mine.push(e.clone());
+                    }
+                }
+            }
+            let one = ReconstructionV1 {
+                offset_into_first_range: 0,
+                terms,
+                fetch_info,
+            };
+            let plan = one
+                .into_v2()
+                .into_plan(None)
+                .map_err(|e| WireError(format!("file {file}: {}", e.0)))?;
+            plans.insert(file, plan);
+        }
+        Ok(plans)
+    }
+}
+
+/// The batch answer for the plans of several files: each file's terms, and per xorb the fetch
+/// entries of every file (the same range listed once). Where one URL may serve several ranges
+/// ([`FetchUrls::ranges_per_url`] above 1), ranges that touch or overlap share one URL that
+/// grants all of them, so that a client may fetch such a run in one request; each entry still
+/// names its own range. The files' ranges are those of files the caller may read, so a run
+/// grants nothing else.
+pub fn to_batch_v1(
+    plans: &[(FileHash, ReconstructionPlan)],
+    urls: &dyn FetchUrls,
+) -> BatchReconstructionV1 {
+    let mut out = BatchReconstructionV1::default();
+    let mut ranges: BTreeMap<XorbHash, Vec<(ChunkRange, ByteRange)>> = BTreeMap::new();
+    for (file, plan) in plans {
+        out.files.insert(*file, term_json(plan));
+        for (xorb, fetch) in &plan.fetch {
+            let of_xorb = ranges.entry(*xorb).or_default();
+            of_xorb.extend(fetch.iter().map(|r| (chunk_range(r), byte_range(r))));
+        }
+    }
+    let coalesce = urls.ranges_per_url() > 1;
+    for (xorb, mut rs) in ranges {
+        rs.sort_by_key(|(c, b)| (c.start, c.end, b.start));
+        rs.dedup();
+        let mut entries = Vec::with_capacity(rs.len());
+        let mut i = 0;
+        while i < rs.len() {
+            let (mut chunks_end, mut bytes_end) = (rs[i].0.end, rs[i].1.end);
+            let mut j = i + 1;
+            while coalesce && j < rs.len() && rs[j].0.start <= chunks_end {
+                chunks_end = chunks_end.max(rs[j].0.end);
+                bytes_end = bytes_end.max(rs[j].1.end);
+                j += 1;
+            }
+            let url = urls.url(&xorb, &[rs[i].1.start..=bytes_end]);
+            entries.extend(rs[i..j].iter().map(|&(range, url_range)| FetchInfoV1 {
+                range,
+                url: url.clone(),
+                url_range,
+            }));
+            i = j;
+        }
+        out.fetch_info.insert(xorb, entries);
+    }
+    out
 }
 
 /// The v1 JSON of a plan: one URL per fetch entry, granting that entry's range.
@@ -747,6 +891,109 @@ mod tests {
     }
 
     const X: &str = "0101010101010101020202020202020203030303030303030404040404040404";
+
+    #[test]
+    fn download_packs_round_trip_and_malformed_ones_are_refused() {
+        let pack = DownloadPack(
+            (0..3u8)
+                .map(|i| {
+                    (
+                        LfsOid::of(&[i]),
+                        u64::from(i) + 1,
+                        FileHash::from_bytes([i; 32]),
+                    )
+                })
+                .collect(),
+        );
+        assert_eq!(DownloadPack::from_header(&pack.to_header()).unwrap(), pack);
+        let (a, h) = (LfsOid::of(b"a").to_hex(), FileHash::ZERO.to_hex());
+        let b = LfsOid::of(b"b").to_hex();
+        for bad in [
+            format!("{a}:1:{h}"),
+            format!("{a}:1:{h},{a}:2:{h}"),
+            format!("{a}:1:{h},{b}:2"),
+            format!("{a}:1:{h},{b}:2:{h}:3"),
+            format!("{a}:1:{h},{b}:x:{h}"),
+            format!("{a}:1:{h},{b}:2:zz"),
+            // An upload pack is not a download pack.
+            format!("{a}:1,{b}:2"),
+        ] {
+            assert!(DownloadPack::from_header(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_batch_answer_lists_each_range_once_and_runs_share_a_url() {
+        let xorb = XorbHash::from_hex(X).unwrap();
+        let fetch = |c: std::ops::Range<u32>, b: RangeInclusive<u64>| FetchRange {
+            chunks: c,
+            bytes: b,
+            url: None,
+        };
+        let term = |c: std::ops::Range<u32>, len: u32| PlannedTerm {
+            xorb,
+            chunks: c,
+            unpacked_len: len,
+        };
+        let plan = |terms: Vec<PlannedTerm>, fetch: Vec<FetchRange>| ReconstructionPlan {
+            file_size: terms.iter().map(|t| u64::from(t.unpacked_len)).sum(),
+            offset_into_first_range: 0,
+            terms,
+            fetch: vec![(xorb, fetch)],
+        };
+        // A: chunks 0..2; B: chunks 2..3 (touching A's), C: chunks 5..6 (apart), D = A again.
+        let a = plan(vec![term(0..2, 300)], vec![fetch(0..2, 0..=199)]);
+        let b = plan(vec![term(2..3, 100)], vec![fetch(2..3, 200..=299)]);
+        let c = plan(vec![term(5..6, 100)], vec![fetch(5..6, 500..=599)]);
+        let files = [
+            (FileHash::from_bytes([1; 32]), a.clone()),
+            (FileHash::from_bytes([2; 32]), b.clone()),
+            (FileHash::from_bytes([3; 32]), c.clone()),
+            (FileHash::from_bytes([4; 32]), a.clone()),
+        ];
+        let answer = to_batch_v1(&files, &TestUrls);
+        assert_eq!(answer.files.len(), 4);
+        let entries = &answer.fetch_info[&xorb];
+        let ranges: Vec<(u32, u32)> = entries
+            .iter()
+            .map(|e| (e.range.start, e.range.end))
+            .collect();
+        assert_eq!(ranges, vec![(0, 2), (2, 3), (5, 6)]);
+        assert_eq!(entries[0].url, entries[1].url);
+        assert!(entries[0].url.contains("&r=0-299&"), "{}", entries[0].url);
+        assert!(entries[2].url.contains("&r=500-599&"), "{}", entries[2].url);
+        // With one range per URL, nothing is joined.
+        let one = to_batch_v1(&files, &OneRangeUrls);
+        let urls: Vec<&str> = one.fetch_info[&xorb]
+            .iter()
+            .map(|e| e.url.as_str())
+            .collect();
+        assert!(urls[0].contains("&r=0-199&") && urls[1].contains("&r=200-299&"));
+        // The JSON round trip gives each file its plan back, with only its own entries.
+        let json = serde_json::to_string(&answer).unwrap();
+        let plans = serde_json::from_str::<BatchReconstructionV1>(&json)
+            .unwrap()
+            .into_plans()
+            .unwrap();
+        for (file, original) in &files {
+            let got = &plans[file];
+            assert_eq!(
+                (&got.terms, got.file_size),
+                (&original.terms, original.file_size)
+            );
+            let got_ranges: Vec<_> = got.fetch[0]
+                .1
+                .iter()
+                .map(|r| (r.chunks.clone(), r.bytes.clone()))
+                .collect();
+            let want: Vec<_> = original.fetch[0]
+                .1
+                .iter()
+                .map(|r| (r.chunks.clone(), r.bytes.clone()))
+                .collect();
+            assert_eq!(got_ranges, want);
+        }
+    }
 
     /// URLs that name the ranges they grant, as the server's do.
     struct TestUrls;

@@ -48,6 +48,7 @@
 //! - **Secrets.** What goes to git-lfs and to the log is redacted ([`xet_client::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
+mod download_pack;
 mod endpoint;
 mod pack;
 mod prior;
@@ -310,6 +311,9 @@ struct Agent {
     /// Negotiated endpoints by CAS URL and refresh route.
     negotiated: Vec<((String, String), Arc<dyn Endpoint>)>,
     temp_dir: Option<PathBuf>,
+    /// git-lfs's temp directory and its `xet-packs` directory, once created by this process
+    /// (each request would otherwise lock their parents to learn they exist).
+    made_dirs: Option<(PathBuf, PathBuf)>,
     common_dir: Option<Option<PathBuf>>,
     /// git's common directory and git-lfs's temp directory, being found on a thread started at
     /// `init` (two git processes, run while git-lfs makes its batch call instead of before the
@@ -338,6 +342,7 @@ impl Agent {
             standalone: None,
             negotiated: Vec::new(),
             temp_dir: None,
+            made_dirs: None,
             common_dir: None,
             dirs_ahead: None,
             shared: None,
@@ -465,13 +470,27 @@ impl Agent {
 
     /// [`Self::lfs_temp_dir`], created if it is not there yet.
     fn made_lfs_temp_dir(&mut self) -> Result<PathBuf, TransferError> {
+        Ok(self.made_dirs()?.0)
+    }
+
+    /// The directory of the pack files in git-lfs's temp directory (see `pack`), created if it
+    /// is not there yet.
+    fn made_pack_dir(&mut self) -> Result<PathBuf, TransferError> {
+        Ok(self.made_dirs()?.1)
+    }
+
+    fn made_dirs(&mut self) -> Result<(PathBuf, PathBuf), TransferError> {
+        if let Some(made) = &self.made_dirs {
+            return Ok(made.clone());
+        }
         let dir = self.lfs_temp_dir()?;
-        std::fs::create_dir_all(&dir).map_err(|e| TransferError::Local {
+        let packs = dir.join(pack::PACK_DIR);
+        std::fs::create_dir_all(&packs).map_err(|e| TransferError::Local {
             what: "cannot create git-lfs's temp directory",
-            path: dir.clone(),
+            path: packs.clone(),
             source: e,
         })?;
-        Ok(dir)
+        Ok(self.made_dirs.insert((dir, packs)).clone())
     }
 
     /// The earlier versions of `t`'s object on this machine that match `endpoint` (see
@@ -520,7 +539,7 @@ impl Agent {
         match self.lfs_temp_dir() {
             Ok(dir) => {
                 remove_stale_parts(&dir);
-                pack::remove_stale_packs(&dir);
+                pack::remove_stale_packs(&dir.join(pack::PACK_DIR));
             }
             Err(e) => tracing::debug!("partial downloads not looked for: {e}"),
         }
@@ -654,6 +673,16 @@ impl Agent {
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
     ) -> Result<PathBuf, TransferError> {
+        if let Some(pack) = download_pack::download_pack_of(t) {
+            match self.download_in_pack(t, pack, writer) {
+                Ok(Some(path)) => return Ok(path),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    oid = %t.oid,
+                    "cannot take part in the object's download pack; downloading it on its own: {e}"
+                ),
+            }
+        }
         let lease = self.endpoint(t, Operation::Download)?;
         let endpoint = lease.get();
         // Shows a large download has started (a small one completes as soon).

@@ -9,7 +9,7 @@
 //! theirs at once. Many small files then cost a few xorbs and one shard per pack instead of
 //! one of each per file.
 //!
-//! Coordination is through two files in git-lfs's temp directory, named after the batch's
+//! Coordination is through two files in git-lfs's temp directory (in [`PACK_DIR`]), named after the batch's
 //! session id and the pack: `xet-pack-<id>.lock` (held, with `flock`, by the agent uploading
 //! the pack and briefly by each agent that looks) and `xet-pack-<id>.done` (the members
 //! registered, or why the pack failed), written before the lock is released. An agent that
@@ -32,6 +32,10 @@ use crate::lfs::protocol::ProtocolWriter;
 use xet_client::pipeline::upload::{upload_pack, PackMember, PackSummary, UploadProgress};
 use xet_client::wire::{Pack, PACK_HEADER};
 use xet_format::LfsOid;
+
+/// The directory in git-lfs's temp directory that holds the pack files (of fewer entries than
+/// the temp directory, where git-lfs and every agent create and rename files).
+pub(super) const PACK_DIR: &str = "xet-packs";
 
 /// Pack files older than this are removed (their batch is long over).
 pub(super) const STALE_PACK_AGE: Duration = Duration::from_secs(60 * 60);
@@ -82,8 +86,9 @@ fn sibling(known: &Path, oid: &LfsOid) -> Option<PathBuf> {
     Some(objects.join(&hex[0..2]).join(&hex[2..4]).join(hex))
 }
 
-/// The name shared by the pack's files: the batch's session, the CAS and the members.
-fn pack_id(t: &Transfer, pack: &Pack) -> String {
+/// The name shared by the pack's files: the batch's session, the CAS and the members (the
+/// pack's header, `members`).
+pub(super) fn pack_id(t: &Transfer, members: &str) -> String {
     let mut sha = sha2::Sha256::new();
     if let Some(action) = &t.action {
         for name in ["X-Xet-Session-Id", "X-Xet-Cas-Url"] {
@@ -91,9 +96,40 @@ fn pack_id(t: &Transfer, pack: &Pack) -> String {
             sha.update([0]);
         }
     }
-    sha.update(pack.to_header().as_bytes());
+    sha.update(members.as_bytes());
     let digest = sha.finalize();
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Takes the lock of the pack whose files are named `<name>.lock` and `<name>.done` in `dir`
+/// (waiting while another agent holds it), for the object `oid`. Returns the held lock and the
+/// path of the outcome file.
+pub(super) fn lock_pack(
+    dir: &Path,
+    name: &str,
+    oid: &LfsOid,
+) -> Result<(std::fs::File, PathBuf), TransferError> {
+    let lock_path = dir.join(format!("{name}.lock"));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| TransferError::Local {
+            what: "cannot create a pack's lock file",
+            path: lock_path.clone(),
+            source: e,
+        })?;
+    let waited = Instant::now();
+    lock.lock().map_err(|e| TransferError::Local {
+        what: "cannot lock a pack's lock file",
+        path: lock_path.clone(),
+        source: e,
+    })?;
+    if waited.elapsed() > Duration::from_millis(50) {
+        tracing::debug!(%oid, waited_secs = waited.elapsed().as_secs_f64(), "waited for another agent's pack");
+    }
+    Ok((lock, dir.join(format!("{name}.done"))))
 }
 
 impl Agent {
@@ -104,30 +140,10 @@ impl Agent {
         pack: &Pack,
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Packed, TransferError> {
-        let dir = self.made_lfs_temp_dir()?;
-        let id = pack_id(t, pack);
-        let lock_path = dir.join(format!("xet-pack-{id}.lock"));
-        let done_path = dir.join(format!("xet-pack-{id}.done"));
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| TransferError::Local {
-                what: "cannot create a pack's lock file",
-                path: lock_path.clone(),
-                source: e,
-            })?;
-        let waited = Instant::now();
-        lock.lock().map_err(|e| TransferError::Local {
-            what: "cannot lock a pack's lock file",
-            path: lock_path.clone(),
-            source: e,
-        })?;
-        if waited.elapsed() > Duration::from_millis(50) {
-            tracing::debug!(oid = %t.oid, waited_secs = waited.elapsed().as_secs_f64(), "waited for another agent's pack");
-        }
-        if let Some(outcome) = read_outcome(&done_path) {
+        let dir = self.made_pack_dir()?;
+        let id = pack_id(t, &pack.to_header());
+        let (lock, done_path) = lock_pack(&dir, &format!("xet-pack-{id}"), &t.oid)?;
+        if let Some(outcome) = read_outcome::<Outcome>(&done_path) {
             return Ok(match outcome.failed {
                 None if outcome.registered.contains(&t.oid) => Packed::Done,
                 _ => Packed::Alone,
@@ -314,13 +330,14 @@ fn records(summary: &PackSummary, endpoint: &str) -> Vec<Record> {
         .collect()
 }
 
-fn read_outcome(path: &Path) -> Option<Outcome> {
+/// A pack's outcome file, if it is there and parses.
+pub(super) fn read_outcome<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     let text = std::fs::read(path).ok()?;
     serde_json::from_slice(&text).ok()
 }
 
 /// Writes the outcome whole (a temporary file renamed into place).
-fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
+pub(super) fn write_outcome<T: Serialize>(path: &Path, outcome: &T) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(&serde_json::to_vec(outcome).map_err(std::io::Error::other)?)?;
@@ -328,7 +345,9 @@ fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Removes the pack files of batches over [`STALE_PACK_AGE`] ago from `dir`.
+/// Removes the pack files of batches over [`STALE_PACK_AGE`] ago from `dir`: the lock and
+/// outcome files of upload and download packs, and the members a download pack wrote that
+/// git-lfs never took.
 pub(super) fn remove_stale_packs(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -336,7 +355,9 @@ pub(super) fn remove_stale_packs(dir: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !name.starts_with("xet-pack-") || !(name.ends_with(".lock") || name.ends_with(".done")) {
+        let upload =
+            name.starts_with("xet-pack-") && (name.ends_with(".lock") || name.ends_with(".done"));
+        if !upload && !name.starts_with(super::download_pack::FILE_PREFIX) {
             continue;
         }
         let old = entry

@@ -4,7 +4,7 @@
 //! reader of one file never gets the other bytes of a xorb it shares with other files.
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -22,8 +22,9 @@ use xet_store::backend::RangeSigner;
 use xet_store::StoreError;
 
 pub use xet_client::wire::{
-    to_v1, to_v2, ByteRange, ChunkRange, FetchInfoV1, FetchUrls, RangeV2, ReconstructionV1,
-    ReconstructionV2, Term, XorbEntryV2, RANGES_PER_ENTRY,
+    to_batch_v1, to_v1, to_v2, BatchReconstructionV1, ByteRange, ChunkRange, FetchInfoV1,
+    FetchUrls, RangeV2, ReconstructionV1, ReconstructionV2, Term, XorbEntryV2, MAX_BATCH_FILES,
+    RANGES_PER_ENTRY,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +131,80 @@ async fn reconstruct(
         HeaderValue::from_static("private, no-store"),
     );
     Ok(response)
+}
+
+/// `GET /v1/reconstructions?file_id=A&file_id=B…` (the reference client's batch query,
+/// docs/cas-api.md §5.1): the v1 terms of each file the caller may read and the fetch entries of
+/// their xorbs ([`to_batch_v1`]: touching ranges share one URL). Files that are not there (or
+/// whose plan cannot be made) are left out; at most [`MAX_BATCH_FILES`] ids.
+pub(crate) async fn get_batch(
+    State(state): State<SharedState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    match batch(state, query, &headers).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn batch(
+    state: SharedState,
+    query: Option<String>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let (_, limited_to) = state.authorize_cas(headers, Scope::Read, "reading reconstructions")?;
+    let files = batch_ids(query.as_deref().unwrap_or(""))?;
+    let st = state.clone();
+    let answer = blocking(move || {
+        let mut plans = Vec::with_capacity(files.len());
+        for file in files {
+            if file.is_zero() || !st.store.visible_to(&file, limited_to.as_deref())? {
+                continue;
+            }
+            match st.store.reconstruction(&file, None) {
+                Ok(Some(plan)) => plans.push((file, plan)),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(%file, "left out of a batch reconstruction: {e}"),
+            }
+        }
+        tracing::debug!(files = plans.len(), "batch reconstruction");
+        Ok(to_batch_v1(&plans, &Presigner::new(&st)))
+    })
+    .await?;
+    let mut response = Json(answer).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    Ok(response)
+}
+
+/// The distinct file hashes of a batch query (`file_id=…` pairs; other keys are ignored).
+fn batch_ids(query: &str) -> Result<Vec<FileHash>, ApiError> {
+    let mut files: Vec<FileHash> = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let Some(("file_id", value)) = pair.split_once('=') else {
+            continue;
+        };
+        let file: FileHash = parse_hash(value, "file_id")?;
+        if !files.contains(&file) {
+            files.push(file);
+        }
+        if files.len() > MAX_BATCH_FILES {
+            return Err(ApiError::bad_request(
+                ErrorCode::InvalidQuery,
+                format!("more than {MAX_BATCH_FILES} file_id values; ask in smaller batches"),
+            ));
+        }
+    }
+    if files.is_empty() {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidQuery,
+            "no file_id: ask /v1/reconstructions?file_id=<hash>&file_id=<hash>…",
+        ));
+    }
+    Ok(files)
 }
 
 /// Files up to this size get their reconstruction sent along with the answer that names them

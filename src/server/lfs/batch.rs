@@ -18,7 +18,9 @@
 //! request per object. Small objects' upload actions name their *pack* in `X-Xet-Pack` (this
 //! server's extension, docs/lfs-agent.md §12.4): the batch's small objects are dealt into a few
 //! packs, each of which one agent uploads as one session (a few xorbs and one shard instead of
-//! one of each per object).
+//! one of each per object). Small objects' download actions name their *download pack*
+//! (§12.5): neighbours in the xorbs, which one agent plans in one request and fetches in a few;
+//! the answer then lists the packed objects one from each pack in turn.
 
 use std::collections::BTreeMap;
 use xet_client::wire::ErrorCode;
@@ -35,9 +37,11 @@ use crate::server::body::read_body;
 use crate::server::cas::reconstruction::{inline_v2, small_plan};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use xet_client::wire::{CasTokenInfo, Pack, MAX_PACK_MEMBERS, PACK_HEADER, RECONSTRUCTION_HEADER};
+use xet_client::wire::{
+    CasTokenInfo, DownloadPack, Pack, MAX_PACK_MEMBERS, PACK_HEADER, RECONSTRUCTION_HEADER,
+};
 use xet_client::ReconstructionPlan;
-use xet_format::{FileHash, LfsOid};
+use xet_format::{FileHash, LfsOid, XorbHash};
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
 pub(crate) const MAX_OBJECTS: usize = 1000;
@@ -211,17 +215,27 @@ pub async fn batch(
         ));
     }
     let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
-    let mut packs = match (operation, transfer) {
-        (Operation::Upload, Transfer::Xet) => pack_headers(&requested, &looked_up),
-        _ => Vec::new(),
+    let (mut packs, order) = match (operation, transfer) {
+        (Operation::Upload, Transfer::Xet) => (pack_headers(&requested, &looked_up), None),
+        (Operation::Download, Transfer::Xet) => {
+            let (packs, order) = download_pack_headers(&requested, &looked_up);
+            (packs, Some(order))
+        }
+        _ => (Vec::new(), None),
     };
     packs.resize(requested.len(), None);
-    let objects: Vec<ObjectOut> = requested
+    let mut objects: Vec<Option<ObjectOut>> = requested
         .into_iter()
         .zip(looked_up)
         .zip(packs)
-        .map(|((r, (stored, inline)), pack)| actions.object(r, stored, inline, pack))
+        .map(|((r, (stored, inline)), pack)| {
+            Some(actions.object(r, stored, inline.map(|i| i.json), pack))
+        })
         .collect();
+    let objects: Vec<ObjectOut> = match order {
+        Some(order) => order.iter().filter_map(|&i| objects[i].take()).collect(),
+        None => objects.into_iter().flatten().collect(),
+    };
     tracing::info!(
         repo = %repo.id,
         operation = ?operation,
@@ -328,21 +342,33 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
 /// (`X-Xet-Reconstruction`, this server's extension): the agent then skips the reconstruction
 /// request, half of the round trips of a small download. Agents that do not know the header
 /// ignore it.
+/// A small object's reconstruction sent along with its download action: the v2 JSON, and where
+/// its first chunk is stored (by which download packs gather neighbours).
+struct Inline {
+    json: String,
+    place: (XorbHash, u32),
+}
+
 async fn look_up(
     state: &std::sync::Arc<AppState>,
     oids: Vec<Option<LfsOid>>,
     limited: Option<String>,
     operation: Operation,
     transfer: Transfer,
-) -> Result<Vec<(Stored, Option<String>)>, ApiError> {
+) -> Result<Vec<(Stored, Option<Inline>)>, ApiError> {
     let with_plans = operation == Operation::Download && transfer == Transfer::Xet;
     let st = std::sync::Arc::clone(state);
     blocking(move || {
         let store = &st.store;
         // The plan's JSON with presigned URLs (signing may wait for storage credentials).
         let inline = |plan: Option<ReconstructionPlan>| {
-            plan.and_then(|p| inline_v2(&st, &p))
-                .and_then(|v2| serde_json::to_string(&v2).ok())
+            let plan = plan?;
+            let first = plan.terms.first()?;
+            let json = serde_json::to_string(&inline_v2(&st, &plan)?).ok()?;
+            Some(Inline {
+                json,
+                place: (first.xorb, first.chunks.start),
+            })
         };
         // On shared storage, one catch-up with the other nodes for the whole batch instead of
         // one per object that misses.
@@ -405,7 +431,7 @@ const PACK_SPREAD: usize = 8;
 /// of one member is no pack.
 fn pack_headers(
     requested: &[Requested],
-    looked_up: &[(Stored, Option<String>)],
+    looked_up: &[(Stored, Option<Inline>)],
 ) -> Vec<Option<String>> {
     let small: Vec<(usize, LfsOid, u64)> = requested
         .iter()
@@ -426,11 +452,7 @@ fn pack_headers(
         return out;
     }
     let bytes: u64 = small.iter().map(|(_, _, size)| size).sum();
-    let n = PACK_SPREAD
-        .min(small.len() / 2)
-        .max(small.len().div_ceil(MAX_PACK_MEMBERS))
-        .max(usize::try_from(bytes.div_ceil(PACK_BYTES)).unwrap_or(usize::MAX))
-        .clamp(1, small.len());
+    let n = pack_count(small.len(), bytes);
     let mut packs: Vec<Vec<(usize, LfsOid, u64)>> = vec![Vec::new(); n];
     for (k, member) in small.into_iter().enumerate() {
         packs[k % n].push(member);
@@ -442,6 +464,104 @@ fn pack_headers(
         }
     }
     out
+}
+
+/// How many packs `members` objects of `bytes` bytes in all are dealt into: at least
+/// [`PACK_SPREAD`] while each gets two members, enough that none has more than
+/// [`MAX_PACK_MEMBERS`] members or, on average, [`PACK_BYTES`].
+fn pack_count(members: usize, bytes: u64) -> usize {
+    PACK_SPREAD
+        .min(members / 2)
+        .max(members.div_ceil(MAX_PACK_MEMBERS))
+        .max(usize::try_from(bytes.div_ceil(PACK_BYTES)).unwrap_or(usize::MAX))
+        .clamp(1, members.max(1))
+}
+
+/// The `X-Xet-Pack` header of each small object to download (by position), and the order in
+/// which the answer lists the objects (docs/lfs-agent.md §12.5). The intact objects whose
+/// reconstruction goes along ([`Inline`]) are sorted by where their first chunk is stored and
+/// cut into runs of neighbours (about [`pack_count`] runs of even length, none over
+/// [`PACK_BYTES`] but by its last member), so that
+/// one agent fetches a run's bytes in few requests. The answer then lists the packed objects
+/// taking one from each pack in turn, in the places packed objects had: git-lfs hands objects
+/// to its agents in the answer's order, so the first agents start different packs. A run of
+/// one object is no pack.
+fn download_pack_headers(
+    requested: &[Requested],
+    looked_up: &[(Stored, Option<Inline>)],
+) -> (Vec<Option<String>>, Vec<usize>) {
+    let mut small: Vec<Neighbour> = requested
+        .iter()
+        .zip(looked_up)
+        .enumerate()
+        .filter_map(|(index, (r, (stored, inline)))| {
+            let (oid, size) = *r.checked.as_ref().ok()?;
+            let at = inline.as_ref()?.place;
+            match stored {
+                Stored::Intact(file, s) if *s == size && size > 0 && size <= PACK_MEMBER_MAX => {
+                    Some(Neighbour {
+                        index,
+                        member: (oid, size, *file),
+                        at,
+                    })
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    let mut headers = vec![None; requested.len()];
+    let mut order: Vec<usize> = (0..requested.len()).collect();
+    if small.len() < 2 {
+        return (headers, order);
+    }
+    let places: Vec<usize> = small.iter().map(|m| m.index).collect();
+    small.sort_by_key(|m| m.at);
+    let runs = neighbour_runs(&small);
+    for run in runs.iter().filter(|r| r.len() >= 2) {
+        let header = DownloadPack(run.iter().map(|m| m.member).collect()).to_header();
+        for m in run {
+            headers[m.index] = Some(header.clone());
+        }
+    }
+    let longest = runs.iter().map(Vec::len).max().unwrap_or(0);
+    let dealt = (0..longest).flat_map(|j| runs.iter().filter_map(move |r| r.get(j)));
+    for (place, m) in places.into_iter().zip(dealt) {
+        order[place] = m.index;
+    }
+    (headers, order)
+}
+
+/// A small object to download, for [`download_pack_headers`].
+struct Neighbour {
+    /// Its place in the request.
+    index: usize,
+    /// Its oid, size and Xet file.
+    member: (LfsOid, u64, FileHash),
+    /// Where its first chunk is stored.
+    at: (XorbHash, u32),
+}
+
+/// `sorted` cut into [`pack_count`] runs of even length, a run cut again where it would pass
+/// [`PACK_BYTES`].
+fn neighbour_runs(sorted: &[Neighbour]) -> Vec<Vec<&Neighbour>> {
+    let bytes: u64 = sorted.iter().map(|m| m.member.1).sum();
+    let n = pack_count(sorted.len(), bytes);
+    let mut runs = Vec::with_capacity(n);
+    for j in 0..n {
+        let even = &sorted[sorted.len() * j / n..sorted.len() * (j + 1) / n];
+        let mut run: Vec<&Neighbour> = Vec::new();
+        let mut run_bytes = 0;
+        for m in even {
+            if !run.is_empty() && run_bytes + m.member.1 > PACK_BYTES {
+                runs.push(std::mem::take(&mut run));
+                run_bytes = 0;
+            }
+            run.push(m);
+            run_bytes += m.member.1;
+        }
+        runs.push(run);
+    }
+    runs
 }
 
 /// What the store holds of a requested object.
@@ -562,7 +682,7 @@ impl Actions {
             }
             (Operation::Download, Stored::Intact(file, _)) => {
                 out.authenticated = Some(true);
-                out.actions = Some(self.download_actions(&oid, &file, inline));
+                out.actions = Some(self.download_actions(&oid, &file, inline, pack));
             }
         }
         out
@@ -619,6 +739,7 @@ impl Actions {
         oid: &LfsOid,
         file: &FileHash,
         inline: Option<String>,
+        pack: Option<String>,
     ) -> BTreeMap<&'static str, Action> {
         let action = match self.transfer {
             Transfer::Xet => {
@@ -626,6 +747,9 @@ impl Actions {
                 header.insert("X-Xet-Hash", file.to_hex());
                 if let Some(json) = inline {
                     header.insert(RECONSTRUCTION_HEADER, json);
+                }
+                if let Some(pack) = pack {
+                    header.insert(PACK_HEADER, pack);
                 }
                 self.action(format!("{}/xet-token/read", self.endpoint), header)
             }
@@ -685,7 +809,7 @@ mod tests {
             size_echo: Value::Null,
             checked: Err("bad".into()),
         });
-        let mut stored: Vec<(Stored, Option<String>)> =
+        let mut stored: Vec<(Stored, Option<Inline>)> =
             (0..103).map(|_| (Stored::Absent, None)).collect();
         stored[101].0 = Stored::Intact(FileHash::ZERO, 500);
         let headers = pack_headers(&req, &stored);
@@ -709,11 +833,73 @@ mod tests {
 
         // A thousand objects: no pack has more than MAX_PACK_MEMBERS.
         let req: Vec<Requested> = (0..1000).map(|i| requested(i, 1)).collect();
-        let stored: Vec<(Stored, Option<String>)> =
+        let stored: Vec<(Stored, Option<Inline>)> =
             (0..1000).map(|_| (Stored::Absent, None)).collect();
         let headers = pack_headers(&req, &stored);
         for h in &headers {
             assert!(Pack::from_header(h.as_ref().unwrap()).unwrap().0.len() <= MAX_PACK_MEMBERS);
         }
+    }
+
+    #[test]
+    fn small_objects_to_download_are_packed_with_their_neighbours() {
+        // 100 small intact objects stored in 4 xorbs, in the order xorb k % 4 (as upload packs
+        // leave them); then one without an inline plan and one too large.
+        let xorb = |k: u8| XorbHash::from_bytes([k; 32]);
+        let file = |i: u32| FileHash::from_bytes([(i % 251) as u8 + 1; 32]);
+        let mut req: Vec<Requested> = (0..102).map(|i| requested(i, 10_000)).collect();
+        req[101] = requested(101, PACK_MEMBER_MAX + 1);
+        let mut stored: Vec<(Stored, Option<Inline>)> = (0..100)
+            .map(|i| {
+                let inline = Inline {
+                    json: String::new(),
+                    place: (xorb((i % 4) as u8), i / 4),
+                };
+                (Stored::Intact(file(i), 10_000), Some(inline))
+            })
+            .collect();
+        stored.push((Stored::Intact(file(100), 10_000), None));
+        stored.push((Stored::Intact(file(101), PACK_MEMBER_MAX + 1), None));
+        let (headers, order) = download_pack_headers(&req, &stored);
+        assert!(headers[100..].iter().all(Option::is_none));
+        let packs: Vec<DownloadPack> = headers[..100]
+            .iter()
+            .map(|h| DownloadPack::from_header(h.as_ref().unwrap()).unwrap())
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = headers.iter().flatten().collect();
+        assert_eq!(distinct.len(), PACK_SPREAD);
+        for (i, pack) in packs.iter().enumerate() {
+            assert!(pack.0.len() >= 12 && pack.0.len() <= 13, "{}", pack.0.len());
+            assert!(pack.0.contains(&(
+                LfsOid::of(&(i as u32).to_le_bytes()),
+                10_000,
+                file(i as u32)
+            )));
+            // Neighbours: a pack's members are stored in one or two of the four xorbs.
+            let here = |m: &(LfsOid, u64, FileHash)| {
+                (0..100u32)
+                    .find(|&j| LfsOid::of(&j.to_le_bytes()) == m.0)
+                    .unwrap()
+                    % 4
+            };
+            let xorbs: std::collections::BTreeSet<u32> = pack.0.iter().map(here).collect();
+            assert!(xorbs.len() <= 2, "{xorbs:?}");
+        }
+        // The answer lists every object once, the unpacked ones where they were, and the first
+        // eight objects it lists are of eight different packs.
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..102).collect::<Vec<_>>());
+        assert_eq!(&order[100..], &[100, 101]);
+        let first: std::collections::BTreeSet<&String> = order[..8]
+            .iter()
+            .map(|&i| headers[i].as_ref().unwrap())
+            .collect();
+        assert_eq!(first.len(), 8);
+
+        // One small object: no pack, the order unchanged.
+        let (headers, order) = download_pack_headers(&req[..1], &stored[..1]);
+        assert!(headers[0].is_none());
+        assert_eq!(order, vec![0]);
     }
 }

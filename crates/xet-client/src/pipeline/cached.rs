@@ -289,6 +289,13 @@ impl<T: Endpoint> Endpoint for Cached<T> {
         self.inner.locate_oid(oid)
     }
 
+    fn reconstructions(
+        &self,
+        files: &[FileHash],
+    ) -> Result<Option<std::collections::BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
+        self.inner.reconstructions(files)
+    }
+
     fn file_chunks(
         &self,
         file: &xet_format::FileHash,

@@ -1,7 +1,7 @@
 //! Rebuilding a file from its reconstruction plan.
 //!
 //! The plan's terms are grouped into steps: each run of consecutive terms served by the same
-//! fetch range (a byte range of whole chunks of one stored xorb, docs/cas-api.md §6.3) is one step.
+//! fetch range (a byte range of whole chunks of one stored xorb, docs/cas-api.md §6.4) is one step.
 //! A step's range is read from a [`XorbSource`], its chunk headers indexed once
 //! ([`ChunkRange`]), and only the chunks its terms use are decompressed; for the Xet file hash,
 //! each chunk is hashed the first time it is used. Two ways to write the result:
@@ -230,7 +230,7 @@ fn covers(chunks: &std::ops::Range<u32>, r: &std::ops::Range<u32>) -> bool {
 }
 
 /// Groups the plan's terms into fetches: each run of consecutive terms served by the same fetch
-/// range is one fetch (docs/cas-api.md §6.3).
+/// range is one fetch (docs/cas-api.md §6.4).
 fn steps(plan: &ReconstructionPlan) -> Result<Vec<Step<'_>>, DownloadError> {
     let mut out = Vec::new();
     let mut i = 0;

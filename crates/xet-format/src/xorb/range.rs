@@ -1,4 +1,4 @@
-//! A fetched byte range of whole chunks (docs/cas-api.md §6.3), indexed without decompressing.
+//! A fetched byte range of whole chunks (docs/cas-api.md §6.4), indexed without decompressing.
 //!
 //! A download asks the server for a byte range of a stored xorb that holds a run of whole
 //! chunks: chunk headers and payloads back to back, no footer. [`ChunkRange::index`] walks the

@@ -1,4 +1,4 @@
-//! A fetched range of whole chunks (docs/cas-api.md §6.3) split into chunks as its bytes
+//! A fetched range of whole chunks (docs/cas-api.md §6.4) split into chunks as its bytes
 //! arrive, piece by piece, so that a download decodes each chunk as soon as it is complete
 //! instead of holding the whole range (up to a xorb, 64 MiB) first.
 //!
