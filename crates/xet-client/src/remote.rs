@@ -661,32 +661,8 @@ impl RemoteCas {
             timeout: self.timeout.min(Duration::from_secs(60)),
             sent: None,
         };
-        let info: CasTokenInfo = self.execute(&req, authorization.as_ref().map(Secret::expose), |req, resp| {
-            let status = resp.status();
-            if status != StatusCode::OK {
-                let says = server_says(resp);
-                let message = match status {
-                    StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => format!(
-                        "{} refused the credential ({}){}: check the git credentials for this remote",
-                        req.server,
-                        status_text(status),
-                        says.suffix()
-                    ),
-                    _ => format!("{} answered {}{}", req.server, status_text(status), says.suffix()),
-                };
-                return Err(fatal_coded(req, message, says.code));
-            }
-            let body = read_body(req, resp, MAX_SMALL_JSON)?;
-            serde_json::from_slice::<CasTokenInfo>(&body).map_err(|e| {
-                fatal(
-                    req,
-                    format!(
-                        "{} did not answer with a token ({{\"casUrl\",\"accessToken\",\"exp\"}}): {e}",
-                        req.server
-                    ),
-                )
-            })
-        })?;
+        let info: CasTokenInfo =
+            self.execute(&req, authorization.as_ref().map(Secret::expose), token_info)?;
         let token = info.access_token.trim().to_string();
         if token.is_empty() || HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
             return Err(TargetError::Remote {
@@ -1031,6 +1007,39 @@ impl RemoteCas {
             json.into_plans().map(Some).map_err(|e| invalid(e.0))
         })
     }
+}
+
+/// The answer of a token refresh route: a [`CasTokenInfo`], or a final error saying why not.
+fn token_info(req: &Request, resp: Response) -> Result<CasTokenInfo, Failure> {
+    let status = resp.status();
+    if status != StatusCode::OK {
+        let says = server_says(resp);
+        let message = match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => format!(
+                "{} refused the credential ({}){}: check the git credentials for this remote",
+                req.server,
+                status_text(status),
+                says.suffix()
+            ),
+            _ => format!(
+                "{} answered {}{}",
+                req.server,
+                status_text(status),
+                says.suffix()
+            ),
+        };
+        return Err(fatal_coded(req, message, says.code));
+    }
+    let body = read_body(req, resp, MAX_SMALL_JSON)?;
+    serde_json::from_slice::<CasTokenInfo>(&body).map_err(|e| {
+        fatal(
+            req,
+            format!(
+                "{} did not answer with a token ({{\"casUrl\",\"accessToken\",\"exp\"}}): {e}",
+                req.server
+            ),
+        )
+    })
 }
 
 /// A final error of `req`.
@@ -1477,37 +1486,9 @@ impl RemoteCas {
         range: &FetchRange,
         sink: &mut RangeSink<'_>,
     ) -> Result<(), TargetError> {
+        let req = self.range_request(xorb, range)?;
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        let what = format!("downloading bytes {start}-{end} of xorb {xorb}");
-        let Some(url) = range.url.as_deref() else {
-            return Err(TargetError::Remote {
-                what,
-                message: "the reconstruction gave no URL for this range".into(),
-                retryable: false,
-                code: None,
-            });
-        };
-        if end < start {
-            return Err(TargetError::Remote {
-                what,
-                message: "the range ends before it starts".into(),
-                retryable: false,
-                code: None,
-            });
-        }
         let want = end - start + 1;
-        let req = Request {
-            method: Method::GET,
-            url: url.to_string(),
-            shown_url: shown(url),
-            server: format!("xorb storage {}", origin(url)),
-            what,
-            auth: Auth::None,
-            body: None,
-            range: Some((start, end)),
-            timeout: self.timeout,
-            sent: None,
-        };
         // A stored xorb shorter than the reconstruction says shows as a short range, a short
         // body or a 416: the server's copy is damaged, which no retry mends.
         let damaged = |req: &Request, detail: String| {
@@ -1562,6 +1543,43 @@ impl RemoteCas {
                 what: format!("xorb {xorb} at {}", req.shown_url),
             })),
             _ => Err(refused(req, resp, "")),
+        })
+    }
+}
+
+impl RemoteCas {
+    /// The GET of `range` of `xorb` from the URL the reconstruction gave for it (no credential
+    /// of ours: the URL is presigned); refused before any request when there is no URL or the
+    /// range is inverted.
+    fn range_request(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Request, TargetError> {
+        let (start, end) = (*range.bytes.start(), *range.bytes.end());
+        let what = format!("downloading bytes {start}-{end} of xorb {xorb}");
+        let refuse = |what: String, message: &str| TargetError::Remote {
+            what,
+            message: message.into(),
+            retryable: false,
+            code: None,
+        };
+        let Some(url) = range.url.as_deref() else {
+            return Err(refuse(
+                what,
+                "the reconstruction gave no URL for this range",
+            ));
+        };
+        if end < start {
+            return Err(refuse(what, "the range ends before it starts"));
+        }
+        Ok(Request {
+            method: Method::GET,
+            url: url.to_string(),
+            shown_url: shown(url),
+            server: format!("xorb storage {}", origin(url)),
+            what,
+            auth: Auth::None,
+            body: None,
+            range: Some((start, end)),
+            timeout: self.timeout,
+            sent: None,
         })
     }
 }

@@ -897,26 +897,7 @@ impl Store {
         // uploads it again.
         let registered = self.index.has_shard(&shard_hash)?;
         if registered && self.files_intact(&shard)? {
-            // Restores the shard file if it was lost or quarantined.
-            self.backend
-                .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
-            // Registered through another repository before: this one may read its files too
-            // (its client just proved it knows their chunks).
-            if let Some(repo) = repo {
-                let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
-                if !self.files_in_repo(&files, repo)? {
-                    self.backend.log_shard(&shard_hash, Some(repo))?;
-                    self.index.add_file_repos(&files, repo, Commit::Durable)?;
-                }
-            }
-            return Ok(ShardOutcome {
-                shard: shard_hash,
-                newly_registered: false,
-                files: shard.files.len(),
-                new_files: 0,
-                new_bytes: 0,
-                claims: Vec::new(),
-            });
+            return self.acknowledge_again(bytes, shard_hash, &shard, repo);
         }
         let mut entries = self.validate(&shard, shard_hash, progress)?;
         // Files registered before whose reconstruction lost a xorb: this shard, just validated
@@ -936,17 +917,7 @@ impl Store {
         let (new_files, new_bytes) =
             self.index
                 .add_shard(shard_hash, &entries, now_unix(), uploader, Commit::Durable)?;
-        let mut claims = Vec::new();
-        for (oid, file) in &entries.oids {
-            if !self.index.checked_files(oid)?.contains(file) {
-                let size = entries
-                    .files
-                    .iter()
-                    .find(|(f, _)| f == file)
-                    .map_or(0, |(_, r)| r.size);
-                claims.push((*oid, *file, size));
-            }
-        }
+        let claims = self.unchecked_claims(&entries)?;
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
             self.index.add_file_repos(&files, repo, Commit::Durable)?;
@@ -961,6 +932,54 @@ impl Store {
             new_bytes,
             claims,
         })
+    }
+
+    /// The answer to a shard registered before whose files are intact: nothing validated.
+    /// Restores the shard file if it was lost or quarantined, and lets `repo` read its files
+    /// if another repository registered them (its client just proved it knows their chunks).
+    fn acknowledge_again(
+        &self,
+        bytes: &[u8],
+        shard_hash: ShardHash,
+        shard: &Shard,
+        repo: Option<&str>,
+    ) -> Result<ShardOutcome, StoreError> {
+        self.backend
+            .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+        if let Some(repo) = repo {
+            let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
+            if !self.files_in_repo(&files, repo)? {
+                self.backend.log_shard(&shard_hash, Some(repo))?;
+                self.index.add_file_repos(&files, repo, Commit::Durable)?;
+            }
+        }
+        Ok(ShardOutcome {
+            shard: shard_hash,
+            newly_registered: false,
+            files: shard.files.len(),
+            new_files: 0,
+            new_bytes: 0,
+            claims: Vec::new(),
+        })
+    }
+
+    /// The SHA-256 claims of `entries` not checked yet (oid, file, size), to be checked.
+    fn unchecked_claims(
+        &self,
+        entries: &ShardEntries,
+    ) -> Result<Vec<(LfsOid, FileHash, u64)>, StoreError> {
+        let mut claims = Vec::new();
+        for (oid, file) in &entries.oids {
+            if !self.index.checked_files(oid)?.contains(file) {
+                let size = entries
+                    .files
+                    .iter()
+                    .find(|(f, _)| f == file)
+                    .map_or(0, |(_, r)| r.size);
+                claims.push((*oid, *file, size));
+            }
+        }
+        Ok(claims)
     }
 
     /// Refuses `entries` if the claims they would add took `uploader` past
