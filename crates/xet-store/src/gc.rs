@@ -120,27 +120,10 @@ impl Store {
         report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
         let forgotten = self.forgotten_entries(&used)?;
         report.entries_dropped = forgotten.len() as u64;
-        let mut doomed = Vec::new();
-        for x in candidates {
-            if used.contains_key(&x.hash) {
-                continue;
-            }
-            // Decided on the listing's time; an upload since then refreshed it (uploads wait
-            // for the lock, so nothing changes from here on).
-            let key = ObjectKey::Xorb(x.hash);
-            if !options.dry_run {
-                match self.backend.stamp(key)? {
-                    Some(s) if s.len == x.len => {}
-                    _ => continue,
-                }
-                if !self.still_old(&x.hash, now, options.grace)? {
-                    continue;
-                }
-            }
-            report.xorbs_removed += 1;
-            report.bytes_freed += x.len;
-            doomed.push(x.hash);
-        }
+        let doomed = self.doomed(candidates, &used, now, &options)?;
+        report.xorbs_removed = doomed.len() as u64;
+        report.bytes_freed = doomed.iter().map(|(_, len)| len).sum();
+        let doomed: Vec<XorbHash> = doomed.into_iter().map(|(hash, _)| hash).collect();
         if !options.dry_run {
             let mut entries: HashSet<XorbHash> = doomed.iter().copied().collect();
             entries.extend(forgotten);
@@ -166,6 +149,36 @@ impl Store {
             );
         }
         Ok(report)
+    }
+
+    /// The candidates to remove (hash and length) that are still unused, decided under the
+    /// collection lock: unless `options.dry_run`, each still stored at its listed length and
+    /// still older than the grace period (an upload since the listing refreshed it; uploads
+    /// wait for the lock, so nothing changes from here on).
+    fn doomed(
+        &self,
+        candidates: Vec<crate::backend::ListedXorb>,
+        used: &std::collections::HashMap<XorbHash, impl Sized>,
+        now: SystemTime,
+        options: &GcOptions,
+    ) -> Result<Vec<(XorbHash, u64)>, StoreError> {
+        let mut doomed = Vec::new();
+        for x in candidates {
+            if used.contains_key(&x.hash) {
+                continue;
+            }
+            if !options.dry_run {
+                match self.backend.stamp(ObjectKey::Xorb(x.hash))? {
+                    Some(s) if s.len == x.len => {}
+                    _ => continue,
+                }
+                if !self.still_old(&x.hash, now, options.grace)? {
+                    continue;
+                }
+            }
+            doomed.push((x.hash, x.len));
+        }
+        Ok(doomed)
     }
 
     /// Index entries of unused xorbs whose objects are gone (damaged and quarantined, or

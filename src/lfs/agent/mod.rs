@@ -138,29 +138,13 @@ pub fn run(
     let mut bytes = Vec::new();
     let mut line = 0usize;
     loop {
-        let read = read_line(&mut input, &mut bytes, MAX_LINE)?;
-        if read == LineRead::Eof {
-            tracing::debug!("stdin closed");
-            break;
-        }
-        line += 1;
-        let request = match read {
-            LineRead::TooLong { len } => Err(ProtocolError::TooLong {
-                line,
-                len,
-                // Answerable only once the process knows its direction.
-                oid: find_oid(&bytes).filter(|_| matches!(state, State::Ready(_))),
-            }),
-            _ => {
-                let text = String::from_utf8_lossy(&bytes);
-                if text.trim().is_empty() {
-                    continue;
-                }
-                parse_request(text.trim_end(), line).and_then(|r| {
-                    state.accept(&r, line)?;
-                    Ok(r)
-                })
+        let request = match next_request(&mut input, &mut bytes, &mut line, &mut state)? {
+            Next::Eof => {
+                tracing::debug!("stdin closed");
+                break;
             }
+            Next::Blank => continue,
+            Next::Line(request) => request,
         };
         let request = match request {
             Ok(r) => r,
@@ -213,6 +197,47 @@ pub fn run(
         "agent done"
     );
     Ok(summary)
+}
+
+/// What the next line of input holds.
+enum Next {
+    Eof,
+    Blank,
+    /// A request, checked against the protocol's state, or why it is not one.
+    Line(Result<Request, ProtocolError>),
+}
+
+/// Reads and parses the next line (line `*line + 1`), accepting it into `state`.
+fn next_request(
+    input: &mut impl BufRead,
+    bytes: &mut Vec<u8>,
+    line: &mut usize,
+    state: &mut State,
+) -> Result<Next, AgentError> {
+    let read = read_line(input, bytes, MAX_LINE)?;
+    if read == LineRead::Eof {
+        return Ok(Next::Eof);
+    }
+    *line += 1;
+    let line = *line;
+    Ok(Next::Line(match read {
+        LineRead::TooLong { len } => Err(ProtocolError::TooLong {
+            line,
+            len,
+            // Answerable only once the process knows its direction.
+            oid: find_oid(bytes).filter(|_| matches!(state, State::Ready(_))),
+        }),
+        _ => {
+            let text = String::from_utf8_lossy(bytes);
+            if text.trim().is_empty() {
+                return Ok(Next::Blank);
+            }
+            parse_request(text.trim_end(), line).and_then(|r| {
+                state.accept(&r, line)?;
+                Ok(r)
+            })
+        }
+    }))
 }
 
 /// A failed upload as git-lfs is told it: the local file's fault (it is not what git-lfs
