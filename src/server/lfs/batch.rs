@@ -215,15 +215,7 @@ pub async fn batch(
         ));
     }
     let actions = Actions::new(state, repo, operation, transfer, grant.repos.is_some());
-    let (mut packs, order) = match (operation, transfer) {
-        (Operation::Upload, Transfer::Xet) => (pack_headers(&requested, &looked_up), None),
-        (Operation::Download, Transfer::Xet) => {
-            let (packs, order) = download_pack_headers(&requested, &looked_up);
-            (packs, Some(order))
-        }
-        _ => (Vec::new(), None),
-    };
-    packs.resize(requested.len(), None);
+    let (packs, order) = packs(operation, transfer, &requested, &looked_up);
     let mut objects: Vec<Option<ObjectOut>> = requested
         .into_iter()
         .zip(looked_up)
@@ -254,6 +246,26 @@ pub async fn batch(
             hash_algo: "sha256",
         },
     ))
+}
+
+/// The `X-Xet-Pack` header of each requested object (by position), and for downloads the order
+/// in which the answer lists them ([`pack_headers`], [`download_pack_headers`]).
+fn packs(
+    operation: Operation,
+    transfer: Transfer,
+    requested: &[Requested],
+    looked_up: &[(Stored, Option<Inline>)],
+) -> (Vec<Option<String>>, Option<Vec<usize>>) {
+    let (mut packs, order) = match (operation, transfer) {
+        (Operation::Upload, Transfer::Xet) => (pack_headers(requested, looked_up), None),
+        (Operation::Download, Transfer::Xet) => {
+            let (packs, order) = download_pack_headers(requested, looked_up);
+            (packs, Some(order))
+        }
+        _ => (Vec::new(), None),
+    };
+    packs.resize(requested.len(), None);
+    (packs, order)
 }
 
 /// What a batch request asks for, checked: the operation (an upload only with a write

@@ -119,36 +119,9 @@ fn plan_piece(
             at.chunk = next.chunks.start;
         }
     }
+    let footer = term_footer(store, at)?;
     let term = &at.terms[at.term];
     let xorb = term.xorb;
-    let footer = match &at.footer {
-        Some(f) => Arc::clone(f),
-        None => {
-            // The store hands out only footers whose chunk hashes and lengths hash to the
-            // xorb's name (crates/xet-store/src/integrity.rs).
-            let f = match at.footers.get(&xorb) {
-                Some(f) => Arc::clone(f),
-                None => {
-                    let f = store
-                        .footer(&xorb)?
-                        .ok_or(RebuildError::MissingXorb { xorb })?;
-                    at.footers.insert(xorb, Arc::clone(&f));
-                    f
-                }
-            };
-            if term.chunks.end as usize > f.num_chunks() || term.chunks.start > term.chunks.end {
-                return Err(RebuildError::BadTerm {
-                    term: at.term,
-                    xorb,
-                    start: term.chunks.start,
-                    end: term.chunks.end,
-                    num_chunks: f.num_chunks(),
-                });
-            }
-            at.footer = Some(Arc::clone(&f));
-            f
-        }
-    };
     let boundaries = &footer.chunk_boundary_offsets;
     let start = at.chunk as usize;
     let stored_start = if start == 0 {
@@ -185,6 +158,38 @@ fn plan_piece(
         decoded,
         range,
     }))
+}
+
+/// The footer of the xorb of the term at `at` (loaded once per xorb, kept for the term), its
+/// chunk range checked against it. The store hands out only footers whose chunk hashes and
+/// lengths hash to the xorb's name (crates/xet-store/src/integrity.rs).
+fn term_footer(store: &Store, at: &mut Position) -> Result<Arc<XorbFooter>, RebuildError> {
+    if let Some(f) = &at.footer {
+        return Ok(Arc::clone(f));
+    }
+    let term = &at.terms[at.term];
+    let xorb = term.xorb;
+    let f = match at.footers.get(&xorb) {
+        Some(f) => Arc::clone(f),
+        None => {
+            let f = store
+                .footer(&xorb)?
+                .ok_or(RebuildError::MissingXorb { xorb })?;
+            at.footers.insert(xorb, Arc::clone(&f));
+            f
+        }
+    };
+    if term.chunks.end as usize > f.num_chunks() || term.chunks.start > term.chunks.end {
+        return Err(RebuildError::BadTerm {
+            term: at.term,
+            xorb,
+            start: term.chunks.start,
+            end: term.chunks.end,
+            num_chunks: f.num_chunks(),
+        });
+    }
+    at.footer = Some(Arc::clone(&f));
+    Ok(f)
 }
 
 /// The stored bytes of a planned piece (its xorb was checked when its footer was loaded).

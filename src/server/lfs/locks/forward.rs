@@ -113,19 +113,7 @@ pub async fn forward(
             request = request.header(name, v);
         }
     }
-    let unreachable = |why: String| {
-        let mut e = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::LockOwnerUnreachable,
-            format!(
-                "file locking is unavailable: the node that owns locks ({}) {why}; try again \
-                 later (pushes and clones do not need it)",
-                owner.url
-            ),
-        );
-        e.retry_after = Some(5);
-        e
-    };
+    let unreachable = |why: String| unreachable(owner, why);
     let answer = request.send().await.map_err(|e| {
         unreachable(format!(
             "does not answer: {}",
@@ -134,20 +122,7 @@ pub async fn forward(
     })?;
     let status = answer.status();
     let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();
-    let mut stream = answer;
-    let mut bytes = Vec::new();
-    while let Some(piece) = stream
-        .chunk()
-        .await
-        .map_err(|e| unreachable(format!("broke off its answer: {e}")))?
-    {
-        if bytes.len() + piece.len() > MAX_ANSWER {
-            return Err(unreachable(format!(
-                "answered with more than {MAX_ANSWER} bytes"
-            )));
-        }
-        bytes.extend_from_slice(&piece);
-    }
+    let bytes = read_answer(owner, answer).await?;
     let mut response = (status, bytes).into_response();
     let h = response.headers_mut();
     h.insert(
@@ -156,4 +131,41 @@ pub async fn forward(
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+/// The refusal when the node that owns locks cannot be reached (503, retry in 5 s).
+fn unreachable(owner: &LockOwner, why: String) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::LockOwnerUnreachable,
+        format!(
+            "file locking is unavailable: the node that owns locks ({}) {why}; try again \
+             later (pushes and clones do not need it)",
+            owner.url
+        ),
+    );
+    e.retry_after = Some(5);
+    e
+}
+
+/// The owner's answer body, at most [`MAX_ANSWER`] bytes.
+async fn read_answer(
+    owner: &LockOwner,
+    mut answer: reqwest::Response,
+) -> Result<Vec<u8>, ApiError> {
+    let mut bytes = Vec::new();
+    while let Some(piece) = answer
+        .chunk()
+        .await
+        .map_err(|e| unreachable(owner, format!("broke off its answer: {e}")))?
+    {
+        if bytes.len() + piece.len() > MAX_ANSWER {
+            return Err(unreachable(
+                owner,
+                format!("answered with more than {MAX_ANSWER} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&piece);
+    }
+    Ok(bytes)
 }
