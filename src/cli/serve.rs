@@ -297,19 +297,7 @@ fn secrets(args: &ServeArgs) -> Result<Vec<ServerToken>, Box<dyn std::error::Err
 }
 
 pub fn run(args: &ServeArgs) -> CmdResult {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Every log line goes through the redaction every other command uses (tokens, URL
-    // passwords, signatures); no colour codes, which would end up in log files.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false)
-        .with_writer(super::transfer::Redacting(std::io::stderr));
-    // Another subscriber may be set already (in tests); that is fine.
-    let _ = match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+    init_logging(args.log_format);
     crate::lfs::settings::register_env_secrets();
     let mut secrets = secrets(args)?;
     let announce_token = if args.announce {
@@ -329,20 +317,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
                 .into(),
         );
     }
-    let mut config = ServeConfig::new(args.data.clone(), secrets);
-    config.storage = args
-        .storage
-        .clone()
-        .map(|url| xet_store::s3::S3Config::from_vars(url, std::env::vars()));
-    config.storage_urls = args.storage_urls;
-    config.lock_owner = args.lock_owner.clone();
-    config.listen = args.listen;
-    config.public_url = args.public_url.clone();
-    config.token_ttl = args.token_ttl;
-    config.max_lifetime = args.max_lifetime;
-    config.idle_exit = args.idle_exit;
-    config.limits = limits(&args.limits)?;
-    (config.store, config.maintenance) = store_settings(&args.store)?;
+    let config = serve_config(args, secrets)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -380,6 +355,46 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     runtime.shutdown_timeout(BLOCKING_GRACE);
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Logs to stderr (`RUST_LOG` sets the level, default info) in `format`, through the redaction
+/// every other command uses (tokens, URL passwords, signatures), without colour codes, which
+/// would end up in log files.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(super::transfer::Redacting(std::io::stderr));
+    // Another subscriber may be set already (in tests); that is fine.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// The server's configuration from the command line (and the environment, for object storage
+/// credentials).
+fn serve_config(
+    args: &ServeArgs,
+    secrets: Vec<ServerToken>,
+) -> Result<ServeConfig, Box<dyn std::error::Error>> {
+    let mut config = ServeConfig::new(args.data.clone(), secrets);
+    config.storage = args
+        .storage
+        .clone()
+        .map(|url| xet_store::s3::S3Config::from_vars(url, std::env::vars()));
+    config.storage_urls = args.storage_urls;
+    config.lock_owner = args.lock_owner.clone();
+    config.listen = args.listen;
+    config.public_url = args.public_url.clone();
+    config.token_ttl = args.token_ttl;
+    config.max_lifetime = args.max_lifetime;
+    config.idle_exit = args.idle_exit;
+    config.limits = limits(&args.limits)?;
+    (config.store, config.maintenance) = store_settings(&args.store)?;
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -168,35 +168,11 @@ async fn fetch(
     let xorb: XorbHash = parse_hash(&hash, "xorb hash").map_err(fail)?;
     let now = now_unix();
     let (expires, granted) = verify_url(&state, &xorb, query.as_deref(), now).map_err(fail)?;
-    let range_text = match headers.get(header::RANGE) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| {
-                    fail(ApiError::bad_request(
-                        ErrorCode::InvalidRange,
-                        "the Range header is not ASCII",
-                    ))
-                })?
-                .to_string(),
-        ),
-    };
+    let range_text = range_text(headers).map_err(fail)?;
     // One trip to a blocking thread for the xorb's length and, when one range of at most
     // PIECE bytes is asked for (every small file's download), its bytes too.
     let st = state.clone();
-    // A small xorb read whole (object storage) holds its bytes in the server's read budget
-    // while it is read; without room there, only the range is read.
-    let whole = if state.store.on_object_storage() {
-        u32::try_from(xet_store::small_xorbs::SMALL_XORB_MAX)
-            .ok()
-            .and_then(|n| {
-                Arc::clone(&state.resources.read_budget)
-                    .try_acquire_many_owned(n)
-                    .ok()
-            })
-    } else {
-        None
-    };
+    let whole = whole_read_permit(&state);
     let found = blocking(move || {
         let may_read_whole = whole.is_some();
         let stored = st.store.xorb_for_reading(&xorb, may_read_whole)?;
@@ -240,6 +216,29 @@ async fn fetch(
         response.headers_mut().insert(header::CACHE_CONTROL, v);
     }
     Ok(response)
+}
+
+/// The `Range` header's text, if there is one; 400 if it is not ASCII.
+fn range_text(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(header::RANGE) else {
+        return Ok(None);
+    };
+    let text = v.to_str().map_err(|_| {
+        ApiError::bad_request(ErrorCode::InvalidRange, "the Range header is not ASCII")
+    })?;
+    Ok(Some(text.to_string()))
+}
+
+/// On object storage, room in the server's read budget for a small xorb read whole (held
+/// while it is read); without room there, only the range asked for is read.
+fn whole_read_permit(state: &SharedState) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if !state.store.on_object_storage() {
+        return None;
+    }
+    let n = u32::try_from(xet_store::small_xorbs::SMALL_XORB_MAX).ok()?;
+    Arc::clone(&state.resources.read_budget)
+        .try_acquire_many_owned(n)
+        .ok()
 }
 
 /// The presigned URL's expiry and the byte ranges it grants, once its signature is checked.
