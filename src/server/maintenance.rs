@@ -160,31 +160,35 @@ pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<
         }));
     }
     if let Some(every) = m.scrub_interval {
-        let store = Arc::clone(store);
-        jobs.push(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let st = Arc::clone(&store);
-                match tokio::task::spawn_blocking(move || st.scrub(&mut |_| {})).await {
-                    Ok(Ok(r)) if r.found_damage() => tracing::error!(
-                        xorbs = r.xorbs_checked,
-                        damaged_xorbs = r.damaged_xorbs.len(),
-                        damaged_shards = r.damaged_shards.len(),
-                        files_affected = r.affected_file_count,
-                        "scheduled scrub found damage (see the errors above); affected files \
-                         download again once a client pushes them"
-                    ),
-                    Ok(Ok(r)) => tracing::info!(
-                        xorbs = r.xorbs_checked,
-                        bytes = r.bytes_checked,
-                        shards = r.shards_checked,
-                        "scheduled scrub found no damage"
-                    ),
-                    Ok(Err(e)) => tracing::error!(error = %e, "scheduled scrub failed"),
-                    Err(e) => tracing::error!(error = %e, "scheduled scrub stopped"),
-                }
-            }
-        }));
+        jobs.push(spawn_scrub(Arc::clone(store), every));
     }
     jobs
+}
+
+/// The scheduled scrub: every `every`, checks every stored xorb and shard and logs what it found.
+fn spawn_scrub(store: Arc<Store>, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let st = Arc::clone(&store);
+            match tokio::task::spawn_blocking(move || st.scrub(&mut |_| {})).await {
+                Ok(Ok(r)) if r.found_damage() => tracing::error!(
+                    xorbs = r.xorbs_checked,
+                    damaged_xorbs = r.damaged_xorbs.len(),
+                    damaged_shards = r.damaged_shards.len(),
+                    files_affected = r.affected_file_count,
+                    "scheduled scrub found damage (see the errors above); affected files \
+                     download again once a client pushes them"
+                ),
+                Ok(Ok(r)) => tracing::info!(
+                    xorbs = r.xorbs_checked,
+                    bytes = r.bytes_checked,
+                    shards = r.shards_checked,
+                    "scheduled scrub found no damage"
+                ),
+                Ok(Err(e)) => tracing::error!(error = %e, "scheduled scrub failed"),
+                Err(e) => tracing::error!(error = %e, "scheduled scrub stopped"),
+            }
+        }
+    })
 }

@@ -444,44 +444,7 @@ impl Index {
                     new_bytes += record.size;
                 }
             }
-            let oids = txn.open_table(OIDS).map_err(db_err)?;
-            let oid_files = txn.open_table(OID_FILES).map_err(db_err)?;
-            let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
-            let mut load = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
-            let mut queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
-            for (oid, file) in &entries.oids {
-                // A checked pair stands; anything else waits to be checked (another file
-                // checked for the same oid does not make this one true, nor hide it).
-                let key = claim_key(oid, file);
-                let checked = oids
-                    .get(oid.digest().as_slice())
-                    .map_err(db_err)?
-                    .is_some_and(|v| v.value() == file.as_bytes().as_slice())
-                    || oid_files.get(key.as_slice()).map_err(db_err)?.is_some();
-                if checked || claims.get(key.as_slice()).map_err(db_err)?.is_some() {
-                    continue;
-                }
-                let size = entries
-                    .files
-                    .iter()
-                    .find(|(f, _)| f == file)
-                    .map_or(0, |(_, r)| r.size);
-                let mut v = now.to_le_bytes().to_vec();
-                v.extend_from_slice(&size.to_le_bytes());
-                v.extend_from_slice(uploader.as_bytes());
-                claims
-                    .insert(key.as_slice(), v.as_slice())
-                    .map_err(db_err)?;
-                add_load(&mut load, uploader, 1, size)?;
-                let claim = Claim {
-                    oid: *oid,
-                    file: *file,
-                    claimed_at: now,
-                    size,
-                    uploader: uploader.to_string(),
-                };
-                enqueue(&mut queue, &claim)?;
-            }
+            record_claims(&txn, entries, now, uploader)?;
             let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
             for (chunk, xorb, index) in &entries.dedup {
                 insert_new(&mut dedup, chunk.as_bytes(), &dedup_value(xorb, *index))?;
@@ -1132,6 +1095,55 @@ fn dedup_value(xorb: &XorbHash, index: u32) -> Vec<u8> {
     let mut v = xorb.as_bytes().to_vec();
     v.extend_from_slice(&index.to_le_bytes());
     v
+}
+
+/// Queues the SHA-256 claims of `entries` that are neither checked nor queued yet, charged to
+/// `uploader` (in `txn`, the transaction registering their shard).
+fn record_claims(
+    txn: &redb::WriteTransaction,
+    entries: &ShardEntries,
+    now: u64,
+    uploader: &str,
+) -> Result<(), IndexError> {
+    let oids = txn.open_table(OIDS).map_err(db_err)?;
+    let oid_files = txn.open_table(OID_FILES).map_err(db_err)?;
+    let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
+    let mut load = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
+    let mut queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
+    for (oid, file) in &entries.oids {
+        // A checked pair stands; anything else waits to be checked (another file
+        // checked for the same oid does not make this one true, nor hide it).
+        let key = claim_key(oid, file);
+        let checked = oids
+            .get(oid.digest().as_slice())
+            .map_err(db_err)?
+            .is_some_and(|v| v.value() == file.as_bytes().as_slice())
+            || oid_files.get(key.as_slice()).map_err(db_err)?.is_some();
+        if checked || claims.get(key.as_slice()).map_err(db_err)?.is_some() {
+            continue;
+        }
+        let size = entries
+            .files
+            .iter()
+            .find(|(f, _)| f == file)
+            .map_or(0, |(_, r)| r.size);
+        let mut v = now.to_le_bytes().to_vec();
+        v.extend_from_slice(&size.to_le_bytes());
+        v.extend_from_slice(uploader.as_bytes());
+        claims
+            .insert(key.as_slice(), v.as_slice())
+            .map_err(db_err)?;
+        add_load(&mut load, uploader, 1, size)?;
+        let claim = Claim {
+            oid: *oid,
+            file: *file,
+            claimed_at: now,
+            size,
+            uploader: uploader.to_string(),
+        };
+        enqueue(&mut queue, &claim)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

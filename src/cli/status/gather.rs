@@ -523,22 +523,7 @@ fn remote_check(
     findings: &mut Findings,
 ) -> RemoteInfo {
     let name = &t.remote.name;
-    let mut info = RemoteInfo {
-        name: name.clone(),
-        url: t.remote.url.as_deref().map(redact),
-        lfs_url: t.lfs_url.as_deref().map(redact),
-        transfer: match &t.mode {
-            TransferMode::Standalone(a) if a == "xet" => "standalone",
-            TransferMode::Standalone(_) => "other-agent",
-            TransferMode::FileAdapter => "git-lfs-file",
-            TransferMode::Negotiated => "negotiated",
-        },
-        standalone_agent: match &t.mode {
-            TransferMode::Standalone(a) => Some(a.clone()),
-            _ => None,
-        },
-        endpoint: None,
-    };
+    let mut info = remote_info(t);
     lfs_url_precedence_check(t, findings);
     match &t.mode {
         TransferMode::FileAdapter => {
@@ -598,6 +583,26 @@ fn remote_check(
         }
     }
     info
+}
+
+/// What `status` shows of a remote before its endpoint is checked.
+fn remote_info(t: &RemoteTransfer) -> RemoteInfo {
+    RemoteInfo {
+        name: t.remote.name.clone(),
+        url: t.remote.url.as_deref().map(redact),
+        lfs_url: t.lfs_url.as_deref().map(redact),
+        transfer: match &t.mode {
+            TransferMode::Standalone(a) if a == "xet" => "standalone",
+            TransferMode::Standalone(_) => "other-agent",
+            TransferMode::FileAdapter => "git-lfs-file",
+            TransferMode::Negotiated => "negotiated",
+        },
+        standalone_agent: match &t.mode {
+            TransferMode::Standalone(a) => Some(a.clone()),
+            _ => None,
+        },
+        endpoint: None,
+    }
 }
 
 /// git-lfs's rule, lfs.url wins over remote.<name>.lfsurl: a remote's own LFS URL that is not
