@@ -251,21 +251,7 @@ impl LockDb {
                 .map_err(|e| self.err(e))?
                 .map_or(0, |v| v.value());
             if let Some(id) = existing {
-                let bytes = locks
-                    .get((repo, id))
-                    .map_err(|e| self.err(e))?
-                    .map(|v| v.value().to_vec());
-                match bytes {
-                    Some(b) => Created::Exists(self.decode(repo, id, &b)?),
-                    None => {
-                        return Err(LockDbError::Corrupt {
-                            path: self.path.clone(),
-                            repo: repo.to_string(),
-                            id,
-                            detail: format!("path {path:?} names it, but it is missing"),
-                        })
-                    }
-                }
+                Created::Exists(self.named_lock(&locks, repo, path, id)?)
             } else if count >= self.limits.per_repo {
                 Created::RepoFull {
                     limit: self.limits.per_repo,
@@ -307,6 +293,29 @@ impl LockDb {
             txn.abort().map_err(|e| self.err(e))?;
         }
         Ok(outcome)
+    }
+
+    /// The lock `id` of `repo` that `path` names; its absence is damage.
+    fn named_lock(
+        &self,
+        locks: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+        repo: &str,
+        path: &str,
+        id: u64,
+    ) -> Result<Lock, LockDbError> {
+        let bytes = locks
+            .get((repo, id))
+            .map_err(|e| self.err(e))?
+            .map(|v| v.value().to_vec());
+        match bytes {
+            Some(b) => self.decode(repo, id, &b),
+            None => Err(LockDbError::Corrupt {
+                path: self.path.clone(),
+                repo: repo.to_string(),
+                id,
+                detail: format!("path {path:?} names it, but it is missing"),
+            }),
+        }
     }
 
     /// The lock `id` of `repo`.
