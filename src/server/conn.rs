@@ -64,13 +64,7 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .keep_alive(true)
-        .max_buf_size(CONN_BUF);
-    let builder = Arc::new(builder);
+    let builder = Arc::new(http1_builder(limits));
     let (stopping_tx, stopping) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
@@ -103,16 +97,8 @@ pub async fn serve(
                 break;
             }
         };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) if is_peer_error(&e) => continue,
-            Err(e) => {
-                // Out of file descriptors or memory: wait a little instead of spinning (the
-                // condition usually lasts a moment).
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
+        let Some((stream, peer)) = accepted_or_wait(accepted).await else {
+            continue;
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             tracing::warn!(%peer, max = limits.max_connections, "connection refused: too many open connections");
@@ -136,6 +122,34 @@ pub async fn serve(
     drop(listener);
     let _ = stopping_tx.send(true);
     drain(connections, limits.shutdown_timeout).await;
+}
+
+/// The HTTP/1 settings of every connection: the header timeout, keep-alive, the buffer size.
+fn http1_builder(limits: &Limits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true)
+        .max_buf_size(CONN_BUF);
+    builder
+}
+
+/// The accepted connection, or `None` after a failed accept: at once for a peer's error (it
+/// reset the connection), after a short wait otherwise (out of file descriptors or memory,
+/// which usually lasts a moment: waiting beats spinning).
+async fn accepted_or_wait(
+    accepted: std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>,
+) -> Option<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match accepted {
+        Ok(a) => Some(a),
+        Err(e) if is_peer_error(&e) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot accept a connection");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
+        }
+    }
 }
 
 /// One connection, served until the client closes it or the server stops (then gracefully:
