@@ -141,28 +141,7 @@ pub fn run(args: &DemoArgs) -> CmdResult {
 fn demo(s: &Sandbox, args: &DemoArgs) -> Result<(), String> {
     let root = &s.root;
     println!("git-xet demo in {}", root.display());
-    let lfs = s.git(root, &["lfs", "version"]).map_err(|_| {
-        "git-lfs is not installed: install it (https://git-lfs.com, or `apt-get install git-lfs`)"
-            .to_string()
-    })?;
-    println!("using {lfs}");
-    let store = root.join("store");
-    s.config("user.name", "git-xet demo")?;
-    s.config("user.email", "demo@git-xet.invalid")?;
-    s.config("init.defaultBranch", "main")?;
-    s.git(root, &["lfs", "install", "--skip-repo"])?;
-    let exe = s.exe.to_string_lossy().into_owned();
-    s.config("lfs.customtransfer.xet.path", &exe)?;
-    s.config("lfs.customtransfer.xet.args", "transfer")?;
-    s.config("lfs.customtransfer.xet.concurrent", "true")?;
-    s.config("lfs.standalonetransferagent", "xet")?;
-    s.config("xet.endpoint", &store.to_string_lossy())?;
-
-    s.git(root, &["init", "-q", "--bare", "remote.git"])?;
-    s.git(root, &["init", "-q", "work"])?;
-    let work = root.join("work");
-    s.git(&work, &["lfs", "track", "*.bin"])?;
-    s.git(&work, &["remote", "add", "origin", "../remote.git"])?;
+    let work = set_up(s)?;
 
     let size = (args.size << 20) as usize;
     println!("\n1. commit and push model.bin ({})", mib(size as u64));
@@ -198,8 +177,41 @@ fn demo(s: &Sandbox, args: &DemoArgs) -> Result<(), String> {
     }
     println!("   model.bin in the clone is identical to the pushed file");
 
-    let plain = [size as u64, data.len() as u64];
-    let sent = [first, second];
+    print_table([size as u64, data.len() as u64], [first, second]);
+    println!("{NEXT_STEPS}");
+    Ok(())
+}
+
+/// Configures the sandbox's git (identity, git-lfs, git-xet in standalone mode with a
+/// directory store) and makes a work repository with a bare remote; returns the work tree.
+fn set_up(s: &Sandbox) -> Result<std::path::PathBuf, String> {
+    let root = &s.root;
+    let lfs = s.git(root, &["lfs", "version"]).map_err(|_| {
+        "git-lfs is not installed: install it (https://git-lfs.com, or `apt-get install git-lfs`)"
+            .to_string()
+    })?;
+    println!("using {lfs}");
+    let store = root.join("store");
+    s.config("user.name", "git-xet demo")?;
+    s.config("user.email", "demo@git-xet.invalid")?;
+    s.config("init.defaultBranch", "main")?;
+    s.git(root, &["lfs", "install", "--skip-repo"])?;
+    let exe = s.exe.to_string_lossy().into_owned();
+    s.config("lfs.customtransfer.xet.path", &exe)?;
+    s.config("lfs.customtransfer.xet.args", "transfer")?;
+    s.config("lfs.customtransfer.xet.concurrent", "true")?;
+    s.config("lfs.standalonetransferagent", "xet")?;
+    s.config("xet.endpoint", &store.to_string_lossy())?;
+    s.git(root, &["init", "-q", "--bare", "remote.git"])?;
+    s.git(root, &["init", "-q", "work"])?;
+    let work = root.join("work");
+    s.git(&work, &["lfs", "track", "*.bin"])?;
+    s.git(&work, &["remote", "add", "origin", "../remote.git"])?;
+    Ok(work)
+}
+
+/// The table of bytes sent by each push, against what plain Git LFS sends (the whole file).
+fn print_table(plain: [u64; 2], sent: [u64; 2]) {
     println!(
         "\n{:<14} {:>16} {:>16} {:>8}",
         "push", "plain Git LFS", "git-xet", "ratio"
@@ -215,9 +227,7 @@ fn demo(s: &Sandbox, args: &DemoArgs) -> Result<(), String> {
     }
     println!(
         "\nThe edited push sent {} instead of {}: only the chunks around the change.",
-        mib(second),
+        mib(sent[1]),
         mib(plain[1])
     );
-    println!("{NEXT_STEPS}");
-    Ok(())
 }
