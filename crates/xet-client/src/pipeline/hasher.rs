@@ -1,10 +1,16 @@
 //! Hashing whole files: chunk boundaries, chunk hashes and the Xet file hash, as fast as the
 //! machine allows.
 //!
-//! This module owns the hashing pipeline. Chunking has a sequential dependency (each boundary
-//! depends on the previous one) that would force data to be read twice, once to find boundaries
-//! and once to hash chunks. Instead, each block of input is split into segments that rayon tasks
-//! process independently and in one pass while the bytes are in cache:
+//! This module owns the crate's chunk-and-hash engine, `ChunkHasher`: fed the blocks of a
+//! stream in order, it returns each block's chunks with their hashes. The `hash_*` functions
+//! (`git xet hash`, `git xet ls-files`, [`super::prior`]) run it over a file, a reader or bytes,
+//! overlapping the stages of consecutive blocks; the upload pipeline ([`super::upload`]) feeds it
+//! one read block at a time. One engine means an upload and a hash cannot disagree on a chunk.
+//!
+//! Chunking has a sequential dependency (each boundary depends on the previous one) that would
+//! force data to be read twice, once to find boundaries and once to hash chunks. Instead, each
+//! block of input is split into segments that rayon tasks process independently and in one pass
+//! while the bytes are in cache:
 //!
 //! 1. *Segment tasks* (parallel): scan the segment for boundary candidates, *guess* its chunks by
 //!    walking the candidates as if a chunk started at the segment start, and hash the guessed
@@ -15,7 +21,7 @@
 //!    guessed chunk whose hash is already known.
 //! 3. *Fill in* (parallel): hash the few true chunks that were not guessed: the ones straddling
 //!    segments (and blocks, through a small carry buffer) and those before a guessed chain joined.
-//!    This runs alongside the segment tasks of the next block.
+//!    In the `hash_*` functions this runs alongside the segment tasks of the next block.
 //!
 //! On data without candidates (long constant runs) guessed chains never join the true one and
 //! those chunks are hashed twice; the result is the same, only slower.
@@ -277,10 +283,11 @@ fn fill(
     })
 }
 
-/// The pipeline. `fetch` yields the blocks of the stream in order (`None` at the end); it runs
-/// on the calling thread while the pool hashes, so it may block on I/O. Block `k` is scanned by
-/// segment tasks while the chunks of block `k - 1` left to the fill-in stage are hashed; a
-/// block is dropped (unmapped, freed) on a pool thread once its chunks are hashed.
+/// The pipeline of the `hash_*` functions. `fetch` yields the blocks of the stream in order
+/// (`None` at the end); it runs on the calling thread while the pool hashes, so it may block on
+/// I/O. Block `k` is scanned by segment tasks while the chunks of block `k - 1` left to the
+/// fill-in stage are hashed; a block is dropped (unmapped, freed) on a pool thread once its
+/// chunks are hashed. Memory: the block being fetched, the one scanned, the one filled in.
 fn run_blocks<B, E>(
     mut fetch: impl FnMut() -> Result<Option<B>, E>,
     segment_len: usize,
@@ -289,13 +296,12 @@ fn run_blocks<B, E>(
 where
     B: std::ops::Deref<Target = [u8]> + Send + Sync,
 {
-    let mut state = Stitch::new(segment_len);
+    let mut state = ChunkHasher::with_segment_len(segment_len);
     let mut chunks: Vec<ChunkRef> = Vec::new();
     let mut sha256 = options.sha256.then(sha2::Sha256::new);
     let mut pending: Option<(B, FillIn)> = None;
     let mut next = fetch()?;
     while let Some(block) = next.take() {
-        let base = state.pos;
         let mut segments = Vec::new();
         let fetched = rayon::in_place_scope(|s| {
             let (sha256, chunks, pending, segments, state) = (
@@ -308,28 +314,10 @@ where
             let block = &block;
             s.spawn(move |_| {
                 rayon::join(
-                    || {
-                        let ((), found) = rayon::join(
-                            || {
-                                if let Some(sha) = sha256 {
-                                    sha.update(&block[..]);
-                                }
-                            },
-                            || {
-                                scan_segments(
-                                    block,
-                                    base,
-                                    state.segment_len,
-                                    &state.tail,
-                                    state.walk,
-                                )
-                            },
-                        );
-                        *segments = found;
-                    },
+                    || *segments = state.scan(block, sha256.as_mut()),
                     || {
                         if let Some((done, fill)) = pending.take() {
-                            fill.run(&done, chunks);
+                            chunks.extend(fill.run(&done).refs());
                         }
                     },
                 );
@@ -337,29 +325,32 @@ where
             // The calling thread fetches the next block meanwhile.
             fetch()
         });
-        let fill = state.stitch(&block, base, &segments);
+        let fill = state.stitch(&block, &segments);
         pending = Some((block, fill));
         next = fetched?;
     }
     if let Some((done, fill)) = pending.take() {
-        fill.run(&done, &mut chunks);
+        chunks.extend(fill.run(&done).refs());
     }
-    if state.walk.finish().is_some() {
-        chunks.push(ChunkRef::new(
-            ChunkHash::of(&state.carry),
-            state.carry.len() as u64,
-        ));
-    }
+    let size = state.position();
+    chunks.extend(state.finish().map(|(chunk, _)| chunk));
     Ok(HashedFile {
-        size: state.pos,
+        size,
         file_hash: file_hash(&chunks),
         chunks,
         sha256: sha256.map(|sha| LfsOid::from_digest(sha.finalize().into())),
     })
 }
 
-/// The sequential state between blocks: the true boundaries and the bytes the next block needs.
-struct Stitch {
+/// The chunk-and-hash engine of one stream, shared by the `hash_*` functions and the upload
+/// pipeline: fed the stream's blocks in order, it finds the true chunk boundaries and hashes
+/// every chunk with the three stages of the module documentation, keeping between blocks only
+/// the boundary state, the window before the next block and the bytes of the chunk in progress.
+///
+/// [`ChunkHasher::feed`] runs the stages on one block and returns when its chunks are hashed;
+/// the `hash_*` functions instead overlap the fill-in of a block with the segment tasks of the
+/// next, which needs a second block in memory.
+pub(crate) struct ChunkHasher {
     segment_len: usize,
     /// The true chunk boundaries so far.
     walk: BoundaryWalk,
@@ -369,6 +360,39 @@ struct Stitch {
     tail: Vec<u8>,
     /// The bytes of the chunk in progress, from `walk.chunk_start()` to `pos`.
     carry: Vec<u8>,
+}
+
+/// The chunks that end in one block, hashed, in stream order.
+pub(crate) struct HashedBlock {
+    /// Stream offset of the block.
+    base: u64,
+    /// Each chunk with its start offset.
+    chunks: Vec<(u64, ChunkRef)>,
+    /// The bytes of the first chunk, if it began in an earlier block.
+    straddler: Option<Vec<u8>>,
+}
+
+impl HashedBlock {
+    /// The chunks, in order.
+    pub(crate) fn refs(&self) -> impl Iterator<Item = ChunkRef> + '_ {
+        self.chunks.iter().map(|&(_, chunk)| chunk)
+    }
+
+    /// The chunks with their bytes, in order; `block` is the block they were found in.
+    pub(crate) fn with_bytes<'a>(
+        &'a self,
+        block: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], ChunkRef)> + 'a {
+        self.chunks.iter().map(move |&(start, chunk)| {
+            let bytes = if start < self.base {
+                self.straddler.as_deref().unwrap_or_default()
+            } else {
+                let from = (start - self.base) as usize;
+                &block[from..from + chunk.len as usize]
+            };
+            (bytes, chunk)
+        })
+    }
 }
 
 /// What a segment task found.
@@ -385,14 +409,20 @@ struct SegmentResult {
 struct FillIn {
     /// Stream offset of the block.
     base: u64,
-    /// Per chunk: its hash, or its `(start, end)` offsets.
-    found: Vec<Result<ChunkRef, (u64, u64)>>,
+    /// Per chunk: its start, its end and its hash if a segment task found it.
+    found: Vec<(u64, u64, Option<ChunkRef>)>,
     /// The bytes of the first chunk, if it began in an earlier block.
     straddler: Option<Vec<u8>>,
 }
 
-impl Stitch {
-    fn new(segment_len: usize) -> Self {
+impl ChunkHasher {
+    /// An engine at the start of a stream.
+    pub(crate) fn new() -> Self {
+        Self::with_segment_len(SEGMENT_LEN)
+    }
+
+    /// [`ChunkHasher::new`] with segments of `segment_len` bytes (tests try small ones).
+    fn with_segment_len(segment_len: usize) -> Self {
         Self {
             segment_len: segment_len.max(WINDOW),
             walk: BoundaryWalk::new(),
@@ -402,9 +432,40 @@ impl Stitch {
         }
     }
 
-    /// Finds the true boundaries in `block` (at stream offset `base`) from the segments'
-    /// candidates and matches them with the guessed chunks; moves on to the next block.
-    fn stitch(&mut self, block: &[u8], base: u64, segments: &[SegmentResult]) -> FillIn {
+    /// Bytes fed so far.
+    pub(crate) fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Chunks and hashes the next block of the stream (updating `sha256` with it alongside, if
+    /// given): the chunks that end in it. The last chunk is [`ChunkHasher::finish`]'s.
+    pub(crate) fn feed(&mut self, block: &[u8], sha256: Option<&mut sha2::Sha256>) -> HashedBlock {
+        let segments = self.scan(block, sha256);
+        self.stitch(block, &segments).run(block)
+    }
+
+    /// Ends the stream: the last chunk and its bytes, if any bytes are pending.
+    pub(crate) fn finish(self) -> Option<(ChunkRef, Vec<u8>)> {
+        self.walk.finish()?;
+        let chunk = ChunkRef::new(ChunkHash::of(&self.carry), self.carry.len() as u64);
+        Some((chunk, self.carry))
+    }
+
+    /// Stage 1: the segment tasks over `block`, the next block of the stream, with the SHA-256
+    /// update alongside. Reads the state only, so it can run beside the fill-in of the block
+    /// before.
+    fn scan(&self, block: &[u8], sha256: Option<&mut sha2::Sha256>) -> Vec<SegmentResult> {
+        let scan = || scan_segments(block, self.pos, self.segment_len, &self.tail, self.walk);
+        match sha256 {
+            Some(sha) => rayon::join(|| sha.update(block), scan).1,
+            None => scan(),
+        }
+    }
+
+    /// Stage 2: finds the true boundaries in `block` from the segments' candidates and matches
+    /// them with the guessed chunks; moves on to the next block.
+    fn stitch(&mut self, block: &[u8], segments: &[SegmentResult]) -> FillIn {
+        let base = self.pos;
         let mut ends = Vec::new();
         for segment in segments {
             self.walk
@@ -421,7 +482,7 @@ impl Stitch {
             let hit = guessed
                 .next_if(|(s, c)| *s == start && s + c.len == end)
                 .map(|(_, c)| *c);
-            found.push(hit.ok_or((start, end)));
+            found.push((start, end, hit));
             start = end;
         }
         let local = |offset: u64| (offset - base) as usize;
@@ -454,29 +515,42 @@ impl Stitch {
 }
 
 impl FillIn {
-    /// Hashes the chunks no segment task guessed and appends all of them to `chunks` in order.
-    fn run(self, block: &[u8], chunks: &mut Vec<ChunkRef>) {
+    /// Stage 3: hashes the chunks no segment task guessed; all the block's chunks, in order.
+    fn run(self, block: &[u8]) -> HashedBlock {
         let base = self.base;
-        let straddler = self.straddler.as_deref().unwrap_or(&[]);
-        let missing: Vec<(u64, u64)> = self.found.iter().filter_map(|f| f.err()).collect();
-        let mut computed = Vec::with_capacity(missing.len());
-        missing
-            .into_par_iter()
-            .map(|(start, end)| {
-                let bytes = if start < base {
-                    straddler
-                } else {
-                    &block[(start - base) as usize..(end - base) as usize]
-                };
-                ChunkRef::new(ChunkHash::of(bytes), end - start)
-            })
-            .collect_into_vec(&mut computed);
+        let straddler = self.straddler.as_deref().unwrap_or_default();
+        let hash = |&(start, end): &(u64, u64)| {
+            let bytes = if start < base {
+                straddler
+            } else {
+                &block[(start - base) as usize..(end - base) as usize]
+            };
+            ChunkRef::new(ChunkHash::of(bytes), end - start)
+        };
+        let missing: Vec<(u64, u64)> = self
+            .found
+            .iter()
+            .filter(|(_, _, hit)| hit.is_none())
+            .map(|&(start, end, _)| (start, end))
+            .collect();
+        // One chunk is hashed here: a task would cost a thread hand-off (for a small file
+        // uploaded from a thread outside the pool, more than hashing it).
+        let computed: Vec<ChunkRef> = if missing.len() < 2 {
+            missing.iter().map(hash).collect()
+        } else {
+            missing.par_iter().map(hash).collect()
+        };
         let mut computed = computed.into_iter();
-        chunks.extend(
-            self.found
-                .into_iter()
-                .filter_map(|f| f.ok().or_else(|| computed.next())),
-        );
+        let chunks = self
+            .found
+            .into_iter()
+            .filter_map(|(start, _, hit)| Some((start, hit.or_else(|| computed.next())?)))
+            .collect();
+        HashedBlock {
+            base,
+            chunks,
+            straddler: self.straddler,
+        }
     }
 }
 
@@ -490,6 +564,10 @@ fn scan_segments(
     walk: BoundaryWalk,
 ) -> Vec<SegmentResult> {
     let count = (block.len() / segment_len).max(1);
+    if count == 1 {
+        // On the calling thread: a task would cost a thread hand-off (see `FillIn::run`).
+        return vec![segment_task(block, base, 0, block.len(), tail, walk)];
+    }
     let seg = block.len() / count;
     (0..count)
         .into_par_iter()
@@ -527,7 +605,7 @@ fn segment_task(
 ) -> SegmentResult {
     let seg_base = base + start as u64;
     // `preceding` is the stream's last 63 bytes before the segment (all of them near its start):
-    // `Stitch::tail` keeps them across blocks and later segments start 63+ bytes into the block.
+    // `ChunkHasher::tail` keeps them across blocks and later segments start 63+ bytes into the block.
     #[allow(
         clippy::expect_used,
         reason = "scan_segments always passes the whole window: without it the candidates would \
@@ -597,6 +675,64 @@ mod tests {
         data
     }
 
+    /// `data` fed to one [`ChunkHasher`] block by block, as the upload feeds it, checking that
+    /// every chunk comes with its own bytes.
+    fn fed(data: &[u8], block_len: usize, segment_len: usize, sha256: bool) -> HashedFile {
+        let mut engine = ChunkHasher::with_segment_len(segment_len);
+        let mut sha = sha256.then(sha2::Sha256::new);
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        let mut take = |bytes: &[u8], chunk: ChunkRef, chunks: &mut Vec<ChunkRef>| {
+            assert_eq!(
+                bytes,
+                &data[at..at + bytes.len()],
+                "the bytes of chunk {}",
+                chunks.len()
+            );
+            assert_eq!(chunk.len, bytes.len() as u64);
+            at += bytes.len();
+            chunks.push(chunk);
+        };
+        for block in data.chunks(block_len) {
+            let hashed = engine.feed(block, sha.as_mut());
+            for (bytes, chunk) in hashed.with_bytes(block) {
+                take(bytes, chunk, &mut chunks);
+            }
+        }
+        let size = engine.position();
+        if let Some((chunk, bytes)) = engine.finish() {
+            take(&bytes, chunk, &mut chunks);
+        }
+        assert_eq!(at, data.len());
+        HashedFile {
+            size,
+            file_hash: file_hash(&chunks),
+            chunks,
+            sha256: sha.map(|sha| LfsOid::from_digest(sha.finalize().into())),
+        }
+    }
+
+    #[test]
+    fn the_engine_fed_block_by_block_gives_the_reference_result_and_bytes() {
+        let data = mixed_input();
+        let expected = reference(&data);
+        for (block_len, segment_len) in [
+            (997, 64),
+            (4099, 1000),
+            (65_536, 30_000),
+            (200_003, 1 << 20),
+            (data.len(), 64),
+            (data.len(), 131_072),
+        ] {
+            let got = fed(&data, block_len, segment_len, false);
+            assert_eq!(got, expected, "block {block_len}, segment {segment_len}");
+        }
+        let with = fed(&data, 70_000, 10_000, true);
+        assert_eq!(with.sha256, Some(LfsOid::of(&data)));
+        assert_eq!(with.chunks, expected.chunks);
+        assert_eq!(fed(&[], 1000, 64, false), reference(&[]));
+    }
+
     #[test]
     fn every_block_and_segment_length_gives_the_reference_result() {
         let data = mixed_input();
@@ -644,8 +780,10 @@ mod tests {
             let mut data = pseudo_random(random_len, seed);
             data.extend(std::iter::repeat_n(0u8, constant_len));
             data.extend(pseudo_random(random_len / 2, seed + 1));
+            let expected = reference(&data);
             let got = hash_slices(&data, block_len, segment_len, HashOptions::default());
-            proptest::prop_assert_eq!(got, reference(&data));
+            proptest::prop_assert_eq!(got, expected.clone());
+            proptest::prop_assert_eq!(fed(&data, block_len, segment_len, false), expected);
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`hasher`] | hashing whole files as fast as the machine allows |
+//! | [`hasher`] | the chunk-and-hash engine uploads share; hashing whole files as fast as the machine allows |
 //! | [`upload`] | one stream in, one registered Xet file out, against any [`CasTarget`](crate::CasTarget) |
 //! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
 //! | [`download`] | rebuilding a file from its reconstruction plan, streaming |

@@ -3,10 +3,12 @@
 //!
 //! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes and, per block:
 //!
-//! 1. computes SHA-256 alongside content-defined chunking (docs/format.md §2) on the rayon pool
-//!    (not when the caller got the SHA-256 from whoever named the bytes and the target checks
-//!    claims itself: [`UploadOptions::sha256_declared_by_namer`]);
-//! 2. hashes the block's chunks in parallel;
+//! 1. computes SHA-256 (not when the caller got the SHA-256 from whoever named the bytes and the
+//!    target checks claims itself: [`UploadOptions::sha256_declared_by_namer`]) alongside the
+//!    chunk-and-hash engine of [`hasher`](crate::pipeline::hasher) (`ChunkHasher`), which finds
+//!    the block's chunks (docs/format.md §2) and hashes them on the rayon pool, the same engine
+//!    and so the same chunks as `git xet hash`;
+//! 2. while the session's chunks are mostly new, compresses the block's chunks in parallel;
 //! 3. hands each chunk in order to the file session (`session`), which deduplicates it
 //!    against this upload's own xorbs and, through [`CasTarget::dedup_query`], against the
 //!    target (§5), packs new chunks into xorbs ([`XorbBuilder`](xet_format::xorb::XorbBuilder), [`CompressionPolicy::Auto`],
@@ -42,11 +44,11 @@ use sha2::Digest as _;
 use self::done::Done;
 use self::session::{FileResult, FileSession};
 pub use self::staging::Staging;
+use crate::pipeline::hasher::ChunkHasher;
 use crate::{CasTarget, TargetError};
-use xet_format::chunking::Chunker;
 use xet_format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
 use xet_format::xorb::{BuiltXorb, CompressedChunk, CompressionPolicy, XorbLimits};
-use xet_format::{ChunkHash, FileHash, LfsOid};
+use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid};
 
 /// Bytes read from the stream per block.
 pub const READ_BLOCK: usize = 8 << 20;
@@ -758,7 +760,6 @@ impl Reading<'_> {
             self.done,
         );
         session.seed(seeds);
-        let chunker = Chunker::parallel();
         // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a
         // thread of its own, fed copies of the blocks, while this thread chunks, hashes and
         // packs.
@@ -777,7 +778,6 @@ impl Reading<'_> {
                 blocks,
                 options,
                 &mut sha,
-                chunker,
                 &mut session,
                 emit,
                 self.read_so_far,
@@ -824,7 +824,6 @@ impl Reading<'_> {
                 &mut ReadBlocks::new(&mut member.reader),
                 &member_options,
                 &mut sha,
-                Chunker::parallel(),
                 &mut session,
                 emit,
                 self.read_so_far,
@@ -977,24 +976,21 @@ fn fill_slice(reader: &mut dyn Read, buf: &mut [u8], pos: u64) -> Result<usize, 
 /// The reading loop of [`read_file`]: reads, chunks and deduplicates the whole stream, feeding
 /// `sha` every byte. Returns the number of bytes read, once the size was checked.
 ///
-/// Chunks are hashed and packed where the block holds them; only a chunk that spans two blocks
-/// is assembled (from `carry`, the bytes of the chunk in progress at the end of a block).
+/// The chunk-and-hash engine ([`ChunkHasher`]) finds and hashes a block's chunks; they are
+/// packed where the block holds them, only a chunk that spans two blocks being assembled (by
+/// the engine, from the bytes of the chunk in progress at the end of a block).
 #[allow(clippy::too_many_arguments)]
 fn read_chunks(
     blocks: &mut dyn Blocks,
     options: &UploadOptions,
     sha: &mut Sha<'_>,
-    mut chunker: Chunker,
     session: &mut FileSession<'_>,
     emit: &mut dyn FnMut(BuiltXorb) -> Result<(), UploadError>,
     read_so_far: &std::cell::Cell<u64>,
     report: &dyn Fn(),
 ) -> Result<u64, UploadError> {
-    // The chunk in progress starts at `start`; `carry` holds its bytes before the block.
-    let mut carry: Vec<u8> = Vec::new();
-    let mut start: u64 = 0;
+    let mut engine = ChunkHasher::new();
     let mut pos: u64 = 0;
-    let mut ends: Vec<u64> = Vec::new();
     loop {
         // A file of known size is read in blocks of at most what is left of it (plus one
         // byte, which finds a file longer than expected): a small file zeroes and reads into
@@ -1009,7 +1005,6 @@ fn read_chunks(
         if block.is_empty() {
             break;
         }
-        let block_start = pos;
         pos += block.len() as u64;
         read_so_far.set(pos);
         if let Some(expected) = options.expected_size {
@@ -1017,48 +1012,23 @@ fn read_chunks(
                 return Err(UploadError::TooLong { expected });
             }
         }
-        ends.clear();
-        match sha {
-            Sha::Inline(inline) => {
-                rayon::join(|| inline.update(block), || chunker.update(block, &mut ends)).0
-            }
+        let hashed = match sha {
+            Sha::Inline(inline) => engine.feed(block, Some(inline)),
             Sha::Thread { .. } | Sha::Declared(_) => {
                 sha.update(block)?;
-                chunker.update(block, &mut ends);
+                engine.feed(block, None)
             }
-        }
-        // Only the first chunk ending in this block can have begun before it.
-        let mut spanning: Option<Vec<u8>> = None;
-        let mut inside: Vec<&[u8]> = Vec::with_capacity(ends.len());
-        for &end in &ends {
-            let to = (end - block_start) as usize;
-            if start < block_start {
-                let mut piece = std::mem::take(&mut carry);
-                piece.extend_from_slice(&block[..to]);
-                spanning = Some(piece);
-            } else {
-                inside.push(&block[(start - block_start) as usize..to]);
-            }
-            start = end;
-        }
-        let pieces: Vec<&[u8]> = spanning.as_deref().into_iter().chain(inside).collect();
-        let prepared = prepare_chunks(session, &pieces);
+        };
+        let chunks: Vec<(&[u8], ChunkRef)> = hashed.with_bytes(block).collect();
+        let compressed = compress_ahead(session, &chunks);
         session.start_block();
-        for (piece, (hash, ready)) in pieces.iter().zip(prepared) {
-            session.add_chunk(piece, hash, ready, emit)?;
-        }
-        // What is left of the block belongs to the next chunk.
-        if start >= block_start {
-            carry.clear();
-            carry.extend_from_slice(&block[(start - block_start) as usize..]);
-        } else {
-            carry.extend_from_slice(block);
+        for ((bytes, chunk), ready) in chunks.into_iter().zip(compressed) {
+            session.add_chunk(bytes, chunk.hash, ready, emit)?;
         }
         report();
     }
-    if let Some(end) = chunker.finish() {
-        let piece = &carry[..(end - start) as usize];
-        session.add_chunk(piece, ChunkHash::of(piece), None, emit)?;
+    if let Some((chunk, bytes)) = engine.finish() {
+        session.add_chunk(&bytes, chunk.hash, None, emit)?;
     }
     if let Some(expected) = options.expected_size {
         if pos != expected {
@@ -1071,25 +1041,24 @@ fn read_chunks(
     Ok(pos)
 }
 
-/// The hashes of `pieces` (the chunks that end in a block), computed in parallel; while the
-/// session's chunks are mostly new, each is compressed too, with the scheme it would get if all
-/// were new, so that compression is not left to the session's thread.
-fn prepare_chunks(
+/// Per chunk of a block (hashed, with its bytes), the chunk compressed in parallel with the
+/// scheme it would get if all were new, while the session's chunks are mostly new, so that
+/// compression is not left to the session's thread; `None` for each otherwise.
+fn compress_ahead(
     session: &FileSession<'_>,
-    pieces: &[&[u8]],
-) -> Vec<(ChunkHash, Option<CompressedChunk>)> {
-    let schemes = session
-        .compress_ahead()
-        .then(|| session.predict_schemes(pieces));
-    pieces
+    chunks: &[(&[u8], ChunkRef)],
+) -> Vec<Option<CompressedChunk>> {
+    if !session.compress_ahead() {
+        return vec![None; chunks.len()];
+    }
+    let bytes: Vec<&[u8]> = chunks.iter().map(|&(b, _)| b).collect();
+    let schemes = session.predict_schemes(&bytes);
+    chunks
         .par_iter()
         .enumerate()
-        .map(|(i, p)| match schemes.as_ref().and_then(|s| s.get(i)) {
-            Some(&scheme) => match CompressedChunk::new(p, scheme) {
-                Ok(c) => (c.hash(), Some(c)),
-                Err(_) => (ChunkHash::of(p), None),
-            },
-            None => (ChunkHash::of(p), None),
+        .map(|(i, &(b, chunk))| {
+            let scheme = *schemes.get(i)?;
+            CompressedChunk::with_hash(b, chunk.hash, scheme).ok()
         })
         .collect()
 }

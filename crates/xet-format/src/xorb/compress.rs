@@ -356,7 +356,8 @@ pub fn plan_schemes<C: AsRef<[u8]>>(
 }
 
 /// A chunk compressed and ready for a [`XorbBuilder`](super::XorbBuilder): its hash, its header
-/// and its payload. Built only by [`CompressedChunk::new`], so it is always consistent.
+/// and its payload. Built only by [`CompressedChunk::new`], which hashes the bytes it compresses,
+/// or by [`CompressedChunk::with_hash`] from the hash of those bytes, so it is consistent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompressedChunk {
     hash: ChunkHash,
@@ -369,6 +370,18 @@ impl CompressedChunk {
     /// Hashes `data` and compresses it with `scheme` (then the None fallback). Fails only if
     /// `data` is longer than [`MAX_CHUNK_LEN`].
     pub fn new(data: &[u8], scheme: CompressionScheme) -> Result<Self, XorbError> {
+        Self::with_hash(data, ChunkHash::of(data), scheme)
+    }
+
+    /// [`CompressedChunk::new`] for a chunk whose hash the caller computed already (a pipeline
+    /// that hashes chunks as it finds them): `hash` must be `ChunkHash::of(data)`, or the xorb
+    /// built from the chunk names it wrongly.
+    pub fn with_hash(
+        data: &[u8],
+        hash: ChunkHash,
+        scheme: CompressionScheme,
+    ) -> Result<Self, XorbError> {
+        debug_assert!(hash == ChunkHash::of(data), "the hash of another chunk");
         let too_long = XorbError::ChunkTooLong {
             len: data.len(),
             max: MAX_CHUNK_LEN,
@@ -382,7 +395,7 @@ impl CompressedChunk {
         let payload_len = u32::try_from(payload.len()).map_err(|_| too_long.clone())?;
         let header = ChunkHeader::new(used, payload_len, len).map_err(|_| too_long)?;
         Ok(Self {
-            hash: ChunkHash::of(data),
+            hash,
             selected: scheme,
             header,
             payload,
@@ -591,6 +604,19 @@ mod tests {
         // Fixed policies ignore the data.
         let plan = plan_schemes(CompressionPolicy::Bg4Lz4, &chunks, &[], 32);
         assert!(plan.iter().all(|&s| s == CompressionScheme::Bg4Lz4));
+    }
+
+    #[test]
+    fn a_chunk_hashed_beforehand_compresses_the_same() {
+        let data: Vec<u8> = (0..5000u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
+        for scheme in [
+            CompressionScheme::None,
+            CompressionScheme::Lz4,
+            CompressionScheme::Bg4Lz4,
+        ] {
+            let hashed = CompressedChunk::with_hash(&data, ChunkHash::of(&data), scheme).unwrap();
+            assert_eq!(hashed, CompressedChunk::new(&data, scheme).unwrap());
+        }
     }
 
     #[test]
