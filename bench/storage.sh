@@ -29,7 +29,8 @@
 #               `git lfs fetch` from the directory node, and through node B (which must catch up
 #               with A's shards). Twice: in standalone mode (the agent gets one object at a
 #               time: a xorb and a shard per file), and negotiated (the node is the LFS server:
-#               its batch answers deal small objects into packs, docs/lfs-agent.md §12.4). Then a
+#               its batch answers deal small objects into packs, docs/lfs-agent.md §12.4, and
+#               a fetch's into download packs of neighbours, §12.5). Then a
 #               node started on an empty disk on the standalone run's bucket: seconds until it is
 #               ready and until every file's SHA-256 claim is settled (-1: not within 20 min)
 # Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
