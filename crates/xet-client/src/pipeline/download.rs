@@ -321,25 +321,7 @@ fn write_terms_to(
         for _ in 0..READ_AHEAD.min(fetched.len()) {
             let tx = tx.clone();
             let (fetched, next, abort, taken, fetch) = (&fetched, &next, &abort, &taken, &fetch);
-            scope.spawn(move || loop {
-                let j = next.fetch_add(1, Ordering::Relaxed);
-                if j >= fetched.len() {
-                    return;
-                }
-                {
-                    let (lock, cv) = taken;
-                    let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    while j >= *n + READ_AHEAD && !abort.load(Ordering::Relaxed) {
-                        n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
-                    }
-                }
-                if abort.load(Ordering::Relaxed) {
-                    return;
-                }
-                if tx.send((j, fetch(fetched[j]))).is_err() {
-                    return;
-                }
-            });
+            scope.spawn(move || fetch_in_turn(fetched, next, abort, taken, &tx, fetch));
         }
         drop(tx);
         let mut ready: BTreeMap<usize, Result<Vec<u8>, DownloadError>> = BTreeMap::new();
@@ -368,6 +350,36 @@ fn write_terms_to(
         taken.1.notify_all();
         result
     })
+}
+
+/// One fetcher of [`write_terms_to`]: takes the next of `fetched` in turn (`next`) and sends
+/// its bytes with its index, waiting while it would be more than [`READ_AHEAD`] ahead of the
+/// fetches the consumer has `taken`; stops when none is left, on `abort`, or when the consumer
+/// is gone.
+fn fetch_in_turn(
+    fetched: &[&Step<'_>],
+    next: &AtomicUsize,
+    abort: &AtomicBool,
+    taken: &(Mutex<usize>, Condvar),
+    tx: &mpsc::Sender<(usize, Result<Vec<u8>, DownloadError>)>,
+    fetch: &dyn Fn(&Step<'_>) -> Result<Vec<u8>, DownloadError>,
+) {
+    loop {
+        let j = next.fetch_add(1, Ordering::Relaxed);
+        if j >= fetched.len() {
+            return;
+        }
+        {
+            let (lock, cv) = taken;
+            let mut n = lock.lock().unwrap_or_else(|e| e.into_inner());
+            while j >= *n + READ_AHEAD && !abort.load(Ordering::Relaxed) {
+                n = cv.wait(n).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        if abort.load(Ordering::Relaxed) || tx.send((j, fetch(fetched[j]))).is_err() {
+            return;
+        }
+    }
 }
 
 /// A fetched range, indexed, with the hashes of the chunks decoded so far (a range used by
@@ -492,13 +504,7 @@ fn decode_steps(
     let mut written = 0u64;
     // Ranges kept for later steps (see `plan_reuse`), by the step that fetched them.
     let mut kept: HashMap<usize, Decoded> = HashMap::new();
-    // The last step reusing each kept range, after which it is dropped.
-    let mut last_reuse: HashMap<usize, usize> = HashMap::new();
-    for (i, s) in steps.iter().enumerate() {
-        if let Source::Reuse(holder) = s.source {
-            last_reuse.insert(holder, i);
-        }
-    }
+    let last_reuse = last_reuses(steps);
     let mut own = Vec::new();
     let (buf, mut sink) = match output {
         Output::Stream(sink) => {
@@ -561,6 +567,18 @@ fn decode_steps(
         written = (buf.len() - collected_from) as u64;
     }
     Ok(written)
+}
+
+/// The last step reusing each kept range (by the step that fetched it), after which it is
+/// dropped.
+fn last_reuses(steps: &[Step]) -> HashMap<usize, usize> {
+    let mut last = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        if let Source::Reuse(holder) = s.source {
+            last.insert(holder, i);
+        }
+    }
+    last
 }
 
 /// Where [`write_file_at`] writes: a file written at offsets, from several threads at once.
