@@ -373,23 +373,35 @@ fn requests_on(server: &TestServer, route: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-#[test]
-fn the_small_files_of_a_fetch_come_down_in_packs() {
-    if !tools_available() {
-        return;
-    }
+/// A server and a work repository whose LFS server it is, with git-xet installed.
+fn negotiated_repo() -> (TestServer, GitEnv, std::path::PathBuf) {
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);
     xet(&env, &["install", "--global"]);
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
     let work = work_repo(&env, Some(&lfs_url));
-    let files: Vec<(String, Vec<u8>)> = (0..40u64)
+    (server, env, work)
+}
+
+/// 40 small files (1-20 KiB) `s00.bin`…`s39.bin`, from `seed`.
+fn small_files(seed: u64) -> Vec<(String, Vec<u8>)> {
+    (0..40u64)
         .map(|i| {
             let len = 1024 + (i as usize * 7919) % (19 << 10);
-            (format!("s{i:02}.bin"), common::splitmix64(900 + i, len))
+            (format!("s{i:02}.bin"), common::splitmix64(seed + i, len))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn the_small_files_of_a_fetch_come_down_in_packs() {
+    if !tools_available() {
+        return;
+    }
+    let (server, env, work) = negotiated_repo();
+    let files = small_files(900);
     for (name, data) in &files {
         std::fs::write(work.join(name), data).unwrap();
     }
@@ -444,21 +456,10 @@ fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {
     if !tools_available() {
         return;
     }
-    let server = common::server::start();
-    let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    xet(&env, &["install", "--global"]);
-    let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
-    let work = work_repo(&env, Some(&lfs_url));
-
-    // 40 small files (1-20 KiB) and one of 6 MiB, which is not packed.
-    let files: Vec<(String, Vec<u8>)> = (0..40u64)
-        .map(|i| {
-            let len = 1024 + (i as usize * 7919) % (19 << 10);
-            (format!("s{i:02}.bin"), common::splitmix64(500 + i, len))
-        })
-        .chain([("big.bin".to_string(), common::splitmix64(600, 6 << 20))])
-        .collect();
+    let (server, env, work) = negotiated_repo();
+    // 40 small files and one of 6 MiB, which is not packed.
+    let mut files = small_files(500);
+    files.push(("big.bin".to_string(), common::splitmix64(600, 6 << 20)));
     for (name, data) in &files {
         std::fs::write(work.join(name), data).unwrap();
     }
