@@ -565,6 +565,8 @@ impl Agent {
             Ok(dir) => {
                 remove_stale_parts(&dir);
                 pack::remove_stale_packs(&dir.join(pack::PACK_DIR));
+                // Where earlier versions kept them.
+                pack::remove_stale_packs(&dir);
             }
             Err(e) => tracing::debug!("partial downloads not looked for: {e}"),
         }
