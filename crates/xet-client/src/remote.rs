@@ -1011,35 +1011,20 @@ impl RemoteCas {
 
 /// The answer of a token refresh route: a [`CasTokenInfo`], or a final error saying why not.
 fn token_info(req: &Request, resp: Response) -> Result<CasTokenInfo, Failure> {
-    let status = resp.status();
-    if status != StatusCode::OK {
-        let says = server_says(resp);
-        let message = match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => format!(
+    match resp.status() {
+        StatusCode::OK => parse_json(req, resp, r#"a token ({"casUrl","accessToken","exp"})"#),
+        status @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+            let says = server_says(resp);
+            let message = format!(
                 "{} refused the credential ({}){}: check the git credentials for this remote",
                 req.server,
                 status_text(status),
                 says.suffix()
-            ),
-            _ => format!(
-                "{} answered {}{}",
-                req.server,
-                status_text(status),
-                says.suffix()
-            ),
-        };
-        return Err(fatal_coded(req, message, says.code));
+            );
+            Err(fatal_coded(req, message, says.code))
+        }
+        _ => Err(refused(req, resp, "")),
     }
-    let body = read_body(req, resp, MAX_SMALL_JSON)?;
-    serde_json::from_slice::<CasTokenInfo>(&body).map_err(|e| {
-        fatal(
-            req,
-            format!(
-                "{} did not answer with a token ({{\"casUrl\",\"accessToken\",\"exp\"}}): {e}",
-                req.server
-            ),
-        )
-    })
 }
 
 /// A final error of `req`.

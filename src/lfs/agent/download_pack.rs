@@ -20,9 +20,7 @@ use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use super::pack::{lock_pack, pack_id, read_outcome, write_outcome};
+use super::pack::{lock_pack, pack_id, read_outcome, Outcome};
 use super::{Agent, Operation, Transfer};
 use crate::lfs::error::TransferError;
 use crate::lfs::journal::{Direction, Record};
@@ -40,15 +38,6 @@ pub(super) const FILE_PREFIX: &str = "xet-dpack-";
 /// A pack whose fetch ranges add up to more than this is not fetched together (its members
 /// are downloaded one by one): what a pack holds in memory at once.
 const MAX_PACK_FETCH: u64 = 128 << 20;
-
-/// The `.done` file of a download pack: the members written, or why the pack failed.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Fetched {
-    #[serde(default)]
-    written: Vec<LfsOid>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    failed: Option<String>,
-}
 
 /// The download pack header on `t`'s action, if it names `t`'s object with its size. Only the
 /// agent that fetches the pack parses it whole (every member's agent gets the same header).
@@ -77,36 +66,19 @@ impl Agent {
         let id = pack_id(t, header);
         let (lock, done_path) = lock_pack(&dir, &format!("{FILE_PREFIX}{id}"), &t.oid)?;
         let mine = member_path(&dir, &id, &t.oid);
-        let ready = |fetched: &Fetched| {
-            (fetched.failed.is_none() && fetched.written.contains(&t.oid) && mine.is_file())
-                .then(|| mine.clone())
-        };
-        if let Some(fetched) = read_outcome::<Fetched>(&done_path) {
-            return Ok(ready(&fetched));
+        let ready =
+            |outcome: &Outcome| (outcome.has(&t.oid) && mine.is_file()).then(|| mine.clone());
+        if let Some(outcome) = read_outcome(&done_path) {
+            return Ok(ready(&outcome));
         }
         let parsed = DownloadPack::from_header(header).map_err(|e| {
             TransferError::Setup(format!("the LFS server sent an unusable pack: {e}"))
         });
-        let fetched = match parsed.and_then(|pack| self.fetch_pack(t, &pack, &dir, &id, writer)) {
-            Ok(written) => Fetched {
-                written,
-                failed: None,
-            },
-            Err(e) => {
-                let message = xet_client::redact::redact(&e.to_string());
-                tracing::warn!(oid = %t.oid, "downloading the object's pack failed; each object goes on its own: {message}");
-                Fetched {
-                    written: Vec::new(),
-                    failed: Some(message),
-                }
-            }
-        };
-        if let Err(e) = write_outcome(&done_path, &fetched) {
-            // The other members' agents then fetch the pack again: more work, nothing lost.
-            tracing::warn!(path = %done_path.display(), "cannot write down a pack's outcome: {e}");
-        }
+        let fetched = parsed.and_then(|pack| self.fetch_pack(t, &pack, &dir, &id, writer));
+        let outcome = Outcome::concluded(fetched, &t.oid, "downloading");
+        outcome.write_down(&done_path);
         drop(lock);
-        Ok(ready(&fetched))
+        Ok(ready(&outcome))
     }
 
     /// Rebuilds every member of `pack` it can into `dir` and records each in the transfer

@@ -49,13 +49,55 @@ pub(super) enum Packed {
     Alone,
 }
 
-/// The `.done` file: the members a pack registered, or why it failed.
+/// The `.done` file of an upload or download pack: the members it registered or wrote, or
+/// why it failed.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Outcome {
+pub(super) struct Outcome {
     #[serde(default)]
-    registered: Vec<LfsOid>,
+    members: Vec<LfsOid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     failed: Option<String>,
+}
+
+impl Outcome {
+    /// The outcome of this agent's work on a pack (`doing`: what it did, for the log).
+    pub(super) fn concluded(
+        done: Result<Vec<LfsOid>, TransferError>,
+        oid: &LfsOid,
+        doing: &str,
+    ) -> Self {
+        match done {
+            Ok(members) => Self {
+                members,
+                failed: None,
+            },
+            Err(e) => {
+                let message = xet_client::redact::redact(&e.to_string());
+                tracing::warn!(%oid, "{doing} the object's pack failed; each object goes on its own: {message}");
+                Self::failed(message)
+            }
+        }
+    }
+
+    fn failed(why: String) -> Self {
+        Self {
+            members: Vec::new(),
+            failed: Some(why),
+        }
+    }
+
+    /// Whether the pack took care of `oid`.
+    pub(super) fn has(&self, oid: &LfsOid) -> bool {
+        self.failed.is_none() && self.members.contains(oid)
+    }
+
+    /// Writes the outcome to `done_path` for the agents of the other members; if it cannot be
+    /// written they do the pack again: more work, nothing lost.
+    pub(super) fn write_down(&self, done_path: &Path) {
+        if let Err(e) = write_outcome(done_path, self) {
+            tracing::warn!(path = %done_path.display(), "cannot write down a pack's outcome: {e}");
+        }
+    }
 }
 
 /// The pack named in `t`'s action, if it is one this agent can upload: the header parses,
@@ -143,39 +185,25 @@ impl Agent {
         let dir = self.made_pack_dir()?;
         let id = pack_id(t, &pack.to_header());
         let (lock, done_path) = lock_pack(&dir, &format!("xet-pack-{id}"), &t.oid)?;
-        if let Some(outcome) = read_outcome::<Outcome>(&done_path) {
-            return Ok(match outcome.failed {
-                None if outcome.registered.contains(&t.oid) => Packed::Done,
-                _ => Packed::Alone,
-            });
-        }
-        let outcome = match self.send_pack(t, pack, writer) {
-            Ok(Some(summary)) => {
-                let registered = summary.files.iter().map(|f| f.oid).collect();
-                Outcome {
-                    registered,
-                    failed: None,
-                }
-            }
-            Ok(None) => Outcome {
-                registered: Vec::new(),
-                failed: Some("fewer than two members here".into()),
-            },
-            Err(e) => {
-                let message = xet_client::redact::redact(&e.to_string());
-                tracing::warn!(oid = %t.oid, "uploading the object's pack failed; each object goes on its own: {message}");
-                Outcome {
-                    registered: Vec::new(),
-                    failed: Some(message),
-                }
+        let outcome = match read_outcome(&done_path) {
+            Some(outcome) => outcome,
+            None => {
+                let outcome = match self.send_pack(t, pack, writer) {
+                    Ok(None) => Outcome::failed("fewer than two members here".into()),
+                    sent => Outcome::concluded(
+                        sent.map(|s| {
+                            s.map_or_else(Vec::new, |s| s.files.iter().map(|f| f.oid).collect())
+                        }),
+                        &t.oid,
+                        "uploading",
+                    ),
+                };
+                outcome.write_down(&done_path);
+                outcome
             }
         };
-        if let Err(e) = write_outcome(&done_path, &outcome) {
-            // The other members' agents then upload the pack again: more work, nothing lost.
-            tracing::warn!(path = %done_path.display(), "cannot write down a pack's outcome: {e}");
-        }
         drop(lock);
-        Ok(if outcome.registered.contains(&t.oid) {
+        Ok(if outcome.has(&t.oid) {
             Packed::Done
         } else {
             Packed::Alone
@@ -331,13 +359,13 @@ fn records(summary: &PackSummary, endpoint: &str) -> Vec<Record> {
 }
 
 /// A pack's outcome file, if it is there and parses.
-pub(super) fn read_outcome<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+pub(super) fn read_outcome(path: &Path) -> Option<Outcome> {
     let text = std::fs::read(path).ok()?;
     serde_json::from_slice(&text).ok()
 }
 
 /// Writes the outcome whole (a temporary file renamed into place).
-pub(super) fn write_outcome<T: Serialize>(path: &Path, outcome: &T) -> std::io::Result<()> {
+fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(&serde_json::to_vec(outcome).map_err(std::io::Error::other)?)?;
