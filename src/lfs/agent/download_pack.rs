@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use super::pack::{lock_pack, pack_id, read_outcome, Outcome};
+use super::pack::{pack_id, Outcome};
 use super::{Agent, Operation, Transfer};
 use crate::lfs::error::TransferError;
 use crate::lfs::journal::{Direction, Record};
@@ -64,21 +64,16 @@ impl Agent {
     ) -> Result<Option<PathBuf>, TransferError> {
         let dir = self.made_pack_dir()?;
         let id = pack_id(t, header);
-        let (lock, done_path) = lock_pack(&dir, &format!("{FILE_PREFIX}{id}"), &t.oid)?;
+        let outcome = self.pack_outcome(&dir, &format!("{FILE_PREFIX}{id}"), &t.oid, |agent| {
+            let fetched = DownloadPack::from_header(header)
+                .map_err(|e| {
+                    TransferError::Setup(format!("the LFS server sent an unusable pack: {e}"))
+                })
+                .and_then(|pack| agent.fetch_pack(t, &pack, &dir, &id, writer));
+            Outcome::concluded(fetched, &t.oid, "downloading")
+        })?;
         let mine = member_path(&dir, &id, &t.oid);
-        let ready =
-            |outcome: &Outcome| (outcome.has(&t.oid) && mine.is_file()).then(|| mine.clone());
-        if let Some(outcome) = read_outcome(&done_path) {
-            return Ok(ready(&outcome));
-        }
-        let parsed = DownloadPack::from_header(header).map_err(|e| {
-            TransferError::Setup(format!("the LFS server sent an unusable pack: {e}"))
-        });
-        let fetched = parsed.and_then(|pack| self.fetch_pack(t, &pack, &dir, &id, writer));
-        let outcome = Outcome::concluded(fetched, &t.oid, "downloading");
-        outcome.write_down(&done_path);
-        drop(lock);
-        Ok(ready(&outcome))
+        Ok((outcome.has(&t.oid) && mine.is_file()).then_some(mine))
     }
 
     /// Rebuilds every member of `pack` it can into `dir` and records each in the transfer

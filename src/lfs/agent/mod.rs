@@ -357,6 +357,9 @@ struct Agent {
     earlier: prior::Earlier,
     /// Whether small objects may go up in packs (`xet.packUploads`, read at the first pack).
     packs_allowed: Option<bool>,
+    /// The outcomes of upload and download packs this agent saw concluded, by the name of
+    /// their files: the other members it is handed need no lock and no file read.
+    concluded_packs: std::collections::HashMap<String, Arc<pack::Outcome>>,
 }
 
 impl Agent {
@@ -376,6 +379,7 @@ impl Agent {
             parts_cleaned: false,
             earlier: prior::Earlier::default(),
             packs_allowed: None,
+            concluded_packs: std::collections::HashMap::new(),
         }
     }
 

@@ -20,6 +20,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -146,7 +147,7 @@ pub(super) fn pack_id(t: &Transfer, members: &str) -> String {
 /// Takes the lock of the pack whose files are named `<name>.lock` and `<name>.done` in `dir`
 /// (waiting while another agent holds it), for the object `oid`. Returns the held lock and the
 /// path of the outcome file.
-pub(super) fn lock_pack(
+fn lock_pack(
     dir: &Path,
     name: &str,
     oid: &LfsOid,
@@ -174,7 +175,43 @@ pub(super) fn lock_pack(
     Ok((lock, dir.join(format!("{name}.done"))))
 }
 
+/// How many concluded packs an agent remembers (a fetch of 10,000 small objects has about
+/// 1,000): beyond it the memo starts again, and packs are looked up in their files.
+const REMEMBERED_PACKS: usize = 4096;
+
 impl Agent {
+    /// The outcome of the pack whose files are `<name>.lock` and `<name>.done` in `dir`, for
+    /// the object `oid`: remembered if this agent saw the pack concluded, else read from its
+    /// outcome file once its lock is free, else `work`'s, written down for the other agents.
+    pub(super) fn pack_outcome(
+        &mut self,
+        dir: &Path,
+        name: &str,
+        oid: &LfsOid,
+        work: impl FnOnce(&mut Self) -> Outcome,
+    ) -> Result<Arc<Outcome>, TransferError> {
+        if let Some(known) = self.concluded_packs.get(name) {
+            return Ok(Arc::clone(known));
+        }
+        let (lock, done_path) = lock_pack(dir, name, oid)?;
+        let outcome = match read_outcome(&done_path) {
+            Some(outcome) => outcome,
+            None => {
+                let outcome = work(self);
+                outcome.write_down(&done_path);
+                outcome
+            }
+        };
+        drop(lock);
+        if self.concluded_packs.len() >= REMEMBERED_PACKS {
+            self.concluded_packs.clear();
+        }
+        let outcome = Arc::new(outcome);
+        self.concluded_packs
+            .insert(name.to_string(), Arc::clone(&outcome));
+        Ok(outcome)
+    }
+
     /// Uploads `t`'s pack if no agent has yet, or learns what the one that did registered.
     pub(super) fn upload_in_pack<W: std::io::Write>(
         &mut self,
@@ -183,26 +220,19 @@ impl Agent {
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Packed, TransferError> {
         let dir = self.made_pack_dir()?;
-        let id = pack_id(t, &pack.to_header());
-        let (lock, done_path) = lock_pack(&dir, &format!("xet-pack-{id}"), &t.oid)?;
-        let outcome = match read_outcome(&done_path) {
-            Some(outcome) => outcome,
-            None => {
-                let outcome = match self.send_pack(t, pack, writer) {
-                    Ok(None) => Outcome::failed("fewer than two members here".into()),
-                    sent => Outcome::concluded(
-                        sent.map(|s| {
-                            s.map_or_else(Vec::new, |s| s.files.iter().map(|f| f.oid).collect())
-                        }),
-                        &t.oid,
-                        "uploading",
-                    ),
-                };
-                outcome.write_down(&done_path);
-                outcome
+        let name = format!("xet-pack-{}", pack_id(t, &pack.to_header()));
+        let outcome = self.pack_outcome(&dir, &name, &t.oid, |agent| {
+            match agent.send_pack(t, pack, writer) {
+                Ok(None) => Outcome::failed("fewer than two members here".into()),
+                sent => Outcome::concluded(
+                    sent.map(|s| {
+                        s.map_or_else(Vec::new, |s| s.files.iter().map(|f| f.oid).collect())
+                    }),
+                    &t.oid,
+                    "uploading",
+                ),
             }
-        };
-        drop(lock);
+        })?;
         Ok(if outcome.has(&t.oid) {
             Packed::Done
         } else {
@@ -359,7 +389,7 @@ fn records(summary: &PackSummary, endpoint: &str) -> Vec<Record> {
 }
 
 /// A pack's outcome file, if it is there and parses.
-pub(super) fn read_outcome(path: &Path) -> Option<Outcome> {
+fn read_outcome(path: &Path) -> Option<Outcome> {
     let text = std::fs::read(path).ok()?;
     serde_json::from_slice(&text).ok()
 }

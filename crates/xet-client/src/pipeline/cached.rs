@@ -228,7 +228,8 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
         xorb: &XorbHash,
         range: &FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
-        let Some(chunks) = &self.chunks else {
+        // A read that keeps nothing has no use for a cache that holds nothing of the xorb.
+        let Some(chunks) = self.chunks.as_ref().filter(|c| c.may_hold(xorb)) else {
             return self.inner.read_xorb_range(xorb, range);
         };
         let (bytes, _) = chunks

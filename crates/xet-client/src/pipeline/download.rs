@@ -594,6 +594,22 @@ impl WriteAt for std::fs::File {
     }
 }
 
+/// Writes to a [`WriteAt`] one at a time. A filesystem takes a file's lock for each buffered
+/// write (ext4 does), and writers waiting on it in the kernel spin while the holder copies:
+/// on a machine of few cores that spinning takes a core from the fetching, decoding and
+/// hashing of the other threads. Waiting here parks the thread instead.
+struct OneWriteAtATime<'a> {
+    out: &'a dyn WriteAt,
+    turn: std::sync::Mutex<()>,
+}
+
+impl WriteAt for OneWriteAtATime<'_> {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        self.out.write_all_at(buf, offset)
+    }
+}
+
 /// Threads of [`write_file_at`], each fetching and decoding one range at a time: memory is
 /// bounded by this many fetch ranges held whole (each at most one xorb, 64 MiB; streamed
 /// ranges hold one chunk) plus one write buffer each, whatever the file size.
@@ -643,7 +659,11 @@ pub fn write_file_at_with(
             plan.offset_into_first_range
         )));
     }
-    let job = FileJob::new(source, plan, out, local)?;
+    let out = OneWriteAtATime {
+        out,
+        turn: std::sync::Mutex::new(()),
+    };
+    let job = FileJob::new(source, plan, &out, local)?;
     let groups = job.groups();
     let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; job.steps.len()];
     if groups.len() == 1 {
