@@ -1273,3 +1273,58 @@ fn one_node_at_a_time_holds_the_garbage_collection_lease() {
     // Another lease name is another lease.
     assert_eq!(a.take_lease("other", "node-a", minute).unwrap(), None);
 }
+
+/// A new file uploaded through a node costs no look at the bucket (no HEAD: a xorb the node
+/// has no record of is put without asking whether it is there, and a new shard too), and is
+/// served at once. The same file uploaded again through a node that has not caught up with
+/// it (so takes its xorb as new) is stored and served as well: the same bytes under the
+/// same key.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_new_upload_puts_without_looking_and_a_repeated_one_stays_whole() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+
+    let g = Garage::start();
+    g.create_bucket("looks");
+    let a = node(&g, "looks", "");
+    let data = content(121, 3 << 20);
+    let options = UploadOptions {
+        expected_sha256: Some(xet_format::LfsOid::of(&data)),
+        ..UploadOptions::default()
+    };
+    let (heads, puts) = (storage_requests(&a, "head"), storage_requests(&a, "put"));
+    let stored = upload(&client(&a), &data[..], &options).unwrap();
+    assert!(stored.new_xorbs >= 1, "{stored:?}");
+    assert_eq!(
+        storage_requests(&a, "head") - heads,
+        0.0,
+        "no look at the bucket"
+    );
+    let puts = storage_requests(&a, "put") - puts;
+    // Each xorb, the shard, its log entry, and at most the file's SHA-256 claim record.
+    let xorbs = stored.new_xorbs as f64;
+    assert!(
+        puts >= xorbs + 2.0 && puts <= xorbs + 3.0,
+        "{puts} puts: {stored:?}"
+    );
+    assert!(download_whole(&client(&a), &stored.file_hash) == data);
+
+    // A node started after the upload, on a store whose catch-up waits: it knows nothing of
+    // the xorbs, takes them as new, and puts them again (the client names no SHA-256, which
+    // such a node cannot look up yet).
+    let storage = g.s3_config("looks", "");
+    let b = start_with(move |c| {
+        c.storage = Some(storage);
+        c.maintenance.first_catch_up_after = Duration::from_secs(600);
+    });
+    let again = upload(&client(&b), &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(again.file_hash, stored.file_hash);
+    assert!(download_whole(&client(&b), &stored.file_hash) == data);
+    assert!(download_whole(&client(&a), &stored.file_hash) == data);
+    let xorbs = stored_xorbs(&g, "looks", "");
+    assert_eq!(
+        xorbs.len() as u64,
+        stored.new_xorbs,
+        "one object per xorb: {xorbs:?}"
+    );
+}

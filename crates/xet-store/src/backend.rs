@@ -124,6 +124,11 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Stores `bytes` under `key` unless the key exists. Atomic: the object appears whole or not
     /// at all, and it is durable when this returns. `Ok(true)` if this call created it.
     fn put_if_absent(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError>;
+    /// [`Self::put_if_absent`] for an object the caller believes new: storage that would look
+    /// first may skip the look (see [`Self::put_new_file`]).
+    fn put_new(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
+        self.put_if_absent(key, bytes)
+    }
     /// [`Self::put_if_absent`] for a complete object already written (and flushed) to `file`, a
     /// path from [`Self::temp_path`]. The file is consumed: moved into place or removed.
     fn put_file_if_absent(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError>;

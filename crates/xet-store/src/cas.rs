@@ -611,9 +611,32 @@ impl Store {
     /// For an upload about to rely on `xorb` (skip sending it, or answer "already stored"):
     /// whether an intact copy is stored, and if so its grace period against garbage collection
     /// starts again (it is about to be used by a shard).
+    ///
+    /// On object storage a xorb this node has no record of (not stored, read or registered
+    /// through it, nor found damaged) is taken as new without a look (a request): if another
+    /// node stored it meanwhile, the upload puts the same bytes under the same key again.
     pub fn already_stored(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
         let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        if self.backend.is_shared() && self.unknown_here(xorb)? {
+            self.footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .note_missing(xorb);
+            return Ok(false);
+        }
         self.keep_existing(xorb)
+    }
+
+    /// Whether this node knows nothing of `xorb`: no index record, no damage record, no
+    /// footer in memory.
+    fn unknown_here(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
+        let in_memory = self
+            .footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .any(xorb)
+            .is_some();
+        Ok(!in_memory && self.index.xorb(xorb)?.is_none() && self.index.damaged(xorb)?.is_none())
     }
 
     /// Validates an upload body (chunk region, optionally with a footer) against its hash and
@@ -736,7 +759,20 @@ impl Store {
         let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
         let xorb = footer.hash;
         let key = ObjectKey::Xorb(xorb);
-        let created = match self.backend.stamp(key)? {
+        // On object storage a look is a request: an upload that found the object missing a
+        // moment ago (before it took the body) puts it without looking again.
+        let looked = self.backend.is_shared()
+            && self
+                .footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .missing_within(&xorb, crate::integrity::STAMP_FRESH);
+        let stamp = if looked {
+            None
+        } else {
+            self.backend.stamp(key)?
+        };
+        let created = match stamp {
             None => self.backend.put_new_file(key, file)?,
             Some(_) if self.keep_existing(&xorb)? => {
                 let _ = fs::remove_file(file);
@@ -749,7 +785,7 @@ impl Store {
         };
         if created {
             self.stored_intact(footer, stored_len)?;
-        } else if !self.has_xorb(&xorb)? {
+        } else if !self.keep_existing(&xorb)? {
             // A concurrent writer's copy appeared between the look and the link and is not
             // intact: this upload's bytes are gone, so the client must send them again.
             return Err(StoreError::Backend(BackendError::Io {
@@ -783,7 +819,17 @@ impl Store {
         let key = ObjectKey::Xorb(xorb);
         let repaired = self.index.damaged(&xorb)?;
         self.record_xorb(&footer, stored_len)?;
-        if let Some(stamp) = self.backend.stamp(key)? {
+        if self.backend.is_shared() {
+            // On object storage a look is a request, and the object was just put whole: it is
+            // taken as intact for the moment a seen object is (`integrity::STAMP_FRESH`) under
+            // a stamp of its length only, which no stored object has. After that a look finds
+            // the real stamp, and the footer is read and the object recorded as verified then.
+            let provisional = crate::backend::ObjectStamp {
+                len: stored_len,
+                version: [0; 24],
+            };
+            self.cache_footer(provisional, Arc::new(footer));
+        } else if let Some(stamp) = self.backend.stamp(key)? {
             self.index.set_verified(&xorb, &stamp)?;
             self.cache_footer(stamp, Arc::new(footer));
         }
@@ -909,8 +955,9 @@ impl Store {
             }
         }
         committing();
-        self.backend
-            .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
+        // Not registered here: new, unless another node stored it a moment ago (the same
+        // bytes under the same hash), so no look first.
+        self.backend.put_new(ObjectKey::Shard(shard_hash), bytes)?;
         self.backend.log_shard(&shard_hash, repo)?;
         let uploader = repo.unwrap_or("");
         self.check_claim_backlog(&entries, uploader)?;

@@ -51,6 +51,9 @@ pub(crate) struct FooterCache {
     order: std::collections::VecDeque<(XorbHash, u64)>,
     bytes: u64,
     inserted: u64,
+    /// Xorbs whose object was found missing, and when (on object storage: an upload that
+    /// just looked need not look again before it puts the object).
+    missing: std::collections::HashMap<XorbHash, Instant>,
 }
 
 impl FooterCache {
@@ -83,6 +86,22 @@ impl FooterCache {
             .map(|(s, f, _, _)| (*s, Arc::clone(f)))
     }
 
+    /// Notes that `xorb`'s object was just found missing.
+    pub(crate) fn note_missing(&mut self, xorb: &XorbHash) {
+        if self.missing.len() >= 4096 {
+            self.missing.retain(|_, at| at.elapsed() < STAMP_FRESH);
+        }
+        self.missing.insert(*xorb, Instant::now());
+    }
+
+    /// Whether `xorb`'s object was found missing less than `within` ago (and not stored
+    /// since by this process).
+    pub(crate) fn missing_within(&self, xorb: &XorbHash, within: Duration) -> bool {
+        self.missing
+            .get(xorb)
+            .is_some_and(|at| at.elapsed() < within)
+    }
+
     /// The footer of `xorb`, whatever object it was read from.
     pub fn any(&self, xorb: &XorbHash) -> Option<Arc<XorbFooter>> {
         self.entries.get(xorb).map(|(_, f, _, _)| Arc::clone(f))
@@ -91,6 +110,7 @@ impl FooterCache {
     pub fn insert(&mut self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
         let xorb = footer.hash;
         self.remove(&xorb);
+        self.missing.remove(&xorb);
         self.inserted += 1;
         self.bytes += Self::cost(&footer);
         self.entries
@@ -228,6 +248,12 @@ impl Store {
                 let why = "its stored object is missing (deleted outside git-xet)".to_string();
                 self.mark_damaged(xorb, &why)?;
                 return Ok((XorbHealth::Damaged(why), None));
+            }
+            if self.backend.is_shared() {
+                self.footers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .note_missing(xorb);
             }
             return Ok((XorbHealth::Missing, None));
         };

@@ -359,6 +359,12 @@ impl S3Backend {
             _ => wait(),
         };
         self.timings.record(op, started.elapsed());
+        tracing::trace!(
+            ?op,
+            what,
+            secs = started.elapsed().as_secs_f64(),
+            "object storage request"
+        );
         // The task is dropped unfinished only when the runtime shuts down.
         answer.map_err(|_| other("finish a request for", what, "the server is shutting down"))
     }
@@ -535,6 +541,16 @@ impl ObjectBackend for S3Backend {
     fn put_if_absent(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
         let payload = bytes::Bytes::copy_from_slice(bytes);
         self.put(
+            &self.object(key),
+            payload,
+            PutMode::Create,
+            &key.to_string(),
+        )
+    }
+
+    fn put_new(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
+        let payload = bytes::Bytes::copy_from_slice(bytes);
+        self.put_with(
             &self.object(key),
             payload,
             PutMode::Create,
