@@ -607,7 +607,7 @@ fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
     let dir_c = tempfile::tempdir().unwrap();
     let c = open(dir_c.path());
     let other_oid = oid_of(&other);
-    upload(&Checking(&c), &other[..], &declared(other_oid, other.len())).unwrap();
+    let other_up = upload(&Checking(&c), &other[..], &declared(other_oid, other.len())).unwrap();
     for x in bucket.list_xorbs().unwrap() {
         bucket.remove(ObjectKey::Xorb(x.hash)).unwrap();
     }
@@ -616,5 +616,24 @@ fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
         (pass.held, pass.deferred),
         (0, 1),
         "no record: node C must hash it itself"
+    );
+
+    // Node A recorded its check in a batch (one object for all the claims of a pass), not in
+    // an object of the claim's own; a record of its own, as earlier versions wrote, is still
+    // honoured.
+    assert_eq!(bucket.checked_claim(&oid).unwrap(), None);
+    let batches = bucket
+        .checked_claims_since(&mut xet_store::backend::ClaimCursor::default())
+        .unwrap();
+    assert_eq!(batches, vec![(oid, up.file_hash)]);
+    bucket
+        .record_checked_claim(&other_oid, &other_up.file_hash)
+        .unwrap();
+    // A new checker: the one above put the claim off for RETRY_AFTER.
+    let pass = check_pending(&c, &mut Checker::default()).unwrap();
+    assert_eq!(
+        (pass.held, pass.deferred),
+        (1, 0),
+        "settled from the legacy record"
     );
 }

@@ -225,9 +225,26 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn record_checked_claim(&self, _oid: &LfsOid, _file: &FileHash) -> Result<(), BackendError> {
         Ok(())
     }
-    /// The file a process sharing the storage checked `oid` to be the SHA-256 of, if any.
+    /// [`Self::record_checked_claim`] for many claims at once: on shared storage, one object
+    /// per batch (read back with [`Self::checked_claims_since`]) instead of one per claim.
+    fn record_checked_claims(&self, claims: &[(LfsOid, FileHash)]) -> Result<(), BackendError> {
+        for (oid, file) in claims {
+            self.record_checked_claim(oid, file)?;
+        }
+        Ok(())
+    }
+    /// The file a process sharing the storage checked `oid` to be the SHA-256 of, if any, in
+    /// a record of its own ([`Self::record_checked_claim`]).
     fn checked_claim(&self, _oid: &LfsOid) -> Result<Option<FileHash>, BackendError> {
         Ok(None)
+    }
+    /// The claims recorded in batches ([`Self::record_checked_claims`]) that `cursor` has not
+    /// seen, oldest first; moves the cursor on. Nothing for unshared storage.
+    fn checked_claims_since(
+        &self,
+        _cursor: &mut ClaimCursor,
+    ) -> Result<Vec<(LfsOid, FileHash)>, BackendError> {
+        Ok(Vec::new())
     }
     /// How long the storage's requests took so far; `None` for storage that is not reached
     /// through requests (a directory).
@@ -263,6 +280,15 @@ pub trait RangeSigner: Send {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogCursor {
     pub newest_ms: u64,
+}
+
+/// Where a reader of the claim batches ([`ObjectBackend::checked_claims_since`]) is: the
+/// newest batch time it has seen (milliseconds since the Unix epoch) and the batches it has
+/// read that are recent enough to be listed again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimCursor {
+    pub newest_ms: u64,
+    pub read: std::collections::HashSet<String>,
 }
 
 /// The file of xorb `hash` in the store rooted at `root` (layout in the module docs).

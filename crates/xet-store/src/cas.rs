@@ -23,7 +23,7 @@ use std::fs::{self, File};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use xet_client::wire::ErrorCode;
 
 use crate::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
@@ -257,6 +257,23 @@ impl XorbBytes {
     }
 }
 
+/// How long the claims read from the cluster's batches are taken as current before they are
+/// listed again (a claims pass asks about many claims at once).
+const CLAIM_BATCHES_FRESH: Duration = Duration::from_secs(1);
+
+/// At most this many claims read from the cluster's batches are kept (about 70 MB); past it
+/// they are dropped and the batches of the last window read again.
+const MAX_KNOWN_CLUSTER_CLAIMS: usize = 1_000_000;
+
+/// The checked claims of the cluster's batches a node has read.
+#[derive(Debug, Default)]
+struct ClusterClaims {
+    cursor: crate::backend::ClaimCursor,
+    claims: std::collections::HashMap<LfsOid, FileHash>,
+    /// When the batches were last listed.
+    listed: Option<Instant>,
+}
+
 /// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Store {
     pub(super) backend: Arc<dyn ObjectBackend>,
@@ -286,6 +303,8 @@ pub struct Store {
     /// Claims found to hold, to be recorded for the other nodes of shared storage by
     /// [`Store::record_checked_claims`] (off the path of the request that checked them).
     checked_claims: Mutex<Vec<(LfsOid, FileHash)>>,
+    /// The checked claims read from the cluster's batches (shared storage).
+    cluster_claims: Mutex<ClusterClaims>,
     /// The claim limits of [`StoreOptions`].
     claim_limits: (u64, u64),
     root: PathBuf,
@@ -508,6 +527,7 @@ impl Store {
             listed_all: std::sync::atomic::AtomicBool::new(false),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
             checked_claims: Mutex::new(Vec::new()),
+            cluster_claims: Mutex::new(ClusterClaims::default()),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
             root: dir.to_path_buf(),
         }
@@ -1470,12 +1490,34 @@ impl Store {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
-        for (oid, file) in checked {
-            if let Err(e) = self.backend.record_checked_claim(&oid, &file) {
-                tracing::warn!(%oid, %file, error = %e,
-                    "cannot record the check of a SHA-256 claim for the other nodes; they will check it themselves");
-            }
+        if checked.is_empty() {
+            return;
         }
+        if let Err(e) = self.backend.record_checked_claims(&checked) {
+            tracing::warn!(claims = checked.len(), error = %e,
+                "cannot record the checks of SHA-256 claims for the other nodes; they will check them themselves");
+        }
+    }
+
+    /// The file the cluster's batches of checked claims name for `oid`: the batches are
+    /// listed again at most every [`CLAIM_BATCHES_FRESH`].
+    fn batch_checked_claim(&self, oid: &LfsOid) -> Result<Option<FileHash>, StoreError> {
+        let mut known = self
+            .cluster_claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let stale = known
+            .listed
+            .is_none_or(|at| at.elapsed() >= CLAIM_BATCHES_FRESH);
+        if stale {
+            known.listed = Some(Instant::now());
+            let read = self.backend.checked_claims_since(&mut known.cursor)?;
+            if known.claims.len() + read.len() > MAX_KNOWN_CLUSTER_CLAIMS {
+                known.claims.clear();
+            }
+            known.claims.extend(read);
+        }
+        Ok(known.claims.get(oid).copied())
     }
 
     /// Settles the claim that `oid` is the SHA-256 of `file` without hashing it, when another
@@ -1486,6 +1528,17 @@ impl Store {
         oid: &LfsOid,
         file: &FileHash,
     ) -> Result<bool, StoreError> {
+        match self.batch_checked_claim(oid) {
+            Ok(Some(checked)) if checked == *file => {
+                self.index.settle_claim(oid, file, true)?;
+                return Ok(true);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(%oid, error = %e, "cannot read the cluster's batches of checked SHA-256 claims");
+            }
+        }
+        // A record of its own, as earlier versions wrote.
         match self.backend.checked_claim(oid) {
             Ok(Some(checked)) if checked == *file => {
                 self.index.settle_claim(oid, file, true)?;

@@ -13,7 +13,8 @@
 //! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]); `<repo>` is the repository id in unpadded base64url |
 //! | `access/<shard hash>/<repo>` | empty; the shard's files were registered through that repository (what its scoped tokens may read), for nodes that list everything |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
-//! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of, for the others |
+//! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`ObjectBackend::checked_claims_since`]) |
+//! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
 //! | `leases/gc` | `<end ms> <holder>`: the node that runs garbage collection, until when ([`ObjectBackend::take_lease`]) |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
@@ -59,7 +60,8 @@ use object_store::{
 };
 
 use crate::backend::{
-    BackendError, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp, RangeSigner, Spool,
+    BackendError, ClaimCursor, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp,
+    RangeSigner, Spool,
 };
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
@@ -523,6 +525,26 @@ impl S3Backend {
     }
 }
 
+/// Claims per batch object ([`ObjectBackend::record_checked_claims`]): about 1.3 MB.
+const CLAIMS_PER_BATCH: usize = 10_000;
+
+/// A listed batch of claims larger than this is not read (a batch of
+/// [`CLAIMS_PER_BATCH`] claims is about 1.3 MB).
+const MAX_CLAIM_BATCH_BYTES: u64 = 4 << 20;
+
+/// The `<oid> <file hash>` lines of a batch of claims; lines that are not one are skipped.
+fn parse_claim_batch(bytes: &[u8]) -> Vec<(LfsOid, FileHash)> {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let (oid, file) = line.split_once(' ')?;
+            Some((LfsOid::from_hex(oid).ok()?, FileHash::from_hex(file).ok()?))
+        })
+        .collect()
+}
+
 /// A repository id from its unpadded base64url form in a key; `None` if it is not one.
 fn decode_repo(encoded: &str) -> Option<String> {
     URL_SAFE_NO_PAD
@@ -894,6 +916,67 @@ impl ObjectBackend for S3Backend {
         self.put(&path, body, PutMode::Overwrite, &what).map(|_| ())
     }
 
+    fn record_checked_claims(&self, claims: &[(LfsOid, FileHash)]) -> Result<(), BackendError> {
+        for batch in claims.chunks(CLAIMS_PER_BATCH) {
+            let mut id = [0u8; 8];
+            getrandom::fill(&mut id)
+                .map_err(|e| other("name a batch of claims in", self.url.to_string(), e))?;
+            let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let name = format!("claims/batches/{:016}-{id}", now_ms());
+            let what = format!("{}/{name}", self.url);
+            let mut body = String::with_capacity(batch.len() * 130);
+            for (oid, file) in batch {
+                body.push_str(&format!("{oid} {file}\n"));
+            }
+            self.put(
+                &self.key(&name),
+                bytes::Bytes::from(body.into_bytes()),
+                PutMode::Overwrite,
+                &what,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn checked_claims_since(
+        &self,
+        cursor: &mut ClaimCursor,
+    ) -> Result<Vec<(LfsOid, FileHash)>, BackendError> {
+        // Batches are named by their writer's clock: those of the last window are listed
+        // again, so that one written late (or by a node whose clock is behind) is not missed.
+        let from = cursor.newest_ms.saturating_sub(LOG_WINDOW_MS);
+        let offset = self.key(&format!("claims/batches/{from:016}"));
+        let mut out = Vec::new();
+        for meta in self.list("claims/batches", Some(offset))? {
+            let name = file_name(&meta).to_string();
+            let Some(ms) = name.split('-').next().and_then(|ms| ms.parse::<u64>().ok()) else {
+                continue;
+            };
+            if cursor.read.contains(&name) {
+                continue;
+            }
+            cursor.read.insert(name.clone());
+            cursor.newest_ms = cursor.newest_ms.max(ms);
+            if meta.size > MAX_CLAIM_BATCH_BYTES {
+                tracing::warn!(batch = %name, bytes = meta.size, "ignoring an oversized batch of claims");
+                continue;
+            }
+            let what = format!("{}/claims/batches/{name}", self.url);
+            let Some(bytes) = self.get_whole(&meta.location, &what)? else {
+                continue;
+            };
+            out.extend(parse_claim_batch(&bytes));
+        }
+        let from = cursor.newest_ms.saturating_sub(LOG_WINDOW_MS);
+        cursor.read.retain(|name| {
+            name.split('-')
+                .next()
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .is_some_and(|ms| ms >= from)
+        });
+        Ok(out)
+    }
+
     fn checked_claim(&self, oid: &LfsOid) -> Result<Option<FileHash>, BackendError> {
         let path = self.key(&format!("claims/{oid}"));
         let what = format!("{}/claims/{oid}", self.url);
@@ -1003,6 +1086,19 @@ impl RangeSigner for S3RangeSigner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_of_claims_keeps_only_whole_lines() {
+        let (oid, file) = (LfsOid::of(b"seven"), FileHash::from_bytes([9; 32]));
+        let good = format!("{oid} {file}");
+        let text = format!("{good}\n{oid}\n{oid} zz\nnot hex {file}\n{oid}  {file}\n\n{good}");
+        assert_eq!(
+            parse_claim_batch(text.as_bytes()),
+            vec![(oid, file), (oid, file)]
+        );
+        assert!(parse_claim_batch(&[0xff, 0xfe, b' ', b'\n']).is_empty());
+        assert!(parse_claim_batch(b"").is_empty());
+    }
 
     #[test]
     fn storage_urls_parse_and_print() {
