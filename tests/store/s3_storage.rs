@@ -1328,3 +1328,61 @@ fn a_new_upload_puts_without_looking_and_a_repeated_one_stays_whole() {
         "one object per xorb: {xorbs:?}"
     );
 }
+
+/// A node that catches up with another's shard of a small file reads the file's small xorb
+/// whole, in one request (not its length word, then its footer), and then serves the file
+/// from it without another read of the bucket.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_store::Store;
+
+    let g = Garage::start();
+    g.create_bucket("whole");
+    let open = |dir: &std::path::Path| {
+        Store::open_s3(
+            dir,
+            Default::default(),
+            &g.s3_config("whole", ""),
+            Garage::runtime(),
+        )
+        .unwrap()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = open(dir_a.path());
+    let data = content(131, 40_000);
+    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(up.new_xorbs, 1);
+
+    let b = open(dir_b.path());
+    let gets = |s: &Store| {
+        s.storage_timings()
+            .unwrap()
+            .iter()
+            .filter(|t| t.op.name() == "get")
+            .map(|t| t.requests)
+            .sum::<u64>()
+    };
+    let before = gets(&b);
+    b.catch_up_all().unwrap();
+    // The shard, then the xorb whole.
+    assert_eq!(gets(&b) - before, 2, "{:?}", b.storage_timings());
+    let before = gets(&b);
+    let plan = b
+        .reconstruction(&up.file_hash, None)
+        .unwrap()
+        .expect("registered");
+    let mut got = Vec::new();
+    xet_client::pipeline::download::write_plan(&b, &plan, &mut |piece: &[u8]| {
+        got.extend_from_slice(piece);
+        Ok(())
+    })
+    .unwrap();
+    assert!(got == data);
+    assert_eq!(
+        gets(&b) - before,
+        0,
+        "served from the xorb read at catch-up"
+    );
+}

@@ -36,6 +36,10 @@ use xet_format::{FileHash, ShardHash, XorbHash};
 /// Bytes of footers kept in memory (a footer of an 8192-chunk xorb holds about 330 KB).
 pub(crate) const FOOTER_CACHE_BYTES: u64 = 64 << 20;
 
+/// On object storage, a xorb up to this size is read whole when its footer is needed: one
+/// request instead of two, and its files' reads then need none (see `small_xorbs`).
+const WHOLE_READ_MAX: u64 = 256 << 10;
+
 /// How long a xorb object seen intact on object storage is taken as still there without
 /// looking again (one request fewer per range read of a xorb read a moment ago).
 pub(crate) const STAMP_FRESH: Duration = Duration::from_secs(10);
@@ -334,8 +338,22 @@ impl Store {
                 Err(e) => Err(e.into()),
             }
         };
-        let Some(last) = range(len.saturating_sub(4)..len)? else {
-            return Ok(FooterRead::Gone);
+        // On object storage a small xorb is read whole in one request (not its length word,
+        // then its footer) and kept for the reads of its files that tend to follow.
+        let whole = if self.backend.is_shared() && len <= WHOLE_READ_MAX {
+            match range(0..len)? {
+                Some(bytes) => Some(bytes),
+                None => return Ok(FooterRead::Gone),
+            }
+        } else {
+            None
+        };
+        let last = match &whole {
+            Some(bytes) => bytes[bytes.len().saturating_sub(4)..].to_vec(),
+            None => match range(len.saturating_sub(4)..len)? {
+                Some(last) => last,
+                None => return Ok(FooterRead::Gone),
+            },
         };
         let Ok(last) = <[u8; 4]>::try_from(last.as_slice()) else {
             return Ok(FooterRead::Damaged(format!(
@@ -343,8 +361,12 @@ impl Store {
             )));
         };
         let tail_len = XorbFooter::tail_len(last).min(len);
-        let Some(tail) = range(len - tail_len..len)? else {
-            return Ok(FooterRead::Gone);
+        let tail = match &whole {
+            Some(bytes) => bytes[(len - tail_len) as usize..].to_vec(),
+            None => match range(len - tail_len..len)? {
+                Some(tail) => tail,
+                None => return Ok(FooterRead::Gone),
+            },
         };
         let footer = match XorbFooter::from_tail(&tail, len) {
             Ok((footer, _)) => footer,
@@ -366,6 +388,12 @@ impl Store {
             return Ok(FooterRead::Damaged(format!(
                 "its footer's chunk hashes hash to {computed}, not to its name"
             )));
+        }
+        if let Some(bytes) = whole {
+            self.small_xorbs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(*xorb, Arc::new(bytes));
         }
         Ok(FooterRead::Footer(footer))
     }

@@ -4,7 +4,9 @@
 //! files of one push are packed into shared xorbs (docs/lfs-agent.md §12.4), so those ranges
 //! fall in a few xorbs. On object storage each range read is a request to the bucket, and
 //! checking the xorb first is another: a node reads a xorb of at most [`SMALL_XORB_MAX`] whole
-//! at its first range instead, and answers the next ranges of it from memory. At most
+//! at its first range instead, and answers the next ranges of it from memory. A xorb of at
+//! most 256 KiB whose footer a node needs (catching up with another node's shard, say) is read
+//! whole for it and kept too. At most
 //! [`SMALL_XORBS_BYTES`] are kept, oldest out first, each for [`SMALL_XORB_TTL`] (xorbs never
 //! change; the limit only bounds how long a xorb garbage-collected by another node stays
 //! readable here).
