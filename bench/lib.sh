@@ -161,6 +161,11 @@ use_home() {
     git config --global user.name bench
     git config --global user.email bench@example.com
     git config --global init.defaultBranch main
+    # git's automatic gc in the foreground: after a commit of thousands of files one in the
+    # background packs objects while git-lfs's pre-push scan reads them, which then fails with
+    # "missing object" (git's race with git-lfs; git-xet's own pre-push hook, installed with
+    # --local, waits for such a gc, but `install --global` leaves git-lfs's hook).
+    git config --global gc.autoDetach false
     git config --global credential.helper \
         "!f() { test \"\$1\" = get && echo username=git && echo password=$token; }; f"
     git lfs install --skip-repo >/dev/null

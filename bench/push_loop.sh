@@ -55,7 +55,8 @@ for run in $(seq 1 "$runs"); do
     status=0
     (
         use_home "$work/home$run"
-        [[ "${GIT_XET_BENCH_GC:-}" == background ]] || git config --global gc.autoDetach false
+        # use_home runs git's gc in the foreground; GIT_XET_BENCH_GC=background restores git's default.
+        [[ "${GIT_XET_BENCH_GC:-}" != background ]] || git config --global gc.autoDetach true
         push_setup "run$run" "$mode" "$node" "$work/files"
         git push origin main
     ) > "$out" 2>&1 || status=$?

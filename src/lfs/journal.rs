@@ -6,6 +6,12 @@
 //! file opened with `O_APPEND`, so lines never interleave on local filesystems. Readers skip
 //! lines they cannot parse (a torn last line after a crash, a future format), and a later
 //! record for the same oid replaces an earlier one. Endpoints are written redacted.
+//!
+//! The journal is compacted when it grows past [`COMPACT_AT`]: an agent that opens it while no
+//! other holds it rewrites it with the one record per oid that [`read`] keeps (old pushes' lines
+//! go; `git xet push-summary` then counts by time). Appenders hold a shared lock on
+//! `transfers.lock` for as long as they write, the compactor the exclusive one, so no record is
+//! appended to a file that is being replaced.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -79,23 +85,55 @@ pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
     Appender::open(common_dir)?.append(record)
 }
 
+/// A journal larger than this is compacted by the next agent that opens it alone (about
+/// 100,000 records).
+pub(crate) const COMPACT_AT: u64 = 32 << 20;
+
 /// The journal kept open for appending: an agent records every object of its transfers
 /// through one. Each record is one `write` of a whole line to a file opened for appending, so
 /// lines of several agents never interleave.
 pub(crate) struct Appender {
     file: std::fs::File,
+    /// The shared lock on `transfers.lock`, held while the journal is open (`None` where the
+    /// filesystem has no locks).
+    _lock: Option<std::fs::File>,
 }
 
 impl Appender {
     /// Opens (creating) the journal of the repository whose common git directory is
-    /// `common_dir`.
+    /// `common_dir`, compacting it first if it is over [`COMPACT_AT`] and nobody else has it
+    /// open.
     pub fn open(common_dir: &Path) -> std::io::Result<Self> {
+        Self::open_compacting_at(common_dir, COMPACT_AT)
+    }
+
+    fn open_compacting_at(common_dir: &Path, compact_at: u64) -> std::io::Result<Self> {
         let file = path(common_dir);
         if let Some(dir) = file.parent() {
             std::fs::create_dir_all(dir)?;
         }
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(file.with_file_name("transfers.lock"))
+            .ok();
+        if let Some(lock) = &lock {
+            if lock.try_lock().is_ok() {
+                let big = std::fs::metadata(&file).is_ok_and(|m| m.len() > compact_at);
+                if big {
+                    if let Err(e) = compact(common_dir) {
+                        tracing::warn!(path = %file.display(), "cannot compact the transfer journal: {e}");
+                    }
+                }
+                let _ = lock.unlock();
+            }
+        }
+        // Shared with the other appenders; waits while one compacts. A filesystem without
+        // locks gets no lock (and no compaction).
+        let lock = lock.filter(|l| l.lock_shared().is_ok());
         let file = OpenOptions::new().create(true).append(true).open(&file)?;
-        Ok(Self { file })
+        Ok(Self { file, _lock: lock })
     }
 
     /// Appends `record`, its endpoint redacted.
@@ -136,6 +174,27 @@ pub fn read(common_dir: &Path) -> std::io::Result<HashMap<LfsOid, Record>> {
     Ok(out)
 }
 
+/// Rewrites the journal with the records [`read`] keeps, oldest first (a temporary file
+/// renamed over it). The caller holds the exclusive lock.
+fn compact(common_dir: &Path) -> std::io::Result<()> {
+    let mut records: Vec<Record> = read(common_dir)?.into_values().collect();
+    records.sort_by_key(|r| r.time);
+    let file = path(common_dir);
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    {
+        let mut out = std::io::BufWriter::new(tmp.as_file_mut());
+        for record in &records {
+            serde_json::to_writer(&mut out, record).map_err(std::io::Error::other)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+    }
+    tmp.as_file().sync_all()?;
+    tmp.persist(&file).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// Every record written at `since` (unix seconds) or later and appended after the journal was
 /// `after_byte` bytes long, in order (a push's records, for its summary: the pre-push hook notes
 /// the journal's length before the push). A journal shorter than `after_byte` was replaced, and
@@ -164,6 +223,54 @@ pub(crate) fn read_since(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_past_its_limit_is_compacted_by_an_agent_that_has_it_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash = FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let oids: Vec<LfsOid> = (0..20u8)
+            .map(|i| LfsOid::from_hex(&format!("{i:02x}").repeat(32)).unwrap())
+            .collect();
+        {
+            let mut j = Appender::open(dir.path()).unwrap();
+            for round in 0..5 {
+                for oid in &oids {
+                    let direction = if round == 2 {
+                        Direction::Upload
+                    } else {
+                        Direction::Download
+                    };
+                    let mut r = Record::new(direction, oid, &hash, 10);
+                    r.time = round;
+                    j.append(&r).unwrap();
+                }
+            }
+        }
+        let before = read(dir.path()).unwrap();
+        let len = || std::fs::metadata(path(dir.path())).unwrap().len();
+        let big = len();
+
+        // Another agent has it open: no compaction.
+        let other = Appender::open(dir.path()).unwrap();
+        drop(Appender::open_compacting_at(dir.path(), 100).unwrap());
+        assert_eq!(len(), big);
+        drop(other);
+
+        // Alone: one line per oid, the same records read back, and appends go on.
+        let mut j = Appender::open_compacting_at(dir.path(), 100).unwrap();
+        assert!(len() < big / 4, "{} of {big} bytes", len());
+        assert_eq!(read(dir.path()).unwrap(), before);
+        assert!(before.values().all(|r| r.direction == Direction::Upload));
+        let late = LfsOid::from_hex(&"ee".repeat(32)).unwrap();
+        j.append(&Record::new(Direction::Download, &late, &hash, 3))
+            .unwrap();
+        assert_eq!(read(dir.path()).unwrap().len(), oids.len() + 1);
+        // Under the limit: left alone.
+        drop(j);
+        let now = len();
+        drop(Appender::open(dir.path()).unwrap());
+        assert_eq!(len(), now);
+    }
 
     #[test]
     fn appends_and_reads_back_skipping_junk() {
