@@ -1386,3 +1386,71 @@ fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
         "served from the xorb read at catch-up"
     );
 }
+
+/// A node lists the shard log for a batch only when an object of it is not found: a download
+/// of objects it knows costs no request to the bucket's listing, and one stored through
+/// another node a moment ago is still found (after one listing).
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_batch_of_known_objects_lists_nothing_and_a_new_one_is_still_found() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+
+    let g = Garage::start();
+    g.create_bucket("batch");
+    let a = node(&g, "batch", "");
+    let b = node(&g, "batch", "");
+    let put = |seed: u64| {
+        let data = content(seed, 50_000);
+        let oid = xet_format::LfsOid::of(&data);
+        let options = UploadOptions {
+            expected_sha256: Some(oid),
+            ..UploadOptions::default()
+        };
+        upload(&client(&a), &data[..], &options).unwrap();
+        (oid, data.len())
+    };
+    let known = put(141);
+    wait_ready(&b);
+    let http = reqwest::blocking::Client::new();
+    let download = |(oid, size): (xet_format::LfsOid, usize)| -> serde_json::Value {
+        http.post(format!("{}/team/batch.git/info/lfs/objects/batch", b.url()))
+            .bearer_auth(WRITE_TOKEN)
+            .header("Content-Type", "application/vnd.git-lfs+json")
+            .body(
+                serde_json::json!({
+                    "operation": "download",
+                    "objects": [{"oid": oid.to_hex(), "size": size}],
+                })
+                .to_string(),
+            )
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    // Let B's scheduled catch-ups pass, then count only the batch's own listings.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lists = loop {
+        let before = storage_requests(&b, "list");
+        let answer = download(known);
+        let after = storage_requests(&b, "list");
+        assert!(
+            answer["objects"][0]["actions"]["download"].is_object(),
+            "{answer}"
+        );
+        if after == before {
+            break after - before;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every batch listed the log"
+        );
+    };
+    assert_eq!(lists, 0.0);
+    let fresh = put(142);
+    let answer = download(fresh);
+    assert!(
+        answer["objects"][0]["actions"]["download"].is_object(),
+        "{answer}"
+    );
+}

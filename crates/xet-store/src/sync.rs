@@ -141,7 +141,7 @@ impl Store {
     /// Before the first full catch-up has run, the shard log (what was stored recently) is read
     /// if no full catch-up is under way; a miss never waits for one, which lists everything
     /// (the caller says to come back instead).
-    pub(super) fn caught_up_after_miss(&self) -> bool {
+    pub fn caught_up_after_miss(&self) -> bool {
         if !self.is_shared() {
             return false;
         }

@@ -382,16 +382,11 @@ async fn look_up(
                 place: (first.xorb, first.chunks.start),
             })
         };
-        // On shared storage, one catch-up with the other nodes for the whole batch instead of
-        // one per object that misses.
-        if let Err(e) = store.catch_up() {
-            tracing::warn!(error = %e, "cannot catch up with the other nodes' shards");
-        }
         let fresh = xet_store::cas::Freshness::IndexOnly;
-        // Each xorb is checked once per batch (packed small files share xorbs).
-        let mut checked = std::collections::HashMap::new();
-        oids.iter()
-            .map(|oid| match oid {
+        let one = |oid: &Option<LfsOid>,
+                   checked: &mut std::collections::HashMap<_, _>|
+         -> Result<(Stored, Option<Inline>), xet_store::StoreError> {
+            match oid {
                 Some(oid) if oid.to_hex() == EMPTY_OID => {
                     Ok((Stored::Intact(FileHash::ZERO, 0), None))
                 }
@@ -409,7 +404,7 @@ async fn look_up(
                     if operation == Operation::Upload && !found.checked {
                         return Ok((Stored::Absent, None));
                     }
-                    Ok(match store.file_damage_memo(&file, &mut checked)? {
+                    Ok(match store.file_damage_memo(&file, checked)? {
                         None => {
                             let plan = with_plans.then(|| small_plan(store, &file, size)).flatten();
                             (Stored::Intact(file, size), inline(plan))
@@ -418,9 +413,26 @@ async fn look_up(
                     })
                 }
                 None => Ok((Stored::Absent, None)),
-            })
-            .collect::<Result<_, xet_store::StoreError>>()
-            .map_err(ApiError::from)
+            }
+        };
+        // Each xorb is checked once per batch (packed small files share xorbs).
+        let mut checked = std::collections::HashMap::new();
+        let mut found = oids
+            .iter()
+            .map(|oid| one(oid, &mut checked))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ApiError::from)?;
+        // On shared storage, the objects not found are looked up again after one catch-up with
+        // the other nodes for the whole batch (none when every object was found).
+        let absent: Vec<usize> = (0..oids.len())
+            .filter(|&i| oids[i].is_some() && matches!(found[i].0, Stored::Absent))
+            .collect();
+        if !absent.is_empty() && store.caught_up_after_miss() {
+            for i in absent {
+                found[i] = one(&oids[i], &mut checked).map_err(ApiError::from)?;
+            }
+        }
+        Ok(found)
     })
     .await
 }
