@@ -423,11 +423,18 @@ async fn look_up(
             .collect::<Result<Vec<_>, _>>()
             .map_err(ApiError::from)?;
         // On shared storage, the objects not found are looked up again after one catch-up with
-        // the other nodes for the whole batch (none when every object was found).
+        // the other nodes for the whole batch (none when every object was found). An upload's
+        // objects are absent as a rule: when the scheduled catch-up ran less than
+        // UPLOAD_CATCH_UP_AGE ago, what another node stored since may be sent again (bytes, not
+        // correctness); a download's miss always looks afresh.
         let absent: Vec<usize> = (0..oids.len())
             .filter(|&i| oids[i].is_some() && matches!(found[i].0, Stored::Absent))
             .collect();
-        if !absent.is_empty() && store.caught_up_after_miss() {
+        let recent = operation == Operation::Upload
+            && store
+                .catch_up_age()
+                .is_some_and(|age| age < UPLOAD_CATCH_UP_AGE);
+        if !absent.is_empty() && !recent && store.caught_up_after_miss() {
             for i in absent {
                 found[i] = one(&oids[i], &mut checked).map_err(ApiError::from)?;
             }
@@ -436,6 +443,11 @@ async fn look_up(
     })
     .await
 }
+
+/// An upload batch on shared storage lists the other nodes' shard log for its absent objects
+/// only when the last catch-up is older than this: two turns of the scheduled one.
+const UPLOAD_CATCH_UP_AGE: std::time::Duration =
+    crate::server::maintenance::SYNC_INTERVAL.saturating_mul(2);
 
 /// Objects of at most this size are packed ([`pack_headers`]).
 pub(crate) const PACK_MEMBER_MAX: u64 = 4 << 20;
