@@ -231,6 +231,18 @@ impl Garage {
         }
     }
 
+    /// A store of a node with its own directory `dir` on `bucket` (no prefix), as `git xet
+    /// serve --storage` opens it.
+    pub fn open_store(&self, bucket: &str, dir: &std::path::Path) -> xet_store::Store {
+        xet_store::Store::open_s3(
+            dir,
+            Default::default(),
+            &self.s3_config(bucket, ""),
+            Self::runtime(),
+        )
+        .expect("a store on the bucket")
+    }
+
     /// The runtime a test's S3 backends run their requests on (a server brings its own): one
     /// for the whole test binary, as a server has one for all its stores.
     pub fn runtime() -> tokio::runtime::Handle {

@@ -553,15 +553,7 @@ fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
 
     let g = Garage::start();
     g.create_bucket("claims");
-    let open = |dir: &std::path::Path| {
-        Store::open_s3(
-            dir,
-            Default::default(),
-            &g.s3_config("claims", ""),
-            Garage::runtime(),
-        )
-        .unwrap()
-    };
+    let open = |dir: &std::path::Path| g.open_store("claims", dir);
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = open(dir_a.path());
     let data = common::splitmix64(91, 3 << 20);

@@ -1340,15 +1340,7 @@ fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
 
     let g = Garage::start();
     g.create_bucket("whole");
-    let open = |dir: &std::path::Path| {
-        Store::open_s3(
-            dir,
-            Default::default(),
-            &g.s3_config("whole", ""),
-            Garage::runtime(),
-        )
-        .unwrap()
-    };
+    let open = |dir: &std::path::Path| g.open_store("whole", dir);
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = open(dir_a.path());
     let data = content(131, 40_000);
