@@ -349,11 +349,6 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
     })
 }
 
-/// What the store holds of each oid (as a token limited to `limited` sees it), on a blocking
-/// thread. Downloads offered xet get the plans of small intact objects along
-/// (`X-Xet-Reconstruction`, this server's extension): the agent then skips the reconstruction
-/// request, half of the round trips of a small download. Agents that do not know the header
-/// ignore it.
 /// A small object's reconstruction sent along with its download action: the v2 JSON, and where
 /// its first chunk is stored (by which download packs gather neighbours).
 struct Inline {
@@ -361,6 +356,64 @@ struct Inline {
     place: (XorbHash, u32),
 }
 
+/// What a batch learned of each xorb it checked (packed small files share xorbs).
+type XorbVerdicts = std::collections::HashMap<XorbHash, Option<String>>;
+
+/// A small object's plan as sent along with its download action: the v2 JSON with presigned
+/// URLs (signing may wait for storage credentials), and where its first chunk is stored.
+fn inline_plan(st: &AppState, plan: Option<ReconstructionPlan>) -> Option<Inline> {
+    let plan = plan?;
+    let first = plan.terms.first()?;
+    let json = serde_json::to_string(&inline_v2(st, &plan)?).ok()?;
+    Some(Inline {
+        json,
+        place: (first.xorb, first.chunks.start),
+    })
+}
+
+/// What the store holds of one requested oid, from the index alone (see [`look_up`]).
+fn look_up_one(
+    st: &AppState,
+    oid: &Option<LfsOid>,
+    limited: Option<&str>,
+    operation: Operation,
+    with_plans: bool,
+    checked: &mut XorbVerdicts,
+) -> Result<(Stored, Option<Inline>), xet_store::StoreError> {
+    let store = &st.store;
+    let Some(oid) = oid else {
+        return Ok((Stored::Absent, None));
+    };
+    if oid.to_hex() == EMPTY_OID {
+        return Ok((Stored::Intact(FileHash::ZERO, 0), None));
+    }
+    // What another repository stored (or claimed) is absent for a token limited to this one:
+    // an upload then registers it here (cheaply: its chunks deduplicate).
+    let fresh = xet_store::cas::Freshness::IndexOnly;
+    let Some(found) = store.oid_file(oid, limited, fresh)? else {
+        return Ok((Stored::Absent, None));
+    };
+    let (file, size) = (found.file, found.size);
+    // A download may use an unchecked SHA-256 claim (git-lfs checks what it downloads); an
+    // upload is skipped only for a checked mapping, so that a wrong claim never keeps the
+    // right content out (see `server::claims`).
+    if operation == Operation::Upload && !found.checked {
+        return Ok((Stored::Absent, None));
+    }
+    Ok(match store.file_damage_memo(&file, checked)? {
+        None => {
+            let plan = with_plans.then(|| small_plan(store, &file, size)).flatten();
+            (Stored::Intact(file, size), inline_plan(st, plan))
+        }
+        Some((xorb, why)) => (Stored::Damaged { size, xorb, why }, None),
+    })
+}
+
+/// What the store holds of each oid (as a token limited to `limited` sees it), on a blocking
+/// thread. Downloads offered xet get the plans of small intact objects along
+/// (`X-Xet-Reconstruction`, this server's extension): the agent then skips the reconstruction
+/// request, half of the round trips of a small download. Agents that do not know the header
+/// ignore it.
 async fn look_up(
     state: &std::sync::Arc<AppState>,
     oids: Vec<Option<LfsOid>>,
@@ -372,51 +425,11 @@ async fn look_up(
     let st = std::sync::Arc::clone(state);
     blocking(move || {
         let store = &st.store;
-        // The plan's JSON with presigned URLs (signing may wait for storage credentials).
-        let inline = |plan: Option<ReconstructionPlan>| {
-            let plan = plan?;
-            let first = plan.terms.first()?;
-            let json = serde_json::to_string(&inline_v2(&st, &plan)?).ok()?;
-            Some(Inline {
-                json,
-                place: (first.xorb, first.chunks.start),
-            })
+        let one = |oid: &Option<LfsOid>, checked: &mut XorbVerdicts| {
+            look_up_one(&st, oid, limited.as_deref(), operation, with_plans, checked)
         };
-        let fresh = xet_store::cas::Freshness::IndexOnly;
-        let one = |oid: &Option<LfsOid>,
-                   checked: &mut std::collections::HashMap<_, _>|
-         -> Result<(Stored, Option<Inline>), xet_store::StoreError> {
-            match oid {
-                Some(oid) if oid.to_hex() == EMPTY_OID => {
-                    Ok((Stored::Intact(FileHash::ZERO, 0), None))
-                }
-                Some(oid) => {
-                    // What another repository stored (or claimed) is absent for a token
-                    // limited to this one: an upload then registers it here (cheaply: its
-                    // chunks deduplicate).
-                    let Some(found) = store.oid_file(oid, limited.as_deref(), fresh)? else {
-                        return Ok((Stored::Absent, None));
-                    };
-                    let (file, size) = (found.file, found.size);
-                    // A download may use an unchecked SHA-256 claim (git-lfs checks what it
-                    // downloads); an upload is skipped only for a checked mapping, so that a
-                    // wrong claim never keeps the right content out (see `server::claims`).
-                    if operation == Operation::Upload && !found.checked {
-                        return Ok((Stored::Absent, None));
-                    }
-                    Ok(match store.file_damage_memo(&file, checked)? {
-                        None => {
-                            let plan = with_plans.then(|| small_plan(store, &file, size)).flatten();
-                            (Stored::Intact(file, size), inline(plan))
-                        }
-                        Some((xorb, why)) => (Stored::Damaged { size, xorb, why }, None),
-                    })
-                }
-                None => Ok((Stored::Absent, None)),
-            }
-        };
-        // Each xorb is checked once per batch (packed small files share xorbs).
-        let mut checked = std::collections::HashMap::new();
+        // Each xorb is checked once per batch.
+        let mut checked = XorbVerdicts::new();
         let mut found = oids
             .iter()
             .map(|oid| one(oid, &mut checked))
