@@ -403,6 +403,18 @@ impl S3Backend {
         self.put_with(path, payload, mode, what)
     }
 
+    /// Creates `key` holding `bytes`; `look`: looks whether the object exists first (see
+    /// [`Self::put`]).
+    fn create_bytes(&self, key: ObjectKey, bytes: &[u8], look: bool) -> Result<bool, BackendError> {
+        let (path, what) = (self.object(key), key.to_string());
+        let payload = bytes::Bytes::copy_from_slice(bytes);
+        if look {
+            self.put(&path, payload, PutMode::Create, &what)
+        } else {
+            self.put_with(&path, payload, PutMode::Create, &what)
+        }
+    }
+
     /// Sends the object in `file` (consumed, whatever happens) to `key`; `look`: a create looks
     /// whether the object exists first (see [`Self::put`]).
     fn send_file(
@@ -561,23 +573,11 @@ fn file_name(meta: &ObjectMeta) -> &str {
 
 impl ObjectBackend for S3Backend {
     fn put_if_absent(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
-        let payload = bytes::Bytes::copy_from_slice(bytes);
-        self.put(
-            &self.object(key),
-            payload,
-            PutMode::Create,
-            &key.to_string(),
-        )
+        self.create_bytes(key, bytes, true)
     }
 
     fn put_new(&self, key: ObjectKey, bytes: &[u8]) -> Result<bool, BackendError> {
-        let payload = bytes::Bytes::copy_from_slice(bytes);
-        self.put_with(
-            &self.object(key),
-            payload,
-            PutMode::Create,
-            &key.to_string(),
-        )
+        self.create_bytes(key, bytes, false)
     }
 
     fn put_file_if_absent(&self, key: ObjectKey, file: &Path) -> Result<bool, BackendError> {

@@ -8,7 +8,7 @@
 //!
 //! - [`write_file_at`] (the agent's): steps are grouped by range, each range is fetched once,
 //!   and [`DOWNLOAD_WORKERS`] threads fetch, decode and write their terms where they belong in
-//!   the file (positional writes). A range whose terms use its chunks in order, once each (all
+//!   the file (positional writes, one at a time). A range whose terms use its chunks in order, once each (all
 //!   of a file without repeated content) is decoded as its bytes arrive ([`ChunkSplitter`]):
 //!   a 1 MiB write buffer and one chunk per thread. A range used out of order or by several
 //!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded.
