@@ -1,6 +1,7 @@
 //! The agent in standalone mode with the embedded store (a local directory endpoint), driven by
 //! real git and git-lfs: push, clone, edit, pull and fetch; many files with concurrent agent
-//! processes sharing the store; a damaged xorb failing a pull cleanly.
+//! processes sharing the store, the small ones gathered into packs; a damaged xorb failing a
+//! pull cleanly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
@@ -150,28 +151,54 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
         .lines()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
         .collect();
-    // Every object was uploaded (git-lfs may hand an object to a second agent after a failed
-    // attempt; the warnings say why).
-    let uploaded: std::collections::BTreeSet<&str> = log
-        .lines()
-        .filter(|l| l.contains(": uploaded oid="))
-        .filter_map(|l| l.split("oid=").nth(1)?.split_whitespace().next())
-        .collect();
+    // Every object was uploaded, once, as the transfer journal records (git-lfs may hand an
+    // object to a second agent after a failed attempt; the warnings say why).
+    let records = env.journal(&work);
+    let uploaded = env.uploaded_oids(&work);
     let expected: std::collections::BTreeSet<String> =
         files.iter().map(|(_, d)| common::sha256_hex(d)).collect();
     assert!(
-        uploaded
-            .iter()
-            .copied()
-            .eq(expected.iter().map(String::as_str)),
+        uploaded == expected,
         "{} of {} objects uploaded; warnings and errors:\n{}",
         uploaded.len(),
         files.len(),
         trouble.join("\n")
     );
-    if log.matches(": uploaded oid=").count() != files.len() {
+    if records.len() != files.len() {
         eprintln!("some objects were uploaded twice:\n{}", trouble.join("\n"));
     }
+    // The small objects went up in packs the agents gathered: fewer shards than files.
+    let shards = count_files(&store.join("shards"));
+    let packs = log.matches("uploaded a pack").count();
+    eprintln!(
+        "{shards} shards, {packs} gathered packs for {} files",
+        files.len()
+    );
+    assert!(packs >= 1 && shards < 200, "{shards} shards\n{log}");
+    // Nothing is left behind but the queue's lock file.
+    let left: Vec<String> = std::fs::read_dir(work.join(".git/lfs/tmp/xet-packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".lock"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // `xet.packUploads false`: each small object goes up on its own.
+    env.git(&work, &["config", "xet.packUploads", "false"]);
+    for i in 0..6u64 {
+        let data = common::splitmix64(3000 + i, 2000 + i as usize * 100);
+        std::fs::write(work.join(format!("small/t{i}.bin")), &data).unwrap();
+        files.push((format!("small/t{i}.bin"), data));
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "six more"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    assert_eq!(
+        count_files(&store.join("shards")),
+        shards + 6,
+        "one shard per object"
+    );
+    assert_eq!(env.agent_log().matches("uploaded a pack").count(), packs);
 
     env.clone_skip_smudge("remote.git", "clone");
     let clone = env.path().join("clone");

@@ -76,7 +76,7 @@ fn eight_agents_share_one_server_which_stops_by_itself() {
     let files = commit_files(&env, &work, 1, 120);
     env.git(&work, &["push", "-q", "origin", "main"]);
     let log = env.agent_log();
-    assert_eq!(log.matches(": uploaded oid").count(), files.len(), "{log}");
+    assert_eq!(env.uploaded_oids(&work).len(), files.len(), "{log}");
     let urls = shared_urls(&log);
     assert!(urls.len() >= 2, "several agents used the server:\n{log}");
     assert!(
@@ -181,7 +181,7 @@ fn sharing_turned_off_opens_the_store_in_each_agent() {
     let log = env.agent_log();
     assert!(shared_urls(&log).is_empty(), "{log}");
     assert!(!store.join("local-server.json").exists());
-    assert_eq!(log.matches(": uploaded oid").count(), files.len());
+    assert_eq!(env.uploaded_oids(&work).len(), files.len(), "{log}");
     // Nothing holds the store now.
     let opened = Store::open(&store).unwrap();
     assert_eq!(opened.counts().unwrap().files, files.len() as u64);

@@ -72,6 +72,24 @@ impl GitEnv {
         std::fs::read_to_string(self.root.path().join("agent.log")).unwrap_or_default()
     }
 
+    /// The records of `repo`'s transfer journal (`.git/xet/transfers.jsonl`), oldest first.
+    pub fn journal(&self, repo: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(repo.join(".git/xet/transfers.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a journal record"))
+            .collect()
+    }
+
+    /// The oids `repo`'s transfer journal records as uploaded (each once).
+    pub fn uploaded_oids(&self, repo: &Path) -> std::collections::BTreeSet<String> {
+        self.journal(repo)
+            .iter()
+            .filter(|r| r["direction"] == "upload")
+            .filter_map(|r| Some(r["oid"].as_str()?.to_string()))
+            .collect()
+    }
+
     /// A credential helper answering `token` as the password for every URL.
     pub fn credential_helper(&self, token: &str) {
         let helper = format!(

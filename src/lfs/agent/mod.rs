@@ -50,6 +50,7 @@
 
 mod download_pack;
 mod endpoint;
+mod gather;
 mod pack;
 mod prior;
 
@@ -590,6 +591,15 @@ impl Agent {
                 Err(e) => tracing::warn!(
                     oid = %t.oid,
                     "cannot take part in the object's pack; uploading it on its own: {e}"
+                ),
+            }
+        } else if gather::gathers(t) && self.packs_allowed() {
+            match self.upload_gathered(t, writer) {
+                Ok(pack::Packed::Done) => return Ok(None),
+                Ok(pack::Packed::Alone) => {}
+                Err(e) => tracing::warn!(
+                    oid = %t.oid,
+                    "cannot gather the object with others; uploading it on its own: {e}"
                 ),
             }
         }

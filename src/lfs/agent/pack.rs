@@ -147,7 +147,7 @@ pub(super) fn pack_id(t: &Transfer, members: &str) -> String {
 /// Takes the lock of the pack whose files are named `<name>.lock` and `<name>.done` in `dir`
 /// (waiting while another agent holds it), for the object `oid`. Returns the held lock and the
 /// path of the outcome file.
-fn lock_pack(
+pub(super) fn lock_pack(
     dir: &Path,
     name: &str,
     oid: &LfsOid,
@@ -222,7 +222,7 @@ impl Agent {
         let dir = self.made_pack_dir()?;
         let name = format!("xet-pack-{}", pack_id(t, &pack.to_header()));
         let outcome = self.pack_outcome(&dir, &name, &t.oid, |agent| {
-            match agent.send_pack(t, pack, writer) {
+            match agent.send_pack(t, pack, 2, writer) {
                 Ok(None) => Outcome::failed("fewer than two members here".into()),
                 sent => Outcome::concluded(
                     sent.map(|s| {
@@ -241,18 +241,19 @@ impl Agent {
     }
 
     /// Uploads the members of `pack` found in git-lfs's object store (`None` when fewer than
-    /// two are there) and records each in the transfer journal.
-    fn send_pack<W: std::io::Write>(
+    /// `least` are there) and records each in the transfer journal.
+    pub(super) fn send_pack<W: std::io::Write>(
         &mut self,
         t: &Transfer,
         pack: &Pack,
+        least: usize,
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Option<PackSummary>, TransferError> {
         let Some(own) = t.path.as_deref() else {
             return Ok(None);
         };
         let mut files = members_here(own, pack);
-        if files.len() < 2 {
+        if files.len() < least.max(1) {
             return Ok(None);
         }
         let lease = self.endpoint(t, Operation::Upload)?;
@@ -415,7 +416,10 @@ pub(super) fn remove_stale_packs(dir: &Path) {
         let name = name.to_string_lossy();
         let upload =
             name.starts_with("xet-pack-") && (name.ends_with(".lock") || name.ends_with(".done"));
-        if !upload && !name.starts_with(super::download_pack::FILE_PREFIX) {
+        if !upload
+            && !name.starts_with(super::download_pack::FILE_PREFIX)
+            && !name.starts_with(super::gather::FILE_PREFIX)
+        {
             continue;
         }
         let old = entry

@@ -1,0 +1,213 @@
+//! Small objects of a standalone push uploaded together: packs the agents gather themselves
+//! (docs/lfs-agent.md §12.6).
+//!
+//! In standalone mode no LFS server deals the push's small objects into packs (§12.4), and
+//! git-lfs hands each agent one object at a time, waiting for its `complete`: alone, every
+//! small file would cost a xorb and a shard, each a request and an object in the store. So an
+//! agent given a small object writes it down in a queue the push's agents share (one per
+//! endpoint) and waits for the queue's lock. The agent that holds the lock takes every object
+//! queued so far, its own first, uploads them as one pack (`send_pack`: new chunks in shared
+//! xorbs, one shard), marks each member it registered and unlocks. An agent that then gets the
+//! lock and finds its object marked answers `complete` at once; one that does not leads the
+//! next round. A round takes the objects that reached the agents while the one before went up
+//! (three or four on average with git-lfs's 8 agents): no agent waits on purpose.
+//!
+//! Everything unexpected falls back to the object going up on its own, which reports its own
+//! errors: a queue line lost in a race (its agent finds no mark and leads a round), a failed
+//! round (no marks). The files live in git-lfs's temp directory ([`pack::PACK_DIR`]):
+//! `xet-gather-<key>.queue` (lines `oid size`, appended), `.lock` (held with `flock` by the
+//! round's leader) and `xet-gather-<key>-<oid>.ok` (a member registered, removed by its
+//! agent); `<key>` hashes the endpoint. Marks left by agents that died are removed an hour
+//! later with the packs' files.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use sha2::Digest as _;
+
+use super::endpoint::Standalone;
+use super::pack::{self, Packed};
+use super::{named_by_oid, Agent, Transfer};
+use crate::lfs::error::TransferError;
+use crate::lfs::protocol::ProtocolWriter;
+use xet_client::wire::{Pack, MAX_PACK_MEMBERS};
+use xet_format::LfsOid;
+
+/// Objects smaller than this are gathered: those that skip looking for earlier versions
+/// ([`super::prior::MIN_PRIOR_SIZE`]), which a pack would not use.
+pub(super) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
+
+/// The prefix of the gathering files' names in [`pack::PACK_DIR`].
+pub(super) const FILE_PREFIX: &str = "xet-gather-";
+
+/// Whether `t` goes up in a gathered pack: a standalone upload (no action from an LFS server)
+/// of a small, non-empty object in git-lfs's object store (where the leader finds it).
+pub(super) fn gathers(t: &Transfer) -> bool {
+    t.action.is_none()
+        && t.size > 0
+        && t.size < GATHER_BELOW
+        && t.path.as_deref().is_some_and(|p| named_by_oid(p, &t.oid))
+}
+
+/// The name shared by the files of the queue of the endpoint described by `endpoint`.
+fn queue_name(endpoint: &str) -> String {
+    let digest = sha2::Sha256::digest(endpoint.as_bytes());
+    let key: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{FILE_PREFIX}{key}")
+}
+
+impl Agent {
+    /// Uploads `t` in a pack gathered with the other agents' small objects, or learns that
+    /// another agent's round registered it. [`Packed::Alone`]: upload it on its own.
+    pub(super) fn upload_gathered<W: std::io::Write>(
+        &mut self,
+        t: &Transfer,
+        writer: &mut ProtocolWriter<W>,
+    ) -> Result<Packed, TransferError> {
+        let Some(endpoint) = self.standalone_identity()? else {
+            return Ok(Packed::Alone);
+        };
+        let dir = self.made_pack_dir()?;
+        let name = queue_name(&endpoint);
+        let queue = dir.join(format!("{name}.queue"));
+        append_line(&queue, &format!("{} {}\n", t.oid.to_hex(), t.size))?;
+        let (lock, _) = pack::lock_pack(&dir, &name, &t.oid)?;
+        let own_mark = mark_path(&dir, &name, &t.oid);
+        if std::fs::remove_file(&own_mark).is_ok() {
+            return Ok(Packed::Done);
+        }
+        // This agent leads the next round: everything queued, its own object first.
+        let mut members = vec![(t.oid, t.size)];
+        for (oid, size) in drain(&queue) {
+            if members.len() >= MAX_PACK_MEMBERS {
+                // Their agents find no mark and lead a round of their own.
+                break;
+            }
+            if !members.iter().any(|(o, _)| *o == oid) {
+                members.push((oid, size));
+            }
+        }
+        // A round of one goes up under the lock all the same: the objects queued meanwhile make
+        // the next round.
+        let registered: Vec<LfsOid> = match self.send_pack(t, &Pack(members), 1, writer) {
+            Ok(Some(summary)) => summary.files.iter().map(|f| f.oid).collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                tracing::warn!(
+                    oid = %t.oid,
+                    "uploading a gathered pack failed; each object goes on its own: {}",
+                    xet_client::redact::redact(&e.to_string())
+                );
+                Vec::new()
+            }
+        };
+        for oid in registered.iter().filter(|o| **o != t.oid) {
+            if let Err(e) = std::fs::File::create(mark_path(&dir, &name, oid)) {
+                // Its agent uploads it again: more work, nothing lost.
+                tracing::debug!(%oid, "cannot mark a gathered object as registered: {e}");
+            }
+        }
+        drop(lock);
+        Ok(if registered.contains(&t.oid) {
+            Packed::Done
+        } else {
+            Packed::Alone
+        })
+    }
+
+    /// What names the standalone endpoint in the gathering files (its URL or directory),
+    /// without opening it; `None` when it cannot be resolved (the upload on its own then says
+    /// why).
+    fn standalone_identity(&mut self) -> Result<Option<String>, TransferError> {
+        let resolved = match self.standalone.take() {
+            Some(r) => r,
+            None => self.resolve_standalone().map_err(std::sync::Arc::new),
+        };
+        Ok(match self.standalone.insert(resolved) {
+            Ok(Standalone::Remote(r)) => Some(r.describe()),
+            Ok(Standalone::Dir(dir, _, _)) => Some(dir.display().to_string()),
+            Err(_) => None,
+        })
+    }
+}
+
+fn mark_path(dir: &Path, name: &str, oid: &LfsOid) -> PathBuf {
+    dir.join(format!("{name}-{}.ok", oid.to_hex()))
+}
+
+/// Appends one line to the queue in one write (O_APPEND: lines of agents appending at once do
+/// not interleave).
+fn append_line(queue: &Path, line: &str) -> Result<(), TransferError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(queue)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| TransferError::Local {
+            what: "cannot queue an object for a gathered upload",
+            path: queue.to_path_buf(),
+            source: e,
+        })
+}
+
+/// Takes the queue's lines: the file is renamed away first, so lines appended from now on go
+/// to a new queue (a line written into the renamed file after it was read is lost, and its
+/// agent leads a round of its own). Lines that do not parse are skipped.
+fn drain(queue: &Path) -> Vec<(LfsOid, u64)> {
+    let taken = queue.with_extension(format!("taken-{}", std::process::id()));
+    if std::fs::rename(queue, &taken).is_err() {
+        return Vec::new();
+    }
+    let text = std::fs::read_to_string(&taken).unwrap_or_default();
+    let _ = std::fs::remove_file(&taken);
+    parse_queue(&text)
+}
+
+fn parse_queue(text: &str) -> Vec<(LfsOid, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let (oid, size) = line.split_once(' ')?;
+            Some((LfsOid::from_hex(oid).ok()?, size.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_lines_parse_and_bad_ones_are_skipped() {
+        let a = LfsOid::of(b"a");
+        let b = LfsOid::of(b"b");
+        let text = format!(
+            "{} 12\nnonsense\n{} x\n{} 7\n",
+            a.to_hex(),
+            b.to_hex(),
+            b.to_hex()
+        );
+        assert_eq!(parse_queue(&text), vec![(a, 12), (b, 7)]);
+    }
+
+    #[test]
+    fn a_drained_queue_is_gone_and_the_next_line_starts_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = dir.path().join("xet-gather-k.queue");
+        let a = LfsOid::of(b"a");
+        let b = LfsOid::of(b"b");
+        append_line(&queue, &format!("{} 1\n", a.to_hex())).unwrap();
+        append_line(&queue, &format!("{} 2\n", b.to_hex())).unwrap();
+        assert_eq!(drain(&queue), vec![(a, 1), (b, 2)]);
+        assert!(drain(&queue).is_empty());
+        append_line(&queue, &format!("{} 3\n", a.to_hex())).unwrap();
+        assert_eq!(drain(&queue), vec![(a, 3)]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn endpoints_do_not_share_queues() {
+        assert_ne!(queue_name("http://x"), queue_name("http://y"));
+        assert_eq!(queue_name("http://x"), queue_name("http://x"));
+        assert!(queue_name("/srv/store").starts_with(FILE_PREFIX));
+    }
+}
