@@ -1379,6 +1379,75 @@ fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
     );
 }
 
+/// A node that knows a small xorb but holds nothing of it in memory (a restart) reads it whole
+/// once, with no look first, for every request that wants it at once: its checks and its
+/// reads are then answered from that read.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_known_small_xorb_is_read_once_for_requests_at_once_without_a_look() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_store::cas::{XorbBytes, XorbHealth};
+    use xet_store::Store;
+
+    let g = Garage::start();
+    g.create_bucket("once");
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = g.open_store("once", dir_a.path());
+    let data = content(171, 60_000);
+    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
+    let b = g.open_store("once", dir_b.path());
+    b.catch_up_all().unwrap();
+    let plan = b
+        .reconstruction(&up.file_hash, None)
+        .unwrap()
+        .expect("registered");
+    let xorb = plan.fetch[0].0;
+    drop(b);
+
+    // B again, with its index and nothing in memory.
+    let b = g.open_store("once", dir_b.path());
+    let count = |s: &Store, op: &str| {
+        s.storage_timings()
+            .unwrap()
+            .iter()
+            .filter(|t| t.op.name() == op)
+            .map(|t| t.requests)
+            .sum::<u64>()
+    };
+    let (gets, heads) = (count(&b, "get"), count(&b, "head"));
+    let b = &b;
+    std::thread::scope(|scope| {
+        for i in 0..8 {
+            scope.spawn(move || {
+                if i % 2 == 0 {
+                    assert!(matches!(
+                        b.check_xorb(&xorb).unwrap(),
+                        XorbHealth::Intact(_)
+                    ));
+                }
+                match b.xorb_for_reading(&xorb, true).unwrap() {
+                    Some(XorbBytes::Whole(bytes)) => assert!(!bytes.is_empty()),
+                    other => panic!("not read whole: {other:?}"),
+                }
+            });
+        }
+    });
+    assert_eq!(
+        (count(b, "get") - gets, count(b, "head") - heads),
+        (1, 0),
+        "{:?}",
+        b.storage_timings()
+    );
+    let mut got = Vec::new();
+    xet_client::pipeline::download::write_plan(b, &plan, &mut |piece: &[u8]| {
+        got.extend_from_slice(piece);
+        Ok(())
+    })
+    .unwrap();
+    assert!(got == data);
+    assert_eq!(count(b, "get") - gets, 1, "the file read from memory");
+}
+
 /// A node lists the shard log for a batch only when an object of it is not found: a download
 /// of objects it knows costs no request to the bucket's listing, and one stored through
 /// another node a moment ago is still found (after one listing).

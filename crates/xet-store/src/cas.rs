@@ -274,6 +274,9 @@ struct ClusterClaims {
     listed: Option<Instant>,
 }
 
+/// How many locks readers of small xorbs are spread over (see `Store::reading_whole`).
+const READING_STRIPES: usize = 64;
+
 /// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Store {
     pub(super) backend: Arc<dyn ObjectBackend>,
@@ -282,6 +285,9 @@ pub struct Store {
     pub(super) footers: Mutex<FooterCache>,
     /// Small xorbs read whole, on object storage (see [`crate::small_xorbs`]).
     pub(super) small_xorbs: Mutex<crate::small_xorbs::SmallXorbs>,
+    /// Readers of a small xorb that is not in memory take the lock of its stripe (by the
+    /// first byte of its hash), so that the downloads asking for one xorb at once read it once.
+    pub(super) reading_whole: Vec<Mutex<()>>,
     /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
     pub(super) verifying: Mutex<()>,
     /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
@@ -519,6 +525,7 @@ impl Store {
             index,
             footers: Mutex::new(FooterCache::default()),
             small_xorbs: Mutex::new(Default::default()),
+            reading_whole: (0..READING_STRIPES).map(|_| Mutex::new(())).collect(),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
             doomed: Mutex::new(std::collections::HashSet::new()),
@@ -1689,10 +1696,16 @@ impl Store {
         if let Some(bytes) = self.small_xorb_in_memory(xorb) {
             return Ok(Some(XorbBytes::Whole(bytes)));
         }
+        if !may_read_whole {
+            return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
+        }
+        if let Some(bytes) = self.small_xorb_read_once(xorb)? {
+            return Ok(Some(XorbBytes::Whole(bytes)));
+        }
         let Some(len) = self.xorb_len(xorb)? else {
             return Ok(None);
         };
-        if !may_read_whole || len == 0 || len > crate::small_xorbs::SMALL_XORB_MAX {
+        if len == 0 || len > crate::small_xorbs::SMALL_XORB_MAX {
             return Ok(Some(XorbBytes::Stored(len)));
         }
         let Some(bytes) = self.read_checked_xorb(xorb, 0..=len - 1)? else {
@@ -1708,6 +1721,73 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner())
             .insert(*xorb, Arc::clone(&bytes));
         Ok(Some(XorbBytes::Whole(bytes)))
+    }
+
+    /// On object storage, the whole object of a registered small xorb: from memory, or read
+    /// whole with no look first by one of the requests that want it at once (the others wait
+    /// for it: see `reading_whole`). `None` where that does not apply (see
+    /// [`Self::read_small_xorb_verified`]).
+    pub(crate) fn small_xorb_read_once(
+        &self,
+        xorb: &XorbHash,
+    ) -> Result<Option<Arc<Vec<u8>>>, StoreError> {
+        if !self.backend.is_shared() {
+            return Ok(None);
+        }
+        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+            return Ok(Some(bytes));
+        }
+        let stripe = usize::from(xorb.as_bytes()[0]) % self.reading_whole.len();
+        let _one_reader = self.reading_whole[stripe]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Another request may have read it while this one waited.
+        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+            return Ok(Some(bytes));
+        }
+        self.read_small_xorb_verified(xorb)
+    }
+
+    /// A registered small xorb read whole with no look first, kept in memory if its bytes
+    /// verify (every chunk against the name: more than a look at its stamp tells), its footer
+    /// cached as seen now under a stamp of its length only, as for a xorb just stored (see
+    /// [`Self::stored_intact`]). `None` when that does not apply (not registered here, larger,
+    /// damaged, being collected) or the read does not give the registered object: the caller
+    /// then checks it as usual, which also deals with damage.
+    fn read_small_xorb_verified(
+        &self,
+        xorb: &XorbHash,
+    ) -> Result<Option<Arc<Vec<u8>>>, StoreError> {
+        let Some(meta) = self.index.xorb(xorb)? else {
+            return Ok(None);
+        };
+        if meta.stored_len == 0
+            || meta.stored_len > crate::small_xorbs::SMALL_XORB_MAX
+            || self.being_collected(xorb)
+            || self.index.damaged(xorb)?.is_some()
+        {
+            return Ok(None);
+        }
+        let Some(bytes) = self.backend.read_all(ObjectKey::Xorb(*xorb))? else {
+            return Ok(None);
+        };
+        if bytes.len() as u64 != meta.stored_len {
+            return Ok(None);
+        }
+        let Ok(footer) = crate::integrity::verify_stored(xorb, &bytes) else {
+            return Ok(None);
+        };
+        let provisional = crate::backend::ObjectStamp {
+            len: meta.stored_len,
+            version: [0; 24],
+        };
+        self.cache_footer(provisional, Arc::new(footer));
+        let bytes = Arc::new(bytes);
+        self.small_xorbs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(*xorb, Arc::clone(&bytes));
+        Ok(Some(bytes))
     }
 
     /// Bytes `range` (inclusive) of the stored object of a xorb that [`Store::xorb_len`] or

@@ -3,10 +3,12 @@
 //! A download of many small files asks a node for many small ranges, each its own request; the
 //! files of one push are packed into shared xorbs (docs/lfs-agent.md §12.4), so those ranges
 //! fall in a few xorbs. On object storage each range read is a request to the bucket, and
-//! checking the xorb first is another: a node reads a xorb of at most [`SMALL_XORB_MAX`] whole
-//! at its first range instead, and answers the next ranges of it from memory. A xorb of at
-//! most 256 KiB whose footer a node needs (catching up with another node's shard, say) is read
-//! whole for it and kept too. At most
+//! checking the xorb first is another: a node reads a registered xorb of at most
+//! [`SMALL_XORB_MAX`] whole at its first range or check instead, with no look first (its chunks
+//! verified against its name), once for the requests that want it at the same moment, and
+//! answers the next ranges and checks of it from memory. A xorb of at most 256 KiB whose footer
+//! a node needs (catching up with another node's shard, say) is read whole for it and kept too.
+//! At most
 //! [`SMALL_XORBS_BYTES`] are kept, oldest out first, each for [`SMALL_XORB_TTL`] (xorbs never
 //! change; the limit only bounds how long a xorb garbage-collected by another node stays
 //! readable here).
