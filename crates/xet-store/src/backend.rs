@@ -164,6 +164,21 @@ pub trait ObjectBackend: Send + Sync + 'static {
     ) -> Result<Option<Vec<u8>>, BackendError>;
     /// The whole object; `None` if it does not exist.
     fn read_all(&self, key: ObjectKey) -> Result<Option<Vec<u8>>, BackendError>;
+    /// The whole object and the stamp of the version read (object storage answers both in one
+    /// request); `None` if it does not exist. Here: the stamp, then the object, unless the
+    /// stamp changed meanwhile (`None` then too: the caller looks again its usual way).
+    fn read_all_stamped(
+        &self,
+        key: ObjectKey,
+    ) -> Result<Option<(Vec<u8>, ObjectStamp)>, BackendError> {
+        let Some(stamp) = self.stamp(key)? else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.read_all(key)? else {
+            return Ok(None);
+        };
+        Ok((self.stamp(key)? == Some(stamp)).then_some((bytes, stamp)))
+    }
     /// Deletes the object. `Ok(false)` if it did not exist.
     fn remove(&self, key: ObjectKey) -> Result<bool, BackendError>;
     /// Moves a damaged object out of the way: kept for the operator, no longer served.

@@ -1699,7 +1699,8 @@ impl Store {
         if !may_read_whole {
             return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
         }
-        if let Some(bytes) = self.small_xorb_read_once(xorb)? {
+        let max = crate::small_xorbs::SMALL_XORB_MAX;
+        if let Some(bytes) = self.small_xorb_read_once(xorb, max)? {
             return Ok(Some(XorbBytes::Whole(bytes)));
         }
         let Some(len) = self.xorb_len(xorb)? else {
@@ -1723,13 +1724,14 @@ impl Store {
         Ok(Some(XorbBytes::Whole(bytes)))
     }
 
-    /// On object storage, the whole object of a registered small xorb: from memory, or read
-    /// whole with no look first by one of the requests that want it at once (the others wait
-    /// for it: see `reading_whole`). `None` where that does not apply (see
-    /// [`Self::read_small_xorb_verified`]).
+    /// On object storage, the whole object of a registered small xorb: from memory, or if it
+    /// is at most `max` bytes long, read whole with no look first by one of the requests that
+    /// want it at once (the others wait for it: see `reading_whole`). `None` where that does
+    /// not apply (see [`Self::read_small_xorb_verified`]).
     pub(crate) fn small_xorb_read_once(
         &self,
         xorb: &XorbHash,
+        max: u64,
     ) -> Result<Option<Arc<Vec<u8>>>, StoreError> {
         if !self.backend.is_shared() {
             return Ok(None);
@@ -1745,43 +1747,40 @@ impl Store {
         if let Some(bytes) = self.small_xorb_in_memory(xorb) {
             return Ok(Some(bytes));
         }
-        self.read_small_xorb_verified(xorb)
+        self.read_small_xorb_verified(xorb, max)
     }
 
-    /// A registered small xorb read whole with no look first, kept in memory if its bytes
-    /// verify (every chunk against the name: more than a look at its stamp tells), its footer
-    /// cached as seen now under a stamp of its length only, as for a xorb just stored (see
-    /// [`Self::stored_intact`]). `None` when that does not apply (not registered here, larger,
-    /// damaged, being collected) or the read does not give the registered object: the caller
-    /// then checks it as usual, which also deals with damage.
+    /// A registered xorb of at most `max` bytes read whole with no look first, kept in memory
+    /// if its bytes verify (every chunk against the name: more than a look at its stamp
+    /// tells), its footer cached as seen now under the stamp of the version read. `None` when
+    /// that does not apply (not registered here, larger, damaged, being collected) or the read
+    /// does not give the registered object: the caller then checks it as usual, which also
+    /// deals with damage.
     fn read_small_xorb_verified(
         &self,
         xorb: &XorbHash,
+        max: u64,
     ) -> Result<Option<Arc<Vec<u8>>>, StoreError> {
         let Some(meta) = self.index.xorb(xorb)? else {
             return Ok(None);
         };
         if meta.stored_len == 0
-            || meta.stored_len > crate::small_xorbs::SMALL_XORB_MAX
+            || meta.stored_len > max.min(crate::small_xorbs::SMALL_XORB_MAX)
             || self.being_collected(xorb)
             || self.index.damaged(xorb)?.is_some()
         {
             return Ok(None);
         }
-        let Some(bytes) = self.backend.read_all(ObjectKey::Xorb(*xorb))? else {
+        let Some((bytes, stamp)) = self.backend.read_all_stamped(ObjectKey::Xorb(*xorb))? else {
             return Ok(None);
         };
-        if bytes.len() as u64 != meta.stored_len {
+        if bytes.len() as u64 != meta.stored_len || stamp.len != meta.stored_len {
             return Ok(None);
         }
         let Ok(footer) = crate::integrity::verify_stored(xorb, &bytes) else {
             return Ok(None);
         };
-        let provisional = crate::backend::ObjectStamp {
-            len: meta.stored_len,
-            version: [0; 24],
-        };
-        self.cache_footer(provisional, Arc::new(footer));
+        self.cache_footer(stamp, Arc::new(footer));
         let bytes = Arc::new(bytes);
         self.small_xorbs
             .lock()

@@ -40,6 +40,10 @@ pub(crate) const FOOTER_CACHE_BYTES: u64 = 64 << 20;
 /// request instead of two, and its files' reads then need none (see `small_xorbs`).
 const WHOLE_READ_MAX: u64 = 256 << 10;
 
+/// On object storage, a registered xorb up to this size is read whole (and verified) when it
+/// must be looked at: one request that also serves its files' reads (see `small_xorbs`).
+const CHECK_READ_MAX: u64 = 1 << 20;
+
 /// How long a xorb object seen intact on object storage is taken as still there without
 /// looking again (one request fewer per range read of a xorb read a moment ago).
 pub(crate) const STAMP_FRESH: Duration = Duration::from_secs(10);
@@ -104,6 +108,13 @@ impl FooterCache {
         self.missing
             .get(xorb)
             .is_some_and(|at| at.elapsed() < within)
+    }
+
+    /// The stamp and footer of `xorb`, however long ago it was seen.
+    pub(crate) fn latest(&self, xorb: &XorbHash) -> Option<(ObjectStamp, Arc<XorbFooter>)> {
+        self.entries
+            .get(xorb)
+            .map(|(s, f, _, _)| (*s, Arc::clone(f)))
     }
 
     /// The footer of `xorb`, whatever object it was read from.
@@ -241,21 +252,14 @@ impl Store {
             if let Some((stamp, footer)) = seen {
                 return Ok((XorbHealth::Intact(footer), Some(stamp)));
             }
-            // A registered small xorb is read whole and verified instead of looked at (one
-            // request, not two, and its files' reads then need none), once for the requests
-            // that want it at once; one read so within `small_xorbs`' time is as good.
-            if let Some(bytes) = self.small_xorb_read_once(xorb)? {
-                let footer = self
-                    .footers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .any(xorb);
-                if let Some(footer) = footer {
-                    let provisional = ObjectStamp {
-                        len: bytes.len() as u64,
-                        version: [0; 24],
-                    };
-                    return Ok((XorbHealth::Intact(footer), Some(provisional)));
+            // A registered xorb of at most `CHECK_READ_MAX` is read whole and verified
+            // instead of looked at (its footer would be another request, and its files' reads
+            // then need none), once for the requests that want it at once; a small xorb read
+            // whole within `small_xorbs`' time is as good.
+            if self.small_xorb_read_once(xorb, CHECK_READ_MAX)?.is_some() {
+                let footers = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((stamp, footer)) = footers.latest(xorb) {
+                    return Ok((XorbHealth::Intact(footer), Some(stamp)));
                 }
             }
         }

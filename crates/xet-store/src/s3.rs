@@ -679,6 +679,24 @@ impl ObjectBackend for S3Backend {
         self.get_whole(&self.object(key), &key.to_string())
     }
 
+    fn read_all_stamped(
+        &self,
+        key: ObjectKey,
+    ) -> Result<Option<(Vec<u8>, ObjectStamp)>, BackendError> {
+        let what = key.to_string();
+        let store = Arc::clone(&self.store);
+        let p = self.object(key);
+        match self.block(StorageOp::Get, &what, async move {
+            let got = store.get(&p).await?;
+            let stamp = stamp_of(&got.meta);
+            Ok::<_, object_store::Error>((got.bytes().await?, stamp))
+        })? {
+            Ok((bytes, stamp)) => Ok(Some((Vec::from(bytes), stamp))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("read", what, e)),
+        }
+    }
+
     fn remove(&self, key: ObjectKey) -> Result<bool, BackendError> {
         let what = key.to_string();
         let path = self.object(key);

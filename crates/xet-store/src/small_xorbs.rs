@@ -4,9 +4,10 @@
 //! files of one push are packed into shared xorbs (docs/lfs-agent.md §12.4), so those ranges
 //! fall in a few xorbs. On object storage each range read is a request to the bucket, and
 //! checking the xorb first is another: a node reads a registered xorb of at most
-//! [`SMALL_XORB_MAX`] whole at its first range or check instead, with no look first (its chunks
-//! verified against its name), once for the requests that want it at the same moment, and
-//! answers the next ranges and checks of it from memory. A xorb of at most 256 KiB whose footer
+//! [`SMALL_XORB_MAX`] whole at its first range instead (one of at most 1 MiB already at its
+//! first check), with no look first (its chunks verified against its name), once for the
+//! requests that want it at the same moment, and answers the next ranges and checks of it from
+//! memory. A xorb of at most 256 KiB whose footer
 //! a node needs (catching up with another node's shard, say) is read whole for it and kept too.
 //! At most
 //! [`SMALL_XORBS_BYTES`] are kept, oldest out first, each for [`SMALL_XORB_TTL`] (xorbs never
