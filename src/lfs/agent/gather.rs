@@ -9,8 +9,9 @@
 //! queued so far, its own first, uploads them as one pack (`send_pack`: new chunks in shared
 //! xorbs, one shard), marks each member it registered and unlocks. An agent that then gets the
 //! lock and finds its object marked answers `complete` at once; one that does not leads the
-//! next round. A round takes the objects that reached the agents while the one before went up
-//! (three or four on average with git-lfs's 8 agents): no agent waits on purpose.
+//! next round. A round takes the objects that reached the agents while the one before went up;
+//! one that finds fewer than [`SMALL_ROUND`] waits [`LINGER`] once for more (rounds of about
+//! five objects on average with git-lfs's 8 agents).
 //!
 //! Everything unexpected falls back to the object going up on its own, which reports its own
 //! errors: a queue line lost in a race (its agent finds no mark and leads a round), a failed
@@ -36,6 +37,14 @@ use xet_format::LfsOid;
 /// Objects smaller than this are gathered: those that skip looking for earlier versions
 /// ([`super::prior::MIN_PRIOR_SIZE`]), which a pack would not use.
 pub(super) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
+
+/// A round that finds fewer objects queued than this waits [`LINGER`] once for more.
+const SMALL_ROUND: usize = 4;
+
+/// How long a small round waits for more objects: 10,000 files through a Garage-backed node
+/// went up in 5,690 object-store writes instead of 8,205 with a wait of 3 ms, and a wait of
+/// 6 ms made the push slower.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(3);
 
 /// The prefix of the gathering files' names in [`pack::PACK_DIR`].
 pub(super) const FILE_PREFIX: &str = "xet-gather-";
@@ -85,6 +94,16 @@ impl Agent {
             }
             if !members.iter().any(|(o, _)| *o == oid) {
                 members.push((oid, size));
+            }
+        }
+        if members.len() < SMALL_ROUND {
+            // The objects git-lfs hands the other agents meanwhile join this round: on object
+            // storage each round is a few writes, whatever its size.
+            std::thread::sleep(LINGER);
+            for (oid, size) in drain(&queue) {
+                if members.len() < MAX_PACK_MEMBERS && !members.iter().any(|(o, _)| *o == oid) {
+                    members.push((oid, size));
+                }
             }
         }
         // A round of one goes up under the lock all the same: the objects queued meanwhile make
