@@ -1334,7 +1334,7 @@ fn a_new_upload_puts_without_looking_and_a_repeated_one_stays_whole() {
 /// from it without another read of the bucket.
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
-fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
+fn a_xorb_is_read_once_for_its_footer_and_a_small_one_for_its_file() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_store::Store;
 
@@ -1348,18 +1348,24 @@ fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
     assert_eq!(up.new_xorbs, 1);
 
     let b = open(dir_b.path());
-    let gets = |s: &Store| {
+    let count = |s: &Store, op: &str| {
         s.storage_timings()
             .unwrap()
             .iter()
-            .filter(|t| t.op.name() == "get")
+            .filter(|t| t.op.name() == op)
             .map(|t| t.requests)
             .sum::<u64>()
     };
-    let before = gets(&b);
+    let gets = |s: &Store| count(s, "get");
+    let (before, heads) = (gets(&b), count(&b, "head"));
     b.catch_up_all().unwrap();
-    // The shard, then the xorb whole.
-    assert_eq!(gets(&b) - before, 2, "{:?}", b.storage_timings());
+    // The shard, then the xorb whole, with no look first.
+    assert_eq!(
+        (gets(&b) - before, count(&b, "head") - heads),
+        (2, 0),
+        "{:?}",
+        b.storage_timings()
+    );
     let before = gets(&b);
     let plan = b
         .reconstruction(&up.file_hash, None)
@@ -1376,6 +1382,19 @@ fn a_small_xorb_is_read_once_for_its_footer_and_its_file() {
         gets(&b) - before,
         0,
         "served from the xorb read at catch-up"
+    );
+
+    // A xorb too large to read whole: its footer comes with the request that finds its
+    // length, from its end.
+    let big = content(132, 3 << 20);
+    upload(&a, &big[..], &UploadOptions::default()).unwrap();
+    let (before, heads) = (gets(&b), count(&b, "head"));
+    b.catch_up_all().unwrap();
+    assert_eq!(
+        (gets(&b) - before, count(&b, "head") - heads),
+        (2, 0),
+        "the shard, then the xorb's last bytes: {:?}",
+        b.storage_timings()
     );
 }
 

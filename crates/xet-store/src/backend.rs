@@ -164,6 +164,22 @@ pub trait ObjectBackend: Send + Sync + 'static {
     ) -> Result<Option<Vec<u8>>, BackendError>;
     /// The whole object; `None` if it does not exist.
     fn read_all(&self, key: ObjectKey) -> Result<Option<Vec<u8>>, BackendError>;
+    /// The last `n` bytes of the object (all of it if shorter) and the stamp of the version
+    /// read (object storage answers both in one request); `None` if it does not exist. Here:
+    /// the stamp, then the bytes, unless the stamp changed meanwhile (`None` then too).
+    fn read_tail(
+        &self,
+        key: ObjectKey,
+        n: u64,
+    ) -> Result<Option<(Vec<u8>, ObjectStamp)>, BackendError> {
+        let Some(stamp) = self.stamp(key)? else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.read_range(key, stamp.len.saturating_sub(n)..stamp.len)? else {
+            return Ok(None);
+        };
+        Ok((self.stamp(key)? == Some(stamp)).then_some((bytes, stamp)))
+    }
     /// The whole object and the stamp of the version read (object storage answers both in one
     /// request); `None` if it does not exist. Here: the stamp, then the object, unless the
     /// stamp changed meanwhile (`None` then too: the caller looks again its usual way).

@@ -264,7 +264,25 @@ impl Store {
             }
         }
         let key = ObjectKey::Xorb(*xorb);
-        let Some(stamp) = self.backend.stamp(key)? else {
+        // On object storage, a xorb whose footer this node has not read is read from its end
+        // at once: its stamp and its footer (all of it if small) in one request, not a look
+        // and then reads.
+        let first_contact = self.backend.is_shared()
+            && self
+                .footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .any(xorb)
+                .is_none();
+        let (stamp, tail) = if first_contact {
+            match self.backend.read_tail(key, WHOLE_READ_MAX)? {
+                Some((tail, stamp)) => (Some(stamp), Some(tail)),
+                None => (None, None),
+            }
+        } else {
+            (self.backend.stamp(key)?, None)
+        };
+        let Some(stamp) = stamp else {
             self.forget_footer(xorb);
             if let Some((_, why)) = self.index.damaged(xorb)? {
                 return Ok((XorbHealth::Damaged(why), None));
@@ -289,7 +307,7 @@ impl Store {
         // validated it whole before storing it (see store::sync).
         let verified = self.index.verified(xorb)? == Some(stamp);
         if verified || self.backend.is_shared() {
-            match self.read_footer(xorb, stamp.len)? {
+            match self.read_footer(xorb, stamp.len, tail)? {
                 FooterRead::Footer(footer) => {
                     if !verified {
                         self.index.set_verified(xorb, &stamp)?;
@@ -349,7 +367,12 @@ impl Store {
     /// The footer at the end of the object of `xorb` (`len` bytes), checked against the name
     /// (its chunk hashes and lengths hash to it) but without reading the chunks. An I/O failure
     /// is an error, not damage: a full descriptor table must not quarantine intact objects.
-    fn read_footer(&self, xorb: &XorbHash, len: u64) -> Result<FooterRead, StoreError> {
+    fn read_footer(
+        &self,
+        xorb: &XorbHash,
+        len: u64,
+        tail: Option<Vec<u8>>,
+    ) -> Result<FooterRead, StoreError> {
         let key = ObjectKey::Xorb(*xorb);
         let range = |range: std::ops::Range<u64>| -> Result<Option<Vec<u8>>, StoreError> {
             match self.backend.read_range(key, range) {
@@ -359,9 +382,13 @@ impl Store {
                 Err(e) => Err(e.into()),
             }
         };
+        // The object's last bytes, read already (at most `len`); the whole object if that many.
+        let known_tail = tail.filter(|t| t.len() as u64 <= len).unwrap_or_default();
         // On object storage a small xorb is read whole in one request (not its length word,
         // then its footer) and kept for the reads of its files that tend to follow.
-        let whole = if self.backend.is_shared() && len <= WHOLE_READ_MAX {
+        let whole = if known_tail.len() as u64 == len && len > 0 {
+            Some(known_tail.clone())
+        } else if self.backend.is_shared() && len <= WHOLE_READ_MAX {
             match range(0..len)? {
                 Some(bytes) => Some(bytes),
                 None => return Ok(FooterRead::Gone),
@@ -371,6 +398,7 @@ impl Store {
         };
         let last = match &whole {
             Some(bytes) => bytes[bytes.len().saturating_sub(4)..].to_vec(),
+            None if known_tail.len() >= 4 => known_tail[known_tail.len() - 4..].to_vec(),
             None => match range(len.saturating_sub(4)..len)? {
                 Some(last) => last,
                 None => return Ok(FooterRead::Gone),
@@ -384,6 +412,9 @@ impl Store {
         let tail_len = XorbFooter::tail_len(last).min(len);
         let tail = match &whole {
             Some(bytes) => bytes[(len - tail_len) as usize..].to_vec(),
+            None if known_tail.len() as u64 >= tail_len => {
+                known_tail[known_tail.len() - tail_len as usize..].to_vec()
+            }
             None => match range(len - tail_len..len)? {
                 Some(tail) => tail,
                 None => return Ok(FooterRead::Gone),

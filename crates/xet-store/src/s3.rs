@@ -679,6 +679,43 @@ impl ObjectBackend for S3Backend {
         self.get_whole(&self.object(key), &key.to_string())
     }
 
+    fn read_tail(
+        &self,
+        key: ObjectKey,
+        n: u64,
+    ) -> Result<Option<(Vec<u8>, ObjectStamp)>, BackendError> {
+        let what = key.to_string();
+        let store = Arc::clone(&self.store);
+        let p = self.object(key);
+        let get = async move {
+            let options = GetOptions {
+                range: Some(GetRange::Suffix(n)),
+                ..GetOptions::default()
+            };
+            let got = store.get_opts(&p, options).await?;
+            let stamp = stamp_of(&got.meta);
+            Ok::<_, object_store::Error>((got.bytes().await?, stamp))
+        };
+        match self.block(StorageOp::Get, &what, get)? {
+            Ok((bytes, stamp)) if bytes.len() as u64 == n.min(stamp.len) => {
+                Ok(Some((Vec::from(bytes), stamp)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            // An empty object, a store that answers a suffix otherwise: its length, then the
+            // bytes (the trait's way).
+            _ => {
+                let Some(stamp) = self.stamp(key)? else {
+                    return Ok(None);
+                };
+                let range = stamp.len.saturating_sub(n)..stamp.len;
+                let Some(bytes) = self.read_range(key, range)? else {
+                    return Ok(None);
+                };
+                Ok(Some((bytes, stamp)))
+            }
+        }
+    }
+
     fn read_all_stamped(
         &self,
         key: ObjectKey,
