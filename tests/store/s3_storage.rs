@@ -1151,6 +1151,17 @@ fn storage_requests(s: &TestServer, op: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// How many requests of kind `op` ("get", "head", …) a store opened in the test made to the
+/// bucket so far.
+fn store_requests(s: &xet_store::Store, op: &str) -> u64 {
+    s.storage_timings()
+        .unwrap()
+        .iter()
+        .filter(|t| t.op.name() == op)
+        .map(|t| t.requests)
+        .sum()
+}
+
 /// Many small files pushed through node A go up in packs (a few xorbs in the bucket, not one
 /// per file); a clone fetching them through node B reads each pack's xorb whole once and
 /// answers the files' ranges from memory, instead of two bucket requests per file.
@@ -1348,14 +1359,7 @@ fn a_xorb_is_read_once_for_its_footer_and_a_small_one_for_its_file() {
     assert_eq!(up.new_xorbs, 1);
 
     let b = open(dir_b.path());
-    let count = |s: &Store, op: &str| {
-        s.storage_timings()
-            .unwrap()
-            .iter()
-            .filter(|t| t.op.name() == op)
-            .map(|t| t.requests)
-            .sum::<u64>()
-    };
+    let count = store_requests;
     let gets = |s: &Store| count(s, "get");
     let (before, heads) = (gets(&b), count(&b, "head"));
     b.catch_up_all().unwrap();
@@ -1406,7 +1410,6 @@ fn a_xorb_is_read_once_for_its_footer_and_a_small_one_for_its_file() {
 fn a_known_small_xorb_is_read_once_for_requests_at_once_without_a_look() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_store::cas::{XorbBytes, XorbHealth};
-    use xet_store::Store;
 
     let g = Garage::start();
     g.create_bucket("once");
@@ -1425,14 +1428,7 @@ fn a_known_small_xorb_is_read_once_for_requests_at_once_without_a_look() {
 
     // B again, with its index and nothing in memory.
     let b = g.open_store("once", dir_b.path());
-    let count = |s: &Store, op: &str| {
-        s.storage_timings()
-            .unwrap()
-            .iter()
-            .filter(|t| t.op.name() == op)
-            .map(|t| t.requests)
-            .sum::<u64>()
-    };
+    let count = store_requests;
     let (gets, heads) = (count(&b, "get"), count(&b, "head"));
     let b = &b;
     std::thread::scope(|scope| {
