@@ -383,11 +383,11 @@ impl Store {
             }
         };
         // The object's last bytes, read already (at most `len`); the whole object if that many.
-        let known_tail = tail.filter(|t| t.len() as u64 <= len).unwrap_or_default();
+        let mut known_tail = tail.filter(|t| t.len() as u64 <= len).unwrap_or_default();
         // On object storage a small xorb is read whole in one request (not its length word,
         // then its footer) and kept for the reads of its files that tend to follow.
         let whole = if known_tail.len() as u64 == len && len > 0 {
-            Some(known_tail.clone())
+            Some(std::mem::take(&mut known_tail))
         } else if self.backend.is_shared() && len <= WHOLE_READ_MAX {
             match range(0..len)? {
                 Some(bytes) => Some(bytes),

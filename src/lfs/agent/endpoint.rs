@@ -246,12 +246,7 @@ impl Agent {
     /// The standalone endpoint of the remote, for one request. A download from a directory
     /// that holds no store fails and creates nothing (only an upload creates a store).
     pub(super) fn standalone_endpoint(&mut self, op: Operation) -> Result<Lease, TransferError> {
-        let resolved = match self.standalone.take() {
-            Some(r) => r,
-            None => self.resolve_standalone().map_err(Arc::new),
-        };
-        let resolved = self.standalone.insert(resolved);
-        match resolved {
+        match self.resolved_standalone() {
             Err(e) => Err(TransferError::Again(e.clone())),
             Ok(Standalone::Remote(r)) => Ok(Lease::Shared(r.clone())),
             Ok(Standalone::Dir(dir, source, cache)) => {
@@ -342,6 +337,15 @@ impl Agent {
         };
         self.shared = Some((endpoint.clone(), announce.url, Instant::now()));
         Some(endpoint)
+    }
+
+    /// The remote's standalone endpoint as resolved at first use, or why there is none.
+    pub(super) fn resolved_standalone(&mut self) -> &Result<Standalone, Arc<TransferError>> {
+        let resolved = match self.standalone.take() {
+            Some(r) => r,
+            None => self.resolve_standalone().map_err(Arc::new),
+        };
+        self.standalone.insert(resolved)
     }
 
     pub(super) fn resolve_standalone(&self) -> Result<Standalone, TransferError> {

@@ -73,7 +73,7 @@ impl Agent {
         t: &Transfer,
         writer: &mut ProtocolWriter<W>,
     ) -> Result<Packed, TransferError> {
-        let Some(endpoint) = self.standalone_identity()? else {
+        let Some(endpoint) = self.standalone_identity() else {
             return Ok(Packed::Alone);
         };
         let dir = self.made_pack_dir()?;
@@ -87,24 +87,12 @@ impl Agent {
         }
         // This agent leads the next round: everything queued, its own object first.
         let mut members = vec![(t.oid, t.size)];
-        for (oid, size) in drain(&queue) {
-            if members.len() >= MAX_PACK_MEMBERS {
-                // Their agents find no mark and lead a round of their own.
-                break;
-            }
-            if !members.iter().any(|(o, _)| *o == oid) {
-                members.push((oid, size));
-            }
-        }
+        take_queued(&queue, &mut members);
         if members.len() < SMALL_ROUND {
             // The objects git-lfs hands the other agents meanwhile join this round: on object
             // storage each round is a few writes, whatever its size.
             std::thread::sleep(LINGER);
-            for (oid, size) in drain(&queue) {
-                if members.len() < MAX_PACK_MEMBERS && !members.iter().any(|(o, _)| *o == oid) {
-                    members.push((oid, size));
-                }
-            }
+            take_queued(&queue, &mut members);
         }
         // A round of one goes up under the lock all the same: the objects queued meanwhile make
         // the next round.
@@ -137,16 +125,12 @@ impl Agent {
     /// What names the standalone endpoint in the gathering files (its URL or directory),
     /// without opening it; `None` when it cannot be resolved (the upload on its own then says
     /// why).
-    fn standalone_identity(&mut self) -> Result<Option<String>, TransferError> {
-        let resolved = match self.standalone.take() {
-            Some(r) => r,
-            None => self.resolve_standalone().map_err(std::sync::Arc::new),
-        };
-        Ok(match self.standalone.insert(resolved) {
+    fn standalone_identity(&mut self) -> Option<String> {
+        match self.resolved_standalone() {
             Ok(Standalone::Remote(r)) => Some(r.describe()),
             Ok(Standalone::Dir(dir, _, _)) => Some(dir.display().to_string()),
             Err(_) => None,
-        })
+        }
     }
 }
 
@@ -180,6 +164,16 @@ fn drain(queue: &Path) -> Vec<(LfsOid, u64)> {
     let text = std::fs::read_to_string(&taken).unwrap_or_default();
     let _ = std::fs::remove_file(&taken);
     parse_queue(&text)
+}
+
+/// Adds the queued objects to a round's `members`, each once, up to [`MAX_PACK_MEMBERS`]
+/// (the agents of those left out find no mark and lead a round of their own).
+fn take_queued(queue: &Path, members: &mut Vec<(LfsOid, u64)>) {
+    for (oid, size) in drain(queue) {
+        if members.len() < MAX_PACK_MEMBERS && !members.iter().any(|(o, _)| *o == oid) {
+            members.push((oid, size));
+        }
+    }
 }
 
 fn parse_queue(text: &str) -> Vec<(LfsOid, u64)> {
