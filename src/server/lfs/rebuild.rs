@@ -329,23 +329,31 @@ fn worker_failed(download: &Download, e: tokio::task::JoinError) -> io::Error {
     ))
 }
 
-/// [`body`] on a disk: each piece planned, read and decoded in one blocking task.
+/// A piece of a disk body being made on a blocking thread; it hands the position back.
+type Making = tokio::task::JoinHandle<(Result<Option<Bytes>, RebuildError>, Position)>;
+
+fn make_next(store: &Arc<Store>, mut at: Position) -> Making {
+    let st = Arc::clone(store);
+    tokio::task::spawn_blocking(move || {
+        let piece = next_piece(&st, &mut at);
+        (piece, at)
+    })
+}
+
+/// [`body`] on a disk: each piece planned, read and decoded in one blocking task, the next
+/// one made while this one is sent.
 fn local_body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) -> Body {
-    let start = (store, Position::new(terms), download, 0u64);
+    let making = make_next(&store, Position::new(terms));
+    let start = (store, making, download, 0u64);
     Body::from_stream(futures_util::stream::unfold(
         Some(start),
         |state| async move {
-            let (store, mut at, download, sent) = state?;
-            let st = Arc::clone(&store);
-            let made = tokio::task::spawn_blocking(move || {
-                let piece = next_piece(&st, &mut at);
-                (piece, at)
-            })
-            .await;
-            match made {
+            let (store, making, download, sent) = state?;
+            match making.await {
                 Ok((Ok(Some(piece)), at)) => {
                     let sent = sent + piece.len() as u64;
-                    Some((Ok(piece), Some((store, at, download, sent))))
+                    let making = make_next(&store, at);
+                    Some((Ok(piece), Some((store, making, download, sent))))
                 }
                 Ok((Ok(None), _)) => {
                     finish(&download, sent, None);
@@ -361,17 +369,20 @@ fn local_body(store: Arc<Store>, terms: Vec<PlannedTerm>, download: Download) ->
     ))
 }
 
-/// A planned piece being read on a blocking thread (or read already: a range read recently),
-/// with its share of the read budget.
+/// A planned piece being read and decoded on a blocking thread, with its share of the read
+/// budget. Pieces ahead are decoded as soon as their bytes arrive, not when the connection asks
+/// for them: the check of one piece overlaps the reads and the sending of the others.
 struct Reading {
-    planned: Planned,
-    raw: Raw,
+    task: tokio::task::JoinHandle<Result<Made, RebuildError>>,
+    /// Whether the piece's stored bytes were read recently (no request to the store).
+    recent: bool,
     held: Option<OwnedSemaphorePermit>,
 }
 
-enum Raw {
-    Reading(tokio::task::JoinHandle<Result<Vec<u8>, RebuildError>>),
-    Recent(Arc<Vec<u8>>),
+/// A decoded piece, and its stored bytes if they are small enough to keep for later pieces.
+struct Made {
+    decoded: Bytes,
+    keep: Option<(XorbHash, std::ops::RangeInclusive<u64>, Arc<Vec<u8>>)>,
 }
 
 /// Stored bytes of at most this size are kept for later pieces of the same download that
@@ -453,7 +464,8 @@ impl ObjectState {
         let Some(mut at) = self.at.take() else {
             return Ok(None);
         };
-        let held = u32::try_from(2 * OBJECT_PIECE)
+        // A piece's stored bytes (at most twice its size) and, for a moment, its decoded ones.
+        let held = u32::try_from(3 * OBJECT_PIECE)
             .ok()
             .and_then(|n| Arc::clone(&self.budget).try_acquire_many_owned(n).ok());
         let piece = if held.is_some() { OBJECT_PIECE } else { PIECE };
@@ -473,22 +485,30 @@ impl ObjectState {
             }
         };
         self.at = Some(at);
-        if let Some(bytes) = self.recent.get(&planned.xorb, &planned.range) {
+        let st = Arc::clone(&self.store);
+        if let Some(raw) = self.recent.get(&planned.xorb, &planned.range) {
+            let task = tokio::task::spawn_blocking(move || {
+                decode_planned(&st, &planned, &raw).map(|decoded| Made {
+                    decoded,
+                    keep: None,
+                })
+            });
             return Ok(Some(Reading {
-                planned,
-                raw: Raw::Recent(bytes),
+                task,
+                recent: true,
                 held: None,
             }));
         }
-        let st = Arc::clone(&self.store);
-        let (xorb, range) = (planned.xorb, planned.range.clone());
-        let raw = tokio::task::spawn_blocking(move || {
-            st.read_checked_xorb(&xorb, range)?
-                .ok_or(RebuildError::MissingXorb { xorb })
+        let task = tokio::task::spawn_blocking(move || {
+            let raw = read_piece(&st, &planned)?;
+            let decoded = decode_planned(&st, &planned, &raw)?;
+            let keep = (raw.len() <= RECENT_PIECE)
+                .then(|| (planned.xorb, planned.range.clone(), Arc::new(raw)));
+            Ok(Made { decoded, keep })
         });
         Ok(Some(Reading {
-            planned,
-            raw: Raw::Reading(raw),
+            task,
+            recent: false,
             held,
         }))
     }
@@ -513,7 +533,7 @@ impl ObjectState {
         while more && self.ahead.len() < crate::server::limits::OBJECT_READ_AHEAD {
             match self.start_next().await {
                 Ok(Some(next)) => {
-                    more = next.held.is_some() || matches!(next.raw, Raw::Recent(_));
+                    more = next.held.is_some() || next.recent;
                     self.ahead.push_back(next);
                 }
                 Ok(None) => break,
@@ -521,33 +541,15 @@ impl ObjectState {
             }
         }
         let Reading {
-            planned,
-            raw,
-            held: _held,
+            task, held: _held, ..
         } = current;
-        let raw = match raw {
-            Raw::Recent(bytes) => bytes,
-            Raw::Reading(task) => match task.await {
-                Ok(Ok(raw)) => {
-                    let raw = Arc::new(raw);
-                    let (xorb, range) = (planned.xorb, planned.range.clone());
-                    self.recent.put(xorb, range, Arc::clone(&raw));
-                    raw
+        Some(match task.await {
+            Ok(Ok(Made { decoded, keep })) => {
+                if let Some((xorb, range, raw)) = keep {
+                    self.recent.put(xorb, range, raw);
                 }
-                Ok(Err(e)) => {
-                    return Some(Err(finish(&self.download, self.sent, Some(&e))
-                        .unwrap_or_else(|| io::Error::other("rebuild failed"))))
-                }
-                Err(e) => return Some(Err(worker_failed(&self.download, e))),
-            },
-        };
-        let st = Arc::clone(&self.store);
-        let decoded =
-            tokio::task::spawn_blocking(move || decode_planned(&st, &planned, &raw)).await;
-        Some(match decoded {
-            Ok(Ok(piece)) => {
-                self.sent += piece.len() as u64;
-                Ok(piece)
+                self.sent += decoded.len() as u64;
+                Ok(decoded)
             }
             Ok(Err(e)) => Err(finish(&self.download, self.sent, Some(&e))
                 .unwrap_or_else(|| io::Error::other("rebuild failed"))),
