@@ -149,6 +149,12 @@ pub(crate) struct StoreArgs {
     /// [default: 0].
     #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
     pub scrub_interval: Option<Duration>,
+    /// With --storage: keep copies of up to SIZE of xorbs on this node's disk, under
+    /// DIR/xorb-cache, and serve downloads from them (xorbs this node stored, and xorbs it read
+    /// from the bucket more than once); the least recently used go first, and no copy takes
+    /// the disk below 1G free or the --min-free reserve; 0 turns it off [default: 8G].
+    #[arg(long, value_name = "SIZE", value_parser = args::size, help_heading = "Storage")]
+    pub xorb_cache: Option<u64>,
 }
 
 /// The shortest `--gc-grace`: an upload in flight must have time to register its shard.
@@ -178,6 +184,9 @@ fn store_settings(args: &StoreArgs) -> Result<(xet_store::StoreOptions, Maintena
     }
     let options = xet_store::StoreOptions {
         min_free_bytes: args.min_free.unwrap_or(0),
+        xorb_cache_bytes: args
+            .xorb_cache
+            .unwrap_or(xet_store::xorb_cache::DEFAULT_BYTES),
         ..Default::default()
     };
     Ok((options, m))
@@ -425,6 +434,11 @@ mod tests {
         };
         let (options, m) = settings(&[]).unwrap();
         assert_eq!(options.min_free_bytes, 0);
+        assert_eq!(options.xorb_cache_bytes, 8 << 30);
+        assert_eq!(
+            settings(&["--xorb-cache", "0"]).unwrap().0.xorb_cache_bytes,
+            0
+        );
         assert_eq!(m, Maintenance::default());
         assert_eq!(m.gc_interval, Some(Duration::from_secs(86400)));
         assert_eq!(m.scrub_interval, None);

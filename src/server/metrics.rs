@@ -15,6 +15,8 @@
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
 //! | `gitxet_storage_requests_total` | `op` | on object storage, requests sent to it by kind (`head`, `get`, `put`, `list`, `delete`, `copy`, `sign`) |
 //! | `gitxet_storage_request_seconds_total` | `op` | their total time, retries included (divided by the line above: the mean latency) |
+//! | `gitxet_xorb_cache_reads_total` | `result` | on object storage, ranges of xorbs read from this node's copies (`hit`) or, without one, from the bucket (`miss`; see `xet_store::xorb_cache`) |
+//! | `gitxet_xorb_cache_bytes` | | bytes of the copies of xorbs this node keeps now |
 //! | `gitxet_catch_up_age_seconds` | | on shared object storage, how old this node's knowledge of the other nodes' uploads is (the start of its last successful catch-up; about 1 s normally, -1 before the first, 0 on a store no other node writes to) |
 use std::sync::LazyLock;
 
@@ -71,6 +73,14 @@ pub struct Metrics {
     /// Object storage's requests and their time, caught up with the store's own count.
     storage_requests: Family<OpLabels, Counter>,
     storage_seconds: Family<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    /// The cache of xorbs' reads, caught up with its own count.
+    cache_reads: Family<CacheLabels, Counter>,
+    cache_bytes: Gauge<i64, AtomicI64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    result: &'static str,
 }
 
 use std::sync::atomic::AtomicI64;
@@ -176,6 +186,19 @@ impl Default for Metrics {
             "On object storage, the total time of its requests by kind, retries included",
             Family::<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default(),
         );
+        let cache_reads = register(
+            &mut registry,
+            "xorb_cache_reads",
+            "On object storage, ranges of xorbs read from this node's copies (hit) or from the \
+             bucket (miss)",
+            Family::<CacheLabels, Counter>::default(),
+        );
+        let cache_bytes = register(
+            &mut registry,
+            "xorb_cache_bytes",
+            "Bytes of the copies of xorbs this node keeps",
+            Gauge::<i64, AtomicI64>::default(),
+        );
         Self {
             registry,
             requests,
@@ -191,6 +214,8 @@ impl Default for Metrics {
             catch_up_age,
             storage_requests,
             storage_seconds,
+            cache_reads,
+            cache_bytes,
         }
     }
 }
@@ -275,6 +300,19 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
         if behind > 0.0 {
             seconds.inc_by(behind);
         }
+    }
+    if let Some(c) = state.store.xorb_cache_stats() {
+        for (result, n) in [("hit", c.hits), ("miss", c.misses)] {
+            let counter = state
+                .metrics
+                .cache_reads
+                .get_or_create(&CacheLabels { result });
+            counter.inc_by(n.saturating_sub(counter.get()));
+        }
+        state
+            .metrics
+            .cache_bytes
+            .set(i64::try_from(c.bytes).unwrap_or(i64::MAX));
     }
     let mut text = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &state.metrics.registry) {

@@ -234,13 +234,18 @@ impl Garage {
     /// A store of a node with its own directory `dir` on `bucket` (no prefix), as `git xet
     /// serve --storage` opens it.
     pub fn open_store(&self, bucket: &str, dir: &std::path::Path) -> xet_store::Store {
-        xet_store::Store::open_s3(
-            dir,
-            Default::default(),
-            &self.s3_config(bucket, ""),
-            Self::runtime(),
-        )
-        .expect("a store on the bucket")
+        self.open_store_with(bucket, dir, Default::default())
+    }
+
+    /// [`Self::open_store`] with options.
+    pub fn open_store_with(
+        &self,
+        bucket: &str,
+        dir: &std::path::Path,
+        options: xet_store::StoreOptions,
+    ) -> xet_store::Store {
+        xet_store::Store::open_s3(dir, options, &self.s3_config(bucket, ""), Self::runtime())
+            .expect("a store on the bucket")
     }
 
     /// The runtime a test's S3 backends run their requests on (a server brings its own): one

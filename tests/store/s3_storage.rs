@@ -1530,3 +1530,164 @@ fn a_batch_of_known_objects_lists_nothing_and_a_new_one_is_still_found() {
         "{answer}"
     );
 }
+
+/// A node with a cache of xorbs serves the xorbs it stored from its own disk (no bucket read),
+/// and copies in a xorb it read from the bucket whole and is reading again, so that later
+/// downloads of it cost the bucket nothing.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_node_serves_what_it_stored_and_what_it_reads_again_from_its_own_disk() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_store::{Store, StoreOptions};
+
+    let g = Garage::start();
+    g.create_bucket("copies");
+    let options = StoreOptions {
+        xorb_cache_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let open = |dir: &std::path::Path| g.open_store_with("copies", dir, options);
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = open(dir_a.path());
+    // 6 MiB of random bytes: one xorb, larger than those read whole for small files.
+    let data = content(151, 6 << 20);
+    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(up.new_xorbs, 1);
+    let copies = |dir: &std::path::Path| {
+        std::fs::read_dir(dir.join("xorb-cache"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .count()
+    };
+    assert_eq!(copies(dir_a.path()), 1, "a copy of the stored xorb");
+    let gets = |s: &Store| store_requests(s, "get");
+    let download = |s: &Store| {
+        let plan = s
+            .reconstruction(&up.file_hash, None)
+            .unwrap()
+            .expect("registered");
+        let mut got = Vec::new();
+        xet_client::pipeline::download::write_plan(s, &plan, &mut |piece: &[u8]| {
+            got.extend_from_slice(piece);
+            Ok(())
+        })
+        .unwrap();
+        assert!(got == data, "the downloaded file differs");
+    };
+    let before = gets(&a);
+    download(&a);
+    assert_eq!(gets(&a) - before, 0, "served from the node's copy");
+    assert!(a.xorb_cache_stats().unwrap().hits > 0);
+
+    // Node B read nothing of it: its first download reads the bucket, the second one too and
+    // copies the xorb in meanwhile, the next ones read nothing from the bucket.
+    let b = open(dir_b.path());
+    b.catch_up_all().unwrap();
+    let before = gets(&b);
+    download(&b);
+    assert!(gets(&b) > before, "a first download reads the bucket");
+    assert_eq!(copies(dir_b.path()), 0, "read once: not copied");
+    download(&b);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while b.xorb_cache_stats().unwrap().xorbs == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the xorb read twice was not copied in"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(copies(dir_b.path()), 1);
+    let before = gets(&b);
+    download(&b);
+    assert_eq!(gets(&b) - before, 0, "served from B's copy");
+}
+
+/// A node's copy of a xorb damaged on its disk never takes the bucket's good object out of
+/// service: the basic download that finds the damage fails (the client sees a short body and
+/// retries), the copy is dropped, and the next download is whole, from the bucket.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_damaged_copy_on_a_nodes_disk_is_dropped_and_the_bucket_serves_again() {
+    let g = Garage::start();
+    g.create_bucket("badcopy");
+    let storage = g.s3_config("badcopy", "");
+    let a = start_with(move |c| {
+        c.storage = Some(storage);
+        c.store.xorb_cache_bytes = 256 << 20;
+    });
+    let bytes = content(161, 10 << 20);
+    use sha2::{Digest, Sha256};
+    let oid = format!("{:x}", Sha256::digest(&bytes));
+    let url = format!("{}/team/copy.git/info/lfs/objects/{oid}", a.url());
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let auth = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("git:{WRITE_TOKEN}")
+        )
+    );
+    let put = client
+        .put(&url)
+        .header("Authorization", &auth)
+        .body(bytes.clone())
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    let get = || {
+        client
+            .get(&url)
+            .header("Authorization", &auth)
+            .send()
+            .and_then(|r| r.error_for_status())
+            .and_then(|r| r.bytes())
+    };
+    let gets_before = storage_requests(&a, "get");
+    assert!(get().unwrap()[..] == bytes[..]);
+    assert_eq!(
+        storage_requests(&a, "get"),
+        gets_before,
+        "served from the node's copies"
+    );
+    let metrics = reqwest::blocking::get(format!("{}/metrics", a.url()))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains("gitxet_xorb_cache_reads_total{result=\"hit\"}"),
+        "{metrics}"
+    );
+
+    // Bit rot in the largest copy: one byte in its middle.
+    let cache = a.dir.path().join("store").join("xorb-cache");
+    let (victim, len) = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.path(), e.metadata().unwrap().len()))
+        .max_by_key(|(_, len)| *len)
+        .expect("copies on the node's disk");
+    let mut copy = std::fs::read(&victim).unwrap();
+    copy[(len / 2) as usize] ^= 0xff;
+    std::fs::write(&victim, &copy).unwrap();
+    let damaged = get();
+    assert!(
+        damaged.as_ref().map_or(true, |b| b[..] != bytes[..]),
+        "damaged bytes never reach the client whole"
+    );
+    assert!(!victim.exists(), "the damaged copy is dropped");
+    let xorb = XorbHash::from_hex(&victim.file_name().unwrap().to_string_lossy()).unwrap();
+    let (b, _spool) = backend(&g, "badcopy", "");
+    assert_eq!(
+        b.len(ObjectKey::Xorb(xorb)).unwrap(),
+        Some(len),
+        "the bucket's object stays in service"
+    );
+    assert!(
+        get().unwrap()[..] == bytes[..],
+        "whole again, from the bucket"
+    );
+}

@@ -543,6 +543,10 @@ fn stamp_of(m: &fs::Metadata) -> ObjectStamp {
 }
 
 /// Bytes an unprivileged writer may still use on the filesystem holding `path`.
+pub(crate) fn free_space(path: &Path) -> io::Result<u64> {
+    available_space(path)
+}
+
 #[cfg(unix)]
 fn available_space(path: &Path) -> io::Result<u64> {
     xet_client::util::os::available_space(path)

@@ -42,6 +42,8 @@ const VERSION_FILE: &str = "STORE-VERSION";
 /// In the data directory of a node on object storage: the storage URL, one line. The
 /// directory holds only that node's cache of the index and its temporary files.
 const STORAGE_FILE: &str = "STORAGE";
+/// A node's copies of xorbs on object storage, under its directory ([`crate::xorb_cache`]).
+pub const XORB_CACHE_DIR: &str = "xorb-cache";
 /// Chunks a global-dedup answer lists at most (about 4 GiB of data, a shard of about 3 MiB).
 pub const DEDUP_ANSWER_MAX_CHUNKS: usize = 65_536;
 const VERSION_TEXT: &str = "git-xet-store 1\n";
@@ -313,6 +315,9 @@ pub struct Store {
     cluster_claims: Mutex<ClusterClaims>,
     /// The claim limits of [`StoreOptions`].
     claim_limits: (u64, u64),
+    /// This node's copies of xorbs on its own disk (object storage only; see
+    /// [`crate::xorb_cache`]).
+    pub(super) xorb_cache: Option<Arc<crate::xorb_cache::XorbCache>>,
     root: PathBuf,
 }
 
@@ -335,6 +340,9 @@ pub struct StoreOptions {
     pub max_pending_claims: u64,
     /// Bytes of files one uploader's pending claims may name ([`MAX_PENDING_CLAIM_BYTES`]).
     pub max_pending_claim_bytes: u64,
+    /// On object storage, bytes of xorbs a node keeps copies of on its own disk
+    /// ([`crate::xorb_cache`]); 0: none. A directory store ignores it.
+    pub xorb_cache_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -343,6 +351,7 @@ impl Default for StoreOptions {
             min_free_bytes: 0,
             max_pending_claims: MAX_PENDING_CLAIMS,
             max_pending_claim_bytes: MAX_PENDING_CLAIM_BYTES,
+            xorb_cache_bytes: 0,
         }
     }
 }
@@ -511,7 +520,7 @@ impl Store {
         // process that has to wait fails here, before touching anything else.
         let index = Index::open(&dir.join("index.redb"))?;
         let backend = FsBackend::open(dir)?.with_min_free(options.min_free_bytes);
-        Ok(Self::assemble(dir, index, Arc::new(backend), options))
+        Ok(Self::assemble(dir, index, Arc::new(backend), options, None))
     }
 
     fn assemble(
@@ -519,6 +528,7 @@ impl Store {
         index: Index,
         backend: Arc<dyn ObjectBackend>,
         options: StoreOptions,
+        xorb_cache: Option<crate::xorb_cache::XorbCache>,
     ) -> Self {
         Self {
             backend,
@@ -536,6 +546,7 @@ impl Store {
             checked_claims: Mutex::new(Vec::new()),
             cluster_claims: Mutex::new(ClusterClaims::default()),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
+            xorb_cache: xorb_cache.map(Arc::new),
             root: dir.to_path_buf(),
         }
     }
@@ -590,7 +601,28 @@ impl Store {
                 VERSION_TEXT.trim()
             )));
         }
-        Ok(Self::assemble(dir, index, Arc::new(backend), options))
+        let cache = match options.xorb_cache_bytes {
+            0 => None,
+            bytes => {
+                let cache_dir = dir.join(XORB_CACHE_DIR);
+                let cache =
+                    crate::xorb_cache::XorbCache::open(&cache_dir, bytes, options.min_free_bytes)
+                        .map_err(|e| {
+                        layout(format!(
+                            "cannot open the xorb cache {}: {e}",
+                            cache_dir.display()
+                        ))
+                    })?;
+                Some(cache)
+            }
+        };
+        Ok(Self::assemble(
+            dir,
+            index,
+            Arc::new(backend),
+            options,
+            cache,
+        ))
     }
 
     /// A value every process using this store's storage agrees on, created as `initial` by the
@@ -799,6 +831,11 @@ impl Store {
         } else {
             self.backend.stamp(key)?
         };
+        // The validated object's copy for this node's cache, made before the put consumes it.
+        let staged = self
+            .xorb_cache
+            .as_ref()
+            .and_then(|c| c.stage(&xorb, file, stored_len));
         let created = match stamp {
             None => self.backend.put_new_file(key, file)?,
             Some(_) if self.keep_existing(&xorb)? => {
@@ -812,6 +849,9 @@ impl Store {
         };
         if created {
             self.stored_intact(footer, stored_len)?;
+            if let Some(staged) = staged {
+                staged.keep();
+            }
         } else if !self.keep_existing(&xorb)? {
             // A concurrent writer's copy appeared between the look and the link and is not
             // intact: this upload's bytes are gone, so the client must send them again.
@@ -1798,9 +1838,7 @@ impl Store {
         range: RangeInclusive<u64>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let (start, end) = range.into_inner();
-        Ok(self
-            .backend
-            .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+        self.read_stored_range(xorb, start..end.saturating_add(1))
     }
 
     /// Whether the objects are on shared object storage, where each read is a request (reads
@@ -1840,9 +1878,75 @@ impl Store {
             }
         }
         let (start, end) = range.into_inner();
-        Ok(self
-            .backend
-            .read_range(ObjectKey::Xorb(*xorb), start..end.saturating_add(1))?)
+        self.read_stored_range(xorb, start..end.saturating_add(1))
+    }
+
+    /// Bytes `range` of `xorb`'s stored object: from this node's copy if it keeps one, else
+    /// from the storage (then counted towards making a copy, see [`crate::xorb_cache`]).
+    fn read_stored_range(
+        &self,
+        xorb: &XorbHash,
+        range: std::ops::Range<u64>,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(cache) = &self.xorb_cache else {
+            return Ok(self.backend.read_range(ObjectKey::Xorb(*xorb), range)?);
+        };
+        if let Some(bytes) = cache.read(xorb, range.clone()) {
+            return Ok(Some(bytes));
+        }
+        let read = self.backend.read_range(ObjectKey::Xorb(*xorb), range)?;
+        if let Some(bytes) = &read {
+            let len = self
+                .footers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .latest(xorb)
+                .map(|(stamp, _)| stamp.len);
+            if let Some(len) = len {
+                if cache.count_read(xorb, bytes.len() as u64, len) {
+                    self.copy_in_background(cache, *xorb, len);
+                }
+            }
+        }
+        Ok(read)
+    }
+
+    /// Reads `xorb` (`len` bytes) whole from the storage into the cache on a thread of its
+    /// own (at most [`crate::xorb_cache::MAX_FILLS`] at once, counted by the cache).
+    fn copy_in_background(
+        &self,
+        cache: &Arc<crate::xorb_cache::XorbCache>,
+        xorb: XorbHash,
+        len: u64,
+    ) {
+        let (c, backend) = (Arc::clone(cache), Arc::clone(&self.backend));
+        let spawned = std::thread::Builder::new()
+            .name("xorb-copy".into())
+            .spawn(move || {
+                match backend.read_all_stamped(ObjectKey::Xorb(xorb)) {
+                    Ok(Some((bytes, stamp))) if bytes.len() as u64 == len && stamp.len == len => {
+                        c.insert_bytes(&xorb, &bytes);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(%xorb, error = %e, "cannot copy a xorb in"),
+                }
+                c.copied(&xorb);
+            });
+        if spawned.is_err() {
+            cache.copied(&xorb);
+        }
+    }
+
+    /// Drops this node's copy of `xorb`, if it keeps one.
+    pub(super) fn drop_copy(&self, xorb: &XorbHash) {
+        if let Some(cache) = &self.xorb_cache {
+            cache.remove(xorb);
+        }
+    }
+
+    /// What this node's cache of xorbs did so far; `None` without one.
+    pub fn xorb_cache_stats(&self) -> Option<crate::xorb_cache::CacheStats> {
+        self.xorb_cache.as_ref().map(|c| c.stats())
     }
 
     /// Sizes of the files this process registered for the first time from uploads (shards

@@ -259,6 +259,7 @@ impl Store {
             }
         }
         for x in objects {
+            self.drop_copy(x);
             self.backend.remove(ObjectKey::Xorb(*x))?;
         }
         Ok(())

@@ -284,6 +284,7 @@ impl Store {
         };
         let Some(stamp) = stamp else {
             self.forget_footer(xorb);
+            self.drop_copy(xorb);
             if let Some((_, why)) = self.index.damaged(xorb)? {
                 return Ok((XorbHealth::Damaged(why), None));
             }
@@ -485,6 +486,7 @@ impl Store {
             // out of the way.
             let _ = self.backend.quarantine(ObjectKey::Xorb(*xorb));
             self.forget_footer(xorb);
+            self.drop_copy(xorb);
             return Ok(());
         }
         let quarantined = match self.backend.quarantine(ObjectKey::Xorb(*xorb)) {
@@ -497,6 +499,7 @@ impl Store {
         self.index
             .set_damaged(xorb, why, xet_client::util::now_unix())?;
         self.forget_footer(xorb);
+        self.drop_copy(xorb);
         let only: HashSet<XorbHash> = [*xorb].into();
         let (_, files) = self.index.files_using(&only, 0).unwrap_or_default();
         tracing::error!(
@@ -517,6 +520,9 @@ impl Store {
     pub fn report_damage(&self, xorb: &XorbHash, why: &str) {
         tracing::error!(%xorb, reason = why, "a read found a stored xorb's bytes damaged");
         self.forget_footer(xorb);
+        // The bytes may have come from this node's copy: it goes, and the storage's object is
+        // verified on its own.
+        self.drop_copy(xorb);
         let outcome = match self.backend.stamp(ObjectKey::Xorb(*xorb)) {
             Ok(Some(stamp)) => self.verify_whole(xorb, stamp).map(|_| ()),
             Ok(None) => self.check_xorb(xorb).map(|_| ()),

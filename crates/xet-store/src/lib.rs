@@ -15,6 +15,7 @@
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
 //! | [`small_xorbs`] | small xorbs kept whole in memory on object storage (packs of small files) |
 //! | [`timings`] | how long object storage's requests take, by kind, for `/metrics` |
+//! | [`xorb_cache`] | a node's copies of xorbs on its own disk, on object storage |
 
 // Tests may unwrap, expect and panic: a failing test should stop right there.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -30,6 +31,7 @@ pub mod s3;
 pub mod small_xorbs;
 pub mod sync;
 pub mod timings;
+pub mod xorb_cache;
 
 pub use cas::{
     OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress,
