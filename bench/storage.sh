@@ -22,8 +22,12 @@
 #               node serves what the other stored)
 #   garage-urls one node with --storage-urls: reconstructions name presigned URLs of the bucket,
 #               so downloads read from Garage directly instead of through the node
+# Nodes keep copies of the xorbs they store on their own disk (`--xorb-cache`, on by default):
+# garage-1's downloads read the node's disk, garage-2's cross-node downloads read the bucket.
 # Then, on the directory and on garage-1, plain git-lfs's basic transfer of the second file: a
-# PUT through the node, then a GET, which the node rebuilds from the stored xorbs.
+# PUT through the node, then a GET, which the node rebuilds from the stored xorbs; and the same
+# GET through garage-1-cold, a node on garage-1's bucket with `--xorb-cache 0` (every read from
+# the bucket).
 #   small-files N files of 1-100 KiB pushed with git through git-xet's agent to a directory
 #               node, and to node A of two nodes on a fresh bucket; then a fresh clone's
 #               `git lfs fetch` from the directory node, and through node B (which must catch up
@@ -149,6 +153,13 @@ if wanted garage-1; then
     start_server g1 --storage s3://one
     run_setup garage-1 "$server_url" "$server_url" "$server_url" "$server_url"
     run_basic garage-1 "$server_url"
+    # The same through a node that keeps no copies of xorbs: every read goes to the bucket.
+    start_server g1c --storage s3://one --xorb-cache 0
+    for _ in $(seq 1 600); do
+        [[ "$(curl -s -o /dev/null -w '%{http_code}' "$server_url/ready")" == 200 ]] && break
+        sleep 0.1
+    done
+    run_basic garage-1-cold "$server_url"
 fi
 if wanted garage-2; then
     start_server g2a --storage s3://two
@@ -246,12 +257,12 @@ done
 echo "(ratios above 1: faster than the directory backend)"
 echo
 echo "plain git-lfs basic transfer of one $size_mib MiB file through the node (PUT, then GET)"
-printf '%-12s %10s %12s %10s %12s %16s\n' setup "put s" "put MB/s" "get s" "get MB/s" "get vs dir"
+printf '%-14s %10s %12s %10s %12s %16s\n' setup "put s" "put MB/s" "get s" "get MB/s" "get vs dir"
 read -r _ dir_put dir_get <<<"${basic_results[0]}"
 one=$((size / 2))
 for r in "${basic_results[@]}"; do
     read -r name put get <<<"$r"
-    printf '%-12s %10.2f %12.1f %10.2f %12.1f %15.2fx\n' "$name" "$put" \
+    printf '%-14s %10.2f %12.1f %10.2f %12.1f %15.2fx\n' "$name" "$put" \
         "$(echo "$one / $put / 1000000" | bc -l)" "$get" "$(echo "$one / $get / 1000000" | bc -l)" \
         "$(echo "$dir_get / $get" | bc -l)"
 done

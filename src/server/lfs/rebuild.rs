@@ -6,8 +6,10 @@
 //! consecutive chunks of one term of at most [`PIECE`] decoded bytes and `2 × PIECE` stored bytes
 //! (at least one chunk): only those bytes are read from the stored xorb, and every chunk is
 //! decompressed and its hash compared with the footer's before any of it is sent. Pieces are
-//! made on a blocking thread when the connection asks for the next one, so a client that stops
-//! reading holds one piece, whatever the size of the file, and no thread.
+//! made on a blocking thread, the next one while one is sent, so a client that stops reading
+//! holds two pieces, whatever the size of the file, and no thread. On object storage, pieces
+//! are larger and several are read ahead, each decoded as soon as its bytes arrive, within the
+//! server's read budget.
 //!
 //! A damaged chunk (or a missing xorb) ends the body early with an error: the connection is
 //! aborted and the client sees a short body, never wrong bytes.
