@@ -256,8 +256,17 @@ mod tests {
         assert_eq!(len(), big);
         drop(other);
 
-        // Alone: one line per oid, the same records read back, and appends go on.
+        // Alone: one line per oid, the same records read back, and appends go on. (A process
+        // another test forks at that moment holds the lock until it execs: try again then.)
         let mut j = Appender::open_compacting_at(dir.path(), 100).unwrap();
+        for _ in 0..50 {
+            if len() < big / 4 {
+                break;
+            }
+            drop(j);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            j = Appender::open_compacting_at(dir.path(), 100).unwrap();
+        }
         assert!(len() < big / 4, "{} of {big} bytes", len());
         assert_eq!(read(dir.path()).unwrap(), before);
         assert!(before.values().all(|r| r.direction == Direction::Upload));

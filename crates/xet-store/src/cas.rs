@@ -299,6 +299,10 @@ pub struct Store {
     pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
     /// Where this node is in the shard log of shared storage (see [`crate::sync`]).
     pub(super) sync: Mutex<crate::sync::SyncState>,
+    /// (shard, repository) registrations this node logged itself since the last catch-up, so
+    /// that the catch-up that lists them does not read the shard again for them (outside
+    /// `sync`: an upload never waits on a catch-up).
+    pub(super) logged_here: Mutex<Vec<(ShardHash, String)>>,
     /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
     /// outside `sync`, so that reading it never waits on a catch-up.
     pub(super) caught_up_ms: std::sync::atomic::AtomicU64,
@@ -540,6 +544,7 @@ impl Store {
             collecting: RwLock::new(()),
             doomed: Mutex::new(std::collections::HashSet::new()),
             sync: Mutex::new(Default::default()),
+            logged_here: Mutex::new(Vec::new()),
             caught_up_ms: std::sync::atomic::AtomicU64::new(0),
             listed_all: std::sync::atomic::AtomicBool::new(false),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
@@ -1025,7 +1030,7 @@ impl Store {
         // Not registered here: new, unless another node stored it a moment ago (the same
         // bytes under the same hash), so no look first.
         self.backend.put_new(ObjectKey::Shard(shard_hash), bytes)?;
-        self.backend.log_shard(&shard_hash, repo)?;
+        self.log_shard(&shard_hash, repo)?;
         let uploader = repo.unwrap_or("");
         self.check_claim_backlog(&entries, uploader)?;
         let (new_files, new_bytes) =
@@ -1063,7 +1068,7 @@ impl Store {
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
             if !self.files_in_repo(&files, repo)? {
-                self.backend.log_shard(&shard_hash, Some(repo))?;
+                self.log_shard(&shard_hash, Some(repo))?;
                 self.index.add_file_repos(&files, repo, Commit::Durable)?;
             }
         }
@@ -1300,6 +1305,19 @@ impl Store {
         }
     }
 
+    /// Logs `shard` (registered through `repo`, if given) for the other nodes of shared
+    /// storage, and notes the registration as known here.
+    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), StoreError> {
+        self.backend.log_shard(shard, repo)?;
+        if let (Some(repo), true) = (repo, self.backend.is_shared()) {
+            self.logged_here
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((*shard, repo.to_owned()));
+        }
+        Ok(())
+    }
+
     /// Records that `file` (registered) was stored through repository `repo`: a basic upload,
     /// which registers its shard through the store directly. On shared storage the other nodes
     /// learn it through the shard that registered the file.
@@ -1308,7 +1326,7 @@ impl Store {
             return Ok(());
         }
         if let Some(record) = self.index.file(file)? {
-            self.backend.log_shard(&record.shard, Some(repo))?;
+            self.log_shard(&record.shard, Some(repo))?;
         }
         Ok(self.index.add_file_repos(&[*file], repo, Commit::Durable)?)
     }

@@ -214,6 +214,74 @@ impl Commit {
     }
 }
 
+/// A shard found in storage, ready to register ([`Index::add_stored_shards`]): its entries
+/// (`None`: registered already), and the repository its files were registered through with
+/// those files.
+#[derive(Debug)]
+pub(crate) struct StoredShard {
+    pub shard: ShardHash,
+    pub entries: Option<ShardEntries>,
+    pub repo: Option<String>,
+    pub files: Vec<FileHash>,
+}
+
+/// [`Index::add_shard`]'s writes, in `txn`.
+fn put_shard(
+    txn: &redb::WriteTransaction,
+    shard: ShardHash,
+    entries: &ShardEntries,
+    now: u64,
+    uploader: &str,
+) -> Result<(usize, u64), IndexError> {
+    let (mut new_files, mut new_bytes) = (0, 0);
+    let mut files = txn.open_table(FILES).map_err(db_err)?;
+    for (hash, record) in &entries.files {
+        let absent = files
+            .get(hash.as_bytes().as_slice())
+            .map_err(db_err)?
+            .is_none();
+        if absent || entries.replace.contains(hash) {
+            files
+                .insert(hash.as_bytes().as_slice(), encode_file(record).as_slice())
+                .map_err(db_err)?;
+            new_files += 1;
+            new_bytes += record.size;
+        }
+    }
+    record_claims(txn, entries, now, uploader)?;
+    let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
+    for (chunk, xorb, index) in &entries.dedup {
+        insert_new(&mut dedup, chunk.as_bytes(), &dedup_value(xorb, *index))?;
+    }
+    let mut xorb_file = txn.open_table(XORB_FILE).map_err(db_err)?;
+    for (hash, record) in &entries.files {
+        for t in &record.terms {
+            insert_new(&mut xorb_file, t.xorb.as_bytes(), hash.as_bytes())?;
+        }
+    }
+    let mut shards = txn.open_table(SHARDS).map_err(db_err)?;
+    let mut v = (entries.files.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(&now.to_le_bytes());
+    shards
+        .insert(shard.as_bytes().as_slice(), v.as_slice())
+        .map_err(db_err)?;
+    Ok((new_files, new_bytes))
+}
+
+/// [`Index::add_file_repos`]'s writes, in `txn`.
+fn put_file_repos(
+    txn: &redb::WriteTransaction,
+    files: &[FileHash],
+    repo: &str,
+) -> Result<(), IndexError> {
+    let mut t = txn.open_table(FILE_REPOS).map_err(db_err)?;
+    for f in files {
+        let key = file_repo_key(f, repo);
+        t.insert(key.as_slice(), [].as_slice()).map_err(db_err)?;
+    }
+    Ok(())
+}
+
 /// The index database of one store.
 #[derive(Debug)]
 pub struct Index {
@@ -428,42 +496,34 @@ impl Index {
     ) -> Result<(usize, u64), IndexError> {
         let mut txn = self.db.begin_write().map_err(db_err)?;
         commit.apply(&mut txn);
-        let (mut new_files, mut new_bytes) = (0, 0);
-        {
-            let mut files = txn.open_table(FILES).map_err(db_err)?;
-            for (hash, record) in &entries.files {
-                let absent = files
-                    .get(hash.as_bytes().as_slice())
-                    .map_err(db_err)?
-                    .is_none();
-                if absent || entries.replace.contains(hash) {
-                    files
-                        .insert(hash.as_bytes().as_slice(), encode_file(record).as_slice())
-                        .map_err(db_err)?;
-                    new_files += 1;
-                    new_bytes += record.size;
-                }
-            }
-            record_claims(&txn, entries, now, uploader)?;
-            let mut dedup = txn.open_table(DEDUP).map_err(db_err)?;
-            for (chunk, xorb, index) in &entries.dedup {
-                insert_new(&mut dedup, chunk.as_bytes(), &dedup_value(xorb, *index))?;
-            }
-            let mut xorb_file = txn.open_table(XORB_FILE).map_err(db_err)?;
-            for (hash, record) in &entries.files {
-                for t in &record.terms {
-                    insert_new(&mut xorb_file, t.xorb.as_bytes(), hash.as_bytes())?;
-                }
-            }
-            let mut shards = txn.open_table(SHARDS).map_err(db_err)?;
-            let mut v = (entries.files.len() as u32).to_le_bytes().to_vec();
-            v.extend_from_slice(&now.to_le_bytes());
-            shards
-                .insert(shard.as_bytes().as_slice(), v.as_slice())
-                .map_err(db_err)?;
-        }
+        let added = put_shard(&txn, shard, entries, now, uploader)?;
         txn.commit().map_err(db_err)?;
-        Ok((new_files, new_bytes))
+        Ok(added)
+    }
+
+    /// Registers shards found in storage, and the repositories their files were registered
+    /// through, in one transaction: what [`Self::add_shard`] and [`Self::add_file_repos`] do
+    /// for each, without a transaction (its page writes) per shard.
+    pub(crate) fn add_stored_shards(
+        &self,
+        shards: &[StoredShard],
+        now: u64,
+        commit: Commit,
+    ) -> Result<(), IndexError> {
+        if shards.is_empty() {
+            return Ok(());
+        }
+        let mut txn = self.db.begin_write().map_err(db_err)?;
+        commit.apply(&mut txn);
+        for s in shards {
+            if let Some(entries) = &s.entries {
+                put_shard(&txn, s.shard, entries, now, s.repo.as_deref().unwrap_or(""))?;
+            }
+            if let Some(repo) = &s.repo {
+                put_file_repos(&txn, &s.files, repo)?;
+            }
+        }
+        txn.commit().map_err(db_err)
     }
 
     /// Records that `files` were registered through repository `repo` (in one transaction).
@@ -478,13 +538,7 @@ impl Index {
         }
         let mut txn = self.db.begin_write().map_err(db_err)?;
         commit.apply(&mut txn);
-        {
-            let mut t = txn.open_table(FILE_REPOS).map_err(db_err)?;
-            for f in files {
-                let key = file_repo_key(f, repo);
-                t.insert(key.as_slice(), [].as_slice()).map_err(db_err)?;
-            }
-        }
+        put_file_repos(&txn, files, repo)?;
         txn.commit().map_err(db_err)
     }
 
