@@ -15,7 +15,8 @@ use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
     long_about = "Run a self-hosted Xet CAS server and Git LFS server.\n\n\
 Stores xorbs, shards and its index under --data, or with --storage s3://BUCKET/PREFIX its xorbs \
 and shards in an S3-compatible bucket that several servers (nodes) can share, each with its own \
---data directory for its cache of the index, temporary files and locks. The bucket's endpoint, \
+--data directory for its cache of the index, temporary files, locks and copies of xorbs \
+(--xorb-cache: what it stored and what it reads again is served from its disk). The bucket's endpoint, \
 region and keys come from the standard AWS_* variables (AWS_ENDPOINT, AWS_REGION, \
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; path-style addressing unless \
 AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true). Nodes find each other's uploads within about a second \
