@@ -871,17 +871,7 @@ fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
     use sha2::{Digest, Sha256};
     let oid = format!("{:x}", Sha256::digest(&bytes));
     let url = format!("{}/team/basic.git/info/lfs/objects/{oid}", a.url());
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap();
-    let auth = format!(
-        "Basic {}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("git:{WRITE_TOKEN}")
-        )
-    );
+    let (client, auth) = basic_client();
     let put = client
         .put(&url)
         .header("Authorization", &auth)
@@ -899,6 +889,23 @@ fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
     let got = got.bytes().unwrap();
     assert_eq!(got.len(), bytes.len());
     assert!(got[..] == bytes[..], "the rebuilt file differs");
+}
+
+/// A client for plain git-lfs's basic transfer, and the `Authorization` it sends (the write
+/// token).
+fn basic_client() -> (reqwest::blocking::Client, String) {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let auth = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("git:{WRITE_TOKEN}")
+        )
+    );
+    (client, auth)
 }
 
 /// `git xet gc` and `git xet scrub` with `--storage`, as an operator runs them on a bucket
@@ -1620,17 +1627,7 @@ fn a_damaged_copy_on_a_nodes_disk_is_dropped_and_the_bucket_serves_again() {
     use sha2::{Digest, Sha256};
     let oid = format!("{:x}", Sha256::digest(&bytes));
     let url = format!("{}/team/copy.git/info/lfs/objects/{oid}", a.url());
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap();
-    let auth = format!(
-        "Basic {}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            format!("git:{WRITE_TOKEN}")
-        )
-    );
+    let (client, auth) = basic_client();
     let put = client
         .put(&url)
         .header("Authorization", &auth)

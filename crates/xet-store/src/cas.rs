@@ -854,9 +854,6 @@ impl Store {
         };
         if created {
             self.stored_intact(footer, stored_len)?;
-            if let Some(staged) = staged {
-                staged.keep();
-            }
         } else if !self.keep_existing(&xorb)? {
             // A concurrent writer's copy appeared between the look and the link and is not
             // intact: this upload's bytes are gone, so the client must send them again.
@@ -867,6 +864,10 @@ impl Store {
                     "a concurrent upload left a damaged copy; upload the xorb again",
                 ),
             }));
+        }
+        // Stored, by this upload or an intact one before it: the same validated bytes.
+        if let Some(staged) = staged {
+            staged.keep();
         }
         Ok(created)
     }
