@@ -40,8 +40,12 @@ pub const DEFAULT_BYTES: u64 = 8 << 30;
 /// start over.
 const MAX_COUNTED: usize = 100_000;
 
-/// Whole-xorb reads copying xorbs in at once, at most.
+/// Whole-xorb reads copying xorbs in at once, at most (each holds its xorb in memory).
 pub const MAX_FILLS: usize = 2;
+
+/// The largest object copied: a xorb of the largest upload body this server accepts, with its
+/// footer (anything larger in the bucket was not stored by a node).
+pub const MAX_COPY: u64 = xet_format::xorb::MAX_ACCEPTED_BODY + (1 << 20);
 
 /// What the cache did so far, for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -183,6 +187,14 @@ impl XorbCache {
             }
         }
         cache.evict();
+        let stats = cache.stats();
+        tracing::info!(
+            dir = %dir.display(),
+            copies = stats.xorbs,
+            bytes = stats.bytes,
+            max_bytes,
+            "keeping copies of xorbs on this node's disk"
+        );
         Ok(cache)
     }
 
@@ -241,7 +253,7 @@ impl XorbCache {
     /// to more than `len`, no copy is kept and fewer than [`MAX_FILLS`] copies are being made:
     /// then the caller makes one and calls [`Self::copied`] when done.
     pub fn count_read(&self, xorb: &XorbHash, bytes: u64, len: u64) -> bool {
-        if len == 0 || len > self.max_bytes / 4 {
+        if !self.fits(len) {
             return false;
         }
         let mut state = self.lock();
@@ -304,8 +316,14 @@ impl XorbCache {
         }
     }
 
+    /// Whether a xorb of `len` bytes may be copied at all: not empty, at most a quarter of the
+    /// cache and at most [`MAX_COPY`].
+    fn fits(&self, len: u64) -> bool {
+        len > 0 && len <= self.max_bytes / 4 && len <= MAX_COPY
+    }
+
     fn worth_copying(&self, xorb: &XorbHash, len: u64) -> bool {
-        if len == 0 || len > self.max_bytes / 4 || self.contains(xorb) {
+        if !self.fits(len) || self.contains(xorb) {
             return false;
         }
         match crate::backend::free_space(&self.dir) {
@@ -492,6 +510,12 @@ mod tests {
         c.copied(&xorb(4));
         assert!(c.count_read(&xorb(5), 1, 200));
         assert!(!c.count_read(&xorb(2), 900, 300), "larger than a quarter");
+        let huge = cache(&dir.path().join("huge"), 1 << 40);
+        assert!(
+            !huge.count_read(&xorb(6), MAX_COPY + 2, MAX_COPY + 1),
+            "larger than any xorb a node stores"
+        );
+        assert!(huge.count_read(&xorb(6), MAX_COPY + 1, MAX_COPY));
         c.insert_bytes(&xorb(3), &[3; 10]);
         assert!(!c.count_read(&xorb(3), 100, 10), "a copy is kept already");
     }
