@@ -868,17 +868,7 @@ fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
             _ => (0..32).for_each(|_| bytes.extend_from_slice(&block)),
         }
     }
-    use sha2::{Digest, Sha256};
-    let oid = format!("{:x}", Sha256::digest(&bytes));
-    let url = format!("{}/team/basic.git/info/lfs/objects/{oid}", a.url());
-    let (client, auth) = basic_client();
-    let put = client
-        .put(&url)
-        .header("Authorization", &auth)
-        .body(bytes.clone())
-        .send()
-        .unwrap();
-    assert!(put.status().is_success(), "{}", put.status());
+    let (client, auth, url) = basic_put(&a, "team/basic", &bytes);
     assert!(stored_xorbs(&g, "basic", "").len() > 1, "several xorbs");
     let got = client
         .get(&url)
@@ -891,9 +881,17 @@ fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
     assert!(got[..] == bytes[..], "the rebuilt file differs");
 }
 
-/// A client for plain git-lfs's basic transfer, and the `Authorization` it sends (the write
-/// token).
-fn basic_client() -> (reqwest::blocking::Client, String) {
+/// Puts `bytes` through `node` as plain git-lfs's basic transfer does, as an object of
+/// repository `repo`; the client, the `Authorization` it sent (the write token) and the
+/// object's URL.
+fn basic_put(
+    node: &TestServer,
+    repo: &str,
+    bytes: &[u8],
+) -> (reqwest::blocking::Client, String, String) {
+    use sha2::{Digest, Sha256};
+    let oid = format!("{:x}", Sha256::digest(bytes));
+    let url = format!("{}/{repo}.git/info/lfs/objects/{oid}", node.url());
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
@@ -905,7 +903,14 @@ fn basic_client() -> (reqwest::blocking::Client, String) {
             format!("git:{WRITE_TOKEN}")
         )
     );
-    (client, auth)
+    let put = client
+        .put(&url)
+        .header("Authorization", &auth)
+        .body(bytes.to_vec())
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.status());
+    (client, auth, url)
 }
 
 /// `git xet gc` and `git xet scrub` with `--storage`, as an operator runs them on a bucket
@@ -1624,17 +1629,7 @@ fn a_damaged_copy_on_a_nodes_disk_is_dropped_and_the_bucket_serves_again() {
         c.store.xorb_cache_bytes = 256 << 20;
     });
     let bytes = content(161, 10 << 20);
-    use sha2::{Digest, Sha256};
-    let oid = format!("{:x}", Sha256::digest(&bytes));
-    let url = format!("{}/team/copy.git/info/lfs/objects/{oid}", a.url());
-    let (client, auth) = basic_client();
-    let put = client
-        .put(&url)
-        .header("Authorization", &auth)
-        .body(bytes.clone())
-        .send()
-        .unwrap();
-    assert!(put.status().is_success(), "{}", put.status());
+    let (client, auth, url) = basic_put(&a, "team/copy", &bytes);
     let get = || {
         client
             .get(&url)
