@@ -642,8 +642,10 @@ fn client(s: &TestServer) -> xet_client::RemoteCas {
 }
 
 /// The whole of `file`, downloaded through `cas`.
-fn download_whole(cas: &xet_client::RemoteCas, file: &xet_format::FileHash) -> Vec<u8> {
-    use xet_client::target::Endpoint;
+fn download_whole<E>(cas: &E, file: &xet_format::FileHash) -> Vec<u8>
+where
+    E: xet_client::target::Endpoint + xet_client::XorbSource,
+{
     let plan = cas
         .reconstruction(file, None)
         .unwrap()
@@ -1575,17 +1577,10 @@ fn a_node_serves_what_it_stored_and_what_it_reads_again_from_its_own_disk() {
     assert_eq!(copies(dir_a.path()), 1, "a copy of the stored xorb");
     let gets = |s: &Store| store_requests(s, "get");
     let download = |s: &Store| {
-        let plan = s
-            .reconstruction(&up.file_hash, None)
-            .unwrap()
-            .expect("registered");
-        let mut got = Vec::new();
-        xet_client::pipeline::download::write_plan(s, &plan, &mut |piece: &[u8]| {
-            got.extend_from_slice(piece);
-            Ok(())
-        })
-        .unwrap();
-        assert!(got == data, "the downloaded file differs");
+        assert!(
+            download_whole(s, &up.file_hash) == data,
+            "the downloaded file differs"
+        );
     };
     let before = gets(&a);
     download(&a);

@@ -215,21 +215,21 @@ impl XorbCache {
     /// Bytes `range` of `xorb`'s copy; `None` (counted as a miss) when there is no copy or it
     /// does not hold the range (a copy that cannot be read is dropped).
     pub fn read(&self, xorb: &XorbHash, range: Range<u64>) -> Option<Vec<u8>> {
-        let len = {
+        let held = {
             let mut state = self.lock();
-            match state.entries.get(xorb) {
-                Some(e) if range.start <= range.end && range.end <= e.len => {
-                    let len = e.len;
-                    state.touch(xorb);
-                    Some(len)
-                }
-                _ => None,
+            let fits = state
+                .entries
+                .get(xorb)
+                .is_some_and(|e| range.start <= range.end && range.end <= e.len);
+            if fits {
+                state.touch(xorb);
             }
+            fits
         };
-        let Some(_) = len else {
+        if !held {
             self.misses.fetch_add(1, Ordering::Relaxed);
             return None;
-        };
+        }
         match read_at(&self.path(xorb), range) {
             Ok(bytes) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
