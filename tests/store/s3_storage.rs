@@ -12,6 +12,9 @@
 use crate::common;
 
 use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use std::time::Duration;
 
 use common::garage::Garage;
@@ -137,10 +140,24 @@ fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
         vec![(logged, None), (logged, Some("team/models".to_string()))]
     );
     assert!(cursor.newest_ms > 0);
-    // The registration through a repository is also kept for good.
+    // The registration through a repository is also kept for good, in the log; a record an
+    // earlier version wrote beside its log entry (`access/<shard>/<repo, base64url>`) still
+    // counts, and one registration written both ways is listed once.
     assert_eq!(
         b2.list_access().unwrap(),
         vec![(logged, "team/models".to_string())]
+    );
+    let older = ShardHash::from_bytes([3; 32]);
+    for (shard, repo) in [(older, "team/old"), (logged, "team/models")] {
+        let name = format!("access/{shard}/{}", URL_SAFE_NO_PAD.encode(repo));
+        b.shared_value(&name, b"").unwrap();
+    }
+    assert_eq!(
+        b2.list_access().unwrap(),
+        vec![
+            (older, "team/old".to_string()),
+            (logged, "team/models".to_string())
+        ]
     );
 
     // Shared values: the first writer's value is everyone's.

@@ -219,8 +219,8 @@ pub trait ObjectBackend: Send + Sync + 'static {
         false
     }
     /// Tells the other processes sharing the storage that `shard` (already stored) was
-    /// accepted, through repository `repo` if the uploader's token named one (then also
-    /// recorded for good: see [`Self::list_access`]). Nothing to do for unshared storage.
+    /// accepted, through repository `repo` if the uploader's token named one (recorded for
+    /// good: see [`Self::list_access`]). Nothing to do for unshared storage.
     fn log_shard(&self, _shard: &ShardHash, _repo: Option<&str>) -> Result<(), BackendError> {
         Ok(())
     }

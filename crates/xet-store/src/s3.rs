@@ -10,8 +10,8 @@
 //! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
 //! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
 //! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
-//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]); `<repo>` is the repository id in unpadded base64url |
-//! | `access/<shard hash>/<repo>` | empty; the shard's files were registered through that repository (what its scoped tokens may read), for nodes that list everything |
+//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]), and, never pruned, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`ObjectBackend::list_access`]); `<repo>` is the repository id in unpadded base64url |
+//! | `access/<shard hash>/<repo>` | empty; written by earlier versions beside each log entry with a repository, still read |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
 //! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`ObjectBackend::checked_claims_since`]) |
 //! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
@@ -566,6 +566,19 @@ fn decode_repo(encoded: &str) -> Option<String> {
         .filter(|r| !r.is_empty())
 }
 
+/// A shard log entry's name, `<16-digit ms>-<shard hash>[-<repo>]`: when, which shard, and
+/// through which repository; `None` for a name that is not one.
+fn parse_log_entry(name: &str) -> Option<(u64, ShardHash, Option<String>)> {
+    let mut parts = name.splitn(3, '-');
+    let ms = parts.next()?.parse::<u64>().ok()?;
+    let hash = ShardHash::from_hex(parts.next()?).ok()?;
+    let repo = match parts.next() {
+        None => None,
+        Some(encoded) => Some(decode_repo(encoded)?),
+    };
+    Some((ms, hash, repo))
+}
+
 /// The name after the last `/` of a listed key.
 fn file_name(meta: &ObjectMeta) -> &str {
     meta.location.filename().unwrap_or("")
@@ -832,26 +845,21 @@ impl ObjectBackend for S3Backend {
     }
 
     fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
-        let what = format!("the log entry of shard {shard}");
+        // One object: the log entry is also the lasting record of the registration (the log
+        // is never pruned), read whole by a full listing (`list_access`).
         let name = match repo {
-            Some(repo) => {
-                let encoded = URL_SAFE_NO_PAD.encode(repo);
-                // The durable record first: a node that misses the log entry finds it there.
-                self.put(
-                    &self.key(&format!("access/{shard}/{encoded}")),
-                    bytes::Bytes::new(),
-                    PutMode::Overwrite,
-                    &what,
-                )?;
-                format!("log/{:016}-{shard}-{encoded}", now_ms())
-            }
+            Some(repo) => format!(
+                "log/{:016}-{shard}-{}",
+                now_ms(),
+                URL_SAFE_NO_PAD.encode(repo)
+            ),
             None => format!("log/{:016}-{shard}", now_ms()),
         };
         self.put(
             &self.key(&name),
             bytes::Bytes::new(),
             PutMode::Overwrite,
-            &what,
+            &format!("the log entry of shard {shard}"),
         )
         .map(|_| ())
     }
@@ -864,26 +872,22 @@ impl ObjectBackend for S3Backend {
         let offset = self.key(&format!("log/{from:016}"));
         let mut out = Vec::new();
         for meta in self.list("log", Some(offset))? {
-            let mut parts = file_name(&meta).splitn(3, '-');
-            let (Some(ms), Some(hash)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            let (Ok(ms), Ok(hash)) = (ms.parse::<u64>(), ShardHash::from_hex(hash)) else {
-                continue;
-            };
-            let repo = match parts.next().map(decode_repo) {
-                None => None,
-                Some(Some(repo)) => Some(repo),
-                Some(None) => continue,
-            };
-            cursor.newest_ms = cursor.newest_ms.max(ms);
-            out.push((hash, repo));
+            if let Some((ms, hash, repo)) = parse_log_entry(file_name(&meta)) {
+                cursor.newest_ms = cursor.newest_ms.max(ms);
+                out.push((hash, repo));
+            }
         }
         Ok(out)
     }
 
     fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
-        let mut out = Vec::new();
+        let mut out: Vec<(ShardHash, String)> = self
+            .list("log", None)?
+            .iter()
+            .filter_map(|meta| parse_log_entry(file_name(meta)))
+            .filter_map(|(_, shard, repo)| Some((shard, repo?)))
+            .collect();
+        // Earlier versions also wrote `access/<shard>/<repo>` for each registration.
         for meta in self.list("access", None)? {
             let parts: Vec<String> = meta
                 .location
@@ -897,6 +901,8 @@ impl ObjectBackend for S3Backend {
                 out.push((shard, repo));
             }
         }
+        out.sort();
+        out.dedup();
         Ok(out)
     }
 
