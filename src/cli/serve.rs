@@ -16,7 +16,7 @@ use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
 Stores xorbs, shards and its index under --data, or with --storage s3://BUCKET/PREFIX its xorbs \
 and shards in an S3-compatible bucket that several servers (nodes) can share, each with its own \
 --data directory for its cache of the index, temporary files, locks and copies of xorbs \
-(--xorb-cache: what it stored and what it reads again is served from its disk). The bucket's endpoint, \
+(--xorb-cache: what it stored, read whole or reads again is served from its disk). The bucket's endpoint, \
 region and keys come from the standard AWS_* variables (AWS_ENDPOINT, AWS_REGION, \
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; path-style addressing unless \
 AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true). Nodes find each other's uploads within about a second \
@@ -151,8 +151,8 @@ pub(crate) struct StoreArgs {
     #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
     pub scrub_interval: Option<Duration>,
     /// With --storage: keep copies of up to SIZE of xorbs on this node's disk, under
-    /// DIR/xorb-cache, and serve downloads from them (xorbs this node stored, and xorbs it read
-    /// from the bucket more than once); the least recently used go first, and no copy takes
+    /// DIR/xorb-cache, and serve downloads from them (xorbs this node stored, small xorbs it
+    /// read whole, and xorbs it read from the bucket more than once); the least recently used go first, and no copy takes
     /// the disk below 1G free or the --min-free reserve; 0 turns it off [default: 8G].
     #[arg(long, value_name = "SIZE", value_parser = args::size, help_heading = "Storage")]
     pub xorb_cache: Option<u64>,

@@ -1695,3 +1695,127 @@ fn a_damaged_copy_on_a_nodes_disk_is_dropped_and_the_bucket_serves_again() {
         "whole again, from the bucket"
     );
 }
+
+/// A node that catches up with another node's small files reads each of their xorbs whole
+/// from the bucket once (for its footer) and keeps it on its disk: their downloads through it
+/// then cost the bucket nothing, their lookups and plans included.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_node_that_caught_up_serves_small_files_from_its_own_disk() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+
+    let g = Garage::start();
+    g.create_bucket("nearby");
+    let with_copies = || {
+        let storage = g.s3_config("nearby", "");
+        start_with(move |c| {
+            c.storage = Some(storage);
+            c.store.xorb_cache_bytes = 64 << 20;
+        })
+    };
+    let a = with_copies();
+    let files: Vec<(Vec<u8>, xet_format::FileHash, xet_format::LfsOid)> = (0..6u64)
+        .map(|i| {
+            let data = content(170 + i, 20_000 + 30_000 * i as usize);
+            let oid = xet_format::LfsOid::of(&data);
+            let options = UploadOptions {
+                expected_sha256: Some(oid),
+                ..UploadOptions::default()
+            };
+            let up = upload(&client(&a), &data[..], &options).unwrap();
+            (data, up.file_hash, oid)
+        })
+        .collect();
+    let b = with_copies();
+    wait_ready(&b);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while b.health("files") < files.len() as u64 {
+        assert!(std::time::Instant::now() < deadline, "B did not catch up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let copies = std::fs::read_dir(b.dir.path().join("store").join("xorb-cache"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .count();
+    assert!(copies >= 1, "B kept no copy of what it read whole");
+
+    let gets = storage_requests(&b, "get") + storage_requests(&b, "head");
+    let http = reqwest::blocking::Client::new();
+    for (data, file, oid) in &files {
+        // A download's lookup (with the plan) finds the file intact...
+        let found: serde_json::Value = http
+            .get(format!("{}/v1/lfs-files/{oid}?reconstruction=v2", b.url()))
+            .bearer_auth(WRITE_TOKEN)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(found["intact"], true, "{found}");
+        // ...and the file comes down whole.
+        assert!(download_whole(&client(&b), file) == *data);
+    }
+    assert_eq!(
+        storage_requests(&b, "get") + storage_requests(&b, "head"),
+        gets,
+        "B read the bucket for files it keeps on its disk"
+    );
+}
+
+/// Copies serve downloads, never an upload's question: with a small xorb gone from the bucket
+/// behind its back, a node that keeps a copy still plans and serves its file's download, while
+/// an upload's look finds it missing (the client then uploads it again).
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_copy_serves_a_download_but_never_answers_an_uploads_question() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_store::cas::Purpose;
+    use xet_store::StoreOptions;
+
+    let g = Garage::start();
+    g.create_bucket("purpose");
+    let options = StoreOptions {
+        xorb_cache_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = g.open_store_with("purpose", dir_a.path(), options);
+    let data = content(181, 90_000);
+    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(up.new_xorbs, 1);
+    // B catches up (reading the small xorb whole, kept on its disk), then starts again: what it
+    // holds in memory is gone, its copies and index stay.
+    let b = g.open_store_with("purpose", dir_b.path(), options);
+    b.catch_up_all().unwrap();
+    assert_eq!(b.xorb_cache_stats().unwrap().xorbs, 1);
+    drop(b);
+    let b = g.open_store_with("purpose", dir_b.path(), options);
+    let xorb = a
+        .reconstruction(&up.file_hash, None)
+        .unwrap()
+        .unwrap()
+        .terms[0]
+        .xorb;
+    let (bucket, _spool) = backend(&g, "purpose", "");
+    assert!(bucket.remove(ObjectKey::Xorb(xorb)).unwrap());
+
+    let requests = |s: &xet_store::Store| store_requests(s, "get") + store_requests(s, "head");
+    let before = requests(&b);
+    let mut memo = Default::default();
+    assert_eq!(
+        b.file_damage_memo(&up.file_hash, Purpose::Download, &mut memo)
+            .unwrap(),
+        None
+    );
+    let plan = b.reconstruction(&up.file_hash, None).unwrap().unwrap();
+    assert_eq!(plan.terms[0].xorb, xorb);
+    assert_eq!(requests(&b), before, "a download's look read the copy");
+
+    let damage = b.file_damage(&up.file_hash).unwrap();
+    assert_eq!(
+        damage.map(|(x, _)| x),
+        Some(xorb),
+        "an upload's look asks the bucket"
+    );
+    assert!(requests(&b) > before);
+}

@@ -237,6 +237,16 @@ pub struct ValidationProgress {
     pub total: u64,
 }
 
+/// What a look at a stored file is for ([`Store::file_damage_memo`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Serving a download: a xorb this node keeps a copy of counts as stored without asking
+    /// the bucket (see [`crate::xorb_cache`]).
+    Download,
+    /// Anything an upload may skip work on: the bucket is asked.
+    Upload,
+}
+
 /// What [`Store::xorb_for_reading`] found of a stored xorb.
 #[derive(Debug, Clone)]
 pub enum XorbBytes {
@@ -1153,8 +1163,11 @@ impl Store {
         let mut verified = 0u64;
         progress(ValidationProgress { verified, total });
         let mut entries = ShardEntries::default();
-        // Each xorb is checked once per shard, however many terms name it.
+        // Each xorb is checked once per shard, however many terms name it; its block in the
+        // shard (if any) says how much of it to read at a first look.
         let mut intact: HashMap<XorbHash, Arc<XorbFooter>> = HashMap::new();
+        let blocks: HashMap<XorbHash, &XorbInfo> =
+            shard.xorbs.iter().map(|b| (b.hash, b)).collect();
         for file in &shard.files {
             let id = file.hash;
             if file.unknown_flags != 0 {
@@ -1173,7 +1186,10 @@ impl Store {
             let mut chunks: Vec<ChunkRef> = Vec::new();
             let mut terms = Vec::with_capacity(file.terms.len());
             for (i, term) in file.terms.iter().enumerate() {
-                let footer = self.intact_footer(&mut intact, id, i, term.xorb_hash)?;
+                let first_read =
+                    crate::integrity::first_read_len(blocks.get(&term.xorb_hash).copied());
+                let footer =
+                    self.intact_footer(&mut intact, (id, i), term.xorb_hash, first_read)?;
                 terms.push(check_term(&footer, id, i, term, verification, &mut chunks)?);
                 verified += 1;
                 if verified.is_multiple_of(64) {
@@ -1205,19 +1221,20 @@ impl Store {
         Ok(entries)
     }
 
-    /// The footer of the intact stored xorb term `term` of file `file` uses, checked once per
-    /// shard (`intact` keeps those checked).
+    /// The footer of the intact stored xorb that term `term` of file `file` uses, checked once
+    /// per shard (`intact` keeps those checked), reading `first_read` bytes of its end at a
+    /// first look ([`crate::integrity::first_read_len`]).
     fn intact_footer(
         &self,
         intact: &mut HashMap<XorbHash, Arc<XorbFooter>>,
-        file: FileHash,
-        term: usize,
+        (file, term): (FileHash, usize),
         xorb: XorbHash,
+        first_read: u64,
     ) -> Result<Arc<XorbFooter>, StoreError> {
         if let Some(f) = intact.get(&xorb) {
             return Ok(Arc::clone(f));
         }
-        let f = match self.check_xorb(&xorb)? {
+        let f = match self.check_xorb_reading(&xorb, first_read)? {
             XorbHealth::Intact(f) => f,
             XorbHealth::Missing => {
                 return Err(ShardRejection::UnknownXorb { file, term, xorb }.into())
@@ -1234,7 +1251,8 @@ impl Store {
     /// aside).
     fn check_xorb_block(&self, block: &XorbInfo) -> Result<(), StoreError> {
         let xorb = block.hash;
-        let footer = match self.check_xorb(&xorb)? {
+        let first_read = crate::integrity::first_read_len(Some(block));
+        let footer = match self.check_xorb_reading(&xorb, first_read)? {
             XorbHealth::Intact(f) => f,
             XorbHealth::Missing => return Err(ShardRejection::UnknownXorbBlock { xorb }.into()),
             XorbHealth::Damaged(detail) => {
@@ -1360,7 +1378,7 @@ impl Store {
             if let std::collections::hash_map::Entry::Vacant(slot) = owned.entry(t.xorb) {
                 // A file is served only whole: a missing or damaged xorb is an error naming it,
                 // not presigned URLs to bytes that cannot be rebuilt.
-                match self.check_xorb(&t.xorb)? {
+                match self.check_xorb_for_download(&t.xorb)? {
                     XorbHealth::Intact(f) => {
                         slot.insert(f);
                     }
@@ -1619,17 +1637,19 @@ impl Store {
     }
 
     /// The first xorb a registered file needs that is missing or damaged, with why; `None` when
-    /// every one is intact (or the file is not registered).
+    /// every one is intact (or the file is not registered). Asks the bucket (see
+    /// [`Purpose::Upload`]).
     pub fn file_damage(&self, file: &FileHash) -> Result<Option<(XorbHash, String)>, StoreError> {
-        self.file_damage_memo(file, &mut std::collections::HashMap::new())
+        self.file_damage_memo(file, Purpose::Upload, &mut std::collections::HashMap::new())
     }
 
-    /// [`Store::file_damage`] for many files at once (a batch request): each xorb is checked
-    /// once, its verdict kept in `memo` for the files after it (small files packed together
-    /// share xorbs; on object storage each check is a request).
+    /// [`Store::file_damage`] for `purpose`, for many files at once (a batch request): each
+    /// xorb is checked once, its verdict kept in `memo` for the files after it (small files
+    /// packed together share xorbs; on object storage each check is a request).
     pub fn file_damage_memo(
         &self,
         file: &FileHash,
+        purpose: Purpose,
         memo: &mut std::collections::HashMap<XorbHash, Option<String>>,
     ) -> Result<Option<(XorbHash, String)>, StoreError> {
         let Some(record) = self.index.file(file)? else {
@@ -1639,7 +1659,11 @@ impl Store {
             let verdict = match memo.get(&t.xorb) {
                 Some(v) => v.clone(),
                 None => {
-                    let v = match self.check_xorb(&t.xorb)? {
+                    let health = match purpose {
+                        Purpose::Download => self.check_xorb_for_download(&t.xorb)?,
+                        Purpose::Upload => self.check_xorb(&t.xorb)?,
+                    };
+                    let v = match health {
                         XorbHealth::Intact(_) => None,
                         XorbHealth::Missing => Some("it is not stored".to_string()),
                         XorbHealth::Damaged(why) => Some(why),
@@ -1755,6 +1779,9 @@ impl Store {
         if let Some(bytes) = self.small_xorb_in_memory(xorb) {
             return Ok(Some(XorbBytes::Whole(bytes)));
         }
+        if let Some(len) = self.registered_copy(xorb)? {
+            return Ok(Some(XorbBytes::Stored(len)));
+        }
         if !may_read_whole {
             return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
         }
@@ -1781,6 +1808,26 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner())
             .insert(*xorb, Arc::clone(&bytes));
         Ok(Some(XorbBytes::Whole(bytes)))
+    }
+
+    /// The length of this node's copy of `xorb` ([`crate::xorb_cache`]) if a download may read
+    /// it without asking the bucket: the xorb is registered here with that length, not
+    /// recorded damaged and not being collected. A registered xorb is one some shard names, so
+    /// garbage collection keeps it while a file uses it, and its copy holds the bytes the
+    /// bucket's object was verified to hold; checks of a xorb (uploads, shard validation) never
+    /// get here and always ask the bucket.
+    pub(crate) fn registered_copy(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
+        let Some(len) = self.xorb_cache.as_ref().and_then(|c| c.len_of(xorb)) else {
+            return Ok(None);
+        };
+        if self.being_collected(xorb) || self.index.damaged(xorb)?.is_some() {
+            return Ok(None);
+        }
+        Ok(self
+            .index
+            .xorb(xorb)?
+            .filter(|meta| meta.stored_len == len)
+            .map(|_| len))
     }
 
     /// On object storage, the whole object of a registered small xorb: from memory, or if it
@@ -1840,6 +1887,9 @@ impl Store {
             return Ok(None);
         };
         self.cache_footer(stamp, Arc::new(footer));
+        if let Some(cache) = &self.xorb_cache {
+            cache.insert_bytes(xorb, &bytes);
+        }
         let bytes = Arc::new(bytes);
         self.small_xorbs
             .lock()

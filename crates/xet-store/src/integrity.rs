@@ -29,7 +29,7 @@ use crate::backend::BackendError;
 use crate::backend::{ObjectKey, ObjectStamp};
 use crate::cas::{Store, StoreError};
 use xet_format::hash::xorb_hash;
-use xet_format::shard::ParsedShard;
+use xet_format::shard::{ParsedShard, XorbInfo};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
 use xet_format::{FileHash, ShardHash, XorbHash};
 
@@ -37,8 +37,35 @@ use xet_format::{FileHash, ShardHash, XorbHash};
 pub(crate) const FOOTER_CACHE_BYTES: u64 = 64 << 20;
 
 /// On object storage, a xorb up to this size is read whole when its footer is needed: one
-/// request instead of two, and its files' reads then need none (see `small_xorbs`).
-const WHOLE_READ_MAX: u64 = 256 << 10;
+/// request instead of two, and its files' reads then need none (see `small_xorbs` and
+/// `xorb_cache`). As large as [`CHECK_READ_MAX`]: the packs standalone agents gather fit, so a
+/// node catching up with another's push of small files serves their downloads from its disk.
+const WHOLE_READ_MAX: u64 = 1 << 20;
+
+/// How much of a xorb's end a node reads at its first look when nothing says how long the
+/// xorb is (see [`first_read_len`]): all of a small one, the footer of most others.
+const FIRST_READ_DEFAULT: u64 = 256 << 10;
+
+/// How much of `xorb`'s end to read at a node's first look at it, given its block in the shard
+/// being validated: all of it when the block says it is at most [`WHOLE_READ_MAX`] long
+/// (its chunks, their headers and its footer), else just its footer as the block describes
+/// it. One request either way when the block tells the truth (a block that does not only
+/// costs another read); [`FIRST_READ_DEFAULT`] without a block.
+pub(crate) fn first_read_len(block: Option<&XorbInfo>) -> u64 {
+    let Some(block) = block else {
+        return FIRST_READ_DEFAULT;
+    };
+    let chunks = block.chunks.len() as u64;
+    let tail = xet_format::xorb::footer::v1_len(chunks) + 4;
+    let most = u64::from(block.num_bytes_in_xorb)
+        .saturating_add(chunks * xet_format::xorb::CHUNK_HEADER_LEN as u64)
+        .saturating_add(tail);
+    if most <= WHOLE_READ_MAX {
+        most
+    } else {
+        tail.min(WHOLE_READ_MAX)
+    }
+}
 
 /// On object storage, a registered xorb up to this size is read whole (and verified) when it
 /// must be looked at: one request that also serves its files' reads (see `small_xorbs`).
@@ -223,6 +250,29 @@ pub(crate) fn verify_stored(xorb: &XorbHash, bytes: &[u8]) -> Result<XorbFooter,
     }
 }
 
+/// The footer in `tail`, the last bytes of a stored object of `xorb` (`len` bytes), checked
+/// against the name (its chunk hashes and lengths hash to it); why not, if it is not one.
+fn footer_of(xorb: &XorbHash, tail: &[u8], len: u64) -> Result<XorbFooter, String> {
+    let footer = match XorbFooter::from_tail(tail, len) {
+        Ok((footer, _)) => footer,
+        Err(e) => return Err(format!("its footer does not parse: {e}")),
+    };
+    if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
+        return Err(format!(
+            "its footer describes xorb {} or is not a V1 footer",
+            footer.hash
+        ));
+    }
+    // The chunk hashes and lengths every reader relies on must hash to the name.
+    let computed = xorb_hash(&footer.chunk_refs());
+    if computed != *xorb {
+        return Err(format!(
+            "its footer's chunk hashes hash to {computed}, not to its name"
+        ));
+    }
+    Ok(footer)
+}
+
 impl Store {
     /// Whether `xorb` is stored intact (see the module documentation): one `stat` when the object
     /// is the version verified before, a whole verification otherwise. A xorb found damaged or
@@ -231,11 +281,29 @@ impl Store {
         Ok(self.check_xorb_stamped(xorb)?.0)
     }
 
+    /// [`Store::check_xorb`], reading `first_read` bytes of its end if this is the node's first
+    /// look at it on object storage (see [`first_read_len`]).
+    pub(crate) fn check_xorb_reading(
+        &self,
+        xorb: &XorbHash,
+        first_read: u64,
+    ) -> Result<XorbHealth, StoreError> {
+        Ok(self.check_xorb_stamped_reading(xorb, first_read)?.0)
+    }
+
     /// [`Store::check_xorb`], with the stamp (length and version) of the object found intact,
     /// so that a reader needs no second request for its length.
     pub(crate) fn check_xorb_stamped(
         &self,
         xorb: &XorbHash,
+    ) -> Result<(XorbHealth, Option<ObjectStamp>), StoreError> {
+        self.check_xorb_stamped_reading(xorb, FIRST_READ_DEFAULT)
+    }
+
+    fn check_xorb_stamped_reading(
+        &self,
+        xorb: &XorbHash,
+        first_read: u64,
     ) -> Result<(XorbHealth, Option<ObjectStamp>), StoreError> {
         if self.being_collected(xorb) {
             return Ok((XorbHealth::Missing, None));
@@ -275,7 +343,7 @@ impl Store {
                 .any(xorb)
                 .is_none();
         let (stamp, tail) = if first_contact {
-            match self.backend.read_tail(key, WHOLE_READ_MAX)? {
+            match self.backend.read_tail(key, first_read)? {
                 Some((tail, stamp)) => (Some(stamp), Some(tail)),
                 None => (None, None),
             }
@@ -325,7 +393,7 @@ impl Store {
                     return Ok((XorbHealth::Damaged(why), None));
                 }
                 // Removed or replaced while it was read: look again.
-                FooterRead::Gone => return self.check_xorb_stamped(xorb),
+                FooterRead::Gone => return self.check_xorb_stamped_reading(xorb, first_read),
             }
         }
         let health = self.verify_whole(xorb, stamp)?;
@@ -361,6 +429,44 @@ impl Store {
             Err(why) => {
                 self.mark_damaged(xorb, &why)?;
                 Ok(XorbHealth::Damaged(why))
+            }
+        }
+    }
+
+    /// For the plan of a registered file's download: `xorb` intact, with its footer, from this
+    /// node's copy of it when it keeps one a download may read ([`Store::registered_copy`]),
+    /// with no request to the bucket; otherwise (or if the copy's footer does not check out, the
+    /// copy then dropped) as [`Store::check_xorb`] finds it.
+    pub(crate) fn check_xorb_for_download(
+        &self,
+        xorb: &XorbHash,
+    ) -> Result<XorbHealth, StoreError> {
+        let (Some(cache), Some(len)) = (&self.xorb_cache, self.registered_copy(xorb)?) else {
+            return self.check_xorb(xorb);
+        };
+        let known = self
+            .footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .latest(xorb)
+            .filter(|(stamp, _)| stamp.len == len);
+        if let Some((_, footer)) = known {
+            return Ok(XorbHealth::Intact(footer));
+        }
+        let from_copy = cache
+            .read(xorb, len.saturating_sub(4)..len)
+            .and_then(|last| <[u8; 4]>::try_from(last.as_slice()).ok())
+            .and_then(|last| {
+                let tail_len = XorbFooter::tail_len(last).min(len);
+                cache.read(xorb, len - tail_len..len)
+            })
+            .and_then(|tail| footer_of(xorb, &tail, len).ok());
+        match from_copy {
+            Some(footer) => Ok(XorbHealth::Intact(Arc::new(footer))),
+            None => {
+                tracing::warn!(%xorb, "dropping a xorb's copy whose footer does not check out");
+                self.drop_copy(xorb);
+                self.check_xorb(xorb)
             }
         }
     }
@@ -421,28 +527,18 @@ impl Store {
                 None => return Ok(FooterRead::Gone),
             },
         };
-        let footer = match XorbFooter::from_tail(&tail, len) {
-            Ok((footer, _)) => footer,
-            Err(e) => {
-                return Ok(FooterRead::Damaged(format!(
-                    "its footer does not parse: {e}"
-                )))
-            }
+        let footer = match footer_of(xorb, &tail, len) {
+            Ok(footer) => footer,
+            Err(why) => return Ok(FooterRead::Damaged(why)),
         };
-        if footer.hash != *xorb || footer.unpacked_chunk_offsets.is_none() {
-            return Ok(FooterRead::Damaged(format!(
-                "its footer describes xorb {} or is not a V1 footer",
-                footer.hash
-            )));
-        }
-        // The chunk hashes and lengths every reader relies on must hash to the name.
-        let computed = xorb_hash(&footer.chunk_refs());
-        if computed != *xorb {
-            return Ok(FooterRead::Damaged(format!(
-                "its footer's chunk hashes hash to {computed}, not to its name"
-            )));
-        }
         if let Some(bytes) = whole {
+            // Read whole anyway: kept on this node's disk too if its chunks verify (see
+            // `xorb_cache`), so that its files' downloads here need no request.
+            if let Some(cache) = &self.xorb_cache {
+                if verify_stored(xorb, &bytes).is_ok() {
+                    cache.insert_bytes(xorb, &bytes);
+                }
+            }
             self.small_xorbs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -728,5 +824,44 @@ mod damage_tests {
         // And an upload repairs it.
         assert!(store.put_xorb(xorb, built.upload_body()).unwrap());
         assert!(store.has_xorb(&xorb).unwrap());
+    }
+
+    /// A first look reads all of a xorb its shard block says is small (the bound holds for
+    /// incompressible chunks, the longest stored form), and just the footer of a larger one.
+    #[test]
+    fn a_first_look_reads_a_small_xorb_whole_and_a_larger_ones_footer() {
+        use super::{first_read_len, FIRST_READ_DEFAULT, WHOLE_READ_MAX};
+        use xet_format::shard::XorbInfo;
+
+        let built = |chunks: usize, len: usize| {
+            let mut b = XorbBuilder::new(CompressionPolicy::Auto);
+            let mut state = 7u64;
+            for _ in 0..chunks {
+                let chunk: Vec<u8> = (0..len)
+                    .map(|_| {
+                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        (state >> 56) as u8
+                    })
+                    .collect();
+                let _ = b.add_chunk(&chunk).unwrap();
+            }
+            b.finish().unwrap()
+        };
+        let small = built(12, 60_000);
+        let block = XorbInfo::from_chunks(small.hash(), &small.footer().chunk_refs()).unwrap();
+        let stored = small.stored_form().len() as u64;
+        let read = first_read_len(Some(&block));
+        assert!(
+            read >= stored && read <= WHOLE_READ_MAX,
+            "{read} for {stored}"
+        );
+
+        let large = built(40, 60_000);
+        let block = XorbInfo::from_chunks(large.hash(), &large.footer().chunk_refs()).unwrap();
+        let stored = large.stored_form();
+        let tail_len =
+            xet_format::xorb::XorbFooter::tail_len(stored[stored.len() - 4..].try_into().unwrap());
+        assert_eq!(first_read_len(Some(&block)), tail_len, "just the footer");
+        assert_eq!(first_read_len(None), FIRST_READ_DEFAULT);
     }
 }

@@ -7,9 +7,9 @@
 //! [`SMALL_XORB_MAX`] whole at its first range instead (one of at most 1 MiB already at its
 //! first check), with no look first (its chunks verified against its name), once for the
 //! requests that want it at the same moment, and answers the next ranges and checks of it from
-//! memory. A xorb of at most 256 KiB whose footer
-//! a node needs (catching up with another node's shard, say) is read whole for it and kept too.
-//! At most
+//! memory. A xorb of at most 1 MiB whose footer a node needs (catching up with another
+//! node's shard, say) is read whole for it and kept too (and on the node's disk, see
+//! [`crate::xorb_cache`]). At most
 //! [`SMALL_XORBS_BYTES`] are kept, oldest out first, each for [`SMALL_XORB_TTL`] (xorbs never
 //! change; the limit only bounds how long a xorb garbage-collected by another node stays
 //! readable here).

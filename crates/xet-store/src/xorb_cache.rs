@@ -7,6 +7,8 @@
 //!
 //! - a xorb this node stores (an upload it validated) is copied in as it is put (a hard link
 //!   of the spool file when the filesystem allows, else a copy);
+//! - a xorb this node reads whole from the bucket anyway (a small one, for its footer or for a
+//!   download: see [`crate::small_xorbs`]) is kept if its chunks verify;
 //! - a xorb this node reads from the bucket is copied in once the bytes read of it add up to
 //!   more than its size (it was read whole once already and is being read again: a model
 //!   that CI clones again and again), by a background read of the whole object;
@@ -14,11 +16,13 @@
 //!   never made when it would leave the disk with less than [`MIN_FREE`] (or the store's own
 //!   reserve) free.
 //!
-//! The bucket stays the truth: a xorb is served from a copy only where it would have been
-//! read from the bucket (after the same checks that it is stored), a copy is dropped when the
-//! xorb is removed or quarantined, and when a read finds a damaged chunk the copy is dropped
-//! before the bucket's object is verified (a bad copy never takes a good object out of
-//! service). Xorbs never change, so a copy never goes stale.
+//! Downloads of a registered xorb (one a shard names: garbage collection keeps it while a file
+//! uses it) read its copy without asking the bucket ([`crate::cas::Purpose::Download`]);
+//! anything an upload may skip work on, and every check of a shard, asks the bucket
+//! ([`crate::cas::Purpose::Upload`]): a copy never vouches that the bucket holds a xorb. A copy
+//! is dropped when the xorb is removed or quarantined, and when a read finds a damaged chunk
+//! the copy is dropped before the bucket's object is verified (a bad copy never takes a good
+//! object out of service). Xorbs never change, so a copy never goes stale.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -247,6 +251,11 @@ impl XorbCache {
     /// Whether a copy of `xorb` is kept.
     pub fn contains(&self, xorb: &XorbHash) -> bool {
         self.lock().entries.contains_key(xorb)
+    }
+
+    /// The length of `xorb`'s copy, if one is kept.
+    pub fn len_of(&self, xorb: &XorbHash) -> Option<u64> {
+        self.lock().entries.get(xorb).map(|e| e.len)
     }
 
     /// Counts `bytes` read of `xorb` (of `len` bytes) from the bucket; `true` once they add up

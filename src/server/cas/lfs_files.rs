@@ -79,7 +79,16 @@ pub async fn get(
             return Ok(None);
         };
         let (file, size, checked) = (found.file, found.size, found.checked);
-        let intact = st.store.file_damage(&file)?.is_none();
+        // A lookup with a plan is a download's, which may read this node's copies of xorbs;
+        // one without, an upload's question, is answered from the bucket.
+        let purpose = match with_plan {
+            true => xet_store::cas::Purpose::Download,
+            false => xet_store::cas::Purpose::Upload,
+        };
+        let intact = st
+            .store
+            .file_damage_memo(&file, purpose, &mut Default::default())?
+            .is_none();
         // A plan that cannot be made is left out: the reconstruction route reports why.
         let plan = (with_plan && intact)
             .then(|| small_plan(&st.store, &file, size))

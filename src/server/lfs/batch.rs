@@ -400,7 +400,11 @@ fn look_up_one(
     if operation == Operation::Upload && !found.checked {
         return Ok((Stored::Absent, None));
     }
-    Ok(match store.file_damage_memo(&file, checked)? {
+    let purpose = match operation {
+        Operation::Download => xet_store::cas::Purpose::Download,
+        Operation::Upload => xet_store::cas::Purpose::Upload,
+    };
+    Ok(match store.file_damage_memo(&file, purpose, checked)? {
         None => {
             let plan = with_plans.then(|| small_plan(store, &file, size)).flatten();
             (Stored::Intact(file, size), inline_plan(st, plan))
