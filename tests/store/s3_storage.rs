@@ -1819,3 +1819,47 @@ fn a_copy_serves_a_download_but_never_answers_an_uploads_question() {
     );
     assert!(requests(&b) > before);
 }
+
+/// A copy a node found on its disk at start is read whole and verified before it first serves a
+/// download without the bucket: one damaged meanwhile is dropped, the file comes whole from
+/// the bucket (whose small xorb, read whole and verified, becomes the new copy).
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_copy_damaged_while_its_node_was_down_is_dropped_at_its_first_use() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    use xet_store::StoreOptions;
+
+    let g = Garage::start();
+    g.create_bucket("rot");
+    let options = StoreOptions {
+        xorb_cache_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = g.open_store_with("rot", dir_a.path(), options);
+    let data = content(191, 120_000);
+    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
+    let b = g.open_store_with("rot", dir_b.path(), options);
+    b.catch_up_all().unwrap();
+    assert_eq!(b.xorb_cache_stats().unwrap().xorbs, 1);
+    drop(b);
+    let copy = std::fs::read_dir(dir_b.path().join("xorb-cache"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .expect("B's copy");
+    let mut bytes = std::fs::read(&copy).unwrap();
+    let middle = bytes.len() / 3;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&copy, &bytes).unwrap();
+
+    let b = g.open_store_with("rot", dir_b.path(), options);
+    let gets = store_requests(&b, "get");
+    b.reconstruction(&up.file_hash, None).unwrap().unwrap();
+    assert!(store_requests(&b, "get") > gets, "the bucket was read");
+    assert!(
+        std::fs::read(&copy).map_or(true, |now| now != bytes),
+        "the damaged copy is dropped"
+    );
+    assert!(download_whole(&b, &up.file_hash) == data, "whole");
+}

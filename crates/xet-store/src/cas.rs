@@ -1812,22 +1812,44 @@ impl Store {
 
     /// The length of this node's copy of `xorb` ([`crate::xorb_cache`]) if a download may read
     /// it without asking the bucket: the xorb is registered here with that length, not
-    /// recorded damaged and not being collected. A registered xorb is one some shard names, so
-    /// garbage collection keeps it while a file uses it, and its copy holds the bytes the
-    /// bucket's object was verified to hold; checks of a xorb (uploads, shard validation) never
-    /// get here and always ask the bucket.
+    /// recorded damaged and not being collected, and its copy was seen verified by this
+    /// process. A registered xorb is one some shard names, so garbage collection keeps it while
+    /// a file uses it, and its copy holds the bytes the bucket's object was verified to hold;
+    /// checks of a xorb (uploads, shard validation) never get here and always ask the bucket.
     pub(crate) fn registered_copy(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
-        let Some(len) = self.xorb_cache.as_ref().and_then(|c| c.len_of(xorb)) else {
+        let Some(cache) = &self.xorb_cache else {
+            return Ok(None);
+        };
+        let Some((len, verified)) = cache.len_of(xorb) else {
             return Ok(None);
         };
         if self.being_collected(xorb) || self.index.damaged(xorb)?.is_some() {
             return Ok(None);
         }
-        Ok(self
+        if self
             .index
             .xorb(xorb)?
-            .filter(|meta| meta.stored_len == len)
-            .map(|_| len))
+            .is_none_or(|meta| meta.stored_len != len)
+        {
+            return Ok(None);
+        }
+        if !verified {
+            // Once per process: a copy it has not seen verified (found on disk at start, read
+            // from the bucket in the background) is read whole and checked before it serves
+            // without the bucket; a bad one goes.
+            match cache.read(xorb, 0..len) {
+                Some(bytes) => match crate::integrity::verify_stored(xorb, &bytes) {
+                    Ok(_) => cache.mark_verified(xorb),
+                    Err(why) => {
+                        tracing::warn!(%xorb, why, "dropping a xorb's copy that fails verification");
+                        self.drop_copy(xorb);
+                        return Ok(None);
+                    }
+                },
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(len))
     }
 
     /// On object storage, the whole object of a registered small xorb: from memory, or if it
@@ -1888,7 +1910,7 @@ impl Store {
         };
         self.cache_footer(stamp, Arc::new(footer));
         if let Some(cache) = &self.xorb_cache {
-            cache.insert_bytes(xorb, &bytes);
+            cache.insert_bytes(xorb, &bytes, true);
         }
         let bytes = Arc::new(bytes);
         self.small_xorbs
@@ -1994,7 +2016,7 @@ impl Store {
             .spawn(move || {
                 match backend.read_all_stamped(ObjectKey::Xorb(xorb)) {
                     Ok(Some((bytes, stamp))) if bytes.len() as u64 == len && stamp.len == len => {
-                        c.insert_bytes(&xorb, &bytes);
+                        c.insert_bytes(&xorb, &bytes, false);
                     }
                     Ok(_) => {}
                     Err(e) => tracing::debug!(%xorb, error = %e, "cannot copy a xorb in"),

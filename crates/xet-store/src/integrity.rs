@@ -453,18 +453,21 @@ impl Store {
         if let Some((_, footer)) = known {
             return Ok(XorbHealth::Intact(footer));
         }
-        let from_copy = cache
+        // The copy's footer (none if the copy went meanwhile).
+        let tail = cache
             .read(xorb, len.saturating_sub(4)..len)
             .and_then(|last| <[u8; 4]>::try_from(last.as_slice()).ok())
             .and_then(|last| {
                 let tail_len = XorbFooter::tail_len(last).min(len);
                 cache.read(xorb, len - tail_len..len)
-            })
-            .and_then(|tail| footer_of(xorb, &tail, len).ok());
-        match from_copy {
-            Some(footer) => Ok(XorbHealth::Intact(Arc::new(footer))),
-            None => {
-                tracing::warn!(%xorb, "dropping a xorb's copy whose footer does not check out");
+            });
+        let Some(tail) = tail else {
+            return self.check_xorb(xorb);
+        };
+        match footer_of(xorb, &tail, len) {
+            Ok(footer) => Ok(XorbHealth::Intact(Arc::new(footer))),
+            Err(why) => {
+                tracing::warn!(%xorb, why, "dropping a xorb's copy whose footer does not check out");
                 self.drop_copy(xorb);
                 self.check_xorb(xorb)
             }
@@ -536,7 +539,7 @@ impl Store {
             // `xorb_cache`), so that its files' downloads here need no request.
             if let Some(cache) = &self.xorb_cache {
                 if verify_stored(xorb, &bytes).is_ok() {
-                    cache.insert_bytes(xorb, &bytes);
+                    cache.insert_bytes(xorb, &bytes, true);
                 }
             }
             self.small_xorbs

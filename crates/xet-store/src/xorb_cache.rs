@@ -17,7 +17,9 @@
 //!   reserve) free.
 //!
 //! Downloads of a registered xorb (one a shard names: garbage collection keeps it while a file
-//! uses it) read its copy without asking the bucket ([`crate::cas::Purpose::Download`]);
+//! uses it) read its copy without asking the bucket ([`crate::cas::Purpose::Download`]), once
+//! the process has seen the copy's bytes verified (a copy found at start or read in the
+//! background is read whole and checked first, and dropped if it fails);
 //! anything an upload may skip work on, and every check of a shard, asks the bucket
 //! ([`crate::cas::Purpose::Upload`]): a copy never vouches that the bucket holds a xorb. A copy
 //! is dropped when the xorb is removed or quarantined, and when a read finds a damaged chunk
@@ -69,6 +71,9 @@ struct Entry {
     len: u64,
     /// The entry's place in the use order (larger: used more recently).
     used: u64,
+    /// Whether this process has seen the copy's bytes verified against the xorb's name (a
+    /// validated upload, a whole read checked chunk by chunk); see [`XorbCache::len_of`].
+    verified: bool,
 }
 
 #[derive(Debug, Default)]
@@ -136,7 +141,8 @@ impl Staged<'_> {
         let (cache, xorb, len) = (self.cache, self.xorb, self.len);
         let temp = self.temp.clone();
         std::mem::forget(self);
-        cache.adopt(xorb, &temp, len);
+        // The spool file of an upload the store validated.
+        cache.adopt(xorb, &temp, len, true);
     }
 }
 
@@ -185,7 +191,14 @@ impl XorbCache {
             for (_, xorb, len) in found {
                 state.tick += 1;
                 let used = state.tick;
-                state.entries.insert(xorb, Entry { len, used });
+                state.entries.insert(
+                    xorb,
+                    Entry {
+                        len,
+                        used,
+                        verified: false,
+                    },
+                );
                 state.order.insert(used, xorb);
                 state.bytes += len;
             }
@@ -253,9 +266,18 @@ impl XorbCache {
         self.lock().entries.contains_key(xorb)
     }
 
-    /// The length of `xorb`'s copy, if one is kept.
-    pub fn len_of(&self, xorb: &XorbHash) -> Option<u64> {
-        self.lock().entries.get(xorb).map(|e| e.len)
+    /// The length of `xorb`'s copy, if one is kept, and whether this process has seen its bytes
+    /// verified (a copy found on disk at start, or read from the bucket in the background, has
+    /// not been: see [`Self::mark_verified`]).
+    pub fn len_of(&self, xorb: &XorbHash) -> Option<(u64, bool)> {
+        self.lock().entries.get(xorb).map(|e| (e.len, e.verified))
+    }
+
+    /// Notes that `xorb`'s copy was read whole and its chunks verified.
+    pub fn mark_verified(&self, xorb: &XorbHash) {
+        if let Some(e) = self.lock().entries.get_mut(xorb) {
+            e.verified = true;
+        }
     }
 
     /// Counts `bytes` read of `xorb` (of `len` bytes) from the bucket; `true` once they add up
@@ -309,15 +331,16 @@ impl XorbCache {
         })
     }
 
-    /// Keeps `bytes`, the whole object of `xorb`, as its copy.
-    pub fn insert_bytes(&self, xorb: &XorbHash, bytes: &[u8]) {
+    /// Keeps `bytes`, the whole object of `xorb`, as its copy; `verified`: the caller checked
+    /// every chunk of them against the name.
+    pub fn insert_bytes(&self, xorb: &XorbHash, bytes: &[u8], verified: bool) {
         let len = bytes.len() as u64;
         if !self.worth_copying(xorb, len) {
             return;
         }
         let temp = self.temp_path(xorb);
         match fs::write(&temp, bytes) {
-            Ok(()) => self.adopt(*xorb, &temp, len),
+            Ok(()) => self.adopt(*xorb, &temp, len, verified),
             Err(e) => {
                 tracing::debug!(%xorb, error = %e, "cannot write a xorb's copy");
                 let _ = fs::remove_file(&temp);
@@ -342,7 +365,7 @@ impl XorbCache {
     }
 
     /// Moves the finished copy `temp` in place as `xorb`'s and makes room for it.
-    fn adopt(&self, xorb: XorbHash, temp: &Path, len: u64) {
+    fn adopt(&self, xorb: XorbHash, temp: &Path, len: u64, verified: bool) {
         if let Err(e) = fs::rename(temp, self.path(&xorb)) {
             tracing::debug!(%xorb, error = %e, "cannot keep a xorb's copy");
             let _ = fs::remove_file(temp);
@@ -353,7 +376,14 @@ impl XorbCache {
             state.forget(&xorb);
             state.tick += 1;
             let used = state.tick;
-            state.entries.insert(xorb, Entry { len, used });
+            state.entries.insert(
+                xorb,
+                Entry {
+                    len,
+                    used,
+                    verified,
+                },
+            );
             state.order.insert(used, xorb);
             state.bytes += len;
             state.read.remove(&xorb);
@@ -472,20 +502,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = cache(dir.path(), 44);
         for n in 1..=4 {
-            c.insert_bytes(&xorb(n), &[n; 10]);
+            c.insert_bytes(&xorb(n), &[n; 10], false);
         }
         assert!(c.read(&xorb(1), 0..10).is_some());
-        c.insert_bytes(&xorb(5), &[5; 10]);
+        c.insert_bytes(&xorb(5), &[5; 10], false);
         assert!(!c.contains(&xorb(2)), "the least recently used one went");
         assert!(!dir.path().join(xorb(2).to_hex()).exists());
         for n in [1, 3, 4, 5] {
             assert!(c.contains(&xorb(n)), "{n}");
         }
-        c.insert_bytes(&xorb(6), &[6; 11]);
+        c.insert_bytes(&xorb(6), &[6; 11], false);
         assert_eq!(c.stats().bytes, 41);
         assert!(!c.contains(&xorb(3)) && c.contains(&xorb(4)));
         // Larger than a quarter of the cache: not copied.
-        c.insert_bytes(&xorb(7), &[7; 12]);
+        c.insert_bytes(&xorb(7), &[7; 12], false);
         assert!(!c.contains(&xorb(7)));
         fs::write(dir.path().join(".tmp-half-made"), b"x").unwrap();
         drop(c);
@@ -525,7 +555,7 @@ mod tests {
             "larger than any xorb a node stores"
         );
         assert!(huge.count_read(&xorb(6), MAX_COPY + 1, MAX_COPY));
-        c.insert_bytes(&xorb(3), &[3; 10]);
+        c.insert_bytes(&xorb(3), &[3; 10], false);
         assert!(!c.count_read(&xorb(3), 100, 10), "a copy is kept already");
     }
 
@@ -533,7 +563,7 @@ mod tests {
     fn a_copy_that_cannot_be_read_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let c = cache(dir.path(), 1000);
-        c.insert_bytes(&xorb(1), &[1; 10]);
+        c.insert_bytes(&xorb(1), &[1; 10], false);
         fs::remove_file(dir.path().join(xorb(1).to_hex())).unwrap();
         assert_eq!(c.read(&xorb(1), 0..4), None);
         assert!(!c.contains(&xorb(1)));
