@@ -322,6 +322,22 @@ pub struct ClaimCursor {
     pub read: std::collections::HashSet<String>,
 }
 
+/// Exactly the next `len` bytes of `reader` (an `UnexpectedEof` error if it ends first), read
+/// into memory that is not zeroed first: a download's reads are most of what a server does,
+/// and zeroing each buffer before the read overwrites it cost a sixth of a node's CPU.
+pub(crate) fn read_len(reader: &mut impl io::Read, len: u64) -> io::Result<Vec<u8>> {
+    let capacity = usize::try_from(len).map_err(|_| io::Error::other("range too large"))?;
+    let mut buf = Vec::with_capacity(capacity);
+    reader.take(len).read_to_end(&mut buf)?;
+    if buf.len() != capacity {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{} bytes where {len} were expected", buf.len()),
+        ));
+    }
+    Ok(buf)
+}
+
 /// The file of xorb `hash` in the store rooted at `root` (layout in the module docs).
 pub fn xorb_path(root: &Path, hash: &XorbHash) -> PathBuf {
     let hex = hash.to_hex();
@@ -646,11 +662,9 @@ impl ObjectBackend for FsBackend {
                 len,
             });
         }
-        // range.end <= len, the size of a file we could open, so it fits in memory terms.
-        let mut buf = vec![0u8; (range.end - range.start) as usize];
         f.seek(SeekFrom::Start(range.start))
             .map_err(Self::io("seek", key))?;
-        f.read_exact(&mut buf).map_err(Self::io("read", key))?;
+        let buf = read_len(&mut f, range.end - range.start).map_err(Self::io("read", key))?;
         Ok(Some(buf))
     }
 
@@ -771,6 +785,18 @@ impl ObjectBackend for FsBackend {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn read_len_reads_exactly_that_many_bytes_or_fails() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let mut reader = &data[..];
+        assert_eq!(read_len(&mut reader, 40).unwrap(), data[..40]);
+        assert_eq!(read_len(&mut reader, 0).unwrap(), Vec::<u8>::new());
+        assert_eq!(read_len(&mut reader, 60).unwrap(), data[40..]);
+        let mut short = &data[..10];
+        let e = read_len(&mut short, 11).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
 
     #[test]
     fn put_is_create_if_absent_and_reads_back() {

@@ -431,27 +431,11 @@ impl XorbCache {
     }
 }
 
-#[cfg(unix)]
 fn read_at(path: &Path, range: Range<u64>) -> io::Result<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
-    let file = File::open(path)?;
-    let len = usize::try_from(range.end - range.start)
-        .map_err(|_| io::Error::other("range too large"))?;
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, range.start)?;
-    Ok(buf)
-}
-
-#[cfg(not(unix))]
-fn read_at(path: &Path, range: Range<u64>) -> io::Result<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{Seek, SeekFrom};
     let mut file = File::open(path)?;
     file.seek(SeekFrom::Start(range.start))?;
-    let len = usize::try_from(range.end - range.start)
-        .map_err(|_| io::Error::other("range too large"))?;
-    let mut buf = vec![0u8; len];
-    file.read_exact(&mut buf)?;
-    Ok(buf)
+    crate::backend::read_len(&mut file, range.end.saturating_sub(range.start))
 }
 
 #[cfg(test)]
