@@ -1836,7 +1836,14 @@ impl Store {
         if !verified {
             // Once per process: a copy it has not seen verified (found on disk at start, read
             // from the bucket in the background) is read whole and checked before it serves
-            // without the bucket; a bad one goes.
+            // without the bucket; a bad one goes. Only small ones, a few at a time (memory):
+            // the others are read after a look at the bucket, as before.
+            if len > crate::xorb_cache::MAX_VERIFIED_READ {
+                return Ok(None);
+            }
+            let Some(_turn) = cache.verify_slot() else {
+                return Ok(None);
+            };
             match cache.read(xorb, 0..len) {
                 Some(bytes) => match crate::integrity::verify_stored(xorb, &bytes) {
                     Ok(_) => cache.mark_verified(xorb),

@@ -18,8 +18,9 @@
 //!
 //! Downloads of a registered xorb (one a shard names: garbage collection keeps it while a file
 //! uses it) read its copy without asking the bucket ([`crate::cas::Purpose::Download`]), once
-//! the process has seen the copy's bytes verified (a copy found at start or read in the
-//! background is read whole and checked first, and dropped if it fails);
+//! the process has seen the copy's bytes verified (a small copy found at start or read in the
+//! background is read whole and checked first, and dropped if it fails; a larger one is read
+//! after a look at the bucket);
 //! anything an upload may skip work on, and every check of a shard, asks the bucket
 //! ([`crate::cas::Purpose::Upload`]): a copy never vouches that the bucket holds a xorb. A copy
 //! is dropped when the xorb is removed or quarantined, and when a read finds a damaged chunk
@@ -48,6 +49,14 @@ const MAX_COUNTED: usize = 100_000;
 
 /// Whole-xorb reads copying xorbs in at once, at most (each holds its xorb in memory).
 pub const MAX_FILLS: usize = 2;
+
+/// Copies read whole to be verified at once, at most ([`XorbCache::verify_slot`]).
+pub const MAX_VERIFIES: usize = 4;
+
+/// The largest copy read whole to be verified before it serves without the bucket (a small
+/// xorb's size); a larger one this process has not seen verified serves after a look at the
+/// bucket, as any range read.
+pub const MAX_VERIFIED_READ: u64 = crate::small_xorbs::SMALL_XORB_MAX;
 
 /// The largest object copied: a xorb of the largest upload body this server accepts, with its
 /// footer (anything larger in the bucket was not stored by a node).
@@ -123,6 +132,7 @@ pub struct XorbCache {
     hits: AtomicU64,
     misses: AtomicU64,
     temp: AtomicU64,
+    verifying: std::sync::Arc<AtomicU64>,
 }
 
 /// A xorb's copy made before the xorb is put in the bucket, kept only once the put succeeded
@@ -185,6 +195,7 @@ impl XorbCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             temp: AtomicU64::new(0),
+            verifying: Default::default(),
         };
         {
             let mut state = cache.lock();
@@ -271,6 +282,21 @@ impl XorbCache {
     /// not been: see [`Self::mark_verified`]).
     pub fn len_of(&self, xorb: &XorbHash) -> Option<(u64, bool)> {
         self.lock().entries.get(xorb).map(|e| (e.len, e.verified))
+    }
+
+    /// A turn to read a copy of at most [`MAX_VERIFIED_READ`] bytes whole and verify it, held
+    /// while the guard lives; `None` when [`MAX_VERIFIES`] are under way (the caller reads the
+    /// bucket instead), so that verifications hold at most that many copies in memory.
+    pub fn verify_slot(&self) -> Option<impl Drop> {
+        struct Slot(std::sync::Arc<AtomicU64>);
+        impl Drop for Slot {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let taken = self.verifying.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot(std::sync::Arc::clone(&self.verifying));
+        (taken < MAX_VERIFIES as u64).then_some(slot)
     }
 
     /// Notes that `xorb`'s copy was read whole and its chunks verified.
@@ -444,6 +470,20 @@ mod tests {
 
     fn xorb(n: u8) -> XorbHash {
         XorbHash::from_bytes([n; 32])
+    }
+
+    #[test]
+    fn verifications_take_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path(), 1 << 20);
+        let turns: Vec<_> = (0..MAX_VERIFIES).map(|_| c.verify_slot()).collect();
+        assert!(turns.iter().all(Option::is_some));
+        assert!(
+            c.verify_slot().is_none(),
+            "no more than MAX_VERIFIES at once"
+        );
+        drop(turns);
+        assert!(c.verify_slot().is_some(), "turns come back when done");
     }
 
     fn cache(dir: &Path, max: u64) -> XorbCache {
