@@ -195,8 +195,10 @@ impl Garage {
         self.secret = field("Secret key");
     }
 
-    /// Creates `bucket` and allows the test key on it.
+    /// Creates `bucket` and allows the test key on it; returns once the key can list it (a
+    /// request right after the CLI answered was refused now and then, `400 Bad Request`).
     pub fn create_bucket(&self, bucket: &str) {
+        use xet_store::backend::ObjectBackend as _;
         self.cli(&["bucket", "create", bucket]);
         self.cli(&[
             "bucket",
@@ -208,6 +210,24 @@ impl Garage {
             "--key",
             "git-xet-tests",
         ]);
+        let spool = tempfile::tempdir().expect("a spool directory");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let listed = xet_store::s3::S3Backend::open(
+                &self.s3_config(bucket, ""),
+                spool.path(),
+                0,
+                Self::runtime(),
+            )
+            .and_then(|b| b.list_shards());
+            match listed {
+                Ok(_) => return,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("bucket {bucket} is not usable with the test key: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
     }
 
     /// The `AWS_*` settings that reach this instance with the test key.
