@@ -99,6 +99,22 @@ struct State {
 }
 
 impl State {
+    /// Records a copy of `len` bytes as the most recently used.
+    fn add(&mut self, xorb: XorbHash, len: u64, verified: bool) {
+        self.tick += 1;
+        let used = self.tick;
+        self.entries.insert(
+            xorb,
+            Entry {
+                len,
+                used,
+                verified,
+            },
+        );
+        self.order.insert(used, xorb);
+        self.bytes += len;
+    }
+
     fn touch(&mut self, xorb: &XorbHash) {
         self.tick += 1;
         let tick = self.tick;
@@ -200,18 +216,7 @@ impl XorbCache {
         {
             let mut state = cache.lock();
             for (_, xorb, len) in found {
-                state.tick += 1;
-                let used = state.tick;
-                state.entries.insert(
-                    xorb,
-                    Entry {
-                        len,
-                        used,
-                        verified: false,
-                    },
-                );
-                state.order.insert(used, xorb);
-                state.bytes += len;
+                state.add(xorb, len, false);
             }
         }
         cache.evict();
@@ -400,18 +405,7 @@ impl XorbCache {
         {
             let mut state = self.lock();
             state.forget(&xorb);
-            state.tick += 1;
-            let used = state.tick;
-            state.entries.insert(
-                xorb,
-                Entry {
-                    len,
-                    used,
-                    verified,
-                },
-            );
-            state.order.insert(used, xorb);
-            state.bytes += len;
+            state.add(xorb, len, verified);
             state.read.remove(&xorb);
         }
         self.evict();
