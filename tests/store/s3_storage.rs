@@ -1762,34 +1762,69 @@ fn a_node_that_caught_up_serves_small_files_from_its_own_disk() {
     );
 }
 
+/// A small file uploaded through store A, and the directory of a store B (keeping copies) that
+/// caught up with it, kept its one xorb on its disk and was closed: what it held in memory is
+/// gone when it opens again, its copies and index stay.
+struct CaughtUp {
+    a: xet_store::Store,
+    _a_dir: tempfile::TempDir,
+    b_dir: tempfile::TempDir,
+    options: xet_store::StoreOptions,
+    up: xet_client::pipeline::upload::UploadSummary,
+    data: Vec<u8>,
+}
+
+fn small_file_caught_up_by_a_closed_node(
+    g: &Garage,
+    bucket: &str,
+    seed: u64,
+    size: usize,
+) -> CaughtUp {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    g.create_bucket(bucket);
+    let options = xet_store::StoreOptions {
+        xorb_cache_bytes: 64 << 20,
+        ..Default::default()
+    };
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = g.open_store_with(bucket, a_dir.path(), options);
+    let data = content(seed, size);
+    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(up.new_xorbs, 1);
+    let b = g.open_store_with(bucket, b_dir.path(), options);
+    b.catch_up_all().unwrap();
+    assert_eq!(
+        b.xorb_cache_stats().unwrap().xorbs,
+        1,
+        "B kept the small xorb"
+    );
+    CaughtUp {
+        a,
+        _a_dir: a_dir,
+        b_dir,
+        options,
+        up,
+        data,
+    }
+}
+
 /// Copies serve downloads, never an upload's question: with a small xorb gone from the bucket
 /// behind its back, a node that keeps a copy still plans and serves its file's download, while
 /// an upload's look finds it missing (the client then uploads it again).
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_copy_serves_a_download_but_never_answers_an_uploads_question() {
-    use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_store::cas::Purpose;
-    use xet_store::StoreOptions;
 
     let g = Garage::start();
-    g.create_bucket("purpose");
-    let options = StoreOptions {
-        xorb_cache_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = g.open_store_with("purpose", dir_a.path(), options);
-    let data = content(181, 90_000);
-    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
-    assert_eq!(up.new_xorbs, 1);
-    // B catches up (reading the small xorb whole, kept on its disk), then starts again: what it
-    // holds in memory is gone, its copies and index stay.
-    let b = g.open_store_with("purpose", dir_b.path(), options);
-    b.catch_up_all().unwrap();
-    assert_eq!(b.xorb_cache_stats().unwrap().xorbs, 1);
-    drop(b);
-    let b = g.open_store_with("purpose", dir_b.path(), options);
+    let CaughtUp {
+        a,
+        b_dir,
+        options,
+        up,
+        ..
+    } = small_file_caught_up_by_a_closed_node(&g, "purpose", 181, 90_000);
+    let b = g.open_store_with("purpose", b_dir.path(), options);
     let xorb = a
         .reconstruction(&up.file_hash, None)
         .unwrap()
@@ -1826,24 +1861,15 @@ fn a_copy_serves_a_download_but_never_answers_an_uploads_question() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_copy_damaged_while_its_node_was_down_is_dropped_at_its_first_use() {
-    use xet_client::pipeline::upload::{upload, UploadOptions};
-    use xet_store::StoreOptions;
-
     let g = Garage::start();
-    g.create_bucket("rot");
-    let options = StoreOptions {
-        xorb_cache_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = g.open_store_with("rot", dir_a.path(), options);
-    let data = content(191, 120_000);
-    let up = upload(&a, &data[..], &UploadOptions::default()).unwrap();
-    let b = g.open_store_with("rot", dir_b.path(), options);
-    b.catch_up_all().unwrap();
-    assert_eq!(b.xorb_cache_stats().unwrap().xorbs, 1);
-    drop(b);
-    let copy = std::fs::read_dir(dir_b.path().join("xorb-cache"))
+    let CaughtUp {
+        b_dir,
+        options,
+        up,
+        data,
+        ..
+    } = small_file_caught_up_by_a_closed_node(&g, "rot", 191, 120_000);
+    let copy = std::fs::read_dir(b_dir.path().join("xorb-cache"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
@@ -1853,7 +1879,7 @@ fn a_copy_damaged_while_its_node_was_down_is_dropped_at_its_first_use() {
     bytes[middle] ^= 0x55;
     std::fs::write(&copy, &bytes).unwrap();
 
-    let b = g.open_store_with("rot", dir_b.path(), options);
+    let b = g.open_store_with("rot", b_dir.path(), options);
     let gets = store_requests(&b, "get");
     b.reconstruction(&up.file_hash, None).unwrap().unwrap();
     assert!(store_requests(&b, "get") > gets, "the bucket was read");
