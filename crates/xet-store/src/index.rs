@@ -494,11 +494,20 @@ impl Index {
         uploader: &str,
         commit: Commit,
     ) -> Result<(usize, u64), IndexError> {
+        self.write(commit, |txn| put_shard(txn, shard, entries, now, uploader))
+    }
+
+    /// Runs `f` in one write transaction committed as `commit` says.
+    fn write<T>(
+        &self,
+        commit: Commit,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<T, IndexError>,
+    ) -> Result<T, IndexError> {
         let mut txn = self.db.begin_write().map_err(db_err)?;
         commit.apply(&mut txn);
-        let added = put_shard(&txn, shard, entries, now, uploader)?;
+        let out = f(&txn)?;
         txn.commit().map_err(db_err)?;
-        Ok(added)
+        Ok(out)
     }
 
     /// Registers shards found in storage, and the repositories their files were registered
@@ -513,17 +522,17 @@ impl Index {
         if shards.is_empty() {
             return Ok(());
         }
-        let mut txn = self.db.begin_write().map_err(db_err)?;
-        commit.apply(&mut txn);
-        for s in shards {
-            if let Some(entries) = &s.entries {
-                put_shard(&txn, s.shard, entries, now, s.repo.as_deref().unwrap_or(""))?;
+        self.write(commit, |txn| {
+            for s in shards {
+                if let Some(entries) = &s.entries {
+                    put_shard(txn, s.shard, entries, now, s.repo.as_deref().unwrap_or(""))?;
+                }
+                if let Some(repo) = &s.repo {
+                    put_file_repos(txn, &s.files, repo)?;
+                }
             }
-            if let Some(repo) = &s.repo {
-                put_file_repos(&txn, &s.files, repo)?;
-            }
-        }
-        txn.commit().map_err(db_err)
+            Ok(())
+        })
     }
 
     /// Records that `files` were registered through repository `repo` (in one transaction).
@@ -536,10 +545,7 @@ impl Index {
         if files.is_empty() {
             return Ok(());
         }
-        let mut txn = self.db.begin_write().map_err(db_err)?;
-        commit.apply(&mut txn);
-        put_file_repos(&txn, files, repo)?;
-        txn.commit().map_err(db_err)
+        self.write(commit, |txn| put_file_repos(txn, files, repo))
     }
 
     /// Whether `file` was registered through repository `repo`.
