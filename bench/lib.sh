@@ -187,6 +187,25 @@ settle_server() {
     echo "bench: the server checked the upload's SHA-256 claims ${waited}s after it answered" >&2
 }
 
+# prime_memory MIB: touches MIB MiB of anonymous memory in a short-lived process, so that the
+# next step's new pages (page cache for the files it writes, its buffers) are ones the machine
+# has just used. On a VM whose host takes back the guest's free pages (free page reporting),
+# pages that have been free for a few seconds cost about a microsecond each again when first
+# written: writing 2 GiB into the page cache took 0.53 s right after 2 GiB had been freed, 1.25 s
+# three seconds later and 2.5 s ten seconds later (2026-11-27, this 2-core VM). Which side of a
+# comparison got such pages decided up to half of a download's time; both sides are primed the
+# same way right before each timed step, as a machine that is not such a VM would behave.
+prime_memory() {
+    "${python:-python3}" - "$1" <<'PY'
+import mmap, sys
+n = int(sys.argv[1]) << 20
+m = mmap.mmap(-1, n)
+block = b"\x01" * (64 << 20)
+for at in range(0, n, len(block)):
+    m[at:at + min(len(block), n - at)] = block[:min(len(block), n - at)]
+PY
+}
+
 # find_garage: sets $garage to the Garage binary ($GARAGE, else on PATH, else
 # ~/.cargo/bin/garage); exits 2 if there is none.
 find_garage() {

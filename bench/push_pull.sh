@@ -71,6 +71,9 @@ warm() {
     if [[ -w /proc/sys/vm/drop_caches ]]; then echo 1 > /proc/sys/vm/drop_caches; fi
     cat "$1" > /dev/null
 }
+# Right before each timed step, on both sides: pages for what the step writes that the machine
+# has just used (prime_memory in bench/lib.sh explains why): the file's size and 256 MiB.
+prime() { prime_memory $(( size_mib + 256 )); }
 
 hf() { # mode cache-dir url -> prints "seconds peak_kib"
     HF_HOME="$work/$2" HF_XET_CACHE="$work/$2/xet" HF_XET_TELEMETRY_ENABLED=false \
@@ -111,9 +114,9 @@ round() {
     local url_a="$server_url"
     echo "bench: round $r: hf_xet against $url_a" >&2
     warm "$work/input.bin"
-    sync; read -r a b < <(hf up "hf-up-$r" "$url_a"); hf_up+=("$a"); hf_up_rss+=("$b")
+    sync; prime; read -r a b < <(hf up "hf-up-$r" "$url_a"); hf_up+=("$a"); hf_up_rss+=("$b")
     settle_server "$url_a"
-    sync; read -r a b < <(hf down "hf-down-$r" "$url_a"); hf_down+=("$a"); hf_down_rss+=("$b")
+    sync; prime; read -r a b < <(hf down "hf-down-$r" "$url_a"); hf_down+=("$a"); hf_down_rss+=("$b")
     cmp -s "$work/input.bin" "$work/hf-out.bin" || { echo "bench: hf_xet round trip differs" >&2; exit 1; }
     rm -rf "$work/hf-out.bin" "$work/hf-up-$r" "$work/hf-down-$r"
     # --- git-xet through git and git-lfs ---
@@ -141,7 +144,7 @@ round() {
     local oid
     oid=$(sed -n 's/^oid sha256://p' <(git cat-file -p HEAD:model.bin))
     warm ".git/lfs/objects/${oid:0:2}/${oid:2:2}/$oid"
-    sync; t0=$(now); git push -q origin main; t1=$(now)
+    sync; prime; t0=$(now); git push -q origin main; t1=$(now)
     push+=("$(echo "$t1 - $t0" | bc)")
     settle_server "$url_b"
     push_rss+=("$(peak_rss "$GIT_XET_LOG")")
@@ -150,9 +153,9 @@ round() {
     cd "$work"
     GIT_LFS_SKIP_SMUDGE=1 git clone -q "remote-$r.git" "clone-$r"
     cd "clone-$r"
-    sync; t0=$(now); git lfs fetch >/dev/null; t1=$(now)
+    sync; prime; t0=$(now); git lfs fetch >/dev/null; t1=$(now)
     fetch+=("$(echo "$t1 - $t0" | bc)")
-    t0=$(now); git lfs checkout >/dev/null 2>&1; t1=$(now)
+    prime; t0=$(now); git lfs checkout >/dev/null 2>&1; t1=$(now)
     checkout+=("$(echo "$t1 - $t0" | bc)")
     fetch_rss+=("$(peak_rss "$GIT_XET_LOG")")
     fetch_agent+=("$(agent_secs "$GIT_XET_LOG")")
@@ -161,7 +164,7 @@ round() {
     if [[ -n "$floor_agent" ]]; then
         mkdir -p "$work/by-oid" && ln -f "$work/input.bin" "$work/by-oid/$oid"
         rm -rf .git/lfs/objects
-        sync; t0=$(now)
+        sync; prime; t0=$(now)
         git -c lfs.customtransfer.xet.path="$floor_agent" \
             -c lfs.customtransfer.xet.args="$work/by-oid" lfs fetch >/dev/null
         t1=$(now)

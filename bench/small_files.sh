@@ -69,6 +69,7 @@ side() { # name (plain|negotiated|embedded) -> writes "push fetch" to $work/name
     git add . && git commit -q -m files
     git remote add origin "../$name-remote.git"
     local t push fetch
+    prime_memory 512
     t=$(now); git push -q origin main >/dev/null 2>&1; push=$(elapsed "$t")
     cd "$work"
     GIT_LFS_SKIP_SMUDGE=1 git clone -q "$name-remote.git" "$name-clone"
@@ -89,6 +90,7 @@ timed_fetch() {
         if [[ -d .git/lfs/objects ]]; then mv .git/lfs/objects "$work/trash/$name-$i-objects"; fi
         if [[ -d .git/lfs/tmp ]]; then mv .git/lfs/tmp "$work/trash/$name-$i-tmp"; fi
         sync
+        prime_memory 512 # pages just used, every side alike (prime_memory in bench/lib.sh)
         t=$(now); "$@" >/dev/null 2>&1 || { echo "bench: $name: $* failed" >&2; exit 1; }
         times+=("$(elapsed "$t")")
         got=$(find .git/lfs/objects -type f | wc -l)
