@@ -192,9 +192,8 @@ settle_server() {
 # has just used. On a VM whose host takes back the guest's free pages (free page reporting),
 # pages that have been free for a few seconds cost about a microsecond each again when first
 # written: writing 2 GiB into the page cache took 0.53 s right after 2 GiB had been freed, 1.25 s
-# three seconds later and 2.5 s ten seconds later (2026-11-27, this 2-core VM). Which side of a
-# comparison got such pages decided up to half of a download's time; both sides are primed the
-# same way right before each timed step, as a machine that is not such a VM would behave.
+# three seconds later and 2.5 s ten seconds later (2026-11-27, this 2-core VM): a side that got
+# such pages paid for the VM. Every side is primed the same way right before each timed step.
 prime_memory() {
     "${python:-python3}" - "$1" <<'PY'
 import mmap, sys
