@@ -13,7 +13,9 @@
 # through the agent (negotiated mode). Then clone alternately, in two private HOMEs that differ
 # only in whether `git xet install --global` ran: with the agent git-lfs downloads through it
 # (xet), without it through the server's basic transfer (the server rebuilds the same file from
-# the same xorbs). Each clone checks the file out (smudge), so the time is what a user waits for.
+# the same xorbs). Each clone checks the file out (smudge), so the time is what a user waits for,
+# and starts right after memory of twice the file's size was touched and freed (prime_memory in
+# bench/lib.sh).
 # Prints each side's median seconds and throughput and the ratio basic / git-xet (above 1:
 # git-xet is faster), then the floor: the same clone through bench/null_agent.rs, an agent that
 # copies the file from a local disk, which no custom agent beats. This is a measurement, not a

@@ -27,8 +27,9 @@
 #              copies the object from a local file: git-lfs's own cost for any custom agent
 #              (batch call, agent start, re-hashing with SHA-256, move), which no agent beats.
 # Each upload starts with only its input in the page cache (as root: clean pages dropped, then
-# the input read once) and after `sync`; after each upload the server's background SHA-256 check
-# is waited for (not timed). Prints the whole commands' ratios first (reference / git-xet; above
+# the input read once) and after `sync`; every timed step, on both sides, starts right after
+# memory of the file's size was touched and freed (prime_memory in bench/lib.sh); after each
+# upload the server's background SHA-256 check is waited for (not timed). Prints the whole commands' ratios first (reference / git-xet; above
 # 1: git-xet is faster), then times, throughputs (MB = 10^6 bytes/s) and peak RSS, then the
 # agents' own requests as a breakdown. Client and servers share the machine. This is a
 # measurement, not a test; everything is removed afterwards.
