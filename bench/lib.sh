@@ -195,7 +195,7 @@ settle_server() {
 # three seconds later and 2.5 s ten seconds later (2026-11-27, this 2-core VM): a side that got
 # such pages paid for the VM. Every side is primed the same way right before each timed step.
 prime_memory() {
-    "${python:-python3}" - "$1" <<'PY'
+    "${python:-python3}" - "$1" 2>/dev/null <<'PY' || echo "bench: warning: could not prime $1 MiB of memory" >&2
 import mmap, sys
 n = int(sys.argv[1]) << 20
 m = mmap.mmap(-1, n)
