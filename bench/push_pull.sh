@@ -4,7 +4,9 @@
 #
 # Usage: bench/push_pull.sh [SIZE_MIB]
 #
-#   SIZE_MIB             size of the test file in MiB (default 512)
+#   SIZE_MIB             size of the test data in MiB (default 512)
+#   GIT_XET_BENCH_FILES  how many files the data is cut into (default 1; e.g. 4 for a model
+#                        sharded into four files); both sides move all of them in one command
 #   GIT_XET_BENCH_DATA   unique (default): 8 MiB stripes of random bytes and of distinct text
 #                        lines, nothing repeated; mixed: a quarter each of random bytes, text
 #                        lines, zeros and a repeated 64 KiB block (easy for any deduplicating
@@ -28,10 +30,11 @@
 #              (batch call, agent start, re-hashing with SHA-256, move), which no agent beats.
 # Each upload starts with only its input in the page cache (as root: clean pages dropped, then
 # the input read once) and after `sync`; every timed step, on both sides, starts right after
-# memory of the file's size was touched and freed (prime_memory in bench/lib.sh); after each
-# upload the server's background SHA-256 check is waited for (not timed). Prints the whole commands' ratios first (reference / git-xet; above
-# 1: git-xet is faster), then times, throughputs (MB = 10^6 bytes/s) and peak RSS, then the
-# agents' own requests as a breakdown. Client and servers share the machine. This is a
+# memory of the data's size was touched and freed (prime_memory in bench/lib.sh); after each
+# upload the server's background SHA-256 check is waited for (not timed). Prints the whole
+# commands' ratios first (reference / git-xet; above 1: git-xet is faster), then times,
+# throughputs (MB = 10^6 bytes/s) and peak RSS, then the agents' own requests as a breakdown
+# (with several files: the longest request for one object). Client and servers share the machine. This is a
 # measurement, not a test; everything is removed afterwards.
 set -euo pipefail
 
@@ -60,6 +63,24 @@ case "${GIT_XET_BENCH_DATA:-unique}" in
     *) echo "bench: GIT_XET_BENCH_DATA is unique or mixed" >&2; exit 2 ;;
 esac
 size=$(stat -c %s "$work/input.bin")
+nfiles="${GIT_XET_BENCH_FILES:-1}"
+if ! [[ "$nfiles" =~ ^[1-9][0-9]*$ ]] || (( nfiles > 64 )); then
+    echo "bench: GIT_XET_BENCH_FILES is a number of files from 1 to 64" >&2
+    exit 2
+fi
+# The inputs: the file itself, or its cut into nfiles parts (part-00.bin, ...), each committed
+# as model-NN.bin.
+inputs=("$work/input.bin")
+names=(model.bin)
+if (( nfiles > 1 )); then
+    (cd "$work" && split -n "$nfiles" -d -a 2 --additional-suffix=.bin input.bin part-)
+    rm "$work/input.bin"
+    inputs=(); names=()
+    for f in "$work"/part-*.bin; do
+        inputs+=("$f")
+        names+=("model-$(basename "$f" .bin | cut -d- -f2).bin")
+    done
+fi
 rounds="${GIT_XET_BENCH_RUNS:-3}"
 bin_dir="$(dirname "$bin")"
 export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$bin_dir:$PATH"
@@ -70,7 +91,7 @@ now() { date +%s.%N; }
 warm() {
     sync
     if [[ -w /proc/sys/vm/drop_caches ]]; then echo 1 > /proc/sys/vm/drop_caches; fi
-    cat "$1" > /dev/null
+    cat "$@" > /dev/null
 }
 # Right before each timed step, on both sides: pages for what the step writes that the machine
 # has just used (prime_memory in bench/lib.sh explains why): the file's size and 256 MiB.
@@ -78,22 +99,24 @@ prime() { prime_memory $(( size_mib + 256 )); }
 
 hf() { # mode cache-dir url -> prints "seconds peak_kib"
     HF_HOME="$work/$2" HF_XET_CACHE="$work/$2/xet" HF_XET_TELEMETRY_ENABLED=false \
-        "$python" - "$1" "$3" "$token" "$work" <<'PY'
+        "$python" - "$1" "$3" "$token" "$work" "${inputs[@]}" <<'PY'
 import json, os, resource, sys, time
 mode, url, token, work = sys.argv[1:5]
+inputs = sys.argv[5:]
 import hf_xet
 tok = (token, int(time.time()) + 3600)
 if mode == "up":
     t = time.perf_counter()
-    info = hf_xet.upload_files([os.path.join(work, "input.bin")], url, tok, None, None, "model")[0]
+    infos = hf_xet.upload_files(inputs, url, tok, None, None, "model")
     dt = time.perf_counter() - t
     with open(os.path.join(work, "hf.json"), "w") as f:
-        json.dump({"hash": info.hash, "size": info.file_size}, f)
+        json.dump([{"hash": i.hash, "size": i.file_size} for i in infos], f)
 else:
-    info = json.load(open(os.path.join(work, "hf.json")))
+    infos = json.load(open(os.path.join(work, "hf.json")))
+    wanted = [hf_xet.PyXetDownloadInfo(os.path.join(work, "hf-out-%d.bin" % n), i["hash"], i["size"])
+              for n, i in enumerate(infos)]
     t = time.perf_counter()
-    hf_xet.download_files([hf_xet.PyXetDownloadInfo(os.path.join(work, "hf-out.bin"),
-                                                    info["hash"], info["size"])], url, tok, None, None)
+    hf_xet.download_files(wanted, url, tok, None, None)
     dt = time.perf_counter() - t
 print(f"{dt:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
 PY
@@ -114,12 +137,15 @@ round() {
     start_server "a$r"
     local url_a="$server_url"
     echo "bench: round $r: hf_xet against $url_a" >&2
-    warm "$work/input.bin"
+    warm "${inputs[@]}"
     sync; prime; read -r a b < <(hf up "hf-up-$r" "$url_a"); hf_up+=("$a"); hf_up_rss+=("$b")
     settle_server "$url_a"
     sync; prime; read -r a b < <(hf down "hf-down-$r" "$url_a"); hf_down+=("$a"); hf_down_rss+=("$b")
-    cmp -s "$work/input.bin" "$work/hf-out.bin" || { echo "bench: hf_xet round trip differs" >&2; exit 1; }
-    rm -rf "$work/hf-out.bin" "$work/hf-up-$r" "$work/hf-down-$r"
+    local i
+    for i in "${!inputs[@]}"; do
+        cmp -s "${inputs[$i]}" "$work/hf-out-$i.bin" || { echo "bench: hf_xet round trip differs" >&2; exit 1; }
+    done
+    rm -rf "$work"/hf-out-*.bin "$work/hf-up-$r" "$work/hf-down-$r"
     # --- git-xet through git and git-lfs ---
     start_server "b$r"
     local url_b="$server_url"
@@ -139,12 +165,16 @@ round() {
     cd "$work/repo-$r"
     git lfs track '*.bin' >/dev/null
     printf '[lfs]\n\turl = %s\n' "$url_b/bench/repo.git/info/lfs" > .lfsconfig
-    cp "$work/input.bin" model.bin
+    for i in "${!inputs[@]}"; do cp "${inputs[$i]}" "${names[$i]}"; done
     git add . && git commit -q -m bench
     git remote add origin "../remote-$r.git"
-    local oid
-    oid=$(sed -n 's/^oid sha256://p' <(git cat-file -p HEAD:model.bin))
-    warm ".git/lfs/objects/${oid:0:2}/${oid:2:2}/$oid"
+    local oids=() objects=() oid
+    for i in "${!inputs[@]}"; do
+        oid=$(sed -n 's/^oid sha256://p' <(git cat-file -p "HEAD:${names[$i]}"))
+        oids+=("$oid")
+        objects+=(".git/lfs/objects/${oid:0:2}/${oid:2:2}/$oid")
+    done
+    warm "${objects[@]}"
     sync; prime; t0=$(now); git push -q origin main; t1=$(now)
     push+=("$(echo "$t1 - $t0" | bc)")
     settle_server "$url_b"
@@ -160,10 +190,13 @@ round() {
     checkout+=("$(echo "$t1 - $t0" | bc)")
     fetch_rss+=("$(peak_rss "$GIT_XET_LOG")")
     fetch_agent+=("$(agent_secs "$GIT_XET_LOG")")
-    cmp -s "$work/input.bin" model.bin || { echo "bench: git round trip differs" >&2; exit 1; }
+    for i in "${!inputs[@]}"; do
+        cmp -s "${inputs[$i]}" "${names[$i]}" || { echo "bench: git round trip differs" >&2; exit 1; }
+    done
     # The floor: the same fetch through an agent that only copies the object from a local file.
     if [[ -n "$floor_agent" ]]; then
-        mkdir -p "$work/by-oid" && ln -f "$work/input.bin" "$work/by-oid/$oid"
+        mkdir -p "$work/by-oid"
+        for i in "${!inputs[@]}"; do ln -f "${inputs[$i]}" "$work/by-oid/${oids[$i]}"; done
         rm -rf .git/lfs/objects
         sync; prime; t0=$(now)
         git -c lfs.customtransfer.xet.path="$floor_agent" \
@@ -188,7 +221,7 @@ mbs() { echo "scale=1; $size / $1 / 1000000" | bc; }
 mib() { echo "scale=1; ${1:-0} / 1024" | bc; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
 echo
-echo "file: $size bytes of $data data; $lfs_version; medians of $rounds rounds"
+echo "data: $size bytes of $data data in $nfiles file(s); $lfs_version; medians of $rounds rounds"
 echo "git push       vs hf_xet.upload_files:   $(ratio "$(m "${hf_up[@]}")" "$(m "${push[@]}")")x"
 echo "git lfs fetch  vs hf_xet.download_files: $(ratio "$(m "${hf_down[@]}")" "$(m "${fetch[@]}")")x"
 if [[ -n "$floor_agent" ]]; then
