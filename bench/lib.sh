@@ -201,7 +201,8 @@ n = int(sys.argv[1]) << 20
 m = mmap.mmap(-1, n)
 block = b"\x01" * (64 << 20)
 for at in range(0, n, len(block)):
-    m[at:at + min(len(block), n - at)] = block[:min(len(block), n - at)]
+    part = min(len(block), n - at)
+    m[at:at + part] = block[:part]
 PY
 }
 

@@ -34,8 +34,8 @@
 # upload the server's background SHA-256 check is waited for (not timed). Prints the whole
 # commands' ratios first (reference / git-xet; above 1: git-xet is faster), then times,
 # throughputs (MB = 10^6 bytes/s) and peak RSS, then the agents' own requests as a breakdown
-# (with several files: the longest request for one object). Client and servers share the machine. This is a
-# measurement, not a test; everything is removed afterwards.
+# (with several files: the longest request for one object). Client and servers share the
+# machine. This is a measurement, not a test; everything is removed afterwards.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -94,7 +94,7 @@ warm() {
     cat "$@" > /dev/null
 }
 # Right before each timed step, on both sides: pages for what the step writes that the machine
-# has just used (prime_memory in bench/lib.sh explains why): the file's size and 256 MiB.
+# has just used (prime_memory in bench/lib.sh explains why): the data's size and 256 MiB.
 prime() { prime_memory $(( size_mib + 256 )); }
 
 hf() { # mode cache-dir url -> prints "seconds peak_kib"

@@ -14,8 +14,8 @@
 # commit. `git push` is timed; then a clone without smudge and `git lfs fetch` (git-lfs's
 # default concurrency, 8 agents), timed GIT_XET_BENCH_RUNS times with .git/lfs/objects
 # moved aside before each. Each timed step starts right after 512 MiB of memory was touched and
-# freed (prime_memory in bench/lib.sh). Prints the seconds of each and the ratios against plain git-lfs (above
-# 1: faster than plain). This is a measurement, not a test.
+# freed (prime_memory in bench/lib.sh). Prints the seconds of each and the ratios against plain
+# git-lfs (above 1: faster than plain). This is a measurement, not a test.
 #
 # The last row is the custom-agent floor: the negotiated clone fetched through
 # bench/null_agent.rs, an agent that transfers nothing (it writes each object from a local
