@@ -77,7 +77,7 @@ use self::http::{
 };
 use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
-use crate::target::{CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbSource};
+use crate::target::{CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbPut, XorbSource};
 use crate::util::now_unix;
 use crate::wire::{
     self, CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
@@ -1102,7 +1102,7 @@ impl CasTarget for RemoteCas {
     }
 
     fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
-        self.put_xorb_sending(xorb, body, None)
+        Ok(self.put_xorb_sending(xorb, body, None)?.inserted)
     }
 
     fn put_xorb_with_progress(
@@ -1110,7 +1110,7 @@ impl CasTarget for RemoteCas {
         xorb: XorbHash,
         body: Vec<u8>,
         sent: SentBytes,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<XorbPut, TargetError> {
         self.put_xorb_sending(xorb, body, Some(sent))
     }
 
@@ -1189,13 +1189,14 @@ struct FoundOid {
 }
 
 impl RemoteCas {
-    /// `POST /v1/xorbs/default/{xorb}`, telling `sent` how much of the body went out.
+    /// `POST /v1/xorbs/default/{xorb}`, telling `sent` how much of the body went out; the
+    /// body's buffer comes back when the connection let go of every piece of it.
     fn put_xorb_sending(
         &self,
         xorb: XorbHash,
         body: Vec<u8>,
         sent: Option<SentBytes>,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<XorbPut, TargetError> {
         let mut req = self.cas_request(
             Method::POST,
             &format!("/v1/xorbs/default/{xorb}"),
@@ -1205,7 +1206,7 @@ impl RemoteCas {
         req.timeout = self.upload_timeout(body.len());
         // `Bytes` from the vector takes it over without copying; retries clone the handle.
         req.body = Some(Bytes::from(body));
-        self.execute(&req, None, |req, resp| match resp.status() {
+        let inserted = self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK | StatusCode::CREATED => {
                 let answer: XorbUploaded = parse_json(req, resp, "{\"was_inserted\": bool}")?;
                 Ok(answer.was_inserted)
@@ -1219,7 +1220,10 @@ impl RemoteCas {
                 ))
             }
             _ => Err(refused(req, resp, WRITE_HINT)),
-        })
+        })?;
+        // Unique once the connection dropped its pieces; otherwise it is not waited for.
+        let buffer = req.body.take().filter(Bytes::is_unique).map(Vec::from);
+        Ok(XorbPut { inserted, buffer })
     }
 
     /// `GET /v1/lfs-files/{oid}`: the file registered for `oid`, its size, and whether the

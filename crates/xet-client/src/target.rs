@@ -32,6 +32,17 @@ use crate::{FetchRange, ReconstructionPlan, ShardCache};
 /// ([`CasTarget::put_xorb_with_progress`]).
 pub(crate) type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
 
+/// What [`CasTarget::put_xorb_with_progress`] did.
+#[derive(Debug)]
+pub struct XorbPut {
+    /// Whether the xorb was newly stored (`false`: it was there already).
+    pub inserted: bool,
+    /// The body's buffer, when the target is done with it and no one else holds it: the upload
+    /// builds its next xorb in it, in memory already written once, instead of in fresh pages
+    /// (each a page fault and a page cleared by the kernel; 64 MiB per xorb).
+    pub buffer: Option<Vec<u8>>,
+}
+
 /// A failed CAS operation.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -130,18 +141,23 @@ pub trait CasTarget: Send + Sync {
     }
 
     /// [`CasTarget::put_xorb_owned`], telling `sent` how many bytes of the body have gone out
-    /// so far (progress that follows the wire; a retry starts again from 0). The default
-    /// tells it once, when the put is done.
+    /// so far (progress that follows the wire; a retry starts again from 0), and handing the
+    /// body's buffer back when the target is done with it. The default puts the body with
+    /// [`CasTarget::put_xorb`], tells `sent` once, when the put is done, and gives the buffer
+    /// back; a target that overrides [`CasTarget::put_xorb_owned`] overrides this one too.
     fn put_xorb_with_progress(
         &self,
         xorb: XorbHash,
         body: Vec<u8>,
         sent: SentBytes,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<XorbPut, TargetError> {
         let len = body.len() as u64;
-        let inserted = self.put_xorb_owned(xorb, body)?;
+        let inserted = self.put_xorb(xorb, &body)?;
         sent(len);
-        Ok(inserted)
+        Ok(XorbPut {
+            inserted,
+            buffer: Some(body),
+        })
     }
 
     /// Registers a shard in upload form (docs/format.md §4.8). Every xorb it names must have been
@@ -214,7 +230,7 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
         xorb: XorbHash,
         body: Vec<u8>,
         sent: SentBytes,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<XorbPut, TargetError> {
         (**self).put_xorb_with_progress(xorb, body, sent)
     }
 

@@ -152,7 +152,7 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         xorb: XorbHash,
         body: Vec<u8>,
         sent: crate::target::SentBytes,
-    ) -> Result<bool, TargetError> {
+    ) -> Result<crate::target::XorbPut, TargetError> {
         self.inner.put_xorb_with_progress(xorb, body, sent)
     }
 

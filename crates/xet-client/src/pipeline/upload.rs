@@ -42,7 +42,7 @@ use rayon::prelude::*;
 use sha2::Digest as _;
 
 use self::done::Done;
-use self::session::{FileResult, FileSession};
+use self::session::{FileResult, FileSession, SpareBodies};
 pub use self::staging::Staging;
 use crate::pipeline::hasher::ChunkHasher;
 use crate::{CasTarget, TargetError};
@@ -492,12 +492,14 @@ fn read_and_put(
     let uploaded = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let done = Done::default();
+    // One buffer per uploader and one being filled: in steady state no xorb body needs fresh memory.
+    let spare = SpareBodies::new(options.parallel_puts.max(1) + 1);
     std::thread::scope(|scope| {
         let (tx, rx) = mpsc::sync_channel::<(u32, BuiltXorb)>(0);
         // Each uploader owns a handle on the receiver: when the last one quits, the channel
         // closes and the reader's next hand-over fails instead of waiting forever.
         let rx = Arc::new(Mutex::new(rx));
-        let (uploaded, stop, done) = (&uploaded, &stop, &done);
+        let (uploaded, stop, done, spare) = (&uploaded, &stop, &done, &spare);
         // Each uploader says when it is finished, so the wait below ends at once.
         let (finished_tx, finished) = mpsc::channel::<()>();
         let uploaders: Vec<_> = (0..options.parallel_puts.max(1))
@@ -505,14 +507,14 @@ fn read_and_put(
                 let rx = rx.clone();
                 let finished_tx = finished_tx.clone();
                 scope.spawn(move || {
-                    let r = put_xorbs(target, &rx, uploaded, done, stop);
+                    let r = put_xorbs(target, &rx, uploaded, done, stop, spare);
                     let _ = finished_tx.send(());
                     r
                 })
             })
             .collect();
         drop((rx, finished_tx));
-        let read = read_file(target, source, options, tx, uploaded, done, progress);
+        let read = read_file(target, source, options, tx, uploaded, done, spare, progress);
         // The last xorbs are still on their way: keep the counter moving with the wire.
         let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
         let mut running = uploaders.len();
@@ -591,8 +593,9 @@ fn put_xorbs(
     uploaded: &AtomicU64,
     done: &Done,
     stop: &AtomicBool,
+    spare: &SpareBodies,
 ) -> Result<PutStats, UploadError> {
-    let result = put_xorbs_until_done(target, rx, uploaded, done, stop);
+    let result = put_xorbs_until_done(target, rx, uploaded, done, stop, spare);
     if result.is_err() {
         stop.store(true, Ordering::Relaxed);
     }
@@ -605,6 +608,7 @@ fn put_xorbs_until_done(
     uploaded: &AtomicU64,
     done: &Done,
     stop: &AtomicBool,
+    spare: &SpareBodies,
 ) -> Result<PutStats, UploadError> {
     let mut stats = PutStats::default();
     loop {
@@ -632,9 +636,13 @@ fn put_xorbs_until_done(
             let progress = done.clone();
             Arc::new(move |n: u64| progress.sending(seq, n, len))
         };
-        let inserted = target
+        let put = target
             .put_xorb_with_progress(hash, body, sent)
             .map_err(UploadError::target(format!("uploading xorb {hash}")))?;
+        if let Some(buffer) = put.buffer {
+            spare.give(buffer);
+        }
+        let inserted = put.inserted;
         // Sent either way: the journal and the summary say what went over the wire.
         stats.bytes += len;
         uploaded.fetch_add(len, Ordering::Relaxed);
@@ -673,6 +681,7 @@ fn read_file(
     tx: mpsc::SyncSender<(u32, BuiltXorb)>,
     uploaded: &AtomicU64,
     done: &Done,
+    spare: &SpareBodies,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<(FileResult, u64), UploadError> {
     // Xorbs are finished in sequence order, so the n-th one handed over is xorb #n. While
@@ -714,6 +723,7 @@ fn read_file(
         target,
         options,
         done,
+        spare,
         read_so_far: &read_so_far,
         report: &report,
     };
@@ -732,6 +742,7 @@ struct Reading<'a> {
     target: &'a dyn CasTarget,
     options: &'a UploadOptions,
     done: &'a Done,
+    spare: &'a SpareBodies,
     read_so_far: &'a std::cell::Cell<u64>,
     report: &'a dyn Fn(),
 }
@@ -758,7 +769,8 @@ impl Reading<'_> {
             options.global_dedup,
             probe,
             self.done,
-        );
+        )
+        .with_spare_bodies(self.spare);
         session.seed(seeds);
         // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a
         // thread of its own, fed copies of the blocks, while this thread chunks, hashes and
@@ -806,6 +818,7 @@ impl Reading<'_> {
             false,
             self.done,
         )
+        .with_spare_bodies(self.spare)
         .for_packing();
         let mut total = 0u64;
         let count = members.len();
@@ -1134,4 +1147,80 @@ fn build_shards(
     };
     out.push(shard.to_upload_bytes().map_err(fail)?);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::{SentBytes, XorbPut};
+
+    /// Takes every xorb and shard; hands each body back with its capacity set to `MARK`, so
+    /// that a body built in a buffer handed back is told apart from one in fresh memory.
+    #[derive(Default)]
+    struct MarkingTarget {
+        capacities: Mutex<Vec<usize>>,
+    }
+
+    const MARK: usize = (3 << 20) + 17;
+
+    impl CasTarget for MarkingTarget {
+        fn has_xorb(&self, _: &xet_format::XorbHash) -> Result<bool, TargetError> {
+            Ok(false)
+        }
+        fn put_xorb(&self, _: xet_format::XorbHash, _: &[u8]) -> Result<bool, TargetError> {
+            Ok(true)
+        }
+        fn put_xorb_with_progress(
+            &self,
+            _: xet_format::XorbHash,
+            mut body: Vec<u8>,
+            sent: SentBytes,
+        ) -> Result<XorbPut, TargetError> {
+            sent(body.len() as u64);
+            self.capacities.lock().unwrap().push(body.capacity());
+            body.clear();
+            body.reserve_exact(MARK);
+            body.shrink_to(MARK);
+            assert_eq!(body.capacity(), MARK);
+            Ok(XorbPut {
+                inserted: true,
+                buffer: Some(body),
+            })
+        }
+        fn register_shard(&self, _: &[u8]) -> Result<(), TargetError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn xorbs_are_built_in_the_buffers_of_xorbs_already_put() {
+        let mut x = 7u64;
+        let data: Vec<u8> = (0..(3 << 20))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for parallel_puts in [1, 3] {
+            let target = MarkingTarget::default();
+            let options = UploadOptions {
+                limits: XorbLimits {
+                    max_chunks: 2,
+                    ..XorbLimits::CLIENT
+                },
+                parallel_puts,
+                ..Default::default()
+            };
+            let summary = upload(&target, &data[..], &options).unwrap();
+            let capacities = target.capacities.into_inner().unwrap();
+            assert_eq!(capacities.len() as u64, summary.new_xorbs);
+            assert!(summary.new_xorbs > 20, "{}", summary.new_xorbs);
+            // Only the xorbs built before any buffer came back are in fresh memory: one being
+            // filled, one handed over, one per uploader.
+            let fresh = capacities.iter().filter(|&&c| c != MARK).count();
+            assert!(fresh <= parallel_puts + 2, "{fresh} of {capacities:?}");
+        }
+    }
 }

@@ -76,6 +76,16 @@ impl XorbBuilder {
         }
     }
 
+    /// Builds the body in `buffer` (its contents are dropped, its capacity kept): a buffer
+    /// reused from an earlier xorb saves the memory's first writes. Call before adding chunks.
+    pub fn with_body_buffer(mut self, mut buffer: Vec<u8>) -> Self {
+        if self.chunks.is_empty() {
+            buffer.clear();
+            self.body = buffer;
+        }
+        self
+    }
+
     /// Sets the Auto block length (default 32; 0 = one block per file segment). Call before
     /// adding chunks.
     pub fn with_retest_interval(mut self, interval: usize) -> Self {
@@ -322,6 +332,32 @@ mod tests {
             XorbBuilder::new(CompressionPolicy::Auto).finish(),
             Err(XorbError::Empty)
         );
+    }
+
+    #[test]
+    fn a_reused_buffer_builds_the_same_xorb_in_place() {
+        let chunks: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 3000 + usize::from(i)]).collect();
+        let build = |b: XorbBuilder| {
+            let mut b = b;
+            for c in &chunks {
+                assert!(matches!(b.add_chunk(c).unwrap(), Push::Added(_)));
+            }
+            b.finish().unwrap()
+        };
+        let fresh = build(XorbBuilder::new(CompressionPolicy::Auto));
+        let mut old = vec![0xaa; 100_000];
+        old.truncate(50_000);
+        let at = old.as_ptr();
+        let reused = build(XorbBuilder::new(CompressionPolicy::Auto).with_body_buffer(old));
+        assert_eq!(reused, fresh);
+        let body = reused.into_upload_body();
+        assert_eq!(body.as_ptr(), at, "the body was built in the buffer given");
+        assert_eq!(body.capacity(), 100_000);
+        // Once a chunk is in, the body is kept.
+        let mut b = XorbBuilder::new(CompressionPolicy::None);
+        let _ = b.add_chunk(b"first").unwrap();
+        let b = b.with_body_buffer(vec![1, 2, 3]);
+        assert_eq!(b.body_len(), 8 + 5);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! fragmentation guard (§5.4) yet: every match is taken.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use super::UploadError;
 use crate::target::CasTarget;
@@ -32,6 +33,38 @@ use xet_format::xorb::{
     BuiltXorb, CompressedChunk, CompressionPolicy, Push, XorbBuilder, XorbLimits,
 };
 use xet_format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, XorbHash};
+
+/// Buffers of xorbs already put, for the session to build its next xorbs in: memory written
+/// once is written again without a page fault and a cleared page per 4 KiB (a 64 MiB xorb
+/// body in fresh memory is 16384 of them). Holds at most `limit` buffers.
+#[derive(Debug)]
+pub(crate) struct SpareBodies {
+    limit: usize,
+    spare: Mutex<Vec<Vec<u8>>>,
+}
+
+impl SpareBodies {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            spare: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps `buffer` for a next xorb, unless `limit` are kept already.
+    pub(crate) fn give(&self, mut buffer: Vec<u8>) {
+        if let Ok(mut spare) = self.spare.lock() {
+            if spare.len() < self.limit {
+                buffer.clear();
+                spare.push(buffer);
+            }
+        }
+    }
+
+    fn take(&self) -> Option<Vec<u8>> {
+        self.spare.lock().ok()?.pop()
+    }
+}
 
 /// A xorb a term can point at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +145,8 @@ pub(super) struct FileSession<'t> {
     /// round trip per member).
     query_first: bool,
     builder: XorbBuilder,
+    /// Where the next builder's body comes from, when buffers are handed back.
+    spare_bodies: Option<&'t SpareBodies>,
     builder_refs: Vec<ChunkRef>,
     /// Hashes of the finished session xorbs, by sequence number.
     resolved: Vec<XorbHash>,
@@ -163,6 +198,7 @@ impl<'t> FileSession<'t> {
             probe,
             query_first: true,
             builder: XorbBuilder::with_limits(policy, limits),
+            spare_bodies: None,
             builder_refs: Vec::new(),
             resolved: Vec::new(),
             blocks: Vec::new(),
@@ -184,6 +220,12 @@ impl<'t> FileSession<'t> {
             recent_new: 0,
             recent_total: 0,
         }
+    }
+
+    /// Builds xorbs in the buffers of xorbs put before, when there are some.
+    pub(crate) fn with_spare_bodies(mut self, spare: &'t SpareBodies) -> Self {
+        self.spare_bodies = Some(spare);
+        self
     }
 
     /// Packs small files: no probes, and no query for each file's first chunk (see
@@ -426,10 +468,11 @@ impl<'t> FileSession<'t> {
         if self.builder.is_empty() {
             return Ok(());
         }
-        let builder = std::mem::replace(
-            &mut self.builder,
-            XorbBuilder::with_limits(self.policy, self.limits),
-        );
+        let mut next = XorbBuilder::with_limits(self.policy, self.limits);
+        if let Some(buffer) = self.spare_bodies.and_then(SpareBodies::take) {
+            next = next.with_body_buffer(buffer);
+        }
+        let builder = std::mem::replace(&mut self.builder, next);
         let seq = self.resolved.len();
         let built = builder.finish().map_err(|e| UploadError::Build {
             what: format!("xorb #{seq} of this upload"),
