@@ -489,17 +489,20 @@ fn read_and_put(
     options: &UploadOptions,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<(FileResult, u64, PutStats), UploadError> {
-    let uploaded = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let done = Done::default();
-    // One buffer per uploader and one being filled: in steady state no xorb body needs fresh memory.
-    let spare = SpareBodies::new(options.parallel_puts.max(1) + 1);
+    let shared = Shared {
+        uploaded: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        done: Done::default(),
+        // One buffer per uploader and one being filled: in steady state no xorb body is
+        // built in fresh memory.
+        spare: SpareBodies::new(options.parallel_puts.max(1) + 1),
+    };
     std::thread::scope(|scope| {
         let (tx, rx) = mpsc::sync_channel::<(u32, BuiltXorb)>(0);
         // Each uploader owns a handle on the receiver: when the last one quits, the channel
         // closes and the reader's next hand-over fails instead of waiting forever.
         let rx = Arc::new(Mutex::new(rx));
-        let (uploaded, stop, done, spare) = (&uploaded, &stop, &done, &spare);
+        let shared = &shared;
         // Each uploader says when it is finished, so the wait below ends at once.
         let (finished_tx, finished) = mpsc::channel::<()>();
         let uploaders: Vec<_> = (0..options.parallel_puts.max(1))
@@ -507,14 +510,14 @@ fn read_and_put(
                 let rx = rx.clone();
                 let finished_tx = finished_tx.clone();
                 scope.spawn(move || {
-                    let r = put_xorbs(target, &rx, uploaded, done, stop, spare);
+                    let r = put_xorbs(target, &rx, shared);
                     let _ = finished_tx.send(());
                     r
                 })
             })
             .collect();
         drop((rx, finished_tx));
-        let read = read_file(target, source, options, tx, uploaded, done, spare, progress);
+        let read = read_file(target, source, options, tx, shared, progress);
         // The last xorbs are still on their way: keep the counter moving with the wire.
         let bytes_read = read.as_ref().map_or(0, |(_, size)| *size);
         let mut running = uploaders.len();
@@ -523,8 +526,8 @@ fn read_and_put(
                 Ok(()) => running -= 1,
                 Err(mpsc::RecvTimeoutError::Timeout) => progress(UploadProgress {
                     bytes_read,
-                    bytes_uploaded: uploaded.load(Ordering::Relaxed),
-                    bytes_done: done.get(),
+                    bytes_uploaded: shared.uploaded.load(Ordering::Relaxed),
+                    bytes_done: shared.done.get(),
                 }),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
@@ -566,6 +569,17 @@ pub fn first_chunk_hash(reader: impl Read) -> io::Result<Option<ChunkHash>> {
     Ok((end > 0).then(|| ChunkHash::of(&head[..end])))
 }
 
+/// What the reading thread and the uploader threads share.
+struct Shared {
+    /// Body bytes sent so far.
+    uploaded: AtomicU64,
+    /// Raised by an uploader that failed: the others stop too.
+    stop: AtomicBool,
+    done: Done,
+    /// Bodies handed back by the target, for the next xorbs.
+    spare: SpareBodies,
+}
+
 /// What the uploader threads did.
 #[derive(Debug, Default)]
 struct PutStats {
@@ -590,14 +604,11 @@ impl PutStats {
 fn put_xorbs(
     target: &dyn CasTarget,
     rx: &Mutex<mpsc::Receiver<(u32, BuiltXorb)>>,
-    uploaded: &AtomicU64,
-    done: &Done,
-    stop: &AtomicBool,
-    spare: &SpareBodies,
+    shared: &Shared,
 ) -> Result<PutStats, UploadError> {
-    let result = put_xorbs_until_done(target, rx, uploaded, done, stop, spare);
+    let result = put_xorbs_until_done(target, rx, shared);
     if result.is_err() {
-        stop.store(true, Ordering::Relaxed);
+        shared.stop.store(true, Ordering::Relaxed);
     }
     result
 }
@@ -605,11 +616,14 @@ fn put_xorbs(
 fn put_xorbs_until_done(
     target: &dyn CasTarget,
     rx: &Mutex<mpsc::Receiver<(u32, BuiltXorb)>>,
-    uploaded: &AtomicU64,
-    done: &Done,
-    stop: &AtomicBool,
-    spare: &SpareBodies,
+    shared: &Shared,
 ) -> Result<PutStats, UploadError> {
+    let Shared {
+        uploaded,
+        stop,
+        done,
+        spare,
+    } = shared;
     let mut stats = PutStats::default();
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -679,11 +693,15 @@ fn read_file(
     source: Source<'_, '_>,
     options: &UploadOptions,
     tx: mpsc::SyncSender<(u32, BuiltXorb)>,
-    uploaded: &AtomicU64,
-    done: &Done,
-    spare: &SpareBodies,
+    shared: &Shared,
     progress: &mut dyn FnMut(UploadProgress),
 ) -> Result<(FileResult, u64), UploadError> {
+    let Shared {
+        uploaded,
+        done,
+        spare,
+        ..
+    } = shared;
     // Xorbs are finished in sequence order, so the n-th one handed over is xorb #n. While
     // the uploaders are busy (a xorb on a slow link), the hand-over waits, and progress keeps
     // being reported: it moves as their puts complete.
