@@ -118,6 +118,7 @@ use_recent_git_lfs() {
 # make_work NAME: a temporary directory in $work, removed (with every server started by
 # start_server) when the script exits; kept, with the servers' logs, when GIT_XET_BENCH_KEEP=1.
 make_work() {
+    wait_after_last_cleanup
     work="$(mktemp -d "${TMPDIR:-/tmp}/git-xet-$1.XXXXXX")"
     pids=()
     token="bench-token-$RANDOM$RANDOM$RANDOM"
@@ -130,6 +131,22 @@ bench_cleanup() {
         echo "bench: kept $work" >&2
     else
         rm -rf "$work"
+        touch "$cleaned_stamp" 2>/dev/null || true
+    fi
+}
+
+# When the last benchmark removed its files. ext4 without a journal (this machine's) skips every
+# inode deleted in the last 30 s when it allocates a new one, reading its inode block to tell:
+# a run started right after another one's cleanup pays for those deletes in every file it
+# creates (a fetch of 1000 small files took up to twice as long).
+cleaned_stamp="${TMPDIR:-/tmp}/git-xet-bench.cleaned"
+wait_after_last_cleanup() {
+    [[ -f "$cleaned_stamp" ]] || return 0
+    local age
+    age=$(( $(date +%s) - $(stat -c %Y "$cleaned_stamp") ))
+    if (( age >= 0 && age < 31 )); then
+        echo "bench: waiting $(( 31 - age )) s after the last benchmark's cleanup (see bench/lib.sh)" >&2
+        sleep $(( 31 - age ))
     fi
 }
 
