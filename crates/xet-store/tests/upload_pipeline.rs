@@ -68,6 +68,58 @@ fn round_trip_and_summary() {
     assert_eq!(download(&store, &s.sha256), data);
 }
 
+/// A file uploaded through mappings is the file uploaded through reads: the same Xet file,
+/// across several mapped blocks and a last short one, and the same errors for a file shorter
+/// than declared.
+#[test]
+fn a_mapped_file_uploads_as_its_bytes_do() {
+    let (d, store) = store();
+    let data = random_bytes(11, 2 * READ_BLOCK + 12_345);
+    let path = d.path().join("object");
+    std::fs::write(&path, &data).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let options = UploadOptions {
+        expected_sha256: Some(LfsOid::of(&data)),
+        expected_size: Some(data.len() as u64),
+        ..Default::default()
+    };
+    let mapped = upload_file_with_seeds(&store, &file, &options, &[], &mut |_| {}).unwrap();
+    let (_d2, other) = self::store();
+    let read = upload(&other, &data[..], &options).unwrap();
+    assert_eq!(mapped.file_hash, read.file_hash);
+    assert_eq!(mapped.size, data.len() as u64);
+    assert_eq!(
+        (mapped.chunks, mapped.new_xorbs),
+        (read.chunks, read.new_xorbs)
+    );
+    assert_eq!(download(&store, &mapped.sha256), data);
+
+    // Declared longer than the file: refused, nothing registered.
+    let (_d3, empty) = self::store();
+    let longer = UploadOptions {
+        expected_sha256: None,
+        expected_size: Some(data.len() as u64 + 1),
+        ..Default::default()
+    };
+    let e = upload_file_with_seeds(&empty, &file, &longer, &[], &mut |_| {}).unwrap_err();
+    assert!(matches!(e, UploadError::TooShort { .. }), "{e}");
+    assert_eq!(empty.counts().unwrap().files, 0);
+
+    // An empty file is the empty Xet file, with nothing mapped.
+    let empty_path = d.path().join("empty");
+    std::fs::write(&empty_path, b"").unwrap();
+    let f = std::fs::File::open(&empty_path).unwrap();
+    let s =
+        upload_file_with_seeds(&empty, &f, &UploadOptions::default(), &[], &mut |_| {}).unwrap();
+    assert_eq!(s.size, 0);
+    assert_eq!(
+        s.file_hash,
+        upload(&other, &b""[..], &UploadOptions::default())
+            .unwrap()
+            .file_hash
+    );
+}
+
 #[test]
 fn chunks_spanning_blocks_upload_as_in_one_piece() {
     // Random bytes across the first block end, a run of zeros (maximal chunks) across the

@@ -74,7 +74,7 @@ use xet_client::pipeline::cached::Cached;
 use xet_client::pipeline::download::{write_file_at_with, DownloadError};
 use xet_client::pipeline::prior::{LocalChunks, PriorVersion};
 use xet_client::pipeline::upload::{
-    upload_with_seeds, UploadOptions, UploadProgress, UploadSummary,
+    upload_file_with_seeds, UploadOptions, UploadProgress, UploadSummary,
 };
 use xet_client::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
 use xet_client::ReconstructionPlan;
@@ -636,7 +636,7 @@ impl Agent {
                 stdout_gone.get_or_insert(e);
             }
         };
-        let mut attempt = upload_with_seeds(endpoint, &file, &options, &seeds, &mut report);
+        let mut attempt = upload_file_with_seeds(endpoint, &file, &options, &seeds, &mut report);
         let mut sent_before = 0u64;
         if let Err(e) = &attempt {
             if e.is_lost_xorb() {
@@ -650,7 +650,7 @@ impl Agent {
                 );
                 sent_before = sent.get();
                 let again = open_upload(path)?;
-                attempt = upload_with_seeds(endpoint, &again, &options, &seeds, &mut report);
+                attempt = upload_file_with_seeds(endpoint, &again, &options, &seeds, &mut report);
             }
         }
         let summary = attempt.map_err(|e| upload_failed(e, path, endpoint))?;

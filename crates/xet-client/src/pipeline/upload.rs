@@ -1,7 +1,8 @@
 //! The upload pipeline: one stream in, one registered Xet file out. Written once for the
 //! server's basic-transfer uploads and for the agent.
 //!
-//! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes and, per block:
+//! [`upload`] reads the stream in blocks of [`READ_BLOCK`] bytes ([`upload_file_with_seeds`]
+//! maps a file's blocks instead) and, per block:
 //!
 //! 1. computes SHA-256 (not when the caller got the SHA-256 from whoever named the bytes and the
 //!    target checks claims itself: [`UploadOptions::sha256_declared_by_namer`]) alongside the
@@ -253,6 +254,34 @@ pub fn upload_with_seeds(
     upload_blocks(
         target,
         &mut ReadBlocks::new(&mut reader),
+        options,
+        seeds,
+        progress,
+    )
+}
+
+/// [`upload_with_seeds`] of a regular file, read through mappings of [`READ_BLOCK`] bytes at a
+/// time instead of copies into a buffer (a copy of every byte, 3% of a large push's CPU time).
+/// The file must not be truncated while it is uploaded (see
+/// [`map_readonly`](crate::util::os::map_readonly)): git-lfs's objects never are.
+pub fn upload_file_with_seeds(
+    target: &dyn CasTarget,
+    file: &std::fs::File,
+    options: &UploadOptions,
+    seeds: &[(ChunkHash, xet_format::XorbHash, u32)],
+    progress: &mut dyn FnMut(UploadProgress),
+) -> Result<UploadSummary, UploadError> {
+    let len = file
+        .metadata()
+        .map_err(|source| UploadError::Read { offset: 0, source })?
+        .len();
+    upload_blocks(
+        target,
+        &mut MapBlocks {
+            file,
+            len,
+            window: None,
+        },
         options,
         seeds,
         progress,
@@ -971,6 +1000,32 @@ impl<'r> ReadBlocks<'r> {
             reader,
             buf: Vec::new(),
         }
+    }
+}
+
+/// Blocks of a file of `len` bytes, each a mapping of its own (the last one unmapped first).
+struct MapBlocks<'f> {
+    file: &'f std::fs::File,
+    len: u64,
+    window: Option<memmap2::Mmap>,
+}
+
+impl Blocks for MapBlocks<'_> {
+    fn next_block(&mut self, want: usize, pos: u64) -> Result<&[u8], UploadError> {
+        self.window = None;
+        if pos >= self.len || want == 0 {
+            return Ok(&[]);
+        }
+        let n = usize::try_from(self.len - pos).map_or(want, |left| left.min(want));
+        let map = crate::util::os::map_readonly(self.file, pos, n).map_err(|source| {
+            UploadError::Read {
+                offset: pos,
+                source,
+            }
+        })?;
+        // Advisory only: the kernel reads ahead if the file is not cached.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(&self.window.insert(map)[..])
     }
 }
 
