@@ -522,9 +522,9 @@ fn read_and_put(
         uploaded: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         done: Done::default(),
-        // One buffer per uploader and one being filled: in steady state no xorb body is
-        // built in fresh memory.
-        spare: SpareBodies::new(options.parallel_puts.max(1) + 1),
+        // One buffer comes back per xorb built, in steady state: one kept is enough for the
+        // next, and more would stay resident while idle (four 64 MiB bodies are 256 MiB).
+        spare: SpareBodies::new(1),
     };
     std::thread::scope(|scope| {
         let (tx, rx) = mpsc::sync_channel::<(u32, BuiltXorb)>(0);
@@ -1290,10 +1290,11 @@ mod tests {
             let capacities = target.capacities.into_inner().unwrap();
             assert_eq!(capacities.len() as u64, summary.new_xorbs);
             assert!(summary.new_xorbs > 20, "{}", summary.new_xorbs);
-            // Only the xorbs built before any buffer came back are in fresh memory: one being
-            // filled, one handed over, one per uploader.
+            // Most xorbs are built in a buffer handed back: all but those built before the
+            // first one came back, and those after a burst of puts ended at once (one buffer is
+            // kept, the others freed).
             let fresh = capacities.iter().filter(|&&c| c != MARK).count();
-            assert!(fresh <= parallel_puts + 2, "{fresh} of {capacities:?}");
+            assert!(fresh * 2 <= capacities.len(), "{fresh} of {capacities:?}");
         }
     }
 }
