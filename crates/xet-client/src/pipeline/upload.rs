@@ -1267,15 +1267,7 @@ mod tests {
 
     #[test]
     fn xorbs_are_built_in_the_buffers_of_xorbs_already_put() {
-        let mut x = 7u64;
-        let data: Vec<u8> = (0..(3 << 20))
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let data = xet_format::test_util::pseudo_random(3 << 20, 7);
         for parallel_puts in [1, 3] {
             let target = MarkingTarget::default();
             let options = UploadOptions {
