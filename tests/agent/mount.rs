@@ -562,9 +562,12 @@ fn reads_wait_for_a_restarted_server() {
         &[("GIT_XET_RETRY_SECS", "30")],
     );
     let model = m.dir.join("model.bin");
-    let mut open = std::fs::File::open(&model).unwrap();
+    let log = || std::fs::read_to_string(p.env.path().join("mount.log")).unwrap_or_default();
+    let mut open = std::fs::File::open(&model)
+        .unwrap_or_else(|e| panic!("open {}: {e}; mount log:\n{}", model.display(), log()));
     let mut head = vec![0u8; 4096];
-    open.read_exact(&mut head).unwrap();
+    open.read_exact(&mut head)
+        .unwrap_or_else(|e| panic!("first read: {e}; mount log:\n{}", log()));
     assert!(head == p.v2[..4096]);
 
     // The server stops (its port stays known) ...
