@@ -118,8 +118,9 @@ fn answers(url: &str) -> bool {
     if !loopback {
         return false;
     }
-    let Ok(client) = xet_client::remote::OneShotClient::new(
+    let Ok(client) = xet_client::remote::OneShotClient::for_url(
         &xet_client::remote::HttpOptions::default(),
+        url,
         Duration::from_secs(2),
         false,
     ) else {

@@ -145,8 +145,9 @@ impl ObjectReader {
                     )));
                 };
                 let options = super::http_settings::http_options(git, &lfs_url);
-                let client = xet_client::remote::OneShotClient::new(
+                let client = xet_client::remote::OneShotClient::for_url(
                     &options,
+                    &lfs_url,
                     std::time::Duration::from_secs(60),
                     true,
                 )

@@ -636,6 +636,29 @@ fn bad_configuration_is_refused() {
     assert!(with_ca("http://127.0.0.1:1/").is_ok());
 }
 
+#[test]
+fn a_one_shot_client_for_plain_http_reads_no_certificate() {
+    let options = xet_client::remote::HttpOptions {
+        ca_files: vec![std::path::PathBuf::from("/no/such/ca.pem")],
+        ..Default::default()
+    };
+    let client = |url: &str| {
+        xet_client::remote::OneShotClient::for_url(&options, url, Duration::from_secs(5), false)
+    };
+    for url in ["https://127.0.0.1:1/", "HTTPS://127.0.0.1:1/"] {
+        let e = client(url).err().expect("refused");
+        assert!(e.contains("/no/such/ca.pem"), "{url}: {e}");
+    }
+    // A plain-http client builds, and talks to a plain-http server.
+    let server = common::server::start();
+    let http = client(&format!("{}/", server.url())).expect("no certificate read");
+    let answer = http
+        .send(http.get(&format!("{}/health", server.url())), 64 << 10)
+        .expect("health answered");
+    assert!(answer.status.is_success(), "{:?}", answer.status);
+    assert!(client("HTTP://127.0.0.1:1/").is_ok());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Retries over a horizon, final statuses, damage.
 

@@ -284,16 +284,11 @@ impl HttpOptions {
             })
     }
 
-    /// Applies these options to a client being built; an unreadable file is an error naming
-    /// it.
-    pub fn apply(&self, builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, String> {
-        self.apply_for(builder, true)
-    }
-
-    /// [`HttpOptions::apply`] for a client that makes https requests (`tls`) or only plain
-    /// http ones: that one needs no CA certificates nor client certificate, whose files are
-    /// then not read (a company's CA bundle of a few hundred certificates took milliseconds to
-    /// parse, twice in every agent process, for plain-http servers too).
+    /// Applies these options to a client being built (an unreadable file is an error naming
+    /// it), for a client that makes https requests (`tls`) or only plain http ones: that one
+    /// needs no CA certificates nor client certificate, whose files are then not read (a
+    /// company's CA bundle of a few hundred certificates took milliseconds to parse, twice in
+    /// every agent process, for plain-http servers too).
     pub(crate) fn apply_for(
         &self,
         mut builder: reqwest::ClientBuilder,
@@ -337,13 +332,25 @@ pub struct OneShotAnswer {
 }
 
 impl OneShotClient {
-    /// A client with `options` and a `timeout` per request; `proxy: false` never uses one
-    /// (a server on this machine).
-    pub fn new(options: &HttpOptions, timeout: Duration, proxy: bool) -> Result<Self, String> {
+    /// A client for requests to `url`'s origin, with `options` and a `timeout` per request;
+    /// `proxy: false` never uses one (a server on this machine). For a plain `http://` URL no
+    /// certificate is loaded (the system's trust store and a configured CA bundle take
+    /// milliseconds to parse, in every agent that checks its directory store's local server),
+    /// so such a client cannot make https requests.
+    pub fn for_url(
+        options: &HttpOptions,
+        url: &str,
+        timeout: Duration,
+        proxy: bool,
+    ) -> Result<Self, String> {
+        let tls = !url
+            .get(..7)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
         let rt = runtime().map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
         let _inside = rt.enter();
         let builder = options
-            .apply(Client::builder())?
+            .apply_for(Client::builder(), tls)?
+            .tls_built_in_native_certs(tls)
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(10)))
             .redirect(reqwest::redirect::Policy::none())

@@ -281,7 +281,7 @@ pub(super) fn probe_client(
     url: &str,
 ) -> Result<xet_client::remote::OneShotClient, String> {
     let options = crate::lfs::http_settings::http_options(git, url);
-    xet_client::remote::OneShotClient::new(&options, PROBE_TIMEOUT, true)
+    xet_client::remote::OneShotClient::for_url(&options, url, PROBE_TIMEOUT, true)
 }
 
 /// What a request error says, TLS certificate problems in the words that tell what to do.
