@@ -361,6 +361,8 @@ struct Agent {
     /// The outcomes of upload and download packs this agent saw concluded, by the name of
     /// their files: the other members it is handed need no lock and no file read.
     concluded_packs: std::collections::HashMap<String, Arc<pack::Outcome>>,
+    /// How long the last round of gathered small objects this agent led took (see `gather`).
+    last_gathered_round: Option<Duration>,
 }
 
 impl Agent {
@@ -381,6 +383,7 @@ impl Agent {
             earlier: prior::Earlier::default(),
             packs_allowed: None,
             concluded_packs: std::collections::HashMap::new(),
+            last_gathered_round: None,
         }
     }
 
