@@ -5,25 +5,33 @@
 //! git-lfs hands each agent one object at a time, waiting for its `complete`: alone, every
 //! small file would cost a xorb and a shard, each a request and an object in the store. So an
 //! agent given a small object writes it down in a queue the push's agents share (one per
-//! endpoint) and waits for the queue's lock. The agent that holds the lock takes every object
-//! queued so far, its own first, uploads them as one pack (`send_pack`: new chunks in shared
-//! xorbs, one shard), marks each member it registered and unlocks. An agent that then gets the
-//! lock and finds its object marked answers `complete` at once; one that does not leads the
-//! next round. A round takes the objects that reached the agents while the one before went up;
-//! one that finds fewer than [`SMALL_ROUND`] waits once for more ([`linger_after`]: a tenth of
-//! the agent's last round, at most [`LINGER`]; rounds of about five objects on average with
-//! git-lfs's 8 agents).
+//! endpoint) and waits for the queue's lock. The agent that gets the lock with its object not
+//! taken yet leads a round: it takes every object queued so far, its own first, takes the
+//! round's own lock, names the round for each member it took ([`Round`]) and lets the queue's
+//! lock go; then it uploads them as one pack (`send_pack`: new chunks in shared xorbs, one
+//! shard), marks each member it registered and lets the round's lock go. An agent that gets
+//! the queue's lock and finds its object marked answers `complete` at once; one that finds it
+//! taken by a round waits for that round's lock ([`wait_for_round`]) and then finds its mark.
+//! Rounds overlap: the next one starts while the one before goes up (1000 files of 1-100 KiB
+//! to a directory store: 1.66 s against 2.39 s when each round waited for the one before,
+//! medians of three alternating pushes, 2026-11-27). A round takes the objects that reached
+//! the agents since the one before; one that finds fewer than [`SMALL_ROUND`] waits once for
+//! more ([`linger_after`]: a tenth of the agent's last round, at most [`LINGER`]).
 //!
 //! Everything unexpected falls back to the object going up on its own, which reports its own
-//! errors: a queue line lost in a race (its agent finds no mark and leads a round), a failed
-//! round (no marks). The files live in git-lfs's temp directory ([`pack::PACK_DIR`]):
-//! `xet-gather-<key>.queue` (lines `oid size`, appended), `.lock` (held with `flock` by the
-//! round's leader) and `xet-gather-<key>-<oid>.ok` (a member registered, removed by its
-//! agent); `<key>` hashes the endpoint. Marks left by agents that died are removed an hour
-//! later with the packs' files.
+//! errors: a queue line lost in a race (its agent finds no mark and no round, and leads a
+//! round), a failed round or one whose agent died (no mark once its lock is free). The files
+//! live in git-lfs's temp directory ([`pack::PACK_DIR`]): `xet-gather-<key>.queue` (lines
+//! `oid size`, appended), `.lock` (the queue's lock, held with `flock` while a round is taken),
+//! `xet-gather-<key>-round-<id>.lock` (a round's lock, held while it goes up, removed after),
+//! `xet-gather-<key>-<oid>.taken` (the id of the round that took a member) and
+//! `xet-gather-<key>-<oid>.ok` (a member registered); a member's agent removes its `.taken` and
+//! `.ok`; `<key>` hashes the endpoint. Files left by agents that died are removed an hour later
+//! with the packs' files.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
@@ -97,6 +105,19 @@ impl Agent {
         if std::fs::remove_file(&own_mark).is_ok() {
             return Ok(Packed::Done);
         }
+        let taken = taken_path(&dir, &name, &t.oid);
+        if let Ok(round) = std::fs::read_to_string(&taken) {
+            // A round still going up took this object: wait for that round, not for the
+            // queue's lock (the next round may start meanwhile).
+            drop(lock);
+            let _ = std::fs::remove_file(&taken);
+            wait_for_round(&dir, &name, round.trim());
+            return Ok(if std::fs::remove_file(&own_mark).is_ok() {
+                Packed::Done
+            } else {
+                Packed::Alone
+            });
+        }
         // This agent leads the next round: everything queued, its own object first.
         let mut members = vec![(t.oid, t.size)];
         take_queued(&queue, &mut members);
@@ -107,8 +128,12 @@ impl Agent {
             std::thread::sleep(linger);
             take_queued(&queue, &mut members);
         }
-        // A round of one goes up under the lock all the same: the objects queued meanwhile make
-        // the next round.
+        // The round holds its own lock while it goes up, and tells each member's agent which
+        // round took its object; then the queue's lock is free for the next round.
+        let round = Round::start(&dir, &name, &members[1..]);
+        drop(lock);
+        // A round of one goes up all the same: the objects queued meanwhile make the next
+        // round.
         let started = Instant::now();
         let sent = self.send_pack(t, &Pack(members), 1, writer);
         self.last_gathered_round = Some(started.elapsed());
@@ -130,7 +155,7 @@ impl Agent {
                 tracing::debug!(%oid, "cannot mark a gathered object as registered: {e}");
             }
         }
-        drop(lock);
+        drop(round);
         Ok(if registered.contains(&t.oid) {
             Packed::Done
         } else {
@@ -152,6 +177,85 @@ impl Agent {
 
 fn mark_path(dir: &Path, name: &str, oid: &LfsOid) -> PathBuf {
     dir.join(format!("{name}-{}.ok", oid.to_hex()))
+}
+
+/// Where a round that took `oid` names itself for `oid`'s agent.
+fn taken_path(dir: &Path, name: &str, oid: &LfsOid) -> PathBuf {
+    dir.join(format!("{name}-{}.taken", oid.to_hex()))
+}
+
+/// The lock file of the round `id`.
+fn round_lock_path(dir: &Path, name: &str, id: &str) -> PathBuf {
+    dir.join(format!("{name}-round-{id}.lock"))
+}
+
+/// Rounds this process has led, for their ids.
+static ROUNDS_LED: AtomicU64 = AtomicU64::new(0);
+
+/// A round going up: its lock, held until it is dropped (after the members' marks are
+/// written), when the lock file is removed.
+struct Round {
+    /// The held lock and its path; `None` when the lock file could not be had, and then the
+    /// members' agents find no round named and lead their own.
+    lock: Option<(std::fs::File, PathBuf)>,
+}
+
+impl Round {
+    /// Takes the lock of a new round and writes, for each of `others`, which round took it.
+    fn start(dir: &Path, name: &str, others: &[(LfsOid, u64)]) -> Self {
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            ROUNDS_LED.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = round_lock_path(dir, name, &id);
+        let locked = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.lock().map(|()| f));
+        let lock = match locked {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!(path = %path.display(), "cannot lock a gathering round: {e}");
+                return Self { lock: None };
+            }
+        };
+        for (oid, _) in others {
+            if let Err(e) = std::fs::write(taken_path(dir, name, oid), &id) {
+                // Its agent, finding neither a mark nor a round, leads a round of its own.
+                tracing::debug!(%oid, "cannot name the round that took a gathered object: {e}");
+            }
+        }
+        Self {
+            lock: Some((lock, path)),
+        }
+    }
+}
+
+impl Drop for Round {
+    fn drop(&mut self) {
+        if let Some((lock, path)) = self.lock.take() {
+            // Removed while held: an agent that opens it later finds it gone (the round is
+            // over), one that opened it before gets the lock once it is released.
+            let _ = std::fs::remove_file(&path);
+            drop(lock);
+        }
+    }
+}
+
+/// Waits until the round `id` is over: its lock is free, or its file is gone. An id that is
+/// not one this module writes is not waited for.
+fn wait_for_round(dir: &Path, name: &str, id: &str) {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+        return;
+    }
+    if let Ok(f) = std::fs::File::open(round_lock_path(dir, name, id)) {
+        // A lock that cannot be taken (a filesystem without locks) is not waited for: the
+        // object then goes up again on its own if its mark is not there yet.
+        let _ = f.lock();
+    }
 }
 
 /// Appends one line to the queue in one write (O_APPEND: lines of agents appending at once do
@@ -243,6 +347,41 @@ mod tests {
         assert_eq!(linger_after(Some(Duration::from_millis(30))), LINGER);
         assert_eq!(linger_after(Some(Duration::from_millis(190))), LINGER);
         assert_eq!(linger_after(Some(Duration::ZERO)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_member_waits_for_the_round_that_took_it_and_no_longer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dir, name) = (dir.path().to_path_buf(), "xet-gather-k");
+        let a = LfsOid::of(b"a");
+        let round = Round::start(&dir, name, &[(a, 1)]);
+        let id = std::fs::read_to_string(taken_path(&dir, name, &a)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let (dir, id) = (dir.clone(), id.clone());
+            std::thread::spawn(move || {
+                wait_for_round(&dir, name, &id);
+                tx.send(()).unwrap();
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the member did not wait for its round"
+        );
+        drop(round);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the member goes on when its round is over");
+        waiter.join().unwrap();
+        // The round's file is gone; a round that is over, or a name that is no round's, is
+        // not waited for.
+        assert!(!round_lock_path(&dir, name, &id).exists());
+        wait_for_round(&dir, name, &id);
+        wait_for_round(&dir, name, "../../x");
+        let b = LfsOid::of(b"b");
+        let second = Round::start(&dir, name, &[(b, 2)]);
+        let other = std::fs::read_to_string(taken_path(&dir, name, &b)).unwrap();
+        assert_ne!(other, id, "each round has its own lock");
+        drop(second);
     }
 
     #[test]
