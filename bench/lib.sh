@@ -136,17 +136,18 @@ bench_cleanup() {
 }
 
 # When the last benchmark removed its files. ext4 without a journal (this machine's) skips every
-# inode deleted in the last 30 s when it allocates a new one, reading its inode block to tell:
-# a run started right after another one's cleanup pays for those deletes in every file it
-# creates (a fetch of 1000 small files took up to twice as long).
+# inode deleted in the last 60 s (the kernel's RECENTCY_MIN; longer while the inode's table
+# block is dirty) when it allocates a new one, reading its inode block to tell: a run started
+# right after another one's cleanup pays for those deletes in every file it creates (1000
+# files took 501 ms to create 35 s after 10 000 deletes, 111 ms after 65 s).
 cleaned_stamp="${TMPDIR:-/tmp}/git-xet-bench.cleaned"
 wait_after_last_cleanup() {
     [[ -f "$cleaned_stamp" ]] || return 0
     local age
     age=$(( $(date +%s) - $(stat -c %Y "$cleaned_stamp") ))
-    if (( age >= 0 && age < 31 )); then
-        echo "bench: waiting $(( 31 - age )) s after the last benchmark's cleanup (see bench/lib.sh)" >&2
-        sleep $(( 31 - age ))
+    if (( age >= 0 && age < 65 )); then
+        echo "bench: waiting $(( 65 - age )) s after the last benchmark's cleanup (see bench/lib.sh)" >&2
+        sleep $(( 65 - age ))
     fi
 }
 

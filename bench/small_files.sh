@@ -83,7 +83,7 @@ side() { # name (plain|negotiated|embedded): pushes (the seconds to $work/name.p
 timed_fetch() {
     local name="$1" round="$2" t took got
     shift 2
-    # Moved aside, not deleted: ext4 scans past recently deleted inodes (for 30 s) when it
+    # Moved aside, not deleted: ext4 scans past recently deleted inodes (for 60 s) when it
     # allocates new ones, which would make each run pay for the deletes of the one before.
     mkdir -p "$work/trash"
     if [[ -d .git/lfs/objects ]]; then mv .git/lfs/objects "$work/trash/$name-$round-objects"; fi
