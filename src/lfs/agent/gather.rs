@@ -101,22 +101,21 @@ impl Agent {
         let queue = dir.join(format!("{name}.queue"));
         append_line(&queue, &format!("{} {}\n", t.oid.to_hex(), t.size))?;
         let (lock, _) = pack::lock_pack(&dir, &name, &t.oid)?;
-        let own_mark = mark_path(&dir, &name, &t.oid);
-        if std::fs::remove_file(&own_mark).is_ok() {
-            return Ok(Packed::Done);
-        }
-        let taken = taken_path(&dir, &name, &t.oid);
-        if let Ok(round) = std::fs::read_to_string(&taken) {
-            // A round still going up took this object: wait for that round, not for the
-            // queue's lock (the next round may start meanwhile).
-            drop(lock);
-            let _ = std::fs::remove_file(&taken);
-            wait_for_round(&dir, &name, round.trim());
-            return Ok(if std::fs::remove_file(&own_mark).is_ok() {
-                Packed::Done
-            } else {
-                Packed::Alone
-            });
+        match found_for(&dir, &name, &t.oid) {
+            Found::Registered => return Ok(Packed::Done),
+            Found::TakenBy(round) => {
+                // A round still going up took this object: wait for that round, not for the
+                // queue's lock (the next round may start meanwhile).
+                drop(lock);
+                wait_for_round(&dir, &name, &round);
+                let registered = std::fs::remove_file(mark_path(&dir, &name, &t.oid)).is_ok();
+                return Ok(if registered {
+                    Packed::Done
+                } else {
+                    Packed::Alone
+                });
+            }
+            Found::Nothing => {}
         }
         // This agent leads the next round: everything queued, its own object first.
         let mut members = vec![(t.oid, t.size)];
@@ -177,6 +176,32 @@ impl Agent {
 
 fn mark_path(dir: &Path, name: &str, oid: &LfsOid) -> PathBuf {
     dir.join(format!("{name}-{}.ok", oid.to_hex()))
+}
+
+/// What an agent holding the queue's lock finds for its object `oid`.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// Registered by a round that is over (its mark, now removed).
+    Registered,
+    /// Taken by the round with this id, still going up.
+    TakenBy(String),
+    /// Neither: the agent leads a round.
+    Nothing,
+}
+
+/// What `oid`'s agent finds: its mark and the note of the round that took it are both removed
+/// here (a note left behind would send a later push of the object to wait for a round long
+/// over).
+fn found_for(dir: &Path, name: &str, oid: &LfsOid) -> Found {
+    let taken = taken_path(dir, name, oid);
+    let round = std::fs::read_to_string(&taken).ok();
+    if round.is_some() {
+        let _ = std::fs::remove_file(&taken);
+    }
+    if std::fs::remove_file(mark_path(dir, name, oid)).is_ok() {
+        return Found::Registered;
+    }
+    round.map_or(Found::Nothing, |r| Found::TakenBy(r.trim().to_string()))
 }
 
 /// Where a round that took `oid` names itself for `oid`'s agent.
@@ -382,6 +407,24 @@ mod tests {
         let other = std::fs::read_to_string(taken_path(&dir, name, &b)).unwrap();
         assert_ne!(other, id, "each round has its own lock");
         drop(second);
+    }
+
+    #[test]
+    fn an_agent_finds_its_mark_or_its_round_and_leaves_neither_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (dir, name) = (dir.path(), "xet-gather-k");
+        let a = LfsOid::of(b"a");
+        assert_eq!(found_for(dir, name, &a), Found::Nothing);
+        // Taken by a round still going up.
+        std::fs::write(taken_path(dir, name, &a), "12-3").unwrap();
+        assert_eq!(found_for(dir, name, &a), Found::TakenBy("12-3".into()));
+        assert!(!taken_path(dir, name, &a).exists());
+        // Taken by a round that is over and registered it.
+        std::fs::write(taken_path(dir, name, &a), "12-4").unwrap();
+        std::fs::write(mark_path(dir, name, &a), "").unwrap();
+        assert_eq!(found_for(dir, name, &a), Found::Registered);
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0, "nothing left");
+        assert_eq!(found_for(dir, name, &a), Found::Nothing);
     }
 
     #[test]
