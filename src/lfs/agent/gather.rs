@@ -48,7 +48,7 @@ use xet_format::LfsOid;
 /// ([`super::prior::MIN_PRIOR_SIZE`]), which a pack would not use.
 pub(super) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
 
-/// A round that finds fewer objects queued than this waits [`LINGER`] once for more.
+/// A round that finds fewer objects queued than this waits once for more ([`linger_after`]).
 const SMALL_ROUND: usize = 4;
 
 /// How long a small round waits for more objects at most: 10,000 files through a Garage-backed
