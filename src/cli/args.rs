@@ -28,9 +28,35 @@ pub(crate) fn positive_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A grace period of garbage collection (`git xet gc --grace`, `git xet serve --gc-grace`): at
+/// least [`xet_store::gc::MIN_GRACE`].
+pub(crate) fn grace(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    let min = xet_store::gc::MIN_GRACE;
+    if d < min {
+        return Err(format!(
+            "`{s}` is shorter than the shortest grace period, {}m: a shorter one would have \
+             garbage collection delete the xorbs of pushes still in flight, which would then \
+             fail and send them again",
+            min.as_secs() / 60
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grace_period_shorter_than_the_minimum_is_refused() {
+        assert_eq!(grace("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(grace("24h"), Ok(Duration::from_secs(86400)));
+        let e = grace("1m").unwrap_err();
+        assert!(e.contains("`1m`") && e.contains("10m"), "{e}");
+        assert!(grace("0").is_err());
+        assert!(grace("soon").unwrap_err().contains("not a duration"));
+    }
 
     #[test]
     fn refusals_say_what_to_write() {

@@ -80,13 +80,16 @@ pub(crate) struct BucketArgs {
 #[command(
     after_long_help = "A push stores xorbs before it registers the shard that uses them, \
 so a push that was interrupted leaves xorbs that no file uses. gc removes them once they are \
-older than the grace period (default 24h), so uploads in flight are never harmed: an upload \
-registers its shard well within it, and an upload that finds a xorb already stored restarts its \
-grace period. Leftover temporary files of interrupted uploads older than the grace period go \
-too. Xorbs that any registered file uses are never removed.\n\n\
+older than the grace period (default 24h, at least 10m), so uploads in flight are not harmed: \
+an upload usually registers its shard well within it, and an upload that finds a xorb already \
+stored restarts its grace period. Leftover temporary files of interrupted uploads older than \
+the grace period go too. Xorbs that any registered file uses are never removed.\n\n\
 With --storage s3://BUCKET/PREFIX, the unused xorbs of a bucket that server nodes share are \
 removed while the nodes keep serving: what the bucket's shards use is kept, and so is \
-everything younger than the grace period (uploads in flight on any node). Run it from one \
+everything younger than the grace period. Before it deletes, gc announces what it is about to \
+delete in the bucket and reads the nodes' registrations again, and every node checks such \
+announcements before it acknowledges a push, so a push that outlasts the grace period never \
+ends with a file whose xorbs were removed: it is refused and sends them again. Run it from one \
 place only, or give --gc-interval to one node instead.\n\n\
 Examples:\n  git xet gc /srv/xet\n  git xet gc --dry-run /srv/xet\n  git xet gc --grace 2h\n  \
 git xet gc --dry-run --storage s3://xet-bucket/team"
@@ -98,8 +101,9 @@ pub(crate) struct GcArgs {
     pub dir: Option<PathBuf>,
     #[command(flatten)]
     pub bucket: BucketArgs,
-    /// Keep unused xorbs younger than this: seconds, or a number with a unit (30m, 24h, 7d).
-    #[arg(long, value_name = "DURATION", value_parser = super::args::duration, default_value = "24h")]
+    /// Keep unused xorbs younger than this: seconds, or a number with a unit (30m, 24h, 7d);
+    /// at least 10m.
+    #[arg(long, value_name = "DURATION", value_parser = super::args::grace, default_value = "24h")]
     pub grace: Duration,
     /// Report what would be removed without removing anything.
     #[arg(long)]

@@ -172,6 +172,14 @@ impl From<StoreError> for ApiError {
                     e.to_string(),
                 )
             },
+            StoreError::SweepInProgress { .. } => Self {
+                retry_after: Some(5),
+                ..Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::ServerBusy,
+                    e.to_string(),
+                )
+            },
             StoreError::Plan {
                 source: PlanError::NotSatisfiable { .. },
                 ..

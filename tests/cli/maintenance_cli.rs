@@ -98,12 +98,30 @@ fn gc_removes_the_xorbs_of_interrupted_pushes_after_the_grace_period() {
     assert!(out.contains("kept 1 unused xorb(s)"), "{out}");
     assert!(at(&orphan).exists());
 
-    let (code, out, _) = git_xet(&["gc", "--grace", "0", "--dry-run", d]);
+    // The shortest grace period there is: the orphan is still younger.
+    let (code, out, _) = git_xet(&["gc", "--grace", "10m", "--dry-run", d]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("would remove 0 unused xorb(s)"), "{out}");
+    // Anything shorter is refused, saying what the shortest is.
+    let (code, _, err) = git_xet(&["gc", "--grace", "1m", d]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("shortest grace period, 10m"), "{err}");
+    assert!(at(&orphan).exists());
+
+    // An hour later (its time set back), it is past the grace period.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(at(&orphan))
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let (code, out, _) = git_xet(&["gc", "--grace", "10m", "--dry-run", d]);
     assert_eq!(code, Some(0));
     assert!(out.contains("would remove 1 unused xorb(s)"), "{out}");
     assert!(at(&orphan).exists());
 
-    let (code, out, _) = git_xet(&["gc", "--grace", "0s", "--json", d]);
+    let (code, out, _) = git_xet(&["gc", "--grace", "10m", "--json", d]);
     assert_eq!(code, Some(0));
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["xorbs_removed"], 1);

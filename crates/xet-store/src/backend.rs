@@ -225,12 +225,10 @@ pub trait ObjectBackend: Send + Sync + 'static {
         Ok(())
     }
     /// Shards logged by any process since `cursor`, which it advances, each with the
-    /// repository it was registered through. May repeat entries returned before (the caller
-    /// skips those it knows).
-    fn logged_shards(
-        &self,
-        _cursor: &mut LogCursor,
-    ) -> Result<Vec<(ShardHash, Option<String>)>, BackendError> {
+    /// repository it was registered through and the time its entry is named by (milliseconds
+    /// since the Unix epoch). May repeat entries returned before (the caller skips those it
+    /// knows).
+    fn logged_shards(&self, _cursor: &mut LogCursor) -> Result<Vec<LogEntry>, BackendError> {
         Ok(Vec::new())
     }
     /// Every (shard, repository) registration ever logged with a repository (shared storage
@@ -294,6 +292,35 @@ pub trait ObjectBackend: Send + Sync + 'static {
     ) -> Result<Option<(String, u64)>, BackendError> {
         Ok(None)
     }
+    /// Writes (or rewrites) garbage collection's sweep record `name` on shared storage: what
+    /// a collector is about to delete, read by every registration of a shard (see
+    /// [`crate::gc`]). Nothing for unshared storage, whose one process has a lock for that.
+    fn put_sweep(&self, _name: &str, _body: &[u8]) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// The names of the sweep records, in name order (oldest first); none on unshared storage.
+    fn list_sweeps(&self) -> Result<Vec<String>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Sweep record `name`, at most `max + 1` bytes of it (more than `max`: it is longer than
+    /// a record may be); `None` if it is gone.
+    fn read_sweep(&self, _name: &str, _max: u64) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(None)
+    }
+    /// Deletes sweep record `name` (nothing if it is gone).
+    fn remove_sweep(&self, _name: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+/// One entry of the shard log ([`ObjectBackend::logged_shards`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The time the entry is named by (its writer's clock), milliseconds since the Unix epoch.
+    pub ms: u64,
+    pub shard: ShardHash,
+    /// The repository the shard was registered through, if the uploader's token named one.
+    pub repo: Option<String>,
 }
 
 /// Presigned URLs of the storage for one answer ([`ObjectBackend::range_signer`]): each reads

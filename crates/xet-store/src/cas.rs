@@ -162,6 +162,11 @@ pub enum StoreError {
         count: u64,
         bytes: u64,
     },
+    #[error(
+        "garbage collection is deciding about xorb {xorb}, which the shard names: send the \
+         shard again in a few seconds"
+    )]
+    SweepInProgress { xorb: XorbHash },
 }
 
 /// Unchecked SHA-256 claims one uploader may have pending (see `server::claims`); a shard
@@ -332,6 +337,10 @@ pub struct Store {
     /// This node's copies of xorbs on its own disk (object storage only; see
     /// [`crate::xorb_cache`]).
     pub(super) xorb_cache: Option<Arc<crate::xorb_cache::XorbCache>>,
+    /// The name this process's garbage collections sign their sweep records with (random).
+    pub(super) sweeper_id: String,
+    /// The other processes' sweep records as last listed (see [`crate::gc`]).
+    pub(super) sweeps: Mutex<crate::gc::SweepView>,
     root: PathBuf,
 }
 
@@ -466,6 +475,17 @@ pub fn is_storage_full(e: &std::io::Error) -> bool {
 
 pub(super) use xet_client::util::now_unix;
 
+/// Every xorb the terms of `shard`'s files name, with the first file and term naming it.
+fn term_xorbs(shard: &Shard) -> HashMap<XorbHash, (FileHash, usize)> {
+    let mut named = HashMap::new();
+    for file in &shard.files {
+        for (i, term) in file.terms.iter().enumerate() {
+            named.entry(term.xorb_hash).or_insert((file.hash, i));
+        }
+    }
+    named
+}
+
 /// Returns once the process holding the store's index releases it (or after `timeout`):
 /// the index database holds an exclusive `flock` while open, so a shared lock on it is granted
 /// the moment the holder closes it. The lock is taken on a helper thread (a blocking `flock`
@@ -562,6 +582,8 @@ impl Store {
             cluster_claims: Mutex::new(ClusterClaims::default()),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
             xorb_cache: xorb_cache.map(Arc::new),
+            sweeper_id: xet_client::random_hex(8),
+            sweeps: Mutex::new(Default::default()),
             root: dir.to_path_buf(),
         }
     }
@@ -1028,6 +1050,7 @@ impl Store {
         if registered && self.files_intact(&shard)? {
             return self.acknowledge_again(bytes, shard_hash, &shard, repo);
         }
+        let validated = Instant::now();
         let mut entries = self.validate(&shard, shard_hash, progress)?;
         // Files registered before whose reconstruction lost a xorb: this shard, just validated
         // against intact xorbs, replaces their record (re-pushing a damaged file repairs it).
@@ -1041,7 +1064,26 @@ impl Store {
         // Not registered here: new, unless another node stored it a moment ago (the same
         // bytes under the same hash), so no look first.
         self.backend.put_new(ObjectKey::Shard(shard_hash), bytes)?;
-        self.log_shard(&shard_hash, repo)?;
+        // On shared storage, a collector in another process may have deleted a xorb since the
+        // validation: the log entry first, then what collectors announced (see `crate::gc`).
+        // A xorb put back from this node's copy means the shard is logged and checked again.
+        let named = term_xorbs(&shard);
+        let mut rounds = 0;
+        loop {
+            self.log_shard(&shard_hash, repo)?;
+            if !self.confirm_against_sweeps(&named, validated)? {
+                break;
+            }
+            rounds += 1;
+            if rounds == 3 {
+                let xorb = named
+                    .keys()
+                    .next()
+                    .copied()
+                    .unwrap_or(XorbHash::from_bytes([0; 32]));
+                return Err(StoreError::SweepInProgress { xorb });
+            }
+        }
         let uploader = repo.unwrap_or("");
         self.check_claim_backlog(&entries, uploader)?;
         let (new_files, new_bytes) =

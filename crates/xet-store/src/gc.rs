@@ -2,27 +2,73 @@
 //!
 //! A xorb is stored before the shard that uses it is registered (docs/cas-api.md §7), so a push that
 //! is interrupted after some xorbs leaves them behind, used by nothing. They are collected only
-//! once they are older than a grace period (a day by default): an upload in flight registers its
-//! shard well within it, and an upload that finds a xorb already stored refreshes its time
+//! once they are older than a grace period (a day by default; the command line and the server
+//! accept no less than [`MIN_GRACE`]): an upload in flight usually registers its shard well
+//! within it, and an upload that finds a xorb already stored refreshes its time
 //! ([`Store::put_xorb`]), so its grace period starts again.
 //!
 //! "Used" means named by a term of a registered file. Xorbs recorded as damaged and used by
 //! nothing are forgotten too. Deletion happens under the store's `collecting` lock, which shard
-//! registrations (from validation to commit) and xorb uploads hold shared, so no shard is ever
-//! registered against a xorb being deleted and no upload is told "already stored" about one. A client that deduplicated against a collected xorb (from an old dedup
-//! answer or its local shard cache) has its shard refused with `unknown_xorb` and uploads the
-//! chunks again. Files left in `tmp/` by interrupted uploads older than the grace period are
-//! removed as well.
+//! registrations (from validation to commit) and xorb uploads hold shared, so in one process no
+//! shard is ever registered against a xorb being deleted and no upload is told "already stored"
+//! about one. A client that deduplicated against a collected xorb (from an old dedup answer or
+//! its local shard cache) has its shard refused with `unknown_xorb` and uploads the chunks
+//! again. Files left in `tmp/` by interrupted uploads older than the grace period are removed as
+//! well.
+//!
+//! **Several processes on one bucket** (server nodes, `git xet gc --storage`) share no lock, and
+//! a push can take longer than any grace period between storing a xorb and registering the
+//! shard that names it. What keeps a registered file whole is a handshake in which each side
+//! writes before it reads what the other wrote, so that one of them always sees the other:
+//!
+//! 1. The collector announces each batch of at most [`SWEEP_BATCH`] xorbs it found unused in a
+//!    *sweep record* (`gc/sweeps/<ms>-<id>`: the xorbs, a deadline [`SWEEP_DEADLINE`] ahead,
+//!    `running`), then reads the shard log again ([`Store::catch_up`]), drops every xorb a shard
+//!    logged meanwhile names, deletes the rest before the deadline, and marks the record `done`.
+//! 2. A registration stores its shard and writes its log entry, then lists the sweep records
+//!    ([`Store::confirm_against_sweeps`]). For each xorb of its files that a record names, it
+//!    waits until that record is done (or past its deadline) and looks at the xorb in the
+//!    bucket: if it is gone, the node puts it back from its own copy if it has one
+//!    (`xorb_cache`), else the shard is refused with `unknown_xorb` and the client uploads the
+//!    xorb again. Only then is the shard registered in the node's index and acknowledged.
+//!
+//! If the collector's second read of the log came after the registration's log entry, it keeps
+//! the xorb; if not, the registration's listing came after the announcement and finds it. Either
+//! way no acknowledged file loses a xorb. Records stay [`SWEEP_RETENTION`] (a registration that
+//! took longer than half of it, from validation to this check, looks at all its xorbs), and
+//! nodes' clocks must agree within the shard log's window (two minutes), as catch-up needs.
 
-use std::collections::HashSet;
-use std::time::{Duration, SystemTime};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::ObjectKey;
-use crate::cas::{Store, StoreError};
-use xet_format::XorbHash;
+use crate::cas::{ShardRejection, Store, StoreError};
+use xet_format::{FileHash, XorbHash};
 
 /// The default grace period: a day.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// The shortest grace period `git xet gc` and `git xet serve --gc-grace` accept: less would
+/// have collections delete the xorbs of pushes in flight, which then fail and send them
+/// again (nothing registered is lost whatever the grace: see the module documentation).
+pub const MIN_GRACE: Duration = Duration::from_secs(600);
+
+/// Xorbs announced in one sweep record and deleted after it.
+pub const SWEEP_BATCH: usize = 256;
+
+/// How long after announcing a batch a collector may delete what it names: the rest waits for
+/// the next collection. Registrations that need a record to be done wait at most this long.
+pub const SWEEP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long sweep records stay in the bucket after they are written.
+pub const SWEEP_RETENTION: Duration = Duration::from_secs(3600);
+
+/// The longest a sweep record may be: its header and [`SWEEP_BATCH`] hashes fit many times.
+const SWEEP_RECORD_MAX: u64 = 64 << 10;
+
+/// How far apart the clocks of processes sharing a bucket may be (the shard log's window).
+const CLOCK_SKEW_MS: u64 = crate::s3::LOG_WINDOW_MS;
 
 /// How [`Store::gc`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,9 +128,11 @@ impl Store {
     /// documentation).
     pub fn gc(&self, options: GcOptions) -> Result<GcReport, StoreError> {
         // What the index does not know yet must not look unused: on shared storage, every
-        // shard in storage is registered first (once per opening).
+        // shard in storage is registered first (once per opening), then what was logged since.
         if self.catching_up() {
             self.catch_up_all()?;
+        } else {
+            self.catch_up()?;
         }
         let mut report = GcReport {
             dry_run: options.dry_run,
@@ -110,26 +158,26 @@ impl Store {
                 report.bytes_young += x.len;
             }
         }
-        let Some(_exclusive) = self.collection_lock() else {
-            tracing::warn!(
-                "garbage collection skipped: uploads kept the store busy for 10 minutes"
-            );
-            return Ok(report);
-        };
-        let used = self.index.referenced_xorbs()?;
-        report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
-        let forgotten = self.forgotten_entries(&used)?;
-        report.entries_dropped = forgotten.len() as u64;
-        let doomed = self.doomed(candidates, &used, now, &options)?;
-        report.xorbs_removed = doomed.len() as u64;
-        report.bytes_freed = doomed.iter().map(|(_, len)| len).sum();
-        let doomed: Vec<XorbHash> = doomed.into_iter().map(|(hash, _)| hash).collect();
-        if !options.dry_run {
-            let mut entries: HashSet<XorbHash> = doomed.iter().copied().collect();
-            entries.extend(forgotten);
-            self.remove_doomed(&entries, &doomed)?;
+        {
+            let Some(_exclusive) = self.collection_lock() else {
+                tracing::warn!(
+                    "garbage collection skipped: uploads kept the store busy for 10 minutes"
+                );
+                return Ok(report);
+            };
+            let used = self.index.referenced_xorbs()?;
+            report.xorbs_used = listed.iter().filter(|x| used.contains_key(&x.hash)).count() as u64;
+            let forgotten = self.forgotten_entries(&used)?;
+            report.entries_dropped = forgotten.len() as u64;
+            if !options.dry_run {
+                self.remove_doomed(&forgotten, &[], None)?;
+            }
         }
-        drop(_exclusive);
+        for batch in candidates.chunks(SWEEP_BATCH) {
+            let (removed, bytes) = self.sweep(batch, now, &options)?;
+            report.xorbs_removed += removed;
+            report.bytes_freed += bytes;
+        }
         if !options.dry_run {
             // Spool and staging files of uploads in flight are younger than an hour whatever
             // the grace period.
@@ -138,6 +186,7 @@ impl Store {
                 .clean_temp(options.grace.max(Duration::from_secs(3600)))?;
             report.temp_files_removed = files;
             report.temp_bytes_freed = bytes;
+            self.prune_sweeps();
         }
         if report.xorbs_removed > 0 || report.entries_dropped > 0 {
             tracing::info!(
@@ -149,6 +198,97 @@ impl Store {
             );
         }
         Ok(report)
+    }
+
+    /// Decides and deletes one batch of candidates: on shared storage announced in a sweep
+    /// record first and checked against the shard log read after it (see the module
+    /// documentation). How many were removed (or would be, in a dry run), and their bytes.
+    fn sweep(
+        &self,
+        batch: &[crate::backend::ListedXorb],
+        now: SystemTime,
+        options: &GcOptions,
+    ) -> Result<(u64, u64), StoreError> {
+        let announced = match options.dry_run {
+            true => None,
+            false => self.announce_sweep(batch)?,
+        };
+        let result = (|| {
+            let deadline = match &announced {
+                Some((_, record)) => {
+                    // Every shard logged before the announcement is registered from here on.
+                    self.catch_up()?;
+                    Some(record.deadline_ms)
+                }
+                None => None,
+            };
+            let Some(_exclusive) = self.collection_lock() else {
+                tracing::warn!(
+                    "garbage collection stopped: uploads kept the store busy for 10 minutes"
+                );
+                return Ok((0, 0));
+            };
+            let used = self.index.referenced_xorbs()?;
+            let doomed = self.doomed(batch.to_vec(), &used, now, options)?;
+            if options.dry_run {
+                return Ok((doomed.len() as u64, doomed.iter().map(|(_, len)| len).sum()));
+            }
+            let hashes: Vec<XorbHash> = doomed.iter().map(|(hash, _)| *hash).collect();
+            let entries: HashSet<XorbHash> = hashes.iter().copied().collect();
+            let removed = self.remove_doomed(&entries, &hashes, deadline)?;
+            let bytes = doomed.iter().take(removed).map(|(_, len)| len).sum();
+            Ok((removed as u64, bytes))
+        })();
+        if let Some((name, mut record)) = announced {
+            record.done = true;
+            if let Err(e) = self.backend.put_sweep(&name, record.to_text().as_bytes()) {
+                // Registrations that wait for it stop waiting at its deadline.
+                tracing::warn!(record = %name, error = %e, "cannot mark a sweep record done");
+            }
+        }
+        result
+    }
+
+    /// On shared storage, writes the sweep record that announces `batch` (see the module
+    /// documentation): its name and contents. `None` on unshared storage.
+    fn announce_sweep(
+        &self,
+        batch: &[crate::backend::ListedXorb],
+    ) -> Result<Option<(String, SweepRecord)>, StoreError> {
+        if !self.backend.is_shared() {
+            return Ok(None);
+        }
+        let written_ms = unix_ms(SystemTime::now());
+        let name = format!("{written_ms:016}-{}", xet_client::random_hex(8));
+        let record = SweepRecord {
+            holder: self.sweeper_id.clone(),
+            deadline_ms: written_ms.saturating_add(SWEEP_DEADLINE.as_millis() as u64),
+            done: false,
+            xorbs: Some(batch.iter().map(|x| x.hash).collect()),
+        };
+        self.backend.put_sweep(&name, record.to_text().as_bytes())?;
+        Ok(Some((name, record)))
+    }
+
+    /// Removes the sweep records older than [`SWEEP_RETENTION`]. Failures are logged: the
+    /// next collection tries again.
+    fn prune_sweeps(&self) {
+        let names = match self.backend.list_sweeps() {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the sweep records to prune them");
+                return;
+            }
+        };
+        let oldest_kept =
+            unix_ms(SystemTime::now()).saturating_sub(SWEEP_RETENTION.as_millis() as u64);
+        for name in names {
+            if sweep_name_ms(&name).is_some_and(|ms| ms < oldest_kept) {
+                if let Err(e) = self.backend.remove_sweep(&name) {
+                    tracing::warn!(record = %name, error = %e, "cannot remove an old sweep record");
+                }
+            }
+        }
     }
 
     /// The candidates to remove (hash and length) that are still unused, decided under the
@@ -204,16 +344,19 @@ impl Store {
     /// Removes the index `entries` and the stored objects of `doomed`, under the collection
     /// lock. Readers (downloads, dedup answers) do not take the lock: while the entries and
     /// files go, these xorbs count as not stored, so none is verified and indexed again.
+    /// With a `deadline` (Unix milliseconds; a sweep record's), objects not deleted by then
+    /// are left for the next collection. How many objects were deleted.
     fn remove_doomed(
         &self,
         entries: &HashSet<XorbHash>,
         doomed: &[XorbHash],
-    ) -> Result<(), StoreError> {
+        deadline: Option<u64>,
+    ) -> Result<usize, StoreError> {
         self.doomed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(entries.iter().copied());
-        let result = self.remove_collected(entries, doomed);
+        let result = self.remove_collected(entries, doomed, deadline);
         self.doomed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -246,7 +389,11 @@ impl Store {
         &self,
         entries: &HashSet<XorbHash>,
         objects: &[XorbHash],
-    ) -> Result<(), StoreError> {
+        deadline: Option<u64>,
+    ) -> Result<usize, StoreError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
         self.index.remove_xorbs(entries)?;
         {
             let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
@@ -258,11 +405,18 @@ impl Store {
                 small.remove(x);
             }
         }
-        for x in objects {
+        for (i, x) in objects.iter().enumerate() {
+            if deadline.is_some_and(|d| unix_ms(SystemTime::now()) >= d) {
+                tracing::warn!(
+                    left = objects.len() - i,
+                    "garbage collection left xorbs for the next run: its sweep's deadline passed"
+                );
+                return Ok(i);
+            }
             self.drop_copy(x);
             self.backend.remove(ObjectKey::Xorb(*x))?;
         }
-        Ok(())
+        Ok(objects.len())
     }
 
     /// Whether the stored object of `xorb` was last written at least `grace` before `now` (not
@@ -275,5 +429,373 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let listed = self.backend.modified(ObjectKey::Xorb(*xorb))?;
         Ok(listed.is_some_and(|m| now.duration_since(m).unwrap_or(Duration::ZERO) >= grace))
+    }
+}
+
+/// A sweep record (`gc/sweeps/<ms>-<id>` on shared storage): what a collector is about to
+/// delete, until when, and whether it is done. As text:
+///
+/// ```text
+/// git-xet sweep 1
+/// holder <id of the collecting process>
+/// deadline <unix ms>
+/// state running|done
+/// <xorb hash>
+/// …
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SweepRecord {
+    pub holder: String,
+    pub deadline_ms: u64,
+    pub done: bool,
+    /// The xorbs it names; `None` for a record that cannot be read, taken as naming any xorb.
+    pub xorbs: Option<HashSet<XorbHash>>,
+}
+
+const SWEEP_MAGIC: &str = "git-xet sweep 1";
+
+impl SweepRecord {
+    pub(crate) fn to_text(&self) -> String {
+        let state = if self.done { "done" } else { "running" };
+        let mut text = format!(
+            "{SWEEP_MAGIC}\nholder {}\ndeadline {}\nstate {state}\n",
+            self.holder, self.deadline_ms
+        );
+        let mut xorbs: Vec<&XorbHash> = self.xorbs.iter().flatten().collect();
+        xorbs.sort();
+        for x in xorbs {
+            text.push_str(&x.to_hex());
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The record in `bytes`; `None` unless it is one, whole.
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut lines = text.lines();
+        if lines.next()? != SWEEP_MAGIC {
+            return None;
+        }
+        let holder = lines.next()?.strip_prefix("holder ")?.to_string();
+        let deadline_ms = lines.next()?.strip_prefix("deadline ")?.parse().ok()?;
+        let done = match lines.next()?.strip_prefix("state ")? {
+            "running" => false,
+            "done" => true,
+            _ => return None,
+        };
+        let xorbs = lines
+            .map(|l| XorbHash::from_hex(l).ok())
+            .collect::<Option<HashSet<_>>>()?;
+        Some(Self {
+            holder,
+            deadline_ms,
+            done,
+            xorbs: Some(xorbs),
+        })
+    }
+
+    /// Whether the record names `xorb` (an unreadable record names every xorb).
+    pub(crate) fn names(&self, xorb: &XorbHash) -> bool {
+        self.xorbs.as_ref().is_none_or(|x| x.contains(xorb))
+    }
+
+    /// Whether nothing it names can be deleted any more: done, or past its deadline by more
+    /// than the clocks of two processes may differ.
+    pub(crate) fn settled(&self, now_ms: u64) -> bool {
+        self.done || now_ms > self.deadline_ms.saturating_add(CLOCK_SKEW_MS)
+    }
+}
+
+/// The time a sweep record's name gives (`<16-digit ms>-<id>`).
+pub(crate) fn sweep_name_ms(name: &str) -> Option<u64> {
+    let (ms, id) = name.split_once('-')?;
+    (ms.len() == 16 && !id.is_empty()).then(|| ms.parse().ok())?
+}
+
+/// `t` in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The sweep records a process has read (see [`Store::confirm_against_sweeps`]).
+#[derive(Debug, Default)]
+pub(crate) struct SweepView {
+    /// When the last listing started.
+    listed_at: Option<Instant>,
+    /// The records of that listing, by name (a done record is not read again).
+    records: HashMap<String, Arc<SweepRecord>>,
+}
+
+/// How often a registration looks again at a running sweep record it waits for.
+const SWEEP_POLL: Duration = Duration::from_millis(250);
+
+impl Store {
+    /// The check a registration makes after it stored and logged its shard, on shared storage
+    /// (see the module documentation): every xorb of `named` (with the file and term that name
+    /// it first, for the error) that a sweep record names is looked at in storage once the
+    /// sweep is over, put back from this node's copy if it is gone, else the shard is refused
+    /// with `unknown_xorb`. `validated` is when the registration started checking xorbs.
+    /// `Ok(true)` when a xorb was put back: other processes may have refused the shard while
+    /// it was gone, so the caller logs it again and checks again.
+    pub(crate) fn confirm_against_sweeps(
+        &self,
+        named: &HashMap<XorbHash, (FileHash, usize)>,
+        validated: Instant,
+    ) -> Result<bool, StoreError> {
+        if !self.backend.is_shared() || named.is_empty() {
+            return Ok(false);
+        }
+        let records = self.sweep_records()?;
+        let mut suspect: HashSet<XorbHash> = HashSet::new();
+        if validated.elapsed() >= SWEEP_RETENTION / 2 {
+            // Records of sweeps since the validation may be gone already: look at everything.
+            suspect.extend(named.keys().copied());
+        }
+        for (name, record) in &records {
+            // This process's own collections wait for its registrations (the collection lock).
+            if record.holder == self.sweeper_id {
+                continue;
+            }
+            let hits: Vec<XorbHash> = named.keys().filter(|x| record.names(x)).copied().collect();
+            if hits.is_empty() {
+                continue;
+            }
+            if !record.settled(unix_ms(SystemTime::now())) {
+                self.wait_for_sweep(name, hits[0])?;
+            }
+            suspect.extend(hits);
+        }
+        let mut restored = false;
+        let mut lost = None;
+        // Every one is looked at (and forgotten as seen), so that the client's next upload of
+        // any that are gone is stored, not answered "already stored".
+        for xorb in suspect {
+            self.forget_seen(&xorb);
+            if self.backend.stamp(ObjectKey::Xorb(xorb))?.is_some() {
+                continue;
+            }
+            if self.restore_from_copy(&xorb) {
+                restored = true;
+                continue;
+            }
+            let (file, term) = named[&xorb];
+            tracing::warn!(%xorb, %file, "a shard names a xorb garbage collection removed: refused");
+            lost.get_or_insert(ShardRejection::UnknownXorb { file, term, xorb });
+        }
+        match lost {
+            Some(rejection) => Err(rejection.into()),
+            None => Ok(restored),
+        }
+    }
+
+    /// The sweep records now, from a listing that started after this call (concurrent callers
+    /// share one).
+    fn sweep_records(&self) -> Result<Vec<(String, Arc<SweepRecord>)>, StoreError> {
+        let asked = Instant::now();
+        let mut view = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
+        if view.listed_at.is_none_or(|t| t < asked) {
+            let started = Instant::now();
+            let names = self.backend.list_sweeps()?;
+            let mut records = HashMap::with_capacity(names.len());
+            for name in names {
+                let known = view.records.get(&name).filter(|r| r.done).cloned();
+                let record = match known {
+                    Some(r) => r,
+                    None => Arc::new(self.read_sweep_record(&name)?),
+                };
+                records.insert(name, record);
+            }
+            view.records = records;
+            view.listed_at = Some(started);
+        }
+        let mut out: Vec<(String, Arc<SweepRecord>)> = view
+            .records
+            .iter()
+            .map(|(n, r)| (n.clone(), Arc::clone(r)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Sweep record `name`; one that is gone counts as done, one that cannot be read as
+    /// naming every xorb (and done: nothing says when it ends).
+    fn read_sweep_record(&self, name: &str) -> Result<SweepRecord, StoreError> {
+        let settled = |xorbs| SweepRecord {
+            holder: String::new(),
+            deadline_ms: 0,
+            done: true,
+            xorbs,
+        };
+        Ok(match self.backend.read_sweep(name, SWEEP_RECORD_MAX)? {
+            None => settled(Some(HashSet::new())),
+            Some(bytes) => {
+                let parsed = (bytes.len() as u64 <= SWEEP_RECORD_MAX)
+                    .then(|| SweepRecord::parse(&bytes))
+                    .flatten();
+                parsed.unwrap_or_else(|| {
+                    tracing::warn!(record = %name, "a sweep record cannot be read: xorbs are looked at");
+                    settled(None)
+                })
+            }
+        })
+    }
+
+    /// Waits until sweep record `name` is settled (see [`SweepRecord::settled`]), looking at it
+    /// every [`SWEEP_POLL`], for at most [`SWEEP_DEADLINE`]; then the registration is answered
+    /// "busy, try again" naming `xorb`.
+    fn wait_for_sweep(&self, name: &str, xorb: XorbHash) -> Result<(), StoreError> {
+        let started = Instant::now();
+        loop {
+            std::thread::sleep(SWEEP_POLL);
+            let record = self.read_sweep_record(name)?;
+            if record.settled(unix_ms(SystemTime::now())) {
+                if let Some(r) = self
+                    .sweeps
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .records
+                    .get_mut(name)
+                {
+                    *r = Arc::new(record);
+                }
+                return Ok(());
+            }
+            if started.elapsed() >= SWEEP_DEADLINE {
+                return Err(StoreError::SweepInProgress { xorb });
+            }
+        }
+    }
+
+    /// Forgets what this process saw of `xorb` lately (its footer, its bytes in memory), so
+    /// that the next look asks storage.
+    fn forget_seen(&self, xorb: &XorbHash) {
+        self.footers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(xorb);
+        self.small_xorbs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(xorb);
+    }
+
+    /// Puts `xorb` back into storage from this node's copy of it, validated as an upload is;
+    /// `false` if there is no copy or it fails.
+    fn restore_from_copy(&self, xorb: &XorbHash) -> bool {
+        let Some(cache) = &self.xorb_cache else {
+            return false;
+        };
+        let Some((len, _)) = cache.len_of(xorb) else {
+            return false;
+        };
+        let Some(bytes) = cache.read(xorb, 0..len) else {
+            return false;
+        };
+        match self.put_xorb(*xorb, &bytes) {
+            Ok(_) => {
+                tracing::warn!(%xorb, "put a collected xorb back from this node's copy: a shard registered meanwhile names it");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(%xorb, error = %e, "cannot put a collected xorb back from this node's copy");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xorb(n: u8) -> XorbHash {
+        XorbHash::from_bytes([n; 32])
+    }
+
+    #[test]
+    fn a_sweep_record_reads_back_as_written() {
+        let record = SweepRecord {
+            holder: "0123456789abcdef".into(),
+            deadline_ms: 1_700_000_060_000,
+            done: false,
+            xorbs: Some([xorb(1), xorb(2)].into_iter().collect()),
+        };
+        let text = record.to_text();
+        assert!(
+            text.starts_with("git-xet sweep 1\nholder 0123456789abcdef\n"),
+            "{text}"
+        );
+        assert_eq!(SweepRecord::parse(text.as_bytes()), Some(record.clone()));
+        let done = SweepRecord {
+            done: true,
+            ..record
+        };
+        assert_eq!(SweepRecord::parse(done.to_text().as_bytes()), Some(done));
+    }
+
+    #[test]
+    fn anything_else_is_not_a_sweep_record() {
+        let good = SweepRecord {
+            holder: "h".into(),
+            deadline_ms: 5,
+            done: true,
+            xorbs: Some([xorb(3)].into_iter().collect()),
+        }
+        .to_text();
+        for bad in [
+            String::new(),
+            "git-xet sweep 2\n".to_string(),
+            good.replace("state done", "state maybe"),
+            good.replace("deadline 5", "deadline soon"),
+            good.replace("holder h", "owner h"),
+            format!("{good}not a hash\n"),
+            good[..good.len() - 10].to_string(),
+        ] {
+            assert_eq!(SweepRecord::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(SweepRecord::parse(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn a_record_names_its_xorbs_and_an_unreadable_one_names_all() {
+        let record = SweepRecord {
+            holder: "h".into(),
+            deadline_ms: 10_000,
+            done: false,
+            xorbs: Some([xorb(1)].into_iter().collect()),
+        };
+        assert!(record.names(&xorb(1)) && !record.names(&xorb(2)));
+        let unreadable = SweepRecord {
+            xorbs: None,
+            ..record.clone()
+        };
+        assert!(unreadable.names(&xorb(2)));
+        // Running until its deadline and the clocks' allowance have passed; done at once.
+        assert!(!record.settled(10_000 + CLOCK_SKEW_MS));
+        assert!(record.settled(10_001 + CLOCK_SKEW_MS));
+        assert!(SweepRecord {
+            done: true,
+            ..record
+        }
+        .settled(0));
+    }
+
+    #[test]
+    fn sweep_names_carry_their_time() {
+        assert_eq!(
+            sweep_name_ms("0001700000000000-0123456789abcdef"),
+            Some(1_700_000_000_000)
+        );
+        for bad in [
+            "",
+            "17-ab",
+            "0001700000000000-",
+            "000170000000000x-ab",
+            "nodash",
+        ] {
+            assert_eq!(sweep_name_ms(bad), None, "{bad}");
+        }
     }
 }

@@ -16,6 +16,7 @@
 //! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`ObjectBackend::checked_claims_since`]) |
 //! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
 //! | `leases/gc` | `<end ms> <holder>`: the node that runs garbage collection, until when ([`ObjectBackend::take_lease`]) |
+//! | `gc/sweeps/<16-digit ms>-<16 hex>` | what a garbage collection is about to delete, and whether it is done ([`crate::gc`]); read by every registration of a shard, removed an hour after |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
 //! Objects are created only when absent: a look, then a conditional put (`If-None-Match: *`),
@@ -60,8 +61,8 @@ use object_store::{
 };
 
 use crate::backend::{
-    BackendError, ClaimCursor, ListedXorb, LogCursor, ObjectBackend, ObjectKey, ObjectStamp,
-    RangeSigner, Spool,
+    BackendError, ClaimCursor, ListedXorb, LogCursor, LogEntry, ObjectBackend, ObjectKey,
+    ObjectStamp, RangeSigner, Spool,
 };
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
@@ -864,17 +865,14 @@ impl ObjectBackend for S3Backend {
         .map(|_| ())
     }
 
-    fn logged_shards(
-        &self,
-        cursor: &mut LogCursor,
-    ) -> Result<Vec<(ShardHash, Option<String>)>, BackendError> {
+    fn logged_shards(&self, cursor: &mut LogCursor) -> Result<Vec<LogEntry>, BackendError> {
         let from = cursor.newest_ms.saturating_sub(LOG_WINDOW_MS);
         let offset = self.key(&format!("log/{from:016}"));
         let mut out = Vec::new();
         for meta in self.list("log", Some(offset))? {
-            if let Some((ms, hash, repo)) = parse_log_entry(file_name(&meta)) {
+            if let Some((ms, shard, repo)) = parse_log_entry(file_name(&meta)) {
                 cursor.newest_ms = cursor.newest_ms.max(ms);
-                out.push((hash, repo));
+                out.push(LogEntry { ms, shard, repo });
             }
         }
         Ok(out)
@@ -1087,6 +1085,48 @@ impl ObjectBackend for S3Backend {
                 "the lease disappeared right after it was written",
             )),
         }
+    }
+
+    fn put_sweep(&self, name: &str, body: &[u8]) -> Result<(), BackendError> {
+        let key = self.key(&format!("gc/sweeps/{name}"));
+        let what = format!("{}/gc/sweeps/{name}", self.url);
+        let body = bytes::Bytes::copy_from_slice(body);
+        self.put(&key, body, PutMode::Overwrite, &what).map(|_| ())
+    }
+
+    fn list_sweeps(&self) -> Result<Vec<String>, BackendError> {
+        let mut names: Vec<String> = self
+            .list("gc/sweeps", None)?
+            .iter()
+            .map(|m| file_name(m).to_string())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_sweep(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>, BackendError> {
+        let key = self.key(&format!("gc/sweeps/{name}"));
+        let what = format!("{}/gc/sweeps/{name}", self.url);
+        let store = Arc::clone(&self.store);
+        // One byte more than allowed tells a record that is too long, without reading it all.
+        let get = async move {
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(0..max.saturating_add(1))),
+                ..GetOptions::default()
+            };
+            store.get_opts(&key, options).await?.bytes().await
+        };
+        match self.block(StorageOp::Get, &what, get)? {
+            Ok(bytes) => Ok(Some(Vec::from(bytes))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(other("read", what, e)),
+        }
+    }
+
+    fn remove_sweep(&self, name: &str) -> Result<(), BackendError> {
+        let key = self.key(&format!("gc/sweeps/{name}"));
+        let what = format!("{}/gc/sweeps/{name}", self.url);
+        self.delete(&key, &what)
     }
 }
 

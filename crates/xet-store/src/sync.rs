@@ -15,7 +15,7 @@
 //! node adopting a xorb another node stored checks its footer against its name (a ranged read)
 //! but not every chunk; `git xet scrub` verifies them whole.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -43,9 +43,11 @@ pub(crate) struct SyncState {
     cursor: LogCursor,
     /// When the last catch-up started.
     last: Option<Instant>,
-    /// Shards that could not be registered (a xorb they need is missing), with why: not tried
-    /// again until the next full catch-up.
-    refused: HashSet<ShardHash>,
+    /// Shards that could not be registered (a xorb they need is missing), with the time of
+    /// the newest log entry of theirs seen then: tried again when a newer entry is logged (the
+    /// client sent the xorb again and registered the shard again) or at the next full
+    /// catch-up.
+    refused: HashMap<ShardHash, u64>,
     /// (shard, repository) registrations already recorded in the index.
     access: HashSet<(ShardHash, String)>,
 }
@@ -79,7 +81,12 @@ impl Store {
         let started = now_ms();
         state.last = Some(Instant::now());
         let mut cursor = state.cursor;
-        let logged = self.backend.logged_shards(&mut cursor)?;
+        let logged = self
+            .backend
+            .logged_shards(&mut cursor)?
+            .into_iter()
+            .map(|e| (e.shard, e.repo, e.ms))
+            .collect();
         let outcome = self.register_from_storage(state, logged)?;
         state.cursor = cursor;
         self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
@@ -113,17 +120,18 @@ impl Store {
         // From now on the log is read from here (minus its window).
         let started = now_ms();
         state.refused.clear();
-        let mut all: Vec<(ShardHash, Option<String>)> = self
+        // A shard refused now is tried again for log entries written after this listing.
+        let mut all: Vec<(ShardHash, Option<String>, u64)> = self
             .backend
             .list_shards()?
             .into_iter()
-            .map(|h| (h, None))
+            .map(|h| (h, None, started))
             .collect();
         all.extend(
             self.backend
                 .list_access()?
                 .into_iter()
-                .map(|(h, repo)| (h, Some(repo))),
+                .map(|(h, repo)| (h, Some(repo), started)),
         );
         let outcome = self.register_from_storage(&mut state, all)?;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
@@ -176,7 +184,7 @@ impl Store {
     fn register_from_storage(
         &self,
         state: &mut SyncState,
-        shards: Vec<(ShardHash, Option<String>)>,
+        shards: Vec<(ShardHash, Option<String>, u64)>,
     ) -> Result<CatchUp, StoreError> {
         // What this node logged itself is known (its index has it).
         let logged_here =
@@ -184,10 +192,13 @@ impl Store {
         state.access.extend(logged_here);
         // What is left to do, decided from the index (fast, local reads).
         let mut todo = Vec::new();
-        for (shard, repo) in shards {
-            if state.refused.contains(&shard) {
+        let mut logged_at: HashMap<ShardHash, u64> = HashMap::new();
+        for (shard, repo, ms) in shards {
+            if state.refused.get(&shard).is_some_and(|&at| ms <= at) {
                 continue;
             }
+            let newest = logged_at.entry(shard).or_insert(ms);
+            *newest = (*newest).max(ms);
             let known = self.index.has_shard(&shard)?;
             let granted = match &repo {
                 Some(r) => state.access.contains(&(shard, r.clone())),
@@ -215,7 +226,8 @@ impl Store {
                     Stored::Gone => {}
                     Stored::Refused(why) => {
                         tracing::warn!(%shard, reason = %why, "a shard in storage cannot be registered");
-                        state.refused.insert(*shard);
+                        let at = logged_at.get(shard).copied().unwrap_or(0);
+                        state.refused.insert(*shard, at);
                         outcome.refused += 1;
                     }
                 }
