@@ -48,7 +48,10 @@ Locks (the Git LFS File Locking API, per repository, kept in DIR/locks.redb): a 
 the <name> its token has in the token file, else the user name git sends with the token (set it \
 with `git config credential.<url>.username alice`), else a pseudonym of the token. Read tokens \
 may list locks; creating, verifying and unlocking need a write token, and any write token may \
-break someone else's lock with `git lfs unlock --force` (logged).\n\n\
+break someone else's lock with `git lfs unlock --force` (logged). The server keeps at most \
+10,000 locks per repository, 10,000 created by the tokens of one <repos> pattern in all its \
+repositories together (so one team cannot take them all), and 100,000 in all; beyond, a new \
+lock is refused with 507 naming the limit.\n\n\
 Limits: every client gets bounded resources whatever it does. At most --max-connections \
 connections are open (one more is answered 503 and closed); uploads, downloads and other requests \
 each have a number of slots (--max-uploads, --max-downloads, --max-requests), and a request of a \
