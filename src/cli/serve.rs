@@ -91,9 +91,15 @@ pub(crate) struct ServeArgs {
     pub storage_urls: bool,
     /// With several nodes on one --storage: the URL of the node that keeps Git LFS locks.
     /// Every other node forwards the locking API to it (one lock database decides); give the
-    /// owner itself none (or its own --public-url).
+    /// owner itself none (or its own --public-url). Clients' Authorization headers (their
+    /// tokens) are forwarded to it as they came, so it must be https:// unless it is this
+    /// machine (localhost, 127.0.0.1, ::1).
     #[arg(long, value_name = "URL")]
     pub lock_owner: Option<String>,
+    /// Allow a --lock-owner URL of plain http:// to another machine: clients' tokens then cross
+    /// the network between the nodes unencrypted (only for a private network you trust).
+    #[arg(long, requires = "lock_owner")]
+    pub lock_owner_insecure_http: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
@@ -400,6 +406,7 @@ fn serve_config(
         .map(|url| xet_store::s3::S3Config::from_vars(url, std::env::vars()));
     config.storage_urls = args.storage_urls;
     config.lock_owner = args.lock_owner.clone();
+    config.lock_owner_insecure_http = args.lock_owner_insecure_http;
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
     config.token_ttl = args.token_ttl;
