@@ -252,6 +252,8 @@ pub struct AppState {
     pub locks: Arc<lfs::locks::LockDb>,
     /// Where the locking API is forwarded, when another node owns locks.
     pub lock_owner: Option<lfs::locks::forward::LockOwner>,
+    /// Xorbs stored through upload grants not committed yet (what a commit answers).
+    pub(crate) uncommitted: cas::grants::Uncommitted,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -516,6 +518,7 @@ impl Server {
             metrics: metrics::Metrics::default(),
             locks: Arc::new(locks),
             lock_owner,
+            uncommitted: cas::grants::Uncommitted::default(),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,
