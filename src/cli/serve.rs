@@ -48,7 +48,10 @@ Locks (the Git LFS File Locking API, per repository, kept in DIR/locks.redb): a 
 the <name> its token has in the token file, else the user name git sends with the token (set it \
 with `git config credential.<url>.username alice`), else a pseudonym of the token. Read tokens \
 may list locks; creating, verifying and unlocking need a write token, and any write token may \
-break someone else's lock with `git lfs unlock --force` (logged).\n\n\
+break someone else's lock with `git lfs unlock --force` (logged). The server keeps at most \
+10,000 locks per repository, 10,000 created by the tokens of one <repos> pattern in all its \
+repositories together (so one team cannot take them all), and 100,000 in all; beyond, a new \
+lock is refused with 507 naming the limit.\n\n\
 Limits: every client gets bounded resources whatever it does. At most --max-connections \
 connections are open (one more is answered 503 and closed); uploads, downloads and other requests \
 each have a number of slots (--max-uploads, --max-downloads, --max-requests), and a request of a \
@@ -88,9 +91,15 @@ pub(crate) struct ServeArgs {
     pub storage_urls: bool,
     /// With several nodes on one --storage: the URL of the node that keeps Git LFS locks.
     /// Every other node forwards the locking API to it (one lock database decides); give the
-    /// owner itself none (or its own --public-url).
+    /// owner itself none (or its own --public-url). Clients' Authorization headers (their
+    /// tokens) are forwarded to it as they came, so it must be https:// unless it is this
+    /// machine (localhost, 127.0.0.1, ::1).
     #[arg(long, value_name = "URL")]
     pub lock_owner: Option<String>,
+    /// Allow a --lock-owner URL of plain http:// to another machine: clients' tokens then cross
+    /// the network between the nodes unencrypted (only for a private network you trust).
+    #[arg(long, requires = "lock_owner")]
+    pub lock_owner_insecure_http: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
@@ -388,6 +397,7 @@ fn serve_config(
         .map(|url| xet_store::s3::S3Config::from_vars(url, std::env::vars()));
     config.storage_urls = args.storage_urls;
     config.lock_owner = args.lock_owner.clone();
+    config.lock_owner_insecure_http = args.lock_owner_insecure_http;
     config.listen = args.listen;
     config.public_url = args.public_url.clone();
     config.token_ttl = args.token_ttl;

@@ -614,7 +614,7 @@ impl Authority {
 
 /// A xorb upload grant (docs/cas-api.md §5.11): what `PUT /v1/xorb-uploads/{id}` may store,
 /// carried in the grant id itself (signed), so any node sharing the key honours it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct UploadGrant {
     pub xorb: XorbHash,
     /// The body's length in bytes.

@@ -94,7 +94,11 @@ pub struct ServeConfig {
     /// The node that owns Git LFS locks for every node of a shared store (its URL, as nodes
     /// reach it): this node forwards the locking API to it instead of keeping locks itself
     /// (see [`lfs::locks::forward`]). `None`, or this node's own public URL: locks are here.
+    /// Plain `http` only to this machine's loopback, unless [`Self::lock_owner_insecure_http`].
     pub lock_owner: Option<String>,
+    /// Allows a [`Self::lock_owner`] of plain `http` to another machine, although clients'
+    /// tokens are forwarded to it unencrypted (a network the operator trusts).
+    pub lock_owner_insecure_http: bool,
 }
 
 /// What the server allows each client and all of them together. The defaults suit a small
@@ -173,6 +177,7 @@ impl ServeConfig {
             maintenance: Maintenance::default(),
             locks: lfs::locks::LockLimits::default(),
             lock_owner: None,
+            lock_owner_insecure_http: false,
         }
     }
 }
@@ -196,7 +201,7 @@ pub enum ServeError {
     #[error("{0}")]
     Locks(#[from] lfs::locks::LockDbError),
     #[error("--lock-owner: {0}")]
-    LockOwner(String),
+    LockOwner(#[from] lfs::locks::forward::LockOwnerError),
 }
 
 /// What to do when the data directory is another process's.
@@ -247,6 +252,8 @@ pub struct AppState {
     pub locks: Arc<lfs::locks::LockDb>,
     /// Where the locking API is forwarded, when another node owns locks.
     pub lock_owner: Option<lfs::locks::forward::LockOwner>,
+    /// Xorbs stored through upload grants not committed yet (what a commit answers).
+    pub(crate) uncommitted: cas::grants::Uncommitted,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -479,12 +486,6 @@ impl Server {
                 addr: config.listen,
                 source,
             })?;
-        let store = Arc::new(open_store(&config).await?);
-        let key = match shared_key(&store).await? {
-            Some(key) => key,
-            None => Authority::load_or_create_key(&config.data_dir.join("server.key"))?,
-        };
-        let locks = lfs::locks::LockDb::open(&config.data_dir.join("locks.redb"), config.locks)?;
         let local = listener.local_addr().map_err(ServeError::Serve)?;
         let public_url = config
             .public_url
@@ -492,12 +493,19 @@ impl Server {
             .unwrap_or_else(|| format!("http://{local}"))
             .trim_end_matches('/')
             .to_string();
+        // Before the store: a refused owner URL leaves the data directory as it was.
         let lock_owner = match &config.lock_owner {
-            Some(url) if url.trim_end_matches('/') != public_url => {
-                Some(lfs::locks::forward::LockOwner::new(url).map_err(ServeError::LockOwner)?)
-            }
+            Some(url) if url.trim().trim_end_matches('/') != public_url => Some(
+                lfs::locks::forward::LockOwner::new(url, config.lock_owner_insecure_http)?,
+            ),
             _ => None,
         };
+        let store = Arc::new(open_store(&config).await?);
+        let key = match shared_key(&store).await? {
+            Some(key) => key,
+            None => Authority::load_or_create_key(&config.data_dir.join("server.key"))?,
+        };
+        let locks = lfs::locks::LockDb::open(&config.data_dir.join("locks.redb"), config.locks)?;
         let state = Arc::new(AppState {
             store,
             auth: Authority::new(config.secrets, key),
@@ -510,6 +518,7 @@ impl Server {
             metrics: metrics::Metrics::default(),
             locks: Arc::new(locks),
             lock_owner,
+            uncommitted: cas::grants::Uncommitted::default(),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,

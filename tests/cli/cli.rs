@@ -395,6 +395,59 @@ fn serve_on_a_busy_port_fails_before_it_touches_the_data_directory() {
 }
 
 #[test]
+fn serve_refuses_a_plain_http_lock_owner_on_another_machine_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "0123456789abcdef0123",
+            "--data",
+            data.to_str().unwrap(),
+            "--max-lifetime",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        git_xet(&args)
+    };
+    let out = serve(&["--lock-owner", "http://10.0.0.5:8080"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--lock-owner")
+            && err.contains("http://10.0.0.5:8080")
+            && err.contains("https://")
+            && err.contains("--lock-owner-insecure-http"),
+        "{err}"
+    );
+    assert!(!data.exists(), "the data directory was created");
+    // Said explicitly, it starts (and stops by itself); so does plain http to this machine.
+    for extra in [
+        &[
+            "--lock-owner",
+            "http://10.0.0.5:8080",
+            "--lock-owner-insecure-http",
+        ][..],
+        &["--lock-owner", "http://127.0.0.1:9"],
+    ] {
+        let out = serve(extra);
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        assert!(stdout(&out).starts_with("listening on "), "{extra:?}");
+    }
+    // The allowance needs an owner.
+    let out = serve(&["--lock-owner-insecure-http"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--lock-owner <URL>"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn the_server_log_in_a_file_has_no_colour_codes() {
     use std::io::{Read, Write};
     let server = common::server::ServeProcess::start(&[]);

@@ -1010,7 +1010,15 @@ fn fixtures_upload_reconstruct_and_rebuild_through_presigned_urls() {
         412,
         "a repeated upload is already done"
     );
-    assert_eq!(commit().status(), 200);
+    // The first commit inserts the xorb the grant stored; a repeated one finds it there.
+    for expected in [true, false] {
+        let r = commit();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.json::<Value>().unwrap(),
+            serde_json::json!({"was_inserted": expected})
+        );
+    }
     // A commit needs a write credential.
     let r = auth(
         http().post(format!(
@@ -1022,6 +1030,80 @@ fn fixtures_upload_reconstruct_and_rebuild_through_presigned_urls() {
     .send()
     .unwrap();
     assert_eq!(r.status(), 403);
+}
+
+/// A new xorb of one chunk: its hash, its upload body and that body's CRC-64/NVME.
+fn one_chunk_xorb(data: &[u8]) -> (String, Vec<u8>, u64) {
+    let mut b = XorbBuilder::new(CompressionPolicy::None);
+    assert!(matches!(b.add_chunk(data).unwrap(), Push::Added(_)));
+    let built = b.finish().unwrap();
+    let body = built.upload_body().to_vec();
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &body);
+    (built.hash().to_hex(), body, crc)
+}
+
+#[test]
+fn grants_refuse_a_zero_length_and_commits_say_whether_they_inserted() {
+    let s = common::server::start();
+    let grant = |xorb: &str, length: u64, crc: u64| {
+        auth(
+            http().post(format!("{}/v1/xorb-grants/default/{xorb}", s.url())),
+            WRITE_TOKEN,
+        )
+        .body(format!(
+            r#"{{"length": {length}, "checksum": {{"algo": "crc64nvme", "value": "{crc}"}}}}"#
+        ))
+        .send()
+        .unwrap()
+    };
+    let commit = |xorb: &str, id: &str| {
+        let r = auth(
+            http().post(format!(
+                "{}/v1/xorb-commits/default/{xorb}/grant/{id}",
+                s.url()
+            )),
+            WRITE_TOKEN,
+        )
+        .send()
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().unwrap()["was_inserted"]
+            .as_bool()
+            .unwrap()
+    };
+    let (x, body, crc) = one_chunk_xorb(b"a xorb stored two ways");
+    // A length of 0 is a bad request that says so, not a body over a limit.
+    let message = refused(grant(&x, 0, crc), 400, "invalid_grant_request");
+    assert!(
+        message.contains("length 0") && message.contains("positive") && message.contains(&x),
+        "{message}"
+    );
+    // Over the limit is still 413.
+    let limit = git_xet::server::cas::upload::XORB_BODY_LIMIT;
+    refused(grant(&x, limit + 1, crc), 413, "body_too_large");
+
+    // A grant whose xorb another upload stores first: its upload is 412, and its commit
+    // inserted nothing.
+    let r = grant(&x, body.len() as u64, crc);
+    assert_eq!(r.status(), 201);
+    let g: Value = r.json().unwrap();
+    let (id, url) = (g["id"].as_str().unwrap(), g["url"].as_str().unwrap());
+    let direct = post_xorb(&s, &x, body.clone(), WRITE_TOKEN);
+    assert_eq!(
+        direct.json::<Value>().unwrap(),
+        serde_json::json!({"was_inserted": true})
+    );
+    assert_eq!(http().put(url).body(body).send().unwrap().status(), 412);
+    assert!(!commit(&x, id));
+
+    // A grant that stores its xorb: the first commit inserted it, later ones did not.
+    let (y, body, crc) = one_chunk_xorb(b"a xorb stored through its grant");
+    let g: Value = grant(&y, body.len() as u64, crc).json().unwrap();
+    let (id, url) = (g["id"].as_str().unwrap(), g["url"].as_str().unwrap());
+    assert_eq!(http().put(url).body(body).send().unwrap().status(), 200);
+    assert!(commit(&y, id));
+    assert!(!commit(&y, id));
+    assert!(!commit(&y, id));
 }
 
 #[test]

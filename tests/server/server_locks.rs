@@ -576,6 +576,7 @@ fn too_many_locks_are_refused_per_repository_and_in_all() {
         named_users(c);
         c.locks = LockLimits {
             per_repo: 3,
+            per_scope: 100,
             total: 5,
         };
     });
@@ -591,7 +592,9 @@ fn too_many_locks_are_refused_per_repository_and_in_all() {
         "too_many_locks",
     );
     assert!(
-        message.contains("team/a") && message.contains('3'),
+        message.contains("lock limit per repository")
+            && message.contains("team/a has 3 locks")
+            && message.contains("git lfs unlock"),
         "{message}"
     );
     // A locked path is still answered 409 with its lock.
@@ -608,7 +611,10 @@ fn too_many_locks_are_refused_per_repository_and_in_all() {
         507,
         "too_many_locks",
     );
-    assert!(message.contains("the server has 5 locks"), "{message}");
+    assert!(
+        message.contains("server-wide lock limit") && message.contains("the server has 5 locks"),
+        "{message}"
+    );
     // Unlocking makes room.
     let first = a.all(&alice, 10).pop().unwrap();
     let id = first["id"].as_str().unwrap();
@@ -617,6 +623,77 @@ fn too_many_locks_are_refused_per_repository_and_in_all() {
         200
     );
     b.lock(&alice, "z.bin");
+}
+
+const TEAM_A: &str = "team-a-token-0123456789";
+const TEAM_B: &str = "team-b-token-0123456789";
+const TEAM_B_TOO: &str = "team-b-other-token-0123456789";
+
+#[test]
+fn a_team_at_its_scope_limit_leaves_other_teams_able_to_lock() {
+    let server = common::server::start_with(|c| {
+        c.secrets.extend(common::server::team_secrets(&[
+            (TEAM_A, Scope::Write, "team a", Some("team-a/*")),
+            (TEAM_B, Scope::Write, "team b", Some("team-b/*")),
+            (TEAM_B_TOO, Scope::Write, "team b", Some("team-b/*")),
+        ]));
+        c.locks = LockLimits {
+            per_repo: 3,
+            per_scope: 5,
+            total: 8,
+        };
+    });
+    let (a, b, b_too) = (bearer(TEAM_A), bearer(TEAM_B), bearer(TEAM_B_TOO));
+    // Team b creates repositories as it goes (any path is one) and locks in each: its locks
+    // count against its scope, whichever of its tokens and repositories they are in.
+    let repos: Vec<Api> = (0..3)
+        .map(|i| Api::new(&server, &format!("team-b/r{i}")))
+        .collect();
+    for i in 0..3 {
+        repos[0].lock(&b, &format!("{i}.bin"));
+    }
+    repos[1].lock(&b, "0.bin");
+    repos[1].lock(&b_too, "1.bin");
+    for (api, token) in [(&repos[1], &b), (&repos[2], &b), (&repos[2], &b_too)] {
+        let message = refused(
+            api.post("locks", token, json!({"path": "more.bin"})),
+            507,
+            "too_many_locks",
+        );
+        assert!(
+            message.contains("lock limit per token scope")
+                && message.contains("team-b/*")
+                && message.contains("5 locks")
+                && message.contains("git lfs unlock"),
+            "{message}"
+        );
+        assert!(!message.contains("per repository"), "{message}");
+    }
+    // The server has room (5 of 8): team a locks, in its repository.
+    let team_a = Api::new(&server, "team-a/models");
+    let theirs = team_a.lock(&a, "weights.bin");
+    team_a.lock(&a, "config.json");
+    // A write token for every repository is not charged to team b's scope, even in its
+    // repositories; then the total (8) is reached, for everyone.
+    repos[2].lock(&bearer(WRITE_TOKEN), "wide.bin");
+    let message = refused(
+        team_a.post("locks", &a, json!({"path": "tokenizer.json"})),
+        507,
+        "too_many_locks",
+    );
+    assert!(message.contains("server-wide lock limit"), "{message}");
+    // Team b unlocks one of its own (with the other token, by force): its scope has room
+    // again, and the server too.
+    let first = repos[0].all(&b, 10).pop().unwrap();
+    let id = first["id"].as_str().unwrap();
+    let unlock = json!({"force": true});
+    assert_eq!(
+        answer(repos[0].post(&format!("locks/{id}/unlock"), &b_too, unlock)).0,
+        200
+    );
+    repos[2].lock(&b, "more.bin");
+    // Team a's lock was never touched.
+    assert_eq!(team_a.all(&a, 10).last(), Some(&theirs));
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!    The grant id is signed and carries the xorb, the length, the checksum and an expiry
 //!    ([`crate::server::auth::UploadGrant`]), so the server keeps no state for it and any node
 //!    sharing the key honours it. A checksum algorithm other than CRC-64/NVME gets 404, which
-//!    makes the client upload through `POST /v1/xorbs` instead.
+//!    makes the client upload through `POST /v1/xorbs` instead; a length of 0 is 400
+//!    `invalid_grant_request` (a xorb has bytes), one over the xorb body limit 413.
 //! 2. `PUT /v1/xorb-uploads/{id}` (the grant URL, no `Authorization`: the id is the
 //!    capability): the body must have the granted length and checksum (400 otherwise; 403 when
 //!    the grant expired, which makes the client ask for a new one). It is spooled, validated
@@ -15,8 +16,19 @@
 //!    which the client takes as done.
 //! 3. `POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}` (write scope): 200 once the xorb is
 //!    stored, 404 `grant_not_found` if it is not (the client starts over with a new grant).
+//!    The answer is `{"was_inserted": bool}` as for a direct upload: `true` for the first
+//!    commit of a grant whose upload stored the xorb, `false` when the xorb was there already
+//!    (stored by another upload, or this grant committed before).
 //!
 //! The body of step 2 goes through the same limits, spool and ingest slot as a direct upload.
+//!
+//! **What a commit remembers.** Grants are stateless, so to tell a first commit from a repeated
+//! one the node keeps, in memory, the grants whose upload stored a xorb here and that were not
+//! committed yet ([`Uncommitted`], at most [`MAX_UNCOMMITTED`]). A commit that finds its grant
+//! there takes it out and answers `true`; any other commit of a stored xorb answers `false`,
+//! including a first commit that reaches another node than the upload did, or comes after a
+//! restart, or whose grant was not kept because the set was full. Both answers are success: the
+//! xorb is stored either way.
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -40,6 +52,39 @@ const GRANT_BODY_LIMIT: u64 = 64 * 1024;
 
 /// How long a grant may be used for the upload.
 pub(crate) const GRANT_TTL_SECS: u64 = 3600;
+
+/// Most grants [`Uncommitted`] keeps (about 100 bytes each).
+pub(crate) const MAX_UNCOMMITTED: usize = 16_384;
+
+/// The grants whose upload stored a xorb on this node and that were not committed yet (see the
+/// module documentation). Bounded: when it is full, grants that expired more than
+/// [`GRANT_TTL_SECS`] ago (whose commit is long overdue) make room; when none did, a new grant
+/// is not kept, and its commit will answer `was_inserted: false`.
+#[derive(Debug, Default)]
+pub(crate) struct Uncommitted(std::sync::Mutex<std::collections::HashSet<UploadGrant>>);
+
+impl Uncommitted {
+    /// Remembers that `grant`'s upload stored its xorb; `false` if there was no room.
+    pub(crate) fn insert(&self, grant: UploadGrant, now: u64) -> bool {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if set.len() >= MAX_UNCOMMITTED {
+            set.retain(|g| g.expires.saturating_add(GRANT_TTL_SECS) >= now);
+        }
+        if set.len() >= MAX_UNCOMMITTED {
+            return false;
+        }
+        set.insert(grant);
+        true
+    }
+
+    /// Whether `grant` stored its xorb here and was not committed yet; it is committed now.
+    pub(crate) fn take(&self, grant: &UploadGrant) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(grant)
+    }
+}
 
 /// The checksum a grant request declares.
 #[derive(Debug, Deserialize)]
@@ -107,7 +152,16 @@ pub(crate) async fn post_grant(
             format!("the crc64nvme of xorb {xorb} is not a decimal u64"),
         )
     })?;
-    if request.length == 0 || request.length > XORB_BODY_LIMIT {
+    if request.length == 0 {
+        return Err(ApiError::bad_request(
+            ErrorCode::InvalidGrantRequest,
+            format!(
+                "the grant request for xorb {xorb} has length 0: the length of the xorb's body \
+                 must be a positive number of bytes"
+            ),
+        ));
+    }
+    if request.length > XORB_BODY_LIMIT {
         return Err(ApiError::too_large(
             &format!("xorb {xorb}"),
             request.length,
@@ -239,6 +293,9 @@ pub(crate) async fn put_upload(
     .await?;
     if inserted {
         state.metrics.stored_xorb_bytes.inc_by(len);
+        if !state.uncommitted.insert(grant, now_unix()) {
+            tracing::debug!(%xorb, "too many uncommitted grants: its commit will say was_inserted: false");
+        }
     }
     tracing::info!(%xorb, bytes = len, inserted, "xorb upload through a grant");
     Ok(super::no_store(StatusCode::OK.into_response()))
@@ -268,8 +325,9 @@ pub(crate) async fn post_commit(
             format!("nothing was stored through this grant for xorb {xorb}: ask for a new grant"),
         ));
     }
+    let was_inserted = state.uncommitted.take(&grant);
     Ok(super::no_store(
-        Json(XorbUploaded { was_inserted: true }).into_response(),
+        Json(XorbUploaded { was_inserted }).into_response(),
     ))
 }
 
@@ -290,6 +348,39 @@ fn crc64nvme_of(path: &std::path::Path) -> std::io::Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn grant(n: u8, expires: u64) -> UploadGrant {
+        UploadGrant {
+            xorb: XorbHash::from_bytes([n; 32]),
+            length: 10,
+            crc64nvme: 1,
+            expires,
+        }
+    }
+
+    #[test]
+    fn a_grant_is_committed_once_and_the_set_is_bounded() {
+        let u = Uncommitted::default();
+        assert!(u.insert(grant(1, 100), 50));
+        assert!(!u.take(&grant(2, 100)), "never stored through here");
+        assert!(!u.take(&grant(1, 101)), "another grant of the same xorb");
+        assert!(u.take(&grant(1, 100)));
+        assert!(!u.take(&grant(1, 100)), "committed already");
+        // Full: a new grant is not kept until old ones are long expired.
+        let now = 1_000_000;
+        for i in 0..MAX_UNCOMMITTED {
+            assert!(u.insert(grant(3, now + i as u64), now));
+        }
+        assert!(!u.insert(grant(4, now), now));
+        assert!(!u.take(&grant(4, now)));
+        let later = now + 1 + GRANT_TTL_SECS;
+        assert!(u.insert(grant(4, later), later), "the oldest made room");
+        assert!(!u.take(&grant(3, now)), "dropped");
+        assert!(u.take(&grant(3, now + 2)), "kept");
+        assert!(u.take(&grant(4, later)));
+    }
+
     #[test]
     fn crc64nvme_of_a_known_vector() {
         // The CRC-64/NVME check value: "123456789".

@@ -30,10 +30,18 @@
 //! **Limits.** Request bodies at most [`MAX_BODY`] bytes, read under the server's body budget
 //! (413 beyond); paths at most [`MAX_PATH`] bytes, relative, without empty, `.` or `..`
 //! segments or control characters (422); pages of [`DEFAULT_PAGE`] locks unless `limit` asks
-//! for fewer or more, at most [`MAX_PAGE`]; at most [`LockLimits::per_repo`] locks per
-//! repository and [`LockLimits::total`] in all, beyond which creating one is 507
-//! `too_many_locks`. A bad `cursor` or `limit` is 400; an id that names no lock of the
-//! repository is 404 (ids are opaque to clients: any string that is not one is just unknown).
+//! for fewer or more, at most [`MAX_PAGE`]. A bad `cursor` or `limit` is 400; an id that names
+//! no lock of the repository is 404 (ids are opaque to clients: any string that is not one is
+//! just unknown).
+//!
+//! **How many locks.** At most [`LockLimits::per_repo`] per repository; at most
+//! [`LockLimits::per_scope`] created by the tokens of one repository pattern (a token limited
+//! to `team-b/*` charges its locks to `team-b/*`, in all of its repositories together, so one
+//! team cannot use up the server's locks and refuse every other team); and at most
+//! [`LockLimits::total`] in all, the last resort. Locks of server-wide tokens count against
+//! their repository and the total only. Beyond a limit, creating a lock is 507
+//! `too_many_locks`, with a message that names the limit (per repository, per token scope,
+//! server-wide) and what to do.
 //!
 //! **Storage.** [`db::LockDb`], `locks.redb` in the data directory, opened by the server. With
 //! several nodes, one owns locks and the others forward the locking API to it ([`forward`]).
@@ -302,10 +310,15 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let grant = authorize_user(state, headers, repo, Scope::Write, "creating a lock")?;
     let owner = user_of(&grant)?;
+    // A token limited to some repositories charges its locks to its pattern.
+    let scope = grant.repos.as_ref().map(|p| p.as_str().to_string());
     let request = read_object(state, headers, body, "lock request").await?;
     let path = check_path(request.get("path"))?;
     let (repo_id, p, o) = (repo.id.clone(), path.clone(), owner.clone());
-    let outcome = with_db_write(state, move |db| db.create(&repo_id, &p, &o, now_unix())).await?;
+    let outcome = with_db_write(state, move |db| {
+        db.create(&repo_id, &p, &o, scope.as_deref(), now_unix())
+    })
+    .await?;
     match outcome {
         Created::New(lock) => {
             tracing::info!(repo = %repo.id, path = %lock.path, id = lock.id, owner = %lock.owner, "lock created");
@@ -335,15 +348,27 @@ async fn create(
         Created::RepoFull { limit } => {
             tracing::warn!(repo = %repo.id, limit, "lock refused: the repository has the most locks allowed");
             Err(too_many(format!(
-                "repository {} has {limit} locks, the most this server keeps per repository; \
-                 unlock some first",
+                "lock limit per repository reached: repository {} has {limit} locks, the most \
+                 this server keeps per repository; unlock some of them first (`git lfs locks` \
+                 lists them, `git lfs unlock <path>` removes one)",
                 repo.id
             )))
         }
-        Created::ServerFull { limit } => {
-            tracing::warn!(limit, "lock refused: the server has the most locks allowed");
+        Created::ScopeFull { scope, limit } => {
+            tracing::warn!(repo = %repo.id, scope = %scope, limit, "lock refused: the token scope has the most locks allowed");
             Err(too_many(format!(
-                "the server has {limit} locks, the most it keeps; unlock some first"
+                "lock limit per token scope reached: the tokens of {scope} hold {limit} locks \
+                 in its repositories together, the most this server keeps per token scope; \
+                 unlock some of them first, in any repository of {scope} (`git lfs locks` \
+                 lists a repository's locks, `git lfs unlock <path>` removes one)"
+            )))
+        }
+        Created::ServerFull { limit } => {
+            tracing::warn!(repo = %repo.id, limit, "lock refused: the server has the most locks allowed");
+            Err(too_many(format!(
+                "server-wide lock limit reached: the server has {limit} locks in all \
+                 repositories, the most it keeps; unlock some first, and tell the server's \
+                 operator (its log records every lock created, with repository and owner)"
             )))
         }
     }

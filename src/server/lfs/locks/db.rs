@@ -4,9 +4,10 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `locks` | (repository id, lock id) | JSON `{"path","owner","locked_at"}` (unix seconds) |
+//! | `locks` | (repository id, lock id) | JSON `{"path","owner","locked_at","scope"?}` (unix seconds; `scope`: the repository pattern of the token that created it, if it had one) |
 //! | `lock_paths` | (repository id, path) | lock id |
 //! | `lock_counts` | repository id | number of its locks |
+//! | `lock_scope_counts` | token scope (a repository pattern, `team-b/*`) | number of locks its tokens created |
 //! | `meta` | `"schema"`, `"next_id"`, `"total"` | schema version, the next lock id, all locks |
 //!
 //! Lock ids are one sequence for the whole server (1, 2, …, never reused), so a repository's
@@ -16,9 +17,20 @@
 //! transactions one at a time, so two clients racing for a path cannot both win. Every
 //! commit is durable when it returns.
 //!
-//! Sizes are bounded: at most [`LockLimits::per_repo`] locks per repository and
-//! [`LockLimits::total`] in all; paths and owner names are bounded by the HTTP layer
-//! (`super::MAX_PATH`, [`crate::server::auth::MAX_USER_NAME`]).
+//! Sizes are bounded: at most [`LockLimits::per_repo`] locks per repository,
+//! [`LockLimits::per_scope`] per token scope and [`LockLimits::total`] in all; paths and owner
+//! names are bounded by the HTTP layer (`super::MAX_PATH`,
+//! [`crate::server::auth::MAX_USER_NAME`]). The three counts live in tables of their own
+//! (`lock_counts`, `lock_scope_counts`, `meta["total"]`) and change in the write transaction
+//! that adds or removes the lock, so checking a limit reads three numbers, never the locks, and
+//! no two writers can both take the last place.
+//!
+//! **Scopes.** A lock created with a token limited to a repository pattern
+//! ([`crate::server::auth::RepoPattern`]) is charged to that pattern (`team-b/*`) and records
+//! it, so removing it gives the place back to the same pattern whoever removes it (`--force`
+//! from another token included). Every token with the same pattern shares one budget; locks of
+//! server-wide tokens are charged to no scope. Schema 1 (before scopes) is upgraded in place:
+//! its locks are charged to no scope.
 
 use std::path::{Path, PathBuf};
 
@@ -28,17 +40,25 @@ use serde::{Deserialize, Serialize};
 const LOCKS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("locks");
 const PATHS: TableDefinition<(&str, &str), u64> = TableDefinition::new("lock_paths");
 const COUNTS: TableDefinition<&str, u64> = TableDefinition::new("lock_counts");
+const SCOPE_COUNTS: TableDefinition<&str, u64> = TableDefinition::new("lock_scope_counts");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// The layout this code reads and writes (`meta["schema"]`).
-const SCHEMA: u64 = 1;
+/// The layout this code reads and writes (`meta["schema"]`): 2 added `lock_scope_counts` and
+/// the lock's `scope`. A database of schema 1 is upgraded when opened; an older git-xet refuses
+/// schema 2 (it would not give scopes their places back).
+const SCHEMA: u64 = 2;
 
-/// How many locks the server keeps.
+/// How many locks the server keeps. The defaults let one token scope hold a tenth of the total,
+/// so filling the server takes ten scopes, while one repository may still use a whole scope's
+/// budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockLimits {
     /// Locks of one repository at most. Default 10 000.
     pub per_repo: u64,
-    /// Locks of all repositories together at most. Default 100 000.
+    /// Locks created by the tokens of one repository pattern (`team-b/*`), in all its
+    /// repositories together, at most. Default 10 000.
+    pub per_scope: u64,
+    /// Locks of all repositories together at most: the last resort. Default 100 000.
     pub total: u64,
 }
 
@@ -46,6 +66,7 @@ impl Default for LockLimits {
     fn default() -> Self {
         Self {
             per_repo: 10_000,
+            per_scope: 10_000,
             total: 100_000,
         }
     }
@@ -61,6 +82,8 @@ pub struct Lock {
     pub owner: String,
     /// Unix seconds.
     pub locked_at: u64,
+    /// The token scope (repository pattern) it is charged to, if any.
+    pub scope: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -68,6 +91,9 @@ struct Stored {
     path: String,
     owner: String,
     locked_at: u64,
+    /// The token scope the lock is charged to (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scope: Option<String>,
 }
 
 /// What [`LockDb::create`] did.
@@ -79,6 +105,8 @@ pub enum Created {
     Exists(Lock),
     /// The repository has [`LockLimits::per_repo`] locks; nothing was written.
     RepoFull { limit: u64 },
+    /// The token scope has [`LockLimits::per_scope`] locks; nothing was written.
+    ScopeFull { scope: String, limit: u64 },
     /// The server has [`LockLimits::total`] locks; nothing was written.
     ServerFull { limit: u64 },
 }
@@ -169,13 +197,16 @@ impl LockDb {
             txn.open_table(LOCKS).map_err(|e| open_err(e.into()))?;
             txn.open_table(PATHS).map_err(|e| open_err(e.into()))?;
             txn.open_table(COUNTS).map_err(|e| open_err(e.into()))?;
+            txn.open_table(SCOPE_COUNTS)
+                .map_err(|e| open_err(e.into()))?;
             let mut meta = txn.open_table(META).map_err(|e| open_err(e.into()))?;
             let schema = meta
                 .get("schema")
                 .map_err(|e| open_err(e.into()))?
                 .map(|v| v.value());
             match schema {
-                None => {
+                // New, or schema 1: its locks have no scope, and the scope table is there now.
+                None | Some(1) => {
                     meta.insert("schema", SCHEMA)
                         .map_err(|e| open_err(e.into()))?;
                 }
@@ -221,15 +252,19 @@ impl LockDb {
             path: s.path,
             owner: s.owner,
             locked_at: s.locked_at,
+            scope: s.scope,
         })
     }
 
-    /// Locks `path` of `repo` for `owner`, unless it is locked already or a limit is reached.
+    /// Locks `path` of `repo` for `owner`, charged to the token scope `scope` (a repository
+    /// pattern; `None` for a server-wide token), unless it is locked already or a limit is
+    /// reached: the repository's, then the scope's, then the total.
     pub fn create(
         &self,
         repo: &str,
         path: &str,
         owner: &str,
+        scope: Option<&str>,
         now: u64,
     ) -> Result<Created, LockDbError> {
         let txn = self.db.begin_write().map_err(|e| self.err(e))?;
@@ -237,6 +272,7 @@ impl LockDb {
             let mut locks = txn.open_table(LOCKS).map_err(|e| self.err(e))?;
             let mut paths = txn.open_table(PATHS).map_err(|e| self.err(e))?;
             let mut counts = txn.open_table(COUNTS).map_err(|e| self.err(e))?;
+            let mut scope_counts = txn.open_table(SCOPE_COUNTS).map_err(|e| self.err(e))?;
             let mut meta = txn.open_table(META).map_err(|e| self.err(e))?;
             let existing = paths
                 .get((repo, path))
@@ -246,6 +282,13 @@ impl LockDb {
                 .get(repo)
                 .map_err(|e| self.err(e))?
                 .map_or(0, |v| v.value());
+            let scope_count = match scope {
+                Some(s) => scope_counts
+                    .get(s)
+                    .map_err(|e| self.err(e))?
+                    .map_or(0, |v| v.value()),
+                None => 0,
+            };
             let total = meta
                 .get("total")
                 .map_err(|e| self.err(e))?
@@ -255,6 +298,11 @@ impl LockDb {
             } else if count >= self.limits.per_repo {
                 Created::RepoFull {
                     limit: self.limits.per_repo,
+                }
+            } else if let Some(s) = scope.filter(|_| scope_count >= self.limits.per_scope) {
+                Created::ScopeFull {
+                    scope: s.to_string(),
+                    limit: self.limits.per_scope,
                 }
             } else if total >= self.limits.total {
                 Created::ServerFull {
@@ -269,6 +317,7 @@ impl LockDb {
                     path: path.to_string(),
                     owner: owner.to_string(),
                     locked_at: now,
+                    scope: scope.map(str::to_string),
                 };
                 // Serialising strings and an integer cannot fail.
                 let bytes = serde_json::to_vec(&stored).unwrap_or_default();
@@ -277,6 +326,11 @@ impl LockDb {
                     .map_err(|e| self.err(e))?;
                 paths.insert((repo, path), id).map_err(|e| self.err(e))?;
                 counts.insert(repo, count + 1).map_err(|e| self.err(e))?;
+                if let Some(s) = scope {
+                    scope_counts
+                        .insert(s, scope_count + 1)
+                        .map_err(|e| self.err(e))?;
+                }
                 meta.insert("total", total + 1).map_err(|e| self.err(e))?;
                 meta.insert("next_id", id + 1).map_err(|e| self.err(e))?;
                 Created::New(Lock {
@@ -284,6 +338,7 @@ impl LockDb {
                     path: stored.path,
                     owner: stored.owner,
                     locked_at: now,
+                    scope: stored.scope,
                 })
             }
         };
@@ -384,6 +439,7 @@ impl LockDb {
             let mut locks = txn.open_table(LOCKS).map_err(|e| self.err(e))?;
             let mut paths = txn.open_table(PATHS).map_err(|e| self.err(e))?;
             let mut counts = txn.open_table(COUNTS).map_err(|e| self.err(e))?;
+            let mut scope_counts = txn.open_table(SCOPE_COUNTS).map_err(|e| self.err(e))?;
             let mut meta = txn.open_table(META).map_err(|e| self.err(e))?;
             let bytes = locks
                 .get((repo, id))
@@ -408,6 +464,17 @@ impl LockDb {
                             counts.remove(repo).map_err(|e| self.err(e))?;
                         } else {
                             counts.insert(repo, count - 1).map_err(|e| self.err(e))?;
+                        }
+                        if let Some(s) = lock.scope.as_deref() {
+                            let n = scope_counts
+                                .get(s)
+                                .map_err(|e| self.err(e))?
+                                .map_or(0, |v| v.value());
+                            if n <= 1 {
+                                scope_counts.remove(s).map_err(|e| self.err(e))?;
+                            } else {
+                                scope_counts.insert(s, n - 1).map_err(|e| self.err(e))?;
+                            }
                         }
                         let total = meta
                             .get("total")
@@ -438,6 +505,17 @@ impl LockDb {
             .map_or(0, |v| v.value());
         Ok(n)
     }
+
+    /// The number of locks charged to the token scope `scope` (a repository pattern).
+    pub fn scope_count(&self, scope: &str) -> Result<u64, LockDbError> {
+        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let counts = txn.open_table(SCOPE_COUNTS).map_err(|e| self.err(e))?;
+        let n = counts
+            .get(scope)
+            .map_err(|e| self.err(e))?
+            .map_or(0, |v| v.value());
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -459,14 +537,14 @@ mod tests {
     fn one_lock_per_path_and_repositories_apart() {
         let dir = tempfile::tempdir().unwrap();
         let db = db(&dir, LockLimits::default());
-        let a = new(db.create("team/a", "x.bin", "alice", 100).unwrap());
+        let a = new(db.create("team/a", "x.bin", "alice", None, 100).unwrap());
         assert_eq!((a.id, a.owner.as_str(), a.locked_at), (1, "alice", 100));
         assert_eq!(
-            db.create("team/a", "x.bin", "bob", 101).unwrap(),
+            db.create("team/a", "x.bin", "bob", None, 101).unwrap(),
             Created::Exists(a.clone())
         );
         // The same path in another repository is another lock.
-        let b = new(db.create("team/b", "x.bin", "bob", 102).unwrap());
+        let b = new(db.create("team/b", "x.bin", "bob", None, 102).unwrap());
         assert_eq!(b.id, 2);
         assert_eq!(db.get("team/b", a.id).unwrap(), None);
         assert_eq!(db.by_path("team/a", "x.bin").unwrap(), Some(a.clone()));
@@ -486,7 +564,10 @@ mod tests {
         );
         assert_eq!(db.by_path("team/a", "x.bin").unwrap(), None);
         assert_eq!(db.count("team/a").unwrap(), 0);
-        assert_eq!(new(db.create("team/a", "x.bin", "bob", 103).unwrap()).id, 3);
+        assert_eq!(
+            new(db.create("team/a", "x.bin", "bob", None, 103).unwrap()).id,
+            3
+        );
     }
 
     #[test]
@@ -495,9 +576,9 @@ mod tests {
         {
             let db = db(&dir, LockLimits::default());
             for i in 0..5 {
-                new(db.create("r", &format!("f{i}"), "u", i).unwrap());
+                new(db.create("r", &format!("f{i}"), "u", None, i).unwrap());
             }
-            new(db.create("other", "f", "u", 9).unwrap());
+            new(db.create("other", "f", "u", None, 9).unwrap());
         }
         let db = db(&dir, LockLimits::default());
         let (p1, next) = db.page("r", None, 2).unwrap();
@@ -511,7 +592,7 @@ mod tests {
         assert_eq!(db.page("nothing", None, 10).unwrap(), (vec![], None));
         // Exactly a page: no next cursor.
         assert_eq!(db.page("r", None, 5).unwrap().1, None);
-        assert_eq!(new(db.create("r", "g", "u", 10).unwrap()).id, 7);
+        assert_eq!(new(db.create("r", "g", "u", None, 10).unwrap()).id, 7);
     }
 
     #[test]
@@ -521,23 +602,24 @@ mod tests {
             &dir,
             LockLimits {
                 per_repo: 2,
+                per_scope: 100,
                 total: 3,
             },
         );
-        new(db.create("a", "1", "u", 0).unwrap());
-        new(db.create("a", "2", "u", 0).unwrap());
+        new(db.create("a", "1", "u", None, 0).unwrap());
+        new(db.create("a", "2", "u", None, 0).unwrap());
         assert_eq!(
-            db.create("a", "3", "u", 0).unwrap(),
+            db.create("a", "3", "u", None, 0).unwrap(),
             Created::RepoFull { limit: 2 }
         );
         // An existing lock is still reported as such when the repository is full.
         assert!(matches!(
-            db.create("a", "1", "v", 0).unwrap(),
+            db.create("a", "1", "v", None, 0).unwrap(),
             Created::Exists(_)
         ));
-        new(db.create("b", "1", "u", 0).unwrap());
+        new(db.create("b", "1", "u", None, 0).unwrap());
         assert_eq!(
-            db.create("c", "1", "u", 0).unwrap(),
+            db.create("c", "1", "u", None, 0).unwrap(),
             Created::ServerFull { limit: 3 }
         );
         // Unlocking makes room.
@@ -545,7 +627,119 @@ mod tests {
             db.remove("a", 1, |_| true).unwrap(),
             Removed::Done(_)
         ));
-        new(db.create("c", "1", "u", 0).unwrap());
+        new(db.create("c", "1", "u", None, 0).unwrap());
+    }
+
+    #[test]
+    fn limits_per_scope_leave_other_scopes_and_repositories_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db(
+            &dir,
+            LockLimits {
+                per_repo: 10,
+                per_scope: 3,
+                total: 6,
+            },
+        );
+        let b = Some("team-b/*");
+        // Team b spreads its locks over several repositories: the scope counts them all.
+        new(db.create("team-b/r0", "1", "u", b, 0).unwrap());
+        new(db.create("team-b/r1", "1", "u", b, 0).unwrap());
+        new(db.create("team-b/r2", "1", "u", b, 0).unwrap());
+        assert_eq!(
+            db.create("team-b/r3", "1", "u", b, 0).unwrap(),
+            Created::ScopeFull {
+                scope: "team-b/*".into(),
+                limit: 3
+            }
+        );
+        assert_eq!(db.scope_count("team-b/*").unwrap(), 3);
+        // An existing lock is still reported as such when the scope is full.
+        assert!(matches!(
+            db.create("team-b/r0", "1", "u", b, 0).unwrap(),
+            Created::Exists(_)
+        ));
+        // Another scope, and a server-wide token, still lock, in team b's repositories too.
+        new(db
+            .create("team-a/r0", "1", "u", Some("team-a/*"), 0)
+            .unwrap());
+        new(db
+            .create("team-b/r0", "2", "u", Some("team-b/r0"), 0)
+            .unwrap());
+        let wide = new(db.create("team-b/r3", "1", "u", None, 0).unwrap());
+        assert_eq!(wide.scope, None);
+        assert_eq!(db.scope_count("team-a/*").unwrap(), 1);
+        assert_eq!(db.scope_count("team-b/*").unwrap(), 3);
+        // Removing a lock (by anyone) gives the place back to the scope that was charged.
+        let (page, _) = db.page("team-b/r1", None, 10).unwrap();
+        assert_eq!(page[0].scope.as_deref(), Some("team-b/*"));
+        assert!(matches!(
+            db.remove("team-b/r1", page[0].id, |_| true).unwrap(),
+            Removed::Done(_)
+        ));
+        assert_eq!(db.scope_count("team-b/*").unwrap(), 2);
+        assert!(matches!(
+            db.remove("team-b/r3", wide.id, |_| true).unwrap(),
+            Removed::Done(_)
+        ));
+        assert_eq!(db.scope_count("team-b/*").unwrap(), 2);
+        new(db.create("team-b/r3", "1", "u", b, 0).unwrap());
+        // The total is the last resort: 5 locks now, one more fits, then none whatever the
+        // scope.
+        new(db.create("c/r", "1", "u", Some("c/*"), 0).unwrap());
+        assert_eq!(
+            db.create("d/r", "1", "u", Some("d/*"), 0).unwrap(),
+            Created::ServerFull { limit: 6 }
+        );
+        assert_eq!(db.scope_count("d/*").unwrap(), 0);
+        // Counts survive reopening.
+        drop(db);
+        let db = self::db(&dir, LockLimits::default());
+        assert_eq!(db.scope_count("team-b/*").unwrap(), 3);
+        assert_eq!(db.scope_count("team-a/*").unwrap(), 1);
+    }
+
+    #[test]
+    fn schema_1_is_upgraded_and_its_locks_are_charged_to_no_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("locks.redb");
+        // A database as schema 1 wrote it: no scope table, locks without a scope.
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut locks = txn.open_table(LOCKS).unwrap();
+                let old = br#"{"path":"a.bin","owner":"alice","locked_at":5}"#;
+                locks.insert(("team/r", 1), old.as_slice()).unwrap();
+                txn.open_table(PATHS)
+                    .unwrap()
+                    .insert(("team/r", "a.bin"), 1)
+                    .unwrap();
+                txn.open_table(COUNTS).unwrap().insert("team/r", 1).unwrap();
+                let mut meta = txn.open_table(META).unwrap();
+                meta.insert("schema", 1).unwrap();
+                meta.insert("total", 1).unwrap();
+                meta.insert("next_id", 2).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let db = db(&dir, LockLimits::default());
+        let old = db.get("team/r", 1).unwrap().unwrap();
+        assert_eq!((old.owner.as_str(), old.scope), ("alice", None));
+        new(db
+            .create("team/r", "b.bin", "bob", Some("team/*"), 6)
+            .unwrap());
+        assert_eq!(db.scope_count("team/*").unwrap(), 1);
+        assert!(matches!(
+            db.remove("team/r", 1, |_| true).unwrap(),
+            Removed::Done(_)
+        ));
+        assert_eq!(db.scope_count("team/*").unwrap(), 1);
+        drop(db);
+        let raw = Database::create(&path).unwrap();
+        let txn = raw.begin_read().unwrap();
+        let schema = txn.open_table(META).unwrap().get("schema").unwrap();
+        assert_eq!(schema.map(|v| v.value()), Some(SCHEMA));
     }
 
     #[test]

@@ -12,9 +12,14 @@
 //! saying so; pushes and clones do not depend on it (git-lfs only warns when it cannot verify
 //! locks before a push, unless `lfs.<url>.locksverify` is `true`).
 //!
-//! The credential is forwarded to the owner: it is another node of the same deployment, which
-//! the operator configured with the same secrets. A request already forwarded once is not
-//! forwarded again (a misconfigured loop is refused with 508).
+//! The credential is forwarded to the owner as it came: the client's `Authorization` header,
+//! its token in it, goes to the owner unchanged, since the owner is another node of the same
+//! deployment, configured with the same secrets, and decides who the user is. Over plain
+//! `http` anyone on the network between the nodes could read those tokens, so an owner URL of
+//! `http` to a host other than this machine's loopback (`localhost`, `127.0.0.0/8`, `::1`) is
+//! refused at startup ([`LockOwnerError::PlainHttp`]) unless the operator allows it explicitly
+//! (`--lock-owner-insecure-http`, for a network they trust). A request already forwarded once
+//! is not forwarded again (a misconfigured loop is refused with 508).
 
 use std::time::Duration;
 use xet_client::wire::ErrorCode;
@@ -36,6 +41,56 @@ pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer taken from the owner (a page of 1000 locks is about 200 KB).
 const MAX_ANSWER: usize = 4 << 20;
 
+/// Why the URL of the node that owns locks cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LockOwnerError {
+    #[error("{url:?} is not an http(s) URL of the node that owns locks")]
+    NotHttp { url: String },
+    #[error(
+        "{url} is plain http to {host}, which is not this machine: every locking request \
+         forwarded there would carry the client's token (its Authorization header) unencrypted; \
+         give the owner's https:// URL, or, if the network between the nodes is private and \
+         trusted, add --lock-owner-insecure-http"
+    )]
+    PlainHttp { url: String, host: String },
+    #[error("cannot build the HTTP client for {url}: {detail}")]
+    Client { url: String, detail: String },
+}
+
+/// Whether `host` (of a parsed URL) is this machine's loopback: `localhost`, `127.0.0.0/8` or
+/// `::1`.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    // An IPv6 host is written in brackets.
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// Checks an owner URL (trimmed, without a trailing `/`): http or https with a host, and plain
+/// http only to the loopback unless `insecure_http` allows it.
+pub(crate) fn check_owner_url(url: &str, insecure_http: bool) -> Result<(), LockOwnerError> {
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => u,
+        _ => {
+            return Err(LockOwnerError::NotHttp {
+                url: url.to_string(),
+            })
+        }
+    };
+    if parsed.scheme() == "http" && !insecure_http && !is_loopback(&parsed) {
+        return Err(LockOwnerError::PlainHttp {
+            url: url.to_string(),
+            host: parsed.host_str().unwrap_or_default().to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The node that owns locks, and the client that reaches it.
 #[derive(Debug, Clone)]
 pub struct LockOwner {
@@ -44,23 +99,21 @@ pub struct LockOwner {
 }
 
 impl LockOwner {
-    /// The owner at `url` (`http(s)://host[:port]`, the node's public URL).
-    pub fn new(url: &str) -> Result<Self, String> {
+    /// The owner at `url` (`http(s)://host[:port]`, the node's public URL); plain `http` only
+    /// to this machine's loopback, or anywhere with `insecure_http` (see the module
+    /// documentation).
+    pub fn new(url: &str, insecure_http: bool) -> Result<Self, LockOwnerError> {
         let url = url.trim().trim_end_matches('/').to_string();
-        match reqwest::Url::parse(&url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
-            _ => {
-                return Err(format!(
-                    "{url:?} is not an http(s) URL of the node that owns locks"
-                ))
-            }
-        }
+        check_owner_url(&url, insecure_http)?;
         let client = reqwest::Client::builder()
             .timeout(FORWARD_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(|e| LockOwnerError::Client {
+                url: url.clone(),
+                detail: e.to_string(),
+            })?;
         Ok(Self { url, client })
     }
 
@@ -168,4 +221,61 @@ async fn read_answer(
         bytes.extend_from_slice(&piece);
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_owners_only_on_the_loopback_unless_allowed() {
+        for ok in [
+            "https://locks.example.org",
+            "https://10.0.0.5:8443",
+            "http://127.0.0.1:8080",
+            "http://127.3.4.5",
+            "http://[::1]:8080",
+            "http://localhost:8080",
+            "http://LOCALHOST.",
+        ] {
+            assert!(check_owner_url(ok, false).is_ok(), "{ok}");
+        }
+        for plain in [
+            "http://10.0.0.5:8080",
+            "http://locks.example.org",
+            "http://[2001:db8::1]",
+            "http://localhost.example.org",
+            "http://0.0.0.0:8080",
+        ] {
+            let e = check_owner_url(plain, false).unwrap_err();
+            assert!(
+                matches!(e, LockOwnerError::PlainHttp { .. }),
+                "{plain}: {e}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains(plain)
+                    && text.contains("https://")
+                    && text.contains("--lock-owner-insecure-http"),
+                "{text}"
+            );
+            // The operator may allow it.
+            assert!(check_owner_url(plain, true).is_ok(), "{plain}");
+        }
+        for bad in ["ftp://x", "locks.example.org", "http://", ""] {
+            assert!(
+                matches!(
+                    check_owner_url(bad, true),
+                    Err(LockOwnerError::NotHttp { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            LockOwner::new("http://10.0.0.5:8080/", false),
+            Err(LockOwnerError::PlainHttp { .. })
+        ));
+        let owner = LockOwner::new(" http://10.0.0.5:8080/ ", true).unwrap();
+        assert_eq!(owner.url(), "http://10.0.0.5:8080");
+    }
 }
