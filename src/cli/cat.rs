@@ -1,13 +1,14 @@
 //! `git xet cat [--ref REF] [--range START-END] PATH`: the bytes of one file at a ref, or a byte
 //! range of it, on stdout, read as `git xet mount` reads them ([`crate::mount::view`]): an LFS
 //! file from the local LFS store if it is there, else only the chunks the range needs from the
-//! remote, every chunk checked.
+//! remote, every chunk checked. A path git would not check out (`.git/config`, `a/../b`, …) is
+//! refused with the reason ([`crate::git::checkout`]).
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdResult;
-use crate::git::Git;
+use crate::git::{checkout, Git};
 use crate::mount::view::{Node, View};
 
 #[derive(Debug, clap::Args)]
@@ -35,6 +36,14 @@ pub(crate) struct CatArgs {
     pub path: String,
 }
 
+/// Why `path` cannot be read at `rev`: git would not check it out.
+fn refused(path: &str, rev: &str, refusal: &checkout::Refusal) -> String {
+    format!(
+        "{path:?} at {rev} is not read: git does not check it out ({refusal}); `git xet cat` \
+         and `git xet mount` read only what a checkout writes"
+    )
+}
+
 /// Bytes read and written at a time.
 const PIECE: u64 = 8 << 20;
 
@@ -58,9 +67,15 @@ pub fn run(args: &CatArgs) -> CmdResult {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let git = Git::in_dir(&cwd);
-    let view = View::open(&git, &args.rev, args.remote.as_deref())?;
     let path = args.path.trim_start_matches("./").trim_matches('/');
+    if let Err(refusal) = checkout::check_path(path) {
+        return Err(refused(path, &args.rev, &refusal).into());
+    }
+    let view = View::open(&git, &args.rev, args.remote.as_deref())?;
     let Some(id) = view.lookup(path) else {
+        if let Some(left) = view.left_out(path) {
+            return Err(refused(&left.path, &args.rev, &left.refusal).into());
+        }
         return Err(format!(
             "{path:?} is not in {} (paths start at the repository's root)",
             args.rev

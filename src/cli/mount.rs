@@ -21,6 +21,9 @@ in ranges from the remote's server: a read fetches only the chunks it needs (eve
 checked), a sequential reader gets the next spans fetched ahead, and the download chunk cache \
 keeps what was fetched. A read that fails answers EIO (logged with the file and offset: \
 GIT_XET_LOG); the mount stays up.\n\n\
+The tree is shown as `git checkout` would write it: an entry git refuses to check out (`.git` \
+in any spelling a filesystem reads as it, `.` and `..`, a symbolic link named `.gitmodules`) is \
+left out with everything under it, and logged once.\n\n\
 Needs FUSE: /dev/fuse and fusermount3 (Debian and Ubuntu: apt-get install fuse3).\n\n\
 Examples:\n  git xet mount /mnt/models\n  git xet mount v1.0 /tmp/v1 &\n  git xet mount --unmount /tmp/v1"
 )]

@@ -9,7 +9,9 @@
 //! Objects are the exception: [`objects`] reads trees and blobs in-process with `git2` (listing
 //! the LFS pointers of a tree is one read per blob, too many for a process each), and
 //! [`history`] finds the earlier versions of LFS files in recent commits the same way.
+//! [`checkout`] holds the rule of which tree entries `git checkout` writes.
 
+pub mod checkout;
 pub mod history;
 pub mod objects;
 

@@ -12,12 +12,17 @@
 //! ordinary file and skipped. Blob sizes come from the object header, so a large file's content
 //! is never read. Symbolic links and submodules are skipped. The same blob under several paths
 //! is read once.
+//!
+//! [`tree_entries`] walks a tree the same way for `git xet mount` and `git xet cat`, and keeps
+//! only what `git checkout` would write ([`super::checkout`]): an entry git refuses (`.git`,
+//! `..`, …) is left out with everything under it, and listed as such.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use git2::{ErrorCode, ObjectType, Oid, Repository, Tree};
 
+use super::checkout::{self, Refusal};
 use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
 
 /// A file of a tree whose blob is a Git LFS pointer.
@@ -102,17 +107,41 @@ pub(crate) enum EntryKind {
     },
 }
 
-/// One entry of a tree, with its path from the tree's root (`/`-separated, lossy UTF-8).
+/// One entry of a tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TreeEntry {
+    /// The path from the tree's root, `/`-separated, for messages: a name that is not UTF-8 is
+    /// shown with replacement characters.
     pub path: String,
+    /// The entry's own name, as the tree holds it.
+    pub name: Vec<u8>,
+    /// The index (in [`CheckoutTree::entries`]) of the directory holding it; `None`: the root.
+    pub parent: Option<usize>,
     pub kind: EntryKind,
 }
 
-/// Every entry of the tree `rev` names, recursively, directories before what they hold (git's
-/// order within a directory). Submodules are left out. Large blobs are never read: sizes come
-/// from object headers.
-pub(crate) fn tree_entries(repo: &Repository, rev: &str) -> Result<Vec<TreeEntry>, ObjectsError> {
+/// An entry `git checkout` would not write, left out of a [`CheckoutTree`] with everything
+/// under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeftOut {
+    /// As [`TreeEntry::path`].
+    pub path: String,
+    pub refusal: Refusal,
+}
+
+/// A tree as `git checkout` would write it ([`tree_entries`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CheckoutTree {
+    /// Directories before what they hold, git's order within a directory.
+    pub entries: Vec<TreeEntry>,
+    /// What git refuses to write, in the same order.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// Every entry of the tree `rev` names that `git checkout` would write, recursively, and what
+/// it would not ([`checkout::check`]). Submodules are left out (unlisted). Large blobs are
+/// never read: sizes come from object headers.
+pub(crate) fn tree_entries(repo: &Repository, rev: &str) -> Result<CheckoutTree, ObjectsError> {
     let tree = repo
         .revparse_single(rev)
         .and_then(|o| o.peel_to_tree())
@@ -126,8 +155,8 @@ pub(crate) fn tree_entries(repo: &Repository, rev: &str) -> Result<Vec<TreeEntry
         seen: HashMap::new(),
         out: Vec::new(),
     };
-    let mut out = Vec::new();
-    walk.entries(&tree, "", &mut out)?;
+    let mut out = CheckoutTree::default();
+    walk.entries(&tree, None, &mut Vec::new(), &mut out)?;
     Ok(out)
 }
 
@@ -186,51 +215,67 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// The entries of `tree`, the directory at index `parent` of `out` (`None`: the root),
+    /// whose names from the root are `dirs`.
     fn entries(
         &mut self,
         tree: &Tree<'_>,
-        prefix: &str,
-        out: &mut Vec<TreeEntry>,
+        parent: Option<usize>,
+        dirs: &mut Vec<Vec<u8>>,
+        out: &mut CheckoutTree,
     ) -> Result<(), ObjectsError> {
         for entry in tree.iter() {
-            let name = String::from_utf8_lossy(entry.name_bytes());
-            let path = if prefix.is_empty() {
-                name.into_owned()
-            } else {
-                format!("{prefix}/{name}")
+            let name = entry.name_bytes();
+            let path = match parent.and_then(|p| out.entries.get(p)) {
+                Some(dir) => format!("{}/{}", dir.path, String::from_utf8_lossy(name)),
+                None => String::from_utf8_lossy(name).into_owned(),
             };
             let read = |source| ObjectsError::Read {
                 oid: entry.id(),
                 source,
             };
-            match entry.kind() {
-                Some(ObjectType::Tree) => {
-                    let sub = self.repo.find_tree(entry.id()).map_err(read)?;
-                    out.push(TreeEntry {
-                        path: path.clone(),
-                        kind: EntryKind::Dir,
-                    });
-                    self.entries(&sub, &path, out)?;
-                }
-                Some(ObjectType::Blob) if entry.filemode() == 0o120000 => out.push(TreeEntry {
-                    path,
-                    kind: EntryKind::Symlink { blob: entry.id() },
-                }),
-                Some(ObjectType::Blob) => {
-                    let (size, _) = self.odb.read_header(entry.id()).map_err(read)?;
-                    let pointer = self.pointer(entry.id())?;
-                    out.push(TreeEntry {
-                        path,
-                        kind: EntryKind::File {
-                            blob: entry.id(),
-                            size: size as u64,
-                            executable: entry.filemode() == 0o100755,
-                            pointer,
-                        },
-                    });
-                }
+            let link = match entry.kind() {
+                Some(ObjectType::Tree) => false,
+                Some(ObjectType::Blob) => entry.filemode() == 0o120000,
                 // Submodules (commits).
-                _ => {}
+                _ => continue,
+            };
+            let names: Vec<&[u8]> = dirs
+                .iter()
+                .map(Vec::as_slice)
+                .chain(std::iter::once(name))
+                .collect();
+            if let Err(refusal) = checkout::check(&names, link) {
+                out.left_out.push(LeftOut { path, refusal });
+                continue;
+            }
+            let kind = match entry.kind() {
+                Some(ObjectType::Tree) => EntryKind::Dir,
+                _ if link => EntryKind::Symlink { blob: entry.id() },
+                _ => {
+                    let (size, _) = self.odb.read_header(entry.id()).map_err(read)?;
+                    EntryKind::File {
+                        blob: entry.id(),
+                        size: size as u64,
+                        executable: entry.filemode() == 0o100755,
+                        pointer: self.pointer(entry.id())?,
+                    }
+                }
+            };
+            let index = out.entries.len();
+            let is_dir = kind == EntryKind::Dir;
+            out.entries.push(TreeEntry {
+                path,
+                name: name.to_vec(),
+                parent,
+                kind,
+            });
+            if is_dir {
+                let sub = self.repo.find_tree(entry.id()).map_err(read)?;
+                dirs.push(name.to_vec());
+                let walked = self.entries(&sub, Some(index), dirs, out);
+                dirs.pop();
+                walked?;
             }
         }
         Ok(())
@@ -273,6 +318,87 @@ mod tests {
             "c",
         ])
         .unwrap();
+    }
+
+    /// A tree object of `entries` (mode, name, id) as given, whatever git would say of it.
+    fn raw_tree(repo: &Repository, entries: &[(&str, &[u8], Oid)]) -> Oid {
+        let mut bytes = Vec::new();
+        for (mode, name, id) in entries {
+            bytes.extend_from_slice(mode.as_bytes());
+            bytes.push(b' ');
+            bytes.extend_from_slice(name);
+            bytes.push(0);
+            bytes.extend_from_slice(id.as_bytes());
+        }
+        repo.odb().unwrap().write(ObjectType::Tree, &bytes).unwrap()
+    }
+
+    #[test]
+    fn tree_entries_leave_out_what_checkout_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        Git::in_dir(dir.path()).run(&["init", "-q"]).unwrap();
+        let repo = open(Some(dir.path())).unwrap();
+        let blob = repo.blob(b"x").unwrap();
+        let target = repo.blob(b"ok.txt").unwrap();
+        let inner = raw_tree(&repo, &[("100644", b"deep.txt", blob)]);
+        let sub = raw_tree(
+            &repo,
+            &[
+                ("100644", b".git", blob),
+                ("40000", b"d", inner),
+                ("100644", b"ok.txt", blob),
+            ],
+        );
+        let root = raw_tree(
+            &repo,
+            &[
+                ("40000", b".GIT", sub),
+                ("100644", b"..", blob),
+                ("120000", b".gitmodules", target),
+                ("120000", b"link", target),
+                ("40000", b"sub", sub),
+                ("100755", b"\xffname", blob),
+            ],
+        );
+        let tree = tree_entries(&repo, &root.to_string()).unwrap();
+        let got: Vec<(&str, &[u8], Option<usize>)> = tree
+            .entries
+            .iter()
+            .map(|e| (e.path.as_str(), e.name.as_slice(), e.parent))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("link", &b"link"[..], None),
+                ("sub", b"sub", None),
+                ("sub/d", b"d", Some(1)),
+                ("sub/d/deep.txt", b"deep.txt", Some(2)),
+                ("sub/ok.txt", b"ok.txt", Some(1)),
+                ("\u{fffd}name", b"\xffname", None),
+            ]
+        );
+        assert_eq!(tree.entries[0].kind, EntryKind::Symlink { blob: target });
+        assert!(matches!(
+            tree.entries[5].kind,
+            EntryKind::File {
+                executable: true,
+                ..
+            }
+        ));
+        let left: Vec<(&str, Refusal)> = tree
+            .left_out
+            .iter()
+            .map(|l| (l.path.as_str(), l.refusal))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                (".GIT", Refusal::DotGit),
+                ("..", Refusal::Dot),
+                (".gitmodules", Refusal::GitmodulesLink),
+                ("sub/.git", Refusal::DotGit),
+            ]
+        );
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! Inode `n + 1` is node `n` of the view (the root is inode 1). Every file and directory is
 //! read-only (`EROFS` for writes); sizes are the real sizes of LFS files, known from their
-//! pointers, so `ls -l` downloads nothing.
+//! pointers, so `ls -l` downloads nothing. The names are the view's, what `git checkout` would
+//! write: a lookup of a name git refuses (`.git`, …) answers `ENOENT` before the tree is looked
+//! at.
 //!
 //! Reads of an LFS file read from the remote go through [`RangedFile`]: a read that misses
 //! what is in memory fetches the whole chunks it covers and no more. A handle that goes on
@@ -19,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -29,6 +32,7 @@ use fuser::{
 };
 
 use super::view::{Node, Opened, View};
+use crate::git::checkout;
 use xet_client::pipeline::ranged::RangedFile;
 
 /// Bytes a sequential reader's miss fetches at once.
@@ -279,14 +283,18 @@ impl Filesystem for XetFs {
         Ok(())
     }
 
+    /// A name git would not check out is not there, whatever the tree holds.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let Some((_, Node::Dir { children })) = self.node(parent) else {
+        let Some((dir, Node::Dir { .. })) = self.node(parent) else {
             return reply.error(Errno::ENOENT);
         };
-        let name = name.to_string_lossy();
-        match children.iter().find(|(n, _)| *n == name) {
-            Some((_, id)) => {
-                let attr = self.attr(*id, &self.view.nodes[*id]);
+        let name = name.as_bytes();
+        if checkout::check(&[name], false).is_err() {
+            return reply.error(Errno::ENOENT);
+        }
+        match self.view.child(dir, name) {
+            Some(id) => {
+                let attr = self.attr(id, &self.view.nodes[id]);
                 reply.entry(&TTL, &attr, Generation(0));
             }
             None => reply.error(Errno::ENOENT),
@@ -417,9 +425,9 @@ impl Filesystem for XetFs {
         let Some((id, Node::Dir { children })) = self.node(ino) else {
             return reply.error(Errno::ENOTDIR);
         };
-        let mut entries: Vec<(u64, FileType, &str)> = vec![
-            (id as u64 + 1, FileType::Directory, "."),
-            (id as u64 + 1, FileType::Directory, ".."),
+        let mut entries: Vec<(u64, FileType, &OsStr)> = vec![
+            (id as u64 + 1, FileType::Directory, OsStr::new(".")),
+            (id as u64 + 1, FileType::Directory, OsStr::new("..")),
         ];
         for (name, child) in children {
             let kind = match &self.view.nodes[*child] {
@@ -427,7 +435,7 @@ impl Filesystem for XetFs {
                 Node::File { .. } => FileType::RegularFile,
                 Node::Symlink { .. } => FileType::Symlink,
             };
-            entries.push((*child as u64 + 1, kind, name.as_str()));
+            entries.push((*child as u64 + 1, kind, OsStr::from_bytes(name)));
         }
         for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(ino), i as u64 + 1, kind, name) {

@@ -3,7 +3,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`view`] | the tree at a ref and the bytes of each file: git's objects for ordinary files, the local LFS store or ranged reads of the remote for LFS files |
+//! | [`view`] | the tree at a ref, as `git checkout` would write it, and the bytes of each file: git's objects for ordinary files, the local LFS store or ranged reads of the remote for LFS files |
 //! | [`fs`] | the read-only FUSE filesystem over a [`view::View`], with read-ahead |
 
 pub mod fs;

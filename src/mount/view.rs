@@ -5,6 +5,11 @@
 //! when that is there, else in ranges from the remote ([`xet_client::pipeline::ranged`]), every
 //! chunk checked. Where each LFS object is, is asked of the remote the first time a file is
 //! opened, for every LFS file of its directory at once (one batch request for many files).
+//!
+//! The tree is what `git checkout` would write ([`crate::git::checkout`]): an entry git refuses
+//! (`.git` in any spelling a filesystem reads as it, `..`, …) is not in the view, nor is
+//! anything under it, and a lookup of one finds nothing. Each is logged once, when the view is
+//! made. Names are the tree's bytes, as a checkout writes them.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,7 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::git::objects::{self, EntryKind, ObjectsError};
+use crate::git::checkout;
+use crate::git::objects::{self, EntryKind, LeftOut, ObjectsError};
 use crate::lfs::error::TransferError;
 use crate::lfs::reader::{EndpointHandle, ObjectLocation, ObjectReader};
 use xet_client::pipeline::ranged::{RangedError, RangedFile};
@@ -59,11 +65,13 @@ impl From<RangedError> for ViewError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Node {
     Dir {
-        /// Entry names and their node ids, in git's order.
-        children: Vec<(String, usize)>,
+        /// Entry names (the tree's bytes) and their node ids, in git's order.
+        children: Vec<(Vec<u8>, usize)>,
     },
     File {
         path: String,
+        /// The node id of its directory.
+        dir: usize,
         size: u64,
         executable: bool,
         content: Content,
@@ -144,33 +152,41 @@ pub(crate) struct View {
     reader: ObjectReader,
     /// Opened LFS objects, shared by every open of the same object.
     ranged: Mutex<HashMap<LfsOid, Arc<RangedFile>>>,
+    /// The entries git would not check out, left out of `nodes`.
+    left_out: Vec<LeftOut>,
 }
+
+/// Entries left out that are logged one by one when a view is made; the rest are counted.
+const LOGGED_LEFT_OUT: usize = 20;
 
 impl View {
     /// The tree `rev` names in the repository `git` is in, with objects from `remote`.
     pub fn open(git: &crate::git::Git, rev: &str, remote: Option<&str>) -> Result<Self, ViewError> {
         let repo = objects::open(git.dir())?;
-        let entries = objects::tree_entries(&repo, rev)?;
+        let tree = objects::tree_entries(&repo, rev)?;
+        for left in tree.left_out.iter().take(LOGGED_LEFT_OUT) {
+            tracing::warn!(
+                "{:?} at {rev} is left out: git does not check it out ({})",
+                left.path,
+                left.refusal
+            );
+        }
+        if let Some(more) = tree.left_out.len().checked_sub(LOGGED_LEFT_OUT) {
+            if more > 0 {
+                tracing::warn!("{more} more entries at {rev} are left out for the same reasons");
+            }
+        }
+        // Node 0 is the root, node `i + 1` entry `i`.
         let mut nodes = vec![Node::Dir {
             children: Vec::new(),
         }];
-        let mut dirs: HashMap<String, usize> = HashMap::from([(String::new(), 0)]);
-        for entry in entries {
-            let (parent, name) = match entry.path.rsplit_once('/') {
-                Some((p, n)) => (p.to_string(), n.to_string()),
-                None => (String::new(), entry.path.clone()),
-            };
-            let Some(&parent_id) = dirs.get(&parent) else {
-                continue;
-            };
+        for entry in tree.entries {
             let id = nodes.len();
+            let dir = entry.parent.map_or(0, |p| p + 1);
             let node = match entry.kind {
-                EntryKind::Dir => {
-                    dirs.insert(entry.path.clone(), id);
-                    Node::Dir {
-                        children: Vec::new(),
-                    }
-                }
+                EntryKind::Dir => Node::Dir {
+                    children: Vec::new(),
+                },
                 EntryKind::File {
                     blob,
                     size,
@@ -178,13 +194,15 @@ impl View {
                     pointer,
                 } => match pointer {
                     Some(p) => Node::File {
-                        path: entry.path.clone(),
+                        path: entry.path,
+                        dir,
                         size: p.size,
                         executable,
                         content: Content::Lfs(p),
                     },
                     None => Node::File {
-                        path: entry.path.clone(),
+                        path: entry.path,
+                        dir,
                         size,
                         executable,
                         content: Content::Blob(blob),
@@ -195,8 +213,8 @@ impl View {
                 },
             };
             nodes.push(node);
-            if let Some(Node::Dir { children }) = nodes.get_mut(parent_id) {
-                children.push((name, id));
+            if let Some(Node::Dir { children }) = nodes.get_mut(dir) {
+                children.push((entry.name, id));
             }
         }
         let reader = ObjectReader::open(git, remote)?;
@@ -205,24 +223,46 @@ impl View {
             nodes,
             reader,
             ranged: Mutex::new(HashMap::new()),
+            left_out: tree.left_out,
         })
     }
 
-    /// The node at `path` (`/`-separated, from the root; empty: the root).
+    /// The node at `path` (`/`-separated, from the root; empty: the root). A path git would
+    /// not check out names nothing ([`checkout::check_path`]).
     pub fn lookup(&self, path: &str) -> Option<usize> {
+        if checkout::check_path(path).is_err() {
+            return None;
+        }
         let mut at = 0usize;
         for part in path.split('/').filter(|p| !p.is_empty()) {
-            let Node::Dir { children } = &self.nodes[at] else {
-                return None;
-            };
-            at = children.iter().find(|(n, _)| n == part)?.1;
+            at = self.child(at, part.as_bytes())?;
         }
         Some(at)
     }
 
+    /// The node named `name` in directory node `dir`.
+    pub fn child(&self, dir: usize, name: &[u8]) -> Option<usize> {
+        let Some(Node::Dir { children }) = self.nodes.get(dir) else {
+            return None;
+        };
+        children.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+    }
+
+    /// The entry left out of the view at `path` or above it, if any.
+    pub(crate) fn left_out(&self, path: &str) -> Option<&LeftOut> {
+        let path = path.trim_matches('/');
+        self.left_out.iter().find(|l| {
+            path.strip_prefix(l.path.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+
     /// Opens file node `id` for reading.
     pub(crate) fn open_file(&self, id: usize) -> Result<Opened, ViewError> {
-        let Some(Node::File { path, content, .. }) = self.nodes.get(id) else {
+        let Some(Node::File {
+            path, dir, content, ..
+        }) = self.nodes.get(id)
+        else {
             return Err(ViewError::Local {
                 path: PathBuf::from(format!("node {id}")),
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
@@ -233,11 +273,11 @@ impl View {
                 let repo = self.repo.lock().unwrap_or_else(|p| p.into_inner());
                 Ok(Opened::Bytes(Arc::new(objects::blob_bytes(&repo, *oid)?)))
             }
-            Content::Lfs(pointer) => self.open_lfs(path, pointer),
+            Content::Lfs(pointer) => self.open_lfs(path, *dir, pointer),
         }
     }
 
-    fn open_lfs(&self, path: &str, pointer: &Pointer) -> Result<Opened, ViewError> {
+    fn open_lfs(&self, path: &str, dir: usize, pointer: &Pointer) -> Result<Opened, ViewError> {
         if let Some(local) = self.reader.local_copy(&pointer.oid, pointer.size) {
             let f = std::fs::File::open(&local).map_err(|source| ViewError::Local {
                 path: local.clone(),
@@ -245,7 +285,7 @@ impl View {
             })?;
             return Ok(Opened::Local(f));
         }
-        let located = self.reader.locate(&self.lfs_near(path, pointer))?;
+        let located = self.reader.locate(&self.lfs_near(dir, pointer))?;
         match located.get(&pointer.oid) {
             Some(ObjectLocation::Local(local)) => {
                 let f = std::fs::File::open(local).map_err(|source| ViewError::Local {
@@ -290,12 +330,11 @@ impl View {
         }
     }
 
-    /// The LFS objects of `path`'s directory (at most 100), `pointer`'s first: located
+    /// The LFS objects of directory node `dir` (at most 100), `pointer`'s first: located
     /// together, in one request.
-    fn lfs_near(&self, path: &str, pointer: &Pointer) -> Vec<(LfsOid, u64)> {
-        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    fn lfs_near(&self, dir: usize, pointer: &Pointer) -> Vec<(LfsOid, u64)> {
         let mut out = vec![(pointer.oid, pointer.size)];
-        if let Some(Node::Dir { children }) = self.lookup(dir).and_then(|id| self.nodes.get(id)) {
+        if let Some(Node::Dir { children }) = self.nodes.get(dir) {
             for (_, id) in children {
                 if out.len() >= 100 {
                     break;

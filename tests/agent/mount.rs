@@ -803,6 +803,414 @@ fn mount_errors_say_what_to_do() {
     }
 }
 
+/// What `git checkout` would not write, in one commit (`evil`, in a clone whose LFS objects were
+/// never downloaded): a `.git` directory whose `config` sets `core.fsmonitor`, the spellings
+/// NTFS and HFS+ read as `.git`, `..` and `.`, a name holding `/`, a `.git` file in a directory
+/// pointing at another repository whose `core.fsmonitor` is set too, a symbolic link named
+/// `.gitmodules`; next to what git writes: ordinary files, a name with a backslash, a symbolic
+/// link and an LFS file.
+struct Hostile {
+    env: GitEnv,
+    clone: PathBuf,
+    model: Vec<u8>,
+    text: Vec<u8>,
+    /// Written by the `core.fsmonitor` command of the tree's `.git/config`.
+    dotgit_marker: PathBuf,
+    /// Written by that of the repository `sub/.git` points at.
+    gitfile_marker: PathBuf,
+    /// The entries git refuses, as paths from the root (a name holding `/` as it reads).
+    refused: Vec<&'static str>,
+}
+
+/// `bytes` as a git object of type `kind` in `repo`, written as it is (`--literally`); its id.
+fn write_object(env: &GitEnv, repo: &Path, kind: &str, bytes: &[u8]) -> String {
+    let file = env.path().join("object.tmp");
+    std::fs::write(&file, bytes).unwrap();
+    let file = file.display().to_string();
+    let out = env.git(
+        repo,
+        &["hash-object", "-w", "--literally", "-t", kind, &file],
+    );
+    out.stdout.trim().to_string()
+}
+
+/// The entries of the tree `rev` names in `repo`: git's mode, name, object id.
+fn ls_tree(env: &GitEnv, repo: &Path, rev: &str) -> Vec<(&'static str, Vec<u8>, String)> {
+    let listed = env.git(repo, &["ls-tree", "-z", rev]).stdout;
+    listed
+        .split('\0')
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let (meta, name) = line.split_once('\t').unwrap();
+            let fields: Vec<&str> = meta.split(' ').collect();
+            let mode = match fields[0] {
+                "040000" => "40000",
+                "100755" => "100755",
+                "120000" => "120000",
+                _ => "100644",
+            };
+            (mode, name.as_bytes().to_vec(), fields[2].to_string())
+        })
+        .collect()
+}
+
+/// A tree of `entries` (git's mode, name, object id), in git's order, whatever the names.
+fn write_tree(env: &GitEnv, repo: &Path, entries: &[(&str, Vec<u8>, String)]) -> String {
+    let mut sorted: Vec<&(&str, Vec<u8>, String)> = entries.iter().collect();
+    sorted.sort_by_key(|(mode, name, _)| {
+        let mut key = name.clone();
+        if *mode == "40000" {
+            key.push(b'/');
+        }
+        key
+    });
+    let mut bytes = Vec::new();
+    for (mode, name, id) in sorted {
+        bytes.extend_from_slice(mode.as_bytes());
+        bytes.push(b' ');
+        bytes.extend_from_slice(name);
+        bytes.push(0);
+        bytes.extend(
+            (0..40)
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&id[i..i + 2], 16).unwrap()),
+        );
+    }
+    write_object(env, repo, "tree", &bytes)
+}
+
+fn hostile() -> Hostile {
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    let work = env.standalone_world(&store, 2);
+    let model = common::splitmix64(91, 3 * MIB + 11);
+    let text = b"an ordinary file\n".to_vec();
+    std::fs::create_dir_all(work.join("sub")).unwrap();
+    std::fs::write(work.join("model.bin"), &model).unwrap();
+    std::fs::write(work.join("a.txt"), &text).unwrap();
+    std::fs::write(work.join("a\\b.txt"), b"a backslash is a letter here\n").unwrap();
+    std::fs::write(work.join("sub/b.txt"), b"in a directory\n").unwrap();
+    std::os::unix::fs::symlink("a.txt", work.join("link")).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "what git writes"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+
+    let dotgit_marker = env.path().join("dotgit-ran");
+    let gitfile_marker = env.path().join("gitfile-ran");
+    // The repository a `.git` file points at, with a command of its own.
+    env.git(env.path(), &["init", "-q", "elsewhere"]);
+    let command = format!("echo ran >> {}; :", gitfile_marker.display());
+    env.git(
+        &env.path().join("elsewhere"),
+        &["config", "core.fsmonitor", &command],
+    );
+
+    let head = b"ref: refs/heads/main\n".to_vec();
+    let config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = \"echo ran >> {}; :\"\n",
+        dotgit_marker.display()
+    )
+    .into_bytes();
+    let gitfile = format!("gitdir: {}\n", env.path().join("elsewhere/.git").display()).into_bytes();
+    let blob = |bytes: &[u8]| write_object(&env, &clone, "blob", bytes);
+    let keep = blob(b"");
+    let objects = write_tree(&env, &clone, &[("100644", b"keep".to_vec(), keep.clone())]);
+    let heads = write_tree(&env, &clone, &[("100644", b".keep".to_vec(), keep.clone())]);
+    let refs = write_tree(&env, &clone, &[("40000", b"heads".to_vec(), heads)]);
+    let dotgit = write_tree(
+        &env,
+        &clone,
+        &[
+            ("100644", b"HEAD".to_vec(), blob(&head)),
+            ("100644", b"config".to_vec(), blob(&config)),
+            ("40000", b"objects".to_vec(), objects.clone()),
+            ("40000", b"refs".to_vec(), refs.clone()),
+        ],
+    );
+    let escaped = write_tree(
+        &env,
+        &clone,
+        &[(
+            "100644",
+            b"escaped.txt".to_vec(),
+            blob(b"out of the mount\n"),
+        )],
+    );
+
+    // What the first commit holds, with `sub` rewritten.
+    let mut root = ls_tree(&env, &clone, "HEAD");
+    root.retain(|(_, name, _)| name != b"sub");
+    assert!(
+        root.iter().any(|(m, n, _)| *m == "120000" && n == b"link"),
+        "{root:?}"
+    );
+    assert!(root.iter().any(|(_, n, _)| n == b"a\\b.txt"), "{root:?}");
+    let mut sub = ls_tree(&env, &clone, "HEAD:sub");
+    sub.push(("100644", b".git".to_vec(), blob(&gitfile)));
+    root.push(("40000", b"sub".to_vec(), write_tree(&env, &clone, &sub)));
+    for name in [
+        ".git",
+        ".GIT",
+        "git~1",
+        ".git ",
+        ".git.",
+        ".git::$INDEX_ALLOCATION",
+        ".\u{200c}git",
+        "a\\.git",
+    ] {
+        root.push(("40000", name.as_bytes().to_vec(), dotgit.clone()));
+    }
+    root.push(("40000", b"..".to_vec(), escaped));
+    root.push(("100644", b".".to_vec(), blob(b"dot\n")));
+    root.push((
+        "100644",
+        b"sub/evil.txt".to_vec(),
+        blob(b"a name with a slash\n"),
+    ));
+    root.push(("120000", b".gitmodules".to_vec(), blob(b"a.txt")));
+    let tree = write_tree(&env, &clone, &root);
+    let commit = env
+        .git(&clone, &["commit-tree", &tree, "-p", "HEAD", "-m", "evil"])
+        .stdout
+        .trim()
+        .to_string();
+    env.git(&clone, &["update-ref", "refs/heads/evil", &commit]);
+
+    // The commands are live: in a plain directory holding the same files, git runs them.
+    let live = env.path().join("live");
+    for (path, bytes) in [
+        (".git/HEAD", &head),
+        (".git/config", &config),
+        (".git/objects/keep", &Vec::new()),
+        (".git/refs/heads/.keep", &Vec::new()),
+        ("sub/.git", &gitfile),
+    ] {
+        std::fs::create_dir_all(live.join(path).parent().unwrap()).unwrap();
+        std::fs::write(live.join(path), bytes).unwrap();
+    }
+    let ceiling = env.path().display().to_string();
+    for (at, marker) in [
+        (live.clone(), &dotgit_marker),
+        (live.join("sub"), &gitfile_marker),
+    ] {
+        let out = env.run_with(
+            &at,
+            "git",
+            &["status"],
+            &[("GIT_CEILING_DIRECTORIES", &ceiling)],
+        );
+        assert!(
+            marker.exists(),
+            "git status in {} did not run the command: {}",
+            at.display(),
+            out.all()
+        );
+        std::fs::remove_file(marker).unwrap();
+    }
+
+    Hostile {
+        env,
+        clone,
+        model,
+        text,
+        dotgit_marker,
+        gitfile_marker,
+        refused: vec![
+            ".",
+            "..",
+            ".GIT",
+            ".git",
+            ".git ",
+            ".git.",
+            ".git::$INDEX_ALLOCATION",
+            ".gitmodules",
+            ".\u{200c}git",
+            "a\\.git",
+            "git~1",
+            "sub/.git",
+            "sub/evil.txt",
+        ],
+    }
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
+fn a_mount_shows_only_what_a_checkout_writes() {
+    if !tools_available() || !fuse_available() {
+        return;
+    }
+    let h = hostile();
+    let dir = h.env.path().join("mnt");
+    let m = Mounted::start(&h.env, &h.clone, &["evil"], &dir);
+
+    // Every directory read: exactly what a checkout writes, nothing named `.git` anywhere.
+    let mut seen = Vec::new();
+    let mut dirs = vec![dir.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            }
+            let path = e.path();
+            seen.push(
+                path.strip_prefix(&dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .to_string(),
+            );
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ".gitattributes",
+            "a.txt",
+            "a\\b.txt",
+            "link",
+            "model.bin",
+            "sub",
+            "sub/b.txt"
+        ]
+    );
+    // `.` and `..` are listed once each: the directory's own.
+    let ls = Command::new("ls").arg("-a1").arg(&dir).output().unwrap();
+    let ls = String::from_utf8_lossy(&ls.stdout).to_string();
+    for own in [".", ".."] {
+        assert_eq!(ls.lines().filter(|l| *l == own).count(), 1, "{ls}");
+    }
+    // Looking up what was left out finds nothing.
+    for path in [
+        ".git",
+        ".git/config",
+        ".GIT",
+        ".GIT/HEAD",
+        "git~1",
+        ".git ",
+        ".git.",
+        ".git::$INDEX_ALLOCATION",
+        ".\u{200c}git",
+        "a\\.git",
+        "sub/.git",
+        "sub/evil.txt",
+        ".gitmodules",
+        "escaped.txt",
+    ] {
+        let err = std::fs::symlink_metadata(dir.join(path)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{path:?}: {err}");
+    }
+    // What a checkout writes reads as written, the LFS file from the store.
+    assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), h.text);
+    assert_eq!(
+        std::fs::read(dir.join("a\\b.txt")).unwrap(),
+        b"a backslash is a letter here\n"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("sub/b.txt")).unwrap(),
+        b"in a directory\n"
+    );
+    assert!(std::fs::read(dir.join("model.bin")).unwrap() == h.model);
+    let link = dir.join("link");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read_link(&link).unwrap(), Path::new("a.txt"));
+    assert_eq!(std::fs::read(&link).unwrap(), h.text);
+
+    // git finds no repository in the mount, and runs nothing from the tree.
+    let ceiling = h.env.path().display().to_string();
+    for at in [dir.clone(), dir.join("sub")] {
+        let out = h.env.run_with(
+            &at,
+            "git",
+            &["status"],
+            &[("GIT_CEILING_DIRECTORIES", &ceiling)],
+        );
+        assert_ne!(out.status, Some(0), "{}: {}", at.display(), out.all());
+        assert!(
+            out.stderr.contains("not a git repository"),
+            "{}: {}",
+            at.display(),
+            out.stderr
+        );
+    }
+    assert!(!h.dotgit_marker.exists(), "the tree's .git/config ran");
+    assert!(
+        !h.gitfile_marker.exists(),
+        "the repository sub/.git points at ran"
+    );
+
+    // Each entry left out was logged once, when the mount started, however often looked up.
+    let log = std::fs::read_to_string(h.env.path().join("mount.log")).unwrap_or_default();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("is left out")).collect();
+    assert_eq!(warnings.len(), h.refused.len(), "{log}");
+    for path in &h.refused {
+        let named = format!("{path:?} at evil is left out");
+        assert_eq!(
+            warnings.iter().filter(|l| l.contains(&named)).count(),
+            1,
+            "{named}:\n{log}"
+        );
+    }
+    m.unmount(&h.env);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn cat_refuses_what_a_checkout_does_not_write() {
+    if !tools_available() {
+        return;
+    }
+    let h = hostile();
+    for path in [
+        ".git/config",
+        "./.git/HEAD",
+        ".GIT/config",
+        "git~1/config",
+        ".git::$INDEX_ALLOCATION/config",
+        "sub/.git",
+        "sub/../.git/config",
+        "sub/evil.txt",
+        ".gitmodules",
+    ] {
+        let out = h
+            .env
+            .run_in(&h.clone, "git", &["xet", "cat", "--ref", "evil", path]);
+        assert_ne!(out.status, Some(0), "{path}: {}", out.all());
+        assert!(out.stdout.is_empty(), "{path}: {}", out.stdout);
+        assert!(
+            out.stderr.contains("git does not check it out"),
+            "{path}: {}",
+            out.stderr
+        );
+    }
+    let out = h.env.run_in(
+        &h.clone,
+        "git",
+        &["xet", "cat", "--ref", "evil", ".git/config"],
+    );
+    assert!(
+        out.stderr.contains("\".git/config\"") && out.stderr.contains("`.git`"),
+        "{}",
+        out.stderr
+    );
+    // What a checkout writes reads as written.
+    assert_eq!(cat(&h.env, &h.clone, &["--ref", "evil", "a.txt"]), h.text);
+    assert_eq!(
+        cat(&h.env, &h.clone, &["--ref", "evil", "a\\b.txt"]),
+        b"a backslash is a letter here\n"
+    );
+    assert!(cat_bytes(&h.env, &h.clone, &["--ref", "evil", "model.bin"]) == h.model);
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
