@@ -156,6 +156,11 @@ pub(crate) struct StoreArgs {
     /// [default: 24h].
     #[arg(long, value_name = "DURATION", value_parser = args::grace, help_heading = "Storage")]
     pub gc_grace: Option<Duration>,
+    /// With --storage: answer /ready with 503 once this node's last successful catch-up with
+    /// the other nodes is older than this and its catch-ups fail (or five times older, however
+    /// it is going), so that a load balancer stops sending it requests [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = args::positive_duration, help_heading = "Storage")]
+    pub ready_max_lag: Option<Duration>,
     /// Verify every stored object this often (reads the whole store), e.g. 7d; 0 turns it off
     /// [default: 0].
     #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
@@ -179,6 +184,9 @@ fn store_settings(args: &StoreArgs) -> Result<(xet_store::StoreOptions, Maintena
     }
     if let Some(d) = args.gc_grace {
         m.gc_grace = d;
+    }
+    if let Some(d) = args.ready_max_lag {
+        m.ready_max_lag = d;
     }
     if let Some(d) = args.scrub_interval {
         m.scrub_interval = every(d);
@@ -459,6 +467,10 @@ mod tests {
         assert_eq!(m.gc_interval, None);
         assert_eq!(m.gc_grace, Duration::from_secs(7200));
         assert_eq!(m.scrub_interval, Some(Duration::from_secs(7 * 86400)));
+        assert_eq!(m.ready_max_lag, Duration::from_secs(60));
+        let (_, m) = settings(&["--ready-max-lag", "2m"]).unwrap();
+        assert_eq!(m.ready_max_lag, Duration::from_secs(120));
+        assert!(settings(&["--ready-max-lag", "0"]).is_err());
         // On object storage as well (the nodes take turns through a lease in the bucket).
         let shared = |args: &[&str]| {
             let mut all = vec!["serve", "--data", "/tmp/x", "--storage", "s3://bucket/p"];

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 
+use super::metrics::StorageOperation;
 use xet_client::pipeline::download::{write_file, write_plan};
 use xet_format::{FileHash, LfsOid};
 use xet_store::{Store, StoreError};
@@ -310,6 +311,9 @@ pub(crate) fn check_now(store: &Store, claims: &[(LfsOid, FileHash, u64)]) {
 /// the task to stop it. `busy` is true while a pass runs and after one that checked something
 /// (there may be more): a server that exits when idle waits for it (an embedded store's private
 /// server would otherwise leave large files unchecked).
+/// The longest pause after claim checks that failed.
+const CLAIMS_RETRY_MAX: Duration = Duration::from_secs(30);
+
 pub fn spawn(
     store: &Arc<Store>,
     every: Duration,
@@ -318,34 +322,43 @@ pub fn spawn(
     let store = Arc::clone(store);
     tokio::spawn(async move {
         let mut checker = Checker::default();
+        let mut backoff = super::maintenance::Backoff::new(every, every, CLAIMS_RETRY_MAX);
+        let mut pause = every;
         loop {
-            tokio::time::sleep(every).await;
+            tokio::time::sleep(pause).await;
             busy.store(true, Ordering::Relaxed);
             let st = Arc::clone(&store);
-            let mut c = std::mem::take(&mut checker);
-            let job = move || {
-                let r = check_pending(&st, &mut c);
-                (r, c)
+            let (c, returned) = {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let mut c = std::mem::take(&mut checker);
+                let job = move || {
+                    let r = check_pending(&st, &mut c);
+                    let _ = tx.send(c);
+                    r
+                };
+                let outcome = super::maintenance::run_job(
+                    StorageOperation::Claims,
+                    "checking SHA-256 claims",
+                    job,
+                )
+                .await;
+                // The checker comes back unless the job panicked (then a fresh one).
+                (rx.try_recv().unwrap_or_default(), outcome)
             };
-            let outcome = tokio::task::spawn_blocking(job).await;
-            let worked = matches!(&outcome, Ok((Ok(p), _)) if p.held + p.wrong > 0);
+            checker = c;
+            let worked = matches!(&returned, Some(p) if p.held + p.wrong > 0);
             busy.store(worked, Ordering::Relaxed);
-            match outcome {
-                Ok((r, c)) => {
-                    checker = c;
-                    match r {
-                        Ok(p) if p.held + p.wrong + p.deferred > 0 => tracing::info!(
-                            held = p.held,
-                            wrong = p.wrong,
-                            deferred = p.deferred,
-                            "checked SHA-256 claims"
-                        ),
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "cannot check SHA-256 claims"),
-                    }
+            if let Some(p) = &returned {
+                if p.held + p.wrong + p.deferred > 0 {
+                    tracing::info!(
+                        held = p.held,
+                        wrong = p.wrong,
+                        deferred = p.deferred,
+                        "checked SHA-256 claims"
+                    );
                 }
-                Err(e) => tracing::error!(error = %e, "checking SHA-256 claims stopped"),
             }
+            pause = backoff.after(returned.is_some());
         }
     })
 }

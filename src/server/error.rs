@@ -193,11 +193,11 @@ impl From<StoreError> for ApiError {
                 ..
             } => Self::bad_request(ErrorCode::InvalidRange, e.to_string()),
             _ if e.is_storage_full() => {
-                super::metrics::STORAGE_ERRORS.inc();
+                super::metrics::storage_error(super::metrics::StorageOperation::Request);
                 Self::storage_full(&e)
             }
             StoreError::DamagedXorb { .. } => {
-                super::metrics::STORAGE_ERRORS.inc();
+                super::metrics::storage_error(super::metrics::StorageOperation::Request);
                 tracing::error!(error = %e, "damaged xorb");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -207,7 +207,7 @@ impl From<StoreError> for ApiError {
             }
             _ => {
                 // The details (paths, system errors) are for the operator's log.
-                super::metrics::STORAGE_ERRORS.inc();
+                super::metrics::storage_error(super::metrics::StorageOperation::Request);
                 tracing::error!(error = %e, "store failure");
                 Self::internal("the server's storage failed; its log has the details")
             }

@@ -10,7 +10,7 @@
 //! | `gitxet_sent_xorb_bytes_total` | | xorb bytes answered to downloads through the CAS API |
 //! | `gitxet_stored_xorb_bytes_total` | | upload bodies of xorbs that were new (what storage grew by, compressed) |
 //! | `gitxet_registered_file_bytes_total` | | sizes of files registered for the first time: what clients stored; minus the line above, what deduplication saved |
-//! | `gitxet_storage_errors_total` | | requests that failed because storage did (5xx from the store, a full disk included) |
+//! | `gitxet_storage_errors_total` | `operation` | what failed because storage did (a full disk included): `request` (HTTP requests answered 5xx or 507), and the background work `catch_up`, `claims`, `gc`, `scrub`, `copies` (copies of xorbs on the node's disk), `claim_records` (checked claims recorded for the other nodes) |
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
 //! | `gitxet_storage_requests_total` | `op` | on object storage, requests sent to it by kind (`head`, `get`, `put`, `list`, `delete`, `copy`, `sign`) |
@@ -51,9 +51,74 @@ struct OpLabels {
     op: &'static str,
 }
 
-/// Requests that failed because storage did; counted where store errors become responses
-/// ([`super::error`]), which knows no server state, hence one count per process.
-pub(crate) static STORAGE_ERRORS: LazyLock<Counter> = LazyLock::new(Counter::default);
+/// What failed because storage did, by operation; counted where store errors become
+/// responses ([`super::error`]) and where background jobs fail ([`super::maintenance`]), which
+/// know no server state, hence one count per process.
+static STORAGE_ERRORS: LazyLock<Family<OperationLabels, Counter>> = LazyLock::new(|| {
+    let family = Family::<OperationLabels, Counter>::default();
+    // Shown at 0 from the start, so that an alert on its rate has a series.
+    drop(family.get_or_create(&OperationLabels {
+        operation: StorageOperation::Request.name(),
+    }));
+    family
+});
+
+/// The operation a storage error is counted under (`gitxet_storage_errors_total{operation}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum StorageOperation {
+    /// An HTTP request answered with an error because storage failed.
+    Request,
+    /// Catching up with the other nodes' shards.
+    CatchUp,
+    /// Checking SHA-256 claims.
+    Claims,
+    /// Scheduled garbage collection (its lease included).
+    Gc,
+    /// Scheduled scrubbing.
+    Scrub,
+    /// Copying xorbs to the node's disk.
+    Copies,
+    /// Recording checked claims for the other nodes.
+    ClaimRecords,
+}
+
+impl StorageOperation {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::CatchUp => "catch_up",
+            Self::Claims => "claims",
+            Self::Gc => "gc",
+            Self::Scrub => "scrub",
+            Self::Copies => "copies",
+            Self::ClaimRecords => "claim_records",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+/// Counts one failure of `op` because storage failed.
+pub(crate) fn storage_error(op: StorageOperation) {
+    storage_errors(op).inc();
+}
+
+/// The count of `op`'s failures so far (for tests).
+#[cfg(test)]
+pub(crate) fn storage_errors_of(op: StorageOperation) -> u64 {
+    storage_errors(op).get()
+}
+
+fn storage_errors(op: StorageOperation) -> Counter {
+    STORAGE_ERRORS
+        .get_or_create(&OperationLabels {
+            operation: op.name(),
+        })
+        .clone()
+}
 
 /// The server's metrics and the registry that encodes them.
 pub struct Metrics {
@@ -156,7 +221,7 @@ impl Default for Metrics {
         register(
             &mut registry,
             "storage_errors",
-            "Requests that failed because storage did",
+            "What failed because storage did, by operation (HTTP requests, background work)",
             STORAGE_ERRORS.clone(),
         );
         let [files, xorbs, claims] = COUNT_GAUGES.map(|(name, help)| {
@@ -290,6 +355,15 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
             .metrics
             .registered_file_bytes
             .inc_by(registered - counted);
+    }
+    // The store's own background work counts its failures; the counters catch up.
+    let background = state.store.background_errors();
+    for (op, count) in [
+        (StorageOperation::Copies, background.copies()),
+        (StorageOperation::ClaimRecords, background.claim_records()),
+    ] {
+        let counter = storage_errors(op);
+        counter.inc_by(count.saturating_sub(counter.get()));
     }
     for t in state.store.storage_timings().unwrap_or_default() {
         let labels = OpLabels { op: t.op.name() };

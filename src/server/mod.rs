@@ -254,6 +254,9 @@ pub struct AppState {
     pub lock_owner: Option<lfs::locks::forward::LockOwner>,
     /// Xorbs stored through upload grants not committed yet (what a commit answers).
     pub(crate) uncommitted: cas::grants::Uncommitted,
+    /// On shared storage, how far behind the other nodes this node may be and still answer
+    /// `/ready` with 200 ([`Maintenance::ready_max_lag`]).
+    pub(crate) ready_max_lag: Duration,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -406,16 +409,25 @@ async fn health(State(state): State<SharedState>) -> Response {
 }
 
 /// `GET /ready`: 200 when the store answers (its index, and for object storage the bucket)
-/// and, on shared storage, the node has registered every shard in it once; 503 otherwise: for
-/// load balancers deciding where to send requests.
+/// and, on shared storage, the node has registered every shard in it once and its last
+/// successful catch-up with the other nodes is at most [`AppState::ready_max_lag`] old; 503
+/// otherwise, saying why: for load balancers deciding where to send requests.
 async fn ready(State(state): State<SharedState>) -> Response {
-    if state.store.catching_up() {
-        return ApiError::new(
+    let not_ready = |message: String| {
+        ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::NotReady,
-            "this server is still registering the shards the other nodes stored",
+            message,
         )
-        .into_response();
+        .into_response()
+    };
+    if state.store.catching_up() {
+        return not_ready(
+            "this server is still registering the shards the other nodes stored".into(),
+        );
+    }
+    if let Some(why) = lag_reason(&state.store, state.ready_max_lag) {
+        return not_ready(why);
     }
     let st = state.clone();
     let probe = tokio::task::spawn_blocking(move || {
@@ -437,6 +449,36 @@ async fn ready(State(state): State<SharedState>) -> Response {
         Err(e) => ApiError::internal(format!("worker failed: {e}")).into_response(),
     }
 }
+
+/// Why a node on shared storage is too far behind the other nodes to be ready, or `None`: its
+/// last successful catch-up is older than `max` and catch-ups fail since, or older than
+/// [`STUCK_LAG_FACTOR`] times `max` whatever the reason (a catch-up that does not end; a full
+/// listing of a large bucket that succeeds takes a while without making the node unready).
+fn lag_reason(store: &Store, max: Duration) -> Option<String> {
+    let age = store.catch_up_age().filter(|age| *age > max)?;
+    let failing = store
+        .catch_up_failing_since()
+        .and_then(|t| t.elapsed().ok());
+    let why = match failing {
+        Some(d) => format!(
+            "its catch-ups have failed for {} s (storage errors: see its log)",
+            d.as_secs()
+        ),
+        None if age > max.saturating_mul(STUCK_LAG_FACTOR) => {
+            "its catch-up has not ended (storage does not answer: see its log)".to_string()
+        }
+        None => return None,
+    };
+    Some(format!(
+        "this node last caught up with the other nodes {} s ago, more than the {} s allowed: {why}",
+        age.as_secs(),
+        max.as_secs()
+    ))
+}
+
+/// How many times the allowed lag a catch-up that does not fail may take before the node is
+/// unready anyway (see [`lag_reason`]).
+const STUCK_LAG_FACTOR: u32 = 5;
 
 async fn fallback() -> ApiError {
     ApiError::not_found(ErrorCode::NotFound, "no such endpoint")
@@ -519,6 +561,7 @@ impl Server {
             locks: Arc::new(locks),
             lock_owner,
             uncommitted: cas::grants::Uncommitted::default(),
+            ready_max_lag: config.maintenance.ready_max_lag,
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,

@@ -96,21 +96,7 @@ impl Garage {
             data = dir.path().join("data").display(),
         );
         std::fs::write(&config, text).expect("write garage.toml");
-        let log = std::fs::File::create(dir.path().join("garage.log")).expect("garage.log");
-        // `timeout` bounds its life even if this test process is killed.
-        let child = Command::new("timeout")
-            .args(["--signal=KILL", "600"])
-            .process_group(0)
-            .arg(&bin)
-            .arg("-c")
-            .arg(&config)
-            .arg("server")
-            .env("RUST_LOG", "garage=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start garage");
+        let child = spawn(&bin, &config, dir.path());
         let mut g = Self {
             child,
             bin,
@@ -284,6 +270,21 @@ impl Garage {
             .clone()
     }
 
+    /// Kills the server (an outage of the store): requests are refused until [`Self::restart`].
+    #[allow(dead_code)]
+    pub fn kill(&mut self) {
+        kill_group(&mut self.child);
+    }
+
+    /// Starts the killed server again, on the same ports with the same data, and waits until
+    /// it answers.
+    #[allow(dead_code)]
+    pub fn restart(&mut self) {
+        self.child = spawn(&self.bin, &self.config, self.dir.path());
+        self.wait_until_up()
+            .unwrap_or_else(|e| panic!("garage did not start again: {e}"));
+    }
+
     /// The data directory of the instance (to measure what it stores).
     #[allow(dead_code)]
     pub fn data_dir(&self) -> &Path {
@@ -291,13 +292,40 @@ impl Garage {
     }
 }
 
+/// Starts `garage server` with `config`, its log appended to `dir`/garage.log; `timeout` bounds
+/// its life even if this test process is killed.
+fn spawn(bin: &Path, config: &Path, dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("garage.log"))
+        .expect("garage.log");
+    Command::new("timeout")
+        .args(["--signal=KILL", "600"])
+        .process_group(0)
+        .arg(bin)
+        .arg("-c")
+        .arg(config)
+        .arg("server")
+        .env("RUST_LOG", "garage=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start garage")
+}
+
+/// Kills `child`'s whole process group (`timeout` and Garage under it) and reaps it.
+fn kill_group(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Drop for Garage {
     fn drop(&mut self) {
-        // The whole process group: `timeout` and Garage under it.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_group(&mut self.child);
     }
 }

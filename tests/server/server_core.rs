@@ -213,6 +213,9 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
         "the second upload sent no xorb"
     );
     assert!(first.new_xorbs >= 1);
-    assert_eq!(get("gitxet_storage_errors_total"), 0.0);
+    assert_eq!(
+        get(r#"gitxet_storage_errors_total{operation="request"}"#),
+        0.0
+    );
     server.server.stop().unwrap();
 }

@@ -11,6 +11,7 @@
 
 use crate::common;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -2145,4 +2146,193 @@ fn gc_in_a_loop_during_slow_pushes_through_another_node_never_acknowledges_a_hol
     for (i, (file, data)) in pushed.iter().enumerate() {
         assert!(download_whole(&fresh, file) == *data, "push {i} is whole");
     }
+}
+
+/// `git-xet serve` as node of `bucket` on `g`, in a process whose data directory is a 64 MiB
+/// disk of its own (a tmpfs in a private mount namespace), allowed to lag 2 s behind the other
+/// nodes before `/ready` says so. Its disk is reached through `/proc/PID/root`.
+fn node_on_a_small_disk(g: &Garage, bucket: &str) -> (common::server::ServeProcess, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "-rm",
+        "sh",
+        "-c",
+        "mount -t tmpfs -o size=64m tmpfs \"$1\" && shift && exec \"$@\"",
+        "sh",
+    ])
+    .arg(&mnt)
+    .arg(env!("CARGO_BIN_EXE_git-xet"))
+    .args(common::server::serve_args(&mnt.join("node")))
+    .args([
+        "--storage",
+        &format!("s3://{bucket}"),
+        "--ready-max-lag",
+        "2",
+    ])
+    .envs(g.settings());
+    let node = common::server::ServeProcess::from_command(cmd, dir);
+    let disk =
+        PathBuf::from(format!("/proc/{}/root", node.pid())).join(mnt.strip_prefix("/").unwrap());
+    assert!(
+        disk.join("node").is_dir(),
+        "the node's data directory is on its own disk ({})",
+        disk.display()
+    );
+    (node, disk)
+}
+
+/// `GET path` of `url`: status and body.
+fn get_text(url: &str, path: &str) -> (u16, String) {
+    let r = reqwest::blocking::get(format!("{url}{path}")).unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+/// The value of the metric line `name` (with its labels) of `url`'s `/metrics`.
+fn metric(url: &str, name: &str) -> f64 {
+    let (_, text) = get_text(url, "/metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Waits (up to `limit`) until `check` holds; panics with `what` and `detail()` if it never does.
+fn eventually(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+    detail: impl Fn() -> String,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "{what}: {}", detail());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Catch-up never gives up: node B keeps catching up with node A through an outage of the
+/// object store (Garage killed, then started again) and through its own data disk filling up
+/// and being freed. While it lags it says so on `/ready` (503, why in the body) and counts the
+/// failures; once storage is back it serves what was pushed through A meanwhile, its
+/// knowledge of the other nodes seconds old, without a restart.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn catch_up_survives_a_storage_outage_and_a_full_disk_without_a_restart() {
+    use xet_client::pipeline::upload::{upload, UploadOptions};
+    let mut g = Garage::start();
+    g.create_bucket("outage");
+    let a = node(&g, "outage", "");
+    let (b, disk) = node_on_a_small_disk(&g, "outage");
+    let b_client = xet_client::RemoteCas::new(xet_client::RemoteConfig::new(
+        b.url.clone(),
+        xet_client::TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap();
+    let log = || std::fs::read_to_string(&b.log).unwrap_or_default();
+    let push = |seed: u64| {
+        let data = content(seed, 1 << 20);
+        let file = upload(&client(&a), &data[..], &UploadOptions::default())
+            .unwrap()
+            .file_hash;
+        (file, data)
+    };
+    // B serves `file` (known to it, and whole).
+    let serves = |file: &xet_format::FileHash, data: &[u8]| {
+        matches!(
+            xet_client::Endpoint::reconstruction(&b_client, file, None),
+            Ok(Some(_))
+        ) && download_whole(&b_client, file) == data
+    };
+    let caught_up = |what: &str| {
+        eventually(
+            Duration::from_secs(60),
+            what,
+            || {
+                get_text(&b.url, "/ready").0 == 200
+                    && metric(&b.url, "gitxet_catch_up_age_seconds") < 5.0
+            },
+            || format!("{:?}\n{}", get_text(&b.url, "/ready"), log()),
+        )
+    };
+    caught_up("B ready at the start");
+    let (f1, d1) = push(201);
+    eventually(
+        Duration::from_secs(30),
+        "B serves the first push",
+        || serves(&f1, &d1),
+        log,
+    );
+
+    // The object store goes away: B says it lags, and why, and counts the failures.
+    g.kill();
+    eventually(
+        Duration::from_secs(60),
+        "B unready during the outage",
+        || {
+            let (status, body) = get_text(&b.url, "/ready");
+            status == 503 && body.contains("catch-ups have failed")
+        },
+        || format!("{:?}\n{}", get_text(&b.url, "/ready"), log()),
+    );
+    assert!(
+        metric(
+            &b.url,
+            "gitxet_storage_errors_total{operation=\"catch_up\"}"
+        ) >= 1.0
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    g.restart();
+    let (f2, d2) = push(202);
+    eventually(
+        Duration::from_secs(60),
+        "B serves a push after the outage",
+        || serves(&f2, &d2),
+        log,
+    );
+    caught_up("B caught up after the outage");
+
+    // B's own disk fills up: pushes through A go on; B catches up once it has room again.
+    let filler = disk.join("filler");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 1 << 20];
+        while f.write_all(&block).and_then(|()| f.sync_all()).is_ok() {}
+    }
+    let errors_before = metric(
+        &b.url,
+        "gitxet_storage_errors_total{operation=\"catch_up\"}",
+    );
+    let (f3, d3) = push(203);
+    let (f4, d4) = push(204);
+    eventually(
+        Duration::from_secs(60),
+        "B fails to catch up with a full disk",
+        || {
+            metric(
+                &b.url,
+                "gitxet_storage_errors_total{operation=\"catch_up\"}",
+            ) > errors_before
+        },
+        log,
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let (f5, d5) = push(205);
+    for (file, data) in [(&f3, &d3), (&f4, &d4), (&f5, &d5)] {
+        eventually(
+            Duration::from_secs(60),
+            "B serves the pushes after its disk had room again",
+            || serves(file, data),
+            log,
+        );
+    }
+    caught_up("B caught up after the full disk");
+    assert!(serves(&f1, &d1) && serves(&f2, &d2));
+    assert!(
+        log().contains("opened again"),
+        "the index was opened again: {}",
+        log()
+    );
 }

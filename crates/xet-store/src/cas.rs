@@ -321,6 +321,10 @@ pub struct Store {
     /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
     /// outside `sync`, so that reading it never waits on a catch-up.
     pub(super) caught_up_ms: std::sync::atomic::AtomicU64,
+    /// Failures of work the store does in the background, by kind.
+    background_errors: BackgroundErrors,
+    /// Since when catch-ups fail, unix milliseconds (0: the last one succeeded).
+    pub(super) catch_up_failing_ms: std::sync::atomic::AtomicU64,
     /// A full catch-up (every shard in storage listed and registered) has succeeded since the
     /// store opened: before that, what the index lacks may be in storage.
     pub(super) listed_all: std::sync::atomic::AtomicBool,
@@ -342,6 +346,27 @@ pub struct Store {
     /// The other processes' sweep records as last listed (see [`crate::gc`]).
     pub(super) sweeps: Mutex<crate::gc::SweepView>,
     root: PathBuf,
+}
+
+/// Storage failures of work a store does in the background, off any request (for a server's
+/// `/metrics`): copying xorbs to the node's disk, recording checked claims for the other nodes.
+#[derive(Debug, Default)]
+pub struct BackgroundErrors {
+    copies: Arc<std::sync::atomic::AtomicU64>,
+    claim_records: std::sync::atomic::AtomicU64,
+}
+
+impl BackgroundErrors {
+    /// Copies of xorbs that failed.
+    pub fn copies(&self) -> u64 {
+        self.copies.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records of checked claims that could not be written.
+    pub fn claim_records(&self) -> u64 {
+        self.claim_records
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Whether a lookup that misses on shared storage first catches up with the other nodes.
@@ -576,6 +601,8 @@ impl Store {
             sync: Mutex::new(Default::default()),
             logged_here: Mutex::new(Vec::new()),
             caught_up_ms: std::sync::atomic::AtomicU64::new(0),
+            catch_up_failing_ms: std::sync::atomic::AtomicU64::new(0),
+            background_errors: BackgroundErrors::default(),
             listed_all: std::sync::atomic::AtomicBool::new(false),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
             checked_claims: Mutex::new(Vec::new()),
@@ -1620,6 +1647,9 @@ impl Store {
             return;
         }
         if let Err(e) = self.backend.record_checked_claims(&checked) {
+            self.background_errors
+                .claim_records
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(claims = checked.len(), error = %e,
                 "cannot record the checks of SHA-256 claims for the other nodes; they will check them themselves");
         }
@@ -2060,6 +2090,7 @@ impl Store {
         len: u64,
     ) {
         let (c, backend) = (Arc::clone(cache), Arc::clone(&self.backend));
+        let failed = Arc::clone(&self.background_errors.copies);
         let spawned = std::thread::Builder::new()
             .name("xorb-copy".into())
             .spawn(move || {
@@ -2068,13 +2099,21 @@ impl Store {
                         c.insert_bytes(&xorb, &bytes, false);
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::debug!(%xorb, error = %e, "cannot copy a xorb in"),
+                    Err(e) => {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::debug!(%xorb, error = %e, "cannot copy a xorb in");
+                    }
                 }
                 c.copied(&xorb);
             });
         if spawned.is_err() {
             cache.copied(&xorb);
         }
+    }
+
+    /// Failures of the store's background work so far.
+    pub fn background_errors(&self) -> &BackgroundErrors {
+        &self.background_errors
     }
 
     /// Drops this node's copy of `xorb`, if it keeps one.

@@ -67,6 +67,11 @@ pub enum IndexError {
          store directory"
     )]
     InUse { path: String },
+    #[error(
+        "index database {path} is being opened again after an I/O error (a full disk?); \
+         try again in a moment"
+    )]
+    Unavailable { path: String },
     #[error("index database {path}: {source}")]
     Open {
         path: String,
@@ -285,75 +290,158 @@ fn put_file_repos(
 /// The index database of one store.
 #[derive(Debug)]
 pub struct Index {
-    db: Database,
+    path: std::path::PathBuf,
+    /// The open database; `None` after an I/O error made it unusable (a full disk: redb then
+    /// refuses everything until it is opened again), until it is opened again.
+    db: std::sync::RwLock<Option<std::sync::Arc<Database>>>,
+    /// When opening it again was last tried.
+    reopened: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often opening the index again is tried while it cannot be (the disk still full, or a
+/// transaction of the failed database still running).
+const REOPEN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Index {
     /// Opens or creates `path`, creating every table.
     pub fn open(path: &Path) -> Result<Self, IndexError> {
-        let open_err = |e: redb::Error| IndexError::Open {
-            path: path.display().to_string(),
-            source: Box::new(e),
+        let db = open_database(path)?;
+        let index = Self {
+            path: path.to_path_buf(),
+            db: std::sync::RwLock::new(Some(std::sync::Arc::new(db))),
+            reopened: std::sync::Mutex::new(None),
         };
-        let db = Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => IndexError::InUse {
-                path: path.display().to_string(),
-            },
-            e => open_err(e.into()),
-        })?;
-        let tables = [
-            XORBS,
-            FILES,
-            OIDS,
-            CLAIMS,
-            DEDUP,
-            SHARDS,
-            VERIFIED,
-            DAMAGED,
-            XORB_FILE,
-            FILE_REPOS,
-            OID_FILES,
-            CLAIM_LOAD,
-            CLAIM_QUEUE,
-        ];
-        // A write transaction (and its fsync) only when a table is missing: the agent's
-        // embedded mode opens the store once per object.
-        let (complete, had_claims) = match db.begin_read() {
-            Ok(txn) => (
-                tables.iter().all(|&t| txn.open_table(t).is_ok()),
-                txn.open_table(CLAIMS).is_ok(),
-            ),
-            Err(_) => (false, false),
-        };
-        if !complete {
-            let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
-            for table in tables {
-                txn.open_table(table).map_err(|e| open_err(e.into()))?;
-            }
-            if !had_claims {
-                demote_unchecked_oids(&txn)?;
-            }
-            txn.commit().map_err(|e| open_err(e.into()))?;
-        }
-        let index = Self { db };
         index.backfill_xorb_files()?;
         index.backfill_claim_queue()?;
         Ok(index)
     }
 
+    /// A read transaction (see [`Self::begin_write`]).
+    fn begin_read(&self) -> Result<redb::ReadTransaction, IndexError> {
+        let db = self.database()?;
+        db.begin_read().map_err(|e| self.failed(&db, e))
+    }
+
+    /// A write transaction. After an I/O error (a full disk) redb refuses every transaction
+    /// until the database is opened again: then the index drops it and opens it again (its
+    /// last transaction rolled back), so that the store works again once the disk has room.
+    fn begin_write(&self) -> Result<redb::WriteTransaction, IndexError> {
+        let db = self.database()?;
+        db.begin_write().map_err(|e| self.failed(&db, e))
+    }
+
+    /// The open database, opened again if an I/O error closed it.
+    fn database(&self) -> Result<std::sync::Arc<Database>, IndexError> {
+        if let Some(db) = self.db.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            return Ok(std::sync::Arc::clone(db));
+        }
+        let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(db) = slot.as_ref() {
+            return Ok(std::sync::Arc::clone(db));
+        }
+        let unavailable = || IndexError::Unavailable {
+            path: self.path.display().to_string(),
+        };
+        {
+            let mut last = self.reopened.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < REOPEN_INTERVAL) {
+                return Err(unavailable());
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        match open_database(&self.path) {
+            Ok(db) => {
+                tracing::info!(path = %self.path.display(), "index database opened again after an I/O error");
+                let db = std::sync::Arc::new(db);
+                *slot = Some(std::sync::Arc::clone(&db));
+                Ok(db)
+            }
+            // A transaction of the failed database still holds it: the next call tries again.
+            Err(IndexError::InUse { .. }) => Err(unavailable()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `e`, from beginning a transaction on `db`: when it says an earlier I/O error made the
+    /// database unusable, `db` is dropped, to be opened again by the next transaction.
+    fn failed(&self, db: &std::sync::Arc<Database>, e: redb::TransactionError) -> IndexError {
+        if matches!(
+            e,
+            redb::TransactionError::Storage(redb::StorageError::PreviousIo)
+        ) {
+            let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+            if slot.as_ref().is_some_and(|d| std::sync::Arc::ptr_eq(d, db)) {
+                tracing::warn!(path = %self.path.display(), "index database failed on an I/O error (a full disk?): opening it again");
+                *slot = None;
+            }
+        }
+        db_err(e)
+    }
+}
+
+/// Opens or creates the database at `path` with every table.
+fn open_database(path: &Path) -> Result<Database, IndexError> {
+    let open_err = |e: redb::Error| IndexError::Open {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    };
+    let db = Database::create(path).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => IndexError::InUse {
+            path: path.display().to_string(),
+        },
+        e => open_err(e.into()),
+    })?;
+    let tables = [
+        XORBS,
+        FILES,
+        OIDS,
+        CLAIMS,
+        DEDUP,
+        SHARDS,
+        VERIFIED,
+        DAMAGED,
+        XORB_FILE,
+        FILE_REPOS,
+        OID_FILES,
+        CLAIM_LOAD,
+        CLAIM_QUEUE,
+    ];
+    // A write transaction (and its fsync) only when a table is missing: the agent's
+    // embedded mode opens the store once per object.
+    let (complete, had_claims) = match db.begin_read() {
+        Ok(txn) => (
+            tables.iter().all(|&t| txn.open_table(t).is_ok()),
+            txn.open_table(CLAIMS).is_ok(),
+        ),
+        Err(_) => (false, false),
+    };
+    if !complete {
+        let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
+        for table in tables {
+            txn.open_table(table).map_err(|e| open_err(e.into()))?;
+        }
+        if !had_claims {
+            demote_unchecked_oids(&txn)?;
+        }
+        txn.commit().map_err(|e| open_err(e.into()))?;
+    }
+    Ok(db)
+}
+
+impl Index {
     /// Fills `xorb_file` from `files` when it is empty and files exist (a store written before
     /// the table was): one pass, once.
     fn backfill_xorb_files(&self) -> Result<(), IndexError> {
         // Looked at in a read transaction first: nearly always there is nothing to do.
         {
-            let txn = self.db.begin_read().map_err(db_err)?;
+            let txn = self.begin_read()?;
             let map = txn.open_table(XORB_FILE).map_err(db_err)?;
             let files = txn.open_table(FILES).map_err(db_err)?;
             if map.len().map_err(db_err)? > 0 || files.is_empty().map_err(db_err)? {
                 return Ok(());
             }
         }
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         {
             let mut map = txn.open_table(XORB_FILE).map_err(db_err)?;
             if map.len().map_err(db_err)? > 0 {
@@ -396,7 +484,7 @@ impl Index {
         table: TableDefinition<&[u8], &[u8]>,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(table).map_err(db_err)?;
         Ok(t.get(key).map_err(db_err)?.map(|v| v.value().to_vec()))
     }
@@ -408,7 +496,7 @@ impl Index {
         meta: XorbMeta,
         dedup: &[(ChunkHash, u32)],
     ) -> Result<(), IndexError> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         {
             let mut t = txn.open_table(XORBS).map_err(db_err)?;
             let mut v = Vec::with_capacity(20);
@@ -449,14 +537,14 @@ impl Index {
     /// exist (a store written before the queue was): one pass, once.
     fn backfill_claim_queue(&self) -> Result<(), IndexError> {
         {
-            let txn = self.db.begin_read().map_err(db_err)?;
+            let txn = self.begin_read()?;
             let queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
             let claims = txn.open_table(CLAIMS).map_err(db_err)?;
             if !queue.is_empty().map_err(db_err)? || claims.is_empty().map_err(db_err)? {
                 return Ok(());
             }
         }
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         {
             let claims = txn.open_table(CLAIMS).map_err(db_err)?;
             let mut queue = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
@@ -475,7 +563,7 @@ impl Index {
 
     /// Puts every [`Commit::Lazy`] write made so far on disk (one durable commit).
     pub fn persist(&self) -> Result<(), IndexError> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         txn.commit().map_err(db_err)
     }
 
@@ -503,7 +591,7 @@ impl Index {
         commit: Commit,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<T, IndexError>,
     ) -> Result<T, IndexError> {
-        let mut txn = self.db.begin_write().map_err(db_err)?;
+        let mut txn = self.begin_write()?;
         commit.apply(&mut txn);
         let out = f(&txn)?;
         txn.commit().map_err(db_err)?;
@@ -579,7 +667,7 @@ impl Index {
     /// file-hash order.
     pub(crate) fn checked_files(&self, oid: &LfsOid) -> Result<Vec<FileHash>, IndexError> {
         let mut out: Vec<FileHash> = self.file_by_oid(oid)?.into_iter().collect();
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(OID_FILES).map_err(db_err)?;
         let (lo, hi) = oid_key_span(oid);
         for row in t.range(lo.as_slice()..=hi.as_slice()).map_err(db_err)? {
@@ -597,7 +685,7 @@ impl Index {
 
     /// The unchecked claims on `oid`, oldest first.
     pub(crate) fn claims_on(&self, oid: &LfsOid) -> Result<Vec<Claim>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(CLAIMS).map_err(db_err)?;
         let (lo, hi) = oid_key_span(oid);
         let mut out = Vec::new();
@@ -623,7 +711,7 @@ impl Index {
         after: Option<&(LfsOid, FileHash)>,
         limit: usize,
     ) -> Result<Vec<Claim>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(CLAIMS).map_err(db_err)?;
         let start = after.map(|(o, f)| claim_key(o, f));
         let rows = match &start {
@@ -649,7 +737,7 @@ impl Index {
 
     /// Everyone with claims waiting to be checked, in name order.
     pub fn claim_uploaders(&self) -> Result<Vec<String>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(CLAIM_LOAD).map_err(db_err)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(db_err)? {
@@ -661,7 +749,7 @@ impl Index {
 
     /// Up to `limit` of `uploader`'s claims waiting to be checked, oldest first.
     pub fn oldest_claims(&self, uploader: &str, limit: usize) -> Result<Vec<Claim>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(CLAIM_QUEUE).map_err(db_err)?;
         let prefix = queue_prefix(uploader);
         let mut out = Vec::new();
@@ -711,7 +799,7 @@ impl Index {
         file: &FileHash,
         holds: bool,
     ) -> Result<(), IndexError> {
-        let mut txn = self.db.begin_write().map_err(db_err)?;
+        let mut txn = self.begin_write()?;
         txn.set_durability(redb::Durability::None);
         {
             let mut claims = txn.open_table(CLAIMS).map_err(db_err)?;
@@ -769,7 +857,7 @@ impl Index {
         xorb: &XorbHash,
         stamp: &ObjectStamp,
     ) -> Result<(), IndexError> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         {
             let mut t = txn.open_table(VERIFIED).map_err(db_err)?;
             t.insert(xorb.as_bytes().as_slice(), stamp.to_bytes().as_slice())
@@ -788,7 +876,7 @@ impl Index {
         why: &str,
         now: u64,
     ) -> Result<(), IndexError> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         {
             let mut d = txn.open_table(DAMAGED).map_err(db_err)?;
             let mut v = now.to_le_bytes().to_vec();
@@ -823,7 +911,7 @@ impl Index {
 
     /// Every xorb recorded as missing or damaged, with when and why.
     pub(crate) fn all_damaged(&self) -> Result<Vec<(XorbHash, u64, String)>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(DAMAGED).map_err(db_err)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(db_err)? {
@@ -843,7 +931,7 @@ impl Index {
 
     /// Every registered shard.
     pub fn shards(&self) -> Result<Vec<ShardHash>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(SHARDS).map_err(db_err)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(db_err)? {
@@ -857,7 +945,7 @@ impl Index {
 
     /// Every xorb the index records as stored.
     pub fn xorbs(&self) -> Result<Vec<XorbHash>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(XORBS).map_err(db_err)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(db_err)? {
@@ -873,7 +961,7 @@ impl Index {
     pub(crate) fn referenced_xorbs(
         &self,
     ) -> Result<std::collections::HashMap<XorbHash, u64>, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(FILES).map_err(db_err)?;
         let mut out: std::collections::HashMap<XorbHash, u64> = std::collections::HashMap::new();
         for row in t.iter().map_err(db_err)? {
@@ -898,7 +986,7 @@ impl Index {
         xorbs: &HashSet<XorbHash>,
         limit: usize,
     ) -> Result<(Vec<FileHash>, u64), IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let t = txn.open_table(FILES).map_err(db_err)?;
         let (mut some, mut count) = (Vec::new(), 0u64);
         for row in t.iter().map_err(db_err)? {
@@ -925,7 +1013,7 @@ impl Index {
         if xorbs.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.begin_write()?;
         {
             for table in [XORBS, VERIFIED, DAMAGED, XORB_FILE] {
                 let mut t = txn.open_table(table).map_err(db_err)?;
@@ -954,7 +1042,7 @@ impl Index {
 
     /// Counts of entries, for status output.
     pub fn counts(&self) -> Result<IndexCounts, IndexError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.begin_read()?;
         let count = |table| -> Result<u64, IndexError> {
             txn.open_table(table).map_err(db_err)?.len().map_err(db_err)
         };

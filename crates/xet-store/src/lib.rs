@@ -34,7 +34,8 @@ pub mod timings;
 pub mod xorb_cache;
 
 pub use cas::{
-    OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions, ValidationProgress,
+    BackgroundErrors, OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions,
+    ValidationProgress,
 };
 pub use gc::{GcOptions, GcReport};
 pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};

@@ -343,6 +343,10 @@ impl S3Backend {
     /// Runs `fut` on the backend's runtime and waits for it. A wait on a worker thread of a
     /// multi-thread runtime hands that worker's other tasks to another thread first, so that a
     /// caller that forgot `spawn_blocking` slows itself, not the server.
+    ///
+    /// A request task that panics is an error of that request (its message says so), not the
+    /// end of anything: the next request runs as usual. Only a runtime shutting down (the
+    /// task dropped unfinished) is reported as such.
     fn block<T: Send + 'static>(
         &self,
         op: StorageOp,
@@ -351,8 +355,9 @@ impl S3Backend {
     ) -> Result<T, BackendError> {
         let started = std::time::Instant::now();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let task = self.runtime.spawn(fut);
         self.runtime.spawn(async move {
-            let _ = tx.send(fut.await);
+            let _ = tx.send(task.await);
         });
         let wait = || rx.recv();
         let answer = match tokio::runtime::Handle::try_current() {
@@ -368,8 +373,23 @@ impl S3Backend {
             secs = started.elapsed().as_secs_f64(),
             "object storage request"
         );
-        // The task is dropped unfinished only when the runtime shuts down.
-        answer.map_err(|_| other("finish a request for", what, "the server is shutting down"))
+        match answer {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.is_panic() => Err(other(
+                "finish a request for",
+                what,
+                format!(
+                    "the storage request failed unexpectedly (it panicked: {})",
+                    panic_message(e.into_panic())
+                ),
+            )),
+            // The task is dropped unfinished only when the runtime shuts down.
+            Ok(Err(_)) | Err(_) => Err(other(
+                "finish a request for",
+                what,
+                "the server is shutting down",
+            )),
+        }
     }
 
     /// The object's metadata, `None` if it does not exist.
@@ -578,6 +598,16 @@ fn parse_log_entry(name: &str) -> Option<(u64, ShardHash, Option<String>)> {
         Some(encoded) => Some(decode_repo(encoded)?),
     };
     Some((ms, hash, repo))
+}
+
+/// What a panic said, if it said it with a string.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => payload
+            .downcast_ref::<&str>()
+            .map_or_else(|| "no message".to_string(), |s| (*s).to_string()),
+    }
 }
 
 /// The name after the last `/` of a listed key.
@@ -1187,6 +1217,41 @@ impl RangeSigner for S3RangeSigner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_task_that_panics_is_an_error_of_that_request_only() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let spool = tempfile::tempdir().unwrap();
+        let config = S3Config {
+            url: "s3://nowhere/x".parse().unwrap(),
+            settings: vec![("AWS_ENDPOINT".into(), "http://127.0.0.1:9".into())],
+        };
+        let b = S3Backend::open(&config, spool.path(), 0, runtime.handle().clone()).unwrap();
+        let e = b
+            .block(StorageOp::Get, "xorb 00", async {
+                panic!("a bug in a storage request");
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("xorb 00"), "{e}");
+        assert!(e.contains("panicked: a bug in a storage request"), "{e}");
+        assert!(!e.contains("shutting down"), "{e}");
+        // The next request runs as usual.
+        assert_eq!(b.block(StorageOp::Get, "xorb 01", async { 7 }).unwrap(), 7);
+        // A runtime that shuts down does end requests, and says so.
+        let handle = runtime.handle().clone();
+        runtime.shutdown_background();
+        let b = S3Backend::open(&config, spool.path(), 0, handle).unwrap();
+        let e = b
+            .block(StorageOp::Get, "xorb 02", async { 8 })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shutting down"), "{e}");
+    }
 
     #[test]
     fn a_batch_of_claims_keeps_only_whole_lines() {

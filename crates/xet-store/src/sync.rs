@@ -77,7 +77,37 @@ impl Store {
         self.catch_up_locked(&mut state)
     }
 
+    /// Since when catch-ups fail (every one since then did), `None` when the last one
+    /// succeeded (or none ran yet).
+    pub fn catch_up_failing_since(&self) -> Option<std::time::SystemTime> {
+        match self.catch_up_failing_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+        }
+    }
+
+    /// Notes how a catch-up ended, for [`Self::catch_up_failing_since`].
+    fn note_catch_up<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        match &result {
+            Ok(_) => self.catch_up_failing_ms.store(0, Ordering::Relaxed),
+            Err(_) => {
+                let _ = self.catch_up_failing_ms.compare_exchange(
+                    0,
+                    now_ms().max(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        result
+    }
+
     fn catch_up_locked(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
+        let result = self.catch_up_log(state);
+        self.note_catch_up(result)
+    }
+
+    fn catch_up_log(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
         let started = now_ms();
         state.last = Some(Instant::now());
         let mut cursor = state.cursor;
@@ -116,6 +146,11 @@ impl Store {
             return Ok(CatchUp::default());
         }
         let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let result = self.catch_up_everything(&mut state);
+        self.note_catch_up(result)
+    }
+
+    fn catch_up_everything(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
         state.last = Some(Instant::now());
         // From now on the log is read from here (minus its window).
         let started = now_ms();
@@ -133,7 +168,7 @@ impl Store {
                 .into_iter()
                 .map(|(h, repo)| (h, Some(repo), started)),
         );
-        let outcome = self.register_from_storage(&mut state, all)?;
+        let outcome = self.register_from_storage(state, all)?;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
         self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
         self.listed_all.store(true, Ordering::Relaxed);
