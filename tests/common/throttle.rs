@@ -1,6 +1,7 @@
 //! A TCP proxy on 127.0.0.1 that forwards to a server on this machine, with what the client
 //! sends limited to a rate: a slow uplink, for tests that watch an upload go out. It stops
-//! accepting when dropped; its connections end with the peers' (and within a minute).
+//! accepting when dropped (or three minutes after it started); its connections end with the
+//! peers' (and after a minute without traffic).
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::{Read, Write};
@@ -24,7 +25,7 @@ impl Throttle {
         let flag = Arc::clone(&stop);
         std::thread::spawn(move || {
             let started = Instant::now();
-            while !flag.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(60) {
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(180) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         client.set_nonblocking(false).unwrap();

@@ -2336,3 +2336,153 @@ fn catch_up_survives_a_storage_outage_and_a_full_disk_without_a_restart() {
         log()
     );
 }
+
+/// Garbage collection in a loop, from another process, with a grace period shorter than the
+/// push, while `git push` of a file of several xorbs goes through a node (without copies of
+/// xorbs) over a slow link: a push that exits 0 clones whole; a push that fails (its xorbs
+/// collected before its shard was registered, twice) succeeds when run again. (The put-back
+/// from copies is tested with the CAS client above.)
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let g = Garage::start();
+    g.create_bucket("gitrace");
+    for (round, copies) in [(0u64, 0u64)] {
+        // The node's CAS URL is the slow link's, so that git-lfs's agent uploads through it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let slow = common::throttle::Throttle::start(port, 16 << 20);
+        let storage = g.s3_config("gitrace", "");
+        let public = slow.url();
+        let server = start_with(move |c| {
+            c.storage = Some(storage);
+            c.listen = port;
+            c.public_url = Some(public);
+            c.store.xorb_cache_bytes = copies;
+        });
+        let env = common::git::GitEnv::new();
+        let lfs_url = format!("{}/team/models.git/info/lfs", slow.url());
+        let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+        // Four xorbs (64 MiB at most each), two sent at a time: the first two are stored
+        // seconds before the shard.
+        let data = content(300 + round, 200 << 20);
+        std::fs::write(work.join("model.bin"), &data).unwrap();
+        env.git(&work, &["add", "."]);
+        env.git(&work, &["commit", "-q", "-m", "model"]);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let removed = Arc::new(AtomicU64::new(0));
+        let collector = {
+            let (stop, removed) = (Arc::clone(&stop), Arc::clone(&removed));
+            let config = g.s3_config("gitrace", "");
+            std::thread::spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let c = xet_store::Store::open_s3(
+                    dir.path(),
+                    Default::default(),
+                    &config,
+                    Garage::runtime(),
+                )
+                .unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = c
+                        .gc(xet_store::GcOptions {
+                            grace: Duration::from_secs(2),
+                            dry_run: false,
+                        })
+                        .unwrap();
+                    removed.fetch_add(r.xorbs_removed, Ordering::Relaxed);
+                }
+            })
+        };
+        let first = env.run_in(&work, "git", &["push", "-q", "origin", "HEAD:main"]);
+        stop.store(true, Ordering::Relaxed);
+        collector.join().unwrap();
+        eprintln!(
+            "round {round}: push exited {:?}, the collector removed {} xorb(s)\n{}",
+            first.status,
+            removed.load(Ordering::Relaxed),
+            first.all()
+        );
+        assert!(
+            removed.load(Ordering::Relaxed) > 0,
+            "round {round}: the collector removed xorbs of the push in flight"
+        );
+        if first.status != Some(0) {
+            eprintln!("round {round}: the push failed during collections; pushing again");
+            env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        }
+        let name = format!("clone-{round}");
+        env.clone_skip_smudge("remote.git", &name);
+        let clone = env.path().join(&name);
+        env.git(&clone, &["checkout", "-q", "main"]);
+        let pulled = env.run_in(&clone, "git", &["lfs", "pull"]);
+        assert_eq!(pulled.status, Some(0), "round {round}: {}", pulled.all());
+        assert!(
+            std::fs::read(clone.join("model.bin")).unwrap() == data,
+            "round {round}: the pushed file clones whole"
+        );
+        drop(server);
+    }
+}
+
+/// A shard this node registered before, pushed again after a collection in another process
+/// removed one of its xorbs (the node's own look at it is seconds old): not acknowledged as
+/// stored; refused naming the xorb, and whole once the client sends it again.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_shard_registered_before_is_not_acknowledged_again_once_a_xorb_was_collected() {
+    use xet_store::{ShardRejection, StoreError, StoreOptions};
+    let g = Garage::start();
+    g.create_bucket("again");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let data = content(93, 3 << 20);
+    let (file, xorbs, shards) = push_parts(&data, 1 << 20);
+    let a = g.open_store_with(
+        "again",
+        dirs[0].path(),
+        StoreOptions {
+            xorb_cache_bytes: 0,
+            ..StoreOptions::default()
+        },
+    );
+    for (h, body) in &xorbs {
+        a.put_xorb(*h, body).unwrap();
+    }
+    a.register_shard(&shards[0], &mut |_| {}).unwrap();
+    // What a collector that had not seen the shard yet does: it announces the xorb and
+    // deletes it (here by hand, as its sweep record says).
+    let (b, _spool) = backend(&g, "again", "");
+    let (victim, _) = xorbs[1];
+    let record = format!(
+        "git-xet sweep 1\nholder elsewhere\ndeadline {}\nstate done\n{victim}\n",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 60_000
+    );
+    b.put_sweep("0000000000000001-0123456789abcdef", record.as_bytes())
+        .unwrap();
+    assert!(b.remove(ObjectKey::Xorb(victim)).unwrap());
+    let e = a.register_shard(&shards[0], &mut |_| {}).unwrap_err();
+    // Refused naming the xorb (as damaged: a registered file needs it), which the client
+    // answers by sending it again.
+    assert!(
+        matches!(
+            e,
+            StoreError::ShardRejected(
+                ShardRejection::UnknownXorb { xorb, .. } | ShardRejection::DamagedXorb { xorb, .. }
+            ) if xorb == victim
+        ),
+        "{e}"
+    );
+    for (h, body) in &xorbs {
+        a.put_xorb(*h, body).unwrap();
+    }
+    a.register_shard(&shards[0], &mut |_| {}).unwrap();
+    let fresh = g.open_store("again", dirs[1].path());
+    assert!(download_whole(&fresh, &file) == data, "the file is whole");
+}

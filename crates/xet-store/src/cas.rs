@@ -1074,7 +1074,7 @@ impl Store {
         // register lost a xorb since: then validation refuses them naming it, so the client
         // uploads it again.
         let registered = self.index.has_shard(&shard_hash)?;
-        if registered && self.files_intact(&shard)? {
+        if registered && self.files_intact(&shard)? && self.still_whole(&shard)? {
             return self.acknowledge_again(bytes, shard_hash, &shard, repo);
         }
         let validated = Instant::now();
@@ -1131,6 +1131,18 @@ impl Store {
             new_bytes,
             claims,
         })
+    }
+
+    /// For a shard registered before whose files look intact: on shared storage, whether no
+    /// collection in another process removed one of its xorbs since this node last saw it
+    /// (see `crate::gc`; a xorb put back from this node's copy counts as removed, so that the
+    /// shard is registered and logged again). Always true for a store no other process uses.
+    fn still_whole(&self, shard: &Shard) -> Result<bool, StoreError> {
+        match self.confirm_against_sweeps(&term_xorbs(shard), Instant::now()) {
+            Ok(restored) => Ok(!restored),
+            Err(StoreError::ShardRejected(ShardRejection::UnknownXorb { .. })) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The answer to a shard registered before whose files are intact: nothing validated.
@@ -1303,7 +1315,7 @@ impl Store {
         if let Some(f) = intact.get(&xorb) {
             return Ok(Arc::clone(f));
         }
-        let f = match self.check_xorb_reading(&xorb, first_read)? {
+        let f = match self.check_or_restore(&xorb, first_read)? {
             XorbHealth::Intact(f) => f,
             XorbHealth::Missing => {
                 return Err(ShardRejection::UnknownXorb { file, term, xorb }.into())
@@ -1316,12 +1328,24 @@ impl Store {
         Ok(f)
     }
 
+    /// [`Self::check_xorb_reading`] for a shard's validation: on shared storage, a xorb that is
+    /// gone (collected by another process while its push was in flight) but of which this node
+    /// keeps a copy is put back from the copy first.
+    fn check_or_restore(&self, xorb: &XorbHash, first_read: u64) -> Result<XorbHealth, StoreError> {
+        match self.check_xorb_reading(xorb, first_read)? {
+            XorbHealth::Missing if self.backend.is_shared() && self.restore_from_copy(xorb) => {
+                self.check_xorb_reading(xorb, first_read)
+            }
+            health => Ok(health),
+        }
+    }
+
     /// A shard's xorb block must describe the stored xorb exactly (dedup flag and on-disk size
     /// aside).
     fn check_xorb_block(&self, block: &XorbInfo) -> Result<(), StoreError> {
         let xorb = block.hash;
         let first_read = crate::integrity::first_read_len(Some(block));
-        let footer = match self.check_xorb_reading(&xorb, first_read)? {
+        let footer = match self.check_or_restore(&xorb, first_read)? {
             XorbHealth::Intact(f) => f,
             XorbHealth::Missing => return Err(ShardRejection::UnknownXorbBlock { xorb }.into()),
             XorbHealth::Damaged(detail) => {

@@ -683,7 +683,7 @@ impl Store {
 
     /// Puts `xorb` back into storage from this node's copy of it, validated as an upload is;
     /// `false` if there is no copy or it fails.
-    fn restore_from_copy(&self, xorb: &XorbHash) -> bool {
+    pub(crate) fn restore_from_copy(&self, xorb: &XorbHash) -> bool {
         let Some(cache) = &self.xorb_cache else {
             return false;
         };

@@ -352,15 +352,29 @@ impl Store {
         };
         let Some(stamp) = stamp else {
             self.forget_footer(xorb);
-            self.drop_copy(xorb);
             if let Some((_, why)) = self.index.damaged(xorb)? {
+                self.drop_copy(xorb);
                 return Ok((XorbHealth::Damaged(why), None));
             }
             if self.index.xorb(xorb)?.is_some() {
+                if self.backend.is_shared() && self.index.file_of_xorb(xorb)?.is_none() {
+                    // No file here uses it: another process's garbage collection removed it
+                    // (a push that had not registered its shard yet). Forgotten, as missing;
+                    // this node's copy stays, for a registration that names it to put back.
+                    self.index
+                        .remove_xorbs(&std::collections::HashSet::from([*xorb]))?;
+                    self.footers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .note_missing(xorb);
+                    return Ok((XorbHealth::Missing, None));
+                }
+                self.drop_copy(xorb);
                 let why = "its stored object is missing (deleted outside git-xet)".to_string();
                 self.mark_damaged(xorb, &why)?;
                 return Ok((XorbHealth::Damaged(why), None));
             }
+            self.drop_copy(xorb);
             if self.backend.is_shared() {
                 self.footers
                     .lock()
