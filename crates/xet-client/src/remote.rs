@@ -54,6 +54,7 @@
 //!   and no request is sent.
 
 mod http;
+mod tls;
 pub mod token;
 
 use crate::util::secret::Secret;
@@ -294,7 +295,11 @@ impl HttpOptions {
         mut builder: reqwest::ClientBuilder,
         tls: bool,
     ) -> Result<reqwest::ClientBuilder, String> {
-        if tls {
+        if tls && self.verify && !(self.ca_files.is_empty() && self.ca_dirs.is_empty()) {
+            // Our own TLS configuration: reqwest's cannot accept a self-signed CA certificate
+            // from the CA file as the server's own, which git does (see `remote/tls.rs`).
+            builder = builder.use_preconfigured_tls(tls::client_config(self)?);
+        } else if tls {
             for (cert, _) in self.certificates()? {
                 builder = builder.add_root_certificate(cert);
             }

@@ -364,6 +364,9 @@ pub enum CertProblem {
     WrongName,
     /// Expired, or not valid yet.
     Expired,
+    /// A CA certificate presented as the server's own (a self-signed certificate such as
+    /// `openssl req -x509` makes) that is not in the configured CA file.
+    SelfSignedCa,
     /// Revoked, self-signed without trust, or otherwise refused.
     Other,
 }
@@ -377,6 +380,7 @@ pub fn cert_problem(e: &(dyn std::error::Error + 'static)) -> Option<CertProblem
         C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => {
             CertProblem::Expired
         }
+        c if super::tls::is_ca_as_server_cert(c) => CertProblem::SelfSignedCa,
         _ => CertProblem::Other,
     };
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -415,6 +419,13 @@ pub fn cert_advice(host: &str, problem: CertProblem) -> String {
         CertProblem::Expired => format!(
             "the TLS certificate of {host} has expired or is not valid yet (or this machine's clock \
              is wrong): the server's administrator must renew it"
+        ),
+        CertProblem::SelfSignedCa => format!(
+            "the TLS certificate of {host} is self-signed (a CA certificate the server presents \
+             as its own, as `openssl req -x509` makes). If you trust this server, give git that \
+             very certificate: `git config --global http.sslCAInfo /path/to/its-cert.pem` (or \
+             `http.https://{host}/.sslCAInfo` for this server only; GIT_SSL_CAINFO for one \
+             command)"
         ),
         CertProblem::Other => format!(
             "the TLS certificate of {host} was refused; if you trust this server anyway, \
