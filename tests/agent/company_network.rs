@@ -248,6 +248,28 @@ fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
         "{:?}",
         proxy.seen()
     );
+
+    // An entry with a port, as git-lfs reads it: that port of the host only.
+    let remote = env.path().join("remote.git");
+    let with_port = format!("127.0.0.1:{}", n.port);
+    let third = machine(&[("http.sslCAInfo", &ca), ("http.proxy", &proxy.url())]);
+    let got = clone(&third, &remote, "port", &[("NO_PROXY", &with_port)]);
+    assert!(got == data);
+    assert_eq!(
+        proxy.seen().iter().filter(|t| **t == target).count(),
+        through,
+        "NO_PROXY={with_port}: {:?}",
+        proxy.seen()
+    );
+    let other_port = format!("127.0.0.1:{}", n.port.wrapping_add(1));
+    let fourth = machine(&[("http.sslCAInfo", &ca), ("http.proxy", &proxy.url())]);
+    let got = clone(&fourth, &remote, "other-port", &[("NO_PROXY", &other_port)]);
+    assert!(got == data);
+    assert!(
+        proxy.seen().iter().filter(|t| **t == target).count() > through,
+        "NO_PROXY={other_port} names another port: {:?}",
+        proxy.seen()
+    );
 }
 
 #[test]

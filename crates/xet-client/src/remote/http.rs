@@ -434,8 +434,12 @@ pub fn cert_advice(host: &str, problem: CertProblem) -> String {
     }
 }
 
-/// What a transport error means.
-pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
+/// What a transport error means; `proxy`: the proxy the request went through.
+pub(super) fn transport_failure(
+    req: &Request,
+    e: &reqwest::Error,
+    proxy: Option<&super::proxy::ProxyChoice>,
+) -> Failure {
     if let Some(problem) = cert_problem(e) {
         // No retry mends a certificate: say what to do instead.
         let host = crate::util::url::origin(&req.url)
@@ -476,6 +480,16 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
             "{} did not answer within {} s",
             req.server,
             req.timeout.as_secs()
+        )
+    } else if let (true, Some(proxy)) = (e.is_connect(), proxy) {
+        // The connection that failed may be the proxy's: name it, and where it was set.
+        format!(
+            "cannot reach {} through the proxy {} (from {}): {}; check that the proxy is \
+             running and reachable, or name the server in NO_PROXY to go around it",
+            req.server,
+            proxy.shown(),
+            proxy.source,
+            root_cause_text(e)
         )
     } else if e.is_connect() {
         format!("cannot reach {}: {}", req.server, root_cause_text(e))
