@@ -11,7 +11,10 @@
 //!   the file (positional writes, one at a time). A range whose terms use its chunks in order, once each (all
 //!   of a file without repeated content) is decoded as its bytes arrive ([`ChunkSplitter`]):
 //!   a 1 MiB write buffer and one chunk per thread. A range used out of order or by several
-//!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded.
+//!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded. Into a
+//!   [`PartialFile`] ([`write_part`]), each stretch written is recorded as it lands, and what
+//!   an interrupted download of the file recorded is checked and kept: only the rest of each
+//!   range is fetched.
 //! - [`write_plan`] and [`write_file`]: a sink that takes the bytes in file order. Up to
 //!   [`READ_AHEAD`] ranges are fetched concurrently ahead of the one being decoded, and ranges
 //!   needed again later are kept within [`REUSE_BUDGET`].
