@@ -2,8 +2,9 @@
 //! request lines far beyond the 1 MiB limit (answered for their object when one can be found,
 //! with memory and stderr staying small), garbage, a second `init`, requests before `init`
 //! (fatal, with advice a user can act on), upload paths that are FIFOs or directories (refused
-//! at once instead of blocking), and stale partial downloads (removed by the next download of
-//! the same object unless another agent holds them). Every agent run is bounded in time.
+//! at once instead of blocking), and partial downloads stopped agents left (removed by the
+//! next transfer when they are of no use, kept for a download to take over otherwise, left
+//! alone while another agent holds them). Every agent run is bounded in time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
@@ -288,7 +289,7 @@ fn upload_paths_that_are_not_regular_files_are_refused_at_once() {
 }
 
 #[test]
-fn the_next_transfer_removes_partial_files_whose_agent_is_gone() {
+fn the_next_transfer_removes_partial_files_of_no_use_whose_agent_is_gone() {
     let s = Sandbox::new();
     let object = s.object(4, 300_000);
     let run = s.agent(lines(&[INIT_UPLOAD, &upload(&object), TERMINATE]));
@@ -322,16 +323,27 @@ fn the_next_transfer_removes_partial_files_whose_agent_is_gone() {
     let (old_killed, _) = part(&format!("xet-{oid16}-killed.part"), minute);
     let (old_young, _) = part(&format!("xet-{oid16}-young.part"), Duration::ZERO);
     let (unrelated, _) = part(&format!("xet-{oid16}-{dead}-notes.txt"), minute);
+    // Written to by an agent that is gone: kept for the next download of its object to take
+    // over, unless git-lfs has the object already.
+    let (resumable, _) = part(&format!("xet-{oid16}-{dead}-f6.part"), minute);
+    std::fs::write(&resumable, b"half an object").unwrap();
+    let stored_oid = "89abcdef01234567".repeat(4);
+    let objects = s.repo().join(".git/lfs/objects");
+    let in_store = objects.join(&stored_oid[..2]).join(&stored_oid[2..4]);
+    std::fs::create_dir_all(&in_store).unwrap();
+    std::fs::write(in_store.join(&stored_oid), b"the object").unwrap();
+    let (done, _) = part(&format!("xet-{}-{dead}-a7.part", &stored_oid[..16]), minute);
+    std::fs::write(&done, b"half the object").unwrap();
 
     // An upload of an unrelated object is the next transfer.
     let another = s.object(5, 1000);
     let run = s.agent(lines(&[INIT_UPLOAD, &upload(&another), TERMINATE]));
     assert_eq!(run.status, Some(0), "{}", run.stderr);
     assert!(run.completes()[0].get("error").is_none(), "{}", run.stderr);
-    for removed in [&just_killed, &other_object, &old_killed] {
+    for removed in [&just_killed, &other_object, &old_killed, &done] {
         assert!(!removed.exists(), "{} is removed", removed.display());
     }
-    for kept in [&live, &held, &old_young, &unrelated] {
+    for kept in [&live, &held, &old_young, &unrelated, &resumable] {
         assert!(kept.exists(), "{} is kept", kept.display());
     }
     drop(held_file);

@@ -248,6 +248,28 @@ fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
         "{:?}",
         proxy.seen()
     );
+
+    // An entry with a port, as git-lfs reads it: that port of the host only.
+    let remote = env.path().join("remote.git");
+    let with_port = format!("127.0.0.1:{}", n.port);
+    let third = machine(&[("http.sslCAInfo", &ca), ("http.proxy", &proxy.url())]);
+    let got = clone(&third, &remote, "port", &[("NO_PROXY", &with_port)]);
+    assert!(got == data);
+    assert_eq!(
+        proxy.seen().iter().filter(|t| **t == target).count(),
+        through,
+        "NO_PROXY={with_port}: {:?}",
+        proxy.seen()
+    );
+    let other_port = format!("127.0.0.1:{}", n.port.wrapping_add(1));
+    let fourth = machine(&[("http.sslCAInfo", &ca), ("http.proxy", &proxy.url())]);
+    let got = clone(&fourth, &remote, "other-port", &[("NO_PROXY", &other_port)]);
+    assert!(got == data);
+    assert!(
+        proxy.seen().iter().filter(|t| **t == target).count() > through,
+        "NO_PROXY={other_port} names another port: {:?}",
+        proxy.seen()
+    );
 }
 
 #[test]
@@ -278,4 +300,54 @@ fn a_server_that_asks_for_client_certificates_gets_git_s() {
         ("http.sslKey", &key),
     ]);
     assert!(clone(&other, &env.path().join("remote.git"), "c", &[]) == data);
+}
+
+#[test]
+#[cfg_attr(
+    all(missing_nginx, not(missing_git_lfs)),
+    ignore = "needs nginx: apt-get install nginx"
+)]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_self_signed_server_certificate_in_the_ca_file_is_trusted_as_git_trusts_it() {
+    // The server's certificate is its own CA (`openssl req -x509`), and the CA file holds it.
+    let pki = Pki::self_signed();
+    let Some((_s, n)) = behind_nginx(&pki, false) else {
+        return;
+    };
+    use xet_client::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
+    let chunk = xet_format::ChunkHash::from_bytes([7; 32]);
+    // Without it, refused with advice to name the certificate, not to stop checking.
+    let cas = RemoteCas::new(RemoteConfig::new(
+        n.url(),
+        TokenSource::fixed(Some(WRITE_TOKEN.into())),
+    ))
+    .unwrap();
+    let e = cas.dedup_query(&chunk).unwrap_err().to_string();
+    assert!(
+        e.contains("self-signed") && e.contains("http.sslCAInfo") && !e.contains("sslVerify"),
+        "{e}"
+    );
+    // With it, the request goes through (404: no such chunk).
+    let mut config = RemoteConfig::new(n.url(), TokenSource::fixed(Some(WRITE_TOKEN.into())));
+    config.http.ca_files = vec![pki.ca.clone()];
+    let cas = RemoteCas::new(config).unwrap();
+    assert_eq!(cas.dedup_query(&chunk).unwrap(), None);
+
+    // git (through curl) and the agent alike, with `http.sslCAInfo`: a push and a clone.
+    if !tools_available() {
+        return;
+    }
+    let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
+    let ca = pki.ca.display().to_string();
+    let first = machine(&[("http.sslCAInfo", &ca)]);
+    let data = common::splitmix64(6, 3 << 20);
+    push(&first, &lfs_url, &data);
+    let second = machine(&[("http.sslCAInfo", &ca)]);
+    let got = clone(&second, &first.path().join("remote.git"), "clone", &[]);
+    assert!(got == data);
+    let log = first.agent_log() + &second.agent_log();
+    assert!(
+        !log.contains("self-signed") && !log.contains("sslCAInfo"),
+        "{log}"
+    );
 }

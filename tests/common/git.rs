@@ -117,26 +117,7 @@ impl GitEnv {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out_path = self.root.path().join(format!("cmd{n}.out"));
         let err_path = self.root.path().join(format!("cmd{n}.err"));
-        let path = std::env::join_paths(std::iter::once(bin_dir()).chain(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        )))
-        .unwrap();
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", path)
-            .env("HOME", self.home())
-            .env("XDG_CONFIG_HOME", self.home().join(".config"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_LFS_SKIP_SMUDGE", "0")
-            .env("GIT_XET_CACHE_DIR", self.root.path().join("cache"))
-            .env("GIT_XET_LOG", self.root.path().join("agent.log"))
-            .env("LC_ALL", "C");
-        for (k, v) in &self.vars {
-            cmd.env(k, v);
-        }
+        let mut cmd = self.command(dir, program, args);
         for (k, v) in extra {
             cmd.env(k, v);
         }
@@ -169,6 +150,32 @@ impl GitEnv {
         let _ = std::fs::remove_file(&out_path);
         let _ = std::fs::remove_file(&err_path);
         out
+    }
+
+    /// `program args` in `dir` with the isolated environment, to be run by the caller (no
+    /// timeout: the caller's to keep).
+    pub fn command(&self, dir: &Path, program: &str, args: &[&str]) -> Command {
+        let path = std::env::join_paths(std::iter::once(bin_dir()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )))
+        .unwrap();
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", self.home())
+            .env("XDG_CONFIG_HOME", self.home().join(".config"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_LFS_SKIP_SMUDGE", "0")
+            .env("GIT_XET_CACHE_DIR", self.root.path().join("cache"))
+            .env("GIT_XET_LOG", self.root.path().join("agent.log"))
+            .env("LC_ALL", "C");
+        for (k, v) in &self.vars {
+            cmd.env(k, v);
+        }
+        cmd
     }
 
     /// Installs git-xet globally (`git xet install --global` plus `install_args`), a credential

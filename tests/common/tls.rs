@@ -73,6 +73,25 @@ impl Pki {
     }
 }
 
+impl Pki {
+    /// [`Pki::new`] whose server certificate is self-signed and a CA certificate
+    /// (`basicConstraints CA:TRUE`, for `127.0.0.1` and `localhost`), as `openssl req -x509`
+    /// makes one; `ca` is that same certificate, as a user points `http.sslCAInfo` at it.
+    pub fn self_signed() -> Self {
+        let pki = Self::new();
+        let key = KeyPair::generate().unwrap();
+        let mut p =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()]).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+        let cert = p.self_signed(&key).unwrap();
+        std::fs::write(&pki.server_cert, cert.pem()).unwrap();
+        std::fs::write(&pki.server_key, key.serialize_pem()).unwrap();
+        std::fs::write(&pki.ca, cert.pem()).unwrap();
+        pki
+    }
+}
+
 /// nginx, if installed (Debian's `nginx` package, `/usr/sbin/nginx`). CI installs it; a test
 /// that needs it panics under CI when it is missing and says that it skips otherwise.
 pub fn nginx() -> Option<PathBuf> {

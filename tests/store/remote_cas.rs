@@ -314,6 +314,27 @@ fn a_closed_port_is_a_retryable_connection_error() {
     assert!(text.contains("connection refused"), "{text}");
 }
 
+#[test]
+fn a_proxy_that_refuses_connections_is_named_without_its_password() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = config("http://cas.test:8080", TokenSource::None);
+    c.http.proxy = Some(format!("http://user:pr0xy-pw-0451@127.0.0.1:{port}"));
+    c.retry = RetryPolicy::quick(2);
+    let cas = RemoteCas::new(c).unwrap();
+    let text = cas.put_xorb(xorb(), b"x").unwrap_err().to_string();
+    assert!(
+        text.contains(&format!(
+            "cannot reach CAS server http://cas.test:8080 through the proxy \
+             http://user:***@127.0.0.1:{port} (from http.proxy)"
+        )) && text.contains("NO_PROXY"),
+        "{text}"
+    );
+    assert!(!text.contains("pr0xy-pw-0451"), "{text}");
+}
+
 /// A fake CAS whose `/refresh` hands out `fresh` and whose xorb route accepts only `fresh`.
 fn refreshing_fake() -> Fake {
     Fake::start(|req| {

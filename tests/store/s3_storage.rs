@@ -2348,7 +2348,8 @@ fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let g = Garage::start();
     g.create_bucket("gitrace");
-    for (round, copies) in [(0u64, 0u64)] {
+    {
+        let (round, copies) = (0u64, 0u64);
         // The node's CAS URL is the slow link's, so that git-lfs's agent uploads through it.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())

@@ -54,6 +54,8 @@
 //!   and no request is sent.
 
 mod http;
+pub mod proxy;
+mod tls;
 pub mod token;
 
 use crate::util::secret::Secret;
@@ -188,8 +190,9 @@ pub struct HttpOptions {
     /// A client certificate (PEM) and its key (PEM; `None`: in the certificate's file), for
     /// servers that ask for one (`http.sslCert`, `http.sslKey`).
     pub client_cert: Option<(std::path::PathBuf, Option<std::path::PathBuf>)>,
-    /// The proxy for every request (`http.proxy`); `None`: `HTTPS_PROXY`, `HTTP_PROXY`,
-    /// `ALL_PROXY` and `NO_PROXY` from the environment, as curl reads them.
+    /// The proxy for every request (`http.proxy`); `None`: `HTTPS_PROXY`, `HTTP_PROXY` and
+    /// `ALL_PROXY` from the environment, as curl reads them. `NO_PROXY` applies either way
+    /// (see [`proxy`]).
     pub proxy: Option<String>,
 }
 
@@ -263,25 +266,11 @@ impl HttpOptions {
         })
     }
 
-    /// The configured proxy (with `NO_PROXY` from the environment), if any; its password is
-    /// registered for redaction.
-    pub fn proxy(&self) -> Result<Option<reqwest::Proxy>, String> {
-        let Some(proxy) = &self.proxy else {
-            return Ok(None);
-        };
-        if let Ok(u) = reqwest::Url::parse(proxy) {
-            if let Some(password) = u.password() {
-                crate::redact::register_secret(password);
-            }
-        }
-        reqwest::Proxy::all(proxy)
-            .map(|p| Some(p.no_proxy(reqwest::NoProxy::from_env())))
-            .map_err(|e| {
-                format!(
-                    "http.proxy {:?} is not a proxy URL: {e}",
-                    crate::redact::redact(proxy)
-                )
-            })
+    /// Which proxy each request goes through: the configured one or the environment's, with
+    /// the environment's `NO_PROXY` (see [`proxy`]); a proxy's password is registered for
+    /// redaction, and a proxy setting that is not a URL is an error naming it.
+    pub fn proxy_rules(&self) -> Result<proxy::ProxyRules, String> {
+        proxy::ProxyRules::new(self.proxy.as_deref(), |name| std::env::var(name).ok())
     }
 
     /// Applies these options to a client being built (an unreadable file is an error naming
@@ -294,7 +283,11 @@ impl HttpOptions {
         mut builder: reqwest::ClientBuilder,
         tls: bool,
     ) -> Result<reqwest::ClientBuilder, String> {
-        if tls {
+        if tls && self.verify && !(self.ca_files.is_empty() && self.ca_dirs.is_empty()) {
+            // Our own TLS configuration: reqwest's cannot accept a self-signed CA certificate
+            // from the CA file as the server's own, which git does (see `remote/tls.rs`).
+            builder = builder.use_preconfigured_tls(tls::client_config(self)?);
+        } else if tls {
             for (cert, _) in self.certificates()? {
                 builder = builder.add_root_certificate(cert);
             }
@@ -305,7 +298,9 @@ impl HttpOptions {
         if !self.verify {
             builder = builder.danger_accept_invalid_certs(true);
         }
-        if let Some(proxy) = self.proxy()? {
+        // Our rules, not reqwest's reading of the environment: its NO_PROXY ignores ports.
+        builder = builder.no_proxy();
+        if let Some(proxy) = self.proxy_rules()?.to_reqwest() {
             builder = builder.proxy(proxy);
         }
         Ok(builder)
@@ -319,6 +314,8 @@ impl HttpOptions {
 /// redirects (an answer, not followed).
 pub struct OneShotClient {
     client: Client,
+    /// Which proxy each request goes through (empty without proxies).
+    proxies: Box<proxy::ProxyRules>,
     /// Declared after the client, so that it is dropped last.
     rt: std::sync::Arc<tokio::runtime::Runtime>,
 }
@@ -355,14 +352,27 @@ impl OneShotClient {
             .connect_timeout(timeout.min(Duration::from_secs(10)))
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(DEFAULT_USER_AGENT);
-        let builder = if proxy { builder } else { builder.no_proxy() };
+        let (builder, proxies) = if proxy {
+            (builder, options.proxy_rules()?)
+        } else {
+            (builder.no_proxy(), proxy::ProxyRules::default())
+        };
         let client = builder.build().map_err(|e| {
             format!(
                 "cannot build an HTTP client: {}",
                 crate::util::error::chain_text(&e)
             )
         })?;
-        Ok(Self { client, rt })
+        Ok(Self {
+            client,
+            proxies: Box::new(proxies),
+            rt,
+        })
+    }
+
+    /// The proxy a request to `url` goes through, if any (to name it when it fails).
+    pub fn proxy_for(&self, url: &str) -> Option<&proxy::ProxyChoice> {
+        self.proxies.proxy_for_str(url)
     }
 
     /// A request to build (`GET url`).
@@ -470,6 +480,9 @@ pub struct RemoteCas {
     anonymous: [std::sync::OnceLock<Result<Client, String>>; 2],
     /// How clients are built.
     spec: ClientSpec,
+    /// Which proxy each request goes through (empty with [`RemoteConfig::no_proxy`]), to name
+    /// it when it cannot be reached.
+    proxies: proxy::ProxyRules,
     /// What both clients' requests run on (see `http::runtime`); declared after them, so
     /// that it is dropped last.
     rt: std::sync::Arc<tokio::runtime::Runtime>,
@@ -544,6 +557,11 @@ impl RemoteCas {
         let client = spec
             .build(same_origin_redirects(), cas_url.starts_with("https:"))
             .map_err(&invalid)?;
+        let proxies = if config.no_proxy {
+            proxy::ProxyRules::default()
+        } else {
+            config.http.proxy_rules().map_err(&invalid)?
+        };
         Ok(Self {
             name: config.name.unwrap_or_else(|| cas_url.clone()),
             local_xorbs: config.local_xorbs,
@@ -551,6 +569,7 @@ impl RemoteCas {
             client,
             anonymous: Default::default(),
             spec,
+            proxies,
             rt: std::sync::Arc::clone(&rt),
             retry: config.retry,
             token: config.token,
@@ -727,7 +746,7 @@ impl RemoteCas {
             };
             let client = self.client_for(req, auth.as_deref())?;
             let failure = match send(&self.rt, client, req, auth.as_deref(), extra) {
-                Err(e) => transport_failure(req, &e),
+                Err(e) => transport_failure(req, &e, self.proxies.proxy_for_str(&req.url)),
                 Ok(resp) => {
                     if resp.status() == StatusCode::UNAUTHORIZED
                         && req.auth == Auth::Cas

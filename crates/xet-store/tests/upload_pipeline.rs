@@ -882,3 +882,309 @@ fn a_pack_with_a_wrong_member_registers_nothing_and_names_it() {
     );
     assert_eq!(store.counts().unwrap().files, 0);
 }
+
+/// A source that hands ranges over in 16 KiB pieces, as a connection does, and breaks down
+/// once `budget` bytes have gone (an interrupted download); counts the bytes handed over.
+struct Budgeted<'a> {
+    store: &'a Store,
+    budget: u64,
+    sent: std::sync::atomic::AtomicU64,
+}
+
+impl<'a> Budgeted<'a> {
+    fn new(store: &'a Store, budget: u64) -> Self {
+        Self {
+            store,
+            budget,
+            sent: Default::default(),
+        }
+    }
+
+    /// Takes `n` bytes of the budget; `false` once it is spent.
+    fn spend(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.sent
+            .fetch_update(SeqCst, SeqCst, |s| (s + n <= self.budget).then_some(s + n))
+            .is_ok()
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn connection_reset() -> TargetError {
+    TargetError::Remote {
+        what: "GET xorb".into(),
+        message: "connection reset".into(),
+        retryable: true,
+        code: None,
+    }
+}
+
+impl XorbSource for Budgeted<'_> {
+    fn read_xorb_range(
+        &self,
+        xorb: &xet_format::XorbHash,
+        range: &xet_client::FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        let bytes = XorbSource::read_xorb_range(self.store, xorb, range)?;
+        if !self.spend(bytes.len() as u64) {
+            return Err(connection_reset());
+        }
+        Ok(bytes)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &xet_format::XorbHash,
+        range: &xet_client::FetchRange,
+        sink: &mut xet_client::RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        let bytes = XorbSource::read_xorb_range(self.store, xorb, range)?;
+        let mut at = 0u64;
+        for piece in bytes.chunks(16 << 10) {
+            if !self.spend(piece.len() as u64) {
+                return Err(connection_reset());
+            }
+            if sink(at, piece).is_break() {
+                return Ok(());
+            }
+            at += piece.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of every fetch range of `plan`.
+fn range_bytes(plan: &xet_client::ReconstructionPlan) -> u64 {
+    plan.fetch
+        .iter()
+        .flat_map(|(_, r)| r)
+        .map(|r| r.bytes.end() - r.bytes.start() + 1)
+        .sum()
+}
+
+/// A new partial file of the download of `data` (stored as `file`) in `path`.
+fn new_part(
+    path: &std::path::Path,
+    data: &[u8],
+    file: &FileHash,
+) -> xet_client::pipeline::resume::PartialFile {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    xet_client::pipeline::resume::PartialFile::create(f, &LfsOid::of(data), file, data.len() as u64)
+        .unwrap()
+}
+
+/// The partial file in `path` a download of `data` left, reopened.
+fn reopen_part(
+    path: &std::path::Path,
+    data: &[u8],
+    file: &FileHash,
+) -> xet_client::pipeline::resume::PartialFile {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    xet_client::pipeline::resume::PartialFile::reopen(f, &LfsOid::of(data), file, data.len() as u64)
+        .unwrap()
+        .expect("a record of the interrupted download")
+}
+
+/// 24 MiB in xorbs of 64 chunks (about 4 MiB each): a plan of several ranges, each read
+/// forward once.
+fn many_ranges_file(
+    store: &Store,
+    seed: u64,
+) -> (
+    Vec<u8>,
+    xet_client::pipeline::upload::UploadSummary,
+    xet_client::ReconstructionPlan,
+) {
+    let data = random_bytes(seed, 24 << 20);
+    let options = UploadOptions {
+        limits: XorbLimits {
+            max_chunks: 64,
+            ..XorbLimits::CLIENT
+        },
+        ..Default::default()
+    };
+    let s = upload(store, &data[..], &options).unwrap();
+    let plan = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    (data, s, plan)
+}
+
+#[test]
+fn an_interrupted_download_resumes_from_what_its_partial_file_recorded() {
+    use xet_client::pipeline::download::write_part;
+    use xet_client::pipeline::prior::LocalChunks;
+    let (_d, store) = store();
+    let (data, s, plan) = many_ranges_file(&store, 41);
+    assert!(plan.fetch.len() >= 4, "{} xorbs", plan.fetch.len());
+    let total = range_bytes(&plan);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("object.part");
+
+    // Half way, the connection breaks.
+    let part = new_part(&path, &data, &s.file_hash);
+    let cut = Budgeted::new(&store, total / 2);
+    let e = write_part(&cut, &plan, &part, &LocalChunks::default(), &mut |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("connection reset"), "{e}");
+    let recorded = part.resumable();
+    drop(part);
+
+    // The next download takes what was recorded and fetches the rest only.
+    let part = reopen_part(&path, &data, &s.file_hash);
+    assert_eq!(part.found(), recorded);
+    let again = Budgeted::new(&store, u64::MAX);
+    let mut seen = Vec::new();
+    let w = write_part(&again, &plan, &part, &LocalChunks::default(), &mut |n| {
+        seen.push(n);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(w.written, data.len() as u64);
+    assert_eq!(w.resumed, recorded, "every recorded stretch is taken");
+    assert!(
+        recorded > total / 4,
+        "{recorded} of {total} bytes recorded when the connection broke half way"
+    );
+    // Stored chunks of incompressible data are no smaller than the bytes they decode to.
+    assert!(
+        again.sent() + w.resumed <= total,
+        "{} bytes fetched again, {} kept, of {total}",
+        again.sent(),
+        w.resumed
+    );
+    assert!(seen.last().is_some_and(|&n| n == w.written), "{seen:?}");
+    part.finish().unwrap();
+    drop(part);
+    assert!(std::fs::read(&path).unwrap() == data);
+}
+
+#[test]
+fn recorded_bytes_are_checked_before_they_are_kept() {
+    use xet_client::pipeline::download::{write_part, DownloadError};
+    use xet_client::pipeline::prior::LocalChunks;
+    use xet_client::pipeline::resume::Extent;
+    use xet_format::{ChunkHash, ChunkRef};
+    let (_d, store) = store();
+    let (data, s, plan) = many_ranges_file(&store, 42);
+    let total = range_bytes(&plan);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("object.part");
+    let interrupt = |path: &std::path::Path| {
+        let part = new_part(path, &data, &s.file_hash);
+        let cut = Budgeted::new(&store, total / 2);
+        write_part(&cut, &plan, &part, &LocalChunks::default(), &mut |_| Ok(())).unwrap_err();
+        part.resumable()
+    };
+
+    // A byte of what was recorded changed since (the page never reached the disk before a
+    // crash, say): its stretch is fetched again, and the file comes out right.
+    let recorded = interrupt(&path);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[data[100] ^ 0xff], 100).unwrap();
+    drop(file);
+    let part = reopen_part(&path, &data, &s.file_hash);
+    let again = Budgeted::new(&store, u64::MAX);
+    let w = write_part(&again, &plan, &part, &LocalChunks::default(), &mut |_| {
+        Ok(())
+    })
+    .unwrap();
+    assert!(w.resumed < recorded, "{} of {recorded} kept", w.resumed);
+    part.finish().unwrap();
+    drop(part);
+    assert!(std::fs::read(&path).unwrap() == data);
+
+    // A record that names other bytes than the file's (hashes that match what is written,
+    // but not the stored file): the Xet file hash at the end refuses the result, and a
+    // restart without the record gets it right.
+    let (first, xorb_range) = {
+        let (xorb, ranges) = &plan.fetch[0];
+        (*xorb, ranges[0].clone())
+    };
+    assert_eq!(plan.terms[0].xorb, first);
+    let forged = vec![7u8; plan.terms[0].unpacked_len as usize];
+    let part = new_part(&path, &data, &s.file_hash);
+    xet_client::pipeline::download::WriteAt::write_all_at(&part, &forged, 0).unwrap();
+    // All of the first term's chunks, as one chunk of the forged bytes (the chunk count is
+    // the plan's, so that the stretch fits the term).
+    let n = plan.terms[0].chunks.len();
+    let mut chunks = Vec::new();
+    let per = forged.len() / n;
+    for k in 0..n {
+        let piece = if k + 1 == n {
+            &forged[k * per..]
+        } else {
+            &forged[k * per..(k + 1) * per]
+        };
+        chunks.push(ChunkRef::new(ChunkHash::of(piece), piece.len() as u64));
+    }
+    let whole = xorb_range.chunks.end == plan.terms[0].chunks.end;
+    assert!(whole, "the first term uses its whole range in this file");
+    part.record(&Extent {
+        at: 0,
+        xorb: first,
+        from: (xorb_range.chunks.start, *xorb_range.bytes.start()),
+        to: (xorb_range.chunks.end, xorb_range.bytes.end() + 1),
+        chunks,
+    })
+    .unwrap();
+    drop(part);
+    let part = reopen_part(&path, &data, &s.file_hash);
+    let e = write_part(&store, &plan, &part, &LocalChunks::default(), &mut |_| {
+        Ok(())
+    })
+    .unwrap_err();
+    assert!(matches!(e, DownloadError::WrongFile { .. }), "{e}");
+    part.restart(&LfsOid::of(&data)).unwrap();
+    let w = write_part(&store, &plan, &part, &LocalChunks::default(), &mut |_| {
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((w.written, w.resumed), (data.len() as u64, 0));
+    part.finish().unwrap();
+    drop(part);
+    assert!(std::fs::read(&path).unwrap() == data);
+}
+
+#[test]
+fn steps_decoded_from_a_shared_range_resume_whole() {
+    use xet_client::pipeline::download::write_part;
+    use xet_client::pipeline::prior::LocalChunks;
+    let (_d, store) = store();
+    let (data, s, plan) = repeated_block_file(&store, 43);
+    let ranges: usize = plan.fetch.iter().map(|(_, r)| r.len()).sum();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("object.part");
+    let part = new_part(&path, &data, &s.file_hash);
+    let cut = FlakySource {
+        store: &store,
+        fail_at: ranges / 2,
+        calls: Default::default(),
+    };
+    write_part(&cut, &plan, &part, &LocalChunks::default(), &mut |_| Ok(())).unwrap_err();
+    let recorded = part.resumable();
+    assert!(recorded > 0);
+    drop(part);
+    let part = reopen_part(&path, &data, &s.file_hash);
+    let again = CountingSource(&store, Default::default());
+    let w = write_part(&again, &plan, &part, &LocalChunks::default(), &mut |_| {
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(w.resumed, recorded);
+    let fetches = again.1.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(fetches < ranges, "{fetches} fetches of {ranges} ranges");
+    part.finish().unwrap();
+    drop(part);
+    assert!(std::fs::read(&path).unwrap() == data);
+}

@@ -187,7 +187,7 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
                 check.error = Some(format!("HTTP {status}"));
             }
         }
-        Err(e) => check.error = Some(error_text(&target, &e)),
+        Err(e) => check.error = Some(error_text(&target, &e, client.proxy_for(&target))),
     }
     check
 }
@@ -241,7 +241,7 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
                 check.error = Some(format!("HTTP {status}"));
             }
         }
-        Err(e) => check.error = Some(error_text(&target, &e)),
+        Err(e) => check.error = Some(error_text(&target, &e, client.proxy_for(&target))),
     }
     check
 }
@@ -284,8 +284,13 @@ pub(super) fn probe_client(
     xet_client::remote::OneShotClient::for_url(&options, url, PROBE_TIMEOUT, true)
 }
 
-/// What a request error says, TLS certificate problems in the words that tell what to do.
-fn error_text(url: &str, e: &reqwest::Error) -> String {
+/// What a request error says, TLS certificate problems in the words that tell what to do;
+/// `proxy`: the proxy the request went through, named when it cannot be reached.
+fn error_text(
+    url: &str,
+    e: &reqwest::Error,
+    proxy: Option<&xet_client::remote::proxy::ProxyChoice>,
+) -> String {
     if let Some(problem) = xet_client::remote::cert_problem(e) {
         let host = xet_client::util::url::origin(url)
             .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
@@ -294,6 +299,13 @@ fn error_text(url: &str, e: &reqwest::Error) -> String {
     }
     if e.is_timeout() {
         format!("no answer within {} s", PROBE_TIMEOUT.as_secs())
+    } else if let (true, Some(proxy)) = (e.is_connect(), proxy) {
+        format!(
+            "cannot connect through the proxy {} (from {}): {}",
+            proxy.shown(),
+            proxy.source,
+            root_cause(e)
+        )
     } else if e.is_connect() {
         format!("cannot connect: {}", root_cause(e))
     } else {
@@ -342,7 +354,7 @@ pub(super) fn probe(git: &Git, url: &str) -> Reachability {
                 }
             }
         }
-        Err(e) => check.error = Some(error_text(&bare, &e)),
+        Err(e) => check.error = Some(error_text(&bare, &e, client.proxy_for(&bare))),
     }
     check.millis = start.elapsed().as_millis() as u64;
     check

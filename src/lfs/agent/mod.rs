@@ -41,10 +41,10 @@
 //!   bug), and before `init` in the `init` error reply, which git-lfs does show.
 //! - **Upload paths** are opened non-blocking and must be regular files (a FIFO would block).
 //! - **Partial downloads** (`xet-<oid16>-<pid>-*.part`) name the agent process that writes
-//!   them and are locked while written. The first transfer of each agent process (upload or
-//!   download, of any object) removes those whose agent is gone: no process has that pid and
-//!   nobody holds the lock. Files of an older naming (no pid) go once unlocked and not written
-//!   to for 5 s.
+//!   them and are locked while written; those of objects from 1 MiB on record what they hold.
+//!   An interrupted download's file is taken over by the next download of the object, in
+//!   whichever agent process, which fetches only what it does not hold; files of no use are
+//!   removed by the first transfer of each agent process (`agent/parts.rs`).
 //! - **Secrets.** What goes to git-lfs and to the log is redacted ([`xet_client::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
@@ -52,6 +52,7 @@ mod download_pack;
 mod endpoint;
 mod gather;
 mod pack;
+mod parts;
 mod prior;
 
 use endpoint::*;
@@ -71,7 +72,7 @@ use super::protocol::{
 use super::settings::{self, EndpointSpec};
 use crate::git::Git;
 use xet_client::pipeline::cached::Cached;
-use xet_client::pipeline::download::{write_file_at_with, DownloadError};
+use xet_client::pipeline::download::{write_file_at_with, write_part, DownloadError, Written};
 use xet_client::pipeline::prior::{LocalChunks, PriorVersion};
 use xet_client::pipeline::upload::{
     upload_file_with_seeds, UploadOptions, UploadProgress, UploadSummary,
@@ -351,9 +352,9 @@ struct Agent {
     shared_failed: bool,
     /// The transfer journal, opened at the first record.
     journal: Option<journal::Appender>,
-    /// Whether this process has removed the partial downloads stopped agents left (see
-    /// [`remove_stale_parts`]).
-    parts_cleaned: bool,
+    /// The partial downloads stopped agents left that a download may take over, once this
+    /// process has looked (see [`parts::Parts::scan`]).
+    parts: Option<parts::Parts>,
     /// Earlier versions of objects, from the repository's history (read at first use).
     earlier: prior::Earlier,
     /// Whether small objects may go up in packs (`xet.packUploads`, read at the first pack).
@@ -379,7 +380,7 @@ impl Agent {
             shared: None,
             shared_failed: false,
             journal: None,
-            parts_cleaned: false,
+            parts: None,
             earlier: prior::Earlier::default(),
             packs_allowed: None,
             concluded_packs: std::collections::HashMap::new(),
@@ -563,15 +564,18 @@ impl Agent {
         self.earlier.others_missing(&t.oid, objects.as_deref())
     }
 
-    /// Removes, once per process, the partial downloads stopped agents left in git-lfs's temp
-    /// directory (see [`remove_stale_parts`]). Never fails a transfer.
+    /// Looks, once per process, at the partial downloads stopped agents left in git-lfs's
+    /// temp directory, removing those of no use (see [`parts::Parts::scan`]). Never fails a
+    /// transfer.
     fn clean_parts_once(&mut self) {
-        if std::mem::replace(&mut self.parts_cleaned, true) {
+        if self.parts.is_some() {
             return;
         }
+        self.parts = Some(parts::Parts::default());
         match self.lfs_temp_dir() {
             Ok(dir) => {
-                remove_stale_parts(&dir);
+                let objects = dir.parent().map(|storage| storage.join("objects"));
+                self.parts = Some(parts::Parts::scan(&dir, objects.as_deref()));
                 pack::remove_stale_packs(&dir.join(pack::PACK_DIR));
                 // Where earlier versions kept them.
                 pack::remove_stale_packs(&dir);
@@ -750,7 +754,17 @@ impl Agent {
         for version in self.prior_versions(endpoint, t, true) {
             local.add(&version);
         }
-        let tmp = new_part(&dir, &t.oid)?;
+        // An interrupted download of the object is taken over, else a new one starts.
+        let earlier = match &mut self.parts {
+            Some(found) if t.size >= parts::RESUMABLE_MIN => {
+                found.adopt(&dir, &t.oid, &hash, t.size)
+            }
+            _ => None,
+        };
+        let part = match earlier {
+            Some(part) => part,
+            None => parts::new_part(&dir, &t.oid, &hash, t.size)?,
+        };
         // No SHA-256 here: git-lfs hashes the file itself after `complete` and refuses it on
         // a mismatch before it enters .git/lfs/objects (docs/lfs-agent.md §7). Hashing it here too
         // would only word that refusal better, at the cost of a pass over every byte. What
@@ -762,10 +776,22 @@ impl Agent {
             keep,
             local: &local,
         };
-        let n = job.run(plan, inline, &tmp, writer)?;
+        let n = match job.run(plan, inline, &part, writer) {
+            Ok(n) => n,
+            Err(e) => {
+                self.end_part(&t.oid, part);
+                return Err(e);
+            }
+        };
         endpoint.trim_cache();
-        let (n, copied) = (n.written, n.local);
+        let Written {
+            written: n,
+            local: copied,
+            resumed,
+        } = n;
         if n != t.size {
+            part.discard();
+            self.end_part(&t.oid, part);
             return Err(TransferError::RebuiltSize {
                 hash,
                 oid: t.oid,
@@ -773,18 +799,30 @@ impl Agent {
                 expected: t.size,
             });
         }
-        let (_, path) = tmp.keep().map_err(|e| TransferError::Keep(e.error))?;
+        let path = part.keep()?;
         tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");
         if copied > 0 {
             tracing::info!(oid = %t.oid, copied, "bytes copied from earlier versions on this machine");
         }
+        if resumed > 0 {
+            tracing::info!(oid = %t.oid, resumed, "bytes an interrupted download had written kept");
+        }
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
-        record.transferred_bytes = n - copied;
+        record.transferred_bytes = n - copied - resumed;
         record.history_bytes = copied;
         record.endpoint = xet_client::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
         Ok(path)
+    }
+
+    /// A download of `oid` failed: its partial file stays for the next attempt if it holds
+    /// something, and is removed otherwise (see [`parts::Parts::end`]).
+    fn end_part(&mut self, oid: &LfsOid, part: parts::Part) {
+        match &mut self.parts {
+            Some(found) => found.end(oid, part),
+            None => drop(part),
+        }
     }
 }
 
@@ -835,25 +873,6 @@ fn ask_plan(
     Ok(plan)
 }
 
-/// A new partial download of `oid` in git-lfs's temp directory `dir`, locked while it is
-/// written, so that another agent's clean-up leaves it alone (a killed agent's lock goes with
-/// it).
-fn new_part(dir: &Path, oid: &LfsOid) -> Result<tempfile::NamedTempFile, TransferError> {
-    let tmp = tempfile::Builder::new()
-        .prefix(&part_prefix(oid))
-        .suffix(PART_SUFFIX)
-        .tempfile_in(dir)
-        .map_err(|e| TransferError::Local {
-            what: "cannot create a file in",
-            path: dir.to_path_buf(),
-            source: e,
-        })?;
-    if let Err(e) = tmp.as_file().try_lock() {
-        tracing::debug!(path = %tmp.path().display(), "cannot lock the partial download: {e}");
-    }
-    Ok(tmp)
-}
-
 /// One object's rebuild into its partial download file.
 struct Rebuild<'a> {
     endpoint: &'a dyn Endpoint,
@@ -875,22 +894,22 @@ impl Rebuild<'_> {
         &self,
         mut plan: ReconstructionPlan,
         mut inline: bool,
-        tmp: &tempfile::NamedTempFile,
+        part: &parts::Part,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<xet_client::pipeline::download::Written, TransferError> {
+    ) -> Result<Written, TransferError> {
         let (endpoint, t, hash) = (self.endpoint, self.t, self.hash);
         let mut reported = 0u64;
         let mut attempt = 0;
         loop {
             attempt += 1;
             if attempt > 3 {
+                part.discard();
                 return Err(TransferError::GaveUp(t.oid));
             }
-            let file = tmp.as_file();
             if attempt > 1 {
-                file.set_len(0).map_err(|e| TransferError::Local {
+                part.restart(&t.oid).map_err(|e| TransferError::Local {
                     what: "cannot write",
-                    path: tmp.path().to_path_buf(),
+                    path: part.path().to_path_buf(),
                     source: e,
                 })?;
             }
@@ -902,11 +921,16 @@ impl Rebuild<'_> {
                 }
                 Ok(())
             };
-            let written = if self.keep {
-                write_file_at_with(endpoint, &hash, &plan, file, self.local, &mut progress)
-            } else {
-                let once = ReadOnce(endpoint);
-                write_file_at_with(&once, &hash, &plan, file, self.local, &mut progress)
+            let once = ReadOnce(endpoint);
+            let source: &dyn xet_client::XorbSource = if self.keep { endpoint } else { &once };
+            let written = match (part.record(), part.file()) {
+                (Some(record), _) => write_part(source, &plan, record, self.local, &mut progress),
+                (None, Some(file)) => {
+                    write_file_at_with(source, &hash, &plan, file, self.local, &mut progress)
+                }
+                (None, None) => Err(DownloadError::Write(std::io::Error::other(
+                    "the partial download is gone",
+                ))),
             };
             match written {
                 Ok(n) => return Ok(n),
@@ -925,11 +949,17 @@ impl Rebuild<'_> {
                     endpoint.forget_cached(&xorbs);
                 }
                 Err(e) => {
+                    if matches!(
+                        e,
+                        DownloadError::WrongFile { .. } | DownloadError::Damaged { .. }
+                    ) {
+                        part.discard();
+                    }
                     return Err(TransferError::Download {
                         oid: t.oid,
                         endpoint: endpoint.describe(),
                         source: Box::new(e),
-                    })
+                    });
                 }
             }
         }
@@ -985,93 +1015,8 @@ fn file_kind(kind: &std::fs::FileType) -> &'static str {
     }
 }
 
-/// The suffix of partial downloads in git-lfs's temp directory.
-const PART_SUFFIX: &str = ".part";
-
-/// A partial download of the older naming (no pid) not written to for this long, whose lock
-/// can be taken, is stale (the age covers the moment between another agent creating its file
-/// and locking it, and between handing a finished file over and git-lfs moving it).
-const STALE_PART_AGE: Duration = Duration::from_secs(5);
-
-/// `xet-<first 16 hex digits of the oid>-<this process's pid>-`: the name prefix of the
-/// partial downloads this process writes.
-fn part_prefix(oid: &LfsOid) -> String {
-    format!("xet-{}-{}-", &oid.to_hex()[..16], std::process::id())
-}
-
-/// The pid in a partial download's name (`xet-<16 hex>-<pid>-<random>.part`); `None` for
-/// names of another shape (the older `xet-<16 hex>-<random>.part`).
-fn part_holder(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix("xet-")?.strip_suffix(PART_SUFFIX)?;
-    let (oid16, rest) = rest.split_at_checked(16)?;
-    if !oid16.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let (pid, random) = rest.strip_prefix('-')?.split_once('-')?;
-    if pid.is_empty() || random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    pid.parse().ok()
-}
-
 /// Objects from this size on get a progress message as soon as their download starts.
 const EARLY_PROGRESS_MIN: u64 = 1 << 20;
-
-/// Removes the partial downloads in `dir` that stopped agents left: those whose agent process
-/// is gone (no process has the pid in the name) and whose lock nobody holds, however recent;
-/// for names without a pid, those unlocked and not written to for [`STALE_PART_AGE`]. Failures
-/// are logged, never fatal.
-fn remove_stale_parts(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let me = std::process::id();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !name.starts_with("xet-") || !name.ends_with(PART_SUFFIX) {
-            continue;
-        }
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        let gone = match part_holder(&name) {
-            Some(pid) if pid == me => false,
-            // The holder's pid decides; a pid that cannot be checked leaves the file alone.
-            Some(pid) => xet_client::util::os::process_exists(pid) == Some(false),
-            None => meta
-                .modified()
-                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_PART_AGE)),
-        };
-        if !gone {
-            continue;
-        }
-        let Ok(file) = std::fs::File::open(&path) else {
-            continue;
-        };
-        // The lock as well: a holder in another pid namespace still holds it.
-        match file.try_lock() {
-            Ok(()) => match std::fs::remove_file(&path) {
-                Ok(()) => {
-                    tracing::info!(path = %path.display(), "removed a partial download a stopped agent left")
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "cannot remove a stale partial download: {e}")
-                }
-            },
-            Err(std::fs::TryLockError::WouldBlock) => {
-                tracing::debug!(path = %path.display(), "partial download in use by another agent")
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                tracing::debug!(path = %path.display(), "cannot lock a partial download: {e}")
-            }
-        }
-    }
-}
 
 /// How long an upload waits for another agent uploading a related file (see
 /// [`claim_related_uploads`]) before it goes ahead anyway.

@@ -11,7 +11,10 @@
 //!   the file (positional writes, one at a time). A range whose terms use its chunks in order, once each (all
 //!   of a file without repeated content) is decoded as its bytes arrive ([`ChunkSplitter`]):
 //!   a 1 MiB write buffer and one chunk per thread. A range used out of order or by several
-//!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded.
+//!   terms is held whole (at most one xorb, 64 MiB) while its terms are decoded. Into a
+//!   [`PartialFile`] ([`write_part`]), each stretch written is recorded as it lands, and what
+//!   an interrupted download of the file recorded is checked and kept: only the rest of each
+//!   range is fetched.
 //! - [`write_plan`] and [`write_file`]: a sink that takes the bytes in file order. Up to
 //!   [`READ_AHEAD`] ranges are fetched concurrently ahead of the one being decoded, and ranges
 //!   needed again later are kept within [`REUSE_BUDGET`].
@@ -28,10 +31,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::pipeline::prior::LocalChunks;
+use crate::pipeline::resume::{Extent, PartialFile};
 use crate::{FetchRange, ReconstructionPlan};
 use crate::{TargetError, XorbSource};
 use xet_format::hash::file_hash;
-use xet_format::xorb::header::MAX_CHUNK_LEN;
+use xet_format::xorb::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN};
 use xet_format::xorb::{
     decompress_chunk_into, ChunkRange, ChunkSplitter, SplitChunk, XorbError, XorbLimits,
 };
@@ -639,6 +643,9 @@ pub struct Written {
     pub written: u64,
     /// Of those, bytes copied from local chunks instead of fetched.
     pub local: u64,
+    /// Of those, bytes an earlier download had written into the partial file (see
+    /// [`write_part`]), checked and kept instead of fetched.
+    pub resumed: u64,
 }
 
 /// [`write_file_at`], copying the chunks `local` holds instead of fetching them: a run of terms
@@ -653,6 +660,44 @@ pub fn write_file_at_with(
     local: &LocalChunks,
     progress: &mut dyn FnMut(u64) -> io::Result<()>,
 ) -> Result<Written, DownloadError> {
+    write_at(source, expected, plan, out, local, None, progress)
+}
+
+/// [`write_file_at_with`] into a [`PartialFile`]: every stretch written is recorded in it as
+/// soon as its bytes are in the file, and what an earlier, interrupted download of the same
+/// file recorded there is kept instead of fetched again: per fetch range, the stretches
+/// recorded from its first chunk on, each read back and checked chunk by chunk; the range's
+/// remaining chunks are fetched alone (the whole range when its URL's signature covers its
+/// `Range`). The recorded chunks count in the Xet file hash checked at the end like fetched
+/// ones. See [`crate::pipeline::resume`].
+pub fn write_part(
+    source: &dyn XorbSource,
+    plan: &ReconstructionPlan,
+    part: &PartialFile,
+    local: &LocalChunks,
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<Written, DownloadError> {
+    if plan.file_size != part.size() {
+        return Err(DownloadError::Plan(format!(
+            "the plan of {} is of {} bytes, the partial file of {}",
+            part.file_hash(),
+            plan.file_size,
+            part.size()
+        )));
+    }
+    let expected = *part.file_hash();
+    write_at(source, &expected, plan, part, local, Some(part), progress)
+}
+
+fn write_at(
+    source: &dyn XorbSource,
+    expected: &FileHash,
+    plan: &ReconstructionPlan,
+    out: &dyn WriteAt,
+    local: &LocalChunks,
+    part: Option<&PartialFile>,
+    progress: &mut dyn FnMut(u64) -> io::Result<()>,
+) -> Result<Written, DownloadError> {
     if plan.offset_into_first_range != 0 {
         return Err(DownloadError::Plan(format!(
             "a whole-file plan of {expected} starts {} bytes into its first term",
@@ -663,7 +708,7 @@ pub fn write_file_at_with(
         out,
         turn: std::sync::Mutex::new(()),
     };
-    let job = FileJob::new(source, plan, &out, local)?;
+    let job = FileJob::new(source, plan, &out, local, part)?;
     let groups = job.groups();
     let mut refs_by_step: Vec<Option<Vec<ChunkRef>>> = vec![None; job.steps.len()];
     if groups.len() == 1 {
@@ -693,6 +738,7 @@ pub fn write_file_at_with(
     Ok(Written {
         written: job.written.into_inner(),
         local: job.copied.into_inner(),
+        resumed: job.resumed.into_inner(),
     })
 }
 
@@ -703,6 +749,8 @@ struct FileJob<'a> {
     plan: &'a ReconstructionPlan,
     out: &'a dyn WriteAt,
     local: &'a LocalChunks,
+    /// The partial file `out` writes to, whose record is kept and taken from.
+    part: Option<&'a PartialFile>,
     steps: Vec<Step<'a>>,
     /// Where each step's bytes start in the file.
     offsets: Vec<u64>,
@@ -711,6 +759,7 @@ struct FileJob<'a> {
     abort: AtomicBool,
     written: AtomicU64,
     copied: AtomicU64,
+    resumed: AtomicU64,
 }
 
 impl<'a> FileJob<'a> {
@@ -719,6 +768,7 @@ impl<'a> FileJob<'a> {
         plan: &'a ReconstructionPlan,
         out: &'a dyn WriteAt,
         local: &'a LocalChunks,
+        part: Option<&'a PartialFile>,
     ) -> Result<Self, DownloadError> {
         let steps = steps(plan)?;
         let mut offsets = Vec::with_capacity(steps.len());
@@ -743,12 +793,14 @@ impl<'a> FileJob<'a> {
             plan,
             out,
             local,
+            part,
             steps,
             offsets,
             is_local,
             abort: AtomicBool::new(false),
             written: AtomicU64::new(0),
             copied: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
         })
     }
 
@@ -781,28 +833,76 @@ impl<'a> FileJob<'a> {
                 }
             }
             if forward_only(self.plan, &self.steps[*i]) {
-                let to = FileOut {
-                    out: self.out,
-                    written: &self.written,
-                    abort: &self.abort,
-                };
-                let refs = stream_step(
-                    self.source,
-                    self.plan,
-                    &self.steps[*i],
-                    self.offsets[*i],
-                    &to,
-                    buf,
-                )?;
-                return Ok(vec![(*i, refs)]);
+                return Ok(vec![(*i, self.stream(*i, buf)?)]);
             }
         }
         self.fetch_group(group, buf)
     }
 
-    /// Fetches the range of `group`'s steps whole, then decodes and writes each step.
+    /// Streams step `i`, whose terms read its range forward only, from where the partial
+    /// file's record of an earlier download leaves off.
+    fn stream(&self, i: usize, buf: &mut Vec<u8>) -> Result<Vec<ChunkRef>, DownloadError> {
+        let step = &self.steps[i];
+        let at = self.offsets[i];
+        let to = FileOut {
+            out: self.out,
+            written: &self.written,
+            abort: &self.abort,
+            part: self.part,
+        };
+        let resumed = self
+            .part
+            .and_then(|p| resumed_step(p, self.plan, step, at, buf))
+            .filter(|r| {
+                // A URL whose signature covers its Range serves the whole range or nothing.
+                let whole_only = step
+                    .range
+                    .url
+                    .as_deref()
+                    .is_some_and(crate::util::url::signs_range);
+                r.next.0 == step.range.chunks.end || !whole_only
+            });
+        let Some(r) = resumed else {
+            let from = Resumed::none(step, at);
+            return stream_step(self.source, self.plan, step, step.range, from, &to, buf);
+        };
+        self.written.fetch_add(r.len, Ordering::Relaxed);
+        self.resumed.fetch_add(r.len, Ordering::Relaxed);
+        if r.next.0 == step.range.chunks.end {
+            return Ok(r.refs);
+        }
+        let rest = FetchRange {
+            chunks: r.next.0..step.range.chunks.end,
+            bytes: r.next.1..=*step.range.bytes.end(),
+            url: step.range.url.clone(),
+        };
+        stream_step(self.source, self.plan, step, &rest, r, &to, buf)
+    }
+
+    /// Fetches the range of `group`'s steps whole, then decodes and writes each step; steps
+    /// the partial file holds whole from an earlier download are kept (and the range not
+    /// fetched if that is all of them).
     fn fetch_group(&self, group: &[usize], buf: &mut Vec<u8>) -> Result<GroupRefs, DownloadError> {
         let first = &self.steps[group[0]];
+        let mut out_refs = Vec::with_capacity(group.len());
+        let mut todo = Vec::with_capacity(group.len());
+        for &i in group {
+            let kept = self
+                .part
+                .and_then(|p| whole_step(p, self.plan, &self.steps[i], self.offsets[i], buf));
+            match kept {
+                Some(refs) => {
+                    let len: u64 = refs.iter().map(|c| c.len).sum();
+                    self.written.fetch_add(len, Ordering::Relaxed);
+                    self.resumed.fetch_add(len, Ordering::Relaxed);
+                    out_refs.push((i, refs));
+                }
+                None => todo.push(i),
+            }
+        }
+        if todo.is_empty() {
+            return Ok(out_refs);
+        }
         let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
         let bytes = self
             .source
@@ -812,8 +912,7 @@ impl<'a> FileJob<'a> {
                 source,
             })?;
         let mut decoded = Decoded::new(first, bytes)?;
-        let mut out_refs = Vec::with_capacity(group.len());
-        for &i in group {
+        for i in todo {
             if self.abort.load(Ordering::Relaxed) {
                 break;
             }
@@ -835,6 +934,20 @@ impl<'a> FileJob<'a> {
                     Ok(())
                 }),
             )?;
+            if let Some(part) = self.part {
+                let step = &self.steps[i];
+                let range = step.range;
+                note(
+                    part,
+                    &Extent {
+                        at: self.offsets[i],
+                        xorb: step.xorb,
+                        from: (range.chunks.start, *range.bytes.start()),
+                        to: (range.chunks.end, range.bytes.end().saturating_add(1)),
+                        chunks: refs.clone(),
+                    },
+                );
+            }
             out_refs.push((i, refs));
         }
         Ok(out_refs)
@@ -906,6 +1019,8 @@ struct FileOut<'a> {
     out: &'a dyn WriteAt,
     written: &'a AtomicU64,
     abort: &'a AtomicBool,
+    /// The partial file whose record each stretch written goes into.
+    part: Option<&'a PartialFile>,
 }
 
 /// Why a streamed range stopped: its bytes are damaged, or decoding or writing them failed.
@@ -920,24 +1035,26 @@ impl From<XorbError> for StreamError {
     }
 }
 
-/// Fetches `step`'s range (whose terms are [`forward_only`]) and decodes each chunk as it
-/// arrives, writing the terms' bytes at `offset` in `out` in pieces of about [`EMIT_BYTES`]
-/// (`buf` is the reused write buffer): no more than one chunk of the range is held besides
-/// what the connection buffers. Returns the refs of the chunks written; checks the chunk count
-/// and each term's length against the plan, as [`decode_step`] does.
+/// Fetches `range` of `step`'s xorb (its whole range, or what `from` leaves of it; its terms
+/// are [`forward_only`]) and decodes each chunk as it arrives, writing the terms' bytes into
+/// `to` from `from.at` in pieces of about [`EMIT_BYTES`] (`buf` is the reused write buffer):
+/// no more than one chunk of the range is held besides what the connection buffers. Returns
+/// the refs of the step's chunks (those of `from` first); checks the chunk count and each
+/// term's length against the plan, as [`decode_step`] does.
 fn stream_step(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
     step: &Step,
-    offset: u64,
+    range: &FetchRange,
+    from: Resumed,
     to: &FileOut,
     buf: &mut Vec<u8>,
 ) -> Result<Vec<ChunkRef>, DownloadError> {
-    let (start, end) = (*step.range.bytes.start(), *step.range.bytes.end());
-    let mut writer = StepWriter::new(plan, step, offset, to, buf);
+    let (start, end) = (*range.bytes.start(), *range.bytes.end());
+    let mut writer = StepWriter::new(plan, step, range, from, to, buf);
     let mut splitter = ChunkSplitter::new(XorbLimits::SERVER);
     let mut failure: Option<StreamError> = None;
-    let read = source.stream_xorb_range(&step.xorb, step.range, &mut |at, piece| {
+    let read = source.stream_xorb_range(&step.xorb, range, &mut |at, piece| {
         if to.abort.load(Ordering::Relaxed) {
             failure = Some(StreamError::Download(DownloadError::Plan(
                 "another part of the download failed".into(),
@@ -985,46 +1102,185 @@ fn stream_step(
     writer.finish()
 }
 
+/// Where a step's streaming starts: at its range's first chunk, or where the stretches an
+/// earlier download recorded in the partial file end.
+struct Resumed {
+    /// Where the step's next bytes go in the file.
+    at: u64,
+    /// The next chunk to read: index and byte offset in the xorb.
+    next: (u32, u64),
+    /// Bytes of the step in the file already.
+    len: u64,
+    /// The refs of the chunks the step's terms used before `next`.
+    refs: Vec<ChunkRef>,
+    /// The term chunk `next` falls in (of the step's terms), and its bytes before it.
+    term: usize,
+    term_len: u64,
+}
+
+impl Resumed {
+    /// The start of `step`, which begins at `at` in the file.
+    fn none(step: &Step, at: u64) -> Self {
+        Self {
+            at,
+            next: (step.range.chunks.start, *step.range.bytes.start()),
+            len: 0,
+            refs: Vec::new(),
+            term: 0,
+            term_len: 0,
+        }
+    }
+}
+
+/// What of `step` (starting at `at` in the file) the partial file holds from an earlier
+/// download: its entries chained from the range's first chunk, each checked against the bytes
+/// in the file (`buf` is scratch space); `None` when there are none, or they do not fit the
+/// step's terms.
+fn resumed_step(
+    part: &PartialFile,
+    plan: &ReconstructionPlan,
+    step: &Step,
+    at: u64,
+    buf: &mut Vec<u8>,
+) -> Option<Resumed> {
+    let range = step.range;
+    let last = (range.chunks.end, range.bytes.end().checked_add(1)?);
+    let first = (range.chunks.start, *range.bytes.start());
+    let mut r = Resumed::none(step, at);
+    while r.next.0 < last.0 {
+        let Some(e) = part.take(&step.xorb, r.next, r.at) else {
+            break;
+        };
+        if e.to.0 > last.0 || e.to.1 > last.1 || !part.verify(&e, buf) {
+            break;
+        }
+        r.at += e.len();
+        r.len += e.len();
+        r.refs.extend_from_slice(&e.chunks);
+        r.next = e.to;
+    }
+    if r.next == first || (r.next.0 == last.0 && r.next != last) {
+        return None;
+    }
+    (r.term, r.term_len) = term_state(plan, step, r.next.0, &r.refs)?;
+    Some(r)
+}
+
+/// The term of `step` chunk `next` falls in, and its bytes before that chunk, given the
+/// `refs` of the chunks the step's (forward only) terms use before it: what the step's
+/// [`StepWriter`] would hold having read up to `next`. `None` when they do not add up.
+fn term_state(
+    plan: &ReconstructionPlan,
+    step: &Step,
+    next: u32,
+    refs: &[ChunkRef],
+) -> Option<(usize, u64)> {
+    let mut used = 0usize;
+    for (k, t) in plan.terms[step.terms.clone()].iter().enumerate() {
+        if t.chunks.is_empty() {
+            if t.unpacked_len != 0 {
+                return None;
+            }
+            continue;
+        }
+        let n = (next.clamp(t.chunks.start, t.chunks.end) - t.chunks.start) as usize;
+        let these = refs.get(used..used + n)?;
+        used += n;
+        let len: u64 = these.iter().map(|c| c.len).sum();
+        if n < t.chunks.len() {
+            return (used == refs.len()).then_some((k, len));
+        }
+        if len != u64::from(t.unpacked_len) {
+            return None;
+        }
+    }
+    (used == refs.len()).then_some((step.terms.len(), 0))
+}
+
+/// The refs of `step` (starting at `at` in the file) if the partial file holds all of it from
+/// an earlier download in one entry, checked against the bytes in the file (`buf` is scratch
+/// space) and against the lengths of the step's terms.
+fn whole_step(
+    part: &PartialFile,
+    plan: &ReconstructionPlan,
+    step: &Step,
+    at: u64,
+    buf: &mut Vec<u8>,
+) -> Option<Vec<ChunkRef>> {
+    let range = step.range;
+    let e = part.take(&step.xorb, (range.chunks.start, *range.bytes.start()), at)?;
+    if e.to != (range.chunks.end, range.bytes.end().checked_add(1)?) {
+        return None;
+    }
+    let mut used = 0usize;
+    for t in &plan.terms[step.terms.clone()] {
+        let n = t.chunks.len();
+        let len: u64 = e.chunks.get(used..used + n)?.iter().map(|c| c.len).sum();
+        if len != u64::from(t.unpacked_len) {
+            return None;
+        }
+        used += n;
+    }
+    (used == e.chunks.len() && part.verify(&e, buf)).then_some(e.chunks)
+}
+
+/// Records `extent` in `part`; a failure only costs a later download the fetch.
+fn note(part: &PartialFile, extent: &Extent) {
+    if let Err(e) = part.record(extent) {
+        tracing::debug!("cannot record a written stretch in the partial file: {e}");
+    }
+}
+
 /// Where [`stream_step`] is in its step: the term being written, the decoded bytes not yet
-/// written (`buf`) and the file offset they go to, the chunk refs so far.
+/// written (`buf`) and the file offset they go to, the chunk refs so far, and how far the
+/// partial file's record goes.
 struct StepWriter<'a> {
     plan: &'a ReconstructionPlan,
     step: &'a Step<'a>,
     to: &'a FileOut<'a>,
     buf: &'a mut Vec<u8>,
     offset: u64,
-    /// The chunks the step's range holds.
+    /// The chunk index and byte offset in the xorb of the range's first chunk.
+    first: (u32, u64),
+    /// The chunks the range holds.
     expected: usize,
     refs: Vec<ChunkRef>,
     /// The term being written (of the step's terms), and its bytes so far.
     term: usize,
     term_len: u64,
+    /// The chunk index and byte offset in the xorb just past the last chunk read.
+    read: (u32, u64),
+    /// What the partial file's record holds: up to `read` as it was then, the refs before
+    /// this index, the file's bytes before this offset.
+    noted: ((u32, u64), usize, u64),
 }
 
 impl<'a> StepWriter<'a> {
     fn new(
         plan: &'a ReconstructionPlan,
         step: &'a Step<'a>,
-        offset: u64,
+        range: &FetchRange,
+        from: Resumed,
         to: &'a FileOut<'a>,
         buf: &'a mut Vec<u8>,
     ) -> Self {
-        let expected = step
-            .range
-            .chunks
-            .end
-            .saturating_sub(step.range.chunks.start) as usize;
+        let expected = range.chunks.end.saturating_sub(range.chunks.start) as usize;
         buf.clear();
+        let mut refs = from.refs;
+        refs.reserve(expected);
         Self {
             plan,
             step,
             to,
             buf,
-            offset,
+            offset: from.at,
+            first: (range.chunks.start, *range.bytes.start()),
             expected,
-            refs: Vec::with_capacity(expected),
-            term: 0,
-            term_len: 0,
+            noted: (from.next, refs.len(), from.at),
+            refs,
+            term: from.term,
+            term_len: from.term_len,
+            read: from.next,
         }
     }
 
@@ -1042,7 +1298,10 @@ impl<'a> StepWriter<'a> {
                 self.step.xorb, self.expected
             ))));
         }
-        let c = self.step.range.chunks.start + chunk.index as u32;
+        let c = self.first.0 + chunk.index as u32;
+        let past =
+            chunk.offset + CHUNK_HEADER_LEN as u64 + u64::from(chunk.header.compressed_len());
+        self.read = (c + 1, self.first.1 + past);
         while let Some(t) = self.terms().get(self.term) {
             if t.chunks.is_empty() {
                 self.close_term().map_err(StreamError::Download)?;
@@ -1092,16 +1351,33 @@ impl<'a> StepWriter<'a> {
         Ok(())
     }
 
+    /// Writes what is buffered, then records it in the partial file.
     fn flush(&mut self) -> Result<(), DownloadError> {
-        self.to
-            .out
-            .write_all_at(self.buf, self.offset)
-            .map_err(DownloadError::Write)?;
-        self.offset += self.buf.len() as u64;
-        self.to
-            .written
-            .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
-        self.buf.clear();
+        if !self.buf.is_empty() {
+            self.to
+                .out
+                .write_all_at(self.buf, self.offset)
+                .map_err(DownloadError::Write)?;
+            self.offset += self.buf.len() as u64;
+            self.to
+                .written
+                .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
+            self.buf.clear();
+        }
+        let (from, refs_from, at) = self.noted;
+        if let (Some(part), true) = (self.to.part, self.read != from) {
+            note(
+                part,
+                &Extent {
+                    at,
+                    xorb: self.step.xorb,
+                    from,
+                    to: self.read,
+                    chunks: self.refs[refs_from..].to_vec(),
+                },
+            );
+        }
+        self.noted = (self.read, self.refs.len(), self.offset);
         Ok(())
     }
 
@@ -1111,9 +1387,7 @@ impl<'a> StepWriter<'a> {
         while self.term < self.terms().len() {
             self.close_term()?;
         }
-        if !self.buf.is_empty() {
-            self.flush()?;
-        }
+        self.flush()?;
         Ok(self.refs)
     }
 }

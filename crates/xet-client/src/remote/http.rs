@@ -364,6 +364,9 @@ pub enum CertProblem {
     WrongName,
     /// Expired, or not valid yet.
     Expired,
+    /// A CA certificate presented as the server's own (a self-signed certificate such as
+    /// `openssl req -x509` makes) that is not in the configured CA file.
+    SelfSignedCa,
     /// Revoked, self-signed without trust, or otherwise refused.
     Other,
 }
@@ -377,6 +380,7 @@ pub fn cert_problem(e: &(dyn std::error::Error + 'static)) -> Option<CertProblem
         C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => {
             CertProblem::Expired
         }
+        c if super::tls::is_ca_as_server_cert(c) => CertProblem::SelfSignedCa,
         _ => CertProblem::Other,
     };
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -416,6 +420,13 @@ pub fn cert_advice(host: &str, problem: CertProblem) -> String {
             "the TLS certificate of {host} has expired or is not valid yet (or this machine's clock \
              is wrong): the server's administrator must renew it"
         ),
+        CertProblem::SelfSignedCa => format!(
+            "the TLS certificate of {host} is self-signed (a CA certificate the server presents \
+             as its own, as `openssl req -x509` makes). If you trust this server, give git that \
+             very certificate: `git config --global http.sslCAInfo /path/to/its-cert.pem` (or \
+             `http.https://{host}/.sslCAInfo` for this server only; GIT_SSL_CAINFO for one \
+             command)"
+        ),
         CertProblem::Other => format!(
             "the TLS certificate of {host} was refused; if you trust this server anyway, \
              `git config http.sslVerify false` turns checks off (unsafe)"
@@ -423,8 +434,12 @@ pub fn cert_advice(host: &str, problem: CertProblem) -> String {
     }
 }
 
-/// What a transport error means.
-pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
+/// What a transport error means; `proxy`: the proxy the request went through.
+pub(super) fn transport_failure(
+    req: &Request,
+    e: &reqwest::Error,
+    proxy: Option<&super::proxy::ProxyChoice>,
+) -> Failure {
     if let Some(problem) = cert_problem(e) {
         // No retry mends a certificate: say what to do instead.
         let host = crate::util::url::origin(&req.url)
@@ -465,6 +480,16 @@ pub(super) fn transport_failure(req: &Request, e: &reqwest::Error) -> Failure {
             "{} did not answer within {} s",
             req.server,
             req.timeout.as_secs()
+        )
+    } else if let (true, Some(proxy)) = (e.is_connect(), proxy) {
+        // The connection that failed may be the proxy's: name it, and where it was set.
+        format!(
+            "cannot reach {} through the proxy {} (from {}): {}; check that the proxy is \
+             running and reachable, or name the server in NO_PROXY to go around it",
+            req.server,
+            proxy.shown(),
+            proxy.source,
+            root_cause_text(e)
         )
     } else if e.is_connect() {
         format!("cannot reach {}: {}", req.server, root_cause_text(e))
