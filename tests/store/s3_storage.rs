@@ -2348,85 +2348,81 @@ fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let g = Garage::start();
     g.create_bucket("gitrace");
-    {
-        let (round, copies) = (0u64, 0u64);
-        // The node's CAS URL is the slow link's, so that git-lfs's agent uploads through it.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap();
-        let slow = common::throttle::Throttle::start(port, 16 << 20);
-        let storage = g.s3_config("gitrace", "");
-        let public = slow.url();
-        let server = start_with(move |c| {
-            c.storage = Some(storage);
-            c.listen = port;
-            c.public_url = Some(public);
-            c.store.xorb_cache_bytes = copies;
-        });
-        let env = common::git::GitEnv::new();
-        let lfs_url = format!("{}/team/models.git/info/lfs", slow.url());
-        let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
-        // Four xorbs (64 MiB at most each), two sent at a time: the first two are stored
-        // seconds before the shard.
-        let data = content(300 + round, 200 << 20);
-        std::fs::write(work.join("model.bin"), &data).unwrap();
-        env.git(&work, &["add", "."]);
-        env.git(&work, &["commit", "-q", "-m", "model"]);
+    // The node's CAS URL is the slow link's, so that git-lfs's agent uploads through it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let slow = common::throttle::Throttle::start(port, 16 << 20);
+    let storage = g.s3_config("gitrace", "");
+    let public = slow.url();
+    let server = start_with(move |c| {
+        c.storage = Some(storage);
+        c.listen = port;
+        c.public_url = Some(public);
+        c.store.xorb_cache_bytes = 0;
+    });
+    let env = common::git::GitEnv::new();
+    let lfs_url = format!("{}/team/models.git/info/lfs", slow.url());
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+    // Four xorbs (64 MiB at most each), two sent at a time: the first two are stored
+    // seconds before the shard.
+    let data = content(300, 200 << 20);
+    std::fs::write(work.join("model.bin"), &data).unwrap();
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
 
-        let stop = Arc::new(AtomicBool::new(false));
-        let removed = Arc::new(AtomicU64::new(0));
-        let collector = {
-            let (stop, removed) = (Arc::clone(&stop), Arc::clone(&removed));
-            let config = g.s3_config("gitrace", "");
-            std::thread::spawn(move || {
-                let dir = tempfile::tempdir().unwrap();
-                let c = xet_store::Store::open_s3(
-                    dir.path(),
-                    Default::default(),
-                    &config,
-                    Garage::runtime(),
-                )
-                .unwrap();
-                while !stop.load(Ordering::Relaxed) {
-                    let r = c
-                        .gc(xet_store::GcOptions {
-                            grace: Duration::from_secs(2),
-                            dry_run: false,
-                        })
-                        .unwrap();
-                    removed.fetch_add(r.xorbs_removed, Ordering::Relaxed);
-                }
-            })
-        };
-        let first = env.run_in(&work, "git", &["push", "-q", "origin", "HEAD:main"]);
-        stop.store(true, Ordering::Relaxed);
-        collector.join().unwrap();
-        eprintln!(
-            "round {round}: push exited {:?}, the collector removed {} xorb(s)\n{}",
-            first.status,
-            removed.load(Ordering::Relaxed),
-            first.all()
-        );
-        assert!(
-            removed.load(Ordering::Relaxed) > 0,
-            "round {round}: the collector removed xorbs of the push in flight"
-        );
-        if first.status != Some(0) {
-            eprintln!("round {round}: the push failed during collections; pushing again");
-            env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
-        }
-        let name = format!("clone-{round}");
-        env.clone_skip_smudge("remote.git", &name);
-        let clone = env.path().join(&name);
-        env.git(&clone, &["checkout", "-q", "main"]);
-        let pulled = env.run_in(&clone, "git", &["lfs", "pull"]);
-        assert_eq!(pulled.status, Some(0), "round {round}: {}", pulled.all());
-        assert!(
-            std::fs::read(clone.join("model.bin")).unwrap() == data,
-            "round {round}: the pushed file clones whole"
-        );
-        drop(server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let removed = Arc::new(AtomicU64::new(0));
+    let collector = {
+        let (stop, removed) = (Arc::clone(&stop), Arc::clone(&removed));
+        let config = g.s3_config("gitrace", "");
+        std::thread::spawn(move || {
+            let dir = tempfile::tempdir().unwrap();
+            let c = xet_store::Store::open_s3(
+                dir.path(),
+                Default::default(),
+                &config,
+                Garage::runtime(),
+            )
+            .unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let r = c
+                    .gc(xet_store::GcOptions {
+                        grace: Duration::from_secs(2),
+                        dry_run: false,
+                    })
+                    .unwrap();
+                removed.fetch_add(r.xorbs_removed, Ordering::Relaxed);
+            }
+        })
+    };
+    let first = env.run_in(&work, "git", &["push", "-q", "origin", "HEAD:main"]);
+    stop.store(true, Ordering::Relaxed);
+    collector.join().unwrap();
+    eprintln!(
+        "push exited {:?}, the collector removed {} xorb(s)\n{}",
+        first.status,
+        removed.load(Ordering::Relaxed),
+        first.all()
+    );
+    assert!(
+        removed.load(Ordering::Relaxed) > 0,
+        "the collector removed xorbs of the push in flight"
+    );
+    if first.status != Some(0) {
+        eprintln!("the push failed during collections; pushing again");
+        env.git(&work, &["push", "-q", "origin", "HEAD:main"]);
     }
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+    env.git(&clone, &["checkout", "-q", "main"]);
+    let pulled = env.run_in(&clone, "git", &["lfs", "pull"]);
+    assert_eq!(pulled.status, Some(0), "{}", pulled.all());
+    assert!(
+        std::fs::read(clone.join("model.bin")).unwrap() == data,
+        "the pushed file clones whole"
+    );
+    drop(server);
 }
 
 /// A shard this node registered before, pushed again after a collection in another process
