@@ -2049,6 +2049,65 @@ fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
     );
 }
 
+/// Garbage collection in a loop with `grace`, from a process of its own (a store on `bucket`
+/// with a directory of its own), as `git xet gc --storage` run again and again would.
+struct CollectorLoop {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    removed: Arc<std::sync::atomic::AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl CollectorLoop {
+    /// Starts collecting, and returns once the first collection is done (the collector has
+    /// registered the bucket's shards and collects from then on within moments).
+    fn start(g: &Garage, bucket: &str, grace: Duration) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let removed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (warm, warmed) = std::sync::mpsc::channel();
+        let config = g.s3_config(bucket, "");
+        let thread = {
+            let (stop, removed) = (Arc::clone(&stop), Arc::clone(&removed));
+            std::thread::spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let c = xet_store::Store::open_s3(
+                    dir.path(),
+                    Default::default(),
+                    &config,
+                    Garage::runtime(),
+                )
+                .unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = c
+                        .gc(xet_store::GcOptions {
+                            grace,
+                            dry_run: false,
+                        })
+                        .unwrap();
+                    removed.fetch_add(r.xorbs_removed, Ordering::Relaxed);
+                    let _ = warm.send(());
+                }
+            })
+        };
+        warmed
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the first collection ends");
+        Self {
+            stop,
+            removed,
+            thread,
+        }
+    }
+
+    /// Stops collecting; how many xorbs the collections removed in all.
+    fn finish(self) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        self.removed.load(Ordering::Relaxed)
+    }
+}
+
 /// Garbage collection in a loop with a grace period far shorter than a push, from another
 /// process, while files are pushed through a node over a slow link: every push the node
 /// acknowledged is whole; a push refused for a collected xorb succeeds when sent again. A node
@@ -2056,7 +2115,6 @@ fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn gc_in_a_loop_during_slow_pushes_through_another_node_never_acknowledges_a_hole() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use xet_client::pipeline::upload::{upload, UploadOptions};
     let g = Garage::start();
     g.create_bucket("race");
@@ -2075,71 +2133,38 @@ fn gc_in_a_loop_during_slow_pushes_through_another_node_never_acknowledges_a_hol
         parallel_puts: 1,
         ..UploadOptions::default()
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let removed = Arc::new(AtomicU64::new(0));
-    let collect = |grace: Duration| {
-        let (g_dir, stop, removed) = (
-            tempfile::tempdir().unwrap(),
-            Arc::clone(&stop),
-            Arc::clone(&removed),
-        );
-        let config = g.s3_config("race", "");
-        std::thread::spawn(move || {
-            let c = xet_store::Store::open_s3(
-                g_dir.path(),
-                Default::default(),
-                &config,
-                Garage::runtime(),
-            )
-            .unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                let r = c
-                    .gc(xet_store::GcOptions {
-                        grace,
-                        dry_run: false,
-                    })
-                    .unwrap();
-                removed.fetch_add(r.xorbs_removed, Ordering::Relaxed);
-            }
-        })
-    };
     let mut pushed = Vec::new();
     // A push of 6 MiB at 2 MiB/s lasts about 3 s; collections keep nothing unused older than 1 s.
-    for (i, (server, seed)) in [
-        (&plain, 101u64),
-        (&plain, 102),
-        (&keeper, 103),
-        (&keeper, 104),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let data = content(seed, 6 << 20);
-        stop.store(false, Ordering::Relaxed);
-        let before = removed.load(Ordering::Relaxed);
-        let collector = collect(Duration::from_secs(1));
-        let slow = common::throttle::Throttle::start(server.server.addr, 2 << 20);
-        let cas = xet_client::RemoteCas::new(xet_client::RemoteConfig::new(
-            slow.url(),
-            xet_client::TokenSource::fixed(Some(WRITE_TOKEN.into())),
-        ))
-        .unwrap();
-        let first = upload(&cas, &data[..], &options);
-        stop.store(true, Ordering::Relaxed);
-        collector.join().unwrap();
+    for (name, server, seeds) in [
+        ("plain", &plain, [101u64, 102]),
+        ("keeper", &keeper, [103, 104]),
+    ] {
+        let mut removed = 0;
+        for seed in seeds {
+            let data = content(seed, 6 << 20);
+            let collector = CollectorLoop::start(&g, "race", Duration::from_secs(1));
+            let slow = common::throttle::Throttle::start(server.server.addr, 2 << 20);
+            let cas = xet_client::RemoteCas::new(xet_client::RemoteConfig::new(
+                slow.url(),
+                xet_client::TokenSource::fixed(Some(WRITE_TOKEN.into())),
+            ))
+            .unwrap();
+            let first = upload(&cas, &data[..], &options);
+            removed += collector.finish();
+            let summary = match first {
+                Ok(s) => s,
+                Err(e) if std::ptr::eq(server, &plain) && e.is_lost_xorb() => {
+                    eprintln!("{name} push {seed} refused ({e}); sent again");
+                    upload(&client(server), &data[..], &options).unwrap()
+                }
+                Err(e) => panic!("{name} push {seed}: {e}"),
+            };
+            pushed.push((summary.file_hash, data));
+        }
         assert!(
-            removed.load(Ordering::Relaxed) > before,
-            "push {i}: the collector removed xorbs of the push in flight"
+            removed > 0,
+            "{name}: the collections removed xorbs of pushes in flight"
         );
-        let summary = match first {
-            Ok(s) => s,
-            Err(e) if std::ptr::eq(server, &plain) && e.is_lost_xorb() => {
-                eprintln!("push {i} refused ({e}); sent again");
-                upload(&client(server), &data[..], &options).unwrap()
-            }
-            Err(e) => panic!("push {i}: {e}"),
-        };
-        pushed.push((summary.file_hash, data));
     }
     let fresh_dir = tempfile::tempdir().unwrap();
     let fresh = g.open_store("race", fresh_dir.path());
@@ -2345,7 +2370,6 @@ fn catch_up_survives_a_storage_outage_and_a_full_disk_without_a_restart() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let g = Garage::start();
     g.create_bucket("gitrace");
     // The node's CAS URL is the slow link's, so that git-lfs's agent uploads through it.
@@ -2371,42 +2395,16 @@ fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
     env.git(&work, &["add", "."]);
     env.git(&work, &["commit", "-q", "-m", "model"]);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let removed = Arc::new(AtomicU64::new(0));
-    let collector = {
-        let (stop, removed) = (Arc::clone(&stop), Arc::clone(&removed));
-        let config = g.s3_config("gitrace", "");
-        std::thread::spawn(move || {
-            let dir = tempfile::tempdir().unwrap();
-            let c = xet_store::Store::open_s3(
-                dir.path(),
-                Default::default(),
-                &config,
-                Garage::runtime(),
-            )
-            .unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                let r = c
-                    .gc(xet_store::GcOptions {
-                        grace: Duration::from_secs(2),
-                        dry_run: false,
-                    })
-                    .unwrap();
-                removed.fetch_add(r.xorbs_removed, Ordering::Relaxed);
-            }
-        })
-    };
+    let collector = CollectorLoop::start(&g, "gitrace", Duration::from_secs(2));
     let first = env.run_in(&work, "git", &["push", "-q", "origin", "HEAD:main"]);
-    stop.store(true, Ordering::Relaxed);
-    collector.join().unwrap();
+    let removed = collector.finish();
     eprintln!(
-        "push exited {:?}, the collector removed {} xorb(s)\n{}",
+        "push exited {:?}, the collector removed {removed} xorb(s)\n{}",
         first.status,
-        removed.load(Ordering::Relaxed),
         first.all()
     );
     assert!(
-        removed.load(Ordering::Relaxed) > 0,
+        removed > 0,
         "the collector removed xorbs of the push in flight"
     );
     if first.status != Some(0) {

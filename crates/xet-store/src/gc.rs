@@ -26,7 +26,7 @@
 //!    `running`), then reads the shard log again ([`Store::catch_up`]), drops every xorb a shard
 //!    logged meanwhile names, deletes the rest before the deadline, and marks the record `done`.
 //! 2. A registration stores its shard and writes its log entry, then lists the sweep records
-//!    ([`Store::confirm_against_sweeps`]). For each xorb of its files that a record names, it
+//!    (`Store::confirm_against_sweeps`). For each xorb of its files that a record names, it
 //!    waits until that record is done (or past its deadline) and looks at the xorb in the
 //!    bucket: if it is gone, the node puts it back from its own copy if it has one
 //!    (`xorb_cache`), else the shard is refused with `unknown_xorb` and the client uploads the

@@ -290,92 +290,42 @@ fn put_file_repos(
 /// The index database of one store.
 #[derive(Debug)]
 pub struct Index {
+    /// Opened again after an I/O error (a full disk), so that the store works again once the
+    /// disk has room (see [`crate::reopen`]).
+    db: crate::reopen::ReopeningDb,
     path: std::path::PathBuf,
-    /// The open database; `None` after an I/O error made it unusable (a full disk: redb then
-    /// refuses everything until it is opened again), until it is opened again.
-    db: std::sync::RwLock<Option<std::sync::Arc<Database>>>,
-    /// When opening it again was last tried.
-    reopened: std::sync::Mutex<Option<std::time::Instant>>,
 }
-
-/// How often opening the index again is tried while it cannot be (the disk still full, or a
-/// transaction of the failed database still running).
-const REOPEN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Index {
     /// Opens or creates `path`, creating every table.
     pub fn open(path: &Path) -> Result<Self, IndexError> {
         let db = open_database(path)?;
         let index = Self {
+            db: crate::reopen::ReopeningDb::new(path, db),
             path: path.to_path_buf(),
-            db: std::sync::RwLock::new(Some(std::sync::Arc::new(db))),
-            reopened: std::sync::Mutex::new(None),
         };
         index.backfill_xorb_files()?;
         index.backfill_claim_queue()?;
         Ok(index)
     }
 
-    /// A read transaction (see [`Self::begin_write`]).
+    /// A read transaction.
     fn begin_read(&self) -> Result<redb::ReadTransaction, IndexError> {
-        let db = self.database()?;
-        db.begin_read().map_err(|e| self.failed(&db, e))
+        self.db.begin_read().map_err(|e| self.begin_error(e))
     }
 
-    /// A write transaction. After an I/O error (a full disk) redb refuses every transaction
-    /// until the database is opened again: then the index drops it and opens it again (its
-    /// last transaction rolled back), so that the store works again once the disk has room.
+    /// A write transaction.
     fn begin_write(&self) -> Result<redb::WriteTransaction, IndexError> {
-        let db = self.database()?;
-        db.begin_write().map_err(|e| self.failed(&db, e))
+        self.db.begin_write().map_err(|e| self.begin_error(e))
     }
 
-    /// The open database, opened again if an I/O error closed it.
-    fn database(&self) -> Result<std::sync::Arc<Database>, IndexError> {
-        if let Some(db) = self.db.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            return Ok(std::sync::Arc::clone(db));
+    fn begin_error(&self, e: crate::reopen::BeginError) -> IndexError {
+        match e {
+            crate::reopen::BeginError::Redb(e) => IndexError::Db(e),
+            crate::reopen::BeginError::Reopening => IndexError::Unavailable {
+                path: self.path.display().to_string(),
+            },
         }
-        let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(db) = slot.as_ref() {
-            return Ok(std::sync::Arc::clone(db));
-        }
-        let unavailable = || IndexError::Unavailable {
-            path: self.path.display().to_string(),
-        };
-        {
-            let mut last = self.reopened.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|t| t.elapsed() < REOPEN_INTERVAL) {
-                return Err(unavailable());
-            }
-            *last = Some(std::time::Instant::now());
-        }
-        match open_database(&self.path) {
-            Ok(db) => {
-                tracing::info!(path = %self.path.display(), "index database opened again after an I/O error");
-                let db = std::sync::Arc::new(db);
-                *slot = Some(std::sync::Arc::clone(&db));
-                Ok(db)
-            }
-            // A transaction of the failed database still holds it: the next call tries again.
-            Err(IndexError::InUse { .. }) => Err(unavailable()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// `e`, from beginning a transaction on `db`: when it says an earlier I/O error made the
-    /// database unusable, `db` is dropped, to be opened again by the next transaction.
-    fn failed(&self, db: &std::sync::Arc<Database>, e: redb::TransactionError) -> IndexError {
-        if matches!(
-            e,
-            redb::TransactionError::Storage(redb::StorageError::PreviousIo)
-        ) {
-            let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
-            if slot.as_ref().is_some_and(|d| std::sync::Arc::ptr_eq(d, db)) {
-                tracing::warn!(path = %self.path.display(), "index database failed on an I/O error (a full disk?): opening it again");
-                *slot = None;
-            }
-        }
-        db_err(e)
     }
 }
 

@@ -10,6 +10,7 @@
 //! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
 //! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
+//! | [`reopen`] | a redb database opened again after an I/O error (a full disk) |
 //! | [`s3`] | [`S3Backend`](s3::S3Backend): objects in an S3-compatible bucket that several server nodes share |
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
@@ -27,6 +28,7 @@ pub mod gc;
 pub mod index;
 pub mod integrity;
 pub mod local_server;
+pub mod reopen;
 pub mod s3;
 pub mod small_xorbs;
 pub mod sync;

@@ -276,6 +276,12 @@ fn user_of(grant: &Grant) -> Result<String, ApiError> {
 fn db_error(e: LockDbError) -> ApiError {
     if e.is_storage_full() {
         ApiError::storage_full(&e)
+    } else if matches!(e, LockDbError::Reopening { .. }) {
+        ApiError::busy(
+            "the server's lock database is being opened again after a full disk; try again in a \
+             moment",
+            2,
+        )
     } else {
         // Paths and database errors are for the operator's log.
         tracing::error!(error = %e, "lock database failure");

@@ -135,6 +135,11 @@ pub enum LockDbError {
         path: PathBuf,
         source: Box<redb::Error>,
     },
+    #[error(
+        "lock database {path} is being opened again after an I/O error (a full disk?); try \
+         again in a moment"
+    )]
+    Reopening { path: PathBuf },
     #[error("lock database {path}: schema {found}, but this git-xet understands {SCHEMA}")]
     Schema { path: PathBuf, found: u64 },
     #[error("lock database {path} is corrupt: lock {id} of repository {repo:?}: {detail}")]
@@ -161,7 +166,7 @@ impl LockDbError {
 /// The lock database. Its methods block (every write commits to disk): call them off the
 /// async threads.
 pub struct LockDb {
-    db: Database,
+    db: xet_store::reopen::ReopeningDb,
     path: PathBuf,
     limits: LockLimits,
     /// One writer at a time: redb runs write transactions one by one, so writers queue here,
@@ -186,13 +191,7 @@ impl LockDb {
             source: Box::new(e),
         };
         let db = Database::create(path).map_err(|e| open_err(e.into()))?;
-        let this = Self {
-            db,
-            path: path.to_path_buf(),
-            limits,
-            writer: tokio::sync::Semaphore::new(1),
-        };
-        let txn = this.db.begin_write().map_err(|e| open_err(e.into()))?;
+        let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
         {
             txn.open_table(LOCKS).map_err(|e| open_err(e.into()))?;
             txn.open_table(PATHS).map_err(|e| open_err(e.into()))?;
@@ -220,7 +219,12 @@ impl LockDb {
             }
         }
         txn.commit().map_err(|e| open_err(e.into()))?;
-        Ok(this)
+        Ok(Self {
+            db: xet_store::reopen::ReopeningDb::new(path, db),
+            path: path.to_path_buf(),
+            limits,
+            writer: tokio::sync::Semaphore::new(1),
+        })
     }
 
     pub fn limits(&self) -> LockLimits {
@@ -237,6 +241,29 @@ impl LockDb {
         LockDbError::Db {
             path: self.path.clone(),
             source: Box::new(e.into()),
+        }
+    }
+
+    /// A read transaction (see [`xet_store::reopen`]: after a full disk the database is opened
+    /// again once there is room).
+    fn begin_read(&self) -> Result<redb::ReadTransaction, LockDbError> {
+        self.db.begin_read().map_err(|e| self.begin_err(e))
+    }
+
+    /// A write transaction (as [`Self::begin_read`]).
+    fn begin_write(&self) -> Result<redb::WriteTransaction, LockDbError> {
+        self.db.begin_write().map_err(|e| self.begin_err(e))
+    }
+
+    fn begin_err(&self, e: xet_store::reopen::BeginError) -> LockDbError {
+        match e {
+            xet_store::reopen::BeginError::Redb(source) => LockDbError::Db {
+                path: self.path.clone(),
+                source,
+            },
+            xet_store::reopen::BeginError::Reopening => LockDbError::Reopening {
+                path: self.path.clone(),
+            },
         }
     }
 
@@ -267,7 +294,7 @@ impl LockDb {
         scope: Option<&str>,
         now: u64,
     ) -> Result<Created, LockDbError> {
-        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let txn = self.begin_write()?;
         let outcome = {
             let mut locks = txn.open_table(LOCKS).map_err(|e| self.err(e))?;
             let mut paths = txn.open_table(PATHS).map_err(|e| self.err(e))?;
@@ -375,7 +402,7 @@ impl LockDb {
 
     /// The lock `id` of `repo`.
     pub fn get(&self, repo: &str, id: u64) -> Result<Option<Lock>, LockDbError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let txn = self.begin_read()?;
         let locks = txn.open_table(LOCKS).map_err(|e| self.err(e))?;
         let bytes = locks
             .get((repo, id))
@@ -387,7 +414,7 @@ impl LockDb {
     /// The lock of `path` in `repo`.
     pub(crate) fn by_path(&self, repo: &str, path: &str) -> Result<Option<Lock>, LockDbError> {
         let id = {
-            let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+            let txn = self.begin_read()?;
             let paths = txn.open_table(PATHS).map_err(|e| self.err(e))?;
             let id = paths
                 .get((repo, path))
@@ -409,7 +436,7 @@ impl LockDb {
         from: Option<u64>,
         limit: usize,
     ) -> Result<(Vec<Lock>, Option<u64>), LockDbError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let txn = self.begin_read()?;
         let locks = txn.open_table(LOCKS).map_err(|e| self.err(e))?;
         let upper = from.unwrap_or(u64::MAX);
         let range = locks
@@ -434,7 +461,7 @@ impl LockDb {
         id: u64,
         allow: impl FnOnce(&Lock) -> bool,
     ) -> Result<Removed, LockDbError> {
-        let txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        let txn = self.begin_write()?;
         let outcome = {
             let mut locks = txn.open_table(LOCKS).map_err(|e| self.err(e))?;
             let mut paths = txn.open_table(PATHS).map_err(|e| self.err(e))?;
@@ -497,7 +524,7 @@ impl LockDb {
 
     /// The number of locks of `repo`.
     pub fn count(&self, repo: &str) -> Result<u64, LockDbError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let txn = self.begin_read()?;
         let counts = txn.open_table(COUNTS).map_err(|e| self.err(e))?;
         let n = counts
             .get(repo)
@@ -508,7 +535,7 @@ impl LockDb {
 
     /// The number of locks charged to the token scope `scope` (a repository pattern).
     pub fn scope_count(&self, scope: &str) -> Result<u64, LockDbError> {
-        let txn = self.db.begin_read().map_err(|e| self.err(e))?;
+        let txn = self.begin_read()?;
         let counts = txn.open_table(SCOPE_COUNTS).map_err(|e| self.err(e))?;
         let n = counts
             .get(scope)
