@@ -45,8 +45,9 @@ pub struct Record {
     /// Bytes of xorb bodies sent (uploads) or fetched (downloads).
     #[serde(default)]
     pub transferred_bytes: u64,
-    /// Bytes of the file matched against an earlier version of it on this machine:
-    /// deduplicated through it (uploads, part of `dedup_bytes`) or copied from it (downloads).
+    /// Bytes of the file matched against an earlier version of it (from the history):
+    /// deduplicated through it (uploads, part of `dedup_bytes`; the version on this machine or
+    /// listed by the endpoint) or copied from it (downloads; a copy on this machine).
     #[serde(default)]
     pub history_bytes: u64,
     /// Where the object went or came from (URL or directory).

@@ -2,8 +2,9 @@
 //! colleague on another machine (a fresh clone, empty caches) edits it and pushes; the first
 //! person pulls. Earlier versions of a file are found in the history and used where they are
 //! on the machine: a push deduplicates against them wherever the edit is, a pull copies their
-//! chunks instead of fetching them. Byte counts are the server's (`received_xorb_bytes`,
-//! `sent_xorb_bytes` in `/health`).
+//! chunks instead of fetching them. A push from a clone without LFS files (CI, training
+//! machines) learns them from the server's chunk lists instead. Byte counts are the server's
+//! (`received_xorb_bytes`, `sent_xorb_bytes` in `/health`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
@@ -227,6 +228,23 @@ fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
     if !tools_available() {
         return;
     }
+    pusher_may_not_read(true);
+}
+
+/// The same without a copy of v0 on B's machine: the server does not list v0's chunks to B.
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn an_earlier_version_the_pusher_may_not_read_is_never_used_without_a_local_copy() {
+    if !tools_available() {
+        return;
+    }
+    pusher_may_not_read(false);
+}
+
+/// Team A pushes v0; team B, with the same git history but its own LFS repository (where v0 was
+/// never stored), pushes an edit of it (`local_copy`: with A's v0 in its LFS objects). Nothing
+/// of v0 may serve B's upload.
+fn pusher_may_not_read(local_copy: bool) {
     use git_xet::server::auth::Scope;
     const TEAM_A: &str = "team-a-secret-0123456789";
     const TEAM_B: &str = "team-b-secret-0123456789";
@@ -243,9 +261,9 @@ fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
     std::fs::write(work.join("model.bin"), &v0).unwrap();
     commit_push(&a, &work, "v0");
 
-    // Team B has the same git history (its remote is a copy of A's) and the v0 object (a
-    // copy from elsewhere), but its LFS server is its own repository, where v0 was never
-    // stored.
+    // Team B has the same git history (its remote is a copy of A's) and, with `local_copy`,
+    // the v0 object (a copy from elsewhere), but its LFS server is its own repository, where
+    // v0 was never stored.
     let b = machine(TEAM_B);
     let out = b.run_in(
         b.path(),
@@ -270,12 +288,14 @@ fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
         ],
     );
     let oid = common::sha256_hex(&v0);
-    let objects = theirs
-        .join(".git/lfs/objects")
-        .join(&oid[..2])
-        .join(&oid[2..4]);
-    std::fs::create_dir_all(&objects).unwrap();
-    std::fs::write(objects.join(&oid), &v0).unwrap();
+    if local_copy {
+        let objects = theirs
+            .join(".git/lfs/objects")
+            .join(&oid[..2])
+            .join(&oid[2..4]);
+        std::fs::create_dir_all(&objects).unwrap();
+        std::fs::write(objects.join(&oid), &v0).unwrap();
+    }
     let v1 = edited(&v0, 0, 100);
     std::fs::write(theirs.join("model.bin"), &v1).unwrap();
     commit_push(&b, &theirs, "edit");
@@ -288,15 +308,26 @@ fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
         "{}",
         b.agent_log()
     );
-    // v0 is still not there for B.
+    // v0 is still not there for B, and its chunks are not listed to B.
+    let token = cas_token(&s, TEAM_B, "team-b/m.git");
     let r: serde_json::Value = reqwest::blocking::Client::new()
         .get(format!("{}/v1/lfs-files/{oid}", s.url()))
-        .bearer_auth(cas_token(&s, TEAM_B, "team-b/m.git"))
+        .bearer_auth(&token)
         .send()
         .unwrap()
         .json()
         .unwrap_or_default();
     assert!(r.get("file_hash").is_none(), "{r}");
+    let file = journal(&work, "upload")[0]["xet_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let listed = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/file-chunks/{file}", s.url()))
+        .bearer_auth(&token)
+        .send()
+        .unwrap();
+    assert_eq!(listed.status().as_u16(), 404);
 }
 
 /// A read CAS token for `repo`.
@@ -309,4 +340,260 @@ fn cas_token(s: &TestServer, secret: &str, repo: &str) -> String {
         .json()
         .unwrap();
     v["accessToken"].as_str().unwrap().to_string()
+}
+
+/// A safetensors-like checkpoint: the header's length (u64, little-endian), the JSON header
+/// (each tensor's dtype, shape and byte offsets, and `metadata`), then the tensors' bytes.
+fn checkpoint(tensors: &[Vec<u8>], metadata: &str) -> Vec<u8> {
+    let mut header = String::from("{");
+    let mut at = 0usize;
+    for (i, t) in tensors.iter().enumerate() {
+        header.push_str(&format!(
+            "\"layers.{i}.weight\":{{\"dtype\":\"F32\",\"shape\":[{},256],\"data_offsets\":[{at},{}]}},",
+            t.len() / 1024,
+            at + t.len()
+        ));
+        at += t.len();
+    }
+    header.push_str(&format!("\"__metadata__\":{{{metadata}}}}}"));
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    for t in tensors {
+        out.extend_from_slice(t);
+    }
+    out
+}
+
+/// Tensors of a checkpoint and their versions: `TENSORS` of `TENSOR` bytes.
+const TENSORS: usize = 12;
+const TENSOR: usize = 3 * MIB;
+
+/// The first person pushes v0…v3 of a checkpoint, each version with one more tensor retrained
+/// (v1: tensor 2, v2: tensor 5, v3: tensor 8) and the step in the header; returns the server,
+/// the first person's machine and work tree, and v3's tensors.
+fn four_versions() -> (TestServer, GitEnv, PathBuf, Vec<Vec<u8>>) {
+    let s = common::server::start();
+    let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
+    let first = machine(WRITE_TOKEN);
+    let work = first.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+    first.git(&work, &["lfs", "track", "*.safetensors"]);
+    let mut tensors: Vec<Vec<u8>> = (0..TENSORS)
+        .map(|i| common::splitmix64(100 + i as u64, TENSOR))
+        .collect();
+    for (version, retrained) in [(0u64, None), (1, Some(2)), (2, Some(5)), (3, Some(8))] {
+        if let Some(i) = retrained {
+            tensors[i] = common::splitmix64(200 + version, TENSOR);
+        }
+        let step = format!("\"step\":\"{:06}\"", version * 1000);
+        std::fs::write(work.join("model.safetensors"), checkpoint(&tensors, &step)).unwrap();
+        commit_push(&first, &work, &format!("v{version}"));
+    }
+    (s, first, work, tensors)
+}
+
+/// A CI runner or training machine clones without LFS files (`GIT_LFS_SKIP_SMUDGE=1`), writes
+/// a checkpoint with one tensor retrained and a longer header, and pushes: the earlier versions
+/// it never downloaded are learnt from the server's chunk lists, so only what changed is sent.
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_clone_without_lfs_files_deduplicates_against_the_versions_on_the_server() {
+    if !tools_available() {
+        return;
+    }
+    let (s, first, work, mut tensors) = four_versions();
+
+    let ci = machine(WRITE_TOKEN);
+    let remote = first.path().join("remote.git");
+    ci.clone_skip_smudge(&remote.display().to_string(), "ci");
+    let theirs = ci.path().join("ci");
+    let pointer = std::fs::read_to_string(theirs.join("model.safetensors")).unwrap();
+    assert!(pointer.starts_with("version https://git-lfs"), "{pointer}");
+    assert_eq!(walkdir_files(&theirs.join(".git/lfs/objects")), 0);
+
+    tensors[11] = common::splitmix64(300, TENSOR);
+    let v4 = checkpoint(&tensors, "\"step\":\"004000\",\"run\":\"ci-nightly\"");
+    let header = u64::from_le_bytes(v4[..8].try_into().unwrap()) as usize + 8;
+    let changed = (TENSOR + header) as u64;
+    let (up, _) = moved(&s, || {
+        std::fs::write(theirs.join("model.safetensors"), &v4).unwrap();
+        commit_push(&ci, &theirs, "v4 from CI");
+    });
+    eprintln!(
+        "clone without LFS files, one {TENSOR}-byte tensor and the header changed: the server \
+         received {up} bytes for {changed} changed"
+    );
+    let uploads = journal(&theirs, "upload");
+    let last = uploads.last().unwrap();
+    assert!(
+        last["history_bytes"].as_u64().unwrap() > (TENSORS * TENSOR / 2) as u64,
+        "deduplicated through the versions on the server: {last}\n{}",
+        ci.agent_log()
+    );
+    let summary = ci.run_in(&theirs, "git", &["xet", "push-summary", "--json"]);
+    let totals: serde_json::Value = serde_json::from_str(summary.stdout.trim()).unwrap();
+    assert!(
+        totals["history_deduplicated_bytes"].as_u64().unwrap() > 0,
+        "{totals}"
+    );
+    assert!(
+        up <= changed + LIMIT,
+        "sent {up} bytes for {changed} changed\n{}",
+        ci.agent_log()
+    );
+    assert!(
+        ci.agent_log()
+            .contains("using an earlier version stored on the server"),
+        "{}",
+        ci.agent_log()
+    );
+
+    // What was pushed is v4, byte for byte.
+    first.git(&work, &["pull", "-q", "origin", "main"]);
+    assert!(std::fs::read(work.join("model.safetensors")).unwrap() == v4);
+}
+
+/// The server refuses a push's shard because a xorb the chunks of an earlier version are in is
+/// lost there: the push plans its earlier versions again, leaves out those in that xorb, sends
+/// their chunks, and succeeds. (A proxy in front of the server says the xorb is lost, once, and
+/// answers no global-dedup query, so that only earlier versions place chunks in stored xorbs.)
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_lost_xorb_an_earlier_version_used_is_sent_again() {
+    use common::fake::{Fake, Reply, Seen};
+    use xet_format::XorbHash;
+    if !tools_available() {
+        return;
+    }
+    let (s, first, _work, mut tensors) = four_versions();
+    // v3's own xorb (the newest of the store) is the one said to be lost.
+    let mut stored: Vec<(std::time::SystemTime, String)> = Vec::new();
+    for sub in std::fs::read_dir(s.store_dir().join("xorbs"))
+        .unwrap()
+        .flatten()
+    {
+        for f in std::fs::read_dir(sub.path()).unwrap().flatten() {
+            let name = f.file_name().to_str().unwrap().to_string();
+            stored.push((f.metadata().unwrap().modified().unwrap(), name));
+        }
+    }
+    stored.sort();
+    let lost = XorbHash::from_hex(&stored.pop().unwrap().1).unwrap();
+
+    let upstream = s.url().to_string();
+    let http = reqwest::blocking::Client::new();
+    let mut refused = false;
+    let proxy = Fake::start(move |req: &Seen| {
+        if req.path.starts_with("/v1/chunks/") {
+            return common::fake::reply(404, "");
+        }
+        if req.method == "POST" && req.path.starts_with("/v1/shards") && !refused {
+            refused = true;
+            let says = serde_json::json!({
+                "error": "unknown_xorb",
+                "message": format!(
+                    "term 0 of file {} references unknown xorb {lost} (never uploaded, or lost): \
+                     upload the xorb first",
+                    "0".repeat(64)
+                ),
+            });
+            return common::fake::reply(400, &says.to_string());
+        }
+        let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap();
+        let mut out = http.request(method, format!("{upstream}{}", req.path));
+        for (k, v) in &req.headers {
+            if !matches!(
+                k.as_str(),
+                "host" | "content-length" | "connection" | "transfer-encoding"
+            ) {
+                out = out.header(k.as_str(), v.as_str());
+            }
+        }
+        let resp = out.body(req.body.clone()).send().unwrap();
+        let status = resp.status().as_u16();
+        let headers: Vec<(&'static str, String)> = resp
+            .headers()
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "content-length" | "connection" | "transfer-encoding"
+                )
+            })
+            .map(|(k, v)| {
+                let name: &'static str = Box::leak(k.as_str().to_string().into_boxed_str());
+                (name, v.to_str().unwrap_or_default().to_string())
+            })
+            .collect();
+        Reply {
+            status,
+            headers,
+            body: resp.bytes().unwrap().to_vec(),
+        }
+    });
+
+    // The CI machine talks to the server's CAS through the proxy (standalone mode).
+    let ci = GitEnv::new();
+    ci.credential_helper(WRITE_TOKEN);
+    let out = ci.run_in(
+        ci.path(),
+        "git",
+        &["xet", "install", "--global", "--endpoint", &proxy.url],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let remote = first.path().join("remote.git");
+    ci.clone_skip_smudge(&remote.display().to_string(), "ci");
+    let theirs = ci.path().join("ci");
+    tensors[11] = common::splitmix64(300, TENSOR);
+    let v4 = checkpoint(&tensors, "\"step\":\"004000\"");
+    std::fs::write(theirs.join("model.safetensors"), &v4).unwrap();
+    commit_push(&ci, &theirs, "v4 from CI");
+    let log = ci.agent_log();
+    assert!(log.contains("uploading the chunks it held again"), "{log}");
+    assert!(log.contains("relies on a xorb the server lost"), "{log}");
+
+    // The first shard relied on the xorb through v3's list; the second does not.
+    let shards: Vec<Vec<XorbHash>> = proxy
+        .seen()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.starts_with("/v1/shards"))
+        .map(|r| {
+            let parsed = xet_format::shard::ParsedShard::parse(&r.body).unwrap();
+            parsed
+                .shard
+                .files
+                .iter()
+                .flat_map(|f| f.terms.iter().map(|t| t.xorb_hash))
+                .collect()
+        })
+        .collect();
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    assert!(shards[0].contains(&lost), "{shards:?}");
+    assert!(!shards[1].contains(&lost), "{shards:?}");
+    let last = journal(&theirs, "upload").pop().unwrap();
+    assert!(
+        last["history_bytes"].as_u64().unwrap() > (TENSORS * TENSOR / 2) as u64,
+        "v1 and v2 still served: {last}"
+    );
+
+    // A machine with nothing reads v4 whole from the server.
+    let check = machine(WRITE_TOKEN);
+    let all = clone(&check, &remote, "check");
+    assert!(std::fs::read(all.join("model.safetensors")).unwrap() == v4);
+}
+
+/// Files under `dir`, recursively.
+fn walkdir_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            if e.path().is_dir() {
+                walkdir_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
 }

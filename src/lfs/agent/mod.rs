@@ -83,7 +83,7 @@ use xet_client::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, TokenSource,
 };
 use xet_client::{Endpoint, ReadOnce};
-use xet_format::{FileHash, LfsOid};
+use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use xet_store::Store;
 
 /// How the agent runs.
@@ -527,13 +527,14 @@ impl Agent {
         Ok(self.made_dirs.insert((dir, packs)).clone())
     }
 
-    /// The earlier versions of `t`'s object on this machine that match `endpoint` (see
-    /// [`prior`]); `work_tree`: also the work tree's files.
+    /// The earlier versions of `t`'s object that match `endpoint`, looked for as `look` says
+    /// (see [`prior`]), without those using a xorb in `lost`.
     fn prior_versions(
         &mut self,
         endpoint: &dyn Endpoint,
         t: &Transfer,
-        work_tree: bool,
+        look: prior::Look,
+        lost: &[XorbHash],
     ) -> Vec<PriorVersion> {
         if t.size < prior::MIN_PRIOR_SIZE {
             return Vec::new();
@@ -544,7 +545,21 @@ impl Agent {
             .ok()
             .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")));
         self.earlier
-            .on_this_machine(endpoint, &t.oid, t.size, objects.as_deref(), work_tree)
+            .versions(endpoint, &t.oid, t.size, objects.as_deref(), look, lost)
+    }
+
+    /// What an upload of `t` learns from the earlier versions of its object (see
+    /// [`Self::prior_versions`]).
+    fn upload_seeds(
+        &mut self,
+        endpoint: &dyn Endpoint,
+        t: &Transfer,
+        lost: &[XorbHash],
+    ) -> Vec<(ChunkHash, XorbHash, u32)> {
+        self.prior_versions(endpoint, t, prior::Look::Upload, lost)
+            .iter()
+            .flat_map(|v| v.seeds().collect::<Vec<_>>())
+            .collect()
     }
 
     /// Whether the chunks a download fetches are worth keeping in the download chunk cache:
@@ -623,13 +638,9 @@ impl Agent {
         // Another version of this file in the same push (same first chunk) may be on its way
         // in another agent: wait for it, then send only what differs from it.
         let _claim = claim_related_uploads(endpoint, path, t);
-        // Earlier versions of the file (from the history) that are here and stored there:
-        // their chunks are deduplicated against wherever the edit is.
-        let seeds: Vec<_> = self
-            .prior_versions(endpoint, t, false)
-            .iter()
-            .flat_map(|v| v.seeds().collect::<Vec<_>>())
-            .collect();
+        // Earlier versions of the file (from the history) that are stored there, here or
+        // listed by the endpoint: their chunks are deduplicated against wherever the edit is.
+        let mut seeds = self.upload_seeds(endpoint, t, &[]);
         let size = t.size;
         let mut stdout_gone = None;
         // Bytes sent by an attempt that had to be repeated, for the journal.
@@ -656,6 +667,11 @@ impl Agent {
                     xet_client::redact::redact(&e.to_string())
                 );
                 sent_before = sent.get();
+                // The seeds may rely on that xorb too: they are planned again (the endpoint
+                // plans nothing through a xorb it found lost), without any version using a
+                // xorb the refusal names.
+                let lost = prior::named_xorbs(&e.to_string());
+                seeds = self.upload_seeds(endpoint, t, &lost);
                 let again = open_upload(path)?;
                 attempt = upload_file_with_seeds(endpoint, &again, &options, &seeds, &mut report);
             }
@@ -751,7 +767,7 @@ impl Agent {
         let keep = self.worth_caching(t);
         // Chunks of earlier versions on this machine are copied, not fetched.
         let mut local = LocalChunks::default();
-        for version in self.prior_versions(endpoint, t, true) {
+        for version in self.prior_versions(endpoint, t, prior::Look::Download, &[]) {
             local.add(&version);
         }
         // An interrupted download of the object is taken over, else a new one starts.

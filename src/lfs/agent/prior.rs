@@ -1,24 +1,50 @@
-//! The earlier versions of an object that are on this machine, for the agent: found in the
-//! repository's recent history ([`crate::git::history`]) and matched against the endpoint
-//! ([`PriorVersion`]). Uploads deduplicate against them, downloads copy their chunks.
+//! The earlier versions of an object, for the agent: found in the repository's recent history
+//! ([`crate::git::history`]) and matched against the endpoint ([`PriorVersion`]). Uploads
+//! deduplicate against them, downloads copy their chunks.
 //!
-//! Where a copy is looked for: the object in `<LFS storage>/objects` (what a clone or an
-//! earlier pull downloaded, or what this user pushed), and for downloads also the file in the
-//! work tree at the path the earlier version had (checked out before this pull). The history
-//! is read once per agent process, on the first object of at least [`MIN_PRIOR_SIZE`] bytes;
-//! objects without an earlier version cost no request. The same history tells a download
-//! whether another version of its object may be wanted later ([`Earlier::others_missing`]).
+//! Where a version's chunks are learnt: from a copy on this machine, the object in
+//! `<LFS storage>/objects` (what a clone or an earlier pull downloaded, or what this user
+//! pushed), and for downloads also the file in the work tree at the path the earlier version
+//! had (checked out before this pull). For an upload, a version with no usable copy here (a
+//! clone made with `GIT_LFS_SKIP_SMUDGE=1`, as CI runners and training machines make them) is
+//! learnt from the endpoint's chunk list of it instead (docs/cas-api.md §5.8), which the
+//! endpoint gives only to a credential that may read that file, checked against the file's
+//! hash; at most [`MAX_LISTED_SEEDS`] listed chunks per upload. An endpoint without chunk lists
+//! (Hugging Face's) gives none, and the upload goes on without. A download gains nothing from
+//! a list (it copies bytes, which only a local copy has).
+//!
+//! An upload whose shard the endpoint refused for a lost xorb looks for its earlier versions
+//! again, without those using a xorb the refusal names ([`named_xorbs`]).
+//!
+//! The history is read once per agent process, on the first object of at least
+//! [`MIN_PRIOR_SIZE`] bytes; objects without an earlier version cost no request. The same
+//! history tells a download whether another version of its object may be wanted later
+//! ([`Earlier::others_missing`]).
 
 use std::path::{Path, PathBuf};
 
 use crate::git::history::{earlier_versions, History};
 use xet_client::pipeline::prior::PriorVersion;
 use xet_client::Endpoint;
-use xet_format::LfsOid;
+use xet_format::{LfsOid, XorbHash};
 
 /// Smaller objects are transferred without looking for earlier versions: they would save
 /// little, and the history walk is not free.
 pub(crate) const MIN_PRIOR_SIZE: u64 = 1 << 20;
+
+/// Chunks an upload learns from the endpoint's chunk lists, over all the earlier versions it
+/// lists: as many as one list may have (files of about 64 GiB). Each costs about 150 bytes of
+/// memory while the upload runs.
+pub(crate) const MAX_LISTED_SEEDS: usize = xet_client::wire::MAX_LISTED_CHUNKS;
+
+/// Where an upload or a download looks for earlier versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// `<LFS storage>/objects`, then the endpoint's chunk list (uploads).
+    Upload,
+    /// `<LFS storage>/objects` and the work tree (downloads).
+    Download,
+}
 
 /// The history of the repository the agent runs in, read at first use.
 #[derive(Default)]
@@ -76,17 +102,19 @@ impl Earlier {
         })
     }
 
-    /// The earlier versions of object `oid` (`size` bytes) that are on this machine and match
-    /// the endpoint's record, most recent first. `objects` is `<LFS storage>/objects`;
-    /// `work_tree`: also look at the work tree's file (downloads). Never fails: what cannot be
-    /// used is skipped.
-    pub(crate) fn on_this_machine(
+    /// The earlier versions of object `oid` (`size` bytes) that match the endpoint's record,
+    /// most recent first: each from a copy on this machine if one matches, else (uploads) from
+    /// the endpoint's chunk list (see the module documentation). `objects` is
+    /// `<LFS storage>/objects`. Versions using a xorb in `lost` (one the endpoint just said it
+    /// no longer holds intact) are left out. Never fails: what cannot be used is skipped.
+    pub(crate) fn versions(
         &mut self,
         endpoint: &dyn Endpoint,
         oid: &LfsOid,
         size: u64,
         objects: Option<&Path>,
-        work_tree: bool,
+        look: Look,
+        lost: &[XorbHash],
     ) -> Vec<PriorVersion> {
         if size < MIN_PRIOR_SIZE {
             return Vec::new();
@@ -95,23 +123,25 @@ impl Earlier {
             return Vec::new();
         };
         let mut found = Vec::new();
+        let mut listable = MAX_LISTED_SEEDS;
         for earlier in history.earlier_versions(oid) {
             let hex = earlier.oid.to_hex();
             let mut candidates: Vec<PathBuf> = Vec::new();
             if let Some(objects) = objects {
                 candidates.push(objects.join(&hex[..2]).join(&hex[2..4]).join(&hex));
             }
-            if let (true, Some(tree)) = (work_tree, tree) {
+            if let (Look::Download, Some(tree)) = (look, tree) {
                 if !earlier.path.is_empty() && !earlier.path.split('/').any(|p| p == "..") {
                     candidates.push(tree.join(&earlier.path));
                 }
             }
+            let mut version = None;
             for path in candidates {
                 match PriorVersion::index(endpoint, &earlier.oid, earlier.size, &path) {
-                    Ok(Some(version)) => {
+                    Ok(Some(v)) => {
                         tracing::info!(%oid, earlier = %earlier.oid, path = %path.display(),
-                            chunks = version.chunks.len(), "using an earlier version on this machine");
-                        found.push(version);
+                            chunks = v.chunks.len(), "using an earlier version on this machine");
+                        version = Some(v);
                         break;
                     }
                     Ok(None) => {}
@@ -120,7 +150,80 @@ impl Earlier {
                     }
                 }
             }
+            if version.is_none() && look == Look::Upload {
+                match PriorVersion::listed(endpoint, &earlier.oid, earlier.size, listable) {
+                    Ok(Some(v)) => {
+                        tracing::info!(%oid, earlier = %earlier.oid, chunks = v.chunks.len(),
+                            "using an earlier version stored on the server (its chunk list)");
+                        listable -= v.chunks.len();
+                        version = Some(v);
+                    }
+                    Ok(None) => {
+                        tracing::debug!(earlier = %earlier.oid, "no chunk list of the earlier version")
+                    }
+                    Err(e) => {
+                        tracing::debug!(earlier = %earlier.oid, "earlier version not used: {e}")
+                    }
+                }
+            }
+            match version {
+                Some(v) if lost.iter().any(|x| v.uses_xorb(x)) => {
+                    tracing::info!(earlier = %earlier.oid, "an earlier version relies on a xorb the server lost; not used");
+                }
+                Some(v) => found.push(v),
+                None => {}
+            }
         }
         found
+    }
+}
+
+/// The xorbs a refusal names (every run of 64 hex digits in its text, as the server names the
+/// xorb it lost; other hashes among them match no xorb and do no harm).
+pub(crate) fn named_xorbs(refusal: &str) -> Vec<XorbHash> {
+    let mut out = Vec::new();
+    let bytes = refusal.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        let run = bytes[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        if run == 64 {
+            if let Some(hash) = refusal
+                .get(start..start + 64)
+                .and_then(|h| XorbHash::from_hex(h).ok())
+            {
+                out.push(hash);
+            }
+        }
+        start += run.max(1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_xorbs_are_the_64_digit_hex_runs() {
+        let a = "ab".repeat(32);
+        let b = "0F".repeat(32);
+        let text = format!(
+            "shard refused (xorb_damaged): xorb {a} of file {b}, is damaged; {}x {} end",
+            "1".repeat(65),
+            "2".repeat(63)
+        );
+        assert_eq!(
+            named_xorbs(&text),
+            vec![
+                XorbHash::from_hex(&a).unwrap(),
+                XorbHash::from_hex(&b).unwrap()
+            ]
+        );
+        assert!(named_xorbs("").is_empty());
+        assert!(named_xorbs("no hashes here").is_empty());
+        assert_eq!(named_xorbs(&a).len(), 1, "a run at the very end counts");
     }
 }

@@ -17,8 +17,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use bytes::Bytes;
 
 use crate::pipeline::download::{write_plan_into, DownloadError};
+use crate::pipeline::prior::check_list;
 use crate::{Endpoint, TargetError};
-use xet_format::hash::file_hash;
 use xet_format::{ChunkRef, FileHash};
 
 /// Bytes of decoded spans kept per file.
@@ -278,6 +278,7 @@ impl RangedFile {
             file,
             why,
         };
+        check_list(&chunks, &file, size).map_err(bad)?;
         let mut starts = Vec::with_capacity(chunks.len() + 1);
         let mut at = 0u64;
         for c in &chunks {
@@ -285,17 +286,6 @@ impl RangedFile {
             at = at.saturating_add(c.len);
         }
         starts.push(at);
-        if at != size {
-            return Err(bad(format!("{at} bytes, the object has {size}")));
-        }
-        let computed = if chunks.is_empty() {
-            FileHash::ZERO
-        } else {
-            file_hash(&chunks)
-        };
-        if computed != file {
-            return Err(bad(format!("the chunks hash to {computed}")));
-        }
         Ok(Self {
             file,
             size,
