@@ -15,6 +15,7 @@ mod agent_standalone;
 mod cold_machine;
 mod company_network;
 mod dedup_neighbourhood;
+mod dedup_runs;
 mod download_resume;
 mod download_reuse;
 mod first_contact;

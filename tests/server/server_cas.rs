@@ -1129,6 +1129,7 @@ fn global_dedup_answers_are_keyed_shards() {
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["content-type"], "application/octet-stream");
         assert_eq!(r.headers()["vary"], "authorization");
+        assert_eq!(r.headers()["x-xet-dense-keys"], "64", "docs/format.md §5.5");
         let cc = r.headers()["cache-control"].to_str().unwrap().to_string();
         let age: u64 = cc.strip_prefix("max-age=").unwrap().parse().unwrap();
         assert!(age > 3000 && age <= 3600, "{cc}");
@@ -1156,16 +1157,14 @@ fn global_dedup_answers_are_keyed_shards() {
     assert_eq!(shard_keys[0], shard_keys[1], "one key while it is current");
     // A chunk that is not tracked: 404 (also through the unversioned alias).
     let unknown = ChunkHash::from_bytes([4; 32]).to_hex();
-    refused(
-        auth(
-            http().get(format!("{}/chunks/default/{unknown}", s.url())),
-            READ_TOKEN,
-        )
-        .send()
-        .unwrap(),
-        404,
-        "chunk_not_found",
-    );
+    let r = auth(
+        http().get(format!("{}/chunks/default/{unknown}", s.url())),
+        READ_TOKEN,
+    )
+    .send()
+    .unwrap();
+    assert_eq!(r.headers()["x-xet-dense-keys"], "64", "on a miss too");
+    refused(r, 404, "chunk_not_found");
 }
 
 #[test]

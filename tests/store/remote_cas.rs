@@ -70,7 +70,18 @@ fn upload_plan_download_and_dedup_against_the_server() {
         expected_size: Some(data.len() as u64),
         ..UploadOptions::default()
     };
+    // The server says it indexes dense keys on its dedup answers (docs/format.md §5.5); the
+    // first chunk's query is the first such answer.
+    assert_eq!(
+        cas.dense_key_modulus(),
+        None,
+        "not known before a dedup answer"
+    );
     let first = upload(&cas, &data[..], &options).unwrap();
+    assert_eq!(
+        cas.dense_key_modulus(),
+        Some(xet_format::dedup::DENSE_KEY_MODULUS)
+    );
     assert!(!first.already_stored);
     assert_eq!(first.size, data.len() as u64);
     assert!(first.new_xorbs >= 1 && first.shards == 1);

@@ -188,14 +188,16 @@ fn first_chunks_of_files_answer_dedup_queries() {
     assert_eq!(shard.xorbs[0].hash, xorb_hash);
     assert_eq!(shard.xorbs[0].chunks[0].hash, first);
     // The next chunks are dedup probes (docs/format.md §5.5), indexed too; a chunk that is
-    // neither first, nor a probe, nor hash % 1024 == 0 is not.
+    // neither first, nor a probe, nor a dense key (hash % 64 == 0, every eligible chunk among
+    // them) is not.
     let probe = footer.chunk_hashes[1];
     assert!(store.dedup_shard(&probe).unwrap().is_some());
     assert!(footer.num_chunks() > 3 && text.files[0].size < 1 << 20);
     let other = footer.chunk_hashes[3];
-    if !other.is_global_dedup_eligible() {
-        assert!(store.dedup_shard(&other).unwrap().is_none());
-    }
+    assert_eq!(
+        store.dedup_shard(&other).unwrap().is_some(),
+        xet_format::dedup::is_dense_key(&other)
+    );
 }
 
 /// The hello-and-zeros shard, parsed, for tampering.

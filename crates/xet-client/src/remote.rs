@@ -61,7 +61,7 @@ pub mod token;
 use crate::util::secret::Secret;
 use crate::wire::ErrorCode;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -499,6 +499,9 @@ pub struct RemoteCas {
     /// Set once an oid lookup's answer said the server checks SHA-256 claims
     /// (`X-Xet-Checks-Sha256: 1`, see [`CasTarget::checks_sha256_claims`]).
     checks_claims: AtomicBool,
+    /// The dense-key modulus the last dedup answer announced (`X-Xet-Dense-Keys`, see
+    /// [`CasTarget::dense_key_modulus`]); 0 before any answer, or when it announced none.
+    dense_keys: AtomicU64,
     /// See [`RemoteConfig::on_slow`]; taken when told.
     on_slow: std::sync::Mutex<Option<SlowNotice>>,
 }
@@ -579,6 +582,7 @@ impl RemoteCas {
             v1_only: AtomicBool::new(false),
             plans: Default::default(),
             checks_claims: AtomicBool::new(false),
+            dense_keys: AtomicU64::new(0),
             on_slow: std::sync::Mutex::new(config.on_slow),
         })
     }
@@ -1179,6 +1183,7 @@ impl CasTarget for RemoteCas {
         );
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK => {
+                self.note_dense_keys(resp.headers());
                 let body = read_body(req, resp, MAX_SHARD_SIZE)?;
                 Shard::from_bytes(&body).map(Some).map_err(|e| {
                     fatal(
@@ -1187,9 +1192,19 @@ impl CasTarget for RemoteCas {
                     )
                 })
             }
-            StatusCode::NOT_FOUND => Ok(None),
+            StatusCode::NOT_FOUND => {
+                self.note_dense_keys(resp.headers());
+                Ok(None)
+            }
             _ => Err(refused(req, resp, "")),
         })
+    }
+
+    fn dense_key_modulus(&self) -> Option<u64> {
+        match self.dense_keys.load(Ordering::Relaxed) {
+            0 => None,
+            m => Some(m),
+        }
     }
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
@@ -1215,6 +1230,18 @@ struct FoundOid {
 }
 
 impl RemoteCas {
+    /// Keeps the dense-key modulus a dedup answer announced (0 when it announced none, or one
+    /// this client cannot use).
+    fn note_dense_keys(&self, headers: &HeaderMap) {
+        let modulus = headers
+            .get(wire::DENSE_KEYS_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .and_then(xet_format::dedup::RunProbes::usable_modulus)
+            .unwrap_or(0);
+        self.dense_keys.store(modulus, Ordering::Relaxed);
+    }
+
     /// `POST /v1/xorbs/default/{xorb}`, telling `sent` how much of the body went out; the
     /// body's buffer comes back when the connection let go of every piece of it.
     fn put_xorb_sending(

@@ -171,6 +171,15 @@ pub trait CasTarget: Send + Sync {
         Ok(None)
     }
 
+    /// The dense-key modulus the target indexes for global dedup (docs/format.md §5.5), if it
+    /// indexes dense keys: it then answers queries about the leading chunks and dense keys of
+    /// any run of a file (`xet_format::dedup::RunProbes`). A remote server says so on its dedup
+    /// answers, so this is known after the first [`CasTarget::dedup_query`]. The default:
+    /// `None` (queries only about first, eligible and file-start probe chunks).
+    fn dense_key_modulus(&self) -> Option<u64> {
+        None
+    }
+
     /// The registered file whose SHA-256 is `oid`, with its size, if the target can tell and
     /// holds it intact: an upload of that content may then be skipped. A file the target knows
     /// but holds damaged is `None`, so that uploading it again repairs it. The default answers
@@ -240,6 +249,10 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
 
     fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
         (**self).dedup_query(chunk)
+    }
+
+    fn dense_key_modulus(&self) -> Option<u64> {
+        (**self).dense_key_modulus()
     }
 
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {

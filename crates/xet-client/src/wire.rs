@@ -111,6 +111,13 @@ pub struct ShardRegistered {
 /// SHA-256 claims of shards itself (value `1`; see `server::claims`).
 pub const CHECKS_SHA256_HEADER: &str = "x-xet-checks-sha256";
 
+/// The header on dedup answers (`GET /v1/chunks/…`, 200 and 404) by which a server says it
+/// indexes dense keys, with their modulus in decimal (`64`; docs/format.md §5.5): a client may
+/// then ask about the leading chunks and dense keys of every run of a file. Servers without it
+/// (Hugging Face's, older ones of this project) are asked only about first, eligible and
+/// file-start probe chunks.
+pub const DENSE_KEYS_HEADER: &str = "x-xet-dense-keys";
+
 /// The answer to this server's `GET /v1/lfs-files/{oid}`: the Xet file registered for a Git LFS
 /// oid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

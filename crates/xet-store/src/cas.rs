@@ -5,7 +5,7 @@
 //! (nothing is trusted: every hash is recomputed and every shard term is checked against the
 //! stored xorb), stores objects through an [`ObjectBackend`] and records what they mean in the
 //! [`Index`]. It answers the queries downloads and deduplication need: a file's
-//! reconstruction plan, the file for a Git LFS oid, the xorb holding a dedup-eligible chunk, and
+//! reconstruction plan, the file for a Git LFS oid, the xorb holding a chunk indexed for dedup, and
 //! byte ranges of stored xorbs.
 //!
 //! Synchronous by design (file and database I/O); async callers use `spawn_blocking`.
@@ -1000,11 +1000,12 @@ impl Store {
             .as_ref()
             .and_then(|o| o.last())
             .map_or(0, |&n| u64::from(n));
-        let eligible: Vec<(ChunkHash, u32)> = footer
+        // Dense keys (docs/format.md §5.5), every eligible chunk among them (§5.1).
+        let indexed: Vec<(ChunkHash, u32)> = footer
             .chunk_hashes
             .iter()
             .enumerate()
-            .filter(|(_, h)| h.is_global_dedup_eligible())
+            .filter(|(_, h)| xet_format::dedup::is_dense_key(h))
             .map(|(i, h)| (*h, i as u32))
             .collect();
         let meta = XorbMeta {
@@ -1012,7 +1013,7 @@ impl Store {
             stored_len,
             unpacked_len: unpacked,
         };
-        self.index.add_xorb(footer.hash, meta, &eligible)?;
+        self.index.add_xorb(footer.hash, meta, &indexed)?;
         Ok(())
     }
 
@@ -1776,7 +1777,8 @@ impl Store {
     }
 
     /// For a global-dedup query: an unkeyed shard with no files whose xorb section lists the
-    /// xorb that holds `chunk` (if the chunk is indexed as dedup-eligible) and, after it, the
+    /// xorb that holds `chunk` (if the chunk is indexed for dedup: a file's first chunk or probe,
+    /// or a dense key of a stored xorb, docs/format.md §5.1, §5.5) and, after it, the
     /// other xorbs of the first file that used that xorb, in file order from there (the
     /// neighbourhood, docs/format.md §5.2): one hit lets the client deduplicate against the whole
     /// file, not one xorb of it. At most [`DEDUP_ANSWER_MAX_CHUNKS`] chunks in all; only intact

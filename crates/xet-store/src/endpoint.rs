@@ -55,6 +55,10 @@ impl CasTarget for Store {
         Ok(self.dedup_shard(chunk)?)
     }
 
+    fn dense_key_modulus(&self) -> Option<u64> {
+        Some(xet_format::dedup::DENSE_KEY_MODULUS)
+    }
+
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         Ok(self.intact_file_by_oid(oid, None)?)
     }

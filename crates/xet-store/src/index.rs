@@ -9,7 +9,7 @@
 //! | `claims` | SHA-256 digest (32), then file hash (32) | time claimed (u64, unix seconds), the file's size (u64), then the uploader (UTF-8: the repository of a scoped credential, empty for server-wide ones): a shard said the file has that SHA-256 and nobody has checked it yet. Rows of older stores hold the time only |
 //! | `claim_load` | uploader (UTF-8) | count (u64), bytes (u64): the uploader's claims not checked yet |
 //! | `claim_queue` | uploader's length (u16), uploader, time claimed (u64 big-endian), SHA-256 digest (32), file hash (32) | the file's size (u64): each uploader's claims, oldest first |
-//! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32 |
+//! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32: the chunks global dedup queries are answered for (the first chunk and the probes of each registered file, the dense keys of each stored xorb; docs/format.md §5.1, §5.5). Stores written before dense keys were indexed have only the eligible chunks of their xorbs (hash `0 mod 1024`) |
 //! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
 //! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
 //! | `damaged` | xorb hash (32) | time found (u64, unix seconds), then why, as UTF-8 text |
@@ -439,7 +439,8 @@ impl Index {
         Ok(t.get(key).map_err(db_err)?.map(|v| v.value().to_vec()))
     }
 
-    /// Records a stored xorb and its dedup-eligible chunks (first registration wins).
+    /// Records a stored xorb and its chunks indexed for dedup, its dense keys (first
+    /// registration wins).
     pub(crate) fn add_xorb(
         &self,
         xorb: XorbHash,
@@ -771,7 +772,7 @@ impl Index {
         txn.commit().map_err(db_err)
     }
 
-    /// The xorb and chunk index holding a dedup-eligible chunk.
+    /// The xorb and chunk index holding a chunk indexed for dedup.
     pub fn dedup(&self, chunk: &ChunkHash) -> Result<Option<(XorbHash, u32)>, IndexError> {
         let Some(b) = self.get(DEDUP, chunk.as_bytes())? else {
             return Ok(None);

@@ -9,8 +9,10 @@ use std::sync::{mpsc, Mutex};
 use xet_client::pipeline::download::write_plan;
 use xet_client::pipeline::upload::*;
 use xet_client::{CasTarget, TargetError, XorbSource};
+use xet_format::dedup::{is_dense_key, DENSE_KEY_MODULUS, MAX_PROBES};
+use xet_format::shard::Shard;
 use xet_format::xorb::XorbLimits;
-use xet_format::{FileHash, LfsOid};
+use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use xet_store::Store;
 
 /// The deterministic test data of docs/test-vectors.md (SplitMix64), shared with the format
@@ -881,6 +883,258 @@ fn a_pack_with_a_wrong_member_registers_nothing_and_names_it() {
         "{e}"
     );
     assert_eq!(store.counts().unwrap().files, 0);
+}
+
+/// Where each chunk of the stored `file` is: the seeds an earlier version of a file gives an
+/// upload (`upload_with_seeds`).
+fn seeds_of(store: &Store, file: &FileHash) -> Vec<(ChunkHash, XorbHash, u32)> {
+    let record = store.file(file).unwrap().expect("registered");
+    let mut seeds = Vec::new();
+    for t in &record.terms {
+        let footer = store.footer(&t.xorb).unwrap().unwrap();
+        for i in t.chunk_start..t.chunk_end {
+            seeds.push((footer.chunk_hashes[i as usize], t.xorb, i));
+        }
+    }
+    seeds
+}
+
+/// `data` with `inserted` put in at `at`, and 100 bytes changed 2 MiB before its end.
+fn with_inserted(data: &[u8], at: usize, inserted: &[u8]) -> Vec<u8> {
+    let mut out: Vec<u8> = data[..at]
+        .iter()
+        .chain(inserted)
+        .chain(&data[at..])
+        .copied()
+        .collect();
+    let edit = out.len() - (2 << 20);
+    for b in &mut out[edit..edit + 100] {
+        *b ^= 0x5a;
+    }
+    out
+}
+
+/// The store, as Hugging Face's server (or an older one of ours) is seen: it does not say it
+/// indexes dense keys. Every query is recorded.
+struct Plain<'a> {
+    store: &'a Store,
+    dense_keys: bool,
+    queries: Mutex<Vec<ChunkHash>>,
+}
+
+impl<'a> Plain<'a> {
+    fn new(store: &'a Store, dense_keys: bool) -> Self {
+        Self {
+            store,
+            dense_keys,
+            queries: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl CasTarget for Plain<'_> {
+    fn has_xorb(&self, xorb: &XorbHash) -> Result<bool, TargetError> {
+        CasTarget::has_xorb(self.store, xorb)
+    }
+    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+        CasTarget::put_xorb(self.store, xorb, body)
+    }
+    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+        CasTarget::register_shard(self.store, shard)
+    }
+    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+        self.queries.lock().unwrap().push(*chunk);
+        CasTarget::dedup_query(self.store, chunk)
+    }
+    fn dense_key_modulus(&self) -> Option<u64> {
+        self.dense_keys.then_some(DENSE_KEY_MODULUS)
+    }
+}
+
+/// Stores `other` (a file another repository pushed) and `v1`; then uploads `v2` with `v1`'s
+/// seeds through `target`.
+fn upload_over_history(
+    store: &Store,
+    target: &dyn CasTarget,
+    other: &[u8],
+    v1: &[u8],
+    v2: &[u8],
+) -> UploadSummary {
+    upload(store, other, &UploadOptions::default()).unwrap();
+    let first = upload(store, v1, &UploadOptions::default()).unwrap();
+    let seeds = seeds_of(store, &first.file_hash);
+    let s = upload_with_seeds(target, v2, &UploadOptions::default(), &seeds, &mut |_| {}).unwrap();
+    assert_eq!(download(store, &s.sha256), v2);
+    assert!(s.history_dedup_bytes > 8 << 20, "{s:?}");
+    s
+}
+
+#[test]
+fn history_seeds_do_not_stop_queries_about_a_region_another_file_stored() {
+    // Another repository's adapter: a header, then 15 MiB of tensors. This repository's v2
+    // inserts those tensors into its model, whose v1 is the earlier version (the seeds).
+    let tensors = random_bytes(131, 15 << 20);
+    let adapter: Vec<u8> = random_bytes(132, 200)
+        .into_iter()
+        .chain(tensors.clone())
+        .collect();
+    let v1 = random_bytes(133, 12 << 20);
+    let v2 = with_inserted(&v1, (5 << 20) + 12_345, &tensors);
+
+    let (_d, store) = store();
+    let target = Plain::new(&store, true);
+    let s = upload_over_history(&store, &target, &adapter, &v1, &v2);
+    eprintln!("tensors inserted, run probes: {s:?}");
+    assert!(
+        s.uploaded_bytes < 1 << 20,
+        "sent {} bytes",
+        s.uploaded_bytes
+    );
+    assert!(s.probe_queries >= 1, "{s:?}");
+    // The first chunk is asked about although v1 covers it.
+    let queries = target.queries.lock().unwrap();
+    assert_eq!(queries.first(), Some(&seeds_of(&store, &s.file_hash)[0].0));
+
+    // A server that does not say it indexes dense keys (Hugging Face's) gets no run probes:
+    // the first chunk, the eligible ones, nothing else (v1 covers the file's start).
+    let (_d2, plain) = crate::store();
+    let target = Plain::new(&plain, false);
+    let s = upload_over_history(&plain, &target, &adapter, &v1, &v2);
+    eprintln!("tensors inserted, no run probes: {s:?}");
+    assert_eq!(s.probe_queries, 0, "{s:?}");
+    let queries = target.queries.lock().unwrap();
+    assert!(queries[1..].iter().all(|q| q.is_global_dedup_eligible()));
+}
+
+#[test]
+fn a_region_from_the_middle_of_another_file_is_found_by_its_dense_keys() {
+    // 15 MiB from the middle of another file: no chunk of it is that file's first or probe.
+    let other = random_bytes(141, 40 << 20);
+    let region = &other[(17 << 20) + 999..(32 << 20) + 999];
+    let v1 = random_bytes(142, 12 << 20);
+    for at in [(5 << 20) + 12_345, (8 << 20) - 70_000] {
+        let v2 = with_inserted(&v1, at, region);
+        let (_d, store) = store();
+        let target = Plain::new(&store, true);
+        let s = upload_over_history(&store, &target, &other, &v1, &v2);
+        eprintln!("a middle region inserted at {at}: {s:?}");
+        assert!(
+            s.uploaded_bytes < 3_000_000,
+            "sent {} bytes",
+            s.uploaded_bytes
+        );
+    }
+}
+
+#[test]
+fn run_probes_of_new_data_are_bounded() {
+    let (_d, store) = store();
+    let data = random_bytes(151, 96 << 20);
+    let target = Plain::new(&store, true);
+    let s = upload(&target, &data[..], &UploadOptions::default()).unwrap();
+    eprintln!("96 MiB of new data: {s:?}");
+    assert_eq!(s.dedup_chunks, 0);
+    // The file-start probes, then dense keys, thinning out as they miss.
+    let dense = xet_format::dedup::DENSE_MISSES_PER_LEVEL as u64 * 4;
+    assert!(s.probe_queries > MAX_PROBES as u64, "{s:?}");
+    assert!(s.probe_queries <= MAX_PROBES as u64 + dense, "{s:?}");
+    // Every other query is of the first chunk or an eligible one, asked about anyway.
+    let anyway = data_chunks(&data)
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| *i == 0 || h.is_global_dedup_eligible())
+        .count() as u64;
+    assert_eq!(s.dedup_queries, anyway + s.probe_queries, "{s:?}");
+
+    // Without dense keys: the file-start probes only, as before.
+    let (_d2, plain) = crate::store();
+    let target = Plain::new(&plain, false);
+    let s = upload(&target, &data[..], &UploadOptions::default()).unwrap();
+    assert_eq!(s.probe_queries, MAX_PROBES as u64, "{s:?}");
+}
+
+/// The chunk hashes of `data`.
+fn data_chunks(data: &[u8]) -> Vec<ChunkHash> {
+    let mut start = 0;
+    xet_format::chunking::chunk_boundaries(data)
+        .into_iter()
+        .map(|end| {
+            let h = ChunkHash::of(&data[start..end]);
+            start = end;
+            h
+        })
+        .collect()
+}
+
+#[test]
+fn the_store_indexes_the_dense_keys_of_every_xorb() {
+    let (_d, store) = store();
+    let data = random_bytes(161, 64 << 20);
+    let before = store.counts().unwrap();
+    let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    let after = store.counts().unwrap();
+    let hashes = data_chunks(&data);
+    let dense: Vec<_> = hashes.iter().filter(|h| is_dense_key(h)).collect();
+    let eligible = hashes
+        .iter()
+        .filter(|h| h.is_global_dedup_eligible())
+        .count();
+    eprintln!(
+        "64 MiB, {} chunks: {} dense keys ({} eligible); index dedup rows {} -> {}",
+        s.chunks,
+        dense.len(),
+        eligible,
+        before.dedup_chunks,
+        after.dedup_chunks
+    );
+    for h in &dense {
+        assert!(store.dedup_shard(h).unwrap().is_some());
+    }
+    // The dense keys, plus the file's first chunk and file-start probes (some may be dense).
+    let indexed = after.dedup_chunks - before.dedup_chunks;
+    assert!(indexed >= dense.len() as u64);
+    assert!(
+        indexed <= (dense.len() + 1 + MAX_PROBES) as u64,
+        "{indexed}"
+    );
+}
+
+#[test]
+fn small_files_cost_at_most_one_dedup_query_each() {
+    let (_d, store) = store();
+    let files = small_files(24);
+    let oids: Vec<LfsOid> = files.iter().map(|f| LfsOid::of(f)).collect();
+    // A pack (how the agent pushes objects under 1 MiB): no query at all.
+    let target = Plain::new(&store, true);
+    let mut readers: Vec<&[u8]> = files.iter().map(|f| &f[..]).collect();
+    let mut members: Vec<PackMember<'_>> = readers
+        .iter_mut()
+        .zip(files.iter().zip(&oids))
+        .map(|(r, (f, oid))| PackMember {
+            reader: r,
+            oid: *oid,
+            size: f.len() as u64,
+        })
+        .collect();
+    upload_pack(
+        &target,
+        &mut members,
+        &UploadOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(target.queries.lock().unwrap().len(), 0);
+    // One at a time, with their sizes declared: the first chunk each, no probes.
+    let (_d2, alone) = crate::store();
+    let target = Plain::new(&alone, true);
+    for f in &files {
+        let options = UploadOptions {
+            expected_size: Some(f.len() as u64),
+            ..UploadOptions::default()
+        };
+        let s = upload(&target, &f[..], &options).unwrap();
+        assert_eq!((s.dedup_queries, s.probe_queries), (1, 0), "{s:?}");
+    }
 }
 
 /// A source that hands ranges over in 16 KiB pieces, as a connection does, and breaks down

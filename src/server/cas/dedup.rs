@@ -1,17 +1,22 @@
 //! `GET /v1/chunks/{prefix}/{chunk}`: the global dedup query (docs/cas-api.md §5.4, §9.4,
 //! docs/format.md §5.2).
 //!
-//! The store finds the xorb holding a dedup-eligible chunk; the answer is a complete shard
-//! (all lookup tables and the footer) with no files and that xorb's block, its chunk hashes
-//! keyed with the server's current dedup key ([`super::super::AppState::dedup_key`]), the key
-//! and its expiry in the footer and the creation timestamp set to now. A client can match only
-//! chunks whose raw hashes it already has.
+//! The store finds the xorb holding a chunk it indexes for dedup (first chunks and probes of
+//! files, dense keys of xorbs); the answer is a complete shard (all lookup tables and the
+//! footer) with no files and that xorb's block and its neighbours', its chunk hashes keyed with
+//! the server's current dedup key ([`super::super::AppState::dedup_key`]), the key and its
+//! expiry in the footer and the creation timestamp set to now. A client can match only chunks
+//! whose raw hashes it already has.
+//!
+//! Every answer, 200 or 404, carries `X-Xet-Dense-Keys` with the dense-key modulus
+//! (docs/format.md §5.5, [`xet_client::wire::DENSE_KEYS_HEADER`]): our client asks about the
+//! runs of a file only on a server that says it indexes them.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use xet_client::wire::ErrorCode;
+use xet_client::wire::{ErrorCode, DENSE_KEYS_HEADER};
 
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;
@@ -52,14 +57,18 @@ pub async fn get(
     })
     .await?;
     let Some(bytes) = bytes else {
-        return Err(ApiError::not_found(
+        let mut response = ApiError::not_found(
             ErrorCode::ChunkNotFound,
             format!("chunk {chunk} is not tracked by global dedup on this server"),
-        ));
+        )
+        .into_response();
+        announce_dense_keys(response.headers_mut());
+        return Ok(response);
     };
     let max_age = key.expires.saturating_sub(now_unix()).min(MAX_AGE_SECS);
     let mut response = (StatusCode::OK, bytes).into_response();
     let h = response.headers_mut();
+    announce_dense_keys(h);
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
@@ -69,4 +78,12 @@ pub async fn get(
     }
     h.insert(header::VARY, HeaderValue::from_static("authorization"));
     Ok(response)
+}
+
+/// `X-Xet-Dense-Keys: 64`: the store indexes the dense keys of every xorb it stores.
+fn announce_dense_keys(headers: &mut HeaderMap) {
+    headers.insert(
+        DENSE_KEYS_HEADER,
+        HeaderValue::from(xet_format::dedup::DENSE_KEY_MODULUS),
+    );
 }

@@ -181,6 +181,10 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         Ok(answer)
     }
 
+    fn dense_key_modulus(&self) -> Option<u64> {
+        self.inner.dense_key_modulus()
+    }
+
     fn checks_sha256_claims(&self) -> bool {
         self.inner.checks_sha256_claims()
     }

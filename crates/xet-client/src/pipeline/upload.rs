@@ -1108,6 +1108,7 @@ fn read_chunks(
         let chunks: Vec<(&[u8], ChunkRef)> = hashed.with_bytes(block).collect();
         let compressed = compress_ahead(session, &chunks);
         session.start_block();
+        session.look_ahead(chunks.iter().map(|(_, c)| c.hash));
         for ((bytes, chunk), ready) in chunks.into_iter().zip(compressed) {
             session.add_chunk(bytes, chunk.hash, ready, emit)?;
         }

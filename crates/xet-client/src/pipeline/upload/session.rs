@@ -13,20 +13,31 @@
 //!
 //! A chunk that matches nothing the session knows is first looked up locally
 //! ([`CasTarget::local_dedup`], e.g. a shard cache, docs/format.md §5.3), for every such chunk.
-//! Global-dedup queries (§5.1) go out for the file's first chunk and for chunks whose hash is
-//! `0 mod 1024`, once per hash, when nothing local matched; and, while no chunk of the file has
-//! matched stored data yet, for its probes (§5.5, at most [`MAX_PROBES`]), so that an edit at
-//! the very start of a file still finds the rest of it. A local or global answer teaches
-//! every chunk of the xorbs it lists, so the chunks following the queried one match too. Keyed
-//! answers (§5.2) are looked up by keying the local hash with each key seen. There is no
+//! Global-dedup queries (§5.1) go out, once per hash:
+//! - for the file's first chunk, always, even when an earlier version of the file (the seeds)
+//!   or a local shard covers it: the answer may name a file that shares more with this one;
+//! - for chunks whose hash is `0 mod 1024`, when nothing local matched;
+//! - while no chunk of the file has matched stored data yet, for its file-start probes (§5.5,
+//!   at most [`MAX_PROBES`]), so that an edit at the very start of a file still finds the rest
+//!   of it;
+//! - when the target indexes dense keys ([`CasTarget::dense_key_modulus`]), for the probes of
+//!   each run of chunks nothing matched ([`RunProbes`], §5.5): its first chunks, and its dense
+//!   keys, asked ahead of the chunk being added (among the chunks of the block read with it,
+//!   [`FileSession::look_ahead`]), so that a hit teaches the chunks before the dense key too.
+//!   Seeds never stop these: a run is whatever the seeds, the session and the local shards do
+//!   not cover.
+//!
+//! A local or global answer teaches every chunk of the xorbs it lists, so the chunks around the
+//! queried one match too; what the session already knew (seeds included) keeps its place.
+//! Keyed answers (§5.2) are looked up by keying the local hash with each key seen. There is no
 //! fragmentation guard (§5.4) yet: every match is taken.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::UploadError;
 use crate::target::CasTarget;
-use xet_format::dedup::{is_probe, MAX_PROBES};
+use xet_format::dedup::{is_probe, RunProbes, MAX_PROBES};
 use xet_format::hash::{file_hash, keyed_chunk_hash, verification_hash};
 use xet_format::shard::{FileInfo, Shard, Term, XorbInfo};
 use xet_format::xorb::{
@@ -173,6 +184,17 @@ pub(super) struct FileSession<'t> {
     offset: u64,
     /// Chunks matched to stored xorbs so far.
     stored_matches: u64,
+    /// File-start probes asked about for the current file (at most [`MAX_PROBES`]).
+    file_probes: u64,
+    /// The current file's runs of unmatched chunks and their probes.
+    runs: RunProbes,
+    /// The chunks not added yet of the block being added (position in the file, hash), for
+    /// dense probes asked ahead.
+    ahead: VecDeque<(usize, ChunkHash)>,
+    /// The run (its first position) whose dense probes were looked for ahead, and the first
+    /// position not looked at yet for it: within a run, each chunk ahead is considered once
+    /// (its probes only thin out or stop as the run goes on).
+    ahead_seen: (Option<usize>, usize),
     /// New chunks, and all chunks, since [`Self::start_block`].
     recent_new: u64,
     recent_total: u64,
@@ -217,6 +239,10 @@ impl<'t> FileSession<'t> {
             file_dedup_start: 0,
             offset: 0,
             stored_matches: 0,
+            file_probes: 0,
+            runs: RunProbes::new(None),
+            ahead: VecDeque::new(),
+            ahead_seen: (None, 0),
             recent_new: 0,
             recent_total: 0,
         }
@@ -269,19 +295,20 @@ impl<'t> FileSession<'t> {
         }
     }
 
-    /// Asks the target about `hash` and learns the chunks of every xorb in its answer. A failed
-    /// query only costs dedup, so it is logged and otherwise ignored.
-    fn query(&mut self, hash: &ChunkHash) {
+    /// Asks the target about `hash` and learns the chunks of every xorb in its answer; whether
+    /// it had the chunk. A failed query only costs dedup, so it is logged and otherwise ignored.
+    fn query(&mut self, hash: &ChunkHash) -> bool {
         self.dedup_queries += 1;
         let shard = match self.target.dedup_query(hash) {
             Ok(Some(shard)) => shard,
-            Ok(None) => return,
+            Ok(None) => return false,
             Err(e) => {
                 tracing::warn!(chunk = %hash, error = %e, "global dedup query failed; continuing without");
-                return;
+                return false;
             }
         };
         self.learn(&shard);
+        true
     }
 
     fn learn(&mut self, shard: &Shard) {
@@ -330,6 +357,70 @@ impl<'t> FileSession<'t> {
         self.recent_total = 0;
     }
 
+    /// The hashes of the chunks about to be added, in order (the block just read): dense keys
+    /// among them may be asked about before the chunks in front of them are added (see the
+    /// module documentation).
+    pub(crate) fn look_ahead(&mut self, hashes: impl Iterator<Item = ChunkHash>) {
+        self.ahead.clear();
+        if self.probe && self.global_dedup {
+            let next = self.chunks.len();
+            self.ahead
+                .extend(hashes.enumerate().map(|(i, h)| (next + i, h)));
+        }
+    }
+
+    /// Whether the session knows where `hash` is, asking the local shards if need be.
+    fn known_locally(&mut self, hash: &ChunkHash) -> bool {
+        if self.lookup(hash).is_some() {
+            return true;
+        }
+        self.local(hash);
+        self.lookup(hash).is_some()
+    }
+
+    /// The run probes for the chunk at `position`, which matched nothing known (see the module
+    /// documentation): the chunk itself if it leads its run, then the run's dense keys from
+    /// here to the end of the block, until one hits. Returns where the chunk is, if an answer
+    /// taught it.
+    fn probe_run(&mut self, position: usize, hash: ChunkHash) -> Option<Loc> {
+        self.runs.set_modulus(self.target.dense_key_modulus());
+        self.runs.unmatched(position);
+        if self.runs.is_leading(position) && self.queried.insert(hash) {
+            let hit = self.query(&hash);
+            if !hash.is_global_dedup_eligible() {
+                self.probe_queries += 1;
+            }
+            self.runs.sent(false, hit);
+        }
+        while self.ahead.front().is_some_and(|&(q, _)| q < position) {
+            self.ahead.pop_front();
+        }
+        if self.ahead_seen.0 != self.runs.run_start() {
+            self.ahead_seen = (self.runs.run_start(), 0);
+        }
+        let mut i = self.ahead.partition_point(|&(q, _)| q < self.ahead_seen.1);
+        while self.runs.may_probe() {
+            let Some(&(q, ahead)) = self.ahead.get(i) else {
+                break;
+            };
+            i += 1;
+            self.ahead_seen.1 = q + 1;
+            if !self.runs.is_dense(&ahead)
+                || self.queried.contains(&ahead)
+                || self.known_locally(&ahead)
+            {
+                continue;
+            }
+            self.queried.insert(ahead);
+            let hit = self.query(&ahead);
+            if !ahead.is_global_dedup_eligible() {
+                self.probe_queries += 1;
+            }
+            self.runs.sent(true, hit);
+        }
+        self.lookup(&hash)
+    }
+
     /// Adds the next chunk of the file. `emit` receives every xorb as soon as it is full.
     /// `ready`, if given, is the chunk already compressed (with the scheme predicted for it):
     /// used if the chunk is new and its scheme is still the one it would get.
@@ -352,21 +443,30 @@ impl<'t> FileSession<'t> {
             self.local(&hash);
             loc = self.lookup(&hash);
         }
+        let first = position == 0 && self.query_first;
         let probe = self.probe
             && position > 0
             && self.stored_matches == 0
-            && self.probe_queries < MAX_PROBES as u64
+            && self.file_probes < MAX_PROBES as u64
             && is_probe(position, start, start + len);
-        if loc.is_none()
-            && self.global_dedup
-            && ((position == 0 && self.query_first) || hash.is_global_dedup_eligible() || probe)
+        if self.global_dedup
+            && (first || (loc.is_none() && (hash.is_global_dedup_eligible() || probe)))
             && self.queried.insert(hash)
         {
             if probe && !hash.is_global_dedup_eligible() {
                 self.probe_queries += 1;
+                self.file_probes += 1;
             }
             self.query(&hash);
-            loc = self.lookup(&hash);
+            if loc.is_none() {
+                loc = self.lookup(&hash);
+            }
+        }
+        if loc.is_none() && self.probe && self.global_dedup {
+            loc = self.probe_run(position, hash);
+        }
+        if loc.is_some() {
+            self.runs.matched();
         }
         let loc = match loc {
             Some(loc) => {
@@ -502,6 +602,10 @@ impl<'t> FileSession<'t> {
         self.file_dedup_start = self.dedup_bytes;
         self.offset = 0;
         self.stored_matches = 0;
+        self.file_probes = 0;
+        self.runs = RunProbes::new(None);
+        self.ahead.clear();
+        self.ahead_seen = (None, 0);
     }
 
     /// Ends the last file ([`Self::end_file`] with `sha256`) and the session: finishes the last

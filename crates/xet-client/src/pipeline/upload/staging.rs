@@ -101,6 +101,10 @@ impl CasTarget for Staging<'_> {
         self.inner.dedup_query(chunk)
     }
 
+    fn dense_key_modulus(&self) -> Option<u64> {
+        self.inner.dense_key_modulus()
+    }
+
     fn checks_sha256_claims(&self) -> bool {
         self.inner.checks_sha256_claims()
     }
