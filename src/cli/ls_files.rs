@@ -7,7 +7,9 @@
 //! oid is joined with the transfer journal ([`crate::lfs::journal`]), which the agent writes as
 //! it uploads and downloads. An object the journal does not know but that is in the local LFS
 //! store (`<lfs storage>/objects/xx/yy/<oid>`) is hashed on the spot and marked `(computed)`;
-//! its dedup is unknown. Endpoints are shown redacted ([`xet_client::redact`]), also those of
+//! its dedup is unknown. Besides dedup (uploads), each row shows the bytes that went over the
+//! wire and, for downloads, the bytes taken from this machine instead (earlier versions, the
+//! download chunk cache, an interrupted download's partial file). Endpoints are shown redacted ([`xet_client::redact`]), also those of
 //! journals written before redaction (the rest is hashes, sizes and the user's own paths, shown
 //! as they are).
 
@@ -30,14 +32,20 @@ commit, branch, tag or tree, such as HEAD~1 or main:data). The pointers are read
 repository's objects, so a fresh clone lists every file, downloaded or not.\n\n\
 Columns: the Xet file hash (first 12 digits; all 64 with --long), the LFS oid (SHA-256, \
 likewise), the size, the share of the file that was already stored when it was uploaded \
-(dedup, from the transfer journal .git/xet/transfers.jsonl), and the path.\n\n\
+(DEDUP), the bytes that went over the wire for the upload or download (WIRE: xorb bytes as \
+stored, compressed), the bytes of a download taken from this machine instead (REUSED: earlier \
+versions of the file, the download chunk cache, an interrupted download's partial file), all \
+from the transfer journal .git/xet/transfers.jsonl, and the path. Downloads recorded by \
+versions of git-xet before REUSED existed count what they read from the chunk cache under WIRE, \
+as file bytes.\n\n\
 A file with no journal record but whose object is in the local LFS store is hashed now and \
 marked \"(computed)\"; its dedup is unknown (\"-\"). A file that is neither is marked \
 \"(not downloaded)\". A path with a control character (a newline, say), `\"` or `\\` is shown \
 quoted as git quotes it (\"a\\nb.bin\"); --json has it exactly.\n\n\
 With --json, one object {\"files\": [...]} with, per file: path, oid, size, xet_hash, \
 hash_source (journal, computed or null), direction (upload, download or null), dedup_bytes, \
-dedup_percent, transferred_bytes and endpoint (null when unknown).\n\n\
+dedup_percent, transferred_bytes (the wire), reused_bytes (downloads) and endpoint (null when \
+unknown).\n\n\
 Examples:\n  git xet ls-files\n  git xet ls-files --long v1.0\n  git xet ls-files --json | jq '.files[] | select(.dedup_percent > 50)'"
 )]
 pub(crate) struct LsFilesArgs {
@@ -72,7 +80,10 @@ struct Row {
     direction: Option<Direction>,
     dedup_bytes: Option<u64>,
     dedup_percent: Option<f64>,
+    /// Bytes on the wire.
     transferred_bytes: Option<u64>,
+    /// Bytes of a download taken from this machine.
+    reused_bytes: Option<u64>,
     endpoint: Option<String>,
 }
 
@@ -126,6 +137,7 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
                     dedup_bytes: None,
                     dedup_percent: None,
                     transferred_bytes: None,
+                    reused_bytes: None,
                     endpoint: None,
                 }
             }
@@ -166,6 +178,8 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
             (pct * 10.0).round() / 10.0
         }),
         transferred_bytes: Some(record.transferred_bytes),
+        // Only downloads take bytes from this machine.
+        reused_bytes: (record.direction == Direction::Download).then(|| record.reused()),
         // Journals written before endpoints were redacted may hold a password.
         endpoint: Some(xet_client::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
     }
@@ -190,27 +204,43 @@ fn render(rows: &[Row], long: bool, rev: &str, out: &mut impl Write) -> std::io:
         return Ok(());
     }
     let hash_width = if long { 64 } else { 12 };
-    let sizes: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            if long {
-                r.size.to_string()
-            } else {
-                format_size(r.size)
-            }
-        })
-        .collect();
-    let size_width = sizes.iter().map(String::len).max().unwrap_or(4).max(4);
+    let bytes = |n: u64| {
+        if long {
+            n.to_string()
+        } else {
+            format_size(n)
+        }
+    };
+    let cells = |f: fn(&Row) -> Option<u64>| -> Vec<String> {
+        rows.iter()
+            .map(|r| f(r).map_or_else(|| "-".to_string(), bytes))
+            .collect()
+    };
+    let sizes: Vec<String> = rows.iter().map(|r| bytes(r.size)).collect();
+    let wire = cells(|r| r.transferred_bytes);
+    let reused = cells(|r| r.reused_bytes);
+    let width = |cells: &[String], header: &str| {
+        cells
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max(header.len())
+    };
+    let size_width = width(&sizes, "SIZE");
+    let wire_width = width(&wire, "WIRE");
+    let reused_width = width(&reused, "REUSED");
     writeln!(
         out,
-        "{:<hash_width$}  {:<hash_width$}  {:>size_width$}  {:>6}  PATH",
-        "XET HASH", "OID", "SIZE", "DEDUP"
+        "{:<hash_width$}  {:<hash_width$}  {:>size_width$}  {:>6}  {:>wire_width$}  \
+         {:>reused_width$}  PATH",
+        "XET HASH", "OID", "SIZE", "DEDUP", "WIRE", "REUSED"
     )?;
     let short = |mut h: String| {
         h.truncate(hash_width);
         h
     };
-    for (row, size) in rows.iter().zip(&sizes) {
+    for (((row, size), wire), reused) in rows.iter().zip(&sizes).zip(&wire).zip(&reused) {
         let hash = row
             .xet_hash
             .map_or_else(|| "-".to_string(), |h| short(h.to_hex()));
@@ -225,7 +255,8 @@ fn render(rows: &[Row], long: bool, rev: &str, out: &mut impl Write) -> std::io:
         };
         writeln!(
             out,
-            "{hash:<hash_width$}  {oid:<hash_width$}  {size:>size_width$}  {dedup:>6}  {}{note}",
+            "{hash:<hash_width$}  {oid:<hash_width$}  {size:>size_width$}  {dedup:>6}  \
+             {wire:>wire_width$}  {reused:>reused_width$}  {}{note}",
             quote_path(&row.path)
         )?;
     }
@@ -289,6 +320,7 @@ mod tests {
             dedup_bytes: None,
             dedup_percent: None,
             transferred_bytes: None,
+            reused_bytes: None,
             endpoint: None,
         };
         let mut out = Vec::new();
@@ -320,7 +352,26 @@ mod tests {
         up.dedup_bytes = 150;
         let row = from_record(file.clone(), &up);
         assert_eq!(row.dedup_percent, Some(75.0));
-        let down = Record::new(Direction::Download, &oid, &hash, 200);
-        assert_eq!(from_record(file, &down).dedup_percent, None);
+        assert_eq!(row.reused_bytes, None, "uploads reuse nothing");
+        let mut down = Record::new(Direction::Download, &oid, &hash, 200);
+        down.transferred_bytes = 30;
+        down.reused_bytes = 180;
+        let row = from_record(file, &down);
+        assert_eq!(row.dedup_percent, None);
+        assert_eq!(
+            (row.transferred_bytes, row.reused_bytes),
+            (Some(30), Some(180))
+        );
+        let mut out = Vec::new();
+        render(&[row], true, "HEAD", &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            ["XET", "HASH", "OID", "SIZE", "DEDUP", "WIRE", "REUSED", "PATH"]
+        );
+        let cells: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(cells[2..], ["200", "-", "30", "180", "x"], "{text}");
     }
 }

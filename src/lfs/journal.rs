@@ -1,6 +1,9 @@
 //! The transfer journal: one JSON line per object the agent uploaded or downloaded, in
 //! `<git common dir>/xet/transfers.jsonl`, so that `git xet ls-files` can show each LFS file's
-//! Xet hash and how much of it was deduplicated without asking the server.
+//! Xet hash, how much of it was deduplicated, the bytes that crossed the wire and those a
+//! download took from this machine instead, without asking the server (and `git xet status`
+//! and `git xet push-summary` add them up). The fields are described in docs/guide.md ("The
+//! transfer journal").
 //!
 //! Several agent processes append at once. Each record is written with a single `write` on a
 //! file opened with `O_APPEND`, so lines never interleave on local filesystems. Readers skip
@@ -42,14 +45,25 @@ pub struct Record {
     /// Bytes of the file found already stored (uploads).
     #[serde(default)]
     pub dedup_bytes: u64,
-    /// Bytes of xorb bodies sent (uploads) or fetched (downloads).
+    /// Bytes on the wire: xorb bytes as stored (compressed, chunk headers included) sent to the
+    /// endpoint (uploads; an attempt that had to be repeated included) or fetched from it
+    /// (downloads; every attempt). For a directory store, the bytes written to or read from
+    /// it. Records written before `reused_bytes` existed counted a download's file bytes not
+    /// copied from earlier versions here instead, chunk cache reads included.
     #[serde(default)]
     pub transferred_bytes: u64,
     /// Bytes of the file matched against an earlier version of it (from the history):
     /// deduplicated through it (uploads, part of `dedup_bytes`; the version on this machine or
-    /// listed by the endpoint) or copied from it (downloads; a copy on this machine).
+    /// listed by the endpoint) or copied from it (downloads; a copy on this machine, part of
+    /// `reused_bytes`).
     #[serde(default)]
     pub history_bytes: u64,
+    /// Bytes of the file a download took from this machine instead of the endpoint: copied
+    /// from earlier versions (`history_bytes`), read from the download chunk cache, or kept
+    /// from an interrupted download's partial file. Always 0 for uploads, and in records
+    /// written before this field existed.
+    #[serde(default)]
+    pub reused_bytes: u64,
     /// Where the object went or came from (URL or directory).
     #[serde(default)]
     pub endpoint: String,
@@ -59,6 +73,16 @@ pub struct Record {
 }
 
 impl Record {
+    /// Bytes of the file a download took from this machine ([`Record::reused_bytes`]; at
+    /// least the copies from earlier versions, which records written before `reused_bytes`
+    /// existed count only in `history_bytes`); 0 for uploads.
+    pub fn reused(&self) -> u64 {
+        match self.direction {
+            Direction::Download => self.reused_bytes.max(self.history_bytes),
+            Direction::Upload => 0,
+        }
+    }
+
     /// A record stamped with the current time.
     pub fn new(direction: Direction, oid: &LfsOid, xet_hash: &FileHash, size: u64) -> Self {
         Self {
@@ -69,6 +93,7 @@ impl Record {
             dedup_bytes: 0,
             transferred_bytes: 0,
             history_bytes: 0,
+            reused_bytes: 0,
             endpoint: String::new(),
             time: xet_client::util::now_unix(),
         }
@@ -313,6 +338,49 @@ mod tests {
         assert!(!text.contains("journal-secret"), "{text}");
         assert!(text.contains("http://git:***@h:1"), "{text}");
         assert!(read(&dir.path().join("missing")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn records_written_before_reused_bytes_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let oid = LfsOid::from_hex(&"ab".repeat(32)).unwrap();
+        // A download as earlier versions wrote it: file bytes not copied counted as fetched.
+        let old = serde_json::json!({
+            "direction": "download",
+            "oid": "ab".repeat(32),
+            "xet_hash": "cd".repeat(32),
+            "size": 1000,
+            "transferred_bytes": 600,
+            "history_bytes": 400,
+            "endpoint": "http://h:1",
+            "time": 5,
+        });
+        std::fs::create_dir_all(path(dir.path()).parent().unwrap()).unwrap();
+        std::fs::write(path(dir.path()), format!("{old}\n")).unwrap();
+        let got = &read(dir.path()).unwrap()[&oid];
+        assert_eq!((got.transferred_bytes, got.reused_bytes), (600, 0));
+        // What was copied from earlier versions counts as reused.
+        assert_eq!(got.reused(), 400);
+
+        // New records carry both, and an upload reuses nothing.
+        let hash = FileHash::from_hex(&"cd".repeat(32)).unwrap();
+        let mut down = Record::new(Direction::Download, &oid, &hash, 1000);
+        down.transferred_bytes = 90;
+        down.reused_bytes = 950;
+        down.history_bytes = 400;
+        append(dir.path(), &down).unwrap();
+        let text = std::fs::read_to_string(path(dir.path())).unwrap();
+        assert!(
+            text.lines()
+                .last()
+                .unwrap()
+                .contains("\"reused_bytes\":950"),
+            "{text}"
+        );
+        assert_eq!(read(dir.path()).unwrap()[&oid].reused(), 950);
+        let mut up = Record::new(Direction::Upload, &oid, &hash, 1000);
+        up.history_bytes = 400;
+        assert_eq!(up.reused(), 0);
     }
 
     #[test]

@@ -420,7 +420,9 @@ fn the_small_files_of_a_fetch_come_down_in_packs() {
     let before = env.agent_log().matches("downloaded a pack").count();
     let ranges_before = requests_on(&server, "/v1/xorb-data/{xorb_hash}");
     let batch_before = requests_on(&server, "/v1/reconstructions");
+    let sent_before = server.health("sent_xorb_bytes");
     env.git(&clone, &["lfs", "fetch"]);
+    let sent = server.health("sent_xorb_bytes") - sent_before;
     let log = env.agent_log();
     let packs = log.matches("downloaded a pack").count() - before;
     let ranges = requests_on(&server, "/v1/xorb-data/{xorb_hash}") - ranges_before;
@@ -441,6 +443,13 @@ fn the_small_files_of_a_fetch_come_down_in_packs() {
     let records = journal(&clone);
     assert_eq!(records.len(), files.len());
     assert!(records.iter().all(|r| r["direction"] == "download"));
+    // The members' records share out the bytes each pack fetched: they add up to what the
+    // server sent.
+    let wire: u64 = records
+        .iter()
+        .map(|r| r["transferred_bytes"].as_u64().unwrap())
+        .sum();
+    crate::journal_split::assert_wire("fetch in packs", wire, sent);
     // Nothing is left behind but the packs' small lock and outcome files.
     let left: Vec<String> = std::fs::read_dir(clone.join(".git/lfs/tmp/xet-packs"))
         .unwrap()

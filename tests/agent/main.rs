@@ -20,6 +20,7 @@ mod download_resume;
 mod download_reuse;
 mod first_contact;
 mod git_lfs_basic;
+mod journal_split;
 mod mount;
 mod prune;
 mod push_history;

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::shard_cache::{CacheConfig, ShardCache};
-use crate::target::TargetError;
+use crate::target::{Origin, TargetError};
 use crate::FetchRange;
 use xet_format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
 use xet_format::XorbHash;
@@ -156,29 +156,32 @@ impl ChunkCache {
         fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
     ) -> Result<(Vec<u8>, u64), TargetError> {
         self.read_through_keeping(xorb, range, true, fetch)
+            .map(|(bytes, origin)| (bytes, origin.fetched))
     }
 
-    /// [`ChunkCache::read_through`]; with `keep` false, what is fetched is not stored (a
-    /// download nothing else on this machine is expected to want: it still uses the entries
-    /// there are, and waits for a process filling them).
+    /// [`ChunkCache::read_through`], saying which chunks of the range came from the cache;
+    /// with `keep` false, what is fetched is not stored (a download nothing else on this
+    /// machine is expected to want: it still uses the entries there are, and waits for a
+    /// process filling them).
     pub(crate) fn read_through_keeping(
         &self,
         xorb: &XorbHash,
         range: &FetchRange,
         keep: bool,
         fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
-    ) -> Result<(Vec<u8>, u64), TargetError> {
-        let whole = |why: &dyn std::fmt::Display| -> Result<(Vec<u8>, u64), TargetError> {
-            tracing::debug!(%xorb, "fetching without the chunk cache: {why}");
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        let fetch_all = || -> Result<(Vec<u8>, Origin), TargetError> {
             let bytes = fetch(range)?;
             let n = bytes.len() as u64;
-            Ok((bytes, n))
+            Ok((bytes, Origin::fetched(n)))
+        };
+        let whole = |why: &dyn std::fmt::Display| {
+            tracing::debug!(%xorb, "fetching without the chunk cache: {why}");
+            fetch_all()
         };
         let len = range.bytes.end().saturating_sub(*range.bytes.start()) + 1;
         if len < self.min_range {
-            let bytes = fetch(range)?;
-            let n = bytes.len() as u64;
-            return Ok((bytes, n));
+            return fetch_all();
         }
         let dir = self.xorb_dir(xorb);
         if let Err(e) = fs::create_dir_all(&dir) {
@@ -246,7 +249,7 @@ impl ChunkCache {
         range: &FetchRange,
         keep: bool,
         fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
-    ) -> Result<Option<(Vec<u8>, u64)>, TargetError> {
+    ) -> Result<Option<(Vec<u8>, Origin)>, TargetError> {
         let (c, d) = (range.chunks.start, range.chunks.end);
         let (s, e) = (*range.bytes.start(), *range.bytes.end());
         if c >= d || e < s {
@@ -257,9 +260,17 @@ impl ChunkCache {
         let entries = usable_entries(dir, c..d, &mut offsets);
         let (pieces, fetched) = match self.fill_gaps(dir, range, keep, &entries, &offsets, fetch)? {
             Filled::Pieces(pieces, fetched) => (pieces, fetched),
-            Filled::Whole(bytes, n) => return Ok(Some((bytes, n))),
+            Filled::Whole(bytes, n) => return Ok(Some((bytes, Origin::fetched(n)))),
             Filled::Inconsistent => return Ok(None),
         };
+        let local = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Entry(_, chunks) => Some(chunks.clone()),
+                Piece::Fetched(_) => None,
+            })
+            .collect();
+        let origin = Origin { fetched, local };
         let want = usize::try_from(e - s + 1).unwrap_or(usize::MAX);
         let Some(out) = assemble(pieces, want) else {
             return Ok(None);
@@ -269,7 +280,7 @@ impl ChunkCache {
             let _ = fs::remove_dir_all(dir);
             return Ok(None);
         }
-        Ok(Some((out, fetched)))
+        Ok(Some((out, origin)))
     }
 
     /// Walks chunks `range.chunks` in order, taking each stretch from the entry that holds it

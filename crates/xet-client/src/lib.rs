@@ -35,7 +35,9 @@ pub use remote::{
     HttpOptions, LocalXorbs, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource,
 };
 pub use shard_cache::{CacheConfig, CacheError, CacheStats, PruneReport, ShardCache};
-pub use target::{CasTarget, Endpoint, RangeSink, ReadOnce, TargetError, XorbPut, XorbSource};
+pub use target::{
+    CasTarget, Endpoint, Origin, RangeSink, ReadOnce, Tallied, TargetError, XorbPut, XorbSource,
+};
 
 /// `n` random bytes as hex, for unique temporary names and secrets.
 pub fn random_hex(n: usize) -> String {

@@ -294,12 +294,166 @@ impl<S: XorbSource + ?Sized> XorbSource for ReadOnce<'_, S> {
         self.0.stream_xorb_range_once(xorb, range, sink)
     }
 
+    fn read_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        _keep: bool,
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        self.0.read_xorb_range_from(xorb, range, false)
+    }
+
+    fn stream_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        _keep: bool,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        self.0.stream_xorb_range_from(xorb, range, false, sink)
+    }
+
     fn forget_cached(&self, xorbs: &[XorbHash]) {
         self.0.forget_cached(xorbs)
     }
 
     fn trim_cache(&self) {
         self.0.trim_cache()
+    }
+}
+
+/// Where the bytes of one read of a xorb range came from ([`XorbSource::read_xorb_range_from`]):
+/// what a download's journal record counts as on the wire and as reused from this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Bytes fetched from the endpoint for the read: stored xorb bytes (compressed, chunk
+    /// headers included) as the endpoint sent them, or as read from a directory store.
+    pub fetched: u64,
+    /// The chunks of the range (indices in the xorb, in order) read from a cache on this
+    /// machine instead of fetched.
+    pub local: Vec<std::ops::Range<u32>>,
+}
+
+impl Origin {
+    /// All of a read of `len` bytes fetched.
+    pub fn fetched(len: u64) -> Self {
+        Self {
+            fetched: len,
+            local: Vec::new(),
+        }
+    }
+
+    /// Whether chunk `chunk` of the xorb was read from this machine.
+    pub fn is_local(&self, chunk: u32) -> bool {
+        self.local.iter().any(|r| r.contains(&chunk))
+    }
+}
+
+/// A source that adds up what its reads fetched from the endpoint ([`Origin::fetched`]) over
+/// every read, a failed one's included as far as its bytes arrived: the bytes a download moved
+/// over the wire, all its attempts together.
+pub struct Tallied<'a, S: ?Sized> {
+    inner: &'a S,
+    fetched: std::sync::atomic::AtomicU64,
+}
+
+impl<'a, S: XorbSource + ?Sized> Tallied<'a, S> {
+    pub fn new(inner: &'a S) -> Self {
+        Self {
+            inner,
+            fetched: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes fetched from the endpoint so far.
+    pub fn fetched(&self) -> u64 {
+        self.fetched.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn add(&self, n: u64) {
+        self.fetched
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl<S: XorbSource + ?Sized> XorbSource for Tallied<'_, S> {
+    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+        self.read_xorb_range_from(xorb, range, true).map(|(b, _)| b)
+    }
+
+    fn read_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
+        self.read_xorb_range_from(xorb, range, false)
+            .map(|(b, _)| b)
+    }
+
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.stream_xorb_range_from(xorb, range, true, sink)
+            .map(|_| ())
+    }
+
+    fn stream_xorb_range_once(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.stream_xorb_range_from(xorb, range, false, sink)
+            .map(|_| ())
+    }
+
+    fn read_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        let (bytes, origin) = self.inner.read_xorb_range_from(xorb, range, keep)?;
+        self.add(origin.fetched);
+        Ok((bytes, origin))
+    }
+
+    fn stream_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        // Bytes handed over, for a read that fails after some arrived (it says nothing then).
+        let mut arrived = 0u64;
+        let result = self
+            .inner
+            .stream_xorb_range_from(xorb, range, keep, &mut |at, piece| {
+                arrived += piece.len() as u64;
+                sink(at, piece)
+            });
+        match result {
+            Ok(origin) => {
+                self.add(origin.fetched);
+                Ok(origin)
+            }
+            Err(e) => {
+                self.add(arrived);
+                Err(e)
+            }
+        }
+    }
+
+    fn forget_cached(&self, xorbs: &[XorbHash]) {
+        self.inner.forget_cached(xorbs)
+    }
+
+    fn trim_cache(&self) {
+        self.inner.trim_cache()
     }
 }
 
@@ -358,6 +512,46 @@ pub trait XorbSource: Send + Sync {
         Ok(())
     }
 
+    /// [`XorbSource::read_xorb_range`] (`keep`) or [`XorbSource::read_xorb_range_once`]
+    /// (not `keep`), saying where the bytes came from. The default: all of them fetched.
+    fn read_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        let bytes = if keep {
+            self.read_xorb_range(xorb, range)?
+        } else {
+            self.read_xorb_range_once(xorb, range)?
+        };
+        let n = bytes.len() as u64;
+        Ok((bytes, Origin::fetched(n)))
+    }
+
+    /// [`XorbSource::stream_xorb_range`] (`keep`) or [`XorbSource::stream_xorb_range_once`]
+    /// (not `keep`), saying where the bytes came from. The default: every byte handed to
+    /// `sink` was fetched (a piece sent again after a broken connection counts again).
+    fn stream_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        let mut n = 0u64;
+        let mut counting = |at: u64, piece: &[u8]| {
+            n += piece.len() as u64;
+            sink(at, piece)
+        };
+        if keep {
+            self.stream_xorb_range(xorb, range, &mut counting)?;
+        } else {
+            self.stream_xorb_range_once(xorb, range, &mut counting)?;
+        }
+        Ok(Origin::fetched(n))
+    }
+
     /// A file rebuilt from these xorbs did not verify: a source that keeps local copies of
     /// their bytes (a download chunk cache) drops them, so that the next read asks the server.
     fn forget_cached(&self, _xorbs: &[XorbHash]) {}
@@ -395,6 +589,25 @@ impl<T: XorbSource + ?Sized> XorbSource for &T {
         sink: &mut RangeSink<'_>,
     ) -> Result<(), TargetError> {
         (**self).stream_xorb_range_once(xorb, range, sink)
+    }
+
+    fn read_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        (**self).read_xorb_range_from(xorb, range, keep)
+    }
+
+    fn stream_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        (**self).stream_xorb_range_from(xorb, range, keep, sink)
     }
 
     fn forget_cached(&self, xorbs: &[XorbHash]) {

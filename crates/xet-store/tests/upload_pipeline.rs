@@ -1442,3 +1442,80 @@ fn steps_decoded_from_a_shared_range_resume_whole() {
     drop(part);
     assert!(std::fs::read(&path).unwrap() == data);
 }
+
+/// The bytes of a plan's fetch ranges of xorbs other than `except`.
+fn range_bytes_except(
+    plan: &xet_client::ReconstructionPlan,
+    except: &[xet_format::XorbHash],
+) -> u64 {
+    plan.fetch
+        .iter()
+        .filter(|(x, _)| !except.contains(x))
+        .flat_map(|(_, ranges)| ranges.iter())
+        .map(|r| r.bytes.end() - r.bytes.start() + 1)
+        .sum()
+}
+
+#[test]
+fn a_download_says_what_it_fetched_and_what_the_chunk_cache_served() {
+    use xet_client::pipeline::cached::Cached;
+    use xet_client::pipeline::download::{write_file_at_with, Written};
+    use xet_client::pipeline::prior::LocalChunks;
+    use xet_client::{ChunkCache, ShardCache, Tallied};
+
+    let (d, store) = store();
+    let cached = Cached::new(&store, ShardCache::open(&d.path().join("shards")))
+        .with_chunk_cache(ChunkCache::open(&d.path().join("chunks")));
+    let v1 = random_bytes(91, 6 << 20);
+    let s1 = upload(&store, &v1[..], &UploadOptions::default()).unwrap();
+    let plan1 = store.reconstruction(&s1.file_hash, None).unwrap().unwrap();
+    let xorbs1: Vec<_> = plan1.fetch.iter().map(|(x, _)| *x).collect();
+    let get = |hash: &FileHash, plan: &xet_client::ReconstructionPlan| -> (Written, u64) {
+        let source = Tallied::new(&cached);
+        let out = MemFile::default();
+        let w = write_file_at_with(
+            &source,
+            hash,
+            plan,
+            &out,
+            &LocalChunks::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap();
+        (w, source.fetched())
+    };
+
+    // The first download fetches every range: stored xorb bytes, not file bytes.
+    let (w, tallied) = get(&s1.file_hash, &plan1);
+    let ranges = range_bytes_except(&plan1, &[]);
+    assert_eq!(w.written, v1.len() as u64);
+    assert_eq!((w.fetched, tallied, w.cached), (ranges, ranges, 0), "{w:?}");
+    // Again: all of it from the chunk cache.
+    let (w, tallied) = get(&s1.file_hash, &plan1);
+    assert_eq!(
+        (w.fetched, tallied, w.cached),
+        (0, 0, v1.len() as u64),
+        "{w:?}"
+    );
+
+    // An edit of the last 2 MiB: the first 4 MiB come from the cache, only the new xorb's
+    // range crosses.
+    let mut v2 = v1.clone();
+    for b in &mut v2[4 << 20..] {
+        *b ^= 0x5a;
+    }
+    let s2 = upload(&store, &v2[..], &UploadOptions::default()).unwrap();
+    let plan2 = store.reconstruction(&s2.file_hash, None).unwrap().unwrap();
+    let (w, tallied) = get(&s2.file_hash, &plan2);
+    let new_ranges = range_bytes_except(&plan2, &xorbs1);
+    let new_file_bytes: u64 = plan2
+        .terms
+        .iter()
+        .filter(|t| !xorbs1.contains(&t.xorb))
+        .map(|t| u64::from(t.unpacked_len))
+        .sum();
+    assert!(new_ranges > 0 && new_file_bytes > 0);
+    assert_eq!((w.fetched, tallied), (new_ranges, new_ranges), "{w:?}");
+    assert_eq!(w.cached, v2.len() as u64 - new_file_bytes, "{w:?}");
+    assert!(w.cached >= 3 << 20, "{w:?}");
+}

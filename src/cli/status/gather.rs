@@ -702,24 +702,42 @@ fn hooks_info(git: &Git) -> HooksInfo {
 }
 
 /// The transfer journal under `common` (the git common directory): whether it exists, its
-/// records and the objects they name.
+/// records, the objects they name, and what its uploads and downloads add up to.
 fn journal_info(common: &Path) -> JournalInfo {
     let path = journal::path(common);
-    let (exists, records) = match std::fs::read_to_string(&path) {
-        Ok(text) => (
-            true,
-            text.lines()
-                .filter(|l| serde_json::from_str::<journal::Record>(l).is_ok())
-                .count() as u64,
-        ),
-        Err(_) => (false, 0),
-    };
-    JournalInfo {
+    let mut info = JournalInfo {
         path: path.display().to_string(),
-        exists,
-        records,
+        exists: false,
+        records: 0,
         objects: journal::read(common).map(|m| m.len() as u64).unwrap_or(0),
+        uploads: 0,
+        sent_bytes: 0,
+        downloads: 0,
+        downloaded_bytes: 0,
+        reused_bytes: 0,
+    };
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return info;
+    };
+    info.exists = true;
+    for record in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<journal::Record>(l).ok())
+    {
+        info.records += 1;
+        match record.direction {
+            journal::Direction::Upload => {
+                info.uploads += 1;
+                info.sent_bytes += record.transferred_bytes;
+            }
+            journal::Direction::Download => {
+                info.downloads += 1;
+                info.downloaded_bytes += record.transferred_bytes;
+                info.reused_bytes += record.reused();
+            }
+        }
     }
+    info
 }
 
 /// In negotiated mode: each LFS server git-lfs will ask is reachable (its origin's `/health`,

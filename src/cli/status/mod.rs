@@ -52,7 +52,10 @@ endpoint, whether it is a store, empty, missing, or cannot be created or used, a
 remote with its LFS URL, how git-lfs transfers for it (git-xet standalone with that remote's \
 endpoint, remote.<name>.xetEndpoint or the repository's; negotiated; git-lfs's own file adapter \
 for a file:// URL, where git-xet never runs); the pre-push hook; and the transfer journal \
-(.git/xet/transfers.jsonl) with its record count. Nothing is created.\n\n\
+(.git/xet/transfers.jsonl) with its record count and what its records add up to: the bytes \
+uploads sent and downloads fetched over the wire, and the bytes downloads took from this machine \
+instead (earlier versions, the download chunk cache, interrupted downloads). Nothing is \
+created.\n\n\
 Always: the local cache directory and its size (GIT_XET_CACHE_DIR overrides its location), then \
 warnings with what to run to fix each.\n\n\
 Exit status: 0 whenever the checks could run, even if they found problems (status is a \
@@ -302,6 +305,14 @@ struct JournalInfo {
     records: u64,
     /// Distinct objects among them.
     objects: u64,
+    /// Upload records, and the bytes they sent over the wire.
+    uploads: u64,
+    sent_bytes: u64,
+    /// Download records, the bytes they fetched over the wire, and the bytes of their files
+    /// taken from this machine instead.
+    downloads: u64,
+    downloaded_bytes: u64,
+    reused_bytes: u64,
 }
 
 pub fn run(args: &StatusArgs) -> CmdResult {

@@ -268,13 +268,24 @@ fn journal_text(j: &JournalInfo) -> String {
         return "no transfers yet".to_string();
     }
     let plural = |n: u64| if n == 1 { "" } else { "s" };
-    format!(
+    let mut text = format!(
         "{} record{}, {} object{}",
         j.records,
         plural(j.records),
         j.objects,
         plural(j.objects)
-    )
+    );
+    if j.downloads > 0 {
+        text.push_str(&format!(
+            "; downloaded {}, {} reused from this machine",
+            format_size(j.downloaded_bytes),
+            format_size(j.reused_bytes)
+        ));
+    }
+    if j.uploads > 0 {
+        text.push_str(&format!("; uploads sent {}", format_size(j.sent_bytes)));
+    }
+    text
 }
 
 /// The notes, then the warnings (or that there are none).

@@ -19,17 +19,18 @@
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::pack::{pack_id, Outcome};
 use super::{Agent, Operation, Transfer};
 use crate::lfs::error::TransferError;
 use crate::lfs::journal::{Direction, Record};
 use crate::lfs::protocol::ProtocolWriter;
-use xet_client::pipeline::download::write_file_at_with;
+use xet_client::pipeline::download::{write_file_at_with, Written};
 use xet_client::pipeline::prior::LocalChunks;
 use xet_client::target::TargetError;
 use xet_client::wire::{DownloadPack, PACK_HEADER};
-use xet_client::{Endpoint, FetchRange, ReconstructionPlan, XorbSource};
+use xet_client::{Endpoint, FetchRange, Origin, ReconstructionPlan, XorbSource};
 use xet_format::{FileHash, LfsOid, XorbHash};
 
 /// The start of the names of every file of a download pack (in `pack::PACK_DIR`).
@@ -119,9 +120,9 @@ impl Agent {
             };
             let path = member_path(dir, id, oid);
             match write_member(&source, hash, plan, &path) {
-                Ok(()) => {
+                Ok(w) => {
                     let mut record = Record::new(Direction::Download, oid, hash, *size);
-                    record.transferred_bytes = fetched_bytes(plan);
+                    record.reused_bytes = w.cached;
                     record.endpoint.clone_from(&described);
                     written.push((*oid, record));
                 }
@@ -131,10 +132,12 @@ impl Agent {
                 }
             }
         }
+        share_fetched(&mut written, source.fetched());
         tracing::info!(
             oid = %t.oid,
             members = written.len(),
             requests = source.parts.len(),
+            fetched = source.fetched(),
             "downloaded a pack"
         );
         drop(lease);
@@ -148,6 +151,29 @@ impl Agent {
     }
 }
 
+/// Shares the xorb bytes a pack fetched (`fetched`) out among the journal records of the
+/// members it wrote, by the bytes of each that did not come from this machine: the records
+/// add up to what crossed the wire.
+fn share_fetched(members: &mut [(LfsOid, Record)], fetched: u64) {
+    let new: Vec<u64> = members
+        .iter()
+        .map(|(_, r)| r.size.saturating_sub(r.reused_bytes))
+        .collect();
+    let all_new: u64 = new.iter().sum();
+    let mut given = 0u64;
+    for ((_, record), n) in members.iter_mut().zip(&new) {
+        let share = u128::from(fetched) * u128::from(*n) / u128::from(all_new.max(1));
+        record.transferred_bytes = u64::try_from(share).unwrap_or(fetched);
+        given += record.transferred_bytes;
+    }
+    // What rounding left (or everything, when every member came from this machine) goes to
+    // the member with the most new bytes.
+    let most = (0..new.len()).max_by_key(|&i| new[i]);
+    if let Some(most) = most {
+        members[most].1.transferred_bytes += fetched.saturating_sub(given);
+    }
+}
+
 /// Rebuilds one member into `path` from the fetched bytes; the chunk hashes and the Xet file
 /// hash are checked as the file is written.
 fn write_member(
@@ -155,7 +181,7 @@ fn write_member(
     hash: &FileHash,
     plan: &ReconstructionPlan,
     path: &Path,
-) -> Result<(), String> {
+) -> Result<Written, String> {
     let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let n = write_file_at_with(
         source,
@@ -172,17 +198,7 @@ fn write_member(
             n.written, plan.file_size
         ));
     }
-    Ok(())
-}
-
-/// The bytes a plan's fetch ranges hold (headers included): what fetching the file alone
-/// would have moved.
-fn fetched_bytes(plan: &ReconstructionPlan) -> u64 {
-    plan.fetch
-        .iter()
-        .flat_map(|(_, ranges)| ranges.iter())
-        .map(|r| r.bytes.end() - r.bytes.start() + 1)
-        .sum()
+    Ok(n)
 }
 
 /// One request of a pack: the ranges of one xorb served by one URL, gathered into the range
@@ -222,42 +238,78 @@ fn runs_of<'a>(plans: impl Iterator<Item = &'a ReconstructionPlan>) -> Vec<Run> 
 
 /// The bytes of a pack's runs, fetched once; the members' ranges are served from them.
 struct Prefetched<'a> {
-    parts: Vec<(Run, Vec<u8>)>,
+    /// Each run, its bytes, and which of its chunks came from the download chunk cache.
+    parts: Vec<(Run, Vec<u8>, Origin)>,
     /// Where a range no run holds is read (never, for plans the runs were made from).
     endpoint: &'a dyn Endpoint,
+    /// Xorb bytes fetched from the endpoint: the runs', and any range read later.
+    fetched: AtomicU64,
 }
 
 impl<'a> Prefetched<'a> {
     fn fetch(endpoint: &'a dyn Endpoint, runs: Vec<Run>) -> Result<Self, TargetError> {
         let mut parts = Vec::with_capacity(runs.len());
+        let mut fetched = 0u64;
         for run in runs {
             let range = FetchRange {
                 chunks: run.chunks.clone(),
                 bytes: run.bytes.clone(),
                 url: run.url.clone(),
             };
-            let bytes = endpoint.read_xorb_range_once(&run.xorb, &range)?;
-            parts.push((run, bytes));
+            let (bytes, origin) = endpoint.read_xorb_range_from(&run.xorb, &range, false)?;
+            fetched += origin.fetched;
+            parts.push((run, bytes, origin));
         }
-        Ok(Self { parts, endpoint })
+        Ok(Self {
+            parts,
+            endpoint,
+            fetched: AtomicU64::new(fetched),
+        })
+    }
+
+    /// Xorb bytes fetched from the endpoint so far.
+    fn fetched(&self) -> u64 {
+        self.fetched.load(Ordering::Relaxed)
     }
 }
 
 impl XorbSource for Prefetched<'_> {
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
-        let held = self.parts.iter().find(|(run, bytes)| {
+        self.read_xorb_range_from(xorb, range, false)
+            .map(|(bytes, _)| bytes)
+    }
+
+    /// A range out of a run (nothing fetched for it now; the chunks the run read from the
+    /// chunk cache are local), else read from the endpoint.
+    fn read_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        _keep: bool,
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        let held = self.parts.iter().find(|(run, bytes, _)| {
             run.xorb == *xorb
                 && run.bytes.start() <= range.bytes.start()
                 && range.bytes.end() <= run.bytes.end()
                 && bytes.len() as u64 == run.bytes.end() - run.bytes.start() + 1
         });
         match held {
-            Some((run, bytes)) => {
+            Some((run, bytes, origin)) => {
                 let from = (range.bytes.start() - run.bytes.start()) as usize;
                 let to = (range.bytes.end() - run.bytes.start()) as usize;
-                Ok(bytes[from..=to].to_vec())
+                let local = origin
+                    .local
+                    .iter()
+                    .map(|l| l.start.max(range.chunks.start)..l.end.min(range.chunks.end))
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                Ok((bytes[from..=to].to_vec(), Origin { fetched: 0, local }))
             }
-            None => self.endpoint.read_xorb_range_once(xorb, range),
+            None => {
+                let read = self.endpoint.read_xorb_range_from(xorb, range, false)?;
+                self.fetched.fetch_add(read.1.fetched, Ordering::Relaxed);
+                Ok(read)
+            }
         }
     }
 }
@@ -301,7 +353,31 @@ mod tests {
             got,
             vec![(x, 0..5, 0..=249), (x, 7..8, 400..=449), (y, 0..1, 0..=9)]
         );
-        assert_eq!(fetched_bytes(&b), 150 + 50 + 10);
+    }
+
+    #[test]
+    fn a_packs_wire_bytes_are_shared_out_by_what_each_member_did_not_have() {
+        let record = |size: u64, reused: u64| {
+            let oid = LfsOid::of(&size.to_le_bytes());
+            let mut r = Record::new(Direction::Download, &oid, &FileHash::ZERO, size);
+            r.reused_bytes = reused;
+            (oid, r)
+        };
+        let mut members = vec![record(1000, 0), record(3000, 1000), record(500, 500)];
+        share_fetched(&mut members, 3001);
+        let shares: Vec<u64> = members.iter().map(|(_, r)| r.transferred_bytes).collect();
+        // 1000 and 2000 new bytes: a third and two thirds, the rounding to the larger.
+        assert_eq!(shares, [1000, 2001, 0]);
+        // Everything from this machine: whatever crossed still lands somewhere.
+        let mut members = vec![record(10, 10), record(20, 20)];
+        share_fetched(&mut members, 7);
+        assert_eq!(
+            members
+                .iter()
+                .map(|(_, r)| r.transferred_bytes)
+                .sum::<u64>(),
+            7
+        );
     }
 
     #[test]

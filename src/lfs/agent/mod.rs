@@ -82,7 +82,7 @@ use xet_client::ReconstructionPlan;
 use xet_client::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, TokenSource,
 };
-use xet_client::{Endpoint, ReadOnce};
+use xet_client::{Endpoint, ReadOnce, Tallied};
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
 use xet_store::Store;
 
@@ -792,8 +792,8 @@ impl Agent {
             keep,
             local: &local,
         };
-        let n = match job.run(plan, inline, &part, writer) {
-            Ok(n) => n,
+        let (n, fetched) = match job.run(plan, inline, &part, writer) {
+            Ok(done) => done,
             Err(e) => {
                 self.end_part(&t.oid, part);
                 return Err(e);
@@ -804,6 +804,8 @@ impl Agent {
             written: n,
             local: copied,
             resumed,
+            cached,
+            ..
         } = n;
         if n != t.size {
             part.discard();
@@ -823,8 +825,12 @@ impl Agent {
         if resumed > 0 {
             tracing::info!(oid = %t.oid, resumed, "bytes an interrupted download had written kept");
         }
+        if cached > 0 {
+            tracing::info!(oid = %t.oid, cached, "bytes read from the download chunk cache");
+        }
         let mut record = Record::new(Direction::Download, &t.oid, &hash, t.size);
-        record.transferred_bytes = n - copied - resumed;
+        record.transferred_bytes = fetched;
+        record.reused_bytes = copied + resumed + cached;
         record.history_bytes = copied;
         record.endpoint = xet_client::redact::redact(&endpoint.describe());
         drop(lease);
@@ -905,15 +911,19 @@ impl Rebuild<'_> {
     /// attempts: a failed inline plan (`inline`; its URLs may have expired while git-lfs
     /// queued the object) is replaced by the CAS server's once, and after a first attempt that
     /// did not verify, the chunk cache's copies of the plan's xorbs are dropped and everything
-    /// is fetched again.
+    /// is fetched again. Returns what was written and the xorb bytes fetched from the endpoint
+    /// by every attempt.
     fn run<W: Write>(
         &self,
         mut plan: ReconstructionPlan,
         mut inline: bool,
         part: &parts::Part,
         writer: &mut ProtocolWriter<W>,
-    ) -> Result<Written, TransferError> {
+    ) -> Result<(Written, u64), TransferError> {
         let (endpoint, t, hash) = (self.endpoint, self.t, self.hash);
+        let once = ReadOnce(endpoint);
+        let source: &dyn xet_client::XorbSource = if self.keep { endpoint } else { &once };
+        let source = Tallied::new(source);
         let mut reported = 0u64;
         let mut attempt = 0;
         loop {
@@ -937,19 +947,17 @@ impl Rebuild<'_> {
                 }
                 Ok(())
             };
-            let once = ReadOnce(endpoint);
-            let source: &dyn xet_client::XorbSource = if self.keep { endpoint } else { &once };
             let written = match (part.record(), part.file()) {
-                (Some(record), _) => write_part(source, &plan, record, self.local, &mut progress),
+                (Some(record), _) => write_part(&source, &plan, record, self.local, &mut progress),
                 (None, Some(file)) => {
-                    write_file_at_with(source, &hash, &plan, file, self.local, &mut progress)
+                    write_file_at_with(&source, &hash, &plan, file, self.local, &mut progress)
                 }
                 (None, None) => Err(DownloadError::Write(std::io::Error::other(
                     "the partial download is gone",
                 ))),
             };
             match written {
-                Ok(n) => return Ok(n),
+                Ok(n) => return Ok((n, source.fetched())),
                 Err(e @ DownloadError::Source { .. }) if std::mem::take(&mut inline) => {
                     tracing::info!(oid = %t.oid, "{e}; asking the CAS server for a new plan");
                     plan = ask_plan(endpoint, t, hash)?;

@@ -20,12 +20,13 @@
 //!
 //! Downloads: with a [`ChunkCache`] attached ([`Cached::with_chunk_cache`], for remote
 //! endpoints), xorb ranges are read through it, so chunks fetched once are read locally the
-//! next time (see `crate::chunk_cache`).
+//! next time (see `crate::chunk_cache`); [`XorbSource::read_xorb_range_from`] says which chunks
+//! of a range came from it and how many bytes were fetched.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::{CasTarget, Endpoint, RangeSink, TargetError, XorbSource};
+use crate::{CasTarget, Endpoint, Origin, RangeSink, TargetError, XorbSource};
 use crate::{ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
 use xet_format::shard::{ParsedShard, Shard};
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
@@ -127,6 +128,12 @@ impl<T: CasTarget> Cached<T> {
         }
     }
 
+    /// The chunk cache a read of `xorb` goes through: any, for a read that keeps what it
+    /// fetches (`keep`); otherwise only one that may hold some of the xorb.
+    fn through_cache(&self, xorb: &XorbHash, keep: bool) -> Option<&ChunkCache> {
+        self.chunks.as_ref().filter(|c| keep || c.may_hold(xorb))
+    }
+
     fn insert(&self, shard: &Shard, what: &str) {
         if let Err(e) = self.cache.insert_shard(shard) {
             tracing::warn!(error = %e, "cannot add {what} to the shard cache; continuing without");
@@ -218,13 +225,8 @@ impl<T: CasTarget> CasTarget for Cached<T> {
 
 impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
     fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
-        let Some(chunks) = &self.chunks else {
-            return self.inner.read_xorb_range(xorb, range);
-        };
-        let (bytes, fetched) =
-            chunks.read_through(xorb, range, &|r| self.inner.read_xorb_range(xorb, r))?;
-        self.unpruned.fetch_add(fetched, Ordering::Relaxed);
-        Ok(bytes)
+        self.read_xorb_range_from(xorb, range, true)
+            .map(|(bytes, _)| bytes)
     }
 
     fn read_xorb_range_once(
@@ -232,30 +234,65 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
         xorb: &XorbHash,
         range: &FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
-        // A read that keeps nothing has no use for a cache that holds nothing of the xorb.
-        let Some(chunks) = self.chunks.as_ref().filter(|c| c.may_hold(xorb)) else {
-            return self.inner.read_xorb_range(xorb, range);
-        };
-        let (bytes, _) = chunks
-            .read_through_keeping(xorb, range, false, &|r| self.inner.read_xorb_range(xorb, r))?;
-        Ok(bytes)
+        self.read_xorb_range_from(xorb, range, false)
+            .map(|(bytes, _)| bytes)
     }
 
-    /// Straight from the server (streamed) unless the chunk cache holds some of the xorb; a
-    /// read that keeps nothing has no use for the cache otherwise.
+    /// Streamed straight from the server unless the read goes through the chunk cache.
+    fn stream_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<(), TargetError> {
+        self.stream_xorb_range_from(xorb, range, true, sink)
+            .map(|_| ())
+    }
+
     fn stream_xorb_range_once(
         &self,
         xorb: &XorbHash,
         range: &FetchRange,
         sink: &mut RangeSink<'_>,
     ) -> Result<(), TargetError> {
-        match &self.chunks {
-            Some(chunks) if chunks.may_hold(xorb) => {
-                crate::target::hand_whole(self.read_xorb_range_once(xorb, range)?, sink);
-                Ok(())
-            }
-            _ => self.inner.stream_xorb_range(xorb, range, sink),
+        self.stream_xorb_range_from(xorb, range, false, sink)
+            .map(|_| ())
+    }
+
+    /// Through the chunk cache, if there is one; a read that keeps nothing (not `keep`) has no
+    /// use for a cache that holds nothing of the xorb and goes straight to the server.
+    fn read_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+    ) -> Result<(Vec<u8>, Origin), TargetError> {
+        let Some(chunks) = self.through_cache(xorb, keep) else {
+            return self.inner.read_xorb_range_from(xorb, range, keep);
+        };
+        let (bytes, origin) = chunks
+            .read_through_keeping(xorb, range, keep, &|r| self.inner.read_xorb_range(xorb, r))?;
+        if keep {
+            self.unpruned.fetch_add(origin.fetched, Ordering::Relaxed);
         }
+        Ok((bytes, origin))
+    }
+
+    /// Read whole through the chunk cache when [`Cached::read_xorb_range_from`] would use it,
+    /// else streamed from the server as it arrives.
+    fn stream_xorb_range_from(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        if self.through_cache(xorb, keep).is_none() {
+            return self.inner.stream_xorb_range_from(xorb, range, keep, sink);
+        }
+        let (bytes, origin) = self.read_xorb_range_from(xorb, range, keep)?;
+        crate::target::hand_whole(bytes, sink);
+        Ok(origin)
     }
 
     fn forget_cached(&self, xorbs: &[XorbHash]) {

@@ -19,6 +19,11 @@
 //!   [`READ_AHEAD`] ranges are fetched concurrently ahead of the one being decoded, and ranges
 //!   needed again later are kept within [`REUSE_BUDGET`].
 //!
+//! [`write_file_at_with`] and [`write_part`] also say where the file's bytes came from
+//! ([`Written`]): copied from earlier versions on this machine, kept from a partial file, read
+//! from a source's local cache (each read's [`Origin`]), and the stored xorb bytes fetched from
+//! the endpoint, which is what the transfer journal records as the wire.
+//!
 //! [`write_file`] and [`write_file_at`] also check that the chunks hash to the expected Xet
 //! file hash, which catches damaged stored data end to end. For a ranged plan the bytes start
 //! `offset_into_first_range` into the first term, and the caller stops reading at the range
@@ -33,7 +38,7 @@ use std::sync::{mpsc, Condvar, Mutex};
 use crate::pipeline::prior::LocalChunks;
 use crate::pipeline::resume::{Extent, PartialFile};
 use crate::{FetchRange, ReconstructionPlan};
-use crate::{TargetError, XorbSource};
+use crate::{Origin, TargetError, XorbSource};
 use xet_format::hash::file_hash;
 use xet_format::xorb::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN};
 use xet_format::xorb::{
@@ -636,7 +641,7 @@ pub fn write_file_at(
     write_file_at_with(source, expected, plan, out, &local, progress).map(|w| w.written)
 }
 
-/// What [`write_file_at_with`] wrote.
+/// What [`write_file_at_with`] wrote, and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Written {
     /// Bytes of the file written.
@@ -646,6 +651,13 @@ pub struct Written {
     /// Of those, bytes an earlier download had written into the partial file (see
     /// [`write_part`]), checked and kept instead of fetched.
     pub resumed: u64,
+    /// Of those, bytes decoded from chunks the source read from a cache on this machine (the
+    /// download chunk cache; [`Origin::local`]).
+    pub cached: u64,
+    /// Stored xorb bytes (compressed, chunk headers included) the source fetched from the
+    /// endpoint for the file ([`Origin::fetched`]): what crossed the wire, which is not a count
+    /// of file bytes.
+    pub fetched: u64,
 }
 
 /// [`write_file_at`], copying the chunks `local` holds instead of fetching them: a run of terms
@@ -739,6 +751,8 @@ fn write_at(
         written: job.written.into_inner(),
         local: job.copied.into_inner(),
         resumed: job.resumed.into_inner(),
+        cached: job.cached.into_inner(),
+        fetched: job.fetched.into_inner(),
     })
 }
 
@@ -760,6 +774,9 @@ struct FileJob<'a> {
     written: AtomicU64,
     copied: AtomicU64,
     resumed: AtomicU64,
+    /// See [`Written::cached`] and [`Written::fetched`].
+    cached: AtomicU64,
+    fetched: AtomicU64,
 }
 
 impl<'a> FileJob<'a> {
@@ -801,6 +818,8 @@ impl<'a> FileJob<'a> {
             written: AtomicU64::new(0),
             copied: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
+            cached: AtomicU64::new(0),
+            fetched: AtomicU64::new(0),
         })
     }
 
@@ -862,21 +881,35 @@ impl<'a> FileJob<'a> {
                     .is_some_and(crate::util::url::signs_range);
                 r.next.0 == step.range.chunks.end || !whole_only
             });
-        let Some(r) = resumed else {
-            let from = Resumed::none(step, at);
-            return stream_step(self.source, self.plan, step, step.range, from, &to, buf);
+        let (refs, origin) = match resumed {
+            None => {
+                let from = Resumed::none(step, at);
+                stream_step(self.source, self.plan, step, step.range, from, &to, buf)?
+            }
+            Some(r) => {
+                self.written.fetch_add(r.len, Ordering::Relaxed);
+                self.resumed.fetch_add(r.len, Ordering::Relaxed);
+                if r.next.0 == step.range.chunks.end {
+                    return Ok(r.refs);
+                }
+                let rest = FetchRange {
+                    chunks: r.next.0..step.range.chunks.end,
+                    bytes: r.next.1..=*step.range.bytes.end(),
+                    url: step.range.url.clone(),
+                };
+                stream_step(self.source, self.plan, step, &rest, r, &to, buf)?
+            }
         };
-        self.written.fetch_add(r.len, Ordering::Relaxed);
-        self.resumed.fetch_add(r.len, Ordering::Relaxed);
-        if r.next.0 == step.range.chunks.end {
-            return Ok(r.refs);
-        }
-        let rest = FetchRange {
-            chunks: r.next.0..step.range.chunks.end,
-            bytes: r.next.1..=*step.range.bytes.end(),
-            url: step.range.url.clone(),
-        };
-        stream_step(self.source, self.plan, step, &rest, r, &to, buf)
+        self.fetched.fetch_add(origin.fetched, Ordering::Relaxed);
+        self.count_local(i, &refs, &origin);
+        Ok(refs)
+    }
+
+    /// Counts the file bytes of step `i` (whose chunks are `refs`) decoded from chunks that
+    /// `origin`, the read of its range, took from this machine.
+    fn count_local(&self, i: usize, refs: &[ChunkRef], origin: &Origin) {
+        let local = local_bytes(self.plan, &self.steps[i], refs, origin);
+        self.cached.fetch_add(local, Ordering::Relaxed);
     }
 
     /// Fetches the range of `group`'s steps whole, then decodes and writes each step; steps
@@ -904,13 +937,14 @@ impl<'a> FileJob<'a> {
             return Ok(out_refs);
         }
         let (start, end) = (*first.range.bytes.start(), *first.range.bytes.end());
-        let bytes = self
+        let (bytes, origin) = self
             .source
-            .read_xorb_range(&first.xorb, first.range)
+            .read_xorb_range_from(&first.xorb, first.range, true)
             .map_err(|source| DownloadError::Source {
                 what: format!("reading bytes {start}-{end} of xorb {}", first.xorb),
                 source,
             })?;
+        self.fetched.fetch_add(origin.fetched, Ordering::Relaxed);
         let mut decoded = Decoded::new(first, bytes)?;
         for i in todo {
             if self.abort.load(Ordering::Relaxed) {
@@ -948,6 +982,7 @@ impl<'a> FileJob<'a> {
                     },
                 );
             }
+            self.count_local(i, &refs, &origin);
             out_refs.push((i, refs));
         }
         Ok(out_refs)
@@ -1039,8 +1074,9 @@ impl From<XorbError> for StreamError {
 /// are [`forward_only`]) and decodes each chunk as it arrives, writing the terms' bytes into
 /// `to` from `from.at` in pieces of about [`EMIT_BYTES`] (`buf` is the reused write buffer):
 /// no more than one chunk of the range is held besides what the connection buffers. Returns
-/// the refs of the step's chunks (those of `from` first); checks the chunk count and each
-/// term's length against the plan, as [`decode_step`] does.
+/// the refs of the step's chunks (those of `from` first) and where the range's bytes came
+/// from; checks the chunk count and each term's length against the plan, as [`decode_step`]
+/// does.
 fn stream_step(
     source: &dyn XorbSource,
     plan: &ReconstructionPlan,
@@ -1049,12 +1085,12 @@ fn stream_step(
     from: Resumed,
     to: &FileOut,
     buf: &mut Vec<u8>,
-) -> Result<Vec<ChunkRef>, DownloadError> {
+) -> Result<(Vec<ChunkRef>, Origin), DownloadError> {
     let (start, end) = (*range.bytes.start(), *range.bytes.end());
     let mut writer = StepWriter::new(plan, step, range, from, to, buf);
     let mut splitter = ChunkSplitter::new(XorbLimits::SERVER);
     let mut failure: Option<StreamError> = None;
-    let read = source.stream_xorb_range(&step.xorb, range, &mut |at, piece| {
+    let read = source.stream_xorb_range_from(&step.xorb, range, true, &mut |at, piece| {
         if to.abort.load(Ordering::Relaxed) {
             failure = Some(StreamError::Download(DownloadError::Plan(
                 "another part of the download failed".into(),
@@ -1088,7 +1124,7 @@ fn stream_step(
         Some(StreamError::Download(e)) => return Err(e),
         None => {}
     }
-    read.map_err(|source| DownloadError::Source {
+    let origin = read.map_err(|source| DownloadError::Source {
         what: format!("reading bytes {start}-{end} of xorb {}", step.xorb),
         source,
     })?;
@@ -1099,7 +1135,23 @@ fn stream_step(
             step.xorb, writer.expected,
         )));
     }
-    writer.finish()
+    Ok((writer.finish()?, origin))
+}
+
+/// The file bytes of `step` decoded from chunks `origin` read on this machine, given `refs`,
+/// the chunks the step's terms use in order (one per term and chunk, as [`decode_step`] and
+/// [`StepWriter`] push them).
+fn local_bytes(plan: &ReconstructionPlan, step: &Step, refs: &[ChunkRef], origin: &Origin) -> u64 {
+    if origin.local.is_empty() {
+        return 0;
+    }
+    plan.terms[step.terms.clone()]
+        .iter()
+        .flat_map(|t| t.chunks.clone())
+        .zip(refs)
+        .filter(|(c, _)| origin.is_local(*c))
+        .map(|(_, r)| r.len)
+        .sum()
 }
 
 /// Where a step's streaming starts: at its range's first chunk, or where the stretches an
