@@ -21,6 +21,7 @@ mod download_reuse;
 mod first_contact;
 mod git_lfs_basic;
 mod journal_split;
+mod local_copies;
 mod mount;
 mod prune;
 mod push_history;

@@ -9,6 +9,7 @@
 //! | [`remote`] | [`RemoteCas`]: the HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`] |
 //! | [`shard_cache`] | [`ShardCache`]: the client's per-endpoint cache of shards (its uploads and dedup answers) |
 //! | [`chunk_cache`] | [`ChunkCache`]: downloaded chunks kept for the next version of a file |
+//! | [`object_chunks`] | [`ChunkLists`](object_chunks::ChunkLists): the chunk lists of a repository's objects, computed once and remembered |
 //! | [`pipeline`] | hashing, uploads and downloads over any [`Endpoint`] |
 //! | [`redact`] | text made safe to show: secrets masked (pure) |
 //! | [`util`] | the clock, sizes, durations, URLs, error chains, `Range` headers, atomic writes, buffers, secrets, and the workspace's only unsafe code |
@@ -20,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod chunk_cache;
+pub mod object_chunks;
 pub mod pipeline;
 pub mod reconstruction;
 pub mod redact;

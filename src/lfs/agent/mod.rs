@@ -58,6 +58,7 @@ mod prior;
 use endpoint::*;
 pub(crate) use endpoint::{connect_negotiated, open_standalone, Lease};
 
+use std::collections::HashSet;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -71,9 +72,12 @@ use super::protocol::{
 };
 use super::settings::{self, EndpointSpec};
 use crate::git::Git;
+use xet_client::object_chunks::{object_path, ChunkLists};
 use xet_client::pipeline::cached::Cached;
 use xet_client::pipeline::download::{write_file_at_with, write_part, DownloadError, Written};
-use xet_client::pipeline::prior::{LocalChunks, PriorVersion};
+use xet_client::pipeline::prior::{
+    check_list, locate_chunks, LocalChunks, PriorChunk, PriorVersion,
+};
 use xet_client::pipeline::upload::{
     upload_file_with_seeds, UploadOptions, UploadProgress, UploadSummary,
 };
@@ -83,8 +87,13 @@ use xet_client::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, TokenSource,
 };
 use xet_client::{Endpoint, ReadOnce, Tallied};
-use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 use xet_store::Store;
+
+/// Bytes of objects in git-lfs's store without a chunk list (placed by git-lfs itself, or
+/// there before lists were kept) that one agent process hashes, once each, so that downloads
+/// find their chunks: a few seconds of hashing at most.
+const HASH_UNLISTED_BUDGET: u64 = 4 << 30;
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -357,6 +366,12 @@ struct Agent {
     parts: Option<parts::Parts>,
     /// Earlier versions of objects, from the repository's history (read at first use).
     earlier: prior::Earlier,
+    /// The chunk lists of this repository's objects, once found (and pruned) at first use;
+    /// `Some(None)` without a git directory.
+    chunk_lists: Option<Option<ChunkLists>>,
+    /// Bytes of local objects without a chunk list this process may still hash to make one
+    /// (see [`Agent::add_local_chunks`]).
+    unlisted_budget: u64,
     /// Whether small objects may go up in packs (`xet.packUploads`, read at the first pack).
     packs_allowed: Option<bool>,
     /// The outcomes of upload and download packs this agent saw concluded, by the name of
@@ -382,6 +397,8 @@ impl Agent {
             journal: None,
             parts: None,
             earlier: prior::Earlier::default(),
+            chunk_lists: None,
+            unlisted_budget: HASH_UNLISTED_BUDGET,
             packs_allowed: None,
             concluded_packs: std::collections::HashMap::new(),
             last_gathered_round: None,
@@ -539,13 +556,116 @@ impl Agent {
         if t.size < prior::MIN_PRIOR_SIZE {
             return Vec::new();
         }
-        // `<LFS storage>/objects`, beside git-lfs's temp directory.
-        let objects = self
-            .lfs_temp_dir()
-            .ok()
-            .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")));
+        let objects = self.lfs_objects_dir();
+        let lists = self.chunk_lists();
+        let here = prior::Here {
+            objects: objects.as_deref(),
+            lists: lists.as_ref(),
+        };
         self.earlier
-            .versions(endpoint, &t.oid, t.size, objects.as_deref(), look, lost)
+            .versions(endpoint, &t.oid, t.size, here, look, lost)
+    }
+
+    /// `<LFS storage>/objects`, beside git-lfs's temp directory.
+    fn lfs_objects_dir(&mut self) -> Option<PathBuf> {
+        self.lfs_temp_dir()
+            .ok()
+            .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")))
+    }
+
+    /// The chunk lists of this repository's objects (`<git common dir>/xet/chunk-lists`, see
+    /// [`ChunkLists`]), pruned now and then at first use.
+    fn chunk_lists(&mut self) -> Option<ChunkLists> {
+        if self.chunk_lists.is_none() {
+            let lists = self.common_dir().map(|dir| ChunkLists::in_git_dir(&dir));
+            if let (Some(lists), Some(objects)) = (&lists, self.lfs_objects_dir()) {
+                lists.prune_now_and_then(&|oid: &LfsOid| object_path(&objects, oid).is_file());
+            }
+            self.chunk_lists = Some(lists);
+        }
+        self.chunk_lists.clone().flatten()
+    }
+
+    /// Remembers the chunks of object `oid` (`size` bytes, Xet file `file`) for later
+    /// versions of it, if it is large enough for them to look ([`prior::MIN_PRIOR_SIZE`]).
+    fn remember_chunks(&mut self, oid: &LfsOid, size: u64, file: &FileHash, chunks: &[ChunkRef]) {
+        if size < prior::MIN_PRIOR_SIZE || chunks.is_empty() {
+            return;
+        }
+        if let Some(lists) = self.chunk_lists() {
+            if let Err(e) = lists.put(oid, size, file, chunks) {
+                tracing::debug!("{e}");
+            }
+        }
+    }
+
+    /// Chunks of the file `hash` (whole-file `plan`) that `local` does not hold yet but that
+    /// some other object in git-lfs's store holds, whatever version or path it came from:
+    /// the endpoint's chunk list of the file (docs/cas-api.md §5.8) says which chunks the
+    /// file has, the remembered chunk lists of the local objects say where they are
+    /// ([`ChunkLists::find`]). Objects without a list are hashed once first (at most
+    /// [`HASH_UNLISTED_BUDGET`] bytes per process). Never fails: the download fetches what is
+    /// not found.
+    fn add_local_chunks(
+        &mut self,
+        endpoint: &dyn Endpoint,
+        t: &Transfer,
+        hash: &FileHash,
+        plan: &ReconstructionPlan,
+        local: &mut LocalChunks,
+    ) {
+        if t.size < prior::MIN_PRIOR_SIZE {
+            return;
+        }
+        let (Some(lists), Some(objects)) = (self.chunk_lists(), self.lfs_objects_dir()) else {
+            return;
+        };
+        let list = match endpoint.file_chunks(hash) {
+            Ok(Some(list)) => list,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(oid = %t.oid, "no chunk list of the file; local objects not searched: {e}");
+                return;
+            }
+        };
+        if let Err(why) = check_list(&list, hash, t.size) {
+            tracing::warn!(oid = %t.oid, "the endpoint's chunk list of {hash} does not make it: {why}");
+            return;
+        }
+        let Some(located) = locate_chunks(&list, plan) else {
+            return;
+        };
+        let wanted: HashSet<ChunkHash> = located
+            .iter()
+            .filter(|c| !local.has(&c.xorb, c.index))
+            .map(|c| c.hash)
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        if self.unlisted_budget > 0 {
+            let hashed =
+                lists.remember_unlisted(&objects, prior::MIN_PRIOR_SIZE, self.unlisted_budget);
+            self.unlisted_budget = self.unlisted_budget.saturating_sub(hashed);
+        }
+        let mut copied = 0u64;
+        for found in lists.find(&wanted, &objects) {
+            let here: Vec<PriorChunk> = located
+                .iter()
+                .filter_map(|c| {
+                    let (offset, len) = *found.chunks.get(&c.hash)?;
+                    Some(PriorChunk { offset, len, ..*c })
+                })
+                .collect();
+            let added = local.add_located(&found.path, &here);
+            if added > 0 {
+                let bytes: u64 = here.iter().map(|c| u64::from(c.len)).sum();
+                tracing::info!(oid = %t.oid, from = %found.oid, chunks = added,
+                    "chunks of another local object will be copied");
+                copied += bytes;
+            }
+        }
+        tracing::debug!(oid = %t.oid, wanted = wanted.len(), bytes = copied, "local chunk lists searched");
     }
 
     /// What an upload of `t` learns from the earlier versions of its object (see
@@ -572,10 +692,7 @@ impl Agent {
         if t.size < prior::MIN_PRIOR_SIZE {
             return true;
         }
-        let objects = self
-            .lfs_temp_dir()
-            .ok()
-            .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")));
+        let objects = self.lfs_objects_dir();
         self.earlier.others_missing(&t.oid, objects.as_deref())
     }
 
@@ -683,6 +800,7 @@ impl Agent {
         let described = xet_client::redact::redact(&endpoint.describe());
         drop(lease);
         self.note_upload(t, &summary, sent_before + summary.uploaded_bytes, described);
+        self.remember_chunks(&t.oid, t.size, &summary.file_hash, &summary.file_chunks);
         Ok(None)
     }
 
@@ -770,6 +888,7 @@ impl Agent {
         for version in self.prior_versions(endpoint, t, prior::Look::Download, &[]) {
             local.add(&version);
         }
+        self.add_local_chunks(endpoint, t, &hash, &plan, &mut local);
         // An interrupted download of the object is taken over, else a new one starts.
         let earlier = match &mut self.parts {
             Some(found) if t.size >= parts::RESUMABLE_MIN => {
@@ -805,6 +924,7 @@ impl Agent {
             local: copied,
             resumed,
             cached,
+            chunks,
             ..
         } = n;
         if n != t.size {
@@ -835,6 +955,7 @@ impl Agent {
         record.endpoint = xet_client::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
+        self.remember_chunks(&t.oid, t.size, &hash, &chunks);
         Ok(path)
     }
 

@@ -13,6 +13,10 @@
 //! (Hugging Face's) gives none, and the upload goes on without. A download gains nothing from
 //! a list (it copies bytes, which only a local copy has).
 //!
+//! A version whose chunk list this machine remembers (`.git/xet/chunk-lists`, see
+//! [`ChunkLists`]) is taken from it instead of being chunked again, once the endpoint's record
+//! of the oid is the list's file; a list computed here is remembered for the next time.
+//!
 //! An upload whose shard the endpoint refused for a lost xorb looks for its earlier versions
 //! again, without those using a xorb the refusal names ([`named_xorbs`]).
 //!
@@ -23,7 +27,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::git::history::{earlier_versions, History};
+use crate::git::history::{earlier_versions, EarlierVersion, History};
+use xet_client::object_chunks::{object_path, ChunkLists};
 use xet_client::pipeline::prior::PriorVersion;
 use xet_client::Endpoint;
 use xet_format::{LfsOid, XorbHash};
@@ -44,6 +49,15 @@ pub(crate) enum Look {
     Upload,
     /// `<LFS storage>/objects` and the work tree (downloads).
     Download,
+}
+
+/// What this machine keeps of the repository's objects.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Here<'a> {
+    /// `<LFS storage>/objects`.
+    pub objects: Option<&'a Path>,
+    /// The remembered chunk lists of the objects.
+    pub lists: Option<&'a ChunkLists>,
 }
 
 /// The history of the repository the agent runs in, read at first use.
@@ -104,18 +118,19 @@ impl Earlier {
 
     /// The earlier versions of object `oid` (`size` bytes) that match the endpoint's record,
     /// most recent first: each from a copy on this machine if one matches, else (uploads) from
-    /// the endpoint's chunk list (see the module documentation). `objects` is
-    /// `<LFS storage>/objects`. Versions using a xorb in `lost` (one the endpoint just said it
+    /// the endpoint's chunk list (see the module documentation), or from a chunk list
+    /// remembered in `here`. Versions using a xorb in `lost` (one the endpoint just said it
     /// no longer holds intact) are left out. Never fails: what cannot be used is skipped.
     pub(crate) fn versions(
         &mut self,
         endpoint: &dyn Endpoint,
         oid: &LfsOid,
         size: u64,
-        objects: Option<&Path>,
+        here: Here<'_>,
         look: Look,
         lost: &[XorbHash],
     ) -> Vec<PriorVersion> {
+        let Here { objects, lists } = here;
         if size < MIN_PRIOR_SIZE {
             return Vec::new();
         }
@@ -125,22 +140,24 @@ impl Earlier {
         let mut found = Vec::new();
         let mut listable = MAX_LISTED_SEEDS;
         for earlier in history.earlier_versions(oid) {
-            let hex = earlier.oid.to_hex();
             let mut candidates: Vec<PathBuf> = Vec::new();
-            if let Some(objects) = objects {
-                candidates.push(objects.join(&hex[..2]).join(&hex[2..4]).join(&hex));
+            let object = objects.map(|o| object_path(o, &earlier.oid));
+            let version = remembered(endpoint, &earlier, object.as_deref(), lists, look);
+            if let Some(object) = object.filter(|_| version.is_none()) {
+                candidates.push(object);
             }
             if let (Look::Download, Some(tree)) = (look, tree) {
                 if !earlier.path.is_empty() && !earlier.path.split('/').any(|p| p == "..") {
                     candidates.push(tree.join(&earlier.path));
                 }
             }
-            let mut version = None;
-            for path in candidates {
+            let mut version = version;
+            for path in candidates.into_iter().filter(|_| version.is_none()) {
                 match PriorVersion::index(endpoint, &earlier.oid, earlier.size, &path) {
                     Ok(Some(v)) => {
                         tracing::info!(%oid, earlier = %earlier.oid, path = %path.display(),
                             chunks = v.chunks.len(), "using an earlier version on this machine");
+                        remember(lists, &v, earlier.size);
                         version = Some(v);
                         break;
                     }
@@ -156,6 +173,7 @@ impl Earlier {
                         tracing::info!(%oid, earlier = %earlier.oid, chunks = v.chunks.len(),
                             "using an earlier version stored on the server (its chunk list)");
                         listable -= v.chunks.len();
+                        remember(lists, &v, earlier.size);
                         version = Some(v);
                     }
                     Ok(None) => {
@@ -175,6 +193,58 @@ impl Earlier {
             }
         }
         found
+    }
+}
+
+/// The earlier version `earlier` from its chunk list remembered on this machine, if one is
+/// kept and the endpoint's record of the object is that list's file: no copy is hashed. A
+/// download needs the bytes too, so it uses a list only when `object` (the object in
+/// git-lfs's store) is here; an upload needs only the chunks.
+fn remembered(
+    endpoint: &dyn Endpoint,
+    earlier: &EarlierVersion,
+    object: Option<&Path>,
+    lists: Option<&ChunkLists>,
+    look: Look,
+) -> Option<PriorVersion> {
+    let lists = lists?;
+    let here = object.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == earlier.size));
+    if look == Look::Download && here.is_none() {
+        return None;
+    }
+    let list = match lists.get(&earlier.oid, earlier.size) {
+        Ok(list) => list?,
+        Err(e) => {
+            tracing::info!("{e}; computing it again");
+            return None;
+        }
+    };
+    match PriorVersion::remembered(
+        endpoint,
+        &earlier.oid,
+        earlier.size,
+        &list,
+        here.map(Path::to_path_buf),
+    ) {
+        Ok(Some(v)) => {
+            tracing::info!(earlier = %earlier.oid, chunks = v.chunks.len(),
+                "using an earlier version's remembered chunk list");
+            Some(v)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(earlier = %earlier.oid, "earlier version not used: {e}");
+            None
+        }
+    }
+}
+
+/// Remembers the chunks of `version` (`size` bytes) in `lists`, for the next time.
+fn remember(lists: Option<&ChunkLists>, version: &PriorVersion, size: u64) {
+    if let Some(lists) = lists {
+        if let Err(e) = lists.put(&version.oid, size, &version.file, &version.chunk_refs()) {
+            tracing::debug!("{e}");
+        }
     }
 }
 

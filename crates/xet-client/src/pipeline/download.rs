@@ -642,7 +642,7 @@ pub fn write_file_at(
 }
 
 /// What [`write_file_at_with`] wrote, and where it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Written {
     /// Bytes of the file written.
     pub written: u64,
@@ -658,6 +658,9 @@ pub struct Written {
     /// endpoint for the file ([`Origin::fetched`]): what crossed the wire, which is not a count
     /// of file bytes.
     pub fetched: u64,
+    /// The file's chunks in order (checked: they hash to the file's hash), for the caller to
+    /// remember (see [`crate::object_chunks`]).
+    pub chunks: Vec<ChunkRef>,
 }
 
 /// [`write_file_at`], copying the chunks `local` holds instead of fetching them: a run of terms
@@ -753,6 +756,7 @@ fn write_at(
         resumed: job.resumed.into_inner(),
         cached: job.cached.into_inner(),
         fetched: job.fetched.into_inner(),
+        chunks,
     })
 }
 

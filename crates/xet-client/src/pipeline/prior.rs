@@ -211,6 +211,45 @@ impl PriorVersion {
         Ok(located)
     }
 
+    /// Object `oid` (`size` bytes) from a chunk list remembered on this machine
+    /// ([`crate::object_chunks`]): used only if the endpoint's registered file of the oid is
+    /// the list's file, then planned like [`Self::index`] without hashing any copy. `path` is
+    /// the local copy, if any (the object in git-lfs's store, which the list was made from).
+    pub fn remembered(
+        endpoint: &dyn Endpoint,
+        oid: &LfsOid,
+        size: u64,
+        list: &crate::object_chunks::ObjectChunks,
+        path: Option<PathBuf>,
+    ) -> Result<Option<Self>, PriorError> {
+        if size == 0 {
+            return Ok(None);
+        }
+        let Some(file) = registered(endpoint, oid, size)? else {
+            return Ok(None);
+        };
+        if file != list.file {
+            tracing::info!(%oid, "a remembered chunk list is not of the stored file; not used");
+            return Ok(None);
+        }
+        Ok(
+            Self::planned(endpoint, *oid, file, &list.chunks)?.map(|chunks| Self {
+                oid: *oid,
+                file,
+                path,
+                chunks,
+            }),
+        )
+    }
+
+    /// Its chunks as a chunk list (hash and length, in file order).
+    pub fn chunk_refs(&self) -> Vec<ChunkRef> {
+        self.chunks
+            .iter()
+            .map(|c| ChunkRef::new(c.hash, u64::from(c.len)))
+            .collect()
+    }
+
     /// What an upload learns from it: each chunk's hash and where it is stored.
     pub fn seeds(&self) -> impl Iterator<Item = (ChunkHash, XorbHash, u32)> + '_ {
         self.chunks.iter().map(|c| (c.hash, c.xorb, c.index))
@@ -283,6 +322,28 @@ impl LocalChunks {
         for c in &version.chunks {
             self.at.entry((c.xorb, c.index)).or_insert((n, *c));
         }
+    }
+
+    /// Adds chunks of the local file at `path` (opened now): each `PriorChunk` names where
+    /// the chunk is stored (xorb and index) and where its bytes are in that file (offset and
+    /// length). What is known already stays. Returns the chunks added (none when the file
+    /// cannot be opened).
+    pub fn add_located(&mut self, path: &Path, chunks: &[PriorChunk]) -> usize {
+        let Ok(file) = File::open(path) else {
+            return 0;
+        };
+        let n = self.files.len();
+        let mut added = 0;
+        for c in chunks {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.at.entry((c.xorb, c.index)) {
+                e.insert((n, *c));
+                added += 1;
+            }
+        }
+        if added > 0 {
+            self.files.push(file);
+        }
+        added
     }
 
     /// Whether no chunk is known.

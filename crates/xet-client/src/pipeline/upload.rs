@@ -94,7 +94,7 @@ impl Default for UploadOptions {
 }
 
 /// What an upload did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadSummary {
     pub file_hash: FileHash,
     pub size: u64,
@@ -125,6 +125,10 @@ pub struct UploadSummary {
     /// The stream was hashed with SHA-256 here (`false`: the declared SHA-256 was sent as a
     /// claim for the target to check, see [`UploadOptions::sha256_declared_by_namer`]).
     pub sha256_computed: bool,
+    /// The file's chunks, in file order, when this upload chunked it (empty when the target
+    /// had the file already): what a later version deduplicates against, remembered by the
+    /// caller (see [`crate::object_chunks`]).
+    pub file_chunks: Vec<ChunkRef>,
 }
 
 /// Progress of an upload, reported after every block read and, while the last xorbs are being
@@ -431,6 +435,7 @@ fn upload_blocks(
         existing_xorbs: uploader.existing_xorbs,
         shards: 0,
         sha256_computed: trusted.is_none(),
+        file_chunks: one.chunks,
     };
     if size == 0 {
         return Ok(summary);
@@ -507,6 +512,7 @@ fn stored_already(
             existing_xorbs: 0,
             shards: 0,
             sha256_computed: false,
+            file_chunks: Vec::new(),
         }))
 }
 

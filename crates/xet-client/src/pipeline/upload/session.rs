@@ -122,6 +122,8 @@ pub(super) struct SessionFile {
     pub info: FileInfo,
     /// Bytes of the file found already stored.
     pub dedup_bytes: u64,
+    /// Its chunks, in file order (what its hash is computed from).
+    pub chunks: Vec<ChunkRef>,
 }
 
 /// What a finished session produced.
@@ -625,6 +627,7 @@ impl<'t> FileSession<'t> {
                 Ok(SessionFile {
                     info,
                     dedup_bytes: f.dedup_bytes,
+                    chunks: f.chunks,
                 })
             })
             .collect::<Result<Vec<_>, UploadError>>()?;
