@@ -1,31 +1,38 @@
-//! `git xet clone`: a clone of a standalone-mode repository in one command. A plain `git clone`
-//! of such a repository fails in git-lfs's smudge filter ("remote missing object"), because
-//! the objects are at the standalone endpoint, which only git config names; this clones
-//! without smudging, sets the endpoint up in the new repository (`install --local
-//! --endpoint`), then checks the LFS files out through the agent (`git lfs pull`).
+//! `git xet clone`: a clone with its LFS files downloaded by git-xet in this process, in
+//! either mode. git clones without smudging; for a standalone-mode repository (an endpoint
+//! given or configured globally) the endpoint is set up in the new repository (`install
+//! --local --endpoint`: a plain `git clone` of such a repository fails in git-lfs's smudge
+//! filter, "remote missing object", because only git config names the endpoint); then the
+//! LFS files of the checkout are fetched in this process and checked out
+//! ([`super::fetch::fetch_and_checkout`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
+use super::fetch::run_step;
 use super::CmdResult;
 use crate::git::{Git, Scope};
 use crate::lfs::settings;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    long_about = "Clone a repository whose LFS files are stored in standalone mode (at a \
-`git xet serve` or a directory store, not on the git host), and check its LFS files out \
-through git-xet.\n\nA plain `git clone` of such a repository stops with git-lfs's \"remote \
-missing object … smudge filter lfs failed\": the git host has only the pointers. This runs \
-`git clone` without LFS downloads, then `git xet install --local --endpoint ENDPOINT` in the \
-new repository (so its pushes and fetches use that endpoint), then `git lfs pull`, which \
-downloads every LFS file of the checkout through the agent.\n\nThe endpoint is --endpoint, else \
-the one configured globally (`xet.endpoint`, written by `git xet install --global --endpoint`). \
-Arguments after `--` go to `git clone` (e.g. `-- --branch dev --depth 1`).\n\nA clone that \
-already failed the plain way is repaired in place: `git xet install --local --endpoint \
-ENDPOINT`, then `git restore --source=HEAD :/`.",
-    after_long_help = "Examples:\n  git xet clone --endpoint https://xet.example.org \
+    long_about = "Clone a repository and download its LFS files with git-xet, in this \
+process: `git clone` without git-lfs's downloads, then the LFS files of the checkout fetched \
+as `git xet fetch` does (several at once, chunks already on this machine copied, each file's \
+SHA-256 checked once) and checked out from the local objects (`git lfs checkout`).\n\nFor a \
+repository whose LFS files are stored in standalone mode (at a `git xet serve` or a directory \
+store, not on the git host), give the endpoint: --endpoint, else the one configured globally \
+(`xet.endpoint`, written by `git xet install --global --endpoint`) is used, and `git xet \
+install --local --endpoint ENDPOINT` sets the new repository up for it. A plain `git clone` of \
+such a repository stops with git-lfs's \"remote missing object … smudge filter lfs failed\": \
+the git host has only the pointers. Without an endpoint, the LFS server the repository names \
+is asked (negotiated mode); one that does not offer the xet transfer is fetched with `git lfs \
+fetch`.\n\nArguments after `--` go to `git clone` (e.g. `-- --branch dev --depth 1`).\n\nA \
+clone that already failed the plain way is repaired in place: `git xet install --local \
+--endpoint ENDPOINT`, then `git restore --source=HEAD :/`.",
+    after_long_help = "Examples:\n  git xet clone https://git.example.org/team/models.git\n  \
+git xet clone --endpoint https://xet.example.org \
 https://git.example.org/team/models.git\n  git xet clone --endpoint /shared/xet-store \
 git@host:team/data.git data -- --branch dev"
 )]
@@ -40,6 +47,9 @@ pub(crate) struct CloneArgs {
     /// The directory to clone into (default: as `git clone` names it).
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// LFS files downloaded at once.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 3)]
+    pub jobs: usize,
     /// More arguments for `git clone`, after `--`.
     #[arg(last = true, value_name = "GIT-CLONE-ARGS")]
     pub git_args: Vec<OsString>,
@@ -51,25 +61,34 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         return Err(super::install::git_lfs_missing());
     }
     let endpoint = match &args.endpoint {
-        Some(e) => e.clone(),
-        None => here
-            .config_get_in(Some(Scope::Global), settings::ENDPOINT_KEY)?
-            .ok_or(
-                "which endpoint holds this repository's LFS files? Give it with --endpoint \
-                 URL-or-DIR (a `git xet serve` URL or a directory store; the repository's \
-                 README or whoever pushed it knows), or configure one for every repository \
-                 with `git xet install --global --endpoint URL-or-DIR`",
-            )?,
+        Some(e) => Some(e.clone()),
+        None => here.config_get_in(Some(Scope::Global), settings::ENDPOINT_KEY)?,
     };
+    if endpoint.is_none() && is_local_path(&args.repository) && !names_lfs_url(&args.repository) {
+        // No LFS server behind a repository on this machine unless its `.lfsconfig` names
+        // one: its LFS files are in a standalone store, which only the endpoint names.
+        return Err(
+            "which endpoint holds this repository's LFS files? Give it with --endpoint \
+             URL-or-DIR (a `git xet serve` URL or a directory store; the repository's README or \
+             whoever pushed it knows), or configure one for every repository with `git xet \
+             install --global --endpoint URL-or-DIR`"
+                .into(),
+        );
+    }
     // Checked before anything is cloned (install would refuse it afterwards), and a relative
     // directory made absolute: install runs in the new repository.
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let endpoint = match settings::EndpointSpec::parse(&endpoint, &cwd)
-        .map_err(|e| format!("--endpoint: {e}"))?
-    {
-        settings::EndpointSpec::Http(_) => endpoint,
-        settings::EndpointSpec::Dir(path) => path.display().to_string(),
+    let endpoint = match endpoint {
+        None => None,
+        Some(endpoint) => Some(
+            match settings::EndpointSpec::parse(&endpoint, &cwd)
+                .map_err(|e| format!("--endpoint: {e}"))?
+            {
+                settings::EndpointSpec::Http(_) => endpoint,
+                settings::EndpointSpec::Dir(path) => path.display().to_string(),
+            },
+        ),
     };
     let dir = match &args.dir {
         Some(d) => d.clone(),
@@ -91,42 +110,75 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         .env("GIT_LFS_SKIP_SMUDGE", "1");
     run_step(&mut clone, "git clone")?;
 
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
-    let mut install = Command::new(exe);
-    install
-        .args(["install", "--local", "--endpoint", &endpoint])
-        .current_dir(&dir);
-    run_step(&mut install, "git xet install --local --endpoint")?;
+    if let Some(endpoint) = &endpoint {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
+        let mut install = Command::new(exe);
+        install
+            .args(["install", "--local", "--endpoint", endpoint])
+            .current_dir(&dir);
+        run_step(&mut install, "git xet install --local --endpoint")?;
+    }
 
-    let mut pull = Command::new("git");
-    pull.args(["lfs", "pull"]).current_dir(&dir);
-    if let Err(e) = run_step(&mut pull, "git lfs pull") {
+    let git = Git::in_dir(&dir);
+    if let Err(e) = super::fetch::fetch_and_checkout(&git, &dir, None, args.jobs) {
         return Err(format!(
-            "{e}. The repository is cloned in {} and set up for the endpoint; once the cause \
-             is fixed, run `git lfs pull` there",
-            dir.display()
+            "{e}. The repository is cloned in {}{}; once the cause is fixed, run `git xet pull` \
+             there",
+            dir.display(),
+            if endpoint.is_some() {
+                " and set up for the endpoint"
+            } else {
+                ""
+            }
         )
         .into());
     }
-    eprintln!(
-        "git-xet: cloned into {} with its LFS files from {}; pushes and fetches there use that \
-         endpoint (`git xet status` shows the setup)",
-        dir.display(),
-        xet_client::redact::redact(&endpoint)
-    );
+    match &endpoint {
+        Some(endpoint) => eprintln!(
+            "git-xet: cloned into {} with its LFS files from {}; pushes and fetches there use \
+             that endpoint (`git xet status` shows the setup)",
+            dir.display(),
+            xet_client::redact::redact(endpoint)
+        ),
+        None => eprintln!("git-xet: cloned into {} with its LFS files", dir.display()),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a step with the terminal as its output; an error naming it if it fails.
-fn run_step(cmd: &mut Command, name: &str) -> Result<(), String> {
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run {name}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{name} failed ({status}); see its message above"))
+/// Whether `repository` is a repository on this machine (a path or a `file://` URL), which
+/// has no LFS server of its own.
+fn is_local_path(repository: &str) -> bool {
+    if repository.starts_with("file://") {
+        return true;
     }
+    if repository.contains("://") {
+        return false;
+    }
+    // `host:path` is scp-like ssh, unless the part before the colon has a slash (a path).
+    match repository.split_once(':') {
+        Some((before, _)) => before.contains('/'),
+        None => true,
+    }
+}
+
+/// Whether the repository at the local path `repository` names an LFS server in the
+/// `.lfsconfig` of its HEAD (`lfs.url`).
+fn names_lfs_url(repository: &str) -> bool {
+    let path = repository.strip_prefix("file://").unwrap_or(repository);
+    Command::new("git")
+        .args([
+            "-C",
+            path,
+            "config",
+            "--blob",
+            "HEAD:.lfsconfig",
+            "--get",
+            "lfs.url",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty())
 }
 
 /// The directory `git clone` makes for `repository`: its last path component without a
@@ -143,6 +195,27 @@ fn default_dir(repository: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_repositories_are_told_apart_from_remote_ones() {
+        for local in [
+            "remote.git",
+            "../a/b.git",
+            "/srv/git/r",
+            "file:///srv/r.git",
+            "./x:y",
+        ] {
+            assert!(is_local_path(local), "{local}");
+        }
+        for remote in [
+            "https://git.example.org/t/m.git",
+            "ssh://git@host/t/m.git",
+            "git@host:team/data.git",
+            "host:data",
+        ] {
+            assert!(!is_local_path(remote), "{remote}");
+        }
+    }
 
     #[test]
     fn the_directory_is_named_as_git_clone_names_it() {

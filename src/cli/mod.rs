@@ -12,6 +12,7 @@ mod cache;
 mod cat;
 mod clone;
 mod demo;
+mod fetch;
 mod hash;
 mod hooks;
 mod inspect;
@@ -76,9 +77,17 @@ enum Command {
     #[command(about = "The Git LFS transfer agent itself (git-lfs runs this).")]
     Transfer(transfer::TransferArgs),
     #[command(
-        about = "Clone a standalone-mode repository: clone, set its endpoint up, check LFS files out."
+        about = "Clone with the LFS files downloaded in this process (standalone mode: sets the endpoint up)."
     )]
     Clone(clone::CloneArgs),
+    #[command(
+        about = "Download the LFS files of refs into .git/lfs/objects in this process (faster than `git lfs fetch`)."
+    )]
+    Fetch(fetch::FetchArgs),
+    #[command(
+        about = "`git pull`, then the new HEAD's LFS files downloaded in this process and checked out."
+    )]
+    Pull(fetch::PullArgs),
     #[command(about = "Show, prune or clear the local shard cache that speeds up deduplication.")]
     Cache(cache::CacheArgs),
     #[command(
@@ -140,6 +149,8 @@ pub fn main() -> ExitCode {
         Command::Transfer(args) => transfer::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Clone(args) => clone::run(args),
+        Command::Fetch(args) => fetch::fetch(args),
+        Command::Pull(args) => fetch::pull(args),
         Command::Cache(args) => cache::run(args),
         Command::Status(args) => status::run(args),
         Command::LsFiles(args) => ls_files::run(args),

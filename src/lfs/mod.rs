@@ -16,6 +16,7 @@
 
 pub mod agent;
 pub mod error;
+pub(crate) mod fetch;
 pub mod http_settings;
 pub mod journal;
 pub mod local_server;

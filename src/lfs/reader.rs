@@ -50,6 +50,16 @@ pub(crate) enum ObjectLocation {
     Refused(String),
 }
 
+/// How objects are downloaded ([`ObjectReader::download_actions`]).
+pub(crate) enum Actions {
+    /// Standalone mode: the agent's configured endpoint, no action.
+    Standalone,
+    /// Negotiated mode: per object, the LFS server's download action or its refusal.
+    Negotiated(HashMap<LfsOid, Result<Action, String>>),
+    /// The LFS server does not offer the xet transfer.
+    NotXet,
+}
+
 /// An endpoint objects are read from, shared by everything that reads it.
 #[derive(Clone)]
 pub(crate) struct EndpointHandle(Arc<Lease>);
@@ -255,6 +265,63 @@ impl ObjectReader {
         objects: &[(LfsOid, u64)],
         learned: &mut HashMap<LfsOid, ObjectLocation>,
     ) -> Result<(), TransferError> {
+        let answer = self.batch(lfs_url, client, objects)?;
+        if answer.transfer.as_deref() != Some("xet") {
+            return Err(TransferError::Setup(format!(
+                "the LFS server {} does not offer the xet transfer, so objects cannot be read \
+                 in part: fetch them first (`git lfs fetch`), then they are read locally",
+                xet_client::redact::redact(&settings::split_userinfo(lfs_url).bare)
+            )));
+        }
+        for object in answer.objects {
+            self.learn(object, endpoints, learned)?;
+        }
+        Ok(())
+    }
+
+    /// How a transfer agent downloads each of `objects`: `Ok(None)` in standalone mode (the
+    /// agent needs no action: its endpoint is configured); in negotiated mode, per object the
+    /// LFS server's download action, or its refusal (objects it does not have are missing
+    /// from the map). `Err(NotXet)` (as [`Actions::NotXet`]) when the LFS server does not
+    /// offer the xet transfer.
+    pub(crate) fn download_actions(
+        &self,
+        objects: &[(LfsOid, u64)],
+    ) -> Result<Actions, TransferError> {
+        let Route::Negotiated {
+            lfs_url, client, ..
+        } = &self.route
+        else {
+            return Ok(Actions::Standalone);
+        };
+        let mut out = HashMap::new();
+        for batch in objects.chunks(BATCH_OBJECTS) {
+            let answer = self.batch(lfs_url, client, batch)?;
+            if answer.transfer.as_deref() != Some("xet") {
+                return Ok(Actions::NotXet);
+            }
+            for object in answer.objects {
+                let Ok(oid) = LfsOid::from_hex(&object.oid) else {
+                    continue;
+                };
+                if let Some(e) = object.error {
+                    let message = xet_client::redact::clip(&e.message, 1024).into_owned();
+                    out.insert(oid, Err(format!("{} ({})", message, e.code)));
+                } else if let Some(action) = object.actions.and_then(|a| a.download) {
+                    out.insert(oid, Ok(action));
+                }
+            }
+        }
+        Ok(Actions::Negotiated(out))
+    }
+
+    /// One download batch request for `objects`, offering `xet` only: the answer.
+    fn batch(
+        &self,
+        lfs_url: &str,
+        client: &xet_client::remote::OneShotClient,
+        objects: &[(LfsOid, u64)],
+    ) -> Result<BatchAnswer, TransferError> {
         let split = settings::split_userinfo(lfs_url);
         let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
         let body = serde_json::json!({
@@ -313,19 +380,8 @@ impl ObjectReader {
                 }
             )));
         }
-        let answer: BatchAnswer = serde_json::from_slice(&response.body)
-            .map_err(|e| failed(format!("its batch answer does not parse: {e}")))?;
-        if answer.transfer.as_deref() != Some("xet") {
-            return Err(TransferError::Setup(format!(
-                "the LFS server {} does not offer the xet transfer, so objects cannot be read \
-                 in part: fetch them first (`git lfs fetch`), then they are read locally",
-                xet_client::redact::redact(&split.bare)
-            )));
-        }
-        for object in answer.objects {
-            self.learn(object, endpoints, learned)?;
-        }
-        Ok(())
+        serde_json::from_slice(&response.body)
+            .map_err(|e| failed(format!("its batch answer does not parse: {e}")))
     }
 
     /// What one object of a batch answer says: refused (any error but 404), or where it is (its

@@ -28,3 +28,4 @@ mod push_history;
 mod remotes;
 mod shared_store;
 mod trust_client;
+mod xet_fetch;

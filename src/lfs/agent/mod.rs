@@ -338,6 +338,36 @@ fn transfer_error(message: String) -> WireError {
     }
 }
 
+/// An agent working in this process rather than for git-lfs (`git xet fetch`): the same
+/// downloads (earlier versions and local chunks copied, interrupted downloads resumed, every
+/// chunk and the file's Xet hash checked, the journal kept), each object written to a file in
+/// git-lfs's temp directory for the caller to check and move into place.
+pub(crate) struct InProcessAgent {
+    agent: Agent,
+}
+
+impl InProcessAgent {
+    /// An agent downloading from `remote` (a remote name or URL; default: as the agent
+    /// would pick) of the repository `options.git` is in.
+    pub(crate) fn new(options: AgentOptions, remote: Option<&str>) -> Result<Self, TransferError> {
+        let mut agent = Agent::new(options);
+        agent.init(&super::protocol::Init {
+            operation: Operation::Download,
+            remote: remote.unwrap_or_default().to_string(),
+            concurrent: true,
+            concurrenttransfers: 1,
+        })?;
+        Ok(Self { agent })
+    }
+
+    /// Downloads `t` (its action from the LFS server's batch answer in negotiated mode, none
+    /// in standalone mode); the file it was written to. Its SHA-256 is not checked here.
+    pub(crate) fn download(&mut self, t: &Transfer) -> Result<PathBuf, TransferError> {
+        let mut writer = ProtocolWriter::new(std::io::sink());
+        self.agent.download(t, &mut writer)
+    }
+}
+
 struct Agent {
     options: AgentOptions,
     /// The remote git-lfs named in `init` (a name or a URL), which picks the standalone

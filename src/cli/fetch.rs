@@ -1,0 +1,205 @@
+//! `git xet fetch` and `git xet pull`: git's part through git, the LFS objects through
+//! git-xet's own downloads in this process ([`crate::lfs::fetch`]), then git-lfs checks the
+//! files out from the local objects (`git lfs checkout`). A remote whose LFS server does not
+//! offer the xet transfer is fetched by `git lfs fetch` instead, as git-lfs would.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::process::{Command, ExitCode};
+
+use super::CmdResult;
+use crate::git::objects;
+use crate::git::Git;
+use crate::lfs::fetch::{fetch_objects, FetchError, Progress};
+use xet_client::util::size::format_size;
+use xet_format::LfsOid;
+
+/// Objects downloaded at once by default (each on up to three threads of its own).
+const DEFAULT_JOBS: usize = 3;
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Download the LFS files of the given refs (default: HEAD) into .git/lfs/objects, \
+in this process: several files at once, chunks this machine already has (earlier versions, \
+any local object, the download chunk cache) copied instead of fetched, every chunk and each \
+file's SHA-256 checked, interrupted downloads resumed. What `git lfs fetch REMOTE REF…` does, \
+without git-lfs hashing every object again after the download. The work tree is not changed \
+(`git lfs checkout` or `git xet pull` does that).\n\nA remote whose LFS server does not offer \
+the xet transfer is fetched with `git lfs fetch`.",
+    after_long_help = "Examples:\n  git xet fetch\n  git xet fetch --remote upstream main dev"
+)]
+pub(crate) struct FetchArgs {
+    /// The remote to fetch from (default: origin).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// Files downloaded at once.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = DEFAULT_JOBS)]
+    pub jobs: usize,
+    /// The refs whose LFS files are fetched (default: HEAD).
+    #[arg(value_name = "REF")]
+    pub refs: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "`git pull` with the LFS files downloaded by git-xet in this process: runs `git \
+pull` (with the arguments after `--`) without git-lfs's downloads, then fetches the LFS files of \
+the new HEAD as `git xet fetch` does, then checks them out from the local objects (`git lfs \
+checkout`).\n\nA remote whose LFS server does not offer the xet transfer is fetched with `git \
+lfs fetch`.",
+    after_long_help = "Examples:\n  git xet pull\n  git xet pull -- origin main --rebase"
+)]
+pub(crate) struct PullArgs {
+    /// The remote whose LFS server holds the files (default: the remote `git pull` names
+    /// first, else origin).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// Files downloaded at once.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = DEFAULT_JOBS)]
+    pub jobs: usize,
+    /// Arguments for `git pull`, after `--`.
+    #[arg(last = true, value_name = "GIT-PULL-ARGS")]
+    pub git_args: Vec<OsString>,
+}
+
+pub fn fetch(args: &FetchArgs) -> CmdResult {
+    let git = Git::new();
+    if !git.in_repository() {
+        return Err("not inside a git repository: run `git xet fetch` in one".into());
+    }
+    let refs = if args.refs.is_empty() {
+        vec!["HEAD".to_string()]
+    } else {
+        args.refs.clone()
+    };
+    fetch_refs(
+        &git,
+        Path::new("."),
+        args.remote.as_deref(),
+        &refs,
+        args.jobs,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn pull(args: &PullArgs) -> CmdResult {
+    let git = Git::new();
+    if !git.in_repository() {
+        return Err("not inside a git repository: run `git xet pull` in one".into());
+    }
+    let mut pull = Command::new("git");
+    pull.arg("pull")
+        .args(&args.git_args)
+        .env("GIT_LFS_SKIP_SMUDGE", "1");
+    run_step(&mut pull, "git pull")?;
+    let remote = args.remote.clone().or_else(|| {
+        let remotes = crate::lfs::settings::remotes(&git);
+        args.git_args
+            .iter()
+            .filter_map(|a| a.to_str())
+            .find(|a| !a.starts_with('-'))
+            .filter(|a| remotes.iter().any(|r| r.name == *a))
+            .map(str::to_string)
+    });
+    fetch_and_checkout(&git, Path::new("."), remote.as_deref(), args.jobs)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]), then checks
+/// them out with `git lfs checkout`.
+pub(crate) fn fetch_and_checkout(
+    git: &Git,
+    dir: &Path,
+    remote: Option<&str>,
+    jobs: usize,
+) -> Result<(), String> {
+    fetch_refs(git, dir, remote, &["HEAD".to_string()], jobs)?;
+    let mut checkout = Command::new("git");
+    checkout.args(["lfs", "checkout"]).current_dir(dir);
+    run_step(&mut checkout, "git lfs checkout")
+}
+
+/// Fetches the LFS files of `refs` into the LFS store of the repository `git` is in (at
+/// `dir`); falls back to `git lfs fetch` where the LFS server does not offer xet.
+pub(crate) fn fetch_refs(
+    git: &Git,
+    dir: &Path,
+    remote: Option<&str>,
+    refs: &[String],
+    jobs: usize,
+) -> Result<(), String> {
+    let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
+    let mut wanted: Vec<(LfsOid, u64)> = Vec::new();
+    for rev in refs {
+        let pointers = objects::lfs_pointers(&repo, rev).map_err(|e| e.to_string())?;
+        wanted.extend(pointers.iter().map(|p| (p.pointer.oid, p.pointer.size)));
+    }
+    let terminal = std::io::stderr().is_terminal();
+    let show = |p: Progress| {
+        if terminal {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\rgit-xet: fetching LFS files: {}/{} ({} of {})",
+                p.done,
+                p.of,
+                format_size(p.bytes),
+                format_size(p.of_bytes)
+            );
+            if p.done == p.of {
+                let _ = writeln!(err);
+            }
+        }
+    };
+    match fetch_objects(git, remote, &wanted, jobs, &show) {
+        Ok(report) => {
+            if report.fetched > 0 || !report.failed.is_empty() {
+                eprintln!(
+                    "git-xet: {} LFS file{} fetched ({}), {} already here",
+                    report.fetched,
+                    if report.fetched == 1 { "" } else { "s" },
+                    format_size(report.bytes),
+                    report.present
+                );
+            }
+            if report.failed.is_empty() {
+                return Ok(());
+            }
+            for (oid, why) in report.failed.iter().take(10) {
+                eprintln!("git-xet: cannot fetch {oid}: {why}");
+            }
+            Err(format!(
+                "{} of {} LFS files could not be fetched (see above); run the command again \
+                 to retry them (what was downloaded is kept)",
+                report.failed.len(),
+                report.wanted
+            ))
+        }
+        Err(FetchError::NotXet { remote: lfs }) => {
+            eprintln!(
+                "git-xet: the LFS server {lfs} does not offer the xet transfer; fetching with \
+                 `git lfs fetch`"
+            );
+            let mut lfs_fetch = Command::new("git");
+            lfs_fetch
+                .args(["lfs", "fetch", remote.unwrap_or("origin")])
+                .args(refs)
+                .current_dir(dir);
+            run_step(&mut lfs_fetch, "git lfs fetch")
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Runs a step with the terminal as its output; an error naming it if it fails.
+pub(crate) fn run_step(cmd: &mut Command, name: &str) -> Result<(), String> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {name}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{name} failed ({status}); see its message above"))
+    }
+}

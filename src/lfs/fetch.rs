@@ -1,0 +1,297 @@
+//! Fetching Git LFS objects in this process (`git xet fetch`, `git xet pull`, `git xet
+//! clone`): the objects a checkout needs, downloaded by in-process agents
+//! ([`InProcessAgent`], the same downloads git-lfs gets from `git-xet transfer`) several at
+//! once, each checked against its SHA-256 and moved into `<LFS storage>/objects` under the
+//! name and layout git-lfs gives it, so that git-lfs finds it there.
+//!
+//! What git-lfs does around a custom agent's download is done here instead: the LFS batch
+//! request (negotiated mode; offering `xet` only, see [`ObjectReader::download_actions`]), and
+//! the SHA-256 check before the object enters the store (by the thread that downloaded the
+//! object, while the other threads go on downloading).
+//! A remote whose LFS server does not offer the xet transfer is not fetched here
+//! ([`FetchError::NotXet`]): the caller runs `git lfs fetch` instead.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use sha2::Digest as _;
+
+use super::agent::{AgentOptions, InProcessAgent};
+use super::error::TransferError;
+use super::protocol::Transfer;
+use super::reader::{Actions, ObjectReader};
+use super::settings;
+use crate::git::Git;
+use xet_format::LfsOid;
+
+/// Why objects could not be fetched at all (one object failing is reported in
+/// [`Fetched::failed`] instead).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    #[error("{0}")]
+    Transfer(#[from] TransferError),
+    #[error("cannot find git-lfs's storage directory: {0}")]
+    Storage(String),
+    /// The remote's LFS server does not offer the xet transfer, or git-lfs moves its objects
+    /// with its own file adapter: `git lfs fetch` is the way.
+    #[error("the LFS server of {remote} does not offer the xet transfer")]
+    NotXet { remote: String },
+}
+
+/// What a fetch did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Fetched {
+    /// Distinct objects asked for.
+    pub wanted: usize,
+    /// Of those, already in the store.
+    pub present: usize,
+    /// Of those, downloaded now, and their bytes.
+    pub fetched: usize,
+    pub bytes: u64,
+    /// Objects that could not be fetched, and why.
+    pub failed: Vec<(LfsOid, String)>,
+}
+
+/// How far a fetch is, for a progress line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Progress {
+    pub done: usize,
+    pub of: usize,
+    pub bytes: u64,
+    pub of_bytes: u64,
+}
+
+/// Where git-lfs keeps the objects of the repository `git` is in (`<LFS storage>/objects`),
+/// and its temp directory.
+pub(crate) fn storage(git: &Git) -> Result<(PathBuf, PathBuf), FetchError> {
+    let common = git
+        .common_dir()
+        .map_err(|e| FetchError::Storage(e.to_string()))?;
+    let tmp =
+        settings::lfs_temp_dir_in(git, &common).map_err(|e| FetchError::Storage(e.to_string()))?;
+    let objects = tmp
+        .parent()
+        .map(|storage| storage.join("objects"))
+        .ok_or_else(|| FetchError::Storage(format!("{} has no parent", tmp.display())))?;
+    Ok((objects, tmp))
+}
+
+/// Where git-lfs keeps object `oid` under `objects`.
+pub(crate) fn object_path(objects: &Path, oid: &LfsOid) -> PathBuf {
+    xet_client::object_chunks::object_path(objects, oid)
+}
+
+/// Fetches `objects` (oid, size) of `remote` (default: `origin`) into the LFS store of the
+/// repository `git` is in, `jobs` at once; objects already there are left alone. `progress`
+/// is called after each object.
+pub(crate) fn fetch_objects(
+    git: &Git,
+    remote: Option<&str>,
+    objects: &[(LfsOid, u64)],
+    jobs: usize,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Fetched, FetchError> {
+    let (store, _) = storage(git)?;
+    let mut seen = HashSet::new();
+    let unique: Vec<(LfsOid, u64)> = objects
+        .iter()
+        .filter(|(oid, _)| seen.insert(*oid))
+        .copied()
+        .collect();
+    let mut report = Fetched {
+        wanted: unique.len(),
+        ..Fetched::default()
+    };
+    let missing: Vec<(LfsOid, u64)> = unique
+        .into_iter()
+        .filter(|(oid, size)| {
+            let here = std::fs::metadata(object_path(&store, oid)).is_ok_and(|m| m.len() == *size);
+            if here {
+                report.present += 1;
+            }
+            !here
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(report);
+    }
+    let remote_name = remote.unwrap_or("origin");
+    let endpoints = settings::lfs_env_endpoints(git);
+    let lfs_url = settings::lfs_url_of(&endpoints, &settings::remotes(git), remote_name);
+    if settings::transfer_mode(git, lfs_url.as_deref()) == settings::TransferMode::FileAdapter {
+        // git-lfs's own adapter for a remote on this machine: git-xet is never its agent.
+        return Err(FetchError::NotXet {
+            remote: remote_name.to_string(),
+        });
+    }
+    let mut queue = VecDeque::new();
+    if settings::xet_standalone_for(git, remote_name) {
+        for (oid, size) in &missing {
+            queue.push_back(transfer(*oid, *size, None));
+        }
+    } else {
+        let reader = ObjectReader::open(git, remote)?;
+        match reader.download_actions(&missing)? {
+            Actions::NotXet => {
+                return Err(FetchError::NotXet {
+                    remote: reader.describe(),
+                })
+            }
+            Actions::Standalone => {
+                for (oid, size) in &missing {
+                    queue.push_back(transfer(*oid, *size, None));
+                }
+            }
+            Actions::Negotiated(mut actions) => {
+                for (oid, size) in &missing {
+                    match actions.remove(oid) {
+                        Some(Ok(action)) => queue.push_back(transfer(*oid, *size, Some(action))),
+                        Some(Err(refused)) => report
+                            .failed
+                            .push((*oid, format!("the LFS server refused it: {refused}"))),
+                        None => report
+                            .failed
+                            .push((*oid, "the LFS server does not have it".to_string())),
+                    }
+                }
+            }
+        }
+    }
+    let of = queue.len();
+    let of_bytes = queue.iter().map(|t| t.size).sum();
+    let queue = Mutex::new(queue);
+    let failed = Mutex::new(Vec::new());
+    let done = AtomicUsize::new(0);
+    let bytes = AtomicU64::new(0);
+    let dir = git.dir().unwrap_or(Path::new(".")).to_path_buf();
+    let next = || queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, 16).min(of) {
+            scope.spawn(|| {
+                let mut agent = None;
+                while let Some(t) = next() {
+                    let outcome = fetch_one(&mut agent, &dir, remote, &store, &t);
+                    match outcome {
+                        Ok(()) => {
+                            bytes.fetch_add(t.size, Ordering::Relaxed);
+                        }
+                        Err(e) => failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((t.oid, e)),
+                    }
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    progress(Progress {
+                        done: n,
+                        of,
+                        bytes: bytes.load(Ordering::Relaxed),
+                        of_bytes,
+                    });
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
+    report.fetched = of - failed.len();
+    report.bytes = bytes.into_inner();
+    report.failed.extend(failed);
+    Ok(report)
+}
+
+fn transfer(oid: LfsOid, size: u64, action: Option<super::protocol::Action>) -> Transfer {
+    Transfer {
+        oid,
+        size,
+        path: None,
+        action,
+    }
+}
+
+/// Downloads `t` with this thread's agent (started at its first object) and moves it into
+/// `store`; the reason when it could not.
+fn fetch_one(
+    agent: &mut Option<InProcessAgent>,
+    dir: &Path,
+    remote: Option<&str>,
+    store: &Path,
+    t: &Transfer,
+) -> Result<(), String> {
+    let agent = match agent {
+        Some(a) => a,
+        None => agent.insert(
+            InProcessAgent::new(AgentOptions::in_dir(dir), remote).map_err(|e| e.to_string())?,
+        ),
+    };
+    let tmp = agent
+        .download(t)
+        .map_err(|e| xet_client::redact::redact(&e.to_string()))?;
+    let placed = place(&tmp, &t.oid, t.size, store);
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed
+}
+
+/// Checks that the file at `tmp` is object `oid` of `size` bytes (its SHA-256), then moves
+/// it to its place in `store`, as git-lfs names it.
+fn place(tmp: &Path, oid: &LfsOid, size: u64, store: &Path) -> Result<(), String> {
+    let actual = sha256_of(tmp).map_err(|e| format!("cannot read {}: {e}", tmp.display()))?;
+    if actual.1 != size || actual.0 != *oid {
+        return Err(format!(
+            "the downloaded file is {} bytes with SHA-256 {}, not {size} bytes with {oid}",
+            actual.1, actual.0
+        ));
+    }
+    let dest = object_path(store, oid);
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    std::fs::rename(tmp, &dest).map_err(|e| format!("cannot move it to {}: {e}", dest.display()))
+}
+
+/// The SHA-256 and length of the file at `path`.
+fn sha256_of(path: &Path) -> std::io::Result<(LfsOid, u64)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok((LfsOid::from_digest(hasher.finalize().into()), len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_file_with_the_right_hash_and_size_is_placed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("objects");
+        let data = b"some object bytes".to_vec();
+        let oid = LfsOid::of(&data);
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, b"other bytes").unwrap();
+        let err = place(&tmp, &oid, data.len() as u64, &store).unwrap_err();
+        assert!(err.contains("not 17 bytes"), "{err}");
+        assert!(!object_path(&store, &oid).exists());
+        std::fs::write(&tmp, &data).unwrap();
+        let err = place(&tmp, &oid, 99, &store).unwrap_err();
+        assert!(err.contains("not 99 bytes"), "{err}");
+        place(&tmp, &oid, data.len() as u64, &store).unwrap();
+        let hex = oid.to_hex();
+        let dest = store.join(&hex[..2]).join(&hex[2..4]).join(&hex);
+        assert_eq!(std::fs::read(dest).unwrap(), data);
+        assert!(!tmp.exists());
+    }
+}

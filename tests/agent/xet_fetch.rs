@@ -1,0 +1,254 @@
+//! `git xet clone`, `git xet fetch` and `git xet pull` download the LFS files in their own
+//! process: the same work tree, the same `.git/lfs/objects` (names, sizes, bytes) and a clean
+//! `git lfs fsck` as plain git-lfs, in negotiated and standalone mode; chunks already on the
+//! machine are not fetched again; a damaged chunk on the server is refused and nothing wrong
+//! enters the store.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::git::{tools_available, GitEnv};
+use common::server::WRITE_TOKEN;
+
+const MIB: usize = 1 << 20;
+
+/// A machine with git-xet installed and the server's token.
+fn machine() -> GitEnv {
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    env
+}
+
+/// The files under `.git/lfs/objects` of `repo`: relative path → (size, unix mode).
+fn store(repo: &Path) -> BTreeMap<String, (u64, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let root = repo.join(".git/lfs/objects");
+    let mut out = BTreeMap::new();
+    if !root.is_dir() {
+        return out;
+    }
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(&root).unwrap().display().to_string();
+                out.insert(rel, (meta.len(), meta.permissions().mode() & 0o777));
+            }
+        }
+    }
+    out
+}
+
+fn fsck(env: &GitEnv, repo: &Path) {
+    let out = env.run_in(repo, "git", &["lfs", "fsck"]);
+    assert_eq!(out.status, Some(0), "git lfs fsck: {}", out.all());
+}
+
+/// Pushes three LFS files (8 MiB, 2 MiB, 1 KiB) in negotiated mode; the pushing machine, its
+/// work tree and the files' bytes.
+fn pushed(server_url: &str) -> (GitEnv, std::path::PathBuf, Vec<(String, Vec<u8>)>) {
+    let env = machine();
+    let lfs_url = format!("{server_url}/team/fetch.git/info/lfs");
+    let work = env.negotiated_work_tree(WRITE_TOKEN, &[], &lfs_url);
+    let files = vec![
+        ("model.bin".to_string(), common::splitmix64(81, 8 * MIB)),
+        (
+            "data/table.bin".to_string(),
+            common::splitmix64(82, 2 * MIB),
+        ),
+        ("small.bin".to_string(), common::splitmix64(83, 1024)),
+    ];
+    for (name, bytes) in &files {
+        let path = work.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    env.git(&work, &["add", "-A"]);
+    env.git(&work, &["commit", "-q", "-m", "files"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    (env, work, files)
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let (pusher, work, files) = pushed(s.url());
+    let remote = pusher.path().join("remote.git");
+
+    // Plain git clone (git-lfs smudges through the agent) on one machine, `git xet clone`
+    // on another.
+    let plain = machine();
+    let out = plain.run_in(
+        plain.path(),
+        "git",
+        &["clone", "-q", remote.to_str().unwrap(), "plain"],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let plain_repo = plain.path().join("plain");
+
+    let ours = machine();
+    let out = ours.run_in(
+        ours.path(),
+        "git",
+        &["xet", "clone", remote.to_str().unwrap(), "ours", "--", "-q"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    assert!(out.stderr.contains("cloned into ours"), "{}", out.stderr);
+    let ours_repo = ours.path().join("ours");
+    for (name, bytes) in &files {
+        assert!(
+            std::fs::read(ours_repo.join(name)).unwrap() == *bytes,
+            "{name} checked out"
+        );
+    }
+    assert_eq!(store(&ours_repo), store(&plain_repo), "the same LFS store");
+    fsck(&ours, &ours_repo);
+    let status = ours.git(&ours_repo, &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "a clean work tree");
+    // The downloads went through git-xet's own pipeline: the journal has them.
+    let downloads = ours
+        .journal(&ours_repo)
+        .into_iter()
+        .filter(|r| r["direction"] == "download")
+        .count();
+    assert_eq!(downloads, files.len(), "{}", ours.agent_log());
+
+    // A new version of the model: `git xet pull` fetches only what changed.
+    let mut v2 = files[0].1.clone();
+    v2[3 * MIB..3 * MIB + 4096].copy_from_slice(&common::splitmix64(84, 4096));
+    std::fs::write(work.join("model.bin"), &v2).unwrap();
+    pusher.git(&work, &["commit", "-q", "-am", "v2"]);
+    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    let before = s.health("sent_xorb_bytes");
+    let out = ours.run_in(&ours_repo, "git", &["xet", "pull", "--", "-q"]);
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    let sent = s.health("sent_xorb_bytes") - before;
+    assert!(std::fs::read(ours_repo.join("model.bin")).unwrap() == v2);
+    assert!(
+        sent < 2 * MIB as u64,
+        "the pull fetched {sent} bytes for a 4 KiB edit"
+    );
+    fsck(&ours, &ours_repo);
+    let status = ours.git(&ours_repo, &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "a clean work tree after the pull");
+
+    // `git xet fetch` of a ref into a clone without LFS files: the same store as git lfs fetch.
+    let bare = machine();
+    bare.clone_skip_smudge(remote.to_str().unwrap(), "skip");
+    let skip = bare.path().join("skip");
+    let out = bare.run_in(&skip, "git", &["xet", "fetch", "HEAD~1", "HEAD"]);
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), bare.agent_log());
+    let lfs = machine();
+    lfs.clone_skip_smudge(remote.to_str().unwrap(), "skip");
+    let lfs_repo = lfs.path().join("skip");
+    let out = lfs.run_in(
+        &lfs_repo,
+        "git",
+        &["lfs", "fetch", "origin", "HEAD~1", "HEAD"],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert_eq!(store(&skip), store(&lfs_repo));
+    assert_eq!(store(&skip).len(), files.len() + 1);
+    // Nothing left to fetch: a second run downloads nothing.
+    let out = bare.run_in(&skip, "git", &["xet", "fetch"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(!out.stderr.contains("fetched"), "{}", out.stderr);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn xet_clone_of_a_standalone_repository_fetches_in_process() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let env = GitEnv::new();
+    let work = env.standalone_http_world(s.url(), WRITE_TOKEN);
+    let model = common::splitmix64(91, 5 * MIB);
+    std::fs::write(work.join("model.bin"), &model).unwrap();
+    env.git(&work, &["add", "-A"]);
+    env.git(&work, &["commit", "-q", "-m", "model"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &["xet", "clone", "remote.git", "copy", "--", "-q"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
+    let copy = env.path().join("copy");
+    assert!(std::fs::read(copy.join("model.bin")).unwrap() == model);
+    fsck(&env, &copy);
+    let downloads = env
+        .journal(&copy)
+        .into_iter()
+        .filter(|r| r["direction"] == "download")
+        .count();
+    assert_eq!(downloads, 1);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_damaged_chunk_is_refused_and_nothing_wrong_enters_the_store() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let (pusher, _work, _files) = pushed(s.url());
+    let remote = pusher.path().join("remote.git");
+    // Every xorb of the store gets one byte flipped in its last kilobyte (chunk data).
+    let mut damaged = 0;
+    let mut stack = vec![s.store_dir()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().contains("xorb") {
+                let mut bytes = std::fs::read(&path).unwrap();
+                if bytes.len() > 4096 {
+                    let at = bytes.len() / 2;
+                    bytes[at] ^= 0x55;
+                    std::fs::write(&path, &bytes).unwrap();
+                    damaged += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        damaged > 0,
+        "no xorb found under {}",
+        s.store_dir().display()
+    );
+    let env = machine();
+    env.clone_skip_smudge(remote.to_str().unwrap(), "skip");
+    let repo = env.path().join("skip");
+    let out = env.run_in(&repo, "git", &["xet", "fetch"]);
+    assert_eq!(out.status, Some(1), "{}", out.all());
+    assert!(
+        out.stderr.contains("could not be fetched"),
+        "{}",
+        out.stderr
+    );
+    // Nothing entered the store: every object it holds (none, or the small one that a
+    // damaged xorb may spare) has the bytes its name says.
+    let objects = repo.join(".git/lfs/objects");
+    for (rel, _) in store(&repo) {
+        let name = rel.rsplit('/').next().unwrap().to_string();
+        let bytes = std::fs::read(objects.join(&rel)).unwrap();
+        assert_eq!(common::sha256_hex(&bytes), name, "{rel}");
+    }
+    assert!(store(&repo).len() < 3, "{:?}", store(&repo));
+}
