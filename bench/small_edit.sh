@@ -97,7 +97,7 @@ PY
 # versions of the file (the sum of "earlier versions … millis=" lines; 0 when it logs none).
 agent_secs() { grep -o ' done oid=.* secs=[0-9.]*' "$1" | sed 's/.*secs=//' | sort -n | tail -1; }
 prior_millis() {
-    grep -o 'earlier versions looked up.* millis=[0-9]*' "$1" | sed 's/.*millis=//' \
+    { grep -o 'earlier versions looked up.* millis=[0-9]*' "$1" || true; } | sed 's/.*millis=//' \
         | awk '{s += $1} END {print s + 0}'
 }
 

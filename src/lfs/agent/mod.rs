@@ -787,7 +787,12 @@ impl Agent {
         let _claim = claim_related_uploads(endpoint, path, t);
         // Earlier versions of the file (from the history) that are stored there, here or
         // listed by the endpoint: their chunks are deduplicated against wherever the edit is.
+        let looked = Instant::now();
         let mut seeds = self.upload_seeds(endpoint, t, &[]);
+        if t.size >= prior::MIN_PRIOR_SIZE {
+            tracing::info!(oid = %t.oid, seeds = seeds.len(),
+                millis = looked.elapsed().as_millis() as u64, "earlier versions looked up");
+        }
         let size = t.size;
         let mut stdout_gone = None;
         // Bytes sent by an attempt that had to be repeated, for the journal.
