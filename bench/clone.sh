@@ -16,7 +16,9 @@
 # the same xorbs). Each clone checks the file out (smudge), so the time is what a user waits for,
 # and starts right after memory of twice the file's size was touched and freed (prime_memory in
 # bench/lib.sh).
-# Prints each side's median seconds and throughput and the ratio basic / git-xet (above 1:
+# A third side runs `git xet clone` in the agent's HOME: git clones without git-lfs's downloads,
+# git-xet fetches the LFS file in its own process, then `git lfs checkout` writes the work tree.
+# Prints each side's median seconds and throughput and the ratios basic / git-xet (above 1:
 # git-xet is faster), then the floor: the same clone through bench/null_agent.rs, an agent that
 # copies the file from a local disk, which no custom agent beats. This is a measurement, not a
 # test; everything is removed afterwards.
@@ -88,26 +90,28 @@ oid=$(cd "$work/repo" && git cat-file -p HEAD:model.bin | sed -n 's/^oid sha256:
 mkdir -p "$work/by-oid" && ln -f "$work/input.bin" "$work/by-oid/$oid"
 
 now() { date +%s.%N; }
-clone() { # home-name -> prints seconds
+clone() { # home-name [xet] -> prints seconds (with "xet": `git xet clone`)
     rm -rf "$work/clone"
     # A fresh cache each time: a clone on a new machine.
     rm -rf "$work/$1/xet-cache"
     # Pages just used for what the clone writes (the object and its checkout), every side alike:
     # prime_memory in bench/lib.sh explains why.
     prime_memory $(( 2 * size_mib + 256 ))
-    local t0 t1
+    local t0 t1 cmd=(git clone -q "$work/remote.git" "$work/clone")
+    if [[ "${2:-}" == xet ]]; then cmd=(git xet clone "$work/remote.git" "$work/clone" -- -q); fi
     t0=$(now)
-    as "$1" git clone -q "$work/remote.git" "$work/clone" 2>"$work/clone.err" || {
+    as "$1" "${cmd[@]}" 2>"$work/clone.err" || {
         cat "$work/clone.err" >&2; exit 1; }
     t1=$(now)
     cmp -s "$work/input.bin" "$work/clone/model.bin" || { echo "bench: $1 clone differs" >&2; head -c 300 "$work/clone/model.bin" >&2; cat "$work/clone.err" >&2; exit 1; }
     echo "$t1 - $t0" | bc
 }
 : > "$work/xet.log"
-xet_times=(); basic_times=(); floor_times=()
+xet_times=(); basic_times=(); floor_times=(); xetclone_times=()
 for _ in $(seq 1 "$runs"); do
     basic_times+=("$(clone basic)")
     xet_times+=("$(clone xet)")
+    xetclone_times+=("$(clone xet xet)")
     if [[ -n "$floor_agent" ]]; then floor_times+=("$(clone floor)"); fi
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -122,6 +126,9 @@ printf '%-34s %9.2f %10s   %s\n' "git clone, git-xet agent" "$xet_s" "$(mbs "$xe
 agent_s=$(grep -o ' done oid=.* secs=[0-9.]*' "$work/xet.log" | sed 's/.*secs=//' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
 printf '%-34s %9.2f %10s   %s\n' "  the agent's download request" "$agent_s" "$(mbs "$agent_s")" "(median; the rest is git and git-lfs)"
 printf '%-34s %9.2fx\n' "ratio basic / git-xet" "$(echo "scale=3; $basic_s / $xet_s" | bc)"
+xetclone_s=$(median "${xetclone_times[@]}")
+printf '%-34s %9.2f %10s   %s\n' "git xet clone (in-process fetch)" "$xetclone_s" "$(mbs "$xetclone_s")" "${xetclone_times[*]}"
+printf '%-34s %9.2fx\n' "ratio basic / git xet clone" "$(echo "scale=3; $basic_s / $xetclone_s" | bc)"
 if [[ -n "$floor_agent" ]]; then
     floor_s=$(median "${floor_times[@]}")
     printf '%-34s %9.2f %10s   %s\n' "git clone, floor (null agent)" "$floor_s" "$(mbs "$floor_s")" "${floor_times[*]}"

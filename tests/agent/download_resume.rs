@@ -102,11 +102,16 @@ fn wait_for(w: &World, limit: Duration, what: &str, mut done: impl FnMut() -> bo
 /// group as Ctrl-C in a terminal sends it (`whole_group`), or to git-lfs alone. Returns once
 /// no agent holds a partial download any more.
 fn interrupt_half_way(w: &World, whole_group: bool) {
+    interrupt_half_way_of(w, whole_group, "git-lfs", &["fetch", "origin"]);
+}
+
+/// [`interrupt_half_way`] of the command `program args`.
+fn interrupt_half_way_of(w: &World, whole_group: bool, program: &str, args: &[&str]) {
     w.valve.hold_at(w.valve.delivered() + SIZE as u64 / 2);
     let log = w.other.path().join("interrupted.log");
     let mut child = w
         .other
-        .command(&w.clone, "git-lfs", &["fetch", "origin"])
+        .command(&w.clone, program, args)
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
@@ -116,7 +121,7 @@ fn interrupt_half_way(w: &World, whole_group: bool) {
     let pid = child.id();
     wait_for(w, Duration::from_secs(240), "holding half way", || {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("git lfs fetch ended before it was interrupted: {status}");
+            panic!("{program} {args:?} ended before it was interrupted: {status}");
         }
         w.valve.holding()
     });
@@ -248,4 +253,27 @@ fn a_partial_download_someone_holds_is_left_alone() {
     assert!(!w.other.agent_log().contains("taking over"));
     assert!(std::fs::read(&left[0]).unwrap() == before, "left as it was");
     drop(holder);
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn git_xet_fetch_stopped_with_ctrl_c_resumes_where_it_stopped() {
+    if !tools_available() {
+        return;
+    }
+    let w = world(603);
+    interrupt_half_way_of(&w, true, "git", &["xet", "fetch"]);
+    assert!(!object_path(&w).exists(), "the first fetch did not finish");
+    assert_eq!(parts(&w.clone).len(), 1, "one partial download is left");
+    let before = w.valve.delivered();
+    let out = w.other.run_in(&w.clone, "git", &["xet", "fetch"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let moved = w.valve.delivered() - before;
+    assert!(std::fs::read(object_path(&w)).unwrap() == w.data);
+    eprintln!("git xet fetch after an interruption half way: {moved} of {SIZE} bytes moved");
+    assert!(
+        moved <= SIZE as u64 * 6 / 10,
+        "{moved} of {SIZE} bytes moved again after an interruption half way"
+    );
+    assert!(parts(&w.clone).is_empty(), "{:?}", parts(&w.clone));
 }
