@@ -3,8 +3,8 @@
 //! given or configured globally) the endpoint is set up in the new repository (`install
 //! --local --endpoint`: a plain `git clone` of such a repository fails in git-lfs's smudge
 //! filter, "remote missing object", because only git config names the endpoint); then the
-//! LFS files of the checkout are fetched in this process and checked out
-//! ([`super::fetch::fetch_and_checkout`]).
+//! LFS files of HEAD are fetched in this process ([`super::fetch::fetch_refs`]) and the
+//! files checked out from the local objects.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -20,7 +20,8 @@ use crate::lfs::settings;
     long_about = "Clone a repository and download its LFS files with git-xet, in this \
 process: `git clone` without git-lfs's downloads, then the LFS files of the checkout fetched \
 as `git xet fetch` does (several at once, chunks already on this machine copied, each file's \
-SHA-256 checked once) and checked out from the local objects (`git lfs checkout`).\n\nFor a \
+SHA-256 checked once), then the work tree checked out from the local objects (git-lfs's smudge \
+filter copies each; nothing is hashed again).\n\nFor a \
 repository whose LFS files are stored in standalone mode (at a `git xet serve` or a directory \
 store, not on the git host), give the endpoint: --endpoint, else the one configured globally \
 (`xet.endpoint`, written by `git xet install --global --endpoint`) is used, and `git xet \
@@ -100,9 +101,21 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         })?),
     };
 
+    // No checkout by git clone: the LFS files are fetched first, then checked out from the
+    // local objects through git-lfs's smudge filter (which leaves git's index up to date; a
+    // checkout of pointers replaced afterwards would make git hash every file again).
+    let given = |flags: &[&str]| {
+        args.git_args
+            .iter()
+            .any(|a| a.to_str().is_some_and(|a| flags.contains(&a)))
+    };
+    let no_checkout = given(&["-n", "--no-checkout", "--bare", "--mirror"]);
     let mut clone = Command::new("git");
+    clone.arg("clone");
+    if !no_checkout {
+        clone.arg("--no-checkout");
+    }
     clone
-        .arg("clone")
         .args(&args.git_args)
         .arg("--")
         .arg(&args.repository)
@@ -121,7 +134,18 @@ pub fn run(args: &CloneArgs) -> CmdResult {
     }
 
     let git = Git::in_dir(&dir);
-    if let Err(e) = super::fetch::fetch_and_checkout(&git, &dir, None, args.jobs) {
+    let fetched = super::fetch::fetch_refs(&git, &dir, None, &["HEAD".to_string()], args.jobs)
+        .and_then(|()| {
+            if no_checkout {
+                return Ok(());
+            }
+            let mut checkout = Command::new("git");
+            checkout
+                .args(["reset", "-q", "--hard", "HEAD"])
+                .current_dir(&dir);
+            run_step(&mut checkout, "git checkout")
+        });
+    if let Err(e) = fetched {
         return Err(format!(
             "{e}. The repository is cloned in {}{}; once the cause is fixed, run `git xet pull` \
              there",

@@ -1,6 +1,6 @@
 //! `git xet fetch` and `git xet pull`: git's part through git, the LFS objects through
-//! git-xet's own downloads in this process ([`crate::lfs::fetch`]), then git-lfs checks the
-//! files out from the local objects (`git lfs checkout`). A remote whose LFS server does not
+//! git-xet's own downloads in this process ([`crate::lfs::fetch`]), then git checks the files
+//! out from the local objects through git-lfs's smudge filter. A remote whose LFS server does not
 //! offer the xet transfer is fetched by `git lfs fetch` instead, as git-lfs would.
 
 use std::ffi::OsString;
@@ -45,8 +45,8 @@ pub(crate) struct FetchArgs {
 #[command(
     long_about = "`git pull` with the LFS files downloaded by git-xet in this process: runs `git \
 pull` (with the arguments after `--`) without git-lfs's downloads, then fetches the LFS files of \
-the new HEAD as `git xet fetch` does, then checks them out from the local objects (`git lfs \
-checkout`).\n\nA remote whose LFS server does not offer the xet transfer is fetched with `git \
+the new HEAD as `git xet fetch` does, then checks the files that are still pointers out from \
+the local objects (`git checkout -- PATH…`, through git-lfs's smudge filter).\n\nA remote whose LFS server does not offer the xet transfer is fetched with `git \
 lfs fetch`.",
     after_long_help = "Examples:\n  git xet pull\n  git xet pull -- origin main --rebase"
 )]
@@ -106,8 +106,11 @@ pub fn pull(args: &PullArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]), then checks
-/// them out with `git lfs checkout`.
+/// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]), then writes
+/// the work-tree files that are still HEAD's pointers from the local objects: removed, then
+/// `git checkout --` of those paths, through git-lfs's smudge filter, which copies each object and leaves git's
+/// index up to date. (`git lfs checkout` would do the same copy, but git then refreshes the
+/// index by running the clean filter, which reads and hashes every file again.)
 pub(crate) fn fetch_and_checkout(
     git: &Git,
     dir: &Path,
@@ -115,9 +118,67 @@ pub(crate) fn fetch_and_checkout(
     jobs: usize,
 ) -> Result<(), String> {
     fetch_refs(git, dir, remote, &["HEAD".to_string()], jobs)?;
+    let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
+    let Some(tree) = repo.workdir().map(Path::to_path_buf) else {
+        return Ok(());
+    };
+    let pointers = objects::lfs_pointers(&repo, "HEAD").map_err(|e| e.to_string())?;
+    let stale: Vec<&str> = pointers
+        .iter()
+        .filter(|p| is_pointer_file(&tree.join(&p.path), &p.pointer))
+        .map(|p| p.path.as_str())
+        .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    // git writes a file whose stat matches its index entry only if it is missing: the pointer
+    // files (exactly the committed pointer, so nothing of the user's is lost) go first.
+    for path in &stale {
+        let _ = std::fs::remove_file(tree.join(path));
+    }
     let mut checkout = Command::new("git");
-    checkout.args(["lfs", "checkout"]).current_dir(dir);
-    run_step(&mut checkout, "git lfs checkout")
+    checkout
+        .args([
+            "checkout",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+            "--",
+        ])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped());
+    let mut child = checkout
+        .spawn()
+        .map_err(|e| format!("cannot run git checkout: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        for path in &stale {
+            // Literal paths: a pathspec's magic characters are not interpreted.
+            stdin
+                .write_all(format!(":(literal){path}\0").as_bytes())
+                .map_err(|e| format!("cannot write to git checkout: {e}"))?;
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot run git checkout: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "git checkout of the LFS files failed ({status}); see its message above"
+        ))
+    }
+}
+
+/// Whether the work-tree file at `path` is (still) the Git LFS pointer `committed`.
+fn is_pointer_file(path: &Path, committed: &xet_format::pointer::Pointer) -> bool {
+    use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() > MAX_POINTER_LEN as u64 {
+        return false;
+    }
+    std::fs::read(path).is_ok_and(|bytes| Pointer::parse(&bytes).is_ok_and(|p| p == *committed))
 }
 
 /// Fetches the LFS files of `refs` into the LFS store of the repository `git` is in (at
