@@ -10,6 +10,9 @@
 #   GIT_XET_BENCH_RUNS   rounds (default 3); every figure printed is the median of the rounds
 #   GIT_XET_BENCH_BIN    a git-xet binary to use instead of building the release one (to
 #                        compare two builds on the same day)
+#   GIT_XET_BENCH_HF_GIT_XET  Hugging Face's git-xet binary (built from huggingface/xet-core with
+#                        `cargo build --release -p git_xet`): then each round also times its
+#                        `git push` of v1, the same way as ours, and the ratio is printed
 #   GIT_XET_HF_PYTHON    a Python with `hf_xet` installed (default: .venv/bin/python in the crate
 #                        root, then /tmp/hfvenv/bin/python)
 #
@@ -101,7 +104,12 @@ prior_millis() {
         | awk '{s += $1} END {print s + 0}'
 }
 
-hf_up=(); push=(); agent=(); prior=()
+hf_up=(); push=(); agent=(); prior=(); hf_push=()
+# Hugging Face's git-xet (built from huggingface/xet-core: `cargo build --release -p git_xet`).
+hf_bin="${GIT_XET_BENCH_HF_GIT_XET:-}"
+if [[ -n "$hf_bin" && ! -x "$hf_bin" ]]; then
+    echo "bench: GIT_XET_BENCH_HF_GIT_XET=$hf_bin is not an executable" >&2; exit 2
+fi
 round() {
     local r="$1" t0 t1
     # --- the reference client ---
@@ -115,37 +123,54 @@ round() {
     settle_server "$url_a"
     rm -rf "$work/hf-cache-$r"
     # --- git-xet through git and git-lfs ---
-    start_server "b$r"
-    local url_b="$server_url"
-    echo "bench: round $r: git-xet against $url_b" >&2
-    local home="$work/home-$r"
+    git_push "$r" b "$bin"
+    push+=("$pushed_secs")
+    agent+=("$(agent_secs "$work/agent-b$r.log")")
+    prior+=("$(prior_millis "$work/agent-b$r.log")")
+    # --- Hugging Face's git-xet, the same way ---
+    if [[ -n "$hf_bin" ]]; then
+        git_push "$r" c "$hf_bin"
+        hf_push+=("$pushed_secs")
+    fi
+    cd "$work"
+    stop_servers
+    rm -rf "$work/a$r-store" "$work/b$r-store" "$work/c$r-store"
+}
+
+# git_push ROUND SERVER-NAME AGENT-BINARY: in a private HOME with AGENT-BINARY installed as the
+# `xet` agent (`install --global`), against a new server: v0 pushed, v1 committed, then `git
+# push` of v1 timed: its seconds in $pushed_secs. (Not run in a subshell: the servers it starts
+# are stopped by stop_servers.)
+git_push() {
+    local r="$1" name="$2" agent_bin="$3" t0 t1
+    start_server "$name$r"
+    local url="$server_url"
+    echo "bench: round $r: $("$agent_bin" --version 2>/dev/null | head -1) against $url" >&2
+    local home="$work/home-$name$r"
     use_home "$home"
-    export GIT_XET_LOG="$work/agent-$r.log"
-    git xet install --global >/dev/null
-    git init -q --bare "$work/remote-$r.git"
-    git init -q "$work/repo-$r"
-    cd "$work/repo-$r"
+    export GIT_XET_LOG="$work/agent-$name$r.log"
+    "$agent_bin" install --global >/dev/null
+    git init -q --bare "$work/remote-$name$r.git"
+    git init -q "$work/repo-$name$r"
+    cd "$work/repo-$name$r"
     git lfs track '*.bin' >/dev/null
-    printf '[lfs]\n\turl = %s\n' "$url_b/bench/repo.git/info/lfs" > .lfsconfig
+    printf '[lfs]\n\turl = %s\n' "$url/bench/repo.git/info/lfs" > .lfsconfig
     cp "$work/v0.bin" model.bin
     git add . && git commit -q -m v0
-    git remote add origin "../remote-$r.git"
-    git push -q origin main
-    settle_server "$url_b"
+    git remote add origin "../remote-$name$r.git"
+    git push -q origin main >&2
+    settle_server "$url"
     cp "$work/v1.bin" model.bin
     git commit -q -am "edit of $edit_mib MiB"
     local oid
     oid=$(sed -n 's/^oid sha256://p' <(git cat-file -p HEAD:model.bin))
     : > "$GIT_XET_LOG"
     warm ".git/lfs/objects/${oid:0:2}/${oid:2:2}/$oid"
-    prime; t0=$(now); git push -q origin main; t1=$(now)
-    push+=("$(echo "$t1 - $t0" | bc)")
-    settle_server "$url_b"
-    agent+=("$(agent_secs "$GIT_XET_LOG")")
-    prior+=("$(prior_millis "$GIT_XET_LOG")")
+    prime; t0=$(now); git push -q origin main >&2; t1=$(now)
+    settle_server "$url"
     cd "$work"
-    stop_servers
-    rm -rf "$work/a$r-store" "$work/b$r-store" "$work/repo-$r" "$work/remote-$r.git" "$home"
+    rm -rf "$work/repo-$name$r" "$work/remote-$name$r.git" "$home"
+    pushed_secs="$(echo "$t1 - $t0" | bc)"
 }
 
 for r in $(seq 1 "$rounds"); do round "$r"; done
@@ -164,7 +189,12 @@ row() { # label times-var
     local -n times="$2"
     printf '%-44s %9.3f   %s\n' "$1" "$(m "${times[@]}")" "${times[*]}"
 }
+if [[ -n "$hf_bin" ]]; then
+    echo "git push (agent) vs git push (Hugging Face's git-xet): $(ratio "$(m "${hf_push[@]}")" "$(m "${push[@]}")")x"
+    echo
+fi
 row "hf_xet upload_files of v1, warm cache" hf_up
+if [[ -n "$hf_bin" ]]; then row "git push of v1 (Hugging Face's git-xet)" hf_push; fi
 row "git push of v1 (git-xet agent)" push
 row "  the agent's upload request" agent
 printf '%-44s %9.3f   %s\n' "    of which finding the earlier version" \

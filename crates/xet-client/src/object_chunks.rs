@@ -466,7 +466,7 @@ pub fn object_path(objects: &Path, oid: &LfsOid) -> PathBuf {
 
 /// The objects in git-lfs's `objects` directory: oid, size and path of each file named as an
 /// object is (`<oid[..2]>/<oid[2..4]>/<oid>`); anything else is passed over.
-fn local_objects(objects: &Path) -> Vec<(LfsOid, u64, PathBuf)> {
+pub fn local_objects(objects: &Path) -> Vec<(LfsOid, u64, PathBuf)> {
     let mut out = Vec::new();
     let dirs = |p: &Path| -> Vec<std::fs::DirEntry> {
         std::fs::read_dir(p)

@@ -399,6 +399,9 @@ struct Agent {
     /// The chunk lists of this repository's objects, once found (and pruned) at first use;
     /// `Some(None)` without a git directory.
     chunk_lists: Option<Option<ChunkLists>>,
+    /// Whether git-lfs's store holds objects whose chunks a download may copy (see
+    /// [`Agent::may_hold_chunks`]), once looked at.
+    store_has_objects: Option<bool>,
     /// Bytes of local objects without a chunk list this process may still hash to make one
     /// (see [`Agent::add_local_chunks`]).
     unlisted_budget: u64,
@@ -428,6 +431,7 @@ impl Agent {
             parts: None,
             earlier: prior::Earlier::default(),
             chunk_lists: None,
+            store_has_objects: None,
             unlisted_budget: HASH_UNLISTED_BUDGET,
             packs_allowed: None,
             concluded_packs: std::collections::HashMap::new(),
@@ -629,6 +633,19 @@ impl Agent {
         }
     }
 
+    /// Whether git-lfs's store may hold chunks of another object than `oid`: it holds an
+    /// object of at least [`prior::MIN_PRIOR_SIZE`] bytes besides it. Looked at once per
+    /// process (a fresh clone's store is empty); an object this process downloads counts
+    /// from then on.
+    fn may_hold_chunks(&mut self, objects: &Path, oid: &LfsOid) -> bool {
+        let found = *self.store_has_objects.get_or_insert_with(|| {
+            xet_client::object_chunks::local_objects(objects)
+                .iter()
+                .any(|(other, size, _)| other != oid && *size >= prior::MIN_PRIOR_SIZE)
+        });
+        found
+    }
+
     /// Chunks of the file `hash` (whole-file `plan`) that `local` does not hold yet but that
     /// some other object in git-lfs's store holds, whatever version or path it came from:
     /// the endpoint's chunk list of the file (docs/cas-api.md §5.8) says which chunks the
@@ -650,6 +667,17 @@ impl Agent {
         let (Some(lists), Some(objects)) = (self.chunk_lists(), self.lfs_objects_dir()) else {
             return;
         };
+        // The question costs a round trip: asked only when the plan leaves at least a small
+        // object's worth uncovered and some object here could hold chunks of it.
+        let uncovered: u64 = plan
+            .terms
+            .iter()
+            .filter(|term| term.chunks.clone().any(|i| !local.has(&term.xorb, i)))
+            .map(|term| u64::from(term.unpacked_len))
+            .sum();
+        if uncovered < prior::MIN_PRIOR_SIZE || !self.may_hold_chunks(&objects, &t.oid) {
+            return;
+        }
         let list = match endpoint.file_chunks(hash) {
             Ok(Some(list)) => list,
             Ok(None) => return,
@@ -991,6 +1019,10 @@ impl Agent {
         drop(lease);
         self.record(record);
         self.remember_chunks(&t.oid, t.size, &hash, &chunks);
+        if t.size >= prior::MIN_PRIOR_SIZE {
+            // git-lfs moves it into its store once this answer is read.
+            self.store_has_objects = Some(true);
+        }
         Ok(path)
     }
 
