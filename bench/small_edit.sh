@@ -149,7 +149,12 @@ git_push() {
     local home="$work/home-$name$r"
     use_home "$home"
     export GIT_XET_LOG="$work/agent-$name$r.log"
-    "$agent_bin" install --global >/dev/null
+    # Ours takes --global; Hugging Face's installs globally by default and refuses it.
+    if [[ "$agent_bin" == "$bin" ]]; then
+        "$agent_bin" install --global >/dev/null
+    else
+        "$agent_bin" install >/dev/null
+    fi
     git init -q --bare "$work/remote-$name$r.git"
     git init -q "$work/repo-$name$r"
     cd "$work/repo-$name$r"
