@@ -10,9 +10,10 @@
 //! read starts a stream (the least recently used one goes). Once a stream has read
 //! [`START_AFTER`] bytes it is read ahead by half what it has read (at least [`MIN_WINDOW`]),
 //! so its window doubles as it proves sequential, up to [`MAX_WINDOW`] for a lone stream and
-//! an equal share of [`HANDLE_BUDGET`] when several are being read ahead: a reader of a header
-//! or of one tensor fetches little more than it reads, a scan never waits a round trip per
-//! request, and what a handle holds ahead of its readers stays within the file's span cache.
+//! an equal share of [`SHARED_WINDOWS`] when several are being read ahead: a reader of a
+//! header or of one tensor fetches little more than it reads, a scan never waits a round trip
+//! per request, readers of several places are fetched for together, and what a handle holds
+//! ahead of its readers (at most [`MAX_WINDOW`]) stays within the file's span cache.
 //!
 //! Bytes ahead are fetched by [`PREFETCH_THREADS`] threads from one queue for the whole mount
 //! ([`Prefetcher`], at most [`QUEUE_JOBS`] ranges waiting), so the streams of a file are
@@ -40,14 +41,25 @@ pub(crate) const START_AFTER: u64 = 512 << 10;
 /// The smallest read-ahead window.
 pub(crate) const MIN_WINDOW: u64 = 256 << 10;
 
-/// The largest read-ahead window of a stream (a lone one: several share [`HANDLE_BUDGET`]).
+/// The largest read-ahead window: of a lone stream (several share [`SHARED_WINDOWS`]). Below
+/// the span cache of a file, so that what is fetched ahead is still there when its reader gets
+/// to it.
 pub(crate) const MAX_WINDOW: u64 = 16 << 20;
 
-/// Read-ahead windows of all the streams of one handle together. Below the span cache of a
-/// file, so that what is fetched ahead is still there when its reader gets to it.
-pub(crate) const HANDLE_BUDGET: u64 = 24 << 20;
+/// Read-ahead windows of the streams of one handle together, when several are read ahead at
+/// once. Enough in flight together to keep a link busy, while the window each reader overshoots
+/// its region by (a column chunk, a tensor) stays small.
+pub(crate) const SHARED_WINDOWS: u64 = 8 << 20;
 
-const _: () = assert!(HANDLE_BUDGET < SPAN_CACHE_BYTES as u64 && MIN_WINDOW <= MAX_WINDOW);
+/// A stream not read in this many reads of its handle takes no share of [`SHARED_WINDOWS`]
+/// (its reader is done with it).
+pub(crate) const ACTIVE_WITHIN: u64 = 64;
+
+const _: () = assert!(
+    MAX_WINDOW < SPAN_CACHE_BYTES as u64
+        && SHARED_WINDOWS <= MAX_WINDOW
+        && MIN_WINDOW * MAX_STREAMS as u64 <= MAX_WINDOW
+);
 
 /// The largest background fetch (a window is fetched in pieces of at most this, at the same
 /// time; queued ranges are merged up to this).
@@ -181,11 +193,17 @@ impl Streams {
         });
     }
 
-    /// The largest window now: [`MAX_WINDOW`], or an equal share of [`HANDLE_BUDGET`] among
-    /// the streams read ahead.
+    /// The largest window now: [`MAX_WINDOW`] for a lone stream, else an equal share of
+    /// [`SHARED_WINDOWS`] among the streams being read ahead (read lately).
     fn cap(&self) -> u64 {
-        let ahead = self.streams.iter().filter(|s| s.run >= START_AFTER).count() as u64;
-        (HANDLE_BUDGET / ahead.max(1)).clamp(MIN_WINDOW, MAX_WINDOW)
+        let active = (self.streams.iter())
+            .filter(|s| s.run >= START_AFTER && self.clock - s.used <= ACTIVE_WITHIN)
+            .count() as u64;
+        if active <= 1 {
+            MAX_WINDOW
+        } else {
+            (SHARED_WINDOWS / active).clamp(MIN_WINDOW, MAX_WINDOW)
+        }
     }
 }
 
@@ -394,12 +412,12 @@ mod tests {
             }
         }
         assert_eq!(streams.streams.len(), regions.len());
-        let cap = HANDLE_BUDGET / regions.len() as u64;
+        let cap = SHARED_WINDOWS / regions.len() as u64;
         for (r, w) in windows.iter().enumerate() {
             assert!(w.len() >= 3, "region {r} was read ahead: {w:?}");
             assert!(w[0] <= MIN_WINDOW, "small at first: {w:?}");
             assert!(w.windows(2).all(|p| p[1] >= p[0]), "never shrinks: {w:?}");
-            assert!(*w.last().unwrap_or(&0) > 4 * w[0], "grows: {w:?}");
+            assert!(*w.last().unwrap_or(&0) >= 4 * w[0], "grows: {w:?}");
             assert!(w.iter().all(|&x| x <= cap), "within its share: {w:?}");
             // The reader (at 8 MiB into its region) is never waited on by more than a window.
             assert!(ahead_of[r] <= regions[r] + 8 * MIB + cap, "region {r}");
@@ -433,6 +451,26 @@ mod tests {
             (MAX_WINDOW / 2..=MAX_WINDOW).contains(&ahead),
             "at the largest window: {ahead}"
         );
+    }
+
+    #[test]
+    fn a_stream_left_behind_takes_no_share() {
+        let mut streams = Streams::default();
+        let read = 128 * KIB;
+        // Two streams at once: each within its share.
+        for i in 0..64u64 {
+            for base in [0, 100 * MIB] {
+                for (s, e) in streams.read(base + i * read, read, 1 << 40).ahead {
+                    assert!(e - s <= SHARED_WINDOWS / 2, "{s}-{e}");
+                }
+            }
+        }
+        // The first reader stops; the second goes on, and grows to the largest window.
+        for i in 64..1024u64 {
+            streams.read(100 * MIB + i * read, read, 1 << 40);
+        }
+        let s = (streams.streams.iter()).find(|s| s.next > 100 * MIB);
+        assert!(s.is_some_and(|s| s.ahead - s.next > SHARED_WINDOWS));
     }
 
     #[test]
