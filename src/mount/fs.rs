@@ -7,23 +7,24 @@
 //! at.
 //!
 //! Reads of an LFS file read from the remote go through [`RangedFile`]: a read that misses
-//! what is in memory fetches the whole chunks it covers and no more. A handle that goes on
-//! reading where its last read ended is sequential; once its run passes [`GROW_AFTER`], a miss
-//! fetches as much as the run so far (up to [`SEQUENTIAL_SPAN`]), and spans ahead of it are
-//! fetched in the background, half the run ahead (at most [`READ_AHEAD_SPANS`] spans, and
-//! [`MAX_PREFETCH`] fetches at once in the whole mount). So a scan does not wait a round trip
-//! per request, while a reader of a header or of one tensor fetches little more than it reads.
-//! The kernel's own read-ahead is capped at [`KERNEL_READ_AHEAD`] (it would otherwise turn a
-//! 64 KiB read into a 128 KiB one). The kernel's requests are handled on [`THREADS`] threads,
-//! so several reads are in flight at once. A read that fails (the server gone past the retry
-//! horizon, damaged data) answers `EIO` for that read only and is logged with the file and
-//! offset; the mount stays up.
+//! what is in memory fetches the whole chunks it covers and no more, and waits for a fetch
+//! already getting its bytes rather than fetching them again. Each handle follows the
+//! sequential streams within the file ([`super::readahead`]): a stream that proves sequential
+//! is read ahead in the background by a window that grows with it, several streams of a file
+//! at once, so a scan (or pyarrow reading the column chunks of a column in turn) does not wait
+//! a round trip per request, while a reader of a header or of one tensor fetches little more
+//! than it reads. A read that must fetch takes a queued read-ahead range it touches into its
+//! own request. The kernel's own read-ahead is capped at [`KERNEL_READ_AHEAD`] (it would
+//! otherwise turn a 64 KiB read into a 128 KiB one). The kernel's requests are handled on
+//! [`THREADS`] threads, so several reads are in flight at once. A read that fails (the server
+//! gone past the retry horizon, damaged data) answers `EIO` for that read only and is logged
+//! with the file and offset; the mount stays up.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -31,32 +32,17 @@ use fuser::{
     OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen, Request,
 };
 
+use super::readahead::{Prefetcher, Streams, Target, PREFETCH_THREADS};
 use super::view::{Node, Opened, View};
 use crate::git::checkout;
-use xet_client::pipeline::ranged::RangedFile;
-
-/// Bytes a sequential reader's miss fetches at once.
-pub(crate) const SEQUENTIAL_SPAN: u64 = 8 << 20;
-
-/// Spans fetched ahead of a sequential reader.
-pub(crate) const READ_AHEAD_SPANS: u64 = 3;
 
 /// The most the kernel reads ahead by itself, per file (its own page-cache read-ahead, in
-/// requests to us); ours is sized by the reader's run instead.
+/// requests to us); ours follows the reader's streams instead.
 pub(crate) const KERNEL_READ_AHEAD: u32 = 64 << 10;
 
-/// Background fetches at once, in the whole mount (threads, and the queue before them).
-pub(crate) const MAX_PREFETCH: usize = 3;
-
-/// A sequential run this long (bytes) makes a miss fetch more than the read asks for, and
-/// starts the read-ahead.
-pub(crate) const GROW_AFTER: u64 = 2 << 20;
-
-/// How far from where a sequential run has got to a read may start and still go on it.
-pub(crate) const SEQUENTIAL_SLACK: u64 = 1 << 20;
-
-/// Threads handling the kernel's requests.
-pub(crate) const THREADS: usize = 4;
+/// Threads handling the kernel's requests: as many as a reader of several streams of a file
+/// (pyarrow's I/O threads) may have waiting at once.
+pub(crate) const THREADS: usize = 8;
 
 /// How long the kernel may keep attributes and entries (the tree never changes).
 const TTL: Duration = Duration::from_secs(3600);
@@ -64,32 +50,13 @@ const TTL: Duration = Duration::from_secs(3600);
 /// An open file.
 struct Handle {
     opened: Arc<Opened>,
-    /// Where the last read ended: a read starting there is sequential.
-    last_end: AtomicU64,
-    /// Bytes read in the current sequential run.
-    run: AtomicU64,
-    /// How far ahead fetches were asked for.
-    ahead: AtomicU64,
+    /// Its readers' sequential streams (reads reach several threads).
+    streams: Mutex<Streams>,
 }
 
 impl Handle {
-    /// Records a read of `size` bytes at `offset`; returns whether it goes on the handle's
-    /// sequential run and the run's length before it. The kernel's requests reach several
-    /// threads and may be handled slightly out of order, so a read that starts within
-    /// [`SEQUENTIAL_SLACK`] of where the run has got to still counts as sequential.
-    fn advance(&self, offset: u64, size: u64) -> (bool, u64) {
-        let end = offset.saturating_add(size);
-        let last = self.last_end.load(Ordering::Relaxed);
-        let sequential = offset <= last.saturating_add(SEQUENTIAL_SLACK)
-            && last <= end.saturating_add(SEQUENTIAL_SLACK);
-        if sequential {
-            self.last_end.fetch_max(end, Ordering::Relaxed);
-            (true, self.run.fetch_add(size, Ordering::Relaxed))
-        } else {
-            self.last_end.store(end, Ordering::Relaxed);
-            self.run.store(size, Ordering::Relaxed);
-            (false, 0)
-        }
+    fn streams(&self) -> MutexGuard<'_, Streams> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -117,7 +84,7 @@ impl XetFs {
             view: Arc::new(view),
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
-            prefetcher: Prefetcher::new(MAX_PREFETCH),
+            prefetcher: Prefetcher::new(PREFETCH_THREADS),
             uid,
             gid,
             mounted_at: SystemTime::now(),
@@ -168,43 +135,6 @@ impl XetFs {
             .cloned()
     }
 
-    /// Queues fetches of the spans after `from`, up to the read-ahead window of the
-    /// handle's sequential run (nothing before the run reaches [`GROW_AFTER`]).
-    fn read_ahead(
-        &self,
-        handle: &Handle,
-        file: &Arc<RangedFile>,
-        endpoint: &crate::lfs::reader::EndpointHandle,
-        from: u64,
-    ) {
-        let run = handle.run.load(Ordering::Relaxed);
-        if run < GROW_AFTER {
-            return;
-        }
-        // Ahead by half the run so far: a reader that stops (at the end of a tensor, a
-        // column chunk) leaves at most that much fetched for nothing.
-        let window = (run / 2).min(READ_AHEAD_SPANS * SEQUENTIAL_SPAN);
-        let span = window.clamp(1, SEQUENTIAL_SPAN);
-        let limit = from.saturating_add(window).min(file.size());
-        loop {
-            let start = handle.ahead.load(Ordering::Relaxed).max(from);
-            if start >= limit {
-                return;
-            }
-            let end = start.saturating_add(span).min(file.size());
-            let (job_file, job_endpoint) = (Arc::clone(file), endpoint.clone());
-            let queued = self.prefetcher.try_submit(Box::new(move || {
-                if let Err(e) = job_file.prefetch(job_endpoint.get(), start, end) {
-                    tracing::debug!(start, end, "read-ahead failed (a read will try again): {e}");
-                }
-            }));
-            if !queued {
-                return;
-            }
-            handle.ahead.fetch_max(end, Ordering::Relaxed);
-        }
-    }
-
     /// The bytes of one read.
     fn read_at(
         &self,
@@ -212,65 +142,31 @@ impl XetFs {
         offset: u64,
         size: u64,
     ) -> Result<bytes::Bytes, super::view::ViewError> {
-        let (sequential, run) = handle.advance(offset, size);
-        match handle.opened.as_ref() {
-            Opened::Ranged { file, endpoint } => {
-                // A miss of a long sequential run fetches more than the read in one request,
-                // and the spans after it are queued before this read waits for anything.
-                let long = sequential && run >= GROW_AFTER;
-                let fetch_len = if long {
-                    run.min(SEQUENTIAL_SPAN).max(size)
-                } else {
-                    size
-                };
-                if long {
-                    handle
-                        .ahead
-                        .fetch_max(offset.saturating_add(fetch_len), Ordering::Relaxed);
-                    self.read_ahead(handle, file, endpoint, offset.saturating_add(size));
-                }
-                Ok(file.read_fetching(endpoint.get(), offset, size, fetch_len)?)
-            }
-            other => other.read(offset, size),
-        }
-    }
-}
-
-/// A background job: one read-ahead fetch.
-type Job = Box<dyn FnOnce() + Send>;
-
-/// A fixed set of threads running read-ahead fetches from a short queue: a job that does not
-/// fit is dropped (the read that needs its bytes fetches them), so read-ahead never piles up.
-struct Prefetcher {
-    queue: std::sync::mpsc::SyncSender<Job>,
-}
-
-impl Prefetcher {
-    fn new(threads: usize) -> Self {
-        let (queue, jobs) = std::sync::mpsc::sync_channel::<Job>(threads);
-        let jobs = Arc::new(Mutex::new(jobs));
-        for i in 0..threads {
-            let jobs = Arc::clone(&jobs);
-            let spawned = std::thread::Builder::new()
-                .name(format!("xet-read-ahead-{i}"))
-                .spawn(move || loop {
-                    let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return,
-                    }
-                });
-            if let Err(e) = spawned {
-                tracing::warn!(
-                    "cannot start a read-ahead thread ({e}); reads fetch for themselves"
-                );
+        let Opened::Ranged { file, endpoint } = handle.opened.as_ref() else {
+            return handle.opened.read(offset, size);
+        };
+        let advice = handle.streams().read(offset, size, file.size());
+        let target = Target {
+            file: Arc::clone(file),
+            endpoint: endpoint.clone(),
+        };
+        // The bytes ahead of the stream are queued before this read waits for anything.
+        for &(start, end) in &advice.ahead {
+            if !self.prefetcher.submit(target.clone(), start, end) {
+                handle.streams().not_queued(advice.stream, start);
+                break;
             }
         }
-        Self { queue }
-    }
-
-    fn try_submit(&self, job: Job) -> bool {
-        self.queue.try_send(job).is_ok()
+        // A read that must fetch takes along a queued range it touches (this read's own
+        // read-ahead, when the stream has caught up with it): one request instead of two.
+        let end = offset.saturating_add(size).min(file.size());
+        let mut fetch_len = size;
+        if file.missing(offset, end) {
+            if let Some((_, taken)) = self.prefetcher.take(&target, offset, end) {
+                fetch_len = taken.saturating_sub(offset).max(size);
+            }
+        }
+        Ok(file.read_fetching(endpoint.get(), offset, size, fetch_len)?)
     }
 }
 
@@ -330,9 +226,7 @@ impl Filesystem for XetFs {
                 let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
                 let handle = Arc::new(Handle {
                     opened: Arc::new(opened),
-                    last_end: AtomicU64::new(0),
-                    run: AtomicU64::new(0),
-                    ahead: AtomicU64::new(0),
+                    streams: Mutex::new(Streams::default()),
                 });
                 self.handles
                     .lock()

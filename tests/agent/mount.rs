@@ -415,6 +415,119 @@ fn a_mount_shows_the_tree_and_reads_only_what_is_read() {
     head.unmount(&p.env);
 }
 
+/// Reads `regions` (offset, length) of `file` in `step`-byte reads taken from each region in
+/// turn, as pyarrow reads the column chunks of a column; returns the bytes of each region.
+fn read_round_robin(file: &std::fs::File, regions: &[(u64, usize)], step: usize) -> Vec<Vec<u8>> {
+    use std::os::unix::fs::FileExt as _;
+    let mut got: Vec<Vec<u8>> = regions.iter().map(|_| Vec::new()).collect();
+    loop {
+        let mut more = false;
+        for (i, &(offset, len)) in regions.iter().enumerate() {
+            let done = got[i].len();
+            if done >= len {
+                continue;
+            }
+            more = true;
+            let mut buf = vec![0u8; step.min(len - done)];
+            let n = file.read_at(&mut buf, offset + done as u64).unwrap();
+            assert!(n > 0, "a read inside the file returned nothing");
+            got[i].extend_from_slice(&buf[..n]);
+        }
+        if !more {
+            return got;
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
+fn interleaved_readers_of_one_file_get_their_bytes_and_little_more() {
+    use std::os::unix::fs::FileExt as _;
+    if !tools_available() || !fuse_available() {
+        return;
+    }
+    let p = pushed();
+    let clone = bare_clone(&p, "clone");
+    let sent = || p.server.health("sent_xorb_bytes");
+    let m = Mounted::start(&p.env, &clone, &[], &p.env.path().join("mnt"));
+    let model = m.dir.join("model.bin");
+    let n = p.v2.len() as u64;
+    // What a region may cost beyond its own bytes: the read-ahead window it had grown by its
+    // end (half its run), and a chunk at each end (fetches are whole chunks).
+    let slack = |len: usize| len as u64 / 2 + 2 * (128 << 10);
+
+    // Eight regions 3 MiB apart, 1 MiB each, read 128 KiB at a time in turn through one
+    // handle.
+    let regions: Vec<(u64, usize)> = (0..8).map(|i| (i * 3 * MIB as u64 + 777, MIB)).collect();
+    let file = std::fs::File::open(&model).unwrap();
+    let before = sent();
+    let got = read_round_robin(&file, &regions, 128 << 10);
+    for (&(offset, len), bytes) in regions.iter().zip(&got) {
+        let o = offset as usize;
+        assert!(bytes[..] == p.v2[o..o + len], "region at {offset}");
+    }
+    let moved = sent() - before;
+    let bound: u64 = regions
+        .iter()
+        .map(|&(_, len)| len as u64 + slack(len))
+        .sum();
+    assert!(
+        moved >= 8 * MIB as u64 - (1 << 20),
+        "{moved}: the regions came from the server"
+    );
+    assert!(
+        moved <= bound,
+        "{moved} bytes sent for 8 MiB read (at most {bound})"
+    );
+
+    // Reads of nothing, past the end and far past it answer nothing and fetch nothing.
+    let before = sent();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(file.read_at(&mut buf[..0], 5).unwrap(), 0);
+    assert_eq!(file.read_at(&mut buf, n).unwrap(), 0);
+    assert_eq!(file.read_at(&mut buf, n + 12345).unwrap(), 0);
+    assert_eq!(file.read_at(&mut buf, 1 << 60).unwrap(), 0);
+    assert_eq!(file.read_at(&mut buf, n - 10).unwrap(), 10);
+    assert!(buf[..10] == p.v2[p.v2.len() - 10..]);
+    assert!(sent() - before <= 256 << 10, "only the last chunk");
+
+    // Eight threads on one handle, each reading its own region in order (pyarrow's I/O
+    // threads): regions between those above, 1.5 MiB each.
+    let file = std::sync::Arc::new(file);
+    let regions: Vec<(u64, usize)> = (0..8)
+        .map(|i| (i * 3 * MIB as u64 + MIB as u64 + 100_000, 3 * MIB / 2 + 5))
+        .collect();
+    assert!(regions.iter().all(|&(o, len)| o + len as u64 <= n));
+    let before = sent();
+    let threads: Vec<_> = regions
+        .iter()
+        .map(|&region| {
+            let file = std::sync::Arc::clone(&file);
+            std::thread::spawn(move || read_round_robin(&file, &[region], 128 << 10))
+        })
+        .collect();
+    for (t, &(offset, len)) in threads.into_iter().zip(&regions) {
+        let bytes = t.join().unwrap().remove(0);
+        let o = offset as usize;
+        assert!(bytes[..] == p.v2[o..o + len], "region at {offset}");
+    }
+    let moved = sent() - before;
+    let bound: u64 = regions
+        .iter()
+        .map(|&(_, len)| len as u64 + slack(len))
+        .sum();
+    assert!(
+        moved <= bound,
+        "{moved} bytes sent for 12 MiB read (at most {bound})"
+    );
+    drop(file);
+    m.unmount(&p.env);
+}
+
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 #[cfg_attr(

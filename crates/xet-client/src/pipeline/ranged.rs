@@ -366,8 +366,15 @@ impl RangedFile {
         }
     }
 
-    /// Fetches bytes `start..end` in the background's name (read-ahead): nothing when memory
-    /// holds them or another fetch is getting any of them.
+    /// Whether some byte of `start..end` (within the file) is neither in memory nor being
+    /// fetched: a read of them would fetch.
+    pub fn missing(&self, start: u64, end: u64) -> bool {
+        let end = end.min(self.size);
+        start < end && self.lock().first_missing(start, end) < end
+    }
+
+    /// Fetches bytes `start..end` in the background's name (read-ahead): each stretch that
+    /// memory does not hold and no other fetch is getting, in turn.
     pub fn prefetch(
         &self,
         endpoint: &dyn Endpoint,
@@ -375,19 +382,25 @@ impl RangedFile {
         end: u64,
     ) -> Result<(), RangedError> {
         let end = end.min(self.size);
-        let mut state = self.lock();
-        // From the first byte neither held nor being fetched, up to the next that is: the
-        // bytes around are someone else's (a range ahead overlaps the one before it by the
-        // part of a chunk that fetches are widened to).
-        let from = state.first_missing(start, end);
-        if from >= end {
-            return Ok(());
+        let mut at = start;
+        while at < end {
+            let mut state = self.lock();
+            // From the first byte neither held nor being fetched, up to the next that is: the
+            // bytes around are someone else's (a range ahead overlaps the one before it by the
+            // part of a chunk that fetches are widened to).
+            let from = state.first_missing(at, end);
+            if from >= end {
+                return Ok(());
+            }
+            let stop = state.next_held(from).map_or(end, |s| s.min(end));
+            let (from, stop) = self.whole_chunks(from, stop);
+            let guard = self.begin(&mut state, from, stop);
+            drop(state);
+            self.fetch_now(endpoint, from, stop, guard)?;
+            // `stop` is past `at`: it is at least the end of the stretch that started there.
+            at = stop;
         }
-        let stop = state.next_held(from).map_or(end, |s| s.min(end));
-        let (from, stop) = self.whole_chunks(from, stop);
-        let guard = self.begin(&mut state, from, stop);
-        drop(state);
-        self.fetch_now(endpoint, from, stop, guard)
+        Ok(())
     }
 
     /// Drops the spans held in memory (the chunk list stays): when nothing has the file open.
