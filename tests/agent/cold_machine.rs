@@ -30,11 +30,7 @@ fn sent(s: &TestServer) -> u64 {
 
 /// A person's machine: its own HOME, caches and log, git-xet installed, the server's token.
 fn machine(token: &str) -> GitEnv {
-    let env = GitEnv::new();
-    env.credential_helper(token);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env
+    GitEnv::machine(token)
 }
 
 /// A fresh clone of `remote` on `env`'s machine, checked out (LFS objects downloaded).

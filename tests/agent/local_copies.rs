@@ -26,13 +26,8 @@ fn received(s: &TestServer) -> u64 {
     s.health("received_xorb_bytes")
 }
 
-/// A person's machine: its own HOME, caches and log, git-xet installed, the server's token.
 fn machine() -> GitEnv {
-    let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env
+    GitEnv::machine(WRITE_TOKEN)
 }
 
 /// `data` with tensor `n` (1 MiB at `n` MiB) replaced by new bytes.

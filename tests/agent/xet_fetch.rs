@@ -16,13 +16,8 @@ use common::server::WRITE_TOKEN;
 
 const MIB: usize = 1 << 20;
 
-/// A machine with git-xet installed and the server's token.
 fn machine() -> GitEnv {
-    let env = GitEnv::new();
-    env.credential_helper(WRITE_TOKEN);
-    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    env
+    GitEnv::machine(WRITE_TOKEN)
 }
 
 /// The files under `.git/lfs/objects` of `repo`: relative path → (size, unix mode).

@@ -59,6 +59,17 @@ impl GitEnv {
         env
     }
 
+    /// A person's machine: its own HOME, caches and log, `git xet install --global`, and a
+    /// credential helper answering `token`.
+    #[allow(dead_code)]
+    pub fn machine(token: &str) -> Self {
+        let env = Self::new();
+        env.credential_helper(token);
+        let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+        assert_eq!(out.status, Some(0), "git xet install: {}", out.all());
+        env
+    }
+
     pub fn path(&self) -> &Path {
         self.root.path()
     }
