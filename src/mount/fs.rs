@@ -6,7 +6,7 @@
 //! write: a lookup of a name git refuses (`.git`, …) answers `ENOENT` before the tree is looked
 //! at.
 //!
-//! Reads of an LFS file read from the remote go through [`RangedFile`]: a read that misses
+//! Reads of an LFS file read from the remote go through [`RangedFile`](xet_client::pipeline::ranged::RangedFile): a read that misses
 //! what is in memory fetches the whole chunks it covers and no more, and waits for a fetch
 //! already getting its bytes rather than fetching them again. Each handle follows the
 //! sequential streams within the file ([`super::readahead`]): a stream that proves sequential
