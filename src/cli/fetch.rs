@@ -249,7 +249,7 @@ pub(crate) fn fetch_refs(
                 .current_dir(dir);
             run_step(&mut lfs_fetch, "git lfs fetch")
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(xet_client::redact::redact(&e.to_string())),
     }
 }
 

@@ -222,7 +222,8 @@ fn fetch_one(
     let agent = match agent {
         Some(a) => a,
         None => agent.insert(
-            InProcessAgent::new(AgentOptions::in_dir(dir), remote).map_err(|e| e.to_string())?,
+            InProcessAgent::new(AgentOptions::in_dir(dir), remote)
+                .map_err(|e| xet_client::redact::redact(&e.to_string()))?,
         ),
     };
     let tmp = agent
