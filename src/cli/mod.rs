@@ -81,7 +81,7 @@ enum Command {
     )]
     Clone(clone::CloneArgs),
     #[command(
-        about = "Download the LFS files of refs into .git/lfs/objects in this process (faster than `git lfs fetch`)."
+        about = "Download the LFS files of refs into .git/lfs/objects in this process, each hashed once."
     )]
     Fetch(fetch::FetchArgs),
     #[command(
