@@ -1,7 +1,8 @@
 //! [`ReopeningDb`]: a redb database that is opened again after an I/O error.
 //!
 //! Once a write of redb's fails (a full disk), redb refuses every transaction with
-//! `PreviousIo` until the database is opened again, so a server that ran into a full disk
+//! `PreviousIo` (or, when its allocator panicked on the broken transaction, a poisoned lock)
+//! until the database is opened again, so a server that ran into a full disk
 //! would stay broken after the disk has room again. This wrapper drops the failed database
 //! when a transaction is refused that way and opens it again (its last transaction rolled
 //! back) at the next transaction, at most once a second, once the failed database's last
@@ -88,11 +89,15 @@ impl ReopeningDb {
     }
 
     /// `e`, from beginning a transaction on `db`: when it says an earlier I/O error made the
-    /// database unusable, `db` is dropped, to be opened again by the next transaction.
+    /// database unusable, or that one of redb's internal locks was poisoned (redb's allocator
+    /// has panicked on a transaction that a full disk broke), `db` is dropped, to be opened
+    /// again by the next transaction.
     fn failed(&self, db: &Arc<Database>, e: redb::TransactionError) -> BeginError {
         if matches!(
             e,
-            redb::TransactionError::Storage(redb::StorageError::PreviousIo)
+            redb::TransactionError::Storage(
+                redb::StorageError::PreviousIo | redb::StorageError::LockPoisoned(_)
+            )
         ) {
             let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
             if slot.as_ref().is_some_and(|d| Arc::ptr_eq(d, db)) {
