@@ -25,6 +25,7 @@ use super::protocol::Transfer;
 use super::reader::{Actions, ObjectReader};
 use super::settings;
 use crate::git::Git;
+use xet_client::object_chunks::object_path;
 use xet_format::LfsOid;
 
 /// Why objects could not be fetched at all (one object failing is reported in
@@ -77,11 +78,6 @@ pub(crate) fn storage(git: &Git) -> Result<(PathBuf, PathBuf), FetchError> {
         .map(|storage| storage.join("objects"))
         .ok_or_else(|| FetchError::Storage(format!("{} has no parent", tmp.display())))?;
     Ok((objects, tmp))
-}
-
-/// Where git-lfs keeps object `oid` under `objects`.
-pub(crate) fn object_path(objects: &Path, oid: &LfsOid) -> PathBuf {
-    xet_client::object_chunks::object_path(objects, oid)
 }
 
 /// Fetches `objects` (oid, size) of `remote` (default: `origin`) into the LFS store of the

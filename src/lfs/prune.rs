@@ -212,10 +212,7 @@ pub(crate) fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
 }
 
 /// The path of `oid` under `objects`: `ab/cd/abcd…`.
-pub fn object_path(objects: &Path, oid: &LfsOid) -> PathBuf {
-    let hex = oid.to_hex();
-    objects.join(&hex[0..2]).join(&hex[2..4]).join(hex)
-}
+pub use xet_client::object_chunks::object_path;
 
 /// What the endpoint says of one object.
 #[derive(Debug, Clone, PartialEq, Eq)]

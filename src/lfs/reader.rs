@@ -179,13 +179,7 @@ impl ObjectReader {
 
     /// The local copy of `oid`, if `<LFS storage>/objects` holds one of `size` bytes.
     pub(crate) fn local_copy(&self, oid: &LfsOid, size: u64) -> Option<PathBuf> {
-        let hex = oid.to_hex();
-        let path = self
-            .objects
-            .as_ref()?
-            .join(&hex[..2])
-            .join(&hex[2..4])
-            .join(&hex);
+        let path = xet_client::object_chunks::object_path(self.objects.as_ref()?, oid);
         let meta = std::fs::metadata(&path).ok()?;
         (meta.is_file() && meta.len() == size).then_some(path)
     }

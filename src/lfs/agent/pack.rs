@@ -125,8 +125,7 @@ pub(super) fn pack_of(t: &Transfer) -> Option<Pack> {
 /// Where git-lfs keeps `oid`, given where it keeps `known` (`…/objects/ab/cd/abcd…`).
 fn sibling(known: &Path, oid: &LfsOid) -> Option<PathBuf> {
     let objects = known.parent()?.parent()?.parent()?;
-    let hex = oid.to_hex();
-    Some(objects.join(&hex[0..2]).join(&hex[2..4]).join(hex))
+    Some(xet_client::object_chunks::object_path(objects, oid))
 }
 
 /// The name shared by the pack's files: the batch's session, the CAS and the members (the

@@ -106,14 +106,10 @@ impl Earlier {
         let (Some((history, _)), Some(objects)) = (self.history(), objects) else {
             return true;
         };
-        history.relatives(oid).iter().any(|other| {
-            let hex = other.to_hex();
-            !objects
-                .join(&hex[..2])
-                .join(&hex[2..4])
-                .join(&hex)
-                .is_file()
-        })
+        history
+            .relatives(oid)
+            .iter()
+            .any(|other| !object_path(objects, other).is_file())
     }
 
     /// The earlier versions of object `oid` (`size` bytes) that match the endpoint's record,
