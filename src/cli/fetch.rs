@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode};
 use super::CmdResult;
 use crate::git::objects;
 use crate::git::Git;
-use crate::lfs::fetch::{fetch_objects, FetchError, Progress};
+use crate::lfs::fetch::{check_out_pointers, fetch_objects, FetchError, Progress};
 use xet_client::util::size::format_size;
 use xet_format::LfsOid;
 
@@ -107,10 +107,8 @@ pub fn pull(args: &PullArgs) -> CmdResult {
 }
 
 /// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]), then writes
-/// the work-tree files that are still HEAD's pointers from the local objects: removed, then
-/// `git checkout --` of those paths, through git-lfs's smudge filter, which copies each object and leaves git's
-/// index up to date. (`git lfs checkout` would do the same copy, but git then refreshes the
-/// index by running the clean filter, which reads and hashes every file again.)
+/// the work-tree files that are still HEAD's pointers from the local objects
+/// ([`crate::lfs::fetch::check_out_pointers`]).
 pub(crate) fn fetch_and_checkout(
     git: &Git,
     dir: &Path,
@@ -118,67 +116,7 @@ pub(crate) fn fetch_and_checkout(
     jobs: usize,
 ) -> Result<(), String> {
     fetch_refs(git, dir, remote, &["HEAD".to_string()], jobs)?;
-    let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
-    let Some(tree) = repo.workdir().map(Path::to_path_buf) else {
-        return Ok(());
-    };
-    let pointers = objects::lfs_pointers(&repo, "HEAD").map_err(|e| e.to_string())?;
-    let stale: Vec<&str> = pointers
-        .iter()
-        .filter(|p| is_pointer_file(&tree.join(&p.path), &p.pointer))
-        .map(|p| p.path.as_str())
-        .collect();
-    if stale.is_empty() {
-        return Ok(());
-    }
-    // git writes a file whose stat matches its index entry only if it is missing: the pointer
-    // files (exactly the committed pointer, so nothing of the user's is lost) go first.
-    for path in &stale {
-        let _ = std::fs::remove_file(tree.join(path));
-    }
-    let mut checkout = Command::new("git");
-    checkout
-        .args([
-            "checkout",
-            "--pathspec-from-file=-",
-            "--pathspec-file-nul",
-            "--",
-        ])
-        .current_dir(dir)
-        .stdin(std::process::Stdio::piped());
-    let mut child = checkout
-        .spawn()
-        .map_err(|e| format!("cannot run git checkout: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        for path in &stale {
-            // Literal paths: a pathspec's magic characters are not interpreted.
-            stdin
-                .write_all(format!(":(literal){path}\0").as_bytes())
-                .map_err(|e| format!("cannot write to git checkout: {e}"))?;
-        }
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("cannot run git checkout: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "git checkout of the LFS files failed ({status}); see its message above"
-        ))
-    }
-}
-
-/// Whether the work-tree file at `path` is (still) the Git LFS pointer `committed`.
-fn is_pointer_file(path: &Path, committed: &xet_format::pointer::Pointer) -> bool {
-    use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return false;
-    };
-    if !meta.is_file() || meta.len() > MAX_POINTER_LEN as u64 {
-        return false;
-    }
-    std::fs::read(path).is_ok_and(|bytes| Pointer::parse(&bytes).is_ok_and(|p| p == *committed))
+    check_out_pointers(git, dir)
 }
 
 /// Fetches the LFS files of `refs` into the LFS store of the repository `git` is in (at

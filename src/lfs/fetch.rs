@@ -3,6 +3,8 @@
 //! ([`InProcessAgent`], the same downloads git-lfs gets from `git-xet transfer`) several at
 //! once, each checked against its SHA-256 and moved into `<LFS storage>/objects` under the
 //! name and layout git-lfs gives it, so that git-lfs finds it there.
+//! After a pull, the work-tree files left as pointers are written from those objects
+//! ([`check_out_pointers`]).
 //!
 //! What git-lfs does around a custom agent's download is done here instead: the LFS batch
 //! request (negotiated mode; offering `xet` only, see [`ObjectReader::download_actions`]), and
@@ -12,8 +14,9 @@
 //! ([`FetchError::NotXet`]): the caller runs `git lfs fetch` instead.
 
 use std::collections::{HashSet, VecDeque};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -24,7 +27,7 @@ use super::error::TransferError;
 use super::protocol::Transfer;
 use super::reader::{Actions, ObjectReader};
 use super::settings;
-use crate::git::Git;
+use crate::git::{objects, Git};
 use xet_client::object_chunks::object_path;
 use xet_format::LfsOid;
 
@@ -195,6 +198,75 @@ pub(crate) fn fetch_objects(
     report.bytes = bytes.into_inner();
     report.failed.extend(failed);
     Ok(report)
+}
+
+/// Writes the work-tree files of the repository at `dir` that are still HEAD's pointers from
+/// the local objects (after their objects were fetched): removed, then
+/// `git checkout --` of those paths, through git-lfs's smudge filter, which copies each object and leaves git's
+/// index up to date. (`git lfs checkout` would do the same copy, but git then refreshes the
+/// index by running the clean filter, which reads and hashes every file again.)
+pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<(), String> {
+    let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
+    let Some(tree) = repo.workdir().map(Path::to_path_buf) else {
+        return Ok(());
+    };
+    let pointers = objects::lfs_pointers(&repo, "HEAD").map_err(|e| e.to_string())?;
+    let stale: Vec<&str> = pointers
+        .iter()
+        .filter(|p| is_pointer_file(&tree.join(&p.path), &p.pointer))
+        .map(|p| p.path.as_str())
+        .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    // git writes a file whose stat matches its index entry only if it is missing: the pointer
+    // files (exactly the committed pointer, so nothing of the user's is lost) go first.
+    for path in &stale {
+        let _ = std::fs::remove_file(tree.join(path));
+    }
+    let mut checkout = Command::new("git");
+    checkout
+        .args([
+            "checkout",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+            "--",
+        ])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped());
+    let mut child = checkout
+        .spawn()
+        .map_err(|e| format!("cannot run git checkout: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        for path in &stale {
+            // Literal paths: a pathspec's magic characters are not interpreted.
+            stdin
+                .write_all(format!(":(literal){path}\0").as_bytes())
+                .map_err(|e| format!("cannot write to git checkout: {e}"))?;
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot run git checkout: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "git checkout of the LFS files failed ({status}); see its message above"
+        ))
+    }
+}
+
+/// Whether the work-tree file at `path` is (still) the Git LFS pointer `committed`.
+fn is_pointer_file(path: &Path, committed: &xet_format::pointer::Pointer) -> bool {
+    use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() > MAX_POINTER_LEN as u64 {
+        return false;
+    }
+    std::fs::read(path).is_ok_and(|bytes| Pointer::parse(&bytes).is_ok_and(|p| p == *committed))
 }
 
 fn transfer(oid: LfsOid, size: u64, action: Option<super::protocol::Action>) -> Transfer {
