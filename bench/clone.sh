@@ -17,7 +17,12 @@
 # and starts right after memory of twice the file's size was touched and freed (prime_memory in
 # bench/lib.sh).
 # A third side runs `git xet clone` in the agent's HOME: git clones without git-lfs's downloads,
-# git-xet fetches the LFS file in its own process, then `git lfs checkout` writes the work tree.
+# git-xet fetches the LFS file in its own process, git checks the pointers out, and git-xet
+# copies the object over its pointer and records it in git's index.
+# A fourth side is the reference client's way: `git clone --no-checkout` (no LFS), then
+# hf_xet's `download_files` of the file by its Xet hash from the same server into the work tree
+# (timed inside Python, its start not counted); left out without a Python with hf_xet
+# (GIT_XET_HF_PYTHON, else .venv/bin/python).
 # Prints each side's median seconds and throughput and the ratios basic / git-xet (above 1:
 # git-xet is faster), then the floor: the same clone through bench/null_agent.rs, an agent that
 # copies the file from a local disk, which no custom agent beats. This is a measurement, not a
@@ -89,6 +94,35 @@ echo "bench: pushed; cloning $runs times each way with $lfs_version" >&2
 oid=$(cd "$work/repo" && git cat-file -p HEAD:model.bin | sed -n 's/^oid sha256://p')
 mkdir -p "$work/by-oid" && ln -f "$work/input.bin" "$work/by-oid/$oid"
 
+# The reference client's side needs the file's Xet hash.
+python="${GIT_XET_HF_PYTHON:-$root/.venv/bin/python}"
+xet_hash=""
+if [[ -x "$python" ]] && "$python" -c 'import hf_xet' 2>/dev/null; then
+    xet_hash=$("$python" -c 'import sys, hf_xet; print(hf_xet.hash_files([sys.argv[1]])[0].hash)' "$work/input.bin")
+else
+    echo "bench: no Python with hf_xet (GIT_XET_HF_PYTHON); no hf_xet row" >&2
+fi
+hf_clone() { # -> prints seconds: git clone --no-checkout, then hf_xet's download of the file
+    rm -rf "$work/clone" "$work/hf-cache"
+    prime_memory $(( 2 * size_mib + 256 ))
+    local t0 t1 dl
+    t0=$(now)
+    as basic env GIT_LFS_SKIP_SMUDGE=1 git clone -q --no-checkout "$work/remote.git" "$work/clone"
+    t1=$(now)
+    dl=$(HF_HOME="$work/hf-cache" HF_XET_CACHE="$work/hf-cache/xet" HF_XET_TELEMETRY_ENABLED=false \
+        "$python" - "$url" "$token" "$xet_hash" "$size" "$work/clone/model.bin" <<'PY'
+import sys, time
+import hf_xet
+url, token, xet_hash, size, out = sys.argv[1:6]
+info = hf_xet.PyXetDownloadInfo(out, xet_hash, int(size))
+t = time.perf_counter()
+hf_xet.download_files([info], url, (token, int(time.time()) + 3600), None, None)
+print(f"{time.perf_counter() - t:.3f}")
+PY
+    )
+    cmp -s "$work/input.bin" "$work/clone/model.bin" || { echo "bench: hf_xet's download differs" >&2; exit 1; }
+    echo "$t1 - $t0 + $dl" | bc
+}
 now() { date +%s.%N; }
 clone() { # home-name [xet] -> prints seconds (with "xet": `git xet clone`)
     rm -rf "$work/clone"
@@ -107,11 +141,12 @@ clone() { # home-name [xet] -> prints seconds (with "xet": `git xet clone`)
     echo "$t1 - $t0" | bc
 }
 : > "$work/xet.log"
-xet_times=(); basic_times=(); floor_times=(); xetclone_times=()
+xet_times=(); basic_times=(); floor_times=(); xetclone_times=(); hf_times=()
 for _ in $(seq 1 "$runs"); do
     basic_times+=("$(clone basic)")
     xet_times+=("$(clone xet)")
     xetclone_times+=("$(clone xet xet)")
+    if [[ -n "$xet_hash" ]]; then hf_times+=("$(hf_clone)"); fi
     if [[ -n "$floor_agent" ]]; then floor_times+=("$(clone floor)"); fi
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -129,6 +164,11 @@ printf '%-34s %9.2fx\n' "ratio basic / git-xet" "$(echo "scale=3; $basic_s / $xe
 xetclone_s=$(median "${xetclone_times[@]}")
 printf '%-34s %9.2f %10s   %s\n' "git xet clone (in-process fetch)" "$xetclone_s" "$(mbs "$xetclone_s")" "${xetclone_times[*]}"
 printf '%-34s %9.2fx\n' "ratio basic / git xet clone" "$(echo "scale=3; $basic_s / $xetclone_s" | bc)"
+if [[ -n "$xet_hash" ]]; then
+    hf_s=$(median "${hf_times[@]}")
+    printf '%-34s %9.2f %10s   %s\n' "clone -n + hf_xet download_files" "$hf_s" "$(mbs "$hf_s")" "${hf_times[*]}"
+    printf '%-34s %9.2fx\n' "ratio hf_xet / git xet clone" "$(echo "scale=3; $hf_s / $xetclone_s" | bc)"
+fi
 if [[ -n "$floor_agent" ]]; then
     floor_s=$(median "${floor_times[@]}")
     printf '%-34s %9.2f %10s   %s\n' "git clone, floor (null agent)" "$floor_s" "$(mbs "$floor_s")" "${floor_times[*]}"

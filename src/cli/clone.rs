@@ -20,8 +20,9 @@ use crate::lfs::settings;
     long_about = "Clone a repository and download its LFS files with git-xet, in this \
 process: `git clone` without git-lfs's downloads, then the LFS files of the checkout fetched \
 as `git xet fetch` does (several at once, chunks already on this machine copied, each file's \
-SHA-256 checked once), then the work tree checked out from the local objects (git-lfs's smudge \
-filter copies each; nothing is hashed again).\n\nFor a \
+SHA-256 computed as it is written), then the work tree checked out: git writes the pointers, and \
+each LFS file is copied from its local object and recorded in git's index, so nothing is read or \
+hashed again (not by git-lfs, not by the next `git status`).\n\nFor a \
 repository whose LFS files are stored in standalone mode (at a `git xet serve` or a directory \
 store, not on the git host), give the endpoint: --endpoint, else the one configured globally \
 (`xet.endpoint`, written by `git xet install --global --endpoint`) is used, and `git xet \
@@ -57,6 +58,7 @@ pub(crate) struct CloneArgs {
 }
 
 pub fn run(args: &CloneArgs) -> CmdResult {
+    super::fetch::start_logging();
     let here = Git::new();
     if !here.has_git_lfs() {
         return Err(super::install::git_lfs_missing());
@@ -102,8 +104,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
     };
 
     // No checkout by git clone: the LFS files are fetched first, then checked out from the
-    // local objects through git-lfs's smudge filter (which leaves git's index up to date; a
-    // checkout of pointers replaced afterwards would make git hash every file again).
+    // local objects.
     let given = |flags: &[&str]| {
         args.git_args
             .iter()
@@ -139,11 +140,19 @@ pub fn run(args: &CloneArgs) -> CmdResult {
             if no_checkout {
                 return Ok(());
             }
+            // git writes the tree with pointers in place of the LFS files (quick: they are
+            // small), then the LFS files are copied from the local objects and recorded in
+            // git's index (see check_out_pointers).
             let mut checkout = Command::new("git");
             checkout
                 .args(["reset", "-q", "--hard", "HEAD"])
+                .env("GIT_LFS_SKIP_SMUDGE", "1")
                 .current_dir(&dir);
-            run_step(&mut checkout, "git checkout")
+            run_step(&mut checkout, "git checkout")?;
+            let started = std::time::Instant::now();
+            let done = crate::lfs::fetch::check_out_pointers(&git, &dir)?;
+            super::fetch::log_checkout(&done, started);
+            Ok(())
         });
     if let Err(e) = fetched {
         return Err(format!(

@@ -1,6 +1,6 @@
 //! `git xet fetch` and `git xet pull`: git's part through git, the LFS objects through
-//! git-xet's own downloads in this process ([`crate::lfs::fetch`]), then git checks the files
-//! out from the local objects through git-lfs's smudge filter. A remote whose LFS server does not
+//! git-xet's own downloads in this process ([`crate::lfs::fetch`]), then the files are written
+//! from the local objects ([`crate::lfs::fetch::check_out_pointers`]). A remote whose LFS server does not
 //! offer the xet transfer is fetched by `git lfs fetch` instead, as git-lfs would.
 
 use std::ffi::OsString;
@@ -45,8 +45,9 @@ pub(crate) struct FetchArgs {
 #[command(
     long_about = "`git pull` with the LFS files downloaded by git-xet in this process: runs `git \
 pull` (with the arguments after `--`) without git-lfs's downloads, then fetches the LFS files of \
-the new HEAD as `git xet fetch` does, then checks the files that are still pointers out from \
-the local objects (`git checkout -- PATH…`, through git-lfs's smudge filter).\n\nA remote whose LFS server does not offer the xet transfer is fetched with `git \
+the new HEAD as `git xet fetch` does, then replaces the files that are still pointers with \
+copies of the local objects and records them in git's index (files with other attributes than \
+`filter=lfs -text` are written by `git checkout -- PATH…` through git-lfs's smudge filter).\n\nA remote whose LFS server does not offer the xet transfer is fetched with `git \
 lfs fetch`.",
     after_long_help = "Examples:\n  git xet pull\n  git xet pull -- origin main --rebase"
 )]
@@ -63,7 +64,15 @@ pub(crate) struct PullArgs {
     pub git_args: Vec<OsString>,
 }
 
+/// Logging as the agent's (warnings on stderr, or everything from `info` with `GIT_TRACE`;
+/// `GIT_XET_LOG` names a file for `info` and up), with the environment's secrets redacted.
+pub(crate) fn start_logging() {
+    crate::lfs::settings::register_env_secrets();
+    super::transfer::init_logging(super::transfer::Stderr::AgentTrace);
+}
+
 pub fn fetch(args: &FetchArgs) -> CmdResult {
+    start_logging();
     let git = Git::new();
     if !git.in_repository() {
         return Err("not inside a git repository: run `git xet fetch` in one".into());
@@ -84,6 +93,7 @@ pub fn fetch(args: &FetchArgs) -> CmdResult {
 }
 
 pub fn pull(args: &PullArgs) -> CmdResult {
+    start_logging();
     let git = Git::new();
     if !git.in_repository() {
         return Err("not inside a git repository: run `git xet pull` in one".into());
@@ -116,7 +126,10 @@ pub(crate) fn fetch_and_checkout(
     jobs: usize,
 ) -> Result<(), String> {
     fetch_refs(git, dir, remote, &["HEAD".to_string()], jobs)?;
-    check_out_pointers(git, dir)
+    let started = std::time::Instant::now();
+    let done = check_out_pointers(git, dir)?;
+    log_checkout(&done, started);
+    Ok(())
 }
 
 /// Fetches the LFS files of `refs` into the LFS store of the repository `git` is in (at
@@ -151,8 +164,17 @@ pub(crate) fn fetch_refs(
             }
         }
     };
+    let started = std::time::Instant::now();
     match fetch_objects(git, remote, &wanted, jobs, &show) {
         Ok(report) => {
+            tracing::info!(
+                fetched = report.fetched,
+                bytes = report.bytes,
+                present = report.present,
+                failed = report.failed.len(),
+                millis = started.elapsed().as_millis() as u64,
+                "LFS files fetched"
+            );
             if report.fetched > 0 || !report.failed.is_empty() {
                 eprintln!(
                     "git-xet: {} LFS file{} fetched ({}), {} already here",
@@ -189,6 +211,17 @@ pub(crate) fn fetch_refs(
         }
         Err(e) => Err(xet_client::redact::redact(&e.to_string())),
     }
+}
+
+/// Logs what [`check_out_pointers`] did, started at `started`.
+pub(crate) fn log_checkout(done: &crate::lfs::fetch::CheckedOut, started: std::time::Instant) {
+    tracing::info!(
+        copied = done.copied,
+        recorded = done.recorded,
+        by_git = done.by_git,
+        millis = started.elapsed().as_millis() as u64,
+        "LFS files checked out from the local objects"
+    );
 }
 
 /// Runs a step with the terminal as its output; an error naming it if it fails.

@@ -14,6 +14,7 @@
 pub mod checkout;
 pub mod history;
 pub mod objects;
+pub(crate) mod worktree;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

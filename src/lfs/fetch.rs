@@ -3,13 +3,13 @@
 //! ([`InProcessAgent`], the same downloads git-lfs gets from `git-xet transfer`) several at
 //! once, each checked against its SHA-256 and moved into `<LFS storage>/objects` under the
 //! name and layout git-lfs gives it, so that git-lfs finds it there.
-//! After a pull, the work-tree files left as pointers are written from those objects
-//! ([`check_out_pointers`]).
+//! After a pull or a clone, the work-tree files git left as pointers are written from those
+//! objects and recorded in git's index ([`check_out_pointers`]).
 //!
 //! What git-lfs does around a custom agent's download is done here instead: the LFS batch
 //! request (negotiated mode; offering `xet` only, see [`ObjectReader::download_actions`]), and
-//! the SHA-256 check before the object enters the store (by the thread that downloaded the
-//! object, while the other threads go on downloading).
+//! the SHA-256 check before the object enters the store (computed while the download writes
+//! the file, see [`xet_client::pipeline::sha256_landed`]).
 //! A remote whose LFS server does not offer the xet transfer is not fetched here
 //! ([`FetchError::NotXet`]): the caller runs `git lfs fetch` instead.
 
@@ -27,8 +27,10 @@ use super::error::TransferError;
 use super::protocol::Transfer;
 use super::reader::{Actions, ObjectReader};
 use super::settings;
-use crate::git::{objects, Git};
+use crate::git::{objects, worktree, Git};
+use git2::Oid;
 use xet_client::object_chunks::object_path;
+use xet_format::pointer::Pointer;
 use xet_format::LfsOid;
 
 /// Why objects could not be fetched at all (one object failing is reported in
@@ -201,27 +203,77 @@ pub(crate) fn fetch_objects(
 }
 
 /// Writes the work-tree files of the repository at `dir` that are still HEAD's pointers from
-/// the local objects (after their objects were fetched): removed, then
-/// `git checkout --` of those paths, through git-lfs's smudge filter, which copies each object and leaves git's
-/// index up to date. (`git lfs checkout` would do the same copy, but git then refreshes the
-/// index by running the clean filter, which reads and hashes every file again.)
-pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<(), String> {
+/// the local objects (after their objects were fetched).
+///
+/// A file git would write exactly as git-lfs's smudge filter gives it (`filter=lfs -text`)
+/// whose object is here is copied from the object by this process (in the kernel, with
+/// `copy_file_range`), put in place of its pointer file by a rename, and recorded in git's index
+/// with its new stat data ([`worktree::record_written`]): git then takes it as unchanged
+/// without running the clean filter, which would read and hash every file again. The others
+/// are removed and written by `git checkout -- PATH…`, through git-lfs's smudge filter.
+pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<CheckedOut, String> {
     let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
     let Some(tree) = repo.workdir().map(Path::to_path_buf) else {
-        return Ok(());
+        return Ok(CheckedOut::default());
     };
     let pointers = objects::lfs_pointers(&repo, "HEAD").map_err(|e| e.to_string())?;
-    let stale: Vec<&str> = pointers
+    let stale: Vec<(&str, &Pointer, Oid)> = pointers
         .iter()
-        .filter(|p| is_pointer_file(&tree.join(&p.path), &p.pointer))
-        .map(|p| p.path.as_str())
+        .filter_map(|p| {
+            let blob = pointer_file_blob(&tree.join(&p.path), &p.pointer)?;
+            Some((p.path.as_str(), &p.pointer, blob))
+        })
         .collect();
     if stale.is_empty() {
-        return Ok(());
+        return Ok(CheckedOut::default());
+    }
+    let paths: Vec<&str> = stale.iter().map(|(path, _, _)| *path).collect();
+    let as_is = worktree::smudged_as_is(git, &paths).unwrap_or_else(|e| {
+        tracing::warn!("cannot read the files' git attributes ({e}); git checks them out");
+        vec![false; paths.len()]
+    });
+    let store = storage(git).ok().map(|(objects, _)| objects);
+    let mtime = worktree::settled_mtime(&repo);
+    let mut written = Vec::new();
+    let mut by_git = Vec::new();
+    for ((path, pointer, blob), as_is) in stale.into_iter().zip(as_is) {
+        let copied = match (&store, mtime) {
+            (Some(store), Some(mtime)) if as_is => write_from_object(
+                &object_path(store, &pointer.oid),
+                pointer.size,
+                &tree,
+                path,
+                mtime,
+            )
+            .map_err(|e| tracing::info!(path, "git checks the file out: {e}"))
+            .is_ok(),
+            _ => false,
+        };
+        if copied {
+            written.push((path.to_string(), blob));
+        } else {
+            by_git.push(path);
+        }
+    }
+    let recorded = match worktree::record_written(&repo, &written) {
+        Ok(n) => n,
+        Err(e) => {
+            // The files are right; git only finds that out by hashing them once.
+            tracing::warn!("{e}; git will read the LFS files once to see they are unchanged");
+            0
+        }
+    };
+    let report = CheckedOut {
+        copied: written.len(),
+        recorded,
+        by_git: by_git.len(),
+    };
+    if by_git.is_empty() {
+        return Ok(report);
     }
     // git writes a file whose stat matches its index entry only if it is missing: the pointer
     // files (exactly the committed pointer, so nothing of the user's is lost) go first.
-    for path in &stale {
+    for path in &by_git {
         let _ = std::fs::remove_file(tree.join(path));
     }
     let mut checkout = Command::new("git");
@@ -238,7 +290,7 @@ pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("cannot run git checkout: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
-        for path in &stale {
+        for path in &by_git {
             // Literal paths: a pathspec's magic characters are not interpreted.
             stdin
                 .write_all(format!(":(literal){path}\0").as_bytes())
@@ -249,7 +301,7 @@ pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<(), String> {
         .wait()
         .map_err(|e| format!("cannot run git checkout: {e}"))?;
     if status.success() {
-        Ok(())
+        Ok(report)
     } else {
         Err(format!(
             "git checkout of the LFS files failed ({status}); see its message above"
@@ -257,16 +309,66 @@ pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<(), String> {
     }
 }
 
-/// Whether the work-tree file at `path` is (still) the Git LFS pointer `committed`.
-fn is_pointer_file(path: &Path, committed: &xet_format::pointer::Pointer) -> bool {
-    use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return false;
-    };
-    if !meta.is_file() || meta.len() > MAX_POINTER_LEN as u64 {
-        return false;
+/// What [`check_out_pointers`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CheckedOut {
+    /// Files copied from their objects by this process.
+    pub copied: usize,
+    /// Of those, recorded in git's index with their new stat data.
+    pub recorded: usize,
+    /// Files written by `git checkout` (through git-lfs's smudge filter).
+    pub by_git: usize,
+}
+
+/// Replaces the pointer file `path` (from the work tree's root `tree`) with a copy of the
+/// object at `object` (`size` bytes), modified at `mtime`, with the pointer file's permissions.
+fn write_from_object(
+    object: &Path,
+    size: u64,
+    tree: &Path,
+    path: &str,
+    mtime: std::time::SystemTime,
+) -> std::io::Result<()> {
+    let mut from = std::fs::File::open(object)?;
+    if from.metadata()?.len() != size {
+        return Err(std::io::Error::other(format!(
+            "{} is not {size} bytes long",
+            object.display()
+        )));
     }
-    std::fs::read(path).is_ok_and(|bytes| Pointer::parse(&bytes).is_ok_and(|p| p == *committed))
+    let dest = tree.join(path);
+    let parent = dest.parent().unwrap_or(tree);
+    let perms = std::fs::metadata(&dest)?.permissions();
+    let tmp = tempfile::Builder::new()
+        .prefix(".git-xet-checkout")
+        .tempfile_in(parent)?;
+    // std's copy between two files is copy_file_range on Linux: the bytes stay in the kernel.
+    let copied = std::io::copy(&mut from, &mut tmp.as_file())?;
+    if copied != size {
+        return Err(std::io::Error::other(format!(
+            "copied {copied} bytes of {}, not {size}",
+            object.display()
+        )));
+    }
+    let file = tmp.as_file();
+    file.set_permissions(perms)?;
+    file.set_times(std::fs::FileTimes::new().set_modified(mtime))?;
+    tmp.persist(&dest).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The blob of the work-tree file at `path` if it is (still) the Git LFS pointer `committed`.
+fn pointer_file_blob(path: &Path, committed: &Pointer) -> Option<Oid> {
+    use xet_format::pointer::MAX_POINTER_LEN;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_POINTER_LEN as u64 {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    if Pointer::parse(&bytes).ok()? != *committed {
+        return None;
+    }
+    Oid::hash_object(git2::ObjectType::Blob, &bytes).ok()
 }
 
 fn transfer(oid: LfsOid, size: u64, action: Option<super::protocol::Action>) -> Transfer {
@@ -294,20 +396,34 @@ fn fetch_one(
                 .map_err(|e| xet_client::redact::redact(&e.to_string()))?,
         ),
     };
-    let tmp = agent
+    let (tmp, sha) = agent
         .download(t)
         .map_err(|e| xet_client::redact::redact(&e.to_string()))?;
-    let placed = place(&tmp, &t.oid, t.size, store);
+    let placed = place(&tmp, &t.oid, t.size, store, sha);
     if placed.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     placed
 }
 
-/// Checks that the file at `tmp` is object `oid` of `size` bytes (its SHA-256), then moves
-/// it to its place in `store`, as git-lfs names it.
-fn place(tmp: &Path, oid: &LfsOid, size: u64, store: &Path) -> Result<(), String> {
-    let actual = sha256_of(tmp).map_err(|e| format!("cannot read {}: {e}", tmp.display()))?;
+/// Checks that the file at `tmp` is object `oid` of `size` bytes (its SHA-256: `landed`, when
+/// it was computed while the file was written, else read now), then moves it to its place in
+/// `store`, as git-lfs names it.
+fn place(
+    tmp: &Path,
+    oid: &LfsOid,
+    size: u64,
+    store: &Path,
+    landed: Option<LfsOid>,
+) -> Result<(), String> {
+    let len = std::fs::metadata(tmp)
+        .map_err(|e| format!("cannot read {}: {e}", tmp.display()))?
+        .len();
+    let actual = match landed {
+        Some(sha) if sha == *oid && len == size => (sha, len),
+        // Hashed again when the landed hash disagrees: a mismatch is reported only as read.
+        _ => sha256_of(tmp).map_err(|e| format!("cannot read {}: {e}", tmp.display()))?,
+    };
     if actual.1 != size || actual.0 != *oid {
         return Err(format!(
             "the downloaded file is {} bytes with SHA-256 {}, not {size} bytes with {oid}",
@@ -351,13 +467,24 @@ mod tests {
         let oid = LfsOid::of(&data);
         let tmp = dir.path().join("tmp");
         std::fs::write(&tmp, b"other bytes").unwrap();
-        let err = place(&tmp, &oid, data.len() as u64, &store).unwrap_err();
+        let err = place(&tmp, &oid, data.len() as u64, &store, None).unwrap_err();
+        assert!(err.contains("not 17 bytes"), "{err}");
+        // A hash computed while writing that names the object is not taken for a file that
+        // is not its size; one that does not name it is checked again.
+        let err = place(&tmp, &oid, data.len() as u64, &store, Some(oid)).unwrap_err();
         assert!(err.contains("not 17 bytes"), "{err}");
         assert!(!object_path(&store, &oid).exists());
         std::fs::write(&tmp, &data).unwrap();
-        let err = place(&tmp, &oid, 99, &store).unwrap_err();
+        let err = place(&tmp, &oid, 99, &store, None).unwrap_err();
         assert!(err.contains("not 99 bytes"), "{err}");
-        place(&tmp, &oid, data.len() as u64, &store).unwrap();
+        place(
+            &tmp,
+            &oid,
+            data.len() as u64,
+            &store,
+            Some(LfsOid::of(b"x")),
+        )
+        .unwrap();
         let hex = oid.to_hex();
         let dest = store.join(&hex[..2]).join(&hex[2..4]).join(&hex);
         assert_eq!(std::fs::read(dest).unwrap(), data);

@@ -43,13 +43,63 @@ fn store(repo: &Path) -> BTreeMap<String, (u64, u32)> {
     out
 }
 
+/// The work tree of `repo` without `.git`: relative path → (unix mode, bytes).
+fn work_tree(repo: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![repo.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.file_name() == ".git" {
+                continue;
+            }
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(repo).unwrap().display().to_string();
+                let mode = meta.permissions().mode() & 0o777;
+                out.insert(rel, (mode, std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// git sees the work tree of `repo` as clean from the index's stat data alone: `git
+/// diff-files` (which compares stat data and nothing else) lists nothing, and `git status`
+/// never starts git-lfs's filter (which would read and hash the LFS files again).
+fn clean_by_stat(env: &GitEnv, repo: &Path) {
+    let out = env.git(repo, &["diff-files", "--name-only"]);
+    assert_eq!(
+        out.stdout.trim(),
+        "",
+        "files whose stat data the index does not match"
+    );
+    let out = env.run_with(
+        repo,
+        "git",
+        &["status", "--porcelain"],
+        &[("GIT_TRACE", "1")],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(
+        !out.stderr.contains("filter-process") && !out.stderr.contains("lfs clean"),
+        "git status ran git-lfs's filter: {}",
+        out.stderr
+    );
+    let porcelain: Vec<&str> = out.stdout.lines().collect();
+    assert!(porcelain.is_empty(), "git status: {porcelain:?}");
+}
+
 fn fsck(env: &GitEnv, repo: &Path) {
     let out = env.run_in(repo, "git", &["lfs", "fsck"]);
     assert_eq!(out.status, Some(0), "git lfs fsck: {}", out.all());
 }
 
-/// Pushes three LFS files (8 MiB, 2 MiB, 1 KiB) in negotiated mode; the pushing machine, its
-/// work tree and the files' bytes.
+/// Pushes three LFS files (8 MiB, 2 MiB, 1 KiB) and an executable one (1 MiB) in negotiated
+/// mode, with a text file that holds a pointer but is not an LFS file (no `filter=lfs`); the
+/// pushing machine, its work tree and the LFS files' bytes.
 fn pushed(server_url: &str) -> (GitEnv, std::path::PathBuf, Vec<(String, Vec<u8>)>) {
     let env = machine();
     let lfs_url = format!("{server_url}/team/fetch.git/info/lfs");
@@ -67,9 +117,24 @@ fn pushed(server_url: &str) -> (GitEnv, std::path::PathBuf, Vec<(String, Vec<u8>
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
     }
+    let tool = common::splitmix64(85, MIB);
+    std::fs::write(work.join("run.bin"), &tool).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(work.join("run.bin"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    let pointer = format!(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize {}\n",
+        common::sha256_hex(&files[0].1),
+        files[0].1.len()
+    );
+    std::fs::write(work.join("pointer.txt"), pointer).unwrap();
     env.git(&work, &["add", "-A"]);
     env.git(&work, &["commit", "-q", "-m", "files"]);
     env.git(&work, &["push", "-q", "origin", "main"]);
+    let mut files = files;
+    files.push(("run.bin".to_string(), tool));
     (env, work, files)
 }
 
@@ -110,9 +175,29 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
         );
     }
     assert_eq!(store(&ours_repo), store(&plain_repo), "the same LFS store");
+    // The same files with the same modes; the pointer that is not an LFS file stays one.
+    let (ours_tree, plain_tree) = (work_tree(&ours_repo), work_tree(&plain_repo));
+    assert_eq!(
+        ours_tree
+            .iter()
+            .map(|(p, (m, _))| (p, m))
+            .collect::<Vec<_>>(),
+        plain_tree
+            .iter()
+            .map(|(p, (m, _))| (p, m))
+            .collect::<Vec<_>>()
+    );
+    assert!(ours_tree == plain_tree, "the same bytes in the work tree");
+    assert!(ours_tree["pointer.txt"]
+        .1
+        .starts_with(b"version https://git-lfs"));
+    assert_eq!(
+        ours_tree["run.bin"].0 & 0o100,
+        0o100,
+        "run.bin is executable"
+    );
     fsck(&ours, &ours_repo);
-    let status = ours.git(&ours_repo, &["status", "--porcelain"]);
-    assert_eq!(status.stdout.trim(), "", "a clean work tree");
+    clean_by_stat(&ours, &ours_repo);
     // The downloads went through git-xet's own pipeline: the journal has them.
     let downloads = ours
         .journal(&ours_repo)
@@ -137,8 +222,7 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
         "the pull fetched {sent} bytes for a 4 KiB edit"
     );
     fsck(&ours, &ours_repo);
-    let status = ours.git(&ours_repo, &["status", "--porcelain"]);
-    assert_eq!(status.stdout.trim(), "", "a clean work tree after the pull");
+    clean_by_stat(&ours, &ours_repo);
 
     // `git xet fetch` of a ref into a clone without LFS files: the same store as git lfs fetch.
     let bare = machine();
@@ -186,6 +270,7 @@ fn xet_clone_of_a_standalone_repository_fetches_in_process() {
     let copy = env.path().join("copy");
     assert!(std::fs::read(copy.join("model.bin")).unwrap() == model);
     fsck(&env, &copy);
+    clean_by_stat(&env, &copy);
     let downloads = env
         .journal(&copy)
         .into_iter()

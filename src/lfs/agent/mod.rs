@@ -351,6 +351,7 @@ impl InProcessAgent {
     /// would pick) of the repository `options.git` is in.
     pub(crate) fn new(options: AgentOptions, remote: Option<&str>) -> Result<Self, TransferError> {
         let mut agent = Agent::new(options);
+        agent.sha256_as_written = true;
         agent.init(&super::protocol::Init {
             operation: Operation::Download,
             remote: remote.unwrap_or_default().to_string(),
@@ -361,10 +362,22 @@ impl InProcessAgent {
     }
 
     /// Downloads `t` (its action from the LFS server's batch answer in negotiated mode, none
-    /// in standalone mode); the file it was written to. Its SHA-256 is not checked here.
-    pub(crate) fn download(&mut self, t: &Transfer) -> Result<PathBuf, TransferError> {
+    /// in standalone mode); the file it was written to, and the file's SHA-256 when it was
+    /// computed while its bytes were written (not checked here).
+    pub(crate) fn download(
+        &mut self,
+        t: &Transfer,
+    ) -> Result<(PathBuf, Option<LfsOid>), TransferError> {
         let mut writer = ProtocolWriter::new(std::io::sink());
-        self.agent.download(t, &mut writer)
+        self.agent.last_sha256 = None;
+        let path = self.agent.download(t, &mut writer)?;
+        let sha = self
+            .agent
+            .last_sha256
+            .take()
+            .filter(|(oid, _)| *oid == t.oid)
+            .map(|(_, sha)| sha);
+        Ok((path, sha))
     }
 }
 
@@ -412,10 +425,17 @@ struct Agent {
     concluded_packs: std::collections::HashMap<String, Arc<pack::Outcome>>,
     /// How long the last round of gathered small objects this agent led took (see `gather`).
     last_gathered_round: Option<Duration>,
+    /// Whether downloads compute the file's SHA-256 while its bytes are written (in-process
+    /// fetches, which put the object in place themselves; git-lfs hashes what an agent
+    /// gives it anyway).
+    sha256_as_written: bool,
+    /// The last download's object and the SHA-256 computed while it was written.
+    last_sha256: Option<(LfsOid, LfsOid)>,
 }
 
 impl Agent {
     fn new(options: AgentOptions) -> Self {
+        let earlier = prior::Earlier::in_dir(options.git.dir());
         Self {
             options,
             remote: None,
@@ -429,13 +449,15 @@ impl Agent {
             shared_failed: false,
             journal: None,
             parts: None,
-            earlier: prior::Earlier::default(),
+            earlier,
             chunk_lists: None,
             store_has_objects: None,
             unlisted_budget: HASH_UNLISTED_BUDGET,
             packs_allowed: None,
             concluded_packs: std::collections::HashMap::new(),
             last_gathered_round: None,
+            sha256_as_written: false,
+            last_sha256: None,
         }
     }
 
@@ -963,10 +985,17 @@ impl Agent {
             Some(part) => part,
             None => parts::new_part(&dir, &t.oid, &hash, t.size)?,
         };
-        // No SHA-256 here: git-lfs hashes the file itself after `complete` and refuses it on
-        // a mismatch before it enters .git/lfs/objects (docs/lfs-agent.md §7). Hashing it here too
-        // would only word that refusal better, at the cost of a pass over every byte. What
+        // No SHA-256 for git-lfs: it hashes the file itself after `complete` and refuses it on
+        // a mismatch before it enters .git/lfs/objects (docs/lfs-agent.md §7). Hashing it here
+        // too would only word that refusal better, at the cost of a pass over every byte. What
         // the agent checks is what git-lfs cannot: every chunk's hash and the Xet file hash.
+        // In-process fetches put the object in place themselves: the SHA-256 is computed as
+        // the bytes land, while the download goes on.
+        if self.sha256_as_written {
+            if let Some(record) = part.record() {
+                record.hash_as_written();
+            }
+        }
         let job = Rebuild {
             endpoint,
             t,
@@ -999,6 +1028,12 @@ impl Agent {
                 actual: n,
                 expected: t.size,
             });
+        }
+        if let Some(sha) = part.record().and_then(|r| r.sha256()) {
+            match sha {
+                Ok(sha) => self.last_sha256 = Some((t.oid, sha)),
+                Err(e) => tracing::debug!(oid = %t.oid, "cannot finish the SHA-256: {e}"),
+            }
         }
         let path = part.keep()?;
         tracing::info!(oid = %t.oid, xet = %hash, size = t.size, "downloaded");

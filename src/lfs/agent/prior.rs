@@ -63,17 +63,27 @@ pub(crate) struct Here<'a> {
 /// The history of the repository the agent runs in, read at first use.
 #[derive(Default)]
 pub(super) struct Earlier {
+    /// The directory of the repository (the current one with `None`).
+    dir: Option<PathBuf>,
     /// `None` until read; then the history and the work tree (none for a bare repository), or
     /// nothing when the repository could not be read.
     read: Option<Option<(History, Option<PathBuf>)>>,
 }
 
 impl Earlier {
+    /// The history of the repository at `dir` (the current directory with `None`).
+    pub(super) fn in_dir(dir: Option<&Path>) -> Self {
+        Self {
+            dir: dir.map(Path::to_path_buf),
+            read: None,
+        }
+    }
+
     fn history(&mut self) -> Option<&(History, Option<PathBuf>)> {
         self.read
             .get_or_insert_with(|| {
                 let started = std::time::Instant::now();
-                let repo = match crate::git::objects::open(None) {
+                let repo = match crate::git::objects::open(self.dir.as_deref()) {
                     Ok(repo) => repo,
                     Err(e) => {
                         tracing::debug!("no history to look for earlier versions in: {e}");

@@ -15,4 +15,5 @@ pub mod hasher;
 pub mod prior;
 pub mod ranged;
 pub mod resume;
+pub mod sha256_landed;
 pub mod upload;

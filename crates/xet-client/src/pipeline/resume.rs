@@ -32,10 +32,11 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use crate::pipeline::download::WriteAt;
 use crate::pipeline::prior::read_exact_at;
+use crate::pipeline::sha256_landed::Sha256Landed;
 use xet_format::xorb::header::MAX_CHUNK_LEN;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 
@@ -188,6 +189,9 @@ pub struct PartialFile {
     found: u64,
     /// Bytes the record holds (earlier entries included).
     recorded: AtomicU64,
+    /// The file's SHA-256, computed as its bytes land, once asked for
+    /// ([`PartialFile::hash_as_written`]).
+    sha256: OnceLock<Sha256Landed>,
 }
 
 impl std::fmt::Debug for PartialFile {
@@ -227,6 +231,7 @@ impl PartialFile {
             earlier: Mutex::new(HashMap::new()),
             found: 0,
             recorded: AtomicU64::new(0),
+            sha256: OnceLock::new(),
         })
     }
 
@@ -276,6 +281,7 @@ impl PartialFile {
             earlier: Mutex::new(earlier),
             found,
             recorded: AtomicU64::new(found),
+            sha256: OnceLock::new(),
         }))
     }
 
@@ -361,7 +367,22 @@ impl PartialFile {
         WriteAt::write_all_at(&self.file, &head, self.size)?;
         *end = self.size + HEADER_LEN;
         self.recorded.store(0, Ordering::Relaxed);
+        if let Some(sha) = self.sha256.get() {
+            sha.reset();
+        }
         Ok(())
+    }
+
+    /// From now on, computes the file's SHA-256 while its bytes are written (see
+    /// [`Sha256Landed`]); [`PartialFile::sha256`] gives it.
+    pub fn hash_as_written(&self) {
+        let _ = self.sha256.set(Sha256Landed::new());
+    }
+
+    /// The SHA-256 of the file's bytes, mostly computed while they were written (the rest is
+    /// read back); `None` unless [`PartialFile::hash_as_written`] was called.
+    pub fn sha256(&self) -> Option<io::Result<LfsOid>> {
+        self.sha256.get().map(|s| s.finish(&self.file, self.size))
     }
 
     /// Cuts the record off: the file is the downloaded file and nothing else.
@@ -386,7 +407,11 @@ impl WriteAt for PartialFile {
                 ),
             ));
         }
-        WriteAt::write_all_at(&self.file, buf, offset)
+        WriteAt::write_all_at(&self.file, buf, offset)?;
+        if let Some(sha) = self.sha256.get() {
+            sha.landed(&self.file, buf, offset);
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,181 @@
+//! Writing a work tree's Git LFS files as git's checkout would, without git: which paths git
+//! would pass through git-lfs's smudge filter and nothing else ([`smudged_as_is`]), and
+//! recording in git's index that such a file now holds its content ([`record_written`]), so
+//! that git takes it as unchanged by its stat data instead of running the clean filter (which
+//! reads and hashes the whole file) to find out.
+//!
+//! git compares an index entry with its file by stat data (times, inode, size, owner), unless
+//! the entry is "racily clean": its file was modified in the same second as the index was
+//! written, or later, so a change within that second would not show in the times. git and
+//! libgit2 check such entries by content. A file written here is given a modification time
+//! ([`settled_mtime`]) before the index it is recorded in was last written, so that neither
+//! looks at its content again.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use git2::{IndexEntry, IndexTime, Oid, Repository};
+
+use super::{Git, GitError};
+
+/// Why the index could not be updated.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IndexError {
+    #[error("cannot read git's index: {0}")]
+    Read(#[source] git2::Error),
+    #[error("cannot write git's index: {0}")]
+    Write(#[source] git2::Error),
+}
+
+/// For each of `paths` (`/`-separated, from the work tree's root), whether git's checkout
+/// writes it as git-lfs's smudge filter gives it, byte for byte: `filter=lfs` and `-text`, as
+/// `git lfs track` sets them (no end-of-line or encoding conversion after the filter).
+pub(crate) fn smudged_as_is(git: &Git, paths: &[&str]) -> Result<Vec<bool>, GitError> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut cmd = Command::new("git");
+    if let Some(d) = git.dir() {
+        cmd.current_dir(d);
+    }
+    cmd.args(["check-attr", "-z", "--stdin", "filter", "text"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(GitError::Spawn)?;
+    let mut input = Vec::new();
+    for p in paths {
+        input.extend_from_slice(p.as_bytes());
+        input.push(0);
+    }
+    let mut stdin = child.stdin.take();
+    // Written by another thread: git answers while it reads, and a full pipe each way would
+    // stop both.
+    let writer = std::thread::spawn(move || {
+        if let Some(s) = stdin.as_mut() {
+            let _ = s.write_all(&input);
+        }
+    });
+    let out = child.wait_with_output().map_err(GitError::Spawn)?;
+    let _ = writer.join();
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            args: "check-attr -z --stdin filter text".to_string(),
+            code: out.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(parse_check_attr(&out.stdout, paths))
+}
+
+/// `git check-attr -z` output (path, attribute, value; NUL after each) for `filter` and
+/// `text`, as [`smudged_as_is`] answers it. A path git did not answer for is not as is.
+fn parse_check_attr(out: &[u8], paths: &[&str]) -> Vec<bool> {
+    let mut lfs = std::collections::HashMap::<&[u8], (bool, bool)>::new();
+    let mut fields = out.split(|b| *b == 0);
+    while let (Some(path), Some(attr), Some(value)) = (fields.next(), fields.next(), fields.next())
+    {
+        let e = lfs.entry(path).or_default();
+        match attr {
+            b"filter" => e.0 = value == b"lfs",
+            b"text" => e.1 = value == b"unset",
+            _ => {}
+        }
+    }
+    paths
+        .iter()
+        .map(|p| lfs.get(p.as_bytes()) == Some(&(true, true)))
+        .collect()
+}
+
+/// The modification time to give files written before [`record_written`] records them in the
+/// index of `repo`: a whole second before the index file's own, so that none of them is
+/// racily clean. `None` without an index file.
+pub(crate) fn settled_mtime(repo: &Repository) -> Option<SystemTime> {
+    let stamp = std::fs::metadata(repo.path().join("index"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    let secs = stamp.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs.saturating_sub(1)))
+}
+
+/// Records in the index of `repo` that each of `files` (path from the work tree's root, and
+/// the blob its index entry must name) was written as git's checkout would: its entry takes the
+/// file's current stat data. An entry that names another blob (something else is staged), or
+/// a file that is gone, is left as it is. Returns how many entries were updated.
+pub(crate) fn record_written(
+    repo: &Repository,
+    files: &[(String, Oid)],
+) -> Result<usize, IndexError> {
+    let Some(root) = repo.workdir().map(Path::to_path_buf) else {
+        return Ok(0);
+    };
+    let mut index = repo.index().map_err(IndexError::Read)?;
+    let mut updated = 0;
+    for (path, blob) in files {
+        let Some(entry) = index.get_path(Path::new(path), 0) else {
+            continue;
+        };
+        if entry.id != *blob {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(root.join(path)) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let entry = with_stat(entry, &meta);
+        index.add(&entry).map_err(IndexError::Write)?;
+        updated += 1;
+    }
+    if updated > 0 {
+        index.write().map_err(IndexError::Write)?;
+    }
+    Ok(updated)
+}
+
+/// `entry` with the stat data of `meta`, as git records it (sizes and times as 32-bit fields).
+#[cfg(unix)]
+fn with_stat(mut entry: IndexEntry, meta: &std::fs::Metadata) -> IndexEntry {
+    use std::os::unix::fs::MetadataExt;
+    let time = |secs: i64, nanos: i64| IndexTime::new(secs as i32, nanos as u32);
+    entry.ctime = time(meta.ctime(), meta.ctime_nsec());
+    entry.mtime = time(meta.mtime(), meta.mtime_nsec());
+    entry.dev = meta.dev() as u32;
+    entry.ino = meta.ino() as u32;
+    entry.uid = meta.uid();
+    entry.gid = meta.gid();
+    entry.file_size = meta.len() as u32;
+    entry
+}
+
+#[cfg(not(unix))]
+fn with_stat(mut entry: IndexEntry, meta: &std::fs::Metadata) -> IndexEntry {
+    entry.file_size = meta.len() as u32;
+    entry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_lfs_files_without_text_conversion_are_as_is() {
+        let out = b"a.bin\0filter\0lfs\0a.bin\0text\0unset\0\
+b.bin\0filter\0lfs\0b.bin\0text\0set\0\
+c.txt\0filter\0unspecified\0c.txt\0text\0unset\0\
+d.bin\0filter\0lfs\0d.bin\0text\0unspecified\0";
+        assert_eq!(
+            parse_check_attr(out, &["a.bin", "b.bin", "c.txt", "d.bin", "e.bin"]),
+            vec![true, false, false, false, false]
+        );
+        // Output cut short: nothing taken from a half-answered path.
+        assert_eq!(
+            parse_check_attr(b"a.bin\0filter\0lfs\0a.bin\0te", &["a.bin"]),
+            vec![false]
+        );
+    }
+}
