@@ -25,6 +25,10 @@
 #              `git lfs fetch` (download into .git/lfs/objects, like hf_xet's download into a
 #              file); `git lfs checkout` is timed separately. Peak RSS is the largest `VmHWM` an
 #              agent process logged at exit (git-lfs runs up to 8).
+#   pull:      a clone made before the push (GIT_LFS_SKIP_SMUDGE=1, of a first commit without
+#              the data) runs a timed `git xet pull`: git's pull, the new files fetched by
+#              git-xet in its own process, and checked out (what a user types to get a new
+#              version); peak RSS is the `VmHWM` the command logged.
 #   floor:     the clone's `git lfs fetch` again through bench/null_agent.rs, an agent that only
 #              copies the object from a local file: git-lfs's own cost for any custom agent
 #              (batch call, agent start, re-hashing with SHA-256, move), which no agent beats.
@@ -131,6 +135,7 @@ if ! rustc -O --edition 2021 -o "$floor_agent" "$root/bench/null_agent.rs"; then
     floor_agent=""
 fi
 push=(); push_rss=(); push_agent=(); fetch=(); fetch_rss=(); fetch_agent=(); checkout=()
+pull=(); pull_rss=()
 round() {
     local r="$1" t0 t1 a b
     # --- the reference client ---
@@ -165,9 +170,13 @@ round() {
     cd "$work/repo-$r"
     git lfs track '*.bin' >/dev/null
     printf '[lfs]\n\turl = %s\n' "$url_b/bench/repo.git/info/lfs" > .lfsconfig
+    git add . && git commit -q -m setup
+    git remote add origin "../remote-$r.git"
+    git push -q origin HEAD:main
+    # The pull side's clone: before the data, on its first commit.
+    (cd "$work" && GIT_LFS_SKIP_SMUDGE=1 git clone -q "remote-$r.git" "pull-$r")
     for i in "${!inputs[@]}"; do cp "${inputs[$i]}" "${names[$i]}"; done
     git add . && git commit -q -m bench
-    git remote add origin "../remote-$r.git"
     local oids=() objects=() oid
     for i in "${!inputs[@]}"; do
         oid=$(sed -n 's/^oid sha256://p' <(git cat-file -p "HEAD:${names[$i]}"))
@@ -193,6 +202,18 @@ round() {
     for i in "${!inputs[@]}"; do
         cmp -s "${inputs[$i]}" "${names[$i]}" || { echo "bench: git round trip differs" >&2; exit 1; }
     done
+    # git xet pull of the new files into the clone made before the push.
+    cd "$work/pull-$r"
+    sync; prime; t0=$(now)
+    GIT_XET_LOG="$work/pull-$r.log" git xet pull -- -q origin main
+    t1=$(now)
+    pull+=("$(echo "$t1 - $t0" | bc)")
+    pull_rss+=("$(peak_rss "$work/pull-$r.log")")
+    for i in "${!inputs[@]}"; do
+        cmp -s "${inputs[$i]}" "${names[$i]}" || { echo "bench: git xet pull differs" >&2; exit 1; }
+    done
+    if [[ -n "$(git status --porcelain)" ]]; then echo "bench: git xet pull left changes" >&2; exit 1; fi
+    cd "$work/clone-$r"
     # The floor: the same fetch through an agent that only copies the object from a local file.
     if [[ -n "$floor_agent" ]]; then
         mkdir -p "$work/by-oid"
@@ -207,7 +228,7 @@ round() {
     cd "$work"
     stop_servers
     rm -rf "$work/a$r-store" "$work/b$r-store" "$work/repo-$r" "$work/clone-$r" \
-        "$work/remote-$r.git" "$home"
+        "$work/remote-$r.git" "$work/pull-$r" "$home"
 }
 # The agents' own time: the longest request ("done … secs=") of any agent process.
 agent_secs() { grep -o ' done oid=.* secs=[0-9.]*' "$1" | sed 's/.*secs=//' | sort -n | tail -1; }
@@ -224,6 +245,7 @@ echo
 echo "data: $size bytes of $data data in $nfiles file(s); $lfs_version; medians of $rounds rounds"
 echo "git push       vs hf_xet.upload_files:   $(ratio "$(m "${hf_up[@]}")" "$(m "${push[@]}")")x"
 echo "git lfs fetch  vs hf_xet.download_files: $(ratio "$(m "${hf_down[@]}")" "$(m "${fetch[@]}")")x"
+echo "git xet pull   vs hf_xet.download_files: $(ratio "$(m "${hf_down[@]}")" "$(m "${pull[@]}")")x"
 if [[ -n "$floor_agent" ]]; then
     echo "  (the most any custom agent could reach here: $(ratio "$(m "${hf_down[@]}")" "$(m "${floor[@]}")")x, see the floor row)"
 fi
@@ -241,6 +263,7 @@ row "git push (git-xet agent)" push push_rss
 row "hf_xet download_files" hf_down hf_down_rss
 row "git lfs fetch (git-xet)" fetch fetch_rss
 row "git lfs checkout (copy)" checkout
+row "git xet pull (new version)" pull pull_rss
 if [[ -n "$floor_agent" ]]; then
     row "git lfs fetch, floor" floor
     echo "  the floor is git-lfs fetching through an agent that only copies the file from a local"

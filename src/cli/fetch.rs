@@ -173,6 +173,7 @@ pub(crate) fn fetch_refs(
                 present = report.present,
                 failed = report.failed.len(),
                 millis = started.elapsed().as_millis() as u64,
+                peak_rss_kib = crate::lfs::agent::peak_rss_kib().unwrap_or(0),
                 "LFS files fetched"
             );
             if report.fetched > 0 || !report.failed.is_empty() {
@@ -220,6 +221,7 @@ pub(crate) fn log_checkout(done: &crate::lfs::fetch::CheckedOut, started: std::t
         recorded = done.recorded,
         by_git = done.by_git,
         millis = started.elapsed().as_millis() as u64,
+        peak_rss_kib = crate::lfs::agent::peak_rss_kib().unwrap_or(0),
         "LFS files checked out from the local objects"
     );
 }

@@ -234,6 +234,7 @@ pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<CheckedOut, St
     });
     let store = storage(git).ok().map(|(objects, _)| objects);
     let mtime = worktree::settled_mtime(&repo);
+    let started = std::time::Instant::now();
     let mut written = Vec::new();
     let mut by_git = Vec::new();
     for ((path, pointer, blob), as_is) in stale.into_iter().zip(as_is) {
@@ -255,6 +256,11 @@ pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<CheckedOut, St
             by_git.push(path);
         }
     }
+    tracing::debug!(
+        files = written.len(),
+        millis = started.elapsed().as_millis() as u64,
+        "LFS files copied from their objects"
+    );
     let recorded = match worktree::record_written(&repo, &written) {
         Ok(n) => n,
         Err(e) => {

@@ -300,7 +300,7 @@ fn explain_fatal(e: &ProtocolError) -> String {
 
 /// The process's peak resident set size in KiB (Linux `VmHWM`), for the exit log line that
 /// benchmarks read.
-fn peak_rss_kib() -> Option<u64> {
+pub(crate) fn peak_rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
