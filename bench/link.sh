@@ -19,7 +19,9 @@
 # (`tc qdisc … tbf rate RATE burst 32kb latency 50ms`); servers and clients all run inside it,
 # so every byte crosses the limited link once. The namespace is removed afterwards. Nothing
 # leaves the machine. Prints each side's push, fetch and total seconds and the ratio
-# plain / git-xet (above 1: git-xet is faster). This is a measurement, not a test.
+# plain / git-xet (above 1: git-xet is faster), then the requests each server answered in
+# each step, by method, route and status (from its /metrics): what every push and the fetch
+# cost in round trips. This is a measurement, not a test.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,6 +56,25 @@ export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 
+# The server's answered requests (`gitxet_http_requests_total`, one line per route, method and
+# status) into file $1.
+requests() { curl -s "$url/metrics" | grep '^gitxet_http_requests_total' > "$1" || true; }
+# The requests answered between two snapshots, as "count METHOD route status", appended to
+# $work/$side.requests under the heading $3.
+count_requests() { # before after heading
+    {
+        echo "$3"
+        awk 'FILENAME == ARGV[1] { a[$1] = $2; next }
+             { d = $2 - a[$1]
+               if (d <= 0) next
+               match($1, /route="[^"]*"/); route = substr($1, RSTART + 7, RLENGTH - 8)
+               match($1, /method="[^"]*"/); method = substr($1, RSTART + 8, RLENGTH - 9)
+               match($1, /status="[^"]*"/); status = substr($1, RSTART + 8, RLENGTH - 9)
+               if (route == "/metrics") next
+               printf "    %4d  %s %s %s\n", d, method, route, status }' "$1" "$2" | sort -k3
+    } >> "$work/$side.requests"
+}
+
 cycle() { # side (plain|xet) -> prints "push_seconds fetch_seconds"
     local side="$1" url h
     start_server "$side"
@@ -69,23 +90,30 @@ cycle() { # side (plain|xet) -> prints "push_seconds fetch_seconds"
     head -c "$((size_mib << 20))" /dev/urandom > model.bin
     git add . && git commit -q -m v0
     git remote add origin "../$side-remote.git"
-    local t push=0
-    t=$(now); git push -q origin main >/dev/null 2>&1; push=$(echo "$push + $(elapsed "$t")" | bc)
+    local t push=0 step
+    : > "$work/$side.requests"
+    requests "$work/before"
+    t=$(now); git push -q origin main >/dev/null 2>&1; step=$(elapsed "$t"); push=$(echo "$push + $step" | bc)
+    requests "$work/after"; count_requests "$work/before" "$work/after" "  push of the model: ${step} s"
     for k in $(seq 1 "$edits"); do
         dd if=/dev/urandom of=model.bin bs=1M count=1 seek=$((k * size_mib / (edits + 1))) \
             conv=notrunc status=none
         git commit -q -am "edit $k"
-        t=$(now); git push -q origin main >/dev/null 2>&1; push=$(echo "$push + $(elapsed "$t")" | bc)
+        requests "$work/before"
+        t=$(now); git push -q origin main >/dev/null 2>&1; step=$(elapsed "$t"); push=$(echo "$push + $step" | bc)
+        requests "$work/after"; count_requests "$work/before" "$work/after" "  push of edit $k: ${step} s"
     done
     cp model.bin "$work/$side-newest.bin"
     # Another machine: a fresh cache.
     export GIT_XET_CACHE_DIR="$h/xet-cache-clone"
     cd "$work"
+    requests "$work/before"
     t=$(now)
     GIT_LFS_SKIP_SMUDGE=1 git clone -q "$side-remote.git" "$side-clone"
     (cd "$side-clone" && git lfs fetch --all origin >/dev/null && git lfs checkout >/dev/null 2>&1)
     local fetch
     fetch=$(elapsed "$t")
+    requests "$work/after"; count_requests "$work/before" "$work/after" "  clone, fetch --all, checkout: ${fetch} s"
     cmp -s "$work/$side-newest.bin" "$side-clone/model.bin" || { echo "bench: $side clone differs" >&2; exit 1; }
     echo "$push $fetch"
 }
@@ -106,3 +134,9 @@ printf '%-24s %10.2fx %9.2fx %9.2fx\n' "ratio plain / git-xet" \
     "$(echo "scale=3; $plain_push / $xet_push" | bc)" \
     "$(echo "scale=3; $plain_fetch / $xet_fetch" | bc)" \
     "$(echo "scale=3; $plain_total / $xet_total" | bc)"
+echo
+echo "requests the server answered, per step (count, method, route, status):"
+for side in plain xet; do
+    echo "$side:"
+    cat "$work/$side.requests"
+done

@@ -92,11 +92,20 @@ fn parse_check_attr(out: &[u8], paths: &[&str]) -> Vec<bool> {
 
 /// The modification time to give files written before [`record_written`] records them in the
 /// index of `repo`: a whole second before the index file's own, so that none of them is
-/// racily clean. `None` without an index file.
+/// racily clean. An index last written more than a few seconds ago is written again first
+/// (unchanged), so that the files do not get an old time. `None` without an index file.
 pub(crate) fn settled_mtime(repo: &Repository) -> Option<SystemTime> {
-    let stamp = std::fs::metadata(repo.path().join("index"))
-        .and_then(|m| m.modified())
-        .ok()?;
+    let path = repo.path().join("index");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut stamp = modified(&path)?;
+    let old = SystemTime::now()
+        .duration_since(stamp)
+        .is_ok_and(|age| age > Duration::from_secs(5));
+    if old {
+        let mut index = repo.index().ok()?;
+        index.write().ok()?;
+        stamp = modified(&path)?;
+    }
     let secs = stamp.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs.saturating_sub(1)))
 }

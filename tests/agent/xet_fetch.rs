@@ -245,6 +245,25 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     let out = bare.run_in(&skip, "git", &["xet", "fetch"]);
     assert_eq!(out.status, Some(0), "{}", out.all());
     assert!(!out.stderr.contains("fetched"), "{}", out.stderr);
+    // The work tree still holds pointers, and git's index was written an hour ago: `git xet
+    // pull` (nothing new to pull) checks the files out from the local objects, with a recent
+    // modification time, and git sees them unchanged from their stat data.
+    let out = bare.run_in(&skip, "touch", &["-d", "1 hour ago", ".git/index"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let out = bare.run_in(&skip, "git", &["xet", "pull", "--", "-q"]);
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), bare.agent_log());
+    assert!(std::fs::read(skip.join("model.bin")).unwrap() == v2);
+    let age = std::fs::metadata(skip.join("model.bin"))
+        .unwrap()
+        .modified()
+        .unwrap()
+        .elapsed()
+        .unwrap_or_default();
+    assert!(
+        age.as_secs() < 600,
+        "model.bin was given an old time: {age:?} ago"
+    );
+    clean_by_stat(&bare, &skip);
 }
 
 #[test]
