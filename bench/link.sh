@@ -58,12 +58,17 @@ elapsed() { echo "$(now) - $1" | bc; }
 
 # The server's answered requests (`gitxet_http_requests_total`, one line per route, method and
 # status) into file $1.
-requests() { curl -s "$url/metrics" | grep '^gitxet_http_requests_total' > "$1" || true; }
+requests() {
+    curl -s "$url/metrics" | grep '^gitxet_http_requests_total' > "$1" || true
+    curl -s "$url/health" | sed -n 's/.*"sent_xorb_bytes":\([0-9]*\).*/\1/p' > "$1.sent"
+}
 # The requests answered between two snapshots, as "count METHOD route status", appended to
-# $work/$side.requests under the heading $3.
+# $work/$side.requests under the heading $3 with the xorb bytes the server sent meanwhile
+# (`sent_xorb_bytes` of /health; 0 for plain git-lfs's basic transfers).
 count_requests() { # before after heading
     {
-        echo "$3"
+        local sent=$(( $(cat "$2.sent" 2>/dev/null || echo 0) - $(cat "$1.sent" 2>/dev/null || echo 0) ))
+        echo "$3 (xorb bytes sent by the server: $sent)"
         awk 'FILENAME == ARGV[1] { a[$1] = $2; next }
              { d = $2 - a[$1]
                if (d <= 0) next

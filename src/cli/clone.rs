@@ -32,7 +32,7 @@ the git host has only the pointers. Without an endpoint, the LFS server the repo
 is asked (negotiated mode); one that does not offer the xet transfer is fetched with `git lfs \
 fetch`.\n\nArguments after `--` go to `git clone` (e.g. `-- --branch dev --depth 1`).\n\nA \
 clone that already failed the plain way is repaired in place: `git xet install --local \
---endpoint ENDPOINT`, then `git restore --source=HEAD :/`.",
+--endpoint ENDPOINT`, then `git restore --source=HEAD --staged --worktree :/`.",
     after_long_help = "Examples:\n  git xet clone https://git.example.org/team/models.git\n  \
 git xet clone --endpoint https://xet.example.org \
 https://git.example.org/team/models.git\n  git xet clone --endpoint /shared/xet-store \

@@ -151,8 +151,14 @@ fn a_standalone_repository_clones_in_one_command() {
     // Repaired in place as `git xet clone --help` and the guide say.
     let broken = env.path().join("plain");
     install_local_endpoint(&env, &broken, &store);
-    env.git(&broken, &["restore", "--source=HEAD", ":/"]);
+    env.git(
+        &broken,
+        &["restore", "--source=HEAD", "--staged", "--worktree", ":/"],
+    );
     assert!(std::fs::read(broken.join("model.bin")).unwrap() == model);
+    // Nothing staged, nothing untracked: the next commit changes nothing.
+    let status = env.git(&broken, &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "the repaired clone is clean");
 
     // Without an endpoint: nothing is cloned, and the message says what to give.
     let out = env.run_in(
