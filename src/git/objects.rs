@@ -34,23 +34,38 @@ pub(crate) struct TreePointer {
     pub pointer: Pointer,
 }
 
-/// Why a tree's pointers cannot be listed.
+/// Why a tree's pointers cannot be listed. Messages say what git would say: libgit2's own
+/// words (its error classes and codes) are left out.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectsError {
-    #[error("cannot open the git repository: {0}")]
+    #[error("cannot open the git repository: {}", said(.0))]
     Open(#[source] git2::Error),
-    #[error("{rev:?} names no commit or tree in this repository: {source}")]
+    #[error("{rev:?} names no commit or tree in this repository{}", reason(source))]
     Resolve {
         rev: String,
         #[source]
         source: git2::Error,
     },
-    #[error("cannot read the git object {oid}: {source}")]
+    #[error("cannot read the git object {oid}: {}", said(source))]
     Read {
         oid: Oid,
         #[source]
         source: git2::Error,
     },
+}
+
+/// A libgit2 error's message without its class and code (which its `Display` appends).
+pub(crate) fn said(e: &git2::Error) -> &str {
+    e.message().trim_end_matches('.')
+}
+
+/// Why a revision did not resolve, after a colon; nothing when it simply does not exist.
+fn reason(e: &git2::Error) -> String {
+    match e.code() {
+        ErrorCode::NotFound | ErrorCode::InvalidSpec => String::new(),
+        ErrorCode::Ambiguous => " (it is ambiguous: give more of it)".to_string(),
+        _ => format!(": {}", said(e)),
+    }
 }
 
 /// Opens the repository containing `dir` (the current directory with `None`), honouring
@@ -331,6 +346,25 @@ mod tests {
             bytes.extend_from_slice(id.as_bytes());
         }
         repo.odb().unwrap().write(ObjectType::Tree, &bytes).unwrap()
+    }
+
+    #[test]
+    fn a_revision_that_does_not_exist_is_said_in_git_s_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = Git::in_dir(dir.path());
+        git.run(&["init", "-q"]).unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        commit_all(&git);
+        let repo = open(Some(dir.path())).unwrap();
+        let err = lfs_pointers(&repo, "v9").unwrap_err().to_string();
+        assert_eq!(err, "\"v9\" names no commit or tree in this repository");
+        let err = tree_entries(&repo, "HEAD~5").unwrap_err().to_string();
+        assert!(!err.contains("class=") && !err.contains("code="), "{err}");
+        let Err(err) = open(Some(Path::new("/"))) else {
+            panic!("/ is a git repository");
+        };
+        let err = err.to_string();
+        assert!(!err.contains("class=") && !err.contains("code="), "{err}");
     }
 
     #[test]

@@ -23,9 +23,9 @@ use super::{Git, GitError};
 /// Why the index could not be updated.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum IndexError {
-    #[error("cannot read git's index: {0}")]
+    #[error("cannot read git's index: {}", super::objects::said(.0))]
     Read(#[source] git2::Error),
-    #[error("cannot write git's index: {0}")]
+    #[error("cannot write git's index: {}", super::objects::said(.0))]
     Write(#[source] git2::Error),
 }
 
