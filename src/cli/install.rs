@@ -53,7 +53,9 @@ impl ScopeArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     long_about = "Register git-xet as Git LFS's `xet` custom transfer agent.\n\n\
-Writes lfs.customtransfer.xet.{path,args,concurrent} in the chosen scope and runs `git lfs install` \
+Writes lfs.customtransfer.xet.{path,args,concurrent} (and the same agent for downloads as \
+lfs.customtransfer.xet-download.*, a name only git-xet registers, so that servers can tell it \
+downloads) in the chosen scope and runs `git lfs install` \
 if git-lfs's filters are not configured yet. Servers that offer Xet (git xet serve, Hugging Face \
 Hub) then get chunk-deduplicated uploads through git-xet; others keep using plain LFS.\n\n\
 With --endpoint, also turns on standalone mode (lfs.standalonetransferagent=xet): git-lfs skips \
@@ -407,6 +409,19 @@ fn wanted_settings(
             (args.concurrency != Some(1)).to_string(),
         ),
     ];
+    // The same agent once more for downloads, under the name only git-xet registers: git-lfs
+    // offers it in download requests, and servers that know it (git xet serve) then let the
+    // agent download; to a client offering only `xet`, whose agent may upload only, they
+    // answer `basic` (see xet_client::wire::XET_DOWNLOAD_TRANSFER).
+    let download = xet_client::wire::XET_DOWNLOAD_TRANSFER;
+    for (key, value) in [
+        ("path", exe.to_string_lossy().into_owned()),
+        ("args", "transfer".to_string()),
+        ("concurrent", (args.concurrency != Some(1)).to_string()),
+        ("direction", "download".to_string()),
+    ] {
+        wanted.push((format!("lfs.customtransfer.{download}.{key}"), value));
+    }
     if let Some(n) = args.concurrency.filter(|n| *n > 1) {
         wanted.push(("lfs.concurrenttransfers".to_string(), n.to_string()));
     }

@@ -25,6 +25,7 @@ use super::error::TransferError;
 use super::protocol::{Action, Operation};
 use super::settings::{self, TransferMode};
 use crate::git::Git;
+use xet_client::wire::{XET_DOWNLOAD_TRANSFER, XET_TRANSFER};
 use xet_client::Endpoint;
 use xet_format::{FileHash, LfsOid};
 
@@ -95,6 +96,16 @@ struct BatchAnswer {
     transfer: Option<String>,
     #[serde(default)]
     objects: Vec<BatchObject>,
+}
+
+impl BatchAnswer {
+    /// Whether the server chose one of the xet transfers.
+    fn is_xet(&self) -> bool {
+        matches!(
+            self.transfer.as_deref(),
+            Some(XET_DOWNLOAD_TRANSFER | XET_TRANSFER)
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -260,7 +271,7 @@ impl ObjectReader {
         learned: &mut HashMap<LfsOid, ObjectLocation>,
     ) -> Result<(), TransferError> {
         let answer = self.batch(lfs_url, client, objects)?;
-        if answer.transfer.as_deref() != Some("xet") {
+        if !answer.is_xet() {
             return Err(TransferError::Setup(format!(
                 "the LFS server {} does not offer the xet transfer, so objects cannot be read \
                  in part: fetch them first (`git lfs fetch`), then they are read locally",
@@ -291,7 +302,7 @@ impl ObjectReader {
         let mut out = HashMap::new();
         for batch in objects.chunks(BATCH_OBJECTS) {
             let answer = self.batch(lfs_url, client, batch)?;
-            if answer.transfer.as_deref() != Some("xet") {
+            if !answer.is_xet() {
                 return Ok(Actions::NotXet);
             }
             for object in answer.objects {
@@ -309,7 +320,7 @@ impl ObjectReader {
         Ok(Actions::Negotiated(out))
     }
 
-    /// One download batch request for `objects`, offering `xet` only: the answer.
+    /// One download batch request for `objects`, offering the xet transfers only: the answer.
     fn batch(
         &self,
         lfs_url: &str,
@@ -320,7 +331,9 @@ impl ObjectReader {
         let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
         let body = serde_json::json!({
             "operation": "download",
-            "transfers": ["xet"],
+            // The download transfer of git-xet's agent, and the older name servers of
+            // git-xet answered for downloads before it.
+            "transfers": [XET_DOWNLOAD_TRANSFER, XET_TRANSFER],
             "objects": objects
                 .iter()
                 .map(|(oid, size)| serde_json::json!({"oid": oid.to_hex(), "size": size}))

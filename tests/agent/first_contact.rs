@@ -212,3 +212,90 @@ fn a_standalone_repository_clones_in_one_command() {
     assert!(pulled.status == Some(0));
     assert!(std::fs::read(work.join("model.bin")).unwrap() == edited);
 }
+
+/// A stand-in for Hugging Face's git-xet, as its installer registers it: the `xet` agent for
+/// both directions, which refuses every download at `init`.
+fn upload_only_agent(env: &GitEnv) {
+    let script = env.path().join("upload-only-agent");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         while IFS= read -r line; do\n\
+           case \"$line\" in\n\
+             *'\"event\":\"init\"'*'\"operation\":\"download\"'*)\n\
+               echo '{\"error\":{\"code\":32,\"message\":\"custom transfer for download is not implemented yet\"}}' ;;\n\
+             *'\"event\":\"init\"'*) echo '{}' ;;\n\
+             *'\"event\":\"terminate\"'*) exit 0 ;;\n\
+           esac\n\
+         done\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let home = env.home();
+    let path = script.to_str().unwrap();
+    env.git(
+        &home,
+        &["config", "--global", "lfs.customtransfer.xet.path", path],
+    );
+    env.git(
+        &home,
+        &[
+            "config",
+            "--global",
+            "lfs.customtransfer.xet.concurrent",
+            "true",
+        ],
+    );
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_client_whose_xet_agent_cannot_download_still_clones_from_our_server() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let token = common::server::WRITE_TOKEN;
+    let pusher = GitEnv::machine(token);
+    let lfs_url = format!("{}/team/coexist.git/info/lfs", s.url());
+    let work = pusher.negotiated_work_tree(token, &[], &lfs_url);
+    let model = common::splitmix64(41, 3 << 20);
+    std::fs::write(work.join("model.bin"), &model).unwrap();
+    pusher.git(&work, &["add", "-A"]);
+    pusher.git(&work, &["commit", "-q", "-m", "model"]);
+    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    let remote = pusher.path().join("remote.git");
+
+    // Another machine with only the upload-only `xet` agent: git-lfs offers `xet` for the
+    // download, our server answers basic, and the clone works.
+    let theirs = GitEnv::new();
+    theirs.credential_helper(token);
+    upload_only_agent(&theirs);
+    let out = theirs.run_in(
+        theirs.path(),
+        "git",
+        &["clone", "-q", remote.to_str().unwrap(), "copy"],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert!(std::fs::read(theirs.path().join("copy/model.bin")).unwrap() == model);
+
+    // With git-xet installed the same clone downloads through its agent (the journal has it).
+    let ours = GitEnv::machine(token);
+    let out = ours.run_in(
+        ours.path(),
+        "git",
+        &["clone", "-q", remote.to_str().unwrap(), "copy"],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let copy = ours.path().join("copy");
+    assert!(std::fs::read(copy.join("model.bin")).unwrap() == model);
+    let downloads = ours
+        .journal(&copy)
+        .into_iter()
+        .filter(|r| r["direction"] == "download")
+        .count();
+    assert_eq!(downloads, 1, "{}", ours.agent_log());
+}

@@ -78,6 +78,16 @@ fn install_is_idempotent_and_uninstall_removes_exactly_what_it_wrote() {
     );
     assert_eq!(s.global("lfs.customtransfer.xet.args"), "transfer");
     assert_eq!(s.global("lfs.customtransfer.xet.concurrent"), "true");
+    // The same agent for downloads, under the name only git-xet registers.
+    assert_eq!(
+        s.global("lfs.customtransfer.xet-download.path"),
+        exe.to_string_lossy()
+    );
+    assert_eq!(s.global("lfs.customtransfer.xet-download.args"), "transfer");
+    assert_eq!(
+        s.global("lfs.customtransfer.xet-download.direction"),
+        "download"
+    );
     assert_eq!(s.global("lfs.concurrenttransfers"), "2");
     assert!(
         !s.global("filter.lfs.process").is_empty(),
@@ -95,6 +105,8 @@ fn install_is_idempotent_and_uninstall_removes_exactly_what_it_wrote() {
     let out = ok(&s.git_xet(cwd, &["uninstall"]));
     assert!(out.contains("uninstalled"), "{out}");
     assert_eq!(s.global("lfs.customtransfer.xet.path"), "");
+    assert_eq!(s.global("lfs.customtransfer.xet-download.path"), "");
+    assert_eq!(s.global("lfs.customtransfer.xet-download.direction"), "");
     assert_eq!(s.global("xet.managedkeys"), "");
     assert_eq!(
         s.global("lfs.concurrenttransfers"),

@@ -432,3 +432,34 @@ fn each_remote_shows_its_own_lfs_url_and_endpoint() {
     let v = status(&env, &work, &[]);
     assert!(has(&warnings(&v), "git xet prune"), "{v}");
 }
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn an_install_without_the_download_registration_is_pointed_out() {
+    if !tools_available() {
+        return;
+    }
+    let env = GitEnv::new();
+    let work = repo(&env);
+    let v = status(&env, &work, &[]);
+    assert!(!has(&notes(&v), "xet-download"), "{v}");
+    // As an older git-xet installed it: the `xet` agent only.
+    for key in ["path", "args", "concurrent", "direction"] {
+        env.run_in(
+            &work,
+            "git",
+            &[
+                "config",
+                "--local",
+                "--unset",
+                &format!("lfs.customtransfer.xet-download.{key}"),
+            ],
+        );
+    }
+    let v = status(&env, &work, &[]);
+    assert!(has(&notes(&v), "lfs.customtransfer.xet-download"), "{v}");
+    assert!(
+        status_text(&env, &work, &[]).contains("git xet install"),
+        "the fix is said"
+    );
+}

@@ -98,9 +98,9 @@ fn small_objects_come_with_their_plan_and_the_agent_needs_no_cas_request() {
     let answer = batch(
         &server,
         &[(&small_oid, small.len()), (&large_oid, large.len())],
-        &["xet", "basic"],
+        &["xet-download", "xet", "basic"],
     );
-    assert_eq!(answer["transfer"], "xet");
+    assert_eq!(answer["transfer"], "xet-download");
     let small_action = &answer["objects"][0]["actions"]["download"];
     let header = small_action["header"]["X-Xet-Reconstruction"]
         .as_str()
@@ -142,7 +142,7 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
     let server = common::server::start();
     let data = common::splitmix64(9, 200_000);
     let oid = put(&server, &data);
-    let answer = batch(&server, &[(&oid, data.len())], &["xet"]);
+    let answer = batch(&server, &[(&oid, data.len())], &["xet-download"]);
     let action = &answer["objects"][0]["actions"]["download"];
     let header = action["header"]["X-Xet-Reconstruction"].as_str().unwrap();
     let s = Sandbox::new();

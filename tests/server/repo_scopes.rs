@@ -73,7 +73,7 @@ impl Client<'_> {
             .header("Content-Type", "application/vnd.git-lfs+json")
             .json(&json!({
                 "operation": operation,
-                "transfers": ["xet", "basic"],
+                "transfers": ["xet-download", "xet", "basic"],
                 "objects": [{"oid": oid, "size": size}],
             }))
             .send()

@@ -228,7 +228,23 @@ fn xet_negotiation_shape_headers_and_tokens() {
             "objects": [{"oid": oid, "size": bytes.len()}],
         }),
     );
-    assert_eq!(answer["transfer"], "xet");
+    // A client offering only `xet` may have an agent that cannot download (Hugging Face's
+    // uploads only): it is answered basic, as the Hub answers downloads.
+    assert_eq!(answer["transfer"], "basic");
+    assert!(answer["objects"][0]["actions"]["download"]["href"]
+        .as_str()
+        .unwrap()
+        .contains("/objects/"));
+    let answer = batch(
+        &server,
+        &bearer(READ_TOKEN),
+        json!({
+            "operation": "download",
+            "transfers": ["xet-download", "xet", "basic"],
+            "objects": [{"oid": oid, "size": bytes.len()}],
+        }),
+    );
+    assert_eq!(answer["transfer"], "xet-download");
     let download = &answer["objects"][0]["actions"]["download"];
     assert_eq!(
         download["href"],

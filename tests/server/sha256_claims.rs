@@ -212,7 +212,7 @@ fn the_batch_api_asks_for_an_upload_while_the_oid_is_only_claimed() {
             .body(
                 serde_json::json!({
                     "operation": operation,
-                    "transfers": ["xet", "basic"],
+                    "transfers": ["xet-download", "xet", "basic"],
                     "objects": [{"oid": oid.to_hex(), "size": real.len()}],
                 })
                 .to_string(),

@@ -281,7 +281,7 @@ fn another_teams_claim_never_hides_this_teams_upload() {
         .body(
             json!({
                 "operation": "download",
-                "transfers": ["xet"],
+                "transfers": ["xet-download"],
                 "objects": [{"oid": oid.to_hex(), "size": real.len()}],
             })
             .to_string(),

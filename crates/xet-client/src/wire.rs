@@ -111,6 +111,18 @@ pub struct ShardRegistered {
 /// SHA-256 claims of shards itself (value `1`; see `server::claims`).
 pub const CHECKS_SHA256_HEADER: &str = "x-xet-checks-sha256";
 
+/// The Git LFS transfer of Xet uploads (and of downloads from servers that predate
+/// [`XET_DOWNLOAD_TRANSFER`]): git-lfs's custom transfer `xet`, the name Hugging Face's agent
+/// registers too.
+pub const XET_TRANSFER: &str = "xet";
+
+/// The Git LFS transfer of Xet downloads through git-xet's agent: a second custom transfer that
+/// only `git xet install` registers (for downloads, the same program). git-lfs offers it in a
+/// download's batch request only where it is registered, so a server that answers it knows the
+/// agent git-lfs will run downloads; a client that offers only `xet` may have an agent that
+/// cannot (Hugging Face's uploads only), and is answered `basic`.
+pub const XET_DOWNLOAD_TRANSFER: &str = "xet-download";
+
 /// The header on dedup answers (`GET /v1/chunks/…`, 200 and 404) by which a server says it
 /// indexes dense keys, with their modulus in decimal (`64`; docs/format.md §5.5): a client may
 /// then ask about the leading chunks and dense keys of every run of a file. Servers without it

@@ -134,6 +134,17 @@ pub(super) fn registration(
              uploads",
         );
     }
+    let download = xet_client::wire::XET_DOWNLOAD_TRANSFER;
+    if r.path.is_some()
+        && r.other_agent.is_none()
+        && key(&format!("lfs.customtransfer.{download}.path"))?.is_none()
+    {
+        findings
+            .note(format!(
+                "git-xet is registered for uploads only as far as servers can tell:                  lfs.customtransfer.{download}.* is not set (an install by an older git-xet), so                  git xet serve answers downloads with plain LFS transfers"
+            ))
+            .fix("run `git xet install` again (with the same scope flag) for chunked downloads");
+    }
     if r.basic_transfers_only
         .as_ref()
         .is_some_and(|b| is_true(&b.value))

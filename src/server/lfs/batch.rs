@@ -7,6 +7,11 @@
 //! array, 409 a `hash_algo` other than `sha256`, 413 more than [`MAX_OBJECTS`] objects, 406 an
 //! `Accept` header that rules out JSON.
 //!
+//! Which transfer: uploads go through `xet` when the client offers it; downloads only when it
+//! offers `xet-download` ([`XET_DOWNLOAD_TRANSFER`], which only git-xet's install registers),
+//! answered by that name; otherwise `basic` (docs/lfs-agent.md §11.5). A client whose `xet` agent cannot download
+//! (Hugging Face's) still clones.
+//!
 //! Xet actions carry one CAS token per response (scope write for uploads, read for downloads)
 //! valid for the server's token lifetime; `expires_in` says the same, so git-lfs asks again for
 //! objects it has not started when the token is about to expire, and an agent in the middle of
@@ -39,6 +44,7 @@ use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
 use xet_client::wire::{
     CasTokenInfo, DownloadPack, Pack, MAX_PACK_MEMBERS, PACK_HEADER, RECONSTRUCTION_HEADER,
+    XET_DOWNLOAD_TRANSFER, XET_TRANSFER,
 };
 use xet_client::ReconstructionPlan;
 use xet_format::{FileHash, LfsOid, XorbHash};
@@ -238,9 +244,10 @@ pub async fn batch(
     Ok(lfs_json(
         StatusCode::OK,
         &BatchResponse {
-            transfer: match transfer {
-                Transfer::Xet => "xet",
-                Transfer::Basic => "basic",
+            transfer: match (transfer, operation) {
+                (Transfer::Xet, Operation::Download) => XET_DOWNLOAD_TRANSFER,
+                (Transfer::Xet, Operation::Upload) => XET_TRANSFER,
+                (Transfer::Basic, _) => "basic",
             },
             objects,
             hash_algo: "sha256",
@@ -334,10 +341,16 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
             ),
         ));
     }
+    // Downloads go through xet only for a client whose agent says it downloads (see
+    // XET_DOWNLOAD_TRANSFER); any other gets basic, as from the Hub.
+    let wanted = match operation {
+        Operation::Download => XET_DOWNLOAD_TRANSFER,
+        Operation::Upload => XET_TRANSFER,
+    };
     let offered = request
         .get("transfers")
         .and_then(Value::as_array)
-        .is_some_and(|t| t.iter().any(|t| t.as_str() == Some("xet")));
+        .is_some_and(|t| t.iter().any(|t| t.as_str() == Some(wanted)));
     Ok(BatchRequest {
         operation,
         transfer: if offered {
