@@ -149,7 +149,7 @@ pub(crate) const MANAGED_KEYS: &str = "xet.managedkeys";
 /// (`xet.replaced.path`, `.args`, `.concurrent`), for `uninstall` to put back.
 const REPLACED_PREFIX: &str = "xet.replaced.";
 /// The agent settings kept and put back.
-const AGENT_KEYS: [&str; 3] = ["path", "args", "concurrent"];
+const AGENT_KEYS: [&str; 4] = ["path", "args", "concurrent", "direction"];
 /// The standalone endpoint key.
 pub(crate) use crate::lfs::settings::ENDPOINT_KEY;
 
@@ -180,10 +180,23 @@ fn replace_other_agent(
     let Some(current) = git.config_get_in(Some(scope), PATH_KEY)? else {
         return Ok(());
     };
-    if managed.iter().any(|k| k == PATH_KEY) || super::program::is_this_project(&current, exe) {
+    // A bare name (Hugging Face's installer writes `git-xet`) is another installer's: this
+    // one always writes an absolute path, and which program a bare name runs depends on PATH.
+    let bare = !current.contains('/') && !current.contains('\\');
+    if managed.iter().any(|k| k == PATH_KEY)
+        || (!bare && super::program::is_this_project(&current, exe))
+    {
         return Ok(());
     }
-    let other = super::program::describe(&current);
+    let other = if bare {
+        format!(
+            "{current:?}, a bare name another installer wrote (Hugging Face's git-xet does), \
+             which on this PATH runs {}",
+            super::program::describe(&current)
+        )
+    } else {
+        super::program::describe(&current)
+    };
     let flag = match scope {
         Scope::Global => String::new(),
         other => format!(" {}", other.flag()),
@@ -201,10 +214,14 @@ fn replace_other_agent(
         .into());
     }
     for key in AGENT_KEYS {
-        if let Some(value) =
-            git.config_get_in(Some(scope), &format!("lfs.customtransfer.xet.{key}"))?
-        {
+        let registered = format!("lfs.customtransfer.xet.{key}");
+        if let Some(value) = git.config_get_in(Some(scope), &registered)? {
             git.config_set(scope, &format!("{REPLACED_PREFIX}{key}"), &value)?;
+            if key == "direction" {
+                // Not one this install writes (the agent goes both ways): kept, and put back by
+                // uninstall with the rest.
+                git.config_unset(scope, &registered)?;
+            }
         }
     }
     say!(

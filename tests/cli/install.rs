@@ -387,3 +387,80 @@ fn another_xet_agent_is_never_silently_replaced() {
     assert_eq!(s.global("lfs.customtransfer.xet.args"), "transfer --theirs");
     assert_eq!(s.global("xet.replaced.path"), "");
 }
+
+#[test]
+fn install_force_then_uninstall_leaves_any_earlier_registration_as_it_was() {
+    // Earlier registrations of the `xet` agent by other installers: Hugging Face's (a bare
+    // name), an absolute path with a direction, a path alone.
+    let registrations: [&[(&str, &str)]; 4] = [
+        &[
+            ("path", "git-xet"),
+            ("args", "transfer"),
+            ("concurrent", "true"),
+        ],
+        &[
+            ("path", "/opt/other/bin/git-xet"),
+            ("args", "transfer --verbose"),
+            ("concurrent", "false"),
+            ("direction", "upload"),
+        ],
+        &[("path", "git-xet")],
+        &[("path", "/usr/local/bin/xet-agent"), ("direction", "both")],
+    ];
+    for registration in registrations {
+        let s = Sandbox::new();
+        let cwd = s.dir.path();
+        // git-lfs's filters are there before (uninstall leaves them, on purpose).
+        s.git(cwd, &["lfs", "install", "--skip-repo"]);
+        for (k, v) in registration {
+            s.git(
+                cwd,
+                &[
+                    "config",
+                    "--global",
+                    &format!("lfs.customtransfer.xet.{k}"),
+                    v,
+                ],
+            );
+        }
+        let listed = || {
+            let out = s.git(cwd, &["config", "--global", "--list"]);
+            let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+            lines.sort();
+            lines
+        };
+        let before = listed();
+        // Never taken over without --force, also when the bare name runs this git-xet (it
+        // is first on PATH).
+        let bin = s.dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_git-xet"), bin.join("git-xet")).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut install = Command::new(env!("CARGO_BIN_EXE_git-xet"));
+        s.env(&mut install);
+        let out = install
+            .current_dir(cwd)
+            .env("PATH", &path)
+            .arg("install")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{registration:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--force"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(listed(), before, "{registration:?}");
+        // Taken over with it: the agent is this git-xet, both ways.
+        ok(&s.git_xet(cwd, &["install", "--force"]));
+        assert_ne!(s.global("lfs.customtransfer.xet.path"), registration[0].1);
+        assert_eq!(s.global("lfs.customtransfer.xet.direction"), "");
+        // And uninstall gives back exactly what was there.
+        ok(&s.git_xet(cwd, &["uninstall"]));
+        assert_eq!(listed(), before, "{registration:?}");
+    }
+}
