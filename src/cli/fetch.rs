@@ -198,11 +198,19 @@ pub(crate) fn fetch_refs(
                 report.wanted
             ))
         }
-        Err(FetchError::NotXet { remote: lfs }) => {
-            eprintln!(
-                "git-xet: the LFS server {lfs} does not offer the xet transfer; fetching with \
-                 `git lfs fetch`"
-            );
+        Err(e @ (FetchError::NotXet { .. } | FetchError::Refused(_))) => {
+            match e {
+                FetchError::NotXet { remote: lfs } => eprintln!(
+                    "git-xet: the LFS server {lfs} does not offer the xet transfer; fetching \
+                     with `git lfs fetch`"
+                ),
+                other => eprintln!(
+                    "git-xet: {}; fetching with `git lfs fetch`, which authenticates as git-lfs \
+                     does (its downloads still go through git-xet's agent where the server \
+                     offers it)",
+                    xet_client::redact::redact(&other.to_string())
+                ),
+            }
             let mut lfs_fetch = Command::new("git");
             lfs_fetch
                 .args(["lfs", "fetch", remote.unwrap_or("origin")])

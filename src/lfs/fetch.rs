@@ -45,6 +45,10 @@ pub(crate) enum FetchError {
     /// with its own file adapter: `git lfs fetch` is the way.
     #[error("the LFS server of {remote} does not offer the xet transfer")]
     NotXet { remote: String },
+    /// The LFS server refused git-xet's own batch request: git-lfs, which knows every way to
+    /// authenticate there, is the way.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What a fetch did.
@@ -135,7 +139,11 @@ pub(crate) fn fetch_objects(
         }
     } else {
         let reader = ObjectReader::open(git, remote)?;
-        match reader.download_actions(&missing)? {
+        let actions = match reader.download_actions(&missing) {
+            Err(TransferError::BatchRefused(why)) => return Err(FetchError::Refused(why)),
+            other => other?,
+        };
+        match actions {
             Actions::NotXet => {
                 return Err(FetchError::NotXet {
                     remote: reader.describe(),

@@ -376,6 +376,14 @@ impl ObjectReader {
             }
         }
         let status = response.status;
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(TransferError::BatchRefused(format!(
+                "the LFS server {} refused git-xet's request (HTTP {status}): store the \
+                 credential with `git credential approve`, or run `git lfs fetch` once so that \
+                 your credential helper keeps it",
+                xet_client::redact::redact(&split.bare)
+            )));
+        }
         if !status.is_success() {
             return Err(failed(format!(
                 "HTTP {status}{}",

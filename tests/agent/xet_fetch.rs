@@ -351,3 +351,58 @@ fn a_damaged_chunk_is_refused_and_nothing_wrong_enters_the_store() {
     }
     assert!(store(&repo).len() < 3, "{:?}", store(&repo));
 }
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn a_clone_authenticated_only_by_http_extraheader_falls_back_to_git_lfs() {
+    if !tools_available() {
+        return;
+    }
+    let s = common::server::start();
+    let (pusher, _work, files) = pushed(s.url());
+    let remote = pusher.path().join("remote.git");
+    // A CI checkout: no credential helper, the LFS server's credential in http.extraheader
+    // (which git-lfs sends and git-xet's own batch request does not).
+    let ci = GitEnv::new();
+    let out = ci.run_in(ci.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let basic = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
+    };
+    let key = format!("http.{}/.extraheader", s.url());
+    ci.git(
+        &ci.home(),
+        &[
+            "config",
+            "--global",
+            &key,
+            &format!("Authorization: Basic {basic}"),
+        ],
+    );
+    let out = ci.run_in(
+        ci.path(),
+        "git",
+        &["xet", "clone", remote.to_str().unwrap(), "copy", "--", "-q"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ci.agent_log());
+    assert!(
+        out.stderr.contains("fetching with `git lfs fetch`"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains(WRITE_TOKEN), "{}", out.stderr);
+    let copy = ci.path().join("copy");
+    for (name, bytes) in &files {
+        assert!(std::fs::read(copy.join(name)).unwrap() == *bytes, "{name}");
+    }
+    fsck(&ci, &copy);
+    clean_by_stat(&ci, &copy);
+    // git-lfs's batch request offered xet-download: its downloads went through the agent.
+    let downloads = ci
+        .journal(&copy)
+        .into_iter()
+        .filter(|r| r["direction"] == "download")
+        .count();
+    assert_eq!(downloads, files.len(), "{}", ci.agent_log());
+}
