@@ -44,6 +44,66 @@ pub(crate) fn http_options(git: &Git, url: &str) -> HttpOptions {
     options
 }
 
+/// The `http.extraheader` headers git sends to `url` (see the module documentation), as
+/// (name, value); each value is registered as a secret for [`xet_client::redact`] (CI checkouts
+/// put credentials there). A git that cannot be asked, or a malformed header, gives none.
+pub(crate) fn extra_headers(git: &Git, url: &str) -> Vec<(String, String)> {
+    let Some(out) = git
+        .output(["config", "-z", "--get-regexp", r"^http\..*extraheader$"])
+        .ok()
+        .filter(|o| o.status.success())
+    else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut matches: HashMap<String, bool> = HashMap::new();
+    let mut headers = Vec::new();
+    for entry in text.split('\0').filter(|e| !e.is_empty()) {
+        let (key, value) = entry.split_once('\n').unwrap_or((entry, ""));
+        let Some(middle) = key
+            .strip_prefix("http.")
+            .and_then(|k| k.strip_suffix("extraheader"))
+        else {
+            continue;
+        };
+        let applies = match middle.strip_suffix('.') {
+            None if middle.is_empty() => true,
+            None => continue,
+            Some(pattern) => *matches
+                .entry(pattern.to_string())
+                .or_insert_with(|| url_matches(git, pattern, url)),
+        };
+        if !applies {
+            continue;
+        }
+        if value.is_empty() {
+            headers.clear();
+            continue;
+        }
+        if let Some((name, v)) = value.split_once(':') {
+            let v = v.trim();
+            xet_client::redact::register_authorization(v);
+            headers.push((name.trim().to_string(), v.to_string()));
+        }
+    }
+    headers
+}
+
+/// Whether git's URL matching takes the configuration subsection `pattern` to apply to `url`
+/// (asked of git with a key nothing else sets).
+fn url_matches(git: &Git, pattern: &str, url: &str) -> bool {
+    let probe = format!("http.{pattern}.gitxetprobe=1");
+    git.output([
+        "-c",
+        &probe,
+        "config",
+        "--get-urlmatch",
+        "http.gitxetprobe",
+        url,
+    ])
+    .is_ok_and(|o| o.status.success())
+}
+
 /// `git config --get-urlmatch http <url>` output: `http.<key> <value>` lines, keys lowercased.
 fn parse_urlmatch(text: &str) -> HashMap<String, String> {
     text.lines()

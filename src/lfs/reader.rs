@@ -84,6 +84,9 @@ enum Route {
     Negotiated {
         lfs_url: String,
         client: xet_client::remote::OneShotClient,
+        /// git's `http.extraheader` headers for the LFS URL, sent with every batch request as
+        /// git-lfs sends them (CI checkouts authenticate so).
+        extra_headers: Vec<(String, String)>,
         /// One endpoint per CAS URL.
         endpoints: Mutex<HashMap<String, EndpointHandle>>,
     },
@@ -173,9 +176,11 @@ impl ObjectReader {
                     true,
                 )
                 .map_err(|e| TransferError::Setup(format!("LFS server {lfs_url}: {e}")))?;
+                let extra_headers = super::http_settings::extra_headers(git, &lfs_url);
                 Route::Negotiated {
                     lfs_url,
                     client,
+                    extra_headers,
                     endpoints: Mutex::new(HashMap::new()),
                 }
             }
@@ -245,6 +250,7 @@ impl ObjectReader {
                 lfs_url,
                 client,
                 endpoints,
+                ..
             } => {
                 for batch in wanted.chunks(BATCH_OBJECTS) {
                     self.ask_batch(lfs_url, client, endpoints, batch, &mut learned)?;
@@ -340,13 +346,24 @@ impl ObjectReader {
                 .collect::<Vec<_>>(),
         })
         .to_string();
+        let extra: &[(String, String)] = match &self.route {
+            Route::Negotiated { extra_headers, .. } => extra_headers,
+            Route::Standalone(_) => &[],
+        };
+        // A credential in http.extraheader is the one git-lfs sends: no other is tried.
+        let authorized = extra
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("authorization"));
         let send = |auth: Option<&(String, String)>| {
             let mut r = client
                 .post(&target)
                 .header("Accept", "application/vnd.git-lfs+json")
                 .header("Content-Type", "application/vnd.git-lfs+json")
                 .body(body.clone());
-            if let Some((user, password)) = auth {
+            for (name, value) in extra {
+                r = r.header(name.as_str(), value.as_str());
+            }
+            if let Some((user, password)) = auth.filter(|_| !authorized) {
                 r = r.basic_auth(user, Some(password));
             }
             client.send(r, MAX_BATCH_ANSWER)

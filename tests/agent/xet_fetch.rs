@@ -352,20 +352,50 @@ fn a_damaged_chunk_is_refused_and_nothing_wrong_enters_the_store() {
     assert!(store(&repo).len() < 3, "{:?}", store(&repo));
 }
 
+/// `git xet clone` of `remote` on `env` as `copy`; the files must be checked out, the store
+/// clean and every download gone through the agent. Returns what the command printed.
+fn clone_whole(env: &GitEnv, remote: &Path, files: &[(String, Vec<u8>)]) -> String {
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &["xet", "clone", remote.to_str().unwrap(), "copy", "--", "-q"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
+    assert!(!out.stderr.contains(WRITE_TOKEN), "{}", out.stderr);
+    let copy = env.path().join("copy");
+    for (name, bytes) in files {
+        assert!(std::fs::read(copy.join(name)).unwrap() == *bytes, "{name}");
+    }
+    fsck(env, &copy);
+    clean_by_stat(env, &copy);
+    let downloads = env
+        .journal(&copy)
+        .into_iter()
+        .filter(|r| r["direction"] == "download")
+        .count();
+    assert_eq!(downloads, files.len(), "{}", env.agent_log());
+    out.stderr
+}
+
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-fn a_clone_authenticated_only_by_http_extraheader_falls_back_to_git_lfs() {
+fn clones_authenticate_as_git_lfs_does() {
     if !tools_available() {
         return;
     }
     let s = common::server::start();
     let (pusher, _work, files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
-    // A CI checkout: no credential helper, the LFS server's credential in http.extraheader
-    // (which git-lfs sends and git-xet's own batch request does not).
-    let ci = GitEnv::new();
-    let out = ci.run_in(ci.path(), "git", &["xet", "install", "--global"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    let fresh = || {
+        let env = GitEnv::new();
+        let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+        assert_eq!(out.status, Some(0), "{}", out.all());
+        env
+    };
+
+    // A CI checkout: no credential helper, the LFS server's credential in http.extraheader,
+    // which git-xet's own batch request sends as git-lfs does.
+    let ci = fresh();
     let basic = {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
@@ -380,29 +410,24 @@ fn a_clone_authenticated_only_by_http_extraheader_falls_back_to_git_lfs() {
             &format!("Authorization: Basic {basic}"),
         ],
     );
-    let out = ci.run_in(
-        ci.path(),
-        "git",
-        &["xet", "clone", remote.to_str().unwrap(), "copy", "--", "-q"],
-    );
-    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ci.agent_log());
-    assert!(
-        out.stderr.contains("fetching with `git lfs fetch`"),
-        "{}",
-        out.stderr
-    );
-    assert!(!out.stderr.contains(WRITE_TOKEN), "{}", out.stderr);
-    let copy = ci.path().join("copy");
-    for (name, bytes) in &files {
-        assert!(std::fs::read(copy.join(name)).unwrap() == *bytes, "{name}");
-    }
-    fsck(&ci, &copy);
-    clean_by_stat(&ci, &copy);
-    // git-lfs's batch request offered xet-download: its downloads went through the agent.
-    let downloads = ci
-        .journal(&copy)
-        .into_iter()
-        .filter(|r| r["direction"] == "download")
-        .count();
-    assert_eq!(downloads, files.len(), "{}", ci.agent_log());
+    let said = clone_whole(&ci, &remote, &files);
+    assert!(!said.contains("git lfs fetch"), "{said}");
+
+    // Credentials only git-lfs reads (~/.netrc): git-xet's request is refused, and `git lfs
+    // fetch` fetches instead (through the agent).
+    let netrc = fresh();
+    let host = s
+        .url()
+        .trim_start_matches("http://")
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        netrc.home().join(".netrc"),
+        format!("machine {host}\nlogin git\npassword {WRITE_TOKEN}\n"),
+    )
+    .unwrap();
+    let said = clone_whole(&netrc, &remote, &files);
+    assert!(said.contains("fetching with `git lfs fetch`"), "{said}");
 }
