@@ -87,11 +87,52 @@ pub(crate) fn write_pages(cmd: clap::Command, dir: &Path) -> std::io::Result<Vec
         out.push(clap_mangen::Man::new(cmd).generate_to(dir)?);
         Ok(())
     }
-    let mut cmd = cmd.disable_help_subcommand(true);
+    let mut cmd = without_markdown(cmd.disable_help_subcommand(true));
     cmd.build();
     let mut out = Vec::new();
     write(cmd, dir, &mut out)?;
     Ok(out)
+}
+
+/// `cmd` and its subcommands with the Markdown backticks of their texts taken out: `--help`
+/// shows `git xet install` as code to a reader of a terminal, but man prints the backticks
+/// as they are.
+fn without_markdown(mut cmd: clap::Command) -> clap::Command {
+    fn plain(text: &clap::builder::StyledStr) -> String {
+        text.to_string().replace('`', "")
+    }
+    if let Some(t) = cmd.get_about().map(plain) {
+        cmd = cmd.about(t);
+    }
+    if let Some(t) = cmd.get_long_about().map(plain) {
+        cmd = cmd.long_about(t);
+    }
+    if let Some(t) = cmd.get_after_help().map(plain) {
+        cmd = cmd.after_help(t);
+    }
+    if let Some(t) = cmd.get_after_long_help().map(plain) {
+        cmd = cmd.after_long_help(t);
+    }
+    let args: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+    for id in args {
+        cmd = cmd.mut_arg(id, |mut arg| {
+            if let Some(t) = arg.get_help().map(plain) {
+                arg = arg.help(t);
+            }
+            if let Some(t) = arg.get_long_help().map(plain) {
+                arg = arg.long_help(t);
+            }
+            arg
+        });
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, without_markdown);
+    }
+    cmd
 }
 
 #[cfg(test)]
@@ -130,5 +171,10 @@ mod tests {
             install.contains("standalone"),
             "long help missing: {install}"
         );
+        // No Markdown: man would print the backticks as they are.
+        for page in &written {
+            let text = std::fs::read_to_string(page).unwrap();
+            assert!(!text.contains('`'), "{}: {text}", page.display());
+        }
     }
 }
