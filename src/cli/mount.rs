@@ -20,7 +20,9 @@ come from git's objects; a Git LFS file from the local LFS store if its object i
 in ranges from the remote's server: a read fetches only the chunks it needs (every one \
 checked), a sequential reader gets the next spans fetched ahead, and the download chunk cache \
 keeps what was fetched. A read that fails answers EIO (logged with the file and offset: \
-GIT_XET_LOG); the mount stays up.\n\n\
+the log); the mount stays up. The log goes to GIT_XET_LOG if set, else to mount.log in the \
+cache directory, and its path is printed once the mount is up; the terminal shows only \
+warnings and errors unless --verbose.\n\n\
 The tree is shown as `git checkout` would write it: an entry git refuses to check out (`.git` \
 in any spelling a filesystem reads as it, `.` and `..`, a symbolic link named `.gitmodules`) is \
 left out with everything under it, and logged once.\n\n\
@@ -37,6 +39,10 @@ pub(crate) struct MountArgs {
     /// The remote whose server holds the objects (default: the one git-lfs uses).
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
+    /// Write the log (info and up) to the terminal too; without it only warnings and errors
+    /// show there, and the log goes to the file named when the mount is up.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 /// What is missing for FUSE, and how to get it; `None` when it is there.
@@ -97,7 +103,24 @@ pub fn run(args: &MountArgs) -> CmdResult {
     if let Some(missing) = fuse_missing() {
         return Err(missing.into());
     }
-    super::transfer::init_logging(super::transfer::Stderr::Info);
+    // The log goes to a file (GIT_XET_LOG, else mount.log in the cache directory): the
+    // terminal the mount runs in gets only warnings and errors, unless --verbose.
+    let log = std::env::var_os(super::transfer::LOG_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            crate::lfs::settings::cache_root()
+                .ok()
+                .map(|c| c.join("logs").join("mount.log"))
+        });
+    super::transfer::init_logging_to(
+        if args.verbose {
+            super::transfer::Stderr::Info
+        } else {
+            super::transfer::Stderr::Warn
+        },
+        log.as_deref(),
+    );
     // Fetched spans are megabytes each and pass between threads: with one allocator arena
     // they are reused instead of piling up per thread (measured reading 512 MiB through the
     // mount: peak RSS about 120 MiB instead of 260 MiB, and half the system time).
@@ -137,6 +160,9 @@ pub fn run(args: &MountArgs) -> CmdResult {
         dir.display(),
         dir.display()
     );
+    if let Some(log) = &log {
+        eprintln!("git-xet: the mount's log: {}", log.display());
+    }
     if wait_for_signal_or_unmount(&session)? {
         session
             .umount_and_join()

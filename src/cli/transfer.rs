@@ -47,8 +47,11 @@ pub fn run(_args: &TransferArgs) -> CmdResult {
 /// How much of the log goes to stderr when `GIT_XET_LOG_LEVEL` does not say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stderr {
-    /// `info` and up: stderr is what the user reads (`git xet mount`).
+    /// `info` and up: stderr is what the user reads (`git xet mount --verbose`).
     Info,
+    /// Warnings and errors only, nothing of fuser's below errors (`git xet mount`, whose log
+    /// goes to a file).
+    Warn,
     /// The agent's: git-lfs passes its stderr on only with `GIT_TRACE` (then `info` and up),
     /// else only warnings and errors are written. Two info lines per object, written and read
     /// through git-lfs's pipe for nobody, were an eighth of a fetch of 1000 small files.
@@ -69,6 +72,11 @@ fn agent_stderr_level(git_trace: Option<&str>) -> &'static str {
 /// Logs to stderr and, with `GIT_XET_LOG`, to that file too. Never to stdout. The file gets
 /// `info` and up, stderr as `stderr` says; `GIT_XET_LOG_LEVEL` sets both.
 pub(super) fn init_logging(stderr: Stderr) {
+    init_logging_to(stderr, None);
+}
+
+/// [`init_logging`], with `default_file` as the log file when `GIT_XET_LOG` is not set.
+pub(super) fn init_logging_to(stderr: Stderr, default_file: Option<&std::path::Path>) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
@@ -84,25 +92,33 @@ pub(super) fn init_logging(stderr: Stderr) {
     };
     let stderr_default = match stderr {
         Stderr::Info => "info",
+        Stderr::Warn => "warn,fuser=error",
         Stderr::AgentTrace => agent_stderr_level(std::env::var("GIT_TRACE").ok().as_deref()),
     };
-    let file = std::env::var_os(LOG_ENV).and_then(|path| {
-        match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-        {
-            Ok(f) => Some(f),
-            Err(e) => {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "git-xet: cannot open the log file {} ({LOG_ENV}): {e}",
-                    std::path::Path::new(&path).display()
-                );
-                None
+    let file = std::env::var_os(LOG_ENV)
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| default_file.map(std::path::Path::to_path_buf))
+        .and_then(|path| {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                let _ = std::fs::create_dir_all(parent);
             }
-        }
-    });
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+            {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "git-xet: cannot open the log file {} ({LOG_ENV}): {e}",
+                        std::path::Path::new(&path).display()
+                    );
+                    None
+                }
+            }
+        });
     let to_stderr = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .with_writer(Redacting(std::io::stderr))

@@ -647,12 +647,31 @@ fn standalone_mode_reads_from_the_directory_store() {
     if !fuse_available() {
         return;
     }
-    let m = Mounted::start(&env, &clone, &[], &env.path().join("mnt"));
+    // Without GIT_XET_LOG: the log goes to mount.log in the cache directory, named on the
+    // terminal, which gets no info lines.
+    let m = Mounted::start_with(
+        &env,
+        &clone,
+        &[],
+        &env.path().join("mnt"),
+        &[("GIT_XET_LOG", "")],
+    );
     let file = m.dir.join("weights/big.bin");
     assert_eq!(std::fs::metadata(&file).unwrap().len(), big.len() as u64);
     assert!(read_range(&file, at as u64, 70_000).unwrap() == big[at..at + 70_000]);
     assert!(std::fs::read(&file).unwrap() == big);
     m.unmount(&env);
+    let terminal = std::fs::read_to_string(env.path().join("mount-mnt.err")).unwrap();
+    let log = env.path().join("cache/logs/mount.log");
+    assert!(
+        terminal.contains(&format!("the mount's log: {}", log.display())),
+        "{terminal}"
+    );
+    assert!(!terminal.contains(" INFO "), "{terminal}");
+    assert!(
+        std::fs::read_to_string(&log).unwrap().contains(" INFO "),
+        "the log file has the info lines"
+    );
 }
 
 #[test]
