@@ -92,6 +92,14 @@ fn clean_by_stat(env: &GitEnv, repo: &Path) {
     assert!(porcelain.is_empty(), "git status: {porcelain:?}");
 }
 
+/// How many downloads the transfer journal of `repo` records.
+fn downloads(env: &GitEnv, repo: &Path) -> usize {
+    env.journal(repo)
+        .into_iter()
+        .filter(|r| r["direction"] == "download")
+        .count()
+}
+
 fn fsck(env: &GitEnv, repo: &Path) {
     let out = env.run_in(repo, "git", &["lfs", "fsck"]);
     assert_eq!(out.status, Some(0), "git lfs fsck: {}", out.all());
@@ -199,11 +207,7 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     fsck(&ours, &ours_repo);
     clean_by_stat(&ours, &ours_repo);
     // The downloads went through git-xet's own pipeline: the journal has them.
-    let downloads = ours
-        .journal(&ours_repo)
-        .into_iter()
-        .filter(|r| r["direction"] == "download")
-        .count();
+    let downloads = downloads(&ours, &ours_repo);
     assert_eq!(downloads, files.len(), "{}", ours.agent_log());
 
     // A new version of the model: `git xet pull` fetches only what changed.
@@ -290,11 +294,7 @@ fn xet_clone_of_a_standalone_repository_fetches_in_process() {
     assert!(std::fs::read(copy.join("model.bin")).unwrap() == model);
     fsck(&env, &copy);
     clean_by_stat(&env, &copy);
-    let downloads = env
-        .journal(&copy)
-        .into_iter()
-        .filter(|r| r["direction"] == "download")
-        .count();
+    let downloads = downloads(&env, &copy);
     assert_eq!(downloads, 1);
 }
 
@@ -368,11 +368,7 @@ fn clone_whole(env: &GitEnv, remote: &Path, files: &[(String, Vec<u8>)]) -> Stri
     }
     fsck(env, &copy);
     clean_by_stat(env, &copy);
-    let downloads = env
-        .journal(&copy)
-        .into_iter()
-        .filter(|r| r["direction"] == "download")
-        .count();
+    let downloads = downloads(env, &copy);
     assert_eq!(downloads, files.len(), "{}", env.agent_log());
     out.stderr
 }
