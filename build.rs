@@ -8,8 +8,11 @@
 //! | `missing_nginx` | neither `/usr/sbin/nginx` nor `/usr/bin/nginx` exists |
 //! | `missing_fuse` | `/dev/fuse` is absent or `fusermount3 -V` does not run |
 //!
-//! Nothing else in the build depends on them. Installing a tool changes `/usr/bin` or
-//! `/usr/sbin`, which makes cargo run this again.
+//! Nothing else in the build depends on them. The probing runs only in a test build (the
+//! package's dev-dependency on itself turns the `test-tools` feature on): a product build
+//! (`cargo build`, `cargo install`) looks for nothing and never runs this again because `PATH`
+//! or `/usr/bin` changed. In a test build, installing a tool changes `/usr/bin` or `/usr/sbin`,
+//! which makes cargo run this again.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -29,6 +32,9 @@ fn main() {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
     println!("cargo::rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_TEST_TOOLS").is_none() {
+        return;
+    }
     println!("cargo::rerun-if-env-changed=PATH");
     for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
         if Path::new(dir).is_dir() {

@@ -5,20 +5,26 @@ set -eu
 
 usage() {
     cat <<'EOF'
-Usage: ./install.sh [-y] [--endpoint URL-or-DIR] [--no-demo]
+Usage: ./install.sh [-y] [--agent-only] [--endpoint URL-or-DIR] [--no-demo]
 
 Installs git-xet from this source checkout:
   1. git and git-lfs, if missing (apt-get on Debian/Ubuntu, with sudo unless root;
      Homebrew on macOS)
   2. Rust through rustup, if cargo is missing (asks first), and a C compiler
   3. git-xet: cargo install --path . --locked   (into ~/.cargo/bin), and its man pages
-     (git xet man: into ~/.cargo/share/man/man1, where `git help xet` finds them)
+     (git xet man: into ~/.cargo/share/man/man1, where `git help xet` finds them).
+     The build needs about 1 GB of free disk in the checkout's target/ directory and takes
+     minutes (see "Install" in README.md for measured times); an interrupted or failed build
+     resumes where it stopped when this script runs again.
   4. git xet install: registers git-xet with Git LFS in your global git configuration
   5. fuse3 on Linux, for `git xet mount` (asks first; everything else works without it)
   6. git xet demo, if this git-xet has that command
 
 Options:
   -y, --yes               install what is missing without asking
+  --agent-only            build only the transfer agent and the git commands (no `git xet
+                          serve`, no S3 storage, no `git xet mount`): a shorter build and a
+                          smaller binary (cargo install --no-default-features)
   --endpoint URL-or-DIR   standalone mode: LFS objects go to this `git xet serve` URL or
                           local directory, for every repository (git xet install --endpoint)
   --no-demo               do not run `git xet demo` at the end
@@ -36,11 +42,13 @@ die() {
 }
 
 assume_yes=0
+agent_only=0
 endpoint=""
 demo=1
 while [ $# -gt 0 ]; do
     case $1 in
         -y | --yes) assume_yes=1 ;;
+        --agent-only) agent_only=1 ;;
         --endpoint)
             [ $# -ge 2 ] || die "--endpoint needs a value: a git xet serve URL or a directory"
             endpoint=$2
@@ -179,9 +187,40 @@ if ! command -v cc >/dev/null 2>&1; then
     esac
 fi
 
-# 3. git-xet.
-say "building and installing git-xet (cargo install --path . --locked); this takes a few minutes"
-cargo install --path . --locked
+# 3. git-xet. The build goes to the checkout's own target/ (or CARGO_TARGET_DIR), not to a
+# temporary directory, so that a rerun after a failure or an interruption resumes instead of
+# starting over.
+target_dir=${CARGO_TARGET_DIR:-$(pwd)/target}
+mkdir -p "$target_dir"
+# free_gb DIR: whole gigabytes free on DIR's file system (empty when df cannot tell).
+free_gb() { df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }'; }
+need_gb=1
+features=""
+what="git-xet"
+if [ "$agent_only" = 1 ]; then
+    features="--no-default-features"
+    what="git-xet (agent only)"
+fi
+free=$(free_gb "$target_dir")
+if [ -n "$free" ] && [ "$free" -lt "$need_gb" ]; then
+    die "building $what needs about $need_gb GB free in $target_dir; $free GB are free there: free some space (or set CARGO_TARGET_DIR to a disk with room), then run this again"
+fi
+cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo "?")
+say "building $what: cargo install --path . --locked $features"
+say "  about 1 GB of disk in $target_dir; a release build of every dependency, which takes minutes ($cores cores here; README.md, \"Install\", has measured times)"
+build_started=$(date +%s)
+# shellcheck disable=SC2086 # $features is one option or none
+if ! cargo install --path . --locked --target-dir "$target_dir" $features; then
+    elapsed=$(($(date +%s) - build_started))
+    free=$(free_gb "$target_dir")
+    printf '\ninstall.sh: error: building git-xet failed after %s s (cargo'"'"'s messages above say where).\n' "$elapsed" >&2
+    if [ -n "$free" ] && [ "$free" -lt 1 ]; then
+        printf 'The disk holding %s is full (%s GB free): free some space.\n' "$target_dir" "$free" >&2
+    fi
+    printf 'Run ./install.sh again: what was already built in %s is kept, so the build resumes where it stopped.\n' "$target_dir" >&2
+    exit 1
+fi
+say "built in $(($(date +%s) - build_started)) s"
 bin_dir=${CARGO_INSTALL_ROOT:-$cargo_home}/bin
 if [ -x "$bin_dir/git-xet" ]; then
     case ":$PATH:" in
@@ -207,7 +246,7 @@ install_fuse3() {
     say "apt-get install fuse3"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3
 }
-if [ "$os" = Linux ] && ! command -v fusermount3 >/dev/null 2>&1; then
+if [ "$os" = Linux ] && [ "$agent_only" = 0 ] && ! command -v fusermount3 >/dev/null 2>&1; then
     fuse_note="\`git xet mount\` needs it (Debian/Ubuntu: apt-get install fuse3); \`git xet cat\` and everything else work without it"
     if command -v apt-get >/dev/null 2>&1 &&
         { [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null 2>&1; } &&

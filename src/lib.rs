@@ -19,4 +19,5 @@ pub use xet_format as format;
 pub mod git;
 pub mod lfs;
 pub mod mount;
+#[cfg(feature = "server")]
 pub mod server;

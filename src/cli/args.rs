@@ -21,6 +21,7 @@ pub(crate) fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A duration longer than zero (timeouts, lifetimes).
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) fn positive_duration(s: &str) -> Result<Duration, String> {
     match duration(s)? {
         d if d.is_zero() => Err(format!("`{s}`: give a duration longer than zero")),

@@ -68,7 +68,7 @@ pub(crate) struct BucketArgs {
     /// Work on the objects in an S3-compatible bucket (s3://BUCKET/PREFIX, as given to `git
     /// xet serve --storage`), with settings from the AWS_* environment.
     #[arg(long, value_name = "URL")]
-    pub storage: Option<xet_store::s3::StorageUrl>,
+    pub storage: Option<xet_store::storage_url::StorageUrl>,
     /// With --storage: the directory of this command's index of the bucket (kept for the next
     /// run, which then only registers what is new). Default: a temporary directory. Not the
     /// --data of a running node.
@@ -219,7 +219,7 @@ fn open_target(dir: Option<&Path>, bucket: &BucketArgs) -> Result<Opened, String
             (scratch.path().join("index"), Some(scratch))
         }
     };
-    let config = xet_store::s3::S3Config::from_vars(url.clone(), std::env::vars());
+    let config = xet_store::storage_url::S3Config::from_vars(url.clone(), std::env::vars());
     let store = Store::open_s3(&data, Default::default(), &config, runtime.handle().clone())
         .map_err(|e| {
             if e.is_locked() {

@@ -20,9 +20,13 @@ mod install;
 mod ls_files;
 mod maintenance;
 mod man;
+#[cfg(feature = "mount")]
 mod mount;
+#[cfg(not(all(feature = "server", feature = "mount")))]
+mod not_built;
 mod program;
 mod prune;
+#[cfg(feature = "server")]
 mod serve;
 mod status;
 mod summary;
@@ -58,8 +62,12 @@ enum Command {
     Hash(hash::HashArgs),
     #[command(about = "Print a readable dump of a xorb or a shard, validating every field.")]
     Inspect(inspect::InspectArgs),
+    #[cfg(feature = "server")]
     #[command(about = "Run a self-hosted Xet CAS server and Git LFS server.")]
     Serve(Box<serve::ServeArgs>),
+    #[cfg(not(feature = "server"))]
+    #[command(about = "Run a self-hosted Xet CAS server (not in this build: feature `server`).")]
+    Serve(not_built::NotBuiltArgs),
     #[command(
         about = "Register git-xet as Git LFS's `xet` transfer agent (optionally in standalone mode)."
     )]
@@ -126,7 +134,11 @@ enum Command {
     #[command(
         about = "Mount the tree at a ref read-only with FUSE; files are fetched as they are read."
     )]
+    #[cfg(feature = "mount")]
     Mount(mount::MountArgs),
+    #[cfg(not(feature = "mount"))]
+    #[command(about = "Mount the tree at a ref with FUSE (not in this build: feature `mount`).")]
+    Mount(not_built::NotBuiltArgs),
 }
 
 /// The whole command line definition (for the man pages).
@@ -141,7 +153,10 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Hash(args) => hash::run(args),
         Command::Inspect(args) => inspect::run(args),
+        #[cfg(feature = "server")]
         Command::Serve(args) => serve::run(args),
+        #[cfg(not(feature = "server"))]
+        Command::Serve(_) => not_built::run("serve", "server"),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),
         Command::Track(args) => install::track(args),
@@ -160,7 +175,10 @@ pub fn main() -> ExitCode {
         Command::Prune(args) => prune::run(args),
         Command::Man(args) => man::run(args),
         Command::Cat(args) => cat::run(args),
+        #[cfg(feature = "mount")]
         Command::Mount(args) => mount::run(args),
+        #[cfg(not(feature = "mount"))]
+        Command::Mount(_) => not_built::run("mount", "mount"),
     };
     match result {
         Ok(code) => code,

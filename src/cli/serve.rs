@@ -83,7 +83,7 @@ pub(crate) struct ServeArgs {
     /// Keep xorbs and shards in an S3-compatible bucket (s3://BUCKET/PREFIX) instead of --data;
     /// settings from the AWS_* environment.
     #[arg(long, value_name = "URL")]
-    pub storage: Option<xet_store::s3::StorageUrl>,
+    pub storage: Option<xet_store::storage_url::StorageUrl>,
     /// With --storage: reconstructions name presigned URLs of the bucket, so downloads go
     /// straight to the object storage (clients must reach its endpoint) instead of through
     /// this server.
@@ -402,7 +402,7 @@ fn serve_config(
     config.storage = args
         .storage
         .clone()
-        .map(|url| xet_store::s3::S3Config::from_vars(url, std::env::vars()));
+        .map(|url| xet_store::storage_url::S3Config::from_vars(url, std::env::vars()));
     config.storage_urls = args.storage_urls;
     config.lock_owner = args.lock_owner.clone();
     config.lock_owner_insecure_http = args.lock_owner_insecure_http;

@@ -48,9 +48,11 @@ pub fn run(_args: &TransferArgs) -> CmdResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stderr {
     /// `info` and up: stderr is what the user reads (`git xet mount --verbose`).
+    #[cfg_attr(not(feature = "mount"), allow(dead_code))]
     Info,
     /// Warnings and errors only, nothing of fuser's below errors (`git xet mount`, whose log
     /// goes to a file).
+    #[cfg_attr(not(feature = "mount"), allow(dead_code))]
     Warn,
     /// The agent's: git-lfs passes its stderr on only with `GIT_TRACE` (then `info` and up),
     /// else only warnings and errors are written. Two info lines per object, written and read

@@ -66,7 +66,8 @@ pub(crate) enum LocalServerError {
 
 /// Whether agents share a server for a directory store (the default).
 pub(crate) fn enabled() -> bool {
-    std::env::var(ENABLE_ENV).map_or(true, |v| v.trim() != "0")
+    // A build without the server (feature `server`) has none to start.
+    cfg!(feature = "server") && std::env::var(ENABLE_ENV).map_or(true, |v| v.trim() != "0")
 }
 
 /// The shared server of the store in `dir`: the one announced there if it answers, else one

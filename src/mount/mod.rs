@@ -7,6 +7,8 @@
 //! | [`fs`] | the read-only FUSE filesystem over a [`view::View`] |
 //! | [`readahead`] | the sequential streams within each open file, their read-ahead windows, and the queue and threads of background fetches |
 
+#[cfg(feature = "mount")]
 pub mod fs;
+#[cfg(feature = "mount")]
 pub mod readahead;
 pub mod view;

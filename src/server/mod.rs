@@ -62,7 +62,7 @@ pub struct ServeConfig {
     /// the index, temporary files, locks).
     pub data_dir: PathBuf,
     /// Objects in an S3-compatible bucket several nodes share, instead of in `data_dir`.
-    pub storage: Option<xet_store::s3::S3Config>,
+    pub storage: Option<xet_store::storage_url::S3Config>,
     /// Reconstructions name presigned URLs of the bucket itself, so downloads go straight to
     /// the object storage instead of through this server (object storage only).
     pub storage_urls: bool,

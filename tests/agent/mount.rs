@@ -556,6 +556,38 @@ fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
         "the chunk cache holds {cached} bytes, limit 8 MiB"
     );
     m.unmount(&p.env);
+
+    // A new mount (negotiated mode: the CAS and its token come from the LFS server's batch
+    // answer) reads a region again from the chunk cache, not from the server: 4 MiB read
+    // first through one mount, then through another. What may still move: pieces of a xorb
+    // smaller than the cache keeps (256 KiB), at the region's ends, and read-ahead past the
+    // region reaching further than the first mount's did (its window depends on timing).
+    use std::os::unix::fs::FileExt as _;
+    let sent = || p.server.health("sent_xorb_bytes");
+    let region = |m: &Mounted| {
+        let f = std::fs::File::open(m.dir.join("model.bin")).unwrap();
+        let mut buf = vec![0u8; 4 * MIB];
+        f.read_exact_at(&mut buf, 12 * MIB as u64).unwrap();
+        assert!(buf[..] == p.v2[12 * MIB..16 * MIB]);
+    };
+    let m = Mounted::start(&p.env, &clone, &[], &p.env.path().join("mnt2"));
+    let before = sent();
+    region(&m);
+    let first = sent() - before;
+    m.unmount(&p.env);
+    let m = Mounted::start(&p.env, &clone, &[], &p.env.path().join("mnt3"));
+    let before = sent();
+    region(&m);
+    let moved = sent() - before;
+    assert!(
+        first >= 4 * MIB as u64,
+        "{first} bytes sent for the region's first read"
+    );
+    assert!(
+        moved <= 2 * MIB as u64,
+        "{moved} bytes sent for 4 MiB read through an earlier mount (the first read: {first})"
+    );
+    m.unmount(&p.env);
 }
 
 #[test]

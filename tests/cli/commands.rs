@@ -986,6 +986,7 @@ fn install_sh_parses_and_has_help() {
         "-y",
         "--endpoint",
         "--no-demo",
+        "--agent-only",
         "cargo install --path . --locked",
     ] {
         assert!(help.contains(word), "{word}: {help}");
@@ -1015,6 +1016,12 @@ fn install_sh_parses_and_has_help() {
 /// Runs install.sh with stand-ins for git, cargo and the package managers on PATH, which log
 /// their arguments; returns the log and the script's output.
 fn run_install_sh(args: &[&str], demo_exists: bool) -> (String, Output) {
+    run_install_sh_with(args, demo_exists, &[])
+}
+
+/// [`run_install_sh`] with more environment: `FAKE_CARGO_FAILS=1` makes the stand-in cargo's
+/// install fail as a real build does (messages on stderr, exit 101).
+fn run_install_sh_with(args: &[&str], demo_exists: bool, env: &[(&str, &str)]) -> (String, Output) {
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("fake");
     std::fs::create_dir_all(&fake).unwrap();
@@ -1034,7 +1041,7 @@ fn run_install_sh(args: &[&str], demo_exists: bool) -> (String, Output) {
     );
     script(
         "cargo",
-        "case $1 in\n  --version) echo 'cargo 1.85.0 (fake)' ;;\n  install) mkdir -p \"$CARGO_HOME/bin\" && cp \"$FAKE_DIR/git-xet.fake\" \"$CARGO_HOME/bin/git-xet\" ;;\nesac\nexit 0\n",
+        "case $1 in\n  --version) echo 'cargo 1.85.0 (fake)' ;;\n  install) if [ -n \"${FAKE_CARGO_FAILS:-}\" ]; then echo 'error: could not compile `git-xet`' >&2; exit 101; fi; mkdir -p \"$CARGO_HOME/bin\" && cp \"$FAKE_DIR/git-xet.fake\" \"$CARGO_HOME/bin/git-xet\" ;;\nesac\nexit 0\n",
     );
     script("cc", "exit 0\n");
     // FUSE is there, whatever this machine has: install.sh offers fuse3 only without it.
@@ -1066,6 +1073,7 @@ fn run_install_sh(args: &[&str], demo_exists: bool) -> (String, Output) {
         .env("CARGO_HOME", dir.path().join("cargo"))
         .env("FAKE_LOG", &log)
         .env("FAKE_DIR", &fake)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -1107,6 +1115,43 @@ fn install_sh_builds_registers_and_runs_the_demo_when_there_is_one() {
     assert!(log.contains("git-xet demo --help"), "{log}");
     assert!(!log.contains("git-xet demo\n"), "{log}");
     assert!(text.contains("no demo"), "{text}");
+}
+
+#[test]
+fn install_sh_builds_into_the_checkout_and_says_how_long_it_took() {
+    let (log, out) = run_install_sh(&["-y", "--no-demo"], true);
+    let text = ok(&out, "install.sh");
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    assert!(
+        log.contains(&format!("--target-dir {}", target.display())),
+        "the build goes to the checkout's target/, so that a rerun resumes: {log}"
+    );
+    assert!(!log.contains("--no-default-features"), "{log}");
+    assert!(text.contains("about 1 GB of disk"), "{text}");
+    assert!(text.contains("built in "), "{text}");
+
+    let (log, out) = run_install_sh(&["-y", "--no-demo", "--agent-only"], true);
+    let text = ok(&out, "install.sh --agent-only");
+    assert!(log.contains("--no-default-features"), "{log}");
+    assert!(text.contains("git-xet (agent only)"), "{text}");
+}
+
+#[test]
+fn a_failed_build_says_what_failed_and_that_a_rerun_resumes() {
+    let (log, out) = run_install_sh_with(&["-y", "--no-demo"], true, &[("FAKE_CARGO_FAILS", "1")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("could not compile"),
+        "cargo's own message stays: {err}"
+    );
+    assert!(err.contains("building git-xet failed after"), "{err}");
+    assert!(err.contains("Run ./install.sh again"), "{err}");
+    assert!(err.contains("resumes where it stopped"), "{err}");
+    assert!(
+        !log.contains("git-xet install"),
+        "nothing is registered after a failed build: {log}"
+    );
 }
 
 /// The shell blocks of the section `heading` (a whole heading line) of the document `file`

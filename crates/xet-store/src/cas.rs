@@ -167,6 +167,11 @@ pub enum StoreError {
          shard again in a few seconds"
     )]
     SweepInProgress { xorb: XorbHash },
+    #[error(
+        "{url}: this git-xet was built without S3 storage (the `s3` feature); install the full \
+         build (./install.sh, or `cargo install --path . --locked`) to use a bucket"
+    )]
+    S3NotBuilt { url: String },
 }
 
 /// Unchecked SHA-256 claims one uploader may have pending (see `server::claims`); a shard
@@ -615,11 +620,25 @@ impl Store {
         }
     }
 
+    /// Without the S3 backend (feature `s3`), opening a bucket says how to get it.
+    #[cfg(not(feature = "s3"))]
+    pub fn open_s3(
+        _dir: &Path,
+        _options: StoreOptions,
+        config: &crate::storage_url::S3Config,
+        _runtime: tokio::runtime::Handle,
+    ) -> Result<Self, StoreError> {
+        Err(StoreError::S3NotBuilt {
+            url: config.url.to_string(),
+        })
+    }
+
     /// Opens a store whose objects live in an S3-compatible bucket (see [`crate::s3`]), with
     /// `dir` as this node's own directory: its cache of the index, temporary files. Several
     /// processes may open the same bucket, each with its own directory; each catches up with
     /// the others' shards ([`Self::catch_up`], [`Self::catch_up_all`]). The bucket's requests
     /// run on `runtime` (see [`S3Backend::open`](crate::s3::S3Backend::open)).
+    #[cfg(feature = "s3")]
     pub fn open_s3(
         dir: &Path,
         options: StoreOptions,

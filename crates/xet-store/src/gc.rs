@@ -68,7 +68,7 @@ pub const SWEEP_RETENTION: Duration = Duration::from_secs(3600);
 const SWEEP_RECORD_MAX: u64 = 64 << 10;
 
 /// How far apart the clocks of processes sharing a bucket may be (the shard log's window).
-const CLOCK_SKEW_MS: u64 = crate::s3::LOG_WINDOW_MS;
+const CLOCK_SKEW_MS: u64 = crate::storage_url::LOG_WINDOW_MS;
 
 /// How [`Store::gc`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

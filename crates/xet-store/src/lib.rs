@@ -11,7 +11,8 @@
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
 //! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
 //! | [`reopen`] | a redb database opened again after an I/O error (a full disk) |
-//! | [`s3`] | [`S3Backend`](s3::S3Backend): objects in an S3-compatible bucket that several server nodes share |
+//! | `s3` | `S3Backend`: objects in an S3-compatible bucket that several server nodes share (feature `s3`) |
+//! | [`storage_url`] | where a store in a bucket lives: its `s3://` URL and `AWS_*` settings (every build) |
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
 //! | [`small_xorbs`] | small xorbs kept whole in memory on object storage (packs of small files) |
@@ -29,8 +30,10 @@ pub mod index;
 pub mod integrity;
 pub mod local_server;
 pub mod reopen;
+#[cfg(feature = "s3")]
 pub mod s3;
 pub mod small_xorbs;
+pub mod storage_url;
 pub mod sync;
 pub mod timings;
 pub mod xorb_cache;

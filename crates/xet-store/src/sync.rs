@@ -9,7 +9,7 @@
 //! misses) and registers the shards it does not know, checked like an upload against the xorbs
 //! in the bucket. A node started with an empty disk lists every shard once
 //! ([`Store::catch_up_all`]), as it also does every few minutes to find any log entry that was
-//! more than [`LOG_WINDOW_MS`](crate::s3::LOG_WINDOW_MS) late.
+//! more than [`LOG_WINDOW_MS`](crate::storage_url::LOG_WINDOW_MS) late.
 //!
 //! What this trusts: objects in the bucket were validated by the node that stored them, so a
 //! node adopting a xorb another node stored checks its footer against its name (a ranged read)
