@@ -35,28 +35,38 @@ pub(crate) struct TreePointer {
 }
 
 /// Why a tree's pointers cannot be listed. Messages say what git would say: libgit2's own
-/// words (its error classes and codes) are left out.
+/// words (its error classes and codes, which its `Display` appends) are left out, so its error
+/// is kept beside the message, not as the error's source (which error chains print).
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectsError {
-    #[error("cannot open the git repository: {}", said(.0))]
-    Open(#[source] git2::Error),
-    #[error("{rev:?} names no commit or tree in this repository{}", reason(source))]
-    Resolve {
-        rev: String,
-        #[source]
-        source: git2::Error,
-    },
-    #[error("cannot read the git object {oid}: {}", said(source))]
-    Read {
-        oid: Oid,
-        #[source]
-        source: git2::Error,
-    },
+    #[error("cannot open the git repository: {}", open_said(.0))]
+    Open(git2::Error),
+    #[error(
+        "{rev:?} names no commit or tree in this repository{}",
+        reason(libgit2)
+    )]
+    Resolve { rev: String, libgit2: git2::Error },
+    #[error("cannot read the git object {oid}: {}", said(libgit2))]
+    Read { oid: Oid, libgit2: git2::Error },
 }
 
 /// A libgit2 error's message without its class and code (which its `Display` appends).
 pub(crate) fn said(e: &git2::Error) -> &str {
     e.message().trim_end_matches('.')
+}
+
+/// Why a repository did not open, as git says it: one owned by someone else is named with
+/// the setting that trusts it (libgit2 reads `safe.directory` from the global and system
+/// configuration, not from `git -c`).
+fn open_said(e: &git2::Error) -> String {
+    if e.code() == ErrorCode::Owner {
+        return format!(
+            "{}. git refuses repositories owned by someone else; if you trust it, mark it safe \
+             with `git config --global --add safe.directory <its path>`",
+            said(e)
+        );
+    }
+    said(e).to_string()
 }
 
 /// Why a revision did not resolve, after a colon; nothing when it simply does not exist.
@@ -87,10 +97,10 @@ pub(crate) fn lfs_pointers(repo: &Repository, rev: &str) -> Result<Vec<TreePoint
             tracing::debug!("HEAD has no commit yet ({e}): no files");
             return Ok(Vec::new());
         }
-        Err(source) => {
+        Err(libgit2) => {
             return Err(ObjectsError::Resolve {
                 rev: rev.to_string(),
-                source,
+                libgit2,
             })
         }
     };
@@ -160,9 +170,9 @@ pub(crate) fn tree_entries(repo: &Repository, rev: &str) -> Result<CheckoutTree,
     let tree = repo
         .revparse_single(rev)
         .and_then(|o| o.peel_to_tree())
-        .map_err(|source| ObjectsError::Resolve {
+        .map_err(|libgit2| ObjectsError::Resolve {
             rev: rev.to_string(),
-            source,
+            libgit2,
         })?;
     let mut walk = Walk {
         repo,
@@ -179,7 +189,7 @@ pub(crate) fn tree_entries(repo: &Repository, rev: &str) -> Result<CheckoutTree,
 pub(crate) fn blob_bytes(repo: &Repository, oid: Oid) -> Result<Vec<u8>, ObjectsError> {
     repo.find_blob(oid)
         .map(|b| b.content().to_vec())
-        .map_err(|source| ObjectsError::Read { oid, source })
+        .map_err(|libgit2| ObjectsError::Read { oid, libgit2 })
 }
 
 /// Whether `HEAD` points at a branch that has no commit yet.
@@ -212,9 +222,9 @@ impl Walk<'_> {
                     let sub =
                         self.repo
                             .find_tree(entry.id())
-                            .map_err(|source| ObjectsError::Read {
+                            .map_err(|libgit2| ObjectsError::Read {
                                 oid: entry.id(),
-                                source,
+                                libgit2,
                             })?;
                     self.tree(&sub, &path)?;
                 }
@@ -245,9 +255,9 @@ impl Walk<'_> {
                 Some(dir) => format!("{}/{}", dir.path, String::from_utf8_lossy(name)),
                 None => String::from_utf8_lossy(name).into_owned(),
             };
-            let read = |source| ObjectsError::Read {
+            let read = |libgit2| ObjectsError::Read {
                 oid: entry.id(),
-                source,
+                libgit2,
             };
             let link = match entry.kind() {
                 Some(ObjectType::Tree) => false,
@@ -301,7 +311,7 @@ impl Walk<'_> {
         if let Some(known) = self.seen.get(&oid) {
             return Ok(known.clone());
         }
-        let read = |source| ObjectsError::Read { oid, source };
+        let read = |libgit2| ObjectsError::Read { oid, libgit2 };
         let (size, _) = self.odb.read_header(oid).map_err(read)?;
         let pointer = if size == 0 || size >= MAX_POINTER_LEN {
             None
@@ -319,6 +329,33 @@ mod tests {
     use super::*;
     use crate::git::Git;
     use xet_format::LfsOid;
+
+    #[test]
+    fn errors_say_what_git_says_and_carry_no_libgit2_codes() {
+        let owner = git2::Error::new(
+            ErrorCode::Owner,
+            git2::ErrorClass::Config,
+            "repository path '/r' is not owned by current user",
+        );
+        let e = ObjectsError::Open(owner);
+        let text = xet_client::util::error::chain_text(&e);
+        assert!(text.contains("safe.directory"), "{text}");
+        assert!(
+            !text.contains("class=") && !text.contains("code="),
+            "{text}"
+        );
+        let missing = git2::Error::new(
+            ErrorCode::NotFound,
+            git2::ErrorClass::Reference,
+            "revspec 'v9' not found",
+        );
+        let e = ObjectsError::Resolve {
+            rev: "v9".into(),
+            libgit2: missing,
+        };
+        let text = xet_client::util::error::chain_text(&e);
+        assert_eq!(text, "\"v9\" names no commit or tree in this repository");
+    }
 
     fn commit_all(git: &Git) {
         git.run(&["add", "-A"]).unwrap();

@@ -20,13 +20,14 @@ use git2::{IndexEntry, IndexTime, Oid, Repository};
 
 use super::{Git, GitError};
 
-/// Why the index could not be updated.
+/// Why the index could not be updated (libgit2's error beside the message, not its source:
+/// see [`super::objects::ObjectsError`]).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum IndexError {
     #[error("cannot read git's index: {}", super::objects::said(.0))]
-    Read(#[source] git2::Error),
+    Read(git2::Error),
     #[error("cannot write git's index: {}", super::objects::said(.0))]
-    Write(#[source] git2::Error),
+    Write(git2::Error),
 }
 
 /// For each of `paths` (`/`-separated, from the work tree's root), whether git's checkout
