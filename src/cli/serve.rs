@@ -379,17 +379,23 @@ pub fn run(args: &ServeArgs) -> CmdResult {
 /// every other command uses (tokens, URL passwords, signatures), without colour codes, which
 /// would end up in log files.
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| super::transfer::log_filter(&f))
+        .or_else(|| super::transfer::log_filter("info"))
+        .unwrap_or_default();
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .with_writer(super::transfer::Redacting(std::io::stderr));
-    // Another subscriber may be set already (in tests); that is fine.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let layer = match format {
+        LogFormat::Text => layer.with_filter(filter).boxed(),
+        LogFormat::Json => layer.json().with_filter(filter).boxed(),
     };
+    // Another subscriber may be set already (in tests); that is fine.
+    let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
 /// The server's configuration from the command line (and the environment, for object storage

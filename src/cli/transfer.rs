@@ -72,6 +72,13 @@ fn agent_stderr_level(git_trace: Option<&str>) -> &'static str {
 }
 
 /// Logs to stderr and, with `GIT_XET_LOG`, to that file too. Never to stdout. The file gets
+/// A log filter as `RUST_LOG` writes one: a default level and `target=level` directives,
+/// comma-separated (`warn,git_xet::mount=trace`); `None` if it does not parse. (tracing's
+/// `Targets`, which needs no regular expressions: span and field filters are not taken.)
+pub(super) fn log_filter(text: &str) -> Option<tracing_subscriber::filter::Targets> {
+    text.trim().parse().ok()
+}
+
 /// `info` and up, stderr as `stderr` says; `GIT_XET_LOG_LEVEL` sets both.
 pub(super) fn init_logging(stderr: Stderr) {
     init_logging_to(stderr, None);
@@ -87,10 +94,10 @@ pub(super) fn init_logging_to(stderr: Stderr, default_file: Option<&std::path::P
     const QUIET: &str = ",fuser::mnt=error";
     let chosen = std::env::var(LOG_LEVEL_ENV)
         .ok()
-        .filter(|f| tracing_subscriber::EnvFilter::try_new(f).is_ok());
+        .and_then(|f| log_filter(&f));
     let filter = |default: &str| match &chosen {
-        Some(f) => tracing_subscriber::EnvFilter::new(f),
-        None => tracing_subscriber::EnvFilter::new(format!("{default}{QUIET}")),
+        Some(f) => f.clone(),
+        None => log_filter(&format!("{default}{QUIET}")).unwrap_or_default(),
     };
     let stderr_default = match stderr {
         Stderr::Info => "info",
@@ -200,6 +207,22 @@ mod tests {
         }
         for on in ["1", "2", "true", "/tmp/trace.log"] {
             assert_eq!(agent_stderr_level(Some(on)), "info", "{on:?}");
+        }
+    }
+
+    #[test]
+    fn log_filters_are_written_as_rust_log_writes_them() {
+        use tracing::Level;
+        let f = log_filter("warn,git_xet::mount=trace,fuser::mnt=error").unwrap();
+        assert!(f.would_enable("git_xet::mount::fs", &Level::TRACE));
+        assert!(!f.would_enable("git_xet::lfs", &Level::INFO));
+        assert!(f.would_enable("git_xet::lfs", &Level::WARN));
+        assert!(!f.would_enable("fuser::mnt", &Level::WARN));
+        let f = log_filter(" debug ").unwrap();
+        assert!(f.would_enable("anything", &Level::DEBUG));
+        assert!(!f.would_enable("anything", &Level::TRACE));
+        for bad in ["git_xet=loud", "=warn=", "warn,,x=y"] {
+            assert!(log_filter(bad).is_none(), "{bad:?}");
         }
     }
 
