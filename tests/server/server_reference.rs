@@ -51,11 +51,17 @@ fn exclusive() -> (Serial, Captured) {
         .get_or_init(|| {
             let log: Captured = Arc::default();
             let writer = Arc::clone(&log);
+            use tracing_subscriber::layer::SubscriberExt as _;
             let subscriber = tracing_subscriber::fmt()
-                .with_env_filter("git_xet=debug")
+                .with_max_level(tracing::Level::DEBUG)
                 .with_ansi(false)
                 .with_writer(move || Capture(Arc::clone(&writer)))
-                .finish();
+                .finish()
+                .with(
+                    "git_xet=debug"
+                        .parse::<tracing_subscriber::filter::Targets>()
+                        .unwrap(),
+                );
             tracing::subscriber::set_global_default(subscriber).unwrap();
             log
         })
