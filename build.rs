@@ -7,6 +7,7 @@
 //! | `missing_git_lfs` | `git lfs version` does not run |
 //! | `missing_nginx` | neither `/usr/sbin/nginx` nor `/usr/bin/nginx` exists |
 //! | `missing_fuse` | `/dev/fuse` is absent or `fusermount3 -V` does not run |
+//! | `missing_promtool` | `promtool --version` does not run (Debian's `prometheus` package has it) |
 //!
 //! Nothing else in the build depends on them. The probing runs only in a test build (the
 //! package's dev-dependency on itself turns the `test-tools` feature on): a product build
@@ -28,7 +29,12 @@ fn runs(program: &str, args: &[&str]) -> bool {
 }
 
 fn main() {
-    for cfg in ["missing_git_lfs", "missing_nginx", "missing_fuse"] {
+    for cfg in [
+        "missing_git_lfs",
+        "missing_nginx",
+        "missing_fuse",
+        "missing_promtool",
+    ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
     println!("cargo::rerun-if-changed=build.rs");
@@ -52,5 +58,8 @@ fn main() {
     }
     if !(Path::new("/dev/fuse").exists() && runs("fusermount3", &["-V"])) {
         println!("cargo::rustc-cfg=missing_fuse");
+    }
+    if !runs("promtool", &["--version"]) {
+        println!("cargo::rustc-cfg=missing_promtool");
     }
 }

@@ -64,9 +64,10 @@ most --body-timeout (then 408), a response the client does not read is dropped a
 reserve.\n\n\
 Storage: every stored xorb is verified whole once, and again whenever its file changed on disk; \
 damaged ones are quarantined under DIR/quarantine and repaired by the next upload of the same \
-data. The server removes xorbs no file uses (interrupted pushes) every --gc-interval once older \
-than --gc-grace (with --storage only if --gc-interval is given: give it to one node), and verifies the whole store every --scrub-interval if set; while it runs, `git \
-xet gc` and `git xet scrub` cannot open DIR.\n\n\
+data. The server removes xorbs no file uses (interrupted pushes) every --gc-interval (default \
+24h) once older than --gc-grace (with --storage, one node at a time: the one holding the gc \
+lease), and verifies the whole store every --scrub-interval if set; while it runs, `git xet gc` \
+and `git xet scrub` cannot open DIR.\n\n\
 Logs go to stderr (RUST_LOG sets the level, default info). SIGINT or SIGTERM stops accepting \
 connections, lets the requests in flight finish for at most --shutdown-timeout seconds, then \
 closes what is left.",

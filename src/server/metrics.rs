@@ -14,9 +14,12 @@
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
 //! | `gitxet_storage_requests_total` | `op` | on object storage, requests sent to it by kind (`head`, `get`, `put`, `list`, `delete`, `copy`, `sign`) |
-//! | `gitxet_storage_request_seconds_total` | `op` | their total time, retries included (divided by the line above: the mean latency) |
+//! | `gitxet_storage_request_seconds_total` | `op` | on object storage, their total time, retries included (divided by the line above: the mean latency) |
 //! | `gitxet_xorb_cache_reads_total` | `result` | on object storage, ranges of xorbs read from this node's copies (`hit`) or, without one, from the bucket (`miss`; see `xet_store::xorb_cache`) |
 //! | `gitxet_xorb_cache_bytes` | | bytes of the copies of xorbs this node keeps now |
+//! | `gitxet_gc_running_seconds` | | how long the garbage collection this node runs has been running (on shared storage it holds the gc lease meanwhile); 0 when none runs |
+//! | `gitxet_gc_last_end_timestamp_seconds` | | when this node's last garbage collection ended (unix seconds; 0 before the first) |
+//! | `gitxet_data_free_bytes` | | free space for this node on the file system of its `--data` directory |
 //! | `gitxet_catch_up_age_seconds` | | on shared object storage, how old this node's knowledge of the other nodes' uploads is (the start of its last successful catch-up; about 1 s normally, -1 before the first, 0 on a store no other node writes to) |
 use std::sync::LazyLock;
 
@@ -135,6 +138,9 @@ pub struct Metrics {
     claims: Gauge<i64, AtomicI64>,
     /// Seconds; set only on shared storage.
     catch_up_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    gc_running: Gauge<f64, std::sync::atomic::AtomicU64>,
+    gc_last_end: Gauge<i64, AtomicI64>,
+    data_free: Gauge<i64, AtomicI64>,
     /// Object storage's requests and their time, caught up with the store's own count.
     storage_requests: Family<OpLabels, Counter>,
     storage_seconds: Family<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
@@ -239,6 +245,25 @@ impl Default for Metrics {
              catch-up with the shards other nodes accepted (-1 before the first; 0 elsewhere)",
             Gauge::<f64, std::sync::atomic::AtomicU64>::default(),
         );
+        let gc_running = register(
+            &mut registry,
+            "gc_running_seconds",
+            "How long the garbage collection this node runs has been running (it holds the gc \
+             lease meanwhile on shared storage); 0 when none runs",
+            Gauge::<f64, std::sync::atomic::AtomicU64>::default(),
+        );
+        let gc_last_end = register(
+            &mut registry,
+            "gc_last_end_timestamp_seconds",
+            "When this node's last garbage collection ended, in unix seconds (0 before the first)",
+            Gauge::<i64, AtomicI64>::default(),
+        );
+        let data_free = register(
+            &mut registry,
+            "data_free_bytes",
+            "Free space for this node on the file system of its data directory",
+            Gauge::<i64, AtomicI64>::default(),
+        );
         let storage_requests = register(
             &mut registry,
             "storage_requests",
@@ -277,6 +302,9 @@ impl Default for Metrics {
             xorbs,
             claims,
             catch_up_age,
+            gc_running,
+            gc_last_end,
+            data_free,
             storage_requests,
             storage_seconds,
             cache_reads,
@@ -347,6 +375,28 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
         (true, None) => -1.0,
     };
     state.metrics.catch_up_age.set(age);
+    state.metrics.gc_running.set(
+        state
+            .store
+            .gc_running_for()
+            .map_or(0.0, |d| d.as_secs_f64()),
+    );
+    state.metrics.gc_last_end.set(
+        state
+            .store
+            .gc_last_ended()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs() as i64),
+    );
+    let root = state.store.root().to_path_buf();
+    if let Ok(Ok(free)) =
+        tokio::task::spawn_blocking(move || xet_client::util::os::available_space(&root)).await
+    {
+        state
+            .metrics
+            .data_free
+            .set(i64::try_from(free).unwrap_or(i64::MAX));
+    }
     // The store counts what it registered (through every route); the counter catches up.
     let registered = state.store.registered_file_bytes();
     let counted = state.metrics.registered_file_bytes.get();

@@ -1,4 +1,4 @@
-//! Integration tests of `git xet serve`: the CAS and LFS APIs, limits and hostile clients, locks, tokens and tenants, SHA-256 claims, the reference client as a client.
+//! Integration tests of `git xet serve`: the CAS and LFS APIs, what `deploy/` ships for operators, limits and hostile clients, locks, tokens and tenants, SHA-256 claims, the reference client as a client.
 //!
 //! One test binary per layer (each links the whole crate once); each file below is one
 //! module of it.
@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod deploy;
 mod inline_reconstruction;
 mod repo_scopes;
 mod server_cas;

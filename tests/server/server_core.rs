@@ -204,6 +204,9 @@ fn metrics_count_requests_traffic_and_what_deduplication_saved() {
         0.0,
         "no other node on a directory"
     );
+    assert_eq!(get("gitxet_gc_running_seconds"), 0.0, "no collection runs");
+    assert_eq!(get("gitxet_gc_last_end_timestamp_seconds"), 0.0);
+    assert!(get("gitxet_data_free_bytes") > 0.0);
     assert_eq!(get("gitxet_registered_file_bytes_total"), data.len() as f64);
     let stored = get("gitxet_stored_xorb_bytes_total");
     assert!(stored > 0.0 && stored < data.len() as f64 * 1.1, "{stored}");

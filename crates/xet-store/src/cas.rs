@@ -350,6 +350,9 @@ pub struct Store {
     pub(super) sweeper_id: String,
     /// The other processes' sweep records as last listed (see [`crate::gc`]).
     pub(super) sweeps: Mutex<crate::gc::SweepView>,
+    /// When this process's running garbage collection started (ms since the epoch), and when
+    /// the last one ended; 0: none (see [`Store::gc_running_for`]).
+    pub(super) gc_clock: crate::gc::GcClock,
     root: PathBuf,
 }
 
@@ -616,6 +619,7 @@ impl Store {
             xorb_cache: xorb_cache.map(Arc::new),
             sweeper_id: xet_client::random_hex(8),
             sweeps: Mutex::new(Default::default()),
+            gc_clock: Default::default(),
             root: dir.to_path_buf(),
         }
     }

@@ -39,6 +39,7 @@
 //! nodes' clocks must agree within the shard log's window (two minutes), as catch-up needs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -108,7 +109,58 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
+/// When this process's garbage collection started and last ended, for operators
+/// ([`Store::gc_running_for`], [`Store::gc_last_ended`]).
+#[derive(Debug, Default)]
+pub(crate) struct GcClock {
+    started_ms: std::sync::atomic::AtomicU64,
+    ended_ms: std::sync::atomic::AtomicU64,
+}
+
+/// Marks a collection as running until dropped.
+struct Running<'a>(&'a GcClock);
+
+impl<'a> Running<'a> {
+    fn start(clock: &'a GcClock) -> Self {
+        clock
+            .started_ms
+            .store(unix_ms(SystemTime::now()).max(1), Ordering::Relaxed);
+        Running(clock)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0
+            .ended_ms
+            .store(unix_ms(SystemTime::now()).max(1), Ordering::Relaxed);
+        self.0.started_ms.store(0, Ordering::Relaxed);
+    }
+}
+
 impl Store {
+    /// How long the garbage collection this process is running has been running (while it
+    /// runs on shared storage, this node holds the gc lease); `None` when none runs.
+    pub fn gc_running_for(&self) -> Option<Duration> {
+        match self.gc_clock.started_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+                    .unwrap_or(Duration::ZERO),
+            ),
+        }
+    }
+
+    /// When this process's last garbage collection ended (whether it succeeded or not);
+    /// `None` before the first.
+    pub fn gc_last_ended(&self) -> Option<SystemTime> {
+        match self.gc_clock.ended_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+        }
+    }
+
     /// On shared storage, takes (or renews) the lease on garbage collection for `holder` (a
     /// name for this process) for `ttl`, so that of several nodes with scheduled collection one
     /// collects: `None` when granted (always, on a directory), else the holder of the running
@@ -127,6 +179,7 @@ impl Store {
     /// Removes xorbs no registered file uses, once older than `options.grace` (see the module
     /// documentation).
     pub fn gc(&self, options: GcOptions) -> Result<GcReport, StoreError> {
+        let _running = Running::start(&self.gc_clock);
         // What the index does not know yet must not look unused: on shared storage, every
         // shard in storage is registered first (once per opening), then what was logged since.
         if self.catching_up() {
@@ -712,6 +765,29 @@ mod tests {
 
     fn xorb(n: u8) -> XorbHash {
         XorbHash::from_bytes([n; 32])
+    }
+
+    #[test]
+    fn the_clock_of_garbage_collection_says_when_it_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.gc_running_for(), None);
+        assert_eq!(store.gc_last_ended(), None);
+        let before = SystemTime::now() - Duration::from_millis(1);
+        {
+            let _running = Running::start(&store.gc_clock);
+            assert!(store
+                .gc_running_for()
+                .is_some_and(|d| d < Duration::from_secs(60)));
+        }
+        assert_eq!(store.gc_running_for(), None);
+        let options = GcOptions {
+            grace: Duration::from_secs(3600),
+            dry_run: true,
+        };
+        store.gc(options).unwrap();
+        assert_eq!(store.gc_running_for(), None);
+        assert!(store.gc_last_ended().is_some_and(|t| t >= before));
     }
 
     #[test]
