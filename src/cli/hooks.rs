@@ -3,7 +3,9 @@
 //! There is one, `pre-push` (text in `hooks/pre-push`, embedded here): when the repository
 //! expects git-xet but git-lfs cannot use the agent, it stops the push with a message instead of
 //! letting git-lfs fall back to whole-object uploads; otherwise it hands over to the hook it
-//! replaced or to `git lfs pre-push`, then prints the push's summary (`git xet push-summary`).
+//! replaced or to `git lfs pre-push`, then prints the push's summary (`git xet push-summary`),
+//! or that git-lfs uploaded the push's LFS objects without git-xet, and why (checked before
+//! handing over: [`super::without_xet`]).
 //!
 //! Rules, for each hook:
 //!

@@ -67,7 +67,9 @@ Run it once per remote, e.g. for a mirror on a second server.\n\n\
 With --local, also installs a pre-push hook in the repository: when the repository expects \
 git-xet (standalone mode, xet.endpoint, or xet.required=true) but git-lfs cannot run it, the push \
 stops with a message instead of falling back to whole-object uploads; otherwise the hook runs \
-`git lfs pre-push`, then prints what the push's uploads sent and what deduplication saved. An \
+`git lfs pre-push`, then prints what the push's uploads sent and what deduplication saved, or, \
+when git-lfs uploaded them without git-xet (an LFS server that does not offer Xet), one line \
+saying so and why. An \
 existing pre-push hook (git-lfs's or your own) is kept as pre-push.before-xet and still runs, \
 after the check.\n\n\
 Running it again is harmless. `git xet uninstall` with the same scope removes exactly what it wrote; to leave standalone mode but keep the agent, run `git xet uninstall` and then `git xet install` without --endpoint.",

@@ -31,6 +31,7 @@ mod serve;
 mod status;
 mod summary;
 mod transfer;
+mod without_xet;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
 pub(crate) type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;

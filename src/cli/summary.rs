@@ -2,11 +2,16 @@
 //! the transfer journal ([`crate::lfs::journal`]). The pre-push hook prints it after git-lfs's
 //! own pre-push, in the user's terminal; the agent itself cannot (git-lfs shows its stderr only
 //! with `GIT_TRACE`).
+//!
+//! With `--refs` and `--state`, run by the hook before git-lfs's pre-push, it instead checks
+//! whether git-lfs will upload the push's LFS objects without git-xet and notes why in the state
+//! file ([`super::without_xet`]); after the push, `--state` makes it print that instead when
+//! git-xet uploaded nothing.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::CmdResult;
+use super::{without_xet, CmdResult};
 use crate::git::Git;
 use crate::lfs::journal::{self, Direction};
 use xet_client::util::size::format_size;
@@ -19,7 +24,13 @@ pushed, how many bytes went over the wire, and how much was deduplicated (and of
 through an earlier version of the same file found in the history). Prints nothing when \
 no upload was recorded. --after-byte counts only records appended after the journal had that \
 length. The pre-push hook installed by `git xet install --local` runs it after \
-each push.\n\nExample:\n  git xet push-summary --since $(date +%s)"
+each push.\n\nWhen git-lfs uploads a push's LFS objects without git-xet (the LFS server does \
+not offer Xet, git-xet is not registered, or lfs.basictransfersonly is set), the hook says so \
+instead, in one line: before git-lfs's pre-push it runs `git xet push-summary --remote NAME \
+--refs FILE --state FILE` (FILE: the hook's standard input), which asks the LFS server once \
+(at most 10 s, never prompting for a credential) which of the push's objects it lacks and \
+whether it offers Xet, and notes the answer in the state file; after the push, --state FILE \
+prints it when the journal shows no upload of git-xet. Nothing is printed when in doubt.\n\nExample:\n  git xet push-summary --since $(date +%s)"
 )]
 pub(crate) struct SummaryArgs {
     /// Only uploads recorded at this time (unix seconds) or later.
@@ -32,6 +43,18 @@ pub(crate) struct SummaryArgs {
     /// Print one JSON object instead.
     #[arg(long)]
     pub json: bool,
+    /// The remote being pushed to (the pre-push hook's first argument), with --refs.
+    #[arg(long, value_name = "NAME", requires = "refs")]
+    pub remote: Option<String>,
+    /// A file holding the pre-push hook's standard input (the ref updates): check, before
+    /// git-lfs's pre-push, whether git-lfs will upload the push's LFS objects without git-xet,
+    /// and note it in --state; print nothing.
+    #[arg(long, value_name = "FILE", requires_all = ["remote", "state"])]
+    pub refs: Option<std::path::PathBuf>,
+    /// The file the check before the push writes (with --refs) or reads (without): when
+    /// git-xet uploaded nothing, its finding is printed instead of the summary.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<std::path::PathBuf>,
 }
 
 /// What the recorded uploads add up to.
@@ -92,6 +115,10 @@ pub fn run(args: &SummaryArgs) -> CmdResult {
                 .into(),
         );
     }
+    if let (Some(refs), Some(remote), Some(state)) = (&args.refs, &args.remote, &args.state) {
+        without_xet::check_and_save(&cwd, remote, refs, state);
+        return Ok(ExitCode::SUCCESS);
+    }
     let common = git.common_dir()?;
     let mut t = Totals {
         to_directory: true,
@@ -108,6 +135,21 @@ pub fn run(args: &SummaryArgs) -> CmdResult {
         t.deduplicated += r.dedup_bytes.min(r.size);
         t.from_history += r.history_bytes.min(r.dedup_bytes);
     }
+    // Nothing went through git-xet: what the check before the push found, if anything.
+    let without = match &args.state {
+        Some(state) if t.objects == 0 => without_xet::load(state),
+        _ => None,
+    };
+    if let Some(w) = &without {
+        // The agent's log says it too (git-lfs never started the agent for these objects).
+        super::fetch::start_logging();
+        tracing::info!(
+            objects = w.objects,
+            bytes = w.bytes,
+            "push without git-xet: {}",
+            w.why
+        );
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(
@@ -119,10 +161,13 @@ pub fn run(args: &SummaryArgs) -> CmdResult {
                 "sent_bytes": t.sent,
                 "deduplicated_bytes": t.deduplicated,
                 "history_deduplicated_bytes": t.from_history,
+                "without_xet": without,
             })
         )?;
     } else if let Some(l) = line(&t) {
         writeln!(out, "{l}")?;
+    } else if let Some(w) = &without {
+        writeln!(out, "{}", without_xet::line(w))?;
     }
     Ok(ExitCode::SUCCESS)
 }

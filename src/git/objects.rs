@@ -11,7 +11,8 @@
 //! [`MAX_POINTER_LEN`] bytes as a pointer, strictly ([`Pointer::parse`]); anything else is an
 //! ordinary file and skipped. Blob sizes come from the object header, so a large file's content
 //! is never read. Symbolic links and submodules are skipped. The same blob under several paths
-//! is read once.
+//! is read once. [`pointers_among`] does the same for a list of objects (a push's, as `git
+//! rev-list --objects` names them).
 //!
 //! [`tree_entries`] walks a tree the same way for `git xet mount` and `git xet cat`, and keeps
 //! only what `git checkout` would write ([`super::checkout`]): an entry git refuses (`.git`,
@@ -112,6 +113,35 @@ pub(crate) fn lfs_pointers(repo: &Repository, rev: &str) -> Result<Vec<TreePoint
     };
     walk.tree(&tree, "")?;
     Ok(walk.out)
+}
+
+/// The Git LFS pointers among the objects `oids` (any kind; only blobs under
+/// [`MAX_POINTER_LEN`] bytes are read), each pointer once, in the order first met. An object
+/// that cannot be read is skipped.
+pub(crate) fn pointers_among(
+    repo: &Repository,
+    oids: &[Oid],
+) -> Result<Vec<Pointer>, ObjectsError> {
+    let odb = repo.odb().map_err(ObjectsError::Open)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for &oid in oids {
+        let Ok((size, kind)) = odb.read_header(oid) else {
+            continue;
+        };
+        if kind != ObjectType::Blob || size == 0 || size >= MAX_POINTER_LEN {
+            continue;
+        }
+        let Ok(blob) = repo.find_blob(oid) else {
+            continue;
+        };
+        if let Ok(p) = Pointer::parse(blob.content()) {
+            if seen.insert(p.oid) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// What a tree entry is ([`tree_entries`]).

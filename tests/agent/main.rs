@@ -28,4 +28,5 @@ mod push_history;
 mod remotes;
 mod shared_store;
 mod trust_client;
+mod without_xet;
 mod xet_fetch;
