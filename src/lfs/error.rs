@@ -25,8 +25,8 @@ pub(crate) enum TransferError {
     /// `git lfs prune`, an unusable action from the LFS server.
     #[error("{0}")]
     Setup(String),
-    /// The LFS server refused git-xet's own batch request (401 or 403): git-lfs may hold
-    /// credentials git-xet does not use (ssh's `git-lfs-authenticate`, a prompt), said in full.
+    /// The LFS server refused git-xet's own batch request (401 or 403), or an SSH remote's
+    /// `git-lfs-authenticate` failed: git-lfs may still get in (a prompt), said in full.
     #[error("{0}")]
     BatchRefused(String),
     /// The standalone endpoint's configuration cannot be read.

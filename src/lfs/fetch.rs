@@ -138,7 +138,11 @@ pub(crate) fn fetch_objects(
             queue.push_back(transfer(*oid, *size, None));
         }
     } else {
-        let reader = ObjectReader::open(git, remote)?;
+        let reader = match ObjectReader::open(git, remote) {
+            // An SSH remote whose git-lfs-authenticate failed: git-lfs may still get in.
+            Err(TransferError::BatchRefused(why)) => return Err(FetchError::Refused(why)),
+            other => other?,
+        };
         let actions = match reader.download_actions(&missing) {
             Err(TransferError::BatchRefused(why)) => return Err(FetchError::Refused(why)),
             other => other?,

@@ -6,6 +6,8 @@
 //! | [`protocol`] | messages, the per-process state machine, and the stdout writer |
 //! | [`journal`] | the per-repository record of transferred objects (Xet hash, dedup) behind `git xet ls-files` |
 //! | [`settings`] | the standalone endpoint, its token, and the download temp dir, from env and git config |
+//! | `netrc` | the user's netrc file, parsed and searched as git-lfs does |
+//! | `ssh_auth` | `git-lfs-authenticate` over SSH for SSH remotes: the LFS URL and the headers of git-xet's own requests |
 //! | [`http_settings`] | git's `http.*` settings (CAs, certificate checks, client certificate, proxy) for git-xet's own requests |
 //! | [`error`] | [`TransferError`](error::TransferError), why a request failed, in words git-lfs shows the user |
 //! | [`agent`] | the protocol loop: one request at a time, uploads and downloads through an [`Endpoint`](xet_client::Endpoint) |
@@ -20,8 +22,10 @@ pub(crate) mod fetch;
 pub mod http_settings;
 pub mod journal;
 pub mod local_server;
+pub(crate) mod netrc;
 pub mod protocol;
 pub mod prune;
 pub mod reader;
 pub mod settings;
+pub(crate) mod ssh_auth;
 pub mod terminal;

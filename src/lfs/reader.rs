@@ -7,7 +7,10 @@
 //! - **standalone mode** (`lfs.standalonetransferagent=xet`): the configured endpoint (a `git xet
 //!   serve` URL or a store directory), opened as the agent opens it;
 //! - **negotiated mode**: the LFS server's batch API, asked for downloads offering `xet` only, with
-//!   the credential git's helpers hold for the LFS URL (never prompting); each object's action
+//!   the credentials git-lfs would send (`http.extraheader`; for an SSH remote the LFS URL and
+//!   headers `git-lfs-authenticate` answers; else the password in the URL, the netrc file or
+//!   git's credential helpers, never prompting: with the first request when `lfs.<url>.access`
+//!   is `basic`, else after a 401); each object's action
 //!   names the CAS and its token (refreshed through the action's `href` as in transfers) and the
 //!   object's Xet hash. A server that answers with basic transfers only cannot serve ranges:
 //!   the error says to fetch the objects first (`git lfs fetch`).
@@ -74,6 +77,9 @@ impl EndpointHandle {
 /// Finds where objects of one remote are (see the module documentation).
 pub(crate) struct ObjectReader {
     git: Git,
+    /// The remote's name, for the token refreshes of its CAS (an SSH remote authenticates
+    /// them).
+    remote: String,
     objects: Option<PathBuf>,
     route: Route,
     found: Mutex<HashMap<LfsOid, ObjectLocation>>,
@@ -87,9 +93,74 @@ enum Route {
         /// git's `http.extraheader` headers for the LFS URL, sent with every batch request as
         /// git-lfs sends them (CI checkouts authenticate so).
         extra_headers: Vec<(String, String)>,
+        /// An SSH remote's `git-lfs-authenticate` headers, renewed when they expire.
+        ssh: Option<Box<SshSession>>,
+        /// `lfs.<url>.access` of the LFS URL: whether credentials go with the first request.
+        access: settings::AccessMode,
         /// One endpoint per CAS URL.
         endpoints: Mutex<HashMap<String, EndpointHandle>>,
     },
+}
+
+/// The headers `git-lfs-authenticate` answered for an SSH remote, and when they expire.
+struct SshSession {
+    remote: super::ssh_auth::SshRemote,
+    answer: Mutex<SshHeaders>,
+}
+
+/// The headers of one answer of `git-lfs-authenticate` and when they expire (`None`: never).
+struct SshHeaders {
+    headers: Vec<(String, String)>,
+    expires: Option<std::time::Instant>,
+}
+
+impl SshHeaders {
+    fn of(answer: super::ssh_auth::SshAuth) -> Self {
+        let expires = expiry(&answer);
+        Self {
+            headers: answer.header.into_iter().collect(),
+            expires,
+        }
+    }
+}
+
+impl SshSession {
+    fn new(remote: super::ssh_auth::SshRemote, answer: super::ssh_auth::SshAuth) -> Self {
+        Self {
+            remote,
+            answer: Mutex::new(SshHeaders::of(answer)),
+        }
+    }
+
+    /// The headers, `git-lfs-authenticate` run again when they expire within 5 s (as git-lfs's
+    /// cache of its answers does).
+    fn headers(&self, git: &Git) -> Result<Vec<(String, String)>, TransferError> {
+        let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        let expired = answer.expires.is_some_and(|at| {
+            at.saturating_duration_since(std::time::Instant::now())
+                < std::time::Duration::from_secs(5)
+        });
+        if expired {
+            let fresh = super::ssh_auth::authenticate(
+                &settings::ssh_settings(git),
+                &self.remote,
+                Operation::Download,
+                git.dir(),
+            )
+            .map_err(|e| TransferError::BatchRefused(e.to_string()))?;
+            *answer = SshHeaders::of(fresh);
+        }
+        Ok(answer.headers.clone())
+    }
+}
+
+/// When an answer of `git-lfs-authenticate` expires: `expires_in` seconds from now; `None`
+/// (kept for the whole command, as git-lfs keeps an answer without expiry) otherwise.
+fn expiry(answer: &super::ssh_auth::SshAuth) -> Option<std::time::Instant> {
+    answer
+        .expires_in
+        .filter(|s| *s > 0)
+        .map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s as u64))
 }
 
 /// A batch answer, as far as it is read here.
@@ -168,6 +239,34 @@ impl ObjectReader {
                          `git lfs env` cannot tell): add the remote, or set `lfs.url`"
                     )));
                 };
+                let access = settings::lfs_access(git, &lfs_url);
+                // An SSH remote: git-lfs-authenticate names the LFS URL and its headers.
+                let mut ssh_session = None;
+                let mut lfs_url = lfs_url;
+                if let Some(ssh) = settings::ssh_remote(git, &remote_name, &lfs_url) {
+                    match super::ssh_auth::authenticate(
+                        &settings::ssh_settings(git),
+                        &ssh,
+                        Operation::Download,
+                        git.dir(),
+                    ) {
+                        Ok(answer) => {
+                            if !answer.href.is_empty() {
+                                lfs_url = answer.href.trim_end_matches('/').to_string();
+                            }
+                            ssh_session = Some(Box::new(SshSession::new(ssh, answer)));
+                        }
+                        // git-lfs keeps the guessed https URL when the server has no
+                        // git-lfs-authenticate.
+                        Err(e) if e.is_unavailable() => {
+                            tracing::info!(
+                                "{e}; asking {} without SSH credentials",
+                                xet_client::redact::redact(&lfs_url)
+                            );
+                        }
+                        Err(e) => return Err(TransferError::BatchRefused(e.to_string())),
+                    }
+                }
                 let options = super::http_settings::http_options(git, &lfs_url);
                 let client = xet_client::remote::OneShotClient::for_url(
                     &options,
@@ -181,12 +280,15 @@ impl ObjectReader {
                     lfs_url,
                     client,
                     extra_headers,
+                    ssh: ssh_session,
+                    access,
                     endpoints: Mutex::new(HashMap::new()),
                 }
             }
         };
         Ok(Self {
             git: git.clone(),
+            remote: remote_name,
             objects,
             route,
             found: Mutex::new(HashMap::new()),
@@ -346,11 +448,32 @@ impl ObjectReader {
                 .collect::<Vec<_>>(),
         })
         .to_string();
-        let extra: &[(String, String)] = match &self.route {
-            Route::Negotiated { extra_headers, .. } => extra_headers,
-            Route::Standalone(_) => &[],
+        let (extra, access) = match &self.route {
+            Route::Negotiated {
+                extra_headers,
+                access,
+                ssh,
+                ..
+            } => {
+                let ssh_headers = match ssh {
+                    Some(s) => s.headers(&self.git)?,
+                    None => Vec::new(),
+                };
+                // git-lfs sets the SSH answer's headers on the request, then git's extra
+                // headers; one name is sent once, the SSH answer's value winning.
+                let mut extra = extra_headers.clone();
+                extra.retain(|(name, _)| {
+                    !ssh_headers
+                        .iter()
+                        .any(|(n, _)| n.eq_ignore_ascii_case(name))
+                });
+                extra.extend(ssh_headers);
+                (extra, *access)
+            }
+            Route::Standalone(_) => (Vec::new(), settings::AccessMode::None),
         };
-        // A credential in http.extraheader is the one git-lfs sends: no other is tried.
+        // A credential in http.extraheader (or from git-lfs-authenticate) is the one git-lfs
+        // sends: no other is tried.
         let authorized = extra
             .iter()
             .any(|(name, _)| name.eq_ignore_ascii_case("authorization"));
@@ -360,7 +483,7 @@ impl ObjectReader {
                 .header("Accept", "application/vnd.git-lfs+json")
                 .header("Content-Type", "application/vnd.git-lfs+json")
                 .body(body.clone());
-            for (name, value) in extra {
+            for (name, value) in &extra {
                 r = r.header(name.as_str(), value.as_str());
             }
             if let Some((user, password)) = auth.filter(|_| !authorized) {
@@ -384,11 +507,23 @@ impl ObjectReader {
                 })
                 .unwrap_or_else(|| xet_client::util::error::chain_text(e))
         };
-        let mut response = send(None).map_err(|e| failed(describe(&e)))?;
-        if matches!(response.status.as_u16(), 401 | 403) {
-            let credential = settings::stored_credential(&self.git, &split.with_user)
-                .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
-            if let Some(c) = credential {
+        // git-lfs's order: the password in the URL, then the netrc file, then the credential
+        // helpers (never prompting here).
+        let credential = || {
+            split
+                .password
+                .clone()
+                .map(|p| (String::from("git"), p))
+                .or_else(|| settings::lfs_credential(&self.git, &split.with_user))
+        };
+        // `lfs.<url>.access=basic`: credentials go with the first request, as git-lfs sends
+        // them; otherwise the first request goes without and a 401 brings them.
+        let first = (access == settings::AccessMode::Basic && !authorized)
+            .then(credential)
+            .flatten();
+        let mut response = send(first.as_ref()).map_err(|e| failed(describe(&e)))?;
+        if first.is_none() && !authorized && matches!(response.status.as_u16(), 401 | 403) {
+            if let Some(c) = credential() {
                 response = send(Some(&c)).map_err(|e| failed(describe(&e)))?;
             }
         }
@@ -449,17 +584,19 @@ impl ObjectReader {
             .unwrap_or_default()
             .to_string();
         let mut known = endpoints.lock().unwrap_or_else(|p| p.into_inner());
-        let endpoint =
-            match known.get(&cas) {
-                Some(e) => e.clone(),
-                None => {
-                    let e = EndpointHandle(Arc::new(Lease::Shared(
-                        super::agent::connect_negotiated(&self.git, &action, Operation::Download)?,
-                    )));
-                    known.insert(cas, e.clone());
-                    e
-                }
-            };
+        let endpoint = match known.get(&cas) {
+            Some(e) => e.clone(),
+            None => {
+                let e = EndpointHandle(Arc::new(Lease::Shared(super::agent::connect_negotiated(
+                    &self.git,
+                    &action,
+                    Operation::Download,
+                    Some(self.remote.as_str()),
+                )?)));
+                known.insert(cas, e.clone());
+                e
+            }
+        };
         learned.insert(oid, ObjectLocation::Remote { file, endpoint });
         Ok(())
     }

@@ -6,7 +6,8 @@
 //! |---|---|
 //! | endpoint of a remote | `GIT_XET_ENDPOINT`, then `git config remote.<name>.xetEndpoint` (the remote git-lfs names in `init`), then `git config xet.endpoint` |
 //! | token for an http(s) endpoint | `GIT_XET_TOKEN`, then the password in the endpoint URL (`http://user:TOKEN@host`), then `git credential fill` for the endpoint URL (the password is the token) |
-//! | credential of a negotiated token refresh (`GET href`) | the action's own `Authorization` header, then `HF_TOKEN` if `href` is https on Hugging Face's hosts, then `git credential fill` for `href` |
+//! | credential of a negotiated token refresh (`GET href`) | the action's own `Authorization` header, then `HF_TOKEN` if `href` is https on Hugging Face's hosts, then for an SSH remote `git-lfs-authenticate`'s `Authorization` (when it is for `href`'s origin), then the netrc file's password for `href`'s host, then `git credential fill` for `href` |
+//! | credential of git-xet's own batch requests | `http.extraheader`'s or `git-lfs-authenticate`'s `Authorization` (SSH remotes), else the password in the LFS URL, then the netrc file (`~/.netrc`) for its host, then `git credential fill` (never prompting); sent with the first request when `lfs.<url>.access` is `basic`, else after a 401 |
 //! | retry horizon | `GIT_XET_RETRY_SECS` (seconds), else 60 |
 //! | hash uploads with SHA-256 even where the server checks the oid itself | `GIT_XET_HASH_UPLOADS=1` (default: git-lfs named the object by its SHA-256 when it stored it; a server that answers `X-Xet-Checks-Sha256: 1` checks that claim before it relies on it, so the agent does not hash the file a second time) |
 //! | download temp dir | `<lfs.storage or <git common dir>/lfs>/tmp` (docs/lfs-agent.md §7) |
@@ -722,6 +723,193 @@ pub(crate) fn stored_credential(git: &Git, url: &str) -> Option<(String, String)
     Some((user, password))
 }
 
+/// The user's netrc file as git-lfs finds it: `$HOME/.netrc`; on Windows `$HOME/_netrc` when
+/// `.netrc` is missing. `None` without `HOME` or without the file.
+pub(crate) fn netrc_path() -> Option<PathBuf> {
+    let home = PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?);
+    let path = home.join(".netrc");
+    if path.is_file() {
+        return Some(path);
+    }
+    if cfg!(windows) {
+        let alt = home.join("_netrc");
+        if alt.is_file() {
+            return Some(alt);
+        }
+    }
+    None
+}
+
+/// The login and password the user's netrc file ([`netrc_path`]) holds for `url`'s host (the
+/// URL's user name, if any, must be the entry's login; see [`super::netrc`]); the password is
+/// registered with [`xet_client::redact`]. A file that cannot be read or parsed gives none (a
+/// warning names the file and line, never its text).
+pub(crate) fn netrc_credential(url: &str) -> Option<(String, String)> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?.to_string();
+    let path = netrc_path()?;
+    let text = match std::fs::read(&path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => {
+            tracing::warn!(
+                "cannot read {}: {e}; its credentials are not used",
+                path.display()
+            );
+            return None;
+        }
+    };
+    let netrc = match super::netrc::Netrc::parse(&text) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(
+                "bad netrc file {} ({e}); its credentials are not used, as git-lfs does not use them",
+                path.display()
+            );
+            return None;
+        }
+    };
+    let user = percent_decode(parsed.username());
+    let entry = netrc.find(&host, Some(user.as_str()))?;
+    if entry.password.expose().is_empty() {
+        return None;
+    }
+    tracing::debug!(%host, login = %entry.login, "credential from {}", path.display());
+    Some((entry.login.clone(), entry.password.expose().to_string()))
+}
+
+/// The credential git-lfs would find for an LFS request to `url` (which may name the user),
+/// without prompting: the user's netrc file first, then git's credential helpers (as git-lfs
+/// asks its helpers in that order).
+pub(crate) fn lfs_credential(git: &Git, url: &str) -> Option<(String, String)> {
+    netrc_credential(url).or_else(|| stored_credential(git, url))
+}
+
+/// git-lfs's access mode of an LFS URL (`lfs.<url>.access`, git's URL matching): whether
+/// credentials go with the first request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AccessMode {
+    /// Unset or `none`: the first request goes without credentials; a 401 brings them.
+    None,
+    /// `basic` (or its old name `private`): credentials go with the first request.
+    Basic,
+    /// `negotiate` (Kerberos/SPNEGO), which git-xet's own requests do not speak: they are
+    /// sent as for [`AccessMode::None`].
+    Negotiate,
+}
+
+impl AccessMode {
+    /// The mode a value of `lfs.<url>.access` names (as git-lfs reads it: case-insensitive,
+    /// anything unknown as `none`).
+    pub(crate) fn parse(value: &str) -> Self {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "basic" | "private" => AccessMode::Basic,
+            "negotiate" => AccessMode::Negotiate,
+            _ => AccessMode::None,
+        }
+    }
+}
+
+/// The [`AccessMode`] of the LFS URL `url` (its userinfo left out, as git-lfs leaves it out).
+pub(crate) fn lfs_access(git: &Git, url: &str) -> AccessMode {
+    let bare = split_userinfo(url).bare;
+    git.output(["config", "--get-urlmatch", "lfs.access", bare.as_str()])
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or(AccessMode::None, |o| {
+            AccessMode::parse(&String::from_utf8_lossy(&o.stdout))
+        })
+}
+
+/// Environment variables naming the SSH program, as git reads them.
+pub(crate) const GIT_SSH_COMMAND_ENV: &str = "GIT_SSH_COMMAND";
+/// See [`GIT_SSH_COMMAND_ENV`].
+pub(crate) const GIT_SSH_ENV: &str = "GIT_SSH";
+/// See [`GIT_SSH_COMMAND_ENV`].
+pub(crate) const GIT_SSH_VARIANT_ENV: &str = "GIT_SSH_VARIANT";
+
+/// Which SSH program runs `git-lfs-authenticate` ([`super::ssh_auth`]): `GIT_SSH_COMMAND`,
+/// `GIT_SSH`, `core.sshCommand`, and `GIT_SSH_VARIANT` over `ssh.variant`.
+pub(crate) fn ssh_settings(git: &Git) -> super::ssh_auth::SshSettings {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let config = |key: &str| {
+        git.config_get(key)
+            .ok()
+            .flatten()
+            .filter(|v| !v.trim().is_empty())
+    };
+    super::ssh_auth::SshSettings {
+        env_command: env(GIT_SSH_COMMAND_ENV),
+        env_program: env(GIT_SSH_ENV),
+        config_command: config("core.sshCommand"),
+        variant: env(GIT_SSH_VARIANT_ENV).or_else(|| config("ssh.variant")),
+    }
+}
+
+/// The SSH remote git-lfs authenticates with for `remote` (a configured remote's name) whose
+/// LFS URL `git lfs env` reports as `lfs_url`: the first of `lfs.url`, `remote.<name>.lfsurl`
+/// and the remote's URL (`git ls-remote --get-url`, `url.<base>.insteadOf` applied) that is an
+/// SSH URL whose https guess is `lfs_url` (so an https `lfs.url`, or one in `.lfsconfig`, wins
+/// as it wins in git-lfs). `None` when the LFS URL is not an SSH remote's.
+pub(crate) fn ssh_remote(
+    git: &Git,
+    remote: &str,
+    lfs_url: &str,
+) -> Option<super::ssh_auth::SshRemote> {
+    use super::ssh_auth::SshRemote;
+    let lfs_url = lfs_url.trim_end_matches('/');
+    if !lfs_url.starts_with("https://") {
+        return None;
+    }
+    let config = |key: &str| git.config_get(key).ok().flatten();
+    let clone_url = (!remote.starts_with('-'))
+        .then(|| git.output(["ls-remote", "--get-url", remote]).ok())
+        .flatten()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let candidates = [
+        (config("lfs.url"), false),
+        (config(&format!("remote.{remote}.lfsurl")), false),
+        (clone_url, true),
+    ];
+    for (url, is_clone_url) in candidates {
+        let Some(parsed) = url.as_deref().and_then(SshRemote::parse) else {
+            continue;
+        };
+        let guess = parsed.https_guess();
+        let guess = guess.trim_end_matches('/');
+        let matches = if is_clone_url {
+            let suffixed = if guess.ends_with(".git") {
+                format!("{guess}/info/lfs")
+            } else {
+                format!("{guess}.git/info/lfs")
+            };
+            suffixed == lfs_url
+        } else {
+            guess == lfs_url
+        };
+        if matches {
+            return Some(parsed);
+        }
+    }
+    None
+}
+
+/// [`ssh_remote`] for `remote` as git-lfs names it in `init` (a remote's name or URL), its LFS
+/// URL asked of `git lfs env`.
+pub(crate) fn ssh_remote_of(git: &Git, remote: &str) -> Option<super::ssh_auth::SshRemote> {
+    let name = configured_remote(git, remote)?;
+    let lfs_url = lfs_url_of(&lfs_env_endpoints(git), &remotes(git), &name)?;
+    ssh_remote(git, &name, &lfs_url)
+}
+
+/// Whether `a` and `b` are URLs of one origin (scheme, host and port).
+pub(crate) fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin() && a.origin().is_tuple(),
+        _ => false,
+    }
+}
+
 /// Whether `url` is https on Hugging Face's own hosts (`huggingface.co`, `hf.co` and their
 /// subdomains, default port), the only place `HF_TOKEN` is sent.
 pub(crate) fn is_hugging_face(url: &str) -> bool {
@@ -746,7 +934,9 @@ pub(crate) enum RefreshCredential {
     Action(String),
     /// `HF_TOKEN`, as a Bearer token (Hugging Face hosts only).
     HfToken(String),
-    /// Ask `git credential fill` for the refresh URL.
+    /// What the user's own setup holds for the refresh URL, as git-lfs would find it: for an
+    /// SSH remote `git-lfs-authenticate`'s `Authorization` (when its URL is of the refresh
+    /// URL's origin), then the netrc file, then `git credential fill`.
     CredentialHelper,
 }
 
@@ -770,12 +960,22 @@ pub(crate) fn refresh_credential(
     }
 }
 
+/// The SSH remote of a transfer, for its token refreshes: `git-lfs-authenticate` is run for
+/// it when a refresh needs a credential (the one the batch request had is short-lived).
+#[derive(Debug, Clone)]
+pub(crate) struct SshRefresh {
+    pub remote: super::ssh_auth::SshRemote,
+    pub operation: super::protocol::Operation,
+}
+
 /// The `Authorization` value of a negotiated token refresh at `href`, by
-/// [`refresh_credential`]; `None` when there is none (the request is sent without).
+/// [`refresh_credential`]; `None` when there is none (the request is sent without). `ssh`: the
+/// transfer's SSH remote, if it has one.
 pub(crate) fn refresh_authorization(
     git: &Git,
     href: &str,
     action_authorization: Option<&str>,
+    ssh: Option<&SshRefresh>,
 ) -> Option<Secret> {
     let hf_token = env_secret(HF_TOKEN_ENV);
     match refresh_credential(
@@ -788,10 +988,50 @@ pub(crate) fn refresh_authorization(
             Some(Secret::new(a))
         }
         RefreshCredential::HfToken(t) => Some(Secret::new(format!("Bearer {t}"))),
-        RefreshCredential::CredentialHelper => {
-            credential_fill(git, href, true).map(|t| Secret::new(format!("Bearer {}", t.expose())))
-        }
+        RefreshCredential::CredentialHelper => ssh
+            .and_then(|ssh| ssh_refresh_authorization(git, href, ssh))
+            .or_else(|| {
+                netrc_credential(href)
+                    .map(|(_, password)| Secret::new(format!("Bearer {password}")))
+            })
+            .or_else(|| {
+                credential_fill(git, href, true)
+                    .map(|t| Secret::new(format!("Bearer {}", t.expose())))
+            }),
     }
+}
+
+/// `git-lfs-authenticate`'s `Authorization` for a refresh at `href`, if the SSH server answers
+/// and the LFS URL it names (or the guessed one) is of `href`'s origin (a credential goes only
+/// to the origin it was issued for).
+fn ssh_refresh_authorization(git: &Git, href: &str, ssh: &SshRefresh) -> Option<Secret> {
+    let answer = match super::ssh_auth::authenticate(
+        &ssh_settings(git),
+        &ssh.remote,
+        ssh.operation,
+        git.dir(),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!("no SSH credential for the token refresh: {e}");
+            return None;
+        }
+    };
+    let issued_for = if answer.href.is_empty() {
+        ssh.remote.https_guess()
+    } else {
+        answer.href.clone()
+    };
+    if !same_origin(&issued_for, href) {
+        tracing::warn!(
+            href = %xet_client::redact::redact(href),
+            "git-lfs-authenticate's credential is for {}, another origin than the token \
+             refresh route; not sent",
+            xet_client::redact::redact(&issued_for)
+        );
+        return None;
+    }
+    answer.authorization().map(Secret::new)
 }
 
 /// Environment variable overriding the cache root.
@@ -977,6 +1217,26 @@ mod tests {
         assert_eq!((u.bare.as_str(), u.password), ("https://h.example/x", None));
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz%41"), "%zzA");
+    }
+
+    #[test]
+    fn access_modes_read_as_git_lfs_reads_them() {
+        assert_eq!(AccessMode::parse("basic\n"), AccessMode::Basic);
+        assert_eq!(AccessMode::parse("Private"), AccessMode::Basic);
+        assert_eq!(AccessMode::parse("NEGOTIATE"), AccessMode::Negotiate);
+        for none in ["none", "", "ntlm", "whatever"] {
+            assert_eq!(AccessMode::parse(none), AccessMode::None, "{none}");
+        }
+        assert!(same_origin(
+            "https://h.example/a/info/lfs",
+            "https://h.example:443/b"
+        ));
+        assert!(!same_origin("https://h.example/a", "http://h.example/a"));
+        assert!(!same_origin(
+            "https://h.example/a",
+            "https://h.example:8443/a"
+        ));
+        assert!(!same_origin("https://h.example/a", "not a url"));
     }
 
     #[test]

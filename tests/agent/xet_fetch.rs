@@ -409,8 +409,8 @@ fn clones_authenticate_as_git_lfs_does() {
     let said = clone_whole(&ci, &remote, &files);
     assert!(!said.contains("git lfs fetch"), "{said}");
 
-    // Credentials only git-lfs reads (~/.netrc): git-xet's request is refused, and `git lfs
-    // fetch` fetches instead (through the agent).
+    // Credentials in ~/.netrc only, which git-lfs reads before the credential helpers:
+    // git-xet's own request reads them too, and the clone fetches in-process.
     let netrc = fresh();
     let host = s
         .url()
@@ -425,5 +425,204 @@ fn clones_authenticate_as_git_lfs_does() {
     )
     .unwrap();
     let said = clone_whole(&netrc, &remote, &files);
-    assert!(said.contains("fetching with `git lfs fetch`"), "{said}");
+    assert!(!said.contains("git lfs fetch"), "{said}");
+    assert!(!said.contains(WRITE_TOKEN), "{said}");
+}
+
+/// A fake `ssh` for `GIT_SSH_COMMAND`: logs each command line to `<root>/ssh.log`; answers
+/// `git-lfs-authenticate` with `answer`; says git-lfs-transfer does not exist; runs anything
+/// else (git-upload-pack) in `root`, so that git clones "over SSH" from `root`. `-G` (git's
+/// probe for OpenSSH) fails, so git takes it for the simple variant.
+fn fake_ssh(root: &Path, answer: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = root.join("fake-ssh");
+    let quoted = answer.replace('\'', r"'\''");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nfor a; do last=$a; done\n\
+             echo \"$*\" >> '{root}/ssh.log'\n\
+             case \"$last\" in\n\
+             git-lfs-authenticate*) printf '%s\\n' '{quoted}';;\n\
+             git-lfs-transfer*) echo 'git-lfs-transfer: command not found' >&2; exit 127;;\n\
+             *) cd '{root}' && exec sh -c \"$last\";;\n\
+             esac\n",
+            root = root.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
+    if !tools_available() {
+        return;
+    }
+    // Short-lived CAS tokens: every agent refreshes its token before its first request, with
+    // the credential git-lfs-authenticate gives (the machine has no other).
+    let s = common::server::start_with(|c| c.token_ttl = std::time::Duration::from_secs(20));
+    let (pusher, work, files) = pushed(s.url());
+    // The remote's LFS URL must come from SSH: no .lfsconfig in the history that is cloned.
+    let lfs_url = format!("{}/team/fetch.git/info/lfs", s.url());
+    pusher.git(&work, &["config", "lfs.url", &lfs_url]);
+    pusher.git(&work, &["rm", "-q", ".lfsconfig"]);
+    pusher.git(&work, &["commit", "-q", "-m", "no lfsconfig"]);
+    pusher.git(&work, &["push", "-q", "origin", "main"]);
+
+    let env = GitEnv::new();
+    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let basic = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
+    };
+    let answer = format!(
+        r#"{{"href":"{lfs_url}","header":{{"Authorization":"Basic {basic}"}},"expires_in":3600}}"#
+    );
+    let ssh = fake_ssh(pusher.path(), &answer);
+    let ssh = ssh.to_str().unwrap();
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &[
+            "xet",
+            "clone",
+            "git@lfs.example:remote.git",
+            "copy",
+            "--",
+            "-q",
+        ],
+        &[("GIT_SSH_COMMAND", ssh)],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
+    assert!(!out.stderr.contains("git lfs fetch"), "{}", out.stderr);
+    assert!(!out.all().contains(WRITE_TOKEN), "{}", out.all());
+    let copy = env.path().join("copy");
+    for (name, bytes) in &files {
+        assert!(std::fs::read(copy.join(name)).unwrap() == *bytes, "{name}");
+    }
+    assert_eq!(downloads(&env, &copy), files.len(), "{}", env.agent_log());
+    let log = std::fs::read_to_string(pusher.path().join("ssh.log")).unwrap();
+    let asked = log
+        .lines()
+        .filter(|l| l.ends_with("git-lfs-authenticate remote.git download"))
+        .count();
+    // Once for the batch request, and again for the token refreshes.
+    assert!(asked >= 2, "{log}");
+    // git's SSH program with the host and the one remote command (no port in the URL).
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("git-lfs-authenticate"))
+            .all(|l| l == "git@lfs.example git-lfs-authenticate remote.git download"),
+        "{log}"
+    );
+
+    // An SSH server that refuses: the clone still succeeds through `git lfs fetch`, which
+    // says why it cannot authenticate either; git-xet says what failed.
+    let fail = GitEnv::new();
+    let out = fail.run_in(fail.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let broken = fail.path().join("broken-ssh");
+    std::fs::write(
+        &broken,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = -G ] && exit 1\nfor a; do last=$a; done\n\
+             case \"$last\" in\ngit-lfs-*) echo 'Permission denied (publickey).' >&2; exit 255;;\n\
+             *) cd '{}' && exec sh -c \"$last\";;\nesac\n",
+            pusher.path().display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = fail.run_with(
+        fail.path(),
+        "git",
+        &[
+            "xet",
+            "clone",
+            "git@lfs.example:remote.git",
+            "copy",
+            "--",
+            "-q",
+        ],
+        &[("GIT_SSH_COMMAND", broken.to_str().unwrap())],
+    );
+    assert!(
+        out.stderr.contains("git-lfs-authenticate") && out.stderr.contains("Permission denied"),
+        "{}",
+        out.all()
+    );
+    assert!(
+        out.stderr.contains("fetching with `git lfs fetch`"),
+        "{}",
+        out.all()
+    );
+}
+
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+fn basic_access_sends_credentials_with_the_first_request() {
+    if !tools_available() {
+        return;
+    }
+    use common::fake::{reply, Fake, Seen};
+    let lfs = Fake::start(|_: &Seen| reply(401, r#"{"message":"credentials needed"}"#));
+    let lfs_url = format!("{}/team/r.git/info/lfs", lfs.url);
+    let env = GitEnv::machine("helper-secret");
+    let work = env.path().join("work");
+    env.git(env.path(), &["init", "-q", "work"]);
+    env.git(&work, &["config", "lfs.url", &lfs_url]);
+    std::fs::write(
+        work.join(".gitattributes"),
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n",
+    )
+    .unwrap();
+    let pointer = format!(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize 5\n",
+        "a".repeat(64)
+    );
+    std::fs::write(work.join("x.bin"), &pointer).unwrap();
+    env.git(&work, &["add", "-A"]);
+    env.run_with(
+        &work,
+        "git",
+        &["commit", "-q", "-m", "x"],
+        &[("GIT_LFS_SKIP_SMUDGE", "1")],
+    );
+    let cat = |env: &GitEnv| {
+        let out = env.run_in(&work, "git", &["xet", "cat", "x.bin"]);
+        assert_ne!(out.status, Some(0), "{}", out.all());
+        assert!(!out.all().contains("helper-secret"), "{}", out.all());
+    };
+    // By default the first request goes without credentials; the 401 brings them.
+    cat(&env);
+    let seen = lfs.seen();
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert_eq!(seen[0].header("authorization"), None);
+    assert!(seen[1]
+        .header("authorization")
+        .is_some_and(|a| a.starts_with("Basic ")));
+    // `lfs.<url>.access=basic` (git-lfs sets it after its first 401): the first request is
+    // authenticated, as git-lfs sends it.
+    env.git(
+        &work,
+        &["config", &format!("lfs.{}.access", lfs.url), "basic"],
+    );
+    let before = lfs.seen().len();
+    cat(&env);
+    let seen = lfs.seen();
+    assert_eq!(seen.len(), before + 1, "one request only: {seen:?}");
+    assert!(
+        seen[before]
+            .header("authorization")
+            .is_some_and(|a| a.starts_with("Basic ")),
+        "{:?}",
+        seen[before]
+    );
 }

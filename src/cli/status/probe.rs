@@ -225,10 +225,20 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
     };
     let mut result = send(None);
     if let Ok(401 | 403) = result {
-        let credential = settings::stored_credential(git, &split.with_user)
-            .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
-        if let Some((user, password)) = credential {
-            check.source = Some("your git credential helper".into());
+        // git-lfs's order: the URL's password, the netrc file, the credential helpers.
+        let credential = split
+            .password
+            .clone()
+            .map(|p| ((String::from("git"), p), "the password in the LFS URL"))
+            .or_else(|| {
+                settings::netrc_credential(&split.with_user).map(|c| (c, "your netrc file"))
+            })
+            .or_else(|| {
+                settings::stored_credential(git, &split.with_user)
+                    .map(|c| (c, "your git credential helper"))
+            });
+        if let Some(((user, password), source)) = credential {
+            check.source = Some(source.into());
             result = send(Some((&user, &password)));
         }
     }

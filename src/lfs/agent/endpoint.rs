@@ -174,12 +174,14 @@ fn standalone_token_hint(bare: &str, origin: Option<settings::TokenOrigin>) -> S
 /// sent to the action's `X-Xet-Cas-Url` (the CAS the same LFS server named, so the origin the
 /// token was issued for), refreshed through `href` with the credential
 /// [`settings::refresh_authorization`] picks (the action's own `Authorization`, `HF_TOKEN` on
-/// Hugging Face, or a git credential for `href`; never `GIT_XET_TOKEN`), asked for only when a
-/// refresh is due.
+/// Hugging Face, `git-lfs-authenticate`'s for an SSH `remote` (a remote's name or URL, as
+/// git-lfs names it), the netrc file's, or a git credential for `href`; never
+/// `GIT_XET_TOKEN`), asked for only when a refresh is due.
 pub(crate) fn connect_negotiated(
     git: &Git,
     action: &Action,
     op: Operation,
+    remote: Option<&str>,
 ) -> Result<Arc<dyn Endpoint>, TransferError> {
     let cas_url = action
         .header("X-Xet-Cas-Url")
@@ -207,12 +209,25 @@ pub(crate) fn connect_negotiated(
     }
     let credential_git = git.clone();
     let credential_url = href.clone();
+    let remote = remote.map(str::to_string);
+    // The transfer's SSH remote, found when a refresh first needs a credential of its own.
+    let ssh = std::sync::OnceLock::new();
     let refresher =
         RefreshingToken::new(href.clone(), token, expires_at).with_authorization_fn(move || {
+            let ssh = ssh.get_or_init(|| {
+                // git-lfs's default remote when none was named (an in-process fetch).
+                settings::ssh_remote_of(&credential_git, remote.as_deref().unwrap_or("origin")).map(
+                    |remote| settings::SshRefresh {
+                        remote,
+                        operation: op,
+                    },
+                )
+            });
             Ok(settings::refresh_authorization(
                 &credential_git,
                 &credential_url,
                 action_authorization.as_deref(),
+                ssh.as_ref(),
             ))
         });
     let mut config = RemoteConfig::new(cas_url.clone(), TokenSource::refreshing(refresher));
@@ -402,7 +417,7 @@ impl Agent {
         if let Some((_, e)) = self.negotiated.iter().find(|(k, _)| *k == key) {
             return Ok(e.clone());
         }
-        let endpoint = connect_negotiated(&self.options.git, action, op)?;
+        let endpoint = connect_negotiated(&self.options.git, action, op, self.remote.as_deref())?;
         self.negotiated.push((key, endpoint.clone()));
         Ok(endpoint)
     }
