@@ -279,17 +279,18 @@ fn ask_server(
     deadline: Instant,
 ) -> Option<(bool, u64, u64)> {
     let split = settings::split_userinfo(lfs_url);
-    let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
     let left = deadline.checked_duration_since(Instant::now())?;
     let options = crate::lfs::http_settings::http_options(git, &split.bare);
     let client =
         xet_client::remote::OneShotClient::for_url(&options, &split.bare, left, true).ok()?;
     let extra = crate::lfs::http_settings::extra_headers(git, lfs_url);
-    let authorized = extra
-        .iter()
-        .any(|(name, _)| name.eq_ignore_ascii_case("authorization"));
-    let mut credential: Option<(String, String)> = None;
-    let mut asked_helper = false;
+    let request = crate::lfs::batch_request::BatchRequest {
+        git,
+        url: &split,
+        extra: &extra,
+        access: settings::lfs_access(git, lfs_url),
+        max_answer: MAX_ANSWER,
+    };
     let (mut offered, mut objects, mut bytes) = (true, 0u64, 0u64);
     let wanted: HashSet<String> = pointers.iter().map(|p| p.oid.to_hex()).collect();
     for batch in pointers.chunks(BATCH_OBJECTS) {
@@ -303,32 +304,10 @@ fn ask_server(
             "hash_algo": "sha256",
         })
         .to_string();
-        let send = |auth: Option<&(String, String)>| {
-            if Instant::now() >= deadline {
-                return None;
-            }
-            let mut r = client
-                .post(&target)
-                .header("Accept", "application/vnd.git-lfs+json")
-                .header("Content-Type", "application/vnd.git-lfs+json")
-                .body(body.clone());
-            for (name, value) in &extra {
-                r = r.header(name.as_str(), value.as_str());
-            }
-            if let Some((user, password)) = auth.filter(|_| !authorized) {
-                r = r.basic_auth(user, Some(password));
-            }
-            client.send(r, MAX_ANSWER).ok()
-        };
-        let mut answer = send(credential.as_ref())?;
-        if matches!(answer.status.as_u16(), 401 | 403) && !asked_helper && !authorized {
-            asked_helper = true;
-            credential = settings::stored_credential(git, &split.with_user)
-                .or_else(|| split.password.clone().map(|p| (String::from("git"), p)));
-            if credential.is_some() {
-                answer = send(credential.as_ref())?;
-            }
+        if Instant::now() >= deadline {
+            return None;
         }
+        let answer = request.send(&client, &body).ok()?;
         if !answer.status.is_success() {
             return None;
         }

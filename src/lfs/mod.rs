@@ -17,6 +17,7 @@
 //! | [`prune`] | pruning local objects safely in standalone mode: the check `git lfs prune --verify-remote` cannot do, and the agent's refusal to fake it |
 
 pub mod agent;
+pub(crate) mod batch_request;
 pub mod error;
 pub(crate) mod fetch;
 pub mod http_settings;

@@ -436,7 +436,6 @@ impl ObjectReader {
         objects: &[(LfsOid, u64)],
     ) -> Result<BatchAnswer, TransferError> {
         let split = settings::split_userinfo(lfs_url);
-        let target = format!("{}/objects/batch", split.bare.trim_end_matches('/'));
         let body = serde_json::json!({
             "operation": "download",
             // The download transfer of git-xet's agent, and the older name servers of
@@ -472,25 +471,14 @@ impl ObjectReader {
             }
             Route::Standalone(_) => (Vec::new(), settings::AccessMode::None),
         };
-        // A credential in http.extraheader (or from git-lfs-authenticate) is the one git-lfs
-        // sends: no other is tried.
-        let authorized = extra
-            .iter()
-            .any(|(name, _)| name.eq_ignore_ascii_case("authorization"));
-        let send = |auth: Option<&(String, String)>| {
-            let mut r = client
-                .post(&target)
-                .header("Accept", "application/vnd.git-lfs+json")
-                .header("Content-Type", "application/vnd.git-lfs+json")
-                .body(body.clone());
-            for (name, value) in &extra {
-                r = r.header(name.as_str(), value.as_str());
-            }
-            if let Some((user, password)) = auth.filter(|_| !authorized) {
-                r = r.basic_auth(user, Some(password));
-            }
-            client.send(r, MAX_BATCH_ANSWER)
+        let request = super::batch_request::BatchRequest {
+            git: &self.git,
+            url: &split,
+            extra: &extra,
+            access,
+            max_answer: MAX_BATCH_ANSWER,
         };
+        let target = request.target();
         let failed = |e: String| {
             TransferError::Setup(format!(
                 "the LFS server {} cannot be asked about objects: {e}",
@@ -507,26 +495,9 @@ impl ObjectReader {
                 })
                 .unwrap_or_else(|| xet_client::util::error::chain_text(e))
         };
-        // git-lfs's order: the password in the URL, then the netrc file, then the credential
-        // helpers (never prompting here).
-        let credential = || {
-            split
-                .password
-                .clone()
-                .map(|p| (String::from("git"), p))
-                .or_else(|| settings::lfs_credential(&self.git, &split.with_user))
-        };
-        // `lfs.<url>.access=basic`: credentials go with the first request, as git-lfs sends
-        // them; otherwise the first request goes without and a 401 brings them.
-        let first = (access == settings::AccessMode::Basic && !authorized)
-            .then(credential)
-            .flatten();
-        let mut response = send(first.as_ref()).map_err(|e| failed(describe(&e)))?;
-        if first.is_none() && !authorized && matches!(response.status.as_u16(), 401 | 403) {
-            if let Some(c) = credential() {
-                response = send(Some(&c)).map_err(|e| failed(describe(&e)))?;
-            }
-        }
+        let response = request
+            .send(client, &body)
+            .map_err(|e| failed(describe(&e)))?;
         let status = response.status;
         if matches!(status.as_u16(), 401 | 403) {
             return Err(TransferError::BatchRefused(format!(
