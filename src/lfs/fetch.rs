@@ -82,11 +82,7 @@ pub(crate) fn storage(git: &Git) -> Result<(PathBuf, PathBuf), FetchError> {
         .map_err(|e| FetchError::Storage(e.to_string()))?;
     let tmp =
         settings::lfs_temp_dir_in(git, &common).map_err(|e| FetchError::Storage(e.to_string()))?;
-    let objects = tmp
-        .parent()
-        .map(|storage| storage.join("objects"))
-        .ok_or_else(|| FetchError::Storage(format!("{} has no parent", tmp.display())))?;
-    Ok((objects, tmp))
+    Ok((settings::objects_beside(&tmp), tmp))
 }
 
 /// Fetches `objects` (oid, size) of `remote` (default: `origin`) into the LFS store of the

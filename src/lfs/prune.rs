@@ -206,9 +206,7 @@ pub(crate) struct StorageDirError(#[source] pub super::settings::SettingsError);
 /// `<LFS storage>/objects`, where git-lfs keeps objects (honours `lfs.storage`).
 pub(crate) fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
     let tmp = super::settings::lfs_temp_dir(git).map_err(StorageDirError)?;
-    Ok(tmp
-        .parent()
-        .map_or_else(|| tmp.join("objects"), |p| p.join("objects")))
+    Ok(super::settings::objects_beside(&tmp))
 }
 
 /// The path of `oid` under `objects`: `ab/cd/abcd…`.

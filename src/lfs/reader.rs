@@ -211,7 +211,7 @@ impl ObjectReader {
         let objects = git.common_dir().ok().and_then(|common| {
             settings::lfs_temp_dir_in(git, &common)
                 .ok()
-                .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")))
+                .map(|tmp| settings::objects_beside(&tmp))
         });
         let remote_name = remote.unwrap_or("origin").to_string();
         let endpoints = settings::lfs_env_endpoints(git);

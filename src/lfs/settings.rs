@@ -1169,6 +1169,13 @@ pub(crate) fn lfs_temp_dir(git: &Git) -> Result<PathBuf, SettingsError> {
 }
 
 /// [`lfs_temp_dir`] for a caller that knows the common git directory already.
+/// `<LFS storage>/objects`, where git-lfs keeps objects, beside its temp directory `tmp`
+/// (`<LFS storage>/tmp`, from [`lfs_temp_dir_in`]).
+pub(crate) fn objects_beside(tmp: &Path) -> PathBuf {
+    tmp.parent()
+        .map_or_else(|| tmp.join("objects"), |storage| storage.join("objects"))
+}
+
 pub(crate) fn lfs_temp_dir_in(git: &Git, common: &Path) -> Result<PathBuf, SettingsError> {
     let storage = match git.config_get("lfs.storage")? {
         Some(s) if !s.trim().is_empty() => {

@@ -626,7 +626,7 @@ impl Agent {
     fn lfs_objects_dir(&mut self) -> Option<PathBuf> {
         self.lfs_temp_dir()
             .ok()
-            .and_then(|tmp| tmp.parent().map(|storage| storage.join("objects")))
+            .map(|tmp| settings::objects_beside(&tmp))
     }
 
     /// The chunk lists of this repository's objects (`<git common dir>/xet/chunk-lists`, see
@@ -786,8 +786,8 @@ impl Agent {
         self.parts = Some(parts::Parts::default());
         match self.lfs_temp_dir() {
             Ok(dir) => {
-                let objects = dir.parent().map(|storage| storage.join("objects"));
-                self.parts = Some(parts::Parts::scan(&dir, objects.as_deref()));
+                let objects = settings::objects_beside(&dir);
+                self.parts = Some(parts::Parts::scan(&dir, Some(&objects)));
                 pack::remove_stale_packs(&dir.join(pack::PACK_DIR));
                 // Where earlier versions kept them.
                 pack::remove_stale_packs(&dir);
