@@ -168,9 +168,9 @@ fn is_git_xet_standalone(git: &Git, remote: &str) -> Result<bool, Box<dyn std::e
         remote,
     );
     match settings::transfer_mode(git, lfs_url.as_deref()) {
-        TransferMode::Standalone(a) if a == "xet" => Ok(true),
+        TransferMode::Standalone => Ok(true),
         TransferMode::Negotiated => Ok(false),
-        TransferMode::Standalone(other) => Err(format!(
+        TransferMode::OtherStandalone(other) => Err(format!(
             "remote {remote:?} uses the standalone transfer agent {other:?}, not git-xet: \
              git-xet cannot check its objects, and git-lfs cannot either (it does not ask \
              standalone agents); prune with care"

@@ -223,7 +223,7 @@ impl ObjectReader {
                 .map(|(_, u)| u.clone())
         });
         let route = match settings::transfer_mode(git, lfs_url.as_deref()) {
-            TransferMode::Standalone(agent) if agent == "xet" => {
+            TransferMode::Standalone => {
                 let options = AgentOptions::in_dir(git.dir().unwrap_or(Path::new(".")));
                 let lease = super::agent::open_standalone(
                     options,

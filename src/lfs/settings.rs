@@ -391,8 +391,10 @@ pub(crate) fn lfs_url_of(
 /// for a `file://` URL, else the batch API of the LFS server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TransferMode {
-    /// Standalone mode with this agent (`xet` is git-xet).
-    Standalone(String),
+    /// Standalone mode with git-xet (the agent `xet`).
+    Standalone,
+    /// Standalone mode with another agent: its name.
+    OtherStandalone(String),
     /// git-lfs's built-in `lfs-standalone-file` adapter: git-xet is never started.
     FileAdapter,
     /// The LFS server's batch API chooses (git-xet when it offers `xet`).
@@ -402,7 +404,7 @@ pub(crate) enum TransferMode {
 impl TransferMode {
     /// Whether git-xet does this remote's transfers in standalone mode.
     pub(crate) fn is_xet_standalone(&self) -> bool {
-        matches!(self, TransferMode::Standalone(a) if a == "xet")
+        matches!(self, TransferMode::Standalone)
     }
 }
 
@@ -422,7 +424,8 @@ pub(crate) fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
         _ => git.config_get("lfs.standalonetransferagent").ok().flatten(),
     };
     match agent.filter(|a| !a.trim().is_empty()) {
-        Some(a) => TransferMode::Standalone(a.trim().to_string()),
+        Some(a) if a.trim() == xet_client::wire::XET_TRANSFER => TransferMode::Standalone,
+        Some(a) => TransferMode::OtherStandalone(a.trim().to_string()),
         None if lfs_url.is_some_and(|u| u.to_ascii_lowercase().starts_with("file://")) => {
             TransferMode::FileAdapter
         }

@@ -9,6 +9,7 @@ use crate::lfs::journal;
 use crate::lfs::settings::{self, EndpointSpec, TransferMode};
 use xet_client::redact::redact;
 use xet_client::util::url::http_origin;
+use xet_client::wire::XET_TRANSFER;
 
 pub(super) fn gather(args: &StatusArgs) -> Result<Report, Error> {
     let git = Git::new();
@@ -242,7 +243,9 @@ pub(super) fn repository(
     let common = git.common_dir()?;
     let (work_tree, base) = work_tree(git, &common);
     let standalone_agent = config_with_scope(git, "lfs.standalonetransferagent")?;
-    let standalone = standalone_agent.as_ref().is_some_and(|s| s.value == "xet");
+    let standalone = standalone_agent
+        .as_ref()
+        .is_some_and(|s| s.value == XET_TRANSFER);
     standalone_agent_checks(git, standalone_agent.as_ref(), findings);
     let endpoint = settings::endpoint(git, &base).unwrap_or_else(|e| {
         findings
@@ -385,9 +388,9 @@ fn standalone_agent_checks(git: &Git, agent: Option<&Setting>, findings: &mut Fi
             other.value, other.scope
         ));
     }
-    let standalone = agent.is_some_and(|s| s.value == "xet");
+    let standalone = agent.is_some_and(|s| s.value == XET_TRANSFER);
     for (key, value) in url_standalone_agents(git) {
-        if value == "xet" && !standalone {
+        if value == XET_TRANSFER && !standalone {
             findings.note(format!(
                 "{key} = xet: standalone mode for LFS URLs matching that URL"
             ));
@@ -550,13 +553,13 @@ fn remote_check(
                      DIR-or-URL --remote {name}` (standalone mode)"
                 ));
         }
-        TransferMode::Standalone(a) if a != "xet" => {
+        TransferMode::OtherStandalone(a) => {
             findings.warn(format!(
                 "remote {name}: git-lfs sends its transfers to the standalone agent {a:?} \
                  (lfs.<url>.standalonetransferagent or lfs.standalonetransferagent), not git-xet"
             ));
         }
-        TransferMode::Standalone(_) => match &t.endpoint {
+        TransferMode::Standalone => match &t.endpoint {
             None if repository_endpoint || !standalone => {
                 findings
                     .warn(format!(
@@ -603,13 +606,14 @@ fn remote_info(t: &RemoteTransfer) -> RemoteInfo {
         url: t.remote.url.as_deref().map(redact),
         lfs_url: t.lfs_url.as_deref().map(redact),
         transfer: match &t.mode {
-            TransferMode::Standalone(a) if a == "xet" => "standalone",
-            TransferMode::Standalone(_) => "other-agent",
+            TransferMode::Standalone => "standalone",
+            TransferMode::OtherStandalone(_) => "other-agent",
             TransferMode::FileAdapter => "git-lfs-file",
             TransferMode::Negotiated => "negotiated",
         },
         standalone_agent: match &t.mode {
-            TransferMode::Standalone(a) => Some(a.clone()),
+            TransferMode::Standalone => Some(XET_TRANSFER.to_string()),
+            TransferMode::OtherStandalone(a) => Some(a.clone()),
             _ => None,
         },
         endpoint: None,
