@@ -30,6 +30,7 @@ use super::settings;
 use crate::git::{objects, worktree, Git};
 use git2::Oid;
 use xet_client::object_chunks::object_path;
+use xet_client::util::sync::LockAnyway as _;
 use xet_format::pointer::Pointer;
 use xet_format::LfsOid;
 
@@ -176,7 +177,7 @@ pub(crate) fn fetch_objects(
     let done = AtomicUsize::new(0);
     let bytes = AtomicU64::new(0);
     let dir = git.dir().unwrap_or(Path::new(".")).to_path_buf();
-    let next = || queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+    let next = || queue.lock_anyway().pop_front();
     std::thread::scope(|scope| {
         for _ in 0..jobs.clamp(1, 16).min(of) {
             scope.spawn(|| {
@@ -187,10 +188,7 @@ pub(crate) fn fetch_objects(
                         Ok(()) => {
                             bytes.fetch_add(t.size, Ordering::Relaxed);
                         }
-                        Err(e) => failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push((t.oid, e)),
+                        Err(e) => failed.lock_anyway().push((t.oid, e)),
                     }
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                     progress(Progress {

@@ -28,6 +28,7 @@ use super::error::TransferError;
 use super::protocol::{Action, Operation};
 use super::settings::{self, TransferMode};
 use crate::git::Git;
+use xet_client::util::sync::LockAnyway as _;
 use xet_client::wire::{XET_DOWNLOAD_TRANSFER, XET_TRANSFER};
 use xet_client::Endpoint;
 use xet_format::{FileHash, LfsOid};
@@ -135,7 +136,7 @@ impl SshSession {
     /// The headers, `git-lfs-authenticate` run again when they expire within 5 s (as git-lfs's
     /// cache of its answers does).
     fn headers(&self, git: &Git) -> Result<Vec<(String, String)>, TransferError> {
-        let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut answer = self.answer.lock_anyway();
         let expired = answer.expires.is_some_and(|at| {
             at.saturating_duration_since(std::time::Instant::now())
                 < std::time::Duration::from_secs(5)
@@ -311,7 +312,7 @@ impl ObjectReader {
         let mut out = HashMap::new();
         let mut wanted = Vec::new();
         {
-            let found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+            let found = self.found.lock_anyway();
             for (oid, size) in objects {
                 if let Some(path) = self.local_copy(oid, *size) {
                     out.insert(*oid, ObjectLocation::Local(path));
@@ -359,7 +360,7 @@ impl ObjectReader {
                 }
             }
         }
-        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found = self.found.lock_anyway();
         for (oid, location) in learned {
             if !matches!(location, ObjectLocation::Refused(_)) {
                 found.insert(oid, location.clone());
@@ -554,7 +555,7 @@ impl ObjectReader {
             .header("X-Xet-Cas-Url")
             .unwrap_or_default()
             .to_string();
-        let mut known = endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = endpoints.lock_anyway();
         let endpoint = match known.get(&cas) {
             Some(e) => e.clone(),
             None => {

@@ -35,6 +35,7 @@ use fuser::{
 use super::readahead::{Prefetcher, Streams, Target, PREFETCH_THREADS};
 use super::view::{Node, Opened, View};
 use crate::git::checkout;
+use xet_client::util::sync::LockAnyway as _;
 
 /// The most the kernel reads ahead by itself, per file (its own page-cache read-ahead, in
 /// requests to us); ours follows the reader's streams instead.
@@ -56,7 +57,7 @@ struct Handle {
 
 impl Handle {
     fn streams(&self) -> MutexGuard<'_, Streams> {
-        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+        self.streams.lock_anyway()
     }
 }
 
@@ -128,11 +129,7 @@ impl XetFs {
     }
 
     fn handle(&self, fh: FileHandle) -> Option<Arc<Handle>> {
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh.0)
-            .cloned()
+        self.handles.lock_anyway().get(&fh.0).cloned()
     }
 
     /// The bytes of one read.
@@ -228,10 +225,7 @@ impl Filesystem for XetFs {
                     opened: Arc::new(opened),
                     streams: Mutex::new(Streams::default()),
                 });
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(fh, handle);
+                self.handles.lock_anyway().insert(fh, handle);
                 // The content never changes: the kernel may keep its pages.
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
             }
@@ -293,11 +287,7 @@ impl Filesystem for XetFs {
         _flush: bool,
         reply: fuser::ReplyEmpty,
     ) {
-        let closed = self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
+        let closed = self.handles.lock_anyway().remove(&fh.0);
         // The last handle of a remote file closed: its spans leave memory (the view keeps
         // one reference to the file, this handle the other).
         if let Some(Opened::Ranged { file, .. }) = closed.as_ref().map(|h| h.opened.as_ref()) {

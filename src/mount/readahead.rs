@@ -27,6 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::lfs::reader::EndpointHandle;
 use xet_client::pipeline::ranged::{RangedFile, SPAN_CACHE_BYTES};
+use xet_client::util::sync::LockAnyway as _;
 
 /// Streams followed per open file.
 pub(crate) const MAX_STREAMS: usize = 16;
@@ -292,7 +293,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.queue.lock_anyway()
     }
 }
 
@@ -360,7 +361,7 @@ fn run(shared: &Shared) {
             if let Some(job) = queue.pending.pop() {
                 break job;
             }
-            queue = shared.queued.wait(queue).unwrap_or_else(|p| p.into_inner());
+            queue = xet_client::util::sync::wait_anyway(&shared.queued, queue);
         };
         drop(queue);
         if let Err(e) = target.file.prefetch(target.endpoint.get(), start, end) {

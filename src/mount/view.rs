@@ -22,6 +22,7 @@ use crate::git::objects::{self, EntryKind, LeftOut, ObjectsError};
 use crate::lfs::error::TransferError;
 use crate::lfs::reader::{EndpointHandle, ObjectLocation, ObjectReader};
 use xet_client::pipeline::ranged::{RangedError, RangedFile};
+use xet_client::util::sync::LockAnyway as _;
 use xet_format::pointer::Pointer;
 use xet_format::LfsOid;
 
@@ -270,7 +271,7 @@ impl View {
         };
         match content {
             Content::Blob(oid) => {
-                let repo = self.repo.lock().unwrap_or_else(|p| p.into_inner());
+                let repo = self.repo.lock_anyway();
                 Ok(Opened::Bytes(Arc::new(objects::blob_bytes(&repo, *oid)?)))
             }
             Content::Lfs(pointer) => self.open_lfs(path, *dir, pointer),
@@ -295,19 +296,13 @@ impl View {
                 Ok(Opened::Local(f))
             }
             Some(ObjectLocation::Remote { file, endpoint }) => {
-                let known = self
-                    .ranged
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&pointer.oid)
-                    .cloned();
+                let known = self.ranged.lock_anyway().get(&pointer.oid).cloned();
                 let ranged = match known {
                     Some(r) => r,
                     None => {
                         let r = Arc::new(RangedFile::open(endpoint.get(), *file, pointer.size)?);
                         self.ranged
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
+                            .lock_anyway()
                             .insert(pointer.oid, Arc::clone(&r));
                         r
                     }

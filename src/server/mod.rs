@@ -52,6 +52,7 @@ use axum::{Json, Router};
 use self::auth::{now_unix, Authority, Grant, Scope, ServerToken};
 use self::error::ApiError;
 pub(crate) use self::maintenance::Maintenance;
+use xet_client::util::sync::LockAnyway as _;
 use xet_format::HmacKey;
 use xet_store::{Store, StoreOptions};
 
@@ -307,7 +308,7 @@ impl AppState {
 
     /// The current global-dedup key, drawing a new one when the old one expired.
     pub(crate) fn dedup_key(&self) -> Result<DedupKey, ApiError> {
-        let mut k = self.dedup_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = self.dedup_key.lock_anyway();
         let now = now_unix();
         if k.expires <= now {
             let key = xet_client::random_bytes::<32>()

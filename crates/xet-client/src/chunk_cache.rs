@@ -37,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::shard_cache::{CacheConfig, ShardCache};
 use crate::target::{Origin, TargetError};
+use crate::util::sync::LockAnyway as _;
 use crate::FetchRange;
 use xet_format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
 use xet_format::XorbHash;
@@ -602,7 +603,7 @@ static HELD: std::sync::LazyLock<std::sync::Mutex<Holdings>> =
 static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
 
 fn holdings() -> std::sync::MutexGuard<'static, Holdings> {
-    HELD.lock().unwrap_or_else(|p| p.into_inner())
+    HELD.lock_anyway()
 }
 
 /// One thread's hold on a chunk range of a xorb directory (see [`ChunkCache::lock`]); the

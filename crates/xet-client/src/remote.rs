@@ -81,6 +81,7 @@ use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
 use crate::target::{CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbPut, XorbSource};
 use crate::util::now_unix;
+use crate::util::sync::LockAnyway as _;
 use crate::wire::{
     self, CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
 };
@@ -1352,7 +1353,7 @@ const KEPT_PLANS: usize = 16;
 
 impl RemoteCas {
     fn keep_plan(&self, file: FileHash, plan: ReconstructionPlan) {
-        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let mut plans = self.plans.lock_anyway();
         plans.retain(|(f, _)| *f != file);
         if plans.len() == KEPT_PLANS {
             plans.pop_front();
@@ -1362,7 +1363,7 @@ impl RemoteCas {
 
     /// The plan of `file` an oid lookup brought along, once.
     fn take_plan(&self, file: &FileHash) -> Option<ReconstructionPlan> {
-        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let mut plans = self.plans.lock_anyway();
         let at = plans.iter().position(|(f, _)| f == file)?;
         plans.remove(at).map(|(_, p)| p)
     }

@@ -33,6 +33,7 @@ use crate::index::{
 use crate::integrity::FooterCache;
 pub use crate::integrity::XorbHealth;
 use xet_client::reconstruction::{plan, PlanError, ReconstructionPlan};
+use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 use xet_format::hash::{file_hash, verification_hash};
 use xet_format::shard::{ParsedShard, Shard, ShardError, XorbInfo, MAX_SHARD_SIZE};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLimits};
@@ -762,12 +763,9 @@ impl Store {
     /// through it, nor found damaged) is taken as new without a look (a request): if another
     /// node stored it meanwhile, the upload puts the same bytes under the same key again.
     pub fn already_stored(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
-        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        let _collecting = self.collecting.read_anyway();
         if self.backend.is_shared() && self.unknown_here(xorb)? {
-            self.footers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .note_missing(xorb);
+            self.footers.lock_anyway().note_missing(xorb);
             return Ok(false);
         }
         self.keep_existing(xorb)
@@ -776,12 +774,7 @@ impl Store {
     /// Whether this node knows nothing of `xorb`: no index record, no damage record, no
     /// footer in memory.
     fn unknown_here(&self, xorb: &XorbHash) -> Result<bool, StoreError> {
-        let in_memory = self
-            .footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .any(xorb)
-            .is_some();
+        let in_memory = self.footers.lock_anyway().any(xorb).is_some();
         Ok(!in_memory && self.index.xorb(xorb)?.is_none() && self.index.damaged(xorb)?.is_none())
     }
 
@@ -889,10 +882,7 @@ impl Store {
             .filter(|b| b.len() as u64 == stored_len);
         let created = self.place(footer, stored_len, spool)?;
         if let (true, Some(bytes)) = (created, small) {
-            self.small_xorbs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(xorb, Arc::new(bytes));
+            self.small_xorbs.lock_anyway().insert(xorb, Arc::new(bytes));
         }
         Ok(created)
     }
@@ -902,7 +892,7 @@ impl Store {
     /// won) and replaced when damaged (it could not be moved aside). `true` if this call stored
     /// it. Under the collection lock, so garbage collection never deletes what was just placed.
     fn place(&self, footer: XorbFooter, stored_len: u64, file: &Path) -> Result<bool, StoreError> {
-        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        let _collecting = self.collecting.read_anyway();
         let xorb = footer.hash;
         let key = ObjectKey::Xorb(xorb);
         // On object storage a look is a request: an upload that found the object missing a
@@ -910,8 +900,7 @@ impl Store {
         let looked = self.backend.is_shared()
             && self
                 .footers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_anyway()
                 .missing_within(&xorb, crate::integrity::STAMP_FRESH);
         let stamp = if looked {
             None
@@ -1041,10 +1030,7 @@ impl Store {
     }
 
     pub(super) fn cache_footer(&self, stamp: ObjectStamp, footer: Arc<XorbFooter>) {
-        self.footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(stamp, footer);
+        self.footers.lock_anyway().insert(stamp, footer);
     }
 
     /// The footer of an intact stored xorb (see [`Self::check_xorb`]); `None` when the xorb is
@@ -1093,7 +1079,7 @@ impl Store {
             return Err(ShardRejection::Keyed.into());
         }
         // Garbage collection deletes nothing between validation and commit.
-        let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+        let _collecting = self.collecting.read_anyway();
         // The same bytes again are acknowledged without validation, unless a file they
         // register lost a xorb since: then validation refuses them naming it, so the client
         // uploads it again.
@@ -1447,8 +1433,7 @@ impl Store {
         self.backend.log_shard(shard, repo)?;
         if let (Some(repo), true) = (repo, self.backend.is_shared()) {
             self.logged_here
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_anyway()
                 .push((*shard, repo.to_owned()));
         }
         Ok(())
@@ -1672,10 +1657,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.index.settle_claim(oid, file, holds)?;
         if holds && self.backend.is_shared() {
-            self.checked_claims
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((*oid, *file));
+            self.checked_claims.lock_anyway().push((*oid, *file));
         }
         Ok(())
     }
@@ -1685,12 +1667,7 @@ impl Store {
     /// by the claims job rather than by the request that checked them. A record that cannot be
     /// written only costs another node its own check.
     pub fn record_checked_claims(&self) {
-        let checked = std::mem::take(
-            &mut *self
-                .checked_claims
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let checked = std::mem::take(&mut *self.checked_claims.lock_anyway());
         if checked.is_empty() {
             return;
         }
@@ -1706,10 +1683,7 @@ impl Store {
     /// The file the cluster's batches of checked claims name for `oid`: the batches are
     /// listed again at most every [`CLAIM_BATCHES_FRESH`].
     fn batch_checked_claim(&self, oid: &LfsOid) -> Result<Option<FileHash>, StoreError> {
-        let mut known = self
-            .cluster_claims
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut known = self.cluster_claims.lock_anyway();
         let stale = known
             .listed
             .is_none_or(|at| at.elapsed() >= CLAIM_BATCHES_FRESH);
@@ -1879,10 +1853,7 @@ impl Store {
         if !self.backend.is_shared() {
             return None;
         }
-        self.small_xorbs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(xorb)
+        self.small_xorbs.lock_anyway().get(xorb)
     }
 
     /// What a download of a range of `xorb` reads from: on object storage, a xorb of at most
@@ -1925,8 +1896,7 @@ impl Store {
         }
         let bytes = Arc::new(bytes);
         self.small_xorbs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_anyway()
             .insert(*xorb, Arc::clone(&bytes));
         Ok(Some(XorbBytes::Whole(bytes)))
     }
@@ -1996,9 +1966,7 @@ impl Store {
             return Ok(Some(bytes));
         }
         let stripe = usize::from(xorb.as_bytes()[0]) % self.reading_whole.len();
-        let _one_reader = self.reading_whole[stripe]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _one_reader = self.reading_whole[stripe].lock_anyway();
         // Another request may have read it while this one waited.
         if let Some(bytes) = self.small_xorb_in_memory(xorb) {
             return Ok(Some(bytes));
@@ -2042,8 +2010,7 @@ impl Store {
         }
         let bytes = Arc::new(bytes);
         self.small_xorbs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_anyway()
             .insert(*xorb, Arc::clone(&bytes));
         Ok(Some(bytes))
     }
@@ -2117,8 +2084,7 @@ impl Store {
         if let Some(bytes) = &read {
             let len = self
                 .footers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_anyway()
                 .latest(xorb)
                 .map(|(stamp, _)| stamp.len);
             if let Some(len) = len {

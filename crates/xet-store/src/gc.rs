@@ -45,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::ObjectKey;
 use crate::cas::{ShardRejection, Store, StoreError};
+use xet_client::util::sync::LockAnyway as _;
 use xet_format::{FileHash, XorbHash};
 
 /// The default grace period: a day.
@@ -405,15 +406,9 @@ impl Store {
         doomed: &[XorbHash],
         deadline: Option<u64>,
     ) -> Result<usize, StoreError> {
-        self.doomed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(entries.iter().copied());
+        self.doomed.lock_anyway().extend(entries.iter().copied());
         let result = self.remove_collected(entries, doomed, deadline);
-        self.doomed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.doomed.lock_anyway().clear();
         result
     }
 
@@ -449,11 +444,11 @@ impl Store {
         }
         self.index.remove_xorbs(entries)?;
         {
-            let mut cache = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cache = self.footers.lock_anyway();
             for x in entries {
                 cache.remove(x);
             }
-            let mut small = self.small_xorbs.lock().unwrap_or_else(|p| p.into_inner());
+            let mut small = self.small_xorbs.lock_anyway();
             for x in entries {
                 small.remove(x);
             }
@@ -647,7 +642,7 @@ impl Store {
     /// share one).
     fn sweep_records(&self) -> Result<Vec<(String, Arc<SweepRecord>)>, StoreError> {
         let asked = Instant::now();
-        let mut view = self.sweeps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut view = self.sweeps.lock_anyway();
         if view.listed_at.is_none_or(|t| t < asked) {
             let started = Instant::now();
             let names = self.backend.list_sweeps()?;
@@ -704,13 +699,7 @@ impl Store {
             std::thread::sleep(SWEEP_POLL);
             let record = self.read_sweep_record(name)?;
             if record.settled(unix_ms(SystemTime::now())) {
-                if let Some(r) = self
-                    .sweeps
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .records
-                    .get_mut(name)
-                {
+                if let Some(r) = self.sweeps.lock_anyway().records.get_mut(name) {
                     *r = Arc::new(record);
                 }
                 return Ok(());
@@ -724,14 +713,8 @@ impl Store {
     /// Forgets what this process saw of `xorb` lately (its footer, its bytes in memory), so
     /// that the next look asks storage.
     fn forget_seen(&self, xorb: &XorbHash) {
-        self.footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(xorb);
-        self.small_xorbs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(xorb);
+        self.footers.lock_anyway().remove(xorb);
+        self.small_xorbs.lock_anyway().remove(xorb);
     }
 
     /// Puts `xorb` back into storage from this node's copy of it, validated as an upload is;

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use crate::backend::BackendError;
 use crate::backend::{ObjectKey, ObjectStamp};
 use crate::cas::{Store, StoreError};
+use xet_client::util::sync::LockAnyway as _;
 use xet_format::hash::xorb_hash;
 use xet_format::shard::{ParsedShard, XorbInfo};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
@@ -312,11 +313,7 @@ impl Store {
             // On object storage a look is a request: an object seen intact a moment ago is
             // taken as still there (xorbs never change; a read of one collected meanwhile
             // fails and says so).
-            let seen = self
-                .footers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .seen_within(xorb, STAMP_FRESH);
+            let seen = self.footers.lock_anyway().seen_within(xorb, STAMP_FRESH);
             if let Some((stamp, footer)) = seen {
                 return Ok((XorbHealth::Intact(footer), Some(stamp)));
             }
@@ -325,7 +322,7 @@ impl Store {
             // then need none), once for the requests that want it at once; a small xorb read
             // whole within `small_xorbs`' time is as good.
             if self.small_xorb_read_once(xorb, CHECK_READ_MAX)?.is_some() {
-                let footers = self.footers.lock().unwrap_or_else(|p| p.into_inner());
+                let footers = self.footers.lock_anyway();
                 if let Some((stamp, footer)) = footers.latest(xorb) {
                     return Ok((XorbHealth::Intact(footer), Some(stamp)));
                 }
@@ -335,13 +332,8 @@ impl Store {
         // On object storage, a xorb whose footer this node has not read is read from its end
         // at once: its stamp and its footer (all of it if small) in one request, not a look
         // and then reads.
-        let first_contact = self.backend.is_shared()
-            && self
-                .footers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .any(xorb)
-                .is_none();
+        let first_contact =
+            self.backend.is_shared() && self.footers.lock_anyway().any(xorb).is_none();
         let (stamp, tail) = if first_contact {
             match self.backend.read_tail(key, first_read)? {
                 Some((tail, stamp)) => (Some(stamp), Some(tail)),
@@ -363,10 +355,7 @@ impl Store {
                     // this node's copy stays, for a registration that names it to put back.
                     self.index
                         .remove_xorbs(&std::collections::HashSet::from([*xorb]))?;
-                    self.footers
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .note_missing(xorb);
+                    self.footers.lock_anyway().note_missing(xorb);
                     return Ok((XorbHealth::Missing, None));
                 }
                 self.drop_copy(xorb);
@@ -376,10 +365,7 @@ impl Store {
             }
             self.drop_copy(xorb);
             if self.backend.is_shared() {
-                self.footers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .note_missing(xorb);
+                self.footers.lock_anyway().note_missing(xorb);
             }
             return Ok((XorbHealth::Missing, None));
         };
@@ -418,7 +404,7 @@ impl Store {
     /// Reads and verifies the whole object of `xorb`, whose stamp was `stamp` (one verification
     /// at a time, so memory stays at one object).
     fn verify_whole(&self, xorb: &XorbHash, stamp: ObjectStamp) -> Result<XorbHealth, StoreError> {
-        let _one = self.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.verifying.lock_anyway();
         let key = ObjectKey::Xorb(*xorb);
         if let Some(f) = self.cached_footer(xorb, &stamp) {
             return Ok(XorbHealth::Intact(f));
@@ -460,8 +446,7 @@ impl Store {
         };
         let known = self
             .footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_anyway()
             .latest(xorb)
             .filter(|(stamp, _)| stamp.len == len);
         if let Some((_, footer)) = known {
@@ -557,8 +542,7 @@ impl Store {
                 }
             }
             self.small_xorbs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_anyway()
                 .insert(*xorb, Arc::new(bytes));
         }
         Ok(FooterRead::Footer(footer))
@@ -566,28 +550,16 @@ impl Store {
 
     /// Whether garbage collection is removing `xorb` right now (it counts as not stored).
     pub(crate) fn being_collected(&self, xorb: &XorbHash) -> bool {
-        self.doomed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(xorb)
+        self.doomed.lock_anyway().contains(xorb)
     }
 
     fn cached_footer(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {
-        self.footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(xorb, stamp)
+        self.footers.lock_anyway().get(xorb, stamp)
     }
 
     fn forget_footer(&self, xorb: &XorbHash) {
-        self.footers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(xorb);
-        self.small_xorbs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(xorb);
+        self.footers.lock_anyway().remove(xorb);
+        self.small_xorbs.lock_anyway().remove(xorb);
     }
 
     /// Takes a damaged or missing xorb out of service: its object (if any) is moved to
@@ -656,11 +628,7 @@ impl Store {
         }
         if let Some(stamp) = self.backend.stamp(key)? {
             self.index.set_verified(xorb, &stamp)?;
-            let cached = self
-                .footers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .any(xorb);
+            let cached = self.footers.lock_anyway().any(xorb);
             if let Some(f) = cached {
                 self.cache_footer(stamp, f);
             }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redb::{Database, ReadTransaction, WriteTransaction};
+use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 
 /// How often opening the database again is tried while it cannot be (the disk still full, or
 /// a transaction of the failed database still running).
@@ -61,15 +62,15 @@ impl ReopeningDb {
 
     /// The open database, opened again if an I/O error closed it.
     fn database(&self) -> Result<Arc<Database>, BeginError> {
-        if let Some(db) = self.db.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(db) = self.db.read_anyway().as_ref() {
             return Ok(Arc::clone(db));
         }
-        let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.db.write_anyway();
         if let Some(db) = slot.as_ref() {
             return Ok(Arc::clone(db));
         }
         {
-            let mut last = self.reopened.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = self.reopened.lock_anyway();
             if last.is_some_and(|t| t.elapsed() < REOPEN_INTERVAL) {
                 return Err(BeginError::Reopening);
             }
@@ -99,7 +100,7 @@ impl ReopeningDb {
                 redb::StorageError::PreviousIo | redb::StorageError::LockPoisoned(_)
             )
         ) {
-            let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+            let mut slot = self.db.write_anyway();
             if slot.as_ref().is_some_and(|d| Arc::ptr_eq(d, db)) {
                 tracing::warn!(path = %self.path.display(), "database failed on an I/O error (a full disk?): opening it again");
                 *slot = None;

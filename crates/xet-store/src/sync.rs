@@ -22,6 +22,7 @@ use std::time::Instant;
 use crate::backend::{LogCursor, ObjectKey};
 use crate::cas::{now_unix, Store, StoreError};
 use crate::index::{Commit, StoredShard};
+use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 use xet_format::shard::ParsedShard;
 use xet_format::ShardHash;
 
@@ -73,7 +74,7 @@ impl Store {
         if !self.is_shared() {
             return Ok(CatchUp::default());
         }
-        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.sync.lock_anyway();
         self.catch_up_locked(&mut state)
     }
 
@@ -145,7 +146,7 @@ impl Store {
         if !self.is_shared() {
             return Ok(CatchUp::default());
         }
-        let mut state = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.sync.lock_anyway();
         let result = self.catch_up_everything(&mut state);
         self.note_catch_up(result)
     }
@@ -202,7 +203,7 @@ impl Store {
                 Err(std::sync::TryLockError::WouldBlock) => return false,
             }
         } else {
-            self.sync.lock().unwrap_or_else(|p| p.into_inner())
+            self.sync.lock_anyway()
         };
         if state.last.is_some_and(|t| t > missed) {
             return true;
@@ -222,8 +223,7 @@ impl Store {
         shards: Vec<(ShardHash, Option<String>, u64)>,
     ) -> Result<CatchUp, StoreError> {
         // What this node logged itself is known (its index has it).
-        let logged_here =
-            std::mem::take(&mut *self.logged_here.lock().unwrap_or_else(|p| p.into_inner()));
+        let logged_here = std::mem::take(&mut *self.logged_here.lock_anyway());
         state.access.extend(logged_here);
         // What is left to do, decided from the index (fast, local reads).
         let mut todo = Vec::new();
@@ -249,7 +249,7 @@ impl Store {
         // checked shard names is deleted before the shard is registered.
         let mut outcome = CatchUp::default();
         for batch in todo.chunks(REGISTER_BATCH) {
-            let _collecting = self.collecting.read().unwrap_or_else(|p| p.into_inner());
+            let _collecting = self.collecting.read_anyway();
             let results = self.register_stored_shards(batch);
             let mut ready = Vec::new();
             for ((shard, repo, known), result) in batch.iter().zip(results) {
@@ -310,7 +310,7 @@ impl Store {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(item) = todo.get(i) else { break };
                     let result = register(item);
-                    done.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                    done.lock_anyway()[i] = Some(result);
                 });
             }
         });

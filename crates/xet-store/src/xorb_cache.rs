@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use xet_client::util::sync::LockAnyway as _;
 use xet_format::XorbHash;
 
 /// Free bytes a copy never takes the disk below (besides the store's own reserve).
@@ -232,7 +233,7 @@ impl XorbCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_anyway()
     }
 
     fn path(&self, xorb: &XorbHash) -> PathBuf {

@@ -44,6 +44,7 @@ use super::super::body::{check_declared, content_length, drain, read_body, spool
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::upload::XORB_BODY_LIMIT;
+use xet_client::util::sync::LockAnyway as _;
 use xet_client::wire::XorbUploaded;
 use xet_format::XorbHash;
 
@@ -66,7 +67,7 @@ pub(crate) struct Uncommitted(std::sync::Mutex<std::collections::HashSet<UploadG
 impl Uncommitted {
     /// Remembers that `grant`'s upload stored its xorb; `false` if there was no room.
     pub(crate) fn insert(&self, grant: UploadGrant, now: u64) -> bool {
-        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = self.0.lock_anyway();
         if set.len() >= MAX_UNCOMMITTED {
             set.retain(|g| g.expires.saturating_add(GRANT_TTL_SECS) >= now);
         }
@@ -79,10 +80,7 @@ impl Uncommitted {
 
     /// Whether `grant` stored its xorb here and was not committed yet; it is committed now.
     pub(crate) fn take(&self, grant: &UploadGrant) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(grant)
+        self.0.lock_anyway().remove(grant)
     }
 }
 

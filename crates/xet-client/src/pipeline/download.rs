@@ -37,6 +37,7 @@ use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::pipeline::prior::LocalChunks;
 use crate::pipeline::resume::{Extent, PartialFile};
+use crate::util::sync::LockAnyway as _;
 use crate::{FetchRange, ReconstructionPlan};
 use crate::{Origin, TargetError, XorbSource};
 use xet_format::hash::file_hash;
@@ -614,7 +615,7 @@ struct OneWriteAtATime<'a> {
 
 impl WriteAt for OneWriteAtATime<'_> {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = self.turn.lock_anyway();
         self.out.write_all_at(buf, offset)
     }
 }

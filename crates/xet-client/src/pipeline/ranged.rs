@@ -18,6 +18,7 @@ use bytes::Bytes;
 
 use crate::pipeline::download::{write_plan_into, DownloadError};
 use crate::pipeline::prior::check_list;
+use crate::util::sync::LockAnyway as _;
 use crate::{Endpoint, TargetError};
 use xet_format::{ChunkRef, FileHash};
 
@@ -301,7 +302,7 @@ impl RangedFile {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_anyway()
     }
 
     /// Up to `len` bytes from `offset` (fewer at the end of the file; none past it), each
@@ -340,7 +341,7 @@ impl RangedFile {
             }
             let from = state.cache.covered_until(offset, end);
             if state.overlaps_in_flight(from, end) {
-                drop(self.fetched.wait(state).unwrap_or_else(|p| p.into_inner()));
+                drop(crate::util::sync::wait_anyway(&self.fetched, state));
                 continue;
             }
             if fetched_here {

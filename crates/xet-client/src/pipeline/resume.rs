@@ -37,6 +37,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::pipeline::download::WriteAt;
 use crate::pipeline::prior::read_exact_at;
 use crate::pipeline::sha256_landed::Sha256Landed;
+use crate::util::sync::LockAnyway as _;
 use xet_format::xorb::header::MAX_CHUNK_LEN;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 
@@ -311,7 +312,7 @@ impl PartialFile {
         let Some(bytes) = extent.encode(&self.file_hash) else {
             return Ok(());
         };
-        let mut end = self.end.lock().unwrap_or_else(|p| p.into_inner());
+        let mut end = self.end.lock_anyway();
         WriteAt::write_all_at(&self.file, &bytes, *end)?;
         *end += bytes.len() as u64;
         self.recorded.fetch_add(extent.len(), Ordering::Relaxed);
@@ -323,8 +324,7 @@ impl PartialFile {
     /// [`PartialFile::verify`]).
     pub fn take(&self, xorb: &XorbHash, from: (u32, u64), at: u64) -> Option<Extent> {
         self.earlier
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_anyway()
             .remove(&(*xorb, from.0, from.1, at))
     }
 
@@ -357,11 +357,8 @@ impl PartialFile {
     /// Forgets everything: the file is emptied and its record starts again (a download that
     /// did not verify starts over).
     pub fn restart(&self, oid: &LfsOid) -> io::Result<()> {
-        let mut end = self.end.lock().unwrap_or_else(|p| p.into_inner());
-        self.earlier
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        let mut end = self.end.lock_anyway();
+        self.earlier.lock_anyway().clear();
         self.file.set_len(0)?;
         let head = header(oid, &self.file_hash, self.size);
         WriteAt::write_all_at(&self.file, &head, self.size)?;

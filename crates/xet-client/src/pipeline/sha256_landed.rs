@@ -21,6 +21,7 @@ use sha2::Digest as _;
 use xet_format::LfsOid;
 
 use crate::pipeline::prior::read_exact_at;
+use crate::util::sync::LockAnyway as _;
 
 /// Bytes read back from the file at a time.
 const READ_BACK: usize = 1 << 20;
@@ -80,10 +81,7 @@ impl Sha256Landed {
             return;
         }
         let end = offset.saturating_add(buf.len() as u64);
-        self.ahead
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(offset, end);
+        self.ahead.lock_anyway().insert(offset, end);
         loop {
             let Ok(mut h) = self.hashing.try_lock() else {
                 // Another thread hashes, and takes this write if it reaches it.
@@ -94,12 +92,7 @@ impl Sha256Landed {
             // A write noted while this thread held the lock, right where it stopped, would
             // otherwise wait for the next write or `finish`.
             let at = self.done.load(Ordering::Relaxed);
-            if !self
-                .ahead
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&at)
-            {
+            if !self.ahead.lock_anyway().contains_key(&at) {
                 return;
             }
         }
@@ -109,7 +102,7 @@ impl Sha256Landed {
     fn advance(&self, h: &mut Hashing, file: &File, mine: Option<(&[u8], u64)>) {
         loop {
             let next = {
-                let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+                let mut ahead = self.ahead.lock_anyway();
                 // Writes that end inside the prefix are behind it (overlapping writes).
                 while let Some((&start, &end)) = ahead.first_key_value() {
                     if start < h.done {
@@ -133,10 +126,7 @@ impl Sha256Landed {
                 _ => {
                     if read_back(h, file, start, end).is_err() {
                         // Left for `finish`, which reads it again and reports the error.
-                        self.ahead
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(start, end);
+                        self.ahead.lock_anyway().insert(start, end);
                         return;
                     }
                 }
@@ -149,7 +139,7 @@ impl Sha256Landed {
     /// The SHA-256 of the first `size` bytes of `file`: the hashed prefix, continued by reading
     /// the rest back.
     pub fn finish(&self, file: &File, size: u64) -> io::Result<LfsOid> {
-        let mut h = self.hashing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = self.hashing.lock_anyway();
         if h.done > size {
             return Err(io::Error::other(format!(
                 "{} bytes were hashed of a file of {size}",
@@ -166,8 +156,8 @@ impl Sha256Landed {
 
     /// Forgets everything hashed and noted (the file is written again from the start).
     pub fn reset(&self) {
-        let mut h = self.hashing.lock().unwrap_or_else(|p| p.into_inner());
-        self.ahead.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut h = self.hashing.lock_anyway();
+        self.ahead.lock_anyway().clear();
         h.sha = sha2::Sha256::new();
         h.done = 0;
         self.done.store(0, Ordering::Relaxed);

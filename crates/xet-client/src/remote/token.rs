@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::util::now_unix;
 use crate::util::secret::Secret;
+use crate::util::sync::LockAnyway as _;
 
 /// Refresh this long before the token expires (the reference client's `REFRESH_BUFFER_SEC`).
 pub const REFRESH_BUFFER_SECS: u64 = 30;
@@ -183,7 +184,7 @@ impl RefreshingToken {
     /// The state, locked. A poisoned lock (a panic during a refresh) still holds a consistent
     /// state: it is only written whole after a successful refresh.
     pub(super) fn lock(&self) -> MutexGuard<'_, TokenState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_anyway()
     }
 }
 

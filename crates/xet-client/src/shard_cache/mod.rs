@@ -66,6 +66,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::Digest as _;
 
+use crate::util::sync::LockAnyway as _;
 use xet_format::shard::ShardError;
 use xet_format::ShardHash;
 
@@ -320,7 +321,7 @@ impl ShardCache {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_anyway()
     }
 }
 

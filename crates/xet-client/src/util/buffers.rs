@@ -3,6 +3,7 @@
 //! zeroed, which was a tenth of a download's CPU time. Bounded: at most [`KEPT`] buffers wait
 //! here, so the memory held besides the buffers in use is at most [`KEPT`] ranges.
 
+use crate::util::sync::LockAnyway as _;
 use std::sync::Mutex;
 
 /// Buffers smaller than this are not worth keeping.
@@ -18,7 +19,7 @@ static POOL: Pool = Pool(Mutex::new(Vec::new()));
 
 impl Pool {
     fn kept(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock_anyway()
     }
 
     fn take(&self, capacity: usize) -> Vec<u8> {

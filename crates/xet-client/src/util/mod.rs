@@ -1,7 +1,7 @@
 //! Small helpers every layer above [`format`](xet_format) shares, each written once: the
 //! clock ([`now_unix`]), byte sizes ([`size`]), durations ([`duration`]), URLs ([`url`]), error chains ([`error`]), HTTP
 //! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
-//! ([`buffers`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
+//! ([`buffers`]), locks taken after a panic too ([`sync`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
 //! settings ([`os`]).
 //!
 //! Nothing here knows about Xet, git or the agent; the format layer stays free of it (it reads
@@ -15,6 +15,7 @@ pub mod os;
 pub mod range;
 pub mod secret;
 pub mod size;
+pub mod sync;
 pub mod url;
 
 /// Seconds since the Unix epoch (0 if the clock is set before it).

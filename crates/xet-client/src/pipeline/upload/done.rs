@@ -4,6 +4,7 @@
 //! is being sent, its bytes count in proportion to the share of its body that went out
 //! ([`Done::sending`]); the rest is held back until it is stored.
 
+use crate::util::sync::LockAnyway as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -51,7 +52,7 @@ impl Done {
 
     /// `n` bytes are in xorb `seq` of this upload (packed into it, or matching a chunk of it).
     pub fn in_xorb(&self, seq: u32, n: u64) {
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = self.waiting.lock_anyway();
         let slot = Self::slot(&mut w, seq);
         slot.bytes += n;
         if slot.stored {
@@ -63,7 +64,7 @@ impl Done {
     /// bytes counts (never less than counted before; a retry that starts over does not make
     /// progress go back).
     pub fn sending(&self, seq: u32, sent: u64, total: u64) {
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = self.waiting.lock_anyway();
         let slot = Self::slot(&mut w, seq);
         if slot.stored || total == 0 {
             return;
@@ -79,7 +80,7 @@ impl Done {
 
     /// The target stored xorb `seq` of this upload (or already had it).
     pub(crate) fn xorb_stored(&self, seq: u32) {
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = self.waiting.lock_anyway();
         let slot = Self::slot(&mut w, seq);
         if !slot.stored {
             slot.stored = true;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::target::{CasTarget, TargetError};
+use crate::util::sync::LockAnyway as _;
 use xet_format::shard::Shard;
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
 
@@ -43,7 +44,7 @@ impl<'a> Staging<'a> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(XorbHash, PathBuf)>> {
-        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+        self.staged.lock_anyway()
     }
 
     /// Puts every staged xorb into the inner target, oldest first, deleting each file once its
