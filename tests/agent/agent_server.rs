@@ -11,7 +11,7 @@ use std::path::Path;
 
 use crate::common;
 
-use common::git::{dir_bytes, tools_available, GitEnv};
+use common::git::{dir_bytes, require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn registered_files(server: &TestServer) -> u64 {
@@ -83,9 +83,7 @@ fn journal(repo: &Path) -> Vec<serde_json::Value> {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn negotiated_push_clone_edit_and_pull() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);
@@ -153,9 +151,7 @@ fn negotiated_push_clone_edit_and_pull() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);
@@ -190,9 +186,7 @@ fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let mut env = GitEnv::new();
     // A server that stays away fails the push after 3 s of retries (60 s by default).
@@ -240,9 +234,7 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     use git_xet::server::auth::{Scope, ServerToken};
     use git_xet::server::{ServeConfig, Server};
     let server = common::server::start();
@@ -298,9 +290,7 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
 #[test]
 #[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn files_cross_between_git_and_the_reference_client() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let python = common::reference_python();
     let peer = common::hfxet::Peer {
         python,
@@ -397,9 +387,7 @@ fn small_files(seed: u64) -> Vec<(String, Vec<u8>)> {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_small_files_of_a_fetch_come_down_in_packs() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let (server, env, work) = negotiated_repo();
     let files = small_files(900);
     for (name, data) in &files {
@@ -462,9 +450,7 @@ fn the_small_files_of_a_fetch_come_down_in_packs() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let (server, env, work) = negotiated_repo();
     // 40 small files and one of 6 MiB, which is not packed.
     let mut files = small_files(500);

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::common;
 
-use common::git::{count_files, dir_bytes, tools_available, GitEnv};
+use common::git::{count_files, dir_bytes, require_git_lfs, GitEnv};
 
 fn lfs_objects(repo: &Path) -> usize {
     count_files(&repo.join(".git/lfs/objects"))
@@ -18,9 +18,7 @@ fn lfs_objects(repo: &Path) -> usize {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.standalone_world(&store, 8);
@@ -118,9 +116,7 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn two_hundred_small_files_and_large_ones_with_eight_agents() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.standalone_world(&store, 8);
@@ -216,9 +212,7 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.standalone_world(&store, 2);
@@ -277,9 +271,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn demo_round_trips_and_reports_a_small_second_push() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let out = env.run_in(env.path(), "git", &["xet", "demo", "--size", "8"]);
     assert_eq!(out.status, Some(0), "{}", out.all());

@@ -12,7 +12,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
@@ -79,9 +79,7 @@ fn moved(s: &TestServer, step: impl FnOnce()) -> (u64, u64) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
 
@@ -173,9 +171,7 @@ fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_local_earlier_version_that_was_modified_is_not_trusted() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
     let first = machine(WRITE_TOKEN);
@@ -223,9 +219,7 @@ fn a_local_earlier_version_that_was_modified_is_not_trusted() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     pusher_may_not_read(true);
 }
 
@@ -233,9 +227,7 @@ fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_earlier_version_the_pusher_may_not_read_is_never_used_without_a_local_copy() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     pusher_may_not_read(false);
 }
 
@@ -395,9 +387,7 @@ fn four_versions() -> (TestServer, GitEnv, PathBuf, Vec<Vec<u8>>) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_clone_without_lfs_files_deduplicates_against_the_versions_on_the_server() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let (s, first, work, mut tensors) = four_versions();
 
     let ci = machine(WRITE_TOKEN);
@@ -459,9 +449,7 @@ fn a_clone_without_lfs_files_deduplicates_against_the_versions_on_the_server() {
 fn a_lost_xorb_an_earlier_version_used_is_sent_again() {
     use common::fake::{Fake, Reply, Seen};
     use xet_format::XorbHash;
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let (s, first, _work, mut tensors) = four_versions();
     // v3's own xorb (the newest of the store) is the one said to be lost.
     let mut stored: Vec<(std::time::SystemTime, String)> = Vec::new();

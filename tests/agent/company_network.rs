@@ -10,19 +10,19 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 use common::tls::{free_port, nginx, Nginx, Pki};
 
 /// A server whose public URL is nginx's, and nginx in front of it.
-fn behind_nginx(pki: &Pki, client_certs: bool) -> Option<(TestServer, Nginx)> {
-    let bin = nginx()?;
+fn behind_nginx(pki: &Pki, client_certs: bool) -> (TestServer, Nginx) {
+    let bin = nginx();
     let port = free_port();
     let public = format!("https://127.0.0.1:{port}");
     let s = common::server::start_with(move |c| c.public_url = Some(public));
     let backend = s.server.addr.to_string();
     let n = Nginx::start(&bin, pki, port, &backend, client_certs);
-    Some((s, n))
+    (s, n)
 }
 
 /// A company's server behind nginx, with the PKI, the LFS URL and the CA file's path.
@@ -34,22 +34,20 @@ struct Site {
     ca: String,
 }
 
-/// A [`Site`], when git, git-lfs and nginx are there (`None`: the test skips, saying why).
-fn site(client_certs: bool) -> Option<Site> {
-    if !tools_available() {
-        return None;
-    }
+/// A [`Site`] (git, git-lfs and nginx must be there).
+fn site(client_certs: bool) -> Site {
+    require_git_lfs();
     let pki = Pki::new();
-    let (server, nginx) = behind_nginx(&pki, client_certs)?;
+    let (server, nginx) = behind_nginx(&pki, client_certs);
     let lfs_url = format!("{}/team/model.git/info/lfs", nginx.url());
     let ca = pki.ca.display().to_string();
-    Some(Site {
+    Site {
         pki,
         _server: server,
         nginx,
         lfs_url,
         ca,
-    })
+    }
 }
 
 /// A machine with git-xet installed and `config` set globally.
@@ -103,9 +101,7 @@ fn clone(env: &GitEnv, remote: &Path, name: &str, extra: &[(&str, &str)]) -> Vec
 )]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_and_clone_with_the_company_ca_from_git_settings() {
-    let Some(site) = site(false) else {
-        return;
-    };
+    let site = site(false);
     let (n, lfs_url, ca) = (&site.nginx, &site.lfs_url, &site.ca);
     // 70 MiB: a 64 MiB xorb goes through nginx in one request.
     let data = common::splitmix64(3, 70 << 20);
@@ -135,9 +131,7 @@ fn push_and_clone_with_the_company_ca_from_git_settings() {
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     let pki = Pki::new();
-    let Some((_s, n)) = behind_nginx(&pki, false) else {
-        return;
-    };
+    let (_s, n) = behind_nginx(&pki, false);
     use xet_client::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
     let cas = RemoteCas::new(RemoteConfig::new(
         n.url(),
@@ -166,9 +160,7 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     );
 
     // `git xet status` says the same for the endpoint it probes.
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = machine(&[]);
     env.git(env.path(), &["init", "-q", "repo"]);
     let repo = env.path().join("repo");
@@ -193,9 +185,7 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
 )]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn ssl_verify_false_is_honoured_with_a_warning() {
-    let Some(site) = site(false) else {
-        return;
-    };
+    let site = site(false);
     let lfs_url = &site.lfs_url;
     let env = machine(&[("http.sslVerify", "false")]);
     let data = common::splitmix64(4, 2 << 20);
@@ -212,13 +202,9 @@ fn ssl_verify_false_is_honoured_with_a_warning() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let pki = Pki::new();
-    let Some((_s, n)) = behind_nginx(&pki, false) else {
-        return;
-    };
+    let (_s, n) = behind_nginx(&pki, false);
     let proxy = common::forward_proxy::ForwardProxy::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
     let ca = pki.ca.display().to_string();
@@ -279,9 +265,7 @@ fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
 )]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_asks_for_client_certificates_gets_git_s() {
-    let Some(site) = site(true) else {
-        return;
-    };
+    let site = site(true);
     let (pki, lfs_url, ca) = (&site.pki, &site.lfs_url, &site.ca);
     let (cert, key) = (
         pki.client_cert.display().to_string(),
@@ -311,9 +295,7 @@ fn a_server_that_asks_for_client_certificates_gets_git_s() {
 fn a_self_signed_server_certificate_in_the_ca_file_is_trusted_as_git_trusts_it() {
     // The server's certificate is its own CA (`openssl req -x509`), and the CA file holds it.
     let pki = Pki::self_signed();
-    let Some((_s, n)) = behind_nginx(&pki, false) else {
-        return;
-    };
+    let (_s, n) = behind_nginx(&pki, false);
     use xet_client::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
     let chunk = xet_format::ChunkHash::from_bytes([7; 32]);
     // Without it, refused with advice to name the certificate, not to stop checking.
@@ -334,9 +316,7 @@ fn a_self_signed_server_certificate_in_the_ca_file_is_trusted_as_git_trusts_it()
     assert_eq!(cas.dedup_query(&chunk).unwrap(), None);
 
     // git (through curl) and the agent alike, with `http.sslCAInfo`: a push and a clone.
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
     let ca = pki.ca.display().to_string();
     let first = machine(&[("http.sslCAInfo", &ca)]);

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::git::{dir_bytes, tools_available, GitEnv};
+use common::git::{dir_bytes, require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
 use xet_client::pipeline::upload::{upload, UploadOptions};
 use xet_format::xorb::XorbLimits;
@@ -61,9 +61,7 @@ fn a_dedup_answer_lists_every_xorb_of_the_file_in_order_from_the_hit() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
@@ -115,9 +113,7 @@ fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_plain_lfs_push_of_a_one_mib_edit_stores_under_3_mb() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);

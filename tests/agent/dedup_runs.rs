@@ -11,7 +11,7 @@ use crate::common;
 use std::collections::HashSet;
 use std::path::Path;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 use xet_format::chunking::chunk_boundaries;
 use xet_format::ChunkHash;
@@ -73,9 +73,7 @@ fn commit_push(env: &GitEnv, work: &Path, message: &str, branch: &str) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn tensors_another_repository_pushed_are_not_sent_again_by_a_push_with_history() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
 
     // Repository B, on its own machine, pushes an adapter: 15 MiB of tensors.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::git::{tail, tools_available, GitEnv};
+use common::git::{require_git_lfs, tail, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 use common::throttle::Valve;
 
@@ -216,27 +216,21 @@ fn resumes_after(whole_group: bool) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fetch_stopped_with_ctrl_c_resumes_where_it_stopped() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     resumes_after(true);
 }
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fetch_whose_git_lfs_was_interrupted_resumes_where_its_agent_stopped() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     resumes_after(false);
 }
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_partial_download_someone_holds_is_left_alone() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let w = world(603);
     interrupt_half_way(&w, true);
     let left = parts(&w.clone);
@@ -258,9 +252,7 @@ fn a_partial_download_someone_holds_is_left_alone() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_fetch_stopped_with_ctrl_c_resumes_where_it_stopped() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let w = world(603);
     interrupt_half_way_of(&w, true, "git", &["xet", "fetch"]);
     assert!(!object_path(&w).exists(), "the first fetch did not finish");

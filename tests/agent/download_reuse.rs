@@ -9,7 +9,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
@@ -87,9 +87,7 @@ fn assert_object(repo: &Path, data: &[u8]) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn fetching_the_next_version_moves_only_the_changed_chunks() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let data = versions(2);
     let (server, env, commits) = push_versions(&data);
     let (other, clone) = fresh_clone(&env);
@@ -121,9 +119,7 @@ fn fetching_the_next_version_moves_only_the_changed_chunks() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn fetching_every_version_at_once_moves_each_chunk_once() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let data = versions(4);
     let (server, env, _) = push_versions(&data);
     let (other, clone) = fresh_clone(&env);
@@ -142,9 +138,7 @@ fn fetching_every_version_at_once_moves_each_chunk_once() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_chunk_cache_is_caught_and_the_download_still_right() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let data = versions(2);
     let (server, env, commits) = push_versions(&data);
     let (other, clone) = fresh_clone(&env);
@@ -218,9 +212,7 @@ fn cache_entries(env: &GitEnv) -> usize {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_download_nothing_else_will_want_is_written_once() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     // A file with one version: its download goes to git-lfs's object store only.
     let data = versions(1);
     let (_server, env, _) = push_versions(&data);

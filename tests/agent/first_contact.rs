@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::common;
 
-use common::git::{tools_available, GitEnv, Output};
+use common::git::{require_git_lfs, GitEnv, Output};
 
 /// A loopback URL nothing listens on.
 fn dead_url() -> String {
@@ -48,9 +48,7 @@ fn install_local_endpoint(env: &GitEnv, repo: &Path, store: &Path) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retries() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let url = dead_url();
     let work = committed_work_tree(&env, &url, common::server::WRITE_TOKEN);
@@ -83,9 +81,7 @@ fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retrie
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_refused_token_is_explained_by_where_it_came_from() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = committed_work_tree(&env, server.url(), common::server::WRITE_TOKEN);
@@ -128,9 +124,7 @@ fn a_refused_token_is_explained_by_where_it_came_from() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_standalone_repository_clones_in_one_command() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
@@ -254,9 +248,7 @@ fn upload_only_agent(env: &GitEnv) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_client_whose_xet_agent_cannot_download_still_clones_from_our_server() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let token = common::server::WRITE_TOKEN;
     let pusher = GitEnv::machine(token);

@@ -12,7 +12,7 @@
 
 use crate::common;
 
-use common::git::{dir_bytes, tools_available, GitEnv, Output};
+use common::git::{dir_bytes, require_git_lfs, GitEnv, Output};
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn stored_xorb_bytes(server: &TestServer) -> u64 {
@@ -34,9 +34,7 @@ fn assert_quiet(what: &str, out: &Output) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_clone_and_dedup_with_stock_git_lfs() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let root = env.path().to_path_buf();

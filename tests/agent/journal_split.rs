@@ -11,7 +11,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 use serde_json::Value;
 
@@ -91,9 +91,7 @@ fn stdout(env: &GitEnv, dir: &Path, args: &[&str]) -> String {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_journal_counts_the_wire_and_what_this_machine_had_apart() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let pusher = GitEnv::new();
     let lfs_url = format!("{}/team/split.git/info/lfs", server.url());

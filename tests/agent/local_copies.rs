@@ -9,7 +9,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
@@ -57,9 +57,7 @@ fn commit(env: &GitEnv, work: &Path, message: &str) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_pull_six_versions_later_copies_what_a_local_copy_of_the_first_holds() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
     let first = machine();
@@ -129,9 +127,7 @@ fn a_pull_six_versions_later_copies_what_a_local_copy_of_the_first_holds() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_push_learns_the_earlier_version_from_its_remembered_list_and_survives_a_damaged_one() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
     let env = machine();

@@ -15,26 +15,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
 
-/// Whether FUSE mounts can be made here; under CI it must be so.
-fn fuse_available() -> bool {
+/// Panics, saying what to install, unless FUSE mounts can be made here (tests that need them
+/// are listed as ignored where they cannot: see `build.rs`).
+fn require_fuse() {
     let ok = Path::new("/dev/fuse").exists()
         && Command::new("fusermount3")
             .arg("-V")
             .output()
             .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "FUSE is needed under CI: /dev/fuse and fusermount3 (apt-get install fuse3)"
-        );
-        eprintln!("skipped: no FUSE here (/dev/fuse and fusermount3, from fuse3)");
-    }
-    ok
+    assert!(
+        ok,
+        "FUSE is needed: /dev/fuse and fusermount3 (apt-get install fuse3)"
+    );
 }
 
 /// A repository pushed to a server: a large LFS file, a small LFS file, an ordinary file in a
@@ -147,9 +144,7 @@ fn path_with_bin() -> std::ffi::OsString {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn cat_reads_ranges_and_moves_only_their_chunks() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let sent = || p.server.health("sent_xorb_bytes");
@@ -334,9 +329,8 @@ fn read_range(path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> 
     ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
 )]
 fn a_mount_shows_the_tree_and_reads_only_what_is_read() {
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let sent = || p.server.health("sent_xorb_bytes");
@@ -447,9 +441,8 @@ fn read_round_robin(file: &std::fs::File, regions: &[(u64, usize)], step: usize)
 )]
 fn interleaved_readers_of_one_file_get_their_bytes_and_little_more() {
     use std::os::unix::fs::FileExt as _;
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let sent = || p.server.health("sent_xorb_bytes");
@@ -535,9 +528,8 @@ fn interleaved_readers_of_one_file_get_their_bytes_and_little_more() {
     ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
 )]
 fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let m = Mounted::start_with(
@@ -599,9 +591,8 @@ fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
     ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
 )]
 fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let m = Mounted::start(&p.env, &clone, &[], &p.env.path().join("mnt"));
@@ -648,10 +639,12 @@ fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn standalone_mode_reads_from_the_directory_store() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 4);
@@ -678,9 +671,7 @@ fn standalone_mode_reads_from_the_directory_store() {
         "nothing was downloaded into the LFS store"
     );
 
-    if !fuse_available() {
-        return;
-    }
+    require_fuse();
     // Without GIT_XET_LOG: the log goes to mount.log in the cache directory, named on the
     // terminal, which gets no info lines.
     let m = Mounted::start_with(
@@ -715,9 +706,8 @@ fn standalone_mode_reads_from_the_directory_store() {
     ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
 )]
 fn reads_wait_for_a_restarted_server() {
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let m = Mounted::start_with(
@@ -770,10 +760,12 @@ fn reads_wait_for_a_restarted_server() {
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn standalone_http_endpoint_and_objects_already_here() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = env.standalone_http_world(server.url(), WRITE_TOKEN);
@@ -803,10 +795,7 @@ fn standalone_http_endpoint_and_objects_already_here() {
     server.stop().unwrap();
     // The object here is read from the LFS store without the server ...
     assert!(cat_bytes(&env, &clone, &["small.bin"]) == small);
-    if !fuse_available() {
-        drop(dir);
-        return;
-    }
+    require_fuse();
     let m = Mounted::start_with(
         &env,
         &clone,
@@ -831,9 +820,8 @@ fn standalone_http_endpoint_and_objects_already_here() {
     ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
 )]
 fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let spawn = |dir: &Path| {
@@ -910,10 +898,12 @@ fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
 fn mount_errors_say_what_to_do() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let out = env.run_in(env.path(), "git", &["xet", "mount", "/nonexistent-dir-xyz"]);
     assert_ne!(out.status, Some(0));
@@ -955,18 +945,17 @@ fn mount_errors_say_what_to_do() {
         "{stderr}"
     );
     // An unknown ref, in a repository.
-    if fuse_available() {
-        env.git(env.path(), &["init", "-q", "repo"]);
-        let repo = env.path().join("repo");
-        let out = env.run_in(
-            &repo,
-            "git",
-            &["xet", "mount", "no-such-ref", &empty.display().to_string()],
-        );
-        assert_ne!(out.status, Some(0));
-        assert!(out.stderr.contains("no-such-ref"), "{}", out.stderr);
-        assert!(!is_mounted(&empty));
-    }
+    require_fuse();
+    env.git(env.path(), &["init", "-q", "repo"]);
+    let repo = env.path().join("repo");
+    let out = env.run_in(
+        &repo,
+        "git",
+        &["xet", "mount", "no-such-ref", &empty.display().to_string()],
+    );
+    assert_ne!(out.status, Some(0));
+    assert!(out.stderr.contains("no-such-ref"), "{}", out.stderr);
+    assert!(!is_mounted(&empty));
 }
 
 /// What `git checkout` would not write, in one commit (`evil`, in a clone whose LFS objects were
@@ -1208,9 +1197,8 @@ fn hostile() -> Hostile {
     ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
 )]
 fn a_mount_shows_only_what_a_checkout_writes() {
-    if !tools_available() || !fuse_available() {
-        return;
-    }
+    require_git_lfs();
+    require_fuse();
     let h = hostile();
     let dir = h.env.path().join("mnt");
     let m = Mounted::start(&h.env, &h.clone, &["evil"], &dir);
@@ -1332,9 +1320,7 @@ fn a_mount_shows_only_what_a_checkout_writes() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn cat_refuses_what_a_checkout_does_not_write() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let h = hostile();
     for path in [
         ".git/config",

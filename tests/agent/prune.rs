@@ -9,7 +9,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{tools_available, GitEnv, Output};
+use common::git::{require_git_lfs, GitEnv, Output};
 use common::server::{self, WRITE_TOKEN};
 use xet_format::LfsOid;
 
@@ -86,9 +86,7 @@ fn three_versions_at(env: &GitEnv, endpoint: &str) -> (PathBuf, Vec<String>) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_prune_verify_remote_deletes_nothing_the_endpoint_does_not_hold() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let (work, oids) = three_versions(&env, &store);
@@ -142,9 +140,7 @@ fn git_lfs_prune_verify_remote_deletes_nothing_the_endpoint_does_not_hold() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_deletes_only_what_the_endpoint_holds() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let (work, oids) = three_versions(&env, &store);
@@ -215,9 +211,7 @@ fn git_xet_prune_deletes_only_what_the_endpoint_holds() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "work"]);
@@ -235,9 +229,7 @@ fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_asks_an_http_endpoint_and_keeps_everything_while_it_is_down() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let running = server::start();
     let mut env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);

@@ -10,7 +10,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn received(server: &TestServer) -> u64 {
@@ -56,9 +56,7 @@ fn push_four_versions(install_args: &[&str]) -> (u64, u64, f64) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_history_push_sends_each_chunk_once_at_the_default_concurrency() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let (one, one_journal, one_secs) = push_four_versions(&["--concurrency", "1"]);
     let (many, many_journal, many_secs) = push_four_versions(&[]);
     eprintln!(

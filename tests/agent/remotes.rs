@@ -8,7 +8,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{count_files, tools_available, GitEnv};
+use common::git::{count_files, require_git_lfs, GitEnv};
 use xet_format::LfsOid;
 
 fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
@@ -86,9 +86,7 @@ fn two_remotes(env: &GitEnv) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn each_remote_pushes_to_its_own_endpoint_without_an_override() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let (work, a, b) = two_remotes(&env);
     assert_eq!(
@@ -171,9 +169,7 @@ fn each_remote_pushes_to_its_own_endpoint_without_an_override() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn install_remote_needs_local_scope_an_existing_remote_and_an_endpoint() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "work"]);
     let work = env.path().join("work");
@@ -221,9 +217,7 @@ fn install_remote_needs_local_scope_an_existing_remote_and_an_endpoint() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let (work, a, _) = two_remotes(&env);
     let data = common::splitmix64(9, 150_000);
@@ -281,9 +275,7 @@ fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_pre_push_guard_expects_git_xet_for_a_remote_with_its_own_endpoint() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "--bare", "mirror.git"]);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use xet_format::LfsOid;
 use xet_store::local_server::{self, Announce};
 use xet_store::Store;
@@ -67,9 +67,7 @@ fn stopped(store: &Path) -> Store {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn eight_agents_share_one_server_which_stops_by_itself() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 8);
@@ -112,9 +110,7 @@ fn eight_agents_share_one_server_which_stops_by_itself() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_stale_announcement_or_a_killed_server_is_replaced() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 8);
@@ -164,9 +160,7 @@ fn a_stale_announcement_or_a_killed_server_is_replaced() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn sharing_turned_off_opens_the_store_in_each_agent() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 8);
@@ -190,9 +184,7 @@ fn sharing_turned_off_opens_the_store_in_each_agent() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_shared_server_checks_a_large_pushed_object_before_it_stops() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 2);

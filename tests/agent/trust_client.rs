@@ -17,7 +17,7 @@ use crate::common;
 
 use common::agent::{run_agent, Sandbox};
 use common::fake::{reply, Fake, Reply, Seen};
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
 
 const ENV_XET_TOKEN: &str = "env-xet-token-secret-0001";
@@ -366,9 +366,7 @@ fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_password_in_the_endpoint_url_is_used_and_never_shown() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let port = server.server.addr.port();
     let secret_url = format!("http://git:{WRITE_TOKEN}@127.0.0.1:{port}");

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::common;
 
 use common::fake::{Fake, Reply, Seen};
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
 
 /// A plain Git LFS server (the batch API answering `basic` whatever is offered, and uploads by
@@ -96,9 +96,7 @@ fn work_tree_with_hook(env: &GitEnv, lfs_url: &str) -> std::path::PathBuf {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_push_to_a_plain_lfs_server_says_git_xet_was_not_used() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let (server, stored) = plain_lfs_server();
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url);
     let env = GitEnv::new();
@@ -180,9 +178,7 @@ fn a_push_to_a_plain_lfs_server_says_git_xet_was_not_used() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_hook_says_when_configuration_keeps_git_xet_out_and_not_when_it_was_used() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
     let env = GitEnv::new();

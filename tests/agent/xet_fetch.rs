@@ -11,7 +11,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
 
 const MIB: usize = 1 << 20;
@@ -149,9 +149,7 @@ fn pushed(server_url: &str) -> (GitEnv, std::path::PathBuf, Vec<(String, Vec<u8>
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let (pusher, work, files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
@@ -273,9 +271,7 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn xet_clone_of_a_standalone_repository_fetches_in_process() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let env = GitEnv::new();
     let work = env.standalone_http_world(s.url(), WRITE_TOKEN);
@@ -301,9 +297,7 @@ fn xet_clone_of_a_standalone_repository_fetches_in_process() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_chunk_is_refused_and_nothing_wrong_enters_the_store() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let (pusher, _work, _files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
@@ -376,9 +370,7 @@ fn clone_whole(env: &GitEnv, remote: &Path, files: &[(String, Vec<u8>)]) -> Stri
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn clones_authenticate_as_git_lfs_does() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let s = common::server::start();
     let (pusher, _work, files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
@@ -458,9 +450,7 @@ fn fake_ssh(root: &Path, answer: &str) -> std::path::PathBuf {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     // Short-lived CAS tokens: every agent refreshes its token before its first request, with
     // the credential git-lfs-authenticate gives (the machine has no other).
     let s = common::server::start_with(|c| c.token_ttl = std::time::Duration::from_secs(20));
@@ -568,9 +558,7 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn basic_access_sends_credentials_with_the_first_request() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     use common::fake::{reply, Fake, Seen};
     let lfs = Fake::start(|_: &Seen| reply(401, r#"{"message":"credentials needed"}"#));
     let lfs_url = format!("{}/team/r.git/info/lfs", lfs.url);

@@ -1183,9 +1183,7 @@ fn doc_shell_blocks(file: &str, heading: &str) -> Vec<String> {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_readme_walkthrough_works_as_written() {
-    if !common::git::tools_available() {
-        return;
-    }
+    common::git::require_git_lfs();
     let blocks = doc_shell_blocks(
         "docs/guide.md",
         "## Walkthrough: your own server (negotiated mode)",

@@ -11,7 +11,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{self, WRITE_TOKEN};
 use serde_json::Value;
 
@@ -63,9 +63,7 @@ fn repo(env: &GitEnv) -> std::path::PathBuf {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = server::start();
     let env = GitEnv::new();
     let work = repo(&env);
@@ -142,9 +140,7 @@ fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_lfs_url_that_answers_not_found_is_a_problem() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = server::start();
     let env = GitEnv::new();
     let work = repo(&env);
@@ -177,9 +173,7 @@ fn an_lfs_url_that_answers_not_found_is_a_problem() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_file_lfs_url_is_called_out_because_git_xet_never_runs_there() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     let work = repo(&env);
@@ -229,9 +223,7 @@ fn a_file_lfs_url_is_called_out_because_git_xet_never_runs_there() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let work = repo(&env);
     env.git(&work, &["config", "lfs.standalonetransferagent", "xet"]);
@@ -318,9 +310,7 @@ fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn each_remote_shows_its_own_lfs_url_and_endpoint() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let first = server::start();
     let second = server::start();
     let env = GitEnv::new();
@@ -436,9 +426,7 @@ fn each_remote_shows_its_own_lfs_url_and_endpoint() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_install_without_the_download_registration_is_pointed_out() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let env = GitEnv::new();
     let work = repo(&env);
     let v = status(&env, &work, &[]);

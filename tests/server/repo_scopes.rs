@@ -206,9 +206,7 @@ fn token_file_lines_scope_secrets_to_repositories() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn two_teams_push_the_same_file_through_the_agent_and_each_reads_only_its_own() {
-    if !common::git::tools_available() {
-        return;
-    }
+    common::git::require_git_lfs();
     let s = server();
     let data = common::splitmix64(43, 3 << 20);
     // Each team in its own world (home, credential helper answering its own token).

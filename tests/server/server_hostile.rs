@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{stalled_get, stalled_upload, ServeProcess, READ_TOKEN, WRITE_TOKEN};
 use serde_json::Value;
 
@@ -45,9 +45,7 @@ fn xet(env: &GitEnv, args: &[&str]) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn hundreds_of_stalled_clients_hold_bounded_memory_while_others_push_and_clone() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let test_started = Instant::now();
     let mut server = ServeProcess::start(&["--shutdown-timeout", &SHUTDOWN_SECS.to_string()]);
     let url = server.url.clone();

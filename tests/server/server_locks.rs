@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::common;
 
-use common::git::{tools_available, GitEnv, Output};
+use common::git::{require_git_lfs, GitEnv, Output};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 
 const LFS: &str = "application/vnd.git-lfs+json";
@@ -785,9 +785,7 @@ fn configure_repo(env: &GitEnv, dir: &Path, lfs_url: &str, user: &str, token: &s
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_lock_locks_unlock_and_push_verification_for_two_users() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = start();
     let env = GitEnv::new();
     let root = env.path().to_path_buf();
@@ -939,9 +937,7 @@ fn git_lfs_lock_locks_unlock_and_push_verification_for_two_users() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_locks_of_shared_token_users_survive_a_restart_and_stay_in_their_repository() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let root = env.path().to_path_buf();

@@ -22,7 +22,7 @@ use xet_store::Store;
 
 use crate::common;
 
-use common::git::{tools_available, GitEnv};
+use common::git::{require_git_lfs, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 /// A store that says it checks claims, as a server does: uploads through it with
@@ -278,9 +278,7 @@ fn commit_file(env: &GitEnv, work: &std::path::Path, name: &str, data: &[u8]) ->
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = negotiated_repo(&env, &server);
@@ -327,9 +325,7 @@ fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = negotiated_repo(&env, &server);

@@ -251,9 +251,7 @@ fn content(seed: u64, size: usize) -> Vec<u8> {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
-    if !common::git::tools_available() {
-        return;
-    }
+    common::git::require_git_lfs();
     let g = Garage::start();
     g.create_bucket("nodes");
     let a = node(&g, "nodes", "xet");
@@ -1228,9 +1226,7 @@ fn store_requests(s: &xet_store::Store, op: &str) -> u64 {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
-    if !common::git::tools_available() {
-        return;
-    }
+    common::git::require_git_lfs();
     let g = Garage::start();
     g.create_bucket("packs");
     let a = node(&g, "packs", "xet");

@@ -9,7 +9,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{dir_bytes, tools_available, GitEnv};
+use common::git::{dir_bytes, require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
 
 #[derive(Debug, Clone, Copy)]
@@ -189,25 +189,22 @@ fn run(how: Damage) {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
-    if tools_available() {
-        run(Damage::Flip);
-    }
+    require_git_lfs();
+    run(Damage::Flip);
 }
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
-    if tools_available() {
-        run(Damage::Truncate);
-    }
+    require_git_lfs();
+    run(Damage::Truncate);
 }
 
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
-    if tools_available() {
-        run(Damage::Delete);
-    }
+    require_git_lfs();
+    run(Damage::Delete);
 }
 
 /// A full disk (a reserve larger than the disk): a push fails at once with 507, not after
@@ -215,9 +212,7 @@ fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_full_disk_fails_a_push_at_once_with_507() {
-    if !tools_available() {
-        return;
-    }
+    require_git_lfs();
     let server = common::server::start_with(|c| c.store.min_free_bytes = u64::MAX);
     let (env, work) = negotiated_repo(&server);
     std::fs::write(work.join("data.bin"), common::splitmix64(3, 1 << 20)).unwrap();
