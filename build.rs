@@ -7,6 +7,7 @@
 //! | `missing_git_lfs` | `git lfs version` does not run |
 //! | `missing_nginx` | neither `/usr/sbin/nginx` nor `/usr/bin/nginx` exists |
 //! | `missing_fuse` | `/dev/fuse` is absent or `fusermount3 -V` does not run |
+//! | `missing_userns_mount` | `unshare -rm` cannot mount a tmpfs in a private user and mount namespace |
 //! | `missing_promtool` | `promtool --version` does not run (Debian's `prometheus` package has it) |
 //!
 //! Nothing else in the build depends on them. The probing runs only in a test build (the
@@ -34,6 +35,7 @@ fn main() {
         "missing_nginx",
         "missing_fuse",
         "missing_promtool",
+        "missing_userns_mount",
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
@@ -58,6 +60,13 @@ fn main() {
     }
     if !(Path::new("/dev/fuse").exists() && runs("fusermount3", &["-V"])) {
         println!("cargo::rustc-cfg=missing_fuse");
+    }
+    // Mounted over /tmp inside a namespace of its own: nothing outside sees it.
+    if !runs(
+        "unshare",
+        &["-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /tmp"],
+    ) {
+        println!("cargo::rustc-cfg=missing_userns_mount");
     }
     if !runs("promtool", &["--version"]) {
         println!("cargo::rustc-cfg=missing_promtool");
