@@ -150,7 +150,9 @@ pub(crate) struct View {
     repo: Mutex<git2::Repository>,
     /// Node 0 is the root.
     pub nodes: Vec<Node>,
-    reader: ObjectReader,
+    /// Where LFS objects are read from; `None` for a tree without LFS files whose remote has
+    /// no LFS URL (no remote at all, say): its files are all in git.
+    reader: Option<ObjectReader>,
     /// Opened LFS objects, shared by every open of the same object.
     ranged: Mutex<HashMap<LfsOid, Arc<RangedFile>>>,
     /// The entries git would not check out, left out of `nodes`.
@@ -218,7 +220,23 @@ impl View {
                 children.push((entry.name, id));
             }
         }
-        let reader = ObjectReader::open(git, remote)?;
+        let has_lfs = nodes.iter().any(|n| {
+            matches!(
+                n,
+                Node::File {
+                    content: Content::Lfs(_),
+                    ..
+                }
+            )
+        });
+        let reader = match ObjectReader::open(git, remote) {
+            Ok(r) => Some(r),
+            Err(e) if !has_lfs => {
+                tracing::debug!("no LFS files, and no remote to read them from: {e}");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
         Ok(Self {
             repo: Mutex::new(repo),
             nodes,
@@ -279,14 +297,20 @@ impl View {
     }
 
     fn open_lfs(&self, path: &str, dir: usize, pointer: &Pointer) -> Result<Opened, ViewError> {
-        if let Some(local) = self.reader.local_copy(&pointer.oid, pointer.size) {
+        // A view of LFS files always has a reader (see `reader`).
+        let Some(reader) = &self.reader else {
+            return Err(ViewError::Remote(TransferError::Setup(format!(
+                "{path} is an LFS file and the remote has no Git LFS URL"
+            ))));
+        };
+        if let Some(local) = reader.local_copy(&pointer.oid, pointer.size) {
             let f = std::fs::File::open(&local).map_err(|source| ViewError::Local {
                 path: local.clone(),
                 source,
             })?;
             return Ok(Opened::Local(f));
         }
-        let located = self.reader.locate(&self.lfs_near(dir, pointer))?;
+        let located = reader.locate(&self.lfs_near(dir, pointer))?;
         match located.get(&pointer.oid) {
             Some(ObjectLocation::Local(local)) => {
                 let f = std::fs::File::open(local).map_err(|source| ViewError::Local {
@@ -314,13 +338,13 @@ impl View {
             }
             Some(ObjectLocation::Refused(message)) => Err(ViewError::Refused {
                 path: path.to_string(),
-                remote: self.reader.describe(),
+                remote: reader.describe(),
                 message: message.clone(),
             }),
             None => Err(ViewError::Missing {
                 path: path.to_string(),
                 oid: pointer.oid,
-                remote: self.reader.describe(),
+                remote: reader.describe(),
             }),
         }
     }

@@ -896,6 +896,32 @@ fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
     assert!(!is_mounted(&dir));
 }
 
+/// A repository without LFS files and without a remote: its tree is read and mounted from git
+/// alone (there is no LFS server to name, and none is needed).
+#[test]
+#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
+#[cfg_attr(
+    all(missing_fuse, not(missing_git_lfs)),
+    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
+)]
+fn a_tree_without_lfs_files_needs_no_remote() {
+    require_git_lfs();
+    require_fuse();
+    let env = GitEnv::new();
+    env.git(env.path(), &["init", "-q", "repo"]);
+    let repo = env.path().join("repo");
+    std::fs::write(repo.join("notes.txt"), b"plain git\n").unwrap();
+    env.git(&repo, &["add", "."]);
+    env.git(&repo, &["commit", "-q", "-m", "one"]);
+    assert_eq!(cat(&env, &repo, &["notes.txt"]), b"plain git\n");
+    let m = Mounted::start(&env, &repo, &[], &env.path().join("mnt"));
+    assert_eq!(
+        std::fs::read(m.dir.join("notes.txt")).unwrap(),
+        b"plain git\n"
+    );
+    m.unmount(&env);
+}
+
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 #[cfg_attr(
