@@ -421,6 +421,24 @@ fn clones_authenticate_as_git_lfs_does() {
     assert!(!said.contains(WRITE_TOKEN), "{said}");
 }
 
+/// `git xet clone git@lfs.example:remote.git copy` in `env`'s directory, with `ssh` as
+/// `GIT_SSH_COMMAND`.
+fn clone_over_ssh(env: &GitEnv, ssh: &str) -> common::git::Output {
+    env.run_with(
+        env.path(),
+        "git",
+        &[
+            "xet",
+            "clone",
+            "git@lfs.example:remote.git",
+            "copy",
+            "--",
+            "-q",
+        ],
+        &[("GIT_SSH_COMMAND", ssh)],
+    )
+}
+
 /// A fake `ssh` for `GIT_SSH_COMMAND`: logs each command line to `<root>/ssh.log`; answers
 /// `git-lfs-authenticate` with `answer`; says git-lfs-transfer does not exist; runs anything
 /// else (git-upload-pack) in `root`, so that git clones "over SSH" from `root`. `-G` (git's
@@ -474,19 +492,7 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
     );
     let ssh = fake_ssh(pusher.path(), &answer);
     let ssh = ssh.to_str().unwrap();
-    let out = env.run_with(
-        env.path(),
-        "git",
-        &[
-            "xet",
-            "clone",
-            "git@lfs.example:remote.git",
-            "copy",
-            "--",
-            "-q",
-        ],
-        &[("GIT_SSH_COMMAND", ssh)],
-    );
+    let out = clone_over_ssh(&env, ssh);
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
     assert!(!out.stderr.contains("git lfs fetch"), "{}", out.stderr);
     assert!(!out.all().contains(WRITE_TOKEN), "{}", out.all());
@@ -530,19 +536,7 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let out = fail.run_with(
-        fail.path(),
-        "git",
-        &[
-            "xet",
-            "clone",
-            "git@lfs.example:remote.git",
-            "copy",
-            "--",
-            "-q",
-        ],
-        &[("GIT_SSH_COMMAND", broken.to_str().unwrap())],
-    );
+    let out = clone_over_ssh(&fail, broken.to_str().unwrap());
     assert!(
         out.stderr.contains("git-lfs-authenticate") && out.stderr.contains("Permission denied"),
         "{}",
