@@ -10,7 +10,7 @@
 //! | `gitxet_sent_xorb_bytes_total` | | xorb bytes answered to downloads through the CAS API |
 //! | `gitxet_stored_xorb_bytes_total` | | upload bodies of xorbs that were new (what storage grew by, compressed) |
 //! | `gitxet_registered_file_bytes_total` | | sizes of files registered for the first time: what clients stored; minus the line above, what deduplication saved |
-//! | `gitxet_storage_errors_total` | `operation` | what failed because storage did (a full disk included): `request` (HTTP requests answered 5xx or 507), and the background work `catch_up`, `claims`, `gc`, `scrub`, `copies` (copies of xorbs on the node's disk), `claim_records` (checked claims recorded for the other nodes) |
+//! | `gitxet_storage_errors_total` | `operation` | what failed because storage did (a full disk included): `request` (HTTP requests answered 5xx or 507), and the background work `catch_up`, `claims`, `gc`, `scrub`, `checkpoint` (checkpoints of the shard log), `copies` (copies of xorbs on the node's disk), `claim_records` (checked claims recorded for the other nodes) |
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
 //! | `gitxet_storage_requests_total` | `op` | on object storage, requests sent to it by kind (`head`, `get`, `put`, `list`, `delete`, `copy`, `sign`) |
@@ -79,6 +79,8 @@ pub(crate) enum StorageOperation {
     Gc,
     /// Scheduled scrubbing.
     Scrub,
+    /// Scheduled checkpoints of the shard log (their lease included).
+    Checkpoint,
     /// Copying xorbs to the node's disk.
     Copies,
     /// Recording checked claims for the other nodes.
@@ -93,6 +95,7 @@ impl StorageOperation {
             Self::Claims => "claims",
             Self::Gc => "gc",
             Self::Scrub => "scrub",
+            Self::Checkpoint => "checkpoint",
             Self::Copies => "copies",
             Self::ClaimRecords => "claim_records",
         }

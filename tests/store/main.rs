@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod checkpoints;
 mod chunking_oracle;
 mod remote_cas;
 mod s3_storage;

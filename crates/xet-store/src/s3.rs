@@ -10,12 +10,13 @@
 //! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
 //! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
 //! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
-//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]), and, never pruned, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`ObjectBackend::list_access`]); `<repo>` is the repository id in unpadded base64url |
+//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]), and, until a checkpoint covers it, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`ObjectBackend::list_access`]); `<repo>` is the repository id in unpadded base64url |
 //! | `access/<shard hash>/<repo>` | empty; written by earlier versions beside each log entry with a repository, still read |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
 //! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`ObjectBackend::checked_claims_since`]) |
 //! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
-//! | `leases/gc` | `<end ms> <holder>`: the node that runs garbage collection, until when ([`ObjectBackend::take_lease`]) |
+//! | `checkpoints/<16-digit ms>-<BLAKE3 hex>` | what the shards, log entries and claim batches registered until then give a node's index, in one object a new node reads at once; what it covers is removed after a grace ([`crate::checkpoint`]) |
+//! | `leases/gc`, `leases/checkpoint` | `<end ms> <holder>`: the node that runs garbage collection (writes checkpoints), until when ([`ObjectBackend::take_lease`]) |
 //! | `gc/sweeps/<16-digit ms>-<16 hex>` | what a garbage collection is about to delete, and whether it is done ([`crate::gc`]); read by every registration of a shard, removed an hour after |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
@@ -64,6 +65,7 @@ use crate::backend::{
     BackendError, ClaimCursor, ListedXorb, LogCursor, LogEntry, ObjectBackend, ObjectKey,
     ObjectStamp, RangeSigner, Spool,
 };
+use crate::checkpoint::format::CheckpointId;
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 pub use crate::storage_url::{S3Config, StorageUrl, LOG_WINDOW_MS};
@@ -229,6 +231,7 @@ impl S3Backend {
         match key {
             ObjectKey::Xorb(h) => self.key(&format!("xorbs/{h}")),
             ObjectKey::Shard(h) => self.key(&format!("shards/{h}.mdb")),
+            ObjectKey::Checkpoint(id) => self.key(&format!("checkpoints/{id}")),
         }
     }
 
@@ -483,6 +486,19 @@ fn decode_repo(encoded: &str) -> Option<String> {
         .filter(|r| !r.is_empty())
 }
 
+/// The name of a log entry (under the prefix): the inverse of [`parse_log_entry`].
+fn log_entry_name(entry: &LogEntry) -> String {
+    match &entry.repo {
+        Some(repo) => format!(
+            "log/{:016}-{}-{}",
+            entry.ms,
+            entry.shard,
+            URL_SAFE_NO_PAD.encode(repo)
+        ),
+        None => format!("log/{:016}-{}", entry.ms, entry.shard),
+    }
+}
+
 /// A shard log entry's name, `<16-digit ms>-<shard hash>[-<repo>]`: when, which shard, and
 /// through which repository; `None` for a name that is not one.
 fn parse_log_entry(name: &str) -> Option<(u64, ShardHash, Option<String>)> {
@@ -697,6 +713,7 @@ impl ObjectBackend for S3Backend {
         let aside = match key {
             ObjectKey::Xorb(h) => self.key(&format!("quarantine/xorbs/{h}.{now}")),
             ObjectKey::Shard(h) => self.key(&format!("quarantine/shards/{h}.mdb.{now}")),
+            ObjectKey::Checkpoint(id) => self.key(&format!("quarantine/checkpoints/{id}.{now}")),
         };
         let store = Arc::clone(&self.store);
         let from = path.clone();
@@ -721,8 +738,8 @@ impl ObjectBackend for S3Backend {
                     &key.to_string(),
                 )
                 .map(|_| ()),
-            // Shards are never collected: their age does not matter.
-            ObjectKey::Shard(_) => Ok(()),
+            // Shards and checkpoints are removed by what covers them, not by age.
+            ObjectKey::Shard(_) | ObjectKey::Checkpoint(_) => Ok(()),
         }
     }
 
@@ -772,16 +789,14 @@ impl ObjectBackend for S3Backend {
     }
 
     fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
-        // One object: the log entry is also the lasting record of the registration (the log
-        // is never pruned), read whole by a full listing (`list_access`).
-        let name = match repo {
-            Some(repo) => format!(
-                "log/{:016}-{shard}-{}",
-                now_ms(),
-                URL_SAFE_NO_PAD.encode(repo)
-            ),
-            None => format!("log/{:016}-{shard}", now_ms()),
-        };
+        // One object: the log entry is also the record of the registration until a
+        // checkpoint covers it (`crate::checkpoint`), read whole by a full listing
+        // (`list_access`).
+        let name = log_entry_name(&LogEntry {
+            ms: now_ms(),
+            shard: *shard,
+            repo: repo.map(str::to_owned),
+        });
         self.put(
             &self.key(&name),
             bytes::Bytes::new(),
@@ -827,6 +842,43 @@ impl ObjectBackend for S3Backend {
         }
         out.sort();
         out.dedup();
+        Ok(out)
+    }
+
+    fn list_log(&self) -> Result<Vec<LogEntry>, BackendError> {
+        Ok(self
+            .list("log", None)?
+            .iter()
+            .filter_map(|meta| parse_log_entry(file_name(meta)))
+            .map(|(ms, shard, repo)| LogEntry { ms, shard, repo })
+            .collect())
+    }
+
+    fn remove_log_entry(&self, entry: &LogEntry) -> Result<(), BackendError> {
+        let name = log_entry_name(entry);
+        self.delete(&self.key(&name), &format!("{}/{name}", self.url))
+    }
+
+    fn list_claim_batches(&self) -> Result<Vec<String>, BackendError> {
+        Ok(self
+            .list("claims/batches", None)?
+            .iter()
+            .map(|meta| file_name(meta).to_string())
+            .collect())
+    }
+
+    fn remove_claim_batch(&self, name: &str) -> Result<(), BackendError> {
+        let name = format!("claims/batches/{name}");
+        self.delete(&self.key(&name), &format!("{}/{name}", self.url))
+    }
+
+    fn list_checkpoints(&self) -> Result<Vec<CheckpointId>, BackendError> {
+        let mut out: Vec<CheckpointId> = self
+            .list("checkpoints", None)?
+            .iter()
+            .filter_map(|meta| CheckpointId::parse(file_name(meta)))
+            .collect();
+        out.sort();
         Ok(out)
     }
 
