@@ -7,9 +7,10 @@
 //! and writes an entry in the bucket's shard log; every node lists the log's recent entries
 //! ([`Store::catch_up`], about once a second from the server, and at once when a lookup
 //! misses) and registers the shards it does not know, checked like an upload against the xorbs
-//! in the bucket. A node started with an empty disk lists every shard once
-//! ([`Store::catch_up_all`]), as it also does every few minutes to find any log entry that was
-//! more than [`LOG_WINDOW_MS`](crate::storage_url::LOG_WINDOW_MS) late.
+//! in the bucket. A node started with an empty disk reads the newest checkpoint of the log
+//! ([`crate::checkpoint`]) and lists every shard left once ([`Store::catch_up_all`]), as it
+//! also does every few minutes to find any log entry that was more than
+//! [`LOG_WINDOW_MS`](crate::storage_url::LOG_WINDOW_MS) late.
 //!
 //! What this trusts: objects in the bucket were validated by the node that stored them, so a
 //! node adopting a xorb another node stored checks its footer against its name (a ranged read)
