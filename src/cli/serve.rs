@@ -19,7 +19,8 @@ and shards in an S3-compatible bucket that several servers (nodes) can share, ea
 (--xorb-cache: what it stored, read whole or reads again is served from its disk). The bucket's endpoint, \
 region and keys come from the standard AWS_* variables (AWS_ENDPOINT, AWS_REGION, \
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; path-style addressing unless \
-AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true). Nodes find each other's uploads within about a second \
+AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true); GIT_XET_S3_ENDPOINTS=URL,URL,... names several endpoints \
+of one store instead of AWS_ENDPOINT, tried in turn when one fails. Nodes find each other's uploads within about a second \
 (at once when a lookup misses) and sign tokens with one key kept in the bucket, so any node \
 serves what any other stored.\n\n\
 URL layout: the server has no list of repositories. Every path of the form \
