@@ -3,7 +3,7 @@
 //!
 //! Every accepted shard leaves a shard object and a log entry in the bucket, and every batch of
 //! checked SHA-256 claims an object; a node on an empty disk reads and checks them all
-//! ([`crate::sync`]). A **checkpoint** (`checkpoints/<ms>-<BLAKE3>`, [`format`]) is one object
+//! ([`crate::sync`]). A **checkpoint** (`checkpoints/<ms>-<BLAKE3>`, [`mod@format`]) is one object
 //! holding what registering all of them gave a node's index (files, oids, claims, dedup
 //! entries, which repositories registered which files) and the names of the objects it covers.
 //! Like the checkpoints of table formats' transaction logs, it is a full copy, not a delta: a
