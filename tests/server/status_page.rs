@@ -516,3 +516,65 @@ fn a_browser_shows_the_figures_of_the_api_and_draws_their_history() {
         bytes.len()
     );
 }
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn nodes_on_one_bucket_show_each_other_and_a_silent_one_turns_stale() {
+    let g = common::garage::Garage::start();
+    g.create_bucket("status");
+    let node = || {
+        let storage = g.s3_config("status", "prod");
+        start_with(move |c| {
+            c.storage = Some(storage);
+            c.admin_tokens = vec![AdminToken::new(ADMIN, "test").unwrap()];
+            c.secrets.push(
+                ServerToken::new(TEAM, Scope::Write, "test")
+                    .unwrap()
+                    .scoped(RepoPattern::parse("team/*").unwrap()),
+            );
+            c.status = StatusSettings {
+                poll: Duration::from_millis(50),
+                usage_every: Duration::ZERO,
+                sample_every: Duration::ZERO,
+                heartbeat_every: Duration::from_millis(300),
+            };
+        })
+    };
+    let (a, b) = (node(), node());
+    let data = common::splitmix64(9, 250_000);
+    put(&a, "team/alpha", &data);
+    let a_id = status_json(&a)["node"]["id"].as_str().unwrap().to_string();
+
+    // B shows A, fresh, with the push that went through A, and counts the file A stored.
+    let v = status_when(&b, |v| {
+        v["nodes"].as_array().unwrap().len() == 2
+            && v["pushes"].as_array().unwrap().len() == 1
+            && v["usage"]["files"] == 1
+    });
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes[0]["this_node"], true);
+    assert_ne!(nodes[0]["id"], a_id.as_str());
+    assert_eq!(nodes[1]["id"], a_id.as_str());
+    assert_eq!(nodes[1]["stale"], false);
+    assert_eq!(nodes[1]["shared"], true);
+    assert_eq!(nodes[1]["version"], env!("CARGO_PKG_VERSION"));
+    let push = &v["pushes"][0];
+    assert_eq!(
+        (&push["node"], &push["repo"], &push["bytes"]),
+        (
+            &Value::from(a_id.as_str()),
+            &Value::from("team/alpha"),
+            &Value::from(data.len())
+        )
+    );
+    assert_eq!(repo(&v, "team/alpha")["logical_bytes"], data.len());
+    assert!(v["node"]["storage"]
+        .as_str()
+        .unwrap()
+        .starts_with("s3://status/prod"));
+
+    // A stops: B keeps showing it, stale, once three heartbeats went by without its record.
+    a.server.stop().unwrap();
+    let v = status_when(&b, |v| v["nodes"][1]["stale"] == true);
+    assert_eq!(v["nodes"][1]["id"], a_id.as_str());
+}
