@@ -471,6 +471,34 @@ mod tests {
     }
 
     #[test]
+    fn admin_tokens_come_from_the_flag_and_the_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(
+            &file,
+            "write wwwwwwwwwwwwwwwwwwww\nadmin aaaaaaaaaaaaaaaaaaaa\n",
+        )
+        .unwrap();
+        let parse = |args: &[&str]| {
+            let mut all = vec!["serve", "--data", "/tmp/x"];
+            all.extend_from_slice(args);
+            let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+            secrets(&cli.serve).map_err(|e| e.to_string())
+        };
+        let path = file.to_str().unwrap();
+        let (tokens, admin) = parse(&[
+            "--admin-token",
+            "bbbbbbbbbbbbbbbbbbbb",
+            "--token-file",
+            path,
+        ])
+        .unwrap();
+        assert_eq!((tokens.len(), admin.len()), (1, 2));
+        let e = parse(&["--admin-token", "short"]).unwrap_err();
+        assert!(e.contains("--admin-token") && e.contains("16"), "{e}");
+    }
+
+    #[test]
     fn storage_flags() {
         let settings = |args: &[&str]| {
             let mut all = vec!["serve", "--data", "/tmp/x"];

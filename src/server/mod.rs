@@ -562,7 +562,12 @@ impl Server {
             None => Authority::load_or_create_key(&config.data_dir.join("server.key"))?,
         };
         let locks = lfs::locks::LockDb::open(&config.data_dir.join("locks.redb"), config.locks)?;
-        let node_id = status::node_id(&config.data_dir).map_err(ServeError::NodeId)?;
+        // A node id is kept only where it is shown: on the status page, in the bucket.
+        let node_id = if config.storage.is_some() || !config.admin_tokens.is_empty() {
+            status::node_id(&config.data_dir).map_err(ServeError::NodeId)?
+        } else {
+            "this-node".to_string()
+        };
         let storage = config
             .storage
             .as_ref()
