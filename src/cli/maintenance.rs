@@ -304,6 +304,13 @@ fn print_scrub(out: &mut impl Write, target: &Opened, r: &ScrubReport) -> std::i
     for (shard, why) in &r.damaged_shards {
         writeln!(out, "damaged shard {shard}: {why}")?;
     }
+    for name in &r.damaged_checkpoints {
+        writeln!(
+            out,
+            "damaged checkpoint {name}: nodes ignore it and read an older one; the next \
+             checkpoint written replaces it"
+        )?;
+    }
     if r.affected_file_count > 0 {
         writeln!(
             out,
@@ -332,6 +339,8 @@ fn scrub_json(name: &str, r: &ScrubReport) -> serde_json::Value {
         "shards_checked": r.shards_checked,
         "damaged_xorbs": r.damaged_xorbs.iter().map(|(x, why)| serde_json::json!({"xorb": x.to_hex(), "reason": why})).collect::<Vec<_>>(),
         "damaged_shards": r.damaged_shards.iter().map(|(s, why)| serde_json::json!({"shard": s.to_hex(), "reason": why})).collect::<Vec<_>>(),
+        "checkpoints_checked": r.checkpoints_checked,
+        "damaged_checkpoints": r.damaged_checkpoints,
         "affected_file_count": r.affected_file_count,
         "affected_files": r.affected_files.iter().map(|f| f.to_hex()).collect::<Vec<_>>(),
     })

@@ -19,7 +19,8 @@ and shards in an S3-compatible bucket that several servers (nodes) can share, ea
 (--xorb-cache: what it stored, read whole or reads again is served from its disk). The bucket's endpoint, \
 region and keys come from the standard AWS_* variables (AWS_ENDPOINT, AWS_REGION, \
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; path-style addressing unless \
-AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true). Nodes find each other's uploads within about a second \
+AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true); GIT_XET_S3_ENDPOINTS=URL,URL,... names several endpoints \
+of one store instead of AWS_ENDPOINT, tried in turn when one fails. Nodes find each other's uploads within about a second \
 (at once when a lookup misses) and sign tokens with one key kept in the bucket, so any node \
 serves what any other stored.\n\n\
 URL layout: the server has no list of repositories. Every path of the form \
@@ -175,6 +176,12 @@ pub(crate) struct StoreArgs {
     /// it is going), so that a load balancer stops sending it requests [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = args::positive_duration, help_heading = "Storage")]
     pub ready_max_lag: Option<Duration>,
+    /// With --storage: write a checkpoint of the shard log this often, so that a node on an
+    /// empty disk reads one object instead of every shard, and delete the log entries, claim
+    /// batches and shards an hour-old checkpoint covers; 0 turns it off (the bucket's metadata
+    /// then grows with every push) [default: 1h]. Nodes take turns, as for --gc-interval.
+    #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
+    pub checkpoint_interval: Option<Duration>,
     /// Verify every stored object this often (reads the whole store), e.g. 7d; 0 turns it off
     /// [default: 0].
     #[arg(long, value_name = "DURATION", value_parser = args::duration, help_heading = "Storage")]
@@ -204,6 +211,9 @@ fn store_settings(args: &StoreArgs) -> Result<(xet_store::StoreOptions, Maintena
     }
     if let Some(d) = args.scrub_interval {
         m.scrub_interval = every(d);
+    }
+    if let Some(d) = args.checkpoint_interval {
+        m.checkpoint_interval = every(d);
     }
     let options = xet_store::StoreOptions {
         min_free_bytes: args.min_free.unwrap_or(0),
@@ -546,6 +556,18 @@ mod tests {
         assert_eq!(
             shared(&["--gc-interval", "12h"]).gc_interval,
             Some(Duration::from_secs(12 * 3600))
+        );
+        assert_eq!(
+            shared(&[]).checkpoint_interval,
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(
+            shared(&["--checkpoint-interval", "15m"]).checkpoint_interval,
+            Some(Duration::from_secs(900))
+        );
+        assert_eq!(
+            shared(&["--checkpoint-interval", "0"]).checkpoint_interval,
+            None
         );
         let e = settings(&["--min-free", "lots"]).unwrap_err();
         assert!(e.contains("not a size"), "{e}");

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::metrics::{storage_error, StorageOperation};
+use xet_store::checkpoint::CompactOptions;
 use xet_store::stats::GcRun;
 use xet_store::{GcOptions, Store};
 
@@ -29,6 +30,13 @@ pub struct Maintenance {
     pub gc_grace: Duration,
     /// How often every stored object is verified; `None` (the default): never.
     pub scrub_interval: Option<Duration>,
+    /// On shared storage, how often a checkpoint of the shard log is written (by one node at
+    /// a time, the holder of the `checkpoint` lease; see [`xet_store::checkpoint`]); `None`:
+    /// never. Default: hourly.
+    pub checkpoint_interval: Option<Duration>,
+    /// How old a checkpoint must be before the objects it covers are deleted. Default:
+    /// [`xet_store::checkpoint::CHECKPOINT_GRACE`].
+    pub checkpoint_grace: Duration,
     /// How often the server looks for SHA-256 claims to check (see `server::claims`); `None`:
     /// never (claims on small files are still checked as they are registered). Default: every
     /// second.
@@ -52,6 +60,8 @@ impl Default for Maintenance {
             gc_interval: Some(Duration::from_secs(24 * 3600)),
             gc_grace: xet_store::gc::DEFAULT_GRACE,
             scrub_interval: None,
+            checkpoint_interval: Some(Duration::from_secs(3600)),
+            checkpoint_grace: xet_store::checkpoint::CHECKPOINT_GRACE,
             claims_interval: Some(super::claims::PASS_INTERVAL),
             first_catch_up_after: Duration::ZERO,
             ready_max_lag: READY_MAX_LAG,
@@ -210,77 +220,128 @@ pub(crate) fn hostname() -> Option<String> {
 pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<()>> {
     let mut jobs = Vec::new();
     if let Some(every) = m.gc_interval {
-        let store = Arc::clone(store);
         let options = GcOptions {
             grace: m.gc_grace,
             dry_run: false,
         };
-        // On shared storage one node collects: the one holding the lease, renewed at each of
-        // its runs for a little longer than the interval; another takes over once it lapses.
-        let holder = format!(
-            "{}-{}",
-            hostname().unwrap_or_else(|| "node".into()),
-            xet_client::random_hex(6)
-        );
-        let lease = every + Duration::from_secs(3600);
-        jobs.push(tokio::spawn(async move {
-            let mut backoff = Backoff::new(every, MAINTENANCE_RETRY.min(every), every);
-            let mut pause = every;
-            loop {
-                tokio::time::sleep(pause).await;
-                let st = Arc::clone(&store);
-                let holder = holder.clone();
-                let run = move || match st.take_gc_lease(&holder, lease)? {
-                    None => {
-                        let started = now_ms();
-                        let outcome = st.gc(options);
-                        let record = match &outcome {
-                            Ok(r) => GcRun::done(started, now_ms(), r),
-                            Err(e) => GcRun::failed(
-                                started,
-                                now_ms(),
-                                xet_client::redact::redact(&e.to_string()),
-                            ),
-                        };
-                        // For the status page; the collection's outcome stands either way.
-                        if let Err(e) = st.record_gc_run(&record) {
-                            tracing::warn!(error = %e, "cannot record the garbage collection");
-                        }
-                        outcome.map(Some)
-                    }
-                    Some((other, until)) => {
-                        let until = super::lfs::locks::rfc3339(
-                            until
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0, |d| d.as_secs()),
-                        );
-                        tracing::info!(
-                            %other,
-                            %until,
-                            "scheduled garbage collection left to the node that holds the lease"
-                        );
-                        Ok(None)
-                    }
+        jobs.push(spawn_leased(
+            store,
+            every,
+            Leased {
+                lease: "gc",
+                op: StorageOperation::Gc,
+                what: "collecting garbage",
+            },
+            move |st| {
+                let started = now_ms();
+                let outcome = st.gc(options);
+                let record = match &outcome {
+                    Ok(r) => GcRun::done(started, now_ms(), r),
+                    Err(e) => GcRun::failed(
+                        started,
+                        now_ms(),
+                        xet_client::redact::redact(&e.to_string()),
+                    ),
                 };
-                let done = run_job(StorageOperation::Gc, "collecting garbage", run).await;
-                if let Some(Some(r)) = &done {
-                    tracing::info!(
-                        removed = r.xorbs_removed,
-                        bytes_freed = r.bytes_freed,
-                        young = r.xorbs_young,
-                        entries_dropped = r.entries_dropped,
-                        temp_files_removed = r.temp_files_removed,
-                        "scheduled garbage collection done"
-                    );
+                // For the status page; the collection's outcome stands either way.
+                if let Err(e) = st.record_gc_run(&record) {
+                    tracing::warn!(error = %e, "cannot record the garbage collection");
                 }
-                pause = backoff.after(done.is_some());
-            }
-        }));
+                outcome
+            },
+            |r| {
+                tracing::info!(
+                    removed = r.xorbs_removed,
+                    bytes_freed = r.bytes_freed,
+                    young = r.xorbs_young,
+                    entries_dropped = r.entries_dropped,
+                    temp_files_removed = r.temp_files_removed,
+                    "scheduled garbage collection done"
+                );
+            },
+        ));
+    }
+    if let (Some(every), true) = (m.checkpoint_interval, store.is_shared()) {
+        let options = CompactOptions {
+            grace: m.checkpoint_grace,
+        };
+        jobs.push(spawn_leased(
+            store,
+            every,
+            Leased {
+                lease: "checkpoint",
+                op: StorageOperation::Checkpoint,
+                what: "writing a checkpoint of the shard log",
+            },
+            move |st| st.compact(options),
+            // The store logs what it wrote and removed.
+            |_| {},
+        ));
     }
     if let Some(every) = m.scrub_interval {
         jobs.push(spawn_scrub(Arc::clone(store), every));
     }
     jobs
+}
+
+/// A scheduled job that one node of a cluster runs at a time (see [`spawn_leased`]).
+struct Leased {
+    /// The lease's name in the bucket (`leases/<name>`).
+    lease: &'static str,
+    /// Where its failures are counted.
+    op: StorageOperation,
+    /// What it does, for the log.
+    what: &'static str,
+}
+
+/// Runs `job` every `every` on a blocking thread, and `done` with what it reported. On shared
+/// storage one node runs it: the one holding lease `leased.lease`, renewed at each of its runs
+/// for a little longer than the interval; another takes over once it lapses.
+fn spawn_leased<T: Send + 'static>(
+    store: &Arc<Store>,
+    every: Duration,
+    leased: Leased,
+    job: impl Fn(&Store) -> Result<T, xet_store::StoreError> + Send + Sync + Copy + 'static,
+    done: impl Fn(&T) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let store = Arc::clone(store);
+    let holder = format!(
+        "{}-{}",
+        hostname().unwrap_or_else(|| "node".into()),
+        xet_client::random_hex(6)
+    );
+    let lease = every + Duration::from_secs(3600);
+    tokio::spawn(async move {
+        let mut backoff = Backoff::new(every, MAINTENANCE_RETRY.min(every), every);
+        let mut pause = every;
+        loop {
+            tokio::time::sleep(pause).await;
+            let st = Arc::clone(&store);
+            let holder = holder.clone();
+            let run = move || match st.take_lease(leased.lease, &holder, lease)? {
+                None => job(&st).map(Some),
+                Some((other, until)) => {
+                    let until = super::lfs::locks::rfc3339(
+                        until
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs()),
+                    );
+                    tracing::info!(
+                        %other,
+                        %until,
+                        job = leased.what,
+                        "scheduled job left to the node that holds its lease"
+                    );
+                    Ok(None)
+                }
+            };
+            let outcome = run_job(leased.op, leased.what, run).await;
+            if let Some(Some(r)) = &outcome {
+                done(r);
+            }
+            pause = backoff.after(outcome.is_some());
+        }
+    })
 }
 
 /// The scheduled scrub: every `every`, checks every stored xorb and shard and logs what it found

@@ -10,11 +10,12 @@
 //! | `gitxet_sent_xorb_bytes_total` | | xorb bytes answered to downloads through the CAS API |
 //! | `gitxet_stored_xorb_bytes_total` | | upload bodies of xorbs that were new (what storage grew by, compressed) |
 //! | `gitxet_registered_file_bytes_total` | | sizes of files registered for the first time: what clients stored; minus the line above, what deduplication saved |
-//! | `gitxet_storage_errors_total` | `operation` | what failed because storage did (a full disk included): `request` (HTTP requests answered 5xx or 507), and the background work `catch_up`, `claims`, `gc`, `scrub`, `copies` (copies of xorbs on the node's disk), `claim_records` (checked claims recorded for the other nodes) |
+//! | `gitxet_storage_errors_total` | `operation` | what failed because storage did (a full disk included): `request` (HTTP requests answered 5xx or 507), and the background work `catch_up`, `claims`, `gc`, `scrub`, `checkpoint` (checkpoints of the shard log), `copies` (copies of xorbs on the node's disk), `claim_records` (checked claims recorded for the other nodes) |
 //! | `gitxet_files`, `gitxet_xorbs` | | registered files and known xorbs now |
 //! | `gitxet_unchecked_sha256_claims` | | oids shards claimed that the server has not hashed yet (see `server::claims`); should stay near 0 |
 //! | `gitxet_storage_requests_total` | `op` | on object storage, requests sent to it by kind (`head`, `get`, `put`, `list`, `delete`, `copy`, `sign`) |
 //! | `gitxet_storage_request_seconds_total` | `op` | on object storage, their total time, retries included (divided by the line above: the mean latency) |
+//! | `gitxet_storage_failovers_total` | | on object storage with several endpoints (`GIT_XET_S3_ENDPOINTS`), requests sent to the next endpoint because one failed |
 //! | `gitxet_xorb_cache_reads_total` | `result` | on object storage, ranges of xorbs read from this node's copies (`hit`) or, without one, from the bucket (`miss`; see `xet_store::xorb_cache`) |
 //! | `gitxet_xorb_cache_bytes` | | bytes of the copies of xorbs this node keeps now |
 //! | `gitxet_gc_running_seconds` | | how long the garbage collection this node runs has been running (on shared storage it holds the gc lease meanwhile); 0 when none runs |
@@ -79,6 +80,8 @@ pub(crate) enum StorageOperation {
     Gc,
     /// Scheduled scrubbing.
     Scrub,
+    /// Scheduled checkpoints of the shard log (their lease included).
+    Checkpoint,
     /// Copying xorbs to the node's disk.
     Copies,
     /// Recording checked claims for the other nodes.
@@ -93,6 +96,7 @@ impl StorageOperation {
             Self::Claims => "claims",
             Self::Gc => "gc",
             Self::Scrub => "scrub",
+            Self::Checkpoint => "checkpoint",
             Self::Copies => "copies",
             Self::ClaimRecords => "claim_records",
         }
@@ -144,6 +148,7 @@ pub struct Metrics {
     /// Object storage's requests and their time, caught up with the store's own count.
     storage_requests: Family<OpLabels, Counter>,
     storage_seconds: Family<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    storage_failovers: Counter,
     /// The cache of xorbs' reads, caught up with its own count.
     cache_reads: Family<CacheLabels, Counter>,
     cache_bytes: Gauge<i64, AtomicI64>,
@@ -276,6 +281,13 @@ impl Default for Metrics {
             "On object storage, the total time of its requests by kind, retries included",
             Family::<OpLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default(),
         );
+        let storage_failovers = register(
+            &mut registry,
+            "storage_failovers",
+            "On object storage with several endpoints, requests sent to the next endpoint \
+             because one failed",
+            Counter::default(),
+        );
         let cache_reads = register(
             &mut registry,
             "xorb_cache_reads",
@@ -307,6 +319,7 @@ impl Default for Metrics {
             data_free,
             storage_requests,
             storage_seconds,
+            storage_failovers,
             cache_reads,
             cache_bytes,
         }
@@ -424,6 +437,10 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
         if behind > 0.0 {
             seconds.inc_by(behind);
         }
+    }
+    if let Some(n) = state.store.storage_failovers() {
+        let counter = &state.metrics.storage_failovers;
+        counter.inc_by(n.saturating_sub(counter.get()));
     }
     if let Some(c) = state.store.xorb_cache_stats() {
         for (result, n) in [("hit", c.hits), ("miss", c.misses)] {

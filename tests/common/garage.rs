@@ -1,6 +1,6 @@
-//! A single-node Garage (a real distributed S3-compatible object store) for tests: a config file
-//! of its own in a temporary directory, loopback ports, its layout, a key and buckets made with
-//! its CLI. It is killed when dropped, and stops by itself after ten minutes in any case.
+//! A single-node Garage (a real distributed S3-compatible object store) for tests, or a cluster
+//! of three ([`GarageCluster`]): a config file of its own in a temporary directory, loopback
+//! ports, its layout, a key and buckets made with its CLI. It is killed when dropped, and stops by itself after ten minutes in any case.
 //!
 //! Garage is installed with `cargo install garage --version 2.5.0 --locked` (`.ci/run` does
 //! it). Tests that need it are `#[ignore]`d with that reason, and run under CI with
@@ -71,18 +71,30 @@ impl Garage {
     }
 
     fn try_start() -> Result<Self, String> {
+        let mut g = Self::try_spawn(1, &Self::rpc_secret())?;
+        g.set_up();
+        Ok(g)
+    }
+
+    /// The secret the nodes of a cluster share.
+    fn rpc_secret() -> String {
+        (0..32)
+            .map(|i| format!("{:02x}", (i * 37 + 11) as u8))
+            .collect()
+    }
+
+    /// Starts a Garage process that keeps `replication` copies of each object, and waits until
+    /// it answers; no layout, key or bucket yet.
+    fn try_spawn(replication: usize, secret: &str) -> Result<Self, String> {
         let bin = binary().unwrap_or_else(|| panic!("Garage is not installed ({NEEDS_GARAGE})"));
         let dir = tempfile::tempdir().expect("temp dir");
         let (rpc, s3, admin) = (free_port(), free_port(), free_port());
-        let secret: String = (0..32)
-            .map(|i| format!("{:02x}", (i * 37 + 11) as u8))
-            .collect();
         let config = dir.path().join("garage.toml");
         let text = format!(
             "metadata_dir = \"{meta}\"\n\
              data_dir = \"{data}\"\n\
              db_engine = \"sqlite\"\n\
-             replication_factor = 1\n\
+             replication_factor = {replication}\n\
              rpc_bind_addr = \"127.0.0.1:{rpc}\"\n\
              rpc_public_addr = \"127.0.0.1:{rpc}\"\n\
              rpc_secret = \"{secret}\"\n\
@@ -107,7 +119,6 @@ impl Garage {
             secret: String::new(),
         };
         g.wait_until_up()?;
-        g.set_up();
         Ok(g)
     }
 
@@ -167,6 +178,11 @@ impl Garage {
         let id = id.trim().split('@').next().unwrap_or("").to_string();
         self.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", &id]);
         self.cli(&["layout", "apply", "--version", "1"]);
+        self.make_key();
+    }
+
+    /// Creates the test key (`git-xet-tests`) and keeps its id and secret.
+    fn make_key(&mut self) {
         let created = self.cli(&["key", "create", "git-xet-tests"]);
         let field = |name: &str| {
             created
@@ -289,6 +305,78 @@ impl Garage {
     #[allow(dead_code)]
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+/// Three Garage processes on loopback forming one cluster that keeps three copies of every
+/// object (each in a zone of its own), so that any one of them can die and the others still
+/// answer reads and writes (Garage's quorums are two of three).
+#[allow(dead_code)]
+pub struct GarageCluster {
+    pub nodes: Vec<Garage>,
+}
+
+#[allow(dead_code)]
+impl GarageCluster {
+    /// Starts the three nodes, connects them, lays them out and makes the test key.
+    pub fn start() -> Self {
+        let secret = Garage::rpc_secret();
+        let mut nodes: Vec<Garage> = Vec::new();
+        while nodes.len() < 3 {
+            let mut last = String::new();
+            let started = (0..4).find_map(|_| match Garage::try_spawn(3, &secret) {
+                Ok(g) => Some(g),
+                Err(why) => {
+                    last = why;
+                    None
+                }
+            });
+            nodes.push(started.unwrap_or_else(|| panic!("garage did not start: {last}")));
+        }
+        let ids: Vec<String> = nodes
+            .iter()
+            .map(|g| g.cli(&["node", "id", "-q"]).trim().to_string())
+            .collect();
+        for id in &ids[1..] {
+            nodes[0].cli(&["node", "connect", id]);
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let short = id.split('@').next().unwrap_or("");
+            nodes[0].cli(&[
+                "layout",
+                "assign",
+                "-z",
+                &format!("dc{i}"),
+                "-c",
+                "1G",
+                short,
+            ]);
+        }
+        nodes[0].cli(&["layout", "apply", "--version", "1"]);
+        nodes[0].make_key();
+        let (key_id, secret) = (nodes[0].key_id.clone(), nodes[0].secret.clone());
+        for g in &mut nodes[1..] {
+            g.key_id = key_id.clone();
+            g.secret = secret.clone();
+        }
+        Self { nodes }
+    }
+
+    /// Creates `bucket` (through the first node) and waits until every node serves it.
+    pub fn create_bucket(&self, bucket: &str) {
+        self.nodes[0].create_bucket(bucket);
+    }
+
+    /// Where a store in `bucket` under `prefix` is: every node's endpoint, the first node's
+    /// first ([`S3Config::ENDPOINTS`]).
+    pub fn s3_config(&self, bucket: &str, prefix: &str) -> S3Config {
+        let mut config = self.nodes[0].s3_config(bucket, prefix);
+        config.settings.retain(|(k, _)| k != "AWS_ENDPOINT");
+        let all: Vec<&str> = self.nodes.iter().map(|g| g.endpoint.as_str()).collect();
+        config
+            .settings
+            .push((S3Config::ENDPOINTS.into(), all.join(",")));
+        config
     }
 }
 

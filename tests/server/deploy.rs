@@ -131,6 +131,41 @@ fn the_dashboard_and_the_alerts_name_only_metrics_the_server_exports() {
     server.server.stop().unwrap();
 }
 
+/// Every alert rule names its runbook row, and docs/server.md has that row.
+#[test]
+fn every_alert_names_its_row_in_the_runbook() {
+    let alerts = std::fs::read_to_string(deploy("prometheus/git-xet-alerts.yml")).unwrap();
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/server.md"))
+            .unwrap();
+    let names: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    let runbooks: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook: "))
+        .collect();
+    assert_eq!(
+        runbooks.len(),
+        names.len(),
+        "an alert without a runbook annotation"
+    );
+    for (name, runbook) in names.iter().zip(&runbooks) {
+        assert_eq!(
+            *runbook,
+            format!("\"docs/server.md, Alerts: what to do, {name}\""),
+            "the runbook of {name}"
+        );
+        assert!(
+            docs.contains(&format!("\n| `{name}` | ")),
+            "docs/server.md's \"Alerts: what to do\" has no row for {name}"
+        );
+    }
+    assert!(docs.contains("\n### Alerts: what to do\n"));
+}
+
 #[test]
 #[cfg_attr(
     missing_promtool,

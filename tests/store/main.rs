@@ -8,10 +8,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod checkpoints;
 mod chunking_oracle;
 mod remote_cas;
 mod s3_storage;
 mod shard_cache;
+mod storage_failover;
 mod store;
 mod store_integrity;
 mod trust_integrity;

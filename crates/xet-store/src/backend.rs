@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+use crate::checkpoint::format::CheckpointId;
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 /// The name of an object in a backend.
@@ -43,6 +44,8 @@ pub enum ObjectKey {
     Xorb(XorbHash),
     /// An accepted shard, named by the hash of its bytes.
     Shard(ShardHash),
+    /// A checkpoint of the shard log (shared storage only; see [`crate::checkpoint`]).
+    Checkpoint(CheckpointId),
 }
 
 impl std::fmt::Display for ObjectKey {
@@ -50,6 +53,7 @@ impl std::fmt::Display for ObjectKey {
         match self {
             ObjectKey::Xorb(h) => write!(f, "xorb {h}"),
             ObjectKey::Shard(h) => write!(f, "shard {h}"),
+            ObjectKey::Checkpoint(id) => write!(f, "checkpoint {id}"),
         }
     }
 }
@@ -234,6 +238,28 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Every (shard, repository) registration ever logged with a repository (shared storage
     /// only; a directory's index is its own record).
     fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Every entry of the shard log, oldest first (shared storage only): what a checkpoint
+    /// covers ([`crate::checkpoint`]).
+    fn list_log(&self) -> Result<Vec<LogEntry>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Deletes a log entry a checkpoint covers (nothing if it is gone).
+    fn remove_log_entry(&self, _entry: &LogEntry) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// The names of the batches of checked claims ([`Self::record_checked_claims`]), oldest
+    /// first (shared storage only).
+    fn list_claim_batches(&self) -> Result<Vec<String>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Deletes a batch of checked claims a checkpoint covers (nothing if it is gone).
+    fn remove_claim_batch(&self, _name: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// Every checkpoint stored ([`ObjectKey::Checkpoint`]), oldest first (shared storage only).
+    fn list_checkpoints(&self) -> Result<Vec<CheckpointId>, BackendError> {
         Ok(Vec::new())
     }
     /// Signs URLs that read byte ranges of stored xorbs straight from the storage for `ttl`,
@@ -523,6 +549,7 @@ impl FsBackend {
         match key {
             ObjectKey::Xorb(h) => xorb_path(&self.root, &h),
             ObjectKey::Shard(h) => self.root.join("shards").join(format!("{h}.mdb")),
+            ObjectKey::Checkpoint(id) => self.root.join("checkpoints").join(id.name()),
         }
     }
 
@@ -748,6 +775,11 @@ impl ObjectBackend for FsBackend {
                 .join("quarantine")
                 .join("shards")
                 .join(format!("{h}.mdb.{now}")),
+            ObjectKey::Checkpoint(id) => self
+                .root
+                .join("quarantine")
+                .join("checkpoints")
+                .join(format!("{id}.{now}")),
         };
         match self.move_to(key, &from, &to) {
             Ok(()) => Ok(true),

@@ -2040,6 +2040,14 @@ impl Store {
             .map(crate::timings::StorageTimings::read)
     }
 
+    /// On object storage, requests sent to the next endpoint because one failed, since the
+    /// store opened; `None` for a directory.
+    pub fn storage_failovers(&self) -> Option<u64> {
+        self.backend
+            .timings()
+            .map(crate::timings::StorageTimings::failovers)
+    }
+
     /// Bytes `range` (inclusive) of an intact stored xorb object; `None` if it is not stored,
     /// the damage error if its stored copy is found missing or damaged.
     pub fn read_xorb(

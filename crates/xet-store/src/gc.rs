@@ -171,9 +171,19 @@ impl Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<(String, SystemTime)>, StoreError> {
+        self.take_lease("gc", holder, ttl)
+    }
+
+    /// [`Self::take_gc_lease`] for the job `name` (`gc`, `checkpoint`).
+    pub fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<(String, SystemTime)>, StoreError> {
         Ok(self
             .backend
-            .take_lease("gc", holder, ttl)?
+            .take_lease(name, holder, ttl)?
             .map(|(who, end_ms)| (who, SystemTime::UNIX_EPOCH + Duration::from_millis(end_ms))))
     }
 

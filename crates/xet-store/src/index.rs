@@ -10,7 +10,7 @@
 //! | `claim_load` | uploader (UTF-8) | count (u64), bytes (u64): the uploader's claims not checked yet |
 //! | `claim_queue` | uploader's length (u16), uploader, time claimed (u64 big-endian), SHA-256 digest (32), file hash (32) | the file's size (u64): each uploader's claims, oldest first |
 //! | `dedup` | chunk hash (32, unkeyed) | xorb hash (32), chunk index u32: the chunks global dedup queries are answered for (the first chunk and the probes of each registered file, the dense keys of each stored xorb; docs/format.md §5.1, §5.5). Stores written before dense keys were indexed have only the eligible chunks of their xorbs (hash `0 mod 1024`) |
-//! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds) |
+//! | `shards` | shard hash (32) | number of files u32, registration time u64 (unix seconds), then flags u8 (bit 0: the registration is in a checkpoint, so the shard's object may be gone from the bucket; see `crate::checkpoint`); older rows have no flags |
 //! | `verified` | xorb hash (32) | the [`ObjectStamp`] (32 bytes) of the stored object when it was last verified whole |
 //! | `damaged` | xorb hash (32) | time found (u64, unix seconds), then why, as UTF-8 text |
 //! | `xorb_file` | xorb hash (32) | the first registered file whose terms use the xorb (32): a dedup hit in the xorb is answered with that file's other xorbs too |
@@ -42,6 +42,7 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use std::collections::HashSet;
 
 use crate::backend::ObjectStamp;
+use crate::checkpoint::format as checkpoint;
 use xet_format::{ChunkHash, FileHash, LfsOid, ShardHash, XorbHash};
 
 const XORBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorbs");
@@ -587,6 +588,65 @@ impl Index {
         self.write(commit, |txn| put_file_repos(txn, files, repo))
     }
 
+    /// Appends to `body` every row a checkpoint carries ([`checkpoint::Table`]), read in one
+    /// transaction (a consistent view), each `shards` row marked as in a checkpoint (see
+    /// [`Self::shard_in_checkpoint`]). Returns the number of rows.
+    pub(crate) fn checkpoint_rows(&self, body: &mut Vec<u8>) -> Result<u64, IndexError> {
+        let txn = self.begin_read()?;
+        let mut rows = 0u64;
+        for table in checkpoint::Table::INDEX {
+            let Some(def) = checkpoint_table(table) else {
+                continue;
+            };
+            let t = txn.open_table(def).map_err(db_err)?;
+            for row in t.iter().map_err(db_err)? {
+                let (k, v) = row.map_err(db_err)?;
+                let (key, mut value) = (k.value(), v.value().to_vec());
+                if table == checkpoint::Table::Shards {
+                    mark_in_checkpoint(&mut value);
+                }
+                // A row the index would not take back (an older shape) stays out.
+                if table.check(key, &value) && checkpoint::push_row(body, table, key, &value) {
+                    rows += 1;
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Adds the rows of a checkpoint: what is there already is kept (as for a shard's
+    /// entries, the first registration wins), a `shards` row is marked as in a checkpoint,
+    /// and a SHA-256 claim is queued for checking unless it was checked here. Committed lazily
+    /// in transactions of [`CHECKPOINT_ROWS_PER_TXN`] rows, then persisted once (the bucket
+    /// can give them again). Returns the number of rows that were new.
+    pub(crate) fn add_checkpoint_rows<'a>(
+        &self,
+        rows: impl Iterator<Item = checkpoint::Row<'a>>,
+    ) -> Result<u64, IndexError> {
+        let mut rows = rows.peekable();
+        let mut added = 0u64;
+        while rows.peek().is_some() {
+            added += self.write(Commit::Lazy, |txn| {
+                let mut added = 0u64;
+                for row in rows.by_ref().take(CHECKPOINT_ROWS_PER_TXN) {
+                    added += u64::from(add_checkpoint_row(txn, row)?);
+                }
+                Ok(added)
+            })?;
+        }
+        self.persist()?;
+        Ok(added)
+    }
+
+    /// Whether `shard`'s registration is in a checkpoint (one this node wrote or read): its
+    /// object may be gone from the bucket, removed once the checkpoint covered it.
+    pub(crate) fn shard_in_checkpoint(&self, shard: &ShardHash) -> Result<bool, IndexError> {
+        Ok(self.get(SHARDS, shard.as_bytes())?.is_some_and(|v| {
+            v.get(SHARD_FLAGS_AT)
+                .is_some_and(|f| f & IN_CHECKPOINT != 0)
+        }))
+    }
+
     /// Whether `file` was registered through repository `repo`.
     pub(crate) fn file_in_repo(&self, file: &FileHash, repo: &str) -> Result<bool, IndexError> {
         Ok(self.get(FILE_REPOS, &file_repo_key(file, repo))?.is_some())
@@ -1075,6 +1135,95 @@ fn demote_unchecked_oids(txn: &redb::WriteTransaction) -> Result<(), IndexError>
     Ok(())
 }
 
+/// Rows of a checkpoint added in one transaction ([`Index::add_checkpoint_rows`]).
+const CHECKPOINT_ROWS_PER_TXN: usize = 50_000;
+
+/// Where a `shards` row's flags byte is (after the file count and the time), and the flag of a
+/// registration that is in a checkpoint.
+const SHARD_FLAGS_AT: usize = 12;
+const IN_CHECKPOINT: u8 = 1;
+
+fn mark_in_checkpoint(value: &mut Vec<u8>) {
+    if value.len() < SHARD_FLAGS_AT {
+        return;
+    }
+    value.resize(value.len().max(SHARD_FLAGS_AT + 1), 0);
+    value[SHARD_FLAGS_AT] |= IN_CHECKPOINT;
+}
+
+/// The index table a checkpoint's table is a copy of (`None`: not an index table).
+fn checkpoint_table(
+    t: checkpoint::Table,
+) -> Option<TableDefinition<'static, &'static [u8], &'static [u8]>> {
+    Some(match t {
+        checkpoint::Table::Shards => SHARDS,
+        checkpoint::Table::Files => FILES,
+        checkpoint::Table::Oids => OIDS,
+        checkpoint::Table::OidFiles => OID_FILES,
+        checkpoint::Table::Claims => CLAIMS,
+        checkpoint::Table::Dedup => DEDUP,
+        checkpoint::Table::XorbFile => XORB_FILE,
+        checkpoint::Table::FileRepos => FILE_REPOS,
+        checkpoint::Table::CoveredLogEntry
+        | checkpoint::Table::CoveredClaimBatch
+        | checkpoint::Table::CoveredShard => return None,
+    })
+}
+
+/// [`Index::add_checkpoint_rows`] for one row: whether it was new.
+fn add_checkpoint_row(
+    txn: &redb::WriteTransaction,
+    row: checkpoint::Row<'_>,
+) -> Result<bool, IndexError> {
+    let Some(def) = checkpoint_table(row.table) else {
+        return Ok(false);
+    };
+    let mut table = txn.open_table(def).map_err(db_err)?;
+    let existing = table
+        .get(row.key)
+        .map_err(db_err)?
+        .map(|v| v.value().to_vec());
+    match (row.table, existing) {
+        (checkpoint::Table::Shards, Some(mut v)) => {
+            mark_in_checkpoint(&mut v);
+            table.insert(row.key, v.as_slice()).map_err(db_err)?;
+            Ok(false)
+        }
+        (_, Some(_)) => Ok(false),
+        (checkpoint::Table::Claims, None) => {
+            drop(table);
+            let Some(claim) = decode_claim(row.key, row.value) else {
+                return Ok(false);
+            };
+            let entries = ShardEntries {
+                oids: vec![(claim.oid, claim.file)],
+                files: vec![(
+                    claim.file,
+                    FileRecord {
+                        size: claim.size,
+                        shard: ShardHash::from_bytes([0; 32]),
+                        terms: Vec::new(),
+                    },
+                )],
+                ..ShardEntries::default()
+            };
+            // Skipped if checked here already; queued for checking otherwise.
+            record_claims(txn, &entries, claim.claimed_at, &claim.uploader)?;
+            Ok(true)
+        }
+        (checkpoint::Table::Shards, None) => {
+            let mut v = row.value.to_vec();
+            mark_in_checkpoint(&mut v);
+            table.insert(row.key, v.as_slice()).map_err(db_err)?;
+            Ok(true)
+        }
+        (_, None) => {
+            table.insert(row.key, row.value).map_err(db_err)?;
+            Ok(true)
+        }
+    }
+}
+
 /// A `claims` row, if well formed (a row of another shape is skipped, never trusted).
 fn decode_claim(k: &[u8], v: &[u8]) -> Option<Claim> {
     if k.len() != 64 || v.len() < 8 {
@@ -1495,6 +1644,84 @@ mod tests {
         assert!(index.has_shard(&ShardHash::from_bytes([9; 32])).unwrap());
         let counts = index.counts().unwrap();
         assert_eq!((counts.files, counts.shards, counts.xorbs), (1, 2, 1));
+    }
+
+    #[test]
+    fn a_checkpoint_of_one_index_gives_another_the_same_registrations() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Index::open(&dir.path().join("a.redb")).unwrap();
+        let file = |n: u8| FileHash::from_bytes([n; 32]);
+        let record = |n: u8| FileRecord {
+            size: 100 * u64::from(n),
+            shard: ShardHash::from_bytes([n; 32]),
+            terms: vec![StoredTerm {
+                xorb: XorbHash::from_bytes([50 + n; 32]),
+                chunk_start: 0,
+                chunk_end: 1,
+                unpacked_len: 100 * u32::from(n),
+            }],
+        };
+        let (checked, pending) = (LfsOid::from_digest([7; 32]), LfsOid::from_digest([8; 32]));
+        for (n, oid) in [(1u8, checked), (2, pending)] {
+            let entries = ShardEntries {
+                files: vec![(file(n), record(n))],
+                oids: vec![(oid, file(n))],
+                dedup: vec![(
+                    ChunkHash::from_bytes([n; 32]),
+                    XorbHash::from_bytes([50 + n; 32]),
+                    0,
+                )],
+                ..Default::default()
+            };
+            a.add_shard(record(n).shard, &entries, 10, "team-a", Commit::Durable)
+                .unwrap();
+        }
+        a.add_file_repos(&[file(1)], "team-a", Commit::Durable)
+            .unwrap();
+        a.settle_claim(&checked, &file(1), true).unwrap();
+        let mut body = checkpoint::MAGIC.to_vec();
+        let rows = a.checkpoint_rows(&mut body).unwrap();
+        let id = checkpoint::CheckpointId::of(1, &body);
+        let read: Vec<checkpoint::Row<'_>> = checkpoint::rows(id, &body)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(read.len() as u64, rows);
+
+        // A node that registered one of the files itself, another way, keeps its own record.
+        let b = Index::open(&dir.path().join("b.redb")).unwrap();
+        let mut own = record(2);
+        own.shard = ShardHash::from_bytes([99; 32]);
+        let entries = ShardEntries {
+            files: vec![(file(2), own.clone())],
+            ..Default::default()
+        };
+        b.add_shard(own.shard, &entries, 20, "", Commit::Durable)
+            .unwrap();
+        let added = b.add_checkpoint_rows(read.iter().copied()).unwrap();
+        assert!(added > 0 && added < rows, "{added} of {rows}");
+        assert_eq!(b.file(&file(1)).unwrap(), Some(record(1)));
+        assert_eq!(b.file(&file(2)).unwrap(), Some(own));
+        assert!(b.file_in_repo(&file(1), "team-a").unwrap());
+        assert!(!b.file_in_repo(&file(2), "team-a").unwrap());
+        assert_eq!(b.file_by_oid(&checked).unwrap(), Some(file(1)));
+        assert_eq!(b.claimed_file(&pending).unwrap(), Some(file(2)));
+        assert_eq!(b.claim_load("team-a").unwrap(), (1, 200));
+        assert_eq!(b.oldest_claims("team-a", 5).unwrap().len(), 1);
+        assert_eq!(
+            b.dedup(&ChunkHash::from_bytes([1; 32])).unwrap(),
+            Some((XorbHash::from_bytes([51; 32]), 0))
+        );
+        for n in [1, 2] {
+            assert!(b.shard_in_checkpoint(&record(n).shard).unwrap());
+            assert!(!a.shard_in_checkpoint(&record(n).shard).unwrap());
+        }
+        assert!(!b
+            .shard_in_checkpoint(&ShardHash::from_bytes([99; 32]))
+            .unwrap());
+        // Read twice, nothing changes.
+        assert_eq!(b.add_checkpoint_rows(read.iter().copied()).unwrap(), 0);
+        assert_eq!(b.claim_load("team-a").unwrap(), (1, 200));
     }
 
     #[test]

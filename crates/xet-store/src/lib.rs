@@ -7,9 +7,11 @@
 //! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects |
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload |
+//! | [`checkpoint`] | checkpoints of the shard log on shared storage: bounded metadata, a new node's start in one read ([`Store::compact`]) |
 //! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
 //! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
+//! | `parallel` | work on a few threads at once, for many small requests to object storage |
 //! | [`reopen`] | a redb database opened again after an I/O error (a full disk) |
 //! | `s3` | `S3Backend`: objects in an S3-compatible bucket that several server nodes share (feature `s3`) |
 //! | [`storage_url`] | where a store in a bucket lives: its `s3://` URL and `AWS_*` settings (every build) |
@@ -25,11 +27,13 @@
 
 pub mod backend;
 pub mod cas;
+pub mod checkpoint;
 pub mod endpoint;
 pub mod gc;
 pub mod index;
 pub mod integrity;
 pub mod local_server;
+mod parallel;
 pub mod reopen;
 #[cfg(feature = "s3")]
 pub mod s3;

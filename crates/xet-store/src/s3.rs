@@ -10,12 +10,13 @@
 //! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
 //! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
 //! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
-//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]), and, never pruned, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`ObjectBackend::list_access`]); `<repo>` is the repository id in unpadded base64url |
+//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]), and, until a checkpoint covers it, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`ObjectBackend::list_access`]); `<repo>` is the repository id in unpadded base64url |
 //! | `access/<shard hash>/<repo>` | empty; written by earlier versions beside each log entry with a repository, still read |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
 //! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`ObjectBackend::checked_claims_since`]) |
 //! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
-//! | `leases/gc` | `<end ms> <holder>`: the node that runs garbage collection, until when ([`ObjectBackend::take_lease`]) |
+//! | `checkpoints/<16-digit ms>-<BLAKE3 hex>` | what the shards, log entries and claim batches registered until then give a node's index, in one object a new node reads at once; what it covers is removed after a grace ([`crate::checkpoint`]) |
+//! | `leases/gc`, `leases/checkpoint` | `<end ms> <holder>`: the node that runs garbage collection (writes checkpoints), until when ([`ObjectBackend::take_lease`]) |
 //! | `nodes/<node id>` | a node's status record (JSON: its version, start, catch-up state, recent pushes and garbage collections), rewritten about every 30 s, read by the other nodes' status pages ([`ObjectBackend::put_node_record`], `xet_store::stats`) |
 //! | `gc/sweeps/<16-digit ms>-<16 hex>` | what a garbage collection is about to delete, and whether it is done ([`crate::gc`]); read by every registration of a shard, removed an hour after |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
@@ -65,15 +66,16 @@ use crate::backend::{
     BackendError, ClaimCursor, ListedXorb, LogCursor, LogEntry, ObjectBackend, ObjectKey,
     ObjectStamp, RangeSigner, Spool,
 };
+use crate::checkpoint::format::CheckpointId;
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 pub use crate::storage_url::{S3Config, StorageUrl, LOG_WINDOW_MS};
 
 /// Objects in an S3-compatible bucket (see the module documentation).
 pub struct S3Backend {
-    store: Arc<dyn ObjectStore>,
-    /// The same client, for signing URLs.
-    signer: Arc<object_store::aws::AmazonS3>,
+    /// The store's endpoints, in the order configured (one when a single endpoint, or the
+    /// provider's default, is configured).
+    endpoints: Vec<Endpoint>,
     url: StorageUrl,
     /// The region requests are signed for (object_store's: `AWS_REGION`, else us-east-1).
     region: String,
@@ -82,6 +84,26 @@ pub struct S3Backend {
     runtime: tokio::runtime::Handle,
     /// How long its requests took, by kind.
     timings: StorageTimings,
+}
+
+/// One endpoint of the object store (a Garage node, a replica behind its own address): its
+/// client and, after a failure, until when it is tried only after the others.
+struct Endpoint {
+    client: Arc<object_store::aws::AmazonS3>,
+    /// Its URL, for the log (no credentials are in it).
+    name: String,
+    /// Unix milliseconds; 0: healthy.
+    down_until_ms: std::sync::atomic::AtomicU64,
+}
+
+/// How long an endpoint that failed is tried only after the others.
+const ENDPOINT_DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether a request's error says the endpoint failed (connection refused or reset, a timeout,
+/// a 5xx after the client's retries), so another endpoint may answer, rather than something
+/// about the object or the credentials, which every endpoint would say too.
+fn endpoint_failed(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::Generic { .. })
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -148,14 +170,61 @@ impl S3Backend {
                 xet_client::redact::register_secret(&value);
             }
         }
-        let endpoint = config
-            .setting("AWS_ENDPOINT")
-            .or_else(|| config.setting("AWS_ENDPOINT_URL"));
+        let endpoints = config.endpoints();
+        let several = endpoints.len() > 1;
+        let build = |endpoint: Option<&str>| -> Result<(object_store::aws::AmazonS3, String), BackendError> {
+            let builder = Self::builder(config, endpoint, several)?;
+            let region = builder
+                .get_config_value(&object_store::aws::AmazonS3ConfigKey::Region)
+                .unwrap_or_else(|| "us-east-1".to_string());
+            let client = builder
+                .build()
+                .map_err(|e| other("configure", url.to_string(), e))?;
+            Ok((client, region))
+        };
+        let mut clients = Vec::new();
+        let mut region = String::new();
+        if endpoints.is_empty() {
+            let (client, r) = build(None)?;
+            clients.push(Endpoint {
+                client: Arc::new(client),
+                name: "the provider's default endpoint".into(),
+                down_until_ms: Default::default(),
+            });
+            region = r;
+        }
+        for endpoint in &endpoints {
+            let (client, r) = build(Some(endpoint))?;
+            clients.push(Endpoint {
+                client: Arc::new(client),
+                name: endpoint.clone(),
+                down_until_ms: Default::default(),
+            });
+            region = r;
+        }
+        Ok(Self {
+            endpoints: clients,
+            url: url.clone(),
+            region,
+            spool: Spool::open(spool_dir)?.with_min_free(min_free),
+            runtime,
+            timings: StorageTimings::default(),
+        })
+    }
+
+    /// The client settings for one endpoint (`None`: the provider's default). With `several`
+    /// endpoints a failing one is given up quickly (a connection within 2 s, one retry within
+    /// 3 s) so that the next one answers instead; with one, requests are retried four times
+    /// within 20 seconds.
+    fn builder(
+        config: &S3Config,
+        endpoint: Option<&str>,
+        several: bool,
+    ) -> Result<AmazonS3Builder, BackendError> {
+        let url = &config.url;
         let mut builder = AmazonS3Builder::new();
-        if endpoint
-            .as_deref()
-            .is_some_and(|e| e.starts_with("http://"))
-        {
+        let mut options = object_store::ClientOptions::new();
+        if endpoint.is_some_and(|e| e.starts_with("http://")) {
             // A store on the local network (Garage, MinIO) answering over plain http: one
             // connection per request, closed by the store (`Connection: close`, so that the
             // store's side, not this node's ports, holds TIME_WAIT). Garage sends a GET's
@@ -167,26 +236,38 @@ impl S3Backend {
                 reqwest::header::CONNECTION,
                 reqwest::header::HeaderValue::from_static("close"),
             );
-            builder = builder.with_client_options(
-                object_store::ClientOptions::new()
-                    .with_pool_max_idle_per_host(0)
-                    .with_default_headers(headers),
-            );
+            options = options
+                .with_pool_max_idle_per_host(0)
+                .with_default_headers(headers);
         }
+        if several {
+            options = options.with_connect_timeout(std::time::Duration::from_secs(2));
+        }
+        builder = builder.with_client_options(options);
         for (name, value) in &config.settings {
+            if S3Config::ENDPOINT_SETTINGS.contains(&name.as_str()) {
+                continue;
+            }
             let key = name
                 .to_ascii_lowercase()
                 .parse()
                 .map_err(|e| other("configure", format!("{url} ({name})"), e))?;
             builder = builder.with_config(key, value);
         }
-        builder = builder
-            .with_bucket_name(&url.bucket)
-            .with_retry(RetryConfig {
+        let retry = if several {
+            RetryConfig {
+                backoff: Default::default(),
+                max_retries: 1,
+                retry_timeout: std::time::Duration::from_secs(3),
+            }
+        } else {
+            RetryConfig {
                 backoff: Default::default(),
                 max_retries: 4,
                 retry_timeout: std::time::Duration::from_secs(20),
-            });
+            }
+        };
+        builder = builder.with_bucket_name(&url.bucket).with_retry(retry);
         if let Some(endpoint) = endpoint {
             // An endpoint written as http:// is a deliberate choice (a store on the local
             // network); AWS_ALLOW_HTTP need not say it again.
@@ -195,22 +276,66 @@ impl S3Backend {
             }
             builder = builder.with_endpoint(endpoint);
         }
-        let region = builder
-            .get_config_value(&object_store::aws::AmazonS3ConfigKey::Region)
-            .unwrap_or_else(|| "us-east-1".to_string());
-        let store = builder
-            .build()
-            .map_err(|e| other("configure", url.to_string(), e))?;
-        let signer = Arc::new(store);
-        Ok(Self {
-            store: Arc::clone(&signer) as Arc<dyn ObjectStore>,
-            signer,
-            url: url.clone(),
-            region,
-            spool: Spool::open(spool_dir)?.with_min_free(min_free),
-            runtime,
-            timings: StorageTimings::default(),
-        })
+        Ok(builder)
+    }
+
+    /// The endpoints in the order to try them now: those not marked down, in the configured
+    /// order, then those marked down (the soonest back first).
+    fn endpoint_order(&self) -> Vec<&Endpoint> {
+        let now = now_ms();
+        let mut order: Vec<&Endpoint> = self.endpoints.iter().collect();
+        order.sort_by_key(|e| {
+            let until = e.down_until_ms.load(std::sync::atomic::Ordering::Relaxed);
+            if until <= now {
+                0
+            } else {
+                until
+            }
+        });
+        order
+    }
+
+    /// [`Self::block`] for a request `call` makes with a client: sent to the first endpoint in
+    /// [`Self::endpoint_order`]; if that endpoint fails ([`endpoint_failed`]) it is marked down
+    /// for [`ENDPOINT_DOWN_FOR`] and the request goes to the next one. The last answer is
+    /// returned whatever it is.
+    fn block_any<T, F>(
+        &self,
+        op: StorageOp,
+        what: &str,
+        call: impl Fn(Arc<object_store::aws::AmazonS3>) -> F,
+    ) -> Result<Result<T, object_store::Error>, BackendError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, object_store::Error>> + Send + 'static,
+    {
+        let order = self.endpoint_order();
+        let mut tried = 0;
+        loop {
+            let Some(endpoint) = order.get(tried) else {
+                return Err(other("reach", what, "no storage endpoint is configured"));
+            };
+            tried += 1;
+            let answer = self.block(op, what, call(Arc::clone(&endpoint.client)))?;
+            let down = &endpoint.down_until_ms;
+            match answer {
+                Err(e) if endpoint_failed(&e) => {
+                    let until = now_ms() + ENDPOINT_DOWN_FOR.as_millis() as u64;
+                    down.store(until, std::sync::atomic::Ordering::Relaxed);
+                    if tried < order.len() {
+                        tracing::warn!(endpoint = %endpoint.name, error = %e, what,
+                            "object storage endpoint failed; trying the next one");
+                        self.timings.record_failover();
+                        continue;
+                    }
+                    return Ok(Err(e));
+                }
+                answer => {
+                    down.store(0, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(answer);
+                }
+            }
+        }
     }
 
     /// The bucket and prefix.
@@ -230,6 +355,7 @@ impl S3Backend {
         match key {
             ObjectKey::Xorb(h) => self.key(&format!("xorbs/{h}")),
             ObjectKey::Shard(h) => self.key(&format!("shards/{h}.mdb")),
+            ObjectKey::Checkpoint(id) => self.key(&format!("checkpoints/{id}")),
         }
     }
 
@@ -291,9 +417,10 @@ impl S3Backend {
 
     /// The object's metadata, `None` if it does not exist.
     fn head(&self, path: &Key, what: &str) -> Result<Option<ObjectMeta>, BackendError> {
-        let store = Arc::clone(&self.store);
-        let p = path.clone();
-        match self.block(StorageOp::Head, what, async move { store.head(&p).await })? {
+        match self.block_any(StorageOp::Head, what, |store| {
+            let p = path.clone();
+            async move { store.head(&p).await }
+        })? {
             Ok(meta) => Ok(Some(meta)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(other("look up", what, e)),
@@ -364,14 +491,15 @@ impl S3Backend {
         mode: PutMode,
         what: &str,
     ) -> Result<bool, BackendError> {
-        let store = Arc::clone(&self.store);
-        let p = path.clone();
-        let options = PutOptions {
-            mode,
-            ..PutOptions::default()
+        let put = |store: Arc<object_store::aws::AmazonS3>| {
+            let (p, payload) = (path.clone(), payload.clone());
+            let options = PutOptions {
+                mode: mode.clone(),
+                ..PutOptions::default()
+            };
+            async move { store.put_opts(&p, payload.into(), options).await }
         };
-        let put = async move { store.put_opts(&p, payload.into(), options).await };
-        match self.block(StorageOp::Put, what, put)? {
+        match self.block_any(StorageOp::Put, what, put)? {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. })
             | Err(object_store::Error::Precondition { .. }) => Ok(false),
@@ -410,30 +538,31 @@ impl S3Backend {
     /// Every object under `dir/` (relative to the prefix), after `offset` (a full key) if
     /// given.
     fn list(&self, dir: &str, offset: Option<Key>) -> Result<Vec<ObjectMeta>, BackendError> {
-        let store = Arc::clone(&self.store);
         let prefix = self.key(dir);
         let what = format!("{}/{dir}/", self.url);
-        let listing = async move {
-            let mut stream = match &offset {
-                Some(o) => store.list_with_offset(Some(&prefix), o),
-                None => store.list(Some(&prefix)),
-            };
-            let mut out = Vec::new();
-            while let Some(item) = stream.next().await {
-                out.push(item?);
+        let listing = |store: Arc<object_store::aws::AmazonS3>| {
+            let (prefix, offset) = (prefix.clone(), offset.clone());
+            async move {
+                let mut stream = match &offset {
+                    Some(o) => store.list_with_offset(Some(&prefix), o),
+                    None => store.list(Some(&prefix)),
+                };
+                let mut out = Vec::new();
+                while let Some(item) = stream.next().await {
+                    out.push(item?);
+                }
+                Ok::<_, object_store::Error>(out)
             }
-            Ok::<_, object_store::Error>(out)
         };
-        self.block(StorageOp::List, &what, listing)?
+        self.block_any(StorageOp::List, &what, listing)?
             .map_err(|e| other("list", what.clone(), e))
     }
 
     /// The whole object at `path`; `None` if it does not exist.
     fn get_whole(&self, path: &Key, what: &str) -> Result<Option<Vec<u8>>, BackendError> {
-        let store = Arc::clone(&self.store);
-        let p = path.clone();
-        match self.block(StorageOp::Get, what, async move {
-            store.get(&p).await?.bytes().await
+        match self.block_any(StorageOp::Get, what, |store| {
+            let p = path.clone();
+            async move { store.get(&p).await?.bytes().await }
         })? {
             Ok(bytes) => Ok(Some(Vec::from(bytes))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -442,13 +571,10 @@ impl S3Backend {
     }
 
     fn delete(&self, path: &Key, what: &str) -> Result<(), BackendError> {
-        let store = Arc::clone(&self.store);
-        let p = path.clone();
-        match self.block(
-            StorageOp::Delete,
-            what,
-            async move { store.delete(&p).await },
-        )? {
+        match self.block_any(StorageOp::Delete, what, |store| {
+            let p = path.clone();
+            async move { store.delete(&p).await }
+        })? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(other("delete", what, e)),
         }
@@ -482,6 +608,19 @@ fn decode_repo(encoded: &str) -> Option<String> {
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
         .filter(|r| !r.is_empty())
+}
+
+/// The name of a log entry (under the prefix): the inverse of [`parse_log_entry`].
+fn log_entry_name(entry: &LogEntry) -> String {
+    match &entry.repo {
+        Some(repo) => format!(
+            "log/{:016}-{}-{}",
+            entry.ms,
+            entry.shard,
+            URL_SAFE_NO_PAD.encode(repo)
+        ),
+        None => format!("log/{:016}-{}", entry.ms, entry.shard),
+    }
 }
 
 /// A shard log entry's name, `<16-digit ms>-<shard hash>[-<repo>]`: when, which shard, and
@@ -591,17 +730,17 @@ impl ObjectBackend for S3Backend {
                 Some(_) => Ok(Some(Vec::new())),
             };
         }
-        let store = Arc::clone(&self.store);
-        let p = path.clone();
-        let r = range.clone();
-        let get = async move {
-            let options = GetOptions {
-                range: Some(GetRange::Bounded(r)),
-                ..GetOptions::default()
-            };
-            store.get_opts(&p, options).await?.bytes().await
+        let get = |store: Arc<object_store::aws::AmazonS3>| {
+            let (p, r) = (path.clone(), range.clone());
+            async move {
+                let options = GetOptions {
+                    range: Some(GetRange::Bounded(r)),
+                    ..GetOptions::default()
+                };
+                store.get_opts(&p, options).await?.bytes().await
+            }
         };
-        match self.block(StorageOp::Get, &what, get)? {
+        match self.block_any(StorageOp::Get, &what, get)? {
             Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
                 Ok(Some(Vec::from(bytes)))
             }
@@ -626,18 +765,20 @@ impl ObjectBackend for S3Backend {
         n: u64,
     ) -> Result<Option<(Vec<u8>, ObjectStamp)>, BackendError> {
         let what = key.to_string();
-        let store = Arc::clone(&self.store);
-        let p = self.object(key);
-        let get = async move {
-            let options = GetOptions {
-                range: Some(GetRange::Suffix(n)),
-                ..GetOptions::default()
-            };
-            let got = store.get_opts(&p, options).await?;
-            let stamp = stamp_of(&got.meta);
-            Ok::<_, object_store::Error>((got.bytes().await?, stamp))
+        let path = self.object(key);
+        let get = |store: Arc<object_store::aws::AmazonS3>| {
+            let p = path.clone();
+            async move {
+                let options = GetOptions {
+                    range: Some(GetRange::Suffix(n)),
+                    ..GetOptions::default()
+                };
+                let got = store.get_opts(&p, options).await?;
+                let stamp = stamp_of(&got.meta);
+                Ok::<_, object_store::Error>((got.bytes().await?, stamp))
+            }
         };
-        match self.block(StorageOp::Get, &what, get)? {
+        match self.block_any(StorageOp::Get, &what, get)? {
             Ok((bytes, stamp)) if bytes.len() as u64 == n.min(stamp.len) => {
                 Ok(Some((Vec::from(bytes), stamp)))
             }
@@ -662,12 +803,14 @@ impl ObjectBackend for S3Backend {
         key: ObjectKey,
     ) -> Result<Option<(Vec<u8>, ObjectStamp)>, BackendError> {
         let what = key.to_string();
-        let store = Arc::clone(&self.store);
-        let p = self.object(key);
-        match self.block(StorageOp::Get, &what, async move {
-            let got = store.get(&p).await?;
-            let stamp = stamp_of(&got.meta);
-            Ok::<_, object_store::Error>((got.bytes().await?, stamp))
+        let path = self.object(key);
+        match self.block_any(StorageOp::Get, &what, |store| {
+            let p = path.clone();
+            async move {
+                let got = store.get(&p).await?;
+                let stamp = stamp_of(&got.meta);
+                Ok::<_, object_store::Error>((got.bytes().await?, stamp))
+            }
         })? {
             Ok((bytes, stamp)) => Ok(Some((Vec::from(bytes), stamp))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -698,11 +841,11 @@ impl ObjectBackend for S3Backend {
         let aside = match key {
             ObjectKey::Xorb(h) => self.key(&format!("quarantine/xorbs/{h}.{now}")),
             ObjectKey::Shard(h) => self.key(&format!("quarantine/shards/{h}.mdb.{now}")),
+            ObjectKey::Checkpoint(id) => self.key(&format!("quarantine/checkpoints/{id}.{now}")),
         };
-        let store = Arc::clone(&self.store);
-        let from = path.clone();
-        match self.block(StorageOp::Copy, &what, async move {
-            store.copy(&from, &aside).await
+        match self.block_any(StorageOp::Copy, &what, |store| {
+            let (from, aside) = (path.clone(), aside.clone());
+            async move { store.copy(&from, &aside).await }
         })? {
             Ok(()) => {}
             Err(object_store::Error::NotFound { .. }) => return Ok(false),
@@ -722,8 +865,8 @@ impl ObjectBackend for S3Backend {
                     &key.to_string(),
                 )
                 .map(|_| ()),
-            // Shards are never collected: their age does not matter.
-            ObjectKey::Shard(_) => Ok(()),
+            // Shards and checkpoints are removed by what covers them, not by age.
+            ObjectKey::Shard(_) | ObjectKey::Checkpoint(_) => Ok(()),
         }
     }
 
@@ -773,16 +916,14 @@ impl ObjectBackend for S3Backend {
     }
 
     fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
-        // One object: the log entry is also the lasting record of the registration (the log
-        // is never pruned), read whole by a full listing (`list_access`).
-        let name = match repo {
-            Some(repo) => format!(
-                "log/{:016}-{shard}-{}",
-                now_ms(),
-                URL_SAFE_NO_PAD.encode(repo)
-            ),
-            None => format!("log/{:016}-{shard}", now_ms()),
-        };
+        // One object: the log entry is also the record of the registration until a
+        // checkpoint covers it (`crate::checkpoint`), read whole by a full listing
+        // (`list_access`).
+        let name = log_entry_name(&LogEntry {
+            ms: now_ms(),
+            shard: *shard,
+            repo: repo.map(str::to_owned),
+        });
         self.put(
             &self.key(&name),
             bytes::Bytes::new(),
@@ -831,9 +972,47 @@ impl ObjectBackend for S3Backend {
         Ok(out)
     }
 
+    fn list_log(&self) -> Result<Vec<LogEntry>, BackendError> {
+        Ok(self
+            .list("log", None)?
+            .iter()
+            .filter_map(|meta| parse_log_entry(file_name(meta)))
+            .map(|(ms, shard, repo)| LogEntry { ms, shard, repo })
+            .collect())
+    }
+
+    fn remove_log_entry(&self, entry: &LogEntry) -> Result<(), BackendError> {
+        let name = log_entry_name(entry);
+        self.delete(&self.key(&name), &format!("{}/{name}", self.url))
+    }
+
+    fn list_claim_batches(&self) -> Result<Vec<String>, BackendError> {
+        Ok(self
+            .list("claims/batches", None)?
+            .iter()
+            .map(|meta| file_name(meta).to_string())
+            .collect())
+    }
+
+    fn remove_claim_batch(&self, name: &str) -> Result<(), BackendError> {
+        let name = format!("claims/batches/{name}");
+        self.delete(&self.key(&name), &format!("{}/{name}", self.url))
+    }
+
+    fn list_checkpoints(&self) -> Result<Vec<CheckpointId>, BackendError> {
+        let mut out: Vec<CheckpointId> = self
+            .list("checkpoints", None)?
+            .iter()
+            .filter_map(|meta| CheckpointId::parse(file_name(meta)))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     fn range_signer(&self, ttl: std::time::Duration) -> Option<Box<dyn RangeSigner>> {
         use object_store::signer::Signer as _;
-        let signer = Arc::clone(&self.signer);
+        // The endpoint requests go to now: clients then read from it too.
+        let signer = Arc::clone(&self.endpoint_order().first()?.client);
         // A xorb's URL up to its name, from object_store's URL of one (path or virtual-host
         // style and encoding as it reaches the bucket); the credential of the moment.
         let sample = self.object(ObjectKey::Xorb(XorbHash::from_bytes([0; 32])));
@@ -1034,16 +1213,18 @@ impl ObjectBackend for S3Backend {
     fn read_sweep(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>, BackendError> {
         let key = self.key(&format!("gc/sweeps/{name}"));
         let what = format!("{}/gc/sweeps/{name}", self.url);
-        let store = Arc::clone(&self.store);
         // One byte more than allowed tells a record that is too long, without reading it all.
-        let get = async move {
-            let options = GetOptions {
-                range: Some(GetRange::Bounded(0..max.saturating_add(1))),
-                ..GetOptions::default()
-            };
-            store.get_opts(&key, options).await?.bytes().await
+        let get = |store: Arc<object_store::aws::AmazonS3>| {
+            let key = key.clone();
+            async move {
+                let options = GetOptions {
+                    range: Some(GetRange::Bounded(0..max.saturating_add(1))),
+                    ..GetOptions::default()
+                };
+                store.get_opts(&key, options).await?.bytes().await
+            }
         };
-        match self.block(StorageOp::Get, &what, get)? {
+        match self.block_any(StorageOp::Get, &what, get)? {
             Ok(bytes) => Ok(Some(Vec::from(bytes))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(other("read", what, e)),

@@ -76,13 +76,44 @@ impl S3Config {
     pub fn from_vars(url: StorageUrl, vars: impl IntoIterator<Item = (String, String)>) -> Self {
         let settings = vars
             .into_iter()
-            .filter(|(name, _)| name.starts_with("AWS_") && known_setting(name))
+            .filter(|(name, _)| {
+                name == Self::ENDPOINTS || (name.starts_with("AWS_") && known_setting(name))
+            })
             .collect();
         Self { url, settings }
     }
 
+    /// git-xet's own setting: several endpoints of one object store (the Garage nodes of a
+    /// cluster, say), separated by commas; requests go to the first that answers, and one that
+    /// fails is tried again after the others for 30 s. Takes the place of `AWS_ENDPOINT`.
+    pub const ENDPOINTS: &'static str = "GIT_XET_S3_ENDPOINTS";
+
+    /// The settings that name endpoints ([`Self::endpoints`]), not passed on to the client as
+    /// they are.
+    pub const ENDPOINT_SETTINGS: [&'static str; 3] =
+        [Self::ENDPOINTS, "AWS_ENDPOINT", "AWS_ENDPOINT_URL"];
+
+    /// The endpoints to reach the store at, in order: those of [`Self::ENDPOINTS`], else
+    /// `AWS_ENDPOINT` (or `AWS_ENDPOINT_URL`); none: the provider's default (Amazon S3).
+    pub fn endpoints(&self) -> Vec<String> {
+        if let Some(list) = self.setting(Self::ENDPOINTS) {
+            let listed: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if !listed.is_empty() {
+                return listed;
+            }
+        }
+        self.setting("AWS_ENDPOINT")
+            .or_else(|| self.setting("AWS_ENDPOINT_URL"))
+            .into_iter()
+            .collect()
+    }
+
     /// The value of setting `name`, the last one given.
-    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
     pub(crate) fn setting(&self, name: &str) -> Option<String> {
         self.settings
             .iter()

@@ -7,9 +7,10 @@
 //! and writes an entry in the bucket's shard log; every node lists the log's recent entries
 //! ([`Store::catch_up`], about once a second from the server, and at once when a lookup
 //! misses) and registers the shards it does not know, checked like an upload against the xorbs
-//! in the bucket. A node started with an empty disk lists every shard once
-//! ([`Store::catch_up_all`]), as it also does every few minutes to find any log entry that was
-//! more than [`LOG_WINDOW_MS`](crate::storage_url::LOG_WINDOW_MS) late.
+//! in the bucket. A node started with an empty disk reads the newest checkpoint of the log
+//! ([`crate::checkpoint`]) and lists every shard left once ([`Store::catch_up_all`]), as it
+//! also does every few minutes to find any log entry that was more than
+//! [`LOG_WINDOW_MS`](crate::storage_url::LOG_WINDOW_MS) late.
 //!
 //! What this trusts: objects in the bucket were validated by the node that stored them, so a
 //! node adopting a xorb another node stored checks its footer against its name (a ranged read)
@@ -21,6 +22,7 @@ use std::time::Instant;
 
 use crate::backend::{LogCursor, ObjectKey};
 use crate::cas::{now_unix, Store, StoreError};
+use crate::checkpoint::format::CheckpointId;
 use crate::index::{Commit, StoredShard};
 use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 use xet_format::shard::ParsedShard;
@@ -51,6 +53,18 @@ pub(crate) struct SyncState {
     refused: HashMap<ShardHash, u64>,
     /// (shard, repository) registrations already recorded in the index.
     access: HashSet<(ShardHash, String)>,
+    /// The checkpoint read last ([`crate::checkpoint`]).
+    checkpoint: Option<CheckpointId>,
+    /// A log entry named a shard that is gone from the bucket (a checkpoint covered it and
+    /// it was deleted): the next catch-up reads the newest checkpoint.
+    gone: bool,
+}
+
+impl SyncState {
+    /// Shards that could not be registered.
+    pub(crate) fn refused_shards(&self) -> HashSet<ShardHash> {
+        self.refused.keys().copied().collect()
+    }
 }
 
 /// What a catch-up did.
@@ -104,7 +118,16 @@ impl Store {
     }
 
     fn catch_up_locked(&self, state: &mut SyncState) -> Result<CatchUp, StoreError> {
-        let result = self.catch_up_log(state);
+        // Catch-ups that failed for long enough may have missed log entries a checkpoint
+        // covered and a compaction deleted meanwhile: the whole bucket is read again.
+        let out_of_step = self.catch_up_failing_since().is_some_and(|since| {
+            since.elapsed().unwrap_or_default() >= crate::checkpoint::CHECKPOINT_GRACE / 2
+        });
+        let result = if out_of_step || state.gone {
+            self.catch_up_everything(state)
+        } else {
+            self.catch_up_log(state)
+        };
         self.note_catch_up(result)
     }
 
@@ -156,6 +179,8 @@ impl Store {
         // From now on the log is read from here (minus its window).
         let started = now_ms();
         state.refused.clear();
+        // What the newest checkpoint holds first, in one read; then what came after it.
+        state.checkpoint = self.read_newest_checkpoint(state.checkpoint)?;
         // A shard refused now is tried again for log entries written after this listing.
         let mut all: Vec<(ShardHash, Option<String>, u64)> = self
             .backend
@@ -170,6 +195,8 @@ impl Store {
                 .map(|(h, repo)| (h, Some(repo), started)),
         );
         let outcome = self.register_from_storage(state, all)?;
+        // What is still gone after the newest checkpoint was read is gone for good.
+        state.gone = false;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
         self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
         self.listed_all.store(true, Ordering::Relaxed);
@@ -248,6 +275,7 @@ impl Store {
         // registered in one transaction. Garbage collection waits meanwhile, so that no xorb a
         // checked shard names is deleted before the shard is registered.
         let mut outcome = CatchUp::default();
+        let mut counted = HashSet::new();
         for batch in todo.chunks(REGISTER_BATCH) {
             let _collecting = self.collecting.read_anyway();
             let results = self.register_stored_shards(batch);
@@ -255,8 +283,19 @@ impl Store {
             for ((shard, repo, known), result) in batch.iter().zip(results) {
                 match result? {
                     Stored::Registered(prepared) => {
-                        outcome.registered += usize::from(!known);
+                        // A shard listed twice (with and without a repository) counts once.
+                        if !known && counted.insert(*shard) {
+                            outcome.registered += 1;
+                        }
                         ready.push(prepared);
+                    }
+                    Stored::Gone if !known => {
+                        // Deleted once a checkpoint covered it (or quarantined): the next
+                        // catch-up reads the whole bucket, the newest checkpoint first; the
+                        // entry is not tried again before.
+                        state.gone = true;
+                        let at = logged_at.get(shard).copied().unwrap_or(0);
+                        state.refused.insert(*shard, at);
                     }
                     Stored::Gone => {}
                     Stored::Refused(why) => {
@@ -293,31 +332,9 @@ impl Store {
         &self,
         todo: &[(ShardHash, Option<String>, bool)],
     ) -> Vec<Result<Stored, StoreError>> {
-        let register = |(shard, repo, known): &(ShardHash, Option<String>, bool)| {
+        crate::parallel::map(todo, REGISTER_CONCURRENCY, |(shard, repo, known)| {
             self.register_stored_shard(*shard, *known, repo.as_deref())
-        };
-        let threads = REGISTER_CONCURRENCY.min(todo.len());
-        if threads <= 1 {
-            return todo.iter().map(register).collect();
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let mut results: Vec<Option<Result<Stored, StoreError>>> =
-            (0..todo.len()).map(|_| None).collect();
-        let done = std::sync::Mutex::new(&mut results);
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(item) = todo.get(i) else { break };
-                    let result = register(item);
-                    done.lock_anyway()[i] = Some(result);
-                });
-            }
-        });
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or(Ok(Stored::Gone)))
-            .collect()
+        })
     }
 
     /// Reads and checks a shard found in storage (unless `known`) against the stored xorbs as

@@ -55,6 +55,8 @@ impl StorageOp {
 pub struct StorageTimings {
     count: [AtomicU64; 7],
     micros: [AtomicU64; 7],
+    /// Requests sent to another endpoint because one failed.
+    failovers: AtomicU64,
 }
 
 /// What [`StorageTimings::read`] gives for one kind.
@@ -72,6 +74,16 @@ impl StorageTimings {
         self.count[i].fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.micros[i].fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Counts a request sent to the next endpoint because one failed.
+    pub fn record_failover(&self) {
+        self.failovers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests sent to the next endpoint because one failed, since the process started.
+    pub fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
     }
 
     /// The totals of every kind.
