@@ -10,7 +10,7 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `stats_history` | unix seconds (u64 big-endian) | a [`Sample`] as JSON; at most [`MAX_SAMPLES`] rows, older ones thinned out (every other row of the older half goes) so that the rows cover the store's whole life |
+//! | `stats_history` | unix seconds (u64 big-endian), a sequence number (u32 big-endian) | a [`Sample`] as JSON; at most [`MAX_SAMPLES`] rows, older ones thinned out (every other row of the older half goes) so that the rows cover the store's whole life |
 //! | `stats_pushes` | unix milliseconds (u64 big-endian), a sequence number (u32 big-endian) | a [`Push`] as JSON; the last [`MAX_PUSHES`] |
 //! | `stats_gc_runs` | unix milliseconds of the start (u64 big-endian), a sequence number (u32 big-endian) | a [`GcRun`] as JSON; the last [`MAX_GC_RUNS`] |
 //!
@@ -402,7 +402,8 @@ impl Store {
         let txn = self.index.write_txn(Commit::Lazy)?;
         {
             let mut t = txn.open_table(HISTORY).map_err(db_err)?;
-            t.insert(sample.t.to_be_bytes().as_slice(), value.as_slice())
+            // Samples of one second are kept apart, in the order they were taken.
+            t.insert(timed_key(sample.t).as_slice(), value.as_slice())
                 .map_err(db_err)?;
             let len = t.len().map_err(db_err)? as usize;
             if len > MAX_SAMPLES {
@@ -573,6 +574,11 @@ mod tests {
             store.samples().unwrap(),
             [sample(1000, 10), sample(1600, 20), sample(flat, 20)]
         );
+        // Two changes within one second are two samples.
+        assert!(store
+            .record_sample(&sample(flat, 30), Duration::ZERO)
+            .unwrap());
+        assert_eq!(store.samples().unwrap().len(), 4);
         // Past the cap the older half is thinned; the newest and the oldest rows stay.
         for i in 0..(MAX_SAMPLES as u64 * 2) {
             store
