@@ -17,7 +17,13 @@ find_hf_python() {
 }
 
 # Builds the release binary and sets $bin to it.
+# GIT_XET_BENCH_BIN names a binary to use instead (to compare a build before and after a change).
 build_release() {
+    if [[ -n "${GIT_XET_BENCH_BIN:-}" ]]; then
+        bin="$GIT_XET_BENCH_BIN"
+        echo "bench: using $bin" >&2
+        return
+    fi
     echo "bench: building the release binary" >&2
     (cd "$root" && cargo build --release --quiet)
     bin="$root/target/release/git-xet"
@@ -236,22 +242,33 @@ find_garage() {
 
 free_port() { "${python:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start_garage BUCKET...: a single-node Garage on 127.0.0.1 in $work/garage (stopped with the
-# servers), set up through its CLI, with the buckets given and a key for them in the exported
-# AWS_* variables that `git xet serve --storage s3://BUCKET` reads.
+# start_garage BUCKET...: Garage on 127.0.0.1 in $work/garage (stopped with the servers), set
+# up through its CLI, with the buckets given and a key for them in the exported AWS_* variables
+# that `git xet serve --storage s3://BUCKET` reads. One node keeping one copy of each object, or
+# with GIT_XET_BENCH_REPLICAS=3 three nodes keeping three copies (each in a zone of its own),
+# all of whose endpoints the servers are given (GIT_XET_S3_ENDPOINTS).
 start_garage() {
-    g="$work/garage"
-    mkdir -p "$g"
-    local rpc s3 admin
-    rpc=$(free_port); s3=$(free_port); admin=$(free_port)
-    cat > "$g/garage.toml" <<TOML
+    local replicas="${GIT_XET_BENCH_REPLICAS:-1}" secret i compression
+    # Garage compresses blocks with zstd unless told not to (GIT_XET_BENCH_GARAGE_COMPRESSION:
+    # a level, or none); xorbs are compressed already.
+    compression="${GIT_XET_BENCH_GARAGE_COMPRESSION:-1}"
+    [[ "$compression" == none ]] && compression='"none"'
+    secret="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    local endpoints=() ids=()
+    for i in $(seq 1 "$replicas"); do
+        g="$work/garage$i"
+        mkdir -p "$g"
+        local rpc s3 admin
+        rpc=$(free_port); s3=$(free_port); admin=$(free_port)
+        cat > "$g/garage.toml" <<TOML
 metadata_dir = "$g/meta"
 data_dir = "$g/data"
 db_engine = "sqlite"
-replication_factor = 1
+replication_factor = $replicas
+compression_level = $compression
 rpc_bind_addr = "127.0.0.1:$rpc"
 rpc_public_addr = "127.0.0.1:$rpc"
-rpc_secret = "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+rpc_secret = "$secret"
 [s3_api]
 s3_region = "garage"
 api_bind_addr = "127.0.0.1:$s3"
@@ -259,22 +276,40 @@ root_domain = ".s3.garage.localhost"
 [admin]
 api_bind_addr = "127.0.0.1:$admin"
 TOML
-    RUST_LOG=warn "$garage" -c "$g/garage.toml" server > "$g/log" 2>&1 &
-    pids+=($!)
-    local node_id="" key bucket _
-    for _ in $(seq 1 100); do
-        node_id="$(gcli node id -q 2>/dev/null | cut -d@ -f1)" && [[ -n "$node_id" ]] && break
-        sleep 0.2
+        RUST_LOG=warn "$garage" -c "$g/garage.toml" server > "$g/log" 2>&1 &
+        pids+=($!)
+        local node_id="" _
+        for _ in $(seq 1 100); do
+            node_id="$(gcli node id -q 2>/dev/null)" && [[ -n "$node_id" ]] && break
+            sleep 0.2
+        done
+        [[ -n "$node_id" ]] || { echo "bench: garage did not start" >&2; cat "$g/log" >&2; exit 1; }
+        ids+=("$node_id")
+        endpoints+=("http://127.0.0.1:$s3")
     done
-    [[ -n "$node_id" ]] || { echo "bench: garage did not start" >&2; cat "$g/log" >&2; exit 1; }
-    # The node answers `node id` before its RPC listener takes the layout: try for a while.
-    for _ in $(seq 1 50); do
-        gcli layout assign -z dc1 -c 10G "$node_id" >/dev/null 2>&1 && break
-        sleep 0.2
+    # The first node's CLI sets up the cluster.
+    g="$work/garage1"
+    for i in "${!ids[@]}"; do
+        [[ "$i" == 0 ]] || gcli node connect "${ids[$i]}" >/dev/null
+    done
+    # A node answers `node id` before its RPC listener takes the layout: try for a while.
+    for i in "${!ids[@]}"; do
+        for _ in $(seq 1 50); do
+            gcli layout assign -z "dc$i" -c 10G "${ids[$i]%%@*}" >/dev/null 2>&1 && break
+            sleep 0.2
+        done
     done
     gcli layout apply --version 1 >/dev/null
+    local key bucket
     key="$(gcli key create bench)"
-    export AWS_ENDPOINT="http://127.0.0.1:$s3" AWS_REGION=garage
+    export AWS_REGION=garage
+    if [[ "$replicas" == 1 ]]; then
+        export AWS_ENDPOINT="${endpoints[0]}"
+    else
+        unset AWS_ENDPOINT
+        GIT_XET_S3_ENDPOINTS="$(IFS=,; echo "${endpoints[*]}")"
+        export GIT_XET_S3_ENDPOINTS
+    fi
     AWS_ACCESS_KEY_ID="$(sed -n 's/^Key ID: *//p' <<<"$key" | tr -d ' ')"
     AWS_SECRET_ACCESS_KEY="$(sed -n 's/^Secret key: *//p' <<<"$key" | tr -d ' ')"
     export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY

@@ -11,6 +11,8 @@
 #   GIT_XET_BENCH_SETUPS the setups to run after `directory` (default: garage-1 garage-2
 #                        garage-urls small-files)
 #   GIT_XET_BENCH_SMALL  the number of files of the small-files setup (default 1000)
+#   GIT_XET_BENCH_REPLICAS  1 (default): one Garage node; 3: three nodes keeping three copies,
+#                        each server given all three endpoints (GIT_XET_S3_ENDPOINTS)
 #
 # The client is the reference client (hf_xet): two files of mixed data (see bench/lib.sh) are
 # uploaded at once, each by its own Python process with a fresh cache, then downloaded at once
@@ -37,7 +39,7 @@
 #               a fetch's into download packs of neighbours, §12.5). Then a
 #               node started on an empty disk on the standalone run's bucket: seconds until it is
 #               ready and until every file's SHA-256 claim is settled (-1: not within 20 min)
-# Prints the wall time of each phase, the throughput (MB = 10^6 bytes/s, both files together),
+# Prints the wall time of each phase, the peak RSS of the nodes of each setup, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
 set -euo pipefail
@@ -91,7 +93,20 @@ PY
 }
 
 now() { date +%s.%N; }
+# peak_rss PID...: the largest peak RSS (VmHWM, MiB) of the servers PID... so far.
+peak_rss() {
+    local p kib max=0
+    for p in "$@"; do
+        kib=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$p/status" 2>/dev/null || echo 0)
+        (( ${kib:-0} > max )) && max=${kib:-0}
+    done
+    echo $(( max / 1024 ))
+}
 results=()
+rss_results=()
+# The servers of the setup run_setup times (their peak RSS is noted after the ingest and after
+# the downloads).
+setup_pids=()
 # run_setup NAME URL_UP1 URL_UP2 URL_DOWN1 URL_DOWN2
 run_setup() {
     local name=$1 t0 t1 t2 h1 h2
@@ -106,8 +121,9 @@ run_setup() {
     read -r h2 n2 < "$work/$name.h2"
     sync
     t1=$(now)
-    local t_up
+    local t_up rss_up
     t_up=$(echo "$t1 - $t0" | bc -l)
+    rss_up=$(peak_rss "${setup_pids[@]}")
     t0=$(now)
     hf down "$4" "$name-d1" "$work/$name-out1.bin" "$h1" "$n1" >/dev/null &
     p1=$!
@@ -120,6 +136,7 @@ run_setup() {
         || { echo "bench: $name: downloaded bytes differ" >&2; exit 1; }
     rm -f "$work/$name-out1.bin" "$work/$name-out2.bin"
     results+=("$name $t_up $t_down")
+    rss_results+=("$name $rss_up $(peak_rss "${setup_pids[@]}")")
     printf 'bench: %-12s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
 }
 
@@ -147,10 +164,12 @@ run_basic() {
 
 wanted() { [[ " $setups " == *" $1 "* ]]; }
 start_server dir
+setup_pids=("${pids[-1]}")
 run_setup directory "$server_url" "$server_url" "$server_url" "$server_url"
 run_basic directory "$server_url"
 if wanted garage-1; then
     start_server g1 --storage s3://one
+    setup_pids=("${pids[-1]}")
     run_setup garage-1 "$server_url" "$server_url" "$server_url" "$server_url"
     run_basic garage-1 "$server_url"
     # The same through a node that keeps no copies of xorbs: every read goes to the bucket.
@@ -169,10 +188,12 @@ if wanted garage-2; then
     url_a="$server_url"
     start_server g2b --storage s3://two
     url_b="$server_url"
+    setup_pids=("${pids[-2]}" "${pids[-1]}")
     run_setup garage-2 "$url_a" "$url_b" "$url_b" "$url_a"
 fi
 if wanted garage-urls; then
     start_server g1u --storage s3://three --storage-urls
+    setup_pids=("${pids[-1]}")
     run_setup garage-urls "$server_url" "$server_url" "$server_url" "$server_url"
 fi
 
@@ -258,6 +279,12 @@ for r in "${results[@]}"; do
         "$(echo "$dir_up / $up" | bc -l)" "$(echo "$dir_down / $down" | bc -l)"
 done
 echo "(ratios above 1: faster than the directory backend)"
+echo "Garage: ${GIT_XET_BENCH_REPLICAS:-1} node(s), as many copies of each object"
+for r in "${rss_results[@]}"; do
+    read -r name up down <<<"$r"
+    printf 'node peak RSS (VmHWM) %-12s after the ingest %5d MiB, after the downloads %5d MiB\n' \
+        "$name" "$up" "$down"
+done
 echo
 echo "plain git-lfs basic transfer of one $size_mib MiB file through the node (PUT, then GET)"
 printf '%-14s %10s %12s %10s %12s %16s\n' setup "put s" "put MB/s" "get s" "get MB/s" "get vs dir"

@@ -9,6 +9,7 @@
 mod common;
 
 mod cli;
+mod codebase_rules;
 mod commands;
 mod docs_paths;
 mod install;

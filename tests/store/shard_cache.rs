@@ -303,16 +303,20 @@ const CHILD_MAX: &str = "SHARD_CACHE_TEST_CHILD_MAX";
 const PER_CHILD: u64 = 25;
 const SHARED: u64 = 5;
 
-/// Not a test on its own: the body of the child processes of `eight_processes_*`. Does nothing
-/// unless run by them.
-#[test]
-fn concurrent_child() {
-    let Some(dir) = std::env::var_os(CHILD_DIR) else {
-        return;
-    };
+/// Runs `parent`, the body of an `eight_processes_*` test, or, in the child processes that test
+/// starts (the test binary running the same test with [`CHILD_DIR`] set), the child's part.
+fn as_parent_or_child(parent: impl FnOnce()) {
+    match std::env::var_os(CHILD_DIR) {
+        Some(dir) => child(Path::new(&dir)),
+        None => parent(),
+    }
+}
+
+/// A child process's part: writes its shards (and the shared ones) and looks up others'.
+fn child(dir: &Path) {
     let id: u64 = std::env::var(CHILD_ID).unwrap().parse().unwrap();
     let max: u64 = std::env::var(CHILD_MAX).unwrap().parse().unwrap();
-    let cache = ShardCache::open(Path::new(&dir)).with_max_bytes(max);
+    let cache = ShardCache::open(dir).with_max_bytes(max);
     for i in 0..PER_CHILD {
         cache.insert_shard(&shard(1000 * (id + 1) + i, 30)).unwrap();
         // Every child also writes the same few shards, at the same time as the others.
@@ -321,25 +325,25 @@ fn concurrent_child() {
         }
         // Lookups while others write must never fail.
         cache.lookup(&chunk(1000 * (id + 1), 0)).unwrap();
-        ShardCache::open(Path::new(&dir))
+        ShardCache::open(dir)
             .lookup(&chunk(1000 * (((id + 1) % 8) + 1), 0))
             .unwrap();
     }
 }
 
-fn spawn_children(dir: &Path, max: u64) {
+/// Starts eight child processes running test `test` (of this module) on `dir`, and checks that
+/// each ran it and succeeded.
+fn spawn_children(test: &str, dir: &Path, max: u64) {
     let exe = std::env::current_exe().unwrap();
+    // This file is a module of the `store` test binary: the name without the crate's.
+    let module = module_path!()
+        .split_once("::")
+        .map_or(module_path!(), |(_, rest)| rest);
+    let name = format!("{module}::{test}");
     let children: Vec<_> = (0..8)
         .map(|id| {
             Command::new(&exe)
-                // This file is a module of the `store` test binary.
-                .args([
-                    concat!(module_path!(), "::concurrent_child")
-                        .split_once("::")
-                        .map_or("concurrent_child", |(_, rest)| rest),
-                    "--exact",
-                    "--test-threads=1",
-                ])
+                .args([name.as_str(), "--exact", "--test-threads=1"])
                 .env(CHILD_DIR, dir)
                 .env(CHILD_ID, id.to_string())
                 .env(CHILD_MAX, max.to_string())
@@ -368,9 +372,13 @@ fn spawn_children(dir: &Path, max: u64) {
 
 #[test]
 fn eight_processes_writing_at_once_lose_nothing() {
+    as_parent_or_child(eight_writers);
+}
+
+fn eight_writers() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("ep");
-    spawn_children(&d, u64::MAX);
+    spawn_children("eight_processes_writing_at_once_lose_nothing", &d, u64::MAX);
     // Every shard of every child, and the shared ones once; no temporary files left.
     assert_eq!(assert_all_valid(&d) as u64, 8 * PER_CHILD + SHARED);
     let cache = ShardCache::open(&d);
@@ -388,6 +396,10 @@ fn eight_processes_writing_at_once_lose_nothing() {
 
 #[test]
 fn eight_processes_pruning_at_once_stay_near_the_limit() {
+    as_parent_or_child(eight_pruners);
+}
+
+fn eight_pruners() {
     let dir = tempfile::tempdir().unwrap();
     let probe = ShardCache::open(&dir.path().join("probe"));
     let h = probe.insert_shard(&shard(1, 30)).unwrap();
@@ -396,7 +408,11 @@ fn eight_processes_pruning_at_once_stay_near_the_limit() {
         .len();
     let max = 20 * len;
     let d = dir.path().join("ep");
-    spawn_children(&d, max);
+    spawn_children(
+        "eight_processes_pruning_at_once_stay_near_the_limit",
+        &d,
+        max,
+    );
     let n = assert_all_valid(&d) as u64;
     let bytes = ShardCache::open(&d).stats().unwrap().bytes;
     // Each process measures after its own inserts; one that has not seen another's newest

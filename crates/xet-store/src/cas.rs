@@ -797,6 +797,7 @@ impl Store {
         drop(parsed);
         self.backend.check_space(stored.len() as u64)?;
         let tmp = self.backend.temp_path("xorb");
+        let shared = self.backend.is_shared();
         let write = || -> std::io::Result<()> {
             use std::io::Write;
             let mut f = fs::OpenOptions::new()
@@ -804,7 +805,12 @@ impl Store {
                 .create_new(true)
                 .open(&tmp)?;
             f.write_all(&stored)?;
-            f.sync_all()
+            // As in `put_xorb_spooled`: only a directory's objects need it.
+            if shared {
+                Ok(())
+            } else {
+                f.sync_all()
+            }
         };
         if let Err(source) = write() {
             let _ = fs::remove_file(&tmp);
@@ -871,7 +877,13 @@ impl Store {
             file.set_len(region_len).map_err(io("truncate"))?;
             file.seek(SeekFrom::Start(region_len)).map_err(io("seek"))?;
             file.write_all(&tail).map_err(io("write the footer of"))?;
-            file.sync_all().map_err(io("flush"))?;
+            // On a directory the file becomes the stored object: on disk before it is
+            // acknowledged. On object storage it is only what the PUT sends (and a copy for
+            // the node's cache, checked before use): flushing it would only make the request
+            // wait for the disk.
+            if !self.backend.is_shared() {
+                file.sync_all().map_err(io("flush"))?;
+            }
         }
         drop(file);
         // On object storage a small xorb is kept in memory as stored (see `small_xorbs`): the

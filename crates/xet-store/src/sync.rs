@@ -58,6 +58,9 @@ pub(crate) struct SyncState {
     /// A log entry named a shard that is gone from the bucket (a checkpoint covered it and
     /// it was deleted): the next catch-up reads the newest checkpoint.
     gone: bool,
+    /// Catch-ups may have missed log entries a checkpoint covered and a compaction deleted
+    /// (none succeeded for a while): the next full one reads the newest checkpoint.
+    out_of_step: bool,
 }
 
 impl SyncState {
@@ -123,6 +126,7 @@ impl Store {
         let out_of_step = self.catch_up_failing_since().is_some_and(|since| {
             since.elapsed().unwrap_or_default() >= crate::checkpoint::CHECKPOINT_GRACE / 2
         });
+        state.out_of_step |= out_of_step;
         let result = if out_of_step || state.gone {
             self.catch_up_everything(state)
         } else {
@@ -179,8 +183,12 @@ impl Store {
         // From now on the log is read from here (minus its window).
         let started = now_ms();
         state.refused.clear();
-        // What the newest checkpoint holds first, in one read; then what came after it.
-        state.checkpoint = self.read_newest_checkpoint(state.checkpoint)?;
+        // What the newest checkpoint holds first, in one read; then what came after it. A node
+        // that kept up since it opened the store has registered all of it from the log: it
+        // reads one only at its first full catch-up, or after it fell out of step.
+        if !self.listed_all.load(Ordering::Relaxed) || state.gone || state.out_of_step {
+            state.checkpoint = self.read_newest_checkpoint(state.checkpoint)?;
+        }
         // A shard refused now is tried again for log entries written after this listing.
         let mut all: Vec<(ShardHash, Option<String>, u64)> = self
             .backend
@@ -197,6 +205,7 @@ impl Store {
         let outcome = self.register_from_storage(state, all)?;
         // What is still gone after the newest checkpoint was read is gone for good.
         state.gone = false;
+        state.out_of_step = false;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
         self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
         self.listed_all.store(true, Ordering::Relaxed);

@@ -1,0 +1,209 @@
+//! Rules of the codebase that a reviewer would otherwise have to remember:
+//!
+//! - **Layers point one way.** The workspace's crates depend on each other only downwards:
+//!   `xet-format` on none of them, `xet-client` on `xet-format`, `xet-store` on those two, and
+//!   the `git-xet` crate on any (as `cargo metadata` says, normal and build dependencies; a
+//!   crate's tests may use anything).
+//! - **A test never passes without running its checks.** No `#[test]` function (in `tests/`,
+//!   `src/` or a crate) has a `return` of its own (a test that needs a tool is marked ignored by `build.rs` and
+//!   fails loudly when run without it; see docs/development.md). Returns inside closures and
+//!   nested functions are theirs, not the test's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The layers, lowest first: a crate may depend only on crates before it.
+const LAYERS: &[&str] = &["xet-format", "xet-client", "xet-store", "git-xet"];
+
+#[test]
+fn workspace_crates_depend_only_on_lower_layers() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap().to_string();
+        let deps = edges.entry(name.clone()).or_default();
+        for dep in package["dependencies"].as_array().unwrap() {
+            let dep_name = dep["name"].as_str().unwrap();
+            // Dev-dependencies are the crate's tests', which may reach anything.
+            if dep["kind"].as_str() == Some("dev") || dep_name == name {
+                continue;
+            }
+            if LAYERS.contains(&dep_name) {
+                deps.insert(dep_name.to_string());
+            }
+        }
+    }
+    for layer in LAYERS {
+        assert!(
+            edges.contains_key(*layer),
+            "{layer} is not in the workspace: {edges:?}"
+        );
+    }
+    let mut wrong = Vec::new();
+    for (crate_name, deps) in &edges {
+        let Some(level) = LAYERS.iter().position(|l| l == crate_name) else {
+            panic!("{crate_name} is a workspace crate this test does not place in a layer");
+        };
+        for dep in deps {
+            let dep_level = LAYERS.iter().position(|l| l == dep).unwrap();
+            if dep_level >= level {
+                wrong.push(format!("{crate_name} depends on {dep}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "dependencies pointing up or sideways: {wrong:?}"
+    );
+    // The layers as they are: each above the format crate builds on it.
+    assert!(edges["xet-client"].contains("xet-format"));
+    assert!(edges["xet-store"].contains("xet-format"));
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The `#[test]` functions of `text` that `return` themselves: (name, line of the return).
+/// A test's body is the braces after its `fn` line; a `return` counts unless a nested `fn`,
+/// a closure (`|…|` before a `{` on the same line) or an `async` block opened the braces it
+/// is in.
+fn early_returns(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "#[test]" {
+            i += 1;
+            continue;
+        }
+        // The fn line (attributes and comments may come between).
+        let Some(fn_at) = (i..lines.len()).find(|&j| lines[j].trim_start().starts_with("fn "))
+        else {
+            break;
+        };
+        let name = lines[fn_at]
+            .trim_start()
+            .trim_start_matches("fn ")
+            .split(['(', '<'])
+            .next()
+            .unwrap_or("")
+            .to_string();
+        // Braces: a stack of "is this the test's own block".
+        let mut stack: Vec<bool> = Vec::new();
+        let mut j = fn_at;
+        let mut started = false;
+        while j < lines.len() {
+            let line = lines[j];
+            let code = line.split("//").next().unwrap_or("");
+            let trimmed = code.trim();
+            let nested = j != fn_at
+                && (trimmed.starts_with("fn ")
+                    || trimmed.contains("move |")
+                    || trimmed.contains("| {")
+                    || trimmed.contains("|| {")
+                    || trimmed.contains("async move {")
+                    || trimmed.contains("async {"));
+            let own = stack.iter().all(|&o| o);
+            if started && own && (trimmed.starts_with("return") || trimmed.contains(" return;")) {
+                found.push((name.clone(), j + 1));
+            }
+            for c in code.chars() {
+                match c {
+                    '{' => {
+                        stack.push(!nested || !started);
+                        started = true;
+                    }
+                    '}' => {
+                        stack.pop();
+                    }
+                    _ => {}
+                }
+            }
+            if started && stack.is_empty() {
+                break;
+            }
+            j += 1;
+        }
+        i = j + 1;
+    }
+    found
+}
+
+#[test]
+fn no_test_returns_before_its_checks() {
+    let mut files = Vec::new();
+    rust_files(&root().join("tests"), &mut files);
+    rust_files(&root().join("src"), &mut files);
+    for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+        rust_files(&entry.unwrap().path(), &mut files);
+    }
+    assert!(files.len() > 100, "{files:?}");
+    let mut tests = 0;
+    let mut offenders = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        tests += text.lines().filter(|l| l.trim() == "#[test]").count();
+        for (name, line) in early_returns(&text) {
+            offenders.push(format!(
+                "{}:{line} ({name})",
+                file.strip_prefix(root()).unwrap().display()
+            ));
+        }
+    }
+    assert!(tests > 600, "only {tests} tests found");
+    assert!(
+        offenders.is_empty(),
+        "tests that return before their checks: {offenders:?}"
+    );
+}
+
+#[test]
+fn the_early_return_rule_finds_what_it_should() {
+    // The examples spell the keyword RETURN so that this file passes its own rule.
+    let bad = "#[test]\nfn skips() {\n    if std::env::var(\"CI\").is_err() {\n        RETURN;\n    }\n    assert!(true);\n}\n".replace("RETURN", "return");
+    assert_eq!(early_returns(&bad), vec![("skips".to_string(), 4)]);
+    let also_bad =
+        "#[test]\n#[ignore = \"x\"]\nfn quits() -> Result<(), String> {\n    RETURN Ok(());\n}\n"
+            .replace("RETURN", "return");
+    assert_eq!(early_returns(&also_bad), vec![("quits".to_string(), 4)]);
+    let fine = "#[test]\nfn waits() {\n    let f = |x: u32| {\n        if x > 1 {\n            RETURN 2;\n        }\n        x\n    };\n    fn helper() -> u32 {\n        RETURN 1;\n    }\n    assert_eq!(f(helper()), 1);\n}\n".replace("RETURN", "return");
+    assert!(
+        early_returns(&fine).is_empty(),
+        "{:?}",
+        early_returns(&fine)
+    );
+    let after = "fn not_a_test() {\n    RETURN;\n}\n#[test]\nfn ok() {\n    assert!(true);\n}\n"
+        .replace("RETURN", "return");
+    assert!(early_returns(&after).is_empty());
+}
