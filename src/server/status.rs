@@ -101,6 +101,9 @@ struct NodeRecord {
     /// Unix seconds.
     started_at: u64,
     written_at: u64,
+    /// When it was written, unix milliseconds (the writer's clock; 0 from a record without it).
+    #[serde(default)]
+    written_ms: u64,
     #[serde(default)]
     public_url: String,
     catching_up: bool,
@@ -279,6 +282,7 @@ fn own_record(state: &SharedState, store: &Store) -> Result<NodeRecord, xet_stor
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: state.status.started_at,
         written_at: now_secs(),
+        written_ms: now_ms(),
         public_url: state.public_url.clone(),
         catching_up: store.catching_up(),
         catch_up_age_secs: store.catch_up_age().map(|d| d.as_secs_f64()),
@@ -583,9 +587,15 @@ async fn snapshot(state: &SharedState) -> Result<Snapshot, ApiError> {
             run,
         })
         .collect();
-    let stale_after = status.settings.heartbeat_every.as_secs().saturating_mul(3);
+    let stale_after_ms = (status.settings.heartbeat_every.as_millis() as u64).saturating_mul(3);
+    let now_ms = now_ms();
     for (record, written) in &status.nodes.lock_anyway().records {
-        let age = now.saturating_sub(*written);
+        // The record's own time, to the millisecond; the storage's (seconds) for an older one.
+        let age_ms = match record.written_ms {
+            0 => now.saturating_sub(*written).saturating_mul(1000),
+            ms => now_ms.saturating_sub(ms),
+        };
+        let age = age_ms / 1000;
         nodes.push(NodeView {
             id: record.id.clone(),
             this_node: false,
@@ -597,7 +607,7 @@ async fn snapshot(state: &SharedState) -> Result<Snapshot, ApiError> {
             catch_up_age_secs: record.catch_up_age_secs,
             heard_at: *written,
             age_secs: age,
-            stale: age > stale_after,
+            stale: age_ms > stale_after_ms,
         });
         pushes.extend(record.pushes.iter().map(|p| PushView {
             node: record.id.clone(),

@@ -536,7 +536,8 @@ fn nodes_on_one_bucket_show_each_other_and_a_silent_one_turns_stale() {
                 poll: Duration::from_millis(50),
                 usage_every: Duration::ZERO,
                 sample_every: Duration::ZERO,
-                heartbeat_every: Duration::from_millis(300),
+                // Stale after 3 s: a node that writes every second is never that late.
+                heartbeat_every: Duration::from_secs(1),
             };
         })
     };
