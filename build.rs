@@ -9,6 +9,8 @@
 //! | `missing_fuse` | `/dev/fuse` is absent or `fusermount3 -V` does not run |
 //! | `missing_userns_mount` | `unshare -rm` cannot mount a tmpfs in a private user and mount namespace |
 //! | `missing_promtool` | `promtool --version` does not run (Debian's `prometheus` package has it) |
+//! | `missing_chromium` | `chromium --version` does not run (Debian's `chromium` package) |
+//! | `missing_systemd_analyze` | `systemd-analyze --version` does not run |
 //!
 //! Nothing else in the build depends on them. The probing runs only in a test build (the
 //! package's dev-dependency on itself turns the `test-tools` feature on): a product build
@@ -36,6 +38,8 @@ fn main() {
         "missing_fuse",
         "missing_promtool",
         "missing_userns_mount",
+        "missing_chromium",
+        "missing_systemd_analyze",
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
@@ -70,5 +74,11 @@ fn main() {
     }
     if !runs("promtool", &["--version"]) {
         println!("cargo::rustc-cfg=missing_promtool");
+    }
+    if !runs("chromium", &["--version"]) {
+        println!("cargo::rustc-cfg=missing_chromium");
+    }
+    if !runs("systemd-analyze", &["--version"]) {
+        println!("cargo::rustc-cfg=missing_systemd_analyze");
     }
 }

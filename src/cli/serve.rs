@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::args;
 use super::CmdResult;
-use crate::server::auth::{Scope, ServerToken};
+use crate::server::auth::{AdminToken, Scope, ServerToken, TokenFile};
 use crate::server::{Limits, Maintenance, ServeConfig, Server, BLOCKING_GRACE};
 
 #[derive(Debug, clap::Args)]
@@ -45,6 +45,14 @@ the environment variables GIT_XET_TOKEN and GIT_XET_READ_TOKEN (comma-separated)
 a token to some repositories (team-a/*, team-a/models, or *): it then works only on their LFS \
 API, and reads only files registered through the repository it asks for (a push or upload \
 registers them; deduplication stays global). Tokens without <repos> are server-wide.\n\n\
+Status page: with an admin token (--admin-token, GIT_XET_ADMIN_TOKEN, or an `admin <secret>` \
+line in --token-file; a secret of its own, at least 16 characters), <public URL>/status shows the \
+operator this node and the other nodes of --storage, each repository's logical and stored bytes, \
+the deduplication ratio over time, recent pushes, the SHA-256 claims not checked yet and garbage \
+collections; the browser asks for credentials: any user name, the admin token as password. \
+<public URL>/status.json answers the same as JSON (the admin token as bearer or Basic password). \
+The admin token opens nothing else, and read and write tokens do not open the page; without an \
+admin token the page answers 404.\n\n\
 Locks (the Git LFS File Locking API, per repository, kept in DIR/locks.redb): a lock's owner is \
 the <name> its token has in the token file, else the user name git sends with the token (set it \
 with `git config credential.<url>.username alice`), else a pseudonym of the token. Read tokens \
@@ -116,8 +124,13 @@ pub(crate) struct ServeArgs {
     pub read_tokens: Vec<String>,
     /// A file of tokens, one `write <secret> [<name>]` or `read <secret> [<name>]` per line;
     /// <name> is the user the token speaks for (owner of the Git LFS locks it creates).
+    /// `admin <secret>` lines are admin tokens (see --admin-token).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// A token that opens the status page (/status, /status.json) and nothing else; repeatable.
+    /// Also GIT_XET_ADMIN_TOKEN (comma-separated) or `admin <secret>` lines of --token-file.
+    #[arg(long = "admin-token", value_name = "SECRET")]
+    pub admin_tokens: Vec<String>,
     /// Lifetime of CAS access tokens handed out by the batch API, in seconds.
     #[arg(long, default_value = "900", value_name = "SECS", value_parser = args::positive_duration)]
     pub token_ttl: Duration,
@@ -301,8 +314,21 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-fn secrets(args: &ServeArgs) -> Result<Vec<ServerToken>, Box<dyn std::error::Error>> {
+/// The read and write secrets, and the admin tokens, from the flags, the environment and the
+/// token file.
+type Secrets = (Vec<ServerToken>, Vec<AdminToken>);
+
+fn secrets(args: &ServeArgs) -> Result<Secrets, Box<dyn std::error::Error>> {
     let mut out = Vec::new();
+    let mut admin = Vec::new();
+    for t in &args.admin_tokens {
+        admin.push(AdminToken::new(t, "--admin-token")?);
+    }
+    if let Ok(value) = std::env::var("GIT_XET_ADMIN_TOKEN") {
+        for t in value.split(',').filter(|t| !t.trim().is_empty()) {
+            admin.push(AdminToken::new(t, "GIT_XET_ADMIN_TOKEN")?);
+        }
+    }
     for t in &args.tokens {
         out.push(ServerToken::new(t, Scope::Write, "--token")?);
     }
@@ -320,15 +346,17 @@ fn secrets(args: &ServeArgs) -> Result<Vec<ServerToken>, Box<dyn std::error::Err
         }
     }
     if let Some(path) = &args.token_file {
-        out.extend(ServerToken::parse_file(path)?);
+        let file = TokenFile::parse(path)?;
+        out.extend(file.tokens);
+        admin.extend(file.admin);
     }
-    Ok(out)
+    Ok((out, admin))
 }
 
 pub fn run(args: &ServeArgs) -> CmdResult {
     init_logging(args.log_format);
     crate::lfs::settings::register_env_secrets();
-    let mut secrets = secrets(args)?;
+    let (mut secrets, admin_tokens) = secrets(args)?;
     let announce_token = if args.announce {
         let bytes =
             xet_client::random_bytes::<32>().map_err(|e| format!("cannot make up a token: {e}"))?;
@@ -346,7 +374,8 @@ pub fn run(args: &ServeArgs) -> CmdResult {
                 .into(),
         );
     }
-    let config = serve_config(args, secrets)?;
+    let mut config = serve_config(args, secrets)?;
+    config.admin_tokens = admin_tokens;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -449,6 +478,34 @@ mod tests {
         all.extend_from_slice(args);
         let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
         limits(&cli.serve.limits).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn admin_tokens_come_from_the_flag_and_the_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(
+            &file,
+            "write wwwwwwwwwwwwwwwwwwww\nadmin aaaaaaaaaaaaaaaaaaaa\n",
+        )
+        .unwrap();
+        let parse = |args: &[&str]| {
+            let mut all = vec!["serve", "--data", "/tmp/x"];
+            all.extend_from_slice(args);
+            let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+            secrets(&cli.serve).map_err(|e| e.to_string())
+        };
+        let path = file.to_str().unwrap();
+        let (tokens, admin) = parse(&[
+            "--admin-token",
+            "bbbbbbbbbbbbbbbbbbbb",
+            "--token-file",
+            path,
+        ])
+        .unwrap();
+        assert_eq!((tokens.len(), admin.len()), (1, 2));
+        let e = parse(&["--admin-token", "short"]).unwrap_err();
+        assert!(e.contains("--admin-token") && e.contains("16"), "{e}");
     }
 
     #[test]

@@ -652,8 +652,9 @@ fn env_secret(name: &str) -> Option<Secret> {
 /// serve` takes it, and [`HF_TOKEN_ENV`]) with [`xet_client::redact`], so that they are masked even
 /// before anything reads them.
 pub(crate) fn register_env_secrets() {
-    // GIT_XET_TOKEN and GIT_XET_READ_TOKEN may be comma-separated lists (`git xet serve`).
-    for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN"] {
+    // GIT_XET_TOKEN, GIT_XET_READ_TOKEN and GIT_XET_ADMIN_TOKEN may be comma-separated lists
+    // (`git xet serve`).
+    for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN", "GIT_XET_ADMIN_TOKEN"] {
         if let Some(t) = env_secret(var) {
             for part in t.expose().split(',') {
                 xet_client::redact::register_secret(part.trim());

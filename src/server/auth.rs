@@ -31,6 +31,12 @@
 //!    nothing of the secret.
 //!
 //! CAS access tokens speak for nobody (`None`); the routes that need a user refuse them.
+//!
+//! **Admin tokens** ([`AdminToken`]: `--admin-token`, `GIT_XET_ADMIN_TOKEN`, or an
+//! `admin <secret>` line of the token file) open the status page (`server::status`) and
+//! nothing else: they are kept apart from the read and write secrets, so that an admin token
+//! is refused by the CAS and LFS APIs and a read or write token is refused by the status page.
+//! A secret may not be both.
 
 use std::path::Path;
 
@@ -169,6 +175,10 @@ pub enum ConfigError {
     },
     #[error("a token must be at least 16 characters long ({what} is {len})")]
     TooShort { what: String, len: usize },
+    #[error(
+        "an admin token is also a read or write token: give the status page a secret of its own"
+    )]
+    AdminReused,
     #[error("server key {path}: {detail}")]
     Key { path: String, detail: String },
     #[error("user name {name:?} for {what}: {reason}")]
@@ -222,17 +232,65 @@ impl ServerToken {
         self.name.as_deref()
     }
 
-    /// Parses a token file: one `write <secret> [<name>] [<repos>]` or
-    /// `read <secret> [<name>] [<repos>]` per line, fields separated by whitespace (so a secret
-    /// cannot contain any); `#` comments and blank lines are ignored. `<name>` is the user the
-    /// secret speaks for (lock owner); `<repos>`, a field with a `/` or `*` in it, the
-    /// repositories it is good for ([`RepoPattern`]: `team/*`, `team/models`, `*`).
+    /// The read and write secrets of a token file (see [`TokenFile::parse`]; its admin
+    /// tokens are left out).
     pub fn parse_file(path: &Path) -> Result<Vec<ServerToken>, ConfigError> {
+        Ok(TokenFile::parse(path)?.tokens)
+    }
+}
+
+/// A secret that opens the status page and nothing else (see the module documentation).
+#[derive(Clone)]
+pub struct AdminToken(xet_client::util::secret::Secret);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminToken(****)")
+    }
+}
+
+impl AdminToken {
+    /// An admin secret; at least 16 characters.
+    pub fn new(value: &str, what: &str) -> Result<Self, ConfigError> {
+        let value = value.trim();
+        if value.len() < 16 {
+            return Err(ConfigError::TooShort {
+                what: what.to_string(),
+                len: value.len(),
+            });
+        }
+        Ok(Self(xet_client::util::secret::Secret::new(value)))
+    }
+
+    /// Whether `candidate` is this secret, compared in constant time.
+    fn matches(&self, candidate: &str) -> bool {
+        bool::from(self.0.expose().as_bytes().ct_eq(candidate.as_bytes()))
+    }
+}
+
+/// What a token file configures.
+#[derive(Debug, Default)]
+pub struct TokenFile {
+    /// Its `write` and `read` lines.
+    pub tokens: Vec<ServerToken>,
+    /// Its `admin` lines.
+    pub admin: Vec<AdminToken>,
+}
+
+impl TokenFile {
+    /// Parses a token file: one `write <secret> [<name>] [<repos>]`,
+    /// `read <secret> [<name>] [<repos>]` or `admin <secret>` per line, fields separated by
+    /// whitespace (so a secret cannot contain any); `#` comments and blank lines are ignored.
+    /// `<name>` is the user the secret speaks for (lock owner); `<repos>`, a field with a `/`
+    /// or `*` in it, the repositories it is good for ([`RepoPattern`]: `team/*`,
+    /// `team/models`, `*`). An admin secret opens the status page only.
+    pub fn parse(path: &Path) -> Result<TokenFile, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadTokenFile {
             path: path.display().to_string(),
             source,
         })?;
         let mut out = Vec::new();
+        let mut admin = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -243,12 +301,20 @@ impl ServerToken {
                 line: i + 1,
                 reason,
             };
-            const FORM: &str = "expected `write <secret> [<name>] [<repos>]` or `read <secret> \
-                                [<name>] [<repos>]`";
+            const FORM: &str = "expected `write <secret> [<name>] [<repos>]`, `read <secret> \
+                                [<name>] [<repos>]` or `admin <secret>`";
             let mut fields = line.split_whitespace();
             let (Some(kind), Some(value)) = (fields.next(), fields.next()) else {
                 return Err(err(FORM.into()));
             };
+            if kind == "admin" {
+                if fields.next().is_some() {
+                    return Err(err(format!("too many fields: {FORM}")));
+                }
+                let what = format!("the admin token on line {}", i + 1);
+                admin.push(AdminToken::new(value, &what).map_err(|e| err(e.to_string()))?);
+                continue;
+            }
             let (mut name, mut repos) = (None, None);
             for field in fields {
                 if field.contains('/') || field.contains('*') {
@@ -267,7 +333,11 @@ impl ServerToken {
             let scope = match kind {
                 "write" => Scope::Write,
                 "read" => Scope::Read,
-                other => return Err(err(format!("unknown scope {other:?}: use write or read"))),
+                other => {
+                    return Err(err(format!(
+                        "unknown scope {other:?}: use write, read or admin"
+                    )))
+                }
             };
             let what = format!("the token on line {}", i + 1);
             let mut secret =
@@ -280,7 +350,7 @@ impl ServerToken {
             }
             out.push(secret);
         }
-        Ok(out)
+        Ok(TokenFile { tokens: out, admin })
     }
 }
 
@@ -370,6 +440,8 @@ pub(crate) const EXPIRY_SKEW_SECS: u64 = 60;
 pub struct Authority {
     secrets: Vec<ServerToken>,
     key: [u8; 32],
+    /// The secrets that open the status page ([`AdminToken`]).
+    admin: Vec<AdminToken>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -384,7 +456,60 @@ pub use xet_client::util::now_unix;
 
 impl Authority {
     pub fn new(secrets: Vec<ServerToken>, key: [u8; 32]) -> Self {
-        Self { secrets, key }
+        Self {
+            secrets,
+            key,
+            admin: Vec::new(),
+        }
+    }
+
+    /// This authority, with `admin` as the secrets that open the status page. An admin secret
+    /// that is also a read or write secret is refused: each secret grants one kind of access.
+    pub fn with_admin(mut self, admin: Vec<AdminToken>) -> Result<Self, ConfigError> {
+        if admin
+            .iter()
+            .any(|a| self.secrets.iter().any(|s| a.matches(s.value.expose())))
+        {
+            return Err(ConfigError::AdminReused);
+        }
+        self.admin = admin;
+        Ok(self)
+    }
+
+    /// True when an admin token is configured (the status page is on).
+    pub(crate) fn has_admin(&self) -> bool {
+        !self.admin.is_empty()
+    }
+
+    /// Whether an `Authorization` header value carries an admin token: `Bearer <token>`, or
+    /// `Basic` with the token as the password (any user name), as a browser sends what its
+    /// prompt was given. Compared in constant time.
+    pub(crate) fn is_admin_header(&self, header: Option<&str>) -> bool {
+        let Some((scheme, value)) = header.map(str::trim).and_then(|h| h.split_once(' ')) else {
+            return false;
+        };
+        let value = value.trim();
+        let candidate = if scheme.eq_ignore_ascii_case("bearer") {
+            value.to_string()
+        } else if scheme.eq_ignore_ascii_case("basic") {
+            let Some(text) = base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .ok()
+                .and_then(|d| String::from_utf8(d).ok())
+            else {
+                return false;
+            };
+            match text.split_once(':') {
+                Some((_, password)) => password.to_string(),
+                None => return false,
+            }
+        } else {
+            return false;
+        };
+        // Every admin secret is compared, whichever matches.
+        self.admin
+            .iter()
+            .fold(false, |found, a| a.matches(&candidate) | found)
     }
 
     /// Loads the server key from `path`, creating it (mode 0600) on first use.
@@ -887,6 +1012,40 @@ mod tests {
     }
 
     #[test]
+    fn admin_tokens_open_only_the_status_page() {
+        let admin = "admin-secret-0123456789";
+        let a = authority()
+            .with_admin(vec![AdminToken::new(admin, "t").unwrap()])
+            .unwrap();
+        assert!(a.has_admin());
+        assert!(a.is_admin_header(Some(&format!("Bearer {admin}"))));
+        assert!(a.is_admin_header(Some(&basic_as("anyone", admin))));
+        for refused in [
+            None,
+            Some("Bearer write-secret-0123456789".to_string()),
+            Some(basic_as("git", "read-secret-0123456789")),
+            Some(format!("Bearer {admin}x")),
+            Some(format!("Digest {admin}")),
+            Some("Basic !!!".to_string()),
+        ] {
+            assert!(!a.is_admin_header(refused.as_deref()), "{refused:?}");
+        }
+        // The CAS and LFS APIs do not know it.
+        assert_eq!(a.verify(admin, 0), Err(AuthError::Invalid));
+        // Without one, nothing opens the page.
+        assert!(!authority().has_admin());
+        assert!(!authority().is_admin_header(Some(&format!("Bearer {admin}"))));
+        // A secret is one kind of access only.
+        assert!(matches!(
+            authority().with_admin(vec![
+                AdminToken::new("write-secret-0123456789", "t").unwrap()
+            ]),
+            Err(ConfigError::AdminReused)
+        ));
+        assert!(!format!("{:?}", AdminToken::new(admin, "t").unwrap()).contains("admin-secret"));
+    }
+
+    #[test]
     fn token_files_and_short_tokens() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens");
@@ -921,11 +1080,25 @@ mod tests {
         assert!(e.contains("line 1") && e.contains("too many fields"), "{e}");
         std::fs::write(&path, "write\n").unwrap();
         assert!(ServerToken::parse_file(&path).is_err());
-        std::fs::write(&path, "admin cccccccccccccccccccc\n").unwrap();
+        std::fs::write(&path, "owner cccccccccccccccccccc\n").unwrap();
         assert!(ServerToken::parse_file(&path)
             .unwrap_err()
             .to_string()
             .contains("line 1"));
+        // Admin lines: a secret of their own, no other field, at least 16 characters.
+        std::fs::write(
+            &path,
+            "write aaaaaaaaaaaaaaaaaaaa\nadmin dddddddddddddddddddd\n",
+        )
+        .unwrap();
+        let file = TokenFile::parse(&path).unwrap();
+        assert_eq!((file.tokens.len(), file.admin.len()), (1, 1));
+        assert_eq!(ServerToken::parse_file(&path).unwrap().len(), 1);
+        for bad in ["admin dddddddddddddddddddd alice\n", "admin short\n"] {
+            std::fs::write(&path, bad).unwrap();
+            let e = TokenFile::parse(&path).unwrap_err().to_string();
+            assert!(e.contains("line 1"), "{e}");
+        }
         assert!(ServerToken::new("short", Scope::Read, "--token").is_err());
         let key_path = dir.path().join("server.key");
         let k1 = Authority::load_or_create_key(&key_path).unwrap();

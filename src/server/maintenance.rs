@@ -4,13 +4,22 @@
 //! beside it; the server runs the same work itself ([`xet_store::Store::gc`],
 //! [`xet_store::Store::scrub`]) on blocking threads, one job of each kind at a time, and logs
 //! what it found. The first run of each comes one interval after the start, not at the start.
+//! Each garbage collection this node runs is also recorded for the status page
+//! ([`xet_store::Store::record_gc_run`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::metrics::{storage_error, StorageOperation};
 use xet_store::checkpoint::CompactOptions;
+use xet_store::stats::GcRun;
 use xet_store::{GcOptions, Store};
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// When the server maintains its store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +206,7 @@ pub(crate) fn spawn_sync(
 }
 
 /// This machine's name, for the holder of a lease (which node collects, in the logs).
-fn hostname() -> Option<String> {
+pub(crate) fn hostname() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
     let name = name.trim();
     (!name.is_empty()
@@ -223,7 +232,23 @@ pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<
                 op: StorageOperation::Gc,
                 what: "collecting garbage",
             },
-            move |st| st.gc(options),
+            move |st| {
+                let started = now_ms();
+                let outcome = st.gc(options);
+                let record = match &outcome {
+                    Ok(r) => GcRun::done(started, now_ms(), r),
+                    Err(e) => GcRun::failed(
+                        started,
+                        now_ms(),
+                        xet_client::redact::redact(&e.to_string()),
+                    ),
+                };
+                // For the status page; the collection's outcome stands either way.
+                if let Err(e) = st.record_gc_run(&record) {
+                    tracing::warn!(error = %e, "cannot record the garbage collection");
+                }
+                outcome
+            },
             |r| {
                 tracing::info!(
                     removed = r.xorbs_removed,

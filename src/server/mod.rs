@@ -10,6 +10,7 @@
 //! | [`cas`] | the CAS API the reference client calls (docs/cas-api.md) |
 //! | [`lfs`] | the Git LFS batch API, xet and basic transfers (docs/lfs-agent.md §11), file locking |
 //! | [`maintenance`] | garbage collection and scrubbing of the store on a schedule |
+//! | [`status`] | the status page for the operator (`/status`, `/status.json`), behind the admin token |
 //!
 //! This module owns configuration ([`ServeConfig`], [`Limits`]), shared state, the middleware
 //! every request passes through (request ids, logs, error bodies, limits) and the server's
@@ -34,6 +35,7 @@ pub mod lfs;
 pub mod limits;
 pub mod maintenance;
 pub mod metrics;
+pub mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,6 +74,10 @@ pub struct ServeConfig {
     /// URLs). Default: `http://<bound address>`.
     pub public_url: Option<String>,
     pub secrets: Vec<ServerToken>,
+    /// The secrets that open the status page (`/status`); none: the page is off.
+    pub admin_tokens: Vec<auth::AdminToken>,
+    /// How often the status page's figures are refreshed.
+    pub status: status::StatusSettings,
     /// Lifetime of CAS access tokens handed out by the batch API.
     pub token_ttl: Duration,
     /// Lifetime of presigned xorb URLs in reconstructions.
@@ -168,6 +174,8 @@ impl ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             public_url: None,
             secrets,
+            admin_tokens: Vec::new(),
+            status: status::StatusSettings::default(),
             token_ttl: Duration::from_secs(900),
             url_ttl: Duration::from_secs(3600),
             max_lifetime: None,
@@ -203,6 +211,8 @@ pub enum ServeError {
     Locks(#[from] lfs::locks::LockDbError),
     #[error("--lock-owner: {0}")]
     LockOwner(#[from] lfs::locks::forward::LockOwnerError),
+    #[error("cannot read or make this node's id: {0}")]
+    NodeId(std::io::Error),
 }
 
 /// What to do when the data directory is another process's.
@@ -258,6 +268,8 @@ pub struct AppState {
     /// On shared storage, how far behind the other nodes this node may be and still answer
     /// `/ready` with 200 ([`Maintenance::ready_max_lag`]).
     pub(crate) ready_max_lag: Duration,
+    /// The status page: its settings, this node's id and what its background jobs found.
+    pub(crate) status: status::StatusState,
     dedup_key: Mutex<DedupKey>,
 }
 
@@ -491,6 +503,7 @@ pub(crate) fn router(state: SharedState) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics::serve))
         .route("/ready", get(ready))
+        .merge(status::routes())
         .merge(cas::routes())
         .merge(lfs::routes())
         .fallback(fallback)
@@ -549,9 +562,19 @@ impl Server {
             None => Authority::load_or_create_key(&config.data_dir.join("server.key"))?,
         };
         let locks = lfs::locks::LockDb::open(&config.data_dir.join("locks.redb"), config.locks)?;
+        // A node id is kept only where it is shown: on the status page, in the bucket.
+        let node_id = if config.storage.is_some() || !config.admin_tokens.is_empty() {
+            status::node_id(&config.data_dir).map_err(ServeError::NodeId)?
+        } else {
+            "this-node".to_string()
+        };
+        let storage = config
+            .storage
+            .as_ref()
+            .map_or_else(|| "directory".to_string(), |s| s.url.to_string());
         let state = Arc::new(AppState {
             store,
-            auth: Authority::new(config.secrets, key),
+            auth: Authority::new(config.secrets, key).with_admin(config.admin_tokens)?,
             public_url,
             token_ttl: config.token_ttl,
             url_ttl: config.url_ttl,
@@ -563,6 +586,12 @@ impl Server {
             lock_owner,
             uncommitted: cas::grants::Uncommitted::default(),
             ready_max_lag: config.maintenance.ready_max_lag,
+            status: status::StatusState::new(
+                config.status,
+                node_id,
+                config.maintenance.gc_interval,
+                storage,
+            ),
             dedup_key: Mutex::new(DedupKey {
                 key: HmacKey::ZERO,
                 expires: 0,
@@ -618,6 +647,7 @@ impl Server {
         let limits = self.state.resources.limits().clone();
         let mut jobs = maintenance::spawn(&self.state.store, self.maintenance);
         jobs.extend(maintenance::spawn_sync(&self.state.store, self.maintenance));
+        jobs.extend(status::spawn(&self.state));
         let checking = Arc::new(std::sync::atomic::AtomicBool::new(false));
         if let Some(every) = self.maintenance.claims_interval {
             jobs.push(claims::spawn(

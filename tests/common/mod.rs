@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod agent;
+pub mod browser;
 pub mod fake;
 pub mod forward_proxy;
 pub mod garage;

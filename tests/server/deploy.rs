@@ -1,6 +1,8 @@
 //! What `deploy/` ships for operators: the Grafana dashboard and the Prometheus alert rules
 //! name only metrics a server exports, and the rules pass promtool's check and their own unit
-//! tests (`deploy/prometheus/git-xet-alerts.test.yml`).
+//! tests (`deploy/prometheus/git-xet-alerts.test.yml`); the systemd unit passes
+//! `systemd-analyze verify` and its security check, the nginx example passes `nginx -t`, and
+//! Garage starts with the example configuration.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -185,4 +187,215 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     };
     run(&["check", "rules", "git-xet-alerts.yml"]);
     run(&["test", "rules", "git-xet-alerts.test.yml"]);
+}
+
+/// The `key=value` lines of a systemd unit, in order (continuation lines joined).
+fn unit_settings(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') || line.starts_with('[') || (line.is_empty() && pending.is_empty())
+        {
+            continue;
+        }
+        pending.push_str(line.trim_end_matches('\\'));
+        pending.push(' ');
+        if line.ends_with('\\') {
+            continue;
+        }
+        if let Some((k, v)) = pending.split_once('=') {
+            out.push((k.trim().to_string(), v.trim().to_string()));
+        }
+        pending.clear();
+    }
+    out
+}
+
+#[test]
+#[cfg_attr(
+    missing_systemd_analyze,
+    ignore = "needs systemd-analyze (Debian's systemd package)"
+)]
+fn the_systemd_unit_passes_systemd_analyze_and_is_hardened() {
+    let text = std::fs::read_to_string(deploy("systemd/git-xet-serve.service")).unwrap();
+    let settings = unit_settings(&text);
+    let get = |key: &str| -> Vec<&str> {
+        settings
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    // What the issue of an operator asks of it.
+    let exec = get("ExecStart").join(" ");
+    assert!(
+        exec.contains("git-xet serve --data /var/lib/git-xet "),
+        "{exec}"
+    );
+    assert_eq!(get("ReadWritePaths"), ["/var/lib/git-xet"]);
+    assert_eq!(get("ProtectSystem"), ["strict"]);
+    assert_eq!(get("DynamicUser"), ["yes"]);
+    assert_eq!(get("Restart"), ["on-failure"]);
+    assert_eq!(get("EnvironmentFile"), ["/etc/git-xet/env"]);
+    assert!(
+        exec.contains("--token-file ${CREDENTIALS_DIRECTORY}/tokens"),
+        "{exec}"
+    );
+
+    // systemd's own checks, with the binary where the unit runs it from.
+    let dir = tempfile::tempdir().unwrap();
+    let unit = dir.path().join("git-xet-serve.service");
+    std::fs::write(
+        &unit,
+        text.replace("/usr/local/bin/git-xet", env!("CARGO_BIN_EXE_git-xet")),
+    )
+    .unwrap();
+    let verify = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .expect("systemd-analyze runs");
+    let said = String::from_utf8_lossy(&verify.stderr).into_owned()
+        + &String::from_utf8_lossy(&verify.stdout);
+    // It exits 0 over unknown keys and bad values, which it only reports.
+    assert!(verify.status.success() && said.trim().is_empty(), "{said}");
+    // Exposure 2.0 at most, on systemd's scale of 0 (locked down) to 10.
+    let security = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--threshold=20"])
+        .arg(&unit)
+        .output()
+        .expect("systemd-analyze runs");
+    assert!(
+        security.status.success(),
+        "{}",
+        String::from_utf8_lossy(&security.stdout)
+    );
+}
+
+#[test]
+#[cfg_attr(missing_nginx, ignore = "needs nginx: apt-get install nginx")]
+fn the_nginx_example_passes_nginx_t() {
+    let nginx = common::tls::nginx();
+    let text = std::fs::read_to_string(deploy("nginx/git-xet.conf")).unwrap();
+    // Sized for 64 MiB xorbs, unbuffered, several nodes.
+    assert!(text.contains("client_max_body_size 65m;"));
+    assert!(text.contains("proxy_request_buffering off;"));
+    assert!(text.matches("    server 10.0.0.").count() >= 3, "{text}");
+    assert!(text.contains("/ready"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = common::tls::Pki::self_signed();
+    let site = dir.path().join("git-xet.conf");
+    std::fs::write(
+        &site,
+        text.replace(
+            "/etc/ssl/xet.example.org.pem",
+            &pki.server_cert.display().to_string(),
+        )
+        .replace(
+            "/etc/ssl/xet.example.org.key",
+            &pki.server_key.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let main = dir.path().join("nginx.conf");
+    std::fs::write(
+        &main,
+        format!(
+            "pid {d}/nginx.pid; error_log {d}/error.log;
+events {{}}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  include {site};
+}}
+",
+            site = site.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(nginx)
+        .arg("-t")
+        .arg("-c")
+        .arg(&main)
+        .arg("-p")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nginx -t: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn the_garage_example_starts_a_node() {
+    let bin = common::garage::binary().expect(common::garage::NEEDS_GARAGE);
+    let text = std::fs::read_to_string(deploy("garage/garage.toml")).unwrap();
+    assert!(text.contains("\nreplication_factor = 3\n"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let secret = d.join("rpc_secret");
+    std::fs::write(&secret, "ab".repeat(32)).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = || common::tls::free_port();
+    let (rpc, s3, admin) = (port(), port(), port());
+    // This machine's paths and ports; the test's Garage has SQLite only.
+    let config = d.join("garage.toml");
+    std::fs::write(
+        &config,
+        text.replace(
+            "/var/lib/garage/meta",
+            &d.join("meta").display().to_string(),
+        )
+        .replace(
+            "/var/lib/garage/data",
+            &d.join("data").display().to_string(),
+        )
+        .replace("/etc/garage/rpc_secret", &secret.display().to_string())
+        .replace("db_engine = \"lmdb\"", "db_engine = \"sqlite\"")
+        .replace("[::]:3901", &format!("127.0.0.1:{rpc}"))
+        .replace("10.0.0.21:3901", &format!("127.0.0.1:{rpc}"))
+        .replace("[::]:3900", &format!("127.0.0.1:{s3}"))
+        .replace("127.0.0.1:3903", &format!("127.0.0.1:{admin}")),
+    )
+    .unwrap();
+    let mut server = Command::new(&bin)
+        .arg("-c")
+        .arg(&config)
+        .arg("server")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.join("garage.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        let out = Command::new(&bin)
+            .arg("-c")
+            .arg(&config)
+            .arg("status")
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        let exited = server.try_wait().unwrap();
+        if exited.is_some() || started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = server.kill();
+            panic!(
+                "garage did not start with the example ({exited:?}): {}",
+                std::fs::read_to_string(d.join("garage.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(status.contains(&format!("127.0.0.1:{rpc}")), "{status}");
 }

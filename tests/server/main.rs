@@ -1,4 +1,4 @@
-//! Integration tests of `git xet serve`: the CAS and LFS APIs, what `deploy/` ships for operators, limits and hostile clients, locks, tokens and tenants, SHA-256 claims, the reference client as a client.
+//! Integration tests of `git xet serve`: the CAS and LFS APIs, what `deploy/` ships for operators, limits and hostile clients, locks, tokens and tenants, SHA-256 claims, the operator's status page, the reference client as a client.
 //!
 //! One test binary per layer (each links the whole crate once); each file below is one
 //! module of it.
@@ -19,4 +19,5 @@ mod server_limits;
 mod server_locks;
 mod server_reference;
 mod sha256_claims;
+mod status_page;
 mod tenant_isolation;

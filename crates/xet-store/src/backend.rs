@@ -337,6 +337,26 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn remove_sweep(&self, _name: &str) -> Result<(), BackendError> {
         Ok(())
     }
+    /// Writes (or rewrites) node `id`'s status record on shared storage, what the other nodes'
+    /// status pages show of it (see [`crate::stats`]). Nothing on unshared storage, which has
+    /// one node.
+    fn put_node_record(&self, _id: &str, _body: &[u8]) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// The node status records on shared storage, at most `limit` of them (the most recently
+    /// written), each with when it was written and at most `max` bytes of it (a longer one is
+    /// left out); none on unshared storage.
+    fn node_records(
+        &self,
+        _limit: usize,
+        _max: u64,
+    ) -> Result<Vec<(String, SystemTime, Vec<u8>)>, BackendError> {
+        Ok(Vec::new())
+    }
+    /// Deletes node `id`'s status record (nothing if it is gone).
+    fn remove_node_record(&self, _id: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// One entry of the shard log ([`ObjectBackend::logged_shards`]).

@@ -1394,6 +1394,115 @@ fn record_claims(
     Ok(())
 }
 
+/// One registered file as the operator's figures see it ([`Index::each_file_usage`]).
+#[derive(Debug)]
+pub(crate) struct FileUsage<'a> {
+    pub size: u64,
+    /// The distinct xorbs its terms use.
+    pub xorbs: &'a [XorbHash],
+    /// The repositories it was registered through (none: a server-wide credential on the CAS
+    /// API).
+    pub repos: &'a [String],
+}
+
+/// Reads for the operator's figures ([`crate::stats`]), each in a snapshot the caller holds,
+/// and the transactions of the tables `stats` keeps in this database.
+impl Index {
+    /// A read transaction: one consistent snapshot for a whole pass.
+    pub(crate) fn read_txn(&self) -> Result<redb::ReadTransaction, IndexError> {
+        self.begin_read()
+    }
+
+    /// A write transaction committed as `commit` says when the caller commits it.
+    pub(crate) fn write_txn(&self, commit: Commit) -> Result<redb::WriteTransaction, IndexError> {
+        let mut txn = self.begin_write()?;
+        commit.apply(&mut txn);
+        Ok(txn)
+    }
+
+    /// Calls `visit` for every registered file of `txn`, in hash order, with its size, its
+    /// distinct xorbs and the repositories it was registered through (`files` and
+    /// `file_repos` read side by side: both are ordered by file hash).
+    pub(crate) fn each_file_usage(
+        &self,
+        txn: &redb::ReadTransaction,
+        visit: &mut dyn FnMut(FileUsage<'_>),
+    ) -> Result<(), IndexError> {
+        let files = txn.open_table(FILES).map_err(db_err)?;
+        let file_repos = txn.open_table(FILE_REPOS).map_err(db_err)?;
+        let mut repo_rows = file_repos.iter().map_err(db_err)?;
+        // The key of the next `file_repos` row, read but not used yet; `None` at the end.
+        let mut next_repo_row = match repo_rows.next() {
+            Some(row) => Some(row.map_err(db_err)?.0.value().to_vec()),
+            None => None,
+        };
+        let (mut xorbs, mut repos) = (Vec::new(), Vec::new());
+        for row in files.iter().map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            let key = k.value();
+            if key.len() != 32 {
+                continue;
+            }
+            let record = decode_file(&FileHash::from_bytes(hash_at(key, 0)), v.value())?;
+            xorbs.clear();
+            xorbs.extend(record.terms.iter().map(|t| t.xorb));
+            xorbs.sort_unstable();
+            xorbs.dedup();
+            repos.clear();
+            while let Some(rkey) = &next_repo_row {
+                let file_part = &rkey[..rkey.len().min(32)];
+                if file_part > key {
+                    break;
+                }
+                if file_part == key {
+                    if let Ok(repo) = std::str::from_utf8(&rkey[32..]) {
+                        repos.push(repo.to_string());
+                    }
+                }
+                next_repo_row = match repo_rows.next() {
+                    Some(row) => Some(row.map_err(db_err)?.0.value().to_vec()),
+                    None => None,
+                };
+            }
+            visit(FileUsage {
+                size: record.size,
+                xorbs: &xorbs,
+                repos: &repos,
+            });
+        }
+        Ok(())
+    }
+
+    /// The xorbs `txn` records as stored: how many, and their stored bytes together.
+    pub(crate) fn stored_xorb_totals(
+        &self,
+        txn: &redb::ReadTransaction,
+    ) -> Result<(u64, u64), IndexError> {
+        let t = txn.open_table(XORBS).map_err(db_err)?;
+        let (mut count, mut bytes) = (0u64, 0u64);
+        for row in t.iter().map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            if v.value().len() == 20 {
+                count += 1;
+                bytes = bytes.saturating_add(u64_at(v.value(), 4));
+            }
+        }
+        Ok((count, bytes))
+    }
+
+    /// The stored length of `xorb` in `txn`, if it is stored.
+    pub(crate) fn stored_len_in(
+        &self,
+        txn: &redb::ReadTransaction,
+        xorb: &XorbHash,
+    ) -> Result<Option<u64>, IndexError> {
+        let t = txn.open_table(XORBS).map_err(db_err)?;
+        let v = t.get(xorb.as_bytes().as_slice()).map_err(db_err)?;
+        Ok(v.filter(|v| v.value().len() == 20)
+            .map(|v| u64_at(v.value(), 4)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

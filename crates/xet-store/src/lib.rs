@@ -17,6 +17,7 @@
 //! | [`storage_url`] | where a store in a bucket lives: its `s3://` URL and `AWS_*` settings (every build) |
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
+//! | [`stats`] | what the store tells its operator: usage by repository, totals over time, recent pushes, garbage collections, nodes' status records |
 //! | [`small_xorbs`] | small xorbs kept whole in memory on object storage (packs of small files) |
 //! | [`timings`] | how long object storage's requests take, by kind, for `/metrics` |
 //! | [`xorb_cache`] | a node's copies of xorbs on its own disk, on object storage |
@@ -37,6 +38,7 @@ pub mod reopen;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod small_xorbs;
+pub mod stats;
 pub mod storage_url;
 pub mod sync;
 pub mod timings;

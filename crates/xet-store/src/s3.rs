@@ -17,6 +17,7 @@
 //! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
 //! | `checkpoints/<16-digit ms>-<BLAKE3 hex>` | what the shards, log entries and claim batches registered until then give a node's index, in one object a new node reads at once; what it covers is removed after a grace ([`crate::checkpoint`]) |
 //! | `leases/gc`, `leases/checkpoint` | `<end ms> <holder>`: the node that runs garbage collection (writes checkpoints), until when ([`ObjectBackend::take_lease`]) |
+//! | `nodes/<node id>` | a node's status record (JSON: its version, start, catch-up state, recent pushes and garbage collections), rewritten about every 30 s, read by the other nodes' status pages ([`ObjectBackend::put_node_record`], `xet_store::stats`) |
 //! | `gc/sweeps/<16-digit ms>-<16 hex>` | what a garbage collection is about to delete, and whether it is done ([`crate::gc`]); read by every registration of a shard, removed an hour after |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
@@ -1233,6 +1234,37 @@ impl ObjectBackend for S3Backend {
     fn remove_sweep(&self, name: &str) -> Result<(), BackendError> {
         let key = self.key(&format!("gc/sweeps/{name}"));
         let what = format!("{}/gc/sweeps/{name}", self.url);
+        self.delete(&key, &what)
+    }
+
+    fn put_node_record(&self, id: &str, body: &[u8]) -> Result<(), BackendError> {
+        let key = self.key(&format!("nodes/{id}"));
+        let what = format!("{}/nodes/{id}", self.url);
+        let body = bytes::Bytes::copy_from_slice(body);
+        self.put(&key, body, PutMode::Overwrite, &what).map(|_| ())
+    }
+
+    fn node_records(
+        &self,
+        limit: usize,
+        max: u64,
+    ) -> Result<Vec<(String, SystemTime, Vec<u8>)>, BackendError> {
+        let mut listed = self.list("nodes", None)?;
+        listed.sort_by_key(|m| std::cmp::Reverse(m.last_modified));
+        let mut out = Vec::new();
+        for meta in listed.iter().filter(|m| m.size <= max).take(limit) {
+            let what = format!("{}/{}", self.url, meta.location);
+            // Gone since the listing: a node record removed meanwhile.
+            if let Some(body) = self.get_whole(&meta.location, &what)? {
+                out.push((file_name(meta).to_string(), time_of(meta), body));
+            }
+        }
+        Ok(out)
+    }
+
+    fn remove_node_record(&self, id: &str) -> Result<(), BackendError> {
+        let key = self.key(&format!("nodes/{id}"));
+        let what = format!("{}/nodes/{id}", self.url);
         self.delete(&key, &what)
     }
 }

@@ -122,6 +122,26 @@ async fn shard_body(
     Ok((bytes, repo))
 }
 
+/// Records a shard registered now as a push, for the status page (blocks).
+fn record_shard_push(
+    store: &xet_store::Store,
+    shard: &[u8],
+    repo: Option<String>,
+    outcome: &xet_store::ShardOutcome,
+) {
+    if !outcome.newly_registered {
+        return;
+    }
+    let push = crate::server::status::push_now(
+        repo,
+        xet_store::stats::PushKind::Shard,
+        outcome.files as u64,
+        crate::server::status::shard_file_bytes(shard),
+        Some((outcome.new_files as u64, outcome.new_bytes)),
+    );
+    crate::server::status::record_push(store, push);
+}
+
 /// `POST /v1/shards`: `{"result": 1}` when registered now, `{"result": 0}` when it already was.
 pub(crate) async fn post_shard_v1(
     State(state): State<SharedState>,
@@ -135,6 +155,7 @@ pub(crate) async fn post_shard_v1(
             st.store
                 .register_shard_staged(&bytes, &mut |_| {}, &mut || {}, repo.as_deref())?;
         claims::check_now(&st.store, &outcome.claims);
+        record_shard_push(&st.store, &bytes, repo, &outcome);
         Ok(outcome)
     })
     .await?;
@@ -214,6 +235,7 @@ pub(crate) async fn post_shard_v2(
         match outcome {
             Ok(o) => {
                 claims::check_now(&store, &o.claims);
+                record_shard_push(&store, &bytes, repo, &o);
                 tracing::info!(
                     shard = %o.shard,
                     new = o.newly_registered,

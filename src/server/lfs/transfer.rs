@@ -88,7 +88,19 @@ pub async fn put(
     let spooled = spool_checked(state, oid, declared, body).await?;
     let s = ingest(state, oid, spooled).await?;
     let (store, file, id) = (Arc::clone(&state.store), s.file_hash, repo.id.clone());
-    blocking(move || Ok(store.add_file_repo(&file, &id)?)).await?;
+    let push = crate::server::status::push_now(
+        Some(repo.id.clone()),
+        xet_store::stats::PushKind::Basic,
+        1,
+        s.size,
+        None,
+    );
+    blocking(move || {
+        store.add_file_repo(&file, &id)?;
+        crate::server::status::record_push(&store, push);
+        Ok(())
+    })
+    .await?;
     tracing::info!(
         repo = %repo.id,
         %oid,
