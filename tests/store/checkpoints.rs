@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use crate::s3_storage::{download_whole, store_requests};
 
 use std::time::{Duration, Instant};
 
@@ -112,15 +113,6 @@ fn metadata(b: &S3Backend) -> (usize, usize, usize, usize) {
         b.list_claim_batches().unwrap().len(),
         b.list_checkpoints().unwrap().len(),
     )
-}
-
-fn store_requests(s: &Store, op: &str) -> u64 {
-    s.storage_timings()
-        .unwrap()
-        .iter()
-        .filter(|t| t.op.name() == op)
-        .map(|t| t.requests)
-        .sum()
 }
 
 fn compact_now(s: &Store) -> CompactReport {
@@ -247,16 +239,7 @@ fn ten_thousand_pushes_compact_into_one_checkpoint_a_new_node_reads_at_once() {
     );
     assert!(!node_b.catching_up());
     for p in [&pushes[0], &pushes[4321], late, &extra] {
-        let plan = node_b
-            .reconstruction(&p.file, None)
-            .unwrap()
-            .expect("registered");
-        let mut got = Vec::new();
-        xet_client::pipeline::download::write_plan(&node_b, &plan, &mut |piece: &[u8]| {
-            got.extend_from_slice(piece);
-            Ok(())
-        })
-        .unwrap();
+        let got = download_whole(&node_b, &p.file);
         assert!(got == data[p.range.clone()], "file {}", p.file);
     }
     // Scopes: what went through the repository is its own, and only that.

@@ -663,7 +663,7 @@ fn client(s: &TestServer) -> xet_client::RemoteCas {
 }
 
 /// The whole of `file`, downloaded through `cas`.
-fn download_whole<E>(cas: &E, file: &xet_format::FileHash) -> Vec<u8>
+pub(crate) fn download_whole<E>(cas: &E, file: &xet_format::FileHash) -> Vec<u8>
 where
     E: xet_client::target::Endpoint + xet_client::XorbSource,
 {
@@ -1211,7 +1211,7 @@ fn storage_requests(s: &TestServer, op: &str) -> f64 {
 
 /// How many requests of kind `op` ("get", "head", …) a store opened in the test made to the
 /// bucket so far.
-fn store_requests(s: &xet_store::Store, op: &str) -> u64 {
+pub(crate) fn store_requests(s: &xet_store::Store, op: &str) -> u64 {
     s.storage_timings()
         .unwrap()
         .iter()

@@ -7,22 +7,9 @@
 use std::time::Instant;
 
 use crate::common::garage::GarageCluster;
+use crate::s3_storage::download_whole;
 use xet_client::pipeline::upload::{upload, UploadOptions};
 use xet_store::Store;
-
-fn download(store: &Store, file: &xet_format::FileHash) -> Vec<u8> {
-    let plan = store
-        .reconstruction(file, None)
-        .unwrap()
-        .expect("registered");
-    let mut got = Vec::new();
-    xet_client::pipeline::download::write_plan(store, &plan, &mut |piece: &[u8]| {
-        got.extend_from_slice(piece);
-        Ok(())
-    })
-    .unwrap();
-    got
-}
 
 fn open(cluster: &GarageCluster, dir: &std::path::Path) -> Store {
     Store::open_s3(
@@ -49,7 +36,7 @@ fn the_first_storage_endpoint_killed_pushes_and_catch_up_go_on_through_the_other
     let before = xet_format::test_util::pseudo_random(3 << 20, 71);
     let first = upload(&a, &before[..], &UploadOptions::default()).unwrap();
     b.catch_up_all().unwrap();
-    assert!(download(&b, &first.file_hash) == before);
+    assert!(download_whole(&b, &first.file_hash) == before);
     assert_eq!(a.storage_failovers(), Some(0));
 
     // The endpoint both nodes name first dies.
@@ -67,12 +54,12 @@ fn the_first_storage_endpoint_killed_pushes_and_catch_up_go_on_through_the_other
     // both files.
     let caught = b.catch_up().unwrap();
     assert_eq!(caught.registered, 1, "{caught:?}");
-    assert!(download(&b, &second.file_hash) == after);
-    assert!(download(&b, &first.file_hash) == before);
+    assert!(download_whole(&b, &second.file_hash) == after);
+    assert!(download_whole(&b, &first.file_hash) == before);
     // A node started now, on an empty disk, lists and reads everything through the others.
     let c = open(&cluster, dir_c.path());
     c.catch_up_all().unwrap();
-    assert!(download(&c, &second.file_hash) == after);
+    assert!(download_whole(&c, &second.file_hash) == after);
 
     // The failed endpoint is passed over for a while: the next requests go straight to the
     // others (no new failover for each).
@@ -90,5 +77,5 @@ fn the_first_storage_endpoint_killed_pushes_and_catch_up_go_on_through_the_other
     cluster.nodes[0].restart();
     let d = open(&cluster, tempfile::tempdir().unwrap().path());
     d.catch_up_all().unwrap();
-    assert!(download(&d, &third.file_hash).len() == 1 << 20);
+    assert!(download_whole(&d, &third.file_hash).len() == 1 << 20);
 }
