@@ -17,10 +17,17 @@ find_hf_python() {
 }
 
 # Builds the release binary and sets $bin to it.
-# GIT_XET_BENCH_BIN names a binary to use instead (to compare a build before and after a change).
+# GIT_XET_BENCH_BIN names a binary to use instead (to compare a build before and after a change),
+# a file called git-xet.
 build_release() {
     if [[ -n "${GIT_XET_BENCH_BIN:-}" ]]; then
         bin="$GIT_XET_BENCH_BIN"
+        # git finds `git xet` as a file named git-xet on PATH (push_setup puts its directory
+        # first).
+        if [[ "$(basename "$bin")" != git-xet ]]; then
+            echo "bench: GIT_XET_BENCH_BIN must name a file called git-xet (e.g. /tmp/before/git-xet)" >&2
+            exit 2
+        fi
         echo "bench: using $bin" >&2
         return
     fi
