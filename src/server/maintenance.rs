@@ -9,17 +9,12 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use xet_client::util::now_ms;
 
 use super::metrics::{storage_error, StorageOperation};
 use xet_store::checkpoint::CompactOptions;
 use xet_store::stats::GcRun;
 use xet_store::{GcOptions, Store};
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// When the server maintains its store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

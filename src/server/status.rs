@@ -31,6 +31,7 @@
 use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime};
+use xet_client::util::now_ms;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -156,12 +157,6 @@ impl StatusState {
 
 fn now_secs() -> u64 {
     xet_client::util::now_unix()
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Whether `id` can name a node (and its object in the bucket): 1 to 64 of `[A-Za-z0-9._-]`,

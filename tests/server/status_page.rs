@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use git_xet::server::auth::{AdminToken, RepoPattern, Scope, ServerToken};
 use git_xet::server::status::StatusSettings;
+use git_xet::server::ServeConfig;
 use serde_json::Value;
 use xet_client::pipeline::upload::{upload, UploadOptions};
 use xet_client::{RemoteCas, RemoteConfig, TokenSource};
@@ -24,21 +25,27 @@ const TEAM: &str = "status-team-secret-0123456789";
 /// A server with the admin token, whose figures follow every change at once.
 fn server() -> TestServer {
     start_with(|c| {
-        c.admin_tokens = vec![AdminToken::new(ADMIN, "test").unwrap()];
-        c.secrets.push(
-            ServerToken::new(TEAM, Scope::Write, "test")
-                .unwrap()
-                .scoped(RepoPattern::parse("team/*").unwrap()),
-        );
-        c.status = StatusSettings {
-            poll: Duration::from_millis(50),
-            usage_every: Duration::ZERO,
-            sample_every: Duration::ZERO,
-            heartbeat_every: Duration::from_secs(30),
-        };
+        with_status(c, Duration::from_secs(30));
         // Claims of large files stay unchecked, for the backlog to show one.
         c.maintenance.claims_interval = None;
     })
+}
+
+/// The admin token, the team's scoped token, and figures that follow every change at once,
+/// with a heartbeat every `heartbeat`.
+fn with_status(c: &mut ServeConfig, heartbeat: Duration) {
+    c.admin_tokens = vec![AdminToken::new(ADMIN, "test").unwrap()];
+    c.secrets.push(
+        ServerToken::new(TEAM, Scope::Write, "test")
+            .unwrap()
+            .scoped(RepoPattern::parse("team/*").unwrap()),
+    );
+    c.status = StatusSettings {
+        poll: Duration::from_millis(50),
+        usage_every: Duration::ZERO,
+        sample_every: Duration::ZERO,
+        heartbeat_every: heartbeat,
+    };
 }
 
 fn basic(user: &str, password: &str) -> String {
@@ -526,19 +533,8 @@ fn nodes_on_one_bucket_show_each_other_and_a_silent_one_turns_stale() {
         let storage = g.s3_config("status", "prod");
         start_with(move |c| {
             c.storage = Some(storage);
-            c.admin_tokens = vec![AdminToken::new(ADMIN, "test").unwrap()];
-            c.secrets.push(
-                ServerToken::new(TEAM, Scope::Write, "test")
-                    .unwrap()
-                    .scoped(RepoPattern::parse("team/*").unwrap()),
-            );
-            c.status = StatusSettings {
-                poll: Duration::from_millis(50),
-                usage_every: Duration::ZERO,
-                sample_every: Duration::ZERO,
-                // Stale after 3 s: a node that writes every second is never that late.
-                heartbeat_every: Duration::from_secs(1),
-            };
+            // Stale after 3 s: a node that writes every second is never that late.
+            with_status(c, Duration::from_secs(1));
         })
     };
     let (a, b) = (node(), node());

@@ -33,6 +33,7 @@ pub mod format;
 
 use std::collections::HashSet;
 use std::time::Duration;
+use xet_client::util::now_ms;
 
 use crate::backend::{ClaimCursor, LogEntry, ObjectKey};
 use crate::cas::{Store, StoreError};
@@ -378,12 +379,6 @@ fn hash32(b: &[u8]) -> [u8; 32] {
         out.copy_from_slice(b);
     }
     out
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

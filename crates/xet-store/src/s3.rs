@@ -45,6 +45,7 @@
 //! tasks away while it waits (`block_in_place`) rather than stall them.
 
 use std::future::Future;
+use xet_client::util::now_ms;
 
 use crate::timings::{StorageOp, StorageTimings};
 use std::io;
@@ -127,12 +128,6 @@ fn time_of(meta: &ObjectMeta) -> SystemTime {
 /// How long a lease written to the bucket is left before it is read back (see
 /// [`ObjectBackend::take_lease`]).
 pub const LEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1000);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The stamp of an object: its length, and a digest of its ETag, version and time (any
 /// rewrite changes the ETag or the time).

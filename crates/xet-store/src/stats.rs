@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
+use xet_client::util::now_ms;
 
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -231,12 +232,6 @@ impl Usage {
 
 fn db_err(e: impl Into<redb::Error>) -> StoreError {
     StoreError::Index(IndexError::Db(Box::new(e.into())))
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Keys of rows written in the same millisecond differ by this.

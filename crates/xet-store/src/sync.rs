@@ -19,6 +19,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+use xet_client::util::now_ms;
 
 use crate::backend::{LogCursor, ObjectKey};
 use crate::cas::{now_unix, Store, StoreError};
@@ -399,11 +400,4 @@ enum Stored {
     Gone,
     /// It does not check out against the stored xorbs (or is not a shard): why.
     Refused(String),
-}
-
-/// Unix milliseconds now.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

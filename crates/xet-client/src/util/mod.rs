@@ -1,5 +1,5 @@
 //! Small helpers every layer above [`format`](xet_format) shares, each written once: the
-//! clock ([`now_unix`]), byte sizes ([`size`]), durations ([`duration`]), URLs ([`url`]), error chains ([`error`]), HTTP
+//! clock ([`now_unix`], [`now_ms`]), byte sizes ([`size`]), durations ([`duration`]), URLs ([`url`]), error chains ([`error`]), HTTP
 //! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
 //! ([`buffers`]), locks taken after a panic too ([`sync`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
 //! settings ([`os`]).
@@ -23,6 +23,13 @@ pub fn now_unix() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
