@@ -91,7 +91,7 @@ pub struct S3Backend {
 /// client and, after a failure, until when it is tried only after the others.
 struct Endpoint {
     client: Arc<object_store::aws::AmazonS3>,
-    /// Its URL, for the log (no credentials are in it).
+    /// Its URL, for the log, with any credentials in it masked.
     name: String,
     /// Unix milliseconds; 0: healthy.
     down_until_ms: std::sync::atomic::AtomicU64,
@@ -192,7 +192,8 @@ impl S3Backend {
             let (client, r) = build(Some(endpoint))?;
             clients.push(Endpoint {
                 client: Arc::new(client),
-                name: endpoint.clone(),
+                // Credentials written into the URL stay out of the log.
+                name: xet_client::redact::redact(endpoint),
                 down_until_ms: Default::default(),
             });
             region = r;
