@@ -3,16 +3,16 @@
 
 use std::time::Duration;
 
-/// A byte size (`500M`, `2G`, `1234`; see [`xet_client::util::size::parse_size`]).
+/// A byte size (`500M`, `2G`, `1234`; see [`xet_protocol::util::size::parse_size`]).
 pub(crate) fn size(s: &str) -> Result<u64, String> {
-    xet_client::util::size::parse_size(s).ok_or_else(|| {
+    xet_protocol::util::size::parse_size(s).ok_or_else(|| {
         format!("`{s}` is not a size: use bytes or a number with K, M, G or T (e.g. 500M, 2G)")
     })
 }
 
-/// A duration (`90`, `0.5`, `30m`, `24h`; see [`xet_client::util::duration::parse_duration`]).
+/// A duration (`90`, `0.5`, `30m`, `24h`; see [`xet_protocol::util::duration::parse_duration`]).
 pub(crate) fn duration(s: &str) -> Result<Duration, String> {
-    xet_client::util::duration::parse_duration(s).ok_or_else(|| {
+    xet_protocol::util::duration::parse_duration(s).ok_or_else(|| {
         format!(
             "`{s}` is not a duration: use seconds (90, 0.5) or a number with a unit (30s, 10m, \
              24h, 1d)"

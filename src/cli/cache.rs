@@ -14,8 +14,8 @@ use crate::lfs::settings::{
 };
 use xet_client::chunk_cache::CHUNKS_SUBDIR;
 use xet_client::shard_cache::SHARDS_SUBDIR;
-use xet_client::util::size::format_size;
 use xet_client::{ChunkCache, ShardCache};
+use xet_protocol::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 // The one-line description is the `about` of `Command::Cache` in `cli/mod.rs`; the details

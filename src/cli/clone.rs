@@ -98,7 +98,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         None => PathBuf::from(default_dir(&args.repository).ok_or_else(|| {
             format!(
                 "cannot tell the directory name from {:?}; give it after the repository",
-                xet_client::redact::redact(&args.repository)
+                xet_protocol::redact::redact(&args.repository)
             )
         })?),
     };
@@ -172,7 +172,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
             "git-xet: cloned into {} with its LFS files from {}; pushes and fetches there use \
              that endpoint (`git xet status` shows the setup)",
             dir.display(),
-            xet_client::redact::redact(endpoint)
+            xet_protocol::redact::redact(endpoint)
         ),
         None => eprintln!("git-xet: cloned into {} with its LFS files", dir.display()),
     }

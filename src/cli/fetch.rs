@@ -12,8 +12,8 @@ use super::CmdResult;
 use crate::git::objects;
 use crate::git::Git;
 use crate::lfs::fetch::{check_out_pointers, fetch_objects, FetchError, Progress};
-use xet_client::util::size::format_size;
 use xet_format::LfsOid;
+use xet_protocol::util::size::format_size;
 
 /// Objects downloaded at once by default (each on up to three threads of its own).
 const DEFAULT_JOBS: usize = 3;
@@ -208,7 +208,7 @@ pub(crate) fn fetch_refs(
                     "git-xet: {}; fetching with `git lfs fetch`, which authenticates as git-lfs \
                      does (its downloads still go through git-xet's agent where the server \
                      offers it)",
-                    xet_client::redact::redact(&other.to_string())
+                    xet_protocol::redact::redact(&other.to_string())
                 ),
             }
             let mut lfs_fetch = Command::new("git");
@@ -218,7 +218,7 @@ pub(crate) fn fetch_refs(
                 .current_dir(dir);
             run_step(&mut lfs_fetch, "git lfs fetch")
         }
-        Err(e) => Err(xet_client::redact::redact(&e.to_string())),
+        Err(e) => Err(xet_protocol::redact::redact(&e.to_string())),
     }
 }
 

@@ -127,7 +127,7 @@ fn shared_hooks_path(git: &Git) -> Result<Option<(String, String)>, Error> {
 
 fn write_hook(path: &Path, text: &str) -> std::io::Result<()> {
     // Written beside and renamed, so a push running now sees the old hook or the new one.
-    xet_client::util::fs::AtomicWrite::new()
+    xet_protocol::util::fs::AtomicWrite::new()
         .temp_name(".git-xet-", ".tmp")
         .mode(0o755)
         .write(path, text.as_bytes())

@@ -7,7 +7,7 @@
 //! `uninstall` removes exactly those and never a value the user set. Both are idempotent.
 //! `--local` also installs the pre-push guard of [`super::hooks`]. An endpoint URL with a
 //! password is accepted, with a warning that git keeps it in clear text; everything install
-//! prints goes through [`xet_client::redact`].
+//! prints goes through [`xet_protocol::redact`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,10 +16,10 @@ use super::CmdResult;
 use crate::git::{Git, Scope};
 use crate::lfs::settings::EndpointSpec;
 
-/// `println!` through [`xet_client::redact`]: what install prints never shows a password.
+/// `println!` through [`xet_protocol::redact`]: what install prints never shows a password.
 macro_rules! say {
     ($($arg:tt)*) => {
-        println!("{}", xet_client::redact::redact(&format!($($arg)*)))
+        println!("{}", xet_protocol::redact::redact(&format!($($arg)*)))
     };
 }
 
@@ -261,7 +261,7 @@ fn restore_replaced_agent(
 
 /// For an endpoint URL with a password in it (accepted: git-xet sends it, as the endpoint's
 /// token, only to that endpoint, and never shows it), the warning that git keeps it in clear
-/// text, with the safer way. The password itself is registered with [`xet_client::redact`].
+/// text, with the safer way. The password itself is registered with [`xet_protocol::redact`].
 fn password_warning(endpoint: &str, scope: Scope) -> Option<String> {
     let split = crate::lfs::settings::split_userinfo(endpoint);
     split.password.as_ref()?;
@@ -431,8 +431,8 @@ fn wanted_settings(
     // The same agent once more for downloads, under the name only git-xet registers: git-lfs
     // offers it in download requests, and servers that know it (git xet serve) then let the
     // agent download; to a client offering only `xet`, whose agent may upload only, they
-    // answer `basic` (see xet_client::wire::XET_DOWNLOAD_TRANSFER).
-    let download = xet_client::wire::XET_DOWNLOAD_TRANSFER;
+    // answer `basic` (see xet_protocol::wire::XET_DOWNLOAD_TRANSFER).
+    let download = xet_protocol::wire::XET_DOWNLOAD_TRANSFER;
     for (key, value) in [
         ("path", exe.to_string_lossy().into_owned()),
         ("args", "transfer".to_string()),
@@ -669,6 +669,6 @@ mod tests {
         );
         assert!(password_warning("https://h.example", Scope::Global).is_none());
         assert!(password_warning("/srv/store", Scope::Global).is_none());
-        assert!(!xet_client::redact::redact("install-secret-9").contains("secret"));
+        assert!(!xet_protocol::redact::redact("install-secret-9").contains("secret"));
     }
 }

@@ -9,7 +9,7 @@
 //! store (`<lfs storage>/objects/xx/yy/<oid>`) is hashed on the spot and marked `(computed)`;
 //! its dedup is unknown. Besides dedup (uploads), each row shows the bytes that went over the
 //! wire and, for downloads, the bytes taken from this machine instead (earlier versions, the
-//! download chunk cache, an interrupted download's partial file). Endpoints are shown redacted ([`xet_client::redact`]), also those of
+//! download chunk cache, an interrupted download's partial file). Endpoints are shown redacted ([`xet_protocol::redact`]), also those of
 //! journals written before redaction (the rest is hashes, sizes and the user's own paths, shown
 //! as they are).
 
@@ -22,8 +22,8 @@ use super::CmdResult;
 use crate::git::{objects, Git};
 use crate::lfs::journal::{self, Direction, Record};
 use xet_client::pipeline::hasher::hash_file;
-use xet_client::util::size::format_size;
 use xet_format::{FileHash, LfsOid};
+use xet_protocol::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -120,7 +120,7 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
                             eprintln!(
                                 "git-xet: {}: {}",
                                 file.name,
-                                xet_client::redact::redact(&e.to_string())
+                                xet_protocol::redact::redact(&e.to_string())
                             );
                             None
                         }
@@ -181,7 +181,7 @@ fn from_record(file: LfsFile, record: &Record) -> Row {
         // Only downloads take bytes from this machine.
         reused_bytes: (record.direction == Direction::Download).then(|| record.reused()),
         // Journals written before endpoints were redacted may hold a password.
-        endpoint: Some(xet_client::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
+        endpoint: Some(xet_protocol::redact::redact(&record.endpoint)).filter(|e| !e.is_empty()),
     }
 }
 

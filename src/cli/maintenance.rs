@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use super::CmdResult;
 use crate::git::Git;
 use crate::lfs::settings::{self, EndpointSpec};
-use xet_client::util::size::format_size;
+use xet_protocol::util::size::format_size;
 use xet_store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
 
 /// Exit code of `scrub` when it found damage.
@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn durations() {
-        let parse = xet_client::util::duration::parse_duration;
+        let parse = xet_protocol::util::duration::parse_duration;
         assert_eq!(parse("24h"), Some(DEFAULT_GRACE), "the default --grace");
         assert_eq!(humantime(DEFAULT_GRACE), "1 d");
         assert_eq!(humantime(Duration::from_secs(5400)), "90 min");

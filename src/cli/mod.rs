@@ -190,7 +190,7 @@ pub fn main() -> ExitCode {
             crate::lfs::settings::register_env_secrets();
             eprintln!(
                 "git-xet: error: {}",
-                xet_client::redact::redact(&xet_client::util::error::chain_text(err.as_ref()))
+                xet_protocol::redact::redact(&xet_protocol::util::error::chain_text(err.as_ref()))
             );
             ExitCode::FAILURE
         }
@@ -199,7 +199,7 @@ pub fn main() -> ExitCode {
 
 /// Whether `err`, or an error it wraps, is an `EPIPE` (the other end of a pipe was closed).
 fn is_broken_pipe(err: &(dyn std::error::Error + 'static)) -> bool {
-    xet_client::util::error::chain(err).any(|e| {
+    xet_protocol::util::error::chain(err).any(|e| {
         e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })

@@ -124,7 +124,7 @@ pub fn run(args: &MountArgs) -> CmdResult {
     // Fetched spans are megabytes each and pass between threads: with one allocator arena
     // they are reused instead of piling up per thread (measured reading 512 MiB through the
     // mount: peak RSS about 120 MiB instead of 260 MiB, and half the system time).
-    xet_client::util::os::one_allocator_arena();
+    xet_protocol::util::os::one_allocator_arena();
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let git = Git::in_dir(&cwd);

@@ -20,8 +20,8 @@ use crate::lfs::agent::{self, AgentOptions};
 use crate::lfs::protocol::Operation;
 use crate::lfs::prune::{self, Verdict};
 use crate::lfs::settings::{self, TransferMode};
-use xet_client::redact::redact;
-use xet_client::util::size::format_size;
+use xet_protocol::redact::redact;
+use xet_protocol::util::size::format_size;
 
 /// Exit code when some objects were kept because the endpoint does not hold them.
 pub(crate) const KEPT: u8 = 2;
@@ -229,7 +229,7 @@ fn check_objects(
             if lease.is_ok() && unanswered.is_none() {
                 unanswered = Some(format!(
                     "the endpoint failed for {oid}: {}",
-                    xet_client::redact::clip(why, 300)
+                    xet_protocol::redact::clip(why, 300)
                 ));
             }
         }

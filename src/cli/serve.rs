@@ -358,10 +358,10 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     crate::lfs::settings::register_env_secrets();
     let (mut secrets, admin_tokens) = secrets(args)?;
     let announce_token = if args.announce {
-        let bytes =
-            xet_client::random_bytes::<32>().map_err(|e| format!("cannot make up a token: {e}"))?;
+        let bytes = xet_protocol::random_bytes::<32>()
+            .map_err(|e| format!("cannot make up a token: {e}"))?;
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        xet_client::redact::register_secret(&token);
+        xet_protocol::redact::register_secret(&token);
         secrets.push(ServerToken::new(&token, Scope::Write, "--announce")?);
         Some(token)
     } else {

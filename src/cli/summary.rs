@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use super::{without_xet, CmdResult};
 use crate::git::Git;
 use crate::lfs::journal::{self, Direction};
-use xet_client::util::size::format_size;
+use xet_protocol::util::size::format_size;
 
 #[derive(Debug, clap::Args)]
 #[command(

@@ -1,6 +1,6 @@
 //! `git-xet transfer`: the process git-lfs starts as its `xet` custom transfer agent. It owns
 //! stdin and stdout (the protocol) and sets up logging so that nothing else reaches stdout, and
-//! every log line (stderr and `GIT_XET_LOG`) goes through [`xet_client::redact`] and is at most
+//! every log line (stderr and `GIT_XET_LOG`) goes through [`xet_protocol::redact`] and is at most
 //! [`MAX_LOG_LINE`] bytes long.
 
 use std::io::Write;
@@ -187,8 +187,8 @@ fn redact_line(buf: &[u8]) -> String {
     let newline = text.ends_with('\n');
     let body = text.strip_suffix('\n').unwrap_or(&text);
     // Redacted first: a clip could cut a known secret in two and hide it from the registry.
-    let redacted = xet_client::redact::redact(body);
-    let mut line = xet_client::redact::clip(&redacted, MAX_LOG_LINE).into_owned();
+    let redacted = xet_protocol::redact::redact(body);
+    let mut line = xet_protocol::redact::clip(&redacted, MAX_LOG_LINE).into_owned();
     if newline {
         line.push('\n');
     }

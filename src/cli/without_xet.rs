@@ -36,9 +36,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::git::Git;
 use crate::lfs::settings::{self, TransferMode};
-use xet_client::util::size::format_size;
-use xet_client::wire::XET_TRANSFER;
 use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
+use xet_protocol::util::size::format_size;
+use xet_protocol::wire::XET_TRANSFER;
 
 /// How long the whole check before git-lfs's pre-push may take; past it, nothing is said.
 pub(crate) const CHECK_TIME: Duration = Duration::from_secs(10);
@@ -103,7 +103,7 @@ pub(crate) fn check(dir: &Path, remote: &str, refs: &str, deadline: Instant) -> 
             "the LFS server {} does not offer Xet. Push to a server that does (`git xet \
              serve`), or use standalone mode (`git xet install --local --endpoint URL-or-DIR`); \
              see `git xet status`",
-            xet_client::redact::redact(&settings::split_userinfo(&lfs_url).bare)
+            xet_protocol::redact::redact(&settings::split_userinfo(&lfs_url).bare)
         )
     } else {
         local?

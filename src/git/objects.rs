@@ -368,7 +368,7 @@ mod tests {
             "repository path '/r' is not owned by current user",
         );
         let e = ObjectsError::Open(owner);
-        let text = xet_client::util::error::chain_text(&e);
+        let text = xet_protocol::util::error::chain_text(&e);
         assert!(text.contains("safe.directory"), "{text}");
         assert!(
             !text.contains("class=") && !text.contains("code="),
@@ -383,7 +383,7 @@ mod tests {
             rev: "v9".into(),
             libgit2: missing,
         };
-        let text = xet_client::util::error::chain_text(&e);
+        let text = xet_protocol::util::error::chain_text(&e);
         assert_eq!(text, "\"v9\" names no commit or tree in this repository");
     }
 

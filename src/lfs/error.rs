@@ -13,8 +13,8 @@ use std::sync::Arc;
 use super::settings::SettingsError;
 use xet_client::pipeline::download::DownloadError;
 use xet_client::pipeline::upload::UploadError;
-use xet_client::TargetError;
 use xet_format::{FileHash, LfsOid};
+use xet_protocol::TargetError;
 use xet_store::StoreError;
 
 /// Why one request (or the agent's start) failed. See the module documentation.

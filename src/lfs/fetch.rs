@@ -30,9 +30,9 @@ use super::settings;
 use crate::git::{objects, worktree, Git};
 use git2::Oid;
 use xet_client::object_chunks::object_path;
-use xet_client::util::sync::LockAnyway as _;
 use xet_format::pointer::Pointer;
 use xet_format::LfsOid;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Why objects could not be fetched at all (one object failing is reported in
 /// [`Fetched::failed`] instead).
@@ -405,12 +405,12 @@ fn fetch_one(
         Some(a) => a,
         None => agent.insert(
             InProcessAgent::new(AgentOptions::in_dir(dir), remote)
-                .map_err(|e| xet_client::redact::redact(&e.to_string()))?,
+                .map_err(|e| xet_protocol::redact::redact(&e.to_string()))?,
         ),
     };
     let (tmp, sha) = agent
         .download(t)
-        .map_err(|e| xet_client::redact::redact(&e.to_string()))?;
+        .map_err(|e| xet_protocol::redact::redact(&e.to_string()))?;
     let placed = place(&tmp, &t.oid, t.size, store, sha);
     if placed.is_err() {
         let _ = std::fs::remove_file(&tmp);

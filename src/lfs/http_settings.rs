@@ -36,7 +36,7 @@ pub(crate) fn http_options(git: &Git, url: &str) -> HttpOptions {
     );
     if !options.verify {
         tracing::warn!(
-            url = %xet_client::redact::redact(url),
+            url = %xet_protocol::redact::redact(url),
             "TLS certificates are not checked (http.sslVerify=false or GIT_SSL_NO_VERIFY): \
              anyone on the network path can read and change what is sent"
         );
@@ -45,7 +45,7 @@ pub(crate) fn http_options(git: &Git, url: &str) -> HttpOptions {
 }
 
 /// The `http.extraheader` headers git sends to `url` (see the module documentation), as
-/// (name, value); each value is registered as a secret for [`xet_client::redact`] (CI checkouts
+/// (name, value); each value is registered as a secret for [`xet_protocol::redact`] (CI checkouts
 /// put credentials there). A git that cannot be asked, or a malformed header, gives none.
 pub(crate) fn extra_headers(git: &Git, url: &str) -> Vec<(String, String)> {
     let Some(out) = git
@@ -82,7 +82,7 @@ pub(crate) fn extra_headers(git: &Git, url: &str) -> Vec<(String, String)> {
         }
         if let Some((name, v)) = value.split_once(':') {
             let v = v.trim();
-            xet_client::redact::register_authorization(v);
+            xet_protocol::redact::register_authorization(v);
             headers.push((name.trim().to_string(), v.to_string()));
         }
     }

@@ -95,7 +95,7 @@ impl Record {
             history_bytes: 0,
             reused_bytes: 0,
             endpoint: String::new(),
-            time: xet_client::util::now_unix(),
+            time: xet_protocol::util::now_unix(),
         }
     }
 }
@@ -105,7 +105,7 @@ pub fn path(common_dir: &Path) -> PathBuf {
     common_dir.join("xet").join("transfers.jsonl")
 }
 
-/// Appends `record` to the journal (creating it), its endpoint redacted ([`xet_client::redact`]: a
+/// Appends `record` to the journal (creating it), its endpoint redacted ([`xet_protocol::redact`]: a
 /// password in an endpoint URL never lands in the journal).
 pub fn append(common_dir: &Path, record: &Record) -> std::io::Result<()> {
     Appender::open(common_dir)?.append(record)
@@ -165,7 +165,7 @@ impl Appender {
     /// Appends `record`, its endpoint redacted.
     pub fn append(&mut self, record: &Record) -> std::io::Result<()> {
         let record = Record {
-            endpoint: xet_client::redact::redact(&record.endpoint),
+            endpoint: xet_protocol::redact::redact(&record.endpoint),
             ..record.clone()
         };
         let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;

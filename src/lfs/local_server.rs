@@ -81,7 +81,7 @@ pub(crate) fn connect_or_start(dir: &Path) -> Result<Announce, LocalServerError>
     loop {
         if let Some(a) = local_server::read(dir) {
             if answers(&a.url) {
-                xet_client::redact::register_secret(&a.token);
+                xet_protocol::redact::register_secret(&a.token);
                 return Ok(a);
             }
         }

@@ -18,7 +18,7 @@
 //! or differ from go-netrc in the cases above (which entry wins, what makes a file bad, macros),
 //! and the format is small. The parser never panics, and nothing here logs or shows a password.
 
-use xet_client::util::secret::Secret;
+use xet_protocol::util::secret::Secret;
 
 /// One entry of a netrc file (a `machine` or the `default`).
 #[derive(Clone)]

@@ -392,15 +392,15 @@ pub(crate) const MAX_MESSAGE: usize = 4096;
 /// The longest piece of input (a field, a path, a line) echoed in a message.
 pub(crate) const MAX_ECHO: usize = 200;
 
-/// A message as git-lfs gets it: secrets masked ([`xet_client::redact`]), at most [`MAX_MESSAGE`]
+/// A message as git-lfs gets it: secrets masked ([`xet_protocol::redact`]), at most [`MAX_MESSAGE`]
 /// bytes.
 pub(crate) fn shown_message(message: &str) -> String {
-    xet_client::redact::clip(&xet_client::redact::redact(message), MAX_MESSAGE).into_owned()
+    xet_protocol::redact::clip(&xet_protocol::redact::redact(message), MAX_MESSAGE).into_owned()
 }
 
 /// A piece of input as echoed in a message: redacted, then clipped to [`MAX_ECHO`] bytes.
 pub fn echo(input: &str) -> String {
-    xet_client::redact::clip(&xet_client::redact::redact(input), MAX_ECHO).into_owned()
+    xet_protocol::redact::clip(&xet_protocol::redact::redact(input), MAX_ECHO).into_owned()
 }
 
 #[derive(Serialize)]

@@ -26,8 +26,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::git::Git;
-use xet_client::Endpoint;
 use xet_format::LfsOid;
+use xet_protocol::Endpoint;
 
 use super::terminal;
 
@@ -116,8 +116,8 @@ pub fn refusal(caller: &Caller, remote: &str) -> String {
          lists them as \"missing on remote\"; they may well be there). Run `git xet prune` \
          instead: it checks each object at the endpoint and deletes only those held there \
          (`git xet prune --dry-run` shows what it would do)",
-        xet_client::redact::clip(&caller.command, 200),
-        xet_client::redact::redact(remote)
+        xet_protocol::redact::clip(&caller.command, 200),
+        xet_protocol::redact::redact(remote)
     )
 }
 
@@ -149,7 +149,7 @@ pub fn candidates(git: &Git, remote: &str) -> Result<Vec<LfsOid>, String> {
     if !out.status.success() {
         return Err(format!(
             "`git lfs prune --dry-run --verbose` failed: {}",
-            xet_client::redact::redact(xet_client::redact::clip(stderr.trim(), 2000).as_ref())
+            xet_protocol::redact::redact(xet_protocol::redact::clip(stderr.trim(), 2000).as_ref())
         ));
     }
     let mut oids = parse_dry_run(&stdout);
@@ -235,7 +235,7 @@ pub fn check(endpoint: &dyn Endpoint, oid: &LfsOid, size: u64) -> Verdict {
             "not held intact at the endpoint (or, pushed moments ago, not checked there yet)"
                 .into(),
         ),
-        Err(e) => Verdict::Unknown(xet_client::redact::redact(&e.to_string())),
+        Err(e) => Verdict::Unknown(xet_protocol::redact::redact(&e.to_string())),
     }
 }
 

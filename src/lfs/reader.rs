@@ -28,10 +28,10 @@ use super::error::TransferError;
 use super::protocol::{Action, Operation};
 use super::settings::{self, TransferMode};
 use crate::git::Git;
-use xet_client::util::sync::LockAnyway as _;
-use xet_client::wire::{XET_DOWNLOAD_TRANSFER, XET_TRANSFER};
-use xet_client::Endpoint;
 use xet_format::{FileHash, LfsOid};
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::wire::{XET_DOWNLOAD_TRANSFER, XET_TRANSFER};
+use xet_protocol::Endpoint;
 
 /// The largest batch answer read (one request asks about a few hundred objects at most).
 const MAX_BATCH_ANSWER: usize = 64 << 20;
@@ -262,7 +262,7 @@ impl ObjectReader {
                         Err(e) if e.is_unavailable() => {
                             tracing::info!(
                                 "{e}; asking {} without SSH credentials",
-                                xet_client::redact::redact(&lfs_url)
+                                xet_protocol::redact::redact(&lfs_url)
                             );
                         }
                         Err(e) => return Err(TransferError::BatchRefused(e.to_string())),
@@ -384,7 +384,7 @@ impl ObjectReader {
             return Err(TransferError::Setup(format!(
                 "the LFS server {} does not offer the xet transfer, so objects cannot be read \
                  in part: fetch them first (`git lfs fetch`), then they are read locally",
-                xet_client::redact::redact(&settings::split_userinfo(lfs_url).bare)
+                xet_protocol::redact::redact(&settings::split_userinfo(lfs_url).bare)
             )));
         }
         for object in answer.objects {
@@ -419,7 +419,7 @@ impl ObjectReader {
                     continue;
                 };
                 if let Some(e) = object.error {
-                    let message = xet_client::redact::clip(&e.message, 1024).into_owned();
+                    let message = xet_protocol::redact::clip(&e.message, 1024).into_owned();
                     out.insert(oid, Err(format!("{} ({})", message, e.code)));
                 } else if let Some(action) = object.actions.and_then(|a| a.download) {
                     out.insert(oid, Ok(action));
@@ -483,18 +483,18 @@ impl ObjectReader {
         let failed = |e: String| {
             TransferError::Setup(format!(
                 "the LFS server {} cannot be asked about objects: {e}",
-                xet_client::redact::redact(&split.bare)
+                xet_protocol::redact::redact(&split.bare)
             ))
         };
         let describe = |e: &reqwest::Error| {
             xet_client::remote::cert_problem(e)
                 .map(|p| {
-                    let host = xet_client::util::url::origin(&target)
+                    let host = xet_client::url::origin(&target)
                         .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
                         .unwrap_or_default();
                     xet_client::remote::cert_advice(&host, p)
                 })
-                .unwrap_or_else(|| xet_client::util::error::chain_text(e))
+                .unwrap_or_else(|| xet_protocol::util::error::chain_text(e))
         };
         let response = request
             .send(client, &body)
@@ -505,7 +505,7 @@ impl ObjectReader {
                 "the LFS server {} refused git-xet's request (HTTP {status}): store the \
                  credential with `git credential approve`, or run `git lfs fetch` once so that \
                  your credential helper keeps it",
-                xet_client::redact::redact(&split.bare)
+                xet_protocol::redact::redact(&split.bare)
             )));
         }
         if !status.is_success() {
@@ -537,7 +537,7 @@ impl ObjectReader {
         if let Some(e) = object.error {
             tracing::debug!(%oid, code = e.code, "the LFS server has no object: {}", e.message);
             if e.code != 404 {
-                let message = xet_client::redact::clip(&e.message, 1024).into_owned();
+                let message = xet_protocol::redact::clip(&e.message, 1024).into_owned();
                 learned.insert(oid, ObjectLocation::Refused(message));
             }
             return Ok(());
@@ -577,7 +577,7 @@ impl ObjectReader {
     pub fn describe(&self) -> String {
         match &self.route {
             Route::Standalone(lease) => lease.get().describe(),
-            Route::Negotiated { lfs_url, .. } => xet_client::redact::redact(lfs_url),
+            Route::Negotiated { lfs_url, .. } => xet_protocol::redact::redact(lfs_url),
         }
     }
 }

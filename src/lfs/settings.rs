@@ -17,11 +17,11 @@
 //! `href` an LFS server named (a committed `.lfsconfig` can point any repository's LFS traffic
 //! anywhere). `HF_TOKEN` goes only to Hugging Face's own hosts over https. A credential helper
 //! answer is asked for the exact URL it is sent to, so git's own matching decides. Every
-//! secret read here is registered with [`xet_client::redact`].
+//! secret read here is registered with [`xet_protocol::redact`].
 
 use std::path::{Path, PathBuf};
-use xet_client::util::secret::Secret;
 use xet_client::{CacheConfig, CacheError};
+use xet_protocol::util::secret::Secret;
 
 use crate::git::{Git, GitError};
 
@@ -156,7 +156,7 @@ impl EndpointSpec {
     /// The endpoint as shown to users (a password in the URL masked).
     pub fn display(&self) -> String {
         match self {
-            EndpointSpec::Http(url) => xet_client::redact::redact(url),
+            EndpointSpec::Http(url) => xet_protocol::redact::redact(url),
             EndpointSpec::Dir(path) => path.display().to_string(),
         }
     }
@@ -424,7 +424,7 @@ pub(crate) fn transfer_mode(git: &Git, lfs_url: Option<&str>) -> TransferMode {
         _ => git.config_get("lfs.standalonetransferagent").ok().flatten(),
     };
     match agent.filter(|a| !a.trim().is_empty()) {
-        Some(a) if a.trim() == xet_client::wire::XET_TRANSFER => TransferMode::Standalone,
+        Some(a) if a.trim() == xet_protocol::wire::XET_TRANSFER => TransferMode::Standalone,
         Some(a) => TransferMode::OtherStandalone(a.trim().to_string()),
         None if lfs_url.is_some_and(|u| u.to_ascii_lowercase().starts_with("file://")) => {
             TransferMode::FileAdapter
@@ -525,7 +525,9 @@ pub(crate) fn inspect_dir_endpoint(dir: &Path) -> DirState {
             }
         }
         Ok(text) => {
-            return DirState::OtherVersion(xet_client::redact::clip(text.trim(), 100).into_owned())
+            return DirState::OtherVersion(
+                xet_protocol::redact::clip(text.trim(), 100).into_owned(),
+            )
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return DirState::Unreadable(format!("{STORE_VERSION_FILE}: {e}")),
@@ -589,7 +591,7 @@ fn missing_dir_state(dir: &Path) -> DirState {
 fn may_write(dir: &Path) -> bool {
     #[cfg(unix)]
     {
-        xet_client::util::os::may_write_dir(dir)
+        xet_protocol::util::os::may_write_dir(dir)
     }
     #[cfg(not(unix))]
     {
@@ -600,7 +602,7 @@ fn may_write(dir: &Path) -> bool {
 /// An http(s) URL split into the URL without its userinfo (what requests go to and what is
 /// shown), the URL with the user name but without the password (what `git credential fill` is
 /// asked about) and the password, percent-decoded. The password is registered with
-/// [`xet_client::redact`].
+/// [`xet_protocol::redact`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UrlCredentials {
     pub bare: String,
@@ -622,8 +624,8 @@ pub(crate) fn split_userinfo(url: &str) -> UrlCredentials {
         .map(percent_decode)
         .filter(|p| !p.is_empty());
     if let Some(p) = &password {
-        xet_client::redact::register_secret(p);
-        xet_client::redact::register_secret(parsed.password().unwrap_or_default());
+        xet_protocol::redact::register_secret(p);
+        xet_protocol::redact::register_secret(parsed.password().unwrap_or_default());
     }
     let _ = parsed.set_password(None);
     let with_user = parsed.as_str().trim_end_matches('/').to_string();
@@ -649,7 +651,7 @@ fn env_secret(name: &str) -> Option<Secret> {
 }
 
 /// Registers the secrets of the environment ([`TOKEN_ENV`], comma-separated as `git xet
-/// serve` takes it, and [`HF_TOKEN_ENV`]) with [`xet_client::redact`], so that they are masked even
+/// serve` takes it, and [`HF_TOKEN_ENV`]) with [`xet_protocol::redact`], so that they are masked even
 /// before anything reads them.
 pub(crate) fn register_env_secrets() {
     // GIT_XET_TOKEN, GIT_XET_READ_TOKEN and GIT_XET_ADMIN_TOKEN may be comma-separated lists
@@ -657,7 +659,7 @@ pub(crate) fn register_env_secrets() {
     for var in [TOKEN_ENV, "GIT_XET_READ_TOKEN", "GIT_XET_ADMIN_TOKEN"] {
         if let Some(t) = env_secret(var) {
             for part in t.expose().split(',') {
-                xet_client::redact::register_secret(part.trim());
+                xet_protocol::redact::register_secret(part.trim());
             }
         }
     }
@@ -710,7 +712,7 @@ impl TokenOrigin {
 
 /// The user name and password git's credential helpers hold for `url`, asked without ever
 /// prompting (for `git xet status`'s check of an LFS server); both registered with
-/// [`xet_client::redact`].
+/// [`xet_protocol::redact`].
 pub(crate) fn stored_credential(git: &Git, url: &str) -> Option<(String, String)> {
     let answer = credential_answer(git, url, false)?;
     let user = answer
@@ -723,7 +725,7 @@ pub(crate) fn stored_credential(git: &Git, url: &str) -> Option<(String, String)
         .find_map(|l| l.strip_prefix("password="))
         .filter(|p| !p.is_empty())?
         .to_string();
-    xet_client::redact::register_secret(&password);
+    xet_protocol::redact::register_secret(&password);
     Some((user, password))
 }
 
@@ -746,7 +748,7 @@ pub(crate) fn netrc_path() -> Option<PathBuf> {
 
 /// The login and password the user's netrc file ([`netrc_path`]) holds for `url`'s host (the
 /// URL's user name, if any, must be the entry's login; see [`super::netrc`]); the password is
-/// registered with [`xet_client::redact`]. A file that cannot be read or parsed gives none (a
+/// registered with [`xet_protocol::redact`]. A file that cannot be read or parsed gives none (a
 /// warning names the file and line, never its text).
 pub(crate) fn netrc_credential(url: &str) -> Option<(String, String)> {
     let parsed = reqwest::Url::parse(url).ok()?;
@@ -988,7 +990,7 @@ pub(crate) fn refresh_authorization(
         hf_token.as_ref().map(Secret::expose),
     ) {
         RefreshCredential::Action(a) => {
-            xet_client::redact::register_authorization(&a);
+            xet_protocol::redact::register_authorization(&a);
             Some(Secret::new(a))
         }
         RefreshCredential::HfToken(t) => Some(Secret::new(format!("Bearer {t}"))),
@@ -1028,10 +1030,10 @@ fn ssh_refresh_authorization(git: &Git, href: &str, ssh: &SshRefresh) -> Option<
     };
     if !same_origin(&issued_for, href) {
         tracing::warn!(
-            href = %xet_client::redact::redact(href),
+            href = %xet_protocol::redact::redact(href),
             "git-lfs-authenticate's credential is for {}, another origin than the token \
              refresh route; not sent",
-            xet_client::redact::redact(&issued_for)
+            xet_protocol::redact::redact(&issued_for)
         );
         return None;
     }
@@ -1059,7 +1061,7 @@ pub(crate) fn cache_root() -> Result<PathBuf, CacheError> {
 fn size_from_env(name: &str, default: u64) -> Result<u64, CacheError> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => {
-            xet_client::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
+            xet_protocol::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
                 value: v,
                 origin: name.into(),
             })
@@ -1081,11 +1083,11 @@ pub(crate) fn cache_config() -> Result<CacheConfig, CacheError> {
 
 /// The retry horizon from [`RETRY_SECS_ENV`] (seconds, or a duration such as `2m`), if set.
 pub(crate) fn retry_horizon() -> Option<std::time::Duration> {
-    xet_client::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
+    xet_protocol::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
 }
 
 /// Asks git's credential helpers for `url`; the password is the token (registered with
-/// [`xet_client::redact`]). Not `interactive`: git may not prompt on the terminal.
+/// [`xet_protocol::redact`]). Not `interactive`: git may not prompt on the terminal.
 fn credential_fill(git: &Git, url: &str, interactive: bool) -> Option<Secret> {
     let answer = credential_answer(git, url, interactive)?;
     let password = answer
@@ -1103,7 +1105,7 @@ fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> 
     // its own to the request (`host=` another site) and fetch another site's credential.
     let Some(url) = credential_url(url) else {
         tracing::warn!(
-            url = %xet_client::redact::redact(&xet_client::redact::clip(url, 200)),
+            url = %xet_protocol::redact::redact(&xet_protocol::redact::clip(url, 200)),
             "not asking git for a credential: not a plain http(s) URL"
         );
         return None;
@@ -1135,8 +1137,8 @@ fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> 
     let out = child.wait_with_output().ok()?;
     if !out.status.success() {
         tracing::debug!(
-            url = %xet_client::redact::redact(url),
-            stderr = %xet_client::redact::redact(String::from_utf8_lossy(&out.stderr).trim()),
+            url = %xet_protocol::redact::redact(url),
+            stderr = %xet_protocol::redact::redact(String::from_utf8_lossy(&out.stderr).trim()),
             "git credential fill found no credential"
         );
         return None;
@@ -1147,7 +1149,7 @@ fn credential_answer(git: &Git, url: &str, interactive: bool) -> Option<String> 
         .find_map(|l| l.strip_prefix("password="))
         .filter(|p| !p.is_empty())
     {
-        xet_client::redact::register_secret(p);
+        xet_protocol::redact::register_secret(p);
     }
     Some(answer)
 }
@@ -1223,7 +1225,7 @@ mod tests {
         assert_eq!(u.bare, "http://127.0.0.1:8080");
         assert_eq!(u.with_user, "http://git@127.0.0.1:8080");
         assert_eq!(u.password.as_deref(), Some("p@ss/w0rd"));
-        assert_eq!(xet_client::redact::redact("x p@ss/w0rd y"), "x *** y");
+        assert_eq!(xet_protocol::redact::redact("x p@ss/w0rd y"), "x *** y");
         let u = split_userinfo("https://h.example/x");
         assert_eq!((u.bare.as_str(), u.password), ("https://h.example/x", None));
         assert_eq!(percent_decode("a%2"), "a%2");

@@ -264,7 +264,7 @@ pub(crate) struct SshAuth {
     #[serde(default)]
     pub href: String,
     /// Headers for the batch request (an `Authorization`), registered with
-    /// [`xet_client::redact`].
+    /// [`xet_protocol::redact`].
     #[serde(default)]
     pub header: std::collections::BTreeMap<String, String>,
     /// Seconds the headers are good for, when the server says.
@@ -338,7 +338,7 @@ impl SshAuthError {
 
 /// Runs `git-lfs-authenticate` for `remote` and `operation` (see the module documentation) in
 /// `dir`, without a terminal (stdin is empty): its answer. The answer's headers are registered
-/// with [`xet_client::redact`]; nothing of them is logged.
+/// with [`xet_protocol::redact`]; nothing of them is logged.
 pub(crate) fn authenticate(
     settings: &SshSettings,
     remote: &SshRemote,
@@ -374,7 +374,7 @@ pub(crate) fn authenticate(
     } else {
         format!(
             ": {}",
-            xet_client::redact::redact(&xet_client::redact::clip(&stderr, 500))
+            xet_protocol::redact::redact(&xet_protocol::redact::clip(&stderr, 500))
         )
     };
     if !out.status.success() {
@@ -421,8 +421,8 @@ pub(crate) fn authenticate(
             why: e.to_string(),
         })?;
     for value in answer.header.values() {
-        xet_client::redact::register_authorization(value);
-        xet_client::redact::register_secret(value);
+        xet_protocol::redact::register_authorization(value);
+        xet_protocol::redact::register_secret(value);
     }
     if !answer.href.is_empty() {
         let scheme_ok = reqwest::Url::parse(&answer.href)
@@ -432,7 +432,7 @@ pub(crate) fn authenticate(
                 host,
                 why: format!(
                     "its href {:?} is not an http(s) URL",
-                    xet_client::redact::clip(&answer.href, 200)
+                    xet_protocol::redact::clip(&answer.href, 200)
                 ),
             });
         }
@@ -629,7 +629,7 @@ mod tests {
         assert_eq!(ok.href, "https://lfs.example/r.git/info/lfs");
         assert_eq!(ok.authorization(), Some("RemoteAuth s3cr3t-token"));
         assert_eq!(ok.expires_in, Some(60));
-        assert!(!xet_client::redact::redact("x RemoteAuth s3cr3t-token y").contains("s3cr3t"));
+        assert!(!xet_protocol::redact::redact("x RemoteAuth s3cr3t-token y").contains("s3cr3t"));
         let e = run("git@h:missing/repo").unwrap_err();
         assert!(e.is_unavailable(), "{e}");
         let e = run("git@h:broken/repo").unwrap_err();

@@ -59,7 +59,11 @@ pub(crate) fn tell_user_once(git: &Git, pid: u32, topic: &str, message: &str) {
     }
     if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
         use std::io::Write;
-        let _ = writeln!(tty, "\ngit-xet: {}\n", xet_client::redact::redact(message));
+        let _ = writeln!(
+            tty,
+            "\ngit-xet: {}\n",
+            xet_protocol::redact::redact(message)
+        );
     }
 }
 

@@ -35,7 +35,7 @@ use fuser::{
 use super::readahead::{Prefetcher, Streams, Target, PREFETCH_THREADS};
 use super::view::{Node, Opened, View};
 use crate::git::checkout;
-use xet_client::util::sync::LockAnyway as _;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// The most the kernel reads ahead by itself, per file (its own page-cache read-ahead, in
 /// requests to us); ours follows the reader's streams instead.

@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::lfs::reader::EndpointHandle;
 use xet_client::pipeline::ranged::{RangedFile, SPAN_CACHE_BYTES};
-use xet_client::util::sync::LockAnyway as _;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Streams followed per open file.
 pub(crate) const MAX_STREAMS: usize = 16;
@@ -361,7 +361,7 @@ fn run(shared: &Shared) {
             if let Some(job) = queue.pending.pop() {
                 break job;
             }
-            queue = xet_client::util::sync::wait_anyway(&shared.queued, queue);
+            queue = xet_protocol::util::sync::wait_anyway(&shared.queued, queue);
         };
         drop(queue);
         if let Err(e) = target.file.prefetch(target.endpoint.get(), start, end) {

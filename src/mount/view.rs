@@ -22,9 +22,9 @@ use crate::git::objects::{self, EntryKind, LeftOut, ObjectsError};
 use crate::lfs::error::TransferError;
 use crate::lfs::reader::{EndpointHandle, ObjectLocation, ObjectReader};
 use xet_client::pipeline::ranged::{RangedError, RangedFile};
-use xet_client::util::sync::LockAnyway as _;
 use xet_format::pointer::Pointer;
 use xet_format::LfsOid;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Why a view cannot be made, or a file read.
 #[derive(Debug, thiserror::Error)]

@@ -47,8 +47,8 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use xet_client::util::range::GrantedRanges;
 use xet_format::XorbHash;
+use xet_protocol::util::range::GrantedRanges;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -93,7 +93,7 @@ pub(crate) fn usable_user_name(name: &str) -> Result<(), &'static str> {
 /// A configured long-lived secret.
 #[derive(Clone)]
 pub struct ServerToken {
-    value: xet_client::util::secret::Secret,
+    value: xet_protocol::util::secret::Secret,
     pub scope: Scope,
     /// The user this secret always speaks for (from the token file), if any.
     name: Option<String>,
@@ -201,7 +201,7 @@ impl ServerToken {
         }
         Ok(Self {
             // Never in a log line, whatever writes it (registered with `redact` too).
-            value: xet_client::util::secret::Secret::new(value),
+            value: xet_protocol::util::secret::Secret::new(value),
             scope,
             name: None,
             repos: None,
@@ -241,7 +241,7 @@ impl ServerToken {
 
 /// A secret that opens the status page and nothing else (see the module documentation).
 #[derive(Clone)]
-pub struct AdminToken(xet_client::util::secret::Secret);
+pub struct AdminToken(xet_protocol::util::secret::Secret);
 
 impl std::fmt::Debug for AdminToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -259,7 +259,7 @@ impl AdminToken {
                 len: value.len(),
             });
         }
-        Ok(Self(xet_client::util::secret::Secret::new(value)))
+        Ok(Self(xet_protocol::util::secret::Secret::new(value)))
     }
 
     /// Whether `candidate` is this secret, compared in constant time.
@@ -452,7 +452,7 @@ impl std::fmt::Debug for Authority {
     }
 }
 
-pub use xet_client::util::now_unix;
+pub use xet_protocol::util::now_unix;
 
 impl Authority {
     pub fn new(secrets: Vec<ServerToken>, key: [u8; 32]) -> Self {
@@ -524,7 +524,7 @@ impl Authority {
                 .try_into()
                 .map_err(|_| err(format!("{} bytes, expected 32; delete it to make a new key (this invalidates issued tokens)", bytes.len()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let key = xet_client::random_bytes::<32>()
+                let key = xet_protocol::random_bytes::<32>()
                     .map_err(|e| err(format!("no random source: {e}")))?;
                 write_private(path, &key).map_err(|e| err(e.to_string()))?;
                 Ok(key)

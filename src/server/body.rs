@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
@@ -124,7 +124,7 @@ pub(crate) async fn next_data(body: &mut Body) -> Option<Result<Bytes, axum::Err
 /// `body_read_failed` (the client closed the connection half-way, or broke the framing).
 pub(crate) fn read_error(what: &str, e: axum::Error) -> ApiError {
     let inner = e.into_inner();
-    if let Some(t) = xet_client::util::error::find::<BodyTimedOut>(inner.as_ref()) {
+    if let Some(t) = xet_protocol::util::error::find::<BodyTimedOut>(inner.as_ref()) {
         tracing::info!(what, "request body timed out");
         return ApiError::body_timeout(what, t.0);
     }

@@ -30,7 +30,7 @@
 //!   [`xorb_data::MAX_RANGES`] ranges, whose lengths may not add up to more than the object
 //!   (so overlapping ranges cannot multiply the work); more is 400. Unsatisfiable ranges are
 //!   dropped; if none is left, 416 with `Content-Range: bytes */LEN`. v2 reconstruction entries
-//!   carry at most [`reconstruction::RANGES_PER_ENTRY`] ranges, so a client in multi-range mode
+//!   carry at most [`plan_json::RANGES_PER_ENTRY`] ranges, so a client in multi-range mode
 //!   stays within the limit. The signature covers the xorb, the expiry and the granted ranges;
 //!   every requested range must lie within a granted one (403 `range_not_granted`).
 //! - **Shard progress.** `POST /v2/shards` answers 200 once auth, size and the shard header have
@@ -43,6 +43,7 @@ pub mod dedup;
 pub mod file_chunks;
 pub mod grants;
 pub mod lfs_files;
+pub mod plan_json;
 pub mod progress;
 pub mod reconstruction;
 pub mod upload;
@@ -54,7 +55,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post, put, MethodRouter};
 use axum::Router;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::error::ApiError;
 use super::SharedState;

@@ -42,7 +42,7 @@ use xet_client::pipeline::download::{write_file, write_plan};
 use xet_format::{FileHash, LfsOid};
 use xet_store::{Store, StoreError};
 
-pub use xet_client::wire::CHECKS_SHA256_HEADER;
+pub use xet_protocol::wire::CHECKS_SHA256_HEADER;
 
 /// How often the job looks for new claims, by default.
 pub(crate) const PASS_INTERVAL: Duration = Duration::from_secs(1);
@@ -248,7 +248,7 @@ fn check_slice(
             Ok(())
         })
     } else {
-        let slice = xet_client::ReconstructionPlan {
+        let slice = xet_protocol::ReconstructionPlan {
             terms: plan.terms[start..end].to_vec(),
             file_size: bytes,
             offset_into_first_range: 0,

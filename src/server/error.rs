@@ -16,7 +16,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::auth::AuthError;
 use xet_store::StoreError;
@@ -153,7 +153,7 @@ impl From<AuthError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        use xet_client::reconstruction::PlanError;
+        use xet_protocol::reconstruction::PlanError;
         match &e {
             StoreError::InvalidXorb { source, .. } => {
                 let code = match source {

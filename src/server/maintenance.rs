@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use xet_client::util::now_ms;
+use xet_protocol::util::now_ms;
 
 use super::metrics::{storage_error, StorageOperation};
 use xet_store::checkpoint::CompactOptions;
@@ -235,7 +235,7 @@ pub fn spawn(store: &Arc<Store>, m: Maintenance) -> Vec<tokio::task::JoinHandle<
                     Err(e) => GcRun::failed(
                         started,
                         now_ms(),
-                        xet_client::redact::redact(&e.to_string()),
+                        xet_protocol::redact::redact(&e.to_string()),
                     ),
                 };
                 // For the status page; the collection's outcome stands either way.
@@ -303,7 +303,7 @@ fn spawn_leased<T: Send + 'static>(
     let holder = format!(
         "{}-{}",
         hostname().unwrap_or_else(|| "node".into()),
-        xet_client::random_hex(6)
+        xet_protocol::random_hex(6)
     );
     let lease = every + Duration::from_secs(3600);
     tokio::spawn(async move {

@@ -403,7 +403,7 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
     );
     let root = state.store.root().to_path_buf();
     if let Ok(Ok(free)) =
-        tokio::task::spawn_blocking(move || xet_client::util::os::available_space(&root)).await
+        tokio::task::spawn_blocking(move || xet_protocol::util::os::available_space(&root)).await
     {
         state
             .metrics

@@ -41,7 +41,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -54,8 +54,8 @@ use axum::{Json, Router};
 use self::auth::{now_unix, Authority, Grant, Scope, ServerToken};
 use self::error::ApiError;
 pub(crate) use self::maintenance::Maintenance;
-use xet_client::util::sync::LockAnyway as _;
 use xet_format::HmacKey;
+use xet_protocol::util::sync::LockAnyway as _;
 use xet_store::{Store, StoreOptions};
 
 /// Everything `git xet serve` is configured with.
@@ -323,7 +323,7 @@ impl AppState {
         let mut k = self.dedup_key.lock_anyway();
         let now = now_unix();
         if k.expires <= now {
-            let key = xet_client::random_bytes::<32>()
+            let key = xet_protocol::random_bytes::<32>()
                 .map_err(|e| ApiError::internal(format!("no random source: {e}")))?;
             *k = DedupKey {
                 key: HmacKey::from_bytes(key),
@@ -361,7 +361,7 @@ pub(crate) fn parse_hash<T: std::str::FromStr<Err = xet_format::HashParseError>>
 /// Assigns every request an id (`X-Request-Id`), logs it, and adds `request_id` to JSON error
 /// bodies.
 async fn request_context(request: Request, next: Next) -> Response {
-    let id = xet_client::random_hex(8);
+    let id = xet_protocol::random_hex(8);
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let started = Instant::now();
@@ -728,7 +728,7 @@ async fn shared_key(store: &Arc<Store>) -> Result<Option<[u8; 32]>, ServeError> 
     if !store.is_shared() {
         return Ok(None);
     }
-    let initial = xet_client::random_bytes::<32>()
+    let initial = xet_protocol::random_bytes::<32>()
         .map_err(|e| ServeError::Serve(std::io::Error::other(format!("no random source: {e}"))))?;
     let st = Arc::clone(store);
     let value = tokio::task::spawn_blocking(move || st.shared_value("server.key", &initial))

@@ -31,7 +31,7 @@
 use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime};
-use xet_client::util::now_ms;
+use xet_protocol::util::now_ms;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -40,8 +40,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
-use xet_client::util::sync::LockAnyway as _;
-use xet_client::wire::ErrorCode;
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::wire::ErrorCode;
 use xet_store::stats::{GcRun, Push, Sample, Usage, UsageLimits};
 use xet_store::Store;
 
@@ -156,7 +156,7 @@ impl StatusState {
 }
 
 fn now_secs() -> u64 {
-    xet_client::util::now_unix()
+    xet_protocol::util::now_unix()
 }
 
 /// Whether `id` can name a node (and its object in the bucket): 1 to 64 of `[A-Za-z0-9._-]`,
@@ -189,7 +189,7 @@ pub(crate) fn node_id(dir: &Path) -> std::io::Result<String> {
         .chars()
         .take(48)
         .collect();
-    let id = format!("{host}-{}", xet_client::random_hex(3));
+    let id = format!("{host}-{}", xet_protocol::random_hex(3));
     std::fs::create_dir_all(dir)?;
     std::fs::write(&path, format!("{id}\n"))?;
     Ok(id)
@@ -540,7 +540,7 @@ async fn snapshot(state: &SharedState) -> Result<Snapshot, ApiError> {
         }
         uploaders.sort_by_key(|u| std::cmp::Reverse(u.claims));
         uploaders.truncate(SHOWN_UPLOADERS);
-        let free = xet_client::util::os::available_space(store.root()).ok();
+        let free = xet_protocol::util::os::available_space(store.root()).ok();
         Ok((
             store.samples()?,
             store.recent_pushes(SHOWN_PUSHES)?,

@@ -132,7 +132,8 @@ fn push_and_clone_with_the_company_ca_from_git_settings() {
 fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     let pki = Pki::new();
     let (_s, n) = behind_nginx(&pki, false);
-    use xet_client::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_protocol::CasTarget;
     let cas = RemoteCas::new(RemoteConfig::new(
         n.url(),
         TokenSource::fixed(Some(WRITE_TOKEN.into())),
@@ -296,7 +297,8 @@ fn a_self_signed_server_certificate_in_the_ca_file_is_trusted_as_git_trusts_it()
     // The server's certificate is its own CA (`openssl req -x509`), and the CA file holds it.
     let pki = Pki::self_signed();
     let (_s, n) = behind_nginx(&pki, false);
-    use xet_client::{CasTarget, RemoteCas, RemoteConfig, TokenSource};
+    use xet_client::{RemoteCas, RemoteConfig, TokenSource};
+    use xet_protocol::CasTarget;
     let chunk = xet_format::ChunkHash::from_bytes([7; 32]);
     // Without it, refused with advice to name the certificate, not to stop checking.
     let cas = RemoteCas::new(RemoteConfig::new(

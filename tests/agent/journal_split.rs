@@ -200,7 +200,7 @@ fn the_journal_counts_the_wire_and_what_this_machine_had_apart() {
     assert_eq!(journal["downloaded_bytes"], wire, "{journal}");
     assert_eq!(journal["reused_bytes"], reused, "{journal}");
     let text = stdout(&other, &clone, &["xet", "status", "--no-network"]);
-    let size = xet_client::util::size::format_size;
+    let size = xet_protocol::util::size::format_size;
     let line = format!(
         "downloaded {}, {} reused from this machine",
         size(wire),

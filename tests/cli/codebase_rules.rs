@@ -1,8 +1,8 @@
 //! Rules of the codebase that a reviewer would otherwise have to remember:
 //!
 //! - **Layers point one way.** The workspace's crates depend on each other only downwards:
-//!   `xet-format` on none of them, `xet-client` on `xet-format`, `xet-store` on those two, and
-//!   the `git-xet` crate on any (as `cargo metadata` says, normal and build dependencies; a
+//!   `xet-format` on none of them, `xet-protocol` on `xet-format`, `xet-client` and `xet-store`
+//!   (side by side: neither on the other) on those two, and the `git-xet` crate on any (as `cargo metadata` says, normal and build dependencies; a
 //!   crate's tests may use anything).
 //! - **A test never passes without running its checks.** No `#[test]` function (in `tests/`,
 //!   `src/` or a crate) has a `return` of its own (a test that needs a tool is marked ignored by `build.rs` and
@@ -18,8 +18,19 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The layers, lowest first: a crate may depend only on crates before it.
-const LAYERS: &[&str] = &["xet-format", "xet-client", "xet-store", "git-xet"];
+/// The workspace's crates and their layers, lowest first: a crate may depend only on crates of
+/// a lower layer.
+const LAYERS: &[(&str, u8)] = &[
+    ("xet-format", 0),
+    ("xet-protocol", 1),
+    ("xet-client", 2),
+    ("xet-store", 2),
+    ("git-xet", 3),
+];
+
+fn layer(name: &str) -> Option<u8> {
+    LAYERS.iter().find(|(n, _)| *n == name).map(|&(_, l)| l)
+}
 
 #[test]
 fn workspace_crates_depend_only_on_lower_layers() {
@@ -50,24 +61,24 @@ fn workspace_crates_depend_only_on_lower_layers() {
             if dep["kind"].as_str() == Some("dev") || dep_name == name {
                 continue;
             }
-            if LAYERS.contains(&dep_name) {
+            if layer(dep_name).is_some() {
                 deps.insert(dep_name.to_string());
             }
         }
     }
-    for layer in LAYERS {
+    for (name, _) in LAYERS {
         assert!(
-            edges.contains_key(*layer),
-            "{layer} is not in the workspace: {edges:?}"
+            edges.contains_key(*name),
+            "{name} is not in the workspace: {edges:?}"
         );
     }
     let mut wrong = Vec::new();
     for (crate_name, deps) in &edges {
-        let Some(level) = LAYERS.iter().position(|l| l == crate_name) else {
+        let Some(level) = layer(crate_name) else {
             panic!("{crate_name} is a workspace crate this test does not place in a layer");
         };
         for dep in deps {
-            let dep_level = LAYERS.iter().position(|l| l == dep).unwrap();
+            let dep_level = layer(dep).unwrap();
             if dep_level >= level {
                 wrong.push(format!("{crate_name} depends on {dep}"));
             }
@@ -78,8 +89,11 @@ fn workspace_crates_depend_only_on_lower_layers() {
         "dependencies pointing up or sideways: {wrong:?}"
     );
     // The layers as they are: each above the format crate builds on it.
-    assert!(edges["xet-client"].contains("xet-format"));
-    assert!(edges["xet-store"].contains("xet-format"));
+    assert!(edges["xet-protocol"].contains("xet-format"));
+    for name in ["xet-client", "xet-store"] {
+        assert!(edges[name].contains("xet-format"), "{name}: {edges:?}");
+        assert!(edges[name].contains("xet-protocol"), "{name}: {edges:?}");
+    }
 }
 
 /// Every `.rs` file under `dir`.

@@ -273,7 +273,7 @@ fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created
     set(&locked.join("store"));
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let root = xet_client::util::os::may_write_dir(&locked);
+    let root = xet_protocol::util::os::may_write_dir(&locked);
     let v = status(&env, &work, &[]);
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
     if !root {

@@ -105,7 +105,7 @@ fn small_objects_come_with_their_plan_and_the_agent_needs_no_cas_request() {
     let header = small_action["header"]["X-Xet-Reconstruction"]
         .as_str()
         .expect("a small object's action carries its plan");
-    let plan = serde_json::from_str::<xet_client::wire::ReconstructionV2>(header)
+    let plan = serde_json::from_str::<xet_protocol::wire::ReconstructionV2>(header)
         .unwrap()
         .into_plan(None)
         .unwrap();
@@ -176,7 +176,7 @@ fn a_stale_or_garbled_inline_plan_falls_back_to_the_cas_server() {
 
 #[test]
 fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
-    use xet_client::Endpoint as _;
+    use xet_protocol::Endpoint as _;
     let server = common::server::start();
     let small = common::splitmix64(11, 150_000);
     let large = common::splitmix64(12, 5 << 20);
@@ -189,7 +189,7 @@ fn an_oid_lookup_brings_the_plan_of_a_small_file_along() {
             .unwrap()
     };
     let with: Value = lookup(&small_oid, "?reconstruction=v2").json().unwrap();
-    let plan = serde_json::from_value::<xet_client::wire::ReconstructionV2>(
+    let plan = serde_json::from_value::<xet_protocol::wire::ReconstructionV2>(
         with["reconstruction"].clone(),
     )
     .expect("the plan comes along")

@@ -15,11 +15,11 @@ use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 use git_xet::server::auth::{now_unix, Authority, Scope};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::Value;
-use xet_client::util::range::GrantedRanges;
 use xet_format::hash::keyed_chunk_hash;
 use xet_format::shard::Shard;
 use xet_format::xorb::{CompressionPolicy, ParsedXorb, Push, XorbBuilder};
 use xet_format::{ChunkHash, FileHash, XorbHash};
+use xet_protocol::util::range::GrantedRanges;
 
 const ZERO: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use git_xet::server::claims::{check_pending, Checker, Pass};
 use xet_client::pipeline::upload::{upload, UploadOptions};
-use xet_client::{CasTarget, TargetError};
 use xet_format::shard::Shard;
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_protocol::{CasTarget, TargetError};
 use xet_store::Store;
 
 use crate::common;

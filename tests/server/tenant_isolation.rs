@@ -574,7 +574,7 @@ fn a_batch_reconstruction_answers_only_for_the_callers_files() {
         FileHash::from_hex(&fa1).unwrap(),
         FileHash::from_hex(&fa2).unwrap(),
     ];
-    let plans = xet_client::Endpoint::reconstructions(&cas, &ids)
+    let plans = xet_protocol::Endpoint::reconstructions(&cas, &ids)
         .unwrap()
         .unwrap();
     for (id, data) in ids.iter().zip([&a1, &a2]) {

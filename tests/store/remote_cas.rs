@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -18,10 +18,11 @@ use common::fake::{reply, Fake, Reply, FAKE_LENGTH};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 use xet_client::pipeline::download::write_plan;
 use xet_client::pipeline::upload::{upload, UploadError, UploadOptions};
-use xet_client::util::now_unix;
-use xet_client::{CasTarget, Endpoint, TargetError, XorbSource};
-use xet_client::{FetchRange, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
+use xet_client::{RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource};
 use xet_format::{FileHash, LfsOid, XorbHash};
+use xet_protocol::util::now_unix;
+use xet_protocol::FetchRange;
+use xet_protocol::{CasTarget, Endpoint, TargetError, XorbSource};
 
 fn config(url: &str, token: TokenSource) -> RemoteConfig {
     let mut c = RemoteConfig::new(url, token);

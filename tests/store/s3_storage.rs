@@ -665,7 +665,7 @@ fn client(s: &TestServer) -> xet_client::RemoteCas {
 /// The whole of `file`, downloaded through `cas`.
 pub(crate) fn download_whole<E>(cas: &E, file: &xet_format::FileHash) -> Vec<u8>
 where
-    E: xet_client::target::Endpoint + xet_client::XorbSource,
+    E: xet_protocol::target::Endpoint + xet_protocol::XorbSource,
 {
     let plan = cas
         .reconstruction(file, None)
@@ -731,7 +731,7 @@ fn with_storage_urls_downloads_go_straight_to_the_bucket() {
         for e in entries.as_array().unwrap() {
             let url = e["url"].as_str().unwrap();
             assert!(url.starts_with(&g.endpoint), "{url}");
-            assert!(xet_client::util::url::signs_range(url), "{url}");
+            assert!(xet_client::url::signs_range(url), "{url}");
             let ranges = e["ranges"].as_array().unwrap();
             assert_eq!(ranges.len(), 1, "one range per storage URL");
             let (start, end) = (
@@ -2262,7 +2262,7 @@ fn catch_up_survives_a_storage_outage_and_a_full_disk_without_a_restart() {
     // B serves `file` (known to it, and whole).
     let serves = |file: &xet_format::FileHash, data: &[u8]| {
         matches!(
-            xet_client::Endpoint::reconstruction(&b_client, file, None),
+            xet_protocol::Endpoint::reconstruction(&b_client, file, None),
             Ok(Some(_))
         ) && download_whole(&b_client, file) == data
     };

@@ -13,10 +13,10 @@ use xet_client::pipeline::cached::Cached;
 use xet_client::pipeline::download::write_plan;
 use xet_client::pipeline::upload::{upload, UploadOptions};
 use xet_client::ShardCache;
-use xet_client::{CasTarget, TargetError};
 use xet_format::hash::xorb_hash;
 use xet_format::shard::{ParsedShard, Shard, ShardMeta, XorbInfo};
 use xet_format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, ShardHash, XorbHash};
+use xet_protocol::{CasTarget, TargetError};
 use xet_store::Store;
 
 // ---- helpers ----

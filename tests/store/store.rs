@@ -8,11 +8,11 @@ use crate::common;
 
 use std::collections::HashMap;
 
-use xet_client::ReconstructionPlan;
 use xet_format::hash::verification_hash;
 use xet_format::shard::Shard;
 use xet_format::xorb::ParsedXorb;
 use xet_format::{FileHash, LfsOid, VerificationHash, XorbHash};
+use xet_protocol::ReconstructionPlan;
 use xet_store::{ShardRejection, Store, StoreError};
 
 /// Upload bodies (chunk regions) of every fixture xorb.

@@ -260,7 +260,7 @@ fn the_server_collects_unused_xorbs_on_its_schedule() {
         TokenSource::fixed(Some(WRITE_TOKEN.into())),
     ))
     .unwrap();
-    use xet_client::CasTarget;
+    use xet_protocol::CasTarget;
     assert!(cas.put_xorb(parsed.hash(), parsed.chunk_region()).unwrap());
     // An interrupted push: the xorb, never a shard. Gone within a few collections.
     let started = std::time::Instant::now();

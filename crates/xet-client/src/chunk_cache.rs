@@ -36,11 +36,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::shard_cache::{CacheConfig, ShardCache};
-use crate::target::{Origin, TargetError};
-use crate::util::sync::LockAnyway as _;
-use crate::FetchRange;
 use xet_format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
 use xet_format::XorbHash;
+use xet_protocol::target::{Origin, TargetError};
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::FetchRange;
 
 /// The cache's part of the cache root.
 pub const CHUNKS_SUBDIR: &str = "chunks";
@@ -298,10 +298,7 @@ impl ChunkCache {
     ) -> Result<Filled, TargetError> {
         let (c, d) = (range.chunks.start, range.chunks.end);
         // A URL whose signature covers its Range is fetched whole or not at all.
-        let exact = range
-            .url
-            .as_deref()
-            .is_some_and(crate::util::url::signs_range);
+        let exact = range.url.as_deref().is_some_and(crate::url::signs_range);
         let mut pieces = Vec::new();
         let mut fetched = 0u64;
         let mut k = c;
@@ -364,7 +361,7 @@ impl ChunkCache {
             gap.bytes.start()
         );
         // Not synced: losing an entry to a crash only costs a fetch.
-        if let Err(e) = crate::util::fs::AtomicWrite::new().write(&dir.join(&name), bytes) {
+        if let Err(e) = xet_protocol::util::fs::AtomicWrite::new().write(&dir.join(&name), bytes) {
             tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
         }
     }

@@ -21,7 +21,7 @@
 //! | 8 | its size |
 //! | 32 | its Xet file hash |
 //! | 8 | the number of chunks, n |
-//! | 36 × n | per chunk its hash (32 bytes) and length (u32), as `GET /v1/file-chunks` sends them ([`crate::wire::encode_file_chunks`]) |
+//! | 36 × n | per chunk its hash (32 bytes) and length (u32), as `GET /v1/file-chunks` sends them ([`xet_protocol::wire::encode_file_chunks`]) |
 //!
 //! Nothing read back is trusted on its word ([`ChunkLists::get`]): the header must name the
 //! object asked for, the count must fit the size and the bytes present before anything is
@@ -43,10 +43,12 @@ use std::time::{Duration, SystemTime};
 
 use crate::pipeline::hasher::hash_file;
 use crate::pipeline::prior::{check_list, least_chunks};
-use crate::util::fs::AtomicWrite;
-use crate::wire::{decode_file_chunks, encode_file_chunks, FILE_CHUNK_RECORD, MAX_LISTED_CHUNKS};
 use xet_format::cursor::Cursor;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid};
+use xet_protocol::util::fs::AtomicWrite;
+use xet_protocol::wire::{
+    decode_file_chunks, encode_file_chunks, FILE_CHUNK_RECORD, MAX_LISTED_CHUNKS,
+};
 
 /// The first bytes of a list file: a name and the format version (1).
 pub const MAGIC: [u8; 8] = *b"XETCLST\x01";

@@ -48,7 +48,7 @@
 //! - **Truncated xorbs.** A presigned fetch answered with a shorter range or body than the
 //!   reconstruction promised, or a 416 past the object's end, is reported as damage of that
 //!   xorb on the server, not as a generic mismatch.
-//! - **Secrets.** Every token given or received is registered with [`crate::redact`]; a CAS
+//! - **Secrets.** Every token given or received is registered with [`xet_protocol::redact`]; a CAS
 //!   URL with a user name or password in it is refused.
 //! - **Empty file.** The all-zero file hash is the empty file everywhere: its plan is empty
 //!   and no request is sent.
@@ -58,12 +58,12 @@ pub mod proxy;
 mod tls;
 pub mod token;
 
-use crate::util::secret::Secret;
-use crate::wire::ErrorCode;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use xet_protocol::util::secret::Secret;
+use xet_protocol::wire::ErrorCode;
 
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -79,15 +79,17 @@ use self::http::{
 };
 use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
-use crate::target::{CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbPut, XorbSource};
-use crate::util::now_unix;
-use crate::util::sync::LockAnyway as _;
-use crate::wire::{
-    self, CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
-};
-use crate::{FetchRange, ReconstructionPlan};
 use xet_format::shard::{Shard, MAX_SHARD_SIZE};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use xet_protocol::target::{
+    CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbPut, XorbSource,
+};
+use xet_protocol::util::now_unix;
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::wire::{
+    self, CasTokenInfo, LfsFile, ReconstructionV1, ReconstructionV2, ShardRegistered, XorbUploaded,
+};
+use xet_protocol::{FetchRange, ReconstructionPlan};
 
 /// The default `User-Agent`.
 pub(crate) const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));
@@ -361,7 +363,7 @@ impl OneShotClient {
         let client = builder.build().map_err(|e| {
             format!(
                 "cannot build an HTTP client: {}",
-                crate::util::error::chain_text(&e)
+                xet_protocol::util::error::chain_text(&e)
             )
         })?;
         Ok(Self {
@@ -521,16 +523,22 @@ impl RemoteCas {
     pub fn new(config: RemoteConfig) -> Result<Self, TargetError> {
         let cas_url = config.cas_url.trim().trim_end_matches('/').to_string();
         let invalid = |why: String| TargetError::Remote {
-            what: format!("CAS URL {:?}", crate::redact::redact(&config.cas_url)),
+            what: format!(
+                "CAS URL {:?}",
+                xet_protocol::redact::redact(&config.cas_url)
+            ),
             message: why,
             retryable: false,
             code: None,
         };
         match reqwest::Url::parse(&cas_url) {
             Ok(u) if !u.username().is_empty() || u.password().is_some() => {
-                crate::redact::register_secret(u.password().unwrap_or_default());
+                xet_protocol::redact::register_secret(u.password().unwrap_or_default());
                 return Err(TargetError::Remote {
-                    what: format!("CAS URL {:?}", crate::redact::redact(&config.cas_url)),
+                    what: format!(
+                        "CAS URL {:?}",
+                        xet_protocol::redact::redact(&config.cas_url)
+                    ),
                     message: "has a user name or password in it; the credential goes in the \
                               token, not the URL"
                         .into(),
@@ -1033,7 +1041,7 @@ impl RemoteCas {
                     format!("{} sent an unusable batch reconstruction: {e}", req.server),
                 )
             };
-            let json = serde_json::from_slice::<crate::wire::BatchReconstructionV1>(&body)
+            let json = serde_json::from_slice::<xet_protocol::wire::BatchReconstructionV1>(&body)
                 .map_err(|e| invalid(e.to_string()))?;
             json.into_plans().map(Some).map_err(|e| invalid(e.0))
         })
@@ -1408,7 +1416,7 @@ impl XorbSource for RemoteCas {
         // time the buffer doubles), from the kept buffers.
         let want = end.saturating_sub(start).saturating_add(1);
         let room = usize::try_from(want.min(MAX_RANGE_ROOM)).unwrap_or(0);
-        let mut buf = crate::util::buffers::take(room);
+        let mut buf = xet_protocol::util::buffers::take(room);
         self.fetch_range(xorb, range, &mut |offset, piece| {
             // A retry starts again from the range's first byte.
             buf.truncate(usize::try_from(offset).unwrap_or(usize::MAX));
@@ -1427,7 +1435,7 @@ impl XorbSource for RemoteCas {
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
         if let Some(root) = &self.local_xorbs {
             if let Some(bytes) = read_local_range(root, xorb, start, end) {
-                crate::target::hand_whole(bytes, sink);
+                xet_protocol::target::hand_whole(bytes, sink);
                 return Ok(());
             }
         }
@@ -1712,10 +1720,10 @@ impl Endpoint for RemoteCas {
         );
         self.execute(&req, None, |req, resp| match resp.status() {
             StatusCode::OK => {
-                let limit =
-                    (crate::wire::MAX_LISTED_CHUNKS * crate::wire::FILE_CHUNK_RECORD) as u64;
+                let limit = (xet_protocol::wire::MAX_LISTED_CHUNKS
+                    * xet_protocol::wire::FILE_CHUNK_RECORD) as u64;
                 let body = read_body(req, resp, limit)?;
-                crate::wire::decode_file_chunks(&body)
+                xet_protocol::wire::decode_file_chunks(&body)
                     .map(Some)
                     .map_err(|e| fatal(req, format!("{} answered {e}", req.server)))
             }

@@ -466,7 +466,7 @@ impl Spool {
             "{}-{}-{}-{what}.tmp",
             std::process::id(),
             self.counter.fetch_add(1, Ordering::Relaxed),
-            xet_client::random_hex(8),
+            xet_protocol::random_hex(8),
         ))
     }
 
@@ -639,7 +639,7 @@ pub(crate) fn free_space(path: &Path) -> io::Result<u64> {
 
 #[cfg(unix)]
 fn available_space(path: &Path) -> io::Result<u64> {
-    xet_client::util::os::available_space(path)
+    xet_protocol::util::os::available_space(path)
 }
 
 #[cfg(not(unix))]
@@ -763,7 +763,7 @@ impl ObjectBackend for FsBackend {
         if !from.exists() {
             return Ok(false);
         }
-        let now = xet_client::util::now_unix();
+        let now = xet_protocol::util::now_unix();
         let to = match key {
             ObjectKey::Xorb(h) => self
                 .root

@@ -24,7 +24,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use crate::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
 use crate::index::{
@@ -32,12 +32,12 @@ use crate::index::{
 };
 use crate::integrity::FooterCache;
 pub use crate::integrity::XorbHealth;
-use xet_client::reconstruction::{plan, PlanError, ReconstructionPlan};
-use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 use xet_format::hash::{file_hash, verification_hash};
 use xet_format::shard::{ParsedShard, Shard, ShardError, XorbInfo, MAX_SHARD_SIZE};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLimits};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
+use xet_protocol::reconstruction::{plan, PlanError, ReconstructionPlan};
+use xet_protocol::util::sync::{LockAnyway as _, RwLockAnyway as _};
 
 const VERSION_FILE: &str = "STORE-VERSION";
 /// In the data directory of a node on object storage: the storage URL, one line. The
@@ -507,7 +507,7 @@ pub fn is_storage_full(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(28 | 122))
 }
 
-pub(super) use xet_client::util::now_unix;
+pub(super) use xet_protocol::util::now_unix;
 
 /// Every xorb the terms of `shard`'s files name, with the first file and term naming it.
 fn term_xorbs(shard: &Shard) -> HashMap<XorbHash, (FileHash, usize)> {
@@ -618,7 +618,7 @@ impl Store {
             cluster_claims: Mutex::new(ClusterClaims::default()),
             claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
             xorb_cache: xorb_cache.map(Arc::new),
-            sweeper_id: xet_client::random_hex(8),
+            sweeper_id: xet_protocol::random_hex(8),
             sweeps: Mutex::new(Default::default()),
             gc_clock: Default::default(),
             root: dir.to_path_buf(),
@@ -854,7 +854,7 @@ impl Store {
         let (footer, region_len) = {
             // The spool file is this request's own, in the store's tmp directory; nothing else
             // writes or truncates it while it is mapped (it is mapped only here).
-            let map = xet_client::util::os::map_whole(&file).map_err(io("map"))?;
+            let map = xet_protocol::util::os::map_whole(&file).map_err(io("map"))?;
             let options = ReadOptions {
                 expected_hash: Some(xorb),
                 limits: XorbLimits::SERVER,

@@ -33,14 +33,14 @@ pub mod format;
 
 use std::collections::HashSet;
 use std::time::Duration;
-use xet_client::util::now_ms;
+use xet_protocol::util::now_ms;
 
 use crate::backend::{ClaimCursor, LogEntry, ObjectKey};
 use crate::cas::{Store, StoreError};
 use crate::parallel;
 use format::{CheckpointId, Table};
-use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 use xet_format::ShardHash;
+use xet_protocol::util::sync::{LockAnyway as _, RwLockAnyway as _};
 
 /// How long a checkpoint stays before the objects it covers are deleted, by default.
 pub const CHECKPOINT_GRACE: Duration = Duration::from_secs(3600);

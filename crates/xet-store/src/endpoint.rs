@@ -4,11 +4,11 @@
 
 use std::ops::RangeInclusive;
 
-use xet_client::target::{CasTarget, Endpoint, LocalFailure, TargetError, XorbSource};
-use xet_client::wire::ErrorCode;
-use xet_client::{FetchRange, ReconstructionPlan};
 use xet_format::shard::Shard;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use xet_protocol::target::{CasTarget, Endpoint, LocalFailure, TargetError, XorbSource};
+use xet_protocol::wire::ErrorCode;
+use xet_protocol::{FetchRange, ReconstructionPlan};
 
 use crate::{ShardRejection, Store, StoreError};
 

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::ObjectKey;
 use crate::cas::{ShardRejection, Store, StoreError};
-use xet_client::util::sync::LockAnyway as _;
 use xet_format::{FileHash, XorbHash};
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// The default grace period: a day.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
@@ -323,7 +323,7 @@ impl Store {
             return Ok(None);
         }
         let written_ms = unix_ms(SystemTime::now());
-        let name = format!("{written_ms:016}-{}", xet_client::random_hex(8));
+        let name = format!("{written_ms:016}-{}", xet_protocol::random_hex(8));
         let record = SweepRecord {
             holder: self.sweeper_id.clone(),
             deadline_ms: written_ms.saturating_add(SWEEP_DEADLINE.as_millis() as u64),

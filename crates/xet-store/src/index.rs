@@ -104,7 +104,7 @@ pub struct XorbMeta {
 }
 
 /// One term of a registered file (the reconstruction planner's input, defined with it).
-pub use xet_client::reconstruction::StoredTerm;
+pub use xet_protocol::reconstruction::StoredTerm;
 
 /// A registered file.
 #[derive(Debug, Clone, PartialEq, Eq)]

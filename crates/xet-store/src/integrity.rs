@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use crate::backend::BackendError;
 use crate::backend::{ObjectKey, ObjectStamp};
 use crate::cas::{Store, StoreError};
-use xet_client::util::sync::LockAnyway as _;
 use xet_format::hash::xorb_hash;
 use xet_format::shard::{ParsedShard, XorbInfo};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};
 use xet_format::{FileHash, ShardHash, XorbHash};
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Bytes of footers kept in memory (a footer of an 8192-chunk xorb holds about 330 KB).
 pub(crate) const FOOTER_CACHE_BYTES: u64 = 64 << 20;
@@ -589,7 +589,7 @@ impl Store {
             }
         };
         self.index
-            .set_damaged(xorb, why, xet_client::util::now_unix())?;
+            .set_damaged(xorb, why, xet_protocol::util::now_unix())?;
         self.forget_footer(xorb);
         self.drop_copy(xorb);
         let only: HashSet<XorbHash> = [*xorb].into();

@@ -1,6 +1,6 @@
 //! The Xet storage engine: where a server's bytes live, built on [`xet_format`] and speaking the
-//! client's traits ([`xet_client::CasTarget`], [`xet_client::XorbSource`],
-//! [`xet_client::Endpoint`]), so that the agent's embedded mode and the server run the same code.
+//! client's traits ([`xet_protocol::CasTarget`], [`xet_protocol::XorbSource`],
+//! [`xet_protocol::Endpoint`]), so that the agent's embedded mode and the server run the same code.
 //!
 //! | module | owns |
 //! |---|---|

@@ -58,7 +58,7 @@ pub fn read(dir: &Path) -> Option<Announce> {
 pub fn write(dir: &Path, announce: &Announce) -> std::io::Result<()> {
     let json = serde_json::to_vec(announce).map_err(std::io::Error::other)?;
     // Mode 0600, the temporary file's.
-    xet_client::util::fs::AtomicWrite::new()
+    xet_protocol::util::fs::AtomicWrite::new()
         .temp_name(".local-server", "")
         .durable()
         .write(&path(dir), &json)

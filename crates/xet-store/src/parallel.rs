@@ -2,7 +2,7 @@
 //! (registering shards from the bucket, deleting what a checkpoint covers): each item waits on
 //! the network, so a handful in flight go several times faster than one at a time.
 
-use xet_client::util::sync::LockAnyway as _;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// `f` of each of `items` on up to `threads` threads; the results in the order of `items`.
 pub(crate) fn map<T: Sync, R: Send>(

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redb::{Database, ReadTransaction, WriteTransaction};
-use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
+use xet_protocol::util::sync::{LockAnyway as _, RwLockAnyway as _};
 
 /// How often opening the database again is tried while it cannot be (the disk still full, or
 /// a transaction of the failed database still running).

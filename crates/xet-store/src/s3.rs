@@ -45,7 +45,7 @@
 //! tasks away while it waits (`block_in_place`) rather than stall them.
 
 use std::future::Future;
-use xet_client::util::now_ms;
+use xet_protocol::util::now_ms;
 
 use crate::timings::{StorageOp, StorageTimings};
 use std::io;
@@ -162,7 +162,7 @@ impl S3Backend {
         // Never in a log line or an error, whatever prints it.
         for secret in ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
             if let Some(value) = config.setting(secret) {
-                xet_client::redact::register_secret(&value);
+                xet_protocol::redact::register_secret(&value);
             }
         }
         let endpoints = config.endpoints();
@@ -193,7 +193,7 @@ impl S3Backend {
             clients.push(Endpoint {
                 client: Arc::new(client),
                 // Credentials written into the URL stay out of the log.
-                name: xet_client::redact::redact(endpoint),
+                name: xet_protocol::redact::redact(endpoint),
                 down_until_ms: Default::default(),
             });
             region = r;
@@ -523,7 +523,7 @@ impl S3Backend {
         }
         // The file is the store's own temporary file (from `temp_path`), complete and flushed;
         // nothing writes or truncates it while it is mapped (what `map_whole` requires).
-        let map = xet_client::util::os::map_whole(&f).map_err(|source| BackendError::Io {
+        let map = xet_protocol::util::os::map_whole(&f).map_err(|source| BackendError::Io {
             op: "map the prepared copy of",
             key: what.to_string(),
             source,

@@ -19,15 +19,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use xet_client::util::now_ms;
+use xet_protocol::util::now_ms;
 
 use crate::backend::{LogCursor, ObjectKey};
 use crate::cas::{now_unix, Store, StoreError};
 use crate::checkpoint::format::CheckpointId;
 use crate::index::{Commit, StoredShard};
-use xet_client::util::sync::{LockAnyway as _, RwLockAnyway as _};
 use xet_format::shard::ParsedShard;
 use xet_format::ShardHash;
+use xet_protocol::util::sync::{LockAnyway as _, RwLockAnyway as _};
 
 /// Shards registered from storage at once: each waits on a few reads of the bucket (the
 /// shard, the footers of the xorbs it names), so one at a time managed about 11 a second.

@@ -35,8 +35,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use xet_client::util::sync::LockAnyway as _;
 use xet_format::XorbHash;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Free bytes a copy never takes the disk below (besides the store's own reserve).
 pub const MIN_FREE: u64 = 1 << 30;

@@ -8,11 +8,11 @@ use std::sync::{mpsc, Mutex};
 
 use xet_client::pipeline::download::write_plan;
 use xet_client::pipeline::upload::*;
-use xet_client::{CasTarget, TargetError, XorbSource};
 use xet_format::dedup::{is_dense_key, DENSE_KEY_MODULUS, MAX_PROBES};
 use xet_format::shard::Shard;
 use xet_format::xorb::XorbLimits;
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_protocol::{CasTarget, TargetError, XorbSource};
 use xet_store::Store;
 
 /// The deterministic test data of docs/test-vectors.md (SplitMix64), shared with the format
@@ -358,7 +358,7 @@ fn small_xorbs_file(
 ) -> (
     Vec<u8>,
     xet_client::pipeline::upload::UploadSummary,
-    xet_client::ReconstructionPlan,
+    xet_protocol::ReconstructionPlan,
 ) {
     let data = random_bytes(seed, 3 << 20);
     let options = UploadOptions {
@@ -384,7 +384,7 @@ impl XorbSource for FlakySource<'_> {
     fn read_xorb_range(
         &self,
         xorb: &xet_format::XorbHash,
-        range: &xet_client::FetchRange,
+        range: &xet_protocol::FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if n == self.fail_at {
@@ -442,7 +442,7 @@ impl XorbSource for CountingSource<'_> {
     fn read_xorb_range(
         &self,
         xorb: &xet_format::XorbHash,
-        range: &xet_client::FetchRange,
+        range: &xet_protocol::FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         XorbSource::read_xorb_range(self.0, xorb, range)
@@ -458,7 +458,7 @@ fn repeated_block_file(
 ) -> (
     Vec<u8>,
     xet_client::pipeline::upload::UploadSummary,
-    xet_client::ReconstructionPlan,
+    xet_protocol::ReconstructionPlan,
 ) {
     let block = random_bytes(seed, 300_000);
     let mut data = Vec::new();
@@ -671,7 +671,7 @@ impl XorbSource for PieceSource<'_> {
     fn read_xorb_range(
         &self,
         xorb: &xet_format::XorbHash,
-        range: &xet_client::FetchRange,
+        range: &xet_protocol::FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
         XorbSource::read_xorb_range(self.store, xorb, range)
     }
@@ -679,8 +679,8 @@ impl XorbSource for PieceSource<'_> {
     fn stream_xorb_range(
         &self,
         xorb: &xet_format::XorbHash,
-        range: &xet_client::FetchRange,
-        sink: &mut xet_client::RangeSink<'_>,
+        range: &xet_protocol::FetchRange,
+        sink: &mut xet_protocol::RangeSink<'_>,
     ) -> Result<(), TargetError> {
         self.streamed
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -1180,7 +1180,7 @@ impl XorbSource for Budgeted<'_> {
     fn read_xorb_range(
         &self,
         xorb: &xet_format::XorbHash,
-        range: &xet_client::FetchRange,
+        range: &xet_protocol::FetchRange,
     ) -> Result<Vec<u8>, TargetError> {
         let bytes = XorbSource::read_xorb_range(self.store, xorb, range)?;
         if !self.spend(bytes.len() as u64) {
@@ -1192,8 +1192,8 @@ impl XorbSource for Budgeted<'_> {
     fn stream_xorb_range(
         &self,
         xorb: &xet_format::XorbHash,
-        range: &xet_client::FetchRange,
-        sink: &mut xet_client::RangeSink<'_>,
+        range: &xet_protocol::FetchRange,
+        sink: &mut xet_protocol::RangeSink<'_>,
     ) -> Result<(), TargetError> {
         let bytes = XorbSource::read_xorb_range(self.store, xorb, range)?;
         let mut at = 0u64;
@@ -1211,7 +1211,7 @@ impl XorbSource for Budgeted<'_> {
 }
 
 /// The bytes of every fetch range of `plan`.
-fn range_bytes(plan: &xet_client::ReconstructionPlan) -> u64 {
+fn range_bytes(plan: &xet_protocol::ReconstructionPlan) -> u64 {
     plan.fetch
         .iter()
         .flat_map(|(_, r)| r)
@@ -1260,7 +1260,7 @@ fn many_ranges_file(
 ) -> (
     Vec<u8>,
     xet_client::pipeline::upload::UploadSummary,
-    xet_client::ReconstructionPlan,
+    xet_protocol::ReconstructionPlan,
 ) {
     let data = random_bytes(seed, 24 << 20);
     let options = UploadOptions {
@@ -1445,7 +1445,7 @@ fn steps_decoded_from_a_shared_range_resume_whole() {
 
 /// The bytes of a plan's fetch ranges of xorbs other than `except`.
 fn range_bytes_except(
-    plan: &xet_client::ReconstructionPlan,
+    plan: &xet_protocol::ReconstructionPlan,
     except: &[xet_format::XorbHash],
 ) -> u64 {
     plan.fetch
@@ -1461,7 +1461,8 @@ fn a_download_says_what_it_fetched_and_what_the_chunk_cache_served() {
     use xet_client::pipeline::cached::Cached;
     use xet_client::pipeline::download::{write_file_at_with, Written};
     use xet_client::pipeline::prior::LocalChunks;
-    use xet_client::{ChunkCache, ShardCache, Tallied};
+    use xet_client::{ChunkCache, ShardCache};
+    use xet_protocol::Tallied;
 
     let (d, store) = store();
     let cached = Cached::new(&store, ShardCache::open(&d.path().join("shards")))
@@ -1470,7 +1471,7 @@ fn a_download_says_what_it_fetched_and_what_the_chunk_cache_served() {
     let s1 = upload(&store, &v1[..], &UploadOptions::default()).unwrap();
     let plan1 = store.reconstruction(&s1.file_hash, None).unwrap().unwrap();
     let xorbs1: Vec<_> = plan1.fetch.iter().map(|(x, _)| *x).collect();
-    let get = |hash: &FileHash, plan: &xet_client::ReconstructionPlan| -> (Written, u64) {
+    let get = |hash: &FileHash, plan: &xet_protocol::ReconstructionPlan| -> (Written, u64) {
         let source = Tallied::new(&cached);
         let out = MemFile::default();
         let w = write_file_at_with(

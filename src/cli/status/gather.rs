@@ -7,9 +7,9 @@ use super::*;
 use crate::git::Git;
 use crate::lfs::journal;
 use crate::lfs::settings::{self, EndpointSpec, TransferMode};
-use xet_client::redact::redact;
-use xet_client::util::url::http_origin;
-use xet_client::wire::XET_TRANSFER;
+use xet_client::url::http_origin;
+use xet_protocol::redact::redact;
+use xet_protocol::wire::XET_TRANSFER;
 
 pub(super) fn gather(args: &StatusArgs) -> Result<Report, Error> {
     let git = Git::new();
@@ -135,7 +135,7 @@ pub(super) fn registration(
              uploads",
         );
     }
-    let download = xet_client::wire::XET_DOWNLOAD_TRANSFER;
+    let download = xet_protocol::wire::XET_DOWNLOAD_TRANSFER;
     if r.path.is_some()
         && r.other_agent.is_none()
         && key(&format!("lfs.customtransfer.{download}.path"))?.is_none()

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use super::hooks::{self, HookKind};
 use super::CmdResult;
-use xet_client::redact::redact;
+use xet_protocol::redact::redact;
 
 /// How long the reachability check waits for an answer.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -348,7 +348,7 @@ mod tests {
     use super::*;
     use crate::git::Git;
     use crate::lfs::settings;
-    use xet_client::util::url::http_origin;
+    use xet_client::url::http_origin;
 
     #[test]
     fn lfs_env_endpoints_parse() {

@@ -6,8 +6,8 @@ use std::time::Instant;
 use super::*;
 use crate::git::Git;
 use crate::lfs::settings::{self, DirState, EndpointSpec};
-use xet_client::redact::redact;
-use xet_client::util::error::{chain_text, root_cause};
+use xet_protocol::redact::redact;
+use xet_protocol::util::error::{chain_text, root_cause};
 
 pub(super) fn check_endpoint(
     git: &Git,
@@ -302,7 +302,7 @@ fn error_text(
     proxy: Option<&xet_client::remote::proxy::ProxyChoice>,
 ) -> String {
     if let Some(problem) = xet_client::remote::cert_problem(e) {
-        let host = xet_client::util::url::origin(url)
+        let host = xet_client::url::origin(url)
             .and_then(|o| o.split_once("://").map(|(_, h)| h.to_string()))
             .unwrap_or_default();
         return xet_client::remote::cert_advice(&host, problem);

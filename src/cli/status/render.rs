@@ -3,8 +3,8 @@
 use std::io::Write;
 
 use super::*;
-use xet_client::redact::redact;
-use xet_client::util::size::format_size;
+use xet_protocol::redact::redact;
+use xet_protocol::util::size::format_size;
 
 pub(super) fn setting_text(s: &Option<Setting>) -> String {
     match s {

@@ -4,7 +4,7 @@
 use super::*;
 use crate::git::Git;
 use crate::lfs::settings;
-use xet_client::util::url::without_userinfo;
+use xet_client::url::without_userinfo;
 
 /// Whether a remote URL makes git-lfs authenticate over ssh (`ssh://…`, `user@host:path`).
 pub(super) fn is_ssh_url(url: &str) -> bool {

@@ -28,10 +28,10 @@ use crate::lfs::journal::{Direction, Record};
 use crate::lfs::protocol::ProtocolWriter;
 use xet_client::pipeline::download::{write_file_at_with, Written};
 use xet_client::pipeline::prior::LocalChunks;
-use xet_client::target::TargetError;
-use xet_client::wire::{DownloadPack, PACK_HEADER};
-use xet_client::{Endpoint, FetchRange, Origin, ReconstructionPlan, XorbSource};
 use xet_format::{FileHash, LfsOid, XorbHash};
+use xet_protocol::target::TargetError;
+use xet_protocol::wire::{DownloadPack, PACK_HEADER};
+use xet_protocol::{Endpoint, FetchRange, Origin, ReconstructionPlan, XorbSource};
 
 /// The start of the names of every file of a download pack (in `pack::PACK_DIR`).
 pub(super) const FILE_PREFIX: &str = "xet-dpack-";
@@ -111,7 +111,7 @@ impl Agent {
             )));
         }
         let source = Prefetched::fetch(endpoint, runs).map_err(failed)?;
-        let described = xet_client::redact::redact(&endpoint.describe());
+        let described = xet_protocol::redact::redact(&endpoint.describe());
         let mut written = Vec::with_capacity(pack.0.len());
         for (oid, size, hash) in &pack.0 {
             let Some(plan) = plans.get(hash).filter(|p| p.file_size == *size) else {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use xet_client::remote::SlowNotice;
-use xet_client::util::secret::Secret;
 use xet_client::LocalXorbs;
+use xet_protocol::util::secret::Secret;
 
 /// An endpoint for one request: a store opened for it, or a shared remote client.
 pub(crate) enum Lease {
@@ -197,7 +197,7 @@ pub(crate) fn connect_negotiated(
         Some(text) => text.trim().parse::<u64>().map_err(|_| {
             TransferError::Setup(format!(
                 "the LFS server sent a bad X-Xet-Token-Expiration {:?} (want unix seconds)",
-                xet_client::redact::clip(text, 100)
+                xet_protocol::redact::clip(text, 100)
             ))
         })?,
         None => 0,
@@ -205,7 +205,7 @@ pub(crate) fn connect_negotiated(
     let href = action.href.clone();
     let action_authorization = action.header("Authorization").map(str::to_string);
     if let Some(a) = &action_authorization {
-        xet_client::redact::register_authorization(a);
+        xet_protocol::redact::register_authorization(a);
     }
     let credential_git = git.clone();
     let credential_url = href.clone();
@@ -238,7 +238,7 @@ pub(crate) fn connect_negotiated(
     config.token_hint = format!(
         "the token from the LFS server was refused; it is refreshed through {} with the \
          action's Authorization header or your git credential for that URL",
-        xet_client::redact::clip(&xet_client::redact::redact(&href), 300)
+        xet_protocol::redact::clip(&xet_protocol::redact::redact(&href), 300)
     );
     tracing::debug!(cas = %cas_url, ?op, "negotiated CAS");
     RemoteCas::new(config)
@@ -379,7 +379,7 @@ impl Agent {
                  is set: run `git xet install --local --endpoint URL-or-DIR` (add `--remote NAME` \
                  for one remote's own), or set {remote_key}{} or {}",
                 remote
-                    .map(|r| format!(" for remote {:?}", xet_client::redact::redact(r)))
+                    .map(|r| format!(" for remote {:?}", xet_protocol::redact::redact(r)))
                     .unwrap_or_default(),
                 settings::ENDPOINT_KEY,
                 settings::ENDPOINT_ENV

@@ -41,8 +41,8 @@ use super::pack::{self, Packed};
 use super::{named_by_oid, Agent, Transfer};
 use crate::lfs::error::TransferError;
 use crate::lfs::protocol::ProtocolWriter;
-use xet_client::wire::{Pack, MAX_PACK_MEMBERS};
 use xet_format::LfsOid;
+use xet_protocol::wire::{Pack, MAX_PACK_MEMBERS};
 
 /// Objects smaller than this are gathered: those that skip looking for earlier versions
 /// ([`super::prior::MIN_PRIOR_SIZE`]), which a pack would not use.
@@ -143,7 +143,7 @@ impl Agent {
                 tracing::warn!(
                     oid = %t.oid,
                     "uploading a gathered pack failed; each object goes on its own: {}",
-                    xet_client::redact::redact(&e.to_string())
+                    xet_protocol::redact::redact(&e.to_string())
                 );
                 Vec::new()
             }

@@ -45,7 +45,7 @@
 //!   An interrupted download's file is taken over by the next download of the object, in
 //!   whichever agent process, which fetches only what it does not hold; files of no use are
 //!   removed by the first transfer of each agent process (`agent/parts.rs`).
-//! - **Secrets.** What goes to git-lfs and to the log is redacted ([`xet_client::redact`]); which
+//! - **Secrets.** What goes to git-lfs and to the log is redacted ([`xet_protocol::redact`]); which
 //!   credential goes where is decided in [`settings`] (a secret only to its own origin).
 
 mod download_pack;
@@ -81,13 +81,13 @@ use xet_client::pipeline::prior::{
 use xet_client::pipeline::upload::{
     upload_file_with_seeds, UploadOptions, UploadProgress, UploadSummary,
 };
-use xet_client::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
-use xet_client::ReconstructionPlan;
 use xet_client::{
     ChunkCache, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, ShardCache, TokenSource,
 };
-use xet_client::{Endpoint, ReadOnce, Tallied};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use xet_protocol::wire::{ReconstructionV2, RECONSTRUCTION_HEADER};
+use xet_protocol::ReconstructionPlan;
+use xet_protocol::{Endpoint, ReadOnce, Tallied};
 use xet_store::Store;
 
 /// Bytes of objects in git-lfs's store without a chunk list (placed by git-lfs itself, or
@@ -479,7 +479,7 @@ impl Agent {
     ) -> Result<bool, AgentError> {
         tracing::info!(
             operation = ?init.operation,
-            remote = %xet_client::redact::redact(&init.remote),
+            remote = %xet_protocol::redact::redact(&init.remote),
             concurrent = init.concurrent,
             "git-xet {} agent started",
             env!("CARGO_PKG_VERSION")
@@ -866,7 +866,7 @@ impl Agent {
                 tracing::warn!(
                     oid = %t.oid,
                     "{}; uploading the chunks it held again",
-                    xet_client::redact::redact(&e.to_string())
+                    xet_protocol::redact::redact(&e.to_string())
                 );
                 sent_before = sent.get();
                 // The seeds may rely on that xorb too: they are planned again (the endpoint
@@ -882,7 +882,7 @@ impl Agent {
         if let Some(e) = stdout_gone {
             return Err(TransferError::Progress(e));
         }
-        let described = xet_client::redact::redact(&endpoint.describe());
+        let described = xet_protocol::redact::redact(&endpoint.describe());
         drop(lease);
         self.note_upload(t, &summary, sent_before + summary.uploaded_bytes, described);
         self.remember_chunks(&t.oid, t.size, &summary.file_hash, &summary.file_chunks);
@@ -1050,7 +1050,7 @@ impl Agent {
         record.transferred_bytes = fetched;
         record.reused_bytes = copied + resumed + cached;
         record.history_bytes = copied;
-        record.endpoint = xet_client::redact::redact(&endpoint.describe());
+        record.endpoint = xet_protocol::redact::redact(&endpoint.describe());
         drop(lease);
         self.record(record);
         self.remember_chunks(&t.oid, t.size, &hash, &chunks);
@@ -1145,7 +1145,7 @@ impl Rebuild<'_> {
     ) -> Result<(Written, u64), TransferError> {
         let (endpoint, t, hash) = (self.endpoint, self.t, self.hash);
         let once = ReadOnce(endpoint);
-        let source: &dyn xet_client::XorbSource = if self.keep { endpoint } else { &once };
+        let source: &dyn xet_protocol::XorbSource = if self.keep { endpoint } else { &once };
         let source = Tallied::new(source);
         let mut reported = 0u64;
         let mut attempt = 0;
@@ -1275,15 +1275,14 @@ const MIN_CLAIM_SIZE: u64 = 512 << 10;
 /// git-lfs hands the versions of a file in one push (several commits, `git lfs migrate`) to
 /// parallel agents, which would each send the chunks they share. Versions of a file usually
 /// start with the same chunk: an upload first claims that chunk in the endpoint's shard cache
-/// (a file lock, [`ShardCache::claim`]). Whoever finds it claimed waits until the other agent
+/// (a file lock in its shard cache, [`CasTarget::claim_upload`](xet_protocol::CasTarget::claim_upload)). Whoever finds it claimed waits until the other agent
 /// has registered its file, then picks up its shard from the cache and sends only what
 /// differs; unrelated files go on in parallel. Without a cache, nothing is claimed.
 fn claim_related_uploads(
     endpoint: &dyn Endpoint,
     path: &Path,
     t: &Transfer,
-) -> Option<xet_client::shard_cache::Claim> {
-    let cache = endpoint.shard_cache()?;
+) -> Option<xet_protocol::UploadClaim> {
     // Small objects are not worth it: versions of them share at most a few chunks, and the
     // claim (reading the start of the file again, a lock file) costs more than that.
     if t.size < MIN_CLAIM_SIZE {
@@ -1300,25 +1299,15 @@ fn claim_related_uploads(
             return None;
         }
     };
-    match cache.claim(&first, RELATED_UPLOAD_PATIENCE) {
-        Ok(claim) => {
-            if claim.waited > Duration::from_millis(50) {
-                tracing::info!(
-                    oid = %t.oid,
-                    waited_secs = claim.waited.as_secs_f64(),
-                    "waited for another agent uploading a version of the same file"
-                );
-                if let Err(e) = cache.refresh() {
-                    tracing::warn!(error = %e, "cannot read the shard cache again; continuing");
-                }
-            }
-            Some(claim)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot claim the upload in the shard cache; continuing");
-            None
-        }
+    let claim = endpoint.claim_upload(&first, RELATED_UPLOAD_PATIENCE)?;
+    if claim.waited > Duration::from_millis(50) {
+        tracing::info!(
+            oid = %t.oid,
+            waited_secs = claim.waited.as_secs_f64(),
+            "waited for another agent uploading a version of the same file"
+        );
     }
+    Some(claim)
 }
 
 /// The reconstruction the LFS server sent with the action ([`RECONSTRUCTION_HEADER`]), if it is

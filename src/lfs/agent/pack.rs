@@ -31,8 +31,8 @@ use crate::lfs::error::TransferError;
 use crate::lfs::journal::{Direction, Record};
 use crate::lfs::protocol::ProtocolWriter;
 use xet_client::pipeline::upload::{upload_pack, PackMember, PackSummary, UploadProgress};
-use xet_client::wire::{Pack, PACK_HEADER};
 use xet_format::LfsOid;
+use xet_protocol::wire::{Pack, PACK_HEADER};
 
 /// The directory in git-lfs's temp directory that holds the pack files (of fewer entries than
 /// the temp directory, where git-lfs and every agent create and rename files).
@@ -73,7 +73,7 @@ impl Outcome {
                 failed: None,
             },
             Err(e) => {
-                let message = xet_client::redact::redact(&e.to_string());
+                let message = xet_protocol::redact::redact(&e.to_string());
                 tracing::warn!(%oid, "{doing} the object's pack failed; each object goes on its own: {message}");
                 Self::failed(message)
             }
@@ -280,7 +280,7 @@ impl Agent {
         if let Err(e) = &attempt {
             if e.is_lost_xorb() {
                 // As for one object: the cache has dropped the xorb; the second pass sends it.
-                tracing::warn!(oid = %t.oid, "{}; uploading the pack again", xet_client::redact::redact(&e.to_string()));
+                tracing::warn!(oid = %t.oid, "{}; uploading the pack again", xet_protocol::redact::redact(&e.to_string()));
                 for (file, _, _) in &mut files {
                     use std::io::Seek as _;
                     file.rewind().map_err(|e| TransferError::Local {
@@ -307,7 +307,7 @@ impl Agent {
             new_xorbs = summary.new_xorbs,
             "uploaded a pack"
         );
-        let described = xet_client::redact::redact(&endpoint.describe());
+        let described = xet_protocol::redact::redact(&endpoint.describe());
         drop(lease);
         for record in records(&summary, &described) {
             self.record(record);
@@ -338,7 +338,7 @@ fn members_here(own: &Path, pack: &Pack) -> Vec<(std::fs::File, LfsOid, u64)> {
 }
 
 fn send_files(
-    endpoint: &dyn xet_client::Endpoint,
+    endpoint: &dyn xet_protocol::Endpoint,
     files: &mut [(std::fs::File, LfsOid, u64)],
     options: &xet_client::pipeline::upload::UploadOptions,
     report: &mut dyn FnMut(UploadProgress),

@@ -144,7 +144,7 @@ impl Parts {
                     // alone. This process has written nothing yet: a file under its pid is an
                     // earlier process's that had the same pid (a container's agents often do).
                     useless
-                        && (pid == me || xet_client::util::os::process_exists(pid) == Some(false))
+                        && (pid == me || xet_protocol::util::os::process_exists(pid) == Some(false))
                 }
                 None => meta
                     .modified()

@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use crate::git::history::{earlier_versions, EarlierVersion, History};
 use xet_client::object_chunks::{object_path, ChunkLists};
 use xet_client::pipeline::prior::PriorVersion;
-use xet_client::Endpoint;
 use xet_format::{LfsOid, XorbHash};
+use xet_protocol::Endpoint;
 
 /// Smaller objects are transferred without looking for earlier versions: they would save
 /// little, and the history walk is not free.
@@ -40,7 +40,7 @@ pub(crate) const MIN_PRIOR_SIZE: u64 = 1 << 20;
 /// Chunks an upload learns from the endpoint's chunk lists, over all the earlier versions it
 /// lists: as many as one list may have (files of about 64 GiB). Each costs about 150 bytes of
 /// memory while the upload runs.
-pub(crate) const MAX_LISTED_SEEDS: usize = xet_client::wire::MAX_LISTED_CHUNKS;
+pub(crate) const MAX_LISTED_SEEDS: usize = xet_protocol::wire::MAX_LISTED_CHUNKS;
 
 /// Where an upload or a download looks for earlier versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,14 +9,14 @@
 //! whose raw hashes it already has.
 //!
 //! Every answer, 200 or 404, carries `X-Xet-Dense-Keys` with the dense-key modulus
-//! (docs/format.md §5.5, [`xet_client::wire::DENSE_KEYS_HEADER`]): our client asks about the
+//! (docs/format.md §5.5, [`xet_protocol::wire::DENSE_KEYS_HEADER`]): our client asks about the
 //! runs of a file only on a server that says it indexes them.
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use xet_client::wire::{ErrorCode, DENSE_KEYS_HEADER};
+use xet_protocol::wire::{ErrorCode, DENSE_KEYS_HEADER};
 
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;

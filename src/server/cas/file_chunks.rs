@@ -1,24 +1,24 @@
 //! `GET /v1/file-chunks/{file}` (this server's extension, docs/cas-api.md §5.8): the chunks of a
-//! registered file in order, each its hash and length ([`xet_client::wire::encode_file_chunks`]).
+//! registered file in order, each its hash and length ([`xet_protocol::wire::encode_file_chunks`]).
 //!
 //! What a reader of part of a file (`git xet mount`, `git xet cat --range`) checks the chunks it
 //! fetches against: their Xet file hash must be the file's, so the list cannot lie, and a
 //! reconstruction carries no chunk hashes. Only for a credential that may read the file (the
 //! list reveals nothing the file's bytes would not). At most
-//! [`xet_client::wire::MAX_LISTED_CHUNKS`] chunks (413 beyond); the answer is built under the
+//! [`xet_protocol::wire::MAX_LISTED_CHUNKS`] chunks (413 beyond); the answer is built under the
 //! server's body-memory budget (503 when it is spent).
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::super::auth::Scope;
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
-use xet_client::wire::{encode_file_chunks, FILE_CHUNK_RECORD, MAX_LISTED_CHUNKS};
 use xet_format::FileHash;
+use xet_protocol::wire::{encode_file_chunks, FILE_CHUNK_RECORD, MAX_LISTED_CHUNKS};
 
 pub async fn get(
     State(state): State<SharedState>,

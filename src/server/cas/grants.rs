@@ -37,16 +37,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::super::auth::{now_unix, AuthError, Scope, UploadGrant};
 use super::super::body::{check_declared, content_length, drain, read_body, spool_body};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::upload::XORB_BODY_LIMIT;
-use xet_client::util::sync::LockAnyway as _;
-use xet_client::wire::XorbUploaded;
 use xet_format::XorbHash;
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::wire::XorbUploaded;
 
 /// The body of a grant request is a small JSON object; at most this much is read.
 const GRANT_BODY_LIMIT: u64 = 64 * 1024;
@@ -141,7 +141,7 @@ pub(crate) async fn post_grant(
     if !request.checksum.algo.eq_ignore_ascii_case("crc64nvme") {
         return Err(not_offered(format!(
             "checksum {:?} is not offered (only crc64nvme): upload xorb {xorb} with POST /v1/xorbs/default/{xorb}",
-            xet_client::redact::clip(&request.checksum.algo, 40)
+            xet_protocol::redact::clip(&request.checksum.algo, 40)
         )));
     }
     let crc64nvme: u64 = request.checksum.value.trim().parse().map_err(|_| {

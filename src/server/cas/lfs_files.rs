@@ -16,15 +16,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::super::auth::Scope;
 use super::super::claims::CHECKS_SHA256_HEADER;
 use super::super::error::ApiError;
 use super::super::{blocking, SharedState};
 use super::reconstruction::{inline_v2, small_plan};
-use xet_client::wire::LfsFile;
 use xet_format::LfsOid;
+use xet_protocol::wire::LfsFile;
 
 /// The query of the route: `reconstruction=v2` asks for the plan of a small file along;
 /// `fresh=index` answers from this node's index as it is, without first listing what other

@@ -8,23 +8,23 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::super::auth::{now_unix, Scope};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use std::ops::RangeInclusive;
 
-use xet_client::reconstruction::PlanError;
-use xet_client::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 use xet_format::{FileHash, XorbHash};
+use xet_protocol::reconstruction::PlanError;
+use xet_protocol::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 use xet_store::backend::RangeSigner;
 use xet_store::StoreError;
 
-pub use xet_client::wire::{
-    to_batch_v1, to_v1, to_v2, BatchReconstructionV1, ByteRange, ChunkRange, FetchInfoV1,
-    FetchUrls, RangeV2, ReconstructionV1, ReconstructionV2, Term, XorbEntryV2, MAX_BATCH_FILES,
-    RANGES_PER_ENTRY,
+pub use super::plan_json::{to_batch_v1, to_v1, to_v2, FetchUrls, RANGES_PER_ENTRY};
+pub use xet_protocol::wire::{
+    BatchReconstructionV1, ByteRange, ChunkRange, FetchInfoV1, RangeV2, ReconstructionV1,
+    ReconstructionV2, Term, XorbEntryV2, MAX_BATCH_FILES,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,7 +221,7 @@ pub(crate) fn small_plan(
     store: &xet_store::Store,
     file: &FileHash,
     size: u64,
-) -> Option<xet_client::ReconstructionPlan> {
+) -> Option<xet_protocol::ReconstructionPlan> {
     if size > INLINE_MAX_SIZE || file.is_zero() {
         return None;
     }
@@ -233,7 +233,7 @@ pub(crate) fn small_plan(
 /// [`Presigner::new`]).
 pub(crate) fn inline_v2(
     state: &crate::server::AppState,
-    plan: &xet_client::ReconstructionPlan,
+    plan: &xet_protocol::ReconstructionPlan,
 ) -> Option<ReconstructionV2> {
     let v2 = to_v2(plan, &Presigner::new(state));
     let len = serde_json::to_vec(&v2).ok()?.len();

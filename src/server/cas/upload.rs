@@ -14,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use super::super::auth::Scope;
 use super::super::body::{check_declared, content_length, drain, read_body, spool_body, SmallBody};
@@ -22,11 +22,11 @@ use super::super::claims;
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
 use super::progress::{self, Failure, Frame};
-use xet_client::wire::{ShardRegistered, XorbUploaded};
 use xet_format::shard::{FOOTER_SIZE, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, MAX_SHARD_SIZE};
 use xet_format::xorb::footer::v1_len;
 use xet_format::xorb::{MAX_ACCEPTED_BODY, MAX_XORB_CHUNKS};
 use xet_format::XorbHash;
+use xet_protocol::wire::{ShardRegistered, XorbUploaded};
 use xet_store::StoreError;
 
 /// The largest xorb upload body: the chunk-region limit plus a trailing V1 footer of

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
@@ -35,8 +35,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::super::auth::{now_unix, AuthError};
 use super::super::error::ApiError;
 use super::super::{blocking, parse_hash, SharedState};
-use xet_client::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 use xet_format::XorbHash;
+use xet_protocol::util::range::{parse_byte_ranges, ByteRangeSpec, GrantedRanges};
 use xet_store::cas::XorbBytes;
 use xet_store::Store;
 
@@ -316,7 +316,7 @@ fn ranged_response(
     let (segments, boundary) = if ranges.len() == 1 {
         (vec![Segment::Stored(ranges[0].clone())], None)
     } else {
-        let boundary = format!("gitxet-{}", xet_client::random_hex(12));
+        let boundary = format!("gitxet-{}", xet_protocol::random_hex(12));
         let segments = multipart(&boundary, ranges, len);
         (segments, Some(boundary))
     };

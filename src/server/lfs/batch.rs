@@ -28,7 +28,7 @@
 //! the answer then lists the packed objects one from each pack in turn.
 
 use std::collections::BTreeMap;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -42,12 +42,12 @@ use crate::server::body::read_body;
 use crate::server::cas::reconstruction::{inline_v2, small_plan};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
-use xet_client::wire::{
+use xet_format::{FileHash, LfsOid, XorbHash};
+use xet_protocol::wire::{
     CasTokenInfo, DownloadPack, Pack, MAX_PACK_MEMBERS, PACK_HEADER, RECONSTRUCTION_HEADER,
     XET_DOWNLOAD_TRANSFER, XET_TRANSFER,
 };
-use xet_client::ReconstructionPlan;
-use xet_format::{FileHash, LfsOid, XorbHash};
+use xet_protocol::ReconstructionPlan;
 
 /// Objects accepted in one batch request (git-lfs sends at most 100 by default).
 pub(crate) const MAX_OBJECTS: usize = 1000;
@@ -693,7 +693,7 @@ impl Actions {
             token: state.auth.issue_for(scope, &repo.id, exp, restricted),
             exp,
             ttl,
-            session: xet_client::random_hex(16),
+            session: xet_protocol::random_hex(16),
         }
     }
 

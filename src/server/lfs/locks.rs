@@ -50,7 +50,7 @@ pub mod db;
 pub mod forward;
 
 use std::sync::Arc;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};

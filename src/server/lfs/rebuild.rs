@@ -20,9 +20,9 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use xet_client::PlannedTerm;
 use xet_format::xorb::{decompress_chunk_into, ChunkHeader, XorbError, XorbFooter};
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_protocol::PlannedTerm;
 use xet_store::{Store, StoreError};
 
 /// Decoded bytes of one piece of the body (a piece is at least one chunk, ≤ 128 KiB).

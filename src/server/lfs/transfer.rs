@@ -20,7 +20,7 @@
 //! as a SHA-256 mismatch).
 
 use std::sync::Arc;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -34,8 +34,8 @@ use crate::server::body::{drain, read_body, spool_body, Spooled};
 use crate::server::error::ApiError;
 use crate::server::{blocking, AppState};
 use xet_client::pipeline::upload::{upload, Staging, UploadError, UploadOptions, UploadSummary};
-use xet_client::target::TargetError;
 use xet_format::LfsOid;
+use xet_protocol::target::TargetError;
 
 /// Read buffer of the upload pipeline over a spooled body.
 const SPOOL_READ_BUF: usize = 256 * 1024;

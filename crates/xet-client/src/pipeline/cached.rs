@@ -25,11 +25,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::{CasTarget, Endpoint, Origin, RangeSink, TargetError, XorbSource};
-use crate::{ChunkCache, FetchRange, ReconstructionPlan, ShardCache};
+use crate::{ChunkCache, ShardCache};
 use xet_format::shard::{ParsedShard, Shard};
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_protocol::{CasTarget, Endpoint, Origin, RangeSink, TargetError, XorbSource};
+use xet_protocol::{FetchRange, ReconstructionPlan, UploadClaim};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -158,8 +160,8 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         &self,
         xorb: XorbHash,
         body: Vec<u8>,
-        sent: crate::target::SentBytes,
-    ) -> Result<crate::target::XorbPut, TargetError> {
+        sent: xet_protocol::target::SentBytes,
+    ) -> Result<xet_protocol::target::XorbPut, TargetError> {
         self.inner.put_xorb_with_progress(xorb, body, sent)
     }
 
@@ -204,8 +206,24 @@ impl<T: CasTarget> CasTarget for Cached<T> {
         self.inner.file_by_sha256(oid)
     }
 
-    fn shard_cache(&self) -> Option<&ShardCache> {
-        Some(&self.cache)
+    /// Claims `first` in the shard cache ([`ShardCache::claim`]), a lock file the agents of
+    /// this endpoint share; after a wait for another agent, reads the cache again to pick up
+    /// the shard that agent registered.
+    fn claim_upload(&self, first: &ChunkHash, patience: Duration) -> Option<UploadClaim> {
+        match self.cache.claim(first, patience) {
+            Ok(claim) => {
+                if claim.waited > Duration::from_millis(50) {
+                    if let Err(e) = self.cache.refresh() {
+                        tracing::warn!(error = %e, "cannot read the shard cache again; continuing");
+                    }
+                }
+                Some(UploadClaim::new(claim.waited, claim))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot claim the upload in the shard cache; continuing");
+                None
+            }
+        }
     }
 
     fn local_dedup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, TargetError> {
@@ -291,7 +309,7 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
             return self.inner.stream_xorb_range_from(xorb, range, keep, sink);
         }
         let (bytes, origin) = self.read_xorb_range_from(xorb, range, keep)?;
-        crate::target::hand_whole(bytes, sink);
+        xet_protocol::target::hand_whole(bytes, sink);
         Ok(origin)
     }
 

@@ -37,15 +37,15 @@ use std::sync::{mpsc, Condvar, Mutex};
 
 use crate::pipeline::prior::LocalChunks;
 use crate::pipeline::resume::{Extent, PartialFile};
-use crate::util::sync::LockAnyway as _;
-use crate::{FetchRange, ReconstructionPlan};
-use crate::{Origin, TargetError, XorbSource};
 use xet_format::hash::file_hash;
 use xet_format::xorb::header::{CHUNK_HEADER_LEN, MAX_CHUNK_LEN};
 use xet_format::xorb::{
     decompress_chunk_into, ChunkRange, ChunkSplitter, SplitChunk, XorbError, XorbLimits,
 };
 use xet_format::{ChunkHash, ChunkRef, FileHash, XorbHash};
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::{FetchRange, ReconstructionPlan};
+use xet_protocol::{Origin, TargetError, XorbSource};
 
 /// Why a file could not be rebuilt.
 #[derive(Debug, thiserror::Error)]
@@ -401,9 +401,9 @@ struct Decoded {
 }
 
 impl Drop for Decoded {
-    /// The fetched range's buffer is kept for the next fetch (see [`crate::util::buffers`]).
+    /// The fetched range's buffer is kept for the next fetch (see [`xet_protocol::util::buffers`]).
     fn drop(&mut self) {
-        crate::util::buffers::give(std::mem::take(&mut self.bytes));
+        xet_protocol::util::buffers::give(std::mem::take(&mut self.bytes));
     }
 }
 
@@ -883,7 +883,7 @@ impl<'a> FileJob<'a> {
                     .range
                     .url
                     .as_deref()
-                    .is_some_and(crate::util::url::signs_range);
+                    .is_some_and(crate::url::signs_range);
                 r.next.0 == step.range.chunks.end || !whole_only
             });
         let (refs, origin) = match resumed {
@@ -1341,7 +1341,7 @@ impl<'a> StepWriter<'a> {
         }
     }
 
-    fn terms(&self) -> &'a [crate::PlannedTerm] {
+    fn terms(&self) -> &'a [xet_protocol::PlannedTerm] {
         &self.plan.terms[self.step.terms.clone()]
     }
 

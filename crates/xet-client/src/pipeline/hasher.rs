@@ -151,7 +151,7 @@ fn map_window(file: &File, offset: u64, file_len: u64) -> io::Result<memmap2::Mm
     let len = file_len.saturating_sub(offset).min(MAP_WINDOW_LEN as u64) as usize;
     // Another process truncating or rewriting the file while we hash it would change what we
     // read; see `map_readonly` for why that is accepted.
-    let map = crate::util::os::map_readonly(file, offset, len)?;
+    let map = xet_protocol::util::os::map_readonly(file, offset, len)?;
     // Advisory only: it makes the kernel read ahead if the file is not cached.
     let _ = map.advise(memmap2::Advice::Sequential);
     Ok(map)

@@ -3,7 +3,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`hasher`] | the chunk-and-hash engine uploads share; hashing whole files as fast as the machine allows |
-//! | [`upload`] | one stream in, one registered Xet file out, against any [`CasTarget`](crate::CasTarget) |
+//! | [`upload`] | one stream in, one registered Xet file out, against any [`CasTarget`](xet_protocol::CasTarget) |
 //! | [`cached`] | [`cached::Cached`]: a target plus the local shard cache of its endpoint |
 //! | [`download`] | rebuilding a file from its reconstruction plan, streaming |
 //! | [`prior`] | earlier versions of a file on this machine, matched against the endpoint's record |

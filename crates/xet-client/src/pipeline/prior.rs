@@ -28,10 +28,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::pipeline::hasher::{hash_file, HasherError};
-use crate::{Endpoint, ReconstructionPlan, TargetError};
 use xet_format::chunking::MAX_CHUNK_SIZE;
 use xet_format::hash::file_hash;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use xet_protocol::{Endpoint, ReconstructionPlan, TargetError};
 
 /// Why an earlier version could not be matched (never fatal to a transfer: it goes on without).
 #[derive(Debug, thiserror::Error)]
@@ -388,8 +388,8 @@ pub(crate) fn read_exact_at(_file: &File, _buf: &mut [u8], _offset: u64) -> std:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CasTarget, FetchRange, PlannedTerm, XorbSource};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use xet_protocol::{CasTarget, FetchRange, PlannedTerm, XorbSource};
 
     fn chunk(seed: u8, len: u64) -> ChunkRef {
         ChunkRef::new(ChunkHash::of(&[seed; 7]), len)

@@ -5,7 +5,7 @@
 //! names only the chunks that cover them, docs/cas-api.md §5.1), fetches those ranges (through
 //! the endpoint's chunk cache, if it has one) and decodes them. Every decoded chunk is checked
 //! against the file's chunk list, which the endpoint gives once per file
-//! ([`crate::Endpoint::file_chunks`]) and which is itself checked: its Xet file hash must
+//! ([`xet_protocol::Endpoint::file_chunks`]) and which is itself checked: its Xet file hash must
 //! be the file's. A reconstruction carries no chunk hashes, so without the list nothing could be
 //! checked; an endpoint that cannot give it cannot be read in part.
 //!
@@ -18,9 +18,9 @@ use bytes::Bytes;
 
 use crate::pipeline::download::{write_plan_into, DownloadError};
 use crate::pipeline::prior::check_list;
-use crate::util::sync::LockAnyway as _;
-use crate::{Endpoint, TargetError};
 use xet_format::{ChunkRef, FileHash};
+use xet_protocol::util::sync::LockAnyway as _;
+use xet_protocol::{Endpoint, TargetError};
 
 /// Bytes of decoded spans kept per file.
 pub const SPAN_CACHE_BYTES: usize = 40 << 20;
@@ -341,7 +341,7 @@ impl RangedFile {
             }
             let from = state.cache.covered_until(offset, end);
             if state.overlaps_in_flight(from, end) {
-                drop(crate::util::sync::wait_anyway(&self.fetched, state));
+                drop(xet_protocol::util::sync::wait_anyway(&self.fetched, state));
                 continue;
             }
             if fetched_here {

@@ -37,9 +37,9 @@ use std::sync::{Mutex, OnceLock};
 use crate::pipeline::download::WriteAt;
 use crate::pipeline::prior::read_exact_at;
 use crate::pipeline::sha256_landed::Sha256Landed;
-use crate::util::sync::LockAnyway as _;
 use xet_format::xorb::header::MAX_CHUNK_LEN;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// The first bytes of the record, right after the file's last byte.
 const MAGIC: &[u8; 16] = b"git-xet partial1";

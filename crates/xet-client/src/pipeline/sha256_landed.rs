@@ -21,7 +21,7 @@ use sha2::Digest as _;
 use xet_format::LfsOid;
 
 use crate::pipeline::prior::read_exact_at;
-use crate::util::sync::LockAnyway as _;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Bytes read back from the file at a time.
 const READ_BACK: usize = 1 << 20;

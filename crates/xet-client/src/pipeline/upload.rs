@@ -46,10 +46,10 @@ use self::done::Done;
 use self::session::{FileResult, FileSession, SpareBodies};
 pub use self::staging::Staging;
 use crate::pipeline::hasher::ChunkHasher;
-use crate::{CasTarget, TargetError};
 use xet_format::shard::{FileInfo, Shard, XorbInfo, MAX_SHARD_SIZE, RECORD_SIZE};
 use xet_format::xorb::{BuiltXorb, CompressedChunk, CompressionPolicy, XorbLimits};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid};
+use xet_protocol::{CasTarget, TargetError};
 
 /// Bytes read from the stream per block.
 pub const READ_BLOCK: usize = 8 << 20;
@@ -267,7 +267,7 @@ pub fn upload_with_seeds(
 /// [`upload_with_seeds`] of a regular file, read through mappings of [`READ_BLOCK`] bytes at a
 /// time instead of copies into a buffer (a 1 GiB push took about a tenth less CPU time).
 /// The file must not be truncated while it is uploaded (see
-/// [`map_readonly`](crate::util::os::map_readonly)): git-lfs's objects never are.
+/// [`map_readonly`](xet_protocol::util::os::map_readonly)): git-lfs's objects never are.
 pub fn upload_file_with_seeds(
     target: &dyn CasTarget,
     file: &std::fs::File,
@@ -681,7 +681,7 @@ fn put_xorbs_until_done(
         let body = xorb.into_upload_body();
         let len = body.len() as u64;
         // Progress follows the body as it goes out (see `done`).
-        let sent: crate::target::SentBytes = {
+        let sent: xet_protocol::target::SentBytes = {
             let progress = done.clone();
             Arc::new(move |n: u64| progress.sending(seq, n, len))
         };
@@ -1023,7 +1023,7 @@ impl Blocks for MapBlocks<'_> {
             return Ok(&[]);
         }
         let n = usize::try_from(self.len - pos).map_or(want, |left| left.min(want));
-        let map = crate::util::os::map_readonly(self.file, pos, n).map_err(|source| {
+        let map = xet_protocol::util::os::map_readonly(self.file, pos, n).map_err(|source| {
             UploadError::Read {
                 offset: pos,
                 source,
@@ -1232,7 +1232,7 @@ fn build_shards(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{SentBytes, XorbPut};
+    use xet_protocol::target::{SentBytes, XorbPut};
 
     /// Takes every xorb and shard; hands each body back with its capacity set to `MARK`, so
     /// that a body built in a buffer handed back is told apart from one in fresh memory.

@@ -2,10 +2,10 @@
 //! classifying what went wrong (worth retrying or not), reading bounded bodies, and turning a
 //! refusal into a sentence a user can act on.
 
-use crate::wire::ErrorCode;
 use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
+use xet_protocol::wire::ErrorCode;
 
 use bytes::{Buf, Bytes};
 use reqwest::header::{HeaderMap, AUTHORIZATION, CONTENT_RANGE, RANGE, RETRY_AFTER};
@@ -13,8 +13,8 @@ use reqwest::Client;
 use reqwest::{Method, StatusCode};
 use tokio::runtime::Runtime;
 
-use crate::util::error::root_cause_text;
-use crate::wire::ErrorBody;
+use xet_protocol::util::error::root_cause_text;
+use xet_protocol::wire::ErrorBody;
 
 /// How often and how patiently a request is tried.
 ///
@@ -154,7 +154,7 @@ pub(super) struct Request {
     pub timeout: Duration,
     /// Told how many bytes of the body each attempt has handed to the connection so far
     /// (the body then goes out in pieces of [`BODY_PIECE`] bytes).
-    pub sent: Option<crate::target::SentBytes>,
+    pub sent: Option<xet_protocol::target::SentBytes>,
 }
 
 /// Bytes of a request body handed to the connection at a time when its progress is followed.
@@ -170,18 +170,18 @@ pub(super) enum Failure {
         code: Option<ErrorCode>,
     },
     /// Final.
-    Fatal(crate::target::TargetError),
+    Fatal(xet_protocol::target::TargetError),
 }
 
-/// The URL without its query string or fragment ([`crate::util::url::without_query`]).
+/// The URL without its query string or fragment ([`crate::url::without_query`]).
 pub(super) fn shown(url: &str) -> String {
-    crate::util::url::without_query(url).to_string()
+    crate::url::without_query(url).to_string()
 }
 
-/// The scheme, host and port of a URL ([`crate::util::url::origin`]); a URL without a host is
+/// The scheme, host and port of a URL ([`crate::url::origin`]); a URL without a host is
 /// shown without its query.
 pub fn origin(url: &str) -> String {
-    crate::util::url::origin(url).unwrap_or_else(|| shown(url))
+    crate::url::origin(url).unwrap_or_else(|| shown(url))
 }
 
 /// Redirects followed per request, at most.
@@ -442,13 +442,13 @@ pub(super) fn transport_failure(
 ) -> Failure {
     if let Some(problem) = cert_problem(e) {
         // No retry mends a certificate: say what to do instead.
-        let host = crate::util::url::origin(&req.url)
+        let host = crate::url::origin(&req.url)
             .map(|o| {
                 o.split_once("://")
                     .map_or(o.clone(), |(_, h)| h.to_string())
             })
             .unwrap_or_else(|| req.server.clone());
-        return Failure::Fatal(crate::target::TargetError::Remote {
+        return Failure::Fatal(xet_protocol::target::TargetError::Remote {
             what: req.what.clone(),
             message: format!("{}: {}", req.server, cert_advice(&host, problem)),
             retryable: false,
@@ -456,7 +456,7 @@ pub(super) fn transport_failure(
         });
     }
     if e.is_builder() {
-        return Failure::Fatal(crate::target::TargetError::Remote {
+        return Failure::Fatal(xet_protocol::target::TargetError::Remote {
             what: req.what.clone(),
             message: format!(
                 "invalid request to {}: {}",
@@ -468,7 +468,7 @@ pub(super) fn transport_failure(
         });
     }
     if e.is_redirect() {
-        return Failure::Fatal(crate::target::TargetError::Remote {
+        return Failure::Fatal(xet_protocol::target::TargetError::Remote {
             what: req.what.clone(),
             message: format!("{}: {}", req.server, root_cause_text(e)),
             retryable: false,
@@ -573,7 +573,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .unwrap_or(0)
         .min(limit);
-    let mut buf = crate::util::buffers::take(usize::try_from(announced).unwrap_or(0));
+    let mut buf = xet_protocol::util::buffers::take(usize::try_from(announced).unwrap_or(0));
     let mut resp = resp;
     if let Err(e) = resp.append_to(&mut buf, limit) {
         return Err(Failure::Retry {
@@ -588,7 +588,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
         });
     }
     if buf.len() as u64 > limit {
-        return Err(Failure::Fatal(crate::target::TargetError::Remote {
+        return Err(Failure::Fatal(xet_protocol::target::TargetError::Remote {
             what: req.what.clone(),
             message: format!(
                 "{} sent an answer larger than the {limit} bytes expected",
@@ -613,7 +613,7 @@ pub(super) fn stream_body(
     skip: u64,
     want: u64,
     exact: bool,
-    sink: &mut crate::RangeSink<'_>,
+    sink: &mut xet_protocol::RangeSink<'_>,
 ) -> Result<Option<u64>, Failure> {
     let mut seen = 0u64; // bytes of the body read, skipped ones included
     let mut given = 0u64;
@@ -649,7 +649,7 @@ pub(super) fn stream_body(
             if !exact {
                 return Ok(Some(given));
             }
-            return Err(Failure::Fatal(crate::target::TargetError::Remote {
+            return Err(Failure::Fatal(xet_protocol::target::TargetError::Remote {
                 what: req.what.clone(),
                 message: format!(
                     "{} sent an answer larger than the {want} bytes expected",

@@ -138,7 +138,7 @@ impl ProxyChoice {
         }
         u.set_query(None);
         let text = u.as_str().trim_end_matches('/').to_string();
-        crate::redact::redact(&text)
+        xet_protocol::redact::redact(&text)
     }
 }
 
@@ -164,11 +164,11 @@ fn proxy_url(text: &str, source: &'static str) -> Result<ProxyChoice, String> {
         .ok_or_else(|| {
             format!(
                 "{source} {:?} is not a proxy URL",
-                crate::redact::redact(text)
+                xet_protocol::redact::redact(text)
             )
         })?;
     if let Some(password) = url.password() {
-        crate::redact::register_secret(password);
+        xet_protocol::redact::register_secret(password);
     }
     Ok(ProxyChoice { url, source })
 }
@@ -365,6 +365,6 @@ mod tests {
         let r = rules(Some("http://user:s3cret-proxy-pw@proxy.test:3128"), &[]);
         let shown = r.proxy_for_str("https://x/").unwrap().shown();
         assert_eq!(shown, "http://user:***@proxy.test:3128");
-        assert!(!crate::redact::redact("s3cret-proxy-pw").contains("s3cret"));
+        assert!(!xet_protocol::redact::redact("s3cret-proxy-pw").contains("s3cret"));
     }
 }

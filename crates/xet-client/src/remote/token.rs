@@ -2,14 +2,14 @@
 //! with the LFS actions and renewed through a refresh route (negotiated mode, docs/lfs-agent.md
 //! §12.2). The HTTP side of a refresh lives in [`super::RemoteCas`]; this module holds the state
 //! and the decisions (when to refresh, which answer to keep). Every token it is given or
-//! receives is registered with [`crate::redact`].
+//! receives is registered with [`xet_protocol::redact`].
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::util::now_unix;
-use crate::util::secret::Secret;
-use crate::util::sync::LockAnyway as _;
+use xet_protocol::util::now_unix;
+use xet_protocol::util::secret::Secret;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// Refresh this long before the token expires (the reference client's `REFRESH_BUFFER_SEC`).
 pub const REFRESH_BUFFER_SECS: u64 = 30;
@@ -127,7 +127,7 @@ impl RefreshingToken {
     /// Sends this `Authorization` value (e.g. `Bearer …` or `Basic …`) with every refresh.
     pub fn with_authorization(self, value: impl Into<String>) -> Self {
         let value: String = value.into();
-        crate::redact::register_authorization(&value);
+        xet_protocol::redact::register_authorization(&value);
         let value = Secret::new(value);
         self.with_authorization_fn(move || Ok(Some(value.clone())))
     }
@@ -172,11 +172,11 @@ impl RefreshingToken {
         self.lock().due(now_unix())
     }
 
-    /// The `Authorization` value for the next refresh (registered with [`crate::redact`]).
+    /// The `Authorization` value for the next refresh (registered with [`xet_protocol::redact`]).
     pub(super) fn authorization(&self) -> Result<Option<Secret>, String> {
         let value = (self.authorization)()?;
         if let Some(v) = &value {
-            crate::redact::register_authorization(v.expose());
+            xet_protocol::redact::register_authorization(v.expose());
         }
         Ok(value)
     }

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::util::fs::AtomicWrite;
 use xet_format::shard::{ParsedShard, Shard, ShardLayout, FOOTER_SIZE, HEADER_SIZE};
 use xet_format::{ChunkHash, ShardHash};
+use xet_protocol::util::fs::AtomicWrite;
 
 /// The directory under an endpoint directory holding the upload claims ([`ShardCache::claim`]).
 pub const CLAIMS_SUBDIR: &str = "claims";

@@ -234,7 +234,7 @@ impl ShardCache {
     /// Returns how many shards were added. Before the index is built there is nothing to do
     /// (the first lookup builds it from the directory).
     pub fn refresh(&self) -> Result<usize, CacheError> {
-        let now = crate::util::now_unix();
+        let now = xet_protocol::util::now_unix();
         let entries = self.scan()?;
         let mut state = self.state();
         let Some(index) = &mut state.index else {
@@ -271,7 +271,7 @@ impl ShardCache {
     /// index on the first call; see the module documentation for what it costs and misses.
     /// Damaged files met on the way are removed with a warning.
     pub fn lookup(&self, chunk: &ChunkHash) -> Result<Option<Arc<Shard>>, CacheError> {
-        let now = crate::util::now_unix();
+        let now = xet_protocol::util::now_unix();
         let mut state = self.state();
         if state.index.is_none() {
             let (index, bytes) = self.build_index(now)?;

@@ -66,9 +66,9 @@ use std::time::{Duration, SystemTime};
 
 use sha2::Digest as _;
 
-use crate::util::sync::LockAnyway as _;
 use xet_format::shard::ShardError;
 use xet_format::ShardHash;
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// The default size limit of each endpoint directory: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
@@ -278,7 +278,7 @@ impl ShardCache {
         let (readable, hashed) = match e.split_once("://") {
             Some((scheme, rest)) => {
                 let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-                let host = crate::util::url::without_userinfo(authority).to_ascii_lowercase();
+                let host = crate::url::without_userinfo(authority).to_ascii_lowercase();
                 let hashed = format!("{}://{host}{path}", scheme.to_ascii_lowercase());
                 let readable = if host.is_empty() {
                     last_component(path).to_string()

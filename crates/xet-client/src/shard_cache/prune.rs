@@ -69,7 +69,7 @@ impl ShardCache {
         keep: Option<&ShardHash>,
     ) -> Result<PruneReport, CacheError> {
         self.remove_temp_files(Some(STALE_TEMP));
-        let now = crate::util::now_unix();
+        let now = xet_protocol::util::now_unix();
         let mut report = PruneReport::default();
         let mut removed = Vec::new();
         let mut live = Vec::new();

@@ -22,7 +22,7 @@
 //! is not forwarded again (a misconfigured loop is refused with 508).
 
 use std::time::Duration;
-use xet_client::wire::ErrorCode;
+use xet_protocol::wire::ErrorCode;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -170,7 +170,7 @@ pub async fn forward(
     let answer = request.send().await.map_err(|e| {
         unreachable(format!(
             "does not answer: {}",
-            xet_client::util::error::root_cause_text(&e)
+            xet_protocol::util::error::root_cause_text(&e)
         ))
     })?;
     let status = answer.status();

@@ -4,9 +4,9 @@
 //! is being sent, its bytes count in proportion to the share of its body that went out
 //! ([`Done::sending`]); the rest is held back until it is stored.
 
-use crate::util::sync::LockAnyway as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// See the module documentation. Clones share the count (an uploader's progress callback
 /// holds one).

@@ -36,7 +36,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::UploadError;
-use crate::target::CasTarget;
 use xet_format::dedup::{is_probe, RunProbes, MAX_PROBES};
 use xet_format::hash::{file_hash, keyed_chunk_hash, verification_hash};
 use xet_format::shard::{FileInfo, Shard, Term, XorbInfo};
@@ -44,6 +43,7 @@ use xet_format::xorb::{
     BuiltXorb, CompressedChunk, CompressionPolicy, Push, XorbBuilder, XorbLimits,
 };
 use xet_format::{ChunkHash, ChunkRef, FileHash, HmacKey, LfsOid, XorbHash};
+use xet_protocol::target::CasTarget;
 
 /// Buffers of xorbs already put, for the session to build its next xorbs in: memory written
 /// once is written again without a page fault and a cleared page per 4 KiB (a 64 MiB xorb

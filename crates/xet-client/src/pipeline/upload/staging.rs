@@ -14,10 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::target::{CasTarget, TargetError};
-use crate::util::sync::LockAnyway as _;
 use xet_format::shard::Shard;
 use xet_format::{ChunkHash, FileHash, LfsOid, XorbHash};
+use xet_protocol::target::{CasTarget, TargetError};
+use xet_protocol::util::sync::LockAnyway as _;
 
 /// See the module documentation.
 pub struct Staging<'a> {
@@ -33,7 +33,7 @@ impl<'a> Staging<'a> {
         Self {
             inner,
             dir: dir.to_path_buf(),
-            tag: crate::random_hex(8),
+            tag: xet_protocol::random_hex(8),
             staged: Mutex::new(Vec::new()),
         }
     }

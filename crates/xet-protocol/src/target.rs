@@ -1,6 +1,6 @@
 //! Where objects go and come from: the [`CasTarget`] (uploads), [`XorbSource`] (downloads) and
-//! [`Endpoint`] (both, plus reconstruction plans) traits. The HTTP client ([`RemoteCas`](crate::RemoteCas))
-//! implements them here, the storage engine (`xet-store`) for its store; the pipelines use them.
+//! [`Endpoint`] (both, plus reconstruction plans) traits. The HTTP client (`xet_client::RemoteCas`)
+//! and the storage engine's store (`xet-store`) implement them; the client's pipelines use them.
 //!
 //! The trait is the set of CAS operations an upload needs (docs/cas-api.md §5.4–§5.7) and nothing
 //! more. It is **blocking** and object-safe (`&dyn CasTarget`), for three reasons:
@@ -14,23 +14,24 @@
 //! Implementations must be `Send + Sync`: the pipeline puts xorbs from an uploader thread while
 //! the reading thread queries dedup.
 //!
-//! The traits are implemented for references too, so wrappers such as
-//! [`Cached`](crate::pipeline::cached::Cached) can hold a `&Store` or a `&dyn CasTarget`.
+//! The traits are implemented for references too, so wrappers such as the client's shard-cache
+//! wrapper (`xet_client::pipeline::cached::Cached`) can hold a `&Store` or a `&dyn CasTarget`.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use xet_format::shard::Shard;
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
 
 use crate::wire::ErrorCode;
-use crate::{FetchRange, ReconstructionPlan, ShardCache};
+use crate::{FetchRange, ReconstructionPlan};
 
 /// Told how many bytes of an upload's body have gone out so far
 /// ([`CasTarget::put_xorb_with_progress`]).
-pub(crate) type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
+pub type SentBytes = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// What [`CasTarget::put_xorb_with_progress`] did.
 #[derive(Debug)]
@@ -214,10 +215,41 @@ pub trait CasTarget: Send + Sync {
         Ok(None)
     }
 
-    /// The local shard cache this target deduplicates through, if any (uploads use it to
-    /// coordinate with other agents of the same endpoint). The default has none.
-    fn shard_cache(&self) -> Option<&ShardCache> {
+    /// Claims the upload of a file whose first chunk is `first` among the uploaders of this
+    /// target on this machine (agents that git-lfs started for one push share a local shard
+    /// cache): waits up to `patience` while another holds the claim, so that the second version
+    /// of a file is sent after the first and deduplicated against it. Held until dropped.
+    /// `None` when the target has no such coordination (the default) or it failed; the upload
+    /// then goes ahead on its own.
+    fn claim_upload(&self, first: &ChunkHash, patience: Duration) -> Option<UploadClaim> {
+        let _ = (first, patience);
         None
+    }
+}
+
+/// An upload's claim on the first chunk of its file ([`CasTarget::claim_upload`]), released
+/// when dropped.
+pub struct UploadClaim {
+    /// How long the claim was waited for.
+    pub waited: Duration,
+    _held: Box<dyn Send + Sync>,
+}
+
+impl UploadClaim {
+    /// A claim held by `guard` (a lock released when it is dropped) after waiting `waited`.
+    pub fn new(waited: Duration, guard: impl Send + Sync + 'static) -> UploadClaim {
+        UploadClaim {
+            waited,
+            _held: Box::new(guard),
+        }
+    }
+}
+
+impl fmt::Debug for UploadClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UploadClaim")
+            .field("waited", &self.waited)
+            .finish_non_exhaustive()
     }
 }
 
@@ -271,8 +303,8 @@ impl<T: CasTarget + ?Sized> CasTarget for &T {
         (**self).local_dedup(chunk)
     }
 
-    fn shard_cache(&self) -> Option<&ShardCache> {
-        (**self).shard_cache()
+    fn claim_upload(&self, first: &ChunkHash, patience: Duration) -> Option<UploadClaim> {
+        (**self).claim_upload(first, patience)
     }
 }
 
@@ -458,7 +490,7 @@ impl<S: XorbSource + ?Sized> XorbSource for Tallied<'_, S> {
 }
 
 /// Hands a range read whole to `sink` as one piece, and its buffer back for reuse.
-pub(crate) fn hand_whole(bytes: Vec<u8>, sink: &mut RangeSink<'_>) {
+pub fn hand_whole(bytes: Vec<u8>, sink: &mut RangeSink<'_>) {
     let _ = sink(0, &bytes);
     crate::util::buffers::give(bytes);
 }
