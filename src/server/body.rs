@@ -128,7 +128,7 @@ pub(crate) fn read_error(what: &str, e: axum::Error) -> ApiError {
         tracing::info!(what, "request body timed out");
         return ApiError::body_timeout(what, t.0);
     }
-    ApiError::bad_request(
+    ApiError::new(
         ErrorCode::BodyReadFailed,
         format!("{what}: the request body could not be read: {inner}"),
     )
@@ -152,7 +152,6 @@ pub(crate) fn check_declared(headers: &HeaderMap, limit: u64, what: &str) -> Res
 
 fn longer_than(what: &str, limit: u64) -> ApiError {
     ApiError::new(
-        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::BodyTooLarge,
         format!("{what}: the body is longer than the limit of {limit} bytes"),
     )
@@ -367,7 +366,7 @@ mod tests {
         let e = read_body(&b, &HeaderMap::new(), Body::from(vec![7u8; 600]), 1000, "t")
             .await
             .unwrap_err();
-        assert_eq!((e.status.as_u16(), e.code), (503, ErrorCode::ServerBusy));
+        assert_eq!((e.status().as_u16(), e.code), (503, ErrorCode::ServerBusy));
         assert_eq!(e.retry_after, Some(1));
         drop(body);
         assert_eq!(b.available_permits(), 1000);
@@ -381,13 +380,13 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert_eq!(e.status.as_u16(), 413);
+        assert_eq!(e.status().as_u16(), 413);
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, 5000.into());
         let e = read_body(&b, &h, Body::empty(), 1000, "t")
             .await
             .unwrap_err();
-        assert_eq!(e.status.as_u16(), 413);
+        assert_eq!(e.status().as_u16(), 413);
     }
 
     #[tokio::test]
@@ -403,7 +402,7 @@ mod tests {
         let e = read_body(&budget(100), &HeaderMap::new(), body, 100, "t")
             .await
             .unwrap_err();
-        assert_eq!((e.status.as_u16(), e.code), (408, ErrorCode::BodyTimeout));
+        assert_eq!((e.status().as_u16(), e.code), (408, ErrorCode::BodyTimeout));
     }
 
     #[tokio::test]
@@ -436,7 +435,7 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert_eq!(e.status.as_u16(), 413);
+        assert_eq!(e.status().as_u16(), 413);
         // A store whose reserve is larger than its disk: 507 before anything is spooled.
         let full_dir = tempfile::tempdir().unwrap();
         let full = Arc::new(
@@ -459,7 +458,7 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert_eq!(e.status.as_u16(), 507);
+        assert_eq!(e.status().as_u16(), 507);
         assert_eq!(std::fs::read_dir(full.spool_dir()).unwrap().count(), 0);
         assert_eq!(std::fs::read_dir(store.spool_dir()).unwrap().count(), 0);
     }

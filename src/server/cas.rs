@@ -51,7 +51,7 @@ pub mod xorb_data;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::Path;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use axum::routing::{get, post, put, MethodRouter};
 use axum::Router;
@@ -106,7 +106,6 @@ pub fn routes() -> Router<SharedState> {
 fn only(route: MethodRouter<SharedState>) -> MethodRouter<SharedState> {
     route.fallback(|| async {
         ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::MethodNotAllowed,
             "this endpoint does not take that method",
         )
@@ -116,7 +115,10 @@ fn only(route: MethodRouter<SharedState>) -> MethodRouter<SharedState> {
 /// The path parameters, or a JSON 400 (e.g. for percent-escapes that are not UTF-8).
 fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     p.map(|Path(t)| t).map_err(|e| {
-        ApiError::bad_request(ErrorCode::InvalidPath, format!("malformed URL path: {e}"))
+        ApiError::new(
+            ErrorCode::InvalidUrlPath,
+            format!("malformed URL path: {e}"),
+        )
     })
 }
 
@@ -125,7 +127,7 @@ fn check_prefix(prefix: &str, allowed: &[&str], what: &str) -> Result<(), ApiErr
     if allowed.contains(&prefix) {
         return Ok(());
     }
-    Err(ApiError::bad_request(
+    Err(ApiError::new(
         ErrorCode::UnknownPrefix,
         format!(
             "unknown prefix {prefix:?} for {what}: use {}",

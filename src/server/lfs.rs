@@ -140,7 +140,7 @@ async fn dispatch(
     body: Body,
 ) -> Response {
     let Some((repo, rest)) = split_path(uri.path()) else {
-        return ApiError::not_found(ErrorCode::NotFound, "no such endpoint").into_response();
+        return ApiError::new(ErrorCode::NotFound, "no such endpoint").into_response();
     };
     let rest = rest.to_string();
     let result = match (&method, rest.as_str()) {
@@ -162,7 +162,7 @@ async fn dispatch(
         (_, "objects/batch" | "xet-token/read" | "xet-token/write" | "verify") => {
             Err(method_not_allowed())
         }
-        _ => Err(ApiError::not_found(
+        _ => Err(ApiError::new(
             ErrorCode::NotFound,
             format!("no such LFS endpoint: {rest:?} under {}", repo.path),
         )),
@@ -173,7 +173,6 @@ async fn dispatch(
 /// 405 for a route that exists with other methods.
 pub(crate) fn method_not_allowed() -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::MethodNotAllowed,
         "this endpoint does not take that method",
     )
@@ -182,11 +181,11 @@ pub(crate) fn method_not_allowed() -> ApiError {
 /// An LFS error response: the JSON [`ApiError`] with the LFS media type, and the headers
 /// git-lfs needs on 401.
 pub(crate) fn error_response(e: ApiError) -> Response {
-    let unauthorized = e.status == StatusCode::UNAUTHORIZED;
+    let unauthorized = e.status() == StatusCode::UNAUTHORIZED;
     // 507 is logged where it is decided (a full disk, or a client over a quota).
-    if e.status.is_server_error()
-        && e.status != StatusCode::NOT_IMPLEMENTED
-        && e.status != StatusCode::INSUFFICIENT_STORAGE
+    if e.status().is_server_error()
+        && e.status() != StatusCode::NOT_IMPLEMENTED
+        && e.status() != StatusCode::INSUFFICIENT_STORAGE
     {
         tracing::error!(code = %e.code, message = %e.message, "LFS request failed");
     }
@@ -215,7 +214,6 @@ pub(crate) fn authorize_user(
     check_repo(&grant, repo)?;
     if grant.expires.is_some() {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
             ErrorCode::CasTokenNotAccepted,
             format!(
                 "{what} needs the token configured for git, not a short-lived CAS access token"
@@ -239,7 +237,6 @@ pub(crate) fn authorize_transfer(
     check_repo(&grant, repo)?;
     if grant.expires.is_some() && grant.repo != repo.id {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
             ErrorCode::WrongRepository,
             format!(
                 "this access token was issued for repository {:?}, not {:?}",
@@ -257,7 +254,6 @@ fn check_repo(grant: &Grant, repo: &Repo) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::FORBIDDEN,
         ErrorCode::WrongRepository,
         format!(
             "this token is for {}, not for repository {:?}",

@@ -308,7 +308,6 @@ impl AppState {
             Some(auth::Visibility::All) => Ok((grant, None)),
             Some(auth::Visibility::Repo(repo)) => Ok((grant, Some(repo))),
             None => Err(ApiError::new(
-                axum::http::StatusCode::FORBIDDEN,
                 ErrorCode::RepositoryScopedToken,
                 format!(
                     "{what}: this token is limited to some repositories and names none here; \
@@ -351,7 +350,7 @@ pub(crate) fn parse_hash<T: std::str::FromStr<Err = xet_format::HashParseError>>
     what: &str,
 ) -> Result<T, ApiError> {
     s.parse::<T>().map_err(|e| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidHash,
             format!("{what} {s:?} is not a hash: {e}"),
         )
@@ -426,14 +425,7 @@ async fn health(State(state): State<SharedState>) -> Response {
 /// successful catch-up with the other nodes is at most [`AppState::ready_max_lag`] old; 503
 /// otherwise, saying why: for load balancers deciding where to send requests.
 async fn ready(State(state): State<SharedState>) -> Response {
-    let not_ready = |message: String| {
-        ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::NotReady,
-            message,
-        )
-        .into_response()
-    };
+    let not_ready = |message: String| ApiError::new(ErrorCode::NotReady, message).into_response();
     if state.store.catching_up() {
         return not_ready(
             "this server is still registering the shards the other nodes stored".into(),
@@ -453,7 +445,6 @@ async fn ready(State(state): State<SharedState>) -> Response {
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "not ready: the store does not answer");
             ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::NotReady,
                 "the server's storage does not answer; its log has the details",
             )
@@ -494,7 +485,7 @@ fn lag_reason(store: &Store, max: Duration) -> Option<String> {
 const STUCK_LAG_FACTOR: u32 = 5;
 
 async fn fallback() -> ApiError {
-    ApiError::not_found(ErrorCode::NotFound, "no such endpoint")
+    ApiError::new(ErrorCode::NotFound, "no such endpoint")
 }
 
 /// The whole application: health, the CAS API and the LFS API, with the middleware.

@@ -338,14 +338,14 @@ const REFUSED: &str = "the status page needs the admin token: send it as the pas
 
 /// `None` when the request may see the status page, else the refusal (404 without an admin
 /// token configured, 401 without the admin token in the request).
-fn refusal(state: &SharedState, headers: &HeaderMap) -> Option<(StatusCode, &'static str)> {
+fn refusal(state: &SharedState, headers: &HeaderMap) -> Option<ApiError> {
     if !state.auth.has_admin() {
-        return Some((StatusCode::NOT_FOUND, OFF));
+        return Some(ApiError::new(ErrorCode::NotFound, OFF));
     }
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    (!state.auth.is_admin_header(header)).then_some((StatusCode::UNAUTHORIZED, REFUSED))
+    (!state.auth.is_admin_header(header)).then(|| ApiError::new(ErrorCode::Unauthorized, REFUSED))
 }
 
 /// The page, from `status/page.html`.
@@ -390,8 +390,9 @@ fn private_headers(response: &mut Response) {
 /// `GET /status`: the page, or a plain-text refusal (401 asks the browser for credentials).
 async fn page(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let mut response = match refusal(&state, &headers) {
-        Some((status, message)) => {
-            let mut r = (status, format!("{message}\n")).into_response();
+        Some(refused) => {
+            let status = refused.status();
+            let mut r = (status, format!("{}\n", refused.message)).into_response();
             if status == StatusCode::UNAUTHORIZED {
                 r.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
@@ -420,12 +421,7 @@ async fn page(State(state): State<SharedState>, headers: HeaderMap) -> Response 
 /// `GET /status.json`: what the page shows (see [`Snapshot`]).
 async fn api(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     let mut response = match refusal(&state, &headers) {
-        Some((StatusCode::NOT_FOUND, message)) => {
-            ApiError::not_found(ErrorCode::NotFound, message).into_response()
-        }
-        Some((status, message)) => {
-            ApiError::new(status, ErrorCode::Unauthorized, message).into_response()
-        }
+        Some(refused) => refused.into_response(),
         None => match snapshot(&state).await {
             Ok(s) => Json(s).into_response(),
             Err(e) => e.into_response(),

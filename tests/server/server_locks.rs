@@ -383,12 +383,12 @@ fn pages_are_newest_first_and_bounded() {
     );
     refused(
         api.post("locks/verify", &alice, json!({"cursor": 5})),
-        422,
+        400,
         "invalid_cursor",
     );
     refused(
         api.post("locks/verify", &alice, json!({"limit": "ten"})),
-        422,
+        400,
         "invalid_limit",
     );
 }

@@ -534,7 +534,7 @@ fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
         count: 2,
         bytes: 2000,
     });
-    assert_eq!((api.status.as_u16(), api.retry_after), (429, Some(60)));
+    assert_eq!((api.status().as_u16(), api.retry_after), (429, Some(60)));
 }
 
 /// On shared storage a claim is checked once in the cluster: the node that checks it records

@@ -673,6 +673,7 @@ error_codes! {
     InvalidShard => "invalid_shard",
     InvalidSignature => "invalid_signature",
     InvalidTelemetry => "invalid_telemetry",
+    InvalidUrlPath => "invalid_url_path",
     InvalidVerifyRequest => "invalid_verify_request",
     InvalidXorb => "invalid_xorb",
     KeyedShard => "keyed_shard",

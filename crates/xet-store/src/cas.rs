@@ -24,7 +24,6 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use xet_protocol::wire::ErrorCode;
 
 use crate::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
 use crate::index::{
@@ -108,28 +107,6 @@ pub enum ShardRejection {
     DamagedXorb { xorb: XorbHash, detail: String },
     #[error("xorb block {xorb} does not match the stored xorb: {detail}")]
     XorbBlock { xorb: XorbHash, detail: String },
-}
-
-impl ShardRejection {
-    /// A stable machine-readable code for error bodies.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            ShardRejection::Malformed(_) => ErrorCode::InvalidShard,
-            ShardRejection::Keyed => ErrorCode::KeyedShard,
-            ShardRejection::MissingVerification { .. } => ErrorCode::MissingVerification,
-            ShardRejection::UnknownFlags { .. } => ErrorCode::UnknownFlags,
-            ShardRejection::NoTerms { .. } => ErrorCode::NoTerms,
-            ShardRejection::UnknownXorb { .. } | ShardRejection::UnknownXorbBlock { .. } => {
-                ErrorCode::UnknownXorb
-            }
-            ShardRejection::ChunkRange { .. } => ErrorCode::ChunkRange,
-            ShardRejection::UnpackedLength { .. } => ErrorCode::UnpackedLengthMismatch,
-            ShardRejection::Verification { .. } => ErrorCode::VerificationMismatch,
-            ShardRejection::FileHash { .. } => ErrorCode::FileHashMismatch,
-            ShardRejection::XorbBlock { .. } => ErrorCode::XorbBlockMismatch,
-            ShardRejection::DamagedXorb { .. } => ErrorCode::XorbDamaged,
-        }
-    }
 }
 
 /// A store failure: the client's fault ([`StoreError::is_client_error`]) or the store's.

@@ -57,7 +57,7 @@ pub async fn get(
     })
     .await?;
     let Some(bytes) = bytes else {
-        let mut response = ApiError::not_found(
+        let mut response = ApiError::new(
             ErrorCode::ChunkNotFound,
             format!("chunk {chunk} is not tracked by global dedup on this server"),
         )

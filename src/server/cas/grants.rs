@@ -108,7 +108,7 @@ struct GrantAnswer {
 }
 
 fn not_offered(why: String) -> ApiError {
-    ApiError::not_found(ErrorCode::XorbGrantsNotOffered, why)
+    ApiError::new(ErrorCode::XorbGrantsNotOffered, why)
 }
 
 /// `POST /v1/xorb-grants/{prefix}/{xorb}`.
@@ -131,7 +131,7 @@ pub(crate) async fn post_grant(
     )
     .await?;
     let request: GrantRequest = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidGrantRequest,
             format!(
                 "the grant request for xorb {xorb} is not {{\"length\", \"checksum\"}} JSON: {e}"
@@ -145,13 +145,13 @@ pub(crate) async fn post_grant(
         )));
     }
     let crc64nvme: u64 = request.checksum.value.trim().parse().map_err(|_| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidGrantRequest,
             format!("the crc64nvme of xorb {xorb} is not a decimal u64"),
         )
     })?;
     if request.length == 0 {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::InvalidGrantRequest,
             format!(
                 "the grant request for xorb {xorb} has length 0: the length of the xorb's body \
@@ -193,18 +193,16 @@ pub(crate) async fn post_grant(
 
 /// The grant `id` names, or a 403 saying why not.
 fn grant_of(state: &SharedState, id: &str, check_expiry: bool) -> Result<UploadGrant, ApiError> {
-    let forbidden =
-        |code: ErrorCode, message: String| ApiError::new(StatusCode::FORBIDDEN, code, message);
     let grant = state.auth.verify_upload_grant(id).map_err(|e| match e {
-        AuthError::Invalid => forbidden(
+        AuthError::Invalid => ApiError::new(
             ErrorCode::InvalidGrant,
-            "the upload grant is not valid: ask for a new one".into(),
+            "the upload grant is not valid: ask for a new one",
         ),
-        other => forbidden(ErrorCode::InvalidGrant, other.to_string()),
+        other => ApiError::new(ErrorCode::InvalidGrant, other.to_string()),
     })?;
     let now = now_unix();
     if check_expiry && grant.expires < now {
-        return Err(forbidden(
+        return Err(ApiError::new(
             ErrorCode::GrantExpired,
             format!(
                 "the upload grant for xorb {} expired at {} (now {now}): ask for a new one",
@@ -228,7 +226,7 @@ pub(crate) async fn put_upload(
     let what = format!("xorb {xorb} (upload grant)");
     match content_length(&headers) {
         Some(n) if n != grant.length => {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::LengthMismatch,
                 format!(
                     "{what}: the body declares {n} bytes, the grant {}",
@@ -244,7 +242,6 @@ pub(crate) async fn put_upload(
         let len = drain(body, Some(grant.length), &what).await?;
         state.metrics.received_xorb_bytes.inc_by(len);
         return Ok(ApiError::new(
-            StatusCode::PRECONDITION_FAILED,
             ErrorCode::AlreadyStored,
             format!("{what} is stored already"),
         )
@@ -261,7 +258,7 @@ pub(crate) async fn put_upload(
     .await?;
     state.metrics.received_xorb_bytes.inc_by(spooled.len);
     if spooled.len != grant.length {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::LengthMismatch,
             format!(
                 "{what}: {} bytes arrived, the grant is for {}",
@@ -276,7 +273,7 @@ pub(crate) async fn put_upload(
         let crc = crc64nvme_of(&spooled.path)
             .map_err(|e| ApiError::io(&format!("{what}: cannot read the spooled body"), &e))?;
         if crc != grant.crc64nvme {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::ChecksumMismatch,
                 format!(
                     "{what}: the body's crc64nvme is {crc}, the grant's {}",
@@ -311,14 +308,14 @@ pub(crate) async fn post_commit(
     let xorb: XorbHash = parse_hash(&hash, "xorb hash")?;
     let grant = grant_of(&state, &id, false)?;
     if grant.xorb != xorb {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::GrantMismatch,
             format!("the grant is for xorb {}, not {xorb}", grant.xorb),
         ));
     }
     let st = state.clone();
     if !blocking(move || Ok(st.store.has_xorb(&xorb)?)).await? {
-        return Err(ApiError::not_found(
+        return Err(ApiError::new(
             ErrorCode::GrantNotFound,
             format!("nothing was stored through this grant for xorb {xorb}: ask for a new grant"),
         ));

@@ -43,21 +43,19 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (_, limited_to) = state.authorize_cas(&headers, Scope::Read, "an LFS oid lookup")?;
-    let Path(text) =
-        params.map_err(|e| ApiError::bad_request(ErrorCode::InvalidPath, e.to_string()))?;
+    let Path(text) = params.map_err(|e| ApiError::new(ErrorCode::InvalidUrlPath, e.to_string()))?;
     let oid = LfsOid::from_hex(&text).map_err(|e| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidOid,
             format!("{text:?} is not a SHA-256 oid: {e}"),
         )
     })?;
-    let Query(query) =
-        query.map_err(|e| ApiError::bad_request(ErrorCode::InvalidQuery, e.to_string()))?;
+    let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.to_string()))?;
     let with_plan = match query.reconstruction.as_deref() {
         None => false,
         Some("v2") => true,
         Some(other) => {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::InvalidQuery,
                 format!("reconstruction={other:?}: only v2 is offered"),
             ))
@@ -67,7 +65,7 @@ pub async fn get(
         None => xet_store::cas::Freshness::CatchUpOnMiss,
         Some("index") => xet_store::cas::Freshness::IndexOnly,
         Some(other) => {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::InvalidQuery,
                 format!("fresh={other:?}: only fresh=index is known"),
             ))

@@ -192,14 +192,14 @@ fn batch_ids(query: &str) -> Result<Vec<FileHash>, ApiError> {
             files.push(file);
         }
         if files.len() > MAX_BATCH_FILES {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::InvalidQuery,
                 format!("more than {MAX_BATCH_FILES} file_id values; ask in smaller batches"),
             ));
         }
     }
     if files.is_empty() {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::InvalidQuery,
             "no file_id: ask /v1/reconstructions?file_id=<hash>&file_id=<hash>…",
         ));
@@ -299,7 +299,7 @@ impl FetchUrls for Presigner<'_> {
 /// Parses a reconstruction `Range`: `bytes=S-E` (inclusive) or `bytes=S-` (to the end).
 fn parse_range(value: &HeaderValue) -> Result<(u64, u64), ApiError> {
     let bad = |why: &str| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidRange,
             format!(
                 "Range {:?} {why}: use bytes=START-END (inclusive)",
@@ -321,7 +321,7 @@ mod tests {
     use axum::http::StatusCode;
 
     fn range(s: &str) -> Result<(u64, u64), StatusCode> {
-        parse_range(&HeaderValue::from_str(s).unwrap()).map_err(|e| e.status)
+        parse_range(&HeaderValue::from_str(s).unwrap()).map_err(|e| e.status())
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub const XORB_BODY_LIMIT: u64 = MAX_ACCEPTED_BODY + v1_len(MAX_XORB_CHUNKS as u
 pub const TELEMETRY_LIMIT: u64 = 1024 * 1024;
 
 fn empty_body(what: String) -> ApiError {
-    ApiError::bad_request(ErrorCode::EmptyBody, format!("{what}: the body is empty"))
+    ApiError::new(ErrorCode::EmptyBody, format!("{what}: the body is empty"))
 }
 
 /// `POST /v1/xorbs/{prefix}/{xorb}`: validates the body against the hash in the path and stores
@@ -177,7 +177,7 @@ pub(crate) async fn post_shard_v1(
 /// The checks of the shard header (docs/cas-api.md §9.3 item 2) made before the v2 stream starts,
 /// so that a body that is not a shard at all gets an ordinary 400.
 fn check_shard_header(bytes: &[u8]) -> Result<(), ApiError> {
-    let bad = |why: String| ApiError::bad_request(ErrorCode::InvalidShard, format!("shard: {why}"));
+    let bad = |why: String| ApiError::new(ErrorCode::InvalidShard, format!("shard: {why}"));
     if (bytes.len() as u64) < HEADER_SIZE {
         return Err(bad(format!(
             "{} bytes is shorter than the {HEADER_SIZE}-byte header",
@@ -293,13 +293,13 @@ pub(crate) async fn post_telemetry(
     match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(serde_json::Value::Object(_)) => {}
         Ok(_) => {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::InvalidTelemetry,
                 "telemetry must be a JSON object",
             ))
         }
         Err(e) => {
-            return Err(ApiError::bad_request(
+            return Err(ApiError::new(
                 ErrorCode::InvalidTelemetry,
                 format!("telemetry is not valid JSON: {e}"),
             ))

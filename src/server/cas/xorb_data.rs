@@ -153,10 +153,6 @@ pub async fn get(
     }
 }
 
-fn forbidden(code: ErrorCode, message: String) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, code, message)
-}
-
 async fn fetch(
     state: SharedState,
     hash: Result<Path<String>, PathRejection>,
@@ -203,7 +199,7 @@ async fn fetch(
     .await
     .map_err(fail)?;
     let (len, parsed, small) = found.ok_or_else(|| {
-        fail(ApiError::not_found(
+        fail(ApiError::new(
             ErrorCode::XorbNotFound,
             format!("xorb {xorb} is not stored on this server"),
         ))
@@ -223,9 +219,9 @@ fn range_text(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get(header::RANGE) else {
         return Ok(None);
     };
-    let text = v.to_str().map_err(|_| {
-        ApiError::bad_request(ErrorCode::InvalidRange, "the Range header is not ASCII")
-    })?;
+    let text = v
+        .to_str()
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRange, "the Range header is not ASCII"))?;
     Ok(Some(text.to_string()))
 }
 
@@ -259,7 +255,7 @@ fn verify_url(
     }
     let (Some(expires), Some(granted_text), Some(signature)) = (expires, granted_text, signature)
     else {
-        return Err(forbidden(
+        return Err(ApiError::new(
             ErrorCode::InvalidSignature,
             format!("the URL for xorb {xorb} is not presigned: it needs e=<expiry>&r=<ranges>&s=<signature>; get one from a reconstruction"),
         ));
@@ -269,11 +265,11 @@ fn verify_url(
         .verify_presigned(xorb, expires, granted_text, signature, now)
     {
         Ok(granted) => Ok((expires, granted)),
-        Err(AuthError::Expired { expired, now }) => Err(forbidden(
+        Err(AuthError::Expired { expired, now }) => Err(ApiError::new(
             ErrorCode::UrlExpired,
             format!("the URL for xorb {xorb} expired at {expired} (now {now}); ask for a new reconstruction"),
         )),
-        Err(_) => Err(forbidden(
+        Err(_) => Err(ApiError::new(
             ErrorCode::InvalidSignature,
             format!("the signature of the URL for xorb {xorb} is not valid"),
         )),
@@ -286,7 +282,6 @@ fn range_refusal(xorb: &XorbHash, problem: RangeProblem) -> Response {
     match problem {
         RangeProblem::Unsatisfiable { len } => {
             let mut r = ApiError::new(
-                StatusCode::RANGE_NOT_SATISFIABLE,
                 ErrorCode::RangeNotSatisfiable,
                 format!("xorb {xorb}: {}", RangeProblem::Unsatisfiable { len }),
             )
@@ -297,10 +292,9 @@ fn range_refusal(xorb: &XorbHash, problem: RangeProblem) -> Response {
             r
         }
         e @ RangeProblem::NotGranted { .. } => {
-            forbidden(ErrorCode::RangeNotGranted, format!("xorb {xorb}: {e}")).into_response()
+            ApiError::new(ErrorCode::RangeNotGranted, format!("xorb {xorb}: {e}")).into_response()
         }
-        e => ApiError::bad_request(ErrorCode::InvalidRange, format!("xorb {xorb}: {e}"))
-            .into_response(),
+        e => ApiError::new(ErrorCode::InvalidRange, format!("xorb {xorb}: {e}")).into_response(),
     }
 }
 

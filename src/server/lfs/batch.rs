@@ -131,7 +131,6 @@ fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::new(
-            StatusCode::NOT_ACCEPTABLE,
             ErrorCode::NotAcceptable,
             format!(
                 "the batch API answers {}; Accept was {accept:?}",
@@ -172,10 +171,6 @@ fn check_object(v: &Value) -> Requested {
         size_echo,
         checked,
     }
-}
-
-fn unprocessable(code: ErrorCode, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
 }
 
 /// `POST {repo}/info/lfs/objects/batch`.
@@ -285,7 +280,7 @@ struct BatchRequest {
 
 fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequest, ApiError> {
     let request: Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidJson,
             format!("batch request is not JSON: {e}"),
         )
@@ -294,13 +289,13 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
         Some("upload") => Operation::Upload,
         Some("download") => Operation::Download,
         Some(other) => {
-            return Err(unprocessable(
+            return Err(ApiError::new(
                 ErrorCode::InvalidOperation,
                 format!("unknown operation {other:?}: use \"upload\" or \"download\""),
             ))
         }
         None => {
-            return Err(unprocessable(
+            return Err(ApiError::new(
                 ErrorCode::InvalidOperation,
                 "missing operation: use \"upload\" or \"download\"",
             ))
@@ -308,7 +303,6 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
     };
     if operation == Operation::Upload && !may_write {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
             ErrorCode::Forbidden,
             format!(
                 "this token is read-only; uploading LFS objects to {} needs a write token",
@@ -321,7 +315,6 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
         Some(Value::String(s)) if s == "sha256" => {}
         Some(other) => {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
                 ErrorCode::UnsupportedHashAlgo,
                 format!("hash algorithm {other} is not supported: this server uses sha256"),
             ))
@@ -330,10 +323,9 @@ fn parse_request(bytes: &[u8], may_write: bool, repo: &Repo) -> Result<BatchRequ
     let objects = request
         .get("objects")
         .and_then(Value::as_array)
-        .ok_or_else(|| unprocessable(ErrorCode::InvalidObjects, "missing \"objects\" array"))?;
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidObjects, "missing \"objects\" array"))?;
     if objects.len() > MAX_OBJECTS {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::TooManyObjects,
             format!(
                 "{} objects in one batch request; at most {MAX_OBJECTS} are accepted",

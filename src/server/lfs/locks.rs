@@ -105,7 +105,7 @@ pub async fn route(
             match (id, method) {
                 (Some(id), &Method::POST) => unlock(state, repo, id, headers, body).await,
                 (Some(_), _) => Err(method_not_allowed()),
-                (None, _) => Err(ApiError::not_found(
+                (None, _) => Err(ApiError::new(
                     ErrorCode::NotFound,
                     format!("no such locking endpoint: {rest:?} under {}", repo.path),
                 )),
@@ -173,7 +173,7 @@ fn parse_id(s: &str) -> Option<u64> {
 
 fn parse_cursor(s: &str) -> Result<u64, ApiError> {
     parse_id(s).ok_or_else(|| {
-        ApiError::bad_request(
+        ApiError::new(
             ErrorCode::InvalidCursor,
             format!("cursor {s:?} is not a next_cursor this server gave"),
         )
@@ -188,29 +188,25 @@ fn page_size(limit: Option<u64>) -> usize {
     }
 }
 
-fn unprocessable(code: ErrorCode, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
-}
-
 /// Checks a lock path; `Err` is the 422 to answer.
 fn check_path(path: Option<&Value>) -> Result<String, ApiError> {
     let path = match path {
         None | Some(Value::Null) => {
-            return Err(unprocessable(
+            return Err(ApiError::new(
                 ErrorCode::MissingPath,
                 "missing path: send {\"path\": \"<file relative to the repository root>\"}",
             ))
         }
         Some(Value::String(s)) => s,
         Some(other) => {
-            return Err(unprocessable(
+            return Err(ApiError::new(
                 ErrorCode::InvalidPath,
                 format!("path must be a string, not {other}"),
             ))
         }
     };
     if path.len() > MAX_PATH {
-        return Err(unprocessable(
+        return Err(ApiError::new(
             ErrorCode::PathTooLong,
             format!(
                 "path of {} bytes is longer than the limit of {MAX_PATH} bytes",
@@ -220,7 +216,7 @@ fn check_path(path: Option<&Value>) -> Result<String, ApiError> {
     }
     let shown: String = path.chars().take(80).collect();
     let bad = |why: &str| {
-        unprocessable(
+        ApiError::new(
             ErrorCode::InvalidPath,
             format!("invalid path {shown:?}: {why}"),
         )
@@ -253,11 +249,11 @@ async fn read_object(
     }
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(ApiError::bad_request(
+        Ok(other) => Err(ApiError::new(
             ErrorCode::InvalidJson,
             format!("{what} must be a JSON object, not {other}"),
         )),
-        Err(e) => Err(ApiError::bad_request(
+        Err(e) => Err(ApiError::new(
             ErrorCode::InvalidJson,
             format!("{what} is not JSON: {e}"),
         )),
@@ -381,11 +377,7 @@ async fn create(
 }
 
 fn too_many(message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::INSUFFICIENT_STORAGE,
-        ErrorCode::TooManyLocks,
-        message,
-    )
+    ApiError::new(ErrorCode::TooManyLocks, message)
 }
 
 /// The query of `GET …/locks` (`refspec`, like any other parameter, is ignored: locks hold on
@@ -407,11 +399,11 @@ async fn list(
 ) -> Result<Response, ApiError> {
     authorize_user(state, headers, repo, Scope::Read, "listing locks")?;
     let axum::extract::Query(q) = axum::extract::Query::<ListQuery>::try_from_uri(uri)
-        .map_err(|e| ApiError::bad_request(ErrorCode::InvalidQuery, e.body_text()))?;
+        .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))?;
     let limit = match q.limit.as_deref() {
         None | Some("") => None,
         Some(s) => Some(s.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(
+            ApiError::new(
                 ErrorCode::InvalidLimit,
                 format!("limit {s:?} is not a number of locks"),
             )
@@ -471,7 +463,7 @@ async fn verify(
         Some(Value::String(s)) if s.is_empty() => None,
         Some(Value::String(s)) => Some(parse_cursor(s)?),
         Some(other) => {
-            return Err(unprocessable(
+            return Err(ApiError::new(
                 ErrorCode::InvalidCursor,
                 format!("cursor must be a string, not {other}"),
             ))
@@ -480,7 +472,7 @@ async fn verify(
     let limit = match request.get("limit") {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_u64().ok_or_else(|| {
-            unprocessable(
+            ApiError::new(
                 ErrorCode::InvalidLimit,
                 format!("limit must be a number of locks, not {v}"),
             )
@@ -515,7 +507,7 @@ async fn unlock(
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
         Some(other) => {
-            return Err(unprocessable(
+            return Err(ApiError::new(
                 ErrorCode::InvalidForce,
                 format!("force must be true or false, not {other}"),
             ))
@@ -523,7 +515,7 @@ async fn unlock(
     };
     let shown: String = id.chars().take(40).collect();
     let not_found = || {
-        ApiError::not_found(
+        ApiError::new(
             ErrorCode::LockNotFound,
             format!("repository {} has no lock {shown:?}", repo.id),
         )
@@ -550,7 +542,6 @@ async fn unlock(
         }
         Removed::NotFound => Err(not_found()),
         Removed::Refused(lock) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
             ErrorCode::LockOwnedByAnotherUser,
             format!(
                 "{} is locked by {} (lock {}), not by {me}; `git lfs unlock --force` breaks \
@@ -605,7 +596,7 @@ mod tests {
         ] {
             let e = ok(bad).unwrap_err();
             assert_eq!(
-                (e.status.as_u16(), e.code),
+                (e.status().as_u16(), e.code),
                 (422, ErrorCode::InvalidPath),
                 "{bad:?}"
             );

@@ -46,14 +46,13 @@ fn parse_oid(s: &str) -> Result<LfsOid, ApiError> {
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if !valid {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::InvalidOid,
             format!("{s:?} is not an oid: expected 64 lowercase hex characters (SHA-256)"),
         ));
     }
-    LfsOid::from_hex(s).map_err(|e| {
-        ApiError::bad_request(ErrorCode::InvalidOid, format!("{s:?} is not an oid: {e}"))
-    })
+    LfsOid::from_hex(s)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidOid, format!("{s:?} is not an oid: {e}")))
 }
 
 /// The declared length: `None` when absent (chunked), 400 when malformed.
@@ -62,9 +61,7 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         None => Ok(None),
         Some(_) => crate::server::body::content_length(headers)
             .map(Some)
-            .ok_or_else(|| {
-                ApiError::bad_request(ErrorCode::InvalidLength, "malformed Content-Length")
-            }),
+            .ok_or_else(|| ApiError::new(ErrorCode::InvalidLength, "malformed Content-Length")),
     }
 }
 
@@ -147,7 +144,7 @@ async fn already_stored(
     body: Body,
 ) -> Result<Response, ApiError> {
     if declared.is_some_and(|d| d != size) {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
             ErrorCode::SizeMismatch,
             format!(
                 "object {oid} is stored with {size} bytes; this upload declares {}",
@@ -242,15 +239,11 @@ fn upload_error(oid: &LfsOid, e: UploadError) -> ApiError {
     }
     tracing::warn!(%oid, error = %e, "basic upload refused");
     match e {
-        UploadError::Sha256Mismatch { .. } => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::OidMismatch,
-            message,
-        ),
+        UploadError::Sha256Mismatch { .. } => ApiError::new(ErrorCode::OidMismatch, message),
         UploadError::TooLong { .. } | UploadError::TooShort { .. } => {
-            ApiError::bad_request(ErrorCode::SizeMismatch, message)
+            ApiError::new(ErrorCode::SizeMismatch, message)
         }
-        UploadError::Read { .. } => ApiError::bad_request(ErrorCode::BodyReadFailed, message),
+        UploadError::Read { .. } => ApiError::new(ErrorCode::BodyReadFailed, message),
         _ => ApiError::internal(message),
     }
 }
@@ -339,7 +332,6 @@ pub async fn verify(
     }
     let req: VerifyRequest = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::InvalidVerifyRequest,
             format!("expected {{\"oid\": …, \"size\": …}}: {e}"),
         )
@@ -354,11 +346,10 @@ pub async fn verify(
     match stored {
         Some(size) if size == req.size => Ok(lfs_json(StatusCode::OK, &serde_json::json!({}))),
         Some(size) => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::SizeMismatch,
             format!("object {oid} is stored with {size} bytes, not {}", req.size),
         )),
-        None => Err(ApiError::not_found(
+        None => Err(ApiError::new(
             ErrorCode::ObjectNotFound,
             format!("object {oid} was not uploaded"),
         )),

@@ -25,7 +25,7 @@ use std::time::Duration;
 use xet_protocol::wire::ErrorCode;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 
 use crate::server::body::read_body;
@@ -134,7 +134,6 @@ pub async fn forward(
 ) -> Result<Response, ApiError> {
     if headers.contains_key(FORWARDED_HEADER) {
         return Err(ApiError::new(
-            StatusCode::LOOP_DETECTED,
             ErrorCode::LockForwardLoop,
             format!(
                 "this node forwards locks to {} and was itself reached by a forwarded request: \
@@ -189,7 +188,6 @@ pub async fn forward(
 /// The refusal when the node that owns locks cannot be reached (503, retry in 5 s).
 fn unreachable(owner: &LockOwner, why: String) -> ApiError {
     let mut e = ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::LockOwnerUnreachable,
         format!(
             "file locking is unavailable: the node that owns locks ({}) {why}; try again \
