@@ -1,8 +1,9 @@
 //! git-xet: a Git LFS custom transfer agent and a self-hostable server for the Xet protocol.
 //!
 //! Layers point one way, and the workspace's crates show them: `xet-format` (pure bytes in,
-//! bytes out) → `xet-client` (the CAS client, its caches and the upload, download and hashing
-//! pipelines) → `xet-store` (the storage engine) → this crate: `lfs` (the agent), `git`,
+//! bytes out) → `xet-protocol` (wire bodies, error codes, the traits of every place objects
+//! live) → `xet-client` (the CAS client, its caches and the upload, download and hashing
+//! pipelines) beside `xet-store` (the storage engine) → this crate: [`agent`], `git`,
 //! `server`, [`mount`] (reading a repository's files without downloading them) → [`cli`] (the
 //! only place that knows about argv, exit codes and the environment).
 
@@ -13,11 +14,9 @@
 // Tests may unwrap, expect and panic: a failing test should stop right there.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod agent;
 pub mod cli;
-/// The Xet formats: the `xet-format` crate (crates/xet-format), under its old name.
-pub use xet_format as format;
 pub mod git;
-pub mod lfs;
 pub mod mount;
 #[cfg(feature = "server")]
 pub mod server;

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdResult;
-use crate::lfs::settings::{
+use crate::agent::settings::{
     self, CACHE_DIR_ENV, CACHE_MAX_SIZE_ENV, CHUNK_CACHE_MAX_SIZE_ENV as CHUNK_MAX_SIZE_ENV,
 };
 use xet_client::chunk_cache::CHUNKS_SUBDIR;

@@ -12,8 +12,8 @@ use std::process::{Command, ExitCode};
 
 use super::fetch::run_step;
 use super::CmdResult;
+use crate::agent::settings;
 use crate::git::{Git, Scope};
-use crate::lfs::settings;
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -150,7 +150,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
                 .current_dir(&dir);
             run_step(&mut checkout, "git checkout")?;
             let started = std::time::Instant::now();
-            let done = crate::lfs::fetch::check_out_pointers(&git, &dir)?;
+            let done = crate::agent::fetch::check_out_pointers(&git, &dir)?;
             super::fetch::log_checkout(&done, started);
             Ok(())
         });

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use super::CmdResult;
-use crate::lfs::journal::{self, Direction};
+use crate::agent::journal::{self, Direction};
 
 /// What the demo ends with: how to use git-xet on a real repository. `git xet install` alone
 /// (which install.sh has just run) changes nothing for a repository whose LFS server does not

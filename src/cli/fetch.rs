@@ -1,6 +1,6 @@
 //! `git xet fetch` and `git xet pull`: git's part through git, the LFS objects through
-//! git-xet's own downloads in this process ([`crate::lfs::fetch`]), then the files are written
-//! from the local objects ([`crate::lfs::fetch::check_out_pointers`]). A remote whose LFS server does not
+//! git-xet's own downloads in this process ([`crate::agent::fetch`]), then the files are written
+//! from the local objects ([`crate::agent::fetch::check_out_pointers`]). A remote whose LFS server does not
 //! offer the xet transfer is fetched by `git lfs fetch` instead, as git-lfs would.
 
 use std::ffi::OsString;
@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use super::CmdResult;
+use crate::agent::fetch::{check_out_pointers, fetch_objects, FetchError, Progress};
 use crate::git::objects;
 use crate::git::Git;
-use crate::lfs::fetch::{check_out_pointers, fetch_objects, FetchError, Progress};
 use xet_format::LfsOid;
 use xet_protocol::util::size::format_size;
 
@@ -67,7 +67,7 @@ pub(crate) struct PullArgs {
 /// Logging as the agent's (warnings on stderr, or everything from `info` with `GIT_TRACE`;
 /// `GIT_XET_LOG` names a file for `info` and up), with the environment's secrets redacted.
 pub(crate) fn start_logging() {
-    crate::lfs::settings::register_env_secrets();
+    crate::agent::settings::register_env_secrets();
     super::transfer::init_logging(super::transfer::Stderr::AgentTrace);
 }
 
@@ -104,7 +104,7 @@ pub fn pull(args: &PullArgs) -> CmdResult {
         .env("GIT_LFS_SKIP_SMUDGE", "1");
     run_step(&mut pull, "git pull")?;
     let remote = args.remote.clone().or_else(|| {
-        let remotes = crate::lfs::settings::remotes(&git);
+        let remotes = crate::agent::settings::remotes(&git);
         args.git_args
             .iter()
             .filter_map(|a| a.to_str())
@@ -118,7 +118,7 @@ pub fn pull(args: &PullArgs) -> CmdResult {
 
 /// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]), then writes
 /// the work-tree files that are still HEAD's pointers from the local objects
-/// ([`crate::lfs::fetch::check_out_pointers`]).
+/// ([`crate::agent::fetch::check_out_pointers`]).
 pub(crate) fn fetch_and_checkout(
     git: &Git,
     dir: &Path,
@@ -173,7 +173,7 @@ pub(crate) fn fetch_refs(
                 present = report.present,
                 failed = report.failed.len(),
                 millis = started.elapsed().as_millis() as u64,
-                peak_rss_kib = crate::lfs::agent::peak_rss_kib().unwrap_or(0),
+                peak_rss_kib = crate::agent::transfer::peak_rss_kib().unwrap_or(0),
                 "LFS files fetched"
             );
             if report.fetched > 0 || !report.failed.is_empty() {
@@ -223,13 +223,13 @@ pub(crate) fn fetch_refs(
 }
 
 /// Logs what [`check_out_pointers`] did, started at `started`.
-pub(crate) fn log_checkout(done: &crate::lfs::fetch::CheckedOut, started: std::time::Instant) {
+pub(crate) fn log_checkout(done: &crate::agent::fetch::CheckedOut, started: std::time::Instant) {
     tracing::info!(
         copied = done.copied,
         recorded = done.recorded,
         by_git = done.by_git,
         millis = started.elapsed().as_millis() as u64,
-        peak_rss_kib = crate::lfs::agent::peak_rss_kib().unwrap_or(0),
+        peak_rss_kib = crate::agent::transfer::peak_rss_kib().unwrap_or(0),
         "LFS files checked out from the local objects"
     );
 }

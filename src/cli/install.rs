@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::CmdResult;
+use crate::agent::settings::EndpointSpec;
 use crate::git::{Git, Scope};
-use crate::lfs::settings::EndpointSpec;
 
 /// `println!` through [`xet_protocol::redact`]: what install prints never shows a password.
 macro_rules! say {
@@ -153,7 +153,7 @@ const REPLACED_PREFIX: &str = "xet.replaced.";
 /// The agent settings kept and put back.
 const AGENT_KEYS: [&str; 4] = ["path", "args", "concurrent", "direction"];
 /// The standalone endpoint key.
-pub(crate) use crate::lfs::settings::ENDPOINT_KEY;
+pub(crate) use crate::agent::settings::ENDPOINT_KEY;
 
 pub(super) fn git_lfs_missing() -> Box<dyn std::error::Error> {
     "git-lfs is not installed: install it first (Debian/Ubuntu: `sudo apt-get install git-lfs`, \
@@ -263,7 +263,7 @@ fn restore_replaced_agent(
 /// token, only to that endpoint, and never shows it), the warning that git keeps it in clear
 /// text, with the safer way. The password itself is registered with [`xet_protocol::redact`].
 fn password_warning(endpoint: &str, scope: Scope) -> Option<String> {
-    let split = crate::lfs::settings::split_userinfo(endpoint);
+    let split = crate::agent::settings::split_userinfo(endpoint);
     split.password.as_ref()?;
     Some(format!(
         "warning: the endpoint URL holds a password, which git stores in clear text in the {} \
@@ -354,7 +354,7 @@ fn check_scope(
         )
         .into());
     }
-    if !crate::lfs::settings::remotes(git)
+    if !crate::agent::settings::remotes(git)
         .iter()
         .any(|r| r.name == remote)
     {
@@ -451,9 +451,10 @@ fn wanted_settings(
             eprintln!("{warning}");
         }
         match &args.remote {
-            Some(remote) => {
-                wanted.push((crate::lfs::settings::remote_endpoint_key(remote), endpoint))
-            }
+            Some(remote) => wanted.push((
+                crate::agent::settings::remote_endpoint_key(remote),
+                endpoint,
+            )),
             None => wanted.push((ENDPOINT_KEY.to_string(), endpoint)),
         }
     }
@@ -517,7 +518,7 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
     let standalone_before = git.config_get_in(Some(scope), "lfs.standalonetransferagent")?
         == Some("xet".to_string())
         && managed.iter().any(|k| k == "lfs.standalonetransferagent");
-    let endpoint_before = git.config_get_in(Some(scope), crate::lfs::settings::ENDPOINT_KEY)?;
+    let endpoint_before = git.config_get_in(Some(scope), crate::agent::settings::ENDPOINT_KEY)?;
     let mut removed = 0;
     for key in &managed {
         if git.config_unset(scope, key)? {
@@ -647,14 +648,14 @@ mod tests {
         let cwd = std::env::current_dir().unwrap();
         assert_eq!(
             PathBuf::from(&rel),
-            crate::lfs::settings::lexically_clean(&cwd.join("../store"))
+            crate::agent::settings::lexically_clean(&cwd.join("../store"))
         );
         let e = normalise_endpoint("s3://bucket/x").unwrap_err().to_string();
         assert!(e.contains("not usable"), "{e}");
         let home = std::env::var_os("HOME").expect("HOME is set");
         assert_eq!(
             PathBuf::from(normalise_endpoint("~/store").unwrap()),
-            crate::lfs::settings::lexically_clean(&PathBuf::from(home).join("store"))
+            crate::agent::settings::lexically_clean(&PathBuf::from(home).join("store"))
         );
     }
 

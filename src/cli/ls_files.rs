@@ -4,7 +4,7 @@
 //! The files are the Git LFS pointers of the tree `REF` names (`HEAD` by default), read
 //! in-process with `git2` ([`crate::git::objects`]): no journal, no git-lfs and no checkout are
 //! needed, so a fresh clone (even one made with `GIT_LFS_SKIP_SMUDGE=1`) lists every file. Each
-//! oid is joined with the transfer journal ([`crate::lfs::journal`]), which the agent writes as
+//! oid is joined with the transfer journal ([`crate::agent::journal`]), which the agent writes as
 //! it uploads and downloads. An object the journal does not know but that is in the local LFS
 //! store (`<lfs storage>/objects/xx/yy/<oid>`) is hashed on the spot and marked `(computed)`;
 //! its dedup is unknown. Besides dedup (uploads), each row shows the bytes that went over the
@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::CmdResult;
+use crate::agent::journal::{self, Direction, Record};
 use crate::git::{objects, Git};
-use crate::lfs::journal::{self, Direction, Record};
 use xet_client::pipeline::hasher::hash_file;
 use xet_format::{FileHash, LfsOid};
 use xet_protocol::util::size::format_size;
@@ -105,14 +105,14 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
             journal::path(&common).display()
         )
     })?;
-    let objects = crate::lfs::prune::objects_dir(&git)?;
+    let objects = crate::agent::prune::objects_dir(&git)?;
 
     let mut rows = Vec::with_capacity(files.len());
     for file in files {
         let row = match records.get(&file.oid) {
             Some(record) => from_record(file, record),
             None => {
-                let local = crate::lfs::prune::object_path(&objects, &file.oid);
+                let local = crate::agent::prune::object_path(&objects, &file.oid);
                 let hash = match local {
                     p if p.is_file() => match hash_file(&p) {
                         Ok(h) => Some(h.file_hash),

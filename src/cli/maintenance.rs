@@ -20,8 +20,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::CmdResult;
+use crate::agent::settings::{self, EndpointSpec};
 use crate::git::Git;
-use crate::lfs::settings::{self, EndpointSpec};
 use xet_protocol::util::size::format_size;
 use xet_store::{GcOptions, GcReport, ScrubProgress, ScrubReport, Store};
 

@@ -187,7 +187,7 @@ pub fn main() -> ExitCode {
         Err(err) if is_broken_pipe(err.as_ref()) => ExitCode::SUCCESS,
         Err(err) => {
             // Whatever failed, a secret in its message is not shown; every cause is, once.
-            crate::lfs::settings::register_env_secrets();
+            crate::agent::settings::register_env_secrets();
             eprintln!(
                 "git-xet: error: {}",
                 xet_protocol::redact::redact(&xet_protocol::util::error::chain_text(err.as_ref()))

@@ -109,7 +109,7 @@ pub fn run(args: &MountArgs) -> CmdResult {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
-            crate::lfs::settings::cache_root()
+            crate::agent::settings::cache_root()
                 .ok()
                 .map(|c| c.join("logs").join("mount.log"))
         });

@@ -1,5 +1,5 @@
 //! `git xet prune`: deletes local LFS objects git-lfs would prune, but only those the remote's
-//! git-xet endpoint holds intact (see [`crate::lfs::prune`] for why `git lfs prune
+//! git-xet endpoint holds intact (see [`crate::agent::prune`] for why `git lfs prune
 //! --verify-remote` cannot check them in standalone mode).
 //!
 //! Exit codes: 0 every candidate was pruned (or would be, with `--dry-run`), or there was
@@ -15,11 +15,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::CmdResult;
+use crate::agent::protocol::Operation;
+use crate::agent::prune::{self, Verdict};
+use crate::agent::settings::{self, TransferMode};
+use crate::agent::transfer::{self, AgentOptions};
 use crate::git::Git;
-use crate::lfs::agent::{self, AgentOptions};
-use crate::lfs::protocol::Operation;
-use crate::lfs::prune::{self, Verdict};
-use crate::lfs::settings::{self, TransferMode};
 use xet_protocol::redact::redact;
 use xet_protocol::util::size::format_size;
 
@@ -201,7 +201,7 @@ fn check_objects(
 ) -> Vec<usize> {
     let mut options = AgentOptions::in_dir(cwd);
     options.store_patience = STORE_PATIENCE;
-    let lease = agent::open_standalone(options, Some(remote), Operation::Download);
+    let lease = transfer::open_standalone(options, Some(remote), Operation::Download);
     if let Err(e) = &lease {
         report.endpoint_error = Some(redact(&e.to_string()));
     }

@@ -355,7 +355,7 @@ fn secrets(args: &ServeArgs) -> Result<Secrets, Box<dyn std::error::Error>> {
 
 pub fn run(args: &ServeArgs) -> CmdResult {
     init_logging(args.log_format);
-    crate::lfs::settings::register_env_secrets();
+    crate::agent::settings::register_env_secrets();
     let (mut secrets, admin_tokens) = secrets(args)?;
     let announce_token = if args.announce {
         let bytes = xet_protocol::random_bytes::<32>()
@@ -388,12 +388,12 @@ pub fn run(args: &ServeArgs) -> CmdResult {
             "git-xet serve ready"
         );
         if let Some(token) = &announce_token {
-            let announce = xet_store::local_server::Announce {
+            let announce = xet_store::announce::Announce {
                 url: server.public_url().to_string(),
                 token: token.clone(),
                 pid: std::process::id(),
             };
-            xet_store::local_server::write(&args.data, &announce).map_err(|e| {
+            xet_store::announce::write(&args.data, &announce).map_err(|e| {
                 crate::server::ServeError::Serve(std::io::Error::other(format!(
                     "cannot announce the server in {}: {e}",
                     args.data.display()
@@ -404,7 +404,7 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         println!("listening on {}", server.public_url());
         let served = server.run(std::future::pending()).await;
         if announce_token.is_some() {
-            xet_store::local_server::withdraw(&args.data, std::process::id());
+            xet_store::announce::withdraw(&args.data, std::process::id());
         }
         served
     });

@@ -1,5 +1,5 @@
 //! `git xet push-summary`: what the uploads of a push sent and what deduplication saved, from
-//! the transfer journal ([`crate::lfs::journal`]). The pre-push hook prints it after git-lfs's
+//! the transfer journal ([`crate::agent::journal`]). The pre-push hook prints it after git-lfs's
 //! own pre-push, in the user's terminal; the agent itself cannot (git-lfs shows its stderr only
 //! with `GIT_TRACE`).
 //!
@@ -12,8 +12,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::{without_xet, CmdResult};
+use crate::agent::journal::{self, Direction};
 use crate::git::Git;
-use crate::lfs::journal::{self, Direction};
 use xet_protocol::util::size::format_size;
 
 #[derive(Debug, clap::Args)]

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdResult;
-use crate::lfs::agent::{self, AgentOptions};
+use crate::agent::transfer::{self, AgentOptions};
 
 /// Environment variable naming a log file the agent appends to.
 pub(crate) const LOG_ENV: &str = "GIT_XET_LOG";
@@ -32,13 +32,13 @@ git xet status                         # is the agent registered, which mode and
 pub(crate) struct TransferArgs {}
 
 pub fn run(_args: &TransferArgs) -> CmdResult {
-    crate::lfs::settings::register_env_secrets();
+    crate::agent::settings::register_env_secrets();
     init_logging(Stderr::AgentTrace);
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
-    match agent::run(stdin, stdout, AgentOptions::in_dir(&cwd)) {
+    match transfer::run(stdin, stdout, AgentOptions::in_dir(&cwd)) {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e.into()),
     }
@@ -215,8 +215,8 @@ mod tests {
         use tracing::Level;
         let f = log_filter("warn,git_xet::mount=trace,fuser::mnt=error").unwrap();
         assert!(f.would_enable("git_xet::mount::fs", &Level::TRACE));
-        assert!(!f.would_enable("git_xet::lfs", &Level::INFO));
-        assert!(f.would_enable("git_xet::lfs", &Level::WARN));
+        assert!(!f.would_enable("git_xet::agent", &Level::INFO));
+        assert!(f.would_enable("git_xet::agent", &Level::WARN));
         assert!(!f.would_enable("fuser::mnt", &Level::WARN));
         let f = log_filter(" debug ").unwrap();
         assert!(f.would_enable("anything", &Level::DEBUG));

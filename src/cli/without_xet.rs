@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::settings::{self, TransferMode};
 use crate::git::Git;
-use crate::lfs::settings::{self, TransferMode};
 use xet_format::pointer::{Pointer, MAX_POINTER_LEN};
 use xet_protocol::util::size::format_size;
 use xet_protocol::wire::XET_TRANSFER;
@@ -280,11 +280,11 @@ fn ask_server(
 ) -> Option<(bool, u64, u64)> {
     let split = settings::split_userinfo(lfs_url);
     let left = deadline.checked_duration_since(Instant::now())?;
-    let options = crate::lfs::http_settings::http_options(git, &split.bare);
+    let options = crate::agent::http_settings::http_options(git, &split.bare);
     let client =
         xet_client::remote::OneShotClient::for_url(&options, &split.bare, left, true).ok()?;
-    let extra = crate::lfs::http_settings::extra_headers(git, lfs_url);
-    let request = crate::lfs::batch_request::BatchRequest {
+    let extra = crate::agent::http_settings::extra_headers(git, lfs_url);
+    let request = crate::agent::batch_request::BatchRequest {
         git,
         url: &split,
         extra: &extra,

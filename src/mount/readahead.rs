@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::lfs::reader::EndpointHandle;
+use crate::agent::reader::EndpointHandle;
 use xet_client::pipeline::ranged::{RangedFile, SPAN_CACHE_BYTES};
 use xet_protocol::util::sync::LockAnyway as _;
 

@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use crate::agent::error::TransferError;
+use crate::agent::reader::{EndpointHandle, ObjectLocation, ObjectReader};
 use crate::git::checkout;
 use crate::git::objects::{self, EntryKind, LeftOut, ObjectsError};
-use crate::lfs::error::TransferError;
-use crate::lfs::reader::{EndpointHandle, ObjectLocation, ObjectReader};
 use xet_client::pipeline::ranged::{RangedError, RangedFile};
 use xet_format::pointer::Pointer;
 use xet_format::LfsOid;

@@ -1,4 +1,4 @@
-//! Agents of one directory store share a private server (`lfs::local_server`), driven by real
+//! Agents of one directory store share a private server (`agent::shared_server`), driven by real
 //! git and git-lfs:
 //!
 //! - eight agents pushing many files all use one server, none waits for the store, nothing is
@@ -15,7 +15,7 @@ use crate::common;
 
 use common::git::{require_git_lfs, GitEnv};
 use xet_format::LfsOid;
-use xet_store::local_server::{self, Announce};
+use xet_store::announce::{self, Announce};
 use xet_store::Store;
 
 /// Writes `n` files of a few KiB (seeded by `seed`), commits them; their (name, bytes).
@@ -50,7 +50,7 @@ fn shared_urls(log: &str) -> Vec<String> {
 fn stopped(store: &Path) -> Store {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if local_server::read(store).is_none() {
+        if announce::read(store).is_none() {
             if let Ok(s) = Store::open(store) {
                 return s;
             }
@@ -127,7 +127,7 @@ fn a_stale_announcement_or_a_killed_server_is_replaced() {
         token: "0".repeat(64),
         pid: 999_999,
     };
-    local_server::write(&store, &stale).unwrap();
+    announce::write(&store, &stale).unwrap();
     let second = commit_files(&env, &work, 3, 10);
     std::fs::remove_file(env.path().join("agent.log")).unwrap();
     env.git(&work, &["push", "-q", "origin", "main"]);
@@ -135,7 +135,7 @@ fn a_stale_announcement_or_a_killed_server_is_replaced() {
     assert!(!urls.is_empty() && !urls.contains(&dead_url), "{urls:?}");
 
     // A server killed outright (its announcement stays): the next transfer starts another.
-    let running = local_server::read(&store).expect("the server still runs right after a push");
+    let running = announce::read(&store).expect("the server still runs right after a push");
     let killed = std::process::Command::new("kill")
         .args(["-9", &running.pid.to_string()])
         .status()

@@ -9,7 +9,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use git_xet::lfs::journal::{self, Direction, Record};
+use git_xet::agent::journal::{self, Direction, Record};
 use serde_json::Value;
 use xet_format::{FileHash, LfsOid};
 

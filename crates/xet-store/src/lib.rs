@@ -10,7 +10,7 @@
 //! | [`checkpoint`] | checkpoints of the shard log on shared storage: bounded metadata, a new node's start in one read ([`Store::compact`]) |
 //! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
-//! | [`local_server`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
+//! | [`announce`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
 //! | `parallel` | work on a few threads at once, for many small requests to object storage |
 //! | [`reopen`] | a redb database opened again after an I/O error (a full disk) |
 //! | `s3` | `S3Backend`: objects in an S3-compatible bucket that several server nodes share (feature `s3`) |
@@ -25,6 +25,7 @@
 // Tests may unwrap, expect and panic: a failing test should stop right there.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod announce;
 pub mod backend;
 pub mod cas;
 pub mod checkpoint;
@@ -32,7 +33,6 @@ pub mod endpoint;
 pub mod gc;
 pub mod index;
 pub mod integrity;
-pub mod local_server;
 mod parallel;
 pub mod reopen;
 #[cfg(feature = "s3")]

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::agent::journal;
+use crate::agent::settings::{self, EndpointSpec, TransferMode};
 use crate::git::Git;
-use crate::lfs::journal;
-use crate::lfs::settings::{self, EndpointSpec, TransferMode};
 use xet_client::url::http_origin;
 use xet_protocol::redact::redact;
 use xet_protocol::wire::XET_TRANSFER;
@@ -644,7 +644,7 @@ fn lfs_url_precedence_check(t: &RemoteTransfer, findings: &mut Findings) {
 
 /// `lfs.pruneverifyremotealways` where git-xet stores objects in standalone mode.
 fn prune_setting_check(git: &Git, findings: &mut Findings) {
-    if crate::lfs::prune::prune_verifies_always(git) {
+    if crate::agent::prune::prune_verifies_always(git) {
         findings
             .warn(
                 "lfs.pruneverifyremotealways is true, but git-lfs cannot verify objects git-xet \

@@ -346,8 +346,8 @@ struct EndpointCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::settings;
     use crate::git::Git;
-    use crate::lfs::settings;
     use xet_client::url::http_origin;
 
     #[test]

@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use super::*;
+use crate::agent::settings::{self, DirState, EndpointSpec};
 use crate::git::Git;
-use crate::lfs::settings::{self, DirState, EndpointSpec};
 use xet_protocol::redact::redact;
 use xet_protocol::util::error::{chain_text, root_cause};
 
@@ -272,7 +272,8 @@ pub(super) fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) ->
 /// A warning when git's settings turn certificate checks off for `url`.
 pub(super) fn warn_if_unverified(git: &Git, url: &str, findings: &mut Findings) {
     let bare = settings::split_userinfo(url).bare;
-    if bare.starts_with("https://") && !crate::lfs::http_settings::http_options(git, &bare).verify {
+    if bare.starts_with("https://") && !crate::agent::http_settings::http_options(git, &bare).verify
+    {
         findings
             .warn(format!(
                 "TLS certificates of {} are not checked (http.sslVerify=false or \
@@ -290,7 +291,7 @@ pub(super) fn probe_client(
     git: &Git,
     url: &str,
 ) -> Result<xet_client::remote::OneShotClient, String> {
-    let options = crate::lfs::http_settings::http_options(git, url);
+    let options = crate::agent::http_settings::http_options(git, url);
     xet_client::remote::OneShotClient::for_url(&options, url, PROBE_TIMEOUT, true)
 }
 

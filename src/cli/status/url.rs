@@ -2,8 +2,8 @@
 //! git-lfs derives them (after `url.<base>.insteadOf`).
 
 use super::*;
+use crate::agent::settings;
 use crate::git::Git;
-use crate::lfs::settings;
 use xet_client::url::without_userinfo;
 
 /// Whether a remote URL makes git-lfs authenticate over ssh (`ssh://…`, `user@host:path`).

@@ -2,7 +2,7 @@
 //!
 //! An agent process holding a directory store for a whole transfer makes the others wait, so
 //! in standalone mode with a directory endpoint the agents instead share one `git xet serve`
-//! on that directory, started by the first agent that needs it (see `lfs::local_server`). It
+//! on that directory, started by the first agent that needs it (see `agent::shared_server`). It
 //! listens on loopback with a write token it made up, and says where in
 //! `DIR/local-server.json` (mode 0600, like the store's own `server.key`):
 //!

@@ -39,8 +39,8 @@ use sha2::Digest as _;
 use super::endpoint::Standalone;
 use super::pack::{self, Packed};
 use super::{named_by_oid, Agent, Transfer};
-use crate::lfs::error::TransferError;
-use crate::lfs::protocol::ProtocolWriter;
+use crate::agent::error::TransferError;
+use crate::agent::protocol::ProtocolWriter;
 use xet_format::LfsOid;
 use xet_protocol::wire::{Pack, MAX_PACK_MEMBERS};
 

@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
-use super::agent::{AgentOptions, Lease};
 use super::error::TransferError;
 use super::protocol::{Action, Operation};
 use super::settings::{self, TransferMode};
+use super::transfer::{AgentOptions, Lease};
 use crate::git::Git;
 use xet_format::{FileHash, LfsOid};
 use xet_protocol::util::sync::LockAnyway as _;
@@ -226,7 +226,7 @@ impl ObjectReader {
         let route = match settings::transfer_mode(git, lfs_url.as_deref()) {
             TransferMode::Standalone => {
                 let options = AgentOptions::in_dir(git.dir().unwrap_or(Path::new(".")));
-                let lease = super::agent::open_standalone(
+                let lease = super::transfer::open_standalone(
                     options,
                     Some(&remote_name),
                     Operation::Download,
@@ -559,12 +559,14 @@ impl ObjectReader {
         let endpoint = match known.get(&cas) {
             Some(e) => e.clone(),
             None => {
-                let e = EndpointHandle(Arc::new(Lease::Shared(super::agent::connect_negotiated(
-                    &self.git,
-                    &action,
-                    Operation::Download,
-                    Some(self.remote.as_str()),
-                )?)));
+                let e = EndpointHandle(Arc::new(Lease::Shared(
+                    super::transfer::connect_negotiated(
+                        &self.git,
+                        &action,
+                        Operation::Download,
+                        Some(self.remote.as_str()),
+                    )?,
+                )));
                 known.insert(cas, e.clone());
                 e
             }

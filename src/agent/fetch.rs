@@ -22,11 +22,11 @@ use std::sync::Mutex;
 
 use sha2::Digest as _;
 
-use super::agent::{AgentOptions, InProcessAgent};
 use super::error::TransferError;
 use super::protocol::Transfer;
 use super::reader::{Actions, ObjectReader};
 use super::settings;
+use super::transfer::{AgentOptions, InProcessAgent};
 use crate::git::{objects, worktree, Git};
 use git2::Oid;
 use xet_client::object_chunks::object_path;

@@ -15,7 +15,7 @@
 //! a command (`GIT_SSH_COMMAND`, `core.sshCommand`) runs through `sh -c` with its arguments
 //! quoted. `GIT_SSH_VARIANT` (else `ssh.variant`) names the program's kind, as in git: `plink`
 //! and `putty` take `-P` for the port, `tortoiseplink` also `-batch`; otherwise the kind is
-//! guessed from the program's name. [`crate::lfs::settings::ssh_settings`] reads these; this
+//! guessed from the program's name. [`crate::agent::settings::ssh_settings`] reads these; this
 //! module builds the command, runs it and reads its answer. git-lfs's pure SSH protocol
 //! (`git-lfs-transfer`) is not spoken.
 
@@ -137,7 +137,7 @@ fn percent_decode(text: &str) -> String {
 }
 
 /// Which SSH program runs, as git and git-lfs take it from the environment and git config
-/// (read by [`crate::lfs::settings::ssh_settings`]).
+/// (read by [`crate::agent::settings::ssh_settings`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SshSettings {
     /// `GIT_SSH_COMMAND`.

@@ -120,7 +120,7 @@ pub(super) fn connect_standalone(
     let origin = token.as_ref().map(|(_, o)| *o);
     let mut config = RemoteConfig::new(bare.clone(), TokenSource::fixed(token.map(|(t, _)| t)));
     config.retry = retry_policy();
-    config.http = crate::lfs::http_settings::http_options(git, &bare);
+    config.http = crate::agent::http_settings::http_options(git, &bare);
     config.token_hint = standalone_token_hint(&bare, origin);
     config.on_slow = slow_notice(git);
     RemoteCas::new(config)
@@ -132,13 +132,13 @@ pub(super) fn connect_standalone(
 }
 
 /// Shows requests that keep retrying on the terminal of the git-lfs command that started this
-/// agent (once per command; see [`crate::lfs::terminal`]): git-lfs itself shows nothing until
+/// agent (once per command; see [`crate::agent::terminal`]): git-lfs itself shows nothing until
 /// the retry horizon has passed.
 fn slow_notice(git: &Git) -> Option<SlowNotice> {
-    let (pid, _) = crate::lfs::terminal::git_lfs_ancestor()?;
+    let (pid, _) = crate::agent::terminal::git_lfs_ancestor()?;
     let git = git.clone();
     Some(SlowNotice(Arc::new(move |message: &str| {
-        crate::lfs::terminal::tell_user_once(&git, pid, "slow", message)
+        crate::agent::terminal::tell_user_once(&git, pid, "slow", message)
     })))
 }
 
@@ -234,7 +234,7 @@ pub(crate) fn connect_negotiated(
     config.session_id = action.header("X-Xet-Session-Id").map(str::to_string);
     config.retry = retry_policy();
     config.on_slow = slow_notice(git);
-    config.http = crate::lfs::http_settings::http_options(git, &cas_url);
+    config.http = crate::agent::http_settings::http_options(git, &cas_url);
     config.token_hint = format!(
         "the token from the LFS server was refused; it is refreshed through {} with the \
          action's Authorization header or your git credential for that URL",
@@ -294,7 +294,7 @@ impl Agent {
         }
     }
 
-    /// The private server the agents of the store in `dir` share (see [`crate::lfs::local_server`]),
+    /// The private server the agents of the store in `dir` share (see [`crate::agent::shared_server`]),
     /// behind the store's shard cache; `None` (the agent then opens the store itself) when
     /// sharing is off or no server answers. Checked again before a transfer that follows a
     /// pause, in which the server may have stopped.
@@ -303,7 +303,7 @@ impl Agent {
         dir: &Path,
         cache: Option<&Arc<ShardCache>>,
     ) -> Option<Arc<dyn Endpoint>> {
-        if !crate::lfs::local_server::enabled() || self.shared_failed {
+        if !crate::agent::shared_server::enabled() || self.shared_failed {
             return None;
         }
         if let Some((endpoint, _, used)) = &mut self.shared {
@@ -312,7 +312,7 @@ impl Agent {
                 return Some(endpoint.clone());
             }
         }
-        let announce = match crate::lfs::local_server::connect_or_start(dir) {
+        let announce = match crate::agent::shared_server::connect_or_start(dir) {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!("{e}; opening the store in this process instead");

@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use super::{named_by_oid, open_upload, Agent, Lease, Operation, Transfer};
-use crate::lfs::error::TransferError;
-use crate::lfs::journal::{Direction, Record};
-use crate::lfs::protocol::ProtocolWriter;
+use crate::agent::error::TransferError;
+use crate::agent::journal::{Direction, Record};
+use crate::agent::protocol::ProtocolWriter;
 use xet_client::pipeline::upload::{upload_pack, PackMember, PackSummary, UploadProgress};
 use xet_format::LfsOid;
 use xet_protocol::wire::{Pack, PACK_HEADER};
@@ -261,7 +261,7 @@ impl Agent {
             .progress(&t.oid, 1)
             .map_err(TransferError::Progress)?;
         let mut options = xet_client::pipeline::upload::UploadOptions {
-            sha256_declared_by_namer: !crate::lfs::settings::hash_uploads_forced(),
+            sha256_declared_by_namer: !crate::agent::settings::hash_uploads_forced(),
             ..self.options.upload
         };
         if matches!(lease, Lease::Owned(_)) {

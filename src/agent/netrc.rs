@@ -3,7 +3,7 @@
 //! git-xet's own requests too.
 //!
 //! - The file is `$HOME/.netrc` (on Windows `$HOME/_netrc` when `.netrc` is missing); `$NETRC`
-//!   is not read (git-lfs does not read it). [`crate::lfs::settings::netrc_path`] finds it.
+//!   is not read (git-lfs does not read it). [`crate::agent::settings::netrc_path`] finds it.
 //! - Tokens are separated by white space; `#` starts a comment to the end of the line; `machine
 //!   NAME`, `default`, `login`, `password`, `account` and `macdef NAME` (whose body runs to the
 //!   next blank line) are the keywords; other words are skipped, as go-netrc skips them.

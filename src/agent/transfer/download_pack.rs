@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::pack::{pack_id, Outcome};
 use super::{Agent, Operation, Transfer};
-use crate::lfs::error::TransferError;
-use crate::lfs::journal::{Direction, Record};
-use crate::lfs::protocol::ProtocolWriter;
+use crate::agent::error::TransferError;
+use crate::agent::journal::{Direction, Record};
+use crate::agent::protocol::ProtocolWriter;
 use xet_client::pipeline::download::{write_file_at_with, Written};
 use xet_client::pipeline::prior::LocalChunks;
 use xet_format::{FileHash, LfsOid, XorbHash};
@@ -390,8 +390,8 @@ mod tests {
                 "event": "download", "oid": oid.to_hex(), "size": size,
                 "action": {"href": "http://x", "header": {"X-Xet-Pack": pack.to_header()}}
             });
-            match crate::lfs::protocol::parse_request(&line.to_string(), 1).unwrap() {
-                crate::lfs::protocol::Request::Download(t) => t,
+            match crate::agent::protocol::parse_request(&line.to_string(), 1).unwrap() {
+                crate::agent::protocol::Request::Download(t) => t,
                 other => panic!("not a download: {other:?}"),
             }
         };

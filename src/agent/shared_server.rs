@@ -4,7 +4,7 @@
 //! each of them would be held for a whole transfer by one process at a time (its index allows
 //! one writer process), so the agents share one `git xet serve` on the directory instead: the
 //! first agent that needs it starts it (`serve --announce`, loopback, a token it makes up,
-//! announced in `DIR/local-server.json`, see [`xet_store::local_server`]), and every agent
+//! announced in `DIR/local-server.json`, see [`xet_store::announce`]), and every agent
 //! talks to it like to any standalone HTTP endpoint. The server stops by itself
 //! [`IDLE_EXIT`] after its last connection closes, which is soon after the last agent exits.
 //!
@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use xet_store::local_server::{self, Announce};
+use xet_store::announce::{self, Announce};
 
 /// Set to `0` to open a directory store in every agent process instead of sharing a server.
 pub(crate) const ENABLE_ENV: &str = "GIT_XET_LOCAL_SERVER";
@@ -79,7 +79,7 @@ pub(crate) fn connect_or_start(dir: &Path) -> Result<Announce, LocalServerError>
     let mut next_start = Instant::now();
     let mut backoff = Duration::from_millis(100);
     loop {
-        if let Some(a) = local_server::read(dir) {
+        if let Some(a) = announce::read(dir) {
             if answers(&a.url) {
                 xet_protocol::redact::register_secret(&a.token);
                 return Ok(a);
@@ -142,7 +142,10 @@ fn start(dir: &Path) -> Result<Child, LocalServerError> {
     let exe = std::env::current_exe().map_err(LocalServerError::NoProgram)?;
     // An upload to a new store: create it first (a store is only made in an empty directory,
     // and the server's log goes into it).
-    if !dir.join(crate::lfs::settings::STORE_VERSION_FILE).exists() {
+    if !dir
+        .join(crate::agent::settings::STORE_VERSION_FILE)
+        .exists()
+    {
         match xet_store::Store::open(dir) {
             Ok(store) => drop(store),
             // Another agent (or its server) has it open: it exists now.

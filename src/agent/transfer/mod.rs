@@ -12,7 +12,7 @@
 //! | request | endpoint |
 //! |---|---|
 //! | `action` with `X-Xet-Cas-Url` (negotiated) | the CAS at that URL, with the action's token, refreshed through `href` |
-//! | `action: null` (standalone), endpoint a directory | the store in that directory, through the private server the agents share ([`super::local_server`]; xorb ranges are read from the store's files); if none answers, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns). A download from a directory without a store fails and creates nothing |
+//! | `action: null` (standalone), endpoint a directory | the store in that directory, through the private server the agents share ([`super::shared_server`]; xorb ranges are read from the store's files); if none answers, opened in-process for this one transfer ([`Store::open_waiting`]: agent processes take turns). A download from a directory without a store fails and creates nothing |
 //! | `action: null`, endpoint an http(s) URL | the `git xet serve` at that URL, token from [`settings::endpoint_token`] |
 //!
 //! Choosing the endpoint of a request (this table) is `agent/endpoint.rs`; the request loop and
@@ -897,7 +897,7 @@ impl Agent {
             // git-lfs named the object by hashing it (`…/objects/ab/cd/abcd…`); a server that
             // checks claims need not have it hashed again here (see `server::claims`).
             sha256_declared_by_namer: named_by_oid(path, &t.oid)
-                && !crate::lfs::settings::hash_uploads_forced(),
+                && !crate::agent::settings::hash_uploads_forced(),
             ..self.options.upload
         };
         if matches!(lease, Lease::Owned(_)) {
