@@ -497,9 +497,7 @@ mod tests {
             Some(LfsOid::of(b"x")),
         )
         .unwrap();
-        let hex = oid.to_hex();
-        let dest = store.join(&hex[..2]).join(&hex[2..4]).join(&hex);
-        assert_eq!(std::fs::read(dest).unwrap(), data);
+        assert_eq!(std::fs::read(object_path(&store, &oid)).unwrap(), data);
         assert!(!tmp.exists());
     }
 }

@@ -210,7 +210,7 @@ pub(crate) fn objects_dir(git: &Git) -> Result<PathBuf, StorageDirError> {
 }
 
 /// The path of `oid` under `objects`: `ab/cd/abcd…`.
-pub use xet_client::object_chunks::object_path;
+use xet_client::object_chunks::object_path;
 
 /// What the endpoint says of one object.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -40,8 +40,10 @@ pub(crate) const HOOKS: &[(&str, &str)] = &[("pre-push", include_str!("../../hoo
 
 type Error = Box<dyn std::error::Error>;
 
-/// Who wrote a hook file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who wrote a hook file (as `git xet status --json` names it: `none`, `git-xet`, `git-lfs`,
+/// `other`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub(crate) enum HookKind {
     /// No hook file.
     None,
@@ -51,17 +53,6 @@ pub(crate) enum HookKind {
     GitLfs,
     /// Anything else.
     Other,
-}
-
-impl HookKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            HookKind::None => "none",
-            HookKind::GitXet => "git-xet",
-            HookKind::GitLfs => "git-lfs",
-            HookKind::Other => "other",
-        }
-    }
 }
 
 /// Classifies the text of hook `name`.

@@ -112,7 +112,7 @@ pub fn run(args: &LsFilesArgs) -> CmdResult {
         let row = match records.get(&file.oid) {
             Some(record) => from_record(file, record),
             None => {
-                let local = crate::agent::prune::object_path(&objects, &file.oid);
+                let local = xet_client::object_chunks::object_path(&objects, &file.oid);
                 let hash = match local {
                     p if p.is_file() => match hash_file(&p) {
                         Ok(h) => Some(h.file_hash),

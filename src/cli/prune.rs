@@ -82,12 +82,36 @@ struct Report {
     objects: Vec<Object>,
 }
 
+/// What the check found of one object (`--json` names them in lower case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Found {
+    /// The endpoint holds it intact: the local copy may go.
+    Held,
+    /// The endpoint does not hold it (or not intact): keep it, push again.
+    Missing,
+    /// Could not be checked: keep it.
+    Unknown,
+    /// No local copy any more.
+    Gone,
+}
+
+impl Found {
+    fn as_str(self) -> &'static str {
+        match self {
+            Found::Held => "held",
+            Found::Missing => "missing",
+            Found::Unknown => "unknown",
+            Found::Gone => "gone",
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Object {
     oid: xet_format::LfsOid,
     size: u64,
-    /// `held`, `missing`, `unknown` or `gone` (no local copy any more).
-    verdict: &'static str,
+    verdict: Found,
     reason: Option<String>,
     deleted: bool,
 }
@@ -208,12 +232,12 @@ fn check_objects(
     let mut held = Vec::new();
     let mut unanswered: Option<String> = None;
     for oid in oids {
-        let path = prune::object_path(objects_dir, oid);
+        let path = xet_client::object_chunks::object_path(objects_dir, oid);
         let Ok(meta) = std::fs::metadata(&path) else {
             report.objects.push(Object {
                 oid: *oid,
                 size: 0,
-                verdict: "gone",
+                verdict: Found::Gone,
                 reason: Some("no local copy any more".into()),
                 deleted: false,
             });
@@ -236,10 +260,10 @@ fn check_objects(
         let (name, reason) = match verdict {
             Verdict::Held => {
                 held.push(report.objects.len());
-                ("held", None)
+                (Found::Held, None)
             }
-            Verdict::Missing(why) => ("missing", Some(why)),
-            Verdict::Unknown(why) => ("unknown", Some(why)),
+            Verdict::Missing(why) => (Found::Missing, Some(why)),
+            Verdict::Unknown(why) => (Found::Unknown, Some(why)),
         };
         report.objects.push(Object {
             oid: *oid,
@@ -271,7 +295,7 @@ fn delete_held(objects_dir: &Path, held: Vec<usize>, dry_run: bool, report: &mut
     report.kept = report
         .objects
         .iter()
-        .filter(|o| matches!(o.verdict, "missing" | "unknown"))
+        .filter(|o| matches!(o.verdict, Found::Missing | Found::Unknown))
         .count();
 }
 
@@ -368,7 +392,7 @@ fn render_objects(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             "  {} {:>10}  {}{}",
             o.oid,
             format_size(o.size),
-            o.verdict,
+            o.verdict.as_str(),
             o.reason
                 .as_deref()
                 .map(|w| format!(": {w}"))
@@ -394,7 +418,7 @@ fn render_deleted(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     for o in r
         .objects
         .iter()
-        .filter(|o| o.verdict == "held" && !o.deleted && !r.dry_run)
+        .filter(|o| o.verdict == Found::Held && !o.deleted && !r.dry_run)
     {
         writeln!(
             out,
@@ -412,7 +436,7 @@ fn render_kept(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
     let kept: Vec<&Object> = r
         .objects
         .iter()
-        .filter(|o| matches!(o.verdict, "missing" | "unknown"))
+        .filter(|o| matches!(o.verdict, Found::Missing | Found::Unknown))
         .collect();
     if kept.is_empty() {
         return Ok(());

@@ -1360,9 +1360,25 @@ fn find_xet_hash(endpoint: &dyn Endpoint, t: &Transfer) -> Result<FileHash, Tran
 /// Whether `path` is where git-lfs keeps the object `oid` in its storage (`…/ab/cd/abcd…`): a file
 /// git-lfs named by hashing it.
 fn named_by_oid(path: &Path, oid: &LfsOid) -> bool {
-    let hex = oid.to_hex();
-    let mut names = path.iter().rev().map(|c| c.to_str());
-    names.next() == Some(Some(hex.as_str()))
-        && names.next() == Some(Some(&hex[2..4]))
-        && names.next() == Some(Some(&hex[0..2]))
+    path.ends_with(xet_client::object_chunks::object_path(Path::new(""), oid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_git_lfs_storage_paths_are_named_by_their_oid() {
+        let oid = LfsOid::of(b"x");
+        let hex = oid.to_hex();
+        let stored = Path::new("/r/.git/lfs/objects")
+            .join(&hex[..2])
+            .join(&hex[2..4])
+            .join(&hex);
+        assert!(named_by_oid(&stored, &oid));
+        assert!(!named_by_oid(&stored, &LfsOid::of(b"y")));
+        assert!(!named_by_oid(&Path::new("/r/work").join(&hex), &oid));
+        let swapped = Path::new("/o").join(&hex[2..4]).join(&hex[..2]).join(&hex);
+        assert!(!named_by_oid(&swapped, &oid));
+    }
 }

@@ -269,9 +269,9 @@ pub(super) fn repository(
         work_tree,
         git_dir: common.display().to_string(),
         mode: if standalone {
-            "standalone"
+            Mode::Standalone
         } else {
-            "negotiated"
+            Mode::Negotiated
         },
         standalone_agent,
         endpoint: endpoint.as_ref().map(|(spec, source)| EndpointInfo {
@@ -606,10 +606,10 @@ fn remote_info(t: &RemoteTransfer) -> RemoteInfo {
         url: t.remote.url.as_deref().map(redact),
         lfs_url: t.lfs_url.as_deref().map(redact),
         transfer: match &t.mode {
-            TransferMode::Standalone => "standalone",
-            TransferMode::OtherStandalone(_) => "other-agent",
-            TransferMode::FileAdapter => "git-lfs-file",
-            TransferMode::Negotiated => "negotiated",
+            TransferMode::Standalone => Transfer::Standalone,
+            TransferMode::OtherStandalone(_) => Transfer::OtherAgent,
+            TransferMode::FileAdapter => Transfer::GitLfsFile,
+            TransferMode::Negotiated => Transfer::Negotiated,
         },
         standalone_agent: match &t.mode {
             TransferMode::Standalone => Some(XET_TRANSFER.to_string()),
@@ -665,7 +665,7 @@ fn storeless_check(git: &Git, endpoints: &EndpointChecks, findings: &mut Finding
     let storeless: Vec<String> = endpoints
         .done
         .iter()
-        .filter(|(_, c)| matches!(c.state, Some("missing" | "empty")))
+        .filter(|(_, c)| matches!(c.state, Some(StoreState::Missing | StoreState::Empty)))
         .map(|(s, _)| s.display())
         .collect();
     if storeless.is_empty() {
@@ -692,8 +692,7 @@ fn storeless_check(git: &Git, endpoints: &EndpointChecks, findings: &mut Finding
 /// The hooks directory and who wrote its pre-push hook.
 struct HooksInfo {
     dir: Option<String>,
-    /// `git-xet`, `git-lfs`, `other` or `none`.
-    pre_push: &'static str,
+    pre_push: HookKind,
     /// The hook git-xet's pre-push replaced and runs after its check, if any.
     chained: Option<String>,
 }
@@ -702,12 +701,11 @@ fn hooks_info(git: &Git) -> HooksInfo {
     let dir = hooks::hooks_dir(git).ok();
     let pre_push = dir
         .as_deref()
-        .map_or(HookKind::None, |d| hooks::kind_in(d, "pre-push"))
-        .name();
+        .map_or(HookKind::None, |d| hooks::kind_in(d, "pre-push"));
     let chained = dir
         .as_deref()
         .map(|d| d.join(format!("pre-push{}", hooks::BEFORE_SUFFIX)))
-        .filter(|p| pre_push == "git-xet" && p.is_file())
+        .filter(|p| pre_push == HookKind::GitXet && p.is_file())
         .map(|p| p.display().to_string());
     HooksInfo {
         dir: dir.map(|d| d.display().to_string()),
@@ -781,8 +779,8 @@ fn lfs_server_checks(
             Some(n) => remotes
                 .iter()
                 .find(|r| r.name == *n)
-                .is_none_or(|r| r.transfer == "negotiated"),
-            None => remotes.iter().all(|r| r.transfer == "negotiated"),
+                .is_none_or(|r| r.transfer == Transfer::Negotiated),
+            None => remotes.iter().all(|r| r.transfer == Transfer::Negotiated),
         };
         let Some(origin) = http_origin(&lfs.url) else {
             continue;
@@ -831,7 +829,7 @@ fn lfs_credential_finding(lfs: &LfsUrl, c: &CredentialCheck, findings: &mut Find
         .as_deref()
         .map_or("the default remote".to_string(), |r| format!("remote {r}"));
     match c.verdict {
-        "refused" => findings
+        Verdict::Refused => findings
             .warn(format!(
                 "the LFS server {} refused the stored credential ({}, HTTP {}) for {who}: the \
                  stored credential is wrong or expired",
@@ -843,7 +841,7 @@ fn lfs_credential_finding(lfs: &LfsUrl, c: &CredentialCheck, findings: &mut Find
                 "replace it (`git credential reject` for that URL, then push once to be asked, \
                  or store the right one with `git credential approve`)",
             ),
-        "missing" => findings
+        Verdict::Missing => findings
             .warn(format!(
                 "the LFS server {} needs a credential for {who} and none is stored (HTTP {}): \
                  git-lfs will ask for one on the next push or fetch",
@@ -851,7 +849,7 @@ fn lfs_credential_finding(lfs: &LfsUrl, c: &CredentialCheck, findings: &mut Find
                 c.http_status.unwrap_or(0)
             ))
             .fix("store it with your credential helper to avoid that"),
-        "unknown" if c.http_status == Some(404) => findings
+        Verdict::Unknown if c.http_status == Some(404) => findings
             .warn(format!(
                 "the LFS URL {} of {who} answers 404 (not found) for its batch API ({}): \
                  git-lfs's pushes and fetches there will fail with \"Repository or object not \
@@ -863,7 +861,7 @@ fn lfs_credential_finding(lfs: &LfsUrl, c: &CredentialCheck, findings: &mut Find
                 "check the URL (`lfs.url` in .lfsconfig or git config, or the remote's URL){}",
                 lfs_url_hint(&lfs.url)
             )),
-        "unknown" => {
+        Verdict::Unknown => {
             findings.note(format!(
                 "could not check the credential for the LFS server {} ({who}): {}",
                 redact(&lfs.url),
@@ -874,10 +872,10 @@ fn lfs_credential_finding(lfs: &LfsUrl, c: &CredentialCheck, findings: &mut Find
     }
 }
 
-pub(super) fn spec_kind(spec: &EndpointSpec) -> &'static str {
+pub(super) fn spec_kind(spec: &EndpointSpec) -> EndpointKind {
     match spec {
-        EndpointSpec::Http(_) => "http",
-        EndpointSpec::Dir(_) => "dir",
+        EndpointSpec::Http(_) => EndpointKind::Http,
+        EndpointSpec::Dir(_) => EndpointKind::Dir,
     }
 }
 

@@ -167,6 +167,106 @@ struct Report {
     findings: Vec<Finding>,
 }
 
+/// How git-lfs picks the transfer of a repository: git-xet for every remote (`standalone`), or
+/// the LFS server's batch API (`negotiated`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    Standalone,
+    Negotiated,
+}
+
+/// How git-lfs transfers one remote's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Transfer {
+    /// git-xet, at the remote's standalone endpoint.
+    Standalone,
+    /// The LFS server's batch API chooses.
+    Negotiated,
+    /// git-lfs's own file adapter (git-xet is not used).
+    GitLfsFile,
+    /// Another standalone agent than git-xet.
+    OtherAgent,
+}
+
+/// What kind of endpoint a standalone endpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum EndpointKind {
+    Http,
+    Dir,
+}
+
+/// What a directory endpoint holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreState {
+    Store,
+    OtherVersion,
+    Empty,
+    Missing,
+    NotAStore,
+    NotADirectory,
+    CannotCreate,
+    Unreadable,
+}
+
+/// What a server's answer to the credential git-xet (or git-lfs) would send means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// The credential was sent and accepted.
+    Accepted,
+    /// None was sent, and none was asked for.
+    NotNeeded,
+    /// The stored credential is wrong (401/403 with one).
+    Refused,
+    /// One is needed and none is stored (401/403 without one).
+    Missing,
+    /// Anything else (no answer, another status).
+    Unknown,
+}
+
+impl StoreState {
+    /// The name `--json` gives it (the text report shows it with spaces).
+    fn as_str(self) -> &'static str {
+        match self {
+            StoreState::Store => "store",
+            StoreState::OtherVersion => "other_version",
+            StoreState::Empty => "empty",
+            StoreState::Missing => "missing",
+            StoreState::NotAStore => "not_a_store",
+            StoreState::NotADirectory => "not_a_directory",
+            StoreState::CannotCreate => "cannot_create",
+            StoreState::Unreadable => "unreadable",
+        }
+    }
+}
+
+impl Verdict {
+    /// The name `--json` gives it (the text report shows it with spaces).
+    fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Accepted => "accepted",
+            Verdict::NotNeeded => "not_needed",
+            Verdict::Refused => "refused",
+            Verdict::Missing => "missing",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl Serialize for StoreState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Program {
     version: &'static str,
@@ -197,8 +297,7 @@ struct Registration {
 struct Repository {
     work_tree: Option<String>,
     git_dir: String,
-    /// `standalone` or `negotiated`.
-    mode: &'static str,
+    mode: Mode,
     standalone_agent: Option<Setting>,
     /// The repository's standalone endpoint (GIT_XET_ENDPOINT or xet.endpoint), if one is
     /// configured (whatever the mode).
@@ -215,8 +314,8 @@ struct Repository {
     /// The directory endpoint's contents.
     store: Option<DirInfo>,
     hooks_dir: Option<String>,
-    /// Who wrote the pre-push hook: `git-xet`, `git-lfs`, `other` or `none`.
-    pre_push_hook: &'static str,
+    /// Who wrote the pre-push hook.
+    pre_push_hook: HookKind,
     /// The hook git-xet's pre-push replaced and runs after its check, if any.
     pre_push_chained: Option<String>,
     journal: JournalInfo,
@@ -224,15 +323,13 @@ struct Repository {
 
 #[derive(Debug, Serialize)]
 struct EndpointInfo {
-    /// `http` or `dir`.
-    kind: &'static str,
+    kind: EndpointKind,
     value: String,
     /// Where it was configured, e.g. `git config xet.endpoint`.
     source: String,
-    /// A directory's contents: `store`, `empty`, `missing`, `not_a_store`, `other_version`,
-    /// `not_a_directory`, `cannot_create` or `unreadable`.
+    /// A directory's contents.
     #[serde(skip_serializing_if = "Option::is_none")]
-    state: Option<&'static str>,
+    state: Option<StoreState>,
     /// A URL's answer to the credential git-xet would send.
     #[serde(skip_serializing_if = "Option::is_none")]
     credential: Option<CredentialCheck>,
@@ -244,10 +341,8 @@ struct RemoteInfo {
     url: Option<String>,
     /// The LFS URL git-lfs uses for it.
     lfs_url: Option<String>,
-    /// How git-lfs transfers its objects: `standalone` (git-xet, at `endpoint`),
-    /// `negotiated` (the LFS server's batch API chooses), `git-lfs-file` (git-lfs's own file
-    /// adapter; git-xet is not used) or `other-agent` (another standalone agent).
-    transfer: &'static str,
+    /// How git-lfs transfers its objects.
+    transfer: Transfer,
     standalone_agent: Option<String>,
     /// The endpoint git-xet uses for this remote (standalone).
     endpoint: Option<EndpointInfo>,
@@ -263,9 +358,7 @@ struct CredentialCheck {
     /// `your git credential helper`); `None`: no credential was sent.
     source: Option<String>,
     http_status: Option<u16>,
-    /// `accepted`, `not_needed` (no credential, none asked for), `refused` (the stored
-    /// credential is wrong), `missing` (one is needed, none is stored) or `unknown`.
-    verdict: &'static str,
+    verdict: Verdict,
     error: Option<String>,
 }
 
@@ -340,7 +433,7 @@ struct EndpointCheck {
     health: Option<Reachability>,
     credential: Option<CredentialCheck>,
     store: Option<DirInfo>,
-    state: Option<&'static str>,
+    state: Option<StoreState>,
 }
 
 #[cfg(test)]

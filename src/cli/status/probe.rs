@@ -56,14 +56,14 @@ pub(super) fn check_endpoint(
             let state = settings::inspect_dir_endpoint(dir);
             let shown = format!("{} ({source})", dir.display());
             c.state = Some(match &state {
-                DirState::Store { .. } => "store",
-                DirState::OtherVersion(_) => "other_version",
-                DirState::Empty { .. } => "empty",
-                DirState::Missing => "missing",
-                DirState::NotAStore => "not_a_store",
-                DirState::NotADirectory => "not_a_directory",
-                DirState::CannotCreate(_) => "cannot_create",
-                DirState::Unreadable(_) => "unreadable",
+                DirState::Store { .. } => StoreState::Store,
+                DirState::OtherVersion(_) => StoreState::OtherVersion,
+                DirState::Empty { .. } => StoreState::Empty,
+                DirState::Missing => StoreState::Missing,
+                DirState::NotAStore => StoreState::NotAStore,
+                DirState::NotADirectory => StoreState::NotADirectory,
+                DirState::CannotCreate(_) => StoreState::CannotCreate,
+                DirState::Unreadable(_) => StoreState::Unreadable,
             });
             dir_finding(&state, &shown, &fix, findings);
             c.store = Some(dir_info(Some(dir.clone())));
@@ -79,7 +79,7 @@ fn endpoint_credential_finding(url: &str, cred: &CredentialCheck, findings: &mut
         "`printf 'url={bare}\\nusername=git\\npassword=TOKEN\\n\\n' | git credential approve`"
     );
     match cred.verdict {
-        "refused" => findings
+        Verdict::Refused => findings
             .warn(format!(
                 "the endpoint {} refused the credential git-xet would send (from {}; HTTP {}): \
                  the stored credential is wrong or expired",
@@ -91,14 +91,14 @@ fn endpoint_credential_finding(url: &str, cred: &CredentialCheck, findings: &mut
                 "store the right token: {store_it} (after `git credential reject` of the old \
                  one), or set GIT_XET_TOKEN"
             )),
-        "missing" => findings
+        Verdict::Missing => findings
             .warn(format!(
                 "the endpoint {} needs a token (HTTP {}) and git-xet has none",
                 redact(url),
                 cred.http_status.unwrap_or(0)
             ))
             .fix(format!("set GIT_XET_TOKEN, or store it with {store_it}")),
-        "unknown" => {
+        Verdict::Unknown => {
             findings.note(format!(
                 "could not check the credential for {}: {}",
                 redact(url),
@@ -163,7 +163,7 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
         url: redact(&target),
         source: token.as_ref().map(|(_, o)| o.describe().to_string()),
         http_status: None,
-        verdict: "unknown",
+        verdict: Verdict::Unknown,
         error: None,
     };
     let client = match probe_client(git, &bare) {
@@ -183,7 +183,7 @@ pub(super) fn probe_endpoint_credential(git: &Git, url: &str) -> CredentialCheck
             check.http_status = Some(status);
             // 404: the server looked the (made-up) oid up, so it accepted the request.
             check.verdict = credential_verdict(status, token.is_some(), true);
-            if check.verdict == "unknown" {
+            if check.verdict == Verdict::Unknown {
                 check.error = Some(format!("HTTP {status}"));
             }
         }
@@ -202,7 +202,7 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
         url: redact(&target),
         source: None,
         http_status: None,
-        verdict: "unknown",
+        verdict: Verdict::Unknown,
         error: None,
     };
     let client = match probe_client(git, &split.bare) {
@@ -247,7 +247,7 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
             check.http_status = Some(status);
             // 404 here is "no such repository", which says nothing about the credential.
             check.verdict = credential_verdict(status, check.source.is_some(), false);
-            if check.verdict == "unknown" {
+            if check.verdict == Verdict::Unknown {
                 check.error = Some(format!("HTTP {status}"));
             }
         }
@@ -256,16 +256,16 @@ pub(super) fn probe_lfs_credential(git: &Git, lfs_url: &str) -> CredentialCheck 
     check
 }
 
-/// `accepted` / `not_needed` / `refused` / `missing` / `unknown` for an answer (`sent`: with a
-/// credential; `not_found_ok`: a 404 means the request itself was accepted).
-pub(super) fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) -> &'static str {
+/// The verdict on an answer (`sent`: with a credential; `not_found_ok`: a 404 means the
+/// request itself was accepted).
+pub(super) fn credential_verdict(status: u16, sent: bool, not_found_ok: bool) -> Verdict {
     let ok = (200..300).contains(&status) || (status == 404 && not_found_ok);
     match (ok, status, sent) {
-        (true, _, true) => "accepted",
-        (true, _, false) => "not_needed",
-        (false, 401 | 403, true) => "refused",
-        (false, 401 | 403, false) => "missing",
-        _ => "unknown",
+        (true, _, true) => Verdict::Accepted,
+        (true, _, false) => Verdict::NotNeeded,
+        (false, 401 | 403, true) => Verdict::Refused,
+        (false, 401 | 403, false) => Verdict::Missing,
+        _ => Verdict::Unknown,
     }
 }
 

@@ -63,11 +63,11 @@ pub(super) fn credential_text(c: &CredentialCheck) -> String {
         .http_status
         .map_or(String::new(), |s| format!(" (HTTP {s})"));
     match c.verdict {
-        "accepted" => format!("{from} accepted by {}{status}", c.url),
-        "not_needed" => format!("{} needs no credential{status}", c.url),
-        "refused" => format!("{from} REFUSED by {}{status}", c.url),
-        "missing" => format!("{} NEEDS a credential and none is stored{status}", c.url),
-        _ => format!(
+        Verdict::Accepted => format!("{from} accepted by {}{status}", c.url),
+        Verdict::NotNeeded => format!("{} needs no credential{status}", c.url),
+        Verdict::Refused => format!("{from} REFUSED by {}{status}", c.url),
+        Verdict::Missing => format!("{} NEEDS a credential and none is stored{status}", c.url),
+        Verdict::Unknown => format!(
             "{from}: {} gave no clear answer ({})",
             c.url,
             c.error.as_deref().unwrap_or("unknown")
@@ -77,15 +77,15 @@ pub(super) fn credential_text(c: &CredentialCheck) -> String {
 
 pub(super) fn remote_text(r: &RemoteInfo) -> String {
     let how = match r.transfer {
-        "standalone" => match &r.endpoint {
+        Transfer::Standalone => match &r.endpoint {
             Some(e) => {
                 let state = match e.state {
-                    Some("store") => "; a store".to_string(),
-                    Some(s) => format!("; {}", s.replace('_', " ")),
+                    Some(StoreState::Store) => "; a store".to_string(),
+                    Some(s) => format!("; {}", s.as_str().replace('_', " ")),
                     None => String::new(),
                 };
                 let credential = e.credential.as_ref().map_or(String::new(), |c| {
-                    format!("; credential {}", c.verdict.replace('_', " "))
+                    format!("; credential {}", c.verdict.as_str().replace('_', " "))
                 });
                 format!(
                     "git-xet standalone -> {} (from {}{state}{credential})",
@@ -94,12 +94,12 @@ pub(super) fn remote_text(r: &RemoteInfo) -> String {
             }
             None => "git-xet standalone -> NO ENDPOINT".to_string(),
         },
-        "git-lfs-file" => "git-lfs's own file adapter (git-xet is not used)".to_string(),
-        "other-agent" => format!(
+        Transfer::GitLfsFile => "git-lfs's own file adapter (git-xet is not used)".to_string(),
+        Transfer::OtherAgent => format!(
             "standalone agent {:?} (not git-xet)",
             r.standalone_agent.as_deref().unwrap_or("?")
         ),
-        _ => "negotiated with its LFS server".to_string(),
+        Transfer::Negotiated => "negotiated with its LFS server".to_string(),
     };
     format!(
         "{}: {how}; LFS URL {}",
@@ -188,7 +188,11 @@ fn render_repository(repo: &Repository, out: &mut impl Write) -> std::io::Result
         repo.work_tree.as_deref().unwrap_or(&repo.git_dir)
     )?;
     render_mode_and_endpoint(repo, out)?;
-    for u in repo.lfs_urls.iter().filter(|_| repo.mode != "standalone") {
+    for u in repo
+        .lfs_urls
+        .iter()
+        .filter(|_| repo.mode != Mode::Standalone)
+    {
         let remote = u.remote.as_deref().unwrap_or("default remote");
         writeln!(
             out,
@@ -212,11 +216,11 @@ fn render_repository(repo: &Repository, out: &mut impl Write) -> std::io::Result
         writeln!(out, "{} {}", label("remote"), remote_text(r))?;
     }
     let hook = match (repo.pre_push_hook, &repo.pre_push_chained) {
-        ("git-xet", Some(chained)) => format!("git-xet's check, then {chained}"),
-        ("git-xet", None) => "git-xet's check, then `git lfs pre-push`".to_string(),
-        ("git-lfs", _) => "git-lfs's (no git-xet check)".to_string(),
-        ("other", _) => "your own hook (no git-xet check)".to_string(),
-        _ => "none".to_string(),
+        (HookKind::GitXet, Some(chained)) => format!("git-xet's check, then {chained}"),
+        (HookKind::GitXet, None) => "git-xet's check, then `git lfs pre-push`".to_string(),
+        (HookKind::GitLfs, _) => "git-lfs's (no git-xet check)".to_string(),
+        (HookKind::Other, _) => "your own hook (no git-xet check)".to_string(),
+        (HookKind::None, _) => "none".to_string(),
     };
     writeln!(out, "{} {hook}", label("pre-push"))?;
     writeln!(
@@ -229,7 +233,7 @@ fn render_repository(repo: &Repository, out: &mut impl Write) -> std::io::Result
 }
 
 fn render_mode_and_endpoint(repo: &Repository, out: &mut impl Write) -> std::io::Result<()> {
-    if repo.mode == "standalone" {
+    if repo.mode == Mode::Standalone {
         let agent = repo.standalone_agent.as_ref();
         writeln!(
             out,
@@ -251,10 +255,14 @@ fn render_mode_and_endpoint(repo: &Repository, out: &mut impl Write) -> std::io:
             "{} {} ({}; from {})",
             label("endpoint"),
             e.value,
-            if e.kind == "http" { "URL" } else { "directory" },
+            if e.kind == EndpointKind::Http {
+                "URL"
+            } else {
+                "directory"
+            },
             e.source
         )?,
-        None if repo.mode == "standalone" => writeln!(out, "{} NONE SET", label("endpoint"))?,
+        None if repo.mode == Mode::Standalone => writeln!(out, "{} NONE SET", label("endpoint"))?,
         None => {}
     }
     if let Some(store) = &repo.store {
