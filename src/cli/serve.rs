@@ -376,8 +376,11 @@ pub fn run(args: &ServeArgs) -> CmdResult {
     }
     let mut config = serve_config(args, secrets)?;
     config.admin_tokens = admin_tokens;
+    // Workers mark themselves, so that blocking work on one is caught (see
+    // xet_protocol::util::worker).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(xet_protocol::util::worker::mark_async_worker)
         .build()?;
     let served = runtime.block_on(async {
         let server = Server::bind(config).await?;

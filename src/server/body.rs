@@ -18,7 +18,6 @@
 use std::future::Future as _;
 use std::io::Write as _;
 use std::ops::Deref;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -254,19 +253,83 @@ pub(crate) struct Spooled {
     pub sha256: Option<LfsOid>,
 }
 
-/// The open spool file and the running hash, moved to a blocking thread for each write.
-struct Writer {
-    file: std::fs::File,
-    hasher: Option<sha2::Sha256>,
+/// Why spooling failed on the writing side.
+enum SpoolFailure {
+    /// The store's free-space reserve would be crossed.
+    Store(xet_store::StoreError),
+    /// Creating or writing the spool file failed.
+    Io(&'static str, std::io::Error),
+}
+
+impl SpoolFailure {
+    fn into_api(self, what: &str) -> ApiError {
+        match self {
+            SpoolFailure::Store(e) => ApiError::from(e),
+            SpoolFailure::Io(doing, e) => ApiError::io(&format!("{what}: {doing}"), &e),
+        }
+    }
 }
 
 /// Bytes spooled between two checks of the store's free-space reserve.
 const SPACE_CHECK_EVERY: u64 = 8 << 20;
 
+/// Frames are gathered up to this many bytes and written in one blocking task: few tasks per
+/// body, little memory per upload, and no thread held while the body is slow to arrive.
+const WRITE_BATCH: usize = 256 << 10;
+
+/// The spool file and what goes with it, moved to a blocking task for each batch of frames.
+struct Writer {
+    store: Arc<Store>,
+    file: std::fs::File,
+    hasher: Option<sha2::Sha256>,
+    /// Bytes written so far.
+    written: u64,
+    /// Up to where the free-space reserve has been checked.
+    checked: u64,
+}
+
+impl Writer {
+    /// Writes `batch` (checking the reserve first when it goes past what was checked).
+    fn write(mut self, batch: Vec<Bytes>) -> Result<Writer, SpoolFailure> {
+        let len: u64 = batch.iter().map(|b| b.len() as u64).sum();
+        if self.written + len > self.checked {
+            self.store
+                .check_space(SPACE_CHECK_EVERY.max(len))
+                .map_err(SpoolFailure::Store)?;
+            self.checked = self.written + SPACE_CHECK_EVERY.max(len);
+        }
+        for data in &batch {
+            self.file
+                .write_all(data)
+                .map_err(|e| SpoolFailure::Io("cannot write the spool file", e))?;
+            if let Some(h) = &mut self.hasher {
+                h.update(data);
+            }
+        }
+        self.written += len;
+        Ok(self)
+    }
+}
+
+/// Runs `write` on the blocking pool.
+async fn blocking_write<T: Send + 'static>(
+    what: &str,
+    write: impl FnOnce() -> Result<T, SpoolFailure> + Send + 'static,
+) -> Result<Result<T, SpoolFailure>, ApiError> {
+    tokio::task::spawn_blocking(write)
+        .await
+        .map_err(|e| ApiError::internal(format!("{what}: spool worker failed: {e}")))
+}
+
 /// Streams a body of at most `limit` bytes to a new file in the store's spool directory,
 /// hashing it with SHA-256 if `hash`. The store's free-space reserve is checked for the declared
 /// length before anything is read, then every `SPACE_CHECK_EVERY` bytes (507 when it would
 /// be crossed). See the module documentation.
+///
+/// The async task only reads frames from the connection; the reserve (a `statvfs`), the file's
+/// creation, writes and hashing run on the blocking pool, a batch of frames ([`WRITE_BATCH`])
+/// at a time, so that no file system call runs on the server's async workers and a stalled
+/// body holds no thread.
 pub(crate) async fn spool_body(
     store: &Arc<Store>,
     declared: Option<u64>,
@@ -275,75 +338,75 @@ pub(crate) async fn spool_body(
     hash: bool,
     what: &str,
 ) -> Result<Spooled, ApiError> {
-    let room =
-        |bytes: u64| -> Result<(), ApiError> { store.check_space(bytes).map_err(ApiError::from) };
-    if let Err(e) = room(declared.unwrap_or(0)) {
-        let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
-        return Err(e);
-    }
-    let dir: PathBuf = store.spool_dir();
-    let what_owned = what.to_string();
-    let created = tokio::task::spawn_blocking(move || {
-        tempfile::Builder::new().prefix("spool-").tempfile_in(&dir)
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("{what_owned}: spool worker failed: {e}")))?;
-    let created = match created {
-        Ok(c) => c,
-        Err(e) => {
-            let error = ApiError::io(&format!("{what}: cannot create a spool file"), &e);
-            let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
-            return Err(error);
-        }
-    };
-    let (file, path) = created.into_parts();
-    let mut writer = Some(Writer {
-        file,
-        hasher: hash.then(sha2::Sha256::new),
-    });
-    let mut len = 0u64;
-    let mut checked = declared.unwrap_or(0);
-    while let Some(frame) = next_data(&mut body).await {
-        let data = frame.map_err(|e| read_error(what, e))?;
-        len += data.len() as u64;
-        if let Some(limit) = limit.filter(|&l| len > l) {
-            return Err(longer_than(what, limit));
-        }
-        if len > checked {
-            if let Err(e) = room(SPACE_CHECK_EVERY) {
-                let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
-                return Err(e);
-            }
-            checked = len + SPACE_CHECK_EVERY;
-        }
-        let Some(mut w) = writer.take() else {
-            return Err(ApiError::internal(format!("{what}: spool file lost")));
+    let st = Arc::clone(store);
+    let created = blocking_write(what, move || {
+        let checked = declared.unwrap_or(0);
+        st.check_space(checked).map_err(SpoolFailure::Store)?;
+        let (file, path) = tempfile::Builder::new()
+            .prefix("spool-")
+            .tempfile_in(st.spool_dir())
+            .map_err(|e| SpoolFailure::Io("cannot create a spool file", e))?
+            .into_parts();
+        let writer = Writer {
+            store: st,
+            file,
+            hasher: hash.then(sha2::Sha256::new),
+            written: 0,
+            checked,
         };
-        let done = tokio::task::spawn_blocking(move || {
-            w.file.write_all(&data)?;
-            if let Some(h) = &mut w.hasher {
-                h.update(&data);
+        Ok((writer, path))
+    })
+    .await?;
+    let (mut writer, path) = match created {
+        Ok(c) => c,
+        Err(failure) => return Err(failed(failure, body, what).await),
+    };
+    let mut batch: Vec<Bytes> = Vec::new();
+    let mut batched = 0usize;
+    let mut len = 0u64;
+    let mut reading = true;
+    while reading {
+        match next_data(&mut body).await {
+            Some(frame) => {
+                let data = frame.map_err(|e| read_error(what, e))?;
+                len += data.len() as u64;
+                if let Some(limit) = limit.filter(|&l| len > l) {
+                    return Err(longer_than(what, limit));
+                }
+                batched += data.len();
+                batch.push(data);
+                if batched < WRITE_BATCH {
+                    continue;
+                }
             }
-            Ok::<_, std::io::Error>(w)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("{what}: spool worker failed: {e}")))?;
-        match done {
-            Ok(w) => writer = Some(w),
-            Err(e) => {
-                let error = ApiError::io(&format!("{what}: cannot write the spool file"), &e);
-                // Read (and drop) the rest of a body of reasonable size, so that the client
-                // gets to read the answer (507 for a full disk, which it should not retry)
-                // instead of a broken pipe (which it would).
-                let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
-                return Err(error);
-            }
+            None => reading = false,
         }
+        if batch.is_empty() {
+            continue;
+        }
+        let full = std::mem::take(&mut batch);
+        batched = 0;
+        writer = match blocking_write(what, move || writer.write(full)).await? {
+            Ok(w) => w,
+            Err(failure) => return Err(failed(failure, body, what).await),
+        };
     }
-    let sha256 = writer
-        .and_then(|w| w.hasher)
-        .map(|h| LfsOid::from_digest(h.finalize().into()));
-    Ok(Spooled { path, len, sha256 })
+    Ok(Spooled {
+        path,
+        len,
+        sha256: writer
+            .hasher
+            .map(|h| LfsOid::from_digest(h.finalize().into())),
+    })
+}
+
+/// The answer to a spool that failed, after reading (and dropping) the rest of a body of
+/// reasonable size, so that the client gets to read the answer (507 for a full disk, which it
+/// should not retry) instead of a broken pipe (which it would).
+async fn failed(failure: SpoolFailure, body: Body, what: &str) -> ApiError {
+    let error = failure.into_api(what);
+    let _ = drain(body, Some(DRAIN_AFTER_FAILURE), what).await;
+    error
 }
 
 #[cfg(test)]

@@ -670,6 +670,7 @@ impl Server {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
+            .on_thread_park(xet_protocol::util::worker::mark_async_worker)
             .build()
             .map_err(ServeError::Runtime)?;
         let server = runtime.block_on(Server::bind(config))?;

@@ -475,6 +475,7 @@ impl Spool {
         if self.min_free == 0 {
             return Ok(());
         }
+        xet_protocol::util::worker::expect_blocking_thread("measuring the free space (statvfs)");
         let free = available_space(&self.dir).map_err(|source| BackendError::Io {
             op: "measure the free space of",
             key: self.dir.display().to_string(),

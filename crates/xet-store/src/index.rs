@@ -317,6 +317,7 @@ impl Index {
 
     /// A write transaction.
     fn begin_write(&self) -> Result<redb::WriteTransaction, IndexError> {
+        xet_protocol::util::worker::expect_blocking_thread("a write to the store's index");
         self.db.begin_write().map_err(|e| self.begin_error(e))
     }
 

@@ -41,8 +41,10 @@
 //! The [`ObjectBackend`] methods are blocking (the store is synchronous): each runs its
 //! requests on the runtime whose handle the backend was opened with (the server's) and waits
 //! for the answer. Callers on that runtime reach the store through `spawn_blocking` (the
-//! server's `blocking` helper); a call from one of its worker threads gives the worker's other
-//! tasks away while it waits (`block_in_place`) rather than stall them.
+//! server's `blocking` helper). A call from one of its worker threads is a bug that
+//! [`expect_blocking_thread`](xet_protocol::util::worker::expect_blocking_thread) reports (a
+//! debug build panics); a release build then gives the worker's other tasks away while it
+//! waits (`block_in_place`) rather than stall them.
 
 use std::future::Future;
 use xet_protocol::util::now_ms;
@@ -372,6 +374,7 @@ impl S3Backend {
         what: &str,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, BackendError> {
+        xet_protocol::util::worker::expect_blocking_thread("a request to object storage");
         let started = std::time::Instant::now();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime.spawn(fut);

@@ -1,7 +1,7 @@
 //! Small helpers every layer above [`format`](xet_format) shares, each written once: the
 //! clock ([`now_unix`], [`now_ms`]), byte sizes ([`size`]), durations ([`duration`]), error chains ([`error`]), HTTP
 //! `Range` headers ([`range`]), atomic file writes ([`fs`]), large buffers kept for reuse
-//! ([`buffers`]), locks taken after a panic too ([`sync`]), secrets that never show themselves ([`secret`]), and the crate's only unsafe code, file mappings, system calls and allocator
+//! ([`buffers`]), locks taken after a panic too ([`sync`]), secrets that never show themselves ([`secret`]), blocking work caught on async workers ([`worker`]), and the crate's only unsafe code, file mappings, system calls and allocator
 //! settings ([`os`]).
 //!
 //! Nothing here knows about Xet, git or the agent; the format layer stays free of it (it reads
@@ -16,6 +16,7 @@ pub mod range;
 pub mod secret;
 pub mod size;
 pub mod sync;
+pub mod worker;
 
 /// Seconds since the Unix epoch (0 if the clock is set before it).
 pub fn now_unix() -> u64 {
