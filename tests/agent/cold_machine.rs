@@ -447,7 +447,7 @@ fn a_clone_without_lfs_files_deduplicates_against_the_versions_on_the_server() {
 #[test]
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_lost_xorb_an_earlier_version_used_is_sent_again() {
-    use common::fake::{Fake, Reply, Seen};
+    use xet_client::fake_server::{Fake, Reply, Seen};
     use xet_format::XorbHash;
     require_git_lfs();
     let (s, first, _work, mut tensors) = four_versions();
@@ -470,7 +470,7 @@ fn a_lost_xorb_an_earlier_version_used_is_sent_again() {
     let mut refused = false;
     let proxy = Fake::start(move |req: &Seen| {
         if req.path.starts_with("/v1/chunks/") {
-            return common::fake::reply(404, "");
+            return xet_client::fake_server::reply(404, "");
         }
         if req.method == "POST" && req.path.starts_with("/v1/shards") && !refused {
             refused = true;
@@ -482,7 +482,7 @@ fn a_lost_xorb_an_earlier_version_used_is_sent_again() {
                     "0".repeat(64)
                 ),
             });
-            return common::fake::reply(400, &says.to_string());
+            return xet_client::fake_server::reply(400, &says.to_string());
         }
         let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap();
         let mut out = http.request(method, format!("{upstream}{}", req.path));

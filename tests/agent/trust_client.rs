@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use crate::common;
 
 use common::agent::{run_agent, Sandbox};
-use common::fake::{reply, Fake, Reply, Seen};
 use common::git::{require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
+use xet_client::fake_server::{reply, Fake, Reply, Seen};
 
 const ENV_XET_TOKEN: &str = "env-xet-token-secret-0001";
 const ENV_HF_TOKEN: &str = "hf_envHuggingFaceSecret0002";

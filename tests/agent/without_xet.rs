@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::common;
 
-use common::fake::{Fake, Reply, Seen};
 use common::git::{require_git_lfs, GitEnv};
 use common::server::WRITE_TOKEN;
+use xet_client::fake_server::{Fake, Reply, Seen};
 
 /// A plain Git LFS server (the batch API answering `basic` whatever is offered, and uploads by
 /// PUT), keeping the oids it stored.

@@ -553,7 +553,7 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
 #[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn basic_access_sends_credentials_with_the_first_request() {
     require_git_lfs();
-    use common::fake::{reply, Fake, Seen};
+    use xet_client::fake_server::{reply, Fake, Seen};
     let lfs = Fake::start(|_: &Seen| reply(401, r#"{"message":"credentials needed"}"#));
     let lfs_url = format!("{}/team/r.git/info/lfs", lfs.url);
     let env = GitEnv::machine("helper-secret");

@@ -4,7 +4,6 @@
 
 pub mod agent;
 pub mod browser;
-pub mod fake;
 pub mod forward_proxy;
 pub mod garage;
 pub mod git;

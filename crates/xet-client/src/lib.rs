@@ -9,6 +9,7 @@
 //! | [`object_chunks`] | [`ChunkLists`](object_chunks::ChunkLists): the chunk lists of a repository's objects, computed once and remembered |
 //! | [`pipeline`] | hashing, uploads and downloads over any [`Endpoint`](xet_protocol::Endpoint) |
 //! | [`url`] | URL pieces shown to users and compared for credentials |
+//! | `fake_server` | (tests, and the `test-util` feature) a scripted HTTP server on loopback |
 //!
 //! The storage engine (`xet-store`) implements [`CasTarget`](xet_protocol::CasTarget),
 //! [`XorbSource`](xet_protocol::XorbSource) and [`Endpoint`](xet_protocol::Endpoint) for its
@@ -18,6 +19,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod chunk_cache;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake_server;
 pub mod object_chunks;
 pub mod pipeline;
 pub mod remote;

@@ -1,7 +1,11 @@
-//! A tiny HTTP/1.1 server on 127.0.0.1 for tests: answers each request with a handler, records
-//! every request (method, path, headers, body, arrival time), stops when dropped or by itself
-//! after a minute. One request per connection (`Connection: close`).
-#![allow(dead_code)] // each test binary uses a different subset
+//! A tiny HTTP/1.1 server on 127.0.0.1 for tests (this crate's, and with the `test-util`
+//! feature those of crates built on it): answers each request with a handler, records every
+//! request (method, path, headers, body, arrival time), stops when dropped or by itself after a
+//! minute. One request per connection (`Connection: close`). Written by hand on `std`'s
+//! `TcpListener` so that a test can script any answer, malformed ones included.
+
+// Test code: a failure should stop the test right there.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
