@@ -24,7 +24,7 @@
 //! for now (429).
 //!
 //! Resources: one slice at a time on one blocking thread, a file streamed through the hasher
-//! (memory: the download pipeline's read-ahead), a pass at most every [`PASS_INTERVAL`]. A
+//! (memory: the download pipeline's read-ahead, of pieces of at most [`FETCH_BYTES`]), a pass at most every [`PASS_INTERVAL`]. A
 //! claim whose file cannot be rebuilt (a xorb lost or damaged) is tried again after
 //! [`RETRY_AFTER`]. On shared storage a claim is checked once in the cluster: a node that finds
 //! it holds records that in the bucket, and a node that catches up with the shard settles the
@@ -59,6 +59,14 @@ pub(crate) const CHECK_NOW_BYTES: u64 = 64 << 20;
 /// Bytes of one claimed file hashed in one turn: a larger file is hashed over several turns,
 /// between other uploaders' claims.
 pub(crate) const SLICE_BYTES: u64 = 256 << 20;
+
+/// Stored bytes of a fetch range at most (at least one chunk): the walk that rebuilds a file
+/// holds the range it decodes, [`xet_client::pipeline::download::READ_AHEAD`] more read ahead
+/// and those kept for reuse, each whole. With the ranges of a plan for clients (each xorb's
+/// ranges merged, so often whole xorbs of up to 64 MiB) checking a 1 GiB file held about
+/// 340 MiB (a node ingesting two at once peaked at 300-330 MiB while it checked them, three
+/// times what it needed for the ingest).
+pub(crate) const FETCH_BYTES: u64 = 8 << 20;
 
 /// Claims of one uploader looked at per turn (deferred ones are skipped).
 const CANDIDATES: usize = 64;
@@ -224,7 +232,7 @@ fn check_slice(
     if ask_cluster && partial.next_term == 0 && store.claim_checked_elsewhere(&oid, &file)? {
         return Ok((Checked::Held, None));
     }
-    let plan = match store.reconstruction(&file, None) {
+    let plan = match store.reconstruction_bounded(&file, FETCH_BYTES) {
         Ok(Some(plan)) => plan,
         Ok(None) => {
             tracing::warn!(%oid, %file, "a SHA-256 claim names a file that is not registered; dropped");

@@ -210,7 +210,17 @@ fn fetch_ranges(
             _ => merged.push(r),
         }
     }
-    merged
+    fetch_ranges_of(xorb, footer, merged)
+}
+
+/// `ranges` of `xorb` (as they are) with their bytes in the stored xorb by the `url_range`
+/// rule.
+fn fetch_ranges_of(
+    xorb: XorbHash,
+    footer: &XorbFooter,
+    ranges: Vec<Range<u32>>,
+) -> Result<Vec<FetchRange>, PlanError> {
+    ranges
         .into_iter()
         .map(|chunks| {
             let bytes = footer
@@ -229,6 +239,103 @@ fn fetch_ranges(
             })
         })
         .collect()
+}
+
+/// `plan` (made by [`plan`] from `footers`) cut for a reader that holds a few fetch ranges
+/// whole at once: the same bytes, with each term cut at chunk boundaries into pieces of at
+/// most `max_bytes` stored bytes (at least one chunk each), and fetch ranges that are those
+/// pieces, per xorb sorted and merged where they overlap or touch only while the merged range
+/// stays within `max_bytes`. [`plan`] merges a xorb's ranges whatever their size, so that a
+/// remote client makes one request per xorb: each is then often a whole xorb (up to 64 MiB),
+/// and the download walk (the range decoded, those read ahead, those kept for reuse) holds
+/// several xorbs at once. A reader of a store on its own machine (the server hashing a file)
+/// gains nothing from that merging.
+pub fn bounded(
+    plan: ReconstructionPlan,
+    footers: &HashMap<XorbHash, &XorbFooter>,
+    max_bytes: u64,
+) -> Result<ReconstructionPlan, PlanError> {
+    let mut terms = Vec::with_capacity(plan.terms.len());
+    let mut needed: Vec<(XorbHash, Vec<Range<u32>>)> = Vec::new();
+    for (i, term) in plan.terms.into_iter().enumerate() {
+        let footer = footers.get(&term.xorb).ok_or(PlanError::MissingXorb {
+            term: i,
+            xorb: term.xorb,
+        })?;
+        let bad = || PlanError::BadTerm {
+            term: i,
+            xorb: term.xorb,
+            start: term.chunks.start,
+            end: term.chunks.end,
+            num_chunks: footer.num_chunks(),
+        };
+        if term.chunks.start >= term.chunks.end || term.chunks.end as usize > footer.num_chunks() {
+            return Err(bad());
+        }
+        let boundaries = &footer.chunk_boundary_offsets;
+        let mut start = term.chunks.start;
+        while start < term.chunks.end {
+            let stored_start = match start {
+                0 => 0,
+                s => u64::from(boundaries[s as usize - 1]),
+            };
+            let mut end = start;
+            let mut len = 0u32;
+            while end < term.chunks.end
+                && (end == start || u64::from(boundaries[end as usize]) - stored_start <= max_bytes)
+            {
+                len = len
+                    .checked_add(footer.chunk_len(end as usize).ok_or_else(bad)?)
+                    .ok_or_else(bad)?;
+                end += 1;
+            }
+            let piece = start..end;
+            match needed.iter_mut().find(|(x, _)| *x == term.xorb) {
+                Some((_, ranges)) => ranges.push(piece),
+                None => needed.push((term.xorb, vec![piece])),
+            }
+            terms.push(PlannedTerm {
+                xorb: term.xorb,
+                chunks: start..end,
+                unpacked_len: len,
+            });
+            start = end;
+        }
+    }
+    let mut fetch = Vec::with_capacity(needed.len());
+    for (xorb, mut ranges) in needed {
+        let footer = footers[&xorb];
+        // Stored bytes of chunks `r` (within the xorb: checked above).
+        let stored = |r: &Range<u32>| {
+            footer
+                .url_range(r.start as usize..r.end as usize)
+                .map_or(u64::MAX, |b| b.end() - b.start() + 1)
+        };
+        ranges.sort_by_key(|r| (r.start, r.end));
+        ranges.dedup();
+        let mut merged: Vec<Range<u32>> = Vec::new();
+        for r in ranges {
+            if let Some(last) = merged.last_mut() {
+                if r.end <= last.end {
+                    // Within the last range (sorted by start): covered.
+                    continue;
+                }
+                let joined = last.start..r.end;
+                if r.start <= last.end && stored(&joined) <= max_bytes {
+                    *last = joined;
+                    continue;
+                }
+            }
+            merged.push(r);
+        }
+        fetch.push((xorb, fetch_ranges_of(xorb, footer, merged)?));
+    }
+    Ok(ReconstructionPlan {
+        file_size: plan.file_size,
+        offset_into_first_range: plan.offset_into_first_range,
+        terms,
+        fetch,
+    })
 }
 
 #[cfg(test)]
@@ -343,5 +450,55 @@ mod tests {
             plan(&[term(other, 0, 1, 5)], &footers, None),
             Err(PlanError::MissingXorb { .. })
         ));
+    }
+
+    #[test]
+    fn bounded_plans_cut_terms_and_ranges() {
+        let (a, fa) = xorb(&[100, 200, 300, 400], 4);
+        let (b, fb) = xorb(&[50, 60], 5);
+        let footers: HashMap<XorbHash, &XorbFooter> = [(a, &fa), (b, &fb)].into_iter().collect();
+        // File: a[0..4) (1000 bytes), b[0..2) (110), a[0..2) again (300).
+        let terms = [term(a, 0, 4, 1000), term(b, 0, 2, 110), term(a, 0, 2, 300)];
+        let whole = plan(&terms, &footers, None).unwrap();
+        // Unbounded: the same plan.
+        assert_eq!(bounded(whole.clone(), &footers, u64::MAX).unwrap(), whole);
+        // At most 320 stored bytes (chunks are stored with 8-byte headers: 108, 208, 308, 408):
+        // a[0..4) is cut into 0..2 (316 bytes), 2..3 and 3..4 (408: one chunk, larger).
+        let p = bounded(whole.clone(), &footers, 320).unwrap();
+        assert_eq!((p.file_size, p.offset_into_first_range), (1410, 0));
+        let cut: Vec<(XorbHash, std::ops::Range<u32>, u32)> = p
+            .terms
+            .iter()
+            .map(|t| (t.xorb, t.chunks.clone(), t.unpacked_len))
+            .collect();
+        assert_eq!(
+            cut,
+            vec![
+                (a, 0..2, 300),
+                (a, 2..3, 300),
+                (a, 3..4, 400),
+                (b, 0..2, 110),
+                (a, 0..2, 300),
+            ]
+        );
+        let ranges = |x: usize| -> Vec<(std::ops::Range<u32>, RangeInclusive<u64>)> {
+            (p.fetch[x].1.iter())
+                .map(|r| (r.chunks.clone(), r.bytes.clone()))
+                .collect()
+        };
+        assert_eq!((p.fetch[0].0, p.fetch[1].0), (a, b));
+        assert_eq!(
+            ranges(0),
+            vec![(0..2, 0..=315), (2..3, 316..=623), (3..4, 624..=1031)]
+        );
+        assert_eq!(ranges(1), vec![(0..2, 0..=125)]);
+        // Touching pieces are merged while they fit: at 700 bytes a's first two pieces are one.
+        let p = bounded(whole, &footers, 700).unwrap();
+        assert_eq!(
+            (p.fetch[0].1.iter())
+                .map(|r| r.chunks.clone())
+                .collect::<Vec<_>>(),
+            vec![0..3, 3..4]
+        );
     }
 }

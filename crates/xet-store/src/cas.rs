@@ -35,7 +35,7 @@ use xet_format::hash::{file_hash, verification_hash};
 use xet_format::shard::{ParsedShard, Shard, ShardError, XorbInfo, MAX_SHARD_SIZE};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbError, XorbFooter, XorbLimits};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
-use xet_protocol::reconstruction::{plan, PlanError, ReconstructionPlan};
+use xet_protocol::reconstruction::{bounded, plan, PlanError, ReconstructionPlan};
 use xet_protocol::util::sync::{LockAnyway as _, RwLockAnyway as _};
 
 const VERSION_FILE: &str = "STORE-VERSION";
@@ -1456,6 +1456,27 @@ impl Store {
         file: &FileHash,
         range: Option<(u64, u64)>,
     ) -> Result<Option<ReconstructionPlan>, StoreError> {
+        self.reconstruction_with(file, range, None)
+    }
+
+    /// [`Store::reconstruction`] of the whole file for a reader of this store itself: terms and
+    /// fetch ranges of at most `max_fetch` stored bytes each (at least a chunk; see
+    /// [`xet_protocol::reconstruction::bounded`]). The download walk holds a few fetch ranges
+    /// whole at once, and the ranges of a plan for clients are often whole xorbs.
+    pub fn reconstruction_bounded(
+        &self,
+        file: &FileHash,
+        max_fetch: u64,
+    ) -> Result<Option<ReconstructionPlan>, StoreError> {
+        self.reconstruction_with(file, None, Some(max_fetch))
+    }
+
+    fn reconstruction_with(
+        &self,
+        file: &FileHash,
+        range: Option<(u64, u64)>,
+        max_fetch: Option<u64>,
+    ) -> Result<Option<ReconstructionPlan>, StoreError> {
         let terms = if file.is_zero() {
             Vec::new()
         } else {
@@ -1490,12 +1511,14 @@ impl Store {
         }
         let footers: HashMap<XorbHash, &XorbFooter> =
             owned.iter().map(|(h, f)| (*h, f.as_ref())).collect();
-        plan(&terms, &footers, range)
-            .map(Some)
-            .map_err(|source| StoreError::Plan {
-                file: *file,
-                source,
-            })
+        let planned = plan(&terms, &footers, range).and_then(|p| match max_fetch {
+            Some(max) => bounded(p, &footers, max),
+            None => Ok(p),
+        });
+        planned.map(Some).map_err(|source| StoreError::Plan {
+            file: *file,
+            source,
+        })
     }
 
     /// The chunks of a registered file in order, from the footers of the xorbs it uses; `None`

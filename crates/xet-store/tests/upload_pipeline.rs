@@ -1520,3 +1520,38 @@ fn a_download_says_what_it_fetched_and_what_the_chunk_cache_served() {
     assert_eq!(w.cached, v2.len() as u64 - new_file_bytes, "{w:?}");
     assert!(w.cached >= 3 << 20, "{w:?}");
 }
+
+#[test]
+fn bounded_plans_rebuild_the_same_file_in_small_pieces() {
+    let (_d, store) = store();
+    // 3 MiB of random bytes, its first MiB twice more: terms that return to a range.
+    let mut data = random_bytes(12, 3 << 20);
+    let head = data[..1 << 20].to_vec();
+    data.extend_from_slice(&head);
+    data.extend_from_slice(&head);
+    let s = upload(&store, &data[..], &UploadOptions::default()).unwrap();
+    let whole = store.reconstruction(&s.file_hash, None).unwrap().unwrap();
+    let max = 256 << 10;
+    let plan = store
+        .reconstruction_bounded(&s.file_hash, max)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.file_size, whole.file_size);
+    assert!(plan.terms.len() > whole.terms.len());
+    let largest = |p: &xet_protocol::ReconstructionPlan| {
+        (p.fetch.iter().flat_map(|(_, r)| r))
+            .map(|r| r.bytes.end() - r.bytes.start() + 1)
+            .max()
+            .unwrap()
+    };
+    assert!(largest(&whole) > 2 << 20);
+    // A chunk is at most 128 KiB (and its header): no range holds more than `max` and a chunk.
+    assert!(largest(&plan) <= max + (130 << 10), "{}", largest(&plan));
+    let mut out = Vec::new();
+    xet_client::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
+        out.extend_from_slice(p);
+        Ok(())
+    })
+    .unwrap();
+    assert!(out == data);
+}
