@@ -31,8 +31,8 @@ pub(crate) fn http_options(git: &Git, url: &str) -> HttpOptions {
         .unwrap_or_default();
     let options = from_config(
         &config,
-        |name| std::env::var(name).ok(),
-        std::env::var_os("HOME").map(PathBuf::from),
+        super::environment::var,
+        super::environment::var_os("HOME").map(PathBuf::from),
     );
     if !options.verify {
         tracing::warn!(

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`protocol`] | messages, the per-process state machine, and the stdout writer |
 //! | [`journal`] | the per-repository record of transferred objects (Xet hash, dedup) behind `git xet ls-files` |
+//! | [`environment`] | the process environment as the command line captured it at start: the only source of variables below the CLI |
 //! | [`settings`] | the standalone endpoint, its token, and the download temp dir, from env and git config |
 //! | `netrc` | the user's netrc file, parsed and searched as git-lfs does |
 //! | `ssh_auth` | `git-lfs-authenticate` over SSH for SSH remotes: the LFS URL and the headers of git-xet's own requests |
@@ -17,6 +18,7 @@
 //! | [`prune`] | pruning local objects safely in standalone mode: the check `git lfs prune --verify-remote` cannot do, and the agent's refusal to fake it |
 
 pub(crate) mod batch_request;
+pub mod environment;
 pub mod error;
 pub(crate) mod fetch;
 pub mod http_settings;

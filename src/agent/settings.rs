@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use xet_client::{CacheConfig, CacheError};
 use xet_protocol::util::secret::Secret;
 
+use super::environment;
 use crate::git::{Git, GitError};
 
 /// The git configuration key naming the standalone endpoint.
@@ -49,7 +50,7 @@ pub(crate) const HASH_UPLOADS_ENV: &str = "GIT_XET_HASH_UPLOADS";
 /// Whether the agent must hash uploads itself even for a server that checks SHA-256 claims
 /// (`GIT_XET_HASH_UPLOADS` set to anything but empty or `0`).
 pub(crate) fn hash_uploads_forced() -> bool {
-    std::env::var_os(HASH_UPLOADS_ENV).is_some_and(|v| !v.is_empty() && v != "0")
+    environment::var_os(HASH_UPLOADS_ENV).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The git setting that turns off uploading small objects in the packs an LFS server names
@@ -128,7 +129,7 @@ impl EndpointSpec {
         }
         let path = match text.strip_prefix('~') {
             Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                let home = std::env::var_os("HOME")
+                let home = environment::var_os("HOME")
                     .filter(|h| !h.is_empty())
                     .ok_or_else(|| bad("it starts with ~ but HOME is not set"))?;
                 PathBuf::from(home).join(rest.trim_start_matches('/'))
@@ -209,7 +210,7 @@ pub(crate) fn endpoint_for_remote(
     base: &Path,
     remote: Option<&str>,
 ) -> Result<Option<(EndpointSpec, String)>, SettingsError> {
-    if let Some(value) = std::env::var_os(ENDPOINT_ENV) {
+    if let Some(value) = environment::var_os(ENDPOINT_ENV) {
         let value = value.to_string_lossy().into_owned();
         if !value.trim().is_empty() {
             return Ok(Some((
@@ -647,7 +648,7 @@ fn percent_decode(text: &str) -> String {
 
 /// A non-blank environment variable, trimmed.
 fn env_secret(name: &str) -> Option<Secret> {
-    Secret::non_blank(&std::env::var(name).ok()?)
+    Secret::non_blank(&environment::var(name)?)
 }
 
 /// Registers the secrets of the environment ([`TOKEN_ENV`], comma-separated as `git xet
@@ -732,7 +733,7 @@ pub(crate) fn stored_credential(git: &Git, url: &str) -> Option<(String, String)
 /// The user's netrc file as git-lfs finds it: `$HOME/.netrc`; on Windows `$HOME/_netrc` when
 /// `.netrc` is missing. `None` without `HOME` or without the file.
 pub(crate) fn netrc_path() -> Option<PathBuf> {
-    let home = PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?);
+    let home = PathBuf::from(environment::var_os("HOME").filter(|h| !h.is_empty())?);
     let path = home.join(".netrc");
     if path.is_file() {
         return Some(path);
@@ -836,7 +837,7 @@ pub(crate) const GIT_SSH_VARIANT_ENV: &str = "GIT_SSH_VARIANT";
 /// Which SSH program runs `git-lfs-authenticate` ([`super::ssh_auth`]): `GIT_SSH_COMMAND`,
 /// `GIT_SSH`, `core.sshCommand`, and `GIT_SSH_VARIANT` over `ssh.variant`.
 pub(crate) fn ssh_settings(git: &Git) -> super::ssh_auth::SshSettings {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let env = |name: &str| environment::var(name).filter(|v| !v.trim().is_empty());
     let config = |key: &str| {
         git.config_get(key)
             .ok()
@@ -1051,7 +1052,7 @@ pub(crate) const CHUNK_CACHE_MAX_SIZE_ENV: &str = "GIT_XET_CHUNK_CACHE_MAX_SIZE"
 /// The cache root: [`CACHE_DIR_ENV`] if set and not empty, else the user's cache directory
 /// for git-xet.
 pub(crate) fn cache_root() -> Result<PathBuf, CacheError> {
-    match std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
+    match environment::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
         Some(dir) => Ok(PathBuf::from(dir)),
         None => CacheConfig::default_root(),
     }
@@ -1059,8 +1060,8 @@ pub(crate) fn cache_root() -> Result<PathBuf, CacheError> {
 
 /// A size limit from the environment variable `name`, or `default` when it is unset or empty.
 fn size_from_env(name: &str, default: u64) -> Result<u64, CacheError> {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => {
+    match environment::var(name) {
+        Some(v) if !v.trim().is_empty() => {
             xet_protocol::util::size::parse_size(&v).ok_or(CacheError::InvalidSize {
                 value: v,
                 origin: name.into(),
@@ -1083,7 +1084,7 @@ pub(crate) fn cache_config() -> Result<CacheConfig, CacheError> {
 
 /// The retry horizon from [`RETRY_SECS_ENV`] (seconds, or a duration such as `2m`), if set.
 pub(crate) fn retry_horizon() -> Option<std::time::Duration> {
-    xet_protocol::util::duration::parse_duration(&std::env::var(RETRY_SECS_ENV).ok()?)
+    xet_protocol::util::duration::parse_duration(&environment::var(RETRY_SECS_ENV)?)
 }
 
 /// Asks git's credential helpers for `url`; the password is the token (registered with
@@ -1364,7 +1365,7 @@ mod tests {
     #[test]
     fn a_home_endpoint_is_in_home() {
         // HOME is read at parse time; no test changes it.
-        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+        let Some(home) = environment::var_os("HOME").filter(|h| !h.is_empty()) else {
             panic!("HOME is not set in the test environment");
         };
         let home = PathBuf::from(home);

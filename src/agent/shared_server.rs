@@ -67,7 +67,7 @@ pub(crate) enum LocalServerError {
 /// Whether agents share a server for a directory store (the default).
 pub(crate) fn enabled() -> bool {
     // A build without the server (feature `server`) has none to start.
-    cfg!(feature = "server") && std::env::var(ENABLE_ENV).map_or(true, |v| v.trim() != "0")
+    cfg!(feature = "server") && super::environment::var(ENABLE_ENV).is_none_or(|v| v.trim() != "0")
 }
 
 /// The shared server of the store in `dir`: the one announced there if it answers, else one

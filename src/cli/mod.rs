@@ -149,6 +149,8 @@ pub(crate) fn command() -> clap::Command {
 
 /// Parses argv, runs the command, and maps failures to exit code 1 with a message on stderr.
 pub fn main() -> ExitCode {
+    // The one read of the process environment: everything below reads this snapshot.
+    crate::agent::environment::install(std::env::vars_os());
     quiet_on_broken_pipe();
     let cli = Cli::parse();
     let result = match &cli.command {
