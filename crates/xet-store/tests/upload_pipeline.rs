@@ -45,6 +45,21 @@ fn download(store: &Store, oid: &LfsOid) -> Vec<u8> {
     out
 }
 
+/// File `file` rebuilt from `source` by `plan`, its hash checked.
+fn rebuilt(
+    source: &dyn XorbSource,
+    file: &FileHash,
+    plan: &xet_protocol::ReconstructionPlan,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    xet_client::pipeline::download::write_file(source, file, plan, &mut |p| {
+        out.extend_from_slice(p);
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
 fn xorb_count(store: &Store) -> u64 {
     store.counts().unwrap().xorbs
 }
@@ -405,13 +420,7 @@ fn concurrent_fetches_keep_order_and_stop_on_the_first_failure() {
     let (data, s, plan) = small_xorbs_file(&store, 11, 4);
     assert!(s.new_xorbs >= 8, "{s:?}");
     // Every fetch succeeds: the bytes come out in order, and the file hash checks out.
-    let mut out = Vec::new();
-    xet_client::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
-        out.extend_from_slice(p);
-        Ok(())
-    })
-    .unwrap();
-    assert!(out == data);
+    assert!(rebuilt(&store, &s.file_hash, &plan) == data);
     // A failure in the middle is reported, and nothing hangs.
     for fail_at in [0, 3, s.new_xorbs as usize - 1] {
         let source = FlakySource {
@@ -483,13 +492,7 @@ fn repeated_ranges_are_fetched_once() {
     let (_d, store) = store();
     let (data, s, plan) = repeated_block_file(&store, 21);
     let source = CountingSource(&store, Default::default());
-    let mut out = Vec::new();
-    xet_client::pipeline::download::write_file(&source, &s.file_hash, &plan, &mut |p| {
-        out.extend_from_slice(p);
-        Ok(())
-    })
-    .unwrap();
-    assert!(out == data);
+    assert!(rebuilt(&source, &s.file_hash, &plan) == data);
     let fetches = source.1.load(std::sync::atomic::Ordering::SeqCst);
     assert!(plan.terms.len() >= 40, "{} terms", plan.terms.len());
     assert!(
@@ -1547,11 +1550,5 @@ fn bounded_plans_rebuild_the_same_file_in_small_pieces() {
     assert!(largest(&whole) > 2 << 20);
     // A chunk is at most 128 KiB (and its header): no range holds more than `max` and a chunk.
     assert!(largest(&plan) <= max + (130 << 10), "{}", largest(&plan));
-    let mut out = Vec::new();
-    xet_client::pipeline::download::write_file(&store, &s.file_hash, &plan, &mut |p| {
-        out.extend_from_slice(p);
-        Ok(())
-    })
-    .unwrap();
-    assert!(out == data);
+    assert!(rebuilt(&store, &s.file_hash, &plan) == data);
 }
