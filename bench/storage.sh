@@ -198,6 +198,29 @@ if wanted garage-urls; then
 fi
 
 small_results=()
+# storage_snapshot URL FILE: the node's object-storage requests so far (`gitxet_storage_requests_total`
+# and `gitxet_storage_request_seconds_total`, one line per kind) and its answered HTTP requests.
+storage_snapshot() {
+    curl -s "$1/metrics" | grep -E '^gitxet_(storage_request|http_requests_total)' > "$2" || true
+}
+# storage_delta BEFORE AFTER: what a node sent to object storage between two snapshots, by kind:
+# count and total seconds (summed over concurrent requests), then its answered HTTP requests by
+# route; on stderr.
+storage_delta() {
+    awk 'FILENAME == ARGV[1] { a[$1] = $2; next }
+         { d = $2 - a[$1]; if (d <= 0) next
+           if ($1 ~ /^gitxet_http/) {
+               match($1, /route="[^"]*"/); r = substr($1, RSTART + 7, RLENGTH - 8)
+               match($1, /method="[^"]*"/); m = substr($1, RSTART + 8, RLENGTH - 9)
+               if (r == "/metrics") next
+               http[m " " r] += d; next }
+           match($1, /op="[^"]*"/); op = substr($1, RSTART + 4, RLENGTH - 5)
+           if ($1 ~ /seconds/) secs[op] += d; else n[op] += d }
+         END { line = "bench:   object storage:"
+               for (op in n) line = line sprintf(" %s %d (%.1f s)", op, n[op], secs[op])
+               print line
+               for (k in http) printf "bench:   http %6d %s\n", http[k], k }' "$1" "$2" >&2
+}
 # run_small NAME PUSH_URL FETCH_URL MODE: N small files pushed with git to PUSH_URL, then a fresh
 # clone's `git lfs fetch` from FETCH_URL, in MODE (standalone: the node is the agent's endpoint;
 # negotiated: the node is the LFS server); "name push fetch" in small_results.
@@ -207,9 +230,13 @@ run_small() {
         use_home "$work/$name-home"
         push_setup "$name" "$mode" "$2" "$work/small"
         sync
+        storage_snapshot "$2" "$work/$name.push0"
         t0=$(now)
         git push -q origin main >/dev/null 2>&1 || { echo "bench: $name: push failed" >&2; exit 1; }
         t1=$(now)
+        storage_snapshot "$2" "$work/$name.push1"
+        echo "bench: $name push: what the node did" >&2
+        storage_delta "$work/$name.push0" "$work/$name.push1"
         cd "$work"
         GIT_LFS_SKIP_SMUDGE=1 git clone -q "$name-remote.git" "$name-clone"
         cd "$name-clone"

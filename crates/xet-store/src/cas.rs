@@ -1097,7 +1097,8 @@ impl Store {
         let mut rounds = 0;
         loop {
             self.log_shard(&shard_hash, repo)?;
-            if !self.confirm_against_sweeps(&named, validated)? {
+            let logged = Instant::now();
+            if !self.confirm_against_sweeps(&named, validated, Some(logged))? {
                 break;
             }
             rounds += 1;
@@ -1137,7 +1138,7 @@ impl Store {
     /// (see `crate::gc`; a xorb put back from this node's copy counts as removed, so that the
     /// shard is registered and logged again). Always true for a store no other process uses.
     fn still_whole(&self, shard: &Shard) -> Result<bool, StoreError> {
-        match self.confirm_against_sweeps(&term_xorbs(shard), Instant::now()) {
+        match self.confirm_against_sweeps(&term_xorbs(shard), Instant::now(), None) {
             Ok(restored) => Ok(!restored),
             Err(StoreError::ShardRejected(ShardRejection::UnknownXorb { .. })) => Ok(false),
             Err(e) => Err(e),

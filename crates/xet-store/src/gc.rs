@@ -23,18 +23,26 @@
 //!
 //! 1. The collector announces each batch of at most [`SWEEP_BATCH`] xorbs it found unused in a
 //!    *sweep record* (`gc/sweeps/<ms>-<id>`: the xorbs, a deadline [`SWEEP_DEADLINE`] ahead,
-//!    `running`), then reads the shard log again ([`Store::catch_up`]), drops every xorb a shard
-//!    logged meanwhile names, deletes the rest before the deadline, and marks the record `done`.
-//! 2. A registration stores its shard and writes its log entry, then lists the sweep records
-//!    (`Store::confirm_against_sweeps`). For each xorb of its files that a record names, it
-//!    waits until that record is done (or past its deadline) and looks at the xorb in the
-//!    bucket: if it is gone, the node puts it back from its own copy if it has one
-//!    (`xorb_cache`), else the shard is refused with `unknown_xorb` and the client uploads the
-//!    xorb again. Only then is the shard registered in the node's index and acknowledged.
+//!    `running`), waits [`SWEEP_NOTICE`], then reads the shard log again ([`Store::catch_up`]),
+//!    drops every xorb a shard logged meanwhile names, deletes the rest before the deadline, and
+//!    marks the record `done`.
+//! 2. A registration stores its shard and writes its log entry, then looks at the sweep records
+//!    (`Store::confirm_against_sweeps`) of a listing that started at most [`SWEEP_VIEW_FRESH`]
+//!    before its log entry was written (shared by the registrations of that second, so that a
+//!    push of many small files does not list the records once per shard). For each xorb of its
+//!    files that a record names, it waits until that record is done (or past its deadline) and
+//!    looks at the xorb in the bucket: if it is gone, the node puts it back from its own copy if
+//!    it has one (`xorb_cache`), else the shard is refused with `unknown_xorb` and the client
+//!    uploads the xorb again. Only then is the shard registered in the node's index and
+//!    acknowledged.
 //!
 //! If the collector's second read of the log came after the registration's log entry, it keeps
-//! the xorb; if not, the registration's listing came after the announcement and finds it. Either
-//! way no acknowledged file loses a xorb. Records stay [`SWEEP_RETENTION`] (a registration that
+//! the xorb. If not, the record was written before the registration's listing started: a record
+//! written after that start is read again from the log no sooner than [`SWEEP_NOTICE`] later,
+//! which is after the log entry (written within [`SWEEP_VIEW_FRESH`] of the listing's start).
+//! So the listing finds the record, and either way no acknowledged file loses a xorb (the
+//! argument compares durations each process measures on its own monotonic clock, never one
+//! clock with another). Records stay [`SWEEP_RETENTION`] (a registration that
 //! took longer than half of it, from validation to this check, looks at all its xorbs), and
 //! nodes' clocks must agree within the shard log's window (two minutes), as catch-up needs.
 
@@ -62,6 +70,15 @@ pub const SWEEP_BATCH: usize = 256;
 /// How long after announcing a batch a collector may delete what it names: the rest waits for
 /// the next collection. Registrations that need a record to be done wait at most this long.
 pub const SWEEP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a collector waits after its sweep record is written before it reads the shard log
+/// again: registrations may rely on a listing of the sweep records that started up to
+/// [`SWEEP_VIEW_FRESH`] before their log entry was written (see the module documentation).
+pub const SWEEP_NOTICE: Duration = Duration::from_secs(2);
+
+/// How old (from its start to the end of a registration's log entry) a listing of the sweep
+/// records may be for the registration to rely on it: well under [`SWEEP_NOTICE`].
+pub const SWEEP_VIEW_FRESH: Duration = Duration::from_secs(1);
 
 /// How long sweep records stay in the bucket after they are written.
 pub const SWEEP_RETENTION: Duration = Duration::from_secs(3600);
@@ -280,7 +297,10 @@ impl Store {
         let result = (|| {
             let deadline = match &announced {
                 Some((_, record)) => {
-                    // Every shard logged before the announcement is registered from here on.
+                    // Registrations whose listing of the records started before this one was
+                    // written have logged their shards by now; then every shard logged before
+                    // the announcement is registered from here on.
+                    std::thread::sleep(SWEEP_NOTICE);
                     self.catch_up()?;
                     Some(record.deadline_ms)
                 }
@@ -601,11 +621,18 @@ impl Store {
         &self,
         named: &HashMap<XorbHash, (FileHash, usize)>,
         validated: Instant,
+        logged: Option<Instant>,
     ) -> Result<bool, StoreError> {
         if !self.backend.is_shared() || named.is_empty() {
             return Ok(false);
         }
-        let records = self.sweep_records()?;
+        // After a log entry written at `logged`, a listing that started up to
+        // SWEEP_VIEW_FRESH before it will do; otherwise one that starts now.
+        let not_before = match logged {
+            Some(at) => at.checked_sub(SWEEP_VIEW_FRESH).unwrap_or(at),
+            None => Instant::now(),
+        };
+        let records = self.sweep_records(not_before)?;
         let mut suspect: HashSet<XorbHash> = HashSet::new();
         if validated.elapsed() >= SWEEP_RETENTION / 2 {
             // Records of sweeps since the validation may be gone already: look at everything.
@@ -643,17 +670,27 @@ impl Store {
             lost.get_or_insert(ShardRejection::UnknownXorb { file, term, xorb });
         }
         match lost {
-            Some(rejection) => Err(rejection.into()),
+            Some(rejection) => {
+                // The client sends the shard's xorbs again: each is looked at in the bucket
+                // then, not taken as there from a look before the refusal (a collection that
+                // was still deleting may have removed another since).
+                for xorb in named.keys() {
+                    self.forget_seen(xorb);
+                }
+                Err(rejection.into())
+            }
             None => Ok(restored),
         }
     }
 
-    /// The sweep records now, from a listing that started after this call (concurrent callers
-    /// share one).
-    fn sweep_records(&self) -> Result<Vec<(String, Arc<SweepRecord>)>, StoreError> {
-        let asked = Instant::now();
+    /// The sweep records of a listing that started at `not_before` or later: the last one if it
+    /// did, else a new one (concurrent callers share it).
+    fn sweep_records(
+        &self,
+        not_before: Instant,
+    ) -> Result<Vec<(String, Arc<SweepRecord>)>, StoreError> {
         let mut view = self.sweeps.lock_anyway();
-        if view.listed_at.is_none_or(|t| t < asked) {
+        if view.listed_at.is_none_or(|t| t < not_before) {
             let started = Instant::now();
             let names = self.backend.list_sweeps()?;
             let mut records = HashMap::with_capacity(names.len());

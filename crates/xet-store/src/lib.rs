@@ -48,5 +48,5 @@ pub use cas::{
     BackgroundErrors, OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions,
     ValidationProgress,
 };
-pub use gc::{GcOptions, GcReport};
+pub use gc::{GcOptions, GcReport, SWEEP_NOTICE, SWEEP_VIEW_FRESH};
 pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
