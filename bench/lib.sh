@@ -260,6 +260,8 @@ start_garage() {
     # a level, or none); xorbs are compressed already.
     compression="${GIT_XET_BENCH_GARAGE_COMPRESSION:-1}"
     [[ "$compression" == none ]] && compression='"none"'
+    # Metadata in SQLite: `cargo install garage` builds no LMDB engine (deploy/garage/garage.toml
+    # names LMDB, which Garage's release binaries have and its docs recommend).
     secret="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
     local endpoints=() ids=()
     for i in $(seq 1 "$replicas"); do

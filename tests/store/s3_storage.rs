@@ -2127,6 +2127,48 @@ fn registrations_share_a_listing_of_sweep_records_and_a_sweep_they_missed_spares
     assert!(download_whole(&fresh, file) == *data, "the file is whole");
 }
 
+/// A node stores a shard and writes its log entry at once, so another node may list the entry
+/// before the shard is in the bucket: that node registers the shard at a later catch-up of the
+/// log, without reading the whole bucket again (one LIST per catch-up), and with the entry's
+/// repository.
+#[test]
+#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
+fn a_log_entry_listed_before_its_shard_is_registered_at_a_later_catch_up() {
+    let g = Garage::start();
+    g.create_bucket("early");
+    let dir = tempfile::tempdir().unwrap();
+    let c = g.open_store("early", dir.path());
+    c.catch_up_all().unwrap();
+    let data = content(401, 200 << 10);
+    let (file, xorbs, shards) = push_parts(&data, 1 << 20);
+    let shard = xet_format::ShardHash::of(&shards[0]);
+    let (b, _spool) = backend(&g, "early", "");
+    b.log_shard(&shard, Some("team/early")).unwrap();
+    let lists = store_requests(&c, "list");
+    assert_eq!(
+        c.catch_up().unwrap().registered,
+        0,
+        "the shard is not there yet"
+    );
+    for (h, body) in &xorbs {
+        b.put_new(ObjectKey::Xorb(*h), body).unwrap();
+    }
+    b.put_new(ObjectKey::Shard(shard), &shards[0]).unwrap();
+    let caught = c.catch_up().unwrap();
+    assert_eq!(caught.registered, 1, "{caught:?}");
+    assert_eq!(
+        store_requests(&c, "list") - lists,
+        2,
+        "one listing of the log per catch-up, no full one"
+    );
+    assert!(
+        c.visible_to(&file, Some("team/early")).unwrap(),
+        "with its repository"
+    );
+    assert!(!c.visible_to(&file, Some("team/other")).unwrap());
+    assert!(download_whole(&c, &file) == data, "the file is whole");
+}
+
 /// Garbage collection in a loop with `grace`, from a process of its own (a store on `bucket`
 /// with a directory of its own), as `git xet gc --storage` run again and again would.
 struct CollectorLoop {

@@ -1087,16 +1087,16 @@ impl Store {
             }
         }
         committing();
-        // Not registered here: new, unless another node stored it a moment ago (the same
-        // bytes under the same hash), so no look first.
-        self.backend.put_new(ObjectKey::Shard(shard_hash), bytes)?;
         // On shared storage, a collector in another process may have deleted a xorb since the
         // validation: the log entry first, then what collectors announced (see `crate::gc`).
         // A xorb put back from this node's copy means the shard is logged and checked again.
+        self.put_and_log_shard(shard_hash, bytes, repo)?;
         let named = term_xorbs(&shard);
         let mut rounds = 0;
         loop {
-            self.log_shard(&shard_hash, repo)?;
+            if rounds > 0 {
+                self.log_shard(&shard_hash, repo)?;
+            }
             let logged = Instant::now();
             if !self.confirm_against_sweeps(&named, validated, Some(logged))? {
                 break;
@@ -1415,6 +1415,33 @@ impl Store {
                 found => Ok(found),
             },
         }
+    }
+
+    /// Stores a new shard (not registered here: new, unless another node stored it a moment
+    /// ago, the same bytes under the same hash, so no look first) and logs it
+    /// ([`Self::log_shard`]). On shared storage both requests go at once: a node that lists the
+    /// entry before the shard is there tries it again at its next catch-up (`crate::sync`).
+    fn put_and_log_shard(
+        &self,
+        shard: ShardHash,
+        bytes: &[u8],
+        repo: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let put = || self.backend.put_new(ObjectKey::Shard(shard), bytes);
+        if !self.backend.is_shared() {
+            put()?;
+            return self.log_shard(&shard, repo);
+        }
+        let (stored, logged) = std::thread::scope(|s| {
+            let stored = s.spawn(put);
+            let logged = self.log_shard(&shard, repo);
+            (stored.join(), logged)
+        });
+        match stored {
+            Ok(result) => result?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        logged
     }
 
     /// Logs `shard` (registered through `repo`, if given) for the other nodes of shared

@@ -41,6 +41,10 @@ pub(crate) const REGISTER_CONCURRENCY: usize = 16;
 /// holds in memory stays what the checks held before.
 const REGISTER_BATCH: usize = REGISTER_CONCURRENCY;
 
+/// How long a log entry whose shard is not in the bucket is taken as one whose shard is still
+/// on its way (its node puts the shard and the entry at once) before the shard counts as gone.
+const NOT_YET: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Where a node is in the shard log.
 #[derive(Debug, Default)]
 pub(crate) struct SyncState {
@@ -56,6 +60,10 @@ pub(crate) struct SyncState {
     access: HashSet<(ShardHash, String)>,
     /// The checkpoint read last ([`crate::checkpoint`]).
     checkpoint: Option<CheckpointId>,
+    /// Log entries whose shard was not in the bucket yet when they were listed (the node that
+    /// logged it stores the shard and writes the entry at once), with when that was first
+    /// seen: tried again at each catch-up for [`NOT_YET`], then taken as gone.
+    pending: HashMap<(ShardHash, Option<String>), (u64, Instant)>,
     /// A log entry named a shard that is gone from the bucket (a checkpoint covered it and
     /// it was deleted): the next catch-up reads the newest checkpoint.
     gone: bool,
@@ -262,6 +270,17 @@ impl Store {
         // What this node logged itself is known (its index has it).
         let logged_here = std::mem::take(&mut *self.logged_here.lock_anyway());
         state.access.extend(logged_here);
+        // Entries listed before their shard was there, unless listed again.
+        let mut shards = shards;
+        let listed: HashSet<(ShardHash, Option<String>)> =
+            shards.iter().map(|(s, r, _)| (*s, r.clone())).collect();
+        shards.extend(
+            state
+                .pending
+                .iter()
+                .filter(|(key, _)| !listed.contains(*key))
+                .map(|((s, r), (ms, _))| (*s, r.clone(), *ms)),
+        );
         // What is left to do, decided from the index (fast, local reads).
         let mut todo = Vec::new();
         let mut logged_at: HashMap<ShardHash, u64> = HashMap::new();
@@ -276,7 +295,9 @@ impl Store {
                 Some(r) => state.access.contains(&(shard, r.clone())),
                 None => true,
             };
-            if !(known && granted) {
+            if known && granted {
+                state.pending.remove(&(shard, repo));
+            } else {
                 todo.push((shard, repo, known));
             }
         }
@@ -291,7 +312,13 @@ impl Store {
             let results = self.register_stored_shards(batch);
             let mut ready = Vec::new();
             for ((shard, repo, known), result) in batch.iter().zip(results) {
-                match result? {
+                let key = (*shard, repo.clone());
+                let result = result?;
+                if !matches!(result, Stored::Gone) {
+                    state.pending.remove(&key);
+                }
+                match result {
+                    Stored::Gone if !known && Self::still_on_its_way(state, key, &logged_at) => {}
                     Stored::Registered(prepared) => {
                         // A shard listed twice (with and without a repository) counts once.
                         if !known && counted.insert(*shard) {
@@ -334,6 +361,26 @@ impl Store {
             );
         }
         Ok(outcome)
+    }
+
+    /// For a log entry whose shard is not in the bucket: whether it counts as on its way (first
+    /// seen so less than [`NOT_YET`] ago; noted in `state.pending` to be tried again), or as
+    /// gone (and forgotten as pending).
+    fn still_on_its_way(
+        state: &mut SyncState,
+        key: (ShardHash, Option<String>),
+        logged_at: &HashMap<ShardHash, u64>,
+    ) -> bool {
+        let ms = logged_at.get(&key.0).copied().unwrap_or(0);
+        let (_, first) = *state
+            .pending
+            .entry(key.clone())
+            .or_insert((ms, Instant::now()));
+        if first.elapsed() < NOT_YET {
+            return true;
+        }
+        state.pending.remove(&key);
+        false
     }
 
     /// [`Self::register_stored_shard`] for each of `todo`, on up to [`REGISTER_CONCURRENCY`]
