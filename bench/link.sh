@@ -9,7 +9,9 @@
 #
 # The cycle, for each side: push the model, then EDITS times change 1 MiB of it (random bytes
 # at a new place), commit and push; then a fresh clone fetches every version
-# (`git clone` without smudge, `git lfs fetch --all`) and checks the newest one out. Each side
+# (`git clone` without smudge, `git lfs fetch --all`) and checks the newest one out; for git-xet
+# also the same with its own commands on a third machine (`git xet clone`, then `git xet fetch
+# --all`), printed as "own clone". Each side
 # has its own release `git xet serve` with an empty store and its own random model, so neither
 # deduplicates against the other's data. Plain git-lfs uses basic transfers (no agent); git-xet
 # uses the agent in negotiated mode, with empty caches at the start and a fresh cache for the
@@ -116,20 +118,36 @@ cycle() { # side (plain|xet) -> prints "push_seconds fetch_seconds"
     t=$(now)
     GIT_LFS_SKIP_SMUDGE=1 git clone -q "$side-remote.git" "$side-clone"
     (cd "$side-clone" && git lfs fetch --all origin >/dev/null && git lfs checkout >/dev/null 2>&1)
-    local fetch
+    local fetch own=""
     fetch=$(elapsed "$t")
     requests "$work/after"; count_requests "$work/before" "$work/after" "  clone, fetch --all, checkout: ${fetch} s"
     cmp -s "$work/$side-newest.bin" "$side-clone/model.bin" || { echo "bench: $side clone differs" >&2; exit 1; }
-    echo "$push $fetch"
+    if [[ "$side" == xet ]]; then
+        # The same on a third machine with git-xet's own commands: `git xet clone` (HEAD's
+        # files fetched in-process, checked out from the local objects), then `git xet fetch
+        # --all` (the other versions).
+        export GIT_XET_CACHE_DIR="$h/xet-cache-own"
+        requests "$work/before"
+        t=$(now)
+        git xet clone "$side-remote.git" "$side-own" -- -q >/dev/null 2>&1
+        (cd "$side-own" && git xet fetch --all >/dev/null 2>&1)
+        own=$(elapsed "$t")
+        requests "$work/after"; count_requests "$work/before" "$work/after" "  git xet clone, git xet fetch --all: ${own} s"
+        cmp -s "$work/$side-newest.bin" "$side-own/model.bin" || { echo "bench: $side own clone differs" >&2; exit 1; }
+        [[ "$(find "$side-own/.git/lfs/objects" -type f | wc -l)" == "$((edits + 1))" ]] \
+            || { echo "bench: git xet fetch --all did not fetch every version" >&2; exit 1; }
+    fi
+    echo "$push $fetch $own"
 }
 echo "bench: $size_mib MiB model, $edits edits of 1 MiB, $lfs_version, link $1" >&2
 # Not in a subshell, so that the cleanup trap knows the servers.
 cycle plain > "$work/plain.result"
 cycle xet > "$work/xet.result"
 read -r plain_push plain_fetch < "$work/plain.result"
-read -r xet_push xet_fetch < "$work/xet.result"
+read -r xet_push xet_fetch own_fetch < "$work/xet.result"
 plain_total=$(echo "$plain_push + $plain_fetch" | bc)
 xet_total=$(echo "$xet_push + $xet_fetch" | bc)
+own_total=$(echo "$xet_push + $own_fetch" | bc)
 echo
 echo "edit cycle: $size_mib MiB model, $edits edits of 1 MiB, a fresh clone fetching every version; link $1"
 printf '%-24s %10s %10s %10s\n' "" "pushes s" "fetch s" "total s"
@@ -139,6 +157,11 @@ printf '%-24s %10.2fx %9.2fx %9.2fx\n' "ratio plain / git-xet" \
     "$(echo "scale=3; $plain_push / $xet_push" | bc)" \
     "$(echo "scale=3; $plain_fetch / $xet_fetch" | bc)" \
     "$(echo "scale=3; $plain_total / $xet_total" | bc)"
+printf '%-24s %10.1f %10.1f %10.1f\n' "git-xet, own clone" "$xet_push" "$own_fetch" "$own_total"
+printf '%-24s %10.2fx %9.2fx %9.2fx\n' "ratio plain / own clone" \
+    "$(echo "scale=3; $plain_push / $xet_push" | bc)" \
+    "$(echo "scale=3; $plain_fetch / $own_fetch" | bc)" \
+    "$(echo "scale=3; $plain_total / $own_total" | bc)"
 echo
 echo "requests the server answered, per step (count, method, route, status):"
 for side in plain xet; do

@@ -135,25 +135,32 @@ pub fn run(args: &CloneArgs) -> CmdResult {
     }
 
     let git = Git::in_dir(&dir);
-    let fetched = super::fetch::fetch_refs(&git, &dir, None, &["HEAD".to_string()], args.jobs)
-        .and_then(|()| {
-            if no_checkout {
-                return Ok(());
-            }
-            // git writes the tree with pointers in place of the LFS files (quick: they are
-            // small), then the LFS files are copied from the local objects and recorded in
-            // git's index (see check_out_pointers).
-            let mut checkout = Command::new("git");
-            checkout
-                .args(["reset", "-q", "--hard", "HEAD"])
-                .env("GIT_LFS_SKIP_SMUDGE", "1")
-                .current_dir(&dir);
-            run_step(&mut checkout, "git checkout")?;
-            let started = std::time::Instant::now();
-            let done = crate::agent::fetch::check_out_pointers(&git, &dir)?;
-            super::fetch::log_checkout(&done, started);
-            Ok(())
-        });
+    let head = ["HEAD".to_string()];
+    let fetched = super::fetch::fetch_refs(
+        &git,
+        &dir,
+        None,
+        super::fetch::Scope::Trees(&head),
+        args.jobs,
+    )
+    .and_then(|()| {
+        if no_checkout {
+            return Ok(());
+        }
+        // git writes the tree with pointers in place of the LFS files (quick: they are
+        // small), then the LFS files are copied from the local objects and recorded in
+        // git's index (see check_out_pointers).
+        let mut checkout = Command::new("git");
+        checkout
+            .args(["reset", "-q", "--hard", "HEAD"])
+            .env("GIT_LFS_SKIP_SMUDGE", "1")
+            .current_dir(&dir);
+        run_step(&mut checkout, "git checkout")?;
+        let started = std::time::Instant::now();
+        let done = crate::agent::fetch::check_out_pointers(&git, &dir)?;
+        super::fetch::log_checkout(&done, started);
+        Ok(())
+    });
     if let Err(e) = fetched {
         return Err(format!(
             "{e}. The repository is cloned in {}{}; once the cause is fixed, run `git xet pull` \

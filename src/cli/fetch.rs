@@ -12,6 +12,7 @@ use super::CmdResult;
 use crate::agent::fetch::{check_out_pointers, fetch_objects, FetchError, Progress};
 use crate::git::objects;
 use crate::git::Git;
+use xet_format::pointer::MAX_POINTER_LEN;
 use xet_format::LfsOid;
 use xet_protocol::util::size::format_size;
 
@@ -27,12 +28,17 @@ file's SHA-256 checked, interrupted downloads resumed. What `git lfs fetch REMOT
 without git-lfs hashing every object again after the download. The work tree is not changed \
 (`git lfs checkout` or `git xet pull` does that).\n\nA remote whose LFS server does not offer \
 the xet transfer is fetched with `git lfs fetch`.",
-    after_long_help = "Examples:\n  git xet fetch\n  git xet fetch --remote upstream main dev"
+    after_long_help = "Examples:\n  git xet fetch\n  git xet fetch --remote upstream main dev\n  \
+git xet fetch --all"
 )]
 pub(crate) struct FetchArgs {
     /// The remote to fetch from (default: origin).
     #[arg(long, value_name = "REMOTE")]
     pub remote: Option<String>,
+    /// The LFS files of every commit reachable from the refs (default: all refs), not only
+    /// of their trees: every version, as `git lfs fetch --all`.
+    #[arg(long)]
+    pub all: bool,
     /// Files downloaded at once.
     #[arg(long, short = 'j', value_name = "N", default_value_t = DEFAULT_JOBS)]
     pub jobs: usize,
@@ -77,19 +83,96 @@ pub fn fetch(args: &FetchArgs) -> CmdResult {
     if !git.in_repository() {
         return Err("not inside a git repository: run `git xet fetch` in one".into());
     }
-    let refs = if args.refs.is_empty() {
+    let refs = if args.refs.is_empty() && !args.all {
         vec!["HEAD".to_string()]
     } else {
         args.refs.clone()
+    };
+    let scope = match args.all {
+        true => Scope::History(&refs),
+        false => Scope::Trees(&refs),
     };
     fetch_refs(
         &git,
         Path::new("."),
         args.remote.as_deref(),
-        &refs,
+        scope,
         args.jobs,
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which LFS files of some refs a fetch wants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    /// Those of the refs' trees.
+    Trees(&'a [String]),
+    /// Those of every commit reachable from the refs (all refs when none is given).
+    History(&'a [String]),
+}
+
+impl Scope<'_> {
+    /// The LFS objects wanted, each once, in the order first met.
+    fn wanted(self, dir: &Path, repo: &git2::Repository) -> Result<Vec<(LfsOid, u64)>, String> {
+        let mut wanted = Vec::new();
+        match self {
+            Scope::Trees(refs) => {
+                let mut seen = std::collections::HashSet::new();
+                for rev in refs {
+                    let pointers = objects::lfs_pointers(repo, rev).map_err(|e| e.to_string())?;
+                    for p in pointers {
+                        if seen.insert(p.pointer.oid) {
+                            wanted.push((p.pointer.oid, p.pointer.size));
+                        }
+                    }
+                }
+            }
+            Scope::History(refs) => {
+                // Every object of the history once (`git rev-list --objects`), blobs too large
+                // to be pointers left out by git; then the pointers among them, read
+                // in-process.
+                let mut rev_list = Command::new("git");
+                rev_list.current_dir(dir).args([
+                    "rev-list".to_string(),
+                    "--objects".to_string(),
+                    format!("--filter=blob:limit={MAX_POINTER_LEN}"),
+                ]);
+                match refs.is_empty() {
+                    true => rev_list.arg("--all"),
+                    false => rev_list.args(refs.iter()).arg("--"),
+                };
+                let out = rev_list
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .map_err(|e| format!("cannot run git rev-list: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "git rev-list --objects failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                let oids: Vec<git2::Oid> = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter_map(|l| git2::Oid::from_str(l.split(' ').next()?).ok())
+                    .collect();
+                let pointers = objects::pointers_among(repo, &oids).map_err(|e| e.to_string())?;
+                wanted.extend(pointers.iter().map(|p| (p.oid, p.size)));
+            }
+        }
+        // git-lfs stores no empty object.
+        wanted.retain(|(_, size)| *size > 0);
+        Ok(wanted)
+    }
+
+    /// `git lfs fetch`'s arguments after the remote for the same files.
+    fn lfs_fetch_args(self) -> Vec<String> {
+        match self {
+            Scope::Trees(refs) => refs.to_vec(),
+            Scope::History(refs) => std::iter::once("--all".to_string())
+                .chain(refs.iter().cloned())
+                .collect(),
+        }
+    }
 }
 
 pub fn pull(args: &PullArgs) -> CmdResult {
@@ -125,28 +208,24 @@ pub(crate) fn fetch_and_checkout(
     remote: Option<&str>,
     jobs: usize,
 ) -> Result<(), String> {
-    fetch_refs(git, dir, remote, &["HEAD".to_string()], jobs)?;
+    fetch_refs(git, dir, remote, Scope::Trees(&["HEAD".to_string()]), jobs)?;
     let started = std::time::Instant::now();
     let done = check_out_pointers(git, dir)?;
     log_checkout(&done, started);
     Ok(())
 }
 
-/// Fetches the LFS files of `refs` into the LFS store of the repository `git` is in (at
+/// Fetches the LFS files `scope` names into the LFS store of the repository `git` is in (at
 /// `dir`); falls back to `git lfs fetch` where the LFS server does not offer xet.
 pub(crate) fn fetch_refs(
     git: &Git,
     dir: &Path,
     remote: Option<&str>,
-    refs: &[String],
+    scope: Scope<'_>,
     jobs: usize,
 ) -> Result<(), String> {
     let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
-    let mut wanted: Vec<(LfsOid, u64)> = Vec::new();
-    for rev in refs {
-        let pointers = objects::lfs_pointers(&repo, rev).map_err(|e| e.to_string())?;
-        wanted.extend(pointers.iter().map(|p| (p.pointer.oid, p.pointer.size)));
-    }
+    let wanted = scope.wanted(dir, &repo)?;
     let terminal = std::io::stderr().is_terminal();
     let show = |p: Progress| {
         if terminal {
@@ -214,7 +293,7 @@ pub(crate) fn fetch_refs(
             let mut lfs_fetch = Command::new("git");
             lfs_fetch
                 .args(["lfs", "fetch", remote.unwrap_or("origin")])
-                .args(refs)
+                .args(scope.lfs_fetch_args())
                 .current_dir(dir);
             run_step(&mut lfs_fetch, "git lfs fetch")
         }

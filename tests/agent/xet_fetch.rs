@@ -266,6 +266,33 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
         "model.bin was given an old time: {age:?} ago"
     );
     clean_by_stat(&bare, &skip);
+
+    // `git xet fetch --all`: every version in the history of every ref, a branch's included,
+    // as `git lfs fetch --all`; `git xet fetch` alone only HEAD's.
+    pusher.git(&work, &["checkout", "-q", "-b", "side"]);
+    std::fs::write(work.join("side.bin"), common::splitmix64(86, MIB)).unwrap();
+    pusher.git(&work, &["add", "side.bin"]);
+    pusher.git(&work, &["commit", "-q", "-m", "side"]);
+    pusher.git(&work, &["push", "-q", "origin", "side"]);
+    let every = machine();
+    every.clone_skip_smudge(remote.to_str().unwrap(), "every");
+    let every_repo = every.path().join("every");
+    let out = every.run_in(&every_repo, "git", &["xet", "fetch"]);
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), every.agent_log());
+    // HEAD's LFS files, and the first model's, which pointer.txt names (git-lfs fetches
+    // what any pointer blob of the tree names, as above).
+    assert_eq!(store(&every_repo).len(), files.len() + 1, "{}", out.all());
+    let out = every.run_in(&every_repo, "git", &["xet", "fetch", "--all"]);
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), every.agent_log());
+    let lfs_all = machine();
+    lfs_all.clone_skip_smudge(remote.to_str().unwrap(), "every");
+    let lfs_all_repo = lfs_all.path().join("every");
+    let out = lfs_all.run_in(&lfs_all_repo, "git", &["lfs", "fetch", "--all", "origin"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    assert_eq!(store(&every_repo), store(&lfs_all_repo));
+    // Both versions of the model and the branch's file.
+    assert_eq!(store(&every_repo).len(), files.len() + 2, "{}", out.all());
+    fsck(&every, &every_repo);
 }
 
 #[test]

@@ -289,7 +289,15 @@ pub(super) fn new_part(
         path: dir.to_path_buf(),
         source: e,
     };
-    let tmp = tempfile::Builder::new()
+    // Read and write for all but what the umask takes away (`open(2)` applies it), as git-lfs
+    // creates its objects: git-lfs moves this file into its store as it is.
+    let mut tmp = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        tmp.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let tmp = tmp
         .prefix(&part_prefix(oid))
         .suffix(PART_SUFFIX)
         .tempfile_in(dir)
@@ -433,6 +441,24 @@ mod tests {
         })
         .unwrap();
         path
+    }
+
+    /// git-lfs moves an agent's file into its store as it is, and creates its own objects
+    /// readable by all but what the umask takes away: a new partial download is made so.
+    #[test]
+    fn a_new_partial_download_has_the_mode_git_lfs_gives_objects() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let oid = LfsOid::of(b"an object");
+        let part = new_part(dir.path(), &oid, &FileHash::from_bytes([5; 32]), 10).unwrap();
+        let mode = std::fs::metadata(part.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask, "umask {umask:o}");
     }
 
     #[test]
