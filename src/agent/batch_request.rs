@@ -2,7 +2,8 @@
 //! (git's `http.extraheader`, an SSH `git-lfs-authenticate` answer), and unless one of them is
 //! an `Authorization`, the URL's password, then the netrc file, then git's credential helpers
 //! (never prompting): with the first request when `lfs.<url>.access` is `basic`, else after a
-//! 401 or 403. Used by everything git-xet asks an LFS server itself ([`super::reader`], the
+//! 401 or 403 (a 401 they answer sets `lfs.<url>.access` to `basic` in the repository, as
+//! git-lfs does). Used by everything git-xet asks an LFS server itself ([`super::reader`], the
 //! pre-push check of `git xet push-summary`).
 
 use super::settings::{self, AccessMode, UrlCredentials};
@@ -71,9 +72,26 @@ impl BatchRequest<'_> {
         let response = send(first.as_ref())?;
         if first.is_none() && matches!(response.status.as_u16(), 401 | 403) {
             if let Some(c) = credential() {
-                return send(Some(&c));
+                let again = send(Some(&c))?;
+                if response.status.as_u16() == 401 && again.status.is_success() {
+                    self.remember_basic_access();
+                }
+                return Ok(again);
             }
         }
         Ok(response)
+    }
+
+    /// As git-lfs does after a 401 that credentials answered: `lfs.<url>.access = basic` in the
+    /// repository's configuration, so that the next request (git-xet's or git-lfs's) sends
+    /// them at once instead of paying a refusal first. Failing to write it costs only that.
+    fn remember_basic_access(&self) {
+        if !self.git.in_repository() {
+            return;
+        }
+        let key = format!("lfs.{}.access", self.url.bare);
+        if let Err(e) = self.git.config_set(crate::git::Scope::Local, &key, "basic") {
+            tracing::debug!(error = %e, "cannot record the LFS server's access mode");
+        }
     }
 }

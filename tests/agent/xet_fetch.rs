@@ -174,6 +174,14 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
     assert!(out.stderr.contains("cloned into ours"), "{}", out.stderr);
     let ours_repo = ours.path().join("ours");
+    // The server asked for credentials (401) and the credential helper's answered: as git-lfs
+    // does, the clone remembers to send them with the first request from now on.
+    let lfs_url = format!("{}/team/fetch.git/info/lfs", s.url());
+    let access = ours.git(
+        &ours_repo,
+        &["config", "--get-urlmatch", "lfs.access", &lfs_url],
+    );
+    assert_eq!(access.stdout.trim(), "basic", "{}", access.all());
     for (name, bytes) in &files {
         assert!(
             std::fs::read(ours_repo.join(name)).unwrap() == *bytes,

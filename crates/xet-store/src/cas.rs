@@ -257,23 +257,6 @@ impl XorbBytes {
     }
 }
 
-/// How long the claims read from the cluster's batches are taken as current before they are
-/// listed again (a claims pass asks about many claims at once).
-const CLAIM_BATCHES_FRESH: Duration = Duration::from_secs(1);
-
-/// At most this many claims read from the cluster's batches are kept (about 70 MB); past it
-/// they are dropped and the batches of the last window read again.
-const MAX_KNOWN_CLUSTER_CLAIMS: usize = 1_000_000;
-
-/// The checked claims of the cluster's batches a node has read.
-#[derive(Debug, Default)]
-struct ClusterClaims {
-    cursor: crate::backend::ClaimCursor,
-    claims: std::collections::HashMap<LfsOid, FileHash>,
-    /// When the batches were last listed.
-    listed: Option<Instant>,
-}
-
 /// How many locks readers of small xorbs are spread over (see `Store::reading_whole`).
 const READING_STRIPES: usize = 64;
 
@@ -293,44 +276,20 @@ pub struct Store {
     /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
     /// it deletes, so a shard is never registered against a xorb being collected.
     pub(super) collecting: RwLock<()>,
-    /// Xorbs garbage collection is deleting right now: they count as not stored.
-    pub(super) doomed: Mutex<std::collections::HashSet<XorbHash>>,
-    /// Where this node is in the shard log of shared storage (see [`crate::sync`]).
-    pub(super) sync: Mutex<crate::sync::SyncState>,
-    /// (shard, repository) registrations this node logged itself since the last catch-up, so
-    /// that the catch-up that lists them does not read the shard again for them (outside
-    /// `sync`: an upload never waits on a catch-up).
-    pub(super) logged_here: Mutex<Vec<(ShardHash, String)>>,
-    /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
-    /// outside `sync`, so that reading it never waits on a catch-up.
-    pub(super) caught_up_ms: std::sync::atomic::AtomicU64,
+    /// What garbage collection in this process knows and does (see [`crate::gc`]).
+    pub(super) collector: crate::gc::Collector,
     /// Failures of work the store does in the background, by kind.
     background_errors: BackgroundErrors,
-    /// Since when catch-ups fail, unix milliseconds (0: the last one succeeded).
-    pub(super) catch_up_failing_ms: std::sync::atomic::AtomicU64,
-    /// A full catch-up (every shard in storage listed and registered) has succeeded since the
-    /// store opened: before that, what the index lacks may be in storage.
-    pub(super) listed_all: std::sync::atomic::AtomicBool,
+    /// Where this node is among the other nodes of shared storage (see [`crate::sync`]).
+    pub(super) cluster: crate::sync::Cluster,
     /// Sizes of the files this process registered for the first time (from uploads, not from
     /// other nodes' shards), since it opened the store.
     registered_bytes: std::sync::atomic::AtomicU64,
-    /// Claims found to hold, to be recorded for the other nodes of shared storage by
-    /// [`Store::record_checked_claims`] (off the path of the request that checked them).
-    checked_claims: Mutex<Vec<(LfsOid, FileHash)>>,
-    /// The checked claims read from the cluster's batches (shared storage).
-    cluster_claims: Mutex<ClusterClaims>,
-    /// The claim limits of [`StoreOptions`].
-    claim_limits: (u64, u64),
+    /// The SHA-256 claims ledger (see [`crate::claims`]).
+    claims: crate::claims::ClaimsLedger,
     /// This node's copies of xorbs on its own disk (object storage only; see
     /// [`crate::xorb_cache`]).
     pub(super) xorb_cache: Option<Arc<crate::xorb_cache::XorbCache>>,
-    /// The name this process's garbage collections sign their sweep records with (random).
-    pub(super) sweeper_id: String,
-    /// The other processes' sweep records as last listed (see [`crate::gc`]).
-    pub(super) sweeps: Mutex<crate::gc::SweepView>,
-    /// When this process's running garbage collection started (ms since the epoch), and when
-    /// the last one ended; 0: none (see [`Store::gc_running_for`]).
-    pub(super) gc_clock: crate::gc::GcClock,
     root: PathBuf,
 }
 
@@ -583,21 +542,15 @@ impl Store {
             reading_whole: (0..READING_STRIPES).map(|_| Mutex::new(())).collect(),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
-            doomed: Mutex::new(std::collections::HashSet::new()),
-            sync: Mutex::new(Default::default()),
-            logged_here: Mutex::new(Vec::new()),
-            caught_up_ms: std::sync::atomic::AtomicU64::new(0),
-            catch_up_failing_ms: std::sync::atomic::AtomicU64::new(0),
+            collector: crate::gc::Collector::new(),
             background_errors: BackgroundErrors::default(),
-            listed_all: std::sync::atomic::AtomicBool::new(false),
+            cluster: crate::sync::Cluster::default(),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
-            checked_claims: Mutex::new(Vec::new()),
-            cluster_claims: Mutex::new(ClusterClaims::default()),
-            claim_limits: (options.max_pending_claims, options.max_pending_claim_bytes),
+            claims: crate::claims::ClaimsLedger::new(
+                options.max_pending_claims,
+                options.max_pending_claim_bytes,
+            ),
             xorb_cache: xorb_cache.map(Arc::new),
-            sweeper_id: xet_protocol::random_hex(8),
-            sweeps: Mutex::new(Default::default()),
-            gc_clock: Default::default(),
             root: dir.to_path_buf(),
         }
     }
@@ -1112,11 +1065,11 @@ impl Store {
             }
         }
         let uploader = repo.unwrap_or("");
-        self.check_claim_backlog(&entries, uploader)?;
+        self.claims.check_backlog(&self.index, &entries, uploader)?;
         let (new_files, new_bytes) =
             self.index
                 .add_shard(shard_hash, &entries, now_unix(), uploader, Commit::Durable)?;
-        let claims = self.unchecked_claims(&entries)?;
+        let claims = self.claims.unchecked(&self.index, &entries)?;
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
             self.index.add_file_repos(&files, repo, Commit::Durable)?;
@@ -1172,55 +1125,6 @@ impl Store {
             new_bytes: 0,
             claims: Vec::new(),
         })
-    }
-
-    /// The SHA-256 claims of `entries` not checked yet (oid, file, size), to be checked.
-    fn unchecked_claims(
-        &self,
-        entries: &ShardEntries,
-    ) -> Result<Vec<(LfsOid, FileHash, u64)>, StoreError> {
-        let mut claims = Vec::new();
-        for (oid, file) in &entries.oids {
-            if !self.index.checked_files(oid)?.contains(file) {
-                let size = entries
-                    .files
-                    .iter()
-                    .find(|(f, _)| f == file)
-                    .map_or(0, |(_, r)| r.size);
-                claims.push((*oid, *file, size));
-            }
-        }
-        Ok(claims)
-    }
-
-    /// Refuses `entries` if the claims they would add took `uploader` past
-    /// [`MAX_PENDING_CLAIMS`] or [`MAX_PENDING_CLAIM_BYTES`].
-    fn check_claim_backlog(
-        &self,
-        entries: &ShardEntries,
-        uploader: &str,
-    ) -> Result<(), StoreError> {
-        if entries.oids.is_empty() {
-            return Ok(());
-        }
-        let (count, bytes) = self.index.claim_load(uploader)?;
-        let adding = entries.oids.len() as u64;
-        let adding_bytes: u64 = entries.files.iter().map(|(_, r)| r.size).sum();
-        let (max_count, max_bytes) = self.claim_limits;
-        if count.saturating_add(adding) > max_count
-            || bytes.saturating_add(adding_bytes) > max_bytes
-        {
-            return Err(StoreError::ClaimBacklog {
-                uploader: if uploader.is_empty() {
-                    "server-wide credentials".to_string()
-                } else {
-                    format!("repository {uploader}")
-                },
-                count,
-                bytes,
-            });
-        }
-        Ok(())
     }
 
     /// Whether every xorb the files of `shard` need is intact.
@@ -1449,7 +1353,8 @@ impl Store {
     fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), StoreError> {
         self.backend.log_shard(shard, repo)?;
         if let (Some(repo), true) = (repo, self.backend.is_shared()) {
-            self.logged_here
+            self.cluster
+                .logged_here
                 .lock_anyway()
                 .push((*shard, repo.to_owned()));
         }
@@ -1668,22 +1573,22 @@ impl Store {
     /// Everyone with SHA-256 claims waiting to be checked, in name order (see
     /// [`Claim::uploader`]).
     pub fn claim_uploaders(&self) -> Result<Vec<String>, StoreError> {
-        Ok(self.index.claim_uploaders()?)
+        self.claims.uploaders(&self.index)
     }
 
     /// Up to `limit` of `uploader`'s claims waiting to be checked, oldest first.
     pub fn oldest_claims(&self, uploader: &str, limit: usize) -> Result<Vec<Claim>, StoreError> {
-        Ok(self.index.oldest_claims(uploader, limit)?)
+        self.claims.oldest(&self.index, uploader, limit)
     }
 
     /// How many of `uploader`'s claims wait to be checked, and the bytes of their files.
     pub fn claim_load_of(&self, uploader: &str) -> Result<(u64, u64), StoreError> {
-        Ok(self.index.claim_load(uploader)?)
+        self.claims.load_of(&self.index, uploader)
     }
 
     /// Whether the claim that `file` has SHA-256 `oid` still waits to be checked.
     pub fn claim_pending(&self, oid: &LfsOid, file: &FileHash) -> Result<bool, StoreError> {
-        Ok(self.index.claims_on(oid)?.iter().any(|c| c.file == *file))
+        self.claims.pending(&self.index, oid, file)
     }
 
     /// Records whether `file` has SHA-256 `oid`, as the caller found by hashing it: when it
@@ -1695,47 +1600,17 @@ impl Store {
         file: &FileHash,
         holds: bool,
     ) -> Result<(), StoreError> {
-        self.index.settle_claim(oid, file, holds)?;
-        if holds && self.backend.is_shared() {
-            self.checked_claims.lock_anyway().push((*oid, *file));
-        }
-        Ok(())
+        let shared = self.backend.is_shared();
+        self.claims.settle(&self.index, shared, oid, file, holds)
     }
 
     /// Records the claims this process found to hold since the last call, for the other nodes
-    /// of shared storage ([`Self::claim_checked_elsewhere`]): one small object each, written
-    /// by the claims job rather than by the request that checked them. A record that cannot be
+    /// of shared storage ([`Self::claim_checked_elsewhere`]): one batch object, written by the
+    /// claims job rather than by the request that checked them. A record that cannot be
     /// written only costs another node its own check.
     pub fn record_checked_claims(&self) {
-        let checked = std::mem::take(&mut *self.checked_claims.lock_anyway());
-        if checked.is_empty() {
-            return;
-        }
-        if let Err(e) = self.backend.record_checked_claims(&checked) {
-            self.background_errors
-                .claim_records
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(claims = checked.len(), error = %e,
-                "cannot record the checks of SHA-256 claims for the other nodes; they will check them themselves");
-        }
-    }
-
-    /// The file the cluster's batches of checked claims name for `oid`: the batches are
-    /// listed again at most every [`CLAIM_BATCHES_FRESH`].
-    fn batch_checked_claim(&self, oid: &LfsOid) -> Result<Option<FileHash>, StoreError> {
-        let mut known = self.cluster_claims.lock_anyway();
-        let stale = known
-            .listed
-            .is_none_or(|at| at.elapsed() >= CLAIM_BATCHES_FRESH);
-        if stale {
-            known.listed = Some(Instant::now());
-            let read = self.backend.checked_claims_since(&mut known.cursor)?;
-            if known.claims.len() + read.len() > MAX_KNOWN_CLUSTER_CLAIMS {
-                known.claims.clear();
-            }
-            known.claims.extend(read);
-        }
-        Ok(known.claims.get(oid).copied())
+        self.claims
+            .record_checked(&*self.backend, &self.background_errors.claim_records);
     }
 
     /// Settles the claim that `oid` is the SHA-256 of `file` without hashing it, when another
@@ -1746,28 +1621,8 @@ impl Store {
         oid: &LfsOid,
         file: &FileHash,
     ) -> Result<bool, StoreError> {
-        match self.batch_checked_claim(oid) {
-            Ok(Some(checked)) if checked == *file => {
-                self.index.settle_claim(oid, file, true)?;
-                return Ok(true);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(%oid, error = %e, "cannot read the cluster's batches of checked SHA-256 claims");
-            }
-        }
-        // A record of its own, as earlier versions wrote.
-        match self.backend.checked_claim(oid) {
-            Ok(Some(checked)) if checked == *file => {
-                self.index.settle_claim(oid, file, true)?;
-                Ok(true)
-            }
-            Ok(_) => Ok(false),
-            Err(e) => {
-                tracing::debug!(%oid, error = %e, "cannot read the cluster's record of a SHA-256 claim");
-                Ok(false)
-            }
-        }
+        self.claims
+            .checked_elsewhere(&self.index, &*self.backend, oid, file)
     }
 
     /// The first xorb a registered file needs that is missing or damaged, with why; `None` when

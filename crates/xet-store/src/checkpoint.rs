@@ -330,7 +330,7 @@ impl Store {
 
     /// Shards catch-up could not register (their xorbs missing): not covered by a checkpoint.
     fn refused_shards(&self) -> HashSet<ShardHash> {
-        self.sync.lock_anyway().refused_shards()
+        self.cluster.state.lock_anyway().refused_shards()
     }
 }
 

@@ -127,6 +127,32 @@ pub struct GcReport {
     pub dry_run: bool,
 }
 
+/// What garbage collection in one process knows and does: its name, the xorbs it is deleting,
+/// the other processes' sweep records it read, when it ran.
+#[derive(Debug)]
+pub(crate) struct Collector {
+    /// Xorbs garbage collection is deleting right now: they count as not stored.
+    pub(crate) doomed: std::sync::Mutex<HashSet<XorbHash>>,
+    /// The name this process's garbage collections sign their sweep records with (random).
+    pub(crate) sweeper_id: String,
+    /// The other processes' sweep records as last listed.
+    pub(crate) sweeps: std::sync::Mutex<SweepView>,
+    /// When this process's running garbage collection started (ms since the epoch), and when
+    /// the last one ended; 0: none (see [`Store::gc_running_for`]).
+    pub(crate) gc_clock: GcClock,
+}
+
+impl Collector {
+    pub(crate) fn new() -> Self {
+        Self {
+            doomed: Default::default(),
+            sweeper_id: xet_protocol::random_hex(8),
+            sweeps: Default::default(),
+            gc_clock: GcClock::default(),
+        }
+    }
+}
+
 /// When this process's garbage collection started and last ended, for operators
 /// ([`Store::gc_running_for`], [`Store::gc_last_ended`]).
 #[derive(Debug, Default)]
@@ -160,7 +186,7 @@ impl Store {
     /// How long the garbage collection this process is running has been running (while it
     /// runs on shared storage, this node holds the gc lease); `None` when none runs.
     pub fn gc_running_for(&self) -> Option<Duration> {
-        match self.gc_clock.started_ms.load(Ordering::Relaxed) {
+        match self.collector.gc_clock.started_ms.load(Ordering::Relaxed) {
             0 => None,
             ms => Some(
                 SystemTime::now()
@@ -173,7 +199,7 @@ impl Store {
     /// When this process's last garbage collection ended (whether it succeeded or not);
     /// `None` before the first.
     pub fn gc_last_ended(&self) -> Option<SystemTime> {
-        match self.gc_clock.ended_ms.load(Ordering::Relaxed) {
+        match self.collector.gc_clock.ended_ms.load(Ordering::Relaxed) {
             0 => None,
             ms => Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
         }
@@ -207,7 +233,7 @@ impl Store {
     /// Removes xorbs no registered file uses, once older than `options.grace` (see the module
     /// documentation).
     pub fn gc(&self, options: GcOptions) -> Result<GcReport, StoreError> {
-        let _running = Running::start(&self.gc_clock);
+        let _running = Running::start(&self.collector.gc_clock);
         // What the index does not know yet must not look unused: on shared storage, every
         // shard in storage is registered first (once per opening), then what was logged since.
         if self.catching_up() {
@@ -345,7 +371,7 @@ impl Store {
         let written_ms = unix_ms(SystemTime::now());
         let name = format!("{written_ms:016}-{}", xet_protocol::random_hex(8));
         let record = SweepRecord {
-            holder: self.sweeper_id.clone(),
+            holder: self.collector.sweeper_id.clone(),
             deadline_ms: written_ms.saturating_add(SWEEP_DEADLINE.as_millis() as u64),
             done: false,
             xorbs: Some(batch.iter().map(|x| x.hash).collect()),
@@ -436,9 +462,12 @@ impl Store {
         doomed: &[XorbHash],
         deadline: Option<u64>,
     ) -> Result<usize, StoreError> {
-        self.doomed.lock_anyway().extend(entries.iter().copied());
+        self.collector
+            .doomed
+            .lock_anyway()
+            .extend(entries.iter().copied());
         let result = self.remove_collected(entries, doomed, deadline);
-        self.doomed.lock_anyway().clear();
+        self.collector.doomed.lock_anyway().clear();
         result
     }
 
@@ -640,7 +669,7 @@ impl Store {
         }
         for (name, record) in &records {
             // This process's own collections wait for its registrations (the collection lock).
-            if record.holder == self.sweeper_id {
+            if record.holder == self.collector.sweeper_id {
                 continue;
             }
             let hits: Vec<XorbHash> = named.keys().filter(|x| record.names(x)).copied().collect();
@@ -689,7 +718,7 @@ impl Store {
         &self,
         not_before: Instant,
     ) -> Result<Vec<(String, Arc<SweepRecord>)>, StoreError> {
-        let mut view = self.sweeps.lock_anyway();
+        let mut view = self.collector.sweeps.lock_anyway();
         if view.listed_at.is_none_or(|t| t < not_before) {
             let started = Instant::now();
             let names = self.backend.list_sweeps()?;
@@ -746,7 +775,7 @@ impl Store {
             std::thread::sleep(SWEEP_POLL);
             let record = self.read_sweep_record(name)?;
             if record.settled(unix_ms(SystemTime::now())) {
-                if let Some(r) = self.sweeps.lock_anyway().records.get_mut(name) {
+                if let Some(r) = self.collector.sweeps.lock_anyway().records.get_mut(name) {
                     *r = Arc::new(record);
                 }
                 return Ok(());
@@ -805,7 +834,7 @@ mod tests {
         assert_eq!(store.gc_last_ended(), None);
         let before = SystemTime::now() - Duration::from_millis(1);
         {
-            let _running = Running::start(&store.gc_clock);
+            let _running = Running::start(&store.collector.gc_clock);
             assert!(store
                 .gc_running_for()
                 .is_some_and(|d| d < Duration::from_secs(60)));

@@ -557,7 +557,7 @@ impl Store {
 
     /// Whether garbage collection is removing `xorb` right now (it counts as not stored).
     pub(crate) fn being_collected(&self, xorb: &XorbHash) -> bool {
-        self.doomed.lock_anyway().contains(xorb)
+        self.collector.doomed.lock_anyway().contains(xorb)
     }
 
     fn cached_footer(&self, xorb: &XorbHash, stamp: &ObjectStamp) -> Option<Arc<XorbFooter>> {

@@ -7,6 +7,7 @@
 //! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects |
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload |
+//! | `claims` | the ledger of SHA-256 claims: which wait to be checked, the backlog limits, checks shared with the other nodes |
 //! | [`checkpoint`] | checkpoints of the shard log on shared storage: bounded metadata, a new node's start in one read ([`Store::compact`]) |
 //! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
@@ -29,6 +30,7 @@ pub mod announce;
 pub mod backend;
 pub mod cas;
 pub mod checkpoint;
+mod claims;
 pub mod endpoint;
 pub mod gc;
 pub mod index;

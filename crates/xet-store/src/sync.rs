@@ -45,6 +45,26 @@ const REGISTER_BATCH: usize = REGISTER_CONCURRENCY;
 /// on its way (its node puts the shard and the entry at once) before the shard counts as gone.
 const NOT_YET: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Where a node is among the other nodes of shared storage: its place in the shard log, what
+/// it logged itself, when it last caught up.
+#[derive(Debug, Default)]
+pub(crate) struct Cluster {
+    /// Where this node is in the shard log.
+    pub(crate) state: std::sync::Mutex<SyncState>,
+    /// (shard, repository) registrations this node logged itself since the last catch-up, so
+    /// that the catch-up that lists them does not read the shard again for them (outside
+    /// `state`: an upload never waits on a catch-up).
+    pub(crate) logged_here: std::sync::Mutex<Vec<(ShardHash, String)>>,
+    /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
+    /// outside `state`, so that reading it never waits on a catch-up.
+    pub(crate) caught_up_ms: std::sync::atomic::AtomicU64,
+    /// Since when catch-ups fail, unix milliseconds (0: the last one succeeded).
+    pub(crate) catch_up_failing_ms: std::sync::atomic::AtomicU64,
+    /// A full catch-up (every shard in storage listed and registered) has succeeded since the
+    /// store opened: before that, what the index lacks may be in storage.
+    pub(crate) listed_all: std::sync::atomic::AtomicBool,
+}
+
 /// Where a node is in the shard log.
 #[derive(Debug, Default)]
 pub(crate) struct SyncState {
@@ -100,14 +120,14 @@ impl Store {
         if !self.is_shared() {
             return Ok(CatchUp::default());
         }
-        let mut state = self.sync.lock_anyway();
+        let mut state = self.cluster.state.lock_anyway();
         self.catch_up_locked(&mut state)
     }
 
     /// Since when catch-ups fail (every one since then did), `None` when the last one
     /// succeeded (or none ran yet).
     pub fn catch_up_failing_since(&self) -> Option<std::time::SystemTime> {
-        match self.catch_up_failing_ms.load(Ordering::Relaxed) {
+        match self.cluster.catch_up_failing_ms.load(Ordering::Relaxed) {
             0 => None,
             ms => Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
         }
@@ -116,9 +136,9 @@ impl Store {
     /// Notes how a catch-up ended, for [`Self::catch_up_failing_since`].
     fn note_catch_up<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         match &result {
-            Ok(_) => self.catch_up_failing_ms.store(0, Ordering::Relaxed),
+            Ok(_) => self.cluster.catch_up_failing_ms.store(0, Ordering::Relaxed),
             Err(_) => {
-                let _ = self.catch_up_failing_ms.compare_exchange(
+                let _ = self.cluster.catch_up_failing_ms.compare_exchange(
                     0,
                     now_ms().max(1),
                     Ordering::Relaxed,
@@ -156,7 +176,9 @@ impl Store {
             .collect();
         let outcome = self.register_from_storage(state, logged)?;
         state.cursor = cursor;
-        self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
+        self.cluster
+            .caught_up_ms
+            .fetch_max(started, Ordering::Relaxed);
         Ok(outcome)
     }
 
@@ -167,7 +189,7 @@ impl Store {
         if !self.is_shared() {
             return None;
         }
-        match self.caught_up_ms.load(Ordering::Relaxed) {
+        match self.cluster.caught_up_ms.load(Ordering::Relaxed) {
             0 => None,
             at => Some(std::time::Duration::from_millis(
                 now_ms().saturating_sub(at),
@@ -182,7 +204,7 @@ impl Store {
         if !self.is_shared() {
             return Ok(CatchUp::default());
         }
-        let mut state = self.sync.lock_anyway();
+        let mut state = self.cluster.state.lock_anyway();
         let result = self.catch_up_everything(&mut state);
         self.note_catch_up(result)
     }
@@ -195,7 +217,7 @@ impl Store {
         // What the newest checkpoint holds first, in one read; then what came after it. A node
         // that kept up since it opened the store has registered all of it from the log: it
         // reads one only at its first full catch-up, or after it fell out of step.
-        if !self.listed_all.load(Ordering::Relaxed) || state.gone || state.out_of_step {
+        if !self.cluster.listed_all.load(Ordering::Relaxed) || state.gone || state.out_of_step {
             state.checkpoint = self.read_newest_checkpoint(state.checkpoint)?;
         }
         // A shard refused now is tried again for log entries written after this listing.
@@ -216,8 +238,10 @@ impl Store {
         state.gone = false;
         state.out_of_step = false;
         state.cursor.newest_ms = state.cursor.newest_ms.max(started);
-        self.caught_up_ms.fetch_max(started, Ordering::Relaxed);
-        self.listed_all.store(true, Ordering::Relaxed);
+        self.cluster
+            .caught_up_ms
+            .fetch_max(started, Ordering::Relaxed);
+        self.cluster.listed_all.store(true, Ordering::Relaxed);
         Ok(outcome)
     }
 
@@ -226,7 +250,7 @@ impl Store {
     /// registered the shard yet. A server answers such misses "try again shortly" and stays
     /// unready meanwhile; gc waits for it.
     pub fn catching_up(&self) -> bool {
-        self.is_shared() && !self.listed_all.load(Ordering::Relaxed)
+        self.is_shared() && !self.cluster.listed_all.load(Ordering::Relaxed)
     }
 
     /// For a lookup that found nothing: makes sure a catch-up that started after the miss has
@@ -242,13 +266,13 @@ impl Store {
         }
         let missed = Instant::now();
         let mut state = if self.catching_up() {
-            match self.sync.try_lock() {
+            match self.cluster.state.try_lock() {
                 Ok(state) => state,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => return false,
             }
         } else {
-            self.sync.lock_anyway()
+            self.cluster.state.lock_anyway()
         };
         if state.last.is_some_and(|t| t > missed) {
             return true;
@@ -268,7 +292,7 @@ impl Store {
         shards: Vec<(ShardHash, Option<String>, u64)>,
     ) -> Result<CatchUp, StoreError> {
         // What this node logged itself is known (its index has it).
-        let logged_here = std::mem::take(&mut *self.logged_here.lock_anyway());
+        let logged_here = std::mem::take(&mut *self.cluster.logged_here.lock_anyway());
         state.access.extend(logged_here);
         // Entries listed before their shard was there, unless listed again.
         let mut shards = shards;
