@@ -545,7 +545,7 @@ fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
     use common::garage::Garage;
-    use xet_store::backend::{ObjectBackend, ObjectKey};
+    use xet_store::backend::{ObjectBackend, ObjectKey, SharedBucket};
 
     let g = Garage::start();
     g.create_bucket("claims");

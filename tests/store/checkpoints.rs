@@ -19,7 +19,7 @@ use common::garage::Garage;
 use xet_format::shard::{FileInfo, Shard, Term};
 use xet_format::xorb::XorbFooter;
 use xet_format::{ChunkRef, FileHash, LfsOid, ShardHash, XorbHash};
-use xet_store::backend::{ObjectBackend, ObjectKey};
+use xet_store::backend::{ObjectBackend, ObjectKey, SharedBucket};
 use xet_store::checkpoint::{CompactOptions, CompactReport};
 use xet_store::s3::S3Backend;
 use xet_store::Store;

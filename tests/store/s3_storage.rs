@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::garage::Garage;
 use common::server::{start_with, TestServer, WRITE_TOKEN};
 use xet_format::{ShardHash, XorbHash};
-use xet_store::backend::{BackendError, LogCursor, ObjectBackend, ObjectKey};
+use xet_store::backend::{BackendError, LogCursor, ObjectBackend, ObjectKey, SharedBucket};
 use xet_store::s3::S3Backend;
 
 fn backend(g: &Garage, bucket: &str, prefix: &str) -> (S3Backend, tempfile::TempDir) {

@@ -1,4 +1,9 @@
-//! Where object bytes live: the [`ObjectBackend`] trait and its filesystem implementation.
+//! Where object bytes live: the [`ObjectBackend`] trait and its filesystem implementation, and
+//! the [`SharedBucket`] trait of storage several server processes share (the S3 backend), which
+//! keeps their common records besides the objects: the shard log, batches of checked claims,
+//! checkpoints, leases, gc's sweep records, nodes' status records. A directory, which one
+//! process owns, has none ([`ObjectBackend::shared`] is `None`): callers say what they do
+//! without them.
 //!
 //! A backend stores immutable, content-addressed objects (stored xorbs and accepted shards) by
 //! [`ObjectKey`]. Writes are create-if-absent and atomic: a reader never sees a partly written
@@ -215,151 +220,105 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Every shard stored, for rebuilding an index.
     fn list_shards(&self) -> Result<Vec<ShardHash>, BackendError>;
 
-    /// Whether other server processes store objects in the same place (several nodes on one
-    /// bucket): the store then catches up with the shards they accept, through
-    /// [`Self::log_shard`] and [`Self::logged_shards`]. `false` for a directory, which one
-    /// process owns.
-    fn is_shared(&self) -> bool {
-        false
+    /// The records the processes sharing this storage keep beside the objects (the shard log,
+    /// checked claims, checkpoints, leases, sweep records, node records): `None` for a
+    /// directory, which one process owns.
+    fn shared(&self) -> Option<&dyn SharedBucket> {
+        None
     }
+    /// Whether other server processes store objects in the same place (several nodes on one
+    /// bucket): the store then catches up with the shards they accept (see [`SharedBucket`]).
+    fn is_shared(&self) -> bool {
+        self.shared().is_some()
+    }
+}
+
+/// What storage several server processes share keeps besides the objects, and how they learn
+/// of each other's work (see [`ObjectBackend::shared`]).
+pub trait SharedBucket: Send + Sync {
     /// Tells the other processes sharing the storage that `shard` (already stored) was
     /// accepted, through repository `repo` if the uploader's token named one (recorded for
-    /// good: see [`Self::list_access`]). Nothing to do for unshared storage.
-    fn log_shard(&self, _shard: &ShardHash, _repo: Option<&str>) -> Result<(), BackendError> {
-        Ok(())
-    }
+    /// good: see [`Self::list_access`]).
+    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError>;
     /// Shards logged by any process since `cursor`, which it advances, each with the
     /// repository it was registered through and the time its entry is named by (milliseconds
     /// since the Unix epoch). May repeat entries returned before (the caller skips those it
     /// knows).
-    fn logged_shards(&self, _cursor: &mut LogCursor) -> Result<Vec<LogEntry>, BackendError> {
-        Ok(Vec::new())
-    }
+    fn logged_shards(&self, cursor: &mut LogCursor) -> Result<Vec<LogEntry>, BackendError>;
     /// Every (shard, repository) registration ever logged with a repository (shared storage
     /// only; a directory's index is its own record).
-    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
-        Ok(Vec::new())
-    }
-    /// Every entry of the shard log, oldest first (shared storage only): what a checkpoint
+    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError>;
+    /// Every entry of the shard log, oldest first: what a checkpoint
     /// covers ([`crate::checkpoint`]).
-    fn list_log(&self) -> Result<Vec<LogEntry>, BackendError> {
-        Ok(Vec::new())
-    }
+    fn list_log(&self) -> Result<Vec<LogEntry>, BackendError>;
     /// Deletes a log entry a checkpoint covers (nothing if it is gone).
-    fn remove_log_entry(&self, _entry: &LogEntry) -> Result<(), BackendError> {
-        Ok(())
-    }
+    fn remove_log_entry(&self, entry: &LogEntry) -> Result<(), BackendError>;
     /// The names of the batches of checked claims ([`Self::record_checked_claims`]), oldest
-    /// first (shared storage only).
-    fn list_claim_batches(&self) -> Result<Vec<String>, BackendError> {
-        Ok(Vec::new())
-    }
+    /// first.
+    fn list_claim_batches(&self) -> Result<Vec<String>, BackendError>;
     /// Deletes a batch of checked claims a checkpoint covers (nothing if it is gone).
-    fn remove_claim_batch(&self, _name: &str) -> Result<(), BackendError> {
-        Ok(())
-    }
-    /// Every checkpoint stored ([`ObjectKey::Checkpoint`]), oldest first (shared storage only).
-    fn list_checkpoints(&self) -> Result<Vec<CheckpointId>, BackendError> {
-        Ok(Vec::new())
-    }
+    fn remove_claim_batch(&self, name: &str) -> Result<(), BackendError>;
+    /// Every checkpoint stored ([`ObjectKey::Checkpoint`]), oldest first.
+    fn list_checkpoints(&self) -> Result<Vec<CheckpointId>, BackendError>;
     /// Signs URLs that read byte ranges of stored xorbs straight from the storage for `ttl`,
-    /// with the storage's own credentials; `None` where there are no such URLs (a directory)
-    /// or none can be made now. May wait for credentials: not for async workers.
-    fn range_signer(&self, _ttl: std::time::Duration) -> Option<Box<dyn RangeSigner>> {
-        None
-    }
+    /// with the storage's own credentials. May wait for credentials: not for async workers.
+    fn range_signer(&self, ttl: std::time::Duration) -> Option<Box<dyn RangeSigner>>;
     /// A small named value every process sharing the storage must agree on (the key that signs
     /// tokens, the store version): stored as `initial` unless it exists, then read back.
-    /// `None` for unshared storage, whose one process keeps such values in its directory.
-    fn shared_value(&self, _name: &str, _initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
-        Ok(None)
-    }
+    fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, BackendError>;
     /// Records for every process sharing the storage that `oid` was checked to be the SHA-256
-    /// of `file`, so that no other one rebuilds the file to check it again. Nothing for
-    /// unshared storage.
-    fn record_checked_claim(&self, _oid: &LfsOid, _file: &FileHash) -> Result<(), BackendError> {
-        Ok(())
-    }
+    /// of `file`, so that no other one rebuilds the file to check it again.
+    fn record_checked_claim(&self, oid: &LfsOid, file: &FileHash) -> Result<(), BackendError>;
     /// [`Self::record_checked_claim`] for many claims at once: on shared storage, one object
     /// per batch (read back with [`Self::checked_claims_since`]) instead of one per claim.
-    fn record_checked_claims(&self, claims: &[(LfsOid, FileHash)]) -> Result<(), BackendError> {
-        for (oid, file) in claims {
-            self.record_checked_claim(oid, file)?;
-        }
-        Ok(())
-    }
+    fn record_checked_claims(&self, claims: &[(LfsOid, FileHash)]) -> Result<(), BackendError>;
     /// The file a process sharing the storage checked `oid` to be the SHA-256 of, if any, in
     /// a record of its own ([`Self::record_checked_claim`]).
-    fn checked_claim(&self, _oid: &LfsOid) -> Result<Option<FileHash>, BackendError> {
-        Ok(None)
-    }
+    fn checked_claim(&self, oid: &LfsOid) -> Result<Option<FileHash>, BackendError>;
     /// The claims recorded in batches ([`Self::record_checked_claims`]) that `cursor` has not
-    /// seen, oldest first; moves the cursor on. Nothing for unshared storage.
+    /// seen, oldest first; moves the cursor on.
     fn checked_claims_since(
         &self,
-        _cursor: &mut ClaimCursor,
-    ) -> Result<Vec<(LfsOid, FileHash)>, BackendError> {
-        Ok(Vec::new())
-    }
-    /// How long the storage's requests took so far; `None` for storage that is not reached
-    /// through requests (a directory).
-    fn timings(&self) -> Option<&crate::timings::StorageTimings> {
-        None
-    }
+        cursor: &mut ClaimCursor,
+    ) -> Result<Vec<(LfsOid, FileHash)>, BackendError>;
+    /// How long the storage's requests took so far.
+    fn timings(&self) -> Option<&crate::timings::StorageTimings>;
     /// Takes (or renews) the lease `name` for `holder` for `ttl`, unless another holder's lease
-    /// on it is still running: then that holder and when its lease ends (Unix milliseconds).
-    /// Unshared storage has one process: always granted. May wait a moment (see the S3
+    /// on it is still running: then that holder and when its lease ends (Unix milliseconds). May wait a moment (see the S3
     /// backend): not for async workers.
     fn take_lease(
         &self,
-        _name: &str,
-        _holder: &str,
-        _ttl: std::time::Duration,
-    ) -> Result<Option<(String, u64)>, BackendError> {
-        Ok(None)
-    }
+        name: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<(String, u64)>, BackendError>;
     /// Writes (or rewrites) garbage collection's sweep record `name` on shared storage: what
     /// a collector is about to delete, read by every registration of a shard (see
-    /// [`crate::gc`]). Nothing for unshared storage, whose one process has a lock for that.
-    fn put_sweep(&self, _name: &str, _body: &[u8]) -> Result<(), BackendError> {
-        Ok(())
-    }
-    /// The names of the sweep records, in name order (oldest first); none on unshared storage.
-    fn list_sweeps(&self) -> Result<Vec<String>, BackendError> {
-        Ok(Vec::new())
-    }
+    /// [`crate::gc`]).
+    fn put_sweep(&self, name: &str, body: &[u8]) -> Result<(), BackendError>;
+    /// The names of the sweep records, in name order (oldest first).
+    fn list_sweeps(&self) -> Result<Vec<String>, BackendError>;
     /// Sweep record `name`, at most `max + 1` bytes of it (more than `max`: it is longer than
     /// a record may be); `None` if it is gone.
-    fn read_sweep(&self, _name: &str, _max: u64) -> Result<Option<Vec<u8>>, BackendError> {
-        Ok(None)
-    }
+    fn read_sweep(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>, BackendError>;
     /// Deletes sweep record `name` (nothing if it is gone).
-    fn remove_sweep(&self, _name: &str) -> Result<(), BackendError> {
-        Ok(())
-    }
+    fn remove_sweep(&self, name: &str) -> Result<(), BackendError>;
     /// Writes (or rewrites) node `id`'s status record on shared storage, what the other nodes'
-    /// status pages show of it (see [`crate::stats`]). Nothing on unshared storage, which has
-    /// one node.
-    fn put_node_record(&self, _id: &str, _body: &[u8]) -> Result<(), BackendError> {
-        Ok(())
-    }
+    /// status pages show of it (see [`crate::stats`]).
+    fn put_node_record(&self, id: &str, body: &[u8]) -> Result<(), BackendError>;
     /// The node status records on shared storage, at most `limit` of them (the most recently
     /// written), each with when it was written and at most `max` bytes of it (a longer one is
-    /// left out); none on unshared storage.
+    /// left out).
     fn node_records(
         &self,
-        _limit: usize,
-        _max: u64,
-    ) -> Result<Vec<(String, SystemTime, Vec<u8>)>, BackendError> {
-        Ok(Vec::new())
-    }
+        limit: usize,
+        max: u64,
+    ) -> Result<Vec<(String, SystemTime, Vec<u8>)>, BackendError>;
     /// Deletes node `id`'s status record (nothing if it is gone).
-    fn remove_node_record(&self, _id: &str) -> Result<(), BackendError> {
-        Ok(())
-    }
+    fn remove_node_record(&self, id: &str) -> Result<(), BackendError>;
 }
 
-/// One entry of the shard log ([`ObjectBackend::logged_shards`]).
+/// One entry of the shard log ([`SharedBucket::logged_shards`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
     /// The time the entry is named by (its writer's clock), milliseconds since the Unix epoch.
@@ -369,7 +328,7 @@ pub struct LogEntry {
     pub repo: Option<String>,
 }
 
-/// Presigned URLs of the storage for one answer ([`ObjectBackend::range_signer`]): each reads
+/// Presigned URLs of the storage for one answer ([`SharedBucket::range_signer`]): each reads
 /// one byte range of one xorb, and its signature covers the `Range` header, so the URL serves
 /// that range and nothing else (a request with another `Range`, or none, is refused by the
 /// storage).
@@ -379,14 +338,14 @@ pub trait RangeSigner: Send {
     fn sign(&self, xorb: &XorbHash, range: &std::ops::RangeInclusive<u64>) -> Option<String>;
 }
 
-/// Where a reader of the shard log ([`ObjectBackend::logged_shards`]) is: the newest entry time
+/// Where a reader of the shard log ([`SharedBucket::logged_shards`]) is: the newest entry time
 /// it has seen, in milliseconds since the Unix epoch (0: from the start).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogCursor {
     pub newest_ms: u64,
 }
 
-/// Where a reader of the claim batches ([`ObjectBackend::checked_claims_since`]) is: the
+/// Where a reader of the claim batches ([`SharedBucket::checked_claims_since`]) is: the
 /// newest batch time it has seen (milliseconds since the Unix epoch) and the batches it has
 /// read that are recent enough to be listed again.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -611,7 +611,11 @@ impl Store {
         let index = Index::open(&dir.join("index.redb"))?;
         let backend =
             crate::s3::S3Backend::open(config, &dir.join("tmp"), options.min_free_bytes, runtime)?;
-        let version = backend.shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
+        let version = crate::backend::SharedBucket::shared_value(
+            &backend,
+            VERSION_FILE,
+            VERSION_TEXT.as_bytes(),
+        )?;
         if let Some(v) = version.filter(|v| v.as_slice() != VERSION_TEXT.as_bytes()) {
             return Err(layout(format!(
                 "{url}/{VERSION_FILE} says {:?}; this git-xet understands {:?}",
@@ -644,9 +648,12 @@ impl Store {
     }
 
     /// A value every process using this store's storage agrees on, created as `initial` by the
-    /// first (see [`ObjectBackend::shared_value`]); `None` for a directory store.
+    /// first (see [`SharedBucket::shared_value`](crate::backend::SharedBucket::shared_value)); `None` for a directory store.
     pub fn shared_value(&self, name: &str, initial: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.backend.shared_value(name, initial)?)
+        match self.backend.shared() {
+            Some(bucket) => Ok(bucket.shared_value(name, initial)?),
+            None => Ok(None),
+        }
     }
 
     /// [`Store::open`], waiting while another process has the store open (the agent's
@@ -1351,8 +1358,11 @@ impl Store {
     /// Logs `shard` (registered through `repo`, if given) for the other nodes of shared
     /// storage, and notes the registration as known here.
     fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), StoreError> {
-        self.backend.log_shard(shard, repo)?;
-        if let (Some(repo), true) = (repo, self.backend.is_shared()) {
+        let Some(bucket) = self.backend.shared() else {
+            return Ok(());
+        };
+        bucket.log_shard(shard, repo)?;
+        if let Some(repo) = repo {
             self.cluster
                 .logged_here
                 .lock_anyway()
@@ -1609,8 +1619,10 @@ impl Store {
     /// claims job rather than by the request that checked them. A record that cannot be
     /// written only costs another node its own check.
     pub fn record_checked_claims(&self) {
-        self.claims
-            .record_checked(&*self.backend, &self.background_errors.claim_records);
+        if let Some(bucket) = self.backend.shared() {
+            self.claims
+                .record_checked(bucket, &self.background_errors.claim_records);
+        }
     }
 
     /// Settles the claim that `oid` is the SHA-256 of `file` without hashing it, when another
@@ -1621,8 +1633,12 @@ impl Store {
         oid: &LfsOid,
         file: &FileHash,
     ) -> Result<bool, StoreError> {
-        self.claims
-            .checked_elsewhere(&self.index, &*self.backend, oid, file)
+        match self.backend.shared() {
+            Some(bucket) => self
+                .claims
+                .checked_elsewhere(&self.index, bucket, oid, file),
+            None => Ok(false),
+        }
     }
 
     /// The first xorb a registered file needs that is missing or damaged, with why; `None` when
@@ -1931,6 +1947,7 @@ impl Store {
     /// How long object storage's requests took so far, by kind; `None` for a directory.
     pub fn storage_timings(&self) -> Option<Vec<crate::timings::OpTotals>> {
         self.backend
+            .shared()?
             .timings()
             .map(crate::timings::StorageTimings::read)
     }
@@ -1939,6 +1956,7 @@ impl Store {
     /// store opened; `None` for a directory.
     pub fn storage_failovers(&self) -> Option<u64> {
         self.backend
+            .shared()?
             .timings()
             .map(crate::timings::StorageTimings::failovers)
     }
@@ -2054,17 +2072,16 @@ impl Store {
     }
 
     /// Signs URLs of the storage itself for byte ranges of xorbs (see
-    /// [`ObjectBackend::range_signer`]); `None` for a directory store. May block.
+    /// [`SharedBucket::range_signer`](crate::backend::SharedBucket::range_signer)); `None` for a directory store. May block.
     pub fn range_signer(&self, ttl: Duration) -> Option<Box<dyn crate::backend::RangeSigner>> {
-        self.backend.range_signer(ttl)
+        self.backend.shared()?.range_signer(ttl)
     }
 
     /// Whether the object storage answers (a look at the store's version object on shared
     /// storage; nothing to ask of a directory, whose index answered already).
     pub fn probe_storage(&self) -> Result<(), StoreError> {
-        if self.backend.is_shared() {
-            self.backend
-                .shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
+        if let Some(bucket) = self.backend.shared() {
+            bucket.shared_value(VERSION_FILE, VERSION_TEXT.as_bytes())?;
         }
         Ok(())
     }

@@ -35,7 +35,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 use xet_protocol::util::now_ms;
 
-use crate::backend::{ClaimCursor, LogEntry, ObjectKey};
+use crate::backend::{ClaimCursor, LogEntry, ObjectKey, SharedBucket};
 use crate::cas::{Store, StoreError};
 use crate::parallel;
 use format::{CheckpointId, Table};
@@ -100,17 +100,17 @@ impl Store {
     /// Lists and reads the bucket: not for async workers.
     pub fn compact(&self, options: CompactOptions) -> Result<CompactReport, StoreError> {
         let mut report = CompactReport::default();
-        if !self.is_shared() {
+        let Some(bucket) = self.backend.shared() else {
             return Ok(report);
-        }
-        let older = self.backend.list_checkpoints()?;
+        };
+        let older = bucket.list_checkpoints()?;
         // What is there now; everything of it is registered below, so the checkpoint
         // covers it.
-        let log = self.backend.list_log()?;
-        let batches = self.backend.list_claim_batches()?;
+        let log = bucket.list_log()?;
+        let batches = bucket.list_claim_batches()?;
         let shards = self.backend.list_shards()?;
         self.catch_up_all()?;
-        self.settle_batch_claims()?;
+        self.settle_batch_claims(bucket)?;
         let refused = self.refused_shards();
         let registered = |shard: &ShardHash| -> Result<bool, StoreError> {
             Ok(!refused.contains(shard) && self.index.has_shard(shard)?)
@@ -153,8 +153,7 @@ impl Store {
             }
         }
         // Log entries written since the listing (not covered) keep the shards they name.
-        let uncovered: HashSet<ShardHash> = self
-            .backend
+        let uncovered: HashSet<ShardHash> = bucket
             .list_log()?
             .iter()
             .filter(|e| !covered_log.contains(&log_entry_key(e)))
@@ -179,12 +178,12 @@ impl Store {
             };
             report.log_entries_removed +=
                 removed(parallel::map(&covered.log, DELETE_CONCURRENCY, |e| {
-                    self.backend.remove_log_entry(e).map(|()| true)
+                    bucket.remove_log_entry(e).map(|()| true)
                 }))?;
             report.claim_batches_removed += removed(parallel::map(
                 &covered.batches,
                 DELETE_CONCURRENCY,
-                |name| self.backend.remove_claim_batch(name).map(|()| true),
+                |name| bucket.remove_claim_batch(name).map(|()| true),
             ))?;
             let shards: Vec<ShardHash> = covered
                 .shards
@@ -214,9 +213,9 @@ impl Store {
 
     /// Settles in the index every pending claim the cluster's batches of checked claims
     /// confirm, so that a checkpoint of the index covers the batches.
-    fn settle_batch_claims(&self) -> Result<(), StoreError> {
+    fn settle_batch_claims(&self, bucket: &dyn SharedBucket) -> Result<(), StoreError> {
         let mut cursor = ClaimCursor::default();
-        for (oid, file) in self.backend.checked_claims_since(&mut cursor)? {
+        for (oid, file) in bucket.checked_claims_since(&mut cursor)? {
             if self.claim_pending(&oid, &file)? {
                 self.index.settle_claim(&oid, &file, true)?;
             }
@@ -301,7 +300,10 @@ impl Store {
         &self,
         loaded: Option<CheckpointId>,
     ) -> Result<Option<CheckpointId>, StoreError> {
-        let mut all = self.backend.list_checkpoints()?;
+        let Some(bucket) = self.backend.shared() else {
+            return Ok(loaded);
+        };
+        let mut all = bucket.list_checkpoints()?;
         while let Some(id) = all.pop() {
             if Some(id) == loaded {
                 return Ok(loaded);
@@ -319,7 +321,10 @@ impl Store {
     /// Reads every checkpoint whole, for scrub: how many, and the names of those damaged.
     pub(crate) fn check_checkpoints(&self) -> Result<(u64, Vec<String>), StoreError> {
         let mut damaged = Vec::new();
-        let all = self.backend.list_checkpoints()?;
+        let Some(bucket) = self.backend.shared() else {
+            return Ok((0, damaged));
+        };
+        let all = bucket.list_checkpoints()?;
         for id in &all {
             if let Body::Damaged = self.checkpoint_body(*id)? {
                 damaged.push(id.name());

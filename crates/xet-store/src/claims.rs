@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::backend::{ClaimCursor, ObjectBackend};
+use crate::backend::{ClaimCursor, SharedBucket};
 use crate::cas::StoreError;
 use crate::index::{Claim, Index, ShardEntries};
 use xet_format::{FileHash, LfsOid};
@@ -157,7 +157,7 @@ impl ClaimsLedger {
 
     /// Records the claims found to hold since the last call for the other nodes, as one batch;
     /// a failure counts in `failures` and is logged (another node then checks them itself).
-    pub(crate) fn record_checked(&self, backend: &dyn ObjectBackend, failures: &AtomicU64) {
+    pub(crate) fn record_checked(&self, backend: &dyn SharedBucket, failures: &AtomicU64) {
         let checked = std::mem::take(&mut *self.checked.lock_anyway());
         if checked.is_empty() {
             return;
@@ -173,7 +173,7 @@ impl ClaimsLedger {
     /// listed again at most every [`CLAIM_BATCHES_FRESH`].
     fn batch_checked(
         &self,
-        backend: &dyn ObjectBackend,
+        backend: &dyn SharedBucket,
         oid: &LfsOid,
     ) -> Result<Option<FileHash>, StoreError> {
         let mut known = self.cluster.lock_anyway();
@@ -197,7 +197,7 @@ impl ClaimsLedger {
     pub(crate) fn checked_elsewhere(
         &self,
         index: &Index,
-        backend: &dyn ObjectBackend,
+        backend: &dyn SharedBucket,
         oid: &LfsOid,
         file: &FileHash,
     ) -> Result<bool, StoreError> {

@@ -224,8 +224,11 @@ impl Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<(String, SystemTime)>, StoreError> {
-        Ok(self
-            .backend
+        // A directory has one process: always granted.
+        let Some(bucket) = self.backend.shared() else {
+            return Ok(None);
+        };
+        Ok(bucket
             .take_lease(name, holder, ttl)?
             .map(|(who, end_ms)| (who, SystemTime::UNIX_EPOCH + Duration::from_millis(end_ms))))
     }
@@ -349,9 +352,9 @@ impl Store {
             let bytes = doomed.iter().take(removed).map(|(_, len)| len).sum();
             Ok((removed as u64, bytes))
         })();
-        if let Some((name, mut record)) = announced {
+        if let (Some((name, mut record)), Some(bucket)) = (announced, self.backend.shared()) {
             record.done = true;
-            if let Err(e) = self.backend.put_sweep(&name, record.to_text().as_bytes()) {
+            if let Err(e) = bucket.put_sweep(&name, record.to_text().as_bytes()) {
                 // Registrations that wait for it stop waiting at its deadline.
                 tracing::warn!(record = %name, error = %e, "cannot mark a sweep record done");
             }
@@ -365,9 +368,9 @@ impl Store {
         &self,
         batch: &[crate::backend::ListedXorb],
     ) -> Result<Option<(String, SweepRecord)>, StoreError> {
-        if !self.backend.is_shared() {
+        let Some(bucket) = self.backend.shared() else {
             return Ok(None);
-        }
+        };
         let written_ms = unix_ms(SystemTime::now());
         let name = format!("{written_ms:016}-{}", xet_protocol::random_hex(8));
         let record = SweepRecord {
@@ -376,14 +379,17 @@ impl Store {
             done: false,
             xorbs: Some(batch.iter().map(|x| x.hash).collect()),
         };
-        self.backend.put_sweep(&name, record.to_text().as_bytes())?;
+        bucket.put_sweep(&name, record.to_text().as_bytes())?;
         Ok(Some((name, record)))
     }
 
     /// Removes the sweep records older than [`SWEEP_RETENTION`]. Failures are logged: the
     /// next collection tries again.
     fn prune_sweeps(&self) {
-        let names = match self.backend.list_sweeps() {
+        let Some(bucket) = self.backend.shared() else {
+            return;
+        };
+        let names = match bucket.list_sweeps() {
             Ok(names) => names,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list the sweep records to prune them");
@@ -394,7 +400,7 @@ impl Store {
             unix_ms(SystemTime::now()).saturating_sub(SWEEP_RETENTION.as_millis() as u64);
         for name in names {
             if sweep_name_ms(&name).is_some_and(|ms| ms < oldest_kept) {
-                if let Err(e) = self.backend.remove_sweep(&name) {
+                if let Err(e) = bucket.remove_sweep(&name) {
                     tracing::warn!(record = %name, error = %e, "cannot remove an old sweep record");
                 }
             }
@@ -718,10 +724,13 @@ impl Store {
         &self,
         not_before: Instant,
     ) -> Result<Vec<(String, Arc<SweepRecord>)>, StoreError> {
+        let Some(bucket) = self.backend.shared() else {
+            return Ok(Vec::new());
+        };
         let mut view = self.collector.sweeps.lock_anyway();
         if view.listed_at.is_none_or(|t| t < not_before) {
             let started = Instant::now();
-            let names = self.backend.list_sweeps()?;
+            let names = bucket.list_sweeps()?;
             let mut records = HashMap::with_capacity(names.len());
             for name in names {
                 let known = view.records.get(&name).filter(|r| r.done).cloned();
@@ -752,7 +761,11 @@ impl Store {
             done: true,
             xorbs,
         };
-        Ok(match self.backend.read_sweep(name, SWEEP_RECORD_MAX)? {
+        let read = match self.backend.shared() {
+            Some(bucket) => bucket.read_sweep(name, SWEEP_RECORD_MAX)?,
+            None => None,
+        };
+        Ok(match read {
             None => settled(Some(HashSet::new())),
             Some(bytes) => {
                 let parsed = (bytes.len() as u64 <= SWEEP_RECORD_MAX)

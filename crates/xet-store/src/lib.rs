@@ -4,7 +4,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects |
+//! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects; the [`SharedBucket`](backend::SharedBucket) trait of storage several nodes share (their shard log, leases, sweep and node records) |
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload |
 //! | `claims` | the ledger of SHA-256 claims: which wait to be checked, the backlog limits, checks shared with the other nodes |

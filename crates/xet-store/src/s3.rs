@@ -10,14 +10,14 @@
 //! | `server.key` | 32 random bytes: the key every node signs CAS tokens and presigned URLs with |
 //! | `xorbs/<xorb hash>` | stored xorbs (chunk region + V1 footer), as in a store directory |
 //! | `shards/<shard hash>.mdb` | accepted shards, as uploaded |
-//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`ObjectBackend::logged_shards`]), and, until a checkpoint covers it, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`ObjectBackend::list_access`]); `<repo>` is the repository id in unpadded base64url |
+//! | `log/<16-digit ms>-<shard hash>[-<repo>]` | empty; one per accepted shard (and per repository it was registered through), named by when: what nodes list to catch up with each other ([`SharedBucket::logged_shards`]), and, until a checkpoint covers it, the record of which repositories' scoped tokens may read a shard's files that a node listing everything reads ([`SharedBucket::list_access`]); `<repo>` is the repository id in unpadded base64url |
 //! | `access/<shard hash>/<repo>` | empty; written by earlier versions beside each log entry with a repository, still read |
 //! | `touched/<xorb hash>` | empty; rewritten when an upload relies on a stored xorb (objects cannot be re-dated in place): garbage collection counts a xorb's age from the newer of the two |
-//! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`ObjectBackend::checked_claims_since`]) |
+//! | `claims/batches/<16-digit ms>-<16 hex>` | `<oid> <file hash>` lines: SHA-256 claims a node checked, for the others, one object per batch of at most 10,000 ([`SharedBucket::checked_claims_since`]) |
 //! | `claims/<oid>` | the hash of the file a node checked the SHA-256 claim `<oid>` of (written by earlier versions, one per claim; still read) |
 //! | `checkpoints/<16-digit ms>-<BLAKE3 hex>` | what the shards, log entries and claim batches registered until then give a node's index, in one object a new node reads at once; what it covers is removed after a grace ([`crate::checkpoint`]) |
-//! | `leases/gc`, `leases/checkpoint` | `<end ms> <holder>`: the node that runs garbage collection (writes checkpoints), until when ([`ObjectBackend::take_lease`]) |
-//! | `nodes/<node id>` | a node's status record (JSON: its version, start, catch-up state, recent pushes and garbage collections), rewritten about every 30 s, read by the other nodes' status pages ([`ObjectBackend::put_node_record`], `xet_store::stats`) |
+//! | `leases/gc`, `leases/checkpoint` | `<end ms> <holder>`: the node that runs garbage collection (writes checkpoints), until when ([`SharedBucket::take_lease`]) |
+//! | `nodes/<node id>` | a node's status record (JSON: its version, start, catch-up state, recent pushes and garbage collections), rewritten about every 30 s, read by the other nodes' status pages ([`SharedBucket::put_node_record`], `xet_store::stats`) |
 //! | `gc/sweeps/<16-digit ms>-<16 hex>` | what a garbage collection is about to delete, and whether it is done ([`crate::gc`]); read by every registration of a shard, removed an hour after |
 //! | `quarantine/xorbs/<hash>.<unix time>`, `quarantine/shards/<hash>.mdb.<unix time>` | damaged objects moved aside |
 //!
@@ -67,7 +67,7 @@ use object_store::{
 
 use crate::backend::{
     BackendError, ClaimCursor, ListedXorb, LogCursor, LogEntry, ObjectBackend, ObjectKey,
-    ObjectStamp, RangeSigner, Spool,
+    ObjectStamp, RangeSigner, SharedBucket, Spool,
 };
 use crate::checkpoint::format::CheckpointId;
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
@@ -128,7 +128,7 @@ fn time_of(meta: &ObjectMeta) -> SystemTime {
 }
 
 /// How long a lease written to the bucket is left before it is read back (see
-/// [`ObjectBackend::take_lease`]).
+/// [`SharedBucket::take_lease`]).
 pub const LEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// The stamp of an object: its length, and a digest of its ETag, version and time (any
@@ -580,7 +580,7 @@ impl S3Backend {
     }
 }
 
-/// Claims per batch object ([`ObjectBackend::record_checked_claims`]): about 1.3 MB.
+/// Claims per batch object ([`SharedBucket::record_checked_claims`]): about 1.3 MB.
 const CLAIMS_PER_BATCH: usize = 10_000;
 
 /// A listed batch of claims larger than this is not read (a batch of
@@ -910,10 +910,12 @@ impl ObjectBackend for S3Backend {
         Ok(out)
     }
 
-    fn is_shared(&self) -> bool {
-        true
+    fn shared(&self) -> Option<&dyn SharedBucket> {
+        Some(self)
     }
+}
 
+impl SharedBucket for S3Backend {
     fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
         // One object: the log entry is also the record of the registration until a
         // checkpoint covers it (`crate::checkpoint`), read whole by a full listing

@@ -517,7 +517,10 @@ impl Store {
     /// Publishes node `id`'s status record for the other nodes of shared storage (nothing on a
     /// directory store). Blocks.
     pub fn put_node_record(&self, id: &str, body: &[u8]) -> Result<(), StoreError> {
-        Ok(self.backend.put_node_record(id, body)?)
+        match self.backend.shared() {
+            Some(bucket) => Ok(bucket.put_node_record(id, body)?),
+            None => Ok(()),
+        }
     }
 
     /// The status records the nodes of shared storage published (at most `limit`, the most
@@ -527,12 +530,18 @@ impl Store {
         limit: usize,
         max: u64,
     ) -> Result<Vec<(String, SystemTime, Vec<u8>)>, StoreError> {
-        Ok(self.backend.node_records(limit, max)?)
+        match self.backend.shared() {
+            Some(bucket) => Ok(bucket.node_records(limit, max)?),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Removes node `id`'s status record (a node long gone). Blocks.
     pub fn remove_node_record(&self, id: &str) -> Result<(), StoreError> {
-        Ok(self.backend.remove_node_record(id)?)
+        match self.backend.shared() {
+            Some(bucket) => Ok(bucket.remove_node_record(id)?),
+            None => Ok(()),
+        }
     }
 }
 

@@ -168,9 +168,11 @@ impl Store {
         let started = now_ms();
         state.last = Some(Instant::now());
         let mut cursor = state.cursor;
-        let logged = self
-            .backend
-            .logged_shards(&mut cursor)?
+        let logged = match self.backend.shared() {
+            Some(bucket) => bucket.logged_shards(&mut cursor)?,
+            None => Vec::new(),
+        };
+        let logged = logged
             .into_iter()
             .map(|e| (e.shard, e.repo, e.ms))
             .collect();
@@ -227,12 +229,14 @@ impl Store {
             .into_iter()
             .map(|h| (h, None, started))
             .collect();
-        all.extend(
-            self.backend
-                .list_access()?
-                .into_iter()
-                .map(|(h, repo)| (h, Some(repo), started)),
-        );
+        if let Some(bucket) = self.backend.shared() {
+            all.extend(
+                bucket
+                    .list_access()?
+                    .into_iter()
+                    .map(|(h, repo)| (h, Some(repo), started)),
+            );
+        }
         let outcome = self.register_from_storage(state, all)?;
         // What is still gone after the newest checkpoint was read is gone for good.
         state.gone = false;
