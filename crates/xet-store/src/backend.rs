@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use crate::checkpoint::format::CheckpointId;
+use crate::checkpoint_format::CheckpointId;
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 /// The name of an object in a backend.

@@ -29,14 +29,15 @@
 //! - Garbage collection works from the index, which holds the checkpoint's files; scrub does
 //!   not count a shard whose registration came from a checkpoint as missing.
 
-pub mod format;
+pub use crate::checkpoint_format as format;
 
 use std::collections::HashSet;
 use std::time::Duration;
 use xet_protocol::util::now_ms;
 
 use crate::backend::{ClaimCursor, LogEntry, ObjectKey, SharedBucket};
-use crate::cas::{Store, StoreError};
+use crate::cas::Store;
+use crate::error::StoreError;
 use crate::parallel;
 use format::{CheckpointId, Table};
 use xet_format::ShardHash;

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::backend::{ClaimCursor, SharedBucket};
-use crate::cas::StoreError;
+use crate::error::StoreError;
 use crate::index::{Claim, Index, ShardEntries};
 use xet_format::{FileHash, LfsOid};
 use xet_protocol::util::sync::LockAnyway as _;

@@ -52,7 +52,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::ObjectKey;
-use crate::cas::{ShardRejection, Store, StoreError};
+use crate::cas::Store;
+use crate::error::{ShardRejection, StoreError};
 use xet_format::{FileHash, XorbHash};
 use xet_protocol::util::sync::LockAnyway as _;
 

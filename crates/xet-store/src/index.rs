@@ -42,7 +42,7 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use std::collections::HashSet;
 
 use crate::backend::ObjectStamp;
-use crate::checkpoint::format as checkpoint;
+use crate::checkpoint_format as checkpoint;
 use xet_format::{ChunkHash, FileHash, LfsOid, ShardHash, XorbHash};
 
 const XORBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xorbs");

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::BackendError;
 use crate::backend::{ObjectKey, ObjectStamp};
-use crate::cas::{Store, StoreError};
+use crate::cas::Store;
+use crate::error::StoreError;
 use xet_format::hash::xorb_hash;
 use xet_format::shard::{ParsedShard, XorbInfo};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbForm, XorbLimits};

@@ -7,6 +7,7 @@
 //! | [`backend`] | the [`ObjectBackend`](backend::ObjectBackend) trait and the filesystem backend: atomic, create-if-absent objects; the [`SharedBucket`](backend::SharedBucket) trait of storage several nodes share (their shard log, leases, sweep and node records) |
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload |
+//! | [`checkpoint_format`] | the bytes of a checkpoint: pure encoding and decoding, no I/O |
 //! | `claims` | the ledger of SHA-256 claims: which wait to be checked, the backlog limits, checks shared with the other nodes |
 //! | [`checkpoint`] | checkpoints of the shard log on shared storage: bounded metadata, a new node's start in one read ([`Store::compact`]) |
 //! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
@@ -30,8 +31,10 @@ pub mod announce;
 pub mod backend;
 pub mod cas;
 pub mod checkpoint;
+pub mod checkpoint_format;
 mod claims;
 pub mod endpoint;
+pub mod error;
 pub mod gc;
 pub mod index;
 pub mod integrity;

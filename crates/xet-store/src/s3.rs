@@ -69,7 +69,7 @@ use crate::backend::{
     BackendError, ClaimCursor, ListedXorb, LogCursor, LogEntry, ObjectBackend, ObjectKey,
     ObjectStamp, RangeSigner, SharedBucket, Spool,
 };
-use crate::checkpoint::format::CheckpointId;
+use crate::checkpoint_format::CheckpointId;
 use xet_format::{FileHash, LfsOid, ShardHash, XorbHash};
 
 pub use crate::storage_url::{S3Config, StorageUrl, LOG_WINDOW_MS};

@@ -36,7 +36,8 @@ use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 use xet_format::XorbHash;
 
-use crate::cas::{Store, StoreError};
+use crate::cas::Store;
+use crate::error::StoreError;
 use crate::index::{Commit, IndexError};
 
 const HISTORY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("stats_history");

@@ -22,8 +22,9 @@ use std::time::Instant;
 use xet_protocol::util::now_ms;
 
 use crate::backend::{LogCursor, ObjectKey};
-use crate::cas::{now_unix, Store, StoreError};
-use crate::checkpoint::format::CheckpointId;
+use crate::cas::{now_unix, Store};
+use crate::checkpoint_format::CheckpointId;
+use crate::error::StoreError;
 use crate::index::{Commit, StoredShard};
 use xet_format::shard::ParsedShard;
 use xet_format::ShardHash;
