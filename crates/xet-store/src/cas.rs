@@ -26,11 +26,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::backend::{BackendError, FsBackend, ObjectBackend, ObjectKey, ObjectStamp};
+use crate::footers::FooterCache;
+pub use crate::footers::XorbHealth;
 use crate::index::{
     Claim, Commit, FileRecord, Index, IndexCounts, ShardEntries, StoredTerm, XorbMeta,
 };
-use crate::integrity::FooterCache;
-pub use crate::integrity::XorbHealth;
 use xet_format::hash::{file_hash, verification_hash};
 use xet_format::shard::{ParsedShard, Shard, XorbInfo, MAX_SHARD_SIZE};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbLimits};
@@ -141,12 +141,12 @@ pub struct Store {
     /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
     /// it deletes, so a shard is never registered against a xorb being collected.
     pub(super) collecting: RwLock<()>,
-    /// What garbage collection in this process knows and does (see [`crate::gc`]).
-    pub(super) collector: crate::gc::Collector,
+    /// What garbage collection in this process knows and does (see [`crate::collector`]).
+    pub(super) collector: crate::collector::Collector,
     /// Failures of work the store does in the background, by kind.
     background_errors: BackgroundErrors,
-    /// Where this node is among the other nodes of shared storage (see [`crate::sync`]).
-    pub(super) cluster: crate::sync::Cluster,
+    /// Where this node is among the other nodes of shared storage (see [`crate::cluster`]).
+    pub(super) cluster: crate::cluster::Cluster,
     /// Sizes of the files this process registered for the first time (from uploads, not from
     /// other nodes' shards), since it opened the store.
     registered_bytes: std::sync::atomic::AtomicU64,
@@ -400,9 +400,9 @@ impl Store {
             reading_whole: (0..READING_STRIPES).map(|_| Mutex::new(())).collect(),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
-            collector: crate::gc::Collector::new(),
+            collector: crate::collector::Collector::new(),
             background_errors: BackgroundErrors::default(),
-            cluster: crate::sync::Cluster::default(),
+            cluster: crate::cluster::Cluster::default(),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
             claims: crate::claims::ClaimsLedger::new(
                 options.max_pending_claims,
@@ -708,7 +708,7 @@ impl Store {
             && self
                 .footers
                 .lock_anyway()
-                .missing_within(&xorb, crate::integrity::STAMP_FRESH);
+                .missing_within(&xorb, crate::footers::STAMP_FRESH);
         let stamp = if looked {
             None
         } else {
@@ -772,7 +772,7 @@ impl Store {
         self.record_xorb(&footer, stored_len)?;
         if self.backend.is_shared() {
             // On object storage a look is a request, and the object was just put whole: it is
-            // taken as intact for the moment a seen object is (`integrity::STAMP_FRESH`) under
+            // taken as intact for the moment a seen object is (`footers::STAMP_FRESH`) under
             // a stamp of its length only, which no stored object has. After that a look finds
             // the real stamp, and the footer is read and the object recorded as verified then.
             let provisional = crate::backend::ObjectStamp {
@@ -1037,7 +1037,7 @@ impl Store {
             let mut terms = Vec::with_capacity(file.terms.len());
             for (i, term) in file.terms.iter().enumerate() {
                 let first_read =
-                    crate::integrity::first_read_len(blocks.get(&term.xorb_hash).copied());
+                    crate::footers::first_read_len(blocks.get(&term.xorb_hash).copied());
                 let footer =
                     self.intact_footer(&mut intact, (id, i), term.xorb_hash, first_read)?;
                 terms.push(check_term(&footer, id, i, term, verification, &mut chunks)?);
@@ -1073,7 +1073,7 @@ impl Store {
 
     /// The footer of the intact stored xorb that term `term` of file `file` uses, checked once
     /// per shard (`intact` keeps those checked), reading `first_read` bytes of its end at a
-    /// first look ([`crate::integrity::first_read_len`]).
+    /// first look ([`crate::footers::first_read_len`]).
     fn intact_footer(
         &self,
         intact: &mut HashMap<XorbHash, Arc<XorbFooter>>,
@@ -1113,7 +1113,7 @@ impl Store {
     /// aside).
     fn check_xorb_block(&self, block: &XorbInfo) -> Result<(), StoreError> {
         let xorb = block.hash;
-        let first_read = crate::integrity::first_read_len(Some(block));
+        let first_read = crate::footers::first_read_len(Some(block));
         let footer = match self.check_or_restore(&xorb, first_read)? {
             XorbHealth::Intact(f) => f,
             XorbHealth::Missing => return Err(ShardRejection::UnknownXorbBlock { xorb }.into()),
@@ -1705,7 +1705,7 @@ impl Store {
                 return Ok(None);
             };
             match cache.read(xorb, 0..len) {
-                Some(bytes) => match crate::integrity::verify_stored(xorb, &bytes) {
+                Some(bytes) => match crate::footers::verify_stored(xorb, &bytes) {
                     Ok(_) => cache.mark_verified(xorb),
                     Err(why) => {
                         tracing::warn!(%xorb, why, "dropping a xorb's copy that fails verification");
@@ -1770,7 +1770,7 @@ impl Store {
         if bytes.len() as u64 != meta.stored_len || stamp.len != meta.stored_len {
             return Ok(None);
         }
-        let Ok(footer) = crate::integrity::verify_stored(xorb, &bytes) else {
+        let Ok(footer) = crate::footers::verify_stored(xorb, &bytes) else {
             return Ok(None);
         };
         self.cache_footer(stamp, Arc::new(footer));

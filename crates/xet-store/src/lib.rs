@@ -8,9 +8,12 @@
 //! | [`index`] | the redb index: files → terms, LFS oids → files, dedup chunks → xorbs |
 //! | [`cas`] | [`Store`]: the storage engine, validating every upload |
 //! | [`checkpoint_format`] | the bytes of a checkpoint: pure encoding and decoding, no I/O |
+//! | `collector` | what garbage collection in one process knows: its name, what it deletes, when it ran, the sweep records it read |
+//! | `cluster` | what a node knows of the other nodes on shared storage: its place in the shard log, what catch-ups found |
 //! | `claims` | the ledger of SHA-256 claims: which wait to be checked, the backlog limits, checks shared with the other nodes |
 //! | [`checkpoint`] | checkpoints of the shard log on shared storage: bounded metadata, a new node's start in one read ([`Store::compact`]) |
 //! | [`endpoint`] | [`Store`] as an upload target, a xorb source and an endpoint of the client's pipelines |
+//! | [`footers`] | footers of xorbs known intact, kept in memory; how much of a xorb a first look reads; the check of a stored object's bytes |
 //! | [`integrity`] | whether stored xorbs are intact ([`Store::check_xorb`]), quarantine of damaged ones, [`Store::scrub`] |
 //! | [`announce`] | the announcement (`local-server.json`) of the private server agents share for a directory store |
 //! | `parallel` | work on a few threads at once, for many small requests to object storage |
@@ -33,8 +36,11 @@ pub mod cas;
 pub mod checkpoint;
 pub mod checkpoint_format;
 mod claims;
+mod cluster;
+mod collector;
 pub mod endpoint;
 pub mod error;
+pub mod footers;
 pub mod gc;
 pub mod index;
 pub mod integrity;
@@ -53,5 +59,6 @@ pub use cas::{
     BackgroundErrors, OidFile, ShardOutcome, ShardRejection, Store, StoreError, StoreOptions,
     ValidationProgress,
 };
+pub use footers::XorbHealth;
 pub use gc::{GcOptions, GcReport, SWEEP_NOTICE, SWEEP_VIEW_FRESH};
-pub use integrity::{ScrubProgress, ScrubReport, XorbHealth};
+pub use integrity::{ScrubProgress, ScrubReport};
