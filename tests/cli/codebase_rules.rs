@@ -4,6 +4,9 @@
 //!   `xet-format` on none of them, `xet-protocol` on `xet-format`, `xet-client` and `xet-store`
 //!   (side by side: neither on the other) on those two, and the `git-xet` crate on any (as `cargo metadata` says, normal and build dependencies; a
 //!   crate's tests may use anything).
+//! - **No circle of imports inside the storage engine.** The modules of `xet-store` name each
+//!   other (`crate::module`) without a circle: a part's state lives in a module of its own
+//!   below the `Store` that holds it.
 //! - **A test never passes without running its checks.** No `#[test]` function (in `tests/`,
 //!   `src/` or a crate) has a `return` of its own (a test that needs a tool is marked ignored by `build.rs` and
 //!   fails loudly when run without it; see docs/development.md). Returns inside closures and
@@ -220,4 +223,107 @@ fn the_early_return_rule_finds_what_it_should() {
     let after = "fn not_a_test() {\n    RETURN;\n}\n#[test]\nfn ok() {\n    assert!(true);\n}\n"
         .replace("RETURN", "return");
     assert!(early_returns(&after).is_empty());
+}
+
+/// The modules of a crate's `src/` (top-level files, `lib.rs` aside) and the other modules each
+/// names as `crate::module`, comments left out.
+fn module_imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut texts = BTreeMap::new();
+    for entry in std::fs::read_dir(src).unwrap().flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_stem().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "rs") && name != "lib" {
+            let text: String = std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            texts.insert(name.to_string(), text);
+        }
+    }
+    let names: BTreeSet<String> = texts.keys().cloned().collect();
+    texts
+        .iter()
+        .map(|(name, text)| {
+            let named = text
+                .split("crate::")
+                .skip(1)
+                .map(|rest| {
+                    rest.chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                        .collect::<String>()
+                })
+                .filter(|m| m != name && names.contains(m))
+                .collect();
+            (name.clone(), named)
+        })
+        .collect()
+}
+
+/// A circle in `graph` (its modules in order, the first repeated at the end), if there is one.
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|start| visit(start, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_storage_engine_has_no_circle_of_imports() {
+    let graph = module_imports(&root().join("crates/xet-store/src"));
+    assert!(graph.len() > 10, "{graph:?}");
+    assert!(
+        graph["cas"].contains("backend") && graph["gc"].contains("cas"),
+        "the imports are read: {graph:?}"
+    );
+    if let Some(found) = circle(&graph) {
+        panic!(
+            "modules of xet-store import each other in a circle: {}",
+            found.join(" -> ")
+        );
+    }
+}
+
+#[test]
+fn the_circle_finder_finds_a_circle_and_only_one() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    assert_eq!(circle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])), None);
+    assert_eq!(
+        circle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
 }
