@@ -1954,6 +1954,19 @@ fn push_parts(
     (summary.file_hash, xorbs, shards)
 }
 
+/// A store on `bucket` that keeps no copies of xorbs on its disk: a xorb a collector deleted
+/// cannot be put back from a copy unseen.
+fn store_without_copies(g: &Garage, bucket: &str, dir: &std::path::Path) -> xet_store::Store {
+    g.open_store_with(
+        bucket,
+        dir,
+        xet_store::StoreOptions {
+            xorb_cache_bytes: 0,
+            ..xet_store::StoreOptions::default()
+        },
+    )
+}
+
 /// Garbage collection with no grace at all, as another process on the bucket would run it.
 fn collect_now(collector: &xet_store::Store) -> xet_store::GcReport {
     collector
@@ -1981,14 +1994,7 @@ fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
     let data = content(91, 3 << 20);
     let (file, xorbs, shards) = push_parts(&data, 1 << 20);
     assert!(xorbs.len() >= 3 && shards.len() == 1, "{}", xorbs.len());
-    let a = g.open_store_with(
-        "sweep",
-        dirs[1].path(),
-        StoreOptions {
-            xorb_cache_bytes: 0,
-            ..StoreOptions::default()
-        },
-    );
+    let a = store_without_copies(&g, "sweep", dirs[1].path());
     for (h, body) in &xorbs {
         a.put_xorb(*h, body).unwrap();
     }
@@ -2053,19 +2059,11 @@ fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn registrations_share_a_listing_of_sweep_records_and_a_sweep_they_missed_spares_them() {
-    use xet_store::StoreOptions;
     let g = Garage::start();
     g.create_bucket("notice");
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     // No copies of xorbs: a xorb the collector deleted could not be put back unseen.
-    let a = g.open_store_with(
-        "notice",
-        dirs[0].path(),
-        StoreOptions {
-            xorb_cache_bytes: 0,
-            ..StoreOptions::default()
-        },
-    );
+    let a = store_without_copies(&g, "notice", dirs[0].path());
     let collector = g.open_store("notice", dirs[1].path());
     assert_eq!(collect_now(&collector).xorbs_removed, 0);
 
@@ -2550,20 +2548,13 @@ fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_shard_registered_before_is_not_acknowledged_again_once_a_xorb_was_collected() {
-    use xet_store::{ShardRejection, StoreError, StoreOptions};
+    use xet_store::{ShardRejection, StoreError};
     let g = Garage::start();
     g.create_bucket("again");
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let data = content(93, 3 << 20);
     let (file, xorbs, shards) = push_parts(&data, 1 << 20);
-    let a = g.open_store_with(
-        "again",
-        dirs[0].path(),
-        StoreOptions {
-            xorb_cache_bytes: 0,
-            ..StoreOptions::default()
-        },
-    );
+    let a = store_without_copies(&g, "again", dirs[0].path());
     for (h, body) in &xorbs {
         a.put_xorb(*h, body).unwrap();
     }
