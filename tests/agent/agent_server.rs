@@ -8,10 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::path::Path;
+use xet_test_tools::needs;
 
 use crate::common;
 
-use common::git::{dir_bytes, require_git_lfs, GitEnv};
+use common::git::{dir_bytes, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn registered_files(server: &TestServer) -> u64 {
@@ -80,10 +81,9 @@ fn journal(repo: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn negotiated_push_clone_edit_and_pull() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);
@@ -148,10 +148,9 @@ fn negotiated_push_clone_edit_and_pull() {
     assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);
@@ -183,10 +182,9 @@ fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
-    require_git_lfs();
     let server = common::server::start();
     let mut env = GitEnv::new();
     // A server that stays away fails the push after 3 s of retries (60 s by default).
@@ -231,10 +229,9 @@ fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
     }
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
-    require_git_lfs();
     use git_xet::server::auth::{Scope, ServerToken};
     use git_xet::server::{ServeConfig, Server};
     let server = common::server::start();
@@ -287,10 +284,10 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
     }
 }
 
+#[needs(git_lfs)]
 #[test]
 #[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn files_cross_between_git_and_the_reference_client() {
-    require_git_lfs();
     let python = common::reference_python();
     let peer = common::hfxet::Peer {
         python,
@@ -384,10 +381,9 @@ fn small_files(seed: u64) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_small_files_of_a_fetch_come_down_in_packs() {
-    require_git_lfs();
     let (server, env, work) = negotiated_repo();
     let files = small_files(900);
     for (name, data) in &files {
@@ -447,10 +443,9 @@ fn the_small_files_of_a_fetch_come_down_in_packs() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {
-    require_git_lfs();
     let (server, env, work) = negotiated_repo();
     // 40 small files and one of 6 MiB, which is not packed.
     let mut files = small_files(500);

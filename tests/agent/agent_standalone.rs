@@ -6,19 +6,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::path::Path;
+use xet_test_tools::needs;
 
 use crate::common;
 
-use common::git::{count_files, dir_bytes, require_git_lfs, GitEnv};
+use common::git::{count_files, dir_bytes, GitEnv};
 
 fn lfs_objects(repo: &Path) -> usize {
     count_files(&repo.join(".git/lfs/objects"))
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.standalone_world(&store, 8);
@@ -113,10 +113,9 @@ fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
     assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn two_hundred_small_files_and_large_ones_with_eight_agents() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.standalone_world(&store, 8);
@@ -209,10 +208,9 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
     assert_eq!(lfs_objects(&clone), files.len());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.standalone_world(&store, 2);
@@ -268,10 +266,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn demo_round_trips_and_reports_a_small_second_push() {
-    require_git_lfs();
     let env = GitEnv::new();
     let out = env.run_in(env.path(), "git", &["xet", "demo", "--size", "8"]);
     assert_eq!(out.status, Some(0), "{}", out.all());

@@ -9,10 +9,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
@@ -76,10 +77,9 @@ fn moved(s: &TestServer, step: impl FnOnce()) -> (u64, u64) {
     (received(s) - r, sent(s) - t)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
-    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
 
@@ -168,10 +168,9 @@ fn edits_from_a_cold_clone_and_the_pull_that_follows_move_only_what_changed() {
     assert!(std::fs::read(all.join("weights.bin")).unwrap() == v5);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_local_earlier_version_that_was_modified_is_not_trusted() {
-    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
     let first = machine(WRITE_TOKEN);
@@ -216,18 +215,16 @@ fn a_local_earlier_version_that_was_modified_is_not_trusted() {
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_earlier_version_the_pusher_may_not_read_is_never_used() {
-    require_git_lfs();
     pusher_may_not_read(true);
 }
 
 /// The same without a copy of v0 on B's machine: the server does not list v0's chunks to B.
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_earlier_version_the_pusher_may_not_read_is_never_used_without_a_local_copy() {
-    require_git_lfs();
     pusher_may_not_read(false);
 }
 
@@ -384,10 +381,9 @@ fn four_versions() -> (TestServer, GitEnv, PathBuf, Vec<Vec<u8>>) {
 /// A CI runner or training machine clones without LFS files (`GIT_LFS_SKIP_SMUDGE=1`), writes
 /// a checkpoint with one tensor retrained and a longer header, and pushes: the earlier versions
 /// it never downloaded are learnt from the server's chunk lists, so only what changed is sent.
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_clone_without_lfs_files_deduplicates_against_the_versions_on_the_server() {
-    require_git_lfs();
     let (s, first, work, mut tensors) = four_versions();
 
     let ci = machine(WRITE_TOKEN);
@@ -444,12 +440,11 @@ fn a_clone_without_lfs_files_deduplicates_against_the_versions_on_the_server() {
 /// lost there: the push plans its earlier versions again, leaves out those in that xorb, sends
 /// their chunks, and succeeds. (A proxy in front of the server says the xorb is lost, once, and
 /// answers no global-dedup query, so that only earlier versions place chunks in stored xorbs.)
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_lost_xorb_an_earlier_version_used_is_sent_again() {
     use xet_client::fake_server::{Fake, Reply, Seen};
     use xet_format::XorbHash;
-    require_git_lfs();
     let (s, first, _work, mut tensors) = four_versions();
     // v3's own xorb (the newest of the store) is the one said to be lost.
     let mut stored: Vec<(std::time::SystemTime, String)> = Vec::new();

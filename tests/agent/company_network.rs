@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 use common::tls::{free_port, nginx, Nginx, Pki};
 
@@ -36,7 +37,6 @@ struct Site {
 
 /// A [`Site`] (git, git-lfs and nginx must be there).
 fn site(client_certs: bool) -> Site {
-    require_git_lfs();
     let pki = Pki::new();
     let (server, nginx) = behind_nginx(&pki, client_certs);
     let lfs_url = format!("{}/team/model.git/info/lfs", nginx.url());
@@ -94,12 +94,8 @@ fn clone(env: &GitEnv, remote: &Path, name: &str, extra: &[(&str, &str)]) -> Vec
     std::fs::read(env.path().join(name).join("model.bin")).unwrap()
 }
 
+#[needs(git_lfs, nginx)]
 #[test]
-#[cfg_attr(
-    all(missing_nginx, not(missing_git_lfs)),
-    ignore = "needs nginx: apt-get install nginx"
-)]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_and_clone_with_the_company_ca_from_git_settings() {
     let site = site(false);
     let (n, lfs_url, ca) = (&site.nginx, &site.lfs_url, &site.ca);
@@ -123,12 +119,8 @@ fn push_and_clone_with_the_company_ca_from_git_settings() {
     assert!(!log.contains("sslCAInfo"), "{log}");
 }
 
+#[needs(git_lfs, nginx)]
 #[test]
-#[cfg_attr(
-    all(missing_nginx, not(missing_git_lfs)),
-    ignore = "needs nginx: apt-get install nginx"
-)]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     let pki = Pki::new();
     let (_s, n) = behind_nginx(&pki, false);
@@ -161,7 +153,6 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     );
 
     // `git xet status` says the same for the endpoint it probes.
-    require_git_lfs();
     let env = machine(&[]);
     env.git(env.path(), &["init", "-q", "repo"]);
     let repo = env.path().join("repo");
@@ -179,12 +170,8 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     );
 }
 
+#[needs(git_lfs, nginx)]
 #[test]
-#[cfg_attr(
-    all(missing_nginx, not(missing_git_lfs)),
-    ignore = "needs nginx: apt-get install nginx"
-)]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn ssl_verify_false_is_honoured_with_a_warning() {
     let site = site(false);
     let lfs_url = &site.lfs_url;
@@ -200,10 +187,9 @@ fn ssl_verify_false_is_honoured_with_a_warning() {
     assert!(out.all().contains("are not checked"), "{}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
-    require_git_lfs();
     let pki = Pki::new();
     let (_s, n) = behind_nginx(&pki, false);
     let proxy = common::forward_proxy::ForwardProxy::start();
@@ -259,12 +245,8 @@ fn a_forward_proxy_is_used_when_configured_and_bypassed_for_no_proxy() {
     );
 }
 
+#[needs(git_lfs, nginx)]
 #[test]
-#[cfg_attr(
-    all(missing_nginx, not(missing_git_lfs)),
-    ignore = "needs nginx: apt-get install nginx"
-)]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_asks_for_client_certificates_gets_git_s() {
     let site = site(true);
     let (pki, lfs_url, ca) = (&site.pki, &site.lfs_url, &site.ca);
@@ -287,12 +269,8 @@ fn a_server_that_asks_for_client_certificates_gets_git_s() {
     assert!(clone(&other, &env.path().join("remote.git"), "c", &[]) == data);
 }
 
+#[needs(git_lfs, nginx)]
 #[test]
-#[cfg_attr(
-    all(missing_nginx, not(missing_git_lfs)),
-    ignore = "needs nginx: apt-get install nginx"
-)]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_self_signed_server_certificate_in_the_ca_file_is_trusted_as_git_trusts_it() {
     // The server's certificate is its own CA (`openssl req -x509`), and the CA file holds it.
     let pki = Pki::self_signed();
@@ -318,7 +296,6 @@ fn a_self_signed_server_certificate_in_the_ca_file_is_trusted_as_git_trusts_it()
     assert_eq!(cas.dedup_query(&chunk).unwrap(), None);
 
     // git (through curl) and the agent alike, with `http.sslCAInfo`: a push and a clone.
-    require_git_lfs();
     let lfs_url = format!("{}/team/model.git/info/lfs", n.url());
     let ca = pki.ca.display().to_string();
     let first = machine(&[("http.sslCAInfo", &ca)]);

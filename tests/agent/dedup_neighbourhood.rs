@@ -6,8 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
-use common::git::{dir_bytes, require_git_lfs, GitEnv};
+use common::git::{dir_bytes, GitEnv};
 use common::server::WRITE_TOKEN;
 use xet_client::pipeline::upload::{upload, UploadOptions};
 use xet_format::xorb::XorbLimits;
@@ -58,10 +59,9 @@ fn a_dedup_answer_lists_every_xorb_of_the_file_in_order_from_the_hit() {
 /// Pushes `original` through the agent (negotiated mode), then from a fresh clone (an empty
 /// shard cache) pushes it edited; returns the bytes the store grew by and the bytes the agent
 /// sent for the edit.
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
@@ -110,10 +110,9 @@ fn a_fresh_clone_editing_one_mib_sends_under_3_mb() {
 
 /// The same edit pushed by plain git-lfs (basic transfers, no agent): the server's bridge
 /// deduplicates it against the stored file.
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_plain_lfs_push_of_a_one_mib_edit_stores_under_3_mb() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);

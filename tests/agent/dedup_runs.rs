@@ -7,11 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::collections::HashSet;
 use std::path::Path;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 use xet_format::chunking::chunk_boundaries;
 use xet_format::ChunkHash;
@@ -70,10 +71,9 @@ fn commit_push(env: &GitEnv, work: &Path, message: &str, branch: &str) {
     env.git(work, &["push", "-q", "origin", branch]);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn tensors_another_repository_pushed_are_not_sent_again_by_a_push_with_history() {
-    require_git_lfs();
     let s = common::server::start();
 
     // Repository B, on its own machine, pushes an adapter: 15 MiB of tensors.

@@ -7,13 +7,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::git::{require_git_lfs, tail, GitEnv};
+use common::git::{tail, GitEnv};
 use common::server::{TestServer, WRITE_TOKEN};
 use common::throttle::Valve;
 
@@ -213,24 +214,21 @@ fn resumes_after(whole_group: bool) {
     assert!(parts(&w.clone).is_empty(), "{:?}", parts(&w.clone));
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fetch_stopped_with_ctrl_c_resumes_where_it_stopped() {
-    require_git_lfs();
     resumes_after(true);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_fetch_whose_git_lfs_was_interrupted_resumes_where_its_agent_stopped() {
-    require_git_lfs();
     resumes_after(false);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_partial_download_someone_holds_is_left_alone() {
-    require_git_lfs();
     let w = world(603);
     interrupt_half_way(&w, true);
     let left = parts(&w.clone);
@@ -249,10 +247,9 @@ fn a_partial_download_someone_holds_is_left_alone() {
     drop(holder);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_fetch_stopped_with_ctrl_c_resumes_where_it_stopped() {
-    require_git_lfs();
     let w = world(603);
     interrupt_half_way_of(&w, true, "git", &["xet", "fetch"]);
     assert!(!object_path(&w).exists(), "the first fetch did not finish");

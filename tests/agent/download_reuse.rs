@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
@@ -84,10 +85,9 @@ fn assert_object(repo: &Path, data: &[u8]) {
     assert!(got == data, "object {} differs", path.display());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn fetching_the_next_version_moves_only_the_changed_chunks() {
-    require_git_lfs();
     let data = versions(2);
     let (server, env, commits) = push_versions(&data);
     let (other, clone) = fresh_clone(&env);
@@ -116,10 +116,9 @@ fn fetching_the_next_version_moves_only_the_changed_chunks() {
     assert!(std::fs::read(clone.join("model.bin")).unwrap() == data[1]);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn fetching_every_version_at_once_moves_each_chunk_once() {
-    require_git_lfs();
     let data = versions(4);
     let (server, env, _) = push_versions(&data);
     let (other, clone) = fresh_clone(&env);
@@ -135,10 +134,9 @@ fn fetching_every_version_at_once_moves_each_chunk_once() {
     assert!(moved < limit, "{moved} bytes fetched, more than {limit}");
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_chunk_cache_is_caught_and_the_download_still_right() {
-    require_git_lfs();
     let data = versions(2);
     let (server, env, commits) = push_versions(&data);
     let (other, clone) = fresh_clone(&env);
@@ -209,10 +207,9 @@ fn cache_entries(env: &GitEnv) -> usize {
     n
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_download_nothing_else_will_want_is_written_once() {
-    require_git_lfs();
     // A file with one version: its download goes to git-lfs's object store only.
     let data = versions(1);
     let (_server, env, _) = push_versions(&data);

@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::path::Path;
+use xet_test_tools::needs;
 
 use crate::common;
 
-use common::git::{require_git_lfs, GitEnv, Output};
+use common::git::{GitEnv, Output};
 
 /// A loopback URL nothing listens on.
 fn dead_url() -> String {
@@ -45,10 +46,9 @@ fn install_local_endpoint(env: &GitEnv, repo: &Path, store: &Path) {
     assert_eq!(out.status, Some(0), "{}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retries() {
-    require_git_lfs();
     let env = GitEnv::new();
     let url = dead_url();
     let work = committed_work_tree(&env, &url, common::server::WRITE_TOKEN);
@@ -78,10 +78,9 @@ fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retrie
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_refused_token_is_explained_by_where_it_came_from() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = committed_work_tree(&env, server.url(), common::server::WRITE_TOKEN);
@@ -121,10 +120,9 @@ fn a_refused_token_is_explained_by_where_it_came_from() {
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_standalone_repository_clones_in_one_command() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
@@ -245,10 +243,9 @@ fn upload_only_agent(env: &GitEnv) {
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_client_whose_xet_agent_cannot_download_still_clones_from_our_server() {
-    require_git_lfs();
     let s = common::server::start();
     let token = common::server::WRITE_TOKEN;
     let pusher = GitEnv::machine(token);

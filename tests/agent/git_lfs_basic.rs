@@ -11,8 +11,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
-use common::git::{dir_bytes, require_git_lfs, GitEnv, Output};
+use common::git::{dir_bytes, GitEnv, Output};
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn stored_xorb_bytes(server: &TestServer) -> u64 {
@@ -31,10 +32,9 @@ fn assert_quiet(what: &str, out: &Output) {
     }
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn push_clone_and_dedup_with_stock_git_lfs() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let root = env.path().to_path_buf();

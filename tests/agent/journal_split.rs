@@ -8,10 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 use serde_json::Value;
 
@@ -88,10 +89,9 @@ fn stdout(env: &GitEnv, dir: &Path, args: &[&str]) -> String {
     out.stdout
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_journal_counts_the_wire_and_what_this_machine_had_apart() {
-    require_git_lfs();
     let server = common::server::start();
     let pusher = GitEnv::new();
     let lfs_url = format!("{}/team/split.git/info/lfs", server.url());

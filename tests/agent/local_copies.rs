@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
@@ -54,10 +55,9 @@ fn commit(env: &GitEnv, work: &Path, message: &str) {
     env.git(work, &["commit", "-q", "-m", message]);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_pull_six_versions_later_copies_what_a_local_copy_of_the_first_holds() {
-    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
     let first = machine();
@@ -124,10 +124,9 @@ fn a_pull_six_versions_later_copies_what_a_local_copy_of_the_first_holds() {
     assert!(list_path(&theirs, &data).is_file());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_push_learns_the_earlier_version_from_its_remembered_list_and_survives_a_damaged_one() {
-    require_git_lfs();
     let s = common::server::start();
     let lfs_url = format!("{}/team/model.git/info/lfs", s.url());
     let env = machine();

@@ -9,30 +9,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 
 const MIB: usize = 1 << 20;
-
-/// Panics, saying what to install, unless FUSE mounts can be made here (tests that need them
-/// are listed as ignored where they cannot: see `build.rs`).
-fn require_fuse() {
-    let ok = Path::new("/dev/fuse").exists()
-        && Command::new("fusermount3")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "FUSE is needed: /dev/fuse and fusermount3 (apt-get install fuse3)"
-    );
-}
 
 /// A repository pushed to a server: a large LFS file, a small LFS file, an ordinary file in a
 /// directory; then the large file edited in a second commit. Returns the world, the server,
@@ -141,10 +128,9 @@ fn path_with_bin() -> std::ffi::OsString {
     .unwrap()
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn cat_reads_ranges_and_moves_only_their_chunks() {
-    require_git_lfs();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let sent = || p.server.health("sent_xorb_bytes");
@@ -322,15 +308,9 @@ fn read_range(path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> 
     Ok(buf)
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn a_mount_shows_the_tree_and_reads_only_what_is_read() {
-    require_git_lfs();
-    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let sent = || p.server.health("sent_xorb_bytes");
@@ -433,16 +413,10 @@ fn read_round_robin(file: &std::fs::File, regions: &[(u64, usize)], step: usize)
     }
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn interleaved_readers_of_one_file_get_their_bytes_and_little_more() {
     use std::os::unix::fs::FileExt as _;
-    require_git_lfs();
-    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let sent = || p.server.health("sent_xorb_bytes");
@@ -521,15 +495,9 @@ fn interleaved_readers_of_one_file_get_their_bytes_and_little_more() {
     m.unmount(&p.env);
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
-    require_git_lfs();
-    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let m = Mounted::start_with(
@@ -584,15 +552,9 @@ fn reads_through_a_mount_keep_the_chunk_cache_within_its_limit() {
     m.unmount(&p.env);
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
-    require_git_lfs();
-    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let m = Mounted::start(&p.env, &clone, &[], &p.env.path().join("mnt"));
@@ -637,14 +599,9 @@ fn a_damaged_xorb_fails_that_read_and_the_mount_stays_up() {
     m.unmount(&p.env);
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn standalone_mode_reads_from_the_directory_store() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 4);
@@ -671,7 +628,6 @@ fn standalone_mode_reads_from_the_directory_store() {
         "nothing was downloaded into the LFS store"
     );
 
-    require_fuse();
     // Without GIT_XET_LOG: the log goes to mount.log in the cache directory, named on the
     // terminal, which gets no info lines.
     let m = Mounted::start_with(
@@ -699,15 +655,9 @@ fn standalone_mode_reads_from_the_directory_store() {
     );
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn reads_wait_for_a_restarted_server() {
-    require_git_lfs();
-    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let m = Mounted::start_with(
@@ -758,14 +708,9 @@ fn reads_wait_for_a_restarted_server() {
     drop(restarted);
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn standalone_http_endpoint_and_objects_already_here() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = env.standalone_http_world(server.url(), WRITE_TOKEN);
@@ -795,7 +740,6 @@ fn standalone_http_endpoint_and_objects_already_here() {
     server.stop().unwrap();
     // The object here is read from the LFS store without the server ...
     assert!(cat_bytes(&env, &clone, &["small.bin"]) == small);
-    require_fuse();
     let m = Mounted::start_with(
         &env,
         &clone,
@@ -813,15 +757,9 @@ fn standalone_http_endpoint_and_objects_already_here() {
     drop(dir);
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
-    require_git_lfs();
-    require_fuse();
     let p = pushed();
     let clone = bare_clone(&p, "clone");
     let spawn = |dir: &Path| {
@@ -898,15 +836,9 @@ fn sigterm_unmounts_and_a_mount_left_behind_is_explained() {
 
 /// A repository without LFS files and without a remote: its tree is read and mounted from git
 /// alone (there is no LFS server to name, and none is needed).
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn a_tree_without_lfs_files_needs_no_remote() {
-    require_git_lfs();
-    require_fuse();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "repo"]);
     let repo = env.path().join("repo");
@@ -922,14 +854,9 @@ fn a_tree_without_lfs_files_needs_no_remote() {
     m.unmount(&env);
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn mount_errors_say_what_to_do() {
-    require_git_lfs();
     let env = GitEnv::new();
     let out = env.run_in(env.path(), "git", &["xet", "mount", "/nonexistent-dir-xyz"]);
     assert_ne!(out.status, Some(0));
@@ -971,7 +898,6 @@ fn mount_errors_say_what_to_do() {
         "{stderr}"
     );
     // An unknown ref, in a repository.
-    require_fuse();
     env.git(env.path(), &["init", "-q", "repo"]);
     let repo = env.path().join("repo");
     let out = env.run_in(
@@ -1216,15 +1142,9 @@ fn hostile() -> Hostile {
     }
 }
 
+#[needs(git_lfs, fuse)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
-#[cfg_attr(
-    all(missing_fuse, not(missing_git_lfs)),
-    ignore = "needs FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)"
-)]
 fn a_mount_shows_only_what_a_checkout_writes() {
-    require_git_lfs();
-    require_fuse();
     let h = hostile();
     let dir = h.env.path().join("mnt");
     let m = Mounted::start(&h.env, &h.clone, &["evil"], &dir);
@@ -1343,10 +1263,9 @@ fn a_mount_shows_only_what_a_checkout_writes() {
     m.unmount(&h.env);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn cat_refuses_what_a_checkout_does_not_write() {
-    require_git_lfs();
     let h = hostile();
     for path in [
         ".git/config",

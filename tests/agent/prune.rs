@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{require_git_lfs, GitEnv, Output};
+use common::git::{GitEnv, Output};
 use common::server::{self, WRITE_TOKEN};
 use xet_format::LfsOid;
 
@@ -83,10 +84,9 @@ fn three_versions_at(env: &GitEnv, endpoint: &str) -> (PathBuf, Vec<String>) {
     (work, oids)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_prune_verify_remote_deletes_nothing_the_endpoint_does_not_hold() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let (work, oids) = three_versions(&env, &store);
@@ -137,10 +137,9 @@ fn git_lfs_prune_verify_remote_deletes_nothing_the_endpoint_does_not_hold() {
     assert_eq!(out.status, Some(0), "{}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_deletes_only_what_the_endpoint_holds() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let (work, oids) = three_versions(&env, &store);
@@ -208,10 +207,9 @@ fn git_xet_prune_deletes_only_what_the_endpoint_holds() {
     assert!(out.stdout.contains("nothing to do"), "{}", out.stdout);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
-    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "work"]);
@@ -226,10 +224,9 @@ fn git_xet_prune_refuses_remotes_git_xet_does_not_serve() {
     assert!(out.stderr.contains("no remote named"), "{}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_xet_prune_asks_an_http_endpoint_and_keeps_everything_while_it_is_down() {
-    require_git_lfs();
     let running = server::start();
     let mut env = GitEnv::new();
     env.credential_helper(WRITE_TOKEN);

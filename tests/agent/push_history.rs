@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::Path;
 use std::time::Instant;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 
 fn received(server: &TestServer) -> u64 {
@@ -53,10 +54,9 @@ fn push_four_versions(install_args: &[&str]) -> (u64, u64, f64) {
     (received(&server), journal_sent(&work), secs)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_history_push_sends_each_chunk_once_at_the_default_concurrency() {
-    require_git_lfs();
     let (one, one_journal, one_secs) = push_four_versions(&["--concurrency", "1"]);
     let (many, many_journal, many_secs) = push_four_versions(&[]);
     eprintln!(

@@ -5,10 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{count_files, require_git_lfs, GitEnv};
+use common::git::{count_files, GitEnv};
 use xet_format::LfsOid;
 
 fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
@@ -83,10 +84,9 @@ fn two_remotes(env: &GitEnv) -> (PathBuf, PathBuf, PathBuf) {
     (work, a, b)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn each_remote_pushes_to_its_own_endpoint_without_an_override() {
-    require_git_lfs();
     let env = GitEnv::new();
     let (work, a, b) = two_remotes(&env);
     assert_eq!(
@@ -166,10 +166,9 @@ fn each_remote_pushes_to_its_own_endpoint_without_an_override() {
     assert_eq!(out.status, Some(1), "{}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn install_remote_needs_local_scope_an_existing_remote_and_an_endpoint() {
-    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "work"]);
     let work = env.path().join("work");
@@ -214,10 +213,9 @@ fn install_remote_needs_local_scope_an_existing_remote_and_an_endpoint() {
     assert!(out.stderr.contains("--endpoint"), "{}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
-    require_git_lfs();
     let env = GitEnv::new();
     let (work, a, _) = two_remotes(&env);
     let data = common::splitmix64(9, 150_000);
@@ -272,10 +270,9 @@ fn a_download_from_a_directory_without_a_store_fails_and_creates_nothing() {
     assert!(std::fs::read(clone.join("data.bin")).unwrap() == data);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_pre_push_guard_expects_git_xet_for_a_remote_with_its_own_endpoint() {
-    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "--bare", "mirror.git"]);

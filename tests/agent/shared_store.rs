@@ -10,10 +10,11 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
+use xet_test_tools::needs;
 
 use crate::common;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use xet_format::LfsOid;
 use xet_store::announce::{self, Announce};
 use xet_store::Store;
@@ -64,10 +65,9 @@ fn stopped(store: &Path) -> Store {
     }
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn eight_agents_share_one_server_which_stops_by_itself() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 8);
@@ -107,10 +107,9 @@ fn eight_agents_share_one_server_which_stops_by_itself() {
     drop(stopped(&store));
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_stale_announcement_or_a_killed_server_is_replaced() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 8);
@@ -157,10 +156,9 @@ fn a_stale_announcement_or_a_killed_server_is_replaced() {
     drop(stopped(&store));
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn sharing_turned_off_opens_the_store_in_each_agent() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 8);
@@ -181,10 +179,9 @@ fn sharing_turned_off_opens_the_store_in_each_agent() {
     assert_eq!(opened.counts().unwrap().files, files.len() as u64);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_shared_server_checks_a_large_pushed_object_before_it_stops() {
-    require_git_lfs();
     let env = GitEnv::new();
     let store = env.path().join("store");
     let work = env.standalone_world(&store, 2);

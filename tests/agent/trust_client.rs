@@ -12,11 +12,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::path::{Path, PathBuf};
+use xet_test_tools::needs;
 
 use crate::common;
 
 use common::agent::{run_agent, Sandbox};
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::WRITE_TOKEN;
 use xet_client::fake_server::{reply, Fake, Reply, Seen};
 
@@ -363,10 +364,9 @@ fn xet(env: &GitEnv, dir: &Path, args: &[&str]) -> common::git::Output {
     env.run_in(dir, "git", &all)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_password_in_the_endpoint_url_is_used_and_never_shown() {
-    require_git_lfs();
     let server = common::server::start();
     let port = server.server.addr.port();
     let secret_url = format!("http://git:{WRITE_TOKEN}@127.0.0.1:{port}");

@@ -8,10 +8,11 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
+use xet_test_tools::needs;
 
 use crate::common;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::WRITE_TOKEN;
 use xet_client::fake_server::{Fake, Reply, Seen};
 
@@ -93,10 +94,9 @@ fn work_tree_with_hook(env: &GitEnv, lfs_url: &str) -> std::path::PathBuf {
     work
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_push_to_a_plain_lfs_server_says_git_xet_was_not_used() {
-    require_git_lfs();
     let (server, stored) = plain_lfs_server();
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url);
     let env = GitEnv::new();
@@ -175,10 +175,9 @@ fn a_push_to_a_plain_lfs_server_says_git_xet_was_not_used() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_hook_says_when_configuration_keeps_git_xet_out_and_not_when_it_was_used() {
-    require_git_lfs();
     let server = common::server::start();
     let lfs_url = format!("{}/team/repo.git/info/lfs", server.url());
     let env = GitEnv::new();

@@ -7,11 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::WRITE_TOKEN;
 
 const MIB: usize = 1 << 20;
@@ -146,10 +147,9 @@ fn pushed(server_url: &str) -> (GitEnv, std::path::PathBuf, Vec<(String, Vec<u8>
     (env, work, files)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
-    require_git_lfs();
     let s = common::server::start();
     let (pusher, work, files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
@@ -303,10 +303,9 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     fsck(&every, &every_repo);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn xet_clone_of_a_standalone_repository_fetches_in_process() {
-    require_git_lfs();
     let s = common::server::start();
     let env = GitEnv::new();
     let work = env.standalone_http_world(s.url(), WRITE_TOKEN);
@@ -329,10 +328,9 @@ fn xet_clone_of_a_standalone_repository_fetches_in_process() {
     assert_eq!(downloads, 1);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_chunk_is_refused_and_nothing_wrong_enters_the_store() {
-    require_git_lfs();
     let s = common::server::start();
     let (pusher, _work, _files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
@@ -402,10 +400,9 @@ fn clone_whole(env: &GitEnv, remote: &Path, files: &[(String, Vec<u8>)]) -> Stri
     out.stderr
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn clones_authenticate_as_git_lfs_does() {
-    require_git_lfs();
     let s = common::server::start();
     let (pusher, _work, files) = pushed(s.url());
     let remote = pusher.path().join("remote.git");
@@ -500,10 +497,9 @@ fn fake_ssh(root: &Path, answer: &str) -> std::path::PathBuf {
     script
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
-    require_git_lfs();
     // Short-lived CAS tokens: every agent refreshes its token before its first request, with
     // the credential git-lfs-authenticate gives (the machine has no other).
     let s = common::server::start_with(|c| c.token_ttl = std::time::Duration::from_secs(20));
@@ -584,10 +580,9 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn basic_access_sends_credentials_with_the_first_request() {
-    require_git_lfs();
     use xet_client::fake_server::{reply, Fake, Seen};
     let lfs = Fake::start(|_: &Seen| reply(401, r#"{"message":"credentials needed"}"#));
     let lfs_url = format!("{}/team/r.git/info/lfs", lfs.url);

@@ -8,8 +8,9 @@
 //!   other (`crate::module`) without a circle: a part's state lives in a module of its own
 //!   below the `Store` that holds it.
 //! - **A test never passes without running its checks.** No `#[test]` function (in `tests/`,
-//!   `src/` or a crate) has a `return` of its own (a test that needs a tool is marked ignored by `build.rs` and
-//!   fails loudly when run without it; see docs/development.md). Returns inside closures and
+//!   `src/` or a crate) has a `return` of its own (a test that needs a tool says so with `#[needs(tool)]`,
+//!   crates/xet-test-tools: ignored with the reason where the tool is missing, and failing
+//!   loudly when run without it; see docs/development.md). Returns inside closures and
 //!   nested functions are theirs, not the test's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
@@ -29,6 +30,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("xet-client", 2),
     ("xet-store", 2),
     ("git-xet", 3),
+    // The tests' `#[needs(tool)]` (a proc macro): below everything, and only ever a
+    // dev-dependency (checked below).
+    ("xet-test-tools", 0),
 ];
 
 fn layer(name: &str) -> Option<u8> {
@@ -69,6 +73,15 @@ fn workspace_crates_depend_only_on_lower_layers() {
             }
         }
     }
+    let product_uses_test_tools: Vec<&String> = edges
+        .iter()
+        .filter(|(_, deps)| deps.contains("xet-test-tools"))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        product_uses_test_tools.is_empty(),
+        "only tests may depend on xet-test-tools: {product_uses_test_tools:?}"
+    );
     for (name, _) in LAYERS {
         assert!(
             edges.contains_key(*name),

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -1180,10 +1181,9 @@ fn doc_shell_blocks(file: &str, heading: &str) -> Vec<String> {
 }
 
 /// The walkthrough of the user guide (docs/guide.md; README.md links to it), run as written.
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_readme_walkthrough_works_as_written() {
-    common::git::require_git_lfs();
     let blocks = doc_shell_blocks(
         "docs/guide.md",
         "## Walkthrough: your own server (negotiated mode)",

@@ -8,10 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::Path;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{self, WRITE_TOKEN};
 use serde_json::Value;
 
@@ -60,10 +61,9 @@ fn repo(env: &GitEnv) -> std::path::PathBuf {
     work
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
-    require_git_lfs();
     let server = server::start();
     let env = GitEnv::new();
     let work = repo(&env);
@@ -137,10 +137,9 @@ fn a_wrong_stored_credential_is_told_apart_from_a_right_one() {
     assert!(!v.to_string().contains(wrong));
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_lfs_url_that_answers_not_found_is_a_problem() {
-    require_git_lfs();
     let server = server::start();
     let env = GitEnv::new();
     let work = repo(&env);
@@ -170,10 +169,9 @@ fn an_lfs_url_that_answers_not_found_is_a_problem() {
     assert!(text.contains("No problems found."), "{text}");
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_file_lfs_url_is_called_out_because_git_xet_never_runs_there() {
-    require_git_lfs();
     let env = GitEnv::new();
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     let work = repo(&env);
@@ -220,10 +218,9 @@ fn a_file_lfs_url_is_called_out_because_git_xet_never_runs_there() {
     assert!(!store.exists(), "status created {}", store.display());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created() {
-    require_git_lfs();
     let env = GitEnv::new();
     let work = repo(&env);
     env.git(&work, &["config", "lfs.standalonetransferagent", "xet"]);
@@ -307,10 +304,9 @@ fn endpoint_directories_that_cannot_work_are_warned_about_and_nothing_is_created
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn each_remote_shows_its_own_lfs_url_and_endpoint() {
-    require_git_lfs();
     let first = server::start();
     let second = server::start();
     let env = GitEnv::new();
@@ -423,10 +419,9 @@ fn each_remote_shows_its_own_lfs_url_and_endpoint() {
     assert!(has(&warnings(&v), "git xet prune"), "{v}");
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn an_install_without_the_download_registration_is_pointed_out() {
-    require_git_lfs();
     let env = GitEnv::new();
     let work = repo(&env);
     let v = status(&env, &work, &[]);

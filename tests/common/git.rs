@@ -299,21 +299,6 @@ pub fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Panics, saying what to install, unless git and git-lfs run here. Tests that need them are
-/// listed as ignored where git-lfs is missing (`build.rs`); one run anyway
-/// (`--include-ignored`) fails here rather than passing without testing anything.
-pub fn require_git_lfs() {
-    let ok = Command::new("git")
-        .args(["lfs", "version"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "git or git-lfs is not installed: apt-get install git-lfs"
-    );
-}
-
 /// Total size of the files under `dir` (0 if it does not exist).
 pub fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

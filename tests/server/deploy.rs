@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use xet_test_tools::needs;
 
 use crate::common;
 
@@ -166,11 +167,8 @@ fn every_alert_names_its_row_in_the_runbook() {
     assert!(docs.contains("\n### Alerts: what to do\n"));
 }
 
+#[needs(promtool)]
 #[test]
-#[cfg_attr(
-    missing_promtool,
-    ignore = "needs promtool: apt-get install prometheus"
-)]
 fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     let run = |args: &[&str]| {
         let out = Command::new("promtool")
@@ -212,11 +210,8 @@ fn unit_settings(text: &str) -> Vec<(String, String)> {
     out
 }
 
+#[needs(systemd_analyze)]
 #[test]
-#[cfg_attr(
-    missing_systemd_analyze,
-    ignore = "needs systemd-analyze (Debian's systemd package)"
-)]
 fn the_systemd_unit_passes_systemd_analyze_and_is_hardened() {
     let text = std::fs::read_to_string(deploy("systemd/git-xet-serve.service")).unwrap();
     let settings = unit_settings(&text);
@@ -273,8 +268,8 @@ fn the_systemd_unit_passes_systemd_analyze_and_is_hardened() {
     );
 }
 
+#[needs(nginx)]
 #[test]
-#[cfg_attr(missing_nginx, ignore = "needs nginx: apt-get install nginx")]
 fn the_nginx_example_passes_nginx_t() {
     let nginx = common::tls::nginx();
     let text = std::fs::read_to_string(deploy("nginx/git-xet.conf")).unwrap();

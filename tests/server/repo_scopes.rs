@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use common::server::{start_with, TestServer};
 use git_xet::server::auth::{Scope, ServerToken};
@@ -203,10 +204,9 @@ fn token_file_lines_scope_secrets_to_repositories() {
     }
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn two_teams_push_the_same_file_through_the_agent_and_each_reads_only_its_own() {
-    common::git::require_git_lfs();
     let s = server();
     let data = common::splitmix64(43, 3 << 20);
     // Each team in its own world (home, credential helper answering its own token).

@@ -8,10 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::time::{Duration, Instant};
+use xet_test_tools::needs;
 
 use crate::common;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{stalled_get, stalled_upload, ServeProcess, READ_TOKEN, WRITE_TOKEN};
 use serde_json::Value;
 
@@ -42,10 +43,9 @@ fn xet(env: &GitEnv, args: &[&str]) {
     assert_eq!(out.status, Some(0), "git {all:?}: {}", out.all());
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn hundreds_of_stalled_clients_hold_bounded_memory_while_others_push_and_clone() {
-    require_git_lfs();
     let test_started = Instant::now();
     let mut server = ServeProcess::start(&["--shutdown-timeout", &SHUTDOWN_SECS.to_string()]);
     let url = server.url.clone();

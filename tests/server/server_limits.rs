@@ -10,6 +10,7 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+use xet_test_tools::needs;
 
 use reqwest::blocking::Client;
 use serde_json::Value;
@@ -472,11 +473,8 @@ fn damaged_chunks_are_never_sent() {
     }
 }
 
+#[needs(userns_mount)]
 #[test]
-#[cfg_attr(
-    missing_userns_mount,
-    ignore = "needs unshare (util-linux) and a kernel that lets a user namespace mount a tmpfs"
-)]
 fn a_full_disk_is_507_not_500() {
     // A private 4 MiB tmpfs holds the store: needs unshare and a kernel that allows mounting a
     // tmpfs in a user namespace.

@@ -9,6 +9,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::path::Path;
+use xet_test_tools::needs;
 
 use base64::Engine as _;
 use git_xet::server::auth::{Scope, ServerToken};
@@ -19,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::common;
 
-use common::git::{require_git_lfs, GitEnv, Output};
+use common::git::{GitEnv, Output};
 use common::server::{TestServer, READ_TOKEN, WRITE_TOKEN};
 
 const LFS: &str = "application/vnd.git-lfs+json";
@@ -782,10 +783,9 @@ fn configure_repo(env: &GitEnv, dir: &Path, lfs_url: &str, user: &str, token: &s
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_lock_locks_unlock_and_push_verification_for_two_users() {
-    require_git_lfs();
     let server = start();
     let env = GitEnv::new();
     let root = env.path().to_path_buf();
@@ -934,10 +934,9 @@ fn git_lfs_lock_locks_unlock_and_push_verification_for_two_users() {
     assert_eq!(locks_json(&env, &a, &[]), json!([]));
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn git_lfs_locks_of_shared_token_users_survive_a_restart_and_stay_in_their_repository() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let root = env.path().to_path_buf();

@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::time::{Duration, Instant};
+use xet_test_tools::needs;
 
 use git_xet::server::claims::{check_pending, Checker, Pass};
 use xet_client::pipeline::upload::{upload, UploadOptions};
@@ -22,7 +23,7 @@ use xet_store::Store;
 
 use crate::common;
 
-use common::git::{require_git_lfs, GitEnv};
+use common::git::GitEnv;
 use common::server::{TestServer, WRITE_TOKEN};
 
 /// A store that says it checks claims, as a server does: uploads through it with
@@ -275,10 +276,9 @@ fn commit_file(env: &GitEnv, work: &std::path::Path, name: &str, data: &[u8]) ->
     common::sha256_hex(data)
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = negotiated_repo(&env, &server);
@@ -322,10 +322,9 @@ fn the_agent_leaves_the_oid_to_a_server_that_checks_it() {
     );
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_damaged_local_object_never_reaches_a_clone_under_its_oid() {
-    require_git_lfs();
     let server = common::server::start();
     let env = GitEnv::new();
     let work = negotiated_repo(&env, &server);

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::time::{Duration, Instant};
+use xet_test_tools::needs;
 
 use git_xet::server::auth::{AdminToken, RepoPattern, Scope, ServerToken};
 use git_xet::server::status::StatusSettings;
@@ -406,8 +407,8 @@ fn repo_row<'a>(html: &'a str, name: &str) -> &'a str {
     &html[at..at + html[at..].find("</tr>").unwrap()]
 }
 
+#[needs(chromium)]
 #[test]
-#[cfg_attr(missing_chromium, ignore = "needs chromium: apt-get install chromium")]
 fn a_browser_shows_the_figures_of_the_api_and_draws_their_history() {
     let s = server();
     let u = upload_everything(&s);

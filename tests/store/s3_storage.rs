@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -248,10 +249,10 @@ fn content(seed: u64, size: usize) -> Vec<u8> {
     common::splitmix64(seed, size)
 }
 
+#[needs(git_lfs)]
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
-    common::git::require_git_lfs();
     let g = Garage::start();
     g.create_bucket("nodes");
     let a = node(&g, "nodes", "xet");
@@ -1223,10 +1224,10 @@ pub(crate) fn store_requests(s: &xet_store::Store, op: &str) -> u64 {
 /// Many small files pushed through node A go up in packs (a few xorbs in the bucket, not one
 /// per file); a clone fetching them through node B reads each pack's xorb whole once and
 /// answers the files' ranges from memory, instead of two bucket requests per file.
+#[needs(git_lfs)]
 #[test]
 #[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
-    common::git::require_git_lfs();
     let g = Garage::start();
     g.create_bucket("packs");
     let a = node(&g, "packs", "xet");

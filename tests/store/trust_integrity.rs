@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
-use common::git::{dir_bytes, require_git_lfs, GitEnv};
+use common::git::{dir_bytes, GitEnv};
 use common::server::WRITE_TOKEN;
 
 #[derive(Debug, Clone, Copy)]
@@ -186,33 +187,29 @@ fn run(how: Damage) {
     assert_eq!(code, Some(0), "{how:?}: {text}");
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_flipped_xorb_is_not_reused_and_a_repush_repairs_it() {
-    require_git_lfs();
     run(Damage::Flip);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_truncated_xorb_is_not_reused_and_a_repush_repairs_it() {
-    require_git_lfs();
     run(Damage::Truncate);
 }
 
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_deleted_xorb_is_not_reused_and_a_repush_repairs_it() {
-    require_git_lfs();
     run(Damage::Delete);
 }
 
 /// A full disk (a reserve larger than the disk): a push fails at once with 507, not after
 /// re-sending each xorb for a minute, and says the server is out of storage.
+#[needs(git_lfs)]
 #[test]
-#[cfg_attr(missing_git_lfs, ignore = "needs git-lfs: apt-get install git-lfs")]
 fn a_full_disk_fails_a_push_at_once_with_507() {
-    require_git_lfs();
     let server = common::server::start_with(|c| c.store.min_free_bytes = u64::MAX);
     let (env, work) = negotiated_repo(&server);
     std::fs::write(work.join("data.bin"), common::splitmix64(3, 1 << 20)).unwrap();

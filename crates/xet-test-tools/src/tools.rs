@@ -1,0 +1,22 @@
+//! The tools `#[needs]` knows: the name a test writes and what to tell whoever lacks it. Shared
+//! by the build script (which looks for each) and the macro (which names the missing ones).
+
+/// `(name in #[needs(…)], what is needed and how to install it)`.
+pub const TOOLS: &[(&str, &str)] = &[
+    ("git_lfs", "git-lfs (apt-get install git-lfs)"),
+    ("nginx", "nginx (apt-get install nginx)"),
+    (
+        "fuse",
+        "FUSE: /dev/fuse and fusermount3 (apt-get install fuse3)",
+    ),
+    (
+        "userns_mount",
+        "unshare (util-linux) and a kernel that lets a user namespace mount a tmpfs",
+    ),
+    ("promtool", "promtool (apt-get install prometheus)"),
+    ("chromium", "chromium (apt-get install chromium)"),
+    (
+        "systemd_analyze",
+        "systemd-analyze (Debian's systemd package)",
+    ),
+];
