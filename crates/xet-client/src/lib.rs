@@ -3,7 +3,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`remote`] | [`RemoteCas`]: the HTTP client of a remote CAS server (ours or Hugging Face's), an [`Endpoint`](xet_protocol::Endpoint) |
+//! | [`remote`] | the HTTP client of a remote CAS server (ours or Hugging Face's): [`AsyncRemoteCas`], async, for async programs; [`RemoteCas`], the blocking [`Endpoint`](xet_protocol::Endpoint) over it that the pipelines' threads use |
 //! | [`shard_cache`] | [`ShardCache`]: the client's per-endpoint cache of shards (its uploads and dedup answers) |
 //! | [`chunk_cache`] | [`ChunkCache`]: downloaded chunks kept for the next version of a file |
 //! | [`object_chunks`] | [`ChunkLists`](object_chunks::ChunkLists): the chunk lists of a repository's objects, computed once and remembered |
@@ -29,6 +29,7 @@ pub mod url;
 
 pub use chunk_cache::ChunkCache;
 pub use remote::{
-    HttpOptions, LocalXorbs, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy, TokenSource,
+    AsyncRemoteCas, HttpOptions, LocalXorbs, RefreshingToken, RemoteCas, RemoteConfig, RetryPolicy,
+    TokenSource,
 };
 pub use shard_cache::{CacheConfig, CacheError, CacheStats, PruneReport, ShardCache};

@@ -1,13 +1,17 @@
-//! The HTTP client of a remote Xet CAS server: [`RemoteCas`], an [`Endpoint`] over the CAS API
-//! (docs/cas-api.md) of `git xet serve` or of Hugging Face.
+//! The HTTP client of a remote Xet CAS server: [`AsyncRemoteCas`], the CAS API
+//! (docs/cas-api.md) of `git xet serve` or of Hugging Face as async operations, and
+//! [`RemoteCas`], the blocking [`Endpoint`] over it that the pipelines' threads use
+//! (`remote/blocking.rs`).
 //!
-//! It owns everything between the pipeline's blocking trait calls and the wire: the routes, the
-//! bearer token ([`TokenSource`]: fixed, or renewed through a refresh route), retries with
-//! backoff ([`RetryPolicy`]), timeouts, validation of every answer, and error messages that say
-//! which server refused what and what to do about it. It is blocking and `Sync`: one
-//! `reqwest` client (with its connection pool) is shared by every thread of an upload or
-//! download, and each request runs on the thread that makes it, on a runtime without threads
-//! of its own (`http::runtime`), so that a small request costs no hand-off between threads.
+//! It owns everything between the pipeline's trait calls and the wire: the routes, the bearer
+//! token ([`TokenSource`]: fixed, or renewed through a refresh route), retries with backoff
+//! ([`RetryPolicy`]), timeouts, validation of every answer, and error messages that say which
+//! server refused what and what to do about it. Both are `Sync`: one `reqwest` client (with its
+//! connection pool) serves every task or thread of an upload or download. The async client's
+//! operations run on whatever tokio runtime polls them (time and I/O enabled), and their
+//! futures are `Send` (a test checks), so an async program can spawn them; the blocking client
+//! runs each on a runtime without threads of its own that the calling thread drives, so that a
+//! small request costs no hand-off between threads.
 //!
 //! | operation | request | answers |
 //! |---|---|---|
@@ -53,6 +57,7 @@
 //! - **Empty file.** The all-zero file hash is the empty file everywhere: its plan is empty
 //!   and no request is sent.
 
+mod blocking;
 mod http;
 pub mod proxy;
 mod tls;
@@ -70,6 +75,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Client;
 use reqwest::{Method, StatusCode};
 
+pub use self::blocking::RemoteCas;
 pub use self::http::RetryPolicy;
 pub use self::http::{cert_advice, cert_problem, origin, parse_retry_after, CertProblem};
 use self::http::{
@@ -81,9 +87,9 @@ use self::token::REFRESH_BUFFER_SECS;
 pub use self::token::{RefreshingToken, TokenSource};
 use xet_format::shard::{Shard, MAX_SHARD_SIZE};
 use xet_format::{ChunkHash, ChunkRef, FileHash, LfsOid, XorbHash};
-use xet_protocol::target::{
-    CasTarget, Endpoint, RangeSink, SentBytes, TargetError, XorbPut, XorbSource,
-};
+#[cfg(doc)]
+use xet_protocol::target::{CasTarget, Endpoint, RangeSink, XorbSource};
+use xet_protocol::target::{SentBytes, TargetError, XorbPut};
 use xet_protocol::util::now_unix;
 use xet_protocol::util::sync::LockAnyway as _;
 use xet_protocol::wire::{
@@ -469,13 +475,12 @@ impl ClientSpec {
     }
 }
 
-/// The HTTP client of a remote CAS server. See the module documentation.
-pub struct RemoteCas {
+/// The HTTP client of a remote CAS server, async: every request runs on the runtime that
+/// polls it. See the module documentation; [`RemoteCas`] is the blocking client over it.
+pub struct AsyncRemoteCas {
     cas_url: String,
     /// What `describe` says.
     name: String,
-    /// See [`RemoteConfig::local_xorbs`].
-    local_xorbs: Option<LocalXorbs>,
     /// For requests that carry a credential: follows same-origin redirects only.
     client: Client,
     /// For requests without any (presigned URLs): follows redirects anywhere. Built when first
@@ -486,9 +491,6 @@ pub struct RemoteCas {
     /// Which proxy each request goes through (empty with [`RemoteConfig::no_proxy`]), to name
     /// it when it cannot be reached.
     proxies: proxy::ProxyRules,
-    /// What both clients' requests run on (see `http::runtime`); declared after them, so
-    /// that it is dropped last.
-    rt: std::sync::Arc<tokio::runtime::Runtime>,
     retry: RetryPolicy,
     token: TokenSource,
     token_hint: String,
@@ -497,7 +499,7 @@ pub struct RemoteCas {
     session: HeaderMap,
     /// Set once the server has shown it offers only v1 reconstructions.
     v1_only: AtomicBool,
-    /// Plans an oid lookup brought along (see [`RemoteCas::take_plan`]).
+    /// Plans an oid lookup brought along (see [`AsyncRemoteCas::take_plan`]).
     plans: std::sync::Mutex<std::collections::VecDeque<(FileHash, ReconstructionPlan)>>,
     /// Set once an oid lookup's answer said the server checks SHA-256 claims
     /// (`X-Xet-Checks-Sha256: 1`, see [`CasTarget::checks_sha256_claims`]).
@@ -517,9 +519,11 @@ enum Answer {
     Unsupported,
 }
 
-impl RemoteCas {
+impl AsyncRemoteCas {
     /// A client for `config.cas_url`. Fails if the URL is not `http(s)://…` or the HTTP client
-    /// cannot be built. Sends nothing.
+    /// cannot be built. Sends nothing. [`RemoteConfig::local_xorbs`] is for the blocking
+    /// [`RemoteCas`] (reading a file would hold up the runtime); this client fetches every
+    /// range over HTTP.
     pub fn new(config: RemoteConfig) -> Result<Self, TargetError> {
         let cas_url = config.cas_url.trim().trim_end_matches('/').to_string();
         let invalid = |why: String| TargetError::Remote {
@@ -556,8 +560,6 @@ impl RemoteCas {
                 .map_err(|_| invalid(format!("session id {id:?} is not a valid header value")))?;
             session.insert(HeaderName::from_static("x-xet-session-id"), value);
         }
-        let rt = runtime().map_err(|e| invalid(format!("cannot start the HTTP runtime: {e}")))?;
-        let _inside = rt.enter();
         let spec = ClientSpec {
             http: config.http.clone(),
             no_proxy: config.no_proxy,
@@ -576,13 +578,11 @@ impl RemoteCas {
         };
         Ok(Self {
             name: config.name.unwrap_or_else(|| cas_url.clone()),
-            local_xorbs: config.local_xorbs,
             cas_url,
             client,
             anonymous: Default::default(),
             spec,
             proxies,
-            rt: std::sync::Arc::clone(&rt),
             retry: config.retry,
             token: config.token,
             token_hint: config.token_hint,
@@ -601,7 +601,6 @@ impl RemoteCas {
         let tls = url.starts_with("https:");
         let cell = &self.anonymous[usize::from(tls)];
         let built = cell.get_or_init(|| {
-            let _inside = self.rt.enter();
             self.spec
                 .build(reqwest::redirect::Policy::limited(MAX_REDIRECTS), tls)
         });
@@ -639,161 +638,124 @@ impl RemoteCas {
     }
 
     /// The `Authorization` value for a CAS request, refreshing the token first when due.
-    fn bearer(&self) -> Result<Option<String>, TargetError> {
+    async fn bearer(&self) -> Result<Option<String>, TargetError> {
         match &self.token {
             TokenSource::None => Ok(None),
             TokenSource::Static(t) => Ok(Some(format!("Bearer {}", t.expose()))),
             TokenSource::Refreshing(r) => {
-                let mut state = r.lock();
-                if state.due(now_unix()) {
-                    self.refresh(r, &mut state)?;
+                let due = r.lock().due(now_unix());
+                if due {
+                    let _refreshing = r.refreshing().await;
+                    // Whoever refreshed while this waited leaves nothing to do.
+                    let still_due = r.lock().due(now_unix());
+                    if still_due {
+                        self.refresh(r).await?;
+                    }
                 }
-                Ok(state
-                    .token
-                    .as_ref()
-                    .map(|t| format!("Bearer {}", t.expose())))
+                Ok(current_bearer(r))
             }
         }
     }
 
     /// After a 401 with `rejected` as the `Authorization` value: refreshes the token unless
     /// another thread already did. `false` when the token cannot be refreshed.
-    fn refresh_rejected(&self, rejected: Option<&str>) -> Result<bool, TargetError> {
+    async fn refresh_rejected(&self, rejected: Option<&str>) -> Result<bool, TargetError> {
         let TokenSource::Refreshing(r) = &self.token else {
             return Ok(false);
         };
-        let mut state = r.lock();
-        let current = state
-            .token
-            .as_ref()
-            .map(|t| format!("Bearer {}", t.expose()));
-        if current.as_deref() == rejected {
-            self.refresh(r, &mut state)?;
+        let _refreshing = r.refreshing().await;
+        if current_bearer(r).as_deref() == rejected {
+            self.refresh(r).await?;
         }
         Ok(true)
     }
 
-    /// `GET href` → `{"casUrl","accessToken","exp"}`, kept in `state`. Called with the state
-    /// locked, so only one refresh runs at a time.
-    fn refresh(
-        &self,
-        r: &RefreshingToken,
-        state: &mut token::TokenState,
-    ) -> Result<(), TargetError> {
-        let href = r.href();
-        let what = format!("refreshing the CAS token at {}", shown(href));
-        let authorization = r.authorization().map_err(|e| TargetError::Remote {
-            what: what.clone(),
-            message: format!("cannot get a credential for the token refresh: {e}"),
-            retryable: false,
-            code: None,
-        })?;
-        let req = Request {
-            method: Method::GET,
-            url: href.to_string(),
-            shown_url: shown(href),
-            server: format!("token refresh route {}", shown(href)),
-            what: what.clone(),
-            auth: Auth::None,
-            body: None,
-            range: None,
-            timeout: self.timeout.min(Duration::from_secs(60)),
-            sent: None,
-        };
-        let info: CasTokenInfo =
-            self.execute(&req, authorization.as_ref().map(Secret::expose), token_info)?;
-        let token = info.access_token.trim().to_string();
-        if token.is_empty() || HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
-            return Err(TargetError::Remote {
-                what,
-                message: format!(
-                    "token refresh route {} answered an empty or malformed accessToken",
-                    shown(href)
-                ),
+    /// `GET href` → `{"casUrl","accessToken","exp"}`, kept in the token's state. Called with
+    /// the token's refresh lock held, so only one refresh runs at a time. Boxed: the request
+    /// goes through [`Tries::answer`], which may call [`Self::bearer`], which refreshes (a
+    /// refresh's own request carries no CAS token, so it never does, but the types would be
+    /// infinite).
+    fn refresh<'a>(
+        &'a self,
+        r: &'a RefreshingToken,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), TargetError>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let href = r.href();
+            let what = format!("refreshing the CAS token at {}", shown(href));
+            let authorization = r.authorization().map_err(|e| TargetError::Remote {
+                what: what.clone(),
+                message: format!("cannot get a credential for the token refresh: {e}"),
                 retryable: false,
                 code: None,
-            });
-        }
-        let token = Secret::new(token);
-        let now = now_unix();
-        if info.exp != 0 && info.exp <= now.saturating_add(REFRESH_BUFFER_SECS) {
-            tracing::warn!(
-                href = %shown(href),
-                exp = info.exp,
-                now,
-                "the refreshed CAS token expires within {REFRESH_BUFFER_SECS} s; is a clock wrong?"
-            );
-        }
-        let cas = info.cas_url.trim().trim_end_matches('/');
-        if !cas.is_empty() && cas != self.cas_url {
-            tracing::warn!(
-                configured = %self.cas_url,
-                refreshed = %cas,
-                "the token refresh names another CAS URL; keeping the configured one"
-            );
-        }
-        tracing::debug!(href = %shown(href), exp = info.exp, "CAS token refreshed");
-        state.refreshed(token, info.exp, info.cas_url, now);
-        Ok(())
-    }
-
-    /// Runs `req` with retries. `authorization` is the `Authorization` value of requests that
-    /// do not use the CAS token ([`Auth::None`]: e.g. a refresh route's credential). `handle`
-    /// gets every answer whose status is not worth a retry (and not the 401 that refreshes the
-    /// token) and decides.
-    fn execute<T>(
-        &self,
-        req: &Request,
-        authorization: Option<&str>,
-        mut handle: impl FnMut(&Request, Response) -> Result<T, Failure>,
-    ) -> Result<T, TargetError> {
-        let started = Instant::now();
-        let mut attempt = 0;
-        let mut refreshed = false;
-        let no_headers = HeaderMap::new();
-        loop {
-            attempt += 1;
-            let (auth, extra) = match req.auth {
-                Auth::Cas => (self.bearer()?, &self.session),
-                Auth::None => (authorization.map(String::from), &no_headers),
+            })?;
+            let req = Request {
+                method: Method::GET,
+                url: href.to_string(),
+                shown_url: shown(href),
+                server: format!("token refresh route {}", shown(href)),
+                what: what.clone(),
+                auth: Auth::None,
+                body: None,
+                range: None,
+                timeout: self.timeout.min(Duration::from_secs(60)),
+                sent: None,
             };
-            let client = self.client_for(req, auth.as_deref())?;
-            let failure = match send(&self.rt, client, req, auth.as_deref(), extra) {
-                Err(e) => transport_failure(req, &e, self.proxies.proxy_for_str(&req.url)),
-                Ok(resp) => {
-                    if resp.status() == StatusCode::UNAUTHORIZED
-                        && req.auth == Auth::Cas
-                        && !refreshed
-                        && matches!(self.token, TokenSource::Refreshing(_))
-                    {
-                        refreshed = true;
-                        tracing::warn!(
-                            url = %req.shown_url,
-                            "{} refused the access token (401); refreshing it and trying again",
-                            req.server
-                        );
-                        drop(resp);
-                        self.refresh_rejected(auth.as_deref())?;
-                        attempt -= 1;
-                        continue;
-                    }
-                    match self.server_failure(req, resp) {
-                        Screened::Failure(failure) => failure,
-                        Screened::Pass(resp) => match handle(req, resp) {
-                            Ok(t) => return Ok(t),
-                            Err(f) => f,
-                        },
-                    }
+            let mut tries = self.tries(&req, authorization.as_ref().map(Secret::expose));
+            let info: CasTokenInfo = loop {
+                let resp = tries.answer().await?;
+                let handled = token_info(&req, resp).await;
+                if let Some(info) = tries.settle(handled).await? {
+                    break info;
                 }
             };
-            match failure {
-                Failure::Fatal(e) => return Err(e),
-                Failure::Retry {
-                    reason,
-                    retry_after,
-                    code,
-                } => self.wait_to_retry(req, attempt, started, reason, retry_after, code)?,
+            let token = info.access_token.trim().to_string();
+            if token.is_empty() || HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+                return Err(TargetError::Remote {
+                    what,
+                    message: format!(
+                        "token refresh route {} answered an empty or malformed accessToken",
+                        shown(href)
+                    ),
+                    retryable: false,
+                    code: None,
+                });
             }
+            let token = Secret::new(token);
+            let now = now_unix();
+            if info.exp != 0 && info.exp <= now.saturating_add(REFRESH_BUFFER_SECS) {
+                tracing::warn!(
+                    href = %shown(href),
+                    exp = info.exp,
+                    now,
+                    "the refreshed CAS token expires within {REFRESH_BUFFER_SECS} s; is a clock wrong?"
+                );
+            }
+            let cas = info.cas_url.trim().trim_end_matches('/');
+            if !cas.is_empty() && cas != self.cas_url {
+                tracing::warn!(
+                    configured = %self.cas_url,
+                    refreshed = %cas,
+                    "the token refresh names another CAS URL; keeping the configured one"
+                );
+            }
+            tracing::debug!(href = %shown(href), exp = info.exp, "CAS token refreshed");
+            r.lock().refreshed(token, info.exp, info.cas_url, now);
+            Ok(())
+        })
+    }
+
+    /// The attempts of `req` (see [`Tries`]). `authorization` is the `Authorization` value of
+    /// requests that do not use the CAS token ([`Auth::None`]: e.g. a refresh route's
+    /// credential).
+    fn tries<'a>(&'a self, req: &'a Request, authorization: Option<&'a str>) -> Tries<'a> {
+        Tries {
+            cas: self,
+            req,
+            authorization,
+            started: Instant::now(),
+            attempt: 0,
+            refreshed: false,
         }
     }
 
@@ -818,10 +780,10 @@ impl RemoteCas {
     /// a refused token (401 to the CAS), no storage left (507), or a status worth a retry
     /// (unless the server says its copy is damaged). Any other answer is given back, for the
     /// request's own handling.
-    fn server_failure(&self, req: &Request, resp: Response) -> Screened {
+    async fn server_failure(&self, req: &Request, resp: Response) -> Screened {
         let status = resp.status();
         if status == StatusCode::UNAUTHORIZED && req.auth == Auth::Cas {
-            let says = server_says(resp);
+            let says = server_says(resp).await;
             let hint = match &self.token {
                 TokenSource::None => {
                     "no token is configured for it; ".to_string() + &self.token_hint
@@ -844,7 +806,7 @@ impl RemoteCas {
             ));
         }
         if status == StatusCode::INSUFFICIENT_STORAGE {
-            let says = server_says(resp);
+            let says = server_says(resp).await;
             return Screened::Failure(fatal_coded(
                 req,
                 format!(
@@ -861,7 +823,7 @@ impl RemoteCas {
             return Screened::Pass(resp);
         }
         let after = retry_after(&resp);
-        let says = server_says(resp);
+        let says = server_says(resp).await;
         if says.code == Some(ErrorCode::XorbDamaged) {
             return Screened::Failure(fatal_coded(
                 req,
@@ -890,7 +852,7 @@ impl RemoteCas {
     /// After a failure worth a retry (`reason`): waits before attempt `attempt + 1` (as long
     /// as the retry policy says, `retry_after` if the server asked), telling the user when the
     /// wait has become long; or, when the policy's attempts or horizon are spent, the error.
-    fn wait_to_retry(
+    async fn wait_to_retry(
         &self,
         req: &Request,
         attempt: u32,
@@ -928,7 +890,7 @@ impl RemoteCas {
             "{}: {reason}; retrying",
             req.what
         );
-        std::thread::sleep(delay);
+        tokio::time::sleep(delay).await;
         Ok(())
     }
 
@@ -945,7 +907,7 @@ impl RemoteCas {
     }
 
     /// One reconstruction request (v2 or v1).
-    fn ask_reconstruction(
+    async fn ask_reconstruction(
         &self,
         v2: bool,
         file: &FileHash,
@@ -962,61 +924,73 @@ impl RemoteCas {
             what,
         );
         req.range = range;
-        self.execute(&req, None, |req, resp| {
-            let status = resp.status();
-            match status {
-                StatusCode::OK => {}
-                StatusCode::NOT_FOUND => {
-                    let says = server_says(resp);
-                    return Ok(if says.code == Some(ErrorCode::FileNotFound) || !v2 {
-                        Answer::FileUnknown
-                    } else {
-                        Answer::Unsupported
-                    });
-                }
-                StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED => {
-                    return Ok(Answer::Unsupported)
-                }
-                StatusCode::RANGE_NOT_SATISFIABLE => {
-                    let size = content_range(&resp).and_then(|c| c.total);
-                    let (s, _) = range.unwrap_or((0, 0));
-                    let size = size.map_or(String::new(), |n| format!(" ({n} bytes)"));
-                    return Err(fatal(
-                        req,
-                        format!(
-                            "{} answered 416: byte {s} is at or past the end of the file{size}",
-                            req.server
-                        ),
-                    ));
-                }
-                _ => return Err(refused(req, resp, "")),
-            }
-            let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON)?;
-            let parsed = if v2 {
-                serde_json::from_slice::<ReconstructionV2>(&body)
-            } else {
-                serde_json::from_slice::<ReconstructionV1>(&body).map(ReconstructionV1::into_v2)
-            };
-            let invalid = |e: String| {
-                fatal(
-                    req,
-                    format!(
-                        "{} sent an unusable {version} reconstruction: {e}",
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async {
+                {
+                    let status = resp.status();
+                    match status {
+                        StatusCode::OK => {}
+                        StatusCode::NOT_FOUND => {
+                            let says = server_says(resp).await;
+                            return Ok(if says.code == Some(ErrorCode::FileNotFound) || !v2 {
+                                Answer::FileUnknown
+                            } else {
+                                Answer::Unsupported
+                            });
+                        }
+                        StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED => {
+                            return Ok(Answer::Unsupported)
+                        }
+                        StatusCode::RANGE_NOT_SATISFIABLE => {
+                            let size = content_range(&resp).and_then(|c| c.total);
+                            let (s, _) = range.unwrap_or((0, 0));
+                            let size = size.map_or(String::new(), |n| format!(" ({n} bytes)"));
+                            return Err(fatal(
+                                req,
+                                format!(
+                        "{} answered 416: byte {s} is at or past the end of the file{size}",
                         req.server
                     ),
-                )
-            };
-            let json = parsed.map_err(|e| invalid(e.to_string()))?;
-            let plan = json
-                .into_plan(range.map(|(s, _)| s))
-                .map_err(|e| invalid(e.0))?;
-            Ok(Answer::Plan(plan))
-        })
+                            ));
+                        }
+                        _ => return Err(refused(req, resp, "").await),
+                    }
+                    let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON).await?;
+                    let parsed = if v2 {
+                        serde_json::from_slice::<ReconstructionV2>(&body)
+                    } else {
+                        serde_json::from_slice::<ReconstructionV1>(&body)
+                            .map(ReconstructionV1::into_v2)
+                    };
+                    let invalid = |e: String| {
+                        fatal(
+                            req,
+                            format!(
+                                "{} sent an unusable {version} reconstruction: {e}",
+                                req.server
+                            ),
+                        )
+                    };
+                    let json = parsed.map_err(|e| invalid(e.to_string()))?;
+                    let plan = json
+                        .into_plan(range.map(|(s, _)| s))
+                        .map_err(|e| invalid(e.0))?;
+                    Ok(Answer::Plan(plan))
+                }
+            }
+            .await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
+            }
+        }
     }
 }
 
-impl RemoteCas {
-    fn ask_reconstructions(
+impl AsyncRemoteCas {
+    async fn ask_reconstructions(
         &self,
         files: &[FileHash],
     ) -> Result<Option<std::collections::BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
@@ -1026,34 +1000,56 @@ impl RemoteCas {
             &format!("/v1/reconstructions?{}", query.join("&")),
             format!("planning the download of {} files", files.len()),
         );
-        self.execute(&req, None, |req, resp| {
-            match resp.status() {
-                StatusCode::OK => {}
-                StatusCode::NOT_FOUND
-                | StatusCode::METHOD_NOT_ALLOWED
-                | StatusCode::NOT_IMPLEMENTED => return Ok(None),
-                _ => return Err(refused(req, resp, "")),
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async {
+                {
+                    match resp.status() {
+                        StatusCode::OK => {}
+                        StatusCode::NOT_FOUND
+                        | StatusCode::METHOD_NOT_ALLOWED
+                        | StatusCode::NOT_IMPLEMENTED => return Ok(None),
+                        _ => return Err(refused(req, resp, "").await),
+                    }
+                    let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON).await?;
+                    let invalid = |e: String| {
+                        fatal(
+                            req,
+                            format!("{} sent an unusable batch reconstruction: {e}", req.server),
+                        )
+                    };
+                    let json =
+                        serde_json::from_slice::<xet_protocol::wire::BatchReconstructionV1>(&body)
+                            .map_err(|e| invalid(e.to_string()))?;
+                    json.into_plans().map(Some).map_err(|e| invalid(e.0))
+                }
             }
-            let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON)?;
-            let invalid = |e: String| {
-                fatal(
-                    req,
-                    format!("{} sent an unusable batch reconstruction: {e}", req.server),
-                )
-            };
-            let json = serde_json::from_slice::<xet_protocol::wire::BatchReconstructionV1>(&body)
-                .map_err(|e| invalid(e.to_string()))?;
-            json.into_plans().map(Some).map_err(|e| invalid(e.0))
-        })
+            .await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
+            }
+        }
     }
 }
 
+/// The `Authorization` value of `r`'s current token, if it has one.
+fn current_bearer(r: &RefreshingToken) -> Option<String> {
+    r.lock()
+        .token
+        .as_ref()
+        .map(|t| format!("Bearer {}", t.expose()))
+}
+
 /// The answer of a token refresh route: a [`CasTokenInfo`], or a final error saying why not.
-fn token_info(req: &Request, resp: Response) -> Result<CasTokenInfo, Failure> {
+async fn token_info(req: &Request, resp: Response) -> Result<CasTokenInfo, Failure> {
     match resp.status() {
-        StatusCode::OK => parse_json(req, resp, r#"a token ({"casUrl","accessToken","exp"})"#),
+        StatusCode::OK => {
+            parse_json(req, resp, r#"a token ({"casUrl","accessToken","exp"})"#).await
+        }
         status @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
-            let says = server_says(resp);
+            let says = server_says(resp).await;
             let message = format!(
                 "{} refused the credential ({}){}: check the git credentials for this remote",
                 req.server,
@@ -1062,7 +1058,7 @@ fn token_info(req: &Request, resp: Response) -> Result<CasTokenInfo, Failure> {
             );
             Err(fatal_coded(req, message, says.code))
         }
-        _ => Err(refused(req, resp, "")),
+        _ => Err(refused(req, resp, "").await),
     }
 }
 
@@ -1081,11 +1077,11 @@ fn fatal_coded(req: &Request, message: String, code: Option<ErrorCode>) -> Failu
     })
 }
 
-/// The final error for an unexpected status (never 401, 408, 429 or 5xx: [`RemoteCas::execute`]
+/// The final error for an unexpected status (never 401, 408, 429 or 5xx: [`Tries::answer`]
 /// handles those). `hint_403` is added to a 403.
-fn refused(req: &Request, resp: Response, hint_403: &str) -> Failure {
+async fn refused(req: &Request, resp: Response, hint_403: &str) -> Failure {
     let status = resp.status();
-    let says = server_says(resp);
+    let says = server_says(resp).await;
     let message = match status {
         StatusCode::FORBIDDEN if !hint_403.is_empty() => format!(
             "{} refused the request ({}){}; {hint_403}",
@@ -1115,12 +1111,12 @@ fn refused(req: &Request, resp: Response, hint_403: &str) -> Failure {
     fatal_coded(req, message, says.code)
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(
+async fn parse_json<T: serde::de::DeserializeOwned>(
     req: &Request,
     resp: Response,
     shape: &str,
 ) -> Result<T, Failure> {
-    let body = read_body(req, resp, MAX_SMALL_JSON)?;
+    let body = read_body(req, resp, MAX_SMALL_JSON).await?;
     serde_json::from_slice(&body).map_err(|e| {
         fatal(
             req,
@@ -1131,29 +1127,10 @@ fn parse_json<T: serde::de::DeserializeOwned>(
 
 const WRITE_HINT: &str = "uploads need an access token with write access";
 
-impl CasTarget for RemoteCas {
-    fn has_xorb(&self, _xorb: &XorbHash) -> Result<bool, TargetError> {
-        Ok(false)
-    }
-
-    fn put_xorb(&self, xorb: XorbHash, body: &[u8]) -> Result<bool, TargetError> {
-        self.put_xorb_owned(xorb, body.to_vec())
-    }
-
-    fn put_xorb_owned(&self, xorb: XorbHash, body: Vec<u8>) -> Result<bool, TargetError> {
-        Ok(self.put_xorb_sending(xorb, body, None)?.inserted)
-    }
-
-    fn put_xorb_with_progress(
-        &self,
-        xorb: XorbHash,
-        body: Vec<u8>,
-        sent: SentBytes,
-    ) -> Result<XorbPut, TargetError> {
-        self.put_xorb_sending(xorb, body, Some(sent))
-    }
-
-    fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
+/// The operations of [`CasTarget`] (the blocking [`RemoteCas`] implements the trait over them).
+impl AsyncRemoteCas {
+    /// `POST /v1/shards`: registers a shard (see [`CasTarget::register_shard`]).
+    pub async fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
         let mut req = self.cas_request(
             Method::POST,
             "/v1/shards",
@@ -1161,71 +1138,104 @@ impl CasTarget for RemoteCas {
         );
         req.timeout = self.upload_timeout(shard.len()).max(SHARD_TIMEOUT);
         req.body = Some(Bytes::copy_from_slice(shard));
-        self.execute(&req, None, |req, resp| match resp.status() {
-            StatusCode::OK | StatusCode::CREATED => {
-                let answer: ShardRegistered = parse_json(req, resp, "{\"result\": 0 | 1}")?;
-                match answer.result {
-                    0 | 1 => Ok(()),
-                    n => Err(fatal(
-                        req,
-                        format!("{} answered an unknown result {n}", req.server),
-                    )),
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async {
+                match resp.status() {
+                    StatusCode::OK | StatusCode::CREATED => {
+                        let answer: ShardRegistered =
+                            parse_json(req, resp, "{\"result\": 0 | 1}").await?;
+                        match answer.result {
+                            0 | 1 => Ok(()),
+                            n => Err(fatal(
+                                req,
+                                format!("{} answered an unknown result {n}", req.server),
+                            )),
+                        }
+                    }
+                    StatusCode::BAD_REQUEST => {
+                        let says = server_says(resp).await;
+                        Err(fatal_coded(
+                            req,
+                            format!("{} rejected the shard{}", req.server, says.suffix()),
+                            says.code,
+                        ))
+                    }
+                    _ => Err(refused(req, resp, WRITE_HINT).await),
                 }
             }
-            StatusCode::BAD_REQUEST => {
-                let says = server_says(resp);
-                Err(fatal_coded(
-                    req,
-                    format!("{} rejected the shard{}", req.server, says.suffix()),
-                    says.code,
-                ))
+            .await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
             }
-            _ => Err(refused(req, resp, WRITE_HINT)),
-        })
+        }
     }
 
-    fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
+    /// `GET /v1/chunks/default/{chunk}`: a shard naming `chunk`, if the server has one (see
+    /// [`CasTarget::dedup_query`]).
+    pub async fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
         let req = self.cas_request(
             Method::GET,
             &format!("/v1/chunks/{DEDUP_PREFIX}/{chunk}"),
             format!("asking for chunk {chunk} (global dedup)"),
         );
-        self.execute(&req, None, |req, resp| match resp.status() {
-            StatusCode::OK => {
-                self.note_dense_keys(resp.headers());
-                let body = read_body(req, resp, MAX_SHARD_SIZE)?;
-                Shard::from_bytes(&body).map(Some).map_err(|e| {
-                    fatal(
-                        req,
-                        format!("{} answered with an invalid shard: {e}", req.server),
-                    )
-                })
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async {
+                match resp.status() {
+                    StatusCode::OK => {
+                        self.note_dense_keys(resp.headers());
+                        let body = read_body(req, resp, MAX_SHARD_SIZE).await?;
+                        Shard::from_bytes(&body).map(Some).map_err(|e| {
+                            fatal(
+                                req,
+                                format!("{} answered with an invalid shard: {e}", req.server),
+                            )
+                        })
+                    }
+                    StatusCode::NOT_FOUND => {
+                        self.note_dense_keys(resp.headers());
+                        Ok(None)
+                    }
+                    _ => Err(refused(req, resp, "").await),
+                }
             }
-            StatusCode::NOT_FOUND => {
-                self.note_dense_keys(resp.headers());
-                Ok(None)
+            .await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
             }
-            _ => Err(refused(req, resp, "")),
-        })
+        }
     }
 
-    fn dense_key_modulus(&self) -> Option<u64> {
+    /// See [`CasTarget::dense_key_modulus`].
+    pub fn dense_key_modulus(&self) -> Option<u64> {
         match self.dense_keys.load(Ordering::Relaxed) {
             0 => None,
             m => Some(m),
         }
     }
 
-    fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+    /// The file stored intact for SHA-256 `oid`, and its size (see
+    /// [`CasTarget::file_by_sha256`]).
+    pub async fn file_by_sha256(
+        &self,
+        oid: &LfsOid,
+    ) -> Result<Option<(FileHash, u64)>, TargetError> {
         // A file the server holds damaged is not "stored": uploading it again repairs it. Nor
         // is one whose SHA-256 is only an unchecked claim.
         Ok(self
-            .lookup_oid(oid, false)?
+            .lookup_oid(oid, false)
+            .await?
             .filter(|found| found.intact && found.sha256_checked)
             .map(|found| (found.file, found.size)))
     }
 
-    fn checks_sha256_claims(&self) -> bool {
+    /// See [`CasTarget::checks_sha256_claims`].
+    pub fn checks_sha256_claims(&self) -> bool {
         self.checks_claims.load(Ordering::Relaxed)
     }
 }
@@ -1238,7 +1248,7 @@ struct FoundOid {
     sha256_checked: bool,
 }
 
-impl RemoteCas {
+impl AsyncRemoteCas {
     /// Keeps the dense-key modulus a dedup answer announced (0 when it announced none, or one
     /// this client cannot use).
     fn note_dense_keys(&self, headers: &HeaderMap) {
@@ -1252,8 +1262,9 @@ impl RemoteCas {
     }
 
     /// `POST /v1/xorbs/default/{xorb}`, telling `sent` how much of the body went out; the
-    /// body's buffer comes back when the connection let go of every piece of it.
-    fn put_xorb_sending(
+    /// body's buffer comes back when the connection let go of every piece of it (see
+    /// [`CasTarget::put_xorb_with_progress`]).
+    pub async fn put_xorb(
         &self,
         xorb: XorbHash,
         body: Vec<u8>,
@@ -1268,21 +1279,35 @@ impl RemoteCas {
         req.timeout = self.upload_timeout(body.len());
         // `Bytes` from the vector takes it over without copying; retries clone the handle.
         req.body = Some(Bytes::from(body));
-        let inserted = self.execute(&req, None, |req, resp| match resp.status() {
-            StatusCode::OK | StatusCode::CREATED => {
-                let answer: XorbUploaded = parse_json(req, resp, "{\"was_inserted\": bool}")?;
-                Ok(answer.was_inserted)
+        let sending = &req;
+        let inserted = {
+            let mut tries = self.tries(sending, None);
+            loop {
+                let resp = tries.answer().await?;
+                let handled = async {
+                    match resp.status() {
+                        StatusCode::OK | StatusCode::CREATED => {
+                            let answer: XorbUploaded =
+                                parse_json(sending, resp, "{\"was_inserted\": bool}").await?;
+                            Ok(answer.was_inserted)
+                        }
+                        StatusCode::BAD_REQUEST => {
+                            let says = server_says(resp).await;
+                            Err(fatal_coded(
+                                sending,
+                                format!("{} rejected the xorb{}", sending.server, says.suffix()),
+                                says.code,
+                            ))
+                        }
+                        _ => Err(refused(sending, resp, WRITE_HINT).await),
+                    }
+                }
+                .await;
+                if let Some(value) = tries.settle(handled).await? {
+                    break value;
+                }
             }
-            StatusCode::BAD_REQUEST => {
-                let says = server_says(resp);
-                Err(fatal_coded(
-                    req,
-                    format!("{} rejected the xorb{}", req.server, says.suffix()),
-                    says.code,
-                ))
-            }
-            _ => Err(refused(req, resp, WRITE_HINT)),
-        })?;
+        };
         // Unique once the connection dropped its pieces; otherwise it is not waited for.
         let buffer = req.body.take().filter(Bytes::is_unique).map(Vec::from);
         Ok(XorbPut { inserted, buffer })
@@ -1295,7 +1320,11 @@ impl RemoteCas {
     /// `with_plan` (an upload's question) the server answers from its index as it is
     /// (`fresh=index`): on shared storage a miss would otherwise list what the other nodes
     /// registered, once per new file, and a miss here only costs an upload.
-    fn lookup_oid(&self, oid: &LfsOid, with_plan: bool) -> Result<Option<FoundOid>, TargetError> {
+    async fn lookup_oid(
+        &self,
+        oid: &LfsOid,
+        with_plan: bool,
+    ) -> Result<Option<FoundOid>, TargetError> {
         let query = if with_plan {
             "?reconstruction=v2"
         } else {
@@ -1306,19 +1335,30 @@ impl RemoteCas {
             &format!("/v1/lfs-files/{oid}{query}"),
             format!("looking up SHA-256 {oid}"),
         );
-        self.execute(&req, None, |req, resp| {
-            if resp
-                .headers()
-                .get(wire::CHECKS_SHA256_HEADER)
-                .is_some_and(|v| v.as_bytes() == b"1")
-            {
-                self.checks_claims.store(true, Ordering::Relaxed);
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async {
+                {
+                    if resp
+                        .headers()
+                        .get(wire::CHECKS_SHA256_HEADER)
+                        .is_some_and(|v| v.as_bytes() == b"1")
+                    {
+                        self.checks_claims.store(true, Ordering::Relaxed);
+                    }
+                    self.oid_answer(oid, req, resp).await
+                }
             }
-            self.oid_answer(oid, req, resp)
-        })
+            .await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
+            }
+        }
     }
 
-    fn oid_answer(
+    async fn oid_answer(
         &self,
         oid: &LfsOid,
         req: &Request,
@@ -1326,7 +1366,8 @@ impl RemoteCas {
     ) -> Result<Option<FoundOid>, Failure> {
         match resp.status() {
             StatusCode::OK => {
-                let answer: LfsFile = parse_json(req, resp, "{\"oid\", \"file_hash\", \"size\"}")?;
+                let answer: LfsFile =
+                    parse_json(req, resp, "{\"oid\", \"file_hash\", \"size\"}").await?;
                 let file = answer.file_hash;
                 if answer.oid != *oid {
                     return Err(fatal(
@@ -1351,7 +1392,7 @@ impl RemoteCas {
             StatusCode::NOT_FOUND
             | StatusCode::METHOD_NOT_ALLOWED
             | StatusCode::NOT_IMPLEMENTED => Ok(None),
-            _ => Err(refused(req, resp, "")),
+            _ => Err(refused(req, resp, "").await),
         }
     }
 }
@@ -1359,7 +1400,7 @@ impl RemoteCas {
 /// Plans that came with an oid lookup, kept for the download that follows it.
 const KEPT_PLANS: usize = 16;
 
-impl RemoteCas {
+impl AsyncRemoteCas {
     fn keep_plan(&self, file: FileHash, plan: ReconstructionPlan) {
         let mut plans = self.plans.lock_anyway();
         plans.retain(|(f, _)| *f != file);
@@ -1377,78 +1418,29 @@ impl RemoteCas {
     }
 }
 
-/// Bytes `start..=end` of the xorb file of `hash` in a directory store on this machine, if they
-/// can be read (any failure: `None`, and the caller fetches them over HTTP).
-#[cfg(unix)]
-fn read_local_range(local: &LocalXorbs, hash: &XorbHash, start: u64, end: u64) -> Option<Vec<u8>> {
-    use std::os::unix::fs::FileExt as _;
-    let path = local.path(hash);
-    let file = std::fs::File::open(&path).ok()?;
-    let len = file.metadata().ok()?.len();
-    if end < start || end >= len {
-        return None;
-    }
-    let mut buf = vec![0u8; usize::try_from(end - start + 1).ok()?];
-    match file.read_exact_at(&mut buf, start) {
-        Ok(()) => Some(buf),
-        Err(e) => {
-            tracing::debug!(path = %path.display(), "cannot read a local xorb range: {e}");
-            None
-        }
-    }
-}
-
-/// Elsewhere the ranges are always fetched over HTTP.
-#[cfg(not(unix))]
-fn read_local_range(_: &LocalXorbs, _: &XorbHash, _: u64, _: u64) -> Option<Vec<u8>> {
-    None
-}
-
-impl XorbSource for RemoteCas {
-    fn read_xorb_range(&self, xorb: &XorbHash, range: &FetchRange) -> Result<Vec<u8>, TargetError> {
+/// The xorb ranges of [`XorbSource`] (the blocking [`RemoteCas`] implements the trait over
+/// them, reading a local directory store's files first).
+impl AsyncRemoteCas {
+    /// Bytes `range` of the stored `xorb` (see [`XorbSource::read_xorb_range`]).
+    pub async fn read_xorb_range(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+    ) -> Result<Vec<u8>, TargetError> {
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        if let Some(root) = &self.local_xorbs {
-            if let Some(bytes) = read_local_range(root, xorb, start, end) {
-                return Ok(bytes);
-            }
-        }
         // Room for the whole range at once (a multi-MiB range would otherwise be copied each
         // time the buffer doubles), from the kept buffers.
         let want = end.saturating_sub(start).saturating_add(1);
         let room = usize::try_from(want.min(MAX_RANGE_ROOM)).unwrap_or(0);
         let mut buf = xet_protocol::util::buffers::take(room);
-        self.fetch_range(xorb, range, &mut |offset, piece| {
+        self.stream_xorb_range(xorb, range, &mut |offset, piece| {
             // A retry starts again from the range's first byte.
             buf.truncate(usize::try_from(offset).unwrap_or(usize::MAX));
             buf.extend_from_slice(piece);
             ControlFlow::Continue(())
-        })?;
+        })
+        .await?;
         Ok(buf)
-    }
-
-    fn stream_xorb_range(
-        &self,
-        xorb: &XorbHash,
-        range: &FetchRange,
-        sink: &mut RangeSink<'_>,
-    ) -> Result<(), TargetError> {
-        let (start, end) = (*range.bytes.start(), *range.bytes.end());
-        if let Some(root) = &self.local_xorbs {
-            if let Some(bytes) = read_local_range(root, xorb, start, end) {
-                xet_protocol::target::hand_whole(bytes, sink);
-                return Ok(());
-            }
-        }
-        self.fetch_range(xorb, range, sink)
-    }
-
-    fn stream_xorb_range_once(
-        &self,
-        xorb: &XorbHash,
-        range: &FetchRange,
-        sink: &mut RangeSink<'_>,
-    ) -> Result<(), TargetError> {
-        self.stream_xorb_range(xorb, range, sink)
     }
 }
 
@@ -1458,7 +1450,7 @@ fn check_content_range(
     req: &Request,
     resp: &Response,
     (start, end): (u64, u64),
-    damaged: &dyn Fn(&Request, String) -> Failure,
+    damaged: &(dyn Fn(&Request, String) -> Failure + Sync),
 ) -> Result<(), Failure> {
     let Some(c) = content_range(resp) else {
         return Ok(());
@@ -1487,14 +1479,14 @@ fn check_content_range(
 
 /// What a 416 answer to bytes `start..=end` means: a stored object shorter than that is a
 /// damaged copy (`damaged`); otherwise the server's refusal, with what it says.
-fn unsatisfiable(
+async fn unsatisfiable(
     req: &Request,
     resp: Response,
     (start, end): (u64, u64),
-    damaged: &dyn Fn(&Request, String) -> Failure,
+    damaged: &(dyn Fn(&Request, String) -> Failure + Sync),
 ) -> Failure {
     let total = content_range(&resp).and_then(|c| c.total);
-    let says = server_says(resp);
+    let says = server_says(resp).await;
     match total {
         Some(n) if n <= end => damaged(
             req,
@@ -1515,7 +1507,97 @@ fn unsatisfiable(
     }
 }
 
-/// What [`RemoteCas::server_failure`] made of an answer.
+/// The attempts of one request, with retries: [`Tries::answer`] gives the next answer whose
+/// status is not worth a retry (nor the 401 that refreshes the token), for the request's own
+/// handling, and [`Tries::settle`] takes what that handling made of it: a value, or a failure
+/// (a final error, or a wait before the next attempt). A loop at each request rather than one
+/// function taking the handling as an async closure: the futures of closures that borrow are
+/// not proven `Send`, and an async program needs to spawn them.
+struct Tries<'a> {
+    cas: &'a AsyncRemoteCas,
+    req: &'a Request,
+    authorization: Option<&'a str>,
+    started: Instant,
+    attempt: u32,
+    /// Whether a 401 already refreshed the token (once per request).
+    refreshed: bool,
+}
+
+impl Tries<'_> {
+    /// The next answer for the request's own handling (after retries of what the server or
+    /// the network got wrong), or the final error.
+    async fn answer(&mut self) -> Result<Response, TargetError> {
+        let (cas, req) = (self.cas, self.req);
+        let no_headers = HeaderMap::new();
+        loop {
+            self.attempt += 1;
+            let (auth, extra) = match req.auth {
+                Auth::Cas => (cas.bearer().await?, &cas.session),
+                Auth::None => (self.authorization.map(String::from), &no_headers),
+            };
+            let client = cas.client_for(req, auth.as_deref())?;
+            let failure = match send(client, req, auth.as_deref(), extra).await {
+                Err(e) => transport_failure(req, &e, cas.proxies.proxy_for_str(&req.url)),
+                Ok(resp) => {
+                    if resp.status() == StatusCode::UNAUTHORIZED
+                        && req.auth == Auth::Cas
+                        && !self.refreshed
+                        && matches!(cas.token, TokenSource::Refreshing(_))
+                    {
+                        self.refreshed = true;
+                        tracing::warn!(
+                            url = %req.shown_url,
+                            "{} refused the access token (401); refreshing it and trying again",
+                            req.server
+                        );
+                        drop(resp);
+                        cas.refresh_rejected(auth.as_deref()).await?;
+                        self.attempt -= 1;
+                        continue;
+                    }
+                    match cas.server_failure(req, resp).await {
+                        Screened::Failure(failure) => failure,
+                        Screened::Pass(resp) => return Ok(resp),
+                    }
+                }
+            };
+            self.wait_or_fail(failure).await?;
+        }
+    }
+
+    /// What the request's handling made of an answer: its value, or `None` once the wait
+    /// before the next attempt is over (a failure worth a retry), or the final error.
+    async fn settle<T>(&mut self, handled: Result<T, Failure>) -> Result<Option<T>, TargetError> {
+        match handled {
+            Ok(value) => Ok(Some(value)),
+            Err(failure) => self.wait_or_fail(failure).await.map(|()| None),
+        }
+    }
+
+    async fn wait_or_fail(&mut self, failure: Failure) -> Result<(), TargetError> {
+        match failure {
+            Failure::Fatal(e) => Err(e),
+            Failure::Retry {
+                reason,
+                retry_after,
+                code,
+            } => {
+                self.cas
+                    .wait_to_retry(
+                        self.req,
+                        self.attempt,
+                        self.started,
+                        reason,
+                        retry_after,
+                        code,
+                    )
+                    .await
+            }
+        }
+    }
+}
+
+/// What [`AsyncRemoteCas::server_failure`] made of an answer.
 enum Screened {
     /// A failure of the server, whatever the request.
     Failure(Failure),
@@ -1523,20 +1605,25 @@ enum Screened {
     Pass(Response),
 }
 
-/// The most room [`RemoteCas::read_xorb_range`] sets aside before a range's bytes arrive: a
+/// The most room [`AsyncRemoteCas::read_xorb_range`] sets aside before a range's bytes arrive: a
 /// stored xorb with its footer (the reconstruction's ranges are never longer).
 const MAX_RANGE_ROOM: u64 = xet_format::xorb::MAX_ACCEPTED_BODY + (1 << 20);
 
-impl RemoteCas {
+impl AsyncRemoteCas {
     /// Fetches bytes `range` of the stored `xorb` over HTTP, handing them to `sink` as they
     /// arrive (see [`XorbSource::stream_xorb_range`]); an answer shorter than the range is a
     /// damaged copy on the server.
-    fn fetch_range(
+    ///
+    /// The future is `Send` when `sink` is (a [`RangeSink`] trait object is not).
+    pub async fn stream_xorb_range<S>(
         &self,
         xorb: &XorbHash,
         range: &FetchRange,
-        sink: &mut RangeSink<'_>,
-    ) -> Result<(), TargetError> {
+        sink: &mut S,
+    ) -> Result<(), TargetError>
+    where
+        S: FnMut(u64, &[u8]) -> ControlFlow<()> + ?Sized,
+    {
         let req = self.range_request(xorb, range)?;
         let (start, end) = (*range.bytes.start(), *range.bytes.end());
         let want = end - start + 1;
@@ -1552,53 +1639,61 @@ impl RemoteCas {
                 ),
             )
         };
-        self.execute(&req, None, |req, resp| match resp.status() {
-            StatusCode::PARTIAL_CONTENT => {
-                check_content_range(req, &resp, (start, end), &damaged)?;
-                match stream_body(req, resp, 0, want, true, sink)? {
-                    Some(got) if got < want => Err(damaged(
-                        req,
-                        format!("{} sent {got} bytes of the {want} asked for", req.server),
-                    )),
-                    _ => Ok(()),
-                }
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async { match resp.status() {
+        StatusCode::PARTIAL_CONTENT => {
+            check_content_range(req, &resp, (start, end), &damaged)?;
+            match stream_body(req, resp, 0, want, true, sink).await? {
+                Some(got) if got < want => Err(damaged(
+                    req,
+                    format!("{} sent {got} bytes of the {want} asked for", req.server),
+                )),
+                _ => Ok(()),
             }
-            StatusCode::OK => {
-                // The whole object (a server that ignores Range): hand on the bytes asked for.
-                match stream_body(req, resp, start, want, false, sink)? {
-                    Some(got) if got < want => Err(damaged(
-                        req,
-                        format!(
-                            "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
-                            req.server,
-                            start + got
-                        ),
-                    )),
-                    _ => Ok(()),
-                }
-            }
-            StatusCode::RANGE_NOT_SATISFIABLE => {
-                Err(unsatisfiable(req, resp, (start, end), &damaged))
-            }
-            StatusCode::FORBIDDEN => {
-                let says = server_says(resp);
-                Err(fatal(
+        }
+        StatusCode::OK => {
+            // The whole object (a server that ignores Range): hand on the bytes asked for.
+            match stream_body(req, resp, start, want, false, sink).await? {
+                Some(got) if got < want => Err(damaged(
                     req,
                     format!(
-                        "{} refused the presigned URL {} (403){}: it has probably expired; plan the download again",
-                        req.server, req.shown_url, says.suffix()
+                        "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
+                        req.server,
+                        start + got
                     ),
-                ))
+                )),
+                _ => Ok(()),
             }
-            StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
-                what: format!("xorb {xorb} at {}", req.shown_url),
-            })),
-            _ => Err(refused(req, resp, "")),
-        })
+        }
+        StatusCode::RANGE_NOT_SATISFIABLE => {
+            Err(unsatisfiable(req, resp, (start, end), &damaged).await)
+        }
+        StatusCode::FORBIDDEN => {
+            let says = server_says(resp).await;
+            Err(fatal(
+                req,
+                format!(
+                    "{} refused the presigned URL {} (403){}: it has probably expired; plan the download again",
+                    req.server, req.shown_url, says.suffix()
+                ),
+            ))
+        }
+        StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
+            what: format!("xorb {xorb} at {}", req.shown_url),
+        })),
+        _ => Err(refused(req, resp, "").await),
+    } }.await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
+            }
+        }
     }
 }
 
-impl RemoteCas {
+impl AsyncRemoteCas {
     /// The GET of `range` of `xorb` from the URL the reconstruction gave for it (no credential
     /// of ours: the URL is presigned); refused before any request when there is no URL or the
     /// range is inverted.
@@ -1635,10 +1730,11 @@ impl RemoteCas {
     }
 }
 
-impl Endpoint for RemoteCas {
+/// The operations of [`Endpoint`] (the blocking [`RemoteCas`] implements the trait over them).
+impl AsyncRemoteCas {
     /// The plan of bytes `range` (inclusive) of `file`, with presigned URLs; see
     /// [`ReconstructionV2::into_plan`] for what `file_size` means for a ranged plan.
-    fn reconstruction(
+    pub async fn reconstruction(
         &self,
         file: &FileHash,
         range: Option<(u64, u64)>,
@@ -1663,13 +1759,13 @@ impl Endpoint for RemoteCas {
         }
         let mut fell_back = false;
         if !self.v1_only.load(Ordering::Relaxed) {
-            match self.ask_reconstruction(true, file, range)? {
+            match self.ask_reconstruction(true, file, range).await? {
                 Answer::Plan(p) => return Ok(Some(p)),
                 Answer::FileUnknown => return Ok(None),
                 Answer::Unsupported => fell_back = true,
             }
         }
-        match self.ask_reconstruction(false, file, range)? {
+        match self.ask_reconstruction(false, file, range).await? {
             Answer::Plan(p) => {
                 if fell_back && !self.v1_only.swap(true, Ordering::Relaxed) {
                     tracing::info!(
@@ -1694,22 +1790,25 @@ impl Endpoint for RemoteCas {
 
     /// `GET /v1/reconstructions?file_id=…` (the batch query); `None` when the server does not
     /// offer it.
-    fn reconstructions(
+    pub async fn reconstructions(
         &self,
         files: &[FileHash],
     ) -> Result<Option<std::collections::BTreeMap<FileHash, ReconstructionPlan>>, TargetError> {
-        self.ask_reconstructions(files)
+        self.ask_reconstructions(files).await
     }
 
-    fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
+    /// The file registered for SHA-256 `oid` and its size (see [`Endpoint::locate_oid`]); the
+    /// plan of a small file comes along, for the [`Self::reconstruction`] that follows.
+    pub async fn locate_oid(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
         Ok(self
-            .lookup_oid(oid, true)?
+            .lookup_oid(oid, true)
+            .await?
             .map(|found| (found.file, found.size)))
     }
 
     /// `GET /v1/file-chunks/{file}` (`git xet serve`'s extension); `None` on 404 (unknown file,
     /// or a server without the route) and on 413 (a list too long to be given).
-    fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
+    pub async fn file_chunks(&self, file: &FileHash) -> Result<Option<Vec<ChunkRef>>, TargetError> {
         if file.is_zero() {
             return Ok(Some(Vec::new()));
         }
@@ -1718,21 +1817,34 @@ impl Endpoint for RemoteCas {
             &format!("/v1/file-chunks/{file}"),
             format!("listing the chunks of file {file}"),
         );
-        self.execute(&req, None, |req, resp| match resp.status() {
-            StatusCode::OK => {
-                let limit = (xet_protocol::wire::MAX_LISTED_CHUNKS
-                    * xet_protocol::wire::FILE_CHUNK_RECORD) as u64;
-                let body = read_body(req, resp, limit)?;
-                xet_protocol::wire::decode_file_chunks(&body)
-                    .map(Some)
-                    .map_err(|e| fatal(req, format!("{} answered {e}", req.server)))
+        let req = &req;
+        let mut tries = self.tries(req, None);
+        loop {
+            let resp = tries.answer().await?;
+            let handled = async {
+                match resp.status() {
+                    StatusCode::OK => {
+                        let limit = (xet_protocol::wire::MAX_LISTED_CHUNKS
+                            * xet_protocol::wire::FILE_CHUNK_RECORD)
+                            as u64;
+                        let body = read_body(req, resp, limit).await?;
+                        xet_protocol::wire::decode_file_chunks(&body)
+                            .map(Some)
+                            .map_err(|e| fatal(req, format!("{} answered {e}", req.server)))
+                    }
+                    StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => Ok(None),
+                    _ => Err(refused(req, resp, "").await),
+                }
             }
-            StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => Ok(None),
-            _ => Err(refused(req, resp, "")),
-        })
+            .await;
+            if let Some(value) = tries.settle(handled).await? {
+                return Ok(value);
+            }
+        }
     }
 
-    fn describe(&self) -> String {
+    /// What the journal and messages call this server (see [`Endpoint::describe`]).
+    pub fn describe(&self) -> String {
         self.name.clone()
     }
 }

@@ -2,7 +2,6 @@
 //! classifying what went wrong (worth retrying or not), reading bounded bodies, and turning a
 //! refusal into a sentence a user can act on.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 use xet_protocol::wire::ErrorCode;
@@ -231,11 +230,9 @@ pub(super) fn runtime() -> std::io::Result<Arc<Runtime>> {
         .map(Arc::new)
 }
 
-/// A response whose headers have arrived; its body is read through [`Read`], each read
-/// driving the runtime until the next piece of the body is there.
+/// A response whose headers have arrived; its body is read piece by piece as it arrives.
 pub(super) struct Response {
     inner: Option<reqwest::Response>,
-    rt: Arc<Runtime>,
     /// What is left of the last piece read.
     pending: Bytes,
 }
@@ -251,16 +248,14 @@ impl Response {
         static EMPTY: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
         self.inner.as_ref().map_or(&EMPTY, |r| r.headers())
     }
-}
 
-impl Response {
     /// Waits for the next piece of the body unless one is pending; false at its end.
-    fn fill(&mut self) -> std::io::Result<bool> {
+    async fn fill(&mut self) -> std::io::Result<bool> {
         while self.pending.is_empty() {
             let Some(inner) = self.inner.as_mut() else {
                 return Ok(false);
             };
-            match self.rt.block_on(inner.chunk()) {
+            match inner.chunk().await {
                 Ok(Some(piece)) => self.pending = piece,
                 Ok(None) => return Ok(false),
                 Err(e) => return Err(std::io::Error::other(e)),
@@ -270,10 +265,9 @@ impl Response {
     }
 
     /// Appends the rest of the body to `buf` until it holds more than `limit` bytes or the
-    /// body ends, piece by piece as they arrive (through [`Read`], each read would first zero
-    /// the buffer's spare room).
-    fn append_to(&mut self, buf: &mut Vec<u8>, limit: u64) -> std::io::Result<()> {
-        while (buf.len() as u64) <= limit && self.fill()? {
+    /// body ends, piece by piece as they arrive.
+    async fn append_to(&mut self, buf: &mut Vec<u8>, limit: u64) -> std::io::Result<()> {
+        while (buf.len() as u64) <= limit && self.fill().await? {
             let room =
                 usize::try_from(limit.saturating_add(1) - buf.len() as u64).unwrap_or(usize::MAX);
             let n = room.min(self.pending.len());
@@ -284,30 +278,9 @@ impl Response {
     }
 }
 
-impl Read for Response {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if !self.fill()? {
-            return Ok(0);
-        }
-        let n = buf.len().min(self.pending.len());
-        buf[..n].copy_from_slice(&self.pending[..n]);
-        self.pending.advance(n);
-        Ok(n)
-    }
-}
-
-impl Drop for Response {
-    /// The connection goes back to the pool (or is closed) inside the runtime, which that
-    /// needs.
-    fn drop(&mut self) {
-        let _inside = self.rt.enter();
-        drop(self.inner.take());
-    }
-}
-
-/// Sends one attempt of `req`, with `authorization` as the `Authorization` value, on `rt`.
-pub(super) fn send(
-    rt: &Arc<Runtime>,
+/// Sends one attempt of `req`, with `authorization` as the `Authorization` value, on the
+/// runtime that polls it (the caller's).
+pub(super) async fn send(
     client: &Client,
     req: &Request,
     authorization: Option<&str>,
@@ -346,11 +319,9 @@ pub(super) fn send(
             }
         }
     }
-    // The future is made inside the runtime: it starts its timeout timer when made.
-    let resp = rt.block_on(async move { rb.send().await })?;
+    let resp = rb.send().await?;
     Ok(Response {
         inner: Some(resp),
-        rt: Arc::clone(rt),
         pending: Bytes::new(),
     })
 }
@@ -564,7 +535,11 @@ pub(super) fn content_range(resp: &Response) -> Option<ContentRange> {
 
 /// Reads at most `limit` bytes of a body; more is an error (`Ok(Err)`); a broken connection is
 /// worth a retry.
-pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec<u8>, Failure> {
+pub(super) async fn read_body(
+    req: &Request,
+    resp: Response,
+    limit: u64,
+) -> Result<Vec<u8>, Failure> {
     // Room for the whole body at once when its length is announced (a multi-MiB xorb range
     // would otherwise be copied each time the buffer doubles); never more than the limit.
     let announced = resp
@@ -575,7 +550,7 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
         .min(limit);
     let mut buf = xet_protocol::util::buffers::take(usize::try_from(announced).unwrap_or(0));
     let mut resp = resp;
-    if let Err(e) = resp.append_to(&mut buf, limit) {
+    if let Err(e) = resp.append_to(&mut buf, limit).await {
         return Err(Failure::Retry {
             reason: format!(
                 "the answer of {} broke off after {} bytes: {}",
@@ -607,18 +582,21 @@ pub(super) fn read_body(req: &Request, resp: Response, limit: u64) -> Result<Vec
 /// else the rest is left unread (a whole object of which a range was wanted). Returns the bytes
 /// handed over (fewer than `want` if the body ended early), or `None` if `sink` stopped the
 /// read. A broken connection is worth a retry.
-pub(super) fn stream_body(
+pub(super) async fn stream_body<S>(
     req: &Request,
     mut resp: Response,
     skip: u64,
     want: u64,
     exact: bool,
-    sink: &mut xet_protocol::RangeSink<'_>,
-) -> Result<Option<u64>, Failure> {
+    sink: &mut S,
+) -> Result<Option<u64>, Failure>
+where
+    S: FnMut(u64, &[u8]) -> std::ops::ControlFlow<()> + ?Sized,
+{
     let mut seen = 0u64; // bytes of the body read, skipped ones included
     let mut given = 0u64;
     loop {
-        match resp.fill() {
+        match resp.fill().await {
             Ok(true) => {}
             Ok(false) => return Ok(Some(given)),
             Err(e) => {
@@ -664,9 +642,9 @@ pub(super) fn stream_body(
 
 /// What a refusal's body says, for a message: `"<message> [<code>, request <id>]"`, the start
 /// of a text body, or nothing. Never fails: the body is a courtesy.
-pub(super) fn server_says(resp: Response) -> ServerText {
+pub(super) async fn server_says(mut resp: Response) -> ServerText {
     let mut buf = Vec::new();
-    let _ = resp.take(64 * 1024).read_to_end(&mut buf);
+    let _ = resp.append_to(&mut buf, 64 * 1024 - 1).await;
     ServerText::parse(&buf)
 }
 

@@ -1,6 +1,6 @@
 //! Where the CAS bearer token comes from: a fixed token (standalone mode) or a token handed out
 //! with the LFS actions and renewed through a refresh route (negotiated mode, docs/lfs-agent.md
-//! §12.2). The HTTP side of a refresh lives in [`super::RemoteCas`]; this module holds the state
+//! §12.2). The HTTP side of a refresh lives in [`super::AsyncRemoteCas`]; this module holds the state
 //! and the decisions (when to refresh, which answer to keep). Every token it is given or
 //! receives is registered with [`xet_protocol::redact`].
 
@@ -64,12 +64,15 @@ impl fmt::Debug for TokenSource {
 ///
 /// The token is refreshed before a request when it expires within [`REFRESH_BUFFER_SECS`]
 /// (never when its expiry is 0, i.e. unknown), when there is none yet, and once when the server
-/// answers 401. One refresh runs at a time: the state is locked during the refresh request, and
-/// whoever waited finds the new token.
+/// answers 401. One refresh runs at a time: a refresh holds [`RefreshingToken::refreshing`]
+/// (an async lock, so that a task waiting for it gives its thread to others), and whoever
+/// waited finds the new token. The state itself is locked only to read or write it, never
+/// across a request.
 pub struct RefreshingToken {
     href: String,
     authorization: Box<AuthorizationFn>,
     state: Mutex<TokenState>,
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 /// The mutable part of a [`RefreshingToken`].
@@ -121,6 +124,7 @@ impl RefreshingToken {
                 expires_at,
                 ..TokenState::default()
             }),
+            refreshing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -179,6 +183,11 @@ impl RefreshingToken {
             xet_protocol::redact::register_authorization(v.expose());
         }
         Ok(value)
+    }
+
+    /// The right to refresh, held during a refresh request (one at a time).
+    pub(super) async fn refreshing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.refreshing.lock().await
     }
 
     /// The state, locked. A poisoned lock (a panic during a refresh) still holds a consistent
