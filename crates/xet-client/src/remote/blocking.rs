@@ -10,6 +10,7 @@
 //! one runtime inside another); async programs use [`AsyncRemoteCas`] directly.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::runtime::Runtime;
@@ -68,9 +69,19 @@ impl RemoteCas {
         self.core.token()
     }
 
-    /// Runs `operation` to its end on this client's runtime, on the calling thread.
+    /// Runs `operation` to its end on this client's runtime, on the calling thread. Through
+    /// one trait object, so that the runtime's `block_on` (its scheduler loop) is compiled once
+    /// rather than once per operation's future type (about 150 KB of the binary).
     fn wait<T>(&self, operation: impl Future<Output = T>) -> T {
-        self.rt.block_on(operation)
+        let mut answer = None;
+        {
+            let slot = &mut answer;
+            let run: Pin<Box<dyn Future<Output = ()> + '_>> = Box::pin(async move {
+                *slot = Some(operation.await);
+            });
+            self.rt.block_on(run);
+        }
+        answer.unwrap_or_else(|| unreachable!("block_on returns once the operation has ended"))
     }
 }
 
