@@ -39,6 +39,7 @@
 //! A secret may not be both.
 
 use std::path::Path;
+use xet_store::RepoName;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -386,7 +387,7 @@ pub(crate) enum Visibility {
     /// Every file (server-wide secrets, and CAS tokens issued to them).
     All,
     /// Files registered through this repository (CAS tokens issued to a scoped secret).
-    Repo(String),
+    Repo(RepoName),
 }
 
 impl Grant {
@@ -404,15 +405,17 @@ impl Grant {
     pub(crate) fn visibility(&self) -> Option<Visibility> {
         match (&self.repos, self.expires) {
             (None, _) => Some(Visibility::All),
-            (Some(_), Some(_)) => Some(Visibility::Repo(self.repo.clone())),
+            // A token naming no repository reads nothing (none is issued so).
+            (Some(_), Some(_)) => RepoName::new(self.repo.clone()).ok().map(Visibility::Repo),
             (Some(_), None) => None,
         }
     }
 
     /// The repository files registered with this credential are recorded under: a CAS
     /// token's repository, if it has one.
-    pub(crate) fn registering_repo(&self) -> Option<&str> {
-        (self.expires.is_some() && !self.repo.is_empty()).then_some(self.repo.as_str())
+    pub(crate) fn registering_repo(&self) -> Option<RepoName> {
+        self.expires?;
+        RepoName::new(self.repo.clone()).ok()
     }
 }
 

@@ -74,7 +74,7 @@ pub struct Repo {
     /// As in the URL, e.g. `team/models.git`.
     pub path: String,
     /// The id tokens carry: the path without a trailing `.git`, e.g. `team/models`.
-    pub id: String,
+    pub id: xet_store::RepoName,
 }
 
 impl Repo {
@@ -88,12 +88,12 @@ impl Repo {
             return None;
         }
         let id = path.strip_suffix(".git").unwrap_or(path);
-        if id.is_empty() || id.ends_with('/') {
+        if id.ends_with('/') {
             return None;
         }
         Some(Self {
             path: path.to_string(),
-            id: id.to_string(),
+            id: xet_store::RepoName::new(id).ok()?,
         })
     }
 
@@ -235,7 +235,7 @@ pub(crate) fn authorize_transfer(
 ) -> Result<Grant, ApiError> {
     let grant = state.authorize(headers, Scope::Read, what)?;
     check_repo(&grant, repo)?;
-    if grant.expires.is_some() && grant.repo != repo.id {
+    if grant.expires.is_some() && grant.repo != *repo.id {
         return Err(ApiError::new(
             ErrorCode::WrongRepository,
             format!(
@@ -265,8 +265,8 @@ fn check_repo(grant: &Grant, repo: &Repo) -> Result<(), ApiError> {
 
 /// Whether `grant` reads only what `repo` registered (a scoped secret, or a CAS token issued
 /// to one): then the repository id to check files against.
-pub(crate) fn limited_to<'a>(grant: &Grant, repo: &'a Repo) -> Option<&'a str> {
-    grant.repos.as_ref().map(|_| repo.id.as_str())
+pub(crate) fn limited_to<'a>(grant: &Grant, repo: &'a Repo) -> Option<&'a xet_store::RepoName> {
+    grant.repos.as_ref().map(|_| &repo.id)
 }
 
 fn require(grant: &Grant, needed: Scope, what: &'static str) -> Result<(), ApiError> {

@@ -302,7 +302,7 @@ impl AppState {
         headers: &HeaderMap,
         needed: Scope,
         what: &'static str,
-    ) -> Result<(Grant, Option<String>), ApiError> {
+    ) -> Result<(Grant, Option<xet_store::RepoName>), ApiError> {
         let grant = self.authorize(headers, needed, what)?;
         match grant.visibility() {
             Some(auth::Visibility::All) => Ok((grant, None)),

@@ -64,14 +64,14 @@ impl CasTarget for AsRepo<'_> {
     }
     fn register_shard(&self, shard: &[u8]) -> Result<(), TargetError> {
         self.0
-            .register_shard_staged(shard, &mut |_| {}, &mut || {}, Some(self.1))?;
+            .register_shard_staged(shard, &mut |_| {}, &mut || {}, Some(&repo_name(self.1)))?;
         Ok(())
     }
     fn dedup_query(&self, chunk: &ChunkHash) -> Result<Option<Shard>, TargetError> {
         CasTarget::dedup_query(self.0, chunk)
     }
     fn file_by_sha256(&self, oid: &LfsOid) -> Result<Option<(FileHash, u64)>, TargetError> {
-        Ok(self.0.intact_file_by_oid(oid, Some(self.1))?)
+        Ok(self.0.intact_file_by_oid(oid, Some(&repo_name(self.1)))?)
     }
     fn checks_sha256_claims(&self) -> bool {
         true
@@ -473,7 +473,7 @@ fn another_repositorys_claim_never_shadows_this_repositorys_upload() {
     assert!(!real_up.sha256_computed);
     let fresh = xet_store::cas::Freshness::IndexOnly;
     let for_b = store
-        .oid_file(&oid, Some("team-b"), fresh)
+        .oid_file(&oid, Some(&repo_name("team-b")), fresh)
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -482,12 +482,14 @@ fn another_repositorys_claim_never_shadows_this_repositorys_upload() {
     );
     assert!(!for_b.checked);
     let for_a = store
-        .oid_file(&oid, Some("team-a"), fresh)
+        .oid_file(&oid, Some(&repo_name("team-a")), fresh)
         .unwrap()
         .unwrap();
     assert_eq!(for_a.file, lie.file_hash);
     assert_eq!(
-        store.oid_file(&oid, Some("team-c"), fresh).unwrap(),
+        store
+            .oid_file(&oid, Some(&repo_name("team-c")), fresh)
+            .unwrap(),
         None,
         "a third repository sees neither"
     );
@@ -495,11 +497,16 @@ fn another_repositorys_claim_never_shadows_this_repositorys_upload() {
     let pass = check_pending(&store, &mut Checker::default()).unwrap();
     assert_eq!((pass.held, pass.wrong), (1, 1));
     let for_b = store
-        .oid_file(&oid, Some("team-b"), fresh)
+        .oid_file(&oid, Some(&repo_name("team-b")), fresh)
         .unwrap()
         .unwrap();
     assert!(for_b.checked && for_b.file == real_up.file_hash);
-    assert_eq!(store.oid_file(&oid, Some("team-a"), fresh).unwrap(), None);
+    assert_eq!(
+        store
+            .oid_file(&oid, Some(&repo_name("team-a")), fresh)
+            .unwrap(),
+        None
+    );
 }
 
 #[test]
@@ -623,4 +630,9 @@ fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
         (1, 0),
         "settled from the legacy record"
     );
+}
+
+/// A repository name for the store's tenancy API.
+fn repo_name(name: &str) -> xet_store::RepoName {
+    xet_store::RepoName::new(name).unwrap()
 }

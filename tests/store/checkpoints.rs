@@ -98,7 +98,8 @@ fn simulate(b: &S3Backend, pushes: &[Push]) {
             s.spawn(move || {
                 for p in part {
                     b.put_new(ObjectKey::Shard(p.shard), &p.bytes).unwrap();
-                    b.log_shard(&p.shard, p.repo).unwrap();
+                    b.log_shard(&p.shard, p.repo.map(repo_name).as_ref())
+                        .unwrap();
                 }
             });
         }
@@ -245,9 +246,15 @@ fn ten_thousand_pushes_compact_into_one_checkpoint_a_new_node_reads_at_once() {
     // Scopes: what went through the repository is its own, and only that.
     let scoped = pushes.iter().find(|p| p.repo.is_some()).unwrap();
     let unscoped = pushes.iter().find(|p| p.repo.is_none()).unwrap();
-    assert!(node_b.visible_to(&scoped.file, Some(REPO)).unwrap());
-    assert!(!node_b.visible_to(&unscoped.file, Some(REPO)).unwrap());
-    assert!(!node_b.visible_to(&scoped.file, Some("team/other")).unwrap());
+    assert!(node_b
+        .visible_to(&scoped.file, Some(&repo_name(REPO)))
+        .unwrap());
+    assert!(!node_b
+        .visible_to(&unscoped.file, Some(&repo_name(REPO)))
+        .unwrap());
+    assert!(!node_b
+        .visible_to(&scoped.file, Some(&repo_name("team/other")))
+        .unwrap());
     // Claims: those checked are checked at B; the others wait to be checked.
     for p in &checked {
         assert!(!node_b.claim_pending(&p.oid.unwrap(), &p.file).unwrap());
@@ -311,4 +318,9 @@ fn ten_thousand_pushes_compact_into_one_checkpoint_a_new_node_reads_at_once() {
         node_d.counts().unwrap().files,
         node_b.counts().unwrap().files
     );
+}
+
+/// A repository name for the store's tenancy API.
+fn repo_name(name: &str) -> xet_store::RepoName {
+    xet_store::RepoName::new(name).unwrap()
 }

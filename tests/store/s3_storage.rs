@@ -136,14 +136,15 @@ fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
     assert!(b2.logged_shards(&mut cursor).unwrap().is_empty());
     let logged = ShardHash::from_bytes([9; 32]);
     b.log_shard(&logged, None).unwrap();
-    b.log_shard(&logged, Some("team/models")).unwrap();
+    b.log_shard(&logged, Some(&repo_name("team/models")))
+        .unwrap();
     let entries = b2.logged_shards(&mut cursor).unwrap();
     assert_eq!(
         entries
             .iter()
             .map(|e| (e.shard, e.repo.clone()))
             .collect::<Vec<_>>(),
-        vec![(logged, None), (logged, Some("team/models".to_string()))]
+        vec![(logged, None), (logged, Some(repo_name("team/models")))]
     );
     assert!(entries.iter().all(|e| e.ms > 0 && e.ms <= cursor.newest_ms));
     assert!(cursor.newest_ms > 0);
@@ -152,7 +153,7 @@ fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
     // counts, and one registration written both ways is listed once.
     assert_eq!(
         b2.list_access().unwrap(),
-        vec![(logged, "team/models".to_string())]
+        vec![(logged, repo_name("team/models"))]
     );
     let older = ShardHash::from_bytes([3; 32]);
     for (shard, repo) in [(older, "team/old"), (logged, "team/models")] {
@@ -162,8 +163,8 @@ fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
     assert_eq!(
         b2.list_access().unwrap(),
         vec![
-            (older, "team/old".to_string()),
-            (logged, "team/models".to_string())
+            (older, repo_name("team/old")),
+            (logged, repo_name("team/models"))
         ]
     );
 
@@ -2142,7 +2143,7 @@ fn a_log_entry_listed_before_its_shard_is_registered_at_a_later_catch_up() {
     let (file, xorbs, shards) = push_parts(&data, 1 << 20);
     let shard = xet_format::ShardHash::of(&shards[0]);
     let (b, _spool) = backend(&g, "early", "");
-    b.log_shard(&shard, Some("team/early")).unwrap();
+    b.log_shard(&shard, Some(&repo_name("team/early"))).unwrap();
     let lists = store_requests(&c, "list");
     assert_eq!(
         c.catch_up().unwrap().registered,
@@ -2161,10 +2162,10 @@ fn a_log_entry_listed_before_its_shard_is_registered_at_a_later_catch_up() {
         "one listing of the log per catch-up, no full one"
     );
     assert!(
-        c.visible_to(&file, Some("team/early")).unwrap(),
+        c.visible_to(&file, Some(&repo_name("team/early"))).unwrap(),
         "with its repository"
     );
-    assert!(!c.visible_to(&file, Some("team/other")).unwrap());
+    assert!(!c.visible_to(&file, Some(&repo_name("team/other"))).unwrap());
     assert!(download_whole(&c, &file) == data, "the file is whole");
 }
 
@@ -2596,4 +2597,9 @@ fn a_shard_registered_before_is_not_acknowledged_again_once_a_xorb_was_collected
     a.register_shard(&shards[0], &mut |_| {}).unwrap();
     let fresh = g.open_store("again", dirs[1].path());
     assert!(download_whole(&fresh, &file) == data, "the file is whole");
+}
+
+/// A repository name for the store's tenancy API.
+fn repo_name(name: &str) -> xet_store::RepoName {
+    xet_store::RepoName::new(name).unwrap()
 }

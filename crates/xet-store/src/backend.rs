@@ -32,6 +32,7 @@
 //! [`FsBackend::with_min_free`] (0 by default) free after it, and otherwise fails with `ENOSPC`
 //! exactly as a full disk would.
 
+use crate::tenancy::RepoName;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Range;
@@ -239,7 +240,7 @@ pub trait SharedBucket: Send + Sync {
     /// Tells the other processes sharing the storage that `shard` (already stored) was
     /// accepted, through repository `repo` if the uploader's token named one (recorded for
     /// good: see [`Self::list_access`]).
-    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError>;
+    fn log_shard(&self, shard: &ShardHash, repo: Option<&RepoName>) -> Result<(), BackendError>;
     /// Shards logged by any process since `cursor`, which it advances, each with the
     /// repository it was registered through and the time its entry is named by (milliseconds
     /// since the Unix epoch). May repeat entries returned before (the caller skips those it
@@ -247,7 +248,7 @@ pub trait SharedBucket: Send + Sync {
     fn logged_shards(&self, cursor: &mut LogCursor) -> Result<Vec<LogEntry>, BackendError>;
     /// Every (shard, repository) registration ever logged with a repository (shared storage
     /// only; a directory's index is its own record).
-    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError>;
+    fn list_access(&self) -> Result<Vec<(ShardHash, RepoName)>, BackendError>;
     /// Every entry of the shard log, oldest first: what a checkpoint
     /// covers ([`crate::checkpoint`]).
     fn list_log(&self) -> Result<Vec<LogEntry>, BackendError>;
@@ -325,7 +326,7 @@ pub struct LogEntry {
     pub ms: u64,
     pub shard: ShardHash,
     /// The repository the shard was registered through, if the uploader's token named one.
-    pub repo: Option<String>,
+    pub repo: Option<RepoName>,
 }
 
 /// Presigned URLs of the storage for one answer ([`SharedBucket::range_signer`]): each reads

@@ -31,6 +31,7 @@ pub use crate::footers::XorbHealth;
 use crate::index::{
     Claim, Commit, FileRecord, Index, IndexCounts, ShardEntries, StoredTerm, XorbMeta,
 };
+use crate::tenancy::RepoName;
 use xet_format::hash::{file_hash, verification_hash};
 use xet_format::shard::{ParsedShard, Shard, XorbInfo, MAX_SHARD_SIZE};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbLimits};
@@ -871,7 +872,7 @@ impl Store {
         bytes: &[u8],
         progress: &mut dyn FnMut(ValidationProgress),
         committing: &mut dyn FnMut(),
-        repo: Option<&str>,
+        repo: Option<&RepoName>,
     ) -> Result<ShardOutcome, StoreError> {
         if bytes.len() as u64 > MAX_SHARD_SIZE {
             return Err(StoreError::ShardTooLarge {
@@ -929,7 +930,7 @@ impl Store {
                 return Err(StoreError::SweepInProgress { xorb });
             }
         }
-        let uploader = repo.unwrap_or("");
+        let uploader = repo.map_or("", RepoName::as_str);
         self.claims.check_backlog(&self.index, &entries, uploader)?;
         let (new_files, new_bytes) =
             self.index
@@ -937,7 +938,7 @@ impl Store {
         let claims = self.claims.unchecked(&self.index, &entries)?;
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
-            self.index.add_file_repos(&files, repo, Commit::Durable)?;
+            self.let_repo_read(&shard_hash, &files, repo, true)?;
         }
         self.registered_bytes
             .fetch_add(new_bytes, std::sync::atomic::Ordering::Relaxed);
@@ -971,16 +972,13 @@ impl Store {
         bytes: &[u8],
         shard_hash: ShardHash,
         shard: &Shard,
-        repo: Option<&str>,
+        repo: Option<&RepoName>,
     ) -> Result<ShardOutcome, StoreError> {
         self.backend
             .put_if_absent(ObjectKey::Shard(shard_hash), bytes)?;
         if let Some(repo) = repo {
             let files: Vec<FileHash> = shard.files.iter().map(|f| f.hash).collect();
-            if !self.files_in_repo(&files, repo)? {
-                self.log_shard(&shard_hash, Some(repo))?;
-                self.index.add_file_repos(&files, repo, Commit::Durable)?;
-            }
+            self.let_repo_read(&shard_hash, &files, repo, false)?;
         }
         Ok(ShardOutcome {
             shard: shard_hash,
@@ -1151,41 +1149,6 @@ impl Store {
         Ok(())
     }
 
-    /// Whether every one of `files` was registered through repository `repo`.
-    pub(crate) fn files_in_repo(&self, files: &[FileHash], repo: &str) -> Result<bool, StoreError> {
-        for f in files {
-            if !f.is_zero() && !self.index.file_in_repo(f, repo)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// Whether `file` may be read by a credential that sees `repo`'s files only (`None`: it
-    /// sees everything). The empty file is everyone's.
-    pub fn visible_to(&self, file: &FileHash, repo: Option<&str>) -> Result<bool, StoreError> {
-        self.visible_as(file, repo, Freshness::CatchUpOnMiss)
-    }
-
-    /// [`Self::visible_to`] as `freshness` says (see [`Freshness`]).
-    pub(crate) fn visible_as(
-        &self,
-        file: &FileHash,
-        repo: Option<&str>,
-        freshness: Freshness,
-    ) -> Result<bool, StoreError> {
-        match repo {
-            None => Ok(true),
-            Some(_) if file.is_zero() => Ok(true),
-            Some(repo) => match self.index.file_in_repo(file, repo)? {
-                false if freshness == Freshness::CatchUpOnMiss && self.caught_up_after_miss() => {
-                    Ok(self.index.file_in_repo(file, repo)?)
-                }
-                found => Ok(found),
-            },
-        }
-    }
-
     /// Stores a new shard (not registered here: new, unless another node stored it a moment
     /// ago, the same bytes under the same hash, so no look first) and logs it
     /// ([`Self::log_shard`]). On shared storage both requests go at once: a node that lists the
@@ -1194,7 +1157,7 @@ impl Store {
         &self,
         shard: ShardHash,
         bytes: &[u8],
-        repo: Option<&str>,
+        repo: Option<&RepoName>,
     ) -> Result<(), StoreError> {
         let put = || self.backend.put_new(ObjectKey::Shard(shard), bytes);
         if !self.backend.is_shared() {
@@ -1211,35 +1174,6 @@ impl Store {
             Err(panic) => std::panic::resume_unwind(panic),
         };
         logged
-    }
-
-    /// Logs `shard` (registered through `repo`, if given) for the other nodes of shared
-    /// storage, and notes the registration as known here.
-    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), StoreError> {
-        let Some(bucket) = self.backend.shared() else {
-            return Ok(());
-        };
-        bucket.log_shard(shard, repo)?;
-        if let Some(repo) = repo {
-            self.cluster
-                .logged_here
-                .lock_anyway()
-                .push((*shard, repo.to_owned()));
-        }
-        Ok(())
-    }
-
-    /// Records that `file` (registered) was stored through repository `repo`: a basic upload,
-    /// which registers its shard through the store directly. On shared storage the other nodes
-    /// learn it through the shard that registered the file.
-    pub fn add_file_repo(&self, file: &FileHash, repo: &str) -> Result<(), StoreError> {
-        if file.is_zero() || self.index.file_in_repo(file, repo)? {
-            return Ok(());
-        }
-        if let Some(record) = self.index.file(file)? {
-            self.log_shard(&record.shard, Some(repo))?;
-        }
-        Ok(self.index.add_file_repos(&[*file], repo, Commit::Durable)?)
     }
 
     /// A registered file's record.
@@ -1380,7 +1314,7 @@ impl Store {
     pub fn oid_file(
         &self,
         oid: &LfsOid,
-        reader: Option<&str>,
+        reader: Option<&RepoName>,
         freshness: Freshness,
     ) -> Result<Option<OidFile>, StoreError> {
         let lookup = || -> Result<Option<(FileHash, bool)>, StoreError> {
@@ -1427,7 +1361,7 @@ impl Store {
     pub fn intact_file_by_oid(
         &self,
         oid: &LfsOid,
-        reader: Option<&str>,
+        reader: Option<&RepoName>,
     ) -> Result<Option<(FileHash, u64)>, StoreError> {
         let Some(found) = self.oid_file(oid, reader, Freshness::CatchUpOnMiss)? else {
             return Ok(None);

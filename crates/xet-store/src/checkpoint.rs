@@ -31,6 +31,7 @@
 
 pub use crate::checkpoint_format as format;
 
+use crate::tenancy::RepoName;
 use std::collections::HashSet;
 use std::time::Duration;
 use xet_protocol::util::now_ms;
@@ -359,7 +360,7 @@ fn whole_rows(id: CheckpointId, body: &[u8]) -> impl Iterator<Item = format::Row
 
 /// A log entry as a checkpoint names it: its time (u64 LE), its shard, its repository.
 fn log_entry_key(e: &LogEntry) -> Vec<u8> {
-    let repo = e.repo.as_deref().unwrap_or("");
+    let repo = e.repo.as_ref().map_or("", RepoName::as_str);
     let mut key = Vec::with_capacity(40 + repo.len());
     key.extend_from_slice(&e.ms.to_le_bytes());
     key.extend_from_slice(e.shard.as_bytes());
@@ -375,7 +376,7 @@ fn parse_log_entry_key(key: &[u8]) -> Option<LogEntry> {
     Some(LogEntry {
         ms,
         shard,
-        repo: (!repo.is_empty()).then(|| repo.to_owned()),
+        repo: RepoName::new(repo).ok(),
     })
 }
 
@@ -393,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_log_entry_reads_back_from_its_key() {
-        for repo in [None, Some("team/models".to_string())] {
+        for repo in [None, Some(RepoName::new("team/models").unwrap())] {
             let e = LogEntry {
                 ms: 1_700_000_000_000,
                 shard: ShardHash::from_bytes([7; 32]),

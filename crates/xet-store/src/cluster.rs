@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::backend::LogCursor;
 use crate::checkpoint_format::CheckpointId;
+use crate::tenancy::RepoName;
 use xet_format::ShardHash;
 
 /// Where a node is among the other nodes of shared storage: its place in the shard log, what
@@ -18,7 +19,7 @@ pub(crate) struct Cluster {
     /// (shard, repository) registrations this node logged itself since the last catch-up, so
     /// that the catch-up that lists them does not read the shard again for them (outside
     /// `state`: an upload never waits on a catch-up).
-    pub(crate) logged_here: std::sync::Mutex<Vec<(ShardHash, String)>>,
+    pub(crate) logged_here: std::sync::Mutex<Vec<(ShardHash, RepoName)>>,
     /// When the last catch-up with the other nodes succeeded, unix milliseconds (0: never);
     /// outside `state`, so that reading it never waits on a catch-up.
     pub(crate) caught_up_ms: std::sync::atomic::AtomicU64,
@@ -41,13 +42,13 @@ pub(crate) struct SyncState {
     /// catch-up.
     pub(crate) refused: HashMap<ShardHash, u64>,
     /// (shard, repository) registrations already recorded in the index.
-    pub(crate) access: HashSet<(ShardHash, String)>,
+    pub(crate) access: HashSet<(ShardHash, RepoName)>,
     /// The checkpoint read last ([`crate::checkpoint`]).
     pub(crate) checkpoint: Option<CheckpointId>,
     /// Log entries whose shard was not in the bucket yet when they were listed (the node that
     /// logged it stores the shard and writes the entry at once), with when that was first
     /// seen: tried again at each catch-up for a while (`crate::sync`), then taken as gone.
-    pub(crate) pending: HashMap<(ShardHash, Option<String>), (u64, Instant)>,
+    pub(crate) pending: HashMap<(ShardHash, Option<RepoName>), (u64, Instant)>,
     /// A log entry named a shard that is gone from the bucket (a checkpoint covered it and
     /// it was deleted): the next catch-up reads the newest checkpoint.
     pub(crate) gone: bool,

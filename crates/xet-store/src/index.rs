@@ -35,6 +35,7 @@
 //!
 //! redb takes an exclusive lock on the database file, so one process at a time opens a store.
 
+use crate::tenancy::RepoName;
 use std::path::Path;
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -227,7 +228,7 @@ impl Commit {
 pub(crate) struct StoredShard {
     pub shard: ShardHash,
     pub entries: Option<ShardEntries>,
-    pub repo: Option<String>,
+    pub repo: Option<RepoName>,
     pub files: Vec<FileHash>,
 }
 
@@ -278,7 +279,7 @@ fn put_shard(
 fn put_file_repos(
     txn: &redb::WriteTransaction,
     files: &[FileHash],
-    repo: &str,
+    repo: &RepoName,
 ) -> Result<(), IndexError> {
     let mut t = txn.open_table(FILE_REPOS).map_err(db_err)?;
     for f in files {
@@ -566,7 +567,13 @@ impl Index {
         self.write(commit, |txn| {
             for s in shards {
                 if let Some(entries) = &s.entries {
-                    put_shard(txn, s.shard, entries, now, s.repo.as_deref().unwrap_or(""))?;
+                    put_shard(
+                        txn,
+                        s.shard,
+                        entries,
+                        now,
+                        s.repo.as_ref().map_or("", RepoName::as_str),
+                    )?;
                 }
                 if let Some(repo) = &s.repo {
                     put_file_repos(txn, &s.files, repo)?;
@@ -580,7 +587,7 @@ impl Index {
     pub(crate) fn add_file_repos(
         &self,
         files: &[FileHash],
-        repo: &str,
+        repo: &RepoName,
         commit: Commit,
     ) -> Result<(), IndexError> {
         if files.is_empty() {
@@ -649,7 +656,11 @@ impl Index {
     }
 
     /// Whether `file` was registered through repository `repo`.
-    pub(crate) fn file_in_repo(&self, file: &FileHash, repo: &str) -> Result<bool, IndexError> {
+    pub(crate) fn file_in_repo(
+        &self,
+        file: &FileHash,
+        repo: &RepoName,
+    ) -> Result<bool, IndexError> {
         Ok(self.get(FILE_REPOS, &file_repo_key(file, repo))?.is_some())
     }
 
@@ -1081,7 +1092,8 @@ pub struct IndexCounts {
     pub shards: u64,
 }
 
-fn file_repo_key(file: &FileHash, repo: &str) -> Vec<u8> {
+fn file_repo_key(file: &FileHash, repo: &RepoName) -> Vec<u8> {
+    let repo = repo.as_str();
     let mut key = Vec::with_capacity(32 + repo.len());
     key.extend_from_slice(file.as_bytes());
     key.extend_from_slice(repo.as_bytes());
@@ -1677,7 +1689,8 @@ mod tests {
             a.add_shard(record(n).shard, &entries, 10, "team-a", Commit::Durable)
                 .unwrap();
         }
-        a.add_file_repos(&[file(1)], "team-a", Commit::Durable)
+        let team_a = RepoName::new("team-a").unwrap();
+        a.add_file_repos(&[file(1)], &team_a, Commit::Durable)
             .unwrap();
         a.settle_claim(&checked, &file(1), true).unwrap();
         let mut body = checkpoint::MAGIC.to_vec();
@@ -1703,8 +1716,8 @@ mod tests {
         assert!(added > 0 && added < rows, "{added} of {rows}");
         assert_eq!(b.file(&file(1)).unwrap(), Some(record(1)));
         assert_eq!(b.file(&file(2)).unwrap(), Some(own));
-        assert!(b.file_in_repo(&file(1), "team-a").unwrap());
-        assert!(!b.file_in_repo(&file(2), "team-a").unwrap());
+        assert!(b.file_in_repo(&file(1), &team_a).unwrap());
+        assert!(!b.file_in_repo(&file(2), &team_a).unwrap());
         assert_eq!(b.file_by_oid(&checked).unwrap(), Some(file(1)));
         assert_eq!(b.claimed_file(&pending).unwrap(), Some(file(2)));
         assert_eq!(b.claim_load("team-a").unwrap(), (1, 200));

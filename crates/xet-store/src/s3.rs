@@ -46,6 +46,7 @@
 //! debug build panics); a release build then gives the worker's other tasks away while it
 //! waits (`block_in_place`) rather than stall them.
 
+use crate::tenancy::RepoName;
 use std::future::Future;
 use xet_protocol::util::now_ms;
 
@@ -601,12 +602,12 @@ fn parse_claim_batch(bytes: &[u8]) -> Vec<(LfsOid, FileHash)> {
 }
 
 /// A repository id from its unpadded base64url form in a key; `None` if it is not one.
-fn decode_repo(encoded: &str) -> Option<String> {
+fn decode_repo(encoded: &str) -> Option<RepoName> {
     URL_SAFE_NO_PAD
         .decode(encoded)
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
-        .filter(|r| !r.is_empty())
+        .and_then(|r| RepoName::new(r).ok())
 }
 
 /// The name of a log entry (under the prefix): the inverse of [`parse_log_entry`].
@@ -616,7 +617,7 @@ fn log_entry_name(entry: &LogEntry) -> String {
             "log/{:016}-{}-{}",
             entry.ms,
             entry.shard,
-            URL_SAFE_NO_PAD.encode(repo)
+            URL_SAFE_NO_PAD.encode(repo.as_str())
         ),
         None => format!("log/{:016}-{}", entry.ms, entry.shard),
     }
@@ -624,7 +625,7 @@ fn log_entry_name(entry: &LogEntry) -> String {
 
 /// A shard log entry's name, `<16-digit ms>-<shard hash>[-<repo>]`: when, which shard, and
 /// through which repository; `None` for a name that is not one.
-fn parse_log_entry(name: &str) -> Option<(u64, ShardHash, Option<String>)> {
+fn parse_log_entry(name: &str) -> Option<(u64, ShardHash, Option<RepoName>)> {
     let mut parts = name.splitn(3, '-');
     let ms = parts.next()?.parse::<u64>().ok()?;
     let hash = ShardHash::from_hex(parts.next()?).ok()?;
@@ -916,14 +917,14 @@ impl ObjectBackend for S3Backend {
 }
 
 impl SharedBucket for S3Backend {
-    fn log_shard(&self, shard: &ShardHash, repo: Option<&str>) -> Result<(), BackendError> {
+    fn log_shard(&self, shard: &ShardHash, repo: Option<&RepoName>) -> Result<(), BackendError> {
         // One object: the log entry is also the record of the registration until a
         // checkpoint covers it (`crate::checkpoint`), read whole by a full listing
         // (`list_access`).
         let name = log_entry_name(&LogEntry {
             ms: now_ms(),
             shard: *shard,
-            repo: repo.map(str::to_owned),
+            repo: repo.cloned(),
         });
         self.put(
             &self.key(&name),
@@ -947,8 +948,8 @@ impl SharedBucket for S3Backend {
         Ok(out)
     }
 
-    fn list_access(&self) -> Result<Vec<(ShardHash, String)>, BackendError> {
-        let mut out: Vec<(ShardHash, String)> = self
+    fn list_access(&self) -> Result<Vec<(ShardHash, RepoName)>, BackendError> {
+        let mut out: Vec<(ShardHash, RepoName)> = self
             .list("log", None)?
             .iter()
             .filter_map(|meta| parse_log_entry(file_name(meta)))

@@ -16,6 +16,7 @@
 //! node adopting a xorb another node stored checks its footer against its name (a ranged read)
 //! but not every chunk; `git xet scrub` verifies them whole.
 
+use crate::tenancy::RepoName;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -170,7 +171,7 @@ impl Store {
             state.checkpoint = self.read_newest_checkpoint(state.checkpoint)?;
         }
         // A shard refused now is tried again for log entries written after this listing.
-        let mut all: Vec<(ShardHash, Option<String>, u64)> = self
+        let mut all: Vec<(ShardHash, Option<RepoName>, u64)> = self
             .backend
             .list_shards()?
             .into_iter()
@@ -240,14 +241,14 @@ impl Store {
     fn register_from_storage(
         &self,
         state: &mut SyncState,
-        shards: Vec<(ShardHash, Option<String>, u64)>,
+        shards: Vec<(ShardHash, Option<RepoName>, u64)>,
     ) -> Result<CatchUp, StoreError> {
         // What this node logged itself is known (its index has it).
         let logged_here = std::mem::take(&mut *self.cluster.logged_here.lock_anyway());
         state.access.extend(logged_here);
         // Entries listed before their shard was there, unless listed again.
         let mut shards = shards;
-        let listed: HashSet<(ShardHash, Option<String>)> =
+        let listed: HashSet<(ShardHash, Option<RepoName>)> =
             shards.iter().map(|(s, r, _)| (*s, r.clone())).collect();
         shards.extend(
             state
@@ -343,7 +344,7 @@ impl Store {
     /// gone (and forgotten as pending).
     fn still_on_its_way(
         state: &mut SyncState,
-        key: (ShardHash, Option<String>),
+        key: (ShardHash, Option<RepoName>),
         logged_at: &HashMap<ShardHash, u64>,
     ) -> bool {
         let ms = logged_at.get(&key.0).copied().unwrap_or(0);
@@ -362,10 +363,10 @@ impl Store {
     /// threads; the results in the order of `todo`.
     fn register_stored_shards(
         &self,
-        todo: &[(ShardHash, Option<String>, bool)],
+        todo: &[(ShardHash, Option<RepoName>, bool)],
     ) -> Vec<Result<Stored, StoreError>> {
         crate::parallel::map(todo, REGISTER_CONCURRENCY, |(shard, repo, known)| {
-            self.register_stored_shard(*shard, *known, repo.as_deref())
+            self.register_stored_shard(*shard, *known, repo.as_ref())
         })
     }
 
@@ -376,7 +377,7 @@ impl Store {
         &self,
         shard: ShardHash,
         known: bool,
-        repo: Option<&str>,
+        repo: Option<&RepoName>,
     ) -> Result<Stored, StoreError> {
         let Some(bytes) = self.backend.read_all(ObjectKey::Shard(shard))? else {
             return Ok(Stored::Gone);
@@ -408,7 +409,7 @@ impl Store {
         Ok(Stored::Registered(StoredShard {
             shard,
             entries,
-            repo: repo.map(str::to_owned),
+            repo: repo.cloned(),
             files,
         }))
     }

@@ -30,7 +30,7 @@ pub async fn get(
     let file: FileHash = parse_hash(&hash, "file hash")?;
     let st = state.clone();
     let listed = blocking(move || {
-        if !st.store.visible_to(&file, limited_to.as_deref())? {
+        if !st.store.visible_to(&file, limited_to.as_ref())? {
             return Ok(None);
         }
         Ok(st.store.file_chunks(&file)?)

@@ -73,7 +73,7 @@ pub async fn get(
     };
     let st = state.clone();
     let found = blocking(move || {
-        let Some(found) = st.store.oid_file(&oid, limited_to.as_deref(), fresh)? else {
+        let Some(found) = st.store.oid_file(&oid, limited_to.as_ref(), fresh)? else {
             return Ok(None);
         };
         let (file, size, checked) = (found.file, found.size, found.checked);

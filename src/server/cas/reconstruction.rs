@@ -82,7 +82,7 @@ async fn reconstruct(
         // The empty file is answered with an empty plan whatever the range (docs/cas-api.md §5.1).
         let range = if file.is_zero() { None } else { range };
         // A file another repository registered is not there for a token limited to one.
-        if !st.store.visible_to(&file, limited_to.as_deref())? {
+        if !st.store.visible_to(&file, limited_to.as_ref())? {
             return Ok(Ok(None));
         }
         let plan = match st.store.reconstruction(&file, range) {
@@ -159,7 +159,7 @@ async fn batch(
     let answer = blocking(move || {
         let mut plans = Vec::with_capacity(files.len());
         for file in files {
-            if file.is_zero() || !st.store.visible_to(&file, limited_to.as_deref())? {
+            if file.is_zero() || !st.store.visible_to(&file, limited_to.as_ref())? {
                 continue;
             }
             match st.store.reconstruction(&file, None) {

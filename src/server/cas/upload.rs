@@ -15,6 +15,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use xet_protocol::wire::ErrorCode;
+use xet_store::RepoName;
 
 use super::super::auth::Scope;
 use super::super::body::{check_declared, content_length, drain, read_body, spool_body, SmallBody};
@@ -102,9 +103,9 @@ async fn shard_body(
     state: &SharedState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(SmallBody, Option<String>), ApiError> {
+) -> Result<(SmallBody, Option<RepoName>), ApiError> {
     let (grant, _) = state.authorize_cas(headers, Scope::Write, "uploading a shard")?;
-    let repo = grant.registering_repo().map(str::to_string);
+    let repo = grant.registering_repo();
     if content_length(headers) == Some(0) {
         return Err(empty_body("shard".into()));
     }
@@ -126,14 +127,14 @@ async fn shard_body(
 fn record_shard_push(
     store: &xet_store::Store,
     shard: &[u8],
-    repo: Option<String>,
+    repo: Option<RepoName>,
     outcome: &xet_store::ShardOutcome,
 ) {
     if !outcome.newly_registered {
         return;
     }
     let push = crate::server::status::push_now(
-        repo,
+        repo.map(String::from),
         xet_store::stats::PushKind::Shard,
         outcome.files as u64,
         crate::server::status::shard_file_bytes(shard),
@@ -153,7 +154,7 @@ pub(crate) async fn post_shard_v1(
     let outcome = blocking(move || {
         let outcome =
             st.store
-                .register_shard_staged(&bytes, &mut |_| {}, &mut || {}, repo.as_deref())?;
+                .register_shard_staged(&bytes, &mut |_| {}, &mut || {}, repo.as_ref())?;
         claims::check_now(&st.store, &outcome.claims);
         record_shard_push(&st.store, &bytes, repo, &outcome);
         Ok(outcome)
@@ -230,7 +231,7 @@ pub(crate) async fn post_shard_v2(
                     stage: "syncing".into(),
                 })
             },
-            repo.as_deref(),
+            repo.as_ref(),
         );
         match outcome {
             Ok(o) => {

@@ -182,7 +182,7 @@ pub async fn batch(
 ) -> Result<Response, ApiError> {
     check_accept(headers)?;
     let grant = authorize_user(state, headers, repo, Scope::Read, "the batch API")?;
-    let limited = super::limited_to(&grant, repo).map(str::to_string);
+    let limited = super::limited_to(&grant, repo).cloned();
     let bytes = read_body(
         &state.resources.body_budget,
         headers,
@@ -380,7 +380,7 @@ fn inline_plan(st: &AppState, plan: Option<ReconstructionPlan>) -> Option<Inline
 fn look_up_one(
     st: &AppState,
     oid: &Option<LfsOid>,
-    limited: Option<&str>,
+    limited: Option<&xet_store::RepoName>,
     operation: Operation,
     with_plans: bool,
     checked: &mut XorbVerdicts,
@@ -426,7 +426,7 @@ fn look_up_one(
 async fn look_up(
     state: &std::sync::Arc<AppState>,
     oids: Vec<Option<LfsOid>>,
-    limited: Option<String>,
+    limited: Option<xet_store::RepoName>,
     operation: Operation,
     transfer: Transfer,
 ) -> Result<Vec<(Stored, Option<Inline>)>, ApiError> {
@@ -435,7 +435,7 @@ async fn look_up(
     blocking(move || {
         let store = &st.store;
         let one = |oid: &Option<LfsOid>, checked: &mut XorbVerdicts| {
-            look_up_one(&st, oid, limited.as_deref(), operation, with_plans, checked)
+            look_up_one(&st, oid, limited.as_ref(), operation, with_plans, checked)
         };
         // Each xorb is checked once per batch.
         let mut checked = XorbVerdicts::new();

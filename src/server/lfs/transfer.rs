@@ -74,7 +74,7 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, ApiError> {
     let grant = authorize_transfer(state, headers, repo, Scope::Write, "uploading LFS objects")?;
-    let limited = super::limited_to(&grant, repo).map(str::to_string);
+    let limited = super::limited_to(&grant, repo).cloned();
     let oid = parse_oid(oid)?;
     let declared = content_length(headers)?;
 
@@ -86,7 +86,7 @@ pub async fn put(
     let s = ingest(state, oid, spooled).await?;
     let (store, file, id) = (Arc::clone(&state.store), s.file_hash, repo.id.clone());
     let push = crate::server::status::push_now(
-        Some(repo.id.clone()),
+        Some(repo.id.to_string()),
         xet_store::stats::PushKind::Basic,
         1,
         s.size,
@@ -117,7 +117,7 @@ pub async fn put(
 async fn stored_size(
     state: &Arc<AppState>,
     oid: LfsOid,
-    limited: Option<String>,
+    limited: Option<xet_store::RepoName>,
 ) -> Result<Option<u64>, ApiError> {
     if oid.to_hex() == EMPTY_OID {
         return Ok(Some(0));
@@ -128,7 +128,7 @@ async fn stored_size(
     // against its oid, registers it here.
     blocking(move || {
         Ok(store
-            .intact_file_by_oid(&oid, limited.as_deref())?
+            .intact_file_by_oid(&oid, limited.as_ref())?
             .map(|(_, size)| size))
     })
     .await
@@ -256,7 +256,7 @@ pub async fn get(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let grant = authorize_transfer(state, headers, repo, Scope::Read, "downloading LFS objects")?;
-    let limited = super::limited_to(&grant, repo).map(str::to_string);
+    let limited = super::limited_to(&grant, repo).cloned();
     let oid = parse_oid(oid)?;
     let store = Arc::clone(&state.store);
     let found = blocking(move || {
@@ -265,7 +265,7 @@ pub async fn get(
         }
         let fresh = xet_store::cas::Freshness::CatchUpOnMiss;
         let Some(xet_store::OidFile { file, size, .. }) =
-            store.oid_file(&oid, limited.as_deref(), fresh)?
+            store.oid_file(&oid, limited.as_ref(), fresh)?
         else {
             return Err(ApiError::missing(
                 &store,
@@ -286,7 +286,7 @@ pub async fn get(
     };
 
     let download = Download {
-        repo: repo.id.clone(),
+        repo: repo.id.to_string(),
         oid,
         file,
     };
