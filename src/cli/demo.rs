@@ -200,7 +200,10 @@ fn set_up(s: &Sandbox) -> Result<std::path::PathBuf, String> {
     s.config("lfs.customtransfer.xet.path", &exe)?;
     s.config("lfs.customtransfer.xet.args", "transfer")?;
     s.config("lfs.customtransfer.xet.concurrent", "true")?;
-    s.config("lfs.standalonetransferagent", "xet")?;
+    s.config(
+        "lfs.standalonetransferagent",
+        xet_protocol::wire::XET_TRANSFER,
+    )?;
     s.config("xet.endpoint", &store.to_string_lossy())?;
     s.git(root, &["init", "-q", "--bare", "remote.git"])?;
     s.git(root, &["init", "-q", "work"])?;

@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use xet_protocol::wire::XET_TRANSFER;
 
 use super::CmdResult;
 use crate::agent::settings::EndpointSpec;
@@ -445,7 +446,10 @@ fn wanted_settings(
         wanted.push(("lfs.concurrenttransfers".to_string(), n.to_string()));
     }
     if let Some(endpoint) = &args.endpoint {
-        wanted.push(("lfs.standalonetransferagent".to_string(), "xet".to_string()));
+        wanted.push((
+            "lfs.standalonetransferagent".to_string(),
+            XET_TRANSFER.to_string(),
+        ));
         let endpoint = normalise_endpoint(endpoint)?;
         if let Some(warning) = password_warning(&endpoint, scope) {
             eprintln!("{warning}");
@@ -515,8 +519,10 @@ pub fn uninstall(args: &UninstallArgs) -> CmdResult {
     };
     // Whether this scope's standalone mode was what the repository (or this user) used: said
     // after removal if nothing else keeps it on.
-    let standalone_before = git.config_get_in(Some(scope), "lfs.standalonetransferagent")?
-        == Some("xet".to_string())
+    let standalone_before = git
+        .config_get_in(Some(scope), "lfs.standalonetransferagent")?
+        .as_deref()
+        == Some(XET_TRANSFER)
         && managed.iter().any(|k| k == "lfs.standalonetransferagent");
     let endpoint_before = git.config_get_in(Some(scope), crate::agent::settings::ENDPOINT_KEY)?;
     let mut removed = 0;
@@ -575,7 +581,7 @@ fn standalone_left(
     scope: Scope,
     endpoint: Option<&str>,
 ) -> Result<Option<String>, Box<dyn std::error::Error>> {
-    if git.config_get("lfs.standalonetransferagent")?.as_deref() == Some("xet") {
+    if git.config_get("lfs.standalonetransferagent")?.as_deref() == Some(XET_TRANSFER) {
         return Ok(None);
     }
     let (at, back) = match endpoint {

@@ -381,7 +381,7 @@ fn transfer_checks(
 /// `lfs.standalonetransferagent` set to another agent than git-xet, and the URLs whose own
 /// setting turns git-xet's standalone mode on.
 fn standalone_agent_checks(git: &Git, agent: Option<&Setting>, findings: &mut Findings) {
-    if let Some(other) = agent.filter(|s| s.value != "xet") {
+    if let Some(other) = agent.filter(|s| s.value != xet_protocol::wire::XET_TRANSFER) {
         findings.warn(format!(
             "lfs.standalonetransferagent is {:?} ({} configuration): git-lfs sends every \
              transfer to that agent, not to git-xet",
