@@ -4,7 +4,8 @@
 //! `/usr/bin`, `/usr/sbin` or `/usr/local/bin`, or `PATH` changes, and cargo runs this again,
 //! which rebuilds the tests with the new list.
 
-#![allow(clippy::panic)] // a tool the table names and this file does not probe is a mistake to stop at
+// A tool the table names and this file does not probe is a mistake to stop at.
+#![allow(clippy::panic)]
 
 #[path = "src/tools.rs"]
 mod tools;

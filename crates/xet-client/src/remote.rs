@@ -1643,49 +1643,56 @@ impl AsyncRemoteCas {
         let mut tries = self.tries(req, None);
         loop {
             let resp = tries.answer().await?;
-            let handled = async { match resp.status() {
-        StatusCode::PARTIAL_CONTENT => {
-            check_content_range(req, &resp, (start, end), &damaged)?;
-            match stream_body(req, resp, 0, want, true, sink).await? {
-                Some(got) if got < want => Err(damaged(
-                    req,
-                    format!("{} sent {got} bytes of the {want} asked for", req.server),
-                )),
-                _ => Ok(()),
-            }
-        }
-        StatusCode::OK => {
-            // The whole object (a server that ignores Range): hand on the bytes asked for.
-            match stream_body(req, resp, start, want, false, sink).await? {
-                Some(got) if got < want => Err(damaged(
-                    req,
-                    format!(
+            let handled = async {
+                match resp.status() {
+                    StatusCode::PARTIAL_CONTENT => {
+                        check_content_range(req, &resp, (start, end), &damaged)?;
+                        match stream_body(req, resp, 0, want, true, sink).await? {
+                            Some(got) if got < want => Err(damaged(
+                                req,
+                                format!("{} sent {got} bytes of the {want} asked for", req.server),
+                            )),
+                            _ => Ok(()),
+                        }
+                    }
+                    StatusCode::OK => {
+                        // The whole object (a server that ignores Range): hand on the bytes
+                        // asked for.
+                        match stream_body(req, resp, start, want, false, sink).await? {
+                            Some(got) if got < want => Err(damaged(
+                                req,
+                                format!(
                         "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
                         req.server,
                         start + got
                     ),
-                )),
-                _ => Ok(()),
-            }
-        }
-        StatusCode::RANGE_NOT_SATISFIABLE => {
-            Err(unsatisfiable(req, resp, (start, end), &damaged).await)
-        }
-        StatusCode::FORBIDDEN => {
-            let says = server_says(resp).await;
-            Err(fatal(
-                req,
-                format!(
-                    "{} refused the presigned URL {} (403){}: it has probably expired; plan the download again",
-                    req.server, req.shown_url, says.suffix()
+                            )),
+                            _ => Ok(()),
+                        }
+                    }
+                    StatusCode::RANGE_NOT_SATISFIABLE => {
+                        Err(unsatisfiable(req, resp, (start, end), &damaged).await)
+                    }
+                    StatusCode::FORBIDDEN => {
+                        let says = server_says(resp).await;
+                        Err(fatal(
+                            req,
+                            format!(
+                    "{} refused the presigned URL {} (403){}: it has probably expired; plan \
+                     the download again",
+                    req.server,
+                    req.shown_url,
+                    says.suffix()
                 ),
-            ))
-        }
-        StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
-            what: format!("xorb {xorb} at {}", req.shown_url),
-        })),
-        _ => Err(refused(req, resp, "").await),
-    } }.await;
+                        ))
+                    }
+                    StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
+                        what: format!("xorb {xorb} at {}", req.shown_url),
+                    })),
+                    _ => Err(refused(req, resp, "").await),
+                }
+            }
+            .await;
             if let Some(value) = tries.settle(handled).await? {
                 return Ok(value);
             }

@@ -32,7 +32,7 @@
 //! [`FsBackend::with_min_free`] (0 by default) free after it, and otherwise fails with `ENOSPC`
 //! exactly as a full disk would.
 
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Range;

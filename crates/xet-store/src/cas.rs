@@ -31,7 +31,7 @@ pub use crate::footers::XorbHealth;
 use crate::index::{
     Claim, Commit, FileRecord, Index, IndexCounts, ShardEntries, StoredTerm, XorbMeta,
 };
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use xet_format::hash::{file_hash, verification_hash};
 use xet_format::shard::{ParsedShard, Shard, XorbInfo, MAX_SHARD_SIZE};
 use xet_format::xorb::{ParsedXorb, ReadOptions, XorbFooter, XorbLimits};

@@ -31,7 +31,7 @@
 
 pub use crate::checkpoint_format as format;
 
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use std::collections::HashSet;
 use std::time::Duration;
 use xet_protocol::util::now_ms;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::backend::LogCursor;
 use crate::checkpoint_format::CheckpointId;
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use xet_format::ShardHash;
 
 /// Where a node is among the other nodes of shared storage: its place in the shard log, what

@@ -35,7 +35,7 @@
 //!
 //! redb takes an exclusive lock on the database file, so one process at a time opens a store.
 
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use std::path::Path;
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};

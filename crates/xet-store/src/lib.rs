@@ -21,7 +21,8 @@
 //! | `s3` | `S3Backend`: objects in an S3-compatible bucket that several server nodes share (feature `s3`) |
 //! | [`storage_url`] | where a store in a bucket lives: its `s3://` URL and `AWS_*` settings (every build) |
 //! | [`sync`] | catching a node's index up with the shards other nodes on shared storage accepted |
-//! | [`tenancy`] | which repository may see what: [`RepoName`], the files a repository-scoped credential may read |
+//! | [`repo_name`] | [`RepoName`], a repository's name as the store keeps it |
+//! | [`tenancy`] | which repository may see what: the files a repository-scoped credential may read |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
 //! | [`stats`] | what the store tells its operator: usage by repository, totals over time, recent pushes, garbage collections, nodes' status records |
 //! | [`small_xorbs`] | small xorbs kept whole in memory on object storage (packs of small files) |
@@ -47,6 +48,7 @@ pub mod index;
 pub mod integrity;
 mod parallel;
 pub mod reopen;
+pub mod repo_name;
 #[cfg(feature = "s3")]
 pub mod s3;
 pub mod small_xorbs;
@@ -64,4 +66,4 @@ pub use cas::{
 pub use footers::XorbHealth;
 pub use gc::{GcOptions, GcReport, SWEEP_NOTICE, SWEEP_VIEW_FRESH};
 pub use integrity::{ScrubProgress, ScrubReport};
-pub use tenancy::RepoName;
+pub use repo_name::RepoName;

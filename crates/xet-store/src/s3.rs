@@ -46,7 +46,7 @@
 //! debug build panics); a release build then gives the worker's other tasks away while it
 //! waits (`block_in_place`) rather than stall them.
 
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use std::future::Future;
 use xet_protocol::util::now_ms;
 

@@ -16,7 +16,7 @@
 //! node adopting a xorb another node stored checks its footer against its name (a ranged read)
 //! but not every chunk; `git xet scrub` verifies them whole.
 
-use crate::tenancy::RepoName;
+use crate::repo_name::RepoName;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
