@@ -1127,6 +1127,29 @@ async fn parse_json<T: serde::de::DeserializeOwned>(
 
 const WRITE_HINT: &str = "uploads need an access token with write access";
 
+/// The answer to an upload of a `what` ("xorb", "shard"): its JSON body (`shape`) on 200 or
+/// 201; a 400 is the server rejecting the object (with its error code), any other status a
+/// refusal.
+async fn upload_answer<T: serde::de::DeserializeOwned>(
+    req: &Request,
+    resp: Response,
+    what: &str,
+    shape: &str,
+) -> Result<T, Failure> {
+    match resp.status() {
+        StatusCode::OK | StatusCode::CREATED => parse_json(req, resp, shape).await,
+        StatusCode::BAD_REQUEST => {
+            let says = server_says(resp).await;
+            Err(fatal_coded(
+                req,
+                format!("{} rejected the {what}{}", req.server, says.suffix()),
+                says.code,
+            ))
+        }
+        _ => Err(refused(req, resp, WRITE_HINT).await),
+    }
+}
+
 /// The operations of [`CasTarget`] (the blocking [`RemoteCas`] implements the trait over them).
 impl AsyncRemoteCas {
     /// `POST /v1/shards`: registers a shard (see [`CasTarget::register_shard`]).
@@ -1142,31 +1165,15 @@ impl AsyncRemoteCas {
         let mut tries = self.tries(req, None);
         loop {
             let resp = tries.answer().await?;
-            let handled = async {
-                match resp.status() {
-                    StatusCode::OK | StatusCode::CREATED => {
-                        let answer: ShardRegistered =
-                            parse_json(req, resp, "{\"result\": 0 | 1}").await?;
-                        match answer.result {
-                            0 | 1 => Ok(()),
-                            n => Err(fatal(
-                                req,
-                                format!("{} answered an unknown result {n}", req.server),
-                            )),
-                        }
-                    }
-                    StatusCode::BAD_REQUEST => {
-                        let says = server_says(resp).await;
-                        Err(fatal_coded(
-                            req,
-                            format!("{} rejected the shard{}", req.server, says.suffix()),
-                            says.code,
-                        ))
-                    }
-                    _ => Err(refused(req, resp, WRITE_HINT).await),
-                }
-            }
-            .await;
+            let answer: Result<ShardRegistered, Failure> =
+                upload_answer(req, resp, "shard", "{\"result\": 0 | 1}").await;
+            let handled = answer.and_then(|answer| match answer.result {
+                0 | 1 => Ok(()),
+                n => Err(fatal(
+                    req,
+                    format!("{} answered an unknown result {n}", req.server),
+                )),
+            });
             if let Some(value) = tries.settle(handled).await? {
                 return Ok(value);
             }
@@ -1284,25 +1291,14 @@ impl AsyncRemoteCas {
             let mut tries = self.tries(sending, None);
             loop {
                 let resp = tries.answer().await?;
-                let handled = async {
-                    match resp.status() {
-                        StatusCode::OK | StatusCode::CREATED => {
-                            let answer: XorbUploaded =
-                                parse_json(sending, resp, "{\"was_inserted\": bool}").await?;
-                            Ok(answer.was_inserted)
-                        }
-                        StatusCode::BAD_REQUEST => {
-                            let says = server_says(resp).await;
-                            Err(fatal_coded(
-                                sending,
-                                format!("{} rejected the xorb{}", sending.server, says.suffix()),
-                                says.code,
-                            ))
-                        }
-                        _ => Err(refused(sending, resp, WRITE_HINT).await),
-                    }
-                }
-                .await;
+                let handled = upload_answer::<XorbUploaded>(
+                    sending,
+                    resp,
+                    "xorb",
+                    "{\"was_inserted\": bool}",
+                )
+                .await
+                .map(|answer| answer.was_inserted);
                 if let Some(value) = tries.settle(handled).await? {
                     break value;
                 }

@@ -8,7 +8,7 @@
 //! Written on `proc_macro` alone (no syn): the macro only reads a list of names and inserts an
 //! attribute and a statement, which a parser crate would not make clearer.
 //!
-//! ```ignore
+//! ```text
 //! #[xet_test_tools::needs(git_lfs, fuse)]
 //! #[test]
 //! fn a_mount_shows_the_tree() { … }

@@ -64,7 +64,7 @@ impl fmt::Debug for TokenSource {
 ///
 /// The token is refreshed before a request when it expires within [`REFRESH_BUFFER_SECS`]
 /// (never when its expiry is 0, i.e. unknown), when there is none yet, and once when the server
-/// answers 401. One refresh runs at a time: a refresh holds [`RefreshingToken::refreshing`]
+/// answers 401. One refresh runs at a time: a refresh holds the token's refresh lock
 /// (an async lock, so that a task waiting for it gives its thread to others), and whoever
 /// waited finds the new token. The state itself is locked only to read or write it, never
 /// across a request.
