@@ -10,7 +10,7 @@
 #[path = "src/tools.rs"]
 mod tools;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn runs(program: &str, args: &[&str]) -> bool {
@@ -39,17 +39,60 @@ fn present(tool: &str) -> bool {
         "promtool" => runs("promtool", &["--version"]),
         "chromium" => runs("chromium", &["--version"]),
         "systemd_analyze" => runs("systemd-analyze", &["--version"]),
+        // Where the tests look (tests/common/garage.rs): $GARAGE, PATH, cargo's bin directory.
+        "garage" => match std::env::var_os("GARAGE") {
+            Some(path) => Path::new(&path).is_file(),
+            None => runs("garage", &["--version"]) || cargo_bin().join("garage").is_file(),
+        },
+        // Where the tests look (`reference_python`): $GIT_XET_HF_PYTHON, else the workspace's
+        // `.venv`.
+        "hf_xet" => {
+            let python = std::env::var_os("GIT_XET_HF_PYTHON")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
+            runs(&python.to_string_lossy(), &["-c", "import hf_xet"])
+        }
         other => panic!("build.rs does not know how to look for {other}: add it here"),
     }
 }
 
+/// cargo's bin directory (`cargo install` puts Garage there).
+fn cargo_bin() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_default()
+        .join("bin")
+}
+
+/// The workspace's root: this crate is `crates/xet-test-tools` in it.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-env-changed=PATH");
-    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
-        if Path::new(dir).is_dir() {
-            println!("cargo::rerun-if-changed={dir}");
-        }
+    for var in ["PATH", "GARAGE", "CARGO_HOME", "HOME", "GIT_XET_HF_PYTHON"] {
+        println!("cargo::rerun-if-env-changed={var}");
+    }
+    // Installing a tool changes one of these directories (only existing paths are watched:
+    // cargo would run this again at every build for a missing one). A `.venv` made later
+    // changes the workspace root; hf-xet installed into it changes its site-packages.
+    let root = workspace_root();
+    let mut watched: Vec<PathBuf> = ["/usr/bin", "/usr/sbin", "/usr/local/bin"]
+        .iter()
+        .map(PathBuf::from)
+        .chain([cargo_bin(), root.clone()])
+        .collect();
+    if let Ok(libs) = std::fs::read_dir(root.join(".venv/lib")) {
+        watched.extend(libs.flatten().map(|l| l.path().join("site-packages")));
+    }
+    for dir in watched.iter().filter(|d| d.is_dir()) {
+        println!("cargo::rerun-if-changed={}", dir.display());
     }
     let missing: Vec<&str> = tools::TOOLS
         .iter()

@@ -284,9 +284,8 @@ fn a_server_restarted_on_the_same_port_mid_push_does_not_fail_the_push() {
     }
 }
 
-#[needs(git_lfs)]
+#[needs(git_lfs, hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn files_cross_between_git_and_the_reference_client() {
     let python = common::reference_python();
     let peer = common::hfxet::Peer {

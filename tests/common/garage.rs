@@ -3,8 +3,8 @@
 //! ports, its layout, a key and buckets made with its CLI. It is killed when dropped, and stops by itself after ten minutes in any case.
 //!
 //! Garage is installed with `cargo install garage --version 2.5.0 --locked` (`.ci/run` does
-//! it). Tests that need it are `#[ignore]`d with that reason, and run under CI with
-//! `--include-ignored`.
+//! it). Tests that need it are marked `#[needs(garage)]`: ignored, saying so, where
+//! Garage was missing when the tests were built, and failing when run anyway.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -327,8 +327,8 @@ http {{
     );
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn the_garage_example_starts_a_node() {
     let bin = common::garage::binary().expect(common::garage::NEEDS_GARAGE);
     let text = std::fs::read_to_string(deploy("garage/garage.toml")).unwrap();

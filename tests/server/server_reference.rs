@@ -8,12 +8,13 @@
 //!
 //! Every Python run has its own `HF_HOME`/`HF_XET_CACHE` (the client keys its cache by host
 //! without port, so runs would otherwise share shards) and a time limit; the server stops by
-//! itself too. The tests are `#[ignore]`d: `cargo test -- --include-ignored` (what CI runs) runs
-//! them, and they fail when the reference client is missing.
+//! itself too. The tests are marked `#[needs(hf_xet)]`: ignored, saying how to install it, where
+//! the reference client was missing when they were built; run anyway, they fail.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -229,8 +230,8 @@ fn saw(requests: &[String], what: &str) -> bool {
     requests.iter().any(|r| r.starts_with(what))
 }
 
+#[needs(hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn reference_client_round_trip_with_default_settings() {
     let (_serial, log) = round_trip(Vec::new());
     let r = requests(&log);
@@ -256,8 +257,8 @@ fn reference_client_round_trip_with_default_settings() {
     assert_eq!(most_ranges(&log), 1, "single-range fetches by default");
 }
 
+#[needs(hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn reference_client_round_trip_with_legacy_settings() {
     let (_serial, log) = round_trip(vec![
         ("HF_XET_CLIENT_LEGACY_DIRECT_XORB_UPLOAD", "true"),
@@ -279,8 +280,8 @@ fn reference_client_round_trip_with_legacy_settings() {
     assert_eq!(most_ranges(&log), 1, "v1 entries carry one range each");
 }
 
+#[needs(hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn an_edited_copy_stores_only_the_changed_chunks() {
     let python = common::reference_python();
     let (_serial, log) = exclusive();

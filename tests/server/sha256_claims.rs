@@ -547,8 +547,8 @@ fn an_uploader_with_too_many_pending_claims_is_told_to_wait() {
 /// the result in the bucket, and a node that catches up with the shard settles the claim from
 /// that record. Shown by taking the file's xorbs away after the second node caught up: it could
 /// not rebuild the file, yet the claim holds there.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_claim_checked_on_one_node_is_settled_on_another_from_the_bucket() {
     use common::garage::Garage;
     use xet_store::backend::{ObjectBackend, ObjectKey, SharedBucket};

@@ -525,8 +525,8 @@ fn a_browser_shows_the_figures_of_the_api_and_draws_their_history() {
     );
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn nodes_on_one_bucket_show_each_other_and_a_silent_one_turns_stale() {
     let g = common::garage::Garage::start();
     g.create_bucket("status");

@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use common::server::{start_with, team_secrets, TestServer};
 use git_xet::server::auth::Scope;
@@ -328,8 +329,8 @@ fn another_teams_claim_never_hides_this_teams_upload() {
     let _: FileHash = real_up.file_hash;
 }
 
+#[needs(hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn the_reference_client_downloads_through_range_bound_urls() {
     let python = common::reference_python();
     let s = server();

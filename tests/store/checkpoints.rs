@@ -12,6 +12,7 @@
 
 use crate::common;
 use crate::s3_storage::{download_whole, store_requests};
+use xet_test_tools::needs;
 
 use std::time::{Duration, Instant};
 
@@ -129,8 +130,8 @@ fn compact_now(s: &Store) -> CompactReport {
 /// serves every file, with its scope and its checked claim; pushes after the checkpoint come
 /// from the log; gc keeps the xorb; scrub finds nothing missing; a newer damaged checkpoint
 /// and one cut short are ignored.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn ten_thousand_pushes_compact_into_one_checkpoint_a_new_node_reads_at_once() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     const PUSHES: usize = 10_000;

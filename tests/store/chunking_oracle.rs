@@ -1,13 +1,14 @@
 //! Differential test against the reference client: `hash_file` must give the same file hash and
 //! size as `hf_xet.hash_files` (the Python package of huggingface/xet-core).
 //!
-//! The reference client is found by `common::reference_python`. The test is `#[ignore]`d:
-//! `cargo test -- --include-ignored` (what CI runs) runs it, and it fails when the client is
-//! missing.
+//! The reference client is found by `common::reference_python`. The test is marked
+//! `#[needs(hf_xet)]`: ignored where the client was missing when the tests were built, and
+//! failing when run anyway.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use crate::common;
+use xet_test_tools::needs;
 
 use std::path::{Path, PathBuf};
 
@@ -41,8 +42,8 @@ fn reference_hashes(python: &Path, paths: &[PathBuf]) -> Vec<(String, u64)> {
         .collect()
 }
 
+#[needs(hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn hash_file_matches_hf_xet() {
     let python = common::reference_python();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -37,8 +37,8 @@ fn backend(g: &Garage, bucket: &str, prefix: &str) -> (S3Backend, tempfile::Temp
     (b, spool)
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn the_backend_on_garage_creates_once_reads_ranges_and_lists() {
     let g = Garage::start();
     g.create_bucket("backend");
@@ -190,8 +190,8 @@ fn node(g: &Garage, bucket: &str, prefix: &str) -> TestServer {
     start_with(move |c| c.storage = Some(storage))
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_store_directory_and_a_node_cache_are_not_mixed_up() {
     let g = Garage::start();
     g.create_bucket("mixup");
@@ -250,9 +250,8 @@ fn content(seed: u64, size: usize) -> Vec<u8> {
     common::splitmix64(seed, size)
 }
 
-#[needs(git_lfs)]
+#[needs(git_lfs, garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
     let g = Garage::start();
     g.create_bucket("nodes");
@@ -330,8 +329,8 @@ fn a_push_through_one_node_is_cloned_through_another_and_a_fresh_node() {
     assert_eq!(ready(&c), 503);
 }
 
+#[needs(garage, hf_xet)]
 #[test]
-#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn the_reference_client_uploads_through_one_node_and_downloads_through_another() {
     let g = Garage::start();
     g.create_bucket("reference");
@@ -360,8 +359,8 @@ fn the_reference_client_uploads_through_one_node_and_downloads_through_another()
     );
 }
 
+#[needs(garage, hf_xet)]
 #[test]
-#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn the_same_file_uploaded_through_two_nodes_at_once_is_stored_once() {
     let g = Garage::start();
     g.create_bucket("race");
@@ -423,8 +422,8 @@ fn node_process(g: &Garage, bucket: &str) -> common::server::ServeProcess {
     common::server::ServeProcess::from_command(cmd, dir)
 }
 
+#[needs(garage, hf_xet)]
 #[test]
-#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn nodes_killed_mid_upload_and_restarted_on_empty_disks_lose_nothing() {
     let g = Garage::start();
     g.create_bucket("crash");
@@ -509,8 +508,8 @@ fn nodes_killed_mid_upload_and_restarted_on_empty_disks_lose_nothing() {
     assert!(std::fs::read(&dest).unwrap() == third);
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
     use git_xet::server::auth::{RepoPattern, Scope, ServerToken};
     const A: &str = "team-a-secret-0123456789";
@@ -567,8 +566,8 @@ fn what_a_repository_registered_through_one_node_is_its_own_at_every_node() {
     assert_eq!(get(&n3, B, "team-b/x").0, 404);
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn garbage_collection_and_scrub_work_on_the_bucket() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_format::xorb::ParsedXorb;
@@ -686,8 +685,8 @@ fn sent_xorb_bytes(s: &TestServer) -> u64 {
     s.health("sent_xorb_bytes")
 }
 
+#[needs(garage, hf_xet)]
 #[test]
-#[ignore = "needs Garage and the reference client (hf-xet in .venv)"]
 fn with_storage_urls_downloads_go_straight_to_the_bucket() {
     let g = Garage::start();
     g.create_bucket("direct");
@@ -771,8 +770,8 @@ fn with_storage_urls_downloads_go_straight_to_the_bucket() {
     assert!(sent_xorb_bytes(&proxied) >= 2 * (4 << 20));
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn locks_taken_through_one_node_hold_at_every_node() {
     use base64::Engine as _;
     let g = Garage::start();
@@ -877,8 +876,8 @@ fn locks_taken_through_one_node_hold_at_every_node() {
 /// Plain git-lfs's basic transfer through a node on object storage: the node rebuilds the file
 /// from the bucket in large pieces read ahead, reusing footers and repeated ranges; the bytes
 /// are the file's, also for content that repeats (zeros, a recurring block) and across xorbs.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn basic_downloads_through_a_node_rebuild_the_file_from_the_bucket() {
     let g = Garage::start();
     g.create_bucket("basic");
@@ -942,8 +941,8 @@ fn basic_put(
 /// while a node keeps serving it: the command builds an index of its own from the bucket's
 /// shards, gc removes only the orphan past the grace period, scrub finds a xorb damaged in the
 /// bucket, and the node's file still downloads.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_format::xorb::ParsedXorb;
@@ -1103,8 +1102,8 @@ fn gc_and_scrub_run_on_a_bucket_while_a_node_serves_it() {
 /// 429 `catching_up` with `Retry-After` (git-lfs and the agent retry it) instead of 404, after a
 /// look at the shard log, which finds what was stored recently. Its first full catch-up is held
 /// back here so that the test sees the node before it.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_node_serves_while_it_catches_up_and_asks_to_come_back_for_what_it_lacks() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
 
@@ -1225,9 +1224,8 @@ pub(crate) fn store_requests(s: &xet_store::Store, op: &str) -> u64 {
 /// Many small files pushed through node A go up in packs (a few xorbs in the bucket, not one
 /// per file); a clone fetching them through node B reads each pack's xorb whole once and
 /// answers the files' ranges from memory, instead of two bucket requests per file.
-#[needs(git_lfs)]
+#[needs(git_lfs, garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
     let g = Garage::start();
     g.create_bucket("packs");
@@ -1303,8 +1301,8 @@ fn small_files_go_up_in_packs_and_come_down_in_few_bucket_reads() {
 /// The lease that lets one node of a cluster collect garbage: granted to the first, refused to
 /// another while it runs (naming the holder), renewed by its holder, and taken over once it
 /// lapses.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn one_node_at_a_time_holds_the_garbage_collection_lease() {
     use std::time::Duration;
     let g = Garage::start();
@@ -1348,8 +1346,8 @@ fn one_node_at_a_time_holds_the_garbage_collection_lease() {
 /// served at once. The same file uploaded again through a node that has not caught up with
 /// it (so takes its xorb as new) is stored and served as well: the same bytes under the
 /// same key.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_new_upload_puts_without_looking_and_a_repeated_one_stays_whole() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
 
@@ -1401,8 +1399,8 @@ fn a_new_upload_puts_without_looking_and_a_repeated_one_stays_whole() {
 /// A node that catches up with another's shard of a small file reads the file's small xorb
 /// whole, in one request (not its length word, then its footer), and then serves the file
 /// from it without another read of the bucket.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_xorb_is_read_once_for_its_footer_and_a_small_one_for_its_file() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_store::Store;
@@ -1463,8 +1461,8 @@ fn a_xorb_is_read_once_for_its_footer_and_a_small_one_for_its_file() {
 /// A node that knows a small xorb but holds nothing of it in memory (a restart) reads it whole
 /// once, with no look first, for every request that wants it at once: its checks and its
 /// reads are then answered from that read.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_known_small_xorb_is_read_once_for_requests_at_once_without_a_look() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_store::cas::{XorbBytes, XorbHealth};
@@ -1524,8 +1522,8 @@ fn a_known_small_xorb_is_read_once_for_requests_at_once_without_a_look() {
 /// A node lists the shard log for a batch only when an object of it is not found: a download
 /// of objects it knows costs no request to the bucket's listing, and one stored through
 /// another node a moment ago is still found (after one listing).
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_batch_of_known_objects_lists_nothing_and_a_new_one_is_still_found() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
 
@@ -1592,8 +1590,8 @@ fn a_batch_of_known_objects_lists_nothing_and_a_new_one_is_still_found() {
 /// A node with a cache of xorbs serves the xorbs it stored from its own disk (no bucket read),
 /// and copies in a xorb it read from the bucket whole and is reading again, so that later
 /// downloads of it cost the bucket nothing.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_node_serves_what_it_stored_and_what_it_reads_again_from_its_own_disk() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     use xet_store::{Store, StoreOptions};
@@ -1657,8 +1655,8 @@ fn a_node_serves_what_it_stored_and_what_it_reads_again_from_its_own_disk() {
 /// A node's copy of a xorb damaged on its disk never takes the bucket's good object out of
 /// service: the basic download that finds the damage fails (the client sees a short body and
 /// retries), the copy is dropped, and the next download is whole, from the bucket.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_damaged_copy_on_a_nodes_disk_is_dropped_and_the_bucket_serves_again() {
     let g = Garage::start();
     g.create_bucket("badcopy");
@@ -1726,8 +1724,8 @@ fn a_damaged_copy_on_a_nodes_disk_is_dropped_and_the_bucket_serves_again() {
 /// A node that catches up with another node's small files reads each of their xorbs whole
 /// from the bucket once (for its footer) and keeps it on its disk: their downloads through it
 /// then cost the bucket nothing, their lookups and plans included.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_node_that_caught_up_serves_small_files_from_its_own_disk() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
 
@@ -1838,8 +1836,8 @@ fn small_file_caught_up_by_a_closed_node(
 /// Copies serve downloads, never an upload's question: with a small xorb gone from the bucket
 /// behind its back, a node that keeps a copy still plans and serves its file's download, while
 /// an upload's look finds it missing (the client then uploads it again).
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_copy_serves_a_download_but_never_answers_an_uploads_question() {
     use xet_store::cas::Purpose;
 
@@ -1885,8 +1883,8 @@ fn a_copy_serves_a_download_but_never_answers_an_uploads_question() {
 /// A copy a node found on its disk at start is read whole and verified before it first serves a
 /// download without the bucket: one damaged meanwhile is dropped, the file comes whole from
 /// the bucket (whose small xorb, read whole and verified, becomes the new copy).
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_copy_damaged_while_its_node_was_down_is_dropped_at_its_first_use() {
     let g = Garage::start();
     let CaughtUp {
@@ -1983,8 +1981,8 @@ fn collect_now(collector: &xet_store::Store) -> xet_store::GcReport {
 /// after the node stored them (the node still remembers them as stored): refused, naming a
 /// xorb, and whole once the client sends them again; a node that keeps copies of the xorbs it
 /// stored puts them back into the bucket itself. Collections after that keep them.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
     use xet_store::{ShardRejection, StoreError, StoreOptions};
     let g = Garage::start();
@@ -2058,8 +2056,8 @@ fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
 /// announced a sweep naming its xorbs, by a node relying on a listing from before that
 /// announcement, keeps its xorbs: the collector reads the shard log again only
 /// `SWEEP_NOTICE` after its record is written, which is after the shard's log entry.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn registrations_share_a_listing_of_sweep_records_and_a_sweep_they_missed_spares_them() {
     let g = Garage::start();
     g.create_bucket("notice");
@@ -2131,8 +2129,8 @@ fn registrations_share_a_listing_of_sweep_records_and_a_sweep_they_missed_spares
 /// before the shard is in the bucket: that node registers the shard at a later catch-up of the
 /// log, without reading the whole bucket again (one LIST per catch-up), and with the entry's
 /// repository.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_log_entry_listed_before_its_shard_is_registered_at_a_later_catch_up() {
     let g = Garage::start();
     g.create_bucket("early");
@@ -2232,8 +2230,8 @@ impl CollectorLoop {
 /// process, while files are pushed through a node over a slow link: every push the node
 /// acknowledged is whole; a push refused for a collected xorb succeeds when sent again. A node
 /// that keeps copies of what it stored acknowledges every push.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn gc_in_a_loop_during_slow_pushes_through_another_node_never_acknowledges_a_hole() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     let g = Garage::start();
@@ -2363,8 +2361,8 @@ fn eventually(
 /// and being freed. While it lags it says so on `/ready` (503, why in the body) and counts the
 /// failures; once storage is back it serves what was pushed through A meanwhile, its
 /// knowledge of the other nodes seconds old, without a restart.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn catch_up_survives_a_storage_outage_and_a_full_disk_without_a_restart() {
     use xet_client::pipeline::upload::{upload, UploadOptions};
     let mut g = Garage::start();
@@ -2488,8 +2486,8 @@ fn catch_up_survives_a_storage_outage_and_a_full_disk_without_a_restart() {
 /// xorbs) over a slow link: a push that exits 0 clones whole; a push that fails (its xorbs
 /// collected before its shard was registered, twice) succeeds when run again. (The put-back
 /// from copies is tested with the CAS client above.)
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
     let g = Garage::start();
     g.create_bucket("gitrace");
@@ -2547,8 +2545,8 @@ fn git_push_during_gc_in_a_loop_exits_0_only_when_the_clone_is_whole() {
 /// A shard this node registered before, pushed again after a collection in another process
 /// removed one of its xorbs (the node's own look at it is seconds old): not acknowledged as
 /// stored; refused naming the xorb, and whole once the client sends it again.
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn a_shard_registered_before_is_not_acknowledged_again_once_a_xorb_was_collected() {
     use xet_store::{ShardRejection, StoreError};
     let g = Garage::start();

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::time::Instant;
+use xet_test_tools::needs;
 
 use crate::common::garage::GarageCluster;
 use crate::s3_storage::download_whole;
@@ -21,8 +22,8 @@ fn open(cluster: &GarageCluster, dir: &std::path::Path) -> Store {
     .unwrap()
 }
 
+#[needs(garage)]
 #[test]
-#[ignore = "needs Garage: cargo install garage --version 2.5.0 --locked"]
 fn the_first_storage_endpoint_killed_pushes_and_catch_up_go_on_through_the_others() {
     let mut cluster = GarageCluster::start();
     cluster.create_bucket("failover");

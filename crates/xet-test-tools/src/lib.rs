@@ -1,9 +1,9 @@
 //! `#[needs(tool, …)]`: the one way a test of this workspace says it needs a tool on the machine
-//! (git-lfs, FUSE, nginx, …; the list is `tools::TOOLS`). Where a tool is missing when the
-//! tests are built, the test is marked `#[ignore]` with the reason (`cargo test` lists it as
-//! ignored and says what to install), and its body starts by failing with that reason, so that
-//! `--include-ignored` (what CI runs) fails loudly instead of passing without testing anything.
-//! Where every tool is here, the test is left as written.
+//! (git-lfs, FUSE, nginx, Garage, the reference client, …; the list is `tools::TOOLS`). Where a
+//! tool is missing when the tests are built, the test is marked `#[ignore]` with the reason
+//! (`cargo test` lists it as ignored and says what to install), and its body starts by failing
+//! with that reason, so that `--include-ignored` (what CI runs) fails loudly instead of passing
+//! without testing anything. Where every tool is here, the test is left as written.
 //!
 //! Written on `proc_macro` alone (no syn): the macro only reads a list of names and inserts an
 //! attribute and a statement, which a parser crate would not make clearer.

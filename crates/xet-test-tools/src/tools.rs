@@ -19,4 +19,13 @@ pub const TOOLS: &[(&str, &str)] = &[
         "systemd_analyze",
         "systemd-analyze (Debian's systemd package)",
     ),
+    (
+        "garage",
+        "Garage (cargo install garage --version 2.5.0 --locked, or GARAGE=/path/to/garage)",
+    ),
+    (
+        "hf_xet",
+        "the reference client (python3 -m venv .venv && .venv/bin/pip install hf-xet==1.8.0 \
+         in the workspace root, or GIT_XET_HF_PYTHON=a Python that can import hf_xet)",
+    ),
 ];

@@ -90,9 +90,9 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// The Python interpreter of a venv with `hf_xet` installed: `$GIT_XET_HF_PYTHON`, then
-/// `.venv/bin/python` in the workspace root. Tests that call this are `#[ignore]`d (a plain
-/// `cargo test` lists them as ignored); run with `--include-ignored`, as CI does, they fail
-/// when the reference client is missing, saying how to install it.
+/// `.venv/bin/python` in the workspace root. Tests that call this are marked `#[needs(hf_xet)]`
+/// (ignored where the reference client was missing when they were built); run anyway, this
+/// fails saying how to install it.
 pub fn reference_python() -> PathBuf {
     let candidates = std::env::var_os("GIT_XET_HF_PYTHON")
         .map(PathBuf::from)

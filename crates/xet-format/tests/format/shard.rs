@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests stop at the first failure
 
 use std::path::{Path, PathBuf};
+use xet_test_tools::needs;
 
 use proptest::prelude::*;
 use xet_format::hash::{file_hash, keyed_chunk_hash, verification_hash, xorb_hash};
@@ -711,8 +712,8 @@ fn fresh_reference_shards(dir: &Path) -> PathBuf {
 /// [`fresh_reference_shards`], or, to check a directory by hand, from
 /// `SHARD_REF_DIR=/some/dir cargo test --test shard -- --ignored`, where the directory holds
 /// `*/xet/**/*.mdb` written by `hf_xet.upload_files(.., "local://DIR", ..)`.
+#[needs(hf_xet)]
 #[test]
-#[ignore = "needs the hf-xet reference client (run with --include-ignored; CI does)"]
 fn fresh_reference_shards_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
     let by_hand = std::env::var_os("SHARD_REF_DIR");
