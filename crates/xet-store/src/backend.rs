@@ -159,8 +159,10 @@ pub trait ObjectBackend: Send + Sync + 'static {
     fn temp_path(&self, what: &str) -> PathBuf;
     /// Fails with `ENOSPC` unless writing `bytes` more leaves the configured reserve free.
     fn check_space(&self, bytes: u64) -> Result<(), BackendError>;
-    /// The object's length, or `None` if it does not exist.
-    fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError>;
+    /// The object's length, or `None` if it does not exist (its stamp's length).
+    fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError> {
+        Ok(self.stamp(key)?.map(|s| s.len))
+    }
     /// The object's current [`ObjectStamp`], or `None` if it does not exist.
     fn stamp(&self, key: ObjectKey) -> Result<Option<ObjectStamp>, BackendError>;
     /// When the object was last written (stored, replaced or touched), or `None` if it does not
@@ -654,14 +656,6 @@ impl ObjectBackend for FsBackend {
 
     fn check_space(&self, bytes: u64) -> Result<(), BackendError> {
         self.spool.check_space(bytes)
-    }
-
-    fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError> {
-        match fs::metadata(self.path(key)) {
-            Ok(m) => Ok(Some(m.len())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Self::io("stat", key)(e)),
-        }
     }
 
     fn stamp(&self, key: ObjectKey) -> Result<Option<ObjectStamp>, BackendError> {

@@ -681,12 +681,6 @@ impl ObjectBackend for S3Backend {
         self.spool.check_space(bytes)
     }
 
-    fn len(&self, key: ObjectKey) -> Result<Option<u64>, BackendError> {
-        Ok(self
-            .head(&self.object(key), &key.to_string())?
-            .map(|m| m.size))
-    }
-
     fn stamp(&self, key: ObjectKey) -> Result<Option<ObjectStamp>, BackendError> {
         Ok(self
             .head(&self.object(key), &key.to_string())?
