@@ -64,6 +64,30 @@ pub const FAKE_LENGTH: &str = "x-fake-content-length";
 
 type Handler = Box<dyn FnMut(&Seen) -> Reply + Send>;
 
+/// A CAS behind a token refresh route: `GET /refresh` answers the token `fresh` (valid for 15
+/// minutes) after `refresh_delay`; every other request succeeds (`{"was_inserted":false}`) with
+/// `Authorization: Bearer fresh` and is refused with 401 otherwise.
+pub fn refreshing_cas(refresh_delay: Duration) -> Fake {
+    Fake::start(move |req| {
+        if req.path == "/refresh" {
+            std::thread::sleep(refresh_delay);
+            let exp = xet_protocol::util::now_unix() + 900;
+            return reply(
+                200,
+                &format!(r#"{{"casUrl":"http://cas.example","accessToken":"fresh","exp":{exp}}}"#),
+            );
+        }
+        if req.header("authorization") == Some("Bearer fresh") {
+            reply(200, r#"{"was_inserted":false}"#)
+        } else {
+            reply(
+                401,
+                r#"{"error":"token_expired","message":"token expired"}"#,
+            )
+        }
+    })
+}
+
 /// The running fake.
 pub struct Fake {
     pub url: String,

@@ -97,6 +97,24 @@ use xet_protocol::wire::{
 };
 use xet_protocol::{FetchRange, ReconstructionPlan};
 
+/// Runs the attempts of `$req` (see [`Tries`]; `$auth`: its `Authorization` value when it does
+/// not use the CAS token) until handling an answer, `$handle` with the answer bound to `$resp`
+/// (it may await, and `?` returns from the caller), gives a value: that value, or the caller
+/// returns the final error. A macro, not a function taking the handling as a closure: the
+/// futures of async closures that borrow are not proven `Send`.
+macro_rules! attempts {
+    ($cas:expr, $req:expr, $auth:expr, |$resp:ident| $handle:expr) => {{
+        let mut tries = $cas.tries($req, $auth);
+        loop {
+            let $resp = tries.answer().await?;
+            let handled = $handle;
+            if let Some(value) = tries.settle(handled).await? {
+                break value;
+            }
+        }
+    }};
+}
+
 /// The default `User-Agent`.
 pub(crate) const DEFAULT_USER_AGENT: &str = concat!("git-xet/", env!("CARGO_PKG_VERSION"));
 
@@ -701,14 +719,10 @@ impl AsyncRemoteCas {
                 timeout: self.timeout.min(Duration::from_secs(60)),
                 sent: None,
             };
-            let mut tries = self.tries(&req, authorization.as_ref().map(Secret::expose));
-            let info: CasTokenInfo = loop {
-                let resp = tries.answer().await?;
-                let handled = token_info(&req, resp).await;
-                if let Some(info) = tries.settle(handled).await? {
-                    break info;
-                }
-            };
+            let authorization = authorization.as_ref().map(Secret::expose);
+            let info: CasTokenInfo =
+                attempts!(self, &req, authorization, |resp| token_info(&req, resp)
+                    .await);
             let token = info.access_token.trim().to_string();
             if token.is_empty() || HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
                 return Err(TargetError::Remote {
@@ -925,67 +939,57 @@ impl AsyncRemoteCas {
         );
         req.range = range;
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
-            let handled = async {
-                {
-                    let status = resp.status();
-                    match status {
-                        StatusCode::OK => {}
-                        StatusCode::NOT_FOUND => {
-                            let says = server_says(resp).await;
-                            return Ok(if says.code == Some(ErrorCode::FileNotFound) || !v2 {
-                                Answer::FileUnknown
-                            } else {
-                                Answer::Unsupported
-                            });
-                        }
-                        StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED => {
-                            return Ok(Answer::Unsupported)
-                        }
-                        StatusCode::RANGE_NOT_SATISFIABLE => {
-                            let size = content_range(&resp).and_then(|c| c.total);
-                            let (s, _) = range.unwrap_or((0, 0));
-                            let size = size.map_or(String::new(), |n| format!(" ({n} bytes)"));
-                            return Err(fatal(
-                                req,
-                                format!(
-                        "{} answered 416: byte {s} is at or past the end of the file{size}",
+        Ok(attempts!(self, req, None, |resp| async {
+            let status = resp.status();
+            match status {
+                StatusCode::OK => {}
+                StatusCode::NOT_FOUND => {
+                    let says = server_says(resp).await;
+                    return Ok(if says.code == Some(ErrorCode::FileNotFound) || !v2 {
+                        Answer::FileUnknown
+                    } else {
+                        Answer::Unsupported
+                    });
+                }
+                StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED => {
+                    return Ok(Answer::Unsupported)
+                }
+                StatusCode::RANGE_NOT_SATISFIABLE => {
+                    let size = content_range(&resp).and_then(|c| c.total);
+                    let (s, _) = range.unwrap_or((0, 0));
+                    let size = size.map_or(String::new(), |n| format!(" ({n} bytes)"));
+                    return Err(fatal(
+                        req,
+                        format!(
+                            "{} answered 416: byte {s} is at or past the end of the file{size}",
+                            req.server
+                        ),
+                    ));
+                }
+                _ => return Err(refused(req, resp, "").await),
+            }
+            let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON).await?;
+            let parsed = if v2 {
+                serde_json::from_slice::<ReconstructionV2>(&body)
+            } else {
+                serde_json::from_slice::<ReconstructionV1>(&body).map(ReconstructionV1::into_v2)
+            };
+            let invalid = |e: String| {
+                fatal(
+                    req,
+                    format!(
+                        "{} sent an unusable {version} reconstruction: {e}",
                         req.server
                     ),
-                            ));
-                        }
-                        _ => return Err(refused(req, resp, "").await),
-                    }
-                    let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON).await?;
-                    let parsed = if v2 {
-                        serde_json::from_slice::<ReconstructionV2>(&body)
-                    } else {
-                        serde_json::from_slice::<ReconstructionV1>(&body)
-                            .map(ReconstructionV1::into_v2)
-                    };
-                    let invalid = |e: String| {
-                        fatal(
-                            req,
-                            format!(
-                                "{} sent an unusable {version} reconstruction: {e}",
-                                req.server
-                            ),
-                        )
-                    };
-                    let json = parsed.map_err(|e| invalid(e.to_string()))?;
-                    let plan = json
-                        .into_plan(range.map(|(s, _)| s))
-                        .map_err(|e| invalid(e.0))?;
-                    Ok(Answer::Plan(plan))
-                }
-            }
-            .await;
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
-            }
+                )
+            };
+            let json = parsed.map_err(|e| invalid(e.to_string()))?;
+            let plan = json
+                .into_plan(range.map(|(s, _)| s))
+                .map_err(|e| invalid(e.0))?;
+            Ok(Answer::Plan(plan))
         }
+        .await))
     }
 }
 
@@ -1001,36 +1005,26 @@ impl AsyncRemoteCas {
             format!("planning the download of {} files", files.len()),
         );
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
-            let handled = async {
-                {
-                    match resp.status() {
-                        StatusCode::OK => {}
-                        StatusCode::NOT_FOUND
-                        | StatusCode::METHOD_NOT_ALLOWED
-                        | StatusCode::NOT_IMPLEMENTED => return Ok(None),
-                        _ => return Err(refused(req, resp, "").await),
-                    }
-                    let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON).await?;
-                    let invalid = |e: String| {
-                        fatal(
-                            req,
-                            format!("{} sent an unusable batch reconstruction: {e}", req.server),
-                        )
-                    };
-                    let json =
-                        serde_json::from_slice::<xet_protocol::wire::BatchReconstructionV1>(&body)
-                            .map_err(|e| invalid(e.to_string()))?;
-                    json.into_plans().map(Some).map_err(|e| invalid(e.0))
-                }
+        Ok(attempts!(self, req, None, |resp| async {
+            match resp.status() {
+                StatusCode::OK => {}
+                StatusCode::NOT_FOUND
+                | StatusCode::METHOD_NOT_ALLOWED
+                | StatusCode::NOT_IMPLEMENTED => return Ok(None),
+                _ => return Err(refused(req, resp, "").await),
             }
-            .await;
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
-            }
+            let body = read_body(req, resp, MAX_RECONSTRUCTION_JSON).await?;
+            let invalid = |e: String| {
+                fatal(
+                    req,
+                    format!("{} sent an unusable batch reconstruction: {e}", req.server),
+                )
+            };
+            let json = serde_json::from_slice::<xet_protocol::wire::BatchReconstructionV1>(&body)
+                .map_err(|e| invalid(e.to_string()))?;
+            json.into_plans().map(Some).map_err(|e| invalid(e.0))
         }
+        .await))
     }
 }
 
@@ -1162,22 +1156,18 @@ impl AsyncRemoteCas {
         req.timeout = self.upload_timeout(shard.len()).max(SHARD_TIMEOUT);
         req.body = Some(Bytes::copy_from_slice(shard));
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
+        attempts!(self, req, None, |resp| {
             let answer: Result<ShardRegistered, Failure> =
                 upload_answer(req, resp, "shard", "{\"result\": 0 | 1}").await;
-            let handled = answer.and_then(|answer| match answer.result {
+            answer.and_then(|answer| match answer.result {
                 0 | 1 => Ok(()),
                 n => Err(fatal(
                     req,
                     format!("{} answered an unknown result {n}", req.server),
                 )),
-            });
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
-            }
-        }
+            })
+        });
+        Ok(())
     }
 
     /// `GET /v1/chunks/default/{chunk}`: a shard naming `chunk`, if the server has one (see
@@ -1189,33 +1179,26 @@ impl AsyncRemoteCas {
             format!("asking for chunk {chunk} (global dedup)"),
         );
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
-            let handled = async {
-                match resp.status() {
-                    StatusCode::OK => {
-                        self.note_dense_keys(resp.headers());
-                        let body = read_body(req, resp, MAX_SHARD_SIZE).await?;
-                        Shard::from_bytes(&body).map(Some).map_err(|e| {
-                            fatal(
-                                req,
-                                format!("{} answered with an invalid shard: {e}", req.server),
-                            )
-                        })
-                    }
-                    StatusCode::NOT_FOUND => {
-                        self.note_dense_keys(resp.headers());
-                        Ok(None)
-                    }
-                    _ => Err(refused(req, resp, "").await),
+        Ok(attempts!(self, req, None, |resp| async {
+            match resp.status() {
+                StatusCode::OK => {
+                    self.note_dense_keys(resp.headers());
+                    let body = read_body(req, resp, MAX_SHARD_SIZE).await?;
+                    Shard::from_bytes(&body).map(Some).map_err(|e| {
+                        fatal(
+                            req,
+                            format!("{} answered with an invalid shard: {e}", req.server),
+                        )
+                    })
                 }
-            }
-            .await;
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
+                StatusCode::NOT_FOUND => {
+                    self.note_dense_keys(resp.headers());
+                    Ok(None)
+                }
+                _ => Err(refused(req, resp, "").await),
             }
         }
+        .await))
     }
 
     /// See [`CasTarget::dense_key_modulus`].
@@ -1287,23 +1270,11 @@ impl AsyncRemoteCas {
         // `Bytes` from the vector takes it over without copying; retries clone the handle.
         req.body = Some(Bytes::from(body));
         let sending = &req;
-        let inserted = {
-            let mut tries = self.tries(sending, None);
-            loop {
-                let resp = tries.answer().await?;
-                let handled = upload_answer::<XorbUploaded>(
-                    sending,
-                    resp,
-                    "xorb",
-                    "{\"was_inserted\": bool}",
-                )
+        let inserted = attempts!(self, sending, None, |resp| {
+            upload_answer::<XorbUploaded>(sending, resp, "xorb", "{\"was_inserted\": bool}")
                 .await
-                .map(|answer| answer.was_inserted);
-                if let Some(value) = tries.settle(handled).await? {
-                    break value;
-                }
-            }
-        };
+                .map(|answer| answer.was_inserted)
+        });
         // Unique once the connection dropped its pieces; otherwise it is not waited for.
         let buffer = req.body.take().filter(Bytes::is_unique).map(Vec::from);
         Ok(XorbPut { inserted, buffer })
@@ -1332,26 +1303,17 @@ impl AsyncRemoteCas {
             format!("looking up SHA-256 {oid}"),
         );
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
-            let handled = async {
-                {
-                    if resp
-                        .headers()
-                        .get(wire::CHECKS_SHA256_HEADER)
-                        .is_some_and(|v| v.as_bytes() == b"1")
-                    {
-                        self.checks_claims.store(true, Ordering::Relaxed);
-                    }
-                    self.oid_answer(oid, req, resp).await
-                }
+        Ok(attempts!(self, req, None, |resp| async {
+            if resp
+                .headers()
+                .get(wire::CHECKS_SHA256_HEADER)
+                .is_some_and(|v| v.as_bytes() == b"1")
+            {
+                self.checks_claims.store(true, Ordering::Relaxed);
             }
-            .await;
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
-            }
+            self.oid_answer(oid, req, resp).await
         }
+        .await))
     }
 
     async fn oid_answer(
@@ -1636,63 +1598,57 @@ impl AsyncRemoteCas {
             )
         };
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
-            let handled = async {
-                match resp.status() {
-                    StatusCode::PARTIAL_CONTENT => {
-                        check_content_range(req, &resp, (start, end), &damaged)?;
-                        match stream_body(req, resp, 0, want, true, sink).await? {
-                            Some(got) if got < want => Err(damaged(
-                                req,
-                                format!("{} sent {got} bytes of the {want} asked for", req.server),
-                            )),
-                            _ => Ok(()),
-                        }
+        attempts!(self, req, None, |resp| async {
+            match resp.status() {
+                StatusCode::PARTIAL_CONTENT => {
+                    check_content_range(req, &resp, (start, end), &damaged)?;
+                    match stream_body(req, resp, 0, want, true, sink).await? {
+                        Some(got) if got < want => Err(damaged(
+                            req,
+                            format!("{} sent {got} bytes of the {want} asked for", req.server),
+                        )),
+                        _ => Ok(()),
                     }
-                    StatusCode::OK => {
-                        // The whole object (a server that ignores Range): hand on the bytes
-                        // asked for.
-                        match stream_body(req, resp, start, want, false, sink).await? {
-                            Some(got) if got < want => Err(damaged(
-                                req,
-                                format!(
-                        "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
-                        req.server,
-                        start + got
-                    ),
-                            )),
-                            _ => Ok(()),
-                        }
-                    }
-                    StatusCode::RANGE_NOT_SATISFIABLE => {
-                        Err(unsatisfiable(req, resp, (start, end), &damaged).await)
-                    }
-                    StatusCode::FORBIDDEN => {
-                        let says = server_says(resp).await;
-                        Err(fatal(
+                }
+                StatusCode::OK => {
+                    // The whole object (a server that ignores Range): hand on the bytes
+                    // asked for.
+                    match stream_body(req, resp, start, want, false, sink).await? {
+                        Some(got) if got < want => Err(damaged(
                             req,
                             format!(
-                    "{} refused the presigned URL {} (403){}: it has probably expired; plan \
-                     the download again",
-                    req.server,
-                    req.shown_url,
-                    says.suffix()
-                ),
-                        ))
+                                "{} sent the whole xorb, {} bytes, which does not reach byte {end}",
+                                req.server,
+                                start + got
+                            ),
+                        )),
+                        _ => Ok(()),
                     }
-                    StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
-                        what: format!("xorb {xorb} at {}", req.shown_url),
-                    })),
-                    _ => Err(refused(req, resp, "").await),
                 }
-            }
-            .await;
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
+                StatusCode::RANGE_NOT_SATISFIABLE => {
+                    Err(unsatisfiable(req, resp, (start, end), &damaged).await)
+                }
+                StatusCode::FORBIDDEN => {
+                    let says = server_says(resp).await;
+                    Err(fatal(
+                        req,
+                        format!(
+                "{} refused the presigned URL {} (403){}: it has probably expired; plan \
+                 the download again",
+                req.server,
+                req.shown_url,
+                says.suffix()
+            ),
+                    ))
+                }
+                StatusCode::NOT_FOUND => Err(Failure::Fatal(TargetError::NotFound {
+                    what: format!("xorb {xorb} at {}", req.shown_url),
+                })),
+                _ => Err(refused(req, resp, "").await),
             }
         }
+        .await);
+        Ok(())
     }
 }
 
@@ -1821,29 +1777,22 @@ impl AsyncRemoteCas {
             format!("listing the chunks of file {file}"),
         );
         let req = &req;
-        let mut tries = self.tries(req, None);
-        loop {
-            let resp = tries.answer().await?;
-            let handled = async {
-                match resp.status() {
-                    StatusCode::OK => {
-                        let limit = (xet_protocol::wire::MAX_LISTED_CHUNKS
-                            * xet_protocol::wire::FILE_CHUNK_RECORD)
-                            as u64;
-                        let body = read_body(req, resp, limit).await?;
-                        xet_protocol::wire::decode_file_chunks(&body)
-                            .map(Some)
-                            .map_err(|e| fatal(req, format!("{} answered {e}", req.server)))
-                    }
-                    StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => Ok(None),
-                    _ => Err(refused(req, resp, "").await),
+        Ok(attempts!(self, req, None, |resp| async {
+            match resp.status() {
+                StatusCode::OK => {
+                    let limit = (xet_protocol::wire::MAX_LISTED_CHUNKS
+                        * xet_protocol::wire::FILE_CHUNK_RECORD)
+                        as u64;
+                    let body = read_body(req, resp, limit).await?;
+                    xet_protocol::wire::decode_file_chunks(&body)
+                        .map(Some)
+                        .map_err(|e| fatal(req, format!("{} answered {e}", req.server)))
                 }
-            }
-            .await;
-            if let Some(value) = tries.settle(handled).await? {
-                return Ok(value);
+                StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => Ok(None),
+                _ => Err(refused(req, resp, "").await),
             }
         }
+        .await))
     }
 
     /// What the journal and messages call this server (see [`Endpoint::describe`]).

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use xet_client::fake_server::{reply, Fake, Reply};
+use xet_client::fake_server::{refreshing_cas, reply, Fake, Reply};
 use xet_client::{AsyncRemoteCas, RefreshingToken, RemoteConfig, RetryPolicy, TokenSource};
 use xet_format::{FileHash, XorbHash};
 use xet_protocol::util::now_unix;
@@ -164,22 +164,8 @@ async fn a_retry_waits_without_holding_the_thread_other_tasks_run_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_tasks_share_one_token_refresh() {
-    let fake = Fake::start(|req| {
-        if req.path == "/refresh" {
-            // Slow enough that every task finds the refresh under way.
-            std::thread::sleep(Duration::from_millis(200));
-            let exp = now_unix() + 900;
-            return reply(
-                200,
-                &format!(r#"{{"casUrl":"http://cas.example","accessToken":"fresh","exp":{exp}}}"#),
-            );
-        }
-        if req.header("authorization") == Some("Bearer fresh") {
-            reply(200, r#"{"was_inserted":false}"#)
-        } else {
-            reply(401, r#"{"error":"token_expired","message":"expired"}"#)
-        }
-    });
+    // The refresh is slow enough that every task finds it under way.
+    let fake = refreshing_cas(Duration::from_millis(200));
     let token = Arc::new(RefreshingToken::new(
         format!("{}/refresh", fake.url),
         Some("stale".into()),

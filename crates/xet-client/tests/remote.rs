@@ -138,23 +138,7 @@ fn a_proxy_that_refuses_connections_is_named_without_its_password() {
 
 /// A fake CAS whose `/refresh` hands out `fresh` and whose xorb route accepts only `fresh`.
 fn refreshing_fake() -> Fake {
-    Fake::start(|req| {
-        if req.path == "/refresh" {
-            let exp = now_unix() + 900;
-            return reply(
-                200,
-                &format!(r#"{{"casUrl":"http://cas.example","accessToken":"fresh","exp":{exp}}}"#),
-            );
-        }
-        if req.header("authorization") == Some("Bearer fresh") {
-            reply(200, r#"{"was_inserted":false}"#)
-        } else {
-            reply(
-                401,
-                r#"{"error":"token_expired","message":"token expired"}"#,
-            )
-        }
-    })
+    xet_client::fake_server::refreshing_cas(Duration::ZERO)
 }
 
 fn refreshing(fake: &Fake, token: &str, exp: u64) -> (Arc<RefreshingToken>, RemoteCas) {
