@@ -422,8 +422,8 @@ pub async fn serve(State(state): State<SharedState>) -> Response {
     // The store's own background work counts its failures; the counters catch up.
     let background = state.store.background_errors();
     for (op, count) in [
-        (StorageOperation::Copies, background.copies()),
-        (StorageOperation::ClaimRecords, background.claim_records()),
+        (StorageOperation::Copies, background.copies),
+        (StorageOperation::ClaimRecords, background.claim_records),
     ] {
         let counter = storage_errors(op);
         counter.inc_by(count.saturating_sub(counter.get()));

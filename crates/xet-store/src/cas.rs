@@ -123,20 +123,15 @@ impl XorbBytes {
     }
 }
 
-/// How many locks readers of small xorbs are spread over (see `Store::reading_whole`).
-const READING_STRIPES: usize = 64;
-
 /// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Store {
     pub(super) backend: Arc<dyn ObjectBackend>,
     pub(super) index: Index,
     /// Footers of xorbs known intact, with the stamp of the object they were read from.
     pub(super) footers: Mutex<FooterCache>,
-    /// Small xorbs read whole, on object storage (see [`crate::small_xorbs`]).
-    pub(super) small_xorbs: Mutex<crate::small_xorbs::SmallXorbs>,
-    /// Readers of a small xorb that is not in memory take the lock of its stripe (by the
-    /// first byte of its hash), so that the downloads asking for one xorb at once read it once.
-    pub(super) reading_whole: Vec<Mutex<()>>,
+    /// The copies of xorbs this node keeps beside object storage, in memory and on its disk,
+    /// and the reads of xorbs' bytes through them (see [`crate::copies`]).
+    pub(super) copies: crate::copies::Copies,
     /// One whole-object verification at a time (each reads a xorb of up to 64 MiB).
     pub(super) verifying: Mutex<()>,
     /// Shard registrations and xorb uploads hold it shared, garbage collection exclusively while
@@ -145,7 +140,8 @@ pub struct Store {
     /// What garbage collection in this process knows and does (see [`crate::collector`]).
     pub(super) collector: crate::collector::Collector,
     /// Failures of work the store does in the background, by kind.
-    background_errors: BackgroundErrors,
+    /// Records of checked claims that could not be written (see [`BackgroundErrors`]).
+    claim_record_errors: std::sync::atomic::AtomicU64,
     /// Where this node is among the other nodes of shared storage (see [`crate::cluster`]).
     pub(super) cluster: crate::cluster::Cluster,
     /// Sizes of the files this process registered for the first time (from uploads, not from
@@ -153,31 +149,17 @@ pub struct Store {
     registered_bytes: std::sync::atomic::AtomicU64,
     /// The SHA-256 claims ledger (see [`crate::claims`]).
     claims: crate::claims::ClaimsLedger,
-    /// This node's copies of xorbs on its own disk (object storage only; see
-    /// [`crate::xorb_cache`]).
-    pub(super) xorb_cache: Option<Arc<crate::xorb_cache::XorbCache>>,
     root: PathBuf,
 }
 
-/// Storage failures of work a store does in the background, off any request (for a server's
-/// `/metrics`): copying xorbs to the node's disk, recording checked claims for the other nodes.
-#[derive(Debug, Default)]
+/// Storage failures of work a store does in the background, off any request, so far (for a
+/// server's `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BackgroundErrors {
-    copies: Arc<std::sync::atomic::AtomicU64>,
-    claim_records: std::sync::atomic::AtomicU64,
-}
-
-impl BackgroundErrors {
-    /// Copies of xorbs that failed.
-    pub fn copies(&self) -> u64 {
-        self.copies.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Records of checked claims that could not be written.
-    pub fn claim_records(&self) -> u64 {
-        self.claim_records
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
+    /// Copies of xorbs to the node's disk that failed.
+    pub copies: u64,
+    /// Records of checked claims (for the other nodes) that could not be written.
+    pub claim_records: u64,
 }
 
 /// Whether a lookup that misses on shared storage first catches up with the other nodes.
@@ -386,6 +368,23 @@ impl Store {
         Ok(Self::assemble(dir, index, Arc::new(backend), options, None))
     }
 
+    /// Opens a store whose objects live in `backend` (one this process owns, such as
+    /// [`crate::memory::MemoryBackend`]), with `dir` for its index. The directory store
+    /// ([`Store::open_with`]) and the bucket ([`Store::open_s3`]) are this with their own
+    /// backends and the checks of their layouts.
+    pub fn open_on(
+        dir: &Path,
+        backend: Arc<dyn ObjectBackend>,
+        options: StoreOptions,
+    ) -> Result<Self, StoreError> {
+        fs::create_dir_all(dir).map_err(|e| StoreError::Layout {
+            path: dir.to_path_buf(),
+            detail: format!("cannot create: {e}"),
+        })?;
+        let index = Index::open(&dir.join("index.redb"))?;
+        Ok(Self::assemble(dir, index, backend, options, None))
+    }
+
     fn assemble(
         dir: &Path,
         index: Index,
@@ -394,22 +393,20 @@ impl Store {
         xorb_cache: Option<crate::xorb_cache::XorbCache>,
     ) -> Self {
         Self {
+            copies: crate::copies::Copies::new(Arc::clone(&backend), xorb_cache),
             backend,
             index,
             footers: Mutex::new(FooterCache::default()),
-            small_xorbs: Mutex::new(Default::default()),
-            reading_whole: (0..READING_STRIPES).map(|_| Mutex::new(())).collect(),
             verifying: Mutex::new(()),
             collecting: RwLock::new(()),
             collector: crate::collector::Collector::new(),
-            background_errors: BackgroundErrors::default(),
+            claim_record_errors: Default::default(),
             cluster: crate::cluster::Cluster::default(),
             registered_bytes: std::sync::atomic::AtomicU64::new(0),
             claims: crate::claims::ClaimsLedger::new(
                 options.max_pending_claims,
                 options.max_pending_claim_bytes,
             ),
-            xorb_cache: xorb_cache.map(Arc::new),
             root: dir.to_path_buf(),
         }
     }
@@ -690,7 +687,7 @@ impl Store {
             .filter(|b| b.len() as u64 == stored_len);
         let created = self.place(footer, stored_len, spool)?;
         if let (true, Some(bytes)) = (created, small) {
-            self.small_xorbs.lock_anyway().insert(xorb, Arc::new(bytes));
+            self.copies.keep_in_memory(xorb, Arc::new(bytes));
         }
         Ok(created)
     }
@@ -716,10 +713,7 @@ impl Store {
             self.backend.stamp(key)?
         };
         // The validated object's copy for this node's cache, made before the put consumes it.
-        let staged = self
-            .xorb_cache
-            .as_ref()
-            .and_then(|c| c.stage(&xorb, file, stored_len));
+        let staged = self.copies.stage(&xorb, file, stored_len);
         let created = match stamp {
             None => self.backend.put_new_file(key, file)?,
             Some(_) if self.keep_existing(&xorb)? => {
@@ -1413,7 +1407,7 @@ impl Store {
     pub fn record_checked_claims(&self) {
         if let Some(bucket) = self.backend.shared() {
             self.claims
-                .record_checked(bucket, &self.background_errors.claim_records);
+                .record_checked(bucket, &self.claim_record_errors);
         }
     }
 
@@ -1550,15 +1544,6 @@ impl Store {
         }
     }
 
-    /// The whole object of `xorb` if it is kept in memory (object storage only: see
-    /// [`crate::small_xorbs`]).
-    fn small_xorb_in_memory(&self, xorb: &XorbHash) -> Option<Arc<Vec<u8>>> {
-        if !self.backend.is_shared() {
-            return None;
-        }
-        self.small_xorbs.lock_anyway().get(xorb)
-    }
-
     /// What a download of a range of `xorb` reads from: on object storage, a xorb of at most
     /// [`crate::small_xorbs::SMALL_XORB_MAX`] kept in memory or, with `may_read_whole` (the
     /// caller has room for it), read whole (see [`crate::small_xorbs`]); otherwise its length,
@@ -1571,7 +1556,7 @@ impl Store {
         if !self.backend.is_shared() {
             return Ok(self.xorb_len(xorb)?.map(XorbBytes::Stored));
         }
-        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+        if let Some(bytes) = self.copies.in_memory(xorb) {
             return Ok(Some(XorbBytes::Whole(bytes)));
         }
         if let Some(len) = self.registered_copy(xorb)? {
@@ -1598,9 +1583,7 @@ impl Store {
             return Ok(Some(XorbBytes::Stored(len)));
         }
         let bytes = Arc::new(bytes);
-        self.small_xorbs
-            .lock_anyway()
-            .insert(*xorb, Arc::clone(&bytes));
+        self.copies.keep_in_memory(*xorb, Arc::clone(&bytes));
         Ok(Some(XorbBytes::Whole(bytes)))
     }
 
@@ -1611,10 +1594,7 @@ impl Store {
     /// a file uses it, and its copy holds the bytes the bucket's object was verified to hold;
     /// checks of a xorb (uploads, shard validation) never get here and always ask the bucket.
     pub(crate) fn registered_copy(&self, xorb: &XorbHash) -> Result<Option<u64>, StoreError> {
-        let Some(cache) = &self.xorb_cache else {
-            return Ok(None);
-        };
-        let Some((len, verified)) = cache.len_of(xorb) else {
+        let Some(copy) = self.copies.disk_copy(xorb) else {
             return Ok(None);
         };
         if self.being_collected(xorb) || self.index.damaged(xorb)?.is_some() {
@@ -1623,34 +1603,19 @@ impl Store {
         if self
             .index
             .xorb(xorb)?
-            .is_none_or(|meta| meta.stored_len != len)
+            .is_none_or(|meta| meta.stored_len != copy.len)
         {
             return Ok(None);
         }
-        if !verified {
-            // Once per process: a copy it has not seen verified (found on disk at start, read
-            // from the bucket in the background) is read whole and checked before it serves
-            // without the bucket; a bad one goes. Only small ones, a few at a time (memory):
-            // the others are read after a look at the bucket, as before.
-            if len > crate::xorb_cache::MAX_VERIFIED_READ {
-                return Ok(None);
-            }
-            let Some(_turn) = cache.verify_slot() else {
-                return Ok(None);
-            };
-            match cache.read(xorb, 0..len) {
-                Some(bytes) => match crate::footers::verify_stored(xorb, &bytes) {
-                    Ok(_) => cache.mark_verified(xorb),
-                    Err(why) => {
-                        tracing::warn!(%xorb, why, "dropping a xorb's copy that fails verification");
-                        self.drop_copy(xorb);
-                        return Ok(None);
-                    }
-                },
-                None => return Ok(None),
-            }
+        // Once per process: a copy it has not seen verified (found on disk at start, read from
+        // the bucket in the background) is read whole and checked before it serves without the
+        // bucket; a bad one goes. Only small ones, a few at a time (memory): the others are
+        // read after a look at the bucket, as before.
+        let verify = |bytes: &[u8]| crate::footers::verify_stored(xorb, bytes).map(|_| ());
+        if !copy.verified && !self.copies.verify_disk_copy(xorb, copy.len, verify) {
+            return Ok(None);
         }
-        Ok(Some(len))
+        Ok(Some(copy.len))
     }
 
     /// On object storage, the whole object of a registered small xorb: from memory, or if it
@@ -1665,13 +1630,12 @@ impl Store {
         if !self.backend.is_shared() {
             return Ok(None);
         }
-        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+        if let Some(bytes) = self.copies.in_memory(xorb) {
             return Ok(Some(bytes));
         }
-        let stripe = usize::from(xorb.as_bytes()[0]) % self.reading_whole.len();
-        let _one_reader = self.reading_whole[stripe].lock_anyway();
+        let _one_reader = self.copies.one_reader(xorb);
         // Another request may have read it while this one waited.
-        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+        if let Some(bytes) = self.copies.in_memory(xorb) {
             return Ok(Some(bytes));
         }
         self.read_small_xorb_verified(xorb, max)
@@ -1708,14 +1672,7 @@ impl Store {
             return Ok(None);
         };
         self.cache_footer(stamp, Arc::new(footer));
-        if let Some(cache) = &self.xorb_cache {
-            cache.insert_bytes(xorb, &bytes, true);
-        }
-        let bytes = Arc::new(bytes);
-        self.small_xorbs
-            .lock_anyway()
-            .insert(*xorb, Arc::clone(&bytes));
-        Ok(Some(bytes))
+        Ok(Some(self.copies.keep_verified(*xorb, bytes)))
     }
 
     /// Bytes `range` (inclusive) of the stored object of a xorb that [`Store::xorb_len`] or
@@ -1760,7 +1717,7 @@ impl Store {
         xorb: &XorbHash,
         range: RangeInclusive<u64>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(bytes) = self.small_xorb_in_memory(xorb) {
+        if let Some(bytes) = self.copies.in_memory(xorb) {
             let (start, end) = (*range.start() as usize, *range.end() as usize);
             return Ok(bytes
                 .get(start..=end.min(bytes.len().saturating_sub(1)))
@@ -1781,79 +1738,39 @@ impl Store {
     }
 
     /// Bytes `range` of `xorb`'s stored object: from this node's copy if it keeps one, else
-    /// from the storage (then counted towards making a copy, see [`crate::xorb_cache`]).
+    /// from the storage (see [`crate::copies::Copies::read_range`]).
     fn read_stored_range(
         &self,
         xorb: &XorbHash,
         range: std::ops::Range<u64>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let Some(cache) = &self.xorb_cache else {
-            return Ok(self.backend.read_range(ObjectKey::Xorb(*xorb), range)?);
-        };
-        if let Some(bytes) = cache.read(xorb, range.clone()) {
-            return Ok(Some(bytes));
-        }
-        let read = self.backend.read_range(ObjectKey::Xorb(*xorb), range)?;
-        if let Some(bytes) = &read {
-            let len = self
-                .footers
+        let len = || {
+            self.footers
                 .lock_anyway()
                 .latest(xorb)
-                .map(|(stamp, _)| stamp.len);
-            if let Some(len) = len {
-                if cache.count_read(xorb, bytes.len() as u64, len) {
-                    self.copy_in_background(cache, *xorb, len);
-                }
-            }
-        }
-        Ok(read)
-    }
-
-    /// Reads `xorb` (`len` bytes) whole from the storage into the cache on a thread of its
-    /// own (at most [`crate::xorb_cache::MAX_FILLS`] at once, counted by the cache).
-    fn copy_in_background(
-        &self,
-        cache: &Arc<crate::xorb_cache::XorbCache>,
-        xorb: XorbHash,
-        len: u64,
-    ) {
-        let (c, backend) = (Arc::clone(cache), Arc::clone(&self.backend));
-        let failed = Arc::clone(&self.background_errors.copies);
-        let spawned = std::thread::Builder::new()
-            .name("xorb-copy".into())
-            .spawn(move || {
-                match backend.read_all_stamped(ObjectKey::Xorb(xorb)) {
-                    Ok(Some((bytes, stamp))) if bytes.len() as u64 == len && stamp.len == len => {
-                        c.insert_bytes(&xorb, &bytes, false);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tracing::debug!(%xorb, error = %e, "cannot copy a xorb in");
-                    }
-                }
-                c.copied(&xorb);
-            });
-        if spawned.is_err() {
-            cache.copied(&xorb);
-        }
+                .map(|(stamp, _)| stamp.len)
+        };
+        Ok(self.copies.read_range(xorb, range, len)?)
     }
 
     /// Failures of the store's background work so far.
-    pub fn background_errors(&self) -> &BackgroundErrors {
-        &self.background_errors
+    pub fn background_errors(&self) -> BackgroundErrors {
+        BackgroundErrors {
+            copies: self.copies.failed_copies(),
+            claim_records: self
+                .claim_record_errors
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Drops this node's copy of `xorb`, if it keeps one.
     pub(super) fn drop_copy(&self, xorb: &XorbHash) {
-        if let Some(cache) = &self.xorb_cache {
-            cache.remove(xorb);
-        }
+        self.copies.drop_disk_copy(xorb);
     }
 
     /// What this node's cache of xorbs did so far; `None` without one.
     pub fn xorb_cache_stats(&self) -> Option<crate::xorb_cache::CacheStats> {
-        self.xorb_cache.as_ref().map(|c| c.stats())
+        self.copies.stats()
     }
 
     /// Sizes of the files this process registered for the first time from uploads (shards

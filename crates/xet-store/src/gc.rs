@@ -457,11 +457,8 @@ impl Store {
             for x in entries {
                 cache.remove(x);
             }
-            let mut small = self.small_xorbs.lock_anyway();
-            for x in entries {
-                small.remove(x);
-            }
         }
+        self.copies.forget_in_memory(entries);
         for (i, x) in objects.iter().enumerate() {
             if deadline.is_some_and(|d| unix_ms(SystemTime::now()) >= d) {
                 tracing::warn!(
@@ -651,19 +648,16 @@ impl Store {
     /// that the next look asks storage.
     fn forget_seen(&self, xorb: &XorbHash) {
         self.footers.lock_anyway().remove(xorb);
-        self.small_xorbs.lock_anyway().remove(xorb);
+        self.copies.forget_in_memory([xorb]);
     }
 
     /// Puts `xorb` back into storage from this node's copy of it, validated as an upload is;
     /// `false` if there is no copy or it fails.
     pub(crate) fn restore_from_copy(&self, xorb: &XorbHash) -> bool {
-        let Some(cache) = &self.xorb_cache else {
+        let Some(copy) = self.copies.disk_copy(xorb) else {
             return false;
         };
-        let Some((len, _)) = cache.len_of(xorb) else {
-            return false;
-        };
-        let Some(bytes) = cache.read(xorb, 0..len) else {
+        let Some(bytes) = self.copies.read_disk_copy(xorb, 0..copy.len) else {
             return false;
         };
         match self.put_xorb(*xorb, &bytes) {

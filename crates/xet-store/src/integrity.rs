@@ -275,7 +275,7 @@ impl Store {
         &self,
         xorb: &XorbHash,
     ) -> Result<XorbHealth, StoreError> {
-        let (Some(cache), Some(len)) = (&self.xorb_cache, self.registered_copy(xorb)?) else {
+        let Some(len) = self.registered_copy(xorb)? else {
             return self.check_xorb(xorb);
         };
         let known = self
@@ -287,12 +287,13 @@ impl Store {
             return Ok(XorbHealth::Intact(footer));
         }
         // The copy's footer (none if the copy went meanwhile).
-        let tail = cache
-            .read(xorb, len.saturating_sub(4)..len)
+        let tail = self
+            .copies
+            .read_disk_copy(xorb, len.saturating_sub(4)..len)
             .and_then(|last| <[u8; 4]>::try_from(last.as_slice()).ok())
             .and_then(|last| {
                 let tail_len = XorbFooter::tail_len(last).min(len);
-                cache.read(xorb, len - tail_len..len)
+                self.copies.read_disk_copy(xorb, len - tail_len..len)
             });
         let Some(tail) = tail else {
             return self.check_xorb(xorb);
@@ -370,14 +371,11 @@ impl Store {
         if let Some(bytes) = whole {
             // Read whole anyway: kept on this node's disk too if its chunks verify (see
             // `xorb_cache`), so that its files' downloads here need no request.
-            if let Some(cache) = &self.xorb_cache {
-                if verify_stored(xorb, &bytes).is_ok() {
-                    cache.insert_bytes(xorb, &bytes, true);
-                }
+            if verify_stored(xorb, &bytes).is_ok() {
+                self.copies.keep_verified(*xorb, bytes);
+            } else {
+                self.copies.keep_in_memory(*xorb, Arc::new(bytes));
             }
-            self.small_xorbs
-                .lock_anyway()
-                .insert(*xorb, Arc::new(bytes));
         }
         Ok(FooterRead::Footer(footer))
     }
@@ -393,7 +391,7 @@ impl Store {
 
     fn forget_footer(&self, xorb: &XorbHash) {
         self.footers.lock_anyway().remove(xorb);
-        self.small_xorbs.lock_anyway().remove(xorb);
+        self.copies.forget_in_memory([xorb]);
     }
 
     /// Takes a damaged or missing xorb out of service: its object (if any) is moved to

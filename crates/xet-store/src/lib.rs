@@ -25,6 +25,8 @@
 //! | [`tenancy`] | which repository may see what: the files a repository-scoped credential may read |
 //! | [`gc`] | [`Store::gc`]: removing xorbs no registered file uses, after a grace period; on shared storage, by the holder of the lease ([`Store::take_gc_lease`]) |
 //! | [`stats`] | what the store tells its operator: usage by repository, totals over time, recent pushes, garbage collections, nodes' status records |
+//! | `copies` | the copies of xorbs a node keeps beside object storage (in memory, on its disk), and the reads of xorbs' bytes through them |
+//! | [`memory`] | `MemoryBackend`: objects in memory, with faults on demand, for tests of the engine |
 //! | [`small_xorbs`] | small xorbs kept whole in memory on object storage (packs of small files) |
 //! | [`timings`] | how long object storage's requests take, by kind, for `/metrics` |
 //! | [`xorb_cache`] | a node's copies of xorbs on its own disk, on object storage |
@@ -40,12 +42,14 @@ pub mod checkpoint_format;
 mod claims;
 mod cluster;
 mod collector;
+mod copies;
 pub mod endpoint;
 pub mod error;
 pub mod footers;
 pub mod gc;
 pub mod index;
 pub mod integrity;
+pub mod memory;
 mod parallel;
 pub mod reopen;
 pub mod repo_name;
