@@ -18,7 +18,8 @@
 # bench/lib.sh).
 # A third side runs `git xet clone` in the agent's HOME: git clones without git-lfs's downloads,
 # git-xet fetches the LFS file in its own process, git checks the pointers out, and git-xet
-# copies the object over its pointer and records it in git's index.
+# writes the work-tree file as the object lands (or copies the object where it could not) and
+# records it in git's index.
 # A fourth side is the reference client's way: `git clone --no-checkout` (no LFS), then
 # hf_xet's `download_files` of the file by its Xet hash from the same server into the work tree
 # (timed inside Python, its start not counted); left out without a Python with hf_xet
@@ -104,6 +105,7 @@ else
 fi
 hf_clone() { # -> prints seconds: git clone --no-checkout, then hf_xet's download of the file
     rm -rf "$work/clone" "$work/hf-cache"
+    settle_disk
     prime_memory $(( 2 * size_mib + 256 ))
     local t0 t1 dl
     t0=$(now)
@@ -124,10 +126,14 @@ PY
     echo "$t1 - $t0 + $dl" | bc
 }
 now() { date +%s.%N; }
+# Before each clone, untimed: the last clone's files are written out (and their removal done),
+# so that no side pays for the disk work of the one before it.
+settle_disk() { sync; sleep 2; }
 clone() { # home-name [xet] -> prints seconds (with "xet": `git xet clone`)
     rm -rf "$work/clone"
     # A fresh cache each time: a clone on a new machine.
     rm -rf "$work/$1/xet-cache"
+    settle_disk
     # Pages just used for what the clone writes (the object and its checkout), every side alike:
     # prime_memory in bench/lib.sh explains why.
     prime_memory $(( 2 * size_mib + 256 ))

@@ -4,7 +4,8 @@
 //! once, each checked against its SHA-256 and moved into `<LFS storage>/objects` under the
 //! name and layout git-lfs gives it, so that git-lfs finds it there.
 //! After a pull or a clone, the work-tree files git left as pointers are written from those
-//! objects and recorded in git's index ([`check_out_pointers`]).
+//! objects (as the objects are downloaded where it can: [`Mirrors`]) and recorded in git's
+//! index ([`CheckoutPlan::apply`]).
 //!
 //! What git-lfs does around a custom agent's download is done here instead: the LFS batch
 //! request (negotiated mode; offering `xet` only, see [`ObjectReader::download_actions`]), and
@@ -13,7 +14,7 @@
 //! A remote whose LFS server does not offer the xet transfer is not fetched here
 //! ([`FetchError::NotXet`]): the caller runs `git lfs fetch` instead.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,6 +95,7 @@ pub(crate) fn fetch_objects(
     remote: Option<&str>,
     objects: &[(LfsOid, u64)],
     jobs: usize,
+    mirrors: &Mirrors,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Fetched, FetchError> {
     let (store, _) = storage(git)?;
@@ -183,9 +185,13 @@ pub(crate) fn fetch_objects(
             scope.spawn(|| {
                 let mut agent = None;
                 while let Some(t) = next() {
-                    let outcome = fetch_one(&mut agent, &dir, remote, &store, &t);
+                    let mirror = mirrors.file_for(&t.oid);
+                    let outcome = fetch_one(&mut agent, &dir, remote, &store, &t, mirror);
                     match outcome {
-                        Ok(()) => {
+                        Ok(mirrored) => {
+                            if mirrored {
+                                mirrors.completed(&t.oid);
+                            }
                             bytes.fetch_add(t.size, Ordering::Relaxed);
                         }
                         Err(e) => failed.lock_anyway().push((t.oid, e)),
@@ -208,124 +214,322 @@ pub(crate) fn fetch_objects(
     Ok(report)
 }
 
-/// Writes the work-tree files of the repository at `dir` that are still HEAD's pointers from
-/// the local objects (after their objects were fetched).
-///
-/// A file git would write exactly as git-lfs's smudge filter gives it (`filter=lfs -text`)
-/// whose object is here is copied from the object by this process (in the kernel, with
-/// `copy_file_range`), put in place of its pointer file by a rename, and recorded in git's index
-/// with its new stat data ([`worktree::record_written`]): git then takes it as unchanged
-/// without running the clean filter, which would read and hash every file again. The others
-/// are removed and written by `git checkout -- PATH…`, through git-lfs's smudge filter.
-pub(crate) fn check_out_pointers(git: &Git, dir: &Path) -> Result<CheckedOut, String> {
+/// The work-tree files of HEAD that are still pointers, found before their objects are
+/// fetched so that the download can write them as it writes the objects ([`Mirrors`]).
+pub(crate) struct CheckoutPlan {
+    tree: PathBuf,
+    files: Vec<PlannedFile>,
+}
+
+struct PlannedFile {
+    path: String,
+    pointer: Pointer,
+    /// The pointer's blob, which git's index names for the path.
+    blob: Oid,
+    /// Whether git would write the file exactly as git-lfs's smudge filter gives it.
+    as_is: bool,
+}
+
+/// The files of HEAD in the work tree of the repository `git` is in that are still the
+/// pointers HEAD commits; `None` without a work tree or such files.
+pub(crate) fn plan_checkout(git: &Git) -> Result<Option<CheckoutPlan>, String> {
     let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
     let Some(tree) = repo.workdir().map(Path::to_path_buf) else {
-        return Ok(CheckedOut::default());
+        return Ok(None);
     };
     let pointers = objects::lfs_pointers(&repo, "HEAD").map_err(|e| e.to_string())?;
-    let stale: Vec<(&str, &Pointer, Oid)> = pointers
-        .iter()
+    let stale: Vec<(String, Pointer, Oid)> = pointers
+        .into_iter()
         .filter_map(|p| {
             let blob = pointer_file_blob(&tree.join(&p.path), &p.pointer)?;
-            Some((p.path.as_str(), &p.pointer, blob))
+            Some((p.path, p.pointer, blob))
         })
         .collect();
     if stale.is_empty() {
-        return Ok(CheckedOut::default());
+        return Ok(None);
     }
-    let paths: Vec<&str> = stale.iter().map(|(path, _, _)| *path).collect();
+    let paths: Vec<&str> = stale.iter().map(|(path, _, _)| path.as_str()).collect();
     let as_is = worktree::smudged_as_is(git, &paths).unwrap_or_else(|e| {
         tracing::warn!("cannot read the files' git attributes ({e}); git checks them out");
         vec![false; paths.len()]
     });
-    let store = storage(git).ok().map(|(objects, _)| objects);
-    let mtime = worktree::settled_mtime(&repo);
-    let started = std::time::Instant::now();
-    let mut written = Vec::new();
-    let mut by_git = Vec::new();
-    for ((path, pointer, blob), as_is) in stale.into_iter().zip(as_is) {
-        let copied = match (&store, mtime) {
-            (Some(store), Some(mtime)) if as_is => write_from_object(
-                &object_path(store, &pointer.oid),
-                pointer.size,
-                &tree,
-                path,
-                mtime,
-            )
-            .map_err(|e| tracing::info!(path, "git checks the file out: {e}"))
-            .is_ok(),
-            _ => false,
+    let files = stale
+        .into_iter()
+        .zip(as_is)
+        .map(|((path, pointer, blob), as_is)| PlannedFile {
+            path,
+            pointer,
+            blob,
+            as_is,
+        })
+        .collect::<Vec<_>>();
+    remove_leftovers(&tree, &files);
+    Ok(Some(CheckoutPlan { tree, files }))
+}
+
+impl CheckoutPlan {
+    /// Files in the work tree, one per object this process may write as is, for the download
+    /// to write as it writes the objects ([`fetch_objects`]).
+    pub(crate) fn mirrors(&self) -> Mirrors {
+        let mut by_oid = HashMap::new();
+        for f in self.files.iter().filter(|f| f.as_is) {
+            if by_oid.contains_key(&f.pointer.oid) {
+                continue;
+            }
+            let dest = self.tree.join(&f.path);
+            let parent = dest.parent().unwrap_or(&self.tree);
+            match checkout_temp(parent) {
+                Ok(tmp) => {
+                    by_oid.insert(
+                        f.pointer.oid,
+                        MirrorFile {
+                            path: f.path.clone(),
+                            tmp,
+                            complete: false,
+                        },
+                    );
+                }
+                Err(e) => tracing::debug!(path = f.path, "the file will be copied: {e}"),
+            }
+        }
+        Mirrors {
+            by_oid: Mutex::new(by_oid),
+        }
+    }
+
+    /// Writes the planned files from the local objects (those `mirrors` holds whole are put in
+    /// place as they are).
+    ///
+    /// A file git would write exactly as git-lfs's smudge filter gives it (`filter=lfs -text`)
+    /// whose object is here is written by this process: from its mirror (written as the object
+    /// was downloaded), else copied from the object (in the kernel, with `copy_file_range`); put
+    /// in place of its pointer file by a rename, and recorded in git's index with its new stat
+    /// data ([`worktree::record_written`]): git then takes it as unchanged without running the
+    /// clean filter, which would read and hash every file again. The others are removed and
+    /// written by `git checkout -- PATH…`, through git-lfs's smudge filter.
+    pub(crate) fn apply(
+        self,
+        git: &Git,
+        dir: &Path,
+        mirrors: &Mirrors,
+    ) -> Result<CheckedOut, String> {
+        let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
+        let tree = self.tree;
+        let store = storage(git).ok().map(|(objects, _)| objects);
+        let mtime = worktree::settled_mtime(&repo);
+        let started = std::time::Instant::now();
+        let mut written = Vec::new();
+        let mut by_git = Vec::new();
+        let mut mirrored = 0usize;
+        for f in &self.files {
+            let (Some(store), Some(mtime), true) = (&store, mtime, f.as_is) else {
+                by_git.push(f.path.as_str());
+                continue;
+            };
+            let dest = tree.join(&f.path);
+            if let Some(tmp) = mirrors.take_complete(&f.path) {
+                // Changed since it was planned (the user was quicker): left as it is.
+                if pointer_file_blob(&dest, &f.pointer) != Some(f.blob) {
+                    continue;
+                }
+                match put_in_place(tmp, &dest, mtime) {
+                    Ok(()) => {
+                        mirrored += 1;
+                        written.push((f.path.clone(), f.blob));
+                        continue;
+                    }
+                    Err(e) => tracing::info!(path = f.path, "copying the file: {e}"),
+                }
+            }
+            let object = object_path(store, &f.pointer.oid);
+            match write_from_object(&object, f.pointer.size, &tree, &f.path, mtime) {
+                Ok(()) => written.push((f.path.clone(), f.blob)),
+                Err(e) => {
+                    tracing::info!(path = f.path, "git checks the file out: {e}");
+                    by_git.push(f.path.as_str());
+                }
+            }
+        }
+        tracing::debug!(
+            files = written.len(),
+            mirrored,
+            millis = started.elapsed().as_millis() as u64,
+            "LFS files written from their objects"
+        );
+        let recorded = match worktree::record_written(&repo, &written) {
+            Ok(n) => n,
+            Err(e) => {
+                // The files are right; git only finds that out by hashing them once.
+                tracing::warn!("{e}; git will read the LFS files once to see they are unchanged");
+                0
+            }
         };
-        if copied {
-            written.push((path.to_string(), blob));
-        } else {
-            by_git.push(path);
+        let report = CheckedOut {
+            copied: written.len(),
+            as_downloaded: mirrored,
+            recorded,
+            by_git: by_git.len(),
+        };
+        if by_git.is_empty() {
+            return Ok(report);
         }
-    }
-    tracing::debug!(
-        files = written.len(),
-        millis = started.elapsed().as_millis() as u64,
-        "LFS files copied from their objects"
-    );
-    let recorded = match worktree::record_written(&repo, &written) {
-        Ok(n) => n,
-        Err(e) => {
-            // The files are right; git only finds that out by hashing them once.
-            tracing::warn!("{e}; git will read the LFS files once to see they are unchanged");
-            0
-        }
-    };
-    let report = CheckedOut {
-        copied: written.len(),
-        recorded,
-        by_git: by_git.len(),
-    };
-    if by_git.is_empty() {
-        return Ok(report);
-    }
-    // git writes a file whose stat matches its index entry only if it is missing: the pointer
-    // files (exactly the committed pointer, so nothing of the user's is lost) go first.
-    for path in &by_git {
-        let _ = std::fs::remove_file(tree.join(path));
-    }
-    let mut checkout = Command::new("git");
-    checkout
-        .args([
-            "checkout",
-            "--pathspec-from-file=-",
-            "--pathspec-file-nul",
-            "--",
-        ])
-        .current_dir(dir)
-        .stdin(std::process::Stdio::piped());
-    let mut child = checkout
-        .spawn()
-        .map_err(|e| format!("cannot run git checkout: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
+        // git writes a file whose stat matches its index entry only if it is missing: the pointer
+        // files (exactly the committed pointer, so nothing of the user's is lost) go first.
         for path in &by_git {
-            // Literal paths: a pathspec's magic characters are not interpreted.
-            stdin
-                .write_all(format!(":(literal){path}\0").as_bytes())
-                .map_err(|e| format!("cannot write to git checkout: {e}"))?;
+            let _ = std::fs::remove_file(tree.join(path));
         }
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("cannot run git checkout: {e}"))?;
-    if status.success() {
-        Ok(report)
-    } else {
-        Err(format!(
-            "git checkout of the LFS files failed ({status}); see its message above"
-        ))
+        let mut checkout = Command::new("git");
+        checkout
+            .args([
+                "checkout",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                "--",
+            ])
+            .current_dir(dir)
+            .stdin(std::process::Stdio::piped());
+        let mut child = checkout
+            .spawn()
+            .map_err(|e| format!("cannot run git checkout: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            for path in &by_git {
+                // Literal paths: a pathspec's magic characters are not interpreted.
+                stdin
+                    .write_all(format!(":(literal){path}\0").as_bytes())
+                    .map_err(|e| format!("cannot write to git checkout: {e}"))?;
+            }
+        }
+        let status = child
+            .wait()
+            .map_err(|e| format!("cannot run git checkout: {e}"))?;
+        if status.success() {
+            Ok(report)
+        } else {
+            Err(format!(
+                "git checkout of the LFS files failed ({status}); see its message above"
+            ))
+        }
     }
 }
 
-/// What [`check_out_pointers`] did.
+/// Work-tree files written as their objects are downloaded, one per object (see
+/// [`CheckoutPlan::mirrors`] and `xet_client::pipeline::mirror`). The default holds none.
+#[derive(Default)]
+pub(crate) struct Mirrors {
+    by_oid: Mutex<HashMap<LfsOid, MirrorFile>>,
+}
+
+struct MirrorFile {
+    /// The file's path from the work tree's root.
+    path: String,
+    /// Where it is written, beside it.
+    tmp: tempfile::NamedTempFile,
+    /// Whether the download of its object wrote all of it, and the object is in place.
+    complete: bool,
+}
+
+impl Mirrors {
+    /// A handle on the file to write `oid`'s bytes to as they are downloaded, if there is one.
+    fn file_for(&self, oid: &LfsOid) -> Option<std::fs::File> {
+        let by_oid = self.by_oid.lock_anyway();
+        by_oid.get(oid)?.tmp.as_file().try_clone().ok()
+    }
+
+    /// The object `oid` is in place and its file was written whole.
+    fn completed(&self, oid: &LfsOid) {
+        if let Some(m) = self.by_oid.lock_anyway().get_mut(oid) {
+            m.complete = true;
+        }
+    }
+
+    /// The file for the work-tree path `path`, if written whole.
+    fn take_complete(&self, path: &str) -> Option<tempfile::NamedTempFile> {
+        let mut by_oid = self.by_oid.lock_anyway();
+        let oid = by_oid
+            .iter()
+            .find(|(_, m)| m.path == path && m.complete)
+            .map(|(oid, _)| *oid)?;
+        by_oid.remove(&oid).map(|m| m.tmp)
+    }
+}
+
+/// How the names of the work-tree files being written start (hidden, beside the file each
+/// replaces, for the rename that puts it in place).
+const CHECKOUT_TEMP: &str = ".git-xet-checkout";
+
+/// A new file in `dir` to write a work-tree file in, locked while this process holds it (so
+/// that [`remove_leftovers`] of another process leaves it alone).
+fn checkout_temp(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let tmp = tempfile::Builder::new()
+        .prefix(CHECKOUT_TEMP)
+        .tempfile_in(dir)?;
+    if let Err(e) = tmp.as_file().try_lock() {
+        tracing::debug!(path = %tmp.path().display(), "cannot lock a new file: {e}");
+    }
+    Ok(tmp)
+}
+
+/// Removes the work-tree files a killed checkout left being written (Ctrl-C during `git xet
+/// clone` or `git xet pull`) in the directories of `files`: those no process holds locked.
+fn remove_leftovers(tree: &Path, files: &[PlannedFile]) {
+    let dirs: HashSet<PathBuf> = files
+        .iter()
+        .filter_map(|f| tree.join(&f.path).parent().map(Path::to_path_buf))
+        .collect();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if !e.file_name().to_string_lossy().starts_with(CHECKOUT_TEMP) {
+                continue;
+            }
+            let Ok(file) = std::fs::OpenOptions::new().write(true).open(e.path()) else {
+                continue;
+            };
+            if file.try_lock().is_ok() && std::fs::remove_file(e.path()).is_ok() {
+                tracing::info!(path = %e.path().display(), "removed a file an interrupted checkout left");
+            }
+        }
+    }
+}
+
+/// Renames `tmp` to `dest`, the pointer file it replaces, removed first: ext4 starts writing
+/// a file renamed over another to disk at once (its `auto_da_alloc` safeguard for programs
+/// that replace files without syncing them), which costs a large file's rename a third of a
+/// second per 512 MiB; a rename to a free name does not. git's own checkout also removes a file
+/// before it writes the new one.
+fn replace_pointer(tmp: tempfile::NamedTempFile, dest: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(dest) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    tmp.persist_noclobber(dest).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Puts the finished work-tree file `tmp` in place of `dest` (the pointer file), with its
+/// permissions and modified at `mtime`.
+fn put_in_place(
+    tmp: tempfile::NamedTempFile,
+    dest: &Path,
+    mtime: std::time::SystemTime,
+) -> std::io::Result<()> {
+    let perms = std::fs::metadata(dest)?.permissions();
+    let file = tmp.as_file();
+    file.set_permissions(perms)?;
+    file.set_times(std::fs::FileTimes::new().set_modified(mtime))?;
+    replace_pointer(tmp, dest)
+}
+
+/// What [`CheckoutPlan::apply`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CheckedOut {
-    /// Files copied from their objects by this process.
+    /// Files written by this process: as their objects were downloaded, or copied from them.
     pub copied: usize,
+    /// Of those, written as their objects were downloaded (not copied afterwards).
+    pub as_downloaded: usize,
     /// Of those, recorded in git's index with their new stat data.
     pub recorded: usize,
     /// Files written by `git checkout` (through git-lfs's smudge filter).
@@ -351,9 +555,7 @@ fn write_from_object(
     let dest = tree.join(path);
     let parent = dest.parent().unwrap_or(tree);
     let perms = std::fs::metadata(&dest)?.permissions();
-    let tmp = tempfile::Builder::new()
-        .prefix(".git-xet-checkout")
-        .tempfile_in(parent)?;
+    let tmp = checkout_temp(parent)?;
     // std's copy between two files is copy_file_range on Linux: the bytes stay in the kernel.
     let copied = std::io::copy(&mut from, &mut tmp.as_file())?;
     if copied != size {
@@ -365,8 +567,7 @@ fn write_from_object(
     let file = tmp.as_file();
     file.set_permissions(perms)?;
     file.set_times(std::fs::FileTimes::new().set_modified(mtime))?;
-    tmp.persist(&dest).map_err(|e| e.error)?;
-    Ok(())
+    replace_pointer(tmp, &dest)
 }
 
 /// The blob of the work-tree file at `path` if it is (still) the Git LFS pointer `committed`.
@@ -392,15 +593,17 @@ fn transfer(oid: LfsOid, size: u64, action: Option<super::protocol::Action>) -> 
     }
 }
 
-/// Downloads `t` with this thread's agent (started at its first object) and moves it into
-/// `store`; the reason when it could not.
+/// Downloads `t` with this thread's agent (started at its first object), also into `mirror`
+/// if given, and moves it into `store`: whether `mirror` holds the whole object; the reason
+/// when it could not.
 fn fetch_one(
     agent: &mut Option<InProcessAgent>,
     dir: &Path,
     remote: Option<&str>,
     store: &Path,
     t: &Transfer,
-) -> Result<(), String> {
+    mirror: Option<std::fs::File>,
+) -> Result<bool, String> {
     let agent = match agent {
         Some(a) => a,
         None => agent.insert(
@@ -408,14 +611,14 @@ fn fetch_one(
                 .map_err(|e| xet_protocol::redact::redact(&e.to_string()))?,
         ),
     };
-    let (tmp, sha) = agent
-        .download(t)
+    let (tmp, sha, mirrored) = agent
+        .download(t, mirror)
         .map_err(|e| xet_protocol::redact::redact(&e.to_string()))?;
     let placed = place(&tmp, &t.oid, t.size, store, sha);
     if placed.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    placed
+    placed.map(|()| mirrored)
 }
 
 /// Checks that the file at `tmp` is object `oid` of `size` bytes (its SHA-256: `landed`, when

@@ -2,9 +2,9 @@
 //! either mode. git clones without smudging; for a standalone-mode repository (an endpoint
 //! given or configured globally) the endpoint is set up in the new repository (`install
 //! --local --endpoint`: a plain `git clone` of such a repository fails in git-lfs's smudge
-//! filter, "remote missing object", because only git config names the endpoint); then the
-//! LFS files of HEAD are fetched in this process ([`super::fetch::fetch_refs`]) and the
-//! files checked out from the local objects.
+//! filter, "remote missing object", because only git config names the endpoint); git checks
+//! out the pointers; then the LFS files of HEAD are fetched in this process, each work-tree
+//! file written as its object lands in git-lfs's store ([`super::fetch::fetch_and_checkout`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -135,32 +135,23 @@ pub fn run(args: &CloneArgs) -> CmdResult {
     }
 
     let git = Git::in_dir(&dir);
-    let head = ["HEAD".to_string()];
-    let fetched = super::fetch::fetch_refs(
-        &git,
-        &dir,
-        None,
-        super::fetch::Scope::Trees(&head),
-        args.jobs,
-    )
-    .and_then(|()| {
-        if no_checkout {
-            return Ok(());
-        }
+    let fetched = if no_checkout {
+        let head = ["HEAD".to_string()];
+        let scope = super::fetch::Scope::Trees(&head);
+        super::fetch::fetch_refs(&git, &dir, None, scope, args.jobs, &Default::default())
+    } else {
         // git writes the tree with pointers in place of the LFS files (quick: they are
-        // small), then the LFS files are copied from the local objects and recorded in
-        // git's index (see check_out_pointers).
+        // small); then the LFS files are downloaded, each written to the work tree as its
+        // object lands in git-lfs's store (or copied from the object), and recorded in git's
+        // index (see fetch_and_checkout).
         let mut checkout = Command::new("git");
         checkout
             .args(["reset", "-q", "--hard", "HEAD"])
             .env("GIT_LFS_SKIP_SMUDGE", "1")
             .current_dir(&dir);
-        run_step(&mut checkout, "git checkout")?;
-        let started = std::time::Instant::now();
-        let done = crate::agent::fetch::check_out_pointers(&git, &dir)?;
-        super::fetch::log_checkout(&done, started);
-        Ok(())
-    });
+        run_step(&mut checkout, "git checkout")
+            .and_then(|()| super::fetch::fetch_and_checkout(&git, &dir, None, args.jobs))
+    };
     if let Err(e) = fetched {
         return Err(format!(
             "{e}. The repository is cloned in {}{}; once the cause is fixed, run `git xet pull` \

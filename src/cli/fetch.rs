@@ -1,7 +1,8 @@
 //! `git xet fetch` and `git xet pull`: git's part through git, the LFS objects through
-//! git-xet's own downloads in this process ([`crate::agent::fetch`]), then the files are written
-//! from the local objects ([`crate::agent::fetch::check_out_pointers`]). A remote whose LFS server does not
-//! offer the xet transfer is fetched by `git lfs fetch` instead, as git-lfs would.
+//! git-xet's own downloads in this process ([`crate::agent::fetch`]); the work-tree files are
+//! written as their objects land, or from the local objects afterwards
+//! ([`crate::agent::fetch::CheckoutPlan`]). A remote whose LFS server does not offer the xet
+//! transfer is fetched by `git lfs fetch` instead, as git-lfs would.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -9,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use super::CmdResult;
-use crate::agent::fetch::{check_out_pointers, fetch_objects, FetchError, Progress};
+use crate::agent::fetch::{fetch_objects, plan_checkout, FetchError, Mirrors, Progress};
 use crate::git::objects;
 use crate::git::Git;
 use xet_format::pointer::MAX_POINTER_LEN;
@@ -98,6 +99,7 @@ pub fn fetch(args: &FetchArgs) -> CmdResult {
         args.remote.as_deref(),
         scope,
         args.jobs,
+        &Mirrors::default(),
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -199,30 +201,38 @@ pub fn pull(args: &PullArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]), then writes
-/// the work-tree files that are still HEAD's pointers from the local objects
-/// ([`crate::agent::fetch::check_out_pointers`]).
+/// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]) and writes
+/// the work-tree files that are still HEAD's pointers: as their objects are downloaded where
+/// it can ([`Mirrors`]), else from the local objects afterwards
+/// ([`crate::agent::fetch::CheckoutPlan::apply`]).
 pub(crate) fn fetch_and_checkout(
     git: &Git,
     dir: &Path,
     remote: Option<&str>,
     jobs: usize,
 ) -> Result<(), String> {
-    fetch_refs(git, dir, remote, Scope::Trees(&["HEAD".to_string()]), jobs)?;
-    let started = std::time::Instant::now();
-    let done = check_out_pointers(git, dir)?;
-    log_checkout(&done, started);
+    let plan = plan_checkout(git)?;
+    let mirrors = plan.as_ref().map(|p| p.mirrors()).unwrap_or_default();
+    let head = ["HEAD".to_string()];
+    fetch_refs(git, dir, remote, Scope::Trees(&head), jobs, &mirrors)?;
+    if let Some(plan) = plan {
+        let started = std::time::Instant::now();
+        let done = plan.apply(git, dir, &mirrors)?;
+        log_checkout(&done, started);
+    }
     Ok(())
 }
 
 /// Fetches the LFS files `scope` names into the LFS store of the repository `git` is in (at
-/// `dir`); falls back to `git lfs fetch` where the LFS server does not offer xet.
+/// `dir`), writing the work-tree files `mirrors` holds as their objects land; falls back to
+/// `git lfs fetch` where the LFS server does not offer xet.
 pub(crate) fn fetch_refs(
     git: &Git,
     dir: &Path,
     remote: Option<&str>,
     scope: Scope<'_>,
     jobs: usize,
+    mirrors: &Mirrors,
 ) -> Result<(), String> {
     let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
     let wanted = scope.wanted(dir, &repo)?;
@@ -244,7 +254,7 @@ pub(crate) fn fetch_refs(
         }
     };
     let started = std::time::Instant::now();
-    match fetch_objects(git, remote, &wanted, jobs, &show) {
+    match fetch_objects(git, remote, &wanted, jobs, mirrors, &show) {
         Ok(report) => {
             tracing::info!(
                 fetched = report.fetched,
@@ -301,15 +311,16 @@ pub(crate) fn fetch_refs(
     }
 }
 
-/// Logs what [`check_out_pointers`] did, started at `started`.
+/// Logs what [`crate::agent::fetch::CheckoutPlan::apply`] did, started at `started`.
 pub(crate) fn log_checkout(done: &crate::agent::fetch::CheckedOut, started: std::time::Instant) {
     tracing::info!(
-        copied = done.copied,
+        written = done.copied,
+        as_downloaded = done.as_downloaded,
         recorded = done.recorded,
         by_git = done.by_git,
         millis = started.elapsed().as_millis() as u64,
         peak_rss_kib = crate::agent::transfer::peak_rss_kib().unwrap_or(0),
-        "LFS files checked out from the local objects"
+        "LFS files checked out"
     );
 }
 

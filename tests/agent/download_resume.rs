@@ -266,3 +266,66 @@ fn git_xet_fetch_stopped_with_ctrl_c_resumes_where_it_stopped() {
     );
     assert!(parts(&w.clone).is_empty(), "{:?}", parts(&w.clone));
 }
+
+/// Files named as a checkout's work-tree files being written, anywhere in the clone's work
+/// tree (not under `.git`).
+fn checkout_leftovers(clone: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![clone.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.file_name() == ".git" {
+                continue;
+            }
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if e
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".git-xet-checkout")
+            {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[needs(git_lfs)]
+#[test]
+fn git_xet_pull_stopped_with_ctrl_c_resumes_and_leaves_no_half_written_file() {
+    let w = world(604);
+    // `git xet pull` writes model.bin beside its pointer as the object lands: stopped half
+    // way, the half-written file is left behind (the process is gone) and the pointer stays.
+    interrupt_half_way_of(&w, true, "git", &["xet", "pull"]);
+    assert!(!object_path(&w).exists(), "the first pull did not finish");
+    assert_eq!(
+        checkout_leftovers(&w.clone).len(),
+        1,
+        "the interrupted pull was writing model.bin as it downloaded it"
+    );
+    let pointer = std::fs::read(w.clone.join("model.bin")).unwrap();
+    assert!(pointer.starts_with(b"version https://git-lfs"));
+    // The next pull takes the partial download over (so it copies the object into the work
+    // tree: what it writes as it downloads is only the rest) and removes the leftover.
+    let before = w.valve.delivered();
+    let out = w.other.run_in(&w.clone, "git", &["xet", "pull"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let moved = w.valve.delivered() - before;
+    assert!(
+        moved <= SIZE as u64 * 6 / 10,
+        "{moved} of {SIZE} bytes moved again after an interruption half way"
+    );
+    assert!(std::fs::read(object_path(&w)).unwrap() == w.data);
+    assert!(std::fs::read(w.clone.join("model.bin")).unwrap() == w.data);
+    assert_eq!(checkout_leftovers(&w.clone), Vec::<PathBuf>::new());
+    let status = w.other.git(&w.clone, &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "{}", status.all());
+    assert!(
+        w.other
+            .agent_log()
+            .contains("LFS files checked out written=1 as_downloaded=0"),
+        "{}",
+        tail(&w.other.agent_log(), 20)
+    );
+}

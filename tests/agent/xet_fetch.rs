@@ -215,6 +215,15 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     // The downloads went through git-xet's own pipeline: the journal has them.
     let downloads = downloads(&ours, &ours_repo);
     assert_eq!(downloads, files.len(), "{}", ours.agent_log());
+    // model.bin, downloaded on its own, was written to the work tree as its object was, in
+    // the same pass; the smaller files came in one download pack and were copied from their
+    // objects.
+    assert!(
+        ours.agent_log()
+            .contains("LFS files checked out written=4 as_downloaded=1"),
+        "{}",
+        ours.agent_log()
+    );
 
     // A new version of the model: `git xet pull` fetches only what changed.
     let mut v2 = files[0].1.clone();
@@ -227,6 +236,12 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
     let sent = s.health("sent_xorb_bytes") - before;
     assert!(std::fs::read(ours_repo.join("model.bin")).unwrap() == v2);
+    assert!(
+        ours.agent_log()
+            .contains("LFS files checked out written=1 as_downloaded=1"),
+        "the pull wrote model.bin as it downloaded it: {}",
+        ours.agent_log()
+    );
     assert!(
         sent < 2 * MIB as u64,
         "the pull fetched {sent} bytes for a 4 KiB edit"

@@ -363,21 +363,30 @@ impl InProcessAgent {
 
     /// Downloads `t` (its action from the LFS server's batch answer in negotiated mode, none
     /// in standalone mode); the file it was written to, and the file's SHA-256 when it was
-    /// computed while its bytes were written (not checked here).
+    /// computed while its bytes were written (not checked here). With `mirror`, the bytes are
+    /// also written there as they land (see `xet_client::pipeline::mirror`); the third value
+    /// says whether `mirror` holds all of them (a download that took over an earlier one's
+    /// bytes, or an object too small to be written through a record, leaves it incomplete:
+    /// the caller copies the object then).
     pub(crate) fn download(
         &mut self,
         t: &Transfer,
-    ) -> Result<(PathBuf, Option<LfsOid>), TransferError> {
+        mirror: Option<std::fs::File>,
+    ) -> Result<(PathBuf, Option<LfsOid>, bool), TransferError> {
         let mut writer = ProtocolWriter::new(std::io::sink());
         self.agent.last_sha256 = None;
-        let path = self.agent.download(t, &mut writer)?;
+        self.agent.last_mirrored = false;
+        self.agent.next_mirror = mirror;
+        let path = self.agent.download(t, &mut writer);
+        self.agent.next_mirror = None;
+        let path = path?;
         let sha = self
             .agent
             .last_sha256
             .take()
             .filter(|(oid, _)| *oid == t.oid)
             .map(|(_, sha)| sha);
-        Ok((path, sha))
+        Ok((path, sha, std::mem::take(&mut self.agent.last_mirrored)))
     }
 }
 
@@ -431,6 +440,11 @@ struct Agent {
     sha256_as_written: bool,
     /// The last download's object and the SHA-256 computed while it was written.
     last_sha256: Option<(LfsOid, LfsOid)>,
+    /// A file the next download also writes its bytes to (in-process fetches: the work-tree
+    /// file of a checkout, written in the same pass; see `xet_client::pipeline::mirror`).
+    next_mirror: Option<std::fs::File>,
+    /// Whether the last download's mirror holds the whole object.
+    last_mirrored: bool,
 }
 
 impl Agent {
@@ -458,6 +472,8 @@ impl Agent {
             last_gathered_round: None,
             sha256_as_written: false,
             last_sha256: None,
+            next_mirror: None,
+            last_mirrored: false,
         }
     }
 
@@ -996,6 +1012,11 @@ impl Agent {
                 record.hash_as_written();
             }
         }
+        if let (Some(mirror), Some(record)) = (self.next_mirror.take(), part.record()) {
+            if let Err(e) = record.mirror_to(mirror) {
+                tracing::debug!(oid = %t.oid, "cannot write the work-tree file as the object lands: {e}");
+            }
+        }
         let job = Rebuild {
             endpoint,
             t,
@@ -1029,6 +1050,7 @@ impl Agent {
                 expected: t.size,
             });
         }
+        self.last_mirrored = part.record().is_some_and(|r| r.mirrored());
         if let Some(sha) = part.record().and_then(|r| r.sha256()) {
             match sha {
                 Ok(sha) => self.last_sha256 = Some((t.oid, sha)),

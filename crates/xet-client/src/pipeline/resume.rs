@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::pipeline::download::WriteAt;
+use crate::pipeline::mirror::Mirror;
 use crate::pipeline::prior::read_exact_at;
 use crate::pipeline::sha256_landed::Sha256Landed;
 use xet_format::xorb::header::MAX_CHUNK_LEN;
@@ -193,6 +194,8 @@ pub struct PartialFile {
     /// The file's SHA-256, computed as its bytes land, once asked for
     /// ([`PartialFile::hash_as_written`]).
     sha256: OnceLock<Sha256Landed>,
+    /// A second file the bytes are also written to ([`PartialFile::mirror_to`]).
+    mirror: OnceLock<Mirror>,
 }
 
 impl std::fmt::Debug for PartialFile {
@@ -233,6 +236,7 @@ impl PartialFile {
             found: 0,
             recorded: AtomicU64::new(0),
             sha256: OnceLock::new(),
+            mirror: OnceLock::new(),
         })
     }
 
@@ -283,6 +287,7 @@ impl PartialFile {
             found,
             recorded: AtomicU64::new(found),
             sha256: OnceLock::new(),
+            mirror: OnceLock::new(),
         }))
     }
 
@@ -367,6 +372,9 @@ impl PartialFile {
         if let Some(sha) = self.sha256.get() {
             sha.reset();
         }
+        if let Some(mirror) = self.mirror.get() {
+            mirror.reset();
+        }
         Ok(())
     }
 
@@ -380,6 +388,20 @@ impl PartialFile {
     /// read back); `None` unless [`PartialFile::hash_as_written`] was called.
     pub fn sha256(&self) -> Option<io::Result<LfsOid>> {
         self.sha256.get().map(|s| s.finish(&self.file, self.size))
+    }
+
+    /// From now on, writes the file's bytes to `file` too, at the same offsets (see
+    /// [`Mirror`]); [`PartialFile::mirrored`] says whether it holds all of them. Once only.
+    pub fn mirror_to(&self, file: File) -> io::Result<()> {
+        let mirror = Mirror::new(file, self.size)?;
+        let _ = self.mirror.set(mirror);
+        Ok(())
+    }
+
+    /// Whether the file given to [`PartialFile::mirror_to`] holds every byte of this one, all
+    /// written to both since the download last started over.
+    pub fn mirrored(&self) -> bool {
+        self.mirror.get().is_some_and(Mirror::complete)
     }
 
     /// Cuts the record off: the file is the downloaded file and nothing else.
@@ -405,6 +427,9 @@ impl WriteAt for PartialFile {
             ));
         }
         WriteAt::write_all_at(&self.file, buf, offset)?;
+        if let Some(mirror) = self.mirror.get() {
+            mirror.write(buf, offset);
+        }
         if let Some(sha) = self.sha256.get() {
             sha.landed(&self.file, buf, offset);
         }
