@@ -51,7 +51,7 @@ fi
 
 # Inside the namespace.
 use_recent_git_lfs
-bin="$root/target/release/git-xet"
+bin="${GIT_XET_BENCH_BIN:-$root/target/release/git-xet}"
 [[ -x "$bin" ]] || { echo "bench: $bin is missing" >&2; exit 2; }
 make_work link-bench
 export GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 PATH="$(dirname "$bin"):$PATH"
