@@ -129,6 +129,24 @@ pub enum BackendError {
     },
 }
 
+/// Fails with [`BackendError::RangeOutOfBounds`] unless `range` lies within an object of `len`
+/// bytes.
+pub(crate) fn check_range(
+    key: ObjectKey,
+    range: &Range<u64>,
+    len: u64,
+) -> Result<(), BackendError> {
+    if range.start > range.end || range.end > len {
+        return Err(BackendError::RangeOutOfBounds {
+            key,
+            start: range.start,
+            end: range.end,
+            len,
+        });
+    }
+    Ok(())
+}
+
 /// Content-addressed object storage (see the module documentation).
 pub trait ObjectBackend: Send + Sync + 'static {
     /// Stores `bytes` under `key` unless the key exists. Atomic: the object appears whole or not
@@ -683,14 +701,7 @@ impl ObjectBackend for FsBackend {
             return Ok(None);
         };
         let len = f.metadata().map_err(Self::io("stat", key))?.len();
-        if range.start > range.end || range.end > len {
-            return Err(BackendError::RangeOutOfBounds {
-                key,
-                start: range.start,
-                end: range.end,
-                len,
-            });
-        }
+        check_range(key, &range, len)?;
         f.seek(SeekFrom::Start(range.start))
             .map_err(Self::io("seek", key))?;
         let buf = read_len(&mut f, range.end - range.start).map_err(Self::io("read", key))?;

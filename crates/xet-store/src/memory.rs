@@ -21,7 +21,9 @@ use std::time::SystemTime;
 use xet_format::ShardHash;
 use xet_protocol::util::sync::LockAnyway as _;
 
-use crate::backend::{BackendError, ListedXorb, ObjectBackend, ObjectKey, ObjectStamp, Spool};
+use crate::backend::{
+    check_range, BackendError, ListedXorb, ObjectBackend, ObjectKey, ObjectStamp, Spool,
+};
 
 /// A kind of backend operation, for injected faults and request counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -238,15 +240,7 @@ impl ObjectBackend for MemoryBackend {
         else {
             return Ok(None);
         };
-        let len = bytes.len() as u64;
-        if range.start > range.end || range.end > len {
-            return Err(BackendError::RangeOutOfBounds {
-                key,
-                start: range.start,
-                end: range.end,
-                len,
-            });
-        }
+        check_range(key, &range, bytes.len() as u64)?;
         // In bounds of an in-memory object, checked just above.
         Ok(Some(
             bytes[range.start as usize..range.end as usize].to_vec(),
