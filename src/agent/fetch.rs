@@ -27,7 +27,7 @@ use super::error::TransferError;
 use super::protocol::Transfer;
 use super::reader::{Actions, ObjectReader};
 use super::settings;
-use super::transfer::{AgentOptions, InProcessAgent};
+use super::transfer::{AgentOptions, InProcessAgent, RESUMABLE_MIN};
 use crate::git::{objects, worktree, Git};
 use git2::Oid;
 use xet_client::object_chunks::object_path;
@@ -185,13 +185,11 @@ pub(crate) fn fetch_objects(
             scope.spawn(|| {
                 let mut agent = None;
                 while let Some(t) = next() {
-                    let mirror = mirrors.file_for(&t.oid);
+                    let mirror = mirrors.start(&t.oid);
                     let outcome = fetch_one(&mut agent, &dir, remote, &store, &t, mirror);
+                    mirrors.finish(&t.oid, outcome == Ok(true));
                     match outcome {
-                        Ok(mirrored) => {
-                            if mirrored {
-                                mirrors.completed(&t.oid);
-                            }
+                        Ok(_) => {
                             bytes.fetch_add(t.size, Ordering::Relaxed);
                         }
                         Err(e) => failed.lock_anyway().push((t.oid, e)),
@@ -268,32 +266,21 @@ pub(crate) fn plan_checkout(git: &Git) -> Result<Option<CheckoutPlan>, String> {
 }
 
 impl CheckoutPlan {
-    /// Files in the work tree, one per object this process may write as is, for the download
-    /// to write as it writes the objects ([`fetch_objects`]).
+    /// Where the download of each object this process may write as is (one of its files, of
+    /// [`RESUMABLE_MIN`] bytes and more) writes it as it lands ([`fetch_objects`]).
     pub(crate) fn mirrors(&self) -> Mirrors {
-        let mut by_oid = HashMap::new();
-        for f in self.files.iter().filter(|f| f.as_is) {
-            if by_oid.contains_key(&f.pointer.oid) {
-                continue;
-            }
-            let dest = self.tree.join(&f.path);
-            let parent = dest.parent().unwrap_or(&self.tree);
-            match checkout_temp(parent) {
-                Ok(tmp) => {
-                    by_oid.insert(
-                        f.pointer.oid,
-                        MirrorFile {
-                            path: f.path.clone(),
-                            tmp,
-                            complete: false,
-                        },
-                    );
-                }
-                Err(e) => tracing::debug!(path = f.path, "the file will be copied: {e}"),
+        let mut targets = HashMap::new();
+        for f in &self.files {
+            if f.as_is && f.pointer.size >= RESUMABLE_MIN {
+                targets
+                    .entry(f.pointer.oid)
+                    .or_insert_with(|| f.path.clone());
             }
         }
         Mirrors {
-            by_oid: Mutex::new(by_oid),
+            tree: self.tree.clone(),
+            targets,
+            files: Mutex::default(),
         }
     }
 
@@ -413,44 +400,89 @@ impl CheckoutPlan {
 }
 
 /// Work-tree files written as their objects are downloaded, one per object (see
-/// [`CheckoutPlan::mirrors`] and `xet_client::pipeline::mirror`). The default holds none.
+/// [`CheckoutPlan::mirrors`] and `xet_client::pipeline::mirror`). Each is created when its
+/// object's download starts and closed when it ends, so that no more are open at once than
+/// downloads run. The default writes none.
 #[derive(Default)]
 pub(crate) struct Mirrors {
-    by_oid: Mutex<HashMap<LfsOid, MirrorFile>>,
+    tree: PathBuf,
+    /// The work-tree path (from the tree's root) each object's download writes.
+    targets: HashMap<LfsOid, String>,
+    files: Mutex<HashMap<LfsOid, MirrorFile>>,
 }
 
-struct MirrorFile {
-    /// The file's path from the work tree's root.
-    path: String,
-    /// Where it is written, beside it.
-    tmp: tempfile::NamedTempFile,
-    /// Whether the download of its object wrote all of it, and the object is in place.
-    complete: bool,
+enum MirrorFile {
+    /// Being written by the object's download (open, and locked: see [`remove_leftovers`]).
+    Writing(tempfile::NamedTempFile),
+    /// Written whole, and the object is in place: to be put at its path.
+    Complete(String, tempfile::TempPath),
 }
 
 impl Mirrors {
-    /// A handle on the file to write `oid`'s bytes to as they are downloaded, if there is one.
-    fn file_for(&self, oid: &LfsOid) -> Option<std::fs::File> {
-        let by_oid = self.by_oid.lock_anyway();
-        by_oid.get(oid)?.tmp.as_file().try_clone().ok()
+    /// A new file for the download of `oid` to write as it lands, if one of its work-tree files
+    /// is to be written so.
+    fn start(&self, oid: &LfsOid) -> Option<std::fs::File> {
+        let path = self.targets.get(oid)?;
+        let dest = self.tree.join(path);
+        let tmp = match checkout_temp(dest.parent().unwrap_or(&self.tree)) {
+            Ok(tmp) => tmp,
+            Err(e) => {
+                tracing::debug!(path, "the file will be copied from its object: {e}");
+                return None;
+            }
+        };
+        let file = tmp.as_file().try_clone().ok()?;
+        self.files
+            .lock_anyway()
+            .insert(*oid, MirrorFile::Writing(tmp));
+        Some(file)
     }
 
-    /// The object `oid` is in place and its file was written whole.
-    fn completed(&self, oid: &LfsOid) {
-        if let Some(m) = self.by_oid.lock_anyway().get_mut(oid) {
-            m.complete = true;
+    /// The download of `oid` ended: its file is kept if `whole` (written whole, the object in
+    /// place), and removed otherwise.
+    fn finish(&self, oid: &LfsOid, whole: bool) {
+        let mut files = self.files.lock_anyway();
+        match files.remove(oid) {
+            Some(MirrorFile::Writing(tmp)) if whole => {
+                if let Some(path) = self.targets.get(oid) {
+                    files.insert(
+                        *oid,
+                        MirrorFile::Complete(path.clone(), tmp.into_temp_path()),
+                    );
+                }
+            }
+            _ => {}
         }
     }
 
-    /// The file for the work-tree path `path`, if written whole.
-    fn take_complete(&self, path: &str) -> Option<tempfile::NamedTempFile> {
-        let mut by_oid = self.by_oid.lock_anyway();
-        let oid = by_oid
+    /// The file written whole for the work-tree path `path`, if there is one.
+    fn take_complete(&self, path: &str) -> Option<tempfile::TempPath> {
+        let mut files = self.files.lock_anyway();
+        let oid = files
             .iter()
-            .find(|(_, m)| m.path == path && m.complete)
+            .find(|(_, m)| matches!(m, MirrorFile::Complete(p, _) if p == path))
             .map(|(oid, _)| *oid)?;
-        by_oid.remove(&oid).map(|m| m.tmp)
+        match files.remove(&oid) {
+            Some(MirrorFile::Complete(_, tmp)) => Some(tmp),
+            _ => None,
+        }
     }
+}
+
+/// Puts the finished work-tree file `tmp` in place of `dest` (the pointer file), with its
+/// permissions and modified at `mtime`.
+fn put_in_place(
+    tmp: tempfile::TempPath,
+    dest: &Path,
+    mtime: std::time::SystemTime,
+) -> std::io::Result<()> {
+    let perms = std::fs::metadata(dest)?.permissions();
+    std::fs::set_permissions(&tmp, perms)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&tmp)?
+        .set_times(std::fs::FileTimes::new().set_modified(mtime))?;
+    replace_pointer(dest, |to| tmp.persist_noclobber(to).map_err(|e| e.error))
 }
 
 /// How the names of the work-tree files being written start (hidden, beside the file each
@@ -494,33 +526,21 @@ fn remove_leftovers(tree: &Path, files: &[PlannedFile]) {
     }
 }
 
-/// Renames `tmp` to `dest`, the pointer file it replaces, removed first: ext4 starts writing
-/// a file renamed over another to disk at once (its `auto_da_alloc` safeguard for programs
-/// that replace files without syncing them), which costs a large file's rename a third of a
-/// second per 512 MiB; a rename to a free name does not. git's own checkout also removes a file
-/// before it writes the new one.
-fn replace_pointer(tmp: tempfile::NamedTempFile, dest: &Path) -> std::io::Result<()> {
+/// Removes `dest`, the pointer file a new file replaces, then gives the new file its name
+/// with `rename` (to a free name): ext4 starts writing a file renamed over another to disk at
+/// once (its `auto_da_alloc` safeguard for programs that replace files without syncing them),
+/// which costs a large file's rename a third of a second per 512 MiB; a rename to a free name
+/// does not. git's own checkout also removes a file before it writes the new one.
+fn replace_pointer(
+    dest: &Path,
+    rename: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     match std::fs::remove_file(dest) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    tmp.persist_noclobber(dest).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// Puts the finished work-tree file `tmp` in place of `dest` (the pointer file), with its
-/// permissions and modified at `mtime`.
-fn put_in_place(
-    tmp: tempfile::NamedTempFile,
-    dest: &Path,
-    mtime: std::time::SystemTime,
-) -> std::io::Result<()> {
-    let perms = std::fs::metadata(dest)?.permissions();
-    let file = tmp.as_file();
-    file.set_permissions(perms)?;
-    file.set_times(std::fs::FileTimes::new().set_modified(mtime))?;
-    replace_pointer(tmp, dest)
+    rename(dest)
 }
 
 /// What [`CheckoutPlan::apply`] did.
@@ -567,7 +587,9 @@ fn write_from_object(
     let file = tmp.as_file();
     file.set_permissions(perms)?;
     file.set_times(std::fs::FileTimes::new().set_modified(mtime))?;
-    replace_pointer(tmp, &dest)
+    replace_pointer(&dest, |to| {
+        tmp.persist_noclobber(to).map(|_| ()).map_err(|e| e.error)
+    })
 }
 
 /// The blob of the work-tree file at `path` if it is (still) the Git LFS pointer `committed`.

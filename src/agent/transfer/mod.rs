@@ -53,6 +53,9 @@ mod endpoint;
 mod gather;
 mod pack;
 mod parts;
+/// The smallest object a download writes through a record of what it holds (resumable, and
+/// written to a second file as it lands when asked: see [`InProcessAgent::download`]).
+pub(crate) use parts::RESUMABLE_MIN;
 mod prior;
 
 use endpoint::*;

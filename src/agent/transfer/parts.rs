@@ -44,7 +44,7 @@ const STALE_PART_AGE: Duration = Duration::from_secs(5);
 
 /// Objects from this size on are downloaded into a [`PartialFile`] that a later download can
 /// resume; smaller ones cost less to fetch again than to record.
-pub(super) const RESUMABLE_MIN: u64 = 1 << 20;
+pub(crate) const RESUMABLE_MIN: u64 = 1 << 20;
 
 /// `xet-<first 16 hex digits of the oid>-`: the start of the names of `oid`'s partial files.
 fn object_prefix(oid: &LfsOid) -> String {
