@@ -280,7 +280,8 @@ impl CheckoutPlan {
         Mirrors {
             tree: self.tree.clone(),
             targets,
-            files: Mutex::default(),
+            writing: Mutex::default(),
+            complete: Mutex::default(),
         }
     }
 
@@ -408,14 +409,11 @@ pub(crate) struct Mirrors {
     tree: PathBuf,
     /// The work-tree path (from the tree's root) each object's download writes.
     targets: HashMap<LfsOid, String>,
-    files: Mutex<HashMap<LfsOid, MirrorFile>>,
-}
-
-enum MirrorFile {
-    /// Being written by the object's download (open, and locked: see [`remove_leftovers`]).
-    Writing(tempfile::NamedTempFile),
-    /// Written whole, and the object is in place: to be put at its path.
-    Complete(String, tempfile::TempPath),
+    /// Files being written by their objects' downloads (open, and locked: see
+    /// [`remove_leftovers`]).
+    writing: Mutex<HashMap<LfsOid, tempfile::NamedTempFile>>,
+    /// Files written whole whose objects are in place, by the work-tree path they are for.
+    complete: Mutex<HashMap<String, tempfile::TempPath>>,
 }
 
 impl Mirrors {
@@ -432,40 +430,24 @@ impl Mirrors {
             }
         };
         let file = tmp.as_file().try_clone().ok()?;
-        self.files
-            .lock_anyway()
-            .insert(*oid, MirrorFile::Writing(tmp));
+        self.writing.lock_anyway().insert(*oid, tmp);
         Some(file)
     }
 
     /// The download of `oid` ended: its file is kept if `whole` (written whole, the object in
     /// place), and removed otherwise.
     fn finish(&self, oid: &LfsOid, whole: bool) {
-        let mut files = self.files.lock_anyway();
-        match files.remove(oid) {
-            Some(MirrorFile::Writing(tmp)) if whole => {
-                if let Some(path) = self.targets.get(oid) {
-                    files.insert(
-                        *oid,
-                        MirrorFile::Complete(path.clone(), tmp.into_temp_path()),
-                    );
-                }
-            }
-            _ => {}
+        let tmp = self.writing.lock_anyway().remove(oid);
+        if let (Some(tmp), Some(path), true) = (tmp, self.targets.get(oid), whole) {
+            self.complete
+                .lock_anyway()
+                .insert(path.clone(), tmp.into_temp_path());
         }
     }
 
     /// The file written whole for the work-tree path `path`, if there is one.
     fn take_complete(&self, path: &str) -> Option<tempfile::TempPath> {
-        let mut files = self.files.lock_anyway();
-        let oid = files
-            .iter()
-            .find(|(_, m)| matches!(m, MirrorFile::Complete(p, _) if p == path))
-            .map(|(oid, _)| *oid)?;
-        match files.remove(&oid) {
-            Some(MirrorFile::Complete(_, tmp)) => Some(tmp),
-            _ => None,
-        }
+        self.complete.lock_anyway().remove(path)
     }
 }
 
@@ -478,6 +460,7 @@ fn put_in_place(
 ) -> std::io::Result<()> {
     let perms = std::fs::metadata(dest)?.permissions();
     std::fs::set_permissions(&tmp, perms)?;
+    // Set through a handle of its own: the writer's was closed when its download ended.
     std::fs::OpenOptions::new()
         .write(true)
         .open(&tmp)?
@@ -574,7 +557,8 @@ fn write_from_object(
     }
     let dest = tree.join(path);
     let parent = dest.parent().unwrap_or(tree);
-    let perms = std::fs::metadata(&dest)?.permissions();
+    // The pointer file must be there before anything is copied (its permissions are taken later).
+    std::fs::metadata(&dest)?;
     let tmp = checkout_temp(parent)?;
     // std's copy between two files is copy_file_range on Linux: the bytes stay in the kernel.
     let copied = std::io::copy(&mut from, &mut tmp.as_file())?;
@@ -584,12 +568,7 @@ fn write_from_object(
             object.display()
         )));
     }
-    let file = tmp.as_file();
-    file.set_permissions(perms)?;
-    file.set_times(std::fs::FileTimes::new().set_modified(mtime))?;
-    replace_pointer(&dest, |to| {
-        tmp.persist_noclobber(to).map(|_| ()).map_err(|e| e.error)
-    })
+    put_in_place(tmp.into_temp_path(), &dest, mtime)
 }
 
 /// The blob of the work-tree file at `path` if it is (still) the Git LFS pointer `committed`.
