@@ -37,6 +37,16 @@ fn present(tool: &str) -> bool {
             &["-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /tmp"],
         ),
         "promtool" => runs("promtool", &["--version"]),
+        // Only root mounts a loop device (the test mounts an image file of its own).
+        "xfs_loop" => {
+            runs("mkfs.xfs", &["-V"])
+                && runs("filefrag", &["-V"])
+                && Path::new("/dev/loop-control").exists()
+                && Command::new("id")
+                    .arg("-u")
+                    .output()
+                    .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+        }
         "chromium" => runs("chromium", &["--version"]),
         "systemd_analyze" => runs("systemd-analyze", &["--version"]),
         // Where the tests look (tests/common/garage.rs): $GARAGE, PATH, cargo's bin directory.

@@ -4,8 +4,9 @@
 //! once, each checked against its SHA-256 and moved into `<LFS storage>/objects` under the
 //! name and layout git-lfs gives it, so that git-lfs finds it there.
 //! After a pull or a clone, the work-tree files git left as pointers are written from those
-//! objects (as the objects are downloaded where it can: [`Mirrors`]) and recorded in git's
-//! index ([`CheckoutPlan::apply`]).
+//! objects and recorded in git's index ([`CheckoutPlan::apply`]): cloned from the object
+//! where the filesystem shares blocks between files (btrfs, XFS), else written as the object is
+//! downloaded ([`Mirrors`]), else copied.
 //!
 //! What git-lfs does around a custom agent's download is done here instead: the LFS batch
 //! request (negotiated mode; offering `xet` only, see [`ObjectReader::download_actions`]), and
@@ -33,6 +34,7 @@ use git2::Oid;
 use xet_client::object_chunks::object_path;
 use xet_format::pointer::Pointer;
 use xet_format::LfsOid;
+use xet_protocol::util::os::clone_file;
 use xet_protocol::util::sync::LockAnyway as _;
 
 /// Why objects could not be fetched at all (one object failing is reported in
@@ -217,6 +219,9 @@ pub(crate) fn fetch_objects(
 pub(crate) struct CheckoutPlan {
     tree: PathBuf,
     files: Vec<PlannedFile>,
+    /// Whether a file of the LFS store can be cloned into the work tree ([`clones_into`]):
+    /// then no work-tree file is written during the download.
+    clones: bool,
 }
 
 struct PlannedFile {
@@ -262,15 +267,24 @@ pub(crate) fn plan_checkout(git: &Git) -> Result<Option<CheckoutPlan>, String> {
         })
         .collect::<Vec<_>>();
     remove_leftovers(&tree, &files);
-    Ok(Some(CheckoutPlan { tree, files }))
+    let clones = match storage(git) {
+        Ok((_, tmp)) => clones_into(&tmp, &tree),
+        Err(_) => false,
+    };
+    Ok(Some(CheckoutPlan {
+        tree,
+        files,
+        clones,
+    }))
 }
 
 impl CheckoutPlan {
     /// Where the download of each object this process may write as is (one of its files, of
-    /// [`RESUMABLE_MIN`] bytes and more) writes it as it lands ([`fetch_objects`]).
+    /// [`RESUMABLE_MIN`] bytes and more) writes it as it lands ([`fetch_objects`]): nowhere
+    /// where the files can be cloned from their objects afterwards, which writes nothing.
     pub(crate) fn mirrors(&self) -> Mirrors {
         let mut targets = HashMap::new();
-        for f in &self.files {
+        for f in self.files.iter().filter(|_| !self.clones) {
             if f.as_is && f.pointer.size >= RESUMABLE_MIN {
                 targets
                     .entry(f.pointer.oid)
@@ -290,7 +304,8 @@ impl CheckoutPlan {
     ///
     /// A file git would write exactly as git-lfs's smudge filter gives it (`filter=lfs -text`)
     /// whose object is here is written by this process: from its mirror (written as the object
-    /// was downloaded), else copied from the object (in the kernel, with `copy_file_range`); put
+    /// was downloaded), else cloned from the object where the filesystem can, else copied from
+    /// it (in the kernel, with `copy_file_range`); put
     /// in place of its pointer file by a rename, and recorded in git's index with its new stat
     /// data ([`worktree::record_written`]): git then takes it as unchanged without running the
     /// clean filter, which would read and hash every file again. The others are removed and
@@ -309,6 +324,7 @@ impl CheckoutPlan {
         let mut written = Vec::new();
         let mut by_git = Vec::new();
         let mut mirrored = 0usize;
+        let mut cloned = 0usize;
         for f in &self.files {
             let (Some(store), Some(mtime), true) = (&store, mtime, f.as_is) else {
                 by_git.push(f.path.as_str());
@@ -331,7 +347,10 @@ impl CheckoutPlan {
             }
             let object = object_path(store, &f.pointer.oid);
             match write_from_object(&object, f.pointer.size, &tree, &f.path, mtime) {
-                Ok(()) => written.push((f.path.clone(), f.blob)),
+                Ok(how) => {
+                    cloned += usize::from(how == Copied::Cloned);
+                    written.push((f.path.clone(), f.blob));
+                }
                 Err(e) => {
                     tracing::info!(path = f.path, "git checks the file out: {e}");
                     by_git.push(f.path.as_str());
@@ -355,6 +374,7 @@ impl CheckoutPlan {
         let report = CheckedOut {
             copied: written.len(),
             as_downloaded: mirrored,
+            cloned,
             recorded,
             by_git: by_git.len(),
         };
@@ -533,21 +553,33 @@ pub(crate) struct CheckedOut {
     pub copied: usize,
     /// Of those, written as their objects were downloaded (not copied afterwards).
     pub as_downloaded: usize,
+    /// Of those, cloned from their objects (sharing their blocks on disk: nothing written).
+    pub cloned: usize,
     /// Of those, recorded in git's index with their new stat data.
     pub recorded: usize,
     /// Files written by `git checkout` (through git-lfs's smudge filter).
     pub by_git: usize,
 }
 
+/// How [`write_from_object`] made the work-tree file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Copied {
+    /// A clone of the object, sharing its blocks ([`clone_file`]).
+    Cloned,
+    /// A copy of its bytes.
+    Copied,
+}
+
 /// Replaces the pointer file `path` (from the work tree's root `tree`) with a copy of the
-/// object at `object` (`size` bytes), modified at `mtime`, with the pointer file's permissions.
+/// object at `object` (`size` bytes), modified at `mtime`, with the pointer file's permissions:
+/// a clone where the filesystem can make one, else a copy.
 fn write_from_object(
     object: &Path,
     size: u64,
     tree: &Path,
     path: &str,
     mtime: std::time::SystemTime,
-) -> std::io::Result<()> {
+) -> std::io::Result<Copied> {
     let mut from = std::fs::File::open(object)?;
     if from.metadata()?.len() != size {
         return Err(std::io::Error::other(format!(
@@ -560,15 +592,50 @@ fn write_from_object(
     // The pointer file must be there before anything is copied (its permissions are taken later).
     std::fs::metadata(&dest)?;
     let tmp = checkout_temp(parent)?;
-    // std's copy between two files is copy_file_range on Linux: the bytes stay in the kernel.
-    let copied = std::io::copy(&mut from, &mut tmp.as_file())?;
-    if copied != size {
-        return Err(std::io::Error::other(format!(
-            "copied {copied} bytes of {}, not {size}",
-            object.display()
-        )));
+    let how = match clone_file(&from, tmp.as_file()) {
+        Ok(()) => Copied::Cloned,
+        Err(_) => {
+            // std's copy between two files is copy_file_range on Linux: the bytes stay in the
+            // kernel.
+            let copied = std::io::copy(&mut from, &mut tmp.as_file())?;
+            if copied != size {
+                return Err(std::io::Error::other(format!(
+                    "copied {copied} bytes of {}, not {size}",
+                    object.display()
+                )));
+            }
+            Copied::Copied
+        }
+    };
+    put_in_place(tmp.into_temp_path(), &dest, mtime)?;
+    Ok(how)
+}
+
+/// Whether a file of the LFS store (its temp directory `store_tmp`, beside its objects) can be
+/// cloned into the work tree `tree` ([`clone_file`]; tried with one block): on btrfs, XFS made
+/// with reflink (the default since 2019) and bcachefs it can, unless the two are on different
+/// filesystems. Then a work-tree file is cloned from its object once the object is in place,
+/// and nothing is written twice.
+fn clones_into(store_tmp: &Path, tree: &Path) -> bool {
+    let probe = || -> std::io::Result<()> {
+        std::fs::create_dir_all(store_tmp)?;
+        let mut from = tempfile::Builder::new()
+            .prefix("git-xet-clone-probe")
+            .tempfile_in(store_tmp)?;
+        from.write_all(&[0; 4096])?;
+        let to = checkout_temp(tree)?;
+        clone_file(from.as_file(), to.as_file())
+    };
+    match probe() {
+        Ok(()) => {
+            tracing::debug!("the work tree's LFS files will be cloned from their objects");
+            true
+        }
+        Err(e) => {
+            tracing::debug!("the work tree's LFS files cannot be cloned from their objects: {e}");
+            false
+        }
     }
-    put_in_place(tmp.into_temp_path(), &dest, mtime)
 }
 
 /// The blob of the work-tree file at `path` if it is (still) the Git LFS pointer `committed`.

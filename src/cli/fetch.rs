@@ -316,6 +316,7 @@ pub(crate) fn log_checkout(done: &crate::agent::fetch::CheckedOut, started: std:
     tracing::info!(
         written = done.copied,
         as_downloaded = done.as_downloaded,
+        cloned = done.cloned,
         recorded = done.recorded,
         by_git = done.by_git,
         millis = started.elapsed().as_millis() as u64,

@@ -8,6 +8,7 @@ pub mod forward_proxy;
 pub mod garage;
 pub mod git;
 pub mod hfxet;
+pub mod loop_fs;
 pub mod server;
 pub mod throttle;
 pub mod tls;

@@ -14,6 +14,11 @@ pub const TOOLS: &[(&str, &str)] = &[
         "unshare (util-linux) and a kernel that lets a user namespace mount a tmpfs",
     ),
     ("promtool", "promtool (apt-get install prometheus)"),
+    (
+        "xfs_loop",
+        "mkfs.xfs (apt-get install xfsprogs), filefrag (e2fsprogs), and root with loop devices \
+         (/dev/loop-control) to mount an XFS image",
+    ),
     ("chromium", "chromium (apt-get install chromium)"),
     (
         "systemd_analyze",

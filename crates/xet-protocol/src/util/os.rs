@@ -1,4 +1,4 @@
-//! The crate's only unsafe code: file mappings, three system calls and allocator settings that
+//! The crate's only unsafe code: file mappings, four system calls and allocator settings that
 //! neither std nor a crate already in the tree wraps safely. Everything else in git-xet is safe
 //! Rust, which the `unsafe_code = "deny"` lint of Cargo.toml enforces; this module is the one
 //! place that allows it, and each block says why it is sound.
@@ -88,6 +88,30 @@ pub fn process_exists(pid: u32) -> Option<bool> {
 #[cfg(not(unix))]
 pub fn process_exists(_pid: u32) -> Option<bool> {
     None
+}
+
+/// Makes `to` (open for writing) a copy of the whole of `from` that shares its blocks on disk
+/// (Linux's `FICLONE`: a reflink), where the filesystem allows it (btrfs, XFS made with
+/// reflink, bcachefs): nothing is written but metadata, whatever the size. An error when the
+/// filesystem cannot (`EOPNOTSUPP`, `EINVAL`), the files are on two filesystems (`EXDEV`), or
+/// on another platform; `to` is then unchanged.
+#[cfg(target_os = "linux")]
+pub fn clone_file(from: &File, to: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: FICLONE takes the source's descriptor as its argument, by value; both
+    // descriptors stay open for the call (borrowed `File`s) and no memory is passed.
+    let rc = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE, from.as_raw_fd()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// See the Linux version: no reflinks here.
+#[cfg(not(target_os = "linux"))]
+pub fn clone_file(_from: &File, _to: &File) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// Makes glibc's allocator use one arena for every thread. By default each thread that
