@@ -267,8 +267,14 @@ pub(crate) fn plan_checkout(git: &Git) -> Result<Option<CheckoutPlan>, String> {
         })
         .collect::<Vec<_>>();
     remove_leftovers(&tree, &files);
+    // Tried in the first file's directory, where `remove_leftovers` looks: a probe cut short
+    // leaves nothing behind for good.
+    let first_dir = files
+        .first()
+        .and_then(|f| tree.join(&f.path).parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| tree.clone());
     let clones = match storage(git) {
-        Ok((_, tmp)) => clones_into(&tmp, &tree),
+        Ok((_, tmp)) => clones_into(&tmp, &first_dir),
         Err(_) => false,
     };
     Ok(Some(CheckoutPlan {
@@ -612,18 +618,18 @@ fn write_from_object(
 }
 
 /// Whether a file of the LFS store (its temp directory `store_tmp`, beside its objects) can be
-/// cloned into the work tree `tree` ([`clone_file`]; tried with one block): on btrfs, XFS made
+/// cloned into the work tree's directory `dir` ([`clone_file`]; tried with one block): on btrfs, XFS made
 /// with reflink (the default since 2019) and bcachefs it can, unless the two are on different
 /// filesystems. Then a work-tree file is cloned from its object once the object is in place,
 /// and nothing is written twice.
-fn clones_into(store_tmp: &Path, tree: &Path) -> bool {
+fn clones_into(store_tmp: &Path, dir: &Path) -> bool {
     let probe = || -> std::io::Result<()> {
         std::fs::create_dir_all(store_tmp)?;
         let mut from = tempfile::Builder::new()
             .prefix("git-xet-clone-probe")
             .tempfile_in(store_tmp)?;
         from.write_all(&[0; 4096])?;
-        let to = checkout_temp(tree)?;
+        let to = checkout_temp(dir)?;
         clone_file(from.as_file(), to.as_file())
     };
     match probe() {
