@@ -260,8 +260,10 @@ start_garage() {
     # a level, or none); xorbs are compressed already.
     compression="${GIT_XET_BENCH_GARAGE_COMPRESSION:-1}"
     [[ "$compression" == none ]] && compression='"none"'
-    # Metadata in SQLite: `cargo install garage` builds no LMDB engine (deploy/garage/garage.toml
-    # names LMDB, which Garage's release binaries have and its docs recommend).
+    # Metadata in SQLite unless GIT_XET_BENCH_GARAGE_DB=lmdb: the Garage that .ci/run installs is
+    # built with SQLite only; deploy/garage/garage.toml names LMDB, which Garage's release
+    # binaries have and its docs recommend (`cargo install garage --features bundled-libs,lmdb`).
+    local db="${GIT_XET_BENCH_GARAGE_DB:-sqlite}"
     secret="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
     local endpoints=() ids=()
     for i in $(seq 1 "$replicas"); do
@@ -272,7 +274,7 @@ start_garage() {
         cat > "$g/garage.toml" <<TOML
 metadata_dir = "$g/meta"
 data_dir = "$g/data"
-db_engine = "sqlite"
+db_engine = "$db"
 replication_factor = $replicas
 compression_level = $compression
 rpc_bind_addr = "127.0.0.1:$rpc"

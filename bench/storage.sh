@@ -13,6 +13,9 @@
 #   GIT_XET_BENCH_SMALL  the number of files of the small-files setup (default 1000)
 #   GIT_XET_BENCH_REPLICAS  1 (default): one Garage node; 3: three nodes keeping three copies,
 #                        each server given all three endpoints (GIT_XET_S3_ENDPOINTS)
+#   GIT_XET_BENCH_GARAGE_DB  Garage's metadata engine: sqlite (default) or lmdb (what
+#                        deploy/garage/garage.toml uses; needs a Garage built with it)
+#   GIT_XET_BENCH_GARAGE_COMPRESSION  Garage's zstd level (default 1) or none (deploy's choice)
 #
 # The client is the reference client (hf_xet): two files of mixed data (see bench/lib.sh) are
 # uploaded at once, each by its own Python process with a fresh cache, then downloaded at once
