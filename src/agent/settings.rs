@@ -854,7 +854,7 @@ pub(crate) fn ssh_settings(git: &Git) -> super::ssh_auth::SshSettings {
 
 /// The SSH remote git-lfs authenticates with for `remote` (a configured remote's name) whose
 /// LFS URL `git lfs env` reports as `lfs_url`: the first of `lfs.url`, `remote.<name>.lfsurl`
-/// and the remote's URL (`git ls-remote --get-url`, `url.<base>.insteadOf` applied) that is an
+/// (in git config, then in `.lfsconfig`) and the remote's URL (`git ls-remote --get-url`, `url.<base>.insteadOf` applied) that is an
 /// SSH URL whose https guess is `lfs_url` (so an https `lfs.url`, or one in `.lfsconfig`, wins
 /// as it wins in git-lfs). `None` when the LFS URL is not an SSH remote's.
 pub(crate) fn ssh_remote(
@@ -873,9 +873,13 @@ pub(crate) fn ssh_remote(
         .flatten()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let remote_key = format!("remote.{remote}.lfsurl");
+    // git config first, then the committed `.lfsconfig`, as git-lfs reads them.
     let candidates = [
         (config("lfs.url"), false),
-        (config(&format!("remote.{remote}.lfsurl")), false),
+        (config(&remote_key), false),
+        (lfsconfig_get(git, "lfs.url"), false),
+        (lfsconfig_get(git, &remote_key), false),
         (clone_url, true),
     ];
     for (url, is_clone_url) in candidates {
@@ -899,6 +903,36 @@ pub(crate) fn ssh_remote(
         }
     }
     None
+}
+
+/// A value of the repository's `.lfsconfig` as git-lfs reads it: the work tree's file, else
+/// the index's, else HEAD's; `None` when none of them sets `key`.
+pub(crate) fn lfsconfig_get(git: &Git, key: &str) -> Option<String> {
+    let in_tree = git
+        .run(&["rev-parse", "--show-toplevel"])
+        .ok()
+        .map(|top| Path::new(&top).join(".lfsconfig"))
+        .filter(|p| p.is_file());
+    let source = match in_tree {
+        Some(path) => vec!["--file".to_string(), path.to_string_lossy().into_owned()],
+        None => {
+            let blob = [":.lfsconfig", "HEAD:.lfsconfig"].into_iter().find(|b| {
+                git.output(["cat-file", "-e", b])
+                    .is_ok_and(|o| o.status.success())
+            })?;
+            vec!["--blob".to_string(), blob.to_string()]
+        }
+    };
+    let out = git
+        .output(
+            ["config".to_string()]
+                .into_iter()
+                .chain(source)
+                .chain(["--get".to_string(), key.to_string()]),
+        )
+        .ok()?;
+    let value = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !value.is_empty()).then_some(value)
 }
 
 /// [`ssh_remote`] for `remote` as git-lfs names it in `init` (a remote's name or URL), its LFS

@@ -611,6 +611,56 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
     );
 }
 
+/// An SSH LFS URL given only in the committed `.lfsconfig` (the remote itself a plain path):
+/// git-xet asks `git-lfs-authenticate` as git-lfs does, and fetches in its own process.
+#[needs(git_lfs)]
+#[test]
+fn an_ssh_lfs_url_in_lfsconfig_authenticates_with_git_lfs_authenticate() {
+    let s = common::server::start();
+    let (pusher, work, files) = pushed(s.url());
+    let lfs_url = format!("{}/team/fetch.git/info/lfs", s.url());
+    std::fs::write(
+        work.join(".lfsconfig"),
+        "[lfs]\n\turl = ssh://git@lfs.example/team/fetch.git\n",
+    )
+    .unwrap();
+    pusher.git(&work, &["commit", "-q", "-am", "LFS over SSH"]);
+    // Without git-lfs's hook, which would ask the SSH host this machine does not have.
+    pusher.git(&work, &["push", "-q", "--no-verify", "origin", "main"]);
+
+    let env = GitEnv::new();
+    let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let basic = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
+    };
+    let answer = format!(
+        r#"{{"href":"{lfs_url}","header":{{"Authorization":"Basic {basic}"}},"expires_in":3600}}"#
+    );
+    let ssh = fake_ssh(pusher.path(), &answer);
+    let remote = pusher.path().join("remote.git");
+    let out = env.run_with(
+        env.path(),
+        "git",
+        &["xet", "clone", remote.to_str().unwrap(), "copy", "--", "-q"],
+        &[("GIT_SSH_COMMAND", ssh.to_str().unwrap())],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
+    assert!(!out.stderr.contains("git lfs fetch"), "{}", out.stderr);
+    let copy = env.path().join("copy");
+    for (name, bytes) in &files {
+        assert!(std::fs::read(copy.join(name)).unwrap() == *bytes, "{name}");
+    }
+    assert_eq!(downloads(&env, &copy), files.len(), "{}", env.agent_log());
+    let log = std::fs::read_to_string(pusher.path().join("ssh.log")).unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l == "git@lfs.example git-lfs-authenticate /team/fetch.git download"),
+        "{log}"
+    );
+}
+
 #[needs(git_lfs)]
 #[test]
 fn basic_access_sends_credentials_with_the_first_request() {
