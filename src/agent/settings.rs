@@ -868,22 +868,25 @@ pub(crate) fn ssh_remote(
         return None;
     }
     let config = |key: &str| git.config_get(key).ok().flatten();
-    let clone_url = (!remote.starts_with('-'))
-        .then(|| git.output(["ls-remote", "--get-url", remote]).ok())
-        .flatten()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let clone_url = || {
+        (!remote.starts_with('-'))
+            .then(|| git.output(["ls-remote", "--get-url", remote]).ok())
+            .flatten()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
     let remote_key = format!("remote.{remote}.lfsurl");
-    // git config first, then the committed `.lfsconfig`, as git-lfs reads them.
-    let candidates = [
-        (config("lfs.url"), false),
-        (config(&remote_key), false),
-        (lfsconfig_get(git, "lfs.url"), false),
-        (lfsconfig_get(git, &remote_key), false),
-        (clone_url, true),
+    // git config first, then the committed `.lfsconfig`, as git-lfs reads them; each looked
+    // up only if the ones before it do not match.
+    let candidates: [(&dyn Fn() -> Option<String>, bool); 5] = [
+        (&|| config("lfs.url"), false),
+        (&|| config(&remote_key), false),
+        (&|| lfsconfig_get(git, "lfs.url"), false),
+        (&|| lfsconfig_get(git, &remote_key), false),
+        (&clone_url, true),
     ];
     for (url, is_clone_url) in candidates {
-        let Some(parsed) = url.as_deref().and_then(SshRemote::parse) else {
+        let Some(parsed) = url().as_deref().and_then(SshRemote::parse) else {
             continue;
         };
         let guess = parsed.https_guess();
