@@ -502,6 +502,18 @@ fn clone_over_ssh(env: &GitEnv, ssh: &str) -> common::git::Output {
     )
 }
 
+/// What an SSH server's `git-lfs-authenticate` answers for the LFS server at `lfs_url`: its
+/// URL, and the write token as a Basic `Authorization` for an hour.
+fn authenticate_answer(lfs_url: &str) -> String {
+    let basic = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
+    };
+    format!(
+        r#"{{"href":"{lfs_url}","header":{{"Authorization":"Basic {basic}"}},"expires_in":3600}}"#
+    )
+}
+
 /// A fake `ssh` for `GIT_SSH_COMMAND`: logs each command line to `<root>/ssh.log`; answers
 /// `git-lfs-authenticate` with `answer`; says git-lfs-transfer does not exist; runs anything
 /// else (git-upload-pack) in `root`, so that git clones "over SSH" from `root`. `-G` (git's
@@ -545,14 +557,7 @@ fn ssh_remotes_authenticate_with_git_lfs_authenticate() {
     let env = GitEnv::new();
     let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
     assert_eq!(out.status, Some(0), "{}", out.all());
-    let basic = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
-    };
-    let answer = format!(
-        r#"{{"href":"{lfs_url}","header":{{"Authorization":"Basic {basic}"}},"expires_in":3600}}"#
-    );
-    let ssh = fake_ssh(pusher.path(), &answer);
+    let ssh = fake_ssh(pusher.path(), &authenticate_answer(&lfs_url));
     let ssh = ssh.to_str().unwrap();
     let out = clone_over_ssh(&env, ssh);
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), env.agent_log());
@@ -631,14 +636,7 @@ fn an_ssh_lfs_url_in_lfsconfig_authenticates_with_git_lfs_authenticate() {
     let env = GitEnv::new();
     let out = env.run_in(env.path(), "git", &["xet", "install", "--global"]);
     assert_eq!(out.status, Some(0), "{}", out.all());
-    let basic = {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(format!("git:{WRITE_TOKEN}"))
-    };
-    let answer = format!(
-        r#"{{"href":"{lfs_url}","header":{{"Authorization":"Basic {basic}"}},"expires_in":3600}}"#
-    );
-    let ssh = fake_ssh(pusher.path(), &answer);
+    let ssh = fake_ssh(pusher.path(), &authenticate_answer(&lfs_url));
     let remote = pusher.path().join("remote.git");
     let out = env.run_with(
         env.path(),
