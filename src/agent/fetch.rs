@@ -252,10 +252,18 @@ pub(crate) fn plan_checkout(git: &Git) -> Result<Option<CheckoutPlan>, String> {
         return Ok(None);
     }
     let paths: Vec<&str> = stale.iter().map(|(path, _, _)| path.as_str()).collect();
-    let as_is = worktree::smudged_as_is(git, &paths).unwrap_or_else(|e| {
-        tracing::warn!("cannot read the files' git attributes ({e}); git checks them out");
-        vec![false; paths.len()]
-    });
+    let as_is = match settings::fetch_filter(git) {
+        // Which files git-lfs writes is then its path lists' to say: git checks them all out
+        // through git-lfs's smudge filter.
+        Some(key) => {
+            tracing::info!("{key} is set: git checks the LFS files out");
+            vec![false; paths.len()]
+        }
+        None => worktree::smudged_as_is(git, &paths).unwrap_or_else(|e| {
+            tracing::warn!("cannot read the files' git attributes ({e}); git checks them out");
+            vec![false; paths.len()]
+        }),
+    };
     let files = stale
         .into_iter()
         .zip(as_is)

@@ -938,6 +938,20 @@ pub(crate) fn lfsconfig_get(git: &Git, key: &str) -> Option<String> {
     (out.status.success() && !value.is_empty()).then_some(value)
 }
 
+/// The first of `lfs.fetchinclude` and `lfs.fetchexclude` that is set (in git config or in
+/// `.lfsconfig`): git-lfs then fetches and checks out only the files those path lists allow.
+pub(crate) fn fetch_filter(git: &Git) -> Option<&'static str> {
+    ["lfs.fetchinclude", "lfs.fetchexclude"]
+        .into_iter()
+        .find(|key| {
+            git.config_get(key)
+                .ok()
+                .flatten()
+                .or_else(|| lfsconfig_get(git, key))
+                .is_some_and(|v| !v.trim().is_empty())
+        })
+}
+
 /// [`ssh_remote`] for `remote` as git-lfs names it in `init` (a remote's name or URL), its LFS
 /// URL asked of `git lfs env`.
 pub(crate) fn ssh_remote_of(git: &Git, remote: &str) -> Option<super::ssh_auth::SshRemote> {

@@ -234,6 +234,14 @@ pub(crate) fn fetch_refs(
     jobs: usize,
     mirrors: &Mirrors,
 ) -> Result<(), String> {
+    if let Some(key) = crate::agent::settings::fetch_filter(git) {
+        // git-lfs's path lists, applied by git-lfs itself rather than matched again here.
+        eprintln!(
+            "git-xet: {key} is set; fetching with `git lfs fetch`, which applies it (its \
+             downloads still go through git-xet's agent where the server offers it)"
+        );
+        return git_lfs_fetch(dir, remote, scope);
+    }
     let repo = objects::open(git.dir()).map_err(|e| e.to_string())?;
     let wanted = scope.wanted(dir, &repo)?;
     let terminal = std::io::stderr().is_terminal();
@@ -300,15 +308,20 @@ pub(crate) fn fetch_refs(
                     xet_protocol::redact::redact(&other.to_string())
                 ),
             }
-            let mut lfs_fetch = Command::new("git");
-            lfs_fetch
-                .args(["lfs", "fetch", remote.unwrap_or("origin")])
-                .args(scope.lfs_fetch_args())
-                .current_dir(dir);
-            run_step(&mut lfs_fetch, "git lfs fetch")
+            git_lfs_fetch(dir, remote, scope)
         }
         Err(e) => Err(xet_protocol::redact::redact(&e.to_string())),
     }
+}
+
+/// `git lfs fetch` of what `scope` names from `remote` (default `origin`), in `dir`.
+fn git_lfs_fetch(dir: &Path, remote: Option<&str>, scope: Scope<'_>) -> Result<(), String> {
+    let mut lfs_fetch = Command::new("git");
+    lfs_fetch
+        .args(["lfs", "fetch", remote.unwrap_or("origin")])
+        .args(scope.lfs_fetch_args())
+        .current_dir(dir);
+    run_step(&mut lfs_fetch, "git lfs fetch")
 }
 
 /// Logs what [`crate::agent::fetch::CheckoutPlan::apply`] did, started at `started`.

@@ -790,3 +790,59 @@ fn where_files_can_be_cloned_the_work_tree_shares_the_objects_blocks() {
         .collect();
     assert!(hidden.is_empty(), "{hidden:?}");
 }
+
+/// `lfs.fetchexclude` in the committed `.lfsconfig`: `git xet clone` leaves the excluded file a
+/// pointer and its object unfetched, as plain `git clone` (git-lfs's smudge filter) does; the
+/// work tree and the store are the same.
+#[needs(git_lfs)]
+#[test]
+fn fetch_exclude_in_lfsconfig_is_applied_as_git_lfs_applies_it() {
+    let s = common::server::start();
+    let (pusher, work, files) = pushed(s.url());
+    pusher.git(
+        &work,
+        &["config", "-f", ".lfsconfig", "lfs.fetchexclude", "data"],
+    );
+    pusher.git(&work, &["commit", "-q", "-am", "no data by default"]);
+    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    let remote = pusher.path().join("remote.git");
+
+    let plain = machine();
+    let out = plain.run_in(
+        plain.path(),
+        "git",
+        &["clone", "-q", remote.to_str().unwrap(), "plain"],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let ours = machine();
+    let out = ours.run_in(
+        ours.path(),
+        "git",
+        &["xet", "clone", remote.to_str().unwrap(), "ours", "--", "-q"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    assert!(
+        out.stderr.contains("lfs.fetchexclude is set"),
+        "{}",
+        out.stderr
+    );
+    let (plain_repo, ours_repo) = (plain.path().join("plain"), ours.path().join("ours"));
+    let table = std::fs::read(ours_repo.join("data/table.bin")).unwrap();
+    assert!(
+        table.starts_with(b"version https://git-lfs"),
+        "the excluded file is checked out as its pointer"
+    );
+    for (name, bytes) in files.iter().filter(|(n, _)| n != "data/table.bin") {
+        assert!(
+            std::fs::read(ours_repo.join(name)).unwrap() == *bytes,
+            "{name} checked out"
+        );
+    }
+    assert_eq!(store(&ours_repo), store(&plain_repo), "the same LFS store");
+    assert!(
+        work_tree(&ours_repo) == work_tree(&plain_repo),
+        "the same work tree"
+    );
+    let status = ours.git(&ours_repo, &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "{}", status.all());
+}
