@@ -846,3 +846,70 @@ fn fetch_exclude_in_lfsconfig_is_applied_as_git_lfs_applies_it() {
     let status = ours.git(&ours_repo, &["status", "--porcelain"]);
     assert_eq!(status.stdout.trim(), "", "{}", status.all());
 }
+
+/// `git xet clone … -- --recurse-submodules`: the submodules are checked out too, and their LFS
+/// files fetched and written as the clone's own (git clone without a checkout leaves them out).
+#[needs(git_lfs)]
+#[test]
+fn xet_clone_with_submodules_checks_out_their_lfs_files() {
+    let s = common::server::start();
+    let (pusher, work, files) = pushed(s.url());
+    let remote = pusher.path().join("remote.git");
+    // A superproject whose one submodule is that repository.
+    let superproject = pusher.path().join("super");
+    pusher.git(pusher.path(), &["init", "-q", "super"]);
+    pusher.git(
+        &superproject,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            remote.to_str().unwrap(),
+            "models",
+        ],
+    );
+    // Its own LFS server named as for the submodule (a repository on this machine needs one).
+    std::fs::copy(work.join(".lfsconfig"), superproject.join(".lfsconfig")).unwrap();
+    pusher.git(&superproject, &["add", ".lfsconfig"]);
+    pusher.git(&superproject, &["commit", "-q", "-m", "models"]);
+
+    let ours = machine();
+    ours.git(
+        &ours.home(),
+        &["config", "--global", "protocol.file.allow", "always"],
+    );
+    let out = ours.run_in(
+        ours.path(),
+        "git",
+        &[
+            "xet",
+            "clone",
+            superproject.to_str().unwrap(),
+            "copy",
+            "--",
+            "-q",
+            "--recurse-submodules",
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    let sub = ours.path().join("copy/models");
+    for (name, bytes) in &files {
+        assert!(
+            std::fs::read(sub.join(name)).unwrap_or_default() == *bytes,
+            "models/{name} checked out"
+        );
+    }
+    // Fetched by git-xet in its process (the submodule's own fetch, after the superproject's).
+    let log = ours.agent_log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("LFS files fetched fetched=4 ")),
+        "{log}"
+    );
+    fsck(&ours, &sub);
+    clean_by_stat(&ours, &sub);
+    let status = ours.git(&ours.path().join("copy"), &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "{}", status.all());
+}
