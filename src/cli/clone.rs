@@ -151,12 +151,14 @@ pub fn run(args: &CloneArgs) -> CmdResult {
             .current_dir(&dir);
         run_step(&mut checkout, "git checkout")
             .and_then(|()| super::fetch::fetch_and_checkout(&git, &dir, None, args.jobs))
-            .and_then(|()| match recurse_submodules(&args.git_args) {
-                Some(pathspec) => {
-                    check_out_submodules(&dir, pathspec, endpoint.as_deref(), args.jobs)
-                }
-                None => Ok(()),
-            })
+            .and_then(
+                |()| match super::fetch::recurse_submodules(&args.git_args) {
+                    Some(pathspec) => {
+                        check_out_submodules(&dir, pathspec, endpoint.as_deref(), args.jobs)
+                    }
+                    None => Ok(()),
+                },
+            )
     };
     if let Err(e) = fetched {
         return Err(format!(
@@ -183,19 +185,6 @@ pub fn run(args: &CloneArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether git clone's arguments ask for the submodules (`--recurse-submodules`, with its
-/// pathspec if given, or `--recursive`): `Some` of the pathspec (empty for all). git clone
-/// with `--no-checkout` leaves them out, so they are checked out afterwards.
-fn recurse_submodules(git_args: &[OsString]) -> Option<Option<&str>> {
-    git_args.iter().filter_map(|a| a.to_str()).find_map(|a| {
-        if a == "--recurse-submodules" || a == "--recursive" {
-            Some(None)
-        } else {
-            a.strip_prefix("--recurse-submodules=").map(Some)
-        }
-    })
-}
-
 /// Checks out the submodules of the clone at `dir` (those `pathspec` names, else all, and
 /// theirs) with their LFS files as pointers, then fetches and writes each one's LFS files as
 /// for the clone itself (with `endpoint`, in standalone mode, set up in each first).
@@ -212,32 +201,7 @@ fn check_out_submodules(
         .env("GIT_LFS_SKIP_SMUDGE", "1")
         .current_dir(dir);
     run_step(&mut update, "git submodule update")?;
-    let out = Command::new("git")
-        .args(["submodule", "foreach", "--quiet", "--recursive", "pwd"])
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("cannot run git submodule foreach: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "git submodule foreach failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    for sub in String::from_utf8_lossy(&out.stdout).lines() {
-        let sub = PathBuf::from(sub);
-        if let Some(endpoint) = endpoint {
-            let exe =
-                std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
-            let mut install = Command::new(exe);
-            install
-                .args(["install", "--local", "--endpoint", endpoint])
-                .current_dir(&sub);
-            run_step(&mut install, "git xet install --local --endpoint")?;
-        }
-        super::fetch::fetch_and_checkout(&Git::in_dir(&sub), &sub, None, jobs)
-            .map_err(|e| format!("submodule {}: {e}", sub.display()))?;
-    }
-    Ok(())
+    super::fetch::fetch_in_submodules(dir, endpoint, jobs)
 }
 
 /// Whether `repository` is a repository on this machine (a path or a `file://` URL), which

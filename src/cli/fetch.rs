@@ -198,7 +198,65 @@ pub fn pull(args: &PullArgs) -> CmdResult {
             .map(str::to_string)
     });
     fetch_and_checkout(&git, Path::new("."), remote.as_deref(), args.jobs)?;
+    // git pull updated the submodules too (their LFS files as pointers) when asked to.
+    let recurse = recurse_submodules(&args.git_args).is_some()
+        || git
+            .config_get("submodule.recurse")
+            .ok()
+            .flatten()
+            .is_some_and(|v| matches!(v.as_str(), "true" | "yes" | "on" | "1"));
+    if recurse {
+        fetch_in_submodules(Path::new("."), None, args.jobs)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether git's arguments ask for the submodules (`--recurse-submodules`, with its pathspec
+/// if given, or `--recursive`): `Some` of the pathspec (`None` for all).
+pub(crate) fn recurse_submodules(git_args: &[std::ffi::OsString]) -> Option<Option<&str>> {
+    git_args.iter().filter_map(|a| a.to_str()).find_map(|a| {
+        if a == "--recurse-submodules" || a == "--recursive" {
+            Some(None)
+        } else {
+            a.strip_prefix("--recurse-submodules=").map(Some)
+        }
+    })
+}
+
+/// Fetches and writes the LFS files of every checked-out submodule of the repository at `dir`
+/// (and theirs) as [`fetch_and_checkout`] does for a repository, with `endpoint` (standalone
+/// mode) set up in each first.
+pub(crate) fn fetch_in_submodules(
+    dir: &Path,
+    endpoint: Option<&str>,
+    jobs: usize,
+) -> Result<(), String> {
+    let out = Command::new("git")
+        .args(["submodule", "foreach", "--quiet", "--recursive", "pwd"])
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("cannot run git submodule foreach: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git submodule foreach failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    for sub in String::from_utf8_lossy(&out.stdout).lines() {
+        let sub = Path::new(sub);
+        if let Some(endpoint) = endpoint {
+            let exe =
+                std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
+            let mut install = Command::new(exe);
+            install
+                .args(["install", "--local", "--endpoint", endpoint])
+                .current_dir(sub);
+            run_step(&mut install, "git xet install --local --endpoint")?;
+        }
+        fetch_and_checkout(&Git::in_dir(sub), sub, None, jobs)
+            .map_err(|e| format!("submodule {}: {e}", sub.display()))?;
+    }
+    Ok(())
 }
 
 /// Fetches the LFS files of HEAD in the repository at `dir` (as [`fetch_refs`]) and writes

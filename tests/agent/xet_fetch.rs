@@ -912,4 +912,29 @@ fn xet_clone_with_submodules_checks_out_their_lfs_files() {
     clean_by_stat(&ours, &sub);
     let status = ours.git(&ours.path().join("copy"), &["status", "--porcelain"]);
     assert_eq!(status.stdout.trim(), "", "{}", status.all());
+
+    // A new version of the submodule's model, and the superproject moved to it: `git xet pull
+    // -- --recurse-submodules` writes it.
+    let mut v2 = files[0].1.clone();
+    v2[MIB..MIB + 4096].copy_from_slice(&common::splitmix64(87, 4096));
+    std::fs::write(work.join("model.bin"), &v2).unwrap();
+    pusher.git(&work, &["commit", "-q", "-am", "v2"]);
+    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    pusher.git(
+        &superproject.join("models"),
+        &["pull", "-q", "origin", "main"],
+    );
+    pusher.git(&superproject, &["commit", "-q", "-am", "models v2"]);
+    let copy = ours.path().join("copy");
+    let out = ours.run_in(
+        &copy,
+        "git",
+        &["xet", "pull", "--", "-q", "--recurse-submodules"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    assert!(std::fs::read(sub.join("model.bin")).unwrap() == v2);
+    fsck(&ours, &sub);
+    clean_by_stat(&ours, &sub);
+    let status = ours.git(&copy, &["status", "--porcelain"]);
+    assert_eq!(status.stdout.trim(), "", "{}", status.all());
 }
