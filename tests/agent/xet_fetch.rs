@@ -117,6 +117,17 @@ fn checked_out(log: &str) -> (usize, usize, usize) {
     (count("written"), count("as_downloaded"), count("cloned"))
 }
 
+/// Pushes a new version of `model.bin` from `work` (its `v1` with 4 KiB at `at` made of
+/// `seed`'s bytes) and returns it.
+fn push_new_model(pusher: &GitEnv, work: &Path, v1: &[u8], at: usize, seed: u64) -> Vec<u8> {
+    let mut v2 = v1.to_vec();
+    v2[at..at + 4096].copy_from_slice(&common::splitmix64(seed, 4096));
+    std::fs::write(work.join("model.bin"), &v2).unwrap();
+    pusher.git(work, &["commit", "-q", "-am", "v2"]);
+    pusher.git(work, &["push", "-q", "origin", "main"]);
+    v2
+}
+
 fn fsck(env: &GitEnv, repo: &Path) {
     let out = env.run_in(repo, "git", &["lfs", "fsck"]);
     assert_eq!(out.status, Some(0), "git lfs fsck: {}", out.all());
@@ -242,11 +253,7 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
     );
 
     // A new version of the model: `git xet pull` fetches only what changed.
-    let mut v2 = files[0].1.clone();
-    v2[3 * MIB..3 * MIB + 4096].copy_from_slice(&common::splitmix64(84, 4096));
-    std::fs::write(work.join("model.bin"), &v2).unwrap();
-    pusher.git(&work, &["commit", "-q", "-am", "v2"]);
-    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    let v2 = push_new_model(&pusher, &work, &files[0].1, 3 * MIB, 84);
     let before = s.health("sent_xorb_bytes");
     let out = ours.run_in(&ours_repo, "git", &["xet", "pull", "--", "-q"]);
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
@@ -764,11 +771,7 @@ fn where_files_can_be_cloned_the_work_tree_shares_the_objects_blocks() {
     clean_by_stat(&ours, &repo);
 
     // A new version: pulled, and its file cloned from the new object.
-    let mut v2 = files[0].1.clone();
-    v2[MIB..MIB + 4096].copy_from_slice(&common::splitmix64(86, 4096));
-    std::fs::write(work.join("model.bin"), &v2).unwrap();
-    pusher.git(&work, &["commit", "-q", "-am", "v2"]);
-    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    let v2 = push_new_model(&pusher, &work, &files[0].1, MIB, 86);
     let out = ours.run_in(&repo, "git", &["xet", "pull", "--", "-q"]);
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
     assert!(std::fs::read(repo.join("model.bin")).unwrap() == v2);
@@ -915,11 +918,7 @@ fn xet_clone_with_submodules_checks_out_their_lfs_files() {
 
     // A new version of the submodule's model, and the superproject moved to it: `git xet pull
     // -- --recurse-submodules` writes it.
-    let mut v2 = files[0].1.clone();
-    v2[MIB..MIB + 4096].copy_from_slice(&common::splitmix64(87, 4096));
-    std::fs::write(work.join("model.bin"), &v2).unwrap();
-    pusher.git(&work, &["commit", "-q", "-am", "v2"]);
-    pusher.git(&work, &["push", "-q", "origin", "main"]);
+    let v2 = push_new_model(&pusher, &work, &files[0].1, MIB, 87);
     pusher.git(
         &superproject.join("models"),
         &["pull", "-q", "origin", "main"],
