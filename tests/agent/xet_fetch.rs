@@ -760,30 +760,23 @@ fn where_files_can_be_cloned_the_work_tree_shares_the_objects_blocks() {
             "{name} checked out"
         );
     }
-    assert_eq!(
-        checked_out(&ours.agent_log()),
-        (4, 0, 4),
-        "{}",
-        ours.agent_log()
-    );
-    assert!(LoopXfs::all_shared(&repo.join("model.bin")));
-    fsck(&ours, &repo);
-    clean_by_stat(&ours, &repo);
+    // The last checkout cloned `n` files (and wrote none as downloaded), model.bin shares its
+    // object's blocks, and the repository is as git-lfs and git expect.
+    let cloned = |n: usize| {
+        let log = ours.agent_log();
+        assert_eq!(checked_out(&log), (n, 0, n), "{log}");
+        assert!(LoopXfs::all_shared(&repo.join("model.bin")));
+        fsck(&ours, &repo);
+        clean_by_stat(&ours, &repo);
+    };
+    cloned(4);
 
     // A new version: pulled, and its file cloned from the new object.
     let v2 = push_new_model(&pusher, &work, &files[0].1, MIB, 86);
     let out = ours.run_in(&repo, "git", &["xet", "pull", "--", "-q"]);
     assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
     assert!(std::fs::read(repo.join("model.bin")).unwrap() == v2);
-    assert_eq!(
-        checked_out(&ours.agent_log()),
-        (1, 0, 1),
-        "{}",
-        ours.agent_log()
-    );
-    assert!(LoopXfs::all_shared(&repo.join("model.bin")));
-    fsck(&ours, &repo);
-    clean_by_stat(&ours, &repo);
+    cloned(1);
     // Nothing left beside the files (the probe's file, a work-tree file being written).
     let hidden: Vec<String> = std::fs::read_dir(&repo)
         .unwrap()
