@@ -125,13 +125,7 @@ pub fn run(args: &CloneArgs) -> CmdResult {
     run_step(&mut clone, "git clone")?;
 
     if let Some(endpoint) = &endpoint {
-        let exe =
-            std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
-        let mut install = Command::new(exe);
-        install
-            .args(["install", "--local", "--endpoint", endpoint])
-            .current_dir(&dir);
-        run_step(&mut install, "git xet install --local --endpoint")?;
+        install_endpoint(&dir, endpoint)?;
     }
 
     let git = Git::in_dir(&dir);
@@ -183,6 +177,17 @@ pub fn run(args: &CloneArgs) -> CmdResult {
         None => eprintln!("git-xet: cloned into {} with its LFS files", dir.display()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sets the repository at `dir` up for the standalone `endpoint` (`git xet install --local
+/// --endpoint`, run as a step of its own).
+pub(super) fn install_endpoint(dir: &std::path::Path, endpoint: &str) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
+    let mut install = Command::new(exe);
+    install
+        .args(["install", "--local", "--endpoint", endpoint])
+        .current_dir(dir);
+    run_step(&mut install, "git xet install --local --endpoint")
 }
 
 /// Checks out the submodules of the clone at `dir` (those `pathspec` names, else all, and

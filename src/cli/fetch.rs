@@ -231,27 +231,13 @@ pub(crate) fn fetch_in_submodules(
     endpoint: Option<&str>,
     jobs: usize,
 ) -> Result<(), String> {
-    let out = Command::new("git")
-        .args(["submodule", "foreach", "--quiet", "--recursive", "pwd"])
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("cannot run git submodule foreach: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "git submodule foreach failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    for sub in String::from_utf8_lossy(&out.stdout).lines() {
+    let subs = Git::in_dir(dir)
+        .run(&["submodule", "foreach", "--quiet", "--recursive", "pwd"])
+        .map_err(|e| e.to_string())?;
+    for sub in subs.lines() {
         let sub = Path::new(sub);
         if let Some(endpoint) = endpoint {
-            let exe =
-                std::env::current_exe().map_err(|e| format!("cannot find git-xet itself: {e}"))?;
-            let mut install = Command::new(exe);
-            install
-                .args(["install", "--local", "--endpoint", endpoint])
-                .current_dir(sub);
-            run_step(&mut install, "git xet install --local --endpoint")?;
+            super::clone::install_endpoint(sub, endpoint)?;
         }
         fetch_and_checkout(&Git::in_dir(sub), sub, None, jobs)
             .map_err(|e| format!("submodule {}: {e}", sub.display()))?;

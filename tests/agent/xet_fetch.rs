@@ -101,6 +101,36 @@ fn downloads(env: &GitEnv, repo: &Path) -> usize {
         .count()
 }
 
+/// `remote` cloned on two machines: with plain `git clone` into `plain` (git-lfs smudges
+/// through the agent), and with `git xet clone` into `ours`; both succeed. The machines,
+/// their clones, and `git xet clone`'s output.
+fn plain_and_xet_clones(
+    remote: &Path,
+) -> (
+    GitEnv,
+    std::path::PathBuf,
+    GitEnv,
+    std::path::PathBuf,
+    common::git::Output,
+) {
+    let plain = machine();
+    let out = plain.run_in(
+        plain.path(),
+        "git",
+        &["clone", "-q", remote.to_str().unwrap(), "plain"],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let ours = machine();
+    let out = ours.run_in(
+        ours.path(),
+        "git",
+        &["xet", "clone", remote.to_str().unwrap(), "ours", "--", "-q"],
+    );
+    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    let (plain_repo, ours_repo) = (plain.path().join("plain"), ours.path().join("ours"));
+    (plain, plain_repo, ours, ours_repo, out)
+}
+
 /// What the last checkout `log` records did: files written, of those written as their objects
 /// were downloaded, and cloned from their objects.
 fn checked_out(log: &str) -> (usize, usize, usize) {
@@ -183,24 +213,8 @@ fn xet_clone_fetch_and_pull_leave_what_plain_git_lfs_leaves() {
 
     // Plain git clone (git-lfs smudges through the agent) on one machine, `git xet clone`
     // on another.
-    let plain = machine();
-    let out = plain.run_in(
-        plain.path(),
-        "git",
-        &["clone", "-q", remote.to_str().unwrap(), "plain"],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    let plain_repo = plain.path().join("plain");
-
-    let ours = machine();
-    let out = ours.run_in(
-        ours.path(),
-        "git",
-        &["xet", "clone", remote.to_str().unwrap(), "ours", "--", "-q"],
-    );
-    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    let (_plain, plain_repo, ours, ours_repo, out) = plain_and_xet_clones(&remote);
     assert!(out.stderr.contains("cloned into ours"), "{}", out.stderr);
-    let ours_repo = ours.path().join("ours");
     // The server asked for credentials (401) and the credential helper's answered: as git-lfs
     // does, the clone remembers to send them with the first request from now on.
     let lfs_url = format!("{}/team/fetch.git/info/lfs", s.url());
@@ -803,26 +817,12 @@ fn fetch_exclude_in_lfsconfig_is_applied_as_git_lfs_applies_it() {
     pusher.git(&work, &["push", "-q", "origin", "main"]);
     let remote = pusher.path().join("remote.git");
 
-    let plain = machine();
-    let out = plain.run_in(
-        plain.path(),
-        "git",
-        &["clone", "-q", remote.to_str().unwrap(), "plain"],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    let ours = machine();
-    let out = ours.run_in(
-        ours.path(),
-        "git",
-        &["xet", "clone", remote.to_str().unwrap(), "ours", "--", "-q"],
-    );
-    assert_eq!(out.status, Some(0), "{}\n{}", out.all(), ours.agent_log());
+    let (_plain, plain_repo, ours, ours_repo, out) = plain_and_xet_clones(&remote);
     assert!(
         out.stderr.contains("lfs.fetchexclude is set"),
         "{}",
         out.stderr
     );
-    let (plain_repo, ours_repo) = (plain.path().join("plain"), ours.path().join("ours"));
     let table = std::fs::read(ours_repo.join("data/table.bin")).unwrap();
     assert!(
         table.starts_with(b"version https://git-lfs"),
