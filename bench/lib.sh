@@ -164,6 +164,17 @@ wait_after_last_cleanup() {
     fi
 }
 
+# cpu_seconds PID...: the CPU time (user + system, seconds) the processes PID... used so far.
+cpu_seconds() {
+    local p ticks=0 t
+    for p in "$@"; do
+        # Fields 14 and 15 of /proc/PID/stat (after the command's parenthesised name).
+        t=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}')
+        ticks=$(( ticks + ${t:-0} ))
+    done
+    echo "scale=2; $ticks / $(getconf CLK_TCK)" | bc -l
+}
+
 # start_server NAME [ARG...]: a release `git xet serve` (with ARGs) with an empty store in $work/NAME-store on
 # 127.0.0.1:0 and the write token $token; sets $server_url (not in a subshell, so that the
 # cleanup knows the server). Exits if it does not start.
@@ -254,6 +265,7 @@ free_port() { "${python:-python3}" -c 'import socket; s=socket.socket(); s.bind(
 # that `git xet serve --storage s3://BUCKET` reads. One node keeping one copy of each object, or
 # with GIT_XET_BENCH_REPLICAS=3 three nodes keeping three copies (each in a zone of its own),
 # all of whose endpoints the servers are given (GIT_XET_S3_ENDPOINTS).
+garage_pids=()
 start_garage() {
     local replicas="${GIT_XET_BENCH_REPLICAS:-1}" secret i compression
     # Garage compresses blocks with zstd unless told not to (GIT_XET_BENCH_GARAGE_COMPRESSION:
@@ -289,6 +301,7 @@ api_bind_addr = "127.0.0.1:$admin"
 TOML
         RUST_LOG=warn "$garage" -c "$g/garage.toml" server > "$g/log" 2>&1 &
         pids+=($!)
+        garage_pids+=($!)
         local node_id="" _
         for _ in $(seq 1 100); do
             node_id="$(gcli node id -q 2>/dev/null)" && [[ -n "$node_id" ]] && break

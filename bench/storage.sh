@@ -107,13 +107,16 @@ peak_rss() {
 }
 results=()
 rss_results=()
+cpu_results=()
 # The servers of the setup run_setup times (their peak RSS is noted after the ingest and after
 # the downloads).
 setup_pids=()
 # run_setup NAME URL_UP1 URL_UP2 URL_DOWN1 URL_DOWN2
 run_setup() {
-    local name=$1 t0 t1 t2 h1 h2
+    local name=$1 t0 t1 t2 h1 h2 cpu_node cpu_garage
     sync
+    cpu_node=$(cpu_seconds "${setup_pids[@]}")
+    cpu_garage=$(cpu_seconds "${garage_pids[@]}")
     t0=$(now)
     hf up "$2" "$name-c1" "$work/in1.bin" > "$work/$name.h1" &
     local p1=$!
@@ -124,6 +127,8 @@ run_setup() {
     read -r h2 n2 < "$work/$name.h2"
     sync
     t1=$(now)
+    cpu_node=$(echo "$(cpu_seconds "${setup_pids[@]}") - $cpu_node" | bc -l)
+    cpu_garage=$(echo "$(cpu_seconds "${garage_pids[@]}") - $cpu_garage" | bc -l)
     local t_up rss_up
     t_up=$(echo "$t1 - $t0" | bc -l)
     rss_up=$(peak_rss "${setup_pids[@]}")
@@ -140,6 +145,7 @@ run_setup() {
     rm -f "$work/$name-out1.bin" "$work/$name-out2.bin"
     results+=("$name $t_up $t_down")
     rss_results+=("$name $rss_up $(peak_rss "${setup_pids[@]}")")
+    cpu_results+=("$name $cpu_node $cpu_garage")
     printf 'bench: %-12s ingest %6.2f s  download %6.2f s\n' "$name" "$t_up" "$t_down" >&2
 }
 
@@ -314,6 +320,10 @@ for r in "${rss_results[@]}"; do
     read -r name up down <<<"$r"
     printf 'node peak RSS (VmHWM) %-12s after the ingest %5d MiB, after the downloads %5d MiB\n' \
         "$name" "$up" "$down"
+done
+for r in "${cpu_results[@]}"; do
+    read -r name node garage <<<"$r"
+    printf 'CPU seconds during the ingest  %-12s nodes %6.2f  Garage %6.2f\n' "$name" "$node" "$garage"
 done
 echo
 echo "plain git-lfs basic transfer of one $size_mib MiB file through the node (PUT, then GET)"
