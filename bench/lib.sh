@@ -175,6 +175,16 @@ cpu_seconds() {
     echo "scale=2; $ticks / $(getconf CLK_TCK)" | bc -l
 }
 
+# child_cpu_seconds PID: the CPU time (user + system, seconds) of the children that the shell
+# PID has waited for, with theirs (fields 16 and 17 of /proc/PID/stat).
+child_cpu_seconds() {
+    local t
+    t=$(sed 's/^.*) //' "/proc/$1/stat" | awk '{print $14 + $15}')
+    echo "scale=2; $t / $(getconf CLK_TCK)" | bc -l
+}
+
+server_pids=()
+declare -A server_pid_at=()
 # start_server NAME [ARG...]: a release `git xet serve` (with ARGs) with an empty store in $work/NAME-store on
 # 127.0.0.1:0 and the write token $token; sets $server_url (not in a subshell, so that the
 # cleanup knows the server). Exits if it does not start.
@@ -182,11 +192,12 @@ start_server() {
     "$bin" serve --data "$work/$1-store" --listen 127.0.0.1:0 --token "$token" \
         --max-lifetime 3600 "${@:2}" > "$work/$1.out" 2> "$work/$1.log" &
     pids+=($!)
+    server_pids+=($!)
     server_url=""
     local _
     for _ in $(seq 1 100); do
         server_url="$(sed -n 's/^listening on //p' "$work/$1.out")"
-        [[ -n "$server_url" ]] && return
+        [[ -n "$server_url" ]] && { server_pid_at[$server_url]=${pids[-1]}; return; }
         sleep 0.1
     done
     echo "bench: server $1 did not start" >&2

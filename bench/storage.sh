@@ -240,12 +240,22 @@ run_small() {
         push_setup "$name" "$mode" "$2" "$work/small"
         sync
         storage_snapshot "$2" "$work/$name.push0"
+        local cpu_servers cpu_node cpu_garage cpu_client me=$BASHPID node=${server_pid_at[$2]}
+        cpu_servers=$(cpu_seconds "${server_pids[@]}")
+        cpu_node=$(cpu_seconds "$node")
+        cpu_garage=$(cpu_seconds "${garage_pids[@]}")
+        cpu_client=$(child_cpu_seconds "$me")
         t0=$(now)
         git push -q origin main >/dev/null 2>&1 || { echo "bench: $name: push failed" >&2; exit 1; }
         t1=$(now)
         storage_snapshot "$2" "$work/$name.push1"
         echo "bench: $name push: what the node did" >&2
         storage_delta "$work/$name.push0" "$work/$name.push1"
+        cpu_node=$(echo "$(cpu_seconds "$node") - $cpu_node" | bc -l)
+        printf 'bench:   CPU seconds: git, git-lfs and agents %.2f, the node pushed to %.2f, other nodes %.2f, Garage %.2f\n' \
+            "$(echo "$(child_cpu_seconds "$me") - $cpu_client" | bc -l)" "$cpu_node" \
+            "$(echo "$(cpu_seconds "${server_pids[@]}") - $cpu_servers - $cpu_node" | bc -l)" \
+            "$(echo "$(cpu_seconds "${garage_pids[@]}") - $cpu_garage" | bc -l)" >&2
         cd "$work"
         GIT_LFS_SKIP_SMUDGE=1 git clone -q "$name-remote.git" "$name-clone"
         cd "$name-clone"

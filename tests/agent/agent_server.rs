@@ -461,7 +461,7 @@ fn the_small_files_of_a_push_are_packed_into_a_few_xorbs() {
     let log = env.agent_log();
     let packs = log.matches("uploaded a pack").count();
     eprintln!("{xorbs} xorbs, {packs} packs");
-    // The batch's 40 small objects are dealt into 4 packs (one xorb each), the big file alone.
+    // The batch's 40 small objects are dealt into 2 packs (one xorb each), the big file alone.
     assert!((2..=8).contains(&packs), "packs: {packs}\n{log}");
     assert!(xorbs <= 10, "{xorbs} xorbs for 41 files");
     // Every object is in the journal once, with the bytes sent shared out.
