@@ -42,7 +42,10 @@
 #               a fetch's into download packs of neighbours, §12.5). Then a
 #               node started on an empty disk on the standalone run's bucket: seconds until it is
 #               ready and until every file's SHA-256 claim is settled (-1: not within 20 min)
-# Prints the wall time of each phase, the peak RSS of the nodes of each setup, the throughput (MB = 10^6 bytes/s, both files together),
+# Prints the wall time of each phase, the peak RSS of the nodes of each setup, the CPU seconds
+# the nodes and Garage spent during each ingest and small-file push (and git, git-lfs and the
+# agents during the push), the requests each small-file push cost the node pushed to and the
+# node that catches up with it, the throughput (MB = 10^6 bytes/s, both files together),
 # and the ratios against the directory backend. Everything runs on this machine (Garage,
 # servers, clients), so these measure the whole system on shared cores, not a deployment.
 set -euo pipefail
@@ -240,6 +243,7 @@ run_small() {
         push_setup "$name" "$mode" "$2" "$work/small"
         sync
         storage_snapshot "$2" "$work/$name.push0"
+        [[ "$3" == "$2" ]] || storage_snapshot "$3" "$work/$name.other0"
         local cpu_servers cpu_node cpu_garage cpu_client me=$BASHPID node=${server_pid_at[$2]}
         cpu_servers=$(cpu_seconds "${server_pids[@]}")
         cpu_node=$(cpu_seconds "$node")
@@ -251,6 +255,11 @@ run_small() {
         storage_snapshot "$2" "$work/$name.push1"
         echo "bench: $name push: what the node did" >&2
         storage_delta "$work/$name.push0" "$work/$name.push1"
+        if [[ "$3" != "$2" ]]; then
+            storage_snapshot "$3" "$work/$name.other1"
+            echo "bench: $name push: what the node fetched from did meanwhile (catching up)" >&2
+            storage_delta "$work/$name.other0" "$work/$name.other1"
+        fi
         cpu_node=$(echo "$(cpu_seconds "$node") - $cpu_node" | bc -l)
         printf 'bench:   CPU seconds: git, git-lfs and agents %.2f, the node pushed to %.2f, other nodes %.2f, Garage %.2f\n' \
             "$(echo "$(child_cpu_seconds "$me") - $cpu_client" | bc -l)" "$cpu_node" \
