@@ -1333,13 +1333,18 @@ impl RangeSigner for S3RangeSigner {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_request_task_that_panics_is_an_error_of_that_request_only() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+    /// The multi-thread runtime (one worker) the backend's requests run on in these tests.
+    fn one_worker_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn a_request_task_that_panics_is_an_error_of_that_request_only() {
+        let runtime = one_worker_runtime();
         let spool = tempfile::tempdir().unwrap();
         let config = S3Config {
             url: "s3://nowhere/x".parse().unwrap(),
@@ -1390,11 +1395,7 @@ mod tests {
             conn.write_all(answer.as_bytes()).unwrap();
             String::from_utf8_lossy(&got).to_ascii_lowercase()
         });
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = one_worker_runtime();
         let spool = tempfile::tempdir().unwrap();
         let mut all = vec![
             ("AWS_ENDPOINT".to_string(), endpoint),
