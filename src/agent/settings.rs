@@ -849,6 +849,10 @@ pub(crate) fn ssh_settings(git: &Git) -> super::ssh_auth::SshSettings {
         env_program: env(GIT_SSH_ENV),
         config_command: config("core.sshCommand"),
         variant: env(GIT_SSH_VARIANT_ENV).or_else(|| config("ssh.variant")),
+        // git-lfs reads a negative count as none.
+        retries: config("lfs.ssh.retries")
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map(|n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
     }
 }
 

@@ -148,6 +148,23 @@ pub(crate) struct SshSettings {
     pub config_command: Option<String>,
     /// `GIT_SSH_VARIANT`, else `ssh.variant`.
     pub variant: Option<String>,
+    /// `lfs.ssh.retries`: how many times a failed `git-lfs-authenticate` is run again (git-lfs's
+    /// default, [`DEFAULT_RETRIES`], when unset).
+    pub retries: Option<u32>,
+}
+
+/// git-lfs's `lfs.ssh.retries` default.
+pub(crate) const DEFAULT_RETRIES: u32 = 5;
+
+/// The most retries honoured: each run may take up to [`TIMEOUT`].
+const MAX_RETRIES: u32 = 10;
+
+impl SshSettings {
+    /// How many times `git-lfs-authenticate` runs at most: once, and again after each failure
+    /// up to `lfs.ssh.retries` times, as in git-lfs (at most [`MAX_RETRIES`] here).
+    fn attempts(&self) -> u32 {
+        self.retries.unwrap_or(DEFAULT_RETRIES).min(MAX_RETRIES) + 1
+    }
 }
 
 /// The kind of SSH program (git's `ssh.variant`).
@@ -339,7 +356,40 @@ impl SshAuthError {
 /// Runs `git-lfs-authenticate` for `remote` and `operation` (see the module documentation) in
 /// `dir`, without a terminal (stdin is empty): its answer. The answer's headers are registered
 /// with [`xet_protocol::redact`]; nothing of them is logged.
+///
+/// A run that fails (the SSH program exits with an error: a connection dropped, a server busy)
+/// is run again, up to `lfs.ssh.retries` times, as git-lfs does; one whose failure another run
+/// would repeat (no `git-lfs-authenticate` on the server, an answer that is not its JSON, no SSH
+/// program, a run past [`TIMEOUT`]) is not.
 pub(crate) fn authenticate(
+    settings: &SshSettings,
+    remote: &SshRemote,
+    operation: Operation,
+    dir: Option<&std::path::Path>,
+) -> Result<SshAuth, SshAuthError> {
+    let attempts = settings.attempts();
+    let mut attempt = 1;
+    loop {
+        match authenticate_once(settings, remote, operation, dir) {
+            Err(e @ SshAuthError::Failed { .. }) if attempt < attempts => {
+                tracing::warn!(
+                    host = %remote.user_and_host,
+                    attempt,
+                    attempts,
+                    error = %e,
+                    "git-lfs-authenticate failed; trying again"
+                );
+                // A moment for a dropped connection or a busy server to recover.
+                std::thread::sleep(Duration::from_millis(100 * u64::from(attempt)));
+                attempt += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// One run of `git-lfs-authenticate` (see [`authenticate`]).
+fn authenticate_once(
     settings: &SshSettings,
     remote: &SshRemote,
     operation: Operation,
@@ -615,6 +665,7 @@ mod tests {
         }
         let settings = SshSettings {
             env_program: Some(script.to_string_lossy().into_owned()),
+            retries: Some(0),
             ..SshSettings::default()
         };
         let run = |url: &str| {
@@ -659,5 +710,64 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("GIT_SSH_COMMAND"), "{e}");
+    }
+
+    #[test]
+    fn a_failed_run_is_tried_again_up_to_lfs_ssh_retries_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("flaky-ssh");
+        let count = dir.path().join("runs");
+        // Fails (as a dropped connection does) until its third run, then answers; a server
+        // without git-lfs-authenticate says so every time.
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho run >> '{runs}'\n\
+                 case \"$*\" in *missing*) echo 'sh: git-lfs-authenticate: not found' >&2; exit 127;; esac\n\
+                 if [ \"$(wc -l < '{runs}')\" -lt 3 ]; then echo 'Connection closed by 10.0.0.1 port 22' >&2; exit 255; fi\n\
+                 echo '{{\"header\":{{\"Authorization\":\"RemoteAuth t0ken\"}}}}'\n",
+                runs = count.display()
+            ),
+        )
+        .unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let runs = || {
+            let n = std::fs::read_to_string(&count).map_or(0, |t| t.lines().count());
+            let _ = std::fs::remove_file(&count);
+            n
+        };
+        let with = |retries: Option<u32>, url: &str| {
+            let settings = SshSettings {
+                env_program: Some(script.to_string_lossy().into_owned()),
+                retries,
+                ..SshSettings::default()
+            };
+            authenticate(
+                &settings,
+                &SshRemote::parse(url).unwrap(),
+                Operation::Upload,
+                None,
+            )
+        };
+        // git-lfs's default (5 retries): the third run answers.
+        let ok = with(None, "git@h:team/repo").unwrap();
+        assert_eq!(ok.authorization(), Some("RemoteAuth t0ken"));
+        assert_eq!(runs(), 3);
+        // One retry: two runs, and the last run's error.
+        let e = with(Some(1), "git@h:team/repo").unwrap_err().to_string();
+        assert!(e.contains("Connection closed"), "{e}");
+        assert_eq!(runs(), 2);
+        // None: one run.
+        assert!(with(Some(0), "git@h:team/repo").is_err());
+        assert_eq!(runs(), 1);
+        // No git-lfs-authenticate on the server: asked once, whatever the retries.
+        assert!(with(Some(5), "git@h:missing/repo")
+            .unwrap_err()
+            .is_unavailable());
+        assert_eq!(runs(), 1);
     }
 }
