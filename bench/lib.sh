@@ -372,6 +372,12 @@ push_setup() {
     cd "$work/$name-work"
     [[ "$mode" == standalone ]] || git config lfs.url "$url/bench/$name.git/info/lfs"
     git lfs track '*.bin' >/dev/null
+    # Standalone repositories are set up as docs/guide.md says (`install --local --endpoint`),
+    # which writes git-xet's pre-push hook: it uploads the push's small files in packs before
+    # git-lfs does (`git xet upload-ahead`). GIT_XET_BENCH_HOOK=0 keeps git-lfs's own hook.
+    if [[ "$mode" == standalone && "${GIT_XET_BENCH_HOOK:-1}" == 1 ]]; then
+        git xet install --local --endpoint "$url" >/dev/null
+    fi
     cp "$files"/*.bin .
     git add . && git commit -q -m files
     git remote add origin "../$name-remote.git"

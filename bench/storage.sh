@@ -16,6 +16,9 @@
 #   GIT_XET_BENCH_GARAGE_DB  Garage's metadata engine: sqlite (default) or lmdb (what
 #                        deploy/garage/garage.toml uses; needs a Garage built with it)
 #   GIT_XET_BENCH_GARAGE_COMPRESSION  Garage's zstd level (default 1) or none (deploy's choice)
+#   GIT_XET_BENCH_HOOK   1 (default): standalone repositories set up with `git xet install
+#                        --local --endpoint`, whose pre-push hook uploads a push's small files
+#                        in packs first (`git xet upload-ahead`); 0: git-lfs's hook only
 #
 # The client is the reference client (hf_xet): two files of mixed data (see bench/lib.sh) are
 # uploaded at once, each by its own Python process with a fresh cache, then downloaded at once
@@ -273,9 +276,13 @@ run_small() {
         else
             git config lfs.url "$3/bench/$name.git/info/lfs"
         fi
+        storage_snapshot "$3" "$work/$name.fetch0"
         t1b=$(now)
         git lfs fetch >/dev/null 2>&1 || { echo "bench: $name: fetch failed" >&2; exit 1; }
         t2=$(now)
+        storage_snapshot "$3" "$work/$name.fetch1"
+        echo "bench: $name fetch: what the node fetched from did" >&2
+        storage_delta "$work/$name.fetch0" "$work/$name.fetch1"
         local got
         got=$(find .git/lfs/objects -type f | wc -l)
         [[ "$got" == "$small_n" ]] || { echo "bench: $name fetched $got of $small_n" >&2; exit 1; }

@@ -31,6 +31,7 @@ mod serve;
 mod status;
 mod summary;
 mod transfer;
+mod upload_ahead;
 mod without_xet;
 
 /// The result of a subcommand: the exit code to return, or an error to print before exiting 1.
@@ -123,6 +124,11 @@ enum Command {
     )]
     PushSummary(summary::SummaryArgs),
     #[command(
+        about = "Upload a push's small LFS files in packs before git-lfs does (the pre-push hook runs it; standalone mode).",
+        name = "upload-ahead"
+    )]
+    UploadAhead(upload_ahead::UploadAheadArgs),
+    #[command(
         about = "Delete local LFS objects git-lfs would prune, only those the remote's endpoint holds."
     )]
     Prune(prune::PruneArgs),
@@ -175,6 +181,7 @@ pub fn main() -> ExitCode {
         Command::Scrub(args) => maintenance::scrub(args),
         Command::Gc(args) => maintenance::gc(args),
         Command::PushSummary(args) => summary::run(args),
+        Command::UploadAhead(args) => upload_ahead::run(args),
         Command::Prune(args) => prune::run(args),
         Command::Man(args) => man::run(args),
         Command::Cat(args) => cat::run(args),

@@ -172,7 +172,7 @@ fn is_zero(s: &str) -> bool {
 /// The Git LFS pointers the push carries, as git-lfs's pre-push selects them: in the objects of
 /// the pushed commits that neither the remote's current refs nor `refs/remotes/<remote>/*`
 /// reach. `None` when they cannot be listed by `deadline`.
-fn pushed_pointers(
+pub(crate) fn pushed_pointers(
     dir: &Path,
     remote: &str,
     refs: &str,

@@ -210,6 +210,101 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
 
 #[needs(git_lfs)]
 #[test]
+fn with_git_xets_hook_a_pushs_small_files_go_up_ahead_in_packs() {
+    let env = GitEnv::new();
+    let store = env.path().join("store");
+    let work = env.standalone_world(&store, 8);
+    // The repository's own install writes git-xet's pre-push hook (git-lfs's, which `git lfs
+    // track` wrote, runs after it).
+    let out = env.run_in(
+        &work,
+        "git",
+        &[
+            "xet",
+            "install",
+            "--local",
+            "--endpoint",
+            store.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let mut files = Vec::new();
+    // 100 bytes to 10 KB each: packs are cut at 64 files before their 1 MiB of bytes.
+    for i in 0..150u64 {
+        let len = 100 + (i * 7919) % 10_000;
+        files.push((
+            format!("small/{i:03}.bin"),
+            common::splitmix64(5000 + i, len as usize),
+        ));
+    }
+    files.push(("large.bin".to_string(), common::splitmix64(6000, 3 << 20)));
+    std::fs::create_dir_all(work.join("small")).unwrap();
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "many"]);
+    let push = env.run_in(&work, "git", &["push", "origin", "main"]);
+    assert_eq!(push.status, Some(0), "{}", push.all());
+
+    let log = env.agent_log();
+    // The hook's step uploaded the 150 small files in three packs (64, 64, 22) before git-lfs
+    // started; the agents git-lfs handed them to found them registered; the large file went up
+    // on its own.
+    assert!(
+        log.contains("small objects uploaded ahead of git-lfs") && log.contains("registered=150"),
+        "{log}"
+    );
+    assert_eq!(log.matches("uploaded a pack").count(), 3, "{log}");
+    assert_eq!(count_files(&store.join("shards")), 4, "{log}");
+    // Every object is in the journal once, and the push's summary counts each once.
+    let uploaded = env.uploaded_oids(&work);
+    let expected: std::collections::BTreeSet<String> =
+        files.iter().map(|(_, d)| common::sha256_hex(d)).collect();
+    assert_eq!(uploaded, expected);
+    assert_eq!(env.journal(&work).len(), files.len());
+    assert!(push.all().contains("pushed 151 objects"), "{}", push.all());
+    assert!(
+        push.all()
+            .contains("git-xet: 150 small LFS files sent in packs ahead of git-lfs"),
+        "{}",
+        push.all()
+    );
+    // No mark is left for a later push to trust.
+    let left: Vec<String> = std::fs::read_dir(work.join(".git/lfs/tmp/xet-packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ok") || n.ends_with(".taken"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // A second push of new files and an unchanged one: only the new ones go up.
+    for i in 0..20u64 {
+        let data = common::splitmix64(7000 + i, 3000 + i as usize);
+        std::fs::write(work.join(format!("small/n{i:02}.bin")), &data).unwrap();
+        files.push((format!("small/n{i:02}.bin"), data));
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "twenty more"]);
+    env.git(&work, &["push", "-q", "origin", "main"]);
+    assert!(env.agent_log().contains("registered=20"));
+    assert_eq!(count_files(&store.join("shards")), 5);
+
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+    env.git(&clone, &["lfs", "pull"]);
+    for (name, data) in &files {
+        assert!(
+            std::fs::read(clone.join(name)).unwrap() == *data,
+            "{name} differs after the pull"
+        );
+    }
+    let fsck = env.git(&clone, &["lfs", "fsck"]);
+    assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
+}
+
+#[needs(git_lfs)]
+#[test]
 fn a_damaged_xorb_fails_the_pull_clearly_and_stores_nothing() {
     let env = GitEnv::new();
     let store = env.path().join("store");

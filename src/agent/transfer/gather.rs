@@ -46,7 +46,7 @@ use xet_protocol::wire::{Pack, MAX_PACK_MEMBERS};
 
 /// Objects smaller than this are gathered: those that skip looking for earlier versions
 /// ([`super::prior::MIN_PRIOR_SIZE`]), which a pack would not use.
-pub(super) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
+pub(crate) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
 
 /// A round that finds fewer objects queued than this waits once for more ([`linger_after`]).
 const SMALL_ROUND: usize = 4;
@@ -98,6 +98,12 @@ impl Agent {
         };
         let dir = self.made_pack_dir()?;
         let name = queue_name(&endpoint);
+        // Registered already: by a round of an earlier object, or ahead of the push (see
+        // `upload_ahead`); nothing to queue or wait for.
+        if std::fs::remove_file(mark_path(&dir, &name, &t.oid)).is_ok() {
+            let _ = std::fs::remove_file(taken_path(&dir, &name, &t.oid));
+            return Ok(Packed::Done);
+        }
         let queue = dir.join(format!("{name}.queue"));
         append_line(&queue, &format!("{} {}\n", t.oid.to_hex(), t.size))?;
         let (lock, _) = pack::lock_pack(&dir, &name, &t.oid)?;
@@ -160,6 +166,53 @@ impl Agent {
         } else {
             Packed::Alone
         })
+    }
+
+    /// Uploads `packs` of a push's small objects (oid and size, as git-lfs's pre-push selects
+    /// them) before git-lfs hands them to its agents, each as one session (a xorb and a shard),
+    /// and marks each registered object as a round does: the agents git-lfs then hands them to
+    /// answer `complete` at once. Members not in git-lfs's object store with that size are left
+    /// to the agents. Returns how many were registered. Standalone mode only; elsewhere nothing
+    /// is done.
+    pub(super) fn upload_ahead(
+        &mut self,
+        packs: &[Vec<(LfsOid, u64)>],
+    ) -> Result<usize, TransferError> {
+        let Some(endpoint) = self.standalone_identity() else {
+            return Ok(0);
+        };
+        let dir = self.made_pack_dir()?;
+        let name = queue_name(&endpoint);
+        let store = crate::agent::settings::objects_beside(&self.lfs_temp_dir()?);
+        let mut writer = ProtocolWriter::new(std::io::sink());
+        let mut registered = 0;
+        for members in packs.iter().filter(|p| p.len() >= 2) {
+            let first = members[0];
+            let t = Transfer {
+                oid: first.0,
+                size: first.1,
+                path: Some(xet_client::object_chunks::object_path(&store, &first.0)),
+                action: None,
+            };
+            let sent = match self.send_pack(&t, &Pack(members.clone()), 2, &mut writer) {
+                Ok(Some(summary)) => summary.files,
+                Ok(None) => continue,
+                Err(e) => {
+                    // The agents upload them as usual, and say what is wrong if it still is.
+                    tracing::warn!(
+                        "uploading small objects ahead of the push failed: {}",
+                        xet_protocol::redact::redact(&e.to_string())
+                    );
+                    break;
+                }
+            };
+            for file in &sent {
+                if std::fs::File::create(mark_path(&dir, &name, &file.oid)).is_ok() {
+                    registered += 1;
+                }
+            }
+        }
+        Ok(registered)
     }
 
     /// What names the standalone endpoint in the gathering files (its URL or directory),
