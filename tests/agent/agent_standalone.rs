@@ -16,6 +16,19 @@ fn lfs_objects(repo: &Path) -> usize {
     count_files(&repo.join(".git/lfs/objects"))
 }
 
+/// `n` files `small/000.bin`… of `least` to `least + spread` bytes of data from `seed`.
+fn small_files(n: u64, seed: u64, least: u64, spread: u64) -> Vec<(String, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let len = least + (i * 7919) % spread;
+            (
+                format!("small/{i:03}.bin"),
+                common::splitmix64(seed + i, len as usize),
+            )
+        })
+        .collect()
+}
+
 #[needs(git_lfs)]
 #[test]
 fn push_clone_edit_pull_and_fetch_through_the_embedded_store() {
@@ -120,14 +133,7 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
     let store = env.path().join("store");
     env.standalone_world(&store, 8);
     let work = env.path().join("work");
-    let mut files = Vec::new();
-    for i in 0..200u64 {
-        let len = 50 + (i * 7919) % 20_000;
-        files.push((
-            format!("small/{i:03}.bin"),
-            common::splitmix64(1000 + i, len as usize),
-        ));
-    }
+    let mut files = small_files(200, 1000, 50, 20_000);
     for i in 0..3u64 {
         files.push((
             format!("large-{i}.bin"),
@@ -228,15 +234,8 @@ fn with_git_xets_hook_a_pushs_small_files_go_up_ahead_in_packs() {
         ],
     );
     assert_eq!(out.status, Some(0), "{}", out.all());
-    let mut files = Vec::new();
     // 100 bytes to 10 KB each: packs are cut at 64 files before their 1 MiB of bytes.
-    for i in 0..150u64 {
-        let len = 100 + (i * 7919) % 10_000;
-        files.push((
-            format!("small/{i:03}.bin"),
-            common::splitmix64(5000 + i, len as usize),
-        ));
-    }
+    let mut files = small_files(150, 5000, 100, 10_000);
     files.push(("large.bin".to_string(), common::splitmix64(6000, 3 << 20)));
     std::fs::create_dir_all(work.join("small")).unwrap();
     for (name, data) in &files {
