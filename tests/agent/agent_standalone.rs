@@ -16,6 +16,21 @@ fn lfs_objects(repo: &Path) -> usize {
     count_files(&repo.join(".git/lfs/objects"))
 }
 
+/// A clone of `remote.git` whose `git lfs pull` gave every one of `files` (name, bytes): its
+/// path.
+fn clone_and_pull(env: &GitEnv, files: &[(String, Vec<u8>)]) -> std::path::PathBuf {
+    env.clone_skip_smudge("remote.git", "clone");
+    let clone = env.path().join("clone");
+    env.git(&clone, &["lfs", "pull"]);
+    for (name, data) in files {
+        assert!(
+            std::fs::read(clone.join(name)).unwrap() == *data,
+            "{name} differs after the pull"
+        );
+    }
+    clone
+}
+
 /// `n` files `small/000.bin`… of `least` to `least + spread` bytes of data from `seed`.
 fn small_files(n: u64, seed: u64, least: u64, spread: u64) -> Vec<(String, Vec<u8>)> {
     (0..n)
@@ -202,15 +217,7 @@ fn two_hundred_small_files_and_large_ones_with_eight_agents() {
     );
     assert_eq!(env.agent_log().matches("uploaded a pack").count(), packs);
 
-    env.clone_skip_smudge("remote.git", "clone");
-    let clone = env.path().join("clone");
-    env.git(&clone, &["lfs", "pull"]);
-    for (name, data) in &files {
-        assert!(
-            std::fs::read(clone.join(name)).unwrap() == *data,
-            "{name} differs after the pull"
-        );
-    }
+    let clone = clone_and_pull(&env, &files);
     assert_eq!(lfs_objects(&clone), files.len());
 }
 
@@ -289,15 +296,7 @@ fn with_git_xets_hook_a_pushs_small_files_go_up_ahead_in_packs() {
     assert!(env.agent_log().contains("registered=20"));
     assert_eq!(count_files(&store.join("shards")), 5);
 
-    env.clone_skip_smudge("remote.git", "clone");
-    let clone = env.path().join("clone");
-    env.git(&clone, &["lfs", "pull"]);
-    for (name, data) in &files {
-        assert!(
-            std::fs::read(clone.join(name)).unwrap() == *data,
-            "{name} differs after the pull"
-        );
-    }
+    let clone = clone_and_pull(&env, &files);
     let fsck = env.git(&clone, &["lfs", "fsck"]);
     assert!(fsck.stdout.contains("OK"), "{}", fsck.stdout);
 }
