@@ -8,6 +8,9 @@
 #   N                    how many files (default 1000)
 #   GIT_XET_BENCH_LFS    a directory holding git-lfs 3.6 or newer (see bench/lib.sh)
 #   GIT_XET_BENCH_RUNS   how many rounds of fetches are timed (default 5; medians are shown)
+#   GIT_XET_BENCH_HOOK   1 (default): the embedded repository also gets `git xet install --local
+#                        --endpoint`, whose pre-push hook sends the push's small files in packs
+#                        first (`git xet upload-ahead`); 0: git-lfs's hook only
 #
 # Each side gets its own release server (or store directory), its own private HOME and caches,
 # and the same files (random bytes, sizes spread evenly over 1-100 KiB), committed in one
@@ -67,6 +70,11 @@ side() { # name (plain|negotiated|embedded): pushes (the seconds to $work/name.p
             ;;
         embedded)
             git xet install --global --endpoint "$work/embedded-store" >/dev/null
+            # As docs/guide.md sets a standalone repository up: its pre-push hook sends the
+            # push's small files in packs before git-lfs does (GIT_XET_BENCH_HOOK=0: not).
+            if [[ "${GIT_XET_BENCH_HOOK:-1}" == 1 ]]; then
+                git xet install --local --endpoint "$work/embedded-store" >/dev/null
+            fi
             ;;
     esac
     cp "$work"/files/*.bin .
