@@ -252,6 +252,10 @@ fn status_in_a_repository_before_and_after_a_standalone_install() {
     assert!(text.contains("from git config xet.endpoint"), "{text}");
     assert!(text.contains("128 B, 2 files"), "{text}");
     assert!(text.contains("No problems found."), "{text}");
+    assert!(
+        text.contains("sends a push's small files in packs first"),
+        "{text}"
+    );
 
     let v = s.status_json(&repo);
     let r = &v["repository"];

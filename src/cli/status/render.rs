@@ -215,13 +215,21 @@ fn render_repository(repo: &Repository, out: &mut impl Write) -> std::io::Result
     for r in &repo.remotes {
         writeln!(out, "{} {}", label("remote"), remote_text(r))?;
     }
-    let hook = match (repo.pre_push_hook, &repo.pre_push_chained) {
+    let mut hook = match (repo.pre_push_hook, &repo.pre_push_chained) {
         (HookKind::GitXet, Some(chained)) => format!("git-xet's check, then {chained}"),
         (HookKind::GitXet, None) => "git-xet's check, then `git lfs pre-push`".to_string(),
         (HookKind::GitLfs, _) => "git-lfs's (no git-xet check)".to_string(),
         (HookKind::Other, _) => "your own hook (no git-xet check)".to_string(),
         (HookKind::None, _) => "none".to_string(),
     };
+    if repo.mode == Mode::Standalone {
+        hook.push_str(if repo.pre_push_hook == HookKind::GitXet {
+            "; sends a push's small files in packs first"
+        } else {
+            "; `git xet install --local` adds git-xet's, which also sends a push's small files \
+             in packs before git-lfs does"
+        });
+    }
     writeln!(out, "{} {hook}", label("pre-push"))?;
     writeln!(
         out,
