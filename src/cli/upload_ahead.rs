@@ -7,9 +7,10 @@
 //! can only gather the few objects in their hands (§12.6). Before git-lfs starts, this step
 //! lists the push's LFS objects as git-lfs's pre-push selects them (the pointers in the pushed
 //! commits that the remote's refs do not reach, [`super::without_xet::pushed_pointers`]) and
-//! has the agent upload the small ones in packs of up to 64, two at once (§12.7); the agents
-//! git-lfs then hands them to find each registered and answer at once. Nothing here can fail
-//! the push: anything it did not upload is uploaded by git-lfs's agents as before.
+//! has the agent upload the small ones in packs of up to 64 files and 1 MiB, two at once
+//! (§12.7); the agents git-lfs then hands them to find each registered and answer at once.
+//! Nothing here can fail the push: anything it did not upload is uploaded by git-lfs's agents
+//! as before.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -34,7 +35,7 @@ const AT_LEAST: usize = 16;
 git-lfs's pre-push, in standalone mode only (elsewhere it does nothing): lists the LFS objects \
 the push carries (those of the pushed commits that the remote's refs do not reach, as git-lfs \
 selects them), uploads the small ones (under 1 MiB) to the repository's Xet endpoint in packs \
-of up to 64 files, and marks them for git-lfs's agents, which then answer for them at once. \
+of up to 64 files and 1 MiB, two at once, and marks them for git-lfs's agents, which then answer for them at once. \
 Anything it did not upload, git-lfs's agents upload as usual. `git config xet.packUploads \
 false` turns it off. Always exits 0.\n\nExample (what the hook runs):\n  git xet upload-ahead \
 --remote origin --refs .git/xet/pre-push-123.refs"
