@@ -184,6 +184,66 @@ fn standalone_http_endpoint_with_the_token_from_a_credential_helper() {
 
 #[needs(git_lfs)]
 #[test]
+fn a_standalone_repositorys_hook_sends_small_files_ahead_to_a_server_with_the_helpers_token() {
+    let server = common::server::start();
+    let env = GitEnv::new();
+    env.credential_helper(WRITE_TOKEN);
+    let work = work_repo(&env, None);
+    // The repository's own install (as the guide sets standalone repositories up) writes
+    // git-xet's pre-push hook.
+    let out = env.run_in(
+        &work,
+        "git",
+        &["xet", "install", "--local", "--endpoint", server.url()],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let files = small_files(700);
+    for (name, data) in &files {
+        std::fs::write(work.join(name), data).unwrap();
+    }
+    env.git(&work, &["add", "."]);
+    env.git(&work, &["commit", "-q", "-m", "small"]);
+    let push = env.run_in(&work, "git", &["push", "origin", "main"]);
+    assert_eq!(push.status, Some(0), "{}", push.all());
+    // The 40 files went up ahead of git-lfs in one pack (the token from the credential
+    // helper), and the agents found each registered: one shard for the push.
+    assert!(
+        push.all()
+            .contains("git-xet: 40 small LFS files sent in packs ahead of git-lfs"),
+        "{}",
+        push.all()
+    );
+    assert_eq!(registered_files(&server), files.len() as u64);
+    assert_eq!(
+        common::git::count_files(&server.store_dir().join("shards")),
+        1,
+        "{}",
+        env.agent_log()
+    );
+    // A clone set up for the same endpoint gets every file.
+    let out = env.run_in(
+        env.path(),
+        "git",
+        &[
+            "xet",
+            "clone",
+            "--endpoint",
+            server.url(),
+            "remote.git",
+            "clone",
+        ],
+    );
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    for (name, data) in &files {
+        assert!(
+            std::fs::read(env.path().join("clone").join(name)).unwrap() == *data,
+            "{name}"
+        );
+    }
+}
+
+#[needs(git_lfs)]
+#[test]
 fn a_server_killed_mid_push_gives_a_clear_error_and_the_next_push_succeeds() {
     let server = common::server::start();
     let mut env = GitEnv::new();
