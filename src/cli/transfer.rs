@@ -58,6 +58,9 @@ pub(super) enum Stderr {
     /// else only warnings and errors are written. Two info lines per object, written and read
     /// through git-lfs's pipe for nobody, were an eighth of a fetch of 1000 small files.
     AgentTrace,
+    /// Errors only, `info` and up with `GIT_TRACE` (`git xet upload-ahead`: what it could not
+    /// do, git-lfs's agents do after it and report themselves).
+    Errors,
 }
 
 /// The stderr filter the agent uses without `GIT_XET_LOG_LEVEL`, given `GIT_TRACE`'s value:
@@ -103,6 +106,10 @@ pub(super) fn init_logging_to(stderr: Stderr, default_file: Option<&std::path::P
         Stderr::Info => "info",
         Stderr::Warn => "warn,fuser=error",
         Stderr::AgentTrace => agent_stderr_level(std::env::var("GIT_TRACE").ok().as_deref()),
+        Stderr::Errors => match agent_stderr_level(std::env::var("GIT_TRACE").ok().as_deref()) {
+            "info" => "info",
+            _ => "error",
+        },
     };
     let file = std::env::var_os(LOG_ENV)
         .filter(|v| !v.is_empty())

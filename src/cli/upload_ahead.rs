@@ -50,8 +50,11 @@ pub(crate) struct UploadAheadArgs {
 }
 
 pub fn run(args: &UploadAheadArgs) -> CmdResult {
-    // As the agent's: to GIT_XET_LOG (the hook discards stderr).
-    super::fetch::start_logging();
+    // To GIT_XET_LOG as the agent's; on stderr (the push's output) errors only, since what
+    // this step could not do git-lfs's agents do next and report (a server that does not
+    // answer: their errors, not this step's retries, say so).
+    crate::agent::settings::register_env_secrets();
+    super::transfer::init_logging(super::transfer::Stderr::Errors);
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let git = Git::in_dir(&cwd);
