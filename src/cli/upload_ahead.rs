@@ -25,10 +25,6 @@ const LIST_TIME: Duration = Duration::from_secs(60);
 /// Packs uploaded at once (each by an agent of its own).
 const WORKERS: usize = 2;
 
-/// Fewer small objects than this are left to git-lfs's agents, which gather that many
-/// themselves.
-const AT_LEAST: usize = 16;
-
 #[derive(Debug, clap::Args)]
 #[command(
     after_long_help = "Run by the pre-push hook that `git xet install --local` writes, before \
@@ -75,19 +71,11 @@ pub fn run(args: &UploadAheadArgs) -> CmdResult {
         return Ok(ExitCode::SUCCESS);
     };
     let objects: Vec<_> = pointers.iter().map(|p| (p.oid, p.size)).collect();
-    let small = objects
-        .iter()
-        .filter(|(_, size)| *size > 0 && *size < crate::agent::transfer::GATHER_BELOW)
-        .count();
-    if small < AT_LEAST {
-        return Ok(ExitCode::SUCCESS);
-    }
     let started = Instant::now();
     match crate::agent::transfer::upload_ahead(&cwd, &args.remote, &objects, WORKERS) {
         Ok(n) => {
             tracing::info!(
                 objects = objects.len(),
-                small,
                 registered = n,
                 list_millis = (started - listed).as_millis() as u64,
                 upload_millis = started.elapsed().as_millis() as u64,

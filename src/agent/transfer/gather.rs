@@ -46,7 +46,7 @@ use xet_protocol::wire::{Pack, MAX_PACK_MEMBERS};
 
 /// Objects smaller than this are gathered: those that skip looking for earlier versions
 /// ([`super::prior::MIN_PRIOR_SIZE`]), which a pack would not use.
-pub(crate) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
+pub(super) const GATHER_BELOW: u64 = super::prior::MIN_PRIOR_SIZE;
 
 /// A round that finds fewer objects queued than this waits once for more ([`linger_after`]).
 const SMALL_ROUND: usize = 4;
@@ -73,9 +73,14 @@ pub(super) const FILE_PREFIX: &str = "xet-gather-";
 /// of a small, non-empty object in git-lfs's object store (where the leader finds it).
 pub(super) fn gathers(t: &Transfer) -> bool {
     t.action.is_none()
-        && t.size > 0
-        && t.size < GATHER_BELOW
+        && gathered_size(t.size)
         && t.path.as_deref().is_some_and(|p| named_by_oid(p, &t.oid))
+}
+
+/// Whether an object of `size` bytes is small enough to go up with others (non-empty, under
+/// [`GATHER_BELOW`]): in a gathered round or ahead of git-lfs.
+pub(super) fn gathered_size(size: u64) -> bool {
+    size > 0 && size < GATHER_BELOW
 }
 
 /// The name shared by the files of the queue of the endpoint described by `endpoint`.

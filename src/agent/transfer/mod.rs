@@ -77,7 +77,6 @@ use super::protocol::{
 };
 use super::settings::{self, EndpointSpec};
 use crate::git::Git;
-pub(crate) use gather::GATHER_BELOW;
 use xet_client::object_chunks::{object_path, ChunkLists};
 use xet_client::pipeline::cached::Cached;
 use xet_client::pipeline::download::{write_file_at_with, write_part, DownloadError, Written};
@@ -395,8 +394,8 @@ impl InProcessAgent {
 /// repository at `dir` to the standalone endpoint of `remote` before git-lfs's pre-push hands
 /// them to its agents (docs/lfs-agent.md §12.7): in packs of up to 64 objects and
 /// [`AHEAD_PACK_BYTES`], `workers` at once, each worker an agent of its own. Returns how many
-/// were registered; those that were not (an error, negotiated mode) are left to git-lfs's
-/// agents as usual.
+/// were registered; those that were not (an error, negotiated mode, fewer than
+/// [`AHEAD_AT_LEAST`] small objects in all) are left to git-lfs's agents as usual.
 pub(crate) fn upload_ahead(
     dir: &Path,
     remote: &str,
@@ -405,10 +404,13 @@ pub(crate) fn upload_ahead(
 ) -> Result<usize, TransferError> {
     let mut packs: Vec<Vec<(LfsOid, u64)>> = Vec::new();
     let mut bytes = 0u64;
-    for &(oid, size) in objects {
-        if size == 0 || size >= gather::GATHER_BELOW {
-            continue;
-        }
+    let small = objects
+        .iter()
+        .filter(|(_, size)| gather::gathered_size(*size));
+    if small.clone().count() < AHEAD_AT_LEAST {
+        return Ok(0);
+    }
+    for &(oid, size) in small {
         match packs.last_mut() {
             Some(pack) if pack.len() < MAX_PACK_MEMBERS && bytes + size <= AHEAD_PACK_BYTES => {
                 pack.push((oid, size));
@@ -446,6 +448,10 @@ pub(crate) fn upload_ahead(
         Ok(registered)
     })
 }
+
+/// Fewer small objects than this are left to git-lfs's agents, which gather that many
+/// themselves.
+const AHEAD_AT_LEAST: usize = 16;
 
 /// The most bytes of members a pack uploaded ahead of git-lfs holds: its xorb (the members'
 /// chunks, their headers and its footer, a few KiB more) then stays within the 1 MiB that a
