@@ -6,7 +6,8 @@
 //! After a pull or a clone, the work-tree files git left as pointers are written from those
 //! objects and recorded in git's index ([`CheckoutPlan::apply`]): cloned from the object
 //! where the filesystem shares blocks between files (btrfs, XFS), else written as the object is
-//! downloaded ([`Mirrors`]), else copied.
+//! downloaded ([`Mirrors`]; the object's own bytes then skip the page cache, see
+//! `xet_client::pipeline::direct`), else copied.
 //!
 //! What git-lfs does around a custom agent's download is done here instead: the LFS batch
 //! request (negotiated mode; offering `xet` only, see [`ObjectReader::download_actions`]), and

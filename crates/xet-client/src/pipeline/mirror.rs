@@ -85,6 +85,12 @@ impl Mirror {
         }
     }
 
+    /// The mirror's file while no write to it failed: the bytes of every write made through
+    /// the mirror are in it.
+    pub fn intact(&self) -> Option<&File> {
+        (!self.state.lock_anyway().broken).then_some(&self.file)
+    }
+
     /// Forgets what was written (the download starts over and writes every byte again).
     pub fn reset(&self) {
         self.state.lock_anyway().written.clear();

@@ -34,6 +34,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use crate::pipeline::direct::DirectWrites;
 use crate::pipeline::download::WriteAt;
 use crate::pipeline::mirror::Mirror;
 use crate::pipeline::prior::read_exact_at;
@@ -196,6 +197,8 @@ pub struct PartialFile {
     sha256: OnceLock<Sha256Landed>,
     /// A second file the bytes are also written to ([`PartialFile::mirror_to`]).
     mirror: OnceLock<Mirror>,
+    /// With a mirror, the file's own bytes skip the page cache (see [`DirectWrites`]).
+    direct: OnceLock<DirectWrites>,
 }
 
 impl std::fmt::Debug for PartialFile {
@@ -237,6 +240,7 @@ impl PartialFile {
             recorded: AtomicU64::new(0),
             sha256: OnceLock::new(),
             mirror: OnceLock::new(),
+            direct: OnceLock::new(),
         })
     }
 
@@ -288,6 +292,7 @@ impl PartialFile {
             recorded: AtomicU64::new(found),
             sha256: OnceLock::new(),
             mirror: OnceLock::new(),
+            direct: OnceLock::new(),
         }))
     }
 
@@ -336,6 +341,9 @@ impl PartialFile {
     /// Whether the bytes of `extent` in the file hash, chunk by chunk, to what it records
     /// (`buf` is scratch space).
     pub fn verify(&self, extent: &Extent, buf: &mut Vec<u8>) -> bool {
+        if self.flush().is_err() {
+            return false;
+        }
         let len = extent.len();
         if extent.at.checked_add(len).is_none_or(|end| end > self.size) {
             return false;
@@ -362,6 +370,8 @@ impl PartialFile {
     /// Forgets everything: the file is emptied and its record starts again (a download that
     /// did not verify starts over).
     pub fn restart(&self, oid: &LfsOid) -> io::Result<()> {
+        // Queued writes of the attempt that failed land first, not over the next one's.
+        self.flush()?;
         let mut end = self.end.lock_anyway();
         self.earlier.lock_anyway().clear();
         self.file.set_len(0)?;
@@ -387,14 +397,26 @@ impl PartialFile {
     /// The SHA-256 of the file's bytes, mostly computed while they were written (the rest is
     /// read back); `None` unless [`PartialFile::hash_as_written`] was called.
     pub fn sha256(&self) -> Option<io::Result<LfsOid>> {
-        self.sha256.get().map(|s| s.finish(&self.file, self.size))
+        let sha = self.sha256.get()?;
+        Some(
+            self.flush()
+                .and_then(|()| sha.finish(&self.file, self.size)),
+        )
     }
 
     /// From now on, writes the file's bytes to `file` too, at the same offsets (see
     /// [`Mirror`]); [`PartialFile::mirrored`] says whether it holds all of them. Once only.
+    ///
+    /// The mirror is the copy read next (a work-tree file): this file's own bytes then skip
+    /// the page cache where the filesystem allows it ([`DirectWrites`]), and the SHA-256
+    /// computed as they land reads back what it needs from the mirror.
     pub fn mirror_to(&self, file: File) -> io::Result<()> {
         let mirror = Mirror::new(file, self.size)?;
-        let _ = self.mirror.set(mirror);
+        if self.mirror.set(mirror).is_ok() {
+            if let Some(direct) = DirectWrites::open(&self.file) {
+                let _ = self.direct.set(direct);
+            }
+        }
         Ok(())
     }
 
@@ -406,7 +428,14 @@ impl PartialFile {
 
     /// Cuts the record off: the file is the downloaded file and nothing else.
     pub fn finish(&self) -> io::Result<()> {
+        self.flush()?;
         self.file.set_len(self.size)
+    }
+
+    /// Waits until every write is in the file (see [`DirectWrites::flush`]); an error if one
+    /// failed.
+    fn flush(&self) -> io::Result<()> {
+        self.direct.get().map_or(Ok(()), DirectWrites::flush)
     }
 }
 
@@ -426,12 +455,20 @@ impl WriteAt for PartialFile {
                 ),
             ));
         }
-        WriteAt::write_all_at(&self.file, buf, offset)?;
-        if let Some(mirror) = self.mirror.get() {
+        match self.direct.get() {
+            Some(direct) => direct.write_all_at(buf, offset)?,
+            None => WriteAt::write_all_at(&self.file, buf, offset)?,
+        }
+        let mirror = self.mirror.get();
+        if let Some(mirror) = mirror {
             mirror.write(buf, offset);
         }
         if let Some(sha) = self.sha256.get() {
-            sha.landed(&self.file, buf, offset);
+            // Bytes read back come from the page cache: the mirror's, while it holds every
+            // write (if it broke meanwhile, the hash comes out wrong and the caller, who
+            // compares it with the object's name, hashes the file again).
+            let from = mirror.and_then(Mirror::intact).unwrap_or(&self.file);
+            sha.landed(from, buf, offset);
         }
         Ok(())
     }
@@ -467,6 +504,37 @@ mod tests {
         let tmp = tempfile::NamedTempFile::new().unwrap();
         let part = PartialFile::create(tmp.reopen().unwrap(), &oid(), &hash(), size).unwrap();
         (tmp, part)
+    }
+
+    #[test]
+    fn with_a_mirror_both_files_and_the_sha256_hold_every_write_even_after_a_restart() {
+        let size = (3 << 20) + 4321;
+        let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
+        let oid = LfsOid::of(&bytes);
+        let (tmp, part) = part_with(size as u64);
+        let mirror = tempfile::NamedTempFile::new().unwrap();
+        part.hash_as_written();
+        part.mirror_to(mirror.reopen().unwrap()).unwrap();
+        // A first attempt writes garbage over the middle (a damaged download), then starts
+        // over: the files end up with the second attempt's bytes.
+        part.write_all_at(&vec![0xEE; 2 << 20], 1 << 20).unwrap();
+        part.restart(&oid).unwrap();
+        // Pieces out of order, of odd sizes and places.
+        let cuts = [0, 5000, 1 << 20, (1 << 20) + 333, (5 << 19) + 1, size];
+        for w in cuts.windows(2).rev() {
+            part.write_all_at(&bytes[w[0]..w[1]], w[0] as u64).unwrap();
+        }
+        assert!(part.mirrored());
+        assert_eq!(part.sha256().unwrap().unwrap(), oid);
+        part.finish().unwrap();
+        assert!(
+            std::fs::read(tmp.path()).unwrap() == bytes,
+            "the object differs"
+        );
+        assert!(
+            std::fs::read(mirror.path()).unwrap() == bytes,
+            "the mirror differs"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The crate's only unsafe code: file mappings, four system calls and allocator settings that
-//! neither std nor a crate already in the tree wraps safely. Everything else in git-xet is safe
-//! Rust, which the `unsafe_code = "deny"` lint of Cargo.toml enforces; this module is the one
-//! place that allows it, and each block says why it is sound.
+//! neither std nor a crate already in the tree wraps safely; and the other calls that exist on
+//! some systems only. Everything else in git-xet is safe Rust, which the `unsafe_code = "deny"`
+//! lint of Cargo.toml enforces; this module is the one place that allows it, and each block
+//! says why it is sound.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -111,6 +112,29 @@ pub fn clone_file(from: &File, to: &File) -> io::Result<()> {
 /// See the Linux version: no reflinks here.
 #[cfg(not(target_os = "linux"))]
 pub fn clone_file(_from: &File, _to: &File) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// A second descriptor of `file` (open for writing) whose writes skip the page cache (Linux's
+/// `O_DIRECT`, through `/proc/self/fd`): for bytes written once and not read soon, one copy
+/// into the device's queue instead of a copy into the page cache that the kernel's flusher
+/// then writes out. Its writes must start and end at multiples of the device's logical block
+/// size, from memory aligned the same way; the filesystem refuses others (`EINVAL`). An error
+/// where the filesystem does not allow it (tmpfs before Linux 6.6, some FUSE filesystems),
+/// without `/proc`, or on another platform.
+#[cfg(target_os = "linux")]
+pub fn reopen_direct(file: &File) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// See the Linux version: never here.
+#[cfg(not(target_os = "linux"))]
+pub fn reopen_direct(_file: &File) -> io::Result<File> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
