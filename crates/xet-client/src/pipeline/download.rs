@@ -595,6 +595,12 @@ fn last_reuses(steps: &[Step]) -> HashMap<usize, usize> {
 pub trait WriteAt: Sync {
     /// Writes all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Whether this writer makes concurrent writes take turns itself where they must (so that
+    /// [`write_file_at`] lets its threads call it at once).
+    fn takes_turns(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(unix)]
@@ -604,10 +610,11 @@ impl WriteAt for std::fs::File {
     }
 }
 
-/// Writes to a [`WriteAt`] one at a time. A filesystem takes a file's lock for each buffered
-/// write (ext4 does), and writers waiting on it in the kernel spin while the holder copies:
-/// on a machine of few cores that spinning takes a core from the fetching, decoding and
-/// hashing of the other threads. Waiting here parks the thread instead.
+/// Writes to a [`WriteAt`] one at a time (unless it takes turns itself, like a
+/// [`PartialFile`], whose writes go to several files). A filesystem takes a file's lock for
+/// each buffered write (ext4 does), and writers waiting on it in the kernel spin while the
+/// holder copies: on a machine of few cores that spinning takes a core from the fetching,
+/// decoding and hashing of the other threads. Waiting here parks the thread instead.
 struct OneWriteAtATime<'a> {
     out: &'a dyn WriteAt,
     turn: std::sync::Mutex<()>,
@@ -615,6 +622,9 @@ struct OneWriteAtATime<'a> {
 
 impl WriteAt for OneWriteAtATime<'_> {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.out.takes_turns() {
+            return self.out.write_all_at(buf, offset);
+        }
         let _turn = self.turn.lock_anyway();
         self.out.write_all_at(buf, offset)
     }

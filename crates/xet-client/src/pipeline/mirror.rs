@@ -21,6 +21,9 @@ pub struct Mirror {
     file: File,
     size: u64,
     state: Mutex<State>,
+    /// Writes take turns (see `OneWriteAtATime` in the download module: waiting here parks a
+    /// thread where the filesystem's lock would have it spin).
+    turn: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +67,7 @@ impl Mirror {
             file,
             size,
             state: Mutex::default(),
+            turn: Mutex::new(()),
         })
     }
 
@@ -74,7 +78,10 @@ impl Mirror {
             self.state.lock_anyway().broken = true;
             return;
         }
-        let written = WriteAt::write_all_at(&self.file, buf, offset);
+        let written = {
+            let _turn = self.turn.lock_anyway();
+            WriteAt::write_all_at(&self.file, buf, offset)
+        };
         let mut state = self.state.lock_anyway();
         match written {
             Ok(()) => state.add(offset, end),

@@ -199,6 +199,9 @@ pub struct PartialFile {
     mirror: OnceLock<Mirror>,
     /// With a mirror, the file's own bytes skip the page cache (see [`DirectWrites`]).
     direct: OnceLock<DirectWrites>,
+    /// Writes to the file take turns (see [`WriteAt::takes_turns`]); the mirror's and the
+    /// SHA-256's work is done outside it, each taking its own turns.
+    turn: Mutex<()>,
 }
 
 impl std::fmt::Debug for PartialFile {
@@ -241,6 +244,7 @@ impl PartialFile {
             sha256: OnceLock::new(),
             mirror: OnceLock::new(),
             direct: OnceLock::new(),
+            turn: Mutex::new(()),
         })
     }
 
@@ -293,6 +297,7 @@ impl PartialFile {
             sha256: OnceLock::new(),
             mirror: OnceLock::new(),
             direct: OnceLock::new(),
+            turn: Mutex::new(()),
         }))
     }
 
@@ -455,9 +460,12 @@ impl WriteAt for PartialFile {
                 ),
             ));
         }
-        match self.direct.get() {
-            Some(direct) => direct.write_all_at(buf, offset)?,
-            None => WriteAt::write_all_at(&self.file, buf, offset)?,
+        {
+            let _turn = self.turn.lock_anyway();
+            match self.direct.get() {
+                Some(direct) => direct.write_all_at(buf, offset)?,
+                None => WriteAt::write_all_at(&self.file, buf, offset)?,
+            }
         }
         let mirror = self.mirror.get();
         if let Some(mirror) = mirror {
@@ -471,6 +479,12 @@ impl WriteAt for PartialFile {
             sha.landed(from, buf, offset);
         }
         Ok(())
+    }
+
+    /// The file's writes, the mirror's and the SHA-256 each take their own turns: one thread
+    /// can hash while another writes.
+    fn takes_turns(&self) -> bool {
+        true
     }
 }
 
