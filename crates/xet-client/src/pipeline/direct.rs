@@ -46,6 +46,11 @@ const PIECE: usize = 1 << 20;
 /// Writes waiting for the writer's thread, at most (direct ones hold a MiB each).
 pub const QUEUE: usize = 8;
 
+/// Aligned buffers kept for reuse, at most: enough for a full queue, the one being written and
+/// one being filled by each of the download's threads, so that none is allocated (zeroed and
+/// faulted in) again while the download runs.
+const SPARE: usize = QUEUE + 1 + crate::pipeline::download::DOWNLOAD_WORKERS;
+
 /// A write's aligned middle shorter than this goes through the page cache (one copy either way;
 /// a direct write of a few pages waits for the device for little).
 const MIN_DIRECT: u64 = 64 << 10;
@@ -277,7 +282,7 @@ impl Shared {
         });
         if job.direct {
             let mut spare = self.spare.lock_anyway();
-            if spare.len() < QUEUE + 2 {
+            if spare.len() < SPARE {
                 spare.push(job.buffer);
             }
         }
