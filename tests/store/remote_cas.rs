@@ -389,10 +389,12 @@ fn upload_progress_follows_the_wire_on_a_slow_link() {
     steps.sort_unstable();
     assert!(steps.len() >= 10, "{} steps: {seen:?}", steps.len());
     // The first step is the largest: the kernel's socket buffers on both sides of the
-    // throttle take the first several MiB at once (8.2-8.7 MiB seen, with TCP autotuning).
-    // Progress counted when the xorb is handed over would jump by all 40 MiB at once.
+    // throttle take the first several MiB at once (8.2-8.7 MiB seen, with TCP autotuning),
+    // and the counter is read on a tick, so a thread kept off the cores by a busy machine
+    // sees more at once (22.5 MB seen while the whole suite ran on two cores). Progress
+    // counted when the xorb is handed over would jump by all 40 MiB at once.
     let largest = *steps.last().unwrap();
-    assert!(largest < 16 << 20, "a jump of {largest} bytes: {seen:?}");
+    assert!(largest < 30 << 20, "a jump of {largest} bytes: {seen:?}");
     assert_eq!(*seen.last().unwrap(), data.len() as u64);
 }
 
