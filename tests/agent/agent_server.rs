@@ -191,12 +191,7 @@ fn a_standalone_repositorys_hook_sends_small_files_ahead_to_a_server_with_the_he
     let work = work_repo(&env, None);
     // The repository's own install (as the guide sets standalone repositories up) writes
     // git-xet's pre-push hook.
-    let out = env.run_in(
-        &work,
-        "git",
-        &["xet", "install", "--local", "--endpoint", server.url()],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.install_local(&work, server.url());
     let files = small_files(700);
     for (name, data) in &files {
         std::fs::write(work.join(name), data).unwrap();

@@ -229,18 +229,7 @@ fn with_git_xets_hook_a_pushs_small_files_go_up_ahead_in_packs() {
     let work = env.standalone_world(&store, 8);
     // The repository's own install writes git-xet's pre-push hook (git-lfs's, which `git lfs
     // track` wrote, runs after it).
-    let out = env.run_in(
-        &work,
-        "git",
-        &[
-            "xet",
-            "install",
-            "--local",
-            "--endpoint",
-            store.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.install_local(&work, store.to_str().unwrap());
     // 100 bytes to 10 KB each: packs are cut at 64 files before their 1 MiB of bytes.
     let mut files = small_files(150, 5000, 100, 10_000);
     files.push(("large.bin".to_string(), common::splitmix64(6000, 3 << 20)));

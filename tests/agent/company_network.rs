@@ -156,12 +156,7 @@ fn without_the_ca_the_agent_refuses_at_once_and_says_what_to_set() {
     let env = machine(&[]);
     env.git(env.path(), &["init", "-q", "repo"]);
     let repo = env.path().join("repo");
-    let out = env.run_in(
-        &repo,
-        "git",
-        &["xet", "install", "--local", "--endpoint", &n.url()],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.install_local(&repo, &n.url());
     let out = env.run_in(&repo, "git", &["xet", "status"]);
     let all = out.all();
     assert!(

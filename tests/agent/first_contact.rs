@@ -35,17 +35,6 @@ fn committed_work_tree(env: &GitEnv, url: &str, token: &str) -> std::path::PathB
     work
 }
 
-/// `git xet install --local --endpoint STORE` in `repo`; must succeed.
-fn install_local_endpoint(env: &GitEnv, repo: &Path, store: &Path) {
-    let store = store.to_str().unwrap();
-    let out = env.run_in(
-        repo,
-        "git",
-        &["xet", "install", "--local", "--endpoint", store],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
-}
-
 #[needs(git_lfs)]
 #[test]
 fn a_server_that_does_not_answer_is_shown_on_the_terminal_while_the_agent_retries() {
@@ -128,7 +117,7 @@ fn a_standalone_repository_clones_in_one_command() {
     env.git(env.path(), &["init", "-q", "--bare", "remote.git"]);
     env.git(env.path(), &["init", "-q", "work"]);
     let work = env.path().join("work");
-    install_local_endpoint(&env, &work, &store);
+    env.install_local(&work, store.to_str().unwrap());
     env.git(&work, &["lfs", "track", "*.bin"]);
     env.git(&work, &["remote", "add", "origin", "../remote.git"]);
     let model = common::splitmix64(31, 3 << 20);
@@ -142,7 +131,7 @@ fn a_standalone_repository_clones_in_one_command() {
     assert_ne!(plain.status, Some(0), "{}", plain.all());
     // Repaired in place as `git xet clone --help` and the guide say.
     let broken = env.path().join("plain");
-    install_local_endpoint(&env, &broken, &store);
+    env.install_local(&broken, store.to_str().unwrap());
     env.git(
         &broken,
         &["restore", "--source=HEAD", "--staged", "--worktree", ":/"],

@@ -366,18 +366,7 @@ fn each_remote_shows_its_own_lfs_url_and_endpoint() {
 
     // Standalone: the repository's endpoint and the mirror's own, each with its source.
     let store = env.path().join("store");
-    let out = env.run_in(
-        &work,
-        "git",
-        &[
-            "xet",
-            "install",
-            "--local",
-            "--endpoint",
-            store.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(out.status, Some(0), "{}", out.all());
+    env.install_local(&work, store.to_str().unwrap());
     let out = env.run_in(
         &work,
         "git",

@@ -276,6 +276,24 @@ impl GitEnv {
         work
     }
 
+    /// `git xet install --local --endpoint ENDPOINT` in `repo` (a directory or a URL), which
+    /// must succeed: a standalone repository as the guide sets one up, with git-xet's pre-push
+    /// hook.
+    #[allow(dead_code)]
+    pub fn install_local(&self, repo: &Path, endpoint: &str) {
+        let out = self.run_in(
+            repo,
+            "git",
+            &["xet", "install", "--local", "--endpoint", endpoint],
+        );
+        assert_eq!(
+            out.status,
+            Some(0),
+            "git xet install --local: {}",
+            out.all()
+        );
+    }
+
     /// Runs a git command that must succeed.
     pub fn git(&self, dir: &Path, args: &[&str]) -> Output {
         let out = self.run_in(dir, "git", args);
