@@ -33,7 +33,8 @@
 #              copies the object from a local file: git-lfs's own cost for any custom agent
 #              (batch call, agent start, re-hashing with SHA-256, move), which no agent beats.
 # Each upload starts with only its input in the page cache (as root: clean pages dropped, then
-# the input read once) and after `sync`; every timed step, on both sides, starts right after
+# the input read once) and each download with only its server's store (the floor's: its input)
+# and after `sync`; every timed step, on both sides, starts right after
 # memory of the data's size was touched and freed (prime_memory in bench/lib.sh); after each
 # upload the server's background SHA-256 check is waited for (not timed). Prints the whole
 # commands' ratios first (reference / git-xet; above 1: git-xet is faster), then times,
@@ -97,6 +98,15 @@ warm() {
     if [[ -w /proc/sys/vm/drop_caches ]]; then echo 1 > /proc/sys/vm/drop_caches; fi
     cat "$@" > /dev/null
 }
+# Each download starts the same way on both sides: clean page-cache pages dropped (as root), then
+# the server's store read once, so that the server's bytes, and only they, are in the page cache
+# (else a step late in the round met a page cache filled by the steps before it, where hf_xet's
+# download, early in the round, did not).
+warm_store() { # server name (a1, b1, …)
+    local files=()
+    mapfile -d '' files < <(find "$work/$1-store" -type f -print0)
+    warm "${files[@]}"
+}
 # Right before each timed step, on both sides: pages for what the step writes that the machine
 # has just used (prime_memory in bench/lib.sh explains why): the data's size and 256 MiB.
 prime() { prime_memory $(( size_mib + 256 )); }
@@ -145,6 +155,7 @@ round() {
     warm "${inputs[@]}"
     sync; prime; read -r a b < <(hf up "hf-up-$r" "$url_a"); hf_up+=("$a"); hf_up_rss+=("$b")
     settle_server "$url_a"
+    warm_store "a$r"
     sync; prime; read -r a b < <(hf down "hf-down-$r" "$url_a"); hf_down+=("$a"); hf_down_rss+=("$b")
     local i
     for i in "${!inputs[@]}"; do
@@ -193,6 +204,7 @@ round() {
     cd "$work"
     GIT_LFS_SKIP_SMUDGE=1 git clone -q "remote-$r.git" "clone-$r"
     cd "clone-$r"
+    warm_store "b$r"
     sync; prime; t0=$(now); git lfs fetch >/dev/null; t1=$(now)
     fetch+=("$(echo "$t1 - $t0" | bc)")
     prime; t0=$(now); git lfs checkout >/dev/null 2>&1; t1=$(now)
@@ -204,6 +216,7 @@ round() {
     done
     # git xet pull of the new files into the clone made before the push.
     cd "$work/pull-$r"
+    warm_store "b$r"
     sync; prime; t0=$(now)
     GIT_XET_LOG="$work/pull-$r.log" git xet pull -- -q origin main
     t1=$(now)
@@ -219,6 +232,7 @@ round() {
         mkdir -p "$work/by-oid"
         for i in "${!inputs[@]}"; do ln -f "${inputs[$i]}" "$work/by-oid/${oids[$i]}"; done
         rm -rf .git/lfs/objects
+        warm "${inputs[@]}"
         sync; prime; t0=$(now)
         git -c lfs.customtransfer.xet.path="$floor_agent" \
             -c lfs.customtransfer.xet.args="$work/by-oid" lfs fetch >/dev/null
