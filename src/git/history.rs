@@ -87,6 +87,11 @@ impl History {
         out
     }
 
+    /// The paths the earlier versions had.
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &str> {
+        self.previous.values().map(|v| v.path.as_str())
+    }
+
     /// How many objects have an earlier version.
     pub fn len(&self) -> usize {
         self.previous.len()
@@ -162,7 +167,7 @@ fn changes_of(repo: &Repository, commit: Oid, history: &mut History) -> Result<(
 
 /// The pointer in blob `id`, if it is one. The size comes from the object header first, so a
 /// large blob is never read.
-fn pointer(repo: &Repository, odb: &git2::Odb<'_>, id: Oid) -> Option<Pointer> {
+pub(super) fn pointer(repo: &Repository, odb: &git2::Odb<'_>, id: Oid) -> Option<Pointer> {
     let (size, kind) = odb.read_header(id).ok()?;
     if kind != git2::ObjectType::Blob || size >= MAX_POINTER_LEN {
         return None;

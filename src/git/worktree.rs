@@ -10,7 +10,11 @@
 //! libgit2 check such entries by content. A file written here is given a modification time
 //! ([`settled_mtime`]) before the index it is recorded in was last written, so that neither
 //! looks at its content again.
+//!
+//! The same stat data tells which LFS object a checked-out file holds without reading it
+//! ([`checked_out_objects`]), as git tells that a file is unchanged.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -19,6 +23,7 @@ use std::time::{Duration, SystemTime};
 use git2::{IndexEntry, IndexTime, Oid, Repository};
 
 use super::{Git, GitError};
+use xet_format::LfsOid;
 
 /// Why the index could not be updated (libgit2's error beside the message, not its source:
 /// see [`super::objects::ObjectsError`]).
@@ -147,19 +152,97 @@ pub(crate) fn record_written(
     Ok(updated)
 }
 
+/// Index entry flags: "assume unchanged" (`git update-index --assume-unchanged`), and in the
+/// extended flags "skip worktree" (sparse checkouts). git does not compare such a file with its
+/// entry, so the entry says nothing about the file.
+const ASSUME_VALID: u16 = 0x8000;
+const SKIP_WORKTREE: u16 = 0x4000;
+
+/// The LFS objects that the work-tree files at `paths` (`/`-separated, from the work tree's
+/// root) hold, as git's index tells without reading them: a path is in the answer when its
+/// index entry is an LFS pointer and its file's stat data is the entry's (git takes it as
+/// unchanged), and the entry is not racily clean (its file modified in the second the index
+/// was written, or later). A path the index cannot vouch for (no entry, not a pointer, changed
+/// since, assumed unchanged, not on this platform) is left out: its file may hold anything.
+pub(crate) fn checked_out_objects<'a>(
+    repo: &Repository,
+    paths: impl IntoIterator<Item = &'a str>,
+) -> HashMap<String, LfsOid> {
+    let mut out = HashMap::new();
+    let Some(root) = repo.workdir() else {
+        return out;
+    };
+    let written = std::fs::metadata(repo.path().join("index"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
+    let (Some(written), Ok(index), Ok(odb)) = (written, repo.index(), repo.odb()) else {
+        return out;
+    };
+    for path in paths {
+        if path.is_empty() || out.contains_key(path) {
+            continue;
+        }
+        let Some(entry) = index.get_path(Path::new(path), 0) else {
+            continue;
+        };
+        if entry.flags & ASSUME_VALID != 0 || entry.flags_extended & SKIP_WORKTREE != 0 {
+            continue;
+        }
+        // Racily clean: a change within the index's second would not show in the times.
+        if i64::from(entry.mtime.seconds()) >= written.as_secs() as i64 {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(root.join(path)) else {
+            continue;
+        };
+        if !meta.is_file() || !same_stat(&entry, &meta) {
+            continue;
+        }
+        if let Some(pointer) = super::history::pointer(repo, &odb, entry.id) {
+            out.insert(path.to_owned(), pointer.oid);
+        }
+    }
+    out
+}
+
+/// Whether `meta` is the stat data `entry` recorded (as git compares them).
+#[cfg(unix)]
+fn same_stat(entry: &IndexEntry, meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    index_time(meta.mtime(), meta.mtime_nsec()) == entry.mtime
+        && index_time(meta.ctime(), meta.ctime_nsec()) == entry.ctime
+        && meta.dev() as u32 == entry.dev
+        && meta.ino() as u32 == entry.ino
+        && meta.uid() == entry.uid
+        && meta.gid() == entry.gid
+        && meta.len() as u32 == entry.file_size
+}
+
+/// Without the full stat data the entry cannot vouch for its file.
+#[cfg(not(unix))]
+fn same_stat(_entry: &IndexEntry, _meta: &std::fs::Metadata) -> bool {
+    false
+}
+
 /// `entry` with the stat data of `meta`, as git records it (sizes and times as 32-bit fields).
 #[cfg(unix)]
 fn with_stat(mut entry: IndexEntry, meta: &std::fs::Metadata) -> IndexEntry {
     use std::os::unix::fs::MetadataExt;
-    let time = |secs: i64, nanos: i64| IndexTime::new(secs as i32, nanos as u32);
-    entry.ctime = time(meta.ctime(), meta.ctime_nsec());
-    entry.mtime = time(meta.mtime(), meta.mtime_nsec());
+    entry.ctime = index_time(meta.ctime(), meta.ctime_nsec());
+    entry.mtime = index_time(meta.mtime(), meta.mtime_nsec());
     entry.dev = meta.dev() as u32;
     entry.ino = meta.ino() as u32;
     entry.uid = meta.uid();
     entry.gid = meta.gid();
     entry.file_size = meta.len() as u32;
     entry
+}
+
+/// A time as the index records it (32-bit seconds and nanoseconds).
+#[cfg(unix)]
+fn index_time(secs: i64, nanos: i64) -> IndexTime {
+    IndexTime::new(secs as i32, nanos as u32)
 }
 
 #[cfg(not(unix))]
@@ -171,6 +254,90 @@ fn with_stat(mut entry: IndexEntry, meta: &std::fs::Metadata) -> IndexEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A repository whose index records `m.bin` as the pointer of `content`, with the stat
+    /// data of the file holding it (modified ten seconds ago, so not racily clean).
+    fn checked_out(content: &[u8]) -> (tempfile::TempDir, Repository, LfsOid) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let pointer = xet_format::pointer::Pointer::new(LfsOid::of(content), content.len() as u64);
+        let blob = repo.blob(pointer.to_string().as_bytes()).unwrap();
+        let file = dir.path().join("m.bin");
+        std::fs::write(&file, content).unwrap();
+        let old = SystemTime::now() - Duration::from_secs(10);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        let entry = IndexEntry {
+            ctime: IndexTime::new(0, 0),
+            mtime: IndexTime::new(0, 0),
+            dev: 0,
+            ino: 0,
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            file_size: 0,
+            id: blob,
+            flags: 0,
+            flags_extended: 0,
+            path: b"m.bin".to_vec(),
+        };
+        let mut index = repo.index().unwrap();
+        index.add(&with_stat(entry, &meta)).unwrap();
+        index.write().unwrap();
+        (dir, repo, pointer.oid)
+    }
+
+    #[test]
+    fn the_index_vouches_only_for_unchanged_files() {
+        let (dir, repo, oid) = checked_out(b"version one of the model");
+        let held = checked_out_objects(&repo, ["m.bin", "other.bin", ""]);
+        assert_eq!(held.get("m.bin"), Some(&oid));
+        assert_eq!(held.len(), 1, "{held:?}");
+
+        // Rewritten since (another size): the entry no longer says what the file holds.
+        let file = dir.path().join("m.bin");
+        std::fs::write(&file, b"version two, longer than the first").unwrap();
+        let old = SystemTime::now() - Duration::from_secs(10);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert!(checked_out_objects(&repo, ["m.bin"]).is_empty());
+
+        // Racily clean: recorded with a time in the index's own second or later.
+        let (dir, repo, _) = checked_out(b"version one of the model");
+        let file = dir.path().join("m.bin");
+        let later = SystemTime::now() + Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let mut index = repo.index().unwrap();
+        let entry = index.get_path(Path::new("m.bin"), 0).unwrap();
+        index
+            .add(&with_stat(entry, &std::fs::metadata(&file).unwrap()))
+            .unwrap();
+        index.write().unwrap();
+        assert!(checked_out_objects(&repo, ["m.bin"]).is_empty());
+
+        // Assumed unchanged: git does not look at the file, so neither does the answer.
+        let (_dir, repo, _) = checked_out(b"version one of the model");
+        let mut index = repo.index().unwrap();
+        let mut entry = index.get_path(Path::new("m.bin"), 0).unwrap();
+        entry.flags |= ASSUME_VALID;
+        index.add(&entry).unwrap();
+        index.write().unwrap();
+        assert!(checked_out_objects(&repo, ["m.bin"]).is_empty());
+    }
 
     #[test]
     fn only_lfs_files_without_text_conversion_are_as_is() {

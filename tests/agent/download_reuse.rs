@@ -235,3 +235,60 @@ fn a_download_nothing_else_will_want_is_written_once() {
         "{moved} bytes fetched for the older version"
     );
 }
+
+#[needs(git_lfs)]
+#[test]
+fn older_versions_are_fetched_without_reading_a_clean_checkout_of_another() {
+    const DIFFERS: &str = "differs from the stored one";
+    let data = versions(3);
+    let (_server, env, _) = push_versions(&data);
+    let other = GitEnv::new();
+    other.credential_helper(WRITE_TOKEN);
+    let out = other.run_in(other.path(), "git", &["xet", "install", "--global"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let remote = env.path().join("remote.git");
+    let args = [
+        "xet",
+        "clone",
+        remote.to_str().unwrap(),
+        "clone",
+        "--",
+        "-q",
+    ];
+    let out = other.run_in(other.path(), "git", &args);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    let clone = other.path().join("clone");
+    assert!(std::fs::read(clone.join("model.bin")).unwrap() == data[2]);
+
+    // The work tree holds the newest version, as git's index says: looking for earlier
+    // versions of the older ones, the agent does not hash it to find it is another one.
+    let out = other.run_in(&clone, "git", &["xet", "fetch", "--all"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    for d in &data {
+        assert_object(&clone, d);
+    }
+    let log = other.agent_log();
+    assert!(
+        !log.contains(DIFFERS),
+        "the checked-out file was read: {log}"
+    );
+
+    // Changed in place (same size): the index no longer vouches for it, so it is read, found
+    // to be no earlier version, and not used; the objects still come out right.
+    for d in &data[..2] {
+        std::fs::remove_file(object_path(&clone, d)).unwrap();
+    }
+    let mut changed = data[2].clone();
+    changed[SIZE / 2] ^= 0xff;
+    std::fs::write(clone.join("model.bin"), &changed).unwrap();
+    let out = other.run_in(&clone, "git", &["xet", "fetch", "--all"]);
+    assert_eq!(out.status, Some(0), "{}", out.all());
+    for d in &data {
+        assert_object(&clone, d);
+    }
+    let log = other.agent_log();
+    assert!(
+        log.contains(DIFFERS),
+        "the changed file was not looked at: {log}"
+    );
+}

@@ -25,6 +25,7 @@
 //! history tells a download whether another version of its object may be wanted later
 //! ([`Earlier::others_missing`]).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::git::history::{earlier_versions, EarlierVersion, History};
@@ -65,9 +66,20 @@ pub(crate) struct Here<'a> {
 pub(super) struct Earlier {
     /// The directory of the repository (the current one with `None`).
     dir: Option<PathBuf>,
-    /// `None` until read; then the history and the work tree (none for a bare repository), or
-    /// nothing when the repository could not be read.
-    read: Option<Option<(History, Option<PathBuf>)>>,
+    /// `None` until read; then what was read, or nothing when the repository could not be
+    /// read.
+    read: Option<Option<Read>>,
+}
+
+/// What [`Earlier`] reads of the repository, once.
+struct Read {
+    history: History,
+    /// The work tree (none for a bare repository).
+    tree: Option<PathBuf>,
+    /// The objects that the files at the earlier versions' paths hold, where git's index
+    /// vouches for them ([`crate::git::worktree::checked_out_objects`]): such a file is not
+    /// hashed to find out whether it is another version.
+    checked_out: HashMap<String, LfsOid>,
 }
 
 impl Earlier {
@@ -79,7 +91,7 @@ impl Earlier {
         }
     }
 
-    fn history(&mut self) -> Option<&(History, Option<PathBuf>)> {
+    fn history(&mut self) -> Option<&Read> {
         self.read
             .get_or_insert_with(|| {
                 let started = std::time::Instant::now();
@@ -97,7 +109,13 @@ impl Earlier {
                             millis = started.elapsed().as_millis() as u64,
                             "read the recent history for earlier versions"
                         );
-                        Some((history, repo.workdir().map(Path::to_path_buf)))
+                        let checked_out =
+                            crate::git::worktree::checked_out_objects(&repo, history.paths());
+                        Some(Read {
+                            history,
+                            tree: repo.workdir().map(Path::to_path_buf),
+                            checked_out,
+                        })
                     }
                     Err(e) => {
                         tracing::debug!("cannot read the history: {e}");
@@ -113,10 +131,10 @@ impl Earlier {
     /// one may download, which the download chunk cache would serve. True when the history
     /// cannot tell (cannot be read, or no objects directory).
     pub(crate) fn others_missing(&mut self, oid: &LfsOid, objects: Option<&Path>) -> bool {
-        let (Some((history, _)), Some(objects)) = (self.history(), objects) else {
+        let (Some(read), Some(objects)) = (self.history(), objects) else {
             return true;
         };
-        history
+        read.history
             .relatives(oid)
             .iter()
             .any(|other| !object_path(objects, other).is_file())
@@ -140,7 +158,12 @@ impl Earlier {
         if size < MIN_PRIOR_SIZE {
             return Vec::new();
         }
-        let Some((history, tree)) = self.history() else {
+        let Some(Read {
+            history,
+            tree,
+            checked_out,
+        }) = self.history()
+        else {
             return Vec::new();
         };
         let mut found = Vec::new();
@@ -153,7 +176,13 @@ impl Earlier {
                 candidates.push(object);
             }
             if let (Look::Download, Some(tree)) = (look, tree) {
-                if !earlier.path.is_empty() && !earlier.path.split('/').any(|p| p == "..") {
+                let held = checked_out.get(&earlier.path);
+                if held.is_some_and(|held| *held != earlier.oid) {
+                    // A checked-out file of another version (read, it would only be found
+                    // to differ).
+                    tracing::debug!(earlier = %earlier.oid, path = %earlier.path,
+                        "the work tree holds another version of the file");
+                } else if !earlier.path.is_empty() && !earlier.path.split('/').any(|p| p == "..") {
                     candidates.push(tree.join(&earlier.path));
                 }
             }
