@@ -255,6 +255,11 @@ fn with_stat(mut entry: IndexEntry, meta: &std::fs::Metadata) -> IndexEntry {
 mod tests {
     use super::*;
 
+    fn set_mtime(file: &Path, at: SystemTime) {
+        let f = std::fs::File::options().write(true).open(file).unwrap();
+        f.set_modified(at).unwrap();
+    }
+
     /// A repository whose index records `m.bin` as the pointer of `content`, with the stat
     /// data of the file holding it (modified ten seconds ago, so not racily clean).
     fn checked_out(content: &[u8]) -> (tempfile::TempDir, Repository, LfsOid) {
@@ -264,13 +269,7 @@ mod tests {
         let blob = repo.blob(pointer.to_string().as_bytes()).unwrap();
         let file = dir.path().join("m.bin");
         std::fs::write(&file, content).unwrap();
-        let old = SystemTime::now() - Duration::from_secs(10);
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        set_mtime(&file, SystemTime::now() - Duration::from_secs(10));
         let meta = std::fs::metadata(&file).unwrap();
         let entry = IndexEntry {
             ctime: IndexTime::new(0, 0),
@@ -302,25 +301,13 @@ mod tests {
         // Rewritten since (another size): the entry no longer says what the file holds.
         let file = dir.path().join("m.bin");
         std::fs::write(&file, b"version two, longer than the first").unwrap();
-        let old = SystemTime::now() - Duration::from_secs(10);
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        set_mtime(&file, SystemTime::now() - Duration::from_secs(10));
         assert!(checked_out_objects(&repo, ["m.bin"]).is_empty());
 
         // Racily clean: recorded with a time in the index's own second or later.
         let (dir, repo, _) = checked_out(b"version one of the model");
         let file = dir.path().join("m.bin");
-        let later = SystemTime::now() + Duration::from_secs(60);
-        std::fs::File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_modified(later)
-            .unwrap();
+        set_mtime(&file, SystemTime::now() + Duration::from_secs(60));
         let mut index = repo.index().unwrap();
         let entry = index.get_path(Path::new("m.bin"), 0).unwrap();
         index

@@ -259,14 +259,17 @@ fn older_versions_are_fetched_without_reading_a_clean_checkout_of_another() {
     assert_eq!(out.status, Some(0), "{}", out.all());
     let clone = other.path().join("clone");
     assert!(std::fs::read(clone.join("model.bin")).unwrap() == data[2]);
+    let fetch_all = || {
+        let out = other.run_in(&clone, "git", &["xet", "fetch", "--all"]);
+        assert_eq!(out.status, Some(0), "{}", out.all());
+        for d in &data {
+            assert_object(&clone, d);
+        }
+    };
 
     // The work tree holds the newest version, as git's index says: looking for earlier
     // versions of the older ones, the agent does not hash it to find it is another one.
-    let out = other.run_in(&clone, "git", &["xet", "fetch", "--all"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    for d in &data {
-        assert_object(&clone, d);
-    }
+    fetch_all();
     let log = other.agent_log();
     assert!(
         !log.contains(DIFFERS),
@@ -281,11 +284,7 @@ fn older_versions_are_fetched_without_reading_a_clean_checkout_of_another() {
     let mut changed = data[2].clone();
     changed[SIZE / 2] ^= 0xff;
     std::fs::write(clone.join("model.bin"), &changed).unwrap();
-    let out = other.run_in(&clone, "git", &["xet", "fetch", "--all"]);
-    assert_eq!(out.status, Some(0), "{}", out.all());
-    for d in &data {
-        assert_object(&clone, d);
-    }
+    fetch_all();
     let log = other.agent_log();
     assert!(
         log.contains(DIFFERS),
