@@ -17,7 +17,10 @@
 //! them (each gap ends on chunk boundaries whose byte offsets are known: the fetch range's own
 //! ends, or an entry's), stores each fetched gap as a new entry and returns the whole range.
 //! Agents fetching versions of one file at once therefore wait for each other per xorb and each
-//! range crosses the network once.
+//! range crosses the network once. A range the cache holds nothing of (a first download) is
+//! streamed instead (`ChunkCache::stream_through_keeping`): handed on as it arrives and written
+//! into its new entry on the way, so that a download keeps a piece of it in memory, not the
+//! range (up to a 64 MiB xorb per download thread).
 //!
 //! **Never trusted blindly.** What comes out of the cache is decoded like fetched bytes: every
 //! chunk header is checked here, every chunk hash is recomputed by the decoder, and the whole
@@ -38,7 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::shard_cache::{CacheConfig, ShardCache};
 use xet_format::xorb::{ChunkHeader, CHUNK_HEADER_LEN};
 use xet_format::XorbHash;
-use xet_protocol::target::{Origin, TargetError};
+use xet_protocol::target::{Origin, RangeSink, TargetError};
 use xet_protocol::util::sync::LockAnyway as _;
 use xet_protocol::FetchRange;
 
@@ -61,6 +64,23 @@ pub struct ChunkCache {
     max_bytes: u64,
     patience: Duration,
     min_range: u64,
+}
+
+/// Why a range goes without the cache ([`ChunkCache::enter`]).
+enum Bypass {
+    /// Smaller than the cache keeps.
+    Small,
+    Because(String),
+}
+
+/// The file name of the entry holding exactly `range`: `<c0>-<c1>-<b0>`.
+fn entry_name(range: &FetchRange) -> String {
+    format!(
+        "{}-{}-{}",
+        range.chunks.start,
+        range.chunks.end,
+        range.bytes.start()
+    )
 }
 
 /// One entry file: chunks `chunks` of a xorb, starting at byte `start` of it.
@@ -180,19 +200,10 @@ impl ChunkCache {
             tracing::debug!(%xorb, "fetching without the chunk cache: {why}");
             fetch_all()
         };
-        let len = range.bytes.end().saturating_sub(*range.bytes.start()) + 1;
-        if len < self.min_range {
-            return fetch_all();
-        }
-        let dir = self.xorb_dir(xorb);
-        if let Err(e) = fs::create_dir_all(&dir) {
-            tracing::warn!(dir = %dir.display(), "the chunk cache cannot be used: {e}");
-            return whole(&e);
-        }
-        let lock = match self.lock(&dir, range.chunks.clone()) {
-            Ok(Some(f)) => f,
-            Ok(None) => return whole(&"another process holds this xorb's cache entries"),
-            Err(e) => return whole(&e),
+        let (dir, lock) = match self.enter(xorb, range) {
+            Ok(entered) => entered,
+            Err(Bypass::Small) => return fetch_all(),
+            Err(Bypass::Because(why)) => return whole(&why),
         };
         let result = self.read_locked(&dir, range, keep, fetch);
         drop(lock);
@@ -200,6 +211,105 @@ impl ChunkCache {
             Ok(Some(done)) => Ok(done),
             Ok(None) => whole(&"its entries do not add up (deleted)"),
             Err(e) => Err(e),
+        }
+    }
+
+    /// [`ChunkCache::read_through_keeping`] handing the bytes to `sink` as they arrive
+    /// ([`xet_protocol::XorbSource::stream_xorb_range`]'s contract): when the cache holds
+    /// nothing of the range (a first download), it is streamed from `stream` and, with `keep`,
+    /// written into a new entry on the way, so that no more than a piece of it is in memory;
+    /// else it is put together whole from the entries and `fetch` as
+    /// [`ChunkCache::read_through_keeping`] does, and handed over at once.
+    pub(crate) fn stream_through_keeping(
+        &self,
+        xorb: &XorbHash,
+        range: &FetchRange,
+        keep: bool,
+        stream: &dyn Fn(&FetchRange, &mut RangeSink<'_>) -> Result<Origin, TargetError>,
+        fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        let (dir, lock) = match self.enter(xorb, range) {
+            Ok(entered) => entered,
+            Err(Bypass::Small) => return stream(range, sink),
+            Err(Bypass::Because(why)) => {
+                tracing::debug!(%xorb, "streaming without the chunk cache: {why}");
+                return stream(range, sink);
+            }
+        };
+        let (c, d) = (range.chunks.start, range.chunks.end);
+        let (s, e) = (*range.bytes.start(), *range.bytes.end());
+        let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
+        if c < d && s <= e && usable_entries(&dir, c..d, &mut offsets).is_empty() {
+            let streamed = self.stream_into_entry(&dir, range, keep, stream, sink);
+            drop(lock);
+            return streamed;
+        }
+        drop(lock);
+        let (bytes, origin) = self.read_through_keeping(xorb, range, keep, fetch)?;
+        xet_protocol::target::hand_whole(bytes, sink);
+        Ok(origin)
+    }
+
+    /// Streams `range` from `stream` to `sink`, and with `keep` into a new entry of `dir` too
+    /// (kept only when every byte of the range came; a failure to write it is logged).
+    fn stream_into_entry(
+        &self,
+        dir: &Path,
+        range: &FetchRange,
+        keep: bool,
+        stream: &dyn Fn(&FetchRange, &mut RangeSink<'_>) -> Result<Origin, TargetError>,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        use std::os::unix::fs::FileExt as _;
+        let len = range.bytes.end() - range.bytes.start() + 1;
+        let mut entry = keep
+            .then(|| tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir))
+            .and_then(|made| {
+                made.map_err(|e| tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}"))
+                    .ok()
+            });
+        // Bytes of the range in hand from its start (a source may start again from an
+        // earlier offset after a broken connection; writes at offsets make that harmless).
+        let mut through = 0u64;
+        let origin = stream(range, &mut |at, piece| {
+            if let Some(file) = &entry {
+                if let Err(e) = file.as_file().write_all_at(piece, at) {
+                    tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
+                    entry = None;
+                }
+            }
+            if at <= through {
+                through = through.max(at + piece.len() as u64);
+            }
+            sink(at, piece)
+        })?;
+        if let Some(file) = entry.filter(|_| through == len) {
+            if let Err(e) = file.persist(dir.join(entry_name(range))) {
+                tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {}", e.error);
+            }
+        }
+        Ok(origin)
+    }
+
+    /// The cache's directory for `xorb`, made, and the right to use it for `range` (see
+    /// [`ChunkCache::lock`]); or why the range goes without the cache.
+    fn enter(&self, xorb: &XorbHash, range: &FetchRange) -> Result<(PathBuf, XorbLock), Bypass> {
+        let len = range.bytes.end().saturating_sub(*range.bytes.start()) + 1;
+        if len < self.min_range {
+            return Err(Bypass::Small);
+        }
+        let dir = self.xorb_dir(xorb);
+        if let Err(e) = fs::create_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), "the chunk cache cannot be used: {e}");
+            return Err(Bypass::Because(e.to_string()));
+        }
+        match self.lock(&dir, range.chunks.clone()) {
+            Ok(Some(held)) => Ok((dir, held)),
+            Ok(None) => Err(Bypass::Because(
+                "another process holds this xorb's cache entries".into(),
+            )),
+            Err(e) => Err(Bypass::Because(e.to_string())),
         }
     }
 
@@ -354,14 +464,9 @@ impl ChunkCache {
 
     /// Stores fetched bytes as an entry (a failure is logged: the cache is an optimisation).
     fn store(&self, dir: &Path, gap: &FetchRange, bytes: &[u8]) {
-        let name = format!(
-            "{}-{}-{}",
-            gap.chunks.start,
-            gap.chunks.end,
-            gap.bytes.start()
-        );
         // Not synced: losing an entry to a crash only costs a fetch.
-        if let Err(e) = xet_protocol::util::fs::AtomicWrite::new().write(&dir.join(&name), bytes) {
+        let path = dir.join(entry_name(gap));
+        if let Err(e) = xet_protocol::util::fs::AtomicWrite::new().write(&path, bytes) {
             tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
         }
     }

@@ -43,8 +43,9 @@ impl Server {
     }
 }
 
-#[test]
-fn fetches_only_the_gaps_and_returns_what_the_server_would() {
+/// An empty cache keeping every range, and a server of a fake xorb of 20 chunks (its bytes
+/// and chunk offsets).
+fn cache_and_server() -> (tempfile::TempDir, ChunkCache, Server, Vec<u8>, Vec<u64>) {
     let dir = tempfile::tempdir().unwrap();
     let cache = ChunkCache::open(dir.path()).with_min_range(0);
     let (bytes, offsets) = xorb(20);
@@ -52,6 +53,12 @@ fn fetches_only_the_gaps_and_returns_what_the_server_would() {
         bytes: bytes.clone(),
         asked: Mutex::new(Vec::new()),
     };
+    (dir, cache, server, bytes, offsets)
+}
+
+#[test]
+fn fetches_only_the_gaps_and_returns_what_the_server_would() {
+    let (_dir, cache, server, bytes, offsets) = cache_and_server();
     let x = XorbHash::from_hex(&"ab".repeat(32)).unwrap();
     let fetch = |r: &FetchRange| server.fetch(r);
     let expect =
@@ -84,13 +91,7 @@ fn fetches_only_the_gaps_and_returns_what_the_server_would() {
 
 #[test]
 fn a_url_signed_for_its_range_is_fetched_whole_or_not_at_all() {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = ChunkCache::open(dir.path()).with_min_range(0);
-    let (bytes, offsets) = xorb(20);
-    let server = Server {
-        bytes: bytes.clone(),
-        asked: Mutex::new(Vec::new()),
-    };
+    let (_dir, cache, server, bytes, offsets) = cache_and_server();
     let x = XorbHash::from_hex(&"cd".repeat(32)).unwrap();
     let fetch = |r: &FetchRange| server.fetch(r);
     cache
@@ -249,4 +250,119 @@ fn threads_share_a_xorb_by_chunk_range() {
         .file_locks
         .keys()
         .all(|d| !d.starts_with(dir.path())));
+}
+
+impl Server {
+    /// Streams `r` in pieces of `piece` bytes; after `restart_at` bytes (if any) it starts
+    /// again from the range's beginning once, as a source does after a broken connection.
+    fn stream(
+        &self,
+        r: &FetchRange,
+        piece: usize,
+        restart_at: Option<u64>,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Origin, TargetError> {
+        let bytes = self.fetch(r)?;
+        let mut restart = restart_at;
+        let mut at = 0usize;
+        while at < bytes.len() {
+            if restart.is_some_and(|r| at as u64 >= r) {
+                restart = None;
+                at = 0;
+            }
+            let end = (at + piece).min(bytes.len());
+            if sink(at as u64, &bytes[at..end]).is_break() {
+                break;
+            }
+            at = end;
+        }
+        Ok(Origin::fetched(bytes.len() as u64))
+    }
+}
+
+/// Gathers what a stream hands over, as a download's sink does: pieces in order, an earlier
+/// offset skipped up to what it holds; `stop_after` bytes, then [`ControlFlow::Break`].
+fn gather(
+    out: &mut Vec<u8>,
+    stop_after: Option<usize>,
+) -> impl FnMut(u64, &[u8]) -> std::ops::ControlFlow<()> + '_ {
+    move |at, piece| {
+        let at = at as usize;
+        assert!(at <= out.len(), "a piece past what the sink holds");
+        let skip = out.len() - at;
+        if skip < piece.len() {
+            out.extend_from_slice(&piece[skip..]);
+        }
+        match stop_after {
+            Some(n) if out.len() >= n => std::ops::ControlFlow::Break(()),
+            _ => std::ops::ControlFlow::Continue(()),
+        }
+    }
+}
+
+#[test]
+fn a_first_download_streams_through_the_cache_and_keeps_the_range() {
+    let (_dir, cache, server, bytes, offsets) = cache_and_server();
+    let x = XorbHash::from_hex(&"cd".repeat(32)).unwrap();
+    let fetch = |r: &FetchRange| server.fetch(r);
+    let expect =
+        |r: &FetchRange| bytes[*r.bytes.start() as usize..=*r.bytes.end() as usize].to_vec();
+    let r = range(&offsets, 0..12);
+
+    // Streamed in small pieces, the source starting over once: the sink gets the range, and
+    // the entry holds it.
+    let stream = |r: &FetchRange, sink: &mut RangeSink<'_>| server.stream(r, 97, Some(500), sink);
+    let mut got = Vec::new();
+    let origin = cache
+        .stream_through_keeping(&x, &r, true, &stream, &fetch, &mut gather(&mut got, None))
+        .unwrap();
+    assert!(got == expect(&r));
+    assert_eq!(origin.fetched, got.len() as u64);
+    assert_eq!(server.asked(), vec![r.chunks.clone()]);
+    let (again, fetched) = cache.read_through(&x, &r, &fetch).unwrap();
+    assert!(again == expect(&r));
+    assert_eq!(fetched, 0, "the streamed range was not kept");
+    assert!(server.asked().is_empty());
+
+    // A range partly held: put together from the entry and the gap, handed over whole.
+    let r = range(&offsets, 8..16);
+    let mut got = Vec::new();
+    let origin = cache
+        .stream_through_keeping(&x, &r, true, &stream, &fetch, &mut gather(&mut got, None))
+        .unwrap();
+    assert!(got == expect(&r));
+    assert_eq!(server.asked(), vec![12u32..16]);
+    assert_eq!(origin.fetched, offsets[16] - offsets[12]);
+    let names = std::fs::read_dir(cache.xorb_dir(&x)).unwrap().count();
+
+    // Without `keep`, and a stream the sink stops half way: nothing new is stored.
+    let y = XorbHash::from_hex(&"ef".repeat(32)).unwrap();
+    let mut got = Vec::new();
+    cache
+        .stream_through_keeping(&y, &r, false, &stream, &fetch, &mut gather(&mut got, None))
+        .unwrap();
+    assert!(got == expect(&r));
+    let mut got = Vec::new();
+    cache
+        .stream_through_keeping(
+            &y,
+            &r,
+            true,
+            &stream,
+            &fetch,
+            &mut gather(&mut got, Some(300)),
+        )
+        .unwrap();
+    assert!(got.len() < expect(&r).len());
+    let y_entries = std::fs::read_dir(cache.xorb_dir(&y))
+        .map(|d| d.flatten().filter(|f| f.file_name() != ".lock").count())
+        .unwrap_or(0);
+    assert_eq!(
+        y_entries, 0,
+        "an incomplete or unkept range was stored (or its temporary file left)"
+    );
+    assert_eq!(
+        std::fs::read_dir(cache.xorb_dir(&x)).unwrap().count(),
+        names
+    );
 }

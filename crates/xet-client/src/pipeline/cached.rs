@@ -296,8 +296,9 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
         Ok((bytes, origin))
     }
 
-    /// Read whole through the chunk cache when [`Cached::read_xorb_range_from`] would use it,
-    /// else streamed from the server as it arrives.
+    /// Through the chunk cache when [`Cached::read_xorb_range_from`] would use it (streamed
+    /// when the cache holds nothing of the range, else put together whole), else streamed
+    /// from the server as it arrives.
     fn stream_xorb_range_from(
         &self,
         xorb: &XorbHash,
@@ -305,11 +306,20 @@ impl<T: CasTarget + XorbSource> XorbSource for Cached<T> {
         keep: bool,
         sink: &mut RangeSink<'_>,
     ) -> Result<Origin, TargetError> {
-        if self.through_cache(xorb, keep).is_none() {
+        let Some(chunks) = self.through_cache(xorb, keep) else {
             return self.inner.stream_xorb_range_from(xorb, range, keep, sink);
+        };
+        let origin = chunks.stream_through_keeping(
+            xorb,
+            range,
+            keep,
+            &|r, sink| self.inner.stream_xorb_range_from(xorb, r, keep, sink),
+            &|r| self.inner.read_xorb_range(xorb, r),
+            sink,
+        )?;
+        if keep {
+            self.unpruned.fetch_add(origin.fetched, Ordering::Relaxed);
         }
-        let (bytes, origin) = self.read_xorb_range_from(xorb, range, keep)?;
-        xet_protocol::target::hand_whole(bytes, sink);
         Ok(origin)
     }
 
