@@ -245,10 +245,19 @@ impl ChunkCache {
             drop(lock);
             return streamed;
         }
+        // Under the same lock: the entries just listed are still the ones there.
+        let result = self.read_locked(&dir, range, keep, fetch);
         drop(lock);
-        let (bytes, origin) = self.read_through_keeping(xorb, range, keep, fetch)?;
-        xet_protocol::target::hand_whole(bytes, sink);
-        Ok(origin)
+        match result? {
+            Some((bytes, origin)) => {
+                xet_protocol::target::hand_whole(bytes, sink);
+                Ok(origin)
+            }
+            None => {
+                tracing::debug!(%xorb, "streaming without the chunk cache: its entries do not add up (deleted)");
+                stream(range, sink)
+            }
+        }
     }
 
     /// Streams `range` from `stream` to `sink`, and with `keep` into a new entry of `dir` too
