@@ -903,13 +903,24 @@ impl Agent {
             return;
         }
         self.parts = Some(parts::Parts::default());
+        // The directories whose leftovers this process removed. Held while an agent scans:
+        // another agent of this process (`git xet fetch` runs several) waits, so that no
+        // file of its own is under way while the leftovers of a stopped process (perhaps
+        // one with this very pid) are removed, and none is taken for one afterwards.
+        static CLEANED: std::sync::Mutex<Vec<std::path::PathBuf>> =
+            std::sync::Mutex::new(Vec::new());
         match self.lfs_temp_dir() {
             Ok(dir) => {
+                let mut cleaned = xet_protocol::util::sync::LockAnyway::lock_anyway(&CLEANED);
+                let first = !cleaned.contains(&dir);
                 let objects = settings::objects_beside(&dir);
-                self.parts = Some(parts::Parts::scan(&dir, Some(&objects)));
-                pack::remove_stale_packs(&dir.join(pack::PACK_DIR));
-                // Where earlier versions kept them.
-                pack::remove_stale_packs(&dir);
+                self.parts = Some(parts::Parts::scan(&dir, Some(&objects), first));
+                if first {
+                    pack::remove_stale_packs(&dir.join(pack::PACK_DIR));
+                    // Where earlier versions kept them.
+                    pack::remove_stale_packs(&dir);
+                    cleaned.push(dir);
+                }
             }
             Err(e) => tracing::debug!("partial downloads not looked for: {e}"),
         }

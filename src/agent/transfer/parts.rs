@@ -19,7 +19,8 @@
 //! - **Kept on failure.** A download that fails (a broken connection, git-lfs gone) leaves
 //!   its partial file in place when its record holds something, unlocked, for the next
 //!   attempt; otherwise it is removed, as is one whose bytes did not verify.
-//! - **Removed when useless** ([`Parts::scan`], the first transfer of each agent process):
+//! - **Removed when useless** ([`Parts::scan`], the first transfer of each process, before
+//!   any of its agents writes one; `git xet fetch` runs several agents in one process):
 //!   unlocked files of a process that is gone that are empty, or whose object git-lfs already
 //!   has; files of an older naming (no pid) unlocked and not written to for
 //!   [`STALE_PART_AGE`]. Others are left for a download to take over, or for git-lfs, which
@@ -107,11 +108,13 @@ pub(super) struct Parts {
 }
 
 impl Parts {
-    /// Reads `dir` (git-lfs's temp directory), removing the partial downloads stopped agents
-    /// left that are of no use (see the module documentation; `objects` is git-lfs's object
-    /// storage, when known), and keeping note of the others. Runs before this process writes
-    /// a partial download of its own. Failures are logged, never fatal.
-    pub(super) fn scan(dir: &Path, objects: Option<&Path>) -> Self {
+    /// Reads `dir` (git-lfs's temp directory), with `remove` removing the partial downloads
+    /// stopped agents left that are of no use (see the module documentation; `objects` is
+    /// git-lfs's object storage, when known), and keeping note of the others. Removing runs
+    /// before this process writes a partial download of its own (a file under this process's
+    /// pid is then an earlier process's): once per process and directory, which the caller
+    /// sees to. Failures are logged, never fatal.
+    pub(super) fn scan(dir: &Path, objects: Option<&Path>, remove: bool) -> Self {
         let mut parts = Parts::default();
         let Ok(entries) = std::fs::read_dir(dir) else {
             return parts;
@@ -150,7 +153,7 @@ impl Parts {
                     .modified()
                     .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_PART_AGE)),
             };
-            if useless {
+            if useless && remove {
                 remove_unlocked(&path);
             }
         }
@@ -467,7 +470,7 @@ mod tests {
         let oid = LfsOid::of(b"an object");
         let hash = FileHash::from_bytes([5; 32]);
         let path = left_behind(dir.path(), &oid, &hash, 4_000_000);
-        let mut parts = Parts::scan(dir.path(), None);
+        let mut parts = Parts::scan(dir.path(), None, true);
 
         // Its writer holds it (alive, or in another pid namespace): left alone.
         let holder = File::open(&path).unwrap();
@@ -477,13 +480,13 @@ mod tests {
         drop(holder);
 
         // Of another download (another Xet file): left alone too.
-        let mut parts = Parts::scan(dir.path(), None);
+        let mut parts = Parts::scan(dir.path(), None, true);
         let other = FileHash::from_bytes([6; 32]);
         assert!(parts.adopt(dir.path(), &oid, &other, 4 << 20).is_none());
         assert!(path.exists());
 
         // Nobody's: taken over, under this process's name, with what it recorded.
-        let mut parts = Parts::scan(dir.path(), None);
+        let mut parts = Parts::scan(dir.path(), None, true);
         let part = parts
             .adopt(dir.path(), &oid, &hash, 4 << 20)
             .expect("taken over");
@@ -536,7 +539,7 @@ mod tests {
             .path()
             .join(format!("{}{dead}-e{PART_SUFFIX}", object_prefix(&other)));
         std::fs::write(&empty, b"").unwrap();
-        let mut parts = Parts::scan(dir.path(), Some(&objects));
+        let mut parts = Parts::scan(dir.path(), Some(&objects), true);
         assert!(!stored.exists() && !empty.exists());
         assert!(resumable.exists());
         assert!(parts.adopt(dir.path(), &other, &hash, 4 << 20).is_some());
