@@ -2051,6 +2051,46 @@ fn a_shard_naming_xorbs_gc_removed_meanwhile_is_refused_or_they_are_put_back() {
     );
 }
 
+/// A shard refused at validation because one of its xorbs is missing, while another process's
+/// collection deletes the others the node stored a moment ago: when the client sends them
+/// again, each is stored again (not answered "already stored" from the node's look before the
+/// refusal), and the shard registered then is whole.
+#[needs(garage)]
+#[test]
+fn after_a_refusal_for_a_lost_xorb_the_others_are_looked_at_again_when_sent_again() {
+    use xet_store::{ShardRejection, StoreError};
+    let g = Garage::start();
+    g.create_bucket("again");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let collector = g.open_store("again", dirs[0].path());
+    let data = content(93, 4 << 20);
+    let (file, xorbs, shards) = push_parts(&data, 1 << 20);
+    assert!(xorbs.len() >= 3 && shards.len() == 1, "{}", xorbs.len());
+    let a = store_without_copies(&g, "again", dirs[1].path());
+    // Every xorb but one is stored (and just seen intact by the node).
+    let (held_back, sent) = xorbs.split_first().unwrap();
+    for (h, body) in sent {
+        assert!(a.put_xorb(*h, body).unwrap());
+    }
+    let e = a.register_shard(&shards[0], &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::ShardRejected(ShardRejection::UnknownXorb { xorb, .. }) if xorb == held_back.0
+        ),
+        "{e}"
+    );
+    // Meanwhile a collection deletes the stored ones, used by nothing.
+    assert_eq!(collect_now(&collector).xorbs_removed, sent.len() as u64);
+    // The client sends all of them again.
+    for (h, body) in &xorbs {
+        assert!(a.put_xorb(*h, body).unwrap(), "xorb {h} stored again");
+    }
+    a.register_shard(&shards[0], &mut |_| {}).unwrap();
+    let fresh = g.open_store("again", dirs[2].path());
+    assert!(download_whole(&fresh, &file) == data, "the file is whole");
+}
+
 /// Registrations close together rely on one listing of the sweep records (a push of many small
 /// files costs the bucket a LIST a second, not one per shard). A shard logged after a collector
 /// announced a sweep naming its xorbs, by a node relying on a listing from before that

@@ -890,7 +890,24 @@ impl Store {
             return self.acknowledge_again(bytes, shard_hash, &shard, repo);
         }
         let validated = Instant::now();
-        let mut entries = self.validate(&shard, shard_hash, progress)?;
+        let mut entries = match self.validate(&shard, shard_hash, progress) {
+            Ok(entries) => entries,
+            Err(e) => {
+                if matches!(
+                    e,
+                    StoreError::ShardRejected(
+                        ShardRejection::UnknownXorb { .. }
+                            | ShardRejection::UnknownXorbBlock { .. }
+                    )
+                ) {
+                    // The client sends the shard's xorbs again: each is looked at in storage
+                    // then, not answered "already stored" from a look before this refusal (a
+                    // collection in another process may be deleting them).
+                    self.forget_seen_of(&shard);
+                }
+                return Err(e);
+            }
+        };
         // Files registered before whose reconstruction lost a xorb: this shard, just validated
         // against intact xorbs, replaces their record (re-pushing a damaged file repairs it).
         for (file, _) in &entries.files {

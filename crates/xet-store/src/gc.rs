@@ -644,6 +644,21 @@ impl Store {
         }
     }
 
+    /// [`Self::forget_seen`] for every xorb `shard` names (its terms and its xorb blocks), on
+    /// shared storage: after a refusal for a lost xorb, the rest may be going too.
+    pub(crate) fn forget_seen_of(&self, shard: &xet_format::shard::Shard) {
+        if !self.backend.is_shared() {
+            return;
+        }
+        let terms = shard.files.iter().flat_map(|f| f.terms.iter());
+        for xorb in terms
+            .map(|t| t.xorb_hash)
+            .chain(shard.xorbs.iter().map(|b| b.hash))
+        {
+            self.forget_seen(&xorb);
+        }
+    }
+
     /// Forgets what this process saw of `xorb` lately (its footer, its bytes in memory), so
     /// that the next look asks storage.
     fn forget_seen(&self, xorb: &XorbHash) {
