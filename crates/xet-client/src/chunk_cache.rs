@@ -17,10 +17,13 @@
 //! them (each gap ends on chunk boundaries whose byte offsets are known: the fetch range's own
 //! ends, or an entry's), stores each fetched gap as a new entry and returns the whole range.
 //! Agents fetching versions of one file at once therefore wait for each other per xorb and each
-//! range crosses the network once. A range the cache holds nothing of (a first download) is
-//! streamed instead (`ChunkCache::stream_through_keeping`): handed on as it arrives and written
-//! into its new entry on the way, so that a download keeps a piece of it in memory, not the
-//! range (up to a 64 MiB xorb per download thread).
+//! range crosses the network once. Downloads stream instead of gathering
+//! (`ChunkCache::stream_through_keeping`), so that a download keeps a piece of a range in
+//! memory, not the range (up to a 64 MiB xorb per download thread): a range the cache holds
+//! nothing of (a first download) is handed on as it arrives and written into its new entry on
+//! the way; of a range it holds part of (an older version after the newest), the gaps are
+//! streamed into new entries under the lock, and the range is then read out of the entries'
+//! files a block at a time once the lock is let go.
 //!
 //! **Never trusted blindly.** What comes out of the cache is decoded like fetched bytes: every
 //! chunk header is checked here, every chunk hash is recomputed by the decoder, and the whole
@@ -240,10 +243,31 @@ impl ChunkCache {
         let (c, d) = (range.chunks.start, range.chunks.end);
         let (s, e) = (*range.bytes.start(), *range.bytes.end());
         let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
-        if c < d && s <= e && usable_entries(&dir, c..d, &mut offsets).is_empty() {
+        let entries = if c < d && s <= e {
+            usable_entries(&dir, c..d, &mut offsets)
+        } else {
+            Vec::new()
+        };
+        if c < d && s <= e && entries.is_empty() {
             let streamed = self.stream_into_entry(&dir, range, keep, stream, sink);
             drop(lock);
             return streamed;
+        }
+        let exact = range.url.as_deref().is_some_and(crate::url::signs_range);
+        if c < d && s <= e && keep && !exact {
+            let parts = Parts {
+                dir: &dir,
+                range,
+                entries: &entries,
+                offsets: &offsets,
+            };
+            return match self.stream_partly_held(parts, lock, stream, sink)? {
+                Some(origin) => Ok(origin),
+                None => {
+                    tracing::debug!(%xorb, "streaming without the chunk cache: its entries do not add up");
+                    stream(range, sink)
+                }
+            };
         }
         // Under the same lock: the entries just listed are still the ones there.
         let result = self.read_locked(&dir, range, keep, fetch);
@@ -258,6 +282,83 @@ impl ChunkCache {
                 stream(range, sink)
             }
         }
+    }
+
+    /// A range the cache holds part of, handed to `sink` without gathering it: under `lock`,
+    /// each gap between the entries is streamed from `stream` into a new entry; then the lock
+    /// is let go (other downloads of the xorb need not wait for this one's decoding) and the
+    /// range is read out of the entries' files a block at a time. `None` when the entries do
+    /// not add up (those at fault are deleted; the caller streams the range without the
+    /// cache). The sink sees only whole, well-formed entries; the decoder checks every chunk.
+    fn stream_partly_held(
+        &self,
+        parts: Parts<'_>,
+        lock: XorbLock,
+        stream: &dyn Fn(&FetchRange, &mut RangeSink<'_>) -> Result<Origin, TargetError>,
+        sink: &mut RangeSink<'_>,
+    ) -> Result<Option<Origin>, TargetError> {
+        use std::os::unix::fs::FileExt as _;
+        let Parts {
+            dir,
+            range,
+            entries,
+            offsets,
+        } = parts;
+        let Some(planned) = plan(range, entries, offsets) else {
+            return Ok(None);
+        };
+        let mut stretches = Vec::with_capacity(planned.len());
+        let mut origin = Origin {
+            fetched: 0,
+            local: Vec::new(),
+        };
+        for p in planned {
+            let stretch = match p {
+                Planned::Entry(entry, chunks) => {
+                    let Some(stretch) = Stretch::of_entry(&entry, chunks.clone()) else {
+                        return Ok(None);
+                    };
+                    origin.local.push(chunks);
+                    stretch
+                }
+                Planned::Gap(gap) => {
+                    let Some(stretch) = fetch_into_entry(dir, &gap, stream)? else {
+                        return Ok(None);
+                    };
+                    origin.fetched += stretch.to;
+                    stretch
+                }
+            };
+            stretches.push(stretch);
+        }
+        drop(lock);
+        let want = range.bytes.end() - range.bytes.start() + 1;
+        if stretches.iter().map(|s| s.to - s.from).sum::<u64>() != want {
+            // Entries and the server disagree about where chunks start: drop this xorb's.
+            let _ = fs::remove_dir_all(dir);
+            return Ok(None);
+        }
+        let mut block = vec![0u8; usize::try_from(want.min(HAND_BLOCK)).unwrap_or(0)];
+        let mut at = 0u64;
+        for stretch in &stretches {
+            let mut off = stretch.from;
+            while off < stretch.to {
+                let n = usize::try_from(stretch.to - off)
+                    .unwrap_or(usize::MAX)
+                    .min(block.len());
+                if let Err(e) = stretch.file.read_exact_at(&mut block[..n], off) {
+                    // The sink skips what it holds: the source starts the range again.
+                    tracing::warn!(dir = %dir.display(), "cannot read a chunk cache entry ({e}); fetching the range");
+                    return stream(range, sink).map(Some);
+                }
+                if sink(at, &block[..n]).is_break() {
+                    return Ok(Some(origin));
+                }
+                at += n as u64;
+                off += n as u64;
+            }
+        }
+        Ok(Some(origin))
     }
 
     /// Streams `range` from `stream` to `sink`, and with `keep` into a new entry of `dir` too
@@ -403,9 +504,8 @@ impl ChunkCache {
         Ok(Some((out, origin)))
     }
 
-    /// Walks chunks `range.chunks` in order, taking each stretch from the entry that holds it
-    /// furthest, or else fetching the gap up to the next entry (stored as a new entry when
-    /// `keep`). A URL whose signature covers its Range is fetched whole instead.
+    /// Fetches the gaps [`plan`] finds in `range` between `entries` (each stored as a new entry
+    /// when `keep`). A URL whose signature covers its Range is fetched whole instead.
     fn fill_gaps(
         &self,
         dir: &Path,
@@ -415,58 +515,35 @@ impl ChunkCache {
         offsets: &BTreeMap<u32, u64>,
         fetch: &dyn Fn(&FetchRange) -> Result<Vec<u8>, TargetError>,
     ) -> Result<Filled, TargetError> {
-        let (c, d) = (range.chunks.start, range.chunks.end);
+        let Some(planned) = plan(range, entries, offsets) else {
+            return Ok(Filled::Inconsistent);
+        };
         // A URL whose signature covers its Range is fetched whole or not at all.
         let exact = range.url.as_deref().is_some_and(crate::url::signs_range);
-        let mut pieces = Vec::new();
+        let partial_gap = |p: &Planned| matches!(p, Planned::Gap(g) if g.chunks != range.chunks);
+        if exact && planned.iter().any(partial_gap) {
+            // The URL serves its whole range only: fetch it all, keep it as one entry.
+            let bytes = fetch(range)?;
+            let n = bytes.len() as u64;
+            if keep && chunk_spans(&bytes, range.chunks.end - range.chunks.start).is_some() {
+                self.store(dir, range, &bytes);
+            }
+            return Ok(Filled::Whole(bytes, n));
+        }
+        let mut pieces = Vec::with_capacity(planned.len());
         let mut fetched = 0u64;
-        let mut k = c;
-        while k < d {
-            // The entry holding chunk k that reaches furthest.
-            if let Some(entry) = entries
-                .iter()
-                .filter(|en| en.chunks.start <= k && k < en.chunks.end)
-                .max_by_key(|en| en.chunks.end)
-            {
-                let end = entry.chunks.end.min(d);
-                pieces.push(Piece::Entry(entry.clone(), k..end));
-                k = end;
-                continue;
-            }
-            // A gap: up to the next entry's start or the range's end, both of known offset.
-            let end = entries
-                .iter()
-                .map(|en| en.chunks.start)
-                .filter(|&st| st > k && st < d)
-                .min()
-                .unwrap_or(d);
-            let (Some(&from), Some(&to)) = (offsets.get(&k), offsets.get(&end)) else {
-                return Ok(Filled::Inconsistent);
-            };
-            if to <= from {
-                return Ok(Filled::Inconsistent);
-            }
-            if exact && (k, end) != (c, d) {
-                // The URL serves its whole range only: fetch it all, keep it as one entry.
-                let bytes = fetch(range)?;
-                let n = bytes.len() as u64;
-                if keep && chunk_spans(&bytes, d - c).is_some() {
-                    self.store(dir, range, &bytes);
+        for p in planned {
+            match p {
+                Planned::Entry(entry, chunks) => pieces.push(Piece::Entry(entry, chunks)),
+                Planned::Gap(gap) => {
+                    let bytes = fetch(&gap)?;
+                    fetched += bytes.len() as u64;
+                    if keep && chunk_spans(&bytes, gap.chunks.end - gap.chunks.start).is_some() {
+                        self.store(dir, &gap, &bytes);
+                    }
+                    pieces.push(Piece::Fetched(bytes));
                 }
-                return Ok(Filled::Whole(bytes, n));
             }
-            let gap = FetchRange {
-                chunks: k..end,
-                bytes: from..=to - 1,
-                url: range.url.clone(),
-            };
-            let bytes = fetch(&gap)?;
-            fetched += bytes.len() as u64;
-            if keep && chunk_spans(&bytes, end - k).is_some() {
-                self.store(dir, &gap, &bytes);
-            }
-            pieces.push(Piece::Fetched(bytes));
-            k = end;
         }
         Ok(Filled::Pieces(pieces, fetched))
     }
@@ -630,6 +707,185 @@ fn usable_entries(
         entries.push(entry);
     }
     entries
+}
+
+/// How much of a partly held range is read out of the cache's files per hand-over.
+const HAND_BLOCK: u64 = 1 << 20;
+
+/// A range being read through the cache: its xorb's directory, the usable entries listed
+/// under the lock, and the chunk boundaries' offsets they and the range give.
+struct Parts<'a> {
+    dir: &'a Path,
+    range: &'a FetchRange,
+    entries: &'a [Entry],
+    offsets: &'a BTreeMap<u32, u64>,
+}
+
+/// Bytes `from..to` of an open entry file: one stretch of a range being handed over.
+struct Stretch {
+    file: File,
+    from: u64,
+    to: u64,
+}
+
+impl Stretch {
+    /// Chunks `chunks` of `entry`, opened (so that a prune meanwhile does not take them away)
+    /// and marked as used; `None` (and the entry deleted) when it cannot be read or its chunk
+    /// headers do not add up.
+    fn of_entry(entry: &Entry, chunks: std::ops::Range<u32>) -> Option<Self> {
+        let opened = File::open(&entry.path).ok().filter(|f| {
+            f.metadata()
+                .is_ok_and(|m| m.is_file() && m.len() == entry.len)
+        });
+        let spans = opened
+            .as_ref()
+            .and_then(|f| file_spans(f, entry.chunks.end - entry.chunks.start, entry.len));
+        let (Some(file), Some(spans)) = (opened, spans) else {
+            tracing::warn!(entry = %entry.path.display(), "damaged chunk cache entry; deleting it");
+            let _ = fs::remove_file(&entry.path);
+            return None;
+        };
+        let first = (chunks.start - entry.chunks.start) as usize;
+        let last = (chunks.end - entry.chunks.start) as usize;
+        touch(&entry.path);
+        Some(Self {
+            from: *spans.get(first)?,
+            to: *spans.get(last)?,
+            file,
+        })
+    }
+}
+
+/// Streams `gap` from `stream` into a new entry of `dir` (a temporary file renamed into place
+/// once every byte came and its chunk headers add up), returned open as a whole stretch.
+/// `Ok(None)` when it cannot be stored or what came is not whole chunks: the caller then goes
+/// without the cache.
+fn fetch_into_entry(
+    dir: &Path,
+    gap: &FetchRange,
+    stream: &dyn Fn(&FetchRange, &mut RangeSink<'_>) -> Result<Origin, TargetError>,
+) -> Result<Option<Stretch>, TargetError> {
+    use std::os::unix::fs::FileExt as _;
+    let len = gap.bytes.end() - gap.bytes.start() + 1;
+    let cannot = |e: &dyn std::fmt::Display| {
+        tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
+    };
+    let tmp = match tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir) {
+        Ok(t) => t,
+        Err(e) => {
+            cannot(&e);
+            return Ok(None);
+        }
+    };
+    let mut failed = None;
+    // Bytes of the gap in hand from its start (a source may start again from an earlier
+    // offset after a broken connection; writes at offsets make that harmless).
+    let mut through = 0u64;
+    stream(gap, &mut |at, piece| {
+        if let Err(e) = tmp.as_file().write_all_at(piece, at) {
+            failed = Some(e);
+            return std::ops::ControlFlow::Break(());
+        }
+        if at <= through {
+            through = through.max(at + piece.len() as u64);
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    if let Some(e) = failed {
+        cannot(&e);
+        return Ok(None);
+    }
+    if through != len || file_spans(tmp.as_file(), gap.chunks.end - gap.chunks.start, len).is_none()
+    {
+        return Ok(None);
+    }
+    match tmp.persist(dir.join(entry_name(gap))) {
+        Ok(file) => Ok(Some(Stretch {
+            file,
+            from: 0,
+            to: len,
+        })),
+        Err(e) => {
+            cannot(&e.error);
+            Ok(None)
+        }
+    }
+}
+
+/// [`chunk_spans`] of a file of `len` bytes, reading only its chunk headers.
+fn file_spans(file: &File, n: u32, len: u64) -> Option<Vec<u64>> {
+    use std::os::unix::fs::FileExt as _;
+    let mut spans = Vec::with_capacity(n as usize + 1);
+    let mut at = 0u64;
+    let mut header = [0u8; CHUNK_HEADER_LEN];
+    for _ in 0..n {
+        spans.push(at);
+        if at.checked_add(CHUNK_HEADER_LEN as u64)? > len {
+            return None;
+        }
+        file.read_exact_at(&mut header, at).ok()?;
+        let h = ChunkHeader::decode(&header).ok()?;
+        at = at.checked_add(h.chunk_len())?;
+        if at > len {
+            return None;
+        }
+    }
+    spans.push(at);
+    (at == len).then_some(spans)
+}
+
+/// What a range is made of, in order: stretches of entries, and the gaps between them.
+enum Planned {
+    /// Chunks `chunks` out of this entry.
+    Entry(Entry, std::ops::Range<u32>),
+    /// Chunks the cache does not hold: a sub-range of the range (same URL), up to the next
+    /// entry or the range's end.
+    Gap(FetchRange),
+}
+
+/// Walks chunks `range.chunks` in order, taking each stretch from the entry that holds it
+/// furthest, or else a gap up to the next entry. `None` when a gap's byte offsets are not
+/// known or do not add up (`offsets`: the chunk boundaries known from the range's ends and
+/// the entries).
+fn plan(
+    range: &FetchRange,
+    entries: &[Entry],
+    offsets: &BTreeMap<u32, u64>,
+) -> Option<Vec<Planned>> {
+    let (c, d) = (range.chunks.start, range.chunks.end);
+    let mut planned = Vec::new();
+    let mut k = c;
+    while k < d {
+        // The entry holding chunk k that reaches furthest.
+        if let Some(entry) = entries
+            .iter()
+            .filter(|en| en.chunks.start <= k && k < en.chunks.end)
+            .max_by_key(|en| en.chunks.end)
+        {
+            let end = entry.chunks.end.min(d);
+            planned.push(Planned::Entry(entry.clone(), k..end));
+            k = end;
+            continue;
+        }
+        // A gap: up to the next entry's start or the range's end, both of known offset.
+        let end = entries
+            .iter()
+            .map(|en| en.chunks.start)
+            .filter(|&st| st > k && st < d)
+            .min()
+            .unwrap_or(d);
+        let (from, to) = (*offsets.get(&k)?, *offsets.get(&end)?);
+        if to <= from {
+            return None;
+        }
+        planned.push(Planned::Gap(FetchRange {
+            chunks: k..end,
+            bytes: from..=to - 1,
+            url: range.url.clone(),
+        }));
+        k = end;
+    }
+    Some(planned)
 }
 
 /// The pieces' bytes one after the other (`want` is the range's length, for reserving);

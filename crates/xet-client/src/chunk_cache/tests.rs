@@ -324,16 +324,66 @@ fn a_first_download_streams_through_the_cache_and_keeps_the_range() {
     assert_eq!(fetched, 0, "the streamed range was not kept");
     assert!(server.asked().is_empty());
 
-    // A range partly held: put together from the entry and the gap, handed over whole.
+    // A range partly held: the gap streamed into an entry of its own, then the range handed
+    // over from the entries once the xorb's lock is let go (another download of the same
+    // chunks, impatient, is served from the cache from inside the sink).
     let r = range(&offsets, 8..16);
+    let impatient = ChunkCache {
+        patience: Duration::from_millis(200),
+        ..ChunkCache::open(&cache.dir).with_min_range(0)
+    };
+    let mut got = Vec::new();
+    let mut inner = None;
+    let origin = {
+        let mut sink = gather(&mut got, None);
+        let mut probe = |at: u64, piece: &[u8]| {
+            if inner.is_none() {
+                inner = Some(impatient.read_through(&x, &r, &fetch).unwrap());
+            }
+            sink(at, piece)
+        };
+        cache
+            .stream_through_keeping(&x, &r, true, &stream, &fetch, &mut probe)
+            .unwrap()
+    };
+    assert!(got == expect(&r));
+    assert_eq!(
+        server.asked(),
+        vec![12u32..16],
+        "only the gap was fetched, once"
+    );
+    assert_eq!(origin.fetched, offsets[16] - offsets[12]);
+    assert_eq!(origin.local, vec![8u32..12]);
+    let (inner_bytes, inner_fetched) = inner.unwrap();
+    assert!(inner_bytes == expect(&r));
+    assert_eq!(inner_fetched, 0, "the lock was let go before the hand-over");
+    let names = std::fs::read_dir(cache.xorb_dir(&x)).unwrap().count();
+
+    // An entry damaged on disk (its length right, its chunk headers not): deleted, and the
+    // range still comes whole, from the server.
+    let damaged = cache
+        .xorb_dir(&x)
+        .join(entry_name(&range(&offsets, 12..16)));
+    std::fs::write(&damaged, vec![0xff; (offsets[16] - offsets[12]) as usize]).unwrap();
+    let r2 = range(&offsets, 4..16);
+    let mut got = Vec::new();
+    cache
+        .stream_through_keeping(&x, &r2, true, &stream, &fetch, &mut gather(&mut got, None))
+        .unwrap();
+    assert!(got == expect(&r2));
+    assert!(!damaged.exists(), "the damaged entry is deleted");
+    assert_eq!(server.asked().last(), Some(&(4u32..16)));
     let mut got = Vec::new();
     let origin = cache
-        .stream_through_keeping(&x, &r, true, &stream, &fetch, &mut gather(&mut got, None))
+        .stream_through_keeping(&x, &r2, true, &stream, &fetch, &mut gather(&mut got, None))
         .unwrap();
-    assert!(got == expect(&r));
-    assert_eq!(server.asked(), vec![12u32..16]);
+    assert!(got == expect(&r2));
+    assert_eq!(
+        server.asked(),
+        vec![12u32..16],
+        "then only its chunks are fetched"
+    );
     assert_eq!(origin.fetched, offsets[16] - offsets[12]);
-    let names = std::fs::read_dir(cache.xorb_dir(&x)).unwrap().count();
 
     // Without `keep`, and a stream the sink stops half way: nothing new is stored.
     let y = XorbHash::from_hex(&"ef".repeat(32)).unwrap();
