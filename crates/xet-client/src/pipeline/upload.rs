@@ -824,6 +824,14 @@ impl Reading<'_> {
             self.done,
         )
         .with_spare_bodies(self.spare);
+        // A file that fills more than one xorb anyway starts with a small one (its upload
+        // begins after 8 MiB of chunking, not 64 MiB); a smaller file stays one xorb.
+        if options
+            .expected_size
+            .is_some_and(|size| size > options.limits.max_uncompressed_bytes)
+        {
+            session = session.with_early_first_xorb();
+        }
         session.seed(seeds);
         // SHA-256 is the costliest pass over a large file and cannot be split: it runs on a
         // thread of its own, fed copies of the blocks, while this thread chunks, hashes and
@@ -1295,5 +1303,54 @@ mod tests {
             let fresh = capacities.iter().filter(|&&c| c != MARK).count();
             assert!(fresh * 2 <= capacities.len(), "{fresh} of {capacities:?}");
         }
+    }
+
+    /// Takes every xorb and shard, recording each xorb body's length in the order put.
+    #[derive(Default)]
+    struct LengthsTarget {
+        lengths: Mutex<Vec<usize>>,
+    }
+
+    impl CasTarget for LengthsTarget {
+        fn has_xorb(&self, _: &xet_format::XorbHash) -> Result<bool, TargetError> {
+            Ok(false)
+        }
+        fn put_xorb(&self, _: xet_format::XorbHash, body: &[u8]) -> Result<bool, TargetError> {
+            self.lengths.lock().unwrap().push(body.len());
+            Ok(true)
+        }
+        fn register_shard(&self, _: &[u8]) -> Result<(), TargetError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_large_files_first_xorb_is_small_so_that_its_upload_starts_early() {
+        let limits = XorbLimits {
+            max_uncompressed_bytes: 16 << 20,
+            ..XorbLimits::CLIENT
+        };
+        let lengths = |size: usize| {
+            let data = xet_format::test_util::pseudo_random(size, 11);
+            let target = LengthsTarget::default();
+            let options = UploadOptions {
+                parallel_puts: 1,
+                limits,
+                expected_size: Some(size as u64),
+                ..Default::default()
+            };
+            upload(&target, &data[..], &options).unwrap();
+            target.lengths.into_inner().unwrap()
+        };
+        // Larger than a xorb: the first is at most FIRST_XORB_BYTES, the next full.
+        let large = lengths(40 << 20);
+        assert!(large.len() >= 3, "{large:?}");
+        let first_max = session::FIRST_XORB_BYTES as usize + (64 << 10) + 4096;
+        assert!(large[0] <= first_max, "{large:?}");
+        assert!(large[0] >= 6 << 20, "{large:?}");
+        assert!(large[1] > 15 << 20, "the next xorb is full: {large:?}");
+        // A file one xorb holds stays one xorb.
+        let small = lengths(12 << 20);
+        assert_eq!(small.len(), 1, "{small:?}");
     }
 }

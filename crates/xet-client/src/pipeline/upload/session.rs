@@ -143,6 +143,9 @@ pub(super) struct FileResult {
     pub history_dedup_bytes: u64,
 }
 
+/// The largest first xorb of a file's session (see [`FileSession::with_early_first_xorb`]).
+pub(crate) const FIRST_XORB_BYTES: u64 = 8 << 20;
+
 /// See the module documentation.
 pub(super) struct FileSession<'t> {
     target: &'t dyn CasTarget,
@@ -253,6 +256,18 @@ impl<'t> FileSession<'t> {
     /// Builds xorbs in the buffers of xorbs put before, when there are some.
     pub(crate) fn with_spare_bodies(mut self, spare: &'t SpareBodies) -> Self {
         self.spare_bodies = Some(spare);
+        self
+    }
+
+    /// Ends the session's first xorb at [`FIRST_XORB_BYTES`] at most, so that its upload
+    /// starts while the rest of the file is still being chunked (a large file's first byte
+    /// on the wire waits for 8 MiB of chunking, not 64 MiB); later xorbs are of the full size.
+    pub(crate) fn with_early_first_xorb(mut self) -> Self {
+        let first = XorbLimits {
+            max_uncompressed_bytes: self.limits.max_uncompressed_bytes.min(FIRST_XORB_BYTES),
+            ..self.limits
+        };
+        self.builder = XorbBuilder::with_limits(self.policy, first);
         self
     }
 
