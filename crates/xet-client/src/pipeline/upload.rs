@@ -824,11 +824,12 @@ impl Reading<'_> {
             self.done,
         )
         .with_spare_bodies(self.spare);
-        // A file that fills more than one xorb anyway starts with a small one (its upload
-        // begins after 8 MiB of chunking, not 64 MiB); a smaller file stays one xorb.
+        // A file of at least a xorb's size (more than one xorb once chunk headers count, unless
+        // it compresses) starts with a small one: its upload begins after 8 MiB of chunking,
+        // not 64 MiB. A smaller file stays one xorb.
         if options
             .expected_size
-            .is_some_and(|size| size > options.limits.max_uncompressed_bytes)
+            .is_some_and(|size| size >= options.limits.max_uncompressed_bytes)
         {
             session = session.with_early_first_xorb();
         }
@@ -1349,7 +1350,11 @@ mod tests {
         assert!(large[0] <= first_max, "{large:?}");
         assert!(large[0] >= 6 << 20, "{large:?}");
         assert!(large[1] > 15 << 20, "the next xorb is full: {large:?}");
-        // A file one xorb holds stays one xorb.
+        // So does a file of exactly a xorb's size: its xorbs are two either way.
+        let exact = lengths(16 << 20);
+        assert_eq!(exact.len(), 2, "{exact:?}");
+        assert!(exact[0] <= first_max, "{exact:?}");
+        // A smaller file stays one xorb.
         let small = lengths(12 << 20);
         assert_eq!(small.len(), 1, "{small:?}");
     }
