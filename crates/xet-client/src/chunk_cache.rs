@@ -218,11 +218,13 @@ impl ChunkCache {
     }
 
     /// [`ChunkCache::read_through_keeping`] handing the bytes to `sink` as they arrive
-    /// ([`xet_protocol::XorbSource::stream_xorb_range`]'s contract): when the cache holds
-    /// nothing of the range (a first download), it is streamed from `stream` and, with `keep`,
-    /// written into a new entry on the way, so that no more than a piece of it is in memory;
-    /// else it is put together whole from the entries and `fetch` as
-    /// [`ChunkCache::read_through_keeping`] does, and handed over at once.
+    /// ([`xet_protocol::XorbSource::stream_xorb_range`]'s contract), so that no more than a
+    /// piece of the range is in memory: when the cache holds nothing of the range (a first
+    /// download), it is streamed from `stream` and, with `keep`, written into a new entry on
+    /// the way; when it holds part of it, with `keep`, the gaps are streamed into new entries
+    /// and the range read out of the entries (`stream_partly_held`). Otherwise (not `keep`, or
+    /// a URL whose signature covers its Range) it is put together whole from the entries and
+    /// `fetch` as [`ChunkCache::read_through_keeping`] does, and handed over at once.
     pub(crate) fn stream_through_keeping(
         &self,
         xorb: &XorbHash,
@@ -243,18 +245,19 @@ impl ChunkCache {
         let (c, d) = (range.chunks.start, range.chunks.end);
         let (s, e) = (*range.bytes.start(), *range.bytes.end());
         let mut offsets: BTreeMap<u32, u64> = BTreeMap::from([(c, s), (d, e + 1)]);
-        let entries = if c < d && s <= e {
+        let well_formed = c < d && s <= e;
+        let entries = if well_formed {
             usable_entries(&dir, c..d, &mut offsets)
         } else {
             Vec::new()
         };
-        if c < d && s <= e && entries.is_empty() {
+        if well_formed && entries.is_empty() {
             let streamed = self.stream_into_entry(&dir, range, keep, stream, sink);
             drop(lock);
             return streamed;
         }
         let exact = range.url.as_deref().is_some_and(crate::url::signs_range);
-        if c < d && s <= e && keep && !exact {
+        if well_formed && keep && !exact {
             let parts = Parts {
                 dir: &dir,
                 range,
