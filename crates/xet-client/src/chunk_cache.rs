@@ -374,33 +374,15 @@ impl ChunkCache {
         stream: &dyn Fn(&FetchRange, &mut RangeSink<'_>) -> Result<Origin, TargetError>,
         sink: &mut RangeSink<'_>,
     ) -> Result<Origin, TargetError> {
-        use std::os::unix::fs::FileExt as _;
-        let len = range.bytes.end() - range.bytes.start() + 1;
-        let mut entry = keep
-            .then(|| tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir))
-            .and_then(|made| {
-                made.map_err(|e| tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}"))
-                    .ok()
-            });
-        // Bytes of the range in hand from its start (a source may start again from an
-        // earlier offset after a broken connection; writes at offsets make that harmless).
-        let mut through = 0u64;
+        let mut entry = keep.then(|| NewEntry::create(dir, range)).flatten();
         let origin = stream(range, &mut |at, piece| {
-            if let Some(file) = &entry {
-                if let Err(e) = file.as_file().write_all_at(piece, at) {
-                    tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
-                    entry = None;
-                }
-            }
-            if at <= through {
-                through = through.max(at + piece.len() as u64);
+            if entry.as_mut().is_some_and(|e| !e.write(at, piece)) {
+                entry = None;
             }
             sink(at, piece)
         })?;
-        if let Some(file) = entry.filter(|_| through == len) {
-            if let Err(e) = file.persist(dir.join(entry_name(range))) {
-                tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {}", e.error);
-            }
+        if let Some(entry) = entry {
+            entry.persist();
         }
         Ok(origin)
     }
@@ -759,8 +741,7 @@ impl Stretch {
     }
 }
 
-/// Streams `gap` from `stream` into a new entry of `dir` (a temporary file renamed into place
-/// once every byte came and its chunk headers add up), returned open as a whole stretch.
+/// Streams `gap` from `stream` into a new entry of `dir`, returned open as a whole stretch.
 /// `Ok(None)` when it cannot be stored or what came is not whole chunks: the caller then goes
 /// without the cache.
 fn fetch_into_entry(
@@ -768,73 +749,99 @@ fn fetch_into_entry(
     gap: &FetchRange,
     stream: &dyn Fn(&FetchRange, &mut RangeSink<'_>) -> Result<Origin, TargetError>,
 ) -> Result<Option<Stretch>, TargetError> {
-    use std::os::unix::fs::FileExt as _;
-    let len = gap.bytes.end() - gap.bytes.start() + 1;
-    let cannot = |e: &dyn std::fmt::Display| {
-        tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
+    let Some(mut entry) = NewEntry::create(dir, gap) else {
+        return Ok(None);
     };
-    let tmp = match tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir) {
-        Ok(t) => t,
-        Err(e) => {
-            cannot(&e);
-            return Ok(None);
-        }
-    };
-    let mut failed = None;
-    // Bytes of the gap in hand from its start (a source may start again from an earlier
-    // offset after a broken connection; writes at offsets make that harmless).
-    let mut through = 0u64;
+    let mut written = true;
     stream(gap, &mut |at, piece| {
-        if let Err(e) = tmp.as_file().write_all_at(piece, at) {
-            failed = Some(e);
-            return std::ops::ControlFlow::Break(());
+        written = entry.write(at, piece);
+        if written {
+            std::ops::ControlFlow::Continue(())
+        } else {
+            std::ops::ControlFlow::Break(())
         }
-        if at <= through {
-            through = through.max(at + piece.len() as u64);
-        }
-        std::ops::ControlFlow::Continue(())
     })?;
-    if let Some(e) = failed {
-        cannot(&e);
-        return Ok(None);
-    }
-    if through != len || file_spans(tmp.as_file(), gap.chunks.end - gap.chunks.start, len).is_none()
-    {
-        return Ok(None);
-    }
-    match tmp.persist(dir.join(entry_name(gap))) {
-        Ok(file) => Ok(Some(Stretch {
+    let len = entry.len;
+    Ok(written
+        .then(|| entry.persist())
+        .flatten()
+        .map(|file| Stretch {
             file,
             from: 0,
             to: len,
-        })),
-        Err(e) => {
-            cannot(&e.error);
-            Ok(None)
+        }))
+}
+
+/// An entry being written as its range streams in: a temporary file in the xorb's directory,
+/// renamed into place only when every byte of the range came and its chunk headers add up. A
+/// failure to write it is logged (the cache is an optimisation, never an error of its own).
+struct NewEntry<'d> {
+    dir: &'d Path,
+    name: String,
+    chunks: u32,
+    len: u64,
+    tmp: tempfile::NamedTempFile,
+    /// Bytes of the range in hand from its start (a source may start again from an earlier
+    /// offset after a broken connection; writes at offsets make that harmless).
+    through: u64,
+}
+
+impl<'d> NewEntry<'d> {
+    fn create(dir: &'d Path, range: &FetchRange) -> Option<Self> {
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempfile_in(dir)
+            .map_err(|e| Self::cannot(dir, &e))
+            .ok()?;
+        Some(Self {
+            dir,
+            name: entry_name(range),
+            chunks: range.chunks.end.saturating_sub(range.chunks.start),
+            len: range.bytes.end() - range.bytes.start() + 1,
+            tmp,
+            through: 0,
+        })
+    }
+
+    /// Writes `piece` at offset `at` of the range; `false` (logged) when it cannot.
+    fn write(&mut self, at: u64, piece: &[u8]) -> bool {
+        use std::os::unix::fs::FileExt as _;
+        if let Err(e) = self.tmp.as_file().write_all_at(piece, at) {
+            Self::cannot(self.dir, &e);
+            return false;
         }
+        if at <= self.through {
+            self.through = self.through.max(at + piece.len() as u64);
+        }
+        true
+    }
+
+    /// Puts the entry in place, returning it open, if the whole range came as whole chunks.
+    fn persist(self) -> Option<File> {
+        let whole = self.through == self.len
+            && file_spans(self.tmp.as_file(), self.chunks, self.len).is_some();
+        if !whole {
+            return None;
+        }
+        self.tmp
+            .persist(self.dir.join(&self.name))
+            .map_err(|e| Self::cannot(self.dir, &e.error))
+            .ok()
+    }
+
+    fn cannot(dir: &Path, e: &dyn std::fmt::Display) {
+        tracing::warn!(dir = %dir.display(), "cannot store a chunk cache entry: {e}");
     }
 }
 
 /// [`chunk_spans`] of a file of `len` bytes, reading only its chunk headers.
 fn file_spans(file: &File, n: u32, len: u64) -> Option<Vec<u64>> {
     use std::os::unix::fs::FileExt as _;
-    let mut spans = Vec::with_capacity(n as usize + 1);
-    let mut at = 0u64;
-    let mut header = [0u8; CHUNK_HEADER_LEN];
-    for _ in 0..n {
-        spans.push(at);
-        if at.checked_add(CHUNK_HEADER_LEN as u64)? > len {
-            return None;
-        }
+    spans_by(n, len, |at| {
+        let mut header = [0u8; CHUNK_HEADER_LEN];
         file.read_exact_at(&mut header, at).ok()?;
-        let h = ChunkHeader::decode(&header).ok()?;
-        at = at.checked_add(h.chunk_len())?;
-        if at > len {
-            return None;
-        }
-    }
-    spans.push(at);
-    (at == len).then_some(spans)
+        Some(header)
+    })
 }
 
 /// What a range is made of, in order: stretches of entries, and the gaps between them.
@@ -936,20 +943,38 @@ fn entry_part(entry: &Entry, chunks: std::ops::Range<u32>) -> Option<Vec<u8>> {
 /// exactly `n` well-formed chunks (header checks of docs/format.md §3.2; payloads are checked
 /// by the decoder).
 fn chunk_spans(bytes: &[u8], n: u32) -> Option<Vec<usize>> {
+    let spans = spans_by(n, bytes.len() as u64, |at| {
+        let at = usize::try_from(at).ok()?;
+        bytes.get(at..at + CHUNK_HEADER_LEN)?.try_into().ok()
+    })?;
+    spans
+        .into_iter()
+        .map(|at| usize::try_from(at).ok())
+        .collect()
+}
+
+/// The walk of [`chunk_spans`] over `n` chunks of `len` bytes, `header_at` giving the 8 bytes
+/// at an offset (checked to lie within `len` first).
+fn spans_by(
+    n: u32,
+    len: u64,
+    mut header_at: impl FnMut(u64) -> Option<[u8; CHUNK_HEADER_LEN]>,
+) -> Option<Vec<u64>> {
     let mut spans = Vec::with_capacity(n as usize + 1);
-    let mut at = 0usize;
+    let mut at = 0u64;
     for _ in 0..n {
         spans.push(at);
-        let header: &[u8; CHUNK_HEADER_LEN] =
-            bytes.get(at..at + CHUNK_HEADER_LEN)?.try_into().ok()?;
-        let h = ChunkHeader::decode(header).ok()?;
-        at = at.checked_add(usize::try_from(h.chunk_len()).ok()?)?;
-        if at > bytes.len() {
+        if at.checked_add(CHUNK_HEADER_LEN as u64)? > len {
+            return None;
+        }
+        let h = ChunkHeader::decode(&header_at(at)?).ok()?;
+        at = at.checked_add(h.chunk_len())?;
+        if at > len {
             return None;
         }
     }
     spans.push(at);
-    (at == bytes.len()).then_some(spans)
+    (at == len).then_some(spans)
 }
 
 /// Marks an entry as used now (for [`ChunkCache::prune`]'s least-recently-used order).
